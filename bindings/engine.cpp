@@ -1,0 +1,152 @@
+// xferscope._engine: a thin nanobind layer over the native engine. Timing loops, buffers and
+// kernels stay in C++; Python only orchestrates. The GIL is released around every call that
+// touches the GPU so a long trial never holds the interpreter.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+
+#include <memory>
+#include <string>
+
+#include "xferscope/device.hpp"
+#include "xferscope/error.hpp"
+#include "xferscope/transfer.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+namespace xs = xferscope;
+
+namespace {
+
+// Owns a Transfer until close(), so Python frees pinned and device memory at a point it
+// chooses (a `with` block) rather than whenever the garbage collector runs.
+class TransferHandle {
+ public:
+  TransferHandle(int device, const std::string& direction, const std::string& memory,
+                 const std::string& mechanism, std::size_t capacity, std::size_t rotation_bytes) {
+    xs::TransferSpec spec;
+    spec.device = device;
+    spec.direction = xs::direction_from_string(direction);
+    spec.host_memory = xs::memory_kind_from_string(memory);
+    spec.mechanism = xs::mechanism_from_string(mechanism);
+    spec.capacity = capacity;
+    spec.rotation_bytes = rotation_bytes;
+    xs::device_info(device);  // a clear NoDeviceError for a bad index, before any allocation
+    nb::gil_scoped_release release;
+    transfer_ = std::make_unique<xs::Transfer>(spec);
+  }
+
+  xs::Transfer& get() {
+    if (!transfer_) throw xs::UsageError("this transfer is closed");
+    return *transfer_;
+  }
+
+  void close() {
+    nb::gil_scoped_release release;
+    transfer_.reset();
+  }
+
+ private:
+  std::unique_ptr<xs::Transfer> transfer_;
+};
+
+nb::dict to_dict(const xs::DeviceInfo& info) {
+  nb::dict d;
+  d["index"] = info.index;
+  d["name"] = info.name;
+  d["uuid"] = info.uuid;
+  d["pci_bus_id"] = info.pci_bus_id;
+  d["compute_capability"] = std::to_string(info.compute_major) + "." +
+                            std::to_string(info.compute_minor);
+  d["sm_count"] = info.sm_count;
+  d["total_memory_bytes"] = info.total_memory_bytes;
+  d["l2_cache_bytes"] = info.l2_cache_bytes;
+  d["memory_bus_width_bits"] = info.memory_bus_width_bits;
+  d["memory_clock_khz"] = info.memory_clock_khz;
+  d["async_engine_count"] = info.async_engine_count;
+  d["can_map_host_memory"] = info.can_map_host_memory;
+  d["unified_addressing"] = info.unified_addressing;
+  d["pageable_memory_access"] = info.pageable_memory_access;
+  return d;
+}
+
+}  // namespace
+
+NB_MODULE(_engine, m) {
+  m.doc() = "xferscope native measurement engine";
+
+  nb::exception<xs::CudaError>(m, "CudaError", PyExc_RuntimeError);
+  nb::exception<xs::NoDeviceError>(m, "NoDeviceError", PyExc_RuntimeError);
+  nb::exception<xs::AllocationError>(m, "AllocationError", PyExc_MemoryError);
+  nb::exception<xs::UsageError>(m, "UsageError", PyExc_ValueError);
+
+  m.def("device_count", &xs::device_count, "Number of CUDA devices; NoDeviceError if none.");
+  m.def("device_info", [](int index) { return to_dict(xs::device_info(index)); }, "index"_a);
+  m.def(
+      "memory_info",
+      [](int index) {
+        std::size_t free_bytes = 0, total_bytes = 0;
+        xs::memory_info(index, free_bytes, total_bytes);
+        return std::make_tuple(free_bytes, total_bytes);
+      },
+      "index"_a, "(free, total) device memory in bytes.");
+  m.def("runtime_version", &xs::runtime_version);
+  m.def("driver_version", &xs::driver_version);
+
+  nb::class_<TransferHandle>(m, "Transfer")
+      .def(nb::init<int, const std::string&, const std::string&, const std::string&, std::size_t,
+                    std::size_t>(),
+           "device"_a, "direction"_a, "memory"_a, "mechanism"_a, "capacity"_a,
+           "rotation_bytes"_a = 0)
+      .def_prop_ro("copies_per_iteration",
+                   [](TransferHandle& h) { return h.get().copies_per_iteration(); })
+      .def_prop_ro("blocks_for_device_timing",
+                   [](TransferHandle& h) { return h.get().blocks_for_device_timing(); })
+      .def(
+          "fill",
+          [](TransferHandle& h, std::uint64_t seed) {
+            xs::Transfer& t = h.get();
+            nb::gil_scoped_release release;
+            t.fill(seed);
+          },
+          "seed"_a)
+      .def(
+          "time",
+          [](TransferHandle& h, const std::string& timing, std::size_t bytes,
+             std::int64_t iterations) {
+            xs::Transfer& t = h.get();
+            const xs::Timing kind = xs::timing_from_string(timing);
+            xs::TrialTiming r;
+            {
+              nb::gil_scoped_release release;
+              r = t.time(kind, bytes, iterations);
+            }
+            nb::dict d;
+            d["seconds"] = r.seconds;
+            d["iterations"] = r.iterations;
+            d["copies_per_iteration"] = r.copies_per_iteration;
+            d["blocking_kernel"] = r.blocking_kernel;
+            d["blocking_timed_out"] = r.blocking_timed_out;
+            d["footprint_bytes"] = r.footprint_bytes;
+            return d;
+          },
+          "timing"_a, "bytes"_a, "iterations"_a)
+      .def(
+          "verify",
+          [](TransferHandle& h, std::size_t bytes, bool inject_fault) {
+            xs::Transfer& t = h.get();
+            xs::Verification v;
+            {
+              nb::gil_scoped_release release;
+              v = t.verify(bytes, inject_fault);
+            }
+            nb::dict d;
+            d["ok"] = v.ok;
+            d["bytes_checked"] = v.bytes_checked;
+            d["mismatched_bytes"] = v.mismatched_bytes;
+            d["first_mismatch"] = v.first_mismatch;
+            return d;
+          },
+          "bytes"_a, "inject_fault"_a = false)
+      .def("close", &TransferHandle::close);
+}

@@ -1,0 +1,53 @@
+// Owning buffers of every memory kind the engine measures.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+namespace xferscope {
+
+enum class MemoryKind {
+  pageable,        // aligned malloc: the driver stages it through its own pinned buffers
+  pinned,          // cudaHostAlloc: page-locked, DMA-able
+  write_combined,  // cudaHostAlloc(WriteCombined): fast for the GPU to read, slow for the CPU
+  registered,      // aligned malloc, then cudaHostRegister: pinned in place
+  mapped,          // cudaHostAlloc(Mapped): pinned, with a device pointer kernels can use
+  device,          // cudaMalloc
+};
+
+std::string_view to_string(MemoryKind kind);
+MemoryKind memory_kind_from_string(std::string_view name);
+
+class Buffer {
+ public:
+  // Allocates `bytes` of `kind` on (or for) `device`; throws AllocationError on failure.
+  static Buffer allocate(MemoryKind kind, std::size_t bytes, int device);
+
+  Buffer() = default;
+  Buffer(Buffer&& other) noexcept;
+  Buffer& operator=(Buffer&& other) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer();
+
+  MemoryKind kind() const noexcept { return kind_; }
+  std::size_t size() const noexcept { return size_; }
+  bool on_device() const noexcept { return kind_ == MemoryKind::device; }
+  // The address the CPU uses; nullptr for device memory.
+  void* host() const noexcept { return host_; }
+  // The address the GPU uses: device memory, or host memory mapped into the device's address
+  // space; nullptr for pageable memory, which the GPU cannot address.
+  void* device() const noexcept { return device_; }
+  // The address copies use (host address for host kinds, device address otherwise).
+  void* data() const noexcept { return on_device() ? device_ : host_; }
+
+ private:
+  void release() noexcept;
+
+  MemoryKind kind_ = MemoryKind::pageable;
+  std::size_t size_ = 0;
+  void* host_ = nullptr;
+  void* device_ = nullptr;
+};
+
+}  // namespace xferscope

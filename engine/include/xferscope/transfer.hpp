@@ -1,0 +1,117 @@
+// One measured configuration: a direction, a host memory kind and a copy mechanism on one GPU,
+// with the buffers it needs, its two timing loops and its verification.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "xferscope/buffer.hpp"
+
+namespace xferscope {
+
+enum class Direction {
+  h2d,         // host to device
+  d2h,         // device to host
+  d2d,         // device to device, one GPU
+  round_trip,  // host to device, then back into a second host buffer (NetPIPE's ping-pong)
+};
+
+enum class Mechanism {
+  memcpy,  // synchronous cudaMemcpy on the legacy default stream
+  async,   // cudaMemcpyAsync on a stream: the copy engines
+  kernel,  // a copy kernel run by the SMs
+};
+
+enum class Timing {
+  api,     // host steady clock around N calls that each complete: what an application sees
+  device,  // CUDA events around N copies, held behind the blocking kernel where possible
+};
+
+std::string_view to_string(Direction direction);
+std::string_view to_string(Mechanism mechanism);
+std::string_view to_string(Timing timing);
+Direction direction_from_string(std::string_view name);
+Mechanism mechanism_from_string(std::string_view name);
+Timing timing_from_string(std::string_view name);
+
+struct TransferSpec {
+  int device = 0;
+  Direction direction = Direction::h2d;
+  MemoryKind host_memory = MemoryKind::pinned;  // not used by d2d
+  Mechanism mechanism = Mechanism::memcpy;
+  std::size_t capacity = 0;  // the largest size that will be copied
+  // Buffers are at least this large, and successive copies move through them, so that small
+  // copies do not keep hitting data the GPU L2 or the CPU caches still hold.
+  std::size_t rotation_bytes = 0;
+};
+
+struct TrialTiming {
+  double seconds = 0;  // all iterations together
+  std::int64_t iterations = 0;
+  int copies_per_iteration = 1;
+  bool blocking_kernel = false;     // copies were held behind the blocking kernel
+  bool blocking_timed_out = false;  // the blocking kernel gave up waiting: the figure is suspect
+  std::size_t footprint_bytes = 0;  // distinct bytes the copies touched in one buffer
+};
+
+struct Verification {
+  bool ok = false;
+  std::size_t bytes_checked = 0;
+  std::uint64_t mismatched_bytes = 0;
+  std::int64_t first_mismatch = -1;  // byte offset, -1 when none
+};
+
+class Transfer {
+ public:
+  explicit Transfer(const TransferSpec& spec);
+  ~Transfer();
+  Transfer(const Transfer&) = delete;
+  Transfer& operator=(const Transfer&) = delete;
+
+  const TransferSpec& spec() const noexcept { return spec_; }
+  int copies_per_iteration() const noexcept { return static_cast<int>(legs_.size()); }
+  // Whether device timing can hold the copies behind the blocking kernel: not for synchronous
+  // calls, nor for pageable memory, whose copies synchronise with the host.
+  bool blocks_for_device_timing() const noexcept;
+
+  // Fills the sources with the pattern of `seed` and the other buffers with another pattern.
+  void fill(std::uint64_t seed);
+  // Runs `iterations` iterations of `bytes` and returns their total time.
+  TrialTiming time(Timing timing, std::size_t bytes, std::int64_t iterations);
+  // Poisons the destination, copies `bytes` once with the configured mechanism and compares
+  // the destination with the pattern on the GPU. `inject_fault` flips one destination byte
+  // before the comparison, to prove that a corrupted copy is caught.
+  Verification verify(std::size_t bytes, bool inject_fault = false);
+
+ private:
+  struct Leg {
+    Buffer* source;
+    Buffer* destination;
+  };
+
+  void check_bytes(std::size_t bytes) const;
+  std::size_t next_offset(std::size_t bytes);
+  void run_iteration(std::size_t bytes, std::size_t offset, cudaStream_t stream);
+  void wait(cudaStream_t stream);
+  TrialTiming time_api(std::size_t bytes, std::int64_t iterations);
+  TrialTiming time_device(std::size_t bytes, std::int64_t iterations);
+  void poison(Buffer& buffer, std::size_t bytes);
+  void flip_byte(Buffer& buffer, std::size_t offset);
+
+  TransferSpec spec_;
+  int sm_count_ = 0;
+  std::uint64_t seed_ = 0;
+  std::uint64_t cursor_ = 0;  // rotation position, kept across trials
+  std::vector<Buffer> buffers_;
+  std::vector<Leg> legs_;
+  Buffer control_;  // mapped host words: [release, timed_out] for the blocking kernel
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t start_ = nullptr;
+  cudaEvent_t stop_ = nullptr;
+};
+
+}  // namespace xferscope

@@ -1,0 +1,332 @@
+#include "xferscope/transfer.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <string>
+
+#include "kernels.hpp"
+#include "xferscope/error.hpp"
+#include "xferscope/pattern.hpp"
+
+namespace xferscope {
+
+namespace {
+
+constexpr std::size_t kSlotAlignment = 4096;  // rotated copies start page-aligned
+constexpr std::size_t kCacheLine = 64;
+// Copies queued behind one blocking kernel. The queue a stream can hold is finite; past it the
+// host would block while enqueuing and the kernel would wait for nothing.
+constexpr std::int64_t kCopiesPerBlockedBatch = 128;
+constexpr std::uint64_t kBlockingTimeoutNs = 5'000'000'000ull;
+constexpr cudaStream_t kLegacyStream = nullptr;
+
+std::size_t round_up(std::size_t value, std::size_t multiple) {
+  return (value + multiple - 1) / multiple * multiple;
+}
+
+template <typename Enum, std::size_t N>
+Enum from_string(std::string_view name, const Enum (&values)[N], const char* what) {
+  std::string accepted;
+  for (Enum value : values) {
+    if (to_string(value) == name) return value;
+    accepted += (accepted.empty() ? "" : ", ") + std::string(to_string(value));
+  }
+  throw UsageError("unknown " + std::string(what) + " '" + std::string(name) +
+                   "' (accepted: " + accepted + ")");
+}
+
+volatile std::int32_t* control_word(const Buffer& control, int index) {
+  return static_cast<volatile std::int32_t*>(control.host()) + index;
+}
+
+}  // namespace
+
+std::string_view to_string(Direction direction) {
+  switch (direction) {
+    case Direction::h2d: return "h2d";
+    case Direction::d2h: return "d2h";
+    case Direction::d2d: return "d2d";
+    case Direction::round_trip: return "roundtrip";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(Mechanism mechanism) {
+  switch (mechanism) {
+    case Mechanism::memcpy: return "memcpy";
+    case Mechanism::async: return "async";
+    case Mechanism::kernel: return "kernel";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(Timing timing) {
+  return timing == Timing::api ? "api" : "device";
+}
+
+Direction direction_from_string(std::string_view name) {
+  static constexpr Direction all[] = {Direction::h2d, Direction::d2h, Direction::d2d,
+                                      Direction::round_trip};
+  return from_string(name, all, "direction");
+}
+
+Mechanism mechanism_from_string(std::string_view name) {
+  static constexpr Mechanism all[] = {Mechanism::memcpy, Mechanism::async, Mechanism::kernel};
+  return from_string(name, all, "mechanism");
+}
+
+Timing timing_from_string(std::string_view name) {
+  static constexpr Timing all[] = {Timing::api, Timing::device};
+  return from_string(name, all, "timing");
+}
+
+Transfer::Transfer(const TransferSpec& spec) : spec_(spec) {
+  if (spec.capacity == 0) throw UsageError("a transfer needs a capacity of at least one byte");
+  const bool host_side = spec.direction != Direction::d2d;
+  if (host_side && spec.host_memory == MemoryKind::device) {
+    throw UsageError("memory kind 'device' is for d2d only; host transfers take pageable, "
+                     "pinned, wc, registered or mapped");
+  }
+  if (host_side && spec.mechanism == Mechanism::kernel &&
+      spec.host_memory == MemoryKind::pageable) {
+    throw UsageError("the kernel mechanism needs host memory the GPU can address (pinned, wc, "
+                     "registered or mapped), not pageable");
+  }
+  XFS_CUDA_CALL(cudaSetDevice(spec.device));
+  XFS_CUDA_CALL(
+      cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, spec.device));
+
+  const std::size_t size = std::max(spec.capacity, spec.rotation_bytes);
+  const MemoryKind host = host_side ? spec.host_memory : MemoryKind::device;
+  auto add = [&](MemoryKind kind) -> Buffer* {
+    buffers_.push_back(Buffer::allocate(kind, size, spec.device));
+    return &buffers_.back();
+  };
+  buffers_.reserve(3);  // legs_ keep pointers into buffers_
+  switch (spec.direction) {
+    case Direction::h2d: legs_.push_back({add(host), add(MemoryKind::device)}); break;
+    case Direction::d2h: {
+      Buffer* device = add(MemoryKind::device);
+      legs_.push_back({device, add(host)});
+      break;
+    }
+    case Direction::d2d: legs_.push_back({add(MemoryKind::device), add(MemoryKind::device)}); break;
+    case Direction::round_trip: {
+      Buffer* source = add(host);
+      Buffer* middle = add(MemoryKind::device);
+      legs_.push_back({source, middle});
+      legs_.push_back({middle, add(host)});
+      break;
+    }
+  }
+  control_ = Buffer::allocate(MemoryKind::mapped, 2 * sizeof(std::int32_t), spec.device);
+  XFS_CUDA_CALL(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  XFS_CUDA_CALL(cudaEventCreate(&start_));
+  XFS_CUDA_CALL(cudaEventCreate(&stop_));
+  fill(0x5eed);
+}
+
+Transfer::~Transfer() {
+  cudaSetDevice(spec_.device);
+  if (stream_ != nullptr) {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+  if (start_ != nullptr) cudaEventDestroy(start_);
+  if (stop_ != nullptr) cudaEventDestroy(stop_);
+  cudaStreamSynchronize(kLegacyStream);
+}
+
+bool Transfer::blocks_for_device_timing() const noexcept {
+  const bool pageable =
+      spec_.direction != Direction::d2d && spec_.host_memory == MemoryKind::pageable;
+  return spec_.mechanism != Mechanism::memcpy && !pageable;
+}
+
+void Transfer::fill(std::uint64_t seed) {
+  XFS_CUDA_CALL(cudaSetDevice(spec_.device));
+  seed_ = seed;
+  const Buffer* source = legs_.front().source;
+  for (Buffer& buffer : buffers_) {
+    const std::uint64_t buffer_seed = (&buffer == source) ? seed : ~seed;
+    if (buffer.on_device()) {
+      kernels::fill(buffer.device(), buffer.size(), buffer_seed, false, stream_);
+    } else {
+      fill_host(buffer.host(), buffer.size(), buffer_seed, false);
+    }
+  }
+  XFS_CUDA_CALL(cudaStreamSynchronize(stream_));
+}
+
+void Transfer::check_bytes(std::size_t bytes) const {
+  if (bytes == 0 || bytes > spec_.capacity) {
+    throw UsageError("size " + std::to_string(bytes) + " is outside this transfer's 1.." +
+                     std::to_string(spec_.capacity) + " bytes");
+  }
+}
+
+std::size_t Transfer::next_offset(std::size_t bytes) {
+  const std::size_t size = legs_.front().source->size();
+  const std::size_t stride = round_up(bytes, kSlotAlignment);
+  const std::size_t slots = (size - bytes) / stride + 1;
+  return (cursor_++ % slots) * stride;
+}
+
+void Transfer::run_iteration(std::size_t bytes, std::size_t offset, cudaStream_t stream) {
+  for (const Leg& leg : legs_) {
+    switch (spec_.mechanism) {
+      case Mechanism::memcpy:
+        XFS_CUDA_CALL(cudaMemcpy(static_cast<char*>(leg.destination->data()) + offset,
+                                 static_cast<const char*>(leg.source->data()) + offset, bytes,
+                                 cudaMemcpyDefault));
+        break;
+      case Mechanism::async:
+        XFS_CUDA_CALL(cudaMemcpyAsync(static_cast<char*>(leg.destination->data()) + offset,
+                                      static_cast<const char*>(leg.source->data()) + offset,
+                                      bytes, cudaMemcpyDefault, stream));
+        break;
+      case Mechanism::kernel:
+        kernels::copy(static_cast<char*>(leg.destination->device()) + offset,
+                      static_cast<const char*>(leg.source->device()) + offset, bytes, sm_count_,
+                      stream);
+        break;
+    }
+  }
+}
+
+void Transfer::wait(cudaStream_t stream) { XFS_CUDA_CALL(cudaStreamSynchronize(stream)); }
+
+TrialTiming Transfer::time(Timing timing, std::size_t bytes, std::int64_t iterations) {
+  check_bytes(bytes);
+  if (iterations < 1) throw UsageError("a trial needs at least one iteration");
+  XFS_CUDA_CALL(cudaSetDevice(spec_.device));
+  TrialTiming result = timing == Timing::api ? time_api(bytes, iterations)
+                                             : time_device(bytes, iterations);
+  const std::size_t size = legs_.front().source->size();
+  const std::size_t slots = (size - bytes) / round_up(bytes, kSlotAlignment) + 1;
+  result.iterations = iterations;
+  result.copies_per_iteration = copies_per_iteration();
+  result.footprint_bytes =
+      std::min<std::size_t>(slots, static_cast<std::size_t>(iterations)) *
+      round_up(bytes, kCacheLine);
+  return result;
+}
+
+// NetPIPE's method: a host steady clock around N calls, each of which completes before the
+// next starts (cudaMemcpy does; the async and kernel mechanisms synchronise their stream).
+TrialTiming Transfer::time_api(std::size_t bytes, std::int64_t iterations) {
+  const bool synchronous = spec_.mechanism == Mechanism::memcpy;
+  const cudaStream_t stream = synchronous ? kLegacyStream : stream_;
+  const auto begin = std::chrono::steady_clock::now();
+  for (std::int64_t i = 0; i < iterations; ++i) {
+    run_iteration(bytes, next_offset(bytes), stream);
+    if (!synchronous) wait(stream);
+  }
+  // cudaMemcpy may return before a device-to-device copy or a small pageable upload is done.
+  if (synchronous) wait(stream);
+  const auto end = std::chrono::steady_clock::now();
+  TrialTiming result;
+  result.seconds = std::chrono::duration<double>(end - begin).count();
+  return result;
+}
+
+// CUDA events around the copies. Where the copies are asynchronous to the host they are queued
+// behind the blocking kernel in batches, so the events see back-to-back device work only.
+TrialTiming Transfer::time_device(std::size_t bytes, std::int64_t iterations) {
+  const bool blocking = blocks_for_device_timing();
+  const cudaStream_t stream = spec_.mechanism == Mechanism::memcpy ? kLegacyStream : stream_;
+  const std::int64_t per_batch =
+      blocking ? std::max<std::int64_t>(1, kCopiesPerBlockedBatch / copies_per_iteration())
+               : iterations;
+  volatile std::int32_t* release = control_word(control_, 0);
+  volatile std::int32_t* timed_out = control_word(control_, 1);
+  auto* device_words = static_cast<std::int32_t*>(control_.device());
+  TrialTiming result;
+  result.blocking_kernel = blocking;
+  for (std::int64_t done = 0; done < iterations;) {
+    const std::int64_t batch = std::min(per_batch, iterations - done);
+    if (blocking) {
+      *release = 0;
+      *timed_out = 0;
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      kernels::block_stream(device_words, device_words + 1, kBlockingTimeoutNs, stream);
+    }
+    XFS_CUDA_CALL(cudaEventRecord(start_, stream));
+    for (std::int64_t i = 0; i < batch; ++i) run_iteration(bytes, next_offset(bytes), stream);
+    XFS_CUDA_CALL(cudaEventRecord(stop_, stream));
+    if (blocking) {
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      *release = 1;
+    }
+    XFS_CUDA_CALL(cudaEventSynchronize(stop_));
+    float ms = 0;
+    XFS_CUDA_CALL(cudaEventElapsedTime(&ms, start_, stop_));
+    result.seconds += static_cast<double>(ms) * 1e-3;
+    if (blocking && *timed_out != 0) result.blocking_timed_out = true;
+    done += batch;
+  }
+  return result;
+}
+
+void Transfer::poison(Buffer& buffer, std::size_t bytes) {
+  if (buffer.on_device()) {
+    kernels::fill(buffer.device(), bytes, seed_, true, stream_);
+    wait(stream_);
+  } else {
+    fill_host(buffer.host(), bytes, seed_, true);
+  }
+}
+
+void Transfer::flip_byte(Buffer& buffer, std::size_t offset) {
+  if (buffer.on_device()) {
+    unsigned char value = 0;
+    char* address = static_cast<char*>(buffer.device()) + offset;
+    XFS_CUDA_CALL(cudaMemcpy(&value, address, 1, cudaMemcpyDeviceToHost));
+    value ^= 0xffu;
+    XFS_CUDA_CALL(cudaMemcpy(address, &value, 1, cudaMemcpyHostToDevice));
+  } else {
+    static_cast<volatile unsigned char*>(buffer.host())[offset] ^= 0xffu;
+  }
+}
+
+Verification Transfer::verify(std::size_t bytes, bool inject_fault) {
+  check_bytes(bytes);
+  XFS_CUDA_CALL(cudaSetDevice(spec_.device));
+  // Poisoning every destination with the pattern's complement makes any byte a leg failed to
+  // write differ from what is expected.
+  for (const Leg& leg : legs_) poison(*leg.destination, bytes);
+  const cudaStream_t stream = spec_.mechanism == Mechanism::memcpy ? kLegacyStream : stream_;
+  run_iteration(bytes, 0, stream);
+  wait(stream);
+  Buffer& result = *legs_.back().destination;
+  if (inject_fault) flip_byte(result, bytes / 2);
+
+  // Host destinations are brought to the GPU with a plain cudaMemcpy and checked there: reading
+  // write-combined memory from the CPU would take seconds.
+  Buffer staged;
+  const void* checked = result.device();
+  if (!result.on_device()) {
+    staged = Buffer::allocate(MemoryKind::device, bytes, spec_.device);
+    XFS_CUDA_CALL(cudaMemcpy(staged.device(), result.host(), bytes, cudaMemcpyHostToDevice));
+    checked = staged.device();
+  }
+  Buffer counters = Buffer::allocate(MemoryKind::device, 2 * sizeof(unsigned long long),
+                                     spec_.device);
+  auto* counter_words = static_cast<unsigned long long*>(counters.device());
+  kernels::compare(checked, bytes, seed_, counter_words, stream_);
+  unsigned long long host_counters[2] = {0, 0};
+  XFS_CUDA_CALL(cudaMemcpyAsync(host_counters, counter_words, sizeof host_counters,
+                                cudaMemcpyDeviceToHost, stream_));
+  wait(stream_);
+
+  Verification verification;
+  verification.bytes_checked = bytes;
+  verification.mismatched_bytes = host_counters[0];
+  verification.ok = host_counters[0] == 0;
+  verification.first_mismatch =
+      verification.ok ? -1 : static_cast<std::int64_t>(host_counters[1]);
+  return verification;
+}
+
+}  // namespace xferscope
