@@ -1,0 +1,148 @@
+"""The interface measure.py drives, and its native implementation over xferscope._engine.
+
+The simulated engine (simulate.py) implements the same interface so that planning, statistics,
+records, exporters and the CLI run in CI without a GPU.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+from .errors import AllocationError, EngineError, NoDeviceError, OptionError
+
+DIRECTIONS = ("h2d", "d2h", "d2d", "roundtrip")
+HOST_MEMORY = ("pageable", "pinned", "wc", "registered", "mapped")
+MECHANISMS = ("memcpy", "async", "kernel")
+TIMINGS = ("api", "device")
+
+
+class Transfer(Protocol):
+    copies_per_iteration: int
+    blocks_for_device_timing: bool
+
+    def fill(self, seed: int) -> None: ...
+    def time(self, timing: str, bytes: int, iterations: int) -> dict[str, Any]: ...
+    def verify(self, bytes: int, inject_fault: bool = False) -> dict[str, Any]: ...
+    def close(self) -> None: ...
+
+
+class Engine(Protocol):
+    simulated: bool
+
+    def device_count(self) -> int: ...
+    def device_info(self, index: int) -> dict[str, Any]: ...
+    def memory_info(self, index: int) -> tuple[int, int]: ...
+    def runtime_version(self) -> int: ...
+    def driver_version(self) -> int: ...
+    def open_transfer(
+        self, device: int, direction: str, memory: str, mechanism: str, capacity: int,
+        rotation_bytes: int,
+    ) -> Transfer: ...
+    def clock(self) -> float: ...
+
+
+def format_cuda_version(version: int) -> str:
+    """12040 -> '12.4'."""
+    return f"{version // 1000}.{version % 1000 // 10}" if version else "none"
+
+
+class NativeEngine:
+    """The C++/CUDA engine. Translates its exceptions into xferscope's one-line errors."""
+
+    simulated = False
+
+    def __init__(self) -> None:
+        try:
+            from . import _engine
+        except ImportError as exc:  # pragma: no cover - only a broken install gets here
+            raise NoDeviceError(f"the native engine is not built ({exc}); reinstall xferscope") from exc
+        self._engine = _engine
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        e = self._engine
+        try:
+            yield
+        except e.NoDeviceError as exc:
+            message = str(exc)
+            if self._engine.driver_version() == 0 and "index" not in message:
+                message = "no CUDA device: no NVIDIA driver is loaded on this machine"
+            raise NoDeviceError(message) from None
+        except e.AllocationError as exc:
+            raise AllocationError(str(exc)) from None
+        except e.CudaError as exc:
+            raise EngineError(f"CUDA error: {exc}") from None
+        except e.UsageError as exc:
+            raise EngineError(str(exc)) from None
+
+    def device_count(self) -> int:
+        with self._translated():
+            return int(self._engine.device_count())
+
+    def device_info(self, index: int) -> dict[str, Any]:
+        with self._translated():
+            return dict(self._engine.device_info(index))
+
+    def memory_info(self, index: int) -> tuple[int, int]:
+        with self._translated():
+            free, total = self._engine.memory_info(index)
+            return int(free), int(total)
+
+    def runtime_version(self) -> int:
+        return int(self._engine.runtime_version())
+
+    def driver_version(self) -> int:
+        return int(self._engine.driver_version())
+
+    def open_transfer(
+        self, device: int, direction: str, memory: str, mechanism: str, capacity: int,
+        rotation_bytes: int,
+    ) -> Transfer:
+        with self._translated():
+            handle = self._engine.Transfer(
+                device, direction, memory, mechanism, capacity, rotation_bytes
+            )
+        return _NativeTransfer(handle, self)
+
+    def clock(self) -> float:
+        return time.perf_counter()
+
+
+class _NativeTransfer:
+    def __init__(self, handle: Any, engine: NativeEngine) -> None:
+        self._handle = handle
+        self._engine = engine
+        self.copies_per_iteration = int(handle.copies_per_iteration)
+        self.blocks_for_device_timing = bool(handle.blocks_for_device_timing)
+
+    def fill(self, seed: int) -> None:
+        with self._engine._translated():
+            self._handle.fill(seed)
+
+    def time(self, timing: str, bytes: int, iterations: int) -> dict[str, Any]:
+        with self._engine._translated():
+            return dict(self._handle.time(timing, bytes, iterations))
+
+    def verify(self, bytes: int, inject_fault: bool = False) -> dict[str, Any]:
+        with self._engine._translated():
+            return dict(self._handle.verify(bytes, inject_fault))
+
+    def close(self) -> None:
+        self._handle.close()
+
+
+def open_engine(simulate: bool = False) -> Engine:
+    if simulate:
+        from .simulate import SimulatedEngine
+
+        return SimulatedEngine()
+    return NativeEngine()
+
+
+def check_device(engine: Engine, device: int, option: str = "--device") -> None:
+    count = engine.device_count()
+    if not 0 <= device < count:
+        raise OptionError(option, f"no GPU with index {device}; this machine has 0..{count - 1}")

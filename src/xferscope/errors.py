@@ -1,0 +1,31 @@
+"""The errors xferscope reports to a person: each carries a one-line message."""
+
+from __future__ import annotations
+
+
+class XferscopeError(Exception):
+    """Base class: the CLI prints the message on one line and exits non-zero."""
+
+    exit_code = 1
+
+
+class OptionError(XferscopeError):
+    """An option's value is not acceptable. The message names the option and what is accepted."""
+
+    exit_code = 2
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(f"{option}: {message}")
+        self.option = option
+
+
+class NoDeviceError(XferscopeError):
+    """No CUDA device can be used (no driver, no GPU, or an index that does not exist)."""
+
+
+class AllocationError(XferscopeError):
+    """A buffer could not be allocated; names the memory kind and the size."""
+
+
+class EngineError(XferscopeError):
+    """The engine failed (a CUDA error) while measuring."""

@@ -1,0 +1,22 @@
+"""JSON: the whole result with its versioned schema, raw samples and machine metadata."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..records import SweepResult, from_dict, to_dict
+
+
+def dumps(result: SweepResult) -> str:
+    return json.dumps(to_dict(result), indent=2, allow_nan=False) + "\n"
+
+
+def write_json(result: SweepResult, path: Path) -> None:
+    from . import atomic_write
+
+    atomic_write(path, lambda handle: handle.write(dumps(result)))
+
+
+def read_json(path: Path) -> SweepResult:
+    return from_dict(json.loads(Path(path).read_text()))

@@ -1,0 +1,105 @@
+"""The machine a result was measured on, recorded with every result."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from pathlib import Path
+from typing import Any
+
+from . import __version__, links, nvml
+from .engine import Engine, format_cuda_version
+from .simulate import SIMULATED_LINK
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def cpu_model() -> str:
+    text = _read(Path("/proc/cpuinfo")) or ""
+    for line in text.splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def numa_nodes() -> int:
+    try:
+        return len([p for p in Path("/sys/devices/system/node").glob("node[0-9]*")]) or 1
+    except OSError:
+        return 1
+
+
+def pci_locality(bus_id: str) -> dict[str, Any]:
+    """NUMA node and local CPUs of a PCI device from sysfs (None where the kernel says nothing,
+    as in many virtual machines)."""
+    device = Path("/sys/bus/pci/devices") / bus_id.lower()
+    node = _read(device / "numa_node")
+    return {
+        "numa_node": int(node) if node not in (None, "", "-1") else None,
+        "cpu_affinity": _read(device / "local_cpulist"),
+    }
+
+
+def gpu_record(engine: Engine, index: int) -> dict[str, Any]:
+    info = engine.device_info(index)
+    if engine.simulated:
+        facts: dict[str, Any] = {
+            "pcie_generation": SIMULATED_LINK["generation"],
+            "pcie_generation_max": SIMULATED_LINK["generation"],
+            "pcie_width": SIMULATED_LINK["width"],
+            "pcie_width_max": SIMULATED_LINK["width"],
+        }
+        locality: dict[str, Any] = {"numa_node": 0, "cpu_affinity": "0-15"}
+    else:
+        facts = nvml.gpu_facts(info["uuid"])
+        locality = pci_locality(info["pci_bus_id"])
+    record = dict(info)
+    record.update(facts)
+    record.update(locality)
+    record["pcie_peak_bps"] = links.pcie_peak(facts.get("pcie_generation"), facts.get("pcie_width"))
+    record["pcie_peak_max_bps"] = links.pcie_peak(
+        facts.get("pcie_generation_max"), facts.get("pcie_width_max")
+    )
+    record["memory_peak_bps"] = links.hbm_peak(
+        int(info.get("memory_clock_khz") or 0), int(info.get("memory_bus_width_bits") or 0)
+    )
+    return record
+
+
+def collect(engine: Engine, devices: list[int]) -> dict[str, Any]:
+    """Host, software and GPU facts. For a simulated engine the GPUs are the model's and the
+    record says so."""
+    driver = None if engine.simulated else nvml.driver_version()
+    return {
+        "simulated": engine.simulated,
+        "host": {
+            "hostname": "simulated" if engine.simulated else socket.gethostname(),
+            "cpu": cpu_model(),
+            "cores": os.cpu_count(),
+            "numa_nodes": numa_nodes(),
+            "os": f"{platform.system()} {platform.release()}",
+            "python": platform.python_version(),
+        },
+        "tool_version": __version__,
+        "cuda_runtime": format_cuda_version(engine.runtime_version()),
+        "cuda_driver_api": format_cuda_version(engine.driver_version()),
+        "driver": driver,
+        "gpus": [gpu_record(engine, i) for i in devices],
+    }
+
+
+def host_memory_total() -> int | None:
+    """MemTotal in bytes. Used only to refuse sizes that cannot fit at all: MemAvailable would
+    refuse too much on virtual machines that grow their memory as it is used, and an allocation
+    that fails later is reported as a typed error anyway."""
+    text = _read(Path("/proc/meminfo")) or ""
+    for line in text.splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    return None

@@ -1,0 +1,294 @@
+"""Drives an engine through a sweep and builds the result records.
+
+Python orchestrates here; every timed loop runs inside the engine. Per point: a warm-up run
+that also calibrates the per-copy time, a repeat count that makes one trial last the target
+time, the trials (more while the spread is above the bound), then verification.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass
+from typing import Protocol
+
+from . import __version__, machine, plan
+from .engine import Engine, Transfer, check_device
+from .errors import AllocationError, EngineError, OptionError
+from .options import SweepOptions
+from .records import (
+    CUT_SHORT,
+    ESTIMATED,
+    MEASURED,
+    STOP_BUDGET,
+    STOP_MAX_TRIALS,
+    STOP_NOISE,
+    Curve,
+    CurveConfig,
+    Point,
+    SweepResult,
+    Verification,
+)
+from .stats import relative_noise
+from .units import format_bytes
+
+
+class Observer(Protocol):
+    """Told about progress; the CLI draws a progress bar from it."""
+
+    def curve_started(self, config: CurveConfig, points: int) -> None: ...
+    def point_done(self, config: CurveConfig, point: Point) -> None: ...
+
+
+class _Silent:
+    def curve_started(self, config: CurveConfig, points: int) -> None:
+        pass
+
+    def point_done(self, config: CurveConfig, point: Point) -> None:
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class _Calibration:
+    iterations: int
+    per_iteration_s: float
+
+
+def _calibrate(transfer: Transfer, timing: str, size: int, target_s: float,
+               last: _Calibration | None, last_size: int | None) -> _Calibration:
+    """Warm-up run that also measures the per-iteration time. Its first guess of the repeat
+    count comes from NetPIPE's scaling of the previous size; it grows until the run is long
+    enough to trust against the timer's resolution."""
+    budget = plan.WARMUP_SHARE * target_s
+    iterations = 1
+    if last is not None and last_size:
+        iterations = plan.netpipe_repeats(budget, size, last_size, last.per_iteration_s)
+    while True:
+        r = transfer.time(timing, size, iterations)
+        seconds = float(r["seconds"])
+        per_iteration = seconds / iterations
+        if seconds >= min(plan.MIN_CALIBRATION_S, budget) or iterations >= 1 << 20:
+            return _Calibration(iterations, max(per_iteration, 1e-9))
+        iterations = max(iterations * 2, math.ceil(iterations * plan.MIN_CALIBRATION_S / max(seconds, 1e-9)))
+
+
+def _verify(transfer: Transfer, size: int) -> Verification:
+    v = transfer.verify(size)
+    first = int(v["first_mismatch"])
+    return Verification(
+        ok=bool(v["ok"]),
+        bytes_checked=int(v["bytes_checked"]),
+        mismatched_bytes=int(v["mismatched_bytes"]),
+        first_mismatch=None if first < 0 else first,
+    )
+
+
+def measure_point(engine: Engine, transfer: Transfer, config: CurveConfig, size: int,
+                  target_s: float, options: SweepOptions, deadline: float | None,
+                  last: _Calibration | None, last_size: int | None,
+                  cache_bytes: int) -> tuple[Point, _Calibration]:
+    copies = transfer.copies_per_iteration
+    calibration = _calibrate(transfer, config.timing, size, target_s, last, last_size)
+    warmup_per_copy = calibration.per_iteration_s / copies
+    iterations = plan.repeats_for(target_s, calibration.per_iteration_s)
+    trial_s = iterations * calibration.per_iteration_s
+    remaining = None if deadline is None else deadline - engine.clock()
+    fit = plan.fit_trials(options.trials, trial_s, remaining)
+
+    samples: list[float] = []
+    blocking = False
+    timed_out = False
+    footprint = 0
+
+    def trial() -> None:
+        nonlocal blocking, timed_out, footprint
+        r = transfer.time(config.timing, size, iterations)
+        samples.append(float(r["seconds"]) / (iterations * copies))
+        blocking = bool(r["blocking_kernel"])
+        timed_out = timed_out or bool(r["blocking_timed_out"])
+        footprint = int(r["footprint_bytes"])
+
+    if fit.estimate_only:
+        status, stopped_by = ESTIMATED, STOP_BUDGET
+        samples.append(warmup_per_copy)
+        iterations = calibration.iterations
+    else:
+        while len(samples) < fit.trials:
+            trial()
+        if fit.trials < options.trials:
+            status, stopped_by = CUT_SHORT, STOP_BUDGET
+        else:
+            status = MEASURED
+            while relative_noise(samples) > options.noise_bound and len(samples) < options.max_trials:
+                if deadline is not None and engine.clock() + trial_s > deadline:
+                    break
+                trial()
+            if relative_noise(samples) <= options.noise_bound:
+                stopped_by = STOP_NOISE
+            elif len(samples) >= options.max_trials:
+                stopped_by = STOP_MAX_TRIALS
+            else:
+                stopped_by = STOP_BUDGET
+
+    point = Point(
+        bytes=size,
+        iterations=iterations,
+        copies_per_iteration=copies,
+        samples_s=tuple(samples),
+        warmup_s=warmup_per_copy,
+        target_s=target_s,
+        status=status,
+        stopped_by=stopped_by,
+        blocking_kernel=blocking,
+        blocking_timed_out=timed_out,
+        footprint_bytes=footprint,
+        cache_resident=0 < footprint < 2 * cache_bytes,
+        verification=_verify(transfer, size) if options.verify else None,
+    )
+    return point, calibration
+
+
+def measure_curve(engine: Engine, config: CurveConfig, options: SweepOptions,
+                  observer: Observer) -> tuple[Curve, bool]:
+    """One curve. Returns it and whether the user interrupted it."""
+    start = engine.clock()
+    deadline = None if options.budget_s is None else start + options.budget_s
+    # Largest first: the big sizes have a fixed least cost, the small ones share what is left
+    # of the budget, and the first copies fault in every page of the buffers.
+    sizes = sorted(options.sizes, reverse=True)
+    cache_bytes = int(engine.device_info(config.device).get("l2_cache_bytes") or 0)
+    points: list[Point] = []
+    status, error, interrupted = "complete", None, False
+    observer.curve_started(config, len(sizes))
+
+    def finish() -> Curve:
+        return Curve(
+            config=config,
+            points=tuple(sorted(points, key=lambda p: p.bytes)),
+            status=status,
+            error=error,
+            budget_s=options.budget_s,
+            requested_target_s=options.target_s,
+            wall_s=engine.clock() - start,
+        )
+
+    try:
+        transfer = engine.open_transfer(config.device, config.direction, config.memory,
+                                        config.mechanism, max(sizes), options.rotation_bytes)
+        try:
+            transfer.fill(options.seed)
+            last: _Calibration | None = None
+            last_size: int | None = None
+            for i, size in enumerate(sizes):
+                remaining = None if deadline is None else deadline - engine.clock()
+                target = plan.trial_target(options.target_s, remaining, len(sizes) - i, options.trials)
+                point, last = measure_point(engine, transfer, config, size, target, options,
+                                            deadline, last, last_size, cache_bytes)
+                last_size = size
+                points.append(point)
+                observer.point_done(config, point)
+        finally:
+            transfer.close()
+    except KeyboardInterrupt:
+        status, interrupted = "interrupted", True
+    except (AllocationError, EngineError) as exc:
+        status, error = "failed", str(exc)
+    return finish(), interrupted
+
+
+def check_memory(engine: Engine, options: SweepOptions, configs: list[CurveConfig]) -> None:
+    """Refuses, before anything runs, sizes that cannot fit in device or host memory."""
+    largest = max(options.sizes)
+    per_buffer = max(largest, options.rotation_bytes)
+    for device in {c.device for c in configs}:
+        free, _ = engine.memory_info(device)
+        device_buffers = max(
+            (2 if c.direction == "d2d" else 1) for c in configs if c.device == device
+        )
+        # Verification of a host destination stages it in one more device buffer.
+        need = device_buffers * per_buffer + largest
+        if need > free:
+            raise OptionError(
+                "--max-size",
+                f"{format_bytes(largest)} needs {format_bytes(need)} of device memory on GPU "
+                f"{device}, but {format_bytes(free)} is free",
+            )
+    host_buffers = max(
+        (2 if c.direction == "roundtrip" else 1 if c.direction != "d2d" else 0) for c in configs
+    )
+    available = machine.host_memory_total()
+    need = host_buffers * per_buffer
+    if available is not None and need > available:
+        raise OptionError(
+            "--max-size",
+            f"{format_bytes(largest)} needs {format_bytes(need)} of host memory, but "
+            f"this machine has {format_bytes(available)}",
+        )
+
+
+def _warnings(curves: list[Curve], skipped: list[str], options: SweepOptions) -> list[str]:
+    warnings = [f"skipped {note}" for note in skipped]
+    for curve in curves:
+        label = curve.config.label
+        if curve.status == "failed":
+            warnings.append(f"{label}: failed: {curve.error}")
+        bad = [p for p in curve.points if p.verification is not None and not p.verification.ok]
+        if bad:
+            first = bad[0]
+            assert first.verification is not None
+            warnings.append(
+                f"{label}: verification FAILED at {len(bad)} of {len(curve.points)} sizes (first at "
+                f"{format_bytes(first.bytes)}: {first.verification.mismatched_bytes} wrong bytes, "
+                f"the first at offset {first.verification.first_mismatch}); those figures are invalid"
+            )
+        if any(p.blocking_timed_out for p in curve.points):
+            warnings.append(
+                f"{label}: the blocking kernel timed out, so the host blocked while queueing "
+                "copies; the device times of those points are suspect"
+            )
+        noisy = [p for p in curve.points if p.stopped_by == STOP_MAX_TRIALS]
+        if noisy:
+            worst = max(noisy, key=lambda p: p.rel_noise)
+            warnings.append(
+                f"{label}: {len(noisy)} sizes stayed noisier than {options.noise_bound:.0%} after "
+                f"{options.max_trials} trials (worst {worst.rel_noise:.0%} at {format_bytes(worst.bytes)}); "
+                "another process may be using the GPU or the CPU"
+            )
+        limited = [p for p in curve.points if p.status in (CUT_SHORT, ESTIMATED)]
+        if limited:
+            warnings.append(
+                f"{label}: {len(limited)} sizes did not fit the {options.budget_s:g} s budget and "
+                "were cut short or estimated (labelled in the results); raise --budget"
+            )
+    return warnings
+
+
+def run_sweep(engine: Engine, options: SweepOptions, observer: Observer | None = None) -> SweepResult:
+    observer = observer or _Silent()
+    configs, skipped = options.configs()
+    if not configs:
+        raise OptionError("--mechanism", "no curve can run: " + "; ".join(skipped))
+    for device in options.devices:
+        check_device(engine, device)
+    check_memory(engine, options, configs)
+    created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    meta = machine.collect(engine, list(options.devices))
+    start = engine.clock()
+    curves: list[Curve] = []
+    interrupted = False
+    for config in configs:
+        curve, interrupted = measure_curve(engine, config, options, observer)
+        curves.append(curve)
+        if interrupted:
+            break
+    return SweepResult(
+        tool_version=__version__,
+        created=created,
+        simulated=engine.simulated,
+        machine=meta,
+        options=options.to_dict(),
+        curves=tuple(curves),
+        interrupted=interrupted,
+        wall_s=engine.clock() - start,
+        warnings=tuple(_warnings(curves, skipped, options)),
+    )

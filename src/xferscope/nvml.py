@@ -1,0 +1,69 @@
+"""Link and clock facts from NVML, through nvidia-ml-py. The library is loaded on first use,
+so the package imports and runs its simulated paths where no driver is installed."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+
+@cache
+def _nvml() -> Any | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return pynvml
+    except Exception:  # no library, no driver: NVML facts are simply absent
+        return None
+
+
+def driver_version() -> str | None:
+    nvml = _nvml()
+    if nvml is None:
+        return None
+    try:
+        version = nvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:
+        return None
+
+
+def _query(fn: Any, *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except Exception:
+        return None
+
+
+def gpu_facts(uuid: str) -> dict[str, Any]:
+    """PCIe generation and width (current and max), clocks and throttle reasons of one GPU.
+    Values NVML cannot give are None; an empty dict when NVML is unavailable."""
+    nvml = _nvml()
+    if nvml is None:
+        return {}
+    handle = _query(nvml.nvmlDeviceGetHandleByUUID, uuid)
+    if handle is None:
+        return {}
+    reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+    )
+    return {
+        "pcie_generation": _query(nvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
+        "pcie_generation_max": _query(nvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
+        "pcie_width": _query(nvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
+        "pcie_width_max": _query(nvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
+        "sm_clock_mhz": _query(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM),
+        "memory_clock_mhz": _query(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_MEM),
+        "sm_clock_max_mhz": _query(nvml.nvmlDeviceGetMaxClockInfo, handle, nvml.NVML_CLOCK_SM),
+        "memory_clock_max_mhz": _query(
+            nvml.nvmlDeviceGetMaxClockInfo, handle, nvml.NVML_CLOCK_MEM
+        ),
+        "clock_event_reasons": _query(reasons_fn, handle) if reasons_fn else None,
+        "temperature_c": _query(
+            nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU
+        ),
+        "power_w": (lambda mw: None if mw is None else mw / 1000)(
+            _query(nvml.nvmlDeviceGetPowerUsage, handle)
+        ),
+    }

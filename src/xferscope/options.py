@@ -1,0 +1,126 @@
+"""Validated, typed options. The CLI turns strings into these; every error names its option."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from . import plan
+from .engine import DIRECTIONS, HOST_MEMORY, MECHANISMS, TIMINGS
+from .errors import OptionError
+from .records import CurveConfig
+from .units import SIZE_HELP, parse_size
+
+
+def parse_list(option: str, text: str, accepted: tuple[str, ...]) -> tuple[str, ...]:
+    """A comma-separated list of names from `accepted`, duplicates dropped, order kept."""
+    items = [item.strip().lower() for item in text.split(",") if item.strip()]
+    if not items:
+        raise OptionError(option, f"give one or more of {', '.join(accepted)}")
+    for item in items:
+        if item not in accepted:
+            raise OptionError(option, f"unknown value '{item}' (accepted: {', '.join(accepted)})")
+    return tuple(dict.fromkeys(items))
+
+
+def parse_size_option(option: str, text: str) -> int:
+    try:
+        size = parse_size(text)
+    except ValueError as exc:
+        raise OptionError(option, str(exc)) from None
+    if size < 1:
+        raise OptionError(option, f"'{text}' is not a size of at least 1 byte")
+    return size
+
+
+def parse_sizes(option: str, text: str) -> tuple[int, ...]:
+    items = [item for item in text.split(",") if item.strip()]
+    if not items:
+        raise OptionError(option, f"give one or more sizes, each {SIZE_HELP}")
+    return tuple(sorted({parse_size_option(option, item) for item in items}))
+
+
+def parse_devices(option: str, text: str) -> tuple[int, ...]:
+    devices: list[int] = []
+    for item in (i.strip() for i in text.split(",")):
+        if not item.isdigit():
+            raise OptionError(option, f"'{item}' is not a GPU index (0, 1, ...)")
+        devices.append(int(item))
+    return tuple(dict.fromkeys(devices))
+
+
+def positive_float(option: str, value: float, allow_zero: bool = False) -> float:
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        bound = "0 or more" if allow_zero else "more than 0"
+        raise OptionError(option, f"{value} is not a number of seconds {bound}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class SweepOptions:
+    directions: tuple[str, ...] = ("h2d", "d2h")
+    memories: tuple[str, ...] = ("pageable", "pinned")
+    mechanisms: tuple[str, ...] = ("memcpy",)
+    timings: tuple[str, ...] = ("api",)
+    devices: tuple[int, ...] = (0,)
+    sizes: tuple[int, ...] = tuple(plan.log_sizes(plan.DEFAULT_MIN_SIZE, plan.DEFAULT_MAX_SIZE))
+    target_s: float = plan.DEFAULT_TARGET_S
+    trials: int = plan.DEFAULT_TRIALS
+    max_trials: int = 2 * plan.DEFAULT_TRIALS
+    noise_bound: float = plan.DEFAULT_NOISE_BOUND
+    budget_s: float | None = plan.DEFAULT_BUDGET_S  # per curve; None = no limit
+    seed: int = 0x5EED
+    verify: bool = True
+    rotation_bytes: int = plan.ROTATION_BYTES
+    quick: bool = False
+
+    def __post_init__(self) -> None:
+        if self.trials < 1:
+            raise OptionError("--trials", f"{self.trials} is not a count of at least 1")
+        if self.max_trials < self.trials:
+            raise OptionError("--max-trials", f"{self.max_trials} is fewer than --trials {self.trials}")
+        positive_float("--target-time", self.target_s)
+        if self.budget_s is not None:
+            positive_float("--budget", self.budget_s)
+        if not 0 < self.noise_bound < 1:
+            raise OptionError("--noise-bound", f"{self.noise_bound} is not a fraction between 0 and 1")
+
+    def configs(self) -> tuple[list[CurveConfig], list[str]]:
+        """Every curve the options ask for, and a note for each combination that cannot run.
+        Device-to-device curves use device memory whatever host kinds were asked for."""
+        configs: list[CurveConfig] = []
+        skipped: list[str] = []
+        for device in self.devices:
+            for direction in self.directions:
+                memories = ("device",) if direction == "d2d" else self.memories
+                for memory in memories:
+                    for mechanism in self.mechanisms:
+                        if mechanism == "kernel" and memory == "pageable":
+                            skipped.append(
+                                f"{direction} pageable kernel: the GPU cannot address pageable "
+                                "memory, so there is no SM copy of it"
+                            )
+                            continue
+                        for timing in self.timings:
+                            config = CurveConfig(device, direction, memory, mechanism, timing)
+                            if config not in configs:
+                                configs.append(config)
+        return configs, skipped
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+__all__ = [
+    "DIRECTIONS",
+    "HOST_MEMORY",
+    "MECHANISMS",
+    "TIMINGS",
+    "SweepOptions",
+    "parse_devices",
+    "parse_list",
+    "parse_size_option",
+    "parse_sizes",
+]

@@ -1,0 +1,97 @@
+"""Experiment design: which sizes, how many repeats per trial, how long each trial runs.
+
+The method is NetPIPE's (seed 003): sizes on a log scale with +-p byte perturbations, a repeat
+count chosen so one trial lasts a target time, several trials per size. Seed 000's time limiter
+bounds each curve: when a curve would take longer than its budget, trials are shortened, and a
+point that still does not fit is cut short and labelled.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+DEFAULT_MIN_SIZE = 1
+DEFAULT_MAX_SIZE = 1 << 30
+DEFAULT_TARGET_S = 0.25  # NetPIPE's TARGET: one trial lasts this long
+QUICK_TARGET_S = 0.01
+DEFAULT_TRIALS = 7  # NetPIPE's NTRIALS
+DEFAULT_NOISE_BOUND = 0.05
+DEFAULT_BUDGET_S = 12.0  # per curve; four curves of 1 B..1 GiB then take about a minute
+QUICK_BUDGET_S = 3.0
+# Buffers are at least this large so that copies rotating through them leave the GPU L2
+# (50-60 MB on Hopper) and the CPU's last-level cache.
+ROTATION_BYTES = 256 << 20
+# Share of a point's time spent on warm-up and calibration, and the least time a calibration
+# run must last for its per-copy time to be trusted against timer resolution.
+WARMUP_SHARE = 0.1
+MIN_CALIBRATION_S = 2e-4
+
+
+def log_sizes(
+    min_size: int, max_size: int, steps_per_doubling: int = 1, perturbation: int = 0
+) -> list[int]:
+    """Sizes from min_size to max_size, `steps_per_doubling` points per power of two, each with
+    NetPIPE's c-p and c+p neighbours when `perturbation` p > 0. Sorted, without duplicates."""
+    if min_size < 1 or max_size < min_size:
+        raise ValueError("need 1 <= min_size <= max_size")
+    if steps_per_doubling < 1:
+        raise ValueError("need at least one step per doubling")
+    if perturbation < 0:
+        raise ValueError("the perturbation cannot be negative")
+    bases: set[int] = set()
+    doublings = math.log2(max_size / min_size)
+    count = math.floor(doublings * steps_per_doubling + 1e-9)
+    for i in range(count + 1):
+        bases.add(round(min_size * 2 ** (i / steps_per_doubling)))
+    bases.add(max_size)
+    sizes: set[int] = set()
+    for c in bases:
+        sizes.add(c)
+        if perturbation:
+            if c - perturbation >= 1:
+                sizes.add(c - perturbation)
+            sizes.add(c + perturbation)
+    return sorted(sizes)
+
+
+def netpipe_repeats(target_s: float, size: int, last_size: int, last_seconds: float) -> int:
+    """NetPIPE's eq. (1): nrepeat = TARGET / ((bsz2 / bsz1) * tlast), from the last size's
+    per-copy time scaled to this size. At least 1."""
+    if last_seconds <= 0 or last_size <= 0:
+        return 1
+    return max(1, int(target_s / ((size / last_size) * last_seconds)))
+
+
+def repeats_for(target_s: float, per_iteration_s: float) -> int:
+    """Repeats so that a trial of copies taking per_iteration_s each lasts target_s."""
+    if per_iteration_s <= 0:
+        return 1
+    return max(1, math.ceil(target_s / per_iteration_s))
+
+
+def trial_target(requested_s: float, remaining_s: float | None, points_left: int, trials: int) -> float:
+    """The trial length for the next point: the requested target, shortened when the curve's
+    remaining budget would not cover every remaining point's trials at that length."""
+    if remaining_s is None:
+        return requested_s
+    share = max(remaining_s, 0.0) / max(points_left, 1) / (trials * (1 + WARMUP_SHARE))
+    return min(requested_s, share)
+
+
+@dataclass(frozen=True, slots=True)
+class PointBudget:
+    """What a point may still do given the curve's remaining time."""
+
+    trials: int  # trials that fit, at least 1 unless `estimate_only`
+    estimate_only: bool  # not even one copy fits: report the calibration copy, labelled
+
+
+def fit_trials(trials: int, trial_s: float, remaining_s: float | None) -> PointBudget:
+    """Seed 000's limiter for one point: as many of `trials` trials as fit the remaining time."""
+    if remaining_s is None or trial_s * trials <= remaining_s:
+        return PointBudget(trials, False)
+    fitting = int(remaining_s // trial_s) if trial_s > 0 else trials
+    if fitting < 1:
+        return PointBudget(0, True)
+    return PointBudget(min(trials, fitting), False)

@@ -1,0 +1,261 @@
+"""Immutable result records and their JSON form.
+
+Schema history (bump SCHEMA_VERSION on any change a reader must know about):
+  1  first version: sweep results with curves of points, raw per-copy samples, verification,
+     machine metadata and options.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import stats
+
+SCHEMA_NAME = "xferscope-sweep"
+SCHEMA_VERSION = 1
+
+# Why a point stopped taking trials.
+STOP_NOISE = "noise_bound"  # the spread fell under the bound after the minimum trials
+STOP_MAX_TRIALS = "max_trials"  # the spread stayed above the bound up to the most trials
+STOP_BUDGET = "budget"  # the curve's time budget ran out
+STOP_INTERRUPTED = "interrupted"
+
+# A point's status.
+MEASURED = "measured"
+CUT_SHORT = "cut_short"  # fewer trials than asked for, to fit the budget
+ESTIMATED = "estimated"  # no full trial fitted: the figure comes from the calibration copy
+
+
+@dataclass(frozen=True, slots=True)
+class CurveConfig:
+    device: int
+    direction: str  # h2d, d2h, d2d, roundtrip
+    memory: str  # pageable, pinned, wc, registered, mapped; "device" for d2d
+    mechanism: str  # memcpy, async, kernel
+    timing: str  # api, device
+
+    @property
+    def label(self) -> str:
+        return f"{self.direction} {self.memory} {self.mechanism} {self.timing}" + (
+            f" gpu{self.device}" if self.device else ""
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    ok: bool
+    bytes_checked: int
+    mismatched_bytes: int
+    first_mismatch: int | None  # byte offset of the first wrong byte
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    bytes: int
+    iterations: int  # per trial
+    copies_per_iteration: int  # 2 for a round trip
+    samples_s: tuple[float, ...]  # per-copy time of each trial
+    warmup_s: float  # per-copy time of the warm-up (calibration) run, kept apart
+    target_s: float  # the trial length aimed at
+    status: str
+    stopped_by: str
+    blocking_kernel: bool
+    blocking_timed_out: bool
+    footprint_bytes: int
+    cache_resident: bool  # the copies' working set could sit in the GPU L2
+    verification: Verification | None
+
+    @property
+    def min_s(self) -> float:
+        return min(self.samples_s)
+
+    @property
+    def median_s(self) -> float:
+        return stats.median(self.samples_s)
+
+    @property
+    def max_s(self) -> float:
+        return max(self.samples_s)
+
+    @property
+    def rel_noise(self) -> float:
+        return stats.relative_noise(self.samples_s)
+
+    @property
+    def bandwidth(self) -> float:
+        """Bytes per second at the median time (one direction, bytes counted once)."""
+        return self.bytes / self.median_s
+
+    @property
+    def peak_bandwidth(self) -> float:
+        """Bytes per second at the best time."""
+        return self.bytes / self.min_s
+
+    @property
+    def valid(self) -> bool:
+        return not self.blocking_timed_out and (
+            self.verification is None or self.verification.ok
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Curve:
+    config: CurveConfig
+    points: tuple[Point, ...]
+    status: str  # complete, interrupted, failed
+    error: str | None = None
+    budget_s: float | None = None
+    requested_target_s: float = 0.0
+    wall_s: float = 0.0
+
+    def point(self, size: int) -> Point | None:
+        return next((p for p in self.points if p.bytes == size), None)
+
+
+@dataclass(frozen=True, slots=True)
+class SweepResult:
+    tool_version: str
+    created: str  # ISO 8601, UTC
+    simulated: bool
+    machine: dict[str, Any]
+    options: dict[str, Any]
+    curves: tuple[Curve, ...]
+    interrupted: bool
+    wall_s: float
+    warnings: tuple[str, ...] = field(default=())
+
+
+# ---- JSON form -------------------------------------------------------------------------------
+
+
+def _point_to_dict(p: Point) -> dict[str, Any]:
+    v = p.verification
+    return {
+        "bytes": p.bytes,
+        "iterations": p.iterations,
+        "copies_per_iteration": p.copies_per_iteration,
+        "samples_s": list(p.samples_s),
+        "warmup_s": p.warmup_s,
+        "target_s": p.target_s,
+        "status": p.status,
+        "stopped_by": p.stopped_by,
+        "blocking_kernel": p.blocking_kernel,
+        "blocking_timed_out": p.blocking_timed_out,
+        "footprint_bytes": p.footprint_bytes,
+        "cache_resident": p.cache_resident,
+        "verification": None
+        if v is None
+        else {
+            "ok": v.ok,
+            "bytes_checked": v.bytes_checked,
+            "mismatched_bytes": v.mismatched_bytes,
+            "first_mismatch": v.first_mismatch,
+        },
+        # Derived, for readers that do not want to recompute; ignored when loading.
+        "summary": {
+            "trials": len(p.samples_s),
+            "min_s": p.min_s,
+            "median_s": p.median_s,
+            "max_s": p.max_s,
+            "rel_noise": p.rel_noise,
+            "latency_us": p.median_s * 1e6,
+            "bandwidth_gbps": p.bandwidth / 1e9,
+            "peak_bandwidth_gbps": p.peak_bandwidth / 1e9,
+        },
+    }
+
+
+def _point_from_dict(d: dict[str, Any]) -> Point:
+    v = d.get("verification")
+    return Point(
+        bytes=int(d["bytes"]),
+        iterations=int(d["iterations"]),
+        copies_per_iteration=int(d["copies_per_iteration"]),
+        samples_s=tuple(float(s) for s in d["samples_s"]),
+        warmup_s=float(d["warmup_s"]),
+        target_s=float(d["target_s"]),
+        status=str(d["status"]),
+        stopped_by=str(d["stopped_by"]),
+        blocking_kernel=bool(d["blocking_kernel"]),
+        blocking_timed_out=bool(d["blocking_timed_out"]),
+        footprint_bytes=int(d["footprint_bytes"]),
+        cache_resident=bool(d["cache_resident"]),
+        verification=None
+        if v is None
+        else Verification(
+            ok=bool(v["ok"]),
+            bytes_checked=int(v["bytes_checked"]),
+            mismatched_bytes=int(v["mismatched_bytes"]),
+            first_mismatch=None if v["first_mismatch"] is None else int(v["first_mismatch"]),
+        ),
+    )
+
+
+def to_dict(result: SweepResult) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA_NAME,
+        "schema_version": SCHEMA_VERSION,
+        "tool_version": result.tool_version,
+        "created": result.created,
+        "simulated": result.simulated,
+        "interrupted": result.interrupted,
+        "wall_s": result.wall_s,
+        "warnings": list(result.warnings),
+        "machine": result.machine,
+        "options": result.options,
+        "curves": [
+            {
+                "config": {
+                    "device": c.config.device,
+                    "direction": c.config.direction,
+                    "memory": c.config.memory,
+                    "mechanism": c.config.mechanism,
+                    "timing": c.config.timing,
+                },
+                "label": c.config.label,
+                "status": c.status,
+                "error": c.error,
+                "budget_s": c.budget_s,
+                "requested_target_s": c.requested_target_s,
+                "wall_s": c.wall_s,
+                "points": [_point_to_dict(p) for p in c.points],
+            }
+            for c in result.curves
+        ],
+    }
+
+
+class SchemaError(ValueError):
+    """A document is not an xferscope sweep of a version this code reads."""
+
+
+def from_dict(d: dict[str, Any]) -> SweepResult:
+    if d.get("schema") != SCHEMA_NAME:
+        raise SchemaError(f"not an {SCHEMA_NAME} document (schema is {d.get('schema')!r})")
+    version = d.get("schema_version")
+    if version != SCHEMA_VERSION:
+        raise SchemaError(f"schema version {version} is not supported (this reads {SCHEMA_VERSION})")
+    curves = tuple(
+        Curve(
+            config=CurveConfig(**c["config"]),
+            points=tuple(_point_from_dict(p) for p in c["points"]),
+            status=c["status"],
+            error=c.get("error"),
+            budget_s=c.get("budget_s"),
+            requested_target_s=float(c.get("requested_target_s", 0.0)),
+            wall_s=float(c.get("wall_s", 0.0)),
+        )
+        for c in d["curves"]
+    )
+    return SweepResult(
+        tool_version=d["tool_version"],
+        created=d["created"],
+        simulated=bool(d["simulated"]),
+        machine=d["machine"],
+        options=d["options"],
+        curves=curves,
+        interrupted=bool(d["interrupted"]),
+        wall_s=float(d["wall_s"]),
+        warnings=tuple(d.get("warnings", ())),
+    )

@@ -1,0 +1,81 @@
+"""PNG plots of a sweep: bandwidth against size and latency against size, log axes, one line
+per curve."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never needs a display
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+
+from ..records import ESTIMATED, Curve, SweepResult  # noqa: E402
+
+
+def _title(result: SweepResult, what: str) -> str:
+    gpus = ", ".join(sorted({g.get("name", "?") for g in result.machine.get("gpus", [])}))
+    title = f"xferscope: {what}" + (f" on {gpus}" if gpus else "")
+    if result.simulated:
+        title = "SIMULATED, NOT MEASURED\n" + title
+    if result.interrupted:
+        title += " (interrupted)"
+    return title
+
+
+def _plot(ax: Axes, curve: Curve, values: list[float]) -> None:
+    sizes = [p.bytes for p in curve.points]
+    (line,) = ax.plot(sizes, values, marker="o", markersize=3, linewidth=1.2,
+                      label=curve.config.label)
+    for p, value in zip(curve.points, values):
+        if not p.valid:
+            ax.plot([p.bytes], [value], marker="x", color="red", markersize=9, zorder=5)
+        elif p.status == ESTIMATED:
+            ax.plot([p.bytes], [value], marker="o", markerfacecolor="none", color=line.get_color(),
+                    markersize=8)
+
+
+def _figure(result: SweepResult, ylabel: str, what: str) -> tuple[plt.Figure, Axes]:
+    fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("transfer size (bytes)")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", linestyle=":", linewidth=0.6)
+    ax.set_title(_title(result, what), color="red" if result.simulated else "black")
+    return fig, ax
+
+
+def write_plots(result: SweepResult, prefix: Path) -> list[Path]:
+    """Writes PREFIX-bandwidth.png and PREFIX-latency.png; returns their paths."""
+    curves = [c for c in result.curves if c.points]
+    paths: list[Path] = []
+    if not curves:
+        return paths
+
+    fig, ax = _figure(result, "bandwidth (GB/s, 10^9 B/s)", "bandwidth vs size")
+    for curve in curves:
+        _plot(ax, curve, [p.bandwidth / 1e9 for p in curve.points])
+    peaks = {g.get("pcie_peak_bps") for g in result.machine.get("gpus", []) if g.get("pcie_peak_bps")}
+    for peak in peaks:
+        ax.axhline(peak / 1e9, color="grey", linestyle="--", linewidth=1)
+        ax.annotate(f"PCIe limit {peak / 1e9:.1f} GB/s", (1, peak / 1e9), color="grey",
+                    fontsize=8, va="bottom")
+    ax.legend(fontsize=8, loc="upper left")
+    path = Path(f"{prefix}-bandwidth.png")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    paths.append(path)
+
+    fig, ax = _figure(result, "latency per copy (µs)", "latency vs size")
+    for curve in curves:
+        _plot(ax, curve, [p.median_s * 1e6 for p in curve.points])
+    ax.legend(fontsize=8, loc="upper left")
+    path = Path(f"{prefix}-latency.png")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    paths.append(path)
+    return paths

@@ -1,0 +1,108 @@
+"""The tables printed at the end of a sweep."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from ..records import CUT_SHORT, ESTIMATED, Curve, CurveConfig, Point, SweepResult
+from ..units import format_bytes, format_seconds
+
+SIMULATED_BANNER = "SIMULATED: these figures come from a link model, not from a GPU"
+
+
+def _flag(p: Point) -> str:
+    if not p.valid:
+        return "!"
+    if p.status == ESTIMATED:
+        return "~"
+    if p.status == CUT_SHORT:
+        return "*"
+    return ""
+
+
+def _latency_cell(seconds: float) -> str:
+    us = seconds * 1e6
+    return f"{us:.2f}" if us < 1000 else f"{us:,.0f}"
+
+
+def _rate_cell(bytes_per_second: float) -> str:
+    gbps = bytes_per_second / 1e9
+    if gbps >= 100:
+        return f"{gbps:.0f}"
+    if gbps >= 1:
+        return f"{gbps:.3g}"
+    return f"{gbps:.2g}"
+
+
+def _header(config: CurveConfig) -> str:
+    gpu = f" gpu{config.device}" if config.device else ""
+    return f"{config.direction} {config.memory}{gpu}\n{config.mechanism} {config.timing}"
+
+
+def _link_peak(result: SweepResult, curve: Curve) -> float | None:
+    if curve.config.direction == "d2d":
+        return None
+    for gpu in result.machine.get("gpus", []):
+        if gpu.get("index") == curve.config.device:
+            return gpu.get("pcie_peak_bps")
+    return None
+
+
+def summary_table(result: SweepResult) -> Table:
+    table = Table(title="Summary", title_justify="left")
+    for name in ("curve", "latency (smallest)", "best bandwidth", "of link", "noise",
+                 "verified", "status"):
+        table.add_column(name, justify="left" if name == "curve" else "right")
+    for curve in result.curves:
+        if not curve.points:
+            table.add_row(curve.config.label, "", "", "", "", "", curve.status)
+            continue
+        smallest = curve.points[0]
+        best = max(curve.points, key=lambda p: p.bandwidth)
+        peak = _link_peak(result, curve)
+        verified = [p.verification for p in curve.points if p.verification is not None]
+        failed = sum(1 for v in verified if not v.ok)
+        table.add_row(
+            curve.config.label,
+            f"{format_seconds(smallest.median_s)} @ {format_bytes(smallest.bytes)}",
+            f"{best.bandwidth / 1e9:.2f} GB/s @ {format_bytes(best.bytes)}",
+            f"{best.bandwidth / peak:.0%}" if peak else "",
+            f"{max(p.rel_noise for p in curve.points):.1%}",
+            "skipped" if not verified else ("ok" if not failed else f"[red]FAILED {failed}[/red]"),
+            curve.status if curve.error is None else f"failed: {curve.error}",
+        )
+    return table
+
+
+def points_table(result: SweepResult) -> Table:
+    curves = [c for c in result.curves if c.points]
+    table = Table(title="Median latency (µs) and bandwidth (GB/s) per size", title_justify="left")
+    table.add_column("size", justify="right")
+    for curve in curves:
+        table.add_column(f"{_header(curve.config)}\nµs", justify="right")
+        table.add_column("\n\nGB/s", justify="right")
+    sizes = sorted({p.bytes for c in curves for p in c.points})
+    for size in sizes:
+        row = [format_bytes(size)]
+        for curve in curves:
+            p = curve.point(size)
+            if p is None:
+                row += ["", ""]
+            else:
+                flag = _flag(p)
+                row += [_latency_cell(p.median_s), _rate_cell(p.bandwidth) + flag]
+        table.add_row(*row)
+    table.caption = "* cut short by the budget   ~ estimated   ! invalid (verification failed or blocked)"
+    return table
+
+
+def print_report(result: SweepResult, console: Console) -> None:
+    if result.simulated:
+        console.print(f"[bold red]{SIMULATED_BANNER}[/bold red]")
+    console.print(points_table(result))
+    console.print(summary_table(result))
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+    if result.simulated:
+        console.print(f"[bold red]{SIMULATED_BANNER}[/bold red]")

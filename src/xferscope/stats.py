@@ -1,0 +1,33 @@
+"""Statistics over the per-copy times of a point's trials."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+# 1.4826 * MAD estimates the standard deviation of normally distributed samples while ignoring
+# outliers (a robust coefficient of variation once divided by the median).
+_MAD_TO_SIGMA = 1.4826
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def relative_noise(values: Sequence[float]) -> float:
+    """Robust relative spread: 1.4826 * MAD / median. 0 for fewer than two samples."""
+    if len(values) < 2:
+        return 0.0
+    mid = median(values)
+    if mid <= 0:
+        return 0.0
+    mad = median([abs(v - mid) for v in values])
+    return _MAD_TO_SIGMA * mad / mid
+
+
+def relative_range(values: Sequence[float]) -> float:
+    """(max - min) / median: the plain spread, reported beside the robust one."""
+    if len(values) < 2:
+        return 0.0
+    mid = median(values)
+    return (max(values) - min(values)) / mid if mid > 0 else 0.0

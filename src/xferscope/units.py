@@ -1,0 +1,59 @@
+"""Parsing and formatting of sizes, times and rates. Inside, everything is SI base units
+(bytes, seconds, bytes per second); these helpers are used only at the edges."""
+
+from __future__ import annotations
+
+import math
+import re
+
+_BINARY = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+
+SIZE_HELP = "a byte count such as 4096, 64KiB, 1MiB, 1GiB (K/M/G = KiB/MiB/GiB; KB/MB/GB = 10^3/6/9)"
+
+
+def parse_size(text: str) -> int:
+    """Parses a size in bytes. KiB/MiB/GiB and bare K/M/G are powers of 1024; kB/KB/MB/GB are
+    powers of 1000 (dd's convention). Raises ValueError with a readable reason."""
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError(f"'{text}' is not {SIZE_HELP}")
+    number, unit = float(match.group(1)), match.group(2).lower()
+    if unit.endswith("ib") and unit[:-2] in _BINARY and unit[:-2]:
+        factor = _BINARY[unit[:-2]]
+    elif unit.endswith("b") and unit[:-1] in _DECIMAL:
+        factor = _DECIMAL[unit[:-1]]
+    elif unit in ("", "b"):
+        factor = 1
+    elif unit in _BINARY:
+        factor = _BINARY[unit]
+    else:
+        raise ValueError(f"'{text}' has an unknown unit '{match.group(2)}'; use {SIZE_HELP}")
+    value = number * factor
+    if not math.isfinite(value) or value != int(value):
+        raise ValueError(f"'{text}' is not a whole number of bytes")
+    return int(value)
+
+
+def format_bytes(n: float) -> str:
+    """Binary units, the way transfer sizes are usually chosen: 4 KiB, 1.5 MiB, 1 GiB."""
+    for unit, factor in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= factor:
+            value = n / factor
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_seconds(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.2f} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds:.2f} s"
+
+
+def format_rate(bytes_per_second: float) -> str:
+    """GB/s means 10^9 bytes per second."""
+    gbps = bytes_per_second / 1e9
+    return f"{gbps:.3g} GB/s" if gbps < 100 else f"{gbps:.0f} GB/s"
