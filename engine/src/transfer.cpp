@@ -15,6 +15,9 @@ namespace {
 
 constexpr std::size_t kSlotAlignment = 4096;  // rotated copies start page-aligned
 constexpr std::size_t kCacheLine = 64;
+// Smaller copies are latency-bound and always reuse one place: moving them around would only
+// add TLB misses. Their results carry the cache-resident label instead.
+constexpr std::size_t kMinRotatedBytes = 64 << 10;
 // Copies queued behind one blocking kernel. The queue a stream can hold is finite; past it the
 // host would block while enqueuing and the kernel would wait for nothing.
 constexpr std::int64_t kCopiesPerBlockedBatch = 128;
@@ -166,11 +169,14 @@ void Transfer::check_bytes(std::size_t bytes) const {
   }
 }
 
-std::size_t Transfer::next_offset(std::size_t bytes) {
+std::size_t Transfer::slots(std::size_t bytes) const {
+  if (bytes < kMinRotatedBytes) return 1;
   const std::size_t size = legs_.front().source->size();
-  const std::size_t stride = round_up(bytes, kSlotAlignment);
-  const std::size_t slots = (size - bytes) / stride + 1;
-  return (cursor_++ % slots) * stride;
+  return (size - bytes) / round_up(bytes, kSlotAlignment) + 1;
+}
+
+std::size_t Transfer::next_offset(std::size_t bytes) {
+  return (cursor_++ % slots(bytes)) * round_up(bytes, kSlotAlignment);
 }
 
 void Transfer::run_iteration(std::size_t bytes, std::size_t offset, cudaStream_t stream) {
@@ -203,12 +209,10 @@ TrialTiming Transfer::time(Timing timing, std::size_t bytes, std::int64_t iterat
   XFS_CUDA_CALL(cudaSetDevice(spec_.device));
   TrialTiming result = timing == Timing::api ? time_api(bytes, iterations)
                                              : time_device(bytes, iterations);
-  const std::size_t size = legs_.front().source->size();
-  const std::size_t slots = (size - bytes) / round_up(bytes, kSlotAlignment) + 1;
   result.iterations = iterations;
   result.copies_per_iteration = copies_per_iteration();
   result.footprint_bytes =
-      std::min<std::size_t>(slots, static_cast<std::size_t>(iterations)) *
+      std::min<std::size_t>(slots(bytes), static_cast<std::size_t>(iterations)) *
       round_up(bytes, kCacheLine);
   return result;
 }

@@ -62,7 +62,11 @@ def _calibrate(transfer: Transfer, timing: str, size: int, target_s: float,
     budget = plan.WARMUP_SHARE * target_s
     iterations = 1
     if last is not None and last_size:
-        iterations = plan.netpipe_repeats(budget, size, last_size, last.per_iteration_s)
+        # Sizes run largest first. Scaling the last time down in proportion to size (NetPIPE's
+        # eq. 1 going the other way) would ignore the fixed latency and ask for far too many
+        # repeats, so a smaller size is predicted to take as long as the last one.
+        iterations = plan.netpipe_repeats(budget, max(size, last_size), last_size,
+                                          last.per_iteration_s)
     while True:
         r = transfer.time(timing, size, iterations)
         seconds = float(r["seconds"])

@@ -94,6 +94,7 @@ class Transfer {
   };
 
   void check_bytes(std::size_t bytes) const;
+  std::size_t slots(std::size_t bytes) const;  // places a copy of `bytes` rotates through
   std::size_t next_offset(std::size_t bytes);
   void run_iteration(std::size_t bytes, std::size_t offset, cudaStream_t stream);
   void wait(cudaStream_t stream);

@@ -1,0 +1,126 @@
+"""Native engine on a real GPU: verification of every path, fault detection, physical limits,
+typed errors. Skipped without a GPU."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+
+import pytest
+
+from xferscope.errors import AllocationError, NoDeviceError
+from xferscope.machine import gpu_record
+from xferscope.measure import run_sweep
+from xferscope.options import SweepOptions
+
+pytestmark = pytest.mark.gpu
+
+HOST_KINDS = ("pageable", "pinned", "wc", "registered", "mapped")
+MECHANISMS = ("memcpy", "async", "kernel")
+# Odd sizes and sizes that are not multiples of the copy kernel's 16-byte vectors on purpose.
+SIZES = (1, 7, 4097, (1 << 20) + 3, 64 << 20)
+
+
+def _configs():
+    for direction in ("h2d", "d2h", "roundtrip"):
+        for memory, mechanism in itertools.product(HOST_KINDS, MECHANISMS):
+            if not (mechanism == "kernel" and memory == "pageable"):
+                yield direction, memory, mechanism
+    for mechanism in MECHANISMS:
+        yield "d2d", "device", mechanism
+
+
+@pytest.mark.parametrize(("direction", "memory", "mechanism"), list(_configs()))
+def test_every_path_verifies_and_times(native_engine, direction, memory, mechanism):
+    transfer = native_engine.open_transfer(0, direction, memory, mechanism, max(SIZES), 0)
+    try:
+        transfer.fill(1234)
+        for size in SIZES:
+            v = transfer.verify(size)
+            assert v["ok"], (size, v)
+            assert v["bytes_checked"] == size
+            for timing in ("api", "device"):
+                r = transfer.time(timing, size, 3)
+                assert r["seconds"] > 0
+                assert not r["blocking_timed_out"]
+                expect_blocking = timing == "device" and transfer.blocks_for_device_timing
+                assert r["blocking_kernel"] == expect_blocking
+    finally:
+        transfer.close()
+
+
+@pytest.mark.parametrize("direction", ["h2d", "d2h", "d2d", "roundtrip"])
+@pytest.mark.parametrize("mechanism", MECHANISMS)
+def test_corrupted_destination_is_detected(native_engine, direction, mechanism):
+    memory = "device" if direction == "d2d" else "pinned"
+    size = (1 << 20) + 5
+    transfer = native_engine.open_transfer(0, direction, memory, mechanism, size, 0)
+    try:
+        v = transfer.verify(size, inject_fault=True)
+        assert not v["ok"]
+        assert v["mismatched_bytes"] == 1
+        assert v["first_mismatch"] == size // 2
+        assert transfer.verify(size)["ok"]  # and a clean copy passes again
+    finally:
+        transfer.close()
+
+
+def test_bandwidth_stays_under_the_physical_limit(native_engine):
+    gpu = gpu_record(native_engine, 0)
+    options = SweepOptions(
+        directions=("h2d", "d2h", "d2d"), memories=("pinned",), mechanisms=("async", "kernel"),
+        timings=("device",), sizes=(256 << 20,), target_s=0.05, trials=5, budget_s=None,
+    )
+    result = run_sweep(native_engine, options)
+    assert not result.simulated
+    for curve in result.curves:
+        (point,) = curve.points
+        assert point.verification is not None and point.verification.ok
+        if curve.config.direction == "d2d":
+            limit = gpu["memory_peak_bps"] / 2  # bytes copied: each is read and written
+        else:
+            limit = gpu["pcie_peak_bps"] or gpu["pcie_peak_max_bps"]
+        if limit is None:
+            pytest.skip("this GPU reports no link facts")
+        assert 0 < point.peak_bandwidth < limit, (curve.config.label, point.peak_bandwidth, limit)
+        # and it is a real transfer, not a no-op: at least a fifth of the limit
+        assert point.bandwidth > limit / 5, (curve.config.label, point.bandwidth, limit)
+
+
+def test_unknown_device_is_a_typed_error(native_engine):
+    with pytest.raises(NoDeviceError, match="index"):
+        native_engine.device_info(native_engine.device_count())
+
+
+def test_impossible_allocation_is_a_typed_error(native_engine):
+    free, total = native_engine.memory_info(0)
+    with pytest.raises(AllocationError, match="device"):
+        native_engine.open_transfer(0, "d2d", "device", "async", 4 * total, 0)
+
+
+def test_sweep_cli_on_gpu(native_engine, tmp_path):
+    out = tmp_path / "r.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "xferscope", "sweep", "--quick", "--sizes", "4,1MiB,64MiB",
+         "-d", "h2d,d2h,roundtrip", "-m", "pinned,pageable", "--timing", "api,device",
+         "--json", str(out), "-o", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(out.read_text())
+    assert doc["simulated"] is False
+    assert doc["machine"]["gpus"][0]["name"]
+    assert len(doc["curves"]) == 12
+    for curve in doc["curves"]:
+        assert curve["status"] == "complete"
+        assert all(p["verification"]["ok"] for p in curve["points"])
+
+
+def test_info_cli_on_gpu(native_engine):
+    proc = subprocess.run([sys.executable, "-m", "xferscope", "info", "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    facts = json.loads(proc.stdout)
+    assert facts["gpus"] and facts["driver"]
