@@ -282,13 +282,17 @@ void Transfer::poison(Buffer& buffer, std::size_t bytes) {
   }
 }
 
+// Copies here go on stream_, the stream the comparison runs on: a synchronous cudaMemcpy from
+// pageable memory may return before its data lands, and would race with the comparison.
 void Transfer::flip_byte(Buffer& buffer, std::size_t offset) {
   if (buffer.on_device()) {
     unsigned char value = 0;
     char* address = static_cast<char*>(buffer.device()) + offset;
-    XFS_CUDA_CALL(cudaMemcpy(&value, address, 1, cudaMemcpyDeviceToHost));
+    XFS_CUDA_CALL(cudaMemcpyAsync(&value, address, 1, cudaMemcpyDeviceToHost, stream_));
+    wait(stream_);
     value ^= 0xffu;
-    XFS_CUDA_CALL(cudaMemcpy(address, &value, 1, cudaMemcpyHostToDevice));
+    XFS_CUDA_CALL(cudaMemcpyAsync(address, &value, 1, cudaMemcpyHostToDevice, stream_));
+    wait(stream_);
   } else {
     static_cast<volatile unsigned char*>(buffer.host())[offset] ^= 0xffu;
   }
@@ -306,13 +310,14 @@ Verification Transfer::verify(std::size_t bytes, bool inject_fault) {
   Buffer& result = *legs_.back().destination;
   if (inject_fault) flip_byte(result, bytes / 2);
 
-  // Host destinations are brought to the GPU with a plain cudaMemcpy and checked there: reading
+  // Host destinations are brought to the GPU with a plain copy and checked there: reading
   // write-combined memory from the CPU would take seconds.
   Buffer staged;
   const void* checked = result.device();
   if (!result.on_device()) {
     staged = Buffer::allocate(MemoryKind::device, bytes, spec_.device);
-    XFS_CUDA_CALL(cudaMemcpy(staged.device(), result.host(), bytes, cudaMemcpyHostToDevice));
+    XFS_CUDA_CALL(cudaMemcpyAsync(staged.device(), result.host(), bytes, cudaMemcpyHostToDevice,
+                                  stream_));
     checked = staged.device();
   }
   Buffer counters = Buffer::allocate(MemoryKind::device, 2 * sizeof(unsigned long long),

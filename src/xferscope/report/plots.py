@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import ticker  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 
 from ..records import ESTIMATED, Curve, SweepResult  # noqa: E402
@@ -24,10 +25,15 @@ def _title(result: SweepResult, what: str) -> str:
     return title
 
 
-def _plot(ax: Axes, curve: Curve, values: list[float]) -> None:
+_MARKERS = {"h2d": "o", "d2h": "s", "d2d": "D", "roundtrip": "^"}
+_LINESTYLES = {"api": "-", "device": "--"}
+
+
+def _plot(ax: Axes, curve: Curve, values: list[float], color: tuple[float, ...]) -> None:
     sizes = [p.bytes for p in curve.points]
-    (line,) = ax.plot(sizes, values, marker="o", markersize=3, linewidth=1.2,
-                      label=curve.config.label)
+    (line,) = ax.plot(sizes, values, marker=_MARKERS.get(curve.config.direction, "o"),
+                      linestyle=_LINESTYLES.get(curve.config.timing, "-"), markersize=3,
+                      linewidth=1.2, color=color, label=curve.config.label)
     for p, value in zip(curve.points, values):
         if not p.valid:
             ax.plot([p.bytes], [value], marker="x", color="red", markersize=9, zorder=5)
@@ -36,11 +42,22 @@ def _plot(ax: Axes, curve: Curve, values: list[float]) -> None:
                     markersize=8)
 
 
-def _figure(result: SweepResult, ylabel: str, what: str) -> tuple[plt.Figure, Axes]:
-    fig, ax = plt.subplots(figsize=(9, 5.5), dpi=110)
+def _size_label(value: float, _position: int) -> str:
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if value >= factor:
+            return f"{value / factor:g} {unit}"
+    return f"{value:g} B"
+
+
+def _figure(result: SweepResult, ylabel: str, what: str, curves: int) -> tuple[plt.Figure, Axes]:
+    fig, ax = plt.subplots(figsize=(12, max(5.5, 0.2 * curves + 1)), dpi=110)
     ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(ticker.LogLocator(base=1024))
+    ax.xaxis.set_minor_locator(ticker.LogLocator(base=2, subs=(1.0,), numticks=64))
+    ax.xaxis.set_major_formatter(ticker.FuncFormatter(_size_label))
+    ax.xaxis.set_minor_formatter(ticker.NullFormatter())
     ax.set_yscale("log")
-    ax.set_xlabel("transfer size (bytes)")
+    ax.set_xlabel("transfer size")
     ax.set_ylabel(ylabel)
     ax.grid(True, which="both", linestyle=":", linewidth=0.6)
     ax.set_title(_title(result, what), color="red" if result.simulated else "black")
@@ -54,25 +71,26 @@ def write_plots(result: SweepResult, prefix: Path) -> list[Path]:
     if not curves:
         return paths
 
-    fig, ax = _figure(result, "bandwidth (GB/s, 10^9 B/s)", "bandwidth vs size")
-    for curve in curves:
-        _plot(ax, curve, [p.bandwidth / 1e9 for p in curve.points])
+    colors = [plt.get_cmap("tab20")(i % 20) for i in range(len(curves))]
+    fig, ax = _figure(result, "bandwidth (GB/s, 10^9 B/s)", "bandwidth vs size", len(curves))
+    for curve, color in zip(curves, colors):
+        _plot(ax, curve, [p.bandwidth / 1e9 for p in curve.points], color)
     peaks = {g.get("pcie_peak_bps") for g in result.machine.get("gpus", []) if g.get("pcie_peak_bps")}
     for peak in peaks:
         ax.axhline(peak / 1e9, color="grey", linestyle="--", linewidth=1)
-        ax.annotate(f"PCIe limit {peak / 1e9:.1f} GB/s", (1, peak / 1e9), color="grey",
-                    fontsize=8, va="bottom")
-    ax.legend(fontsize=8, loc="upper left")
+        ax.annotate(f"PCIe limit {peak / 1e9:.1f} GB/s", xy=(0.01, peak / 1e9),
+                    xycoords=("axes fraction", "data"), color="grey", fontsize=8, va="bottom")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     path = Path(f"{prefix}-bandwidth.png")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
     paths.append(path)
 
-    fig, ax = _figure(result, "latency per copy (µs)", "latency vs size")
-    for curve in curves:
-        _plot(ax, curve, [p.median_s * 1e6 for p in curve.points])
-    ax.legend(fontsize=8, loc="upper left")
+    fig, ax = _figure(result, "latency per copy (µs)", "latency vs size", len(curves))
+    for curve, color in zip(curves, colors):
+        _plot(ax, curve, [p.median_s * 1e6 for p in curve.points], color)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     path = Path(f"{prefix}-latency.png")
     fig.tight_layout()
     fig.savefig(path)

@@ -75,8 +75,16 @@ def summary_table(result: SweepResult) -> Table:
     return table
 
 
-def points_table(result: SweepResult) -> Table:
+CURVES_PER_TABLE = 4  # two columns each: more would not fit a terminal
+
+
+def points_tables(result: SweepResult) -> list[Table]:
     curves = [c for c in result.curves if c.points]
+    return [points_table(curves[i : i + CURVES_PER_TABLE])
+            for i in range(0, len(curves), CURVES_PER_TABLE)]
+
+
+def points_table(curves: list[Curve]) -> Table:
     table = Table(title="Median latency (µs) and bandwidth (GB/s) per size", title_justify="left")
     table.add_column("size", justify="right")
     for curve in curves:
@@ -100,7 +108,8 @@ def points_table(result: SweepResult) -> Table:
 def print_report(result: SweepResult, console: Console) -> None:
     if result.simulated:
         console.print(f"[bold red]{SIMULATED_BANNER}[/bold red]")
-    console.print(points_table(result))
+    for table in points_tables(result):
+        console.print(table)
     console.print(summary_table(result))
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
