@@ -108,18 +108,22 @@ Transfer::Transfer(const TransferSpec& spec) : spec_(spec) {
   };
   buffers_.reserve(3);  // legs_ keep pointers into buffers_
   switch (spec.direction) {
-    case Direction::h2d: legs_.push_back({add(host), add(MemoryKind::device)}); break;
+    case Direction::h2d:
+      legs_.push_back({add(host), add(MemoryKind::device), cudaMemcpyHostToDevice});
+      break;
     case Direction::d2h: {
       Buffer* device = add(MemoryKind::device);
-      legs_.push_back({device, add(host)});
+      legs_.push_back({device, add(host), cudaMemcpyDeviceToHost});
       break;
     }
-    case Direction::d2d: legs_.push_back({add(MemoryKind::device), add(MemoryKind::device)}); break;
+    case Direction::d2d:
+      legs_.push_back({add(MemoryKind::device), add(MemoryKind::device), cudaMemcpyDeviceToDevice});
+      break;
     case Direction::round_trip: {
       Buffer* source = add(host);
       Buffer* middle = add(MemoryKind::device);
-      legs_.push_back({source, middle});
-      legs_.push_back({middle, add(host)});
+      legs_.push_back({source, middle, cudaMemcpyHostToDevice});
+      legs_.push_back({middle, add(host), cudaMemcpyDeviceToHost});
       break;
     }
   }
@@ -185,12 +189,12 @@ void Transfer::run_iteration(std::size_t bytes, std::size_t offset, cudaStream_t
       case Mechanism::memcpy:
         XFS_CUDA_CALL(cudaMemcpy(static_cast<char*>(leg.destination->data()) + offset,
                                  static_cast<const char*>(leg.source->data()) + offset, bytes,
-                                 cudaMemcpyDefault));
+                                 leg.kind));
         break;
       case Mechanism::async:
         XFS_CUDA_CALL(cudaMemcpyAsync(static_cast<char*>(leg.destination->data()) + offset,
                                       static_cast<const char*>(leg.source->data()) + offset,
-                                      bytes, cudaMemcpyDefault, stream));
+                                      bytes, leg.kind, stream));
         break;
       case Mechanism::kernel:
         kernels::copy(static_cast<char*>(leg.destination->device()) + offset,
