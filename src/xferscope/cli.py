@@ -124,11 +124,11 @@ class ProgressObserver:
                    "device (CUDA events around copies held behind a blocking kernel).")
 @click.option("-g", "--device", default="0", show_default=True, help="GPU indices, comma-separated.")
 @click.option("--sizes", default=None, help="Explicit sizes, comma-separated (overrides the range).")
-@click.option("--min-size", default="1", show_default=True, help="Smallest size of the range.")
-@click.option("--max-size", default="1GiB", show_default=True, help="Largest size of the range.")
-@click.option("--steps", default=1, show_default=True, type=int, help="Sizes per doubling.")
-@click.option("--perturbation", default="0", show_default=True,
-              help="NetPIPE's p: also measure c-p and c+p bytes around each size c.")
+@click.option("--min-size", default=None, help="Smallest size of the range [default: 1].")
+@click.option("--max-size", default=None, help="Largest size of the range [default: 1GiB].")
+@click.option("--steps", default=None, type=int, help="Sizes per doubling [default: 1].")
+@click.option("--perturbation", default=None,
+              help="NetPIPE's p: also measure c-p and c+p bytes around each size c [default: 0].")
 @click.option("--target-time", default=None, type=float,
               help=f"Seconds one trial lasts [default: {plan.DEFAULT_TARGET_S}; {plan.QUICK_TARGET_S} with --quick].")
 @click.option("--trials", default=plan.DEFAULT_TRIALS, show_default=True, type=int,
@@ -190,20 +190,25 @@ def sweep(**kw: Any) -> None:
 
 
 def build_sweep_options(kw: dict[str, Any]) -> SweepOptions:
-    if kw["sizes"]:
+    range_options = ("min_size", "max_size", "steps", "perturbation")
+    if kw["sizes"] is not None:
+        if any(kw[name] is not None for name in range_options):
+            raise OptionError("--sizes", "give either --sizes or a range (--min-size, --max-size, "
+                              "--steps, --perturbation), not both")
         sizes = parse_sizes("--sizes", kw["sizes"])
     else:
-        low = parse_size_option("--min-size", kw["min_size"])
-        high = parse_size_option("--max-size", kw["max_size"])
+        low = parse_size_option("--min-size", kw["min_size"] or str(plan.DEFAULT_MIN_SIZE))
+        high = parse_size_option("--max-size", kw["max_size"] or str(plan.DEFAULT_MAX_SIZE))
         if high < low:
-            raise OptionError("--max-size", f"{format_bytes(high)} is smaller than --min-size {format_bytes(low)}")
-        if kw["steps"] < 1:
-            raise OptionError("--steps", f"{kw['steps']} is not a count of at least 1")
-        try:
-            perturbation = parse_size_option("--perturbation", kw["perturbation"]) if kw["perturbation"] not in ("0", "") else 0
-        except OptionError:
-            raise
-        sizes = tuple(plan.log_sizes(low, high, kw["steps"], perturbation))
+            raise OptionError("--max-size", f"{format_bytes(high)} is smaller than --min-size "
+                              f"{format_bytes(low)}")
+        steps = 1 if kw["steps"] is None else kw["steps"]
+        if steps < 1:
+            raise OptionError("--steps", f"{steps} is not a count of at least 1")
+        perturbation = 0
+        if kw["perturbation"] not in (None, "0"):
+            perturbation = parse_size_option("--perturbation", kw["perturbation"])
+        sizes = tuple(plan.log_sizes(low, high, steps, perturbation))
     quick = kw["quick"]
     target = kw["target_time"] if kw["target_time"] is not None else (
         plan.QUICK_TARGET_S if quick else plan.DEFAULT_TARGET_S)
@@ -302,10 +307,10 @@ def main(argv: list[str] | None = None) -> int:
         stderr.print("interrupted")
         return EXIT_INTERRUPTED
     except click.ClickException as exc:
-        stderr.print(f"Error: {exc.format_message()}", markup=False)
+        click.echo(f"Error: {exc.format_message()}", err=True)  # one line: never wrapped
         return 2
     except XferscopeError as exc:
-        stderr.print(f"Error: {exc}", markup=False)
+        click.echo(f"Error: {exc}", err=True)
         return exc.exit_code
     except SystemExit as exc:
         return int(exc.code or 0)

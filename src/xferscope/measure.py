@@ -156,7 +156,7 @@ def measure_curve(engine: Engine, config: CurveConfig, options: SweepOptions,
                   observer: Observer) -> tuple[Curve, bool]:
     """One curve. Returns it and whether the user interrupted it."""
     start = engine.clock()
-    deadline = None if options.budget_s is None else start + options.budget_s
+    deadline: float | None = None
     # Largest first: the big sizes have a fixed least cost, the small ones share what is left
     # of the budget, and the first copies fault in every page of the buffers.
     sizes = sorted(options.sizes, reverse=True)
@@ -181,6 +181,9 @@ def measure_curve(engine: Engine, config: CurveConfig, options: SweepOptions,
                                         config.mechanism, max(sizes), options.rotation_bytes)
         try:
             transfer.fill(options.seed)
+            # The budget bounds measuring, not allocating and filling the buffers.
+            if options.budget_s is not None:
+                deadline = engine.clock() + options.budget_s
             last: _Calibration | None = None
             last_size: int | None = None
             for i, size in enumerate(sizes):

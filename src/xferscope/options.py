@@ -76,6 +76,8 @@ class SweepOptions:
     quick: bool = False
 
     def __post_init__(self) -> None:
+        if not self.sizes or min(self.sizes) < 1:
+            raise OptionError("--sizes", "give one or more sizes of at least 1 byte")
         if self.trials < 1:
             raise OptionError("--trials", f"{self.trials} is not a count of at least 1")
         if self.max_trials < self.trials:
@@ -97,10 +99,10 @@ class SweepOptions:
                 for memory in memories:
                     for mechanism in self.mechanisms:
                         if mechanism == "kernel" and memory == "pageable":
-                            skipped.append(
-                                f"{direction} pageable kernel: the GPU cannot address pageable "
-                                "memory, so there is no SM copy of it"
-                            )
+                            note = (f"{direction} pageable kernel: the GPU cannot address "
+                                    "pageable memory, so there is no SM copy of it")
+                            if note not in skipped:
+                                skipped.append(note)
                             continue
                         for timing in self.timings:
                             config = CurveConfig(device, direction, memory, mechanism, timing)

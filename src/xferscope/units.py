@@ -41,7 +41,10 @@ def format_bytes(n: float) -> str:
     for unit, factor in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= factor:
             value = n / factor
-            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.3g} {unit}"
+            if value == int(value):
+                return f"{int(value)} {unit}"
+            digits = 2 if value < 10 else 1 if value < 100 else 0
+            return f"{value:.{digits}f}".rstrip("0").rstrip(".") + f" {unit}"
     return f"{n:.0f} B"
 
 

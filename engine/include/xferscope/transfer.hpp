@@ -113,7 +113,7 @@ class Transfer {
   std::vector<Buffer> buffers_;
   std::vector<Leg> legs_;
   Buffer control_;  // mapped host words: [release, timed_out] for the blocking kernel
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // the legacy default stream for the memcpy mechanism
   cudaEvent_t start_ = nullptr;
   cudaEvent_t stop_ = nullptr;
 };

@@ -79,7 +79,7 @@ def write_plots(result: SweepResult, prefix: Path) -> list[Path]:
     for peak in peaks:
         ax.axhline(peak / 1e9, color="grey", linestyle="--", linewidth=1)
         ax.annotate(f"PCIe limit {peak / 1e9:.1f} GB/s", xy=(0.01, peak / 1e9),
-                    xycoords=("axes fraction", "data"), color="grey", fontsize=8, va="bottom")
+                    xycoords=("axes fraction", "data"), color="grey", fontsize=8, va="top")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     path = Path(f"{prefix}-bandwidth.png")
     fig.tight_layout()

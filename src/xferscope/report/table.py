@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ..records import CUT_SHORT, ESTIMATED, Curve, CurveConfig, Point, SweepResult
 from ..units import format_bytes, format_seconds
@@ -56,7 +58,8 @@ def summary_table(result: SweepResult) -> Table:
         table.add_column(name, justify="left" if name == "curve" else "right")
     for curve in result.curves:
         if not curve.points:
-            table.add_row(curve.config.label, "", "", "", "", "", curve.status)
+            table.add_row(curve.config.label, "", "", "", "", "",
+                          escape(curve.status if curve.error is None else f"failed: {curve.error}"))
             continue
         smallest = curve.points[0]
         best = max(curve.points, key=lambda p: p.bandwidth)
@@ -70,7 +73,7 @@ def summary_table(result: SweepResult) -> Table:
             f"{best.bandwidth / peak:.0%}" if peak else "",
             f"{max(p.rel_noise for p in curve.points):.1%}",
             "skipped" if not verified else ("ok" if not failed else f"[red]FAILED {failed}[/red]"),
-            curve.status if curve.error is None else f"failed: {curve.error}",
+            curve.status if curve.error is None else escape(f"failed: {curve.error}"),
         )
     return table
 
@@ -112,6 +115,6 @@ def print_report(result: SweepResult, console: Console) -> None:
         console.print(table)
     console.print(summary_table(result))
     for warning in result.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+        console.print(Text.assemble(("warning: ", "yellow"), warning))
     if result.simulated:
         console.print(f"[bold red]{SIMULATED_BANNER}[/bold red]")

@@ -1,0 +1,190 @@
+"""Experiment design (xferscope.plan): sizes, repeats, trial lengths and the budget limiter."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from xferscope import plan
+from xferscope.plan import (
+    PointBudget,
+    fit_trials,
+    log_sizes,
+    netpipe_repeats,
+    repeats_for,
+    trial_target,
+)
+
+GIB = 1 << 30
+
+# ---- log_sizes ---------------------------------------------------------------------------------
+
+
+def test_log_sizes_default_is_31_powers_of_two() -> None:
+    sizes = log_sizes(plan.DEFAULT_MIN_SIZE, plan.DEFAULT_MAX_SIZE)
+    assert sizes == [1 << i for i in range(31)]
+    assert len(sizes) == 31
+    assert sizes[0] == 1
+    assert sizes[-1] == GIB
+
+
+def _assert_sorted_unique(sizes: list[int]) -> None:
+    assert sizes == sorted(sizes)
+    assert len(sizes) == len(set(sizes))
+    assert all(b > a for a, b in itertools.pairwise(sizes))
+
+
+def test_log_sizes_two_steps_per_doubling_adds_sqrt2_points() -> None:
+    sizes = log_sizes(1024, 1 << 20, steps_per_doubling=2)
+    # 10 doublings, two points each, plus the first size.
+    assert len(sizes) == 21
+    _assert_sorted_unique(sizes)
+    assert sizes[0] == 1024
+    assert sizes[-1] == 1 << 20
+    powers = sizes[0::2]
+    between = sizes[1::2]
+    assert powers == [1024 << i for i in range(11)]
+    for low, mid in zip(powers[:-1], between, strict=True):
+        assert mid == round(low * math.sqrt(2))
+        assert low < mid < 2 * low
+
+
+def test_log_sizes_two_steps_over_the_default_range() -> None:
+    sizes = log_sizes(1, GIB, steps_per_doubling=2)
+    # 61 grid points, but round(sqrt(2)) == 1 coincides with the first size.
+    assert len(sizes) == 60
+    _assert_sorted_unique(sizes)
+    assert sizes[0] == 1
+    assert sizes[-1] == GIB
+    assert set(log_sizes(1, GIB)) <= set(sizes)
+    assert round(GIB / math.sqrt(2)) in sizes
+
+
+def test_log_sizes_includes_a_max_size_off_the_grid() -> None:
+    assert log_sizes(3, 100) == [3, 6, 12, 24, 48, 96, 100]
+
+
+def test_log_sizes_single_size() -> None:
+    assert log_sizes(4096, 4096) == [4096]
+    assert log_sizes(4096, 4096, steps_per_doubling=3) == [4096]
+
+
+def test_log_sizes_perturbation_adds_neighbours() -> None:
+    assert log_sizes(4, 16, perturbation=1) == [3, 4, 5, 7, 8, 9, 15, 16, 17]
+
+
+def test_log_sizes_perturbation_keeps_sizes_of_at_least_one_byte() -> None:
+    sizes = log_sizes(1, 16, perturbation=1)
+    assert 0 not in sizes
+    assert sizes == [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17]
+    # 2 - 2 = 0 is dropped, 1 - 2 too, but their c + p neighbours stay.
+    sizes = log_sizes(1, 4, perturbation=2)
+    assert sizes == [1, 2, 3, 4, 6]
+    assert min(sizes) >= 1
+    _assert_sorted_unique(sizes)
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        ((0, 16), "min_size"),
+        ((-1, 16), "min_size"),
+        ((16, 8), "max_size"),
+        ((1, 16, 0), "step"),
+        ((1, 16, -1), "step"),
+        ((1, 16, 1, -1), "perturbation"),
+    ],
+)
+def test_log_sizes_rejects_bad_arguments(args: tuple[int, ...], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        log_sizes(*args)
+
+
+# ---- repeat counts -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("target_s", "size", "last_size", "last_seconds", "expected"),
+    [
+        # nrepeat = TARGET / ((bsz2 / bsz1) * tlast), binary fractions so the division is exact.
+        (0.25, 4096, 1024, 2**-10, 64),  # 0.25 / (4 * 2^-10)
+        (0.25, 1024, 1024, 2**-10, 256),  # same size: 0.25 / 2^-10
+        (0.25, 512, 1024, 2**-10, 512),  # half the size: twice the repeats
+        (1.0, 3, 2, 0.5, 1),  # 1 / 0.75 = 1.33 -> truncated to 1
+        (1.0, 2, 2, 0.3, 3),  # 3.33 -> 3
+    ],
+)
+def test_netpipe_repeats_is_netpipe_equation_one(
+    target_s: float, size: int, last_size: int, last_seconds: float, expected: int
+) -> None:
+    assert netpipe_repeats(target_s, size, last_size, last_seconds) == expected
+
+
+def test_netpipe_repeats_is_at_least_one() -> None:
+    assert netpipe_repeats(1e-6, 1 << 30, 1, 1.0) == 1
+    assert netpipe_repeats(0.0, 1024, 1024, 1e-3) == 1
+    assert netpipe_repeats(0.25, 1024, 1024, 0.0) == 1
+    assert netpipe_repeats(0.25, 1024, 0, 1e-3) == 1
+
+
+def test_repeats_for() -> None:
+    assert repeats_for(0.25, 2**-10) == 256
+    assert repeats_for(1.0, 0.3) == 4  # ceil: a trial lasts at least the target
+    assert repeats_for(1.0, 2.0) == 1
+    assert repeats_for(1.0, 0.0) == 1
+    assert repeats_for(0.0, 1e-3) == 1
+
+
+# ---- trial length and the budget limiter -------------------------------------------------------
+
+
+def test_trial_target_without_budget_is_the_requested_target() -> None:
+    assert trial_target(0.25, None, 31, 7) == 0.25
+    assert trial_target(0.01, None, 1, 1) == 0.01
+
+
+def test_trial_target_with_ample_budget_is_the_requested_target() -> None:
+    assert trial_target(0.25, 1000.0, 4, 7) == 0.25
+
+
+def test_trial_target_shortens_under_a_tight_budget() -> None:
+    target = trial_target(0.25, 1.0, 4, 7)
+    # Each of the 4 points gets 1/4 s for 7 trials plus the warm-up share.
+    assert target == pytest.approx(1.0 / 4 / (7 * (1 + plan.WARMUP_SHARE)))
+    assert target < 0.25
+
+
+@pytest.mark.parametrize("remaining_s", [-1.0, 0.0, 1e-6, 0.5, 3.0, 12.0, 1e9])
+@pytest.mark.parametrize("points_left", [0, 1, 31])
+def test_trial_target_is_never_above_the_request(remaining_s: float, points_left: int) -> None:
+    target = trial_target(0.25, remaining_s, points_left, 7)
+    assert 0.0 <= target <= 0.25
+
+
+def test_trial_target_with_no_time_left_is_zero() -> None:
+    assert trial_target(0.25, -0.5, 3, 7) == 0.0
+    assert trial_target(0.25, 0.0, 3, 7) == 0.0
+
+
+def test_fit_trials_without_budget_fits_all() -> None:
+    assert fit_trials(7, 10.0, None) == PointBudget(7, False)
+
+
+def test_fit_trials_fits_all_when_they_fit() -> None:
+    assert fit_trials(7, 0.25, 7 * 0.25) == PointBudget(7, False)
+    assert fit_trials(7, 0.25, 100.0) == PointBudget(7, False)
+
+
+def test_fit_trials_partial() -> None:
+    assert fit_trials(7, 0.25, 1.0) == PointBudget(4, False)
+    assert fit_trials(7, 0.1, 0.35) == PointBudget(3, False)
+    assert fit_trials(7, 0.25, 0.25) == PointBudget(1, False)
+
+
+@pytest.mark.parametrize("remaining_s", [0.2, 0.0, -1.0])
+def test_fit_trials_estimate_only_when_nothing_fits(remaining_s: float) -> None:
+    budget = fit_trials(7, 0.25, remaining_s)
+    assert budget.estimate_only
+    assert budget.trials == 0
