@@ -31,12 +31,26 @@ GiB = 1 << 30
 TRIALS = 7
 
 
-def ours(engine: NativeEngine, direction: str, memory: str, mechanism: str, timing: str,
-         size: int, target_s: float = 0.25):
+def ours(
+    engine: NativeEngine,
+    direction: str,
+    memory: str,
+    mechanism: str,
+    timing: str,
+    size: int,
+    target_s: float = 0.25,
+):
     """One point measured by the product's own sweep path."""
-    options = SweepOptions(directions=(direction,), memories=(memory,), mechanisms=(mechanism,),
-                           timings=(timing,), sizes=(size,), target_s=target_s, trials=TRIALS,
-                           budget_s=None)
+    options = SweepOptions(
+        directions=(direction,),
+        memories=(memory,),
+        mechanisms=(mechanism,),
+        timings=(timing,),
+        sizes=(size,),
+        target_s=target_s,
+        trials=TRIALS,
+        budget_s=None,
+    )
     (curve,) = run_sweep(engine, options).curves
     (point,) = curve.points
     assert point.verification is not None and point.verification.ok, curve.config.label
@@ -72,8 +86,12 @@ def c_loop_seconds(size: int, calls: int = 20000) -> float:
     binary = HERE / "bin" / "memcpy_loop"
     binary.parent.mkdir(exist_ok=True)
     subprocess.run(["nvcc", "-O2", "-o", str(binary), str(HERE / "memcpy_loop.cu")], check=True)
-    out = subprocess.run([str(binary), str(size), str(calls), str(TRIALS), "h2d"], check=True,
-                         capture_output=True, text=True).stdout.split()
+    out = subprocess.run(
+        [str(binary), str(size), str(calls), str(TRIALS), "h2d"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
     return float(out[0])  # best trial, as NetPIPE reports
 
 
@@ -83,8 +101,11 @@ def cli_point(args: list[str]) -> dict:
     call a little slower, for either side."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "point.json"
-        subprocess.run([sys.executable, "-m", "xferscope", "sweep", *args, "--json", str(path),
-                        "-o", tmp], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "xferscope", "sweep", *args, "--json", str(path), "-o", tmp],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         (curve,) = json.loads(path.read_text())["curves"]
         (point,) = curve["points"]
         assert point["verification"]["ok"], curve["label"]
@@ -95,18 +116,35 @@ def default_sweep_wall_s() -> tuple[float, dict]:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "sweep.json"
         begin = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "xferscope", "sweep", "--json", str(path), "-o", tmp],
-                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "xferscope", "sweep", "--json", str(path), "-o", tmp],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         wall = time.perf_counter() - begin
         return wall, json.loads(path.read_text())
 
 
-def comparison(name: str, ours_value: float, peer_value: float, peer_name: str, unit: str,
-               higher_is_better: bool, goal: float) -> dict:
+def comparison(
+    name: str,
+    ours_value: float,
+    peer_value: float,
+    peer_name: str,
+    unit: str,
+    higher_is_better: bool,
+    goal: float,
+) -> dict:
     ratio = ours_value / peer_value if higher_is_better else peer_value / ours_value
-    return {"name": name, "ours": round(ours_value, 4), "peer": round(peer_value, 4),
-            "peer_name": peer_name, "unit": unit, "higher_is_better": higher_is_better,
-            "ratio": round(ratio, 4), "goal": goal}
+    return {
+        "name": name,
+        "ours": round(ours_value, 4),
+        "peer": round(peer_value, 4),
+        "peer_name": peer_name,
+        "unit": unit,
+        "higher_is_better": higher_is_better,
+        "ratio": round(ratio, 4),
+        "goal": goal,
+    }
 
 
 def gpu_tag(name: str, count: int) -> str:
@@ -126,21 +164,61 @@ def main() -> None:
     gpu = meta["gpus"][0]
     comparisons = []
     # Small-call latency first, before this process has used PyTorch.
-    latency = cli_point(["--sizes", "4", "-d", "h2d", "-m", "pinned", "--mechanism", "memcpy",
-                         "--timing", "api", "--budget", "0"])
+    latency = cli_point(
+        [
+            "--sizes",
+            "4",
+            "-d",
+            "h2d",
+            "-m",
+            "pinned",
+            "--mechanism",
+            "memcpy",
+            "--timing",
+            "api",
+            "--budget",
+            "0",
+        ]
+    )
     loop = c_loop_seconds(4)
-    comparisons.append(comparison("latency_4B_pinned_h2d_vs_c_loop",
-                                  latency["summary"]["min_s"] * 1e6, loop * 1e6,
-                                  "plain C++ cudaMemcpy loop (best of 7 trials)", "us", False, 0.97))
+    comparisons.append(
+        comparison(
+            "latency_4B_pinned_h2d_vs_c_loop",
+            latency["summary"]["min_s"] * 1e6,
+            loop * 1e6,
+            "plain C++ cudaMemcpy loop (best of 7 trials)",
+            "us",
+            False,
+            0.97,
+        )
+    )
     for direction in ("h2d", "d2h"):
         point = ours(engine, direction, "pinned", "async", "device", GiB)
         peer = torch_copy_seconds(direction, GiB)
-        comparisons.append(comparison(f"{direction}_pinned_1GiB_vs_torch", point.bandwidth / 1e9,
-                                      GiB / peer / 1e9, "torch copy_ (events)", "GB/s", True, 0.99))
+        comparisons.append(
+            comparison(
+                f"{direction}_pinned_1GiB_vs_torch",
+                point.bandwidth / 1e9,
+                GiB / peer / 1e9,
+                "torch copy_ (events)",
+                "GB/s",
+                True,
+                0.99,
+            )
+        )
     point = ours(engine, "d2d", "device", "async", "device", GiB)
     peer = torch_copy_seconds("d2d", GiB)
-    comparisons.append(comparison("d2d_1GiB_vs_torch", point.bandwidth / 1e9, GiB / peer / 1e9,
-                                  "torch copy_ (events), bytes copied", "GB/s", True, 0.98))
+    comparisons.append(
+        comparison(
+            "d2d_1GiB_vs_torch",
+            point.bandwidth / 1e9,
+            GiB / peer / 1e9,
+            "torch copy_ (events), bytes copied",
+            "GB/s",
+            True,
+            0.98,
+        )
+    )
 
     wall, sweep_doc = default_sweep_wall_s()
     figures = {"sweep_default_wall_s": round(wall, 2)}
@@ -156,10 +234,13 @@ def main() -> None:
         "commit": args.commit,
         "xferscope_version": __version__,
         "machine": {
-            "gpu": gpu["name"], "gpus": gpus, "driver": meta["driver"],
+            "gpu": gpu["name"],
+            "gpus": gpus,
+            "driver": meta["driver"],
             "cuda_runtime": meta["cuda_runtime"],
             "pcie": f"gen{gpu.get('pcie_generation')} x{gpu.get('pcie_width')}",
-            "host_cpu": meta["host"]["cpu"], "cores": meta["host"]["cores"],
+            "host_cpu": meta["host"]["cpu"],
+            "cores": meta["host"]["cores"],
             "torch": torch.__version__,
         },
         "comparisons": comparisons,

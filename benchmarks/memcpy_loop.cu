@@ -12,13 +12,13 @@
 #include <cstring>
 #include <vector>
 
-#define CHECK(call)                                                              \
-  do {                                                                           \
-    cudaError_t status_ = (call);                                                \
-    if (status_ != cudaSuccess) {                                                \
-      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(status_));     \
-      return 1;                                                                  \
-    }                                                                            \
+#define CHECK(call)                                                         \
+  do {                                                                      \
+    cudaError_t status_ = (call);                                           \
+    if (status_ != cudaSuccess) {                                           \
+      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(status_)); \
+      return 1;                                                             \
+    }                                                                       \
   } while (0)
 
 int main(int argc, char** argv) {

@@ -56,8 +56,8 @@ nb::dict to_dict(const xs::DeviceInfo& info) {
   d["name"] = info.name;
   d["uuid"] = info.uuid;
   d["pci_bus_id"] = info.pci_bus_id;
-  d["compute_capability"] = std::to_string(info.compute_major) + "." +
-                            std::to_string(info.compute_minor);
+  d["compute_capability"] =
+      std::to_string(info.compute_major) + "." + std::to_string(info.compute_minor);
   d["sm_count"] = info.sm_count;
   d["total_memory_bytes"] = info.total_memory_bytes;
   d["l2_cache_bytes"] = info.l2_cache_bytes;
@@ -81,7 +81,8 @@ NB_MODULE(_engine, m) {
   nb::exception<xs::UsageError>(m, "UsageError", PyExc_ValueError);
 
   m.def("device_count", &xs::device_count, "Number of CUDA devices; NoDeviceError if none.");
-  m.def("device_info", [](int index) { return to_dict(xs::device_info(index)); }, "index"_a);
+  m.def(
+      "device_info", [](int index) { return to_dict(xs::device_info(index)); }, "index"_a);
   m.def(
       "memory_info",
       [](int index) {

@@ -63,9 +63,7 @@ Buffer Buffer::allocate(MemoryKind kind, std::size_t bytes, int device) {
   buffer.size_ = bytes;
   cudaError_t status = cudaSuccess;
   switch (kind) {
-    case MemoryKind::pageable:
-      buffer.host_ = aligned_host(bytes, kind);
-      break;
+    case MemoryKind::pageable: buffer.host_ = aligned_host(bytes, kind); break;
     case MemoryKind::pinned:
     case MemoryKind::write_combined:
     case MemoryKind::mapped: {
@@ -117,9 +115,7 @@ Buffer::~Buffer() { release(); }
 // Frees without throwing: a failure to free during unwinding must not hide the first error.
 void Buffer::release() noexcept {
   switch (kind_) {
-    case MemoryKind::pageable:
-      std::free(host_);
-      break;
+    case MemoryKind::pageable: std::free(host_); break;
     case MemoryKind::pinned:
     case MemoryKind::write_combined:
     case MemoryKind::mapped:

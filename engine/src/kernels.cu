@@ -35,8 +35,8 @@ __global__ void copy_kernel(std::uint8_t* __restrict__ dst, const std::uint8_t* 
     for (int u = 0; u < kCopyUnroll; ++u) d[i + u * stride] = v[u];
   }
   for (; i < vectors; i += stride) d[i] = s[i];
-  for (std::size_t j = vectors * 16 + std::size_t{blockIdx.x} * blockDim.x + threadIdx.x;
-       j < bytes; j += stride) {
+  for (std::size_t j = vectors * 16 + std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; j < bytes;
+       j += stride) {
     dst[j] = src[j];
   }
 }
@@ -141,11 +141,10 @@ void fill(void* destination, std::size_t bytes, std::uint64_t seed, bool complem
   check_launch();
 }
 
-void compare(const void* data, std::size_t bytes, std::uint64_t seed,
-             unsigned long long* counters, cudaStream_t stream) {
+void compare(const void* data, std::size_t bytes, std::uint64_t seed, unsigned long long* counters,
+             cudaStream_t stream) {
   const unsigned long long initial[2] = {0ull, ULLONG_MAX};
-  XFS_CUDA_CALL(
-      cudaMemcpyAsync(counters, initial, sizeof initial, cudaMemcpyHostToDevice, stream));
+  XFS_CUDA_CALL(cudaMemcpyAsync(counters, initial, sizeof initial, cudaMemcpyHostToDevice, stream));
   compare_kernel<<<pattern_blocks(bytes), kPatternThreads, 0, stream>>>(
       static_cast<const std::uint8_t*>(data), bytes, seed, counters);
   check_launch();

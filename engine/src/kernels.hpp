@@ -24,7 +24,7 @@ void fill(void* destination, std::size_t bytes, std::uint64_t seed, bool complem
 // Counts the bytes of `data` that differ from the pattern and the offset of the first one.
 // `counters` is device memory for two values: [mismatched bytes, first mismatch offset]; it is
 // initialised here.
-void compare(const void* data, std::size_t bytes, std::uint64_t seed,
-             unsigned long long* counters, cudaStream_t stream);
+void compare(const void* data, std::size_t bytes, std::uint64_t seed, unsigned long long* counters,
+             cudaStream_t stream);
 
 }  // namespace xferscope::kernels

@@ -64,9 +64,7 @@ std::string_view to_string(Mechanism mechanism) {
   return "unknown";
 }
 
-std::string_view to_string(Timing timing) {
-  return timing == Timing::api ? "api" : "device";
-}
+std::string_view to_string(Timing timing) { return timing == Timing::api ? "api" : "device"; }
 
 Direction direction_from_string(std::string_view name) {
   static constexpr Direction all[] = {Direction::h2d, Direction::d2h, Direction::d2d,
@@ -88,17 +86,18 @@ Transfer::Transfer(const TransferSpec& spec) : spec_(spec) {
   if (spec.capacity == 0) throw UsageError("a transfer needs a capacity of at least one byte");
   const bool host_side = spec.direction != Direction::d2d;
   if (host_side && spec.host_memory == MemoryKind::device) {
-    throw UsageError("memory kind 'device' is for d2d only; host transfers take pageable, "
-                     "pinned, wc, registered or mapped");
+    throw UsageError(
+        "memory kind 'device' is for d2d only; host transfers take pageable, "
+        "pinned, wc, registered or mapped");
   }
   if (host_side && spec.mechanism == Mechanism::kernel &&
       spec.host_memory == MemoryKind::pageable) {
-    throw UsageError("the kernel mechanism needs host memory the GPU can address (pinned, wc, "
-                     "registered or mapped), not pageable");
+    throw UsageError(
+        "the kernel mechanism needs host memory the GPU can address (pinned, wc, "
+        "registered or mapped), not pageable");
   }
   XFS_CUDA_CALL(cudaSetDevice(spec.device));
-  XFS_CUDA_CALL(
-      cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, spec.device));
+  XFS_CUDA_CALL(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, spec.device));
 
   const std::size_t size = std::max(spec.capacity, spec.rotation_bytes);
   const MemoryKind host = host_side ? spec.host_memory : MemoryKind::device;
@@ -199,8 +198,8 @@ void Transfer::run_iteration(std::size_t bytes, std::size_t offset, cudaStream_t
         break;
       case Mechanism::async:
         XFS_CUDA_CALL(cudaMemcpyAsync(static_cast<char*>(leg.destination->data()) + offset,
-                                      static_cast<const char*>(leg.source->data()) + offset,
-                                      bytes, leg.kind, stream));
+                                      static_cast<const char*>(leg.source->data()) + offset, bytes,
+                                      leg.kind, stream));
         break;
       case Mechanism::kernel:
         kernels::copy(static_cast<char*>(leg.destination->device()) + offset,
@@ -217,8 +216,8 @@ TrialTiming Transfer::time(Timing timing, std::size_t bytes, std::int64_t iterat
   check_bytes(bytes);
   if (iterations < 1) throw UsageError("a trial needs at least one iteration");
   XFS_CUDA_CALL(cudaSetDevice(spec_.device));
-  TrialTiming result = timing == Timing::api ? time_api(bytes, iterations)
-                                             : time_device(bytes, iterations);
+  TrialTiming result =
+      timing == Timing::api ? time_api(bytes, iterations) : time_device(bytes, iterations);
   result.iterations = iterations;
   result.copies_per_iteration = copies_per_iteration();
   result.footprint_bytes =
@@ -325,12 +324,12 @@ Verification Transfer::verify(std::size_t bytes, bool inject_fault) {
   const void* checked = result.device();
   if (!result.on_device()) {
     staged = Buffer::allocate(MemoryKind::device, bytes, spec_.device);
-    XFS_CUDA_CALL(cudaMemcpyAsync(staged.device(), result.host(), bytes, cudaMemcpyHostToDevice,
-                                  stream_));
+    XFS_CUDA_CALL(
+        cudaMemcpyAsync(staged.device(), result.host(), bytes, cudaMemcpyHostToDevice, stream_));
     checked = staged.device();
   }
-  Buffer counters = Buffer::allocate(MemoryKind::device, 2 * sizeof(unsigned long long),
-                                     spec_.device);
+  Buffer counters =
+      Buffer::allocate(MemoryKind::device, 2 * sizeof(unsigned long long), spec_.device);
   auto* counter_words = static_cast<unsigned long long*>(counters.device());
   kernels::compare(checked, bytes, seed_, counter_words, stream_);
   unsigned long long host_counters[2] = {0, 0};
@@ -342,8 +341,7 @@ Verification Transfer::verify(std::size_t bytes, bool inject_fault) {
   verification.bytes_checked = bytes;
   verification.mismatched_bytes = host_counters[0];
   verification.ok = host_counters[0] == 0;
-  verification.first_mismatch =
-      verification.ok ? -1 : static_cast<std::int64_t>(host_counters[1]);
+  verification.first_mismatch = verification.ok ? -1 : static_cast<std::int64_t>(host_counters[1]);
   return verification;
 }
 

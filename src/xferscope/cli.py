@@ -68,14 +68,23 @@ def _writable_file(option: str, path: Path) -> Path:
     return path
 
 
-def resolve_outputs(out: str, json_path: str | None, csv_path: str | None,
-                    plot_prefix: str | None, stamp: str) -> Outputs:
+def resolve_outputs(
+    out: str, json_path: str | None, csv_path: str | None, plot_prefix: str | None, stamp: str
+) -> Outputs:
     """Checks every output can be written before anything is measured."""
     base = Path(out).expanduser() / f"sweep-{stamp}"
     return Outputs(
-        json=_writable_file("--json" if json_path else "--out", Path(json_path) if json_path else base.with_suffix(".json")),
-        csv=_writable_file("--csv" if csv_path else "--out", Path(csv_path) if csv_path else base.with_suffix(".csv")),
-        plot_prefix=_writable_file("--plot" if plot_prefix else "--out", Path(plot_prefix) if plot_prefix else base),
+        json=_writable_file(
+            "--json" if json_path else "--out",
+            Path(json_path) if json_path else base.with_suffix(".json"),
+        ),
+        csv=_writable_file(
+            "--csv" if csv_path else "--out",
+            Path(csv_path) if csv_path else base.with_suffix(".csv"),
+        ),
+        plot_prefix=_writable_file(
+            "--plot" if plot_prefix else "--out", Path(plot_prefix) if plot_prefix else base
+        ),
     )
 
 
@@ -112,44 +121,105 @@ class ProgressObserver:
 
 
 @cli.command()
-@click.option("-d", "--direction", default="h2d,d2h", show_default=True,
-              help=f"Directions, comma-separated: {', '.join(DIRECTIONS)}.")
-@click.option("-m", "--memory", default="pageable,pinned", show_default=True,
-              help=f"Host memory kinds: {', '.join(HOST_MEMORY)} (d2d always uses device memory).")
-@click.option("--mechanism", default="memcpy", show_default=True,
-              help="memcpy (synchronous cudaMemcpy), async (cudaMemcpyAsync: copy engines), "
-                   "kernel (SM copy kernel).")
-@click.option("--timing", default="api", show_default=True,
-              help="api (host clock around calls that complete, as an application sees them), "
-                   "device (CUDA events around copies held behind a blocking kernel).")
-@click.option("-g", "--device", default="0", show_default=True, help="GPU indices, comma-separated.")
-@click.option("--sizes", default=None, help="Explicit sizes, comma-separated (overrides the range).")
+@click.option(
+    "-d",
+    "--direction",
+    default="h2d,d2h",
+    show_default=True,
+    help=f"Directions, comma-separated: {', '.join(DIRECTIONS)}.",
+)
+@click.option(
+    "-m",
+    "--memory",
+    default="pageable,pinned",
+    show_default=True,
+    help=f"Host memory kinds: {', '.join(HOST_MEMORY)} (d2d always uses device memory).",
+)
+@click.option(
+    "--mechanism",
+    default="memcpy",
+    show_default=True,
+    help="memcpy (synchronous cudaMemcpy), async (cudaMemcpyAsync: copy engines), "
+    "kernel (SM copy kernel).",
+)
+@click.option(
+    "--timing",
+    default="api",
+    show_default=True,
+    help="api (host clock around calls that complete, as an application sees them), "
+    "device (CUDA events around copies held behind a blocking kernel).",
+)
+@click.option(
+    "-g", "--device", default="0", show_default=True, help="GPU indices, comma-separated."
+)
+@click.option(
+    "--sizes", default=None, help="Explicit sizes, comma-separated (overrides the range)."
+)
 @click.option("--min-size", default=None, help="Smallest size of the range [default: 1].")
 @click.option("--max-size", default=None, help="Largest size of the range [default: 1GiB].")
 @click.option("--steps", default=None, type=int, help="Sizes per doubling [default: 1].")
-@click.option("--perturbation", default=None,
-              help="NetPIPE's p: also measure c-p and c+p bytes around each size c [default: 0].")
-@click.option("--target-time", default=None, type=float,
-              help=f"Seconds one trial lasts [default: {plan.DEFAULT_TARGET_S}; {plan.QUICK_TARGET_S} with --quick].")
-@click.option("--trials", default=plan.DEFAULT_TRIALS, show_default=True, type=int,
-              help="Trials per size (more, up to --max-trials, while noisier than --noise-bound).")
-@click.option("--max-trials", default=None, type=int, help="Most trials per size [default: 2 x --trials].")
-@click.option("--noise-bound", default=plan.DEFAULT_NOISE_BOUND, show_default=True, type=float,
-              help="Relative noise (1.4826 MAD / median) under which a size needs no more trials.")
-@click.option("--budget", default=None, type=float,
-              help=f"Most seconds one curve may take; trials shorten to fit and sizes that still "
-                   f"do not fit are cut short and labelled. 0 = no limit "
-                   f"[default: {plan.DEFAULT_BUDGET_S:g}; {plan.QUICK_BUDGET_S:g} with --quick].")
-@click.option("--quick", is_flag=True, help="Short trials and a small budget: a first look in seconds.")
+@click.option(
+    "--perturbation",
+    default=None,
+    help="NetPIPE's p: also measure c-p and c+p bytes around each size c [default: 0].",
+)
+@click.option(
+    "--target-time",
+    default=None,
+    type=float,
+    help=f"Seconds one trial lasts [default: {plan.DEFAULT_TARGET_S}; "
+    f"{plan.QUICK_TARGET_S} with --quick].",
+)
+@click.option(
+    "--trials",
+    default=plan.DEFAULT_TRIALS,
+    show_default=True,
+    type=int,
+    help="Trials per size (more, up to --max-trials, while noisier than --noise-bound).",
+)
+@click.option(
+    "--max-trials", default=None, type=int, help="Most trials per size [default: 2 x --trials]."
+)
+@click.option(
+    "--noise-bound",
+    default=plan.DEFAULT_NOISE_BOUND,
+    show_default=True,
+    type=float,
+    help="Relative noise (1.4826 MAD / median) under which a size needs no more trials.",
+)
+@click.option(
+    "--budget",
+    default=None,
+    type=float,
+    help=f"Most seconds one curve may take; trials shorten to fit and sizes that still "
+    f"do not fit are cut short and labelled. 0 = no limit "
+    f"[default: {plan.DEFAULT_BUDGET_S:g}; {plan.QUICK_BUDGET_S:g} with --quick].",
+)
+@click.option(
+    "--quick", is_flag=True, help="Short trials and a small budget: a first look in seconds."
+)
 @click.option("--no-verify", is_flag=True, help="Skip checking the destination after each size.")
-@click.option("--seed", default=0x5EED, show_default=True, type=int, help="Seed of the data pattern.")
-@click.option("-o", "--out", default="xferscope-results", show_default=True,
-              help="Directory for the JSON, CSV and PNG files (named sweep-<time>.*).")
+@click.option(
+    "--seed", default=0x5EED, show_default=True, type=int, help="Seed of the data pattern."
+)
+@click.option(
+    "-o",
+    "--out",
+    default="xferscope-results",
+    show_default=True,
+    help="Directory for the JSON, CSV and PNG files (named sweep-<time>.*).",
+)
 @click.option("--json", "json_path", default=None, help="Write the JSON result here instead.")
 @click.option("--csv", "csv_path", default=None, help="Write the CSV here instead.")
-@click.option("--plot", "plot_prefix", default=None,
-              help="Write PREFIX-bandwidth.png and PREFIX-latency.png instead.")
-@click.option("--simulate", is_flag=True, help="Use the simulated engine (no GPU; nothing is measured).")
+@click.option(
+    "--plot",
+    "plot_prefix",
+    default=None,
+    help="Write PREFIX-bandwidth.png and PREFIX-latency.png instead.",
+)
+@click.option(
+    "--simulate", is_flag=True, help="Use the simulated engine (no GPU; nothing is measured)."
+)
 def sweep(**kw: Any) -> None:
     """Bandwidth and latency against transfer size, one curve per configuration (NetPIPE's
     method: log-scale sizes, repeats sized to a target time, several trials per size)."""
@@ -163,8 +233,14 @@ def sweep(**kw: Any) -> None:
     configs, _ = options.configs()
     total = len(configs) * len(options.sizes)
     try:
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TimeElapsedColumn(), console=stderr, transient=True) as progress:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=stderr,
+            transient=True,
+        ) as progress:
             result = run_sweep(engine, options, ProgressObserver(progress, total))
     except KeyboardInterrupt:
         stderr.print("interrupted before any curve was measured; nothing written")
@@ -181,8 +257,11 @@ def sweep(**kw: Any) -> None:
     if result.interrupted:
         stderr.print("interrupted: the files hold what was measured before Ctrl-C")
         sys.exit(EXIT_INTERRUPTED)
-    failed = any(p.verification is not None and not p.verification.ok
-                 for c in result.curves for p in c.points)
+    failed = any(
+        p.verification is not None and not p.verification.ok
+        for c in result.curves
+        for p in c.points
+    )
     if failed:
         sys.exit(EXIT_VERIFICATION_FAILED)
     if any(c.status == "failed" for c in result.curves):
@@ -193,15 +272,19 @@ def build_sweep_options(kw: dict[str, Any]) -> SweepOptions:
     range_options = ("min_size", "max_size", "steps", "perturbation")
     if kw["sizes"] is not None:
         if any(kw[name] is not None for name in range_options):
-            raise OptionError("--sizes", "give either --sizes or a range (--min-size, --max-size, "
-                              "--steps, --perturbation), not both")
+            raise OptionError(
+                "--sizes",
+                "give either --sizes or a range (--min-size, --max-size, "
+                "--steps, --perturbation), not both",
+            )
         sizes = parse_sizes("--sizes", kw["sizes"])
     else:
         low = parse_size_option("--min-size", kw["min_size"] or str(plan.DEFAULT_MIN_SIZE))
         high = parse_size_option("--max-size", kw["max_size"] or str(plan.DEFAULT_MAX_SIZE))
         if high < low:
-            raise OptionError("--max-size", f"{format_bytes(high)} is smaller than --min-size "
-                              f"{format_bytes(low)}")
+            raise OptionError(
+                "--max-size", f"{format_bytes(high)} is smaller than --min-size {format_bytes(low)}"
+            )
         steps = 1 if kw["steps"] is None else kw["steps"]
         if steps < 1:
             raise OptionError("--steps", f"{steps} is not a count of at least 1")
@@ -210,10 +293,16 @@ def build_sweep_options(kw: dict[str, Any]) -> SweepOptions:
             perturbation = parse_size_option("--perturbation", kw["perturbation"])
         sizes = tuple(plan.log_sizes(low, high, steps, perturbation))
     quick = kw["quick"]
-    target = kw["target_time"] if kw["target_time"] is not None else (
-        plan.QUICK_TARGET_S if quick else plan.DEFAULT_TARGET_S)
-    budget = kw["budget"] if kw["budget"] is not None else (
-        plan.QUICK_BUDGET_S if quick else plan.DEFAULT_BUDGET_S)
+    target = (
+        kw["target_time"]
+        if kw["target_time"] is not None
+        else (plan.QUICK_TARGET_S if quick else plan.DEFAULT_TARGET_S)
+    )
+    budget = (
+        kw["budget"]
+        if kw["budget"] is not None
+        else (plan.QUICK_BUDGET_S if quick else plan.DEFAULT_BUDGET_S)
+    )
     if budget < 0 or budget != budget:
         raise OptionError("--budget", f"{budget} is not a number of seconds (0 = no limit)")
     trials = kw["trials"]
@@ -267,31 +356,54 @@ def print_info(facts: dict[str, Any]) -> None:
     if facts["simulated"]:
         stdout.print("[bold red]SIMULATED: a modelled GPU, not this machine's[/bold red]")
     host = facts["host"]
-    stdout.print(f"host {host['hostname']}: {host['cpu']}, {host['cores']} cores, "
-                 f"{host['numa_nodes']} NUMA node(s), {host['os']}")
-    stdout.print(f"driver {facts['driver'] or 'unknown'} (CUDA {facts['cuda_driver_api']}), "
-                 f"CUDA runtime {facts['cuda_runtime']}, xferscope {facts['tool_version']}")
+    stdout.print(
+        f"host {host['hostname']}: {host['cpu']}, {host['cores']} cores, "
+        f"{host['numa_nodes']} NUMA node(s), {host['os']}"
+    )
+    stdout.print(
+        f"driver {facts['driver'] or 'unknown'} (CUDA {facts['cuda_driver_api']}), "
+        f"CUDA runtime {facts['cuda_runtime']}, xferscope {facts['tool_version']}"
+    )
     table = Table()
-    for name in ("GPU", "name", "PCIe now", "PCIe max", "peak/dir now", "peak/dir max",
-                 "memory", "NUMA", "CPUs", "bus id"):
+    for name in (
+        "GPU",
+        "name",
+        "PCIe now",
+        "PCIe max",
+        "peak/dir now",
+        "peak/dir max",
+        "memory",
+        "NUMA",
+        "CPUs",
+        "bus id",
+    ):
         table.add_column(name)
     for g in facts["gpus"]:
         now = _link(g.get("pcie_generation"), g.get("pcie_width"))
         best = _link(g.get("pcie_generation_max"), g.get("pcie_width_max"))
         downgraded = now != best and "unknown" not in (now, best)
         table.add_row(
-            str(g["index"]), g["name"], f"[yellow]{now}[/yellow]" if downgraded else now, best,
+            str(g["index"]),
+            g["name"],
+            f"[yellow]{now}[/yellow]" if downgraded else now,
+            best,
             format_rate(g["pcie_peak_bps"]) if g.get("pcie_peak_bps") else "",
             format_rate(g["pcie_peak_max_bps"]) if g.get("pcie_peak_max_bps") else "",
             format_bytes(g["total_memory_bytes"]),
             "" if g.get("numa_node") is None else str(g["numa_node"]),
-            g.get("cpu_affinity") or "", g["pci_bus_id"],
+            g.get("cpu_affinity") or "",
+            g["pci_bus_id"],
         )
     stdout.print(table)
-    if any(_link(g.get("pcie_generation"), g.get("pcie_width")) !=
-           _link(g.get("pcie_generation_max"), g.get("pcie_width_max")) for g in facts["gpus"]):
-        stdout.print("note: an idle GPU may train its link down to save power; run a transfer "
-                     "and look again before calling it a fault")
+    if any(
+        _link(g.get("pcie_generation"), g.get("pcie_width"))
+        != _link(g.get("pcie_generation_max"), g.get("pcie_width_max"))
+        for g in facts["gpus"]
+    ):
+        stdout.print(
+            "note: an idle GPU may train its link down to save power; run a transfer "
+            "and look again before calling it a fault"
+        )
 
 
 # ---- entry point -------------------------------------------------------------------------------

@@ -38,7 +38,12 @@ class Engine(Protocol):
     def runtime_version(self) -> int: ...
     def driver_version(self) -> int: ...
     def open_transfer(
-        self, device: int, direction: str, memory: str, mechanism: str, capacity: int,
+        self,
+        device: int,
+        direction: str,
+        memory: str,
+        mechanism: str,
+        capacity: int,
         rotation_bytes: int,
     ) -> Transfer: ...
     def clock(self) -> float: ...
@@ -56,9 +61,11 @@ class NativeEngine:
 
     def __init__(self) -> None:
         try:
-            from . import _engine
+            from . import _engine  # type: ignore[attr-defined]  # built by CMake
         except ImportError as exc:  # pragma: no cover - only a broken install gets here
-            raise NoDeviceError(f"the native engine is not built ({exc}); reinstall xferscope") from exc
+            raise NoDeviceError(
+                f"the native engine is not built ({exc}); reinstall xferscope"
+            ) from exc
         self._engine = _engine
 
     @contextmanager
@@ -98,7 +105,12 @@ class NativeEngine:
         return int(self._engine.driver_version())
 
     def open_transfer(
-        self, device: int, direction: str, memory: str, mechanism: str, capacity: int,
+        self,
+        device: int,
+        direction: str,
+        memory: str,
+        mechanism: str,
+        capacity: int,
         rotation_bytes: int,
     ) -> Transfer:
         with self._translated():

@@ -54,8 +54,14 @@ class _Calibration:
     per_iteration_s: float
 
 
-def _calibrate(transfer: Transfer, timing: str, size: int, target_s: float,
-               last: _Calibration | None, last_size: int | None) -> _Calibration:
+def _calibrate(
+    transfer: Transfer,
+    timing: str,
+    size: int,
+    target_s: float,
+    last: _Calibration | None,
+    last_size: int | None,
+) -> _Calibration:
     """Warm-up run that also measures the per-iteration time. Its first guess of the repeat
     count comes from NetPIPE's scaling of the previous size; it grows until the run is long
     enough to trust against the timer's resolution."""
@@ -65,15 +71,18 @@ def _calibrate(transfer: Transfer, timing: str, size: int, target_s: float,
         # Sizes run largest first. Scaling the last time down in proportion to size (NetPIPE's
         # eq. 1 going the other way) would ignore the fixed latency and ask for far too many
         # repeats, so a smaller size is predicted to take as long as the last one.
-        iterations = plan.netpipe_repeats(budget, max(size, last_size), last_size,
-                                          last.per_iteration_s)
+        iterations = plan.netpipe_repeats(
+            budget, max(size, last_size), last_size, last.per_iteration_s
+        )
     while True:
         r = transfer.time(timing, size, iterations)
         seconds = float(r["seconds"])
         per_iteration = seconds / iterations
         if seconds >= min(plan.MIN_CALIBRATION_S, budget) or iterations >= 1 << 20:
             return _Calibration(iterations, max(per_iteration, 1e-9))
-        iterations = max(iterations * 2, math.ceil(iterations * plan.MIN_CALIBRATION_S / max(seconds, 1e-9)))
+        iterations = max(
+            iterations * 2, math.ceil(iterations * plan.MIN_CALIBRATION_S / max(seconds, 1e-9))
+        )
 
 
 def _verify(transfer: Transfer, size: int) -> Verification:
@@ -87,10 +96,18 @@ def _verify(transfer: Transfer, size: int) -> Verification:
     )
 
 
-def measure_point(engine: Engine, transfer: Transfer, config: CurveConfig, size: int,
-                  target_s: float, options: SweepOptions, deadline: float | None,
-                  last: _Calibration | None, last_size: int | None,
-                  cache_bytes: int) -> tuple[Point, _Calibration]:
+def measure_point(
+    engine: Engine,
+    transfer: Transfer,
+    config: CurveConfig,
+    size: int,
+    target_s: float,
+    options: SweepOptions,
+    deadline: float | None,
+    last: _Calibration | None,
+    last_size: int | None,
+    cache_bytes: int,
+) -> tuple[Point, _Calibration]:
     copies = transfer.copies_per_iteration
     calibration = _calibrate(transfer, config.timing, size, target_s, last, last_size)
     warmup_per_copy = calibration.per_iteration_s / copies
@@ -123,7 +140,9 @@ def measure_point(engine: Engine, transfer: Transfer, config: CurveConfig, size:
             status, stopped_by = CUT_SHORT, STOP_BUDGET
         else:
             status = MEASURED
-            while relative_noise(samples) > options.noise_bound and len(samples) < options.max_trials:
+            while (
+                relative_noise(samples) > options.noise_bound and len(samples) < options.max_trials
+            ):
                 if deadline is not None and engine.clock() + trial_s > deadline:
                     break
                 trial()
@@ -152,8 +171,9 @@ def measure_point(engine: Engine, transfer: Transfer, config: CurveConfig, size:
     return point, calibration
 
 
-def measure_curve(engine: Engine, config: CurveConfig, options: SweepOptions,
-                  observer: Observer) -> tuple[Curve, bool]:
+def measure_curve(
+    engine: Engine, config: CurveConfig, options: SweepOptions, observer: Observer
+) -> tuple[Curve, bool]:
     """One curve. Returns it and whether the user interrupted it."""
     start = engine.clock()
     deadline: float | None = None
@@ -177,8 +197,14 @@ def measure_curve(engine: Engine, config: CurveConfig, options: SweepOptions,
         )
 
     try:
-        transfer = engine.open_transfer(config.device, config.direction, config.memory,
-                                        config.mechanism, max(sizes), options.rotation_bytes)
+        transfer = engine.open_transfer(
+            config.device,
+            config.direction,
+            config.memory,
+            config.mechanism,
+            max(sizes),
+            options.rotation_bytes,
+        )
         try:
             transfer.fill(options.seed)
             # The budget bounds measuring, not allocating and filling the buffers.
@@ -188,9 +214,21 @@ def measure_curve(engine: Engine, config: CurveConfig, options: SweepOptions,
             last_size: int | None = None
             for i, size in enumerate(sizes):
                 remaining = None if deadline is None else deadline - engine.clock()
-                target = plan.trial_target(options.target_s, remaining, len(sizes) - i, options.trials)
-                point, last = measure_point(engine, transfer, config, size, target, options,
-                                            deadline, last, last_size, cache_bytes)
+                target = plan.trial_target(
+                    options.target_s, remaining, len(sizes) - i, options.trials
+                )
+                point, last = measure_point(
+                    engine,
+                    transfer,
+                    config,
+                    size,
+                    target,
+                    options,
+                    deadline,
+                    last,
+                    last_size,
+                    cache_bytes,
+                )
                 last_size = size
                 points.append(point)
                 observer.point_done(config, point)
@@ -244,9 +282,10 @@ def _warnings(curves: list[Curve], skipped: list[str], options: SweepOptions) ->
             first = bad[0]
             assert first.verification is not None
             warnings.append(
-                f"{label}: verification FAILED at {len(bad)} of {len(curve.points)} sizes (first at "
-                f"{format_bytes(first.bytes)}: {first.verification.mismatched_bytes} wrong bytes, "
-                f"the first at offset {first.verification.first_mismatch}); those figures are invalid"
+                f"{label}: verification FAILED at {len(bad)} of {len(curve.points)} sizes "
+                f"(first at {format_bytes(first.bytes)}: {first.verification.mismatched_bytes} "
+                f"wrong bytes, the first at offset {first.verification.first_mismatch}); those "
+                "figures are invalid"
             )
         if any(p.blocking_timed_out for p in curve.points):
             warnings.append(
@@ -258,8 +297,8 @@ def _warnings(curves: list[Curve], skipped: list[str], options: SweepOptions) ->
             worst = max(noisy, key=lambda p: p.rel_noise)
             warnings.append(
                 f"{label}: {len(noisy)} sizes stayed noisier than {options.noise_bound:.0%} after "
-                f"{options.max_trials} trials (worst {worst.rel_noise:.0%} at {format_bytes(worst.bytes)}); "
-                "another process may be using the GPU or the CPU"
+                f"{options.max_trials} trials (worst {worst.rel_noise:.0%} at "
+                f"{format_bytes(worst.bytes)}); another process may be using the GPU or the CPU"
             )
         limited = [p for p in curve.points if p.status in (CUT_SHORT, ESTIMATED)]
         if limited:
@@ -270,7 +309,9 @@ def _warnings(curves: list[Curve], skipped: list[str], options: SweepOptions) ->
     return warnings
 
 
-def run_sweep(engine: Engine, options: SweepOptions, observer: Observer | None = None) -> SweepResult:
+def run_sweep(
+    engine: Engine, options: SweepOptions, observer: Observer | None = None
+) -> SweepResult:
     observer = observer or _Silent()
     configs, skipped = options.configs()
     if not configs:

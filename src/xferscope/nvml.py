@@ -56,13 +56,9 @@ def gpu_facts(uuid: str) -> dict[str, Any]:
         "sm_clock_mhz": _query(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM),
         "memory_clock_mhz": _query(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_MEM),
         "sm_clock_max_mhz": _query(nvml.nvmlDeviceGetMaxClockInfo, handle, nvml.NVML_CLOCK_SM),
-        "memory_clock_max_mhz": _query(
-            nvml.nvmlDeviceGetMaxClockInfo, handle, nvml.NVML_CLOCK_MEM
-        ),
+        "memory_clock_max_mhz": _query(nvml.nvmlDeviceGetMaxClockInfo, handle, nvml.NVML_CLOCK_MEM),
         "clock_event_reasons": _query(reasons_fn, handle) if reasons_fn else None,
-        "temperature_c": _query(
-            nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU
-        ),
+        "temperature_c": _query(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU),
         "power_w": (lambda mw: None if mw is None else mw / 1000)(
             _query(nvml.nvmlDeviceGetPowerUsage, handle)
         ),

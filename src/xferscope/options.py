@@ -81,12 +81,16 @@ class SweepOptions:
         if self.trials < 1:
             raise OptionError("--trials", f"{self.trials} is not a count of at least 1")
         if self.max_trials < self.trials:
-            raise OptionError("--max-trials", f"{self.max_trials} is fewer than --trials {self.trials}")
+            raise OptionError(
+                "--max-trials", f"{self.max_trials} is fewer than --trials {self.trials}"
+            )
         positive_float("--target-time", self.target_s)
         if self.budget_s is not None:
             positive_float("--budget", self.budget_s)
         if not 0 < self.noise_bound < 1:
-            raise OptionError("--noise-bound", f"{self.noise_bound} is not a fraction between 0 and 1")
+            raise OptionError(
+                "--noise-bound", f"{self.noise_bound} is not a fraction between 0 and 1"
+            )
 
     def configs(self) -> tuple[list[CurveConfig], list[str]]:
         """Every curve the options ask for, and a note for each combination that cannot run.
@@ -99,8 +103,10 @@ class SweepOptions:
                 for memory in memories:
                     for mechanism in self.mechanisms:
                         if mechanism == "kernel" and memory == "pageable":
-                            note = (f"{direction} pageable kernel: the GPU cannot address "
-                                    "pageable memory, so there is no SM copy of it")
+                            note = (
+                                f"{direction} pageable kernel: the GPU cannot address "
+                                "pageable memory, so there is no SM copy of it"
+                            )
                             if note not in skipped:
                                 skipped.append(note)
                             continue

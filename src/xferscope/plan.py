@@ -70,7 +70,9 @@ def repeats_for(target_s: float, per_iteration_s: float) -> int:
     return max(1, math.ceil(target_s / per_iteration_s))
 
 
-def trial_target(requested_s: float, remaining_s: float | None, points_left: int, trials: int) -> float:
+def trial_target(
+    requested_s: float, remaining_s: float | None, points_left: int, trials: int
+) -> float:
     """The trial length for the next point: the requested target, shortened when the curve's
     remaining budget would not cover every remaining point's trials at that length."""
     if remaining_s is None:

@@ -94,9 +94,7 @@ class Point:
 
     @property
     def valid(self) -> bool:
-        return not self.blocking_timed_out and (
-            self.verification is None or self.verification.ok
-        )
+        return not self.blocking_timed_out and (self.verification is None or self.verification.ok)
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +233,9 @@ def from_dict(d: dict[str, Any]) -> SweepResult:
         raise SchemaError(f"not an {SCHEMA_NAME} document (schema is {d.get('schema')!r})")
     version = d.get("schema_version")
     if version != SCHEMA_VERSION:
-        raise SchemaError(f"schema version {version} is not supported (this reads {SCHEMA_VERSION})")
+        raise SchemaError(
+            f"schema version {version} is not supported (this reads {SCHEMA_VERSION})"
+        )
     curves = tuple(
         Curve(
             config=CurveConfig(**c["config"]),

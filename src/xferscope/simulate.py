@@ -14,14 +14,15 @@ import numpy as np
 
 from .errors import AllocationError, EngineError
 
-SIMULATED_GPU = {
+SIMULATED_MEMORY_BYTES = 141 * 10**9
+SIMULATED_GPU: dict[str, Any] = {
     "index": 0,
     "name": "Simulated H200-like GPU",
     "uuid": "GPU-00000000-0000-0000-0000-000000000000",
     "pci_bus_id": "0000:00:00.0",
     "compute_capability": "9.0",
     "sm_count": 132,
-    "total_memory_bytes": 141 * 10**9,
+    "total_memory_bytes": SIMULATED_MEMORY_BYTES,
     "l2_cache_bytes": 60 * 10**6,
     "memory_bus_width_bits": 6144,
     "memory_clock_khz": 3_200_000,
@@ -60,8 +61,9 @@ def _model(direction: str, memory: str, mechanism: str, timing: str) -> LinkMode
 
 
 class SimulatedTransfer:
-    def __init__(self, engine: SimulatedEngine, direction: str, memory: str, mechanism: str,
-                 capacity: int) -> None:
+    def __init__(
+        self, engine: SimulatedEngine, direction: str, memory: str, mechanism: str, capacity: int
+    ) -> None:
         self._engine = engine
         self._direction = direction
         self._memory = memory
@@ -116,12 +118,18 @@ class SimulatedTransfer:
 
 class SimulatedEngine:
     """`corrupt` makes every verification fail, as a broken copy path would; `interrupt_after`
-    raises KeyboardInterrupt after that many trials, as Ctrl-C would."""
+    raises KeyboardInterrupt after that many engine calls, as Ctrl-C would."""
 
     simulated = True
 
-    def __init__(self, seed: int = 1, noise: float = 0.01, corrupt: bool = False,
-                 interrupt_after: int | None = None, devices: int = 1) -> None:
+    def __init__(
+        self,
+        seed: int = 1,
+        noise: float = 0.01,
+        corrupt: bool = False,
+        interrupt_after: int | None = None,
+        devices: int = 1,
+    ) -> None:
         self.rng = np.random.default_rng(seed)
         self.noise = noise
         self.corrupt = corrupt
@@ -146,8 +154,7 @@ class SimulatedEngine:
         return dict(SIMULATED_GPU, index=index)
 
     def memory_info(self, index: int) -> tuple[int, int]:
-        total = int(SIMULATED_GPU["total_memory_bytes"])
-        return total - (1 << 30), total
+        return SIMULATED_MEMORY_BYTES - (1 << 30), SIMULATED_MEMORY_BYTES
 
     def runtime_version(self) -> int:
         return 13000
@@ -155,9 +162,18 @@ class SimulatedEngine:
     def driver_version(self) -> int:
         return 13000
 
-    def open_transfer(self, device: int, direction: str, memory: str, mechanism: str,
-                      capacity: int, rotation_bytes: int) -> SimulatedTransfer:
+    def open_transfer(
+        self,
+        device: int,
+        direction: str,
+        memory: str,
+        mechanism: str,
+        capacity: int,
+        rotation_bytes: int,
+    ) -> SimulatedTransfer:
         free, _ = self.memory_info(device)
         if capacity * 2 > free:
-            raise AllocationError(f"cannot allocate {capacity} bytes of device memory: out of memory")
+            raise AllocationError(
+                f"cannot allocate {capacity} bytes of device memory: out of memory"
+            )
         return SimulatedTransfer(self, direction, memory, mechanism, capacity)

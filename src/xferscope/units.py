@@ -10,7 +10,9 @@ _BINARY = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 
-SIZE_HELP = "a byte count such as 4096, 64KiB, 1MiB, 1GiB (K/M/G = KiB/MiB/GiB; KB/MB/GB = 10^3/6/9)"
+SIZE_HELP = (
+    "a byte count such as 4096, 64KiB, 1MiB, 1GiB (K/M/G = KiB/MiB/GiB; KB/MB/GB = 10^3/6/9)"
+)
 
 
 def parse_size(text: str) -> int:

@@ -70,8 +70,14 @@ def test_corrupted_destination_is_detected(native_engine, direction, mechanism):
 def test_bandwidth_stays_under_the_physical_limit(native_engine):
     gpu = gpu_record(native_engine, 0)
     options = SweepOptions(
-        directions=("h2d", "d2h", "d2d"), memories=("pinned",), mechanisms=("async", "kernel"),
-        timings=("device",), sizes=(256 << 20,), target_s=0.05, trials=5, budget_s=None,
+        directions=("h2d", "d2h", "d2d"),
+        memories=("pinned",),
+        mechanisms=("async", "kernel"),
+        timings=("device",),
+        sizes=(256 << 20,),
+        target_s=0.05,
+        trials=5,
+        budget_s=None,
     )
     result = run_sweep(native_engine, options)
     assert not result.simulated
@@ -95,7 +101,7 @@ def test_unknown_device_is_a_typed_error(native_engine):
 
 
 def test_impossible_allocation_is_a_typed_error(native_engine):
-    free, total = native_engine.memory_info(0)
+    _free, total = native_engine.memory_info(0)
     with pytest.raises(AllocationError, match="device"):
         native_engine.open_transfer(0, "d2d", "device", "async", 4 * total, 0)
 
@@ -103,10 +109,28 @@ def test_impossible_allocation_is_a_typed_error(native_engine):
 def test_sweep_cli_on_gpu(native_engine, tmp_path):
     out = tmp_path / "r.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "xferscope", "sweep", "--quick", "--sizes", "4,1MiB,64MiB",
-         "-d", "h2d,d2h,roundtrip", "-m", "pinned,pageable", "--timing", "api,device",
-         "--json", str(out), "-o", str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "xferscope",
+            "sweep",
+            "--quick",
+            "--sizes",
+            "4,1MiB,64MiB",
+            "-d",
+            "h2d,d2h,roundtrip",
+            "-m",
+            "pinned,pageable",
+            "--timing",
+            "api,device",
+            "--json",
+            str(out),
+            "-o",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(out.read_text())
@@ -119,8 +143,12 @@ def test_sweep_cli_on_gpu(native_engine, tmp_path):
 
 
 def test_info_cli_on_gpu(native_engine):
-    proc = subprocess.run([sys.executable, "-m", "xferscope", "info", "--json"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "xferscope", "info", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     facts = json.loads(proc.stdout)
     assert facts["gpus"] and facts["driver"]

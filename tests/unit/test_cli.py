@@ -82,18 +82,33 @@ def test_bad_range_input_is_one_line(capsys, tmp_path, args, fragments):
 
 
 def test_perturbation_adds_neighbours(capsys, tmp_path):
-    code, _, err = run(capsys, "sweep", *RANGE, "--min-size", "256KiB", "--perturbation", "3",
-                       "-d", "h2d", "-m", "pinned", "--csv", str(tmp_path / "r.csv"),
-                       "-o", str(tmp_path))
+    code, _, err = run(
+        capsys,
+        "sweep",
+        *RANGE,
+        "--min-size",
+        "256KiB",
+        "--perturbation",
+        "3",
+        "-d",
+        "h2d",
+        "-m",
+        "pinned",
+        "--csv",
+        str(tmp_path / "r.csv"),
+        "-o",
+        str(tmp_path),
+    )
     assert code == 0, err
-    sizes = sorted({int(r.split(",")[6]) for r in (tmp_path / "r.csv").read_text().splitlines()[1:]})
+    sizes = sorted(
+        {int(r.split(",")[6]) for r in (tmp_path / "r.csv").read_text().splitlines()[1:]}
+    )
     assert sizes == [262141, 262144, 262147, 524285, 524288, 524291, 1048573, 1048576, 1048579]
 
 
 def test_sizes_beyond_host_memory_are_refused(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr("xferscope.machine.host_memory_total", lambda: 1 << 30)
-    code, _, err = run(capsys, "sweep", *SMALL, "--sizes=4GiB", "-d", "h2d",
-                       "-o", str(tmp_path))
+    code, _, err = run(capsys, "sweep", *SMALL, "--sizes=4GiB", "-d", "h2d", "-o", str(tmp_path))
     assert_one_line_error(code, err, "--max-size", "host memory")
 
 
@@ -101,8 +116,7 @@ def test_sizes_beyond_host_memory_are_refused(capsys, tmp_path, monkeypatch):
 def test_unwritable_output_is_refused_before_measuring(capsys, tmp_path, option):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
-    code, _, err = run(capsys, "sweep", *SMALL, "-o", str(tmp_path), option,
-                       str(blocker / "out"))
+    code, _, err = run(capsys, "sweep", *SMALL, "-o", str(tmp_path), option, str(blocker / "out"))
     assert_one_line_error(code, err, option, "cannot")
 
 
@@ -124,8 +138,11 @@ def test_sweep_writes_every_output_and_says_simulated(capsys, tmp_path):
     doc = json.loads(path.read_text())
     assert doc["simulated"] is True and doc["machine"]["simulated"] is True
     assert [c["label"] for c in doc["curves"]] == [
-        "h2d pageable memcpy api", "h2d pinned memcpy api", "d2h pageable memcpy api",
-        "d2h pinned memcpy api", "d2d device memcpy api",
+        "h2d pageable memcpy api",
+        "h2d pinned memcpy api",
+        "d2h pageable memcpy api",
+        "d2h pinned memcpy api",
+        "d2d device memcpy api",
     ]
     (csv_path,) = tmp_path.glob("sweep-*.csv")
     assert csv_path.read_text().splitlines()[1].startswith("1,")  # simulated column
@@ -135,8 +152,17 @@ def test_sweep_writes_every_output_and_says_simulated(capsys, tmp_path):
 
 
 def test_explicit_output_paths(capsys, tmp_path):
-    code, _, err = run(capsys, "sweep", *SMALL, "--json", str(tmp_path / "j" / "r.json"),
-                       "--csv", str(tmp_path / "r.csv"), "--plot", str(tmp_path / "p" / "fig"))
+    code, _, err = run(
+        capsys,
+        "sweep",
+        *SMALL,
+        "--json",
+        str(tmp_path / "j" / "r.json"),
+        "--csv",
+        str(tmp_path / "r.csv"),
+        "--plot",
+        str(tmp_path / "p" / "fig"),
+    )
     assert code == 0, err
     assert (tmp_path / "j" / "r.json").exists() and (tmp_path / "r.csv").exists()
     assert (tmp_path / "p" / "fig-bandwidth.png").exists()
@@ -156,19 +182,34 @@ def test_ctrl_c_keeps_what_was_measured(capsys, tmp_path, monkeypatch):
 
 def test_verification_failure_is_shown_and_exits_non_zero(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(cli, "open_engine", lambda simulate: SimulatedEngine(corrupt=True))
-    code, out, err = run(capsys, "sweep", *SMALL, "-o", str(tmp_path))
+    code, out, _err = run(capsys, "sweep", *SMALL, "-o", str(tmp_path))
     assert code == cli.EXIT_VERIFICATION_FAILED
     assert "verification FAILED" in out
     (path,) = tmp_path.glob("sweep-*.json")
-    assert any(not p["verification"]["ok"] for c in json.loads(path.read_text())["curves"]
-               for p in c["points"])
+    assert any(
+        not p["verification"]["ok"]
+        for c in json.loads(path.read_text())["curves"]
+        for p in c["points"]
+    )
 
 
 def test_seed_002_experiment(capsys, tmp_path):
     """README's seed 002 command: 1 MB..1 GB by powers of two, H2D/D2H x pageable/pinned."""
-    code, _, err = run(capsys, "sweep", "--simulate", "--min-size", "1MiB", "--max-size", "1GiB",
-                       "--csv", str(tmp_path / "seed002.csv"), "--plot", str(tmp_path / "seed002"),
-                       "-o", str(tmp_path))
+    code, _, err = run(
+        capsys,
+        "sweep",
+        "--simulate",
+        "--min-size",
+        "1MiB",
+        "--max-size",
+        "1GiB",
+        "--csv",
+        str(tmp_path / "seed002.csv"),
+        "--plot",
+        str(tmp_path / "seed002"),
+        "-o",
+        str(tmp_path),
+    )
     assert code == 0, err
     rows = (tmp_path / "seed002.csv").read_text().splitlines()[1:]
     assert len(rows) == 4 * 11
@@ -199,8 +240,20 @@ def test_info_bad_device(capsys):
 def test_help_lists_every_option(capsys):
     code, out, _ = run(capsys, "sweep", "--help")
     assert code == 0
-    for option in ("--direction", "--memory", "--mechanism", "--timing", "--device", "--sizes",
-                   "--target-time", "--trials", "--budget", "--json", "--csv", "--plot"):
+    for option in (
+        "--direction",
+        "--memory",
+        "--mechanism",
+        "--timing",
+        "--device",
+        "--sizes",
+        "--target-time",
+        "--trials",
+        "--budget",
+        "--json",
+        "--csv",
+        "--plot",
+    ):
         assert option in out
 
 
@@ -216,9 +269,14 @@ def _has_gpu() -> bool:
 @pytest.mark.skipif(_has_gpu(), reason="this machine has a GPU")
 @pytest.mark.parametrize("command", [["sweep", "--quick"], ["info"]])
 def test_no_gpu_is_one_line_through_the_entry_point(tmp_path, command):
-    proc = subprocess.run([sys.executable, "-m", "xferscope", *command, "-o", str(tmp_path)]
-                          if command[0] == "sweep" else [sys.executable, "-m", "xferscope", *command],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "xferscope", *command, "-o", str(tmp_path)]
+        if command[0] == "sweep"
+        else [sys.executable, "-m", "xferscope", *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 1
     assert proc.stderr.strip().startswith("Error: no CUDA device:")
     assert len(proc.stderr.strip().splitlines()) == 1
@@ -226,6 +284,7 @@ def test_no_gpu_is_one_line_through_the_entry_point(tmp_path, command):
 
 
 def test_version_through_the_entry_point():
-    proc = subprocess.run([sys.executable, "-m", "xferscope", "--version"],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "xferscope", "--version"], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0 and "0.1.0" in proc.stdout

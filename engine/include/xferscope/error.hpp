@@ -52,10 +52,10 @@ void throw_cuda_error(cudaError_t code, const char* expression, const char* file
 }  // namespace xferscope
 
 // Checks a CUDA runtime call and throws xferscope::CudaError on failure.
-#define XFS_CUDA_CALL(expression)                                                      \
-  do {                                                                                 \
-    const cudaError_t xfs_status_ = (expression);                                      \
-    if (xfs_status_ != cudaSuccess) {                                                  \
+#define XFS_CUDA_CALL(expression)                                                          \
+  do {                                                                                     \
+    const cudaError_t xfs_status_ = (expression);                                          \
+    if (xfs_status_ != cudaSuccess) {                                                      \
       ::xferscope::detail::throw_cuda_error(xfs_status_, #expression, __FILE__, __LINE__); \
-    }                                                                                  \
+    }                                                                                      \
   } while (false)

@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import IO
 
 from .csv import write_csv
 from .json import write_json
@@ -15,12 +13,12 @@ from .json import write_json
 __all__ = ["atomic_write", "write_csv", "write_json"]
 
 
-def atomic_write(path: Path, write: Callable[[IO[str]], None]) -> None:
+def atomic_write(path: Path, text: str) -> None:
     path = Path(path)
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", newline="") as handle:
-            write(handle)
+            handle.write(text)
         os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)

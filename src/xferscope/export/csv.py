@@ -9,10 +9,31 @@ from pathlib import Path
 from ..records import SweepResult
 
 COLUMNS = (
-    "simulated", "device", "direction", "memory", "mechanism", "timing", "bytes", "trials",
-    "iterations", "copies_per_iteration", "min_s", "median_s", "max_s", "rel_noise",
-    "latency_us", "bandwidth_gbps", "peak_bandwidth_gbps", "status", "stopped_by", "target_s",
-    "blocking_kernel", "blocking_timed_out", "cache_resident", "verified", "mismatched_bytes",
+    "simulated",
+    "device",
+    "direction",
+    "memory",
+    "mechanism",
+    "timing",
+    "bytes",
+    "trials",
+    "iterations",
+    "copies_per_iteration",
+    "min_s",
+    "median_s",
+    "max_s",
+    "rel_noise",
+    "latency_us",
+    "bandwidth_gbps",
+    "peak_bandwidth_gbps",
+    "status",
+    "stopped_by",
+    "target_s",
+    "blocking_kernel",
+    "blocking_timed_out",
+    "cache_resident",
+    "verified",
+    "mismatched_bytes",
 )
 
 
@@ -28,20 +49,39 @@ def dumps(result: SweepResult) -> str:
         c = curve.config
         for p in curve.points:
             v = p.verification
-            writer.writerow((
-                int(result.simulated), c.device, c.direction, c.memory, c.mechanism, c.timing,
-                p.bytes, len(p.samples_s), p.iterations, p.copies_per_iteration,
-                _number(p.min_s), _number(p.median_s), _number(p.max_s), _number(p.rel_noise),
-                _number(p.median_s * 1e6), _number(p.bandwidth / 1e9),
-                _number(p.peak_bandwidth / 1e9), p.status, p.stopped_by, _number(p.target_s),
-                int(p.blocking_kernel), int(p.blocking_timed_out), int(p.cache_resident),
-                "skipped" if v is None else ("ok" if v.ok else "FAILED"),
-                "" if v is None else v.mismatched_bytes,
-            ))
+            writer.writerow(
+                (
+                    int(result.simulated),
+                    c.device,
+                    c.direction,
+                    c.memory,
+                    c.mechanism,
+                    c.timing,
+                    p.bytes,
+                    len(p.samples_s),
+                    p.iterations,
+                    p.copies_per_iteration,
+                    _number(p.min_s),
+                    _number(p.median_s),
+                    _number(p.max_s),
+                    _number(p.rel_noise),
+                    _number(p.median_s * 1e6),
+                    _number(p.bandwidth / 1e9),
+                    _number(p.peak_bandwidth / 1e9),
+                    p.status,
+                    p.stopped_by,
+                    _number(p.target_s),
+                    int(p.blocking_kernel),
+                    int(p.blocking_timed_out),
+                    int(p.cache_resident),
+                    "skipped" if v is None else ("ok" if v.ok else "FAILED"),
+                    "" if v is None else v.mismatched_bytes,
+                )
+            )
     return out.getvalue()
 
 
 def write_csv(result: SweepResult, path: Path) -> None:
     from . import atomic_write
 
-    atomic_write(path, lambda handle: handle.write(dumps(result)))
+    atomic_write(path, dumps(result))

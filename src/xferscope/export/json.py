@@ -15,7 +15,7 @@ def dumps(result: SweepResult) -> str:
 def write_json(result: SweepResult, path: Path) -> None:
     from . import atomic_write
 
-    atomic_write(path, lambda handle: handle.write(dumps(result)))
+    atomic_write(path, dumps(result))
 
 
 def read_json(path: Path) -> SweepResult:

@@ -8,11 +8,11 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only; never needs a display
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib import ticker  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib import ticker
+from matplotlib.axes import Axes
 
-from ..records import ESTIMATED, Curve, SweepResult  # noqa: E402
+from ..records import ESTIMATED, Curve, SweepResult
 
 
 def _title(result: SweepResult, what: str) -> str:
@@ -31,15 +31,28 @@ _LINESTYLES = {"api": "-", "device": "--"}
 
 def _plot(ax: Axes, curve: Curve, values: list[float], color: tuple[float, ...]) -> None:
     sizes = [p.bytes for p in curve.points]
-    (line,) = ax.plot(sizes, values, marker=_MARKERS.get(curve.config.direction, "o"),
-                      linestyle=_LINESTYLES.get(curve.config.timing, "-"), markersize=3,
-                      linewidth=1.2, color=color, label=curve.config.label)
-    for p, value in zip(curve.points, values):
+    (line,) = ax.plot(
+        sizes,
+        values,
+        marker=_MARKERS.get(curve.config.direction, "o"),
+        linestyle=_LINESTYLES.get(curve.config.timing, "-"),
+        markersize=3,
+        linewidth=1.2,
+        color=color,
+        label=curve.config.label,
+    )
+    for p, value in zip(curve.points, values, strict=False):
         if not p.valid:
             ax.plot([p.bytes], [value], marker="x", color="red", markersize=9, zorder=5)
         elif p.status == ESTIMATED:
-            ax.plot([p.bytes], [value], marker="o", markerfacecolor="none", color=line.get_color(),
-                    markersize=8)
+            ax.plot(
+                [p.bytes],
+                [value],
+                marker="o",
+                markerfacecolor="none",
+                color=line.get_color(),
+                markersize=8,
+            )
 
 
 def _size_label(value: float, _position: int) -> str:
@@ -73,13 +86,21 @@ def write_plots(result: SweepResult, prefix: Path) -> list[Path]:
 
     colors = [plt.get_cmap("tab20")(i % 20) for i in range(len(curves))]
     fig, ax = _figure(result, "bandwidth (GB/s, 10^9 B/s)", "bandwidth vs size", len(curves))
-    for curve, color in zip(curves, colors):
+    for curve, color in zip(curves, colors, strict=False):
         _plot(ax, curve, [p.bandwidth / 1e9 for p in curve.points], color)
-    peaks = {g.get("pcie_peak_bps") for g in result.machine.get("gpus", []) if g.get("pcie_peak_bps")}
+    peaks = {
+        g.get("pcie_peak_bps") for g in result.machine.get("gpus", []) if g.get("pcie_peak_bps")
+    }
     for peak in peaks:
         ax.axhline(peak / 1e9, color="grey", linestyle="--", linewidth=1)
-        ax.annotate(f"PCIe limit {peak / 1e9:.1f} GB/s", xy=(0.01, peak / 1e9),
-                    xycoords=("axes fraction", "data"), color="grey", fontsize=8, va="top")
+        ax.annotate(
+            f"PCIe limit {peak / 1e9:.1f} GB/s",
+            xy=(0.01, peak / 1e9),
+            xycoords=("axes fraction", "data"),
+            color="grey",
+            fontsize=8,
+            va="top",
+        )
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     path = Path(f"{prefix}-bandwidth.png")
     fig.tight_layout()
@@ -88,7 +109,7 @@ def write_plots(result: SweepResult, prefix: Path) -> list[Path]:
     paths.append(path)
 
     fig, ax = _figure(result, "latency per copy (µs)", "latency vs size", len(curves))
-    for curve, color in zip(curves, colors):
+    for curve, color in zip(curves, colors, strict=False):
         _plot(ax, curve, [p.median_s * 1e6 for p in curve.points], color)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
     path = Path(f"{prefix}-latency.png")

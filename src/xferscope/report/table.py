@@ -53,13 +53,27 @@ def _link_peak(result: SweepResult, curve: Curve) -> float | None:
 
 def summary_table(result: SweepResult) -> Table:
     table = Table(title="Summary", title_justify="left")
-    for name in ("curve", "latency (smallest)", "best bandwidth", "of link", "noise",
-                 "verified", "status"):
+    for name in (
+        "curve",
+        "latency (smallest)",
+        "best bandwidth",
+        "of link",
+        "noise",
+        "verified",
+        "status",
+    ):
         table.add_column(name, justify="left" if name == "curve" else "right")
     for curve in result.curves:
         if not curve.points:
-            table.add_row(curve.config.label, "", "", "", "", "",
-                          escape(curve.status if curve.error is None else f"failed: {curve.error}"))
+            table.add_row(
+                curve.config.label,
+                "",
+                "",
+                "",
+                "",
+                "",
+                escape(curve.status if curve.error is None else f"failed: {curve.error}"),
+            )
             continue
         smallest = curve.points[0]
         best = max(curve.points, key=lambda p: p.bandwidth)
@@ -83,8 +97,10 @@ CURVES_PER_TABLE = 4  # two columns each: more would not fit a terminal
 
 def points_tables(result: SweepResult) -> list[Table]:
     curves = [c for c in result.curves if c.points]
-    return [points_table(curves[i : i + CURVES_PER_TABLE])
-            for i in range(0, len(curves), CURVES_PER_TABLE)]
+    return [
+        points_table(curves[i : i + CURVES_PER_TABLE])
+        for i in range(0, len(curves), CURVES_PER_TABLE)
+    ]
 
 
 def points_table(curves: list[Curve]) -> Table:
@@ -104,7 +120,9 @@ def points_table(curves: list[Curve]) -> Table:
                 flag = _flag(p)
                 row += [_latency_cell(p.median_s), _rate_cell(p.bandwidth) + flag]
         table.add_row(*row)
-    table.caption = "* cut short by the budget   ~ estimated   ! invalid (verification failed or blocked)"
+    table.caption = (
+        "* cut short by the budget   ~ estimated   ! invalid (verification failed or blocked)"
+    )
     return table
 
 
