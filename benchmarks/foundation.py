@@ -112,12 +112,27 @@ def cli_point(args: list[str]) -> dict:
         return point
 
 
-def default_sweep_wall_s() -> tuple[float, dict]:
+def default_sweep_wall_s(keep: Path | None) -> tuple[float, dict]:
+    """Wall time of `xferscope sweep` with no options, process start included."""
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "sweep.json"
+        out = keep or Path(tmp)
+        path = out / "sweep-default.json"
         begin = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-m", "xferscope", "sweep", "--json", str(path), "-o", tmp],
+            [
+                sys.executable,
+                "-m",
+                "xferscope",
+                "sweep",
+                "--json",
+                str(path),
+                "--csv",
+                str(out / "sweep-default.csv"),
+                "--plot",
+                str(out / "sweep-default"),
+                "-o",
+                str(out),
+            ],
             check=True,
             stdout=subprocess.DEVNULL,
         )
@@ -157,6 +172,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--commit", default=os.environ.get("XFERSCOPE_COMMIT", "unknown"))
     parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument(
+        "--keep-sweep",
+        type=Path,
+        default=None,
+        help="directory to keep the default sweep's JSON, CSV and plots in",
+    )
     args = parser.parse_args()
 
     engine = NativeEngine()
@@ -220,7 +241,7 @@ def main() -> None:
         )
     )
 
-    wall, sweep_doc = default_sweep_wall_s()
+    wall, sweep_doc = default_sweep_wall_s(args.keep_sweep)
     figures = {"sweep_default_wall_s": round(wall, 2)}
     for curve in sweep_doc["curves"]:
         best = max(p["summary"]["bandwidth_gbps"] for p in curve["points"])
