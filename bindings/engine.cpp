@@ -23,7 +23,8 @@ namespace {
 class TransferHandle {
  public:
   TransferHandle(int device, const std::string& direction, const std::string& memory,
-                 const std::string& mechanism, std::size_t capacity, std::size_t rotation_bytes) {
+                 const std::string& mechanism, std::size_t capacity, std::size_t rotation_bytes,
+                 bool rotate) {
     xs::TransferSpec spec;
     spec.device = device;
     spec.direction = xs::direction_from_string(direction);
@@ -31,6 +32,7 @@ class TransferHandle {
     spec.mechanism = xs::mechanism_from_string(mechanism);
     spec.capacity = capacity;
     spec.rotation_bytes = rotation_bytes;
+    spec.rotate = rotate;
     xs::device_info(device);  // a clear NoDeviceError for a bad index, before any allocation
     nb::gil_scoped_release release;
     transfer_ = std::make_unique<xs::Transfer>(spec);
@@ -96,9 +98,9 @@ NB_MODULE(_engine, m) {
 
   nb::class_<TransferHandle>(m, "Transfer")
       .def(nb::init<int, const std::string&, const std::string&, const std::string&, std::size_t,
-                    std::size_t>(),
+                    std::size_t, bool>(),
            "device"_a, "direction"_a, "memory"_a, "mechanism"_a, "capacity"_a,
-           "rotation_bytes"_a = 0)
+           "rotation_bytes"_a = 0, "rotate"_a = true)
       .def_prop_ro("copies_per_iteration",
                    [](TransferHandle& h) { return h.get().copies_per_iteration(); })
       .def_prop_ro("blocks_for_device_timing",

@@ -179,7 +179,7 @@ void Transfer::check_bytes(std::size_t bytes) const {
 }
 
 std::size_t Transfer::slots(std::size_t bytes) const {
-  if (bytes < kMinRotatedBytes) return 1;
+  if (!spec_.rotate || bytes < kMinRotatedBytes) return 1;
   const std::size_t size = legs_.front().source->size();
   return (size - bytes) / round_up(bytes, kSlotAlignment) + 1;
 }

@@ -196,6 +196,15 @@ class ProgressObserver:
     f"[default: {plan.DEFAULT_BUDGET_S:g}; {plan.QUICK_BUDGET_S:g} with --quick].",
 )
 @click.option(
+    "--cache",
+    type=click.Choice(["cold", "warm"]),
+    default="cold",
+    show_default=True,
+    help="cold: copies of 64 KiB and more rotate through buffers larger than the GPU and CPU "
+    "caches; warm: every copy reuses one buffer, as a loop over one array does (labelled "
+    "cache-resident).",
+)
+@click.option(
     "--quick", is_flag=True, help="Short trials and a small budget: a first look in seconds."
 )
 @click.option("--no-verify", is_flag=True, help="Skip checking the destination after each size.")
@@ -319,6 +328,7 @@ def build_sweep_options(kw: dict[str, Any]) -> SweepOptions:
         noise_bound=kw["noise_bound"],
         budget_s=None if budget == 0 else budget,
         seed=kw["seed"],
+        cache=kw["cache"],
         verify=not kw["no_verify"],
         quick=quick,
     )

@@ -45,6 +45,7 @@ class Engine(Protocol):
         mechanism: str,
         capacity: int,
         rotation_bytes: int,
+        rotate: bool = True,
     ) -> Transfer: ...
     def clock(self) -> float: ...
 
@@ -112,10 +113,11 @@ class NativeEngine:
         mechanism: str,
         capacity: int,
         rotation_bytes: int,
+        rotate: bool = True,
     ) -> Transfer:
         with self._translated():
             handle = self._engine.Transfer(
-                device, direction, memory, mechanism, capacity, rotation_bytes
+                device, direction, memory, mechanism, capacity, rotation_bytes, rotate
             )
         return _NativeTransfer(handle, self)
 

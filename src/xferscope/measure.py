@@ -203,7 +203,8 @@ def measure_curve(
             config.memory,
             config.mechanism,
             max(sizes),
-            options.rotation_bytes,
+            options.rotation_bytes if options.cache == "cold" else 0,
+            rotate=options.cache == "cold",
         )
         try:
             transfer.fill(options.seed)
@@ -244,7 +245,7 @@ def measure_curve(
 def check_memory(engine: Engine, options: SweepOptions, configs: list[CurveConfig]) -> None:
     """Refuses, before anything runs, sizes that cannot fit in device or host memory."""
     largest = max(options.sizes)
-    per_buffer = max(largest, options.rotation_bytes)
+    per_buffer = max(largest, options.rotation_bytes if options.cache == "cold" else 0)
     for device in {c.device for c in configs}:
         free, _ = engine.memory_info(device)
         device_buffers = max(

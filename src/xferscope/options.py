@@ -12,6 +12,8 @@ from .errors import OptionError
 from .records import CurveConfig
 from .units import SIZE_HELP, parse_size
 
+CACHE_STATES = ("cold", "warm")
+
 
 def parse_list(option: str, text: str, accepted: tuple[str, ...]) -> tuple[str, ...]:
     """A comma-separated list of names from `accepted`, duplicates dropped, order kept."""
@@ -73,6 +75,9 @@ class SweepOptions:
     seed: int = 0x5EED
     verify: bool = True
     rotation_bytes: int = plan.ROTATION_BYTES
+    # cold: copies of 64 KiB and more rotate through buffers larger than the caches; warm: every
+    # copy reuses one place, as a loop over one buffer does (its points are cache-resident).
+    cache: str = "cold"
     quick: bool = False
 
     def __post_init__(self) -> None:
@@ -87,6 +92,8 @@ class SweepOptions:
         positive_float("--target-time", self.target_s)
         if self.budget_s is not None:
             positive_float("--budget", self.budget_s)
+        if self.cache not in CACHE_STATES:
+            raise OptionError("--cache", f"'{self.cache}' is not one of {', '.join(CACHE_STATES)}")
         if not 0 < self.noise_bound < 1:
             raise OptionError(
                 "--noise-bound", f"{self.noise_bound} is not a fraction between 0 and 1"

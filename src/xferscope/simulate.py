@@ -62,9 +62,16 @@ def _model(direction: str, memory: str, mechanism: str, timing: str) -> LinkMode
 
 class SimulatedTransfer:
     def __init__(
-        self, engine: SimulatedEngine, direction: str, memory: str, mechanism: str, capacity: int
+        self,
+        engine: SimulatedEngine,
+        direction: str,
+        memory: str,
+        mechanism: str,
+        capacity: int,
+        rotate: bool = True,
     ) -> None:
         self._engine = engine
+        self._rotate = rotate
         self._direction = direction
         self._memory = memory
         self._mechanism = mechanism
@@ -97,9 +104,14 @@ class SimulatedTransfer:
             "copies_per_iteration": self.copies_per_iteration,
             "blocking_kernel": timing == "device" and self.blocks_for_device_timing,
             "blocking_timed_out": False,
-            "footprint_bytes": min(iterations, 1 + (256 << 20) // max(bytes, 4096))
-            * (math.ceil(bytes / 64) * 64),
+            "footprint_bytes": self._places(bytes, iterations) * (math.ceil(bytes / 64) * 64),
         }
+
+    def _places(self, size: int, iterations: int) -> int:
+        """Where copies of `size` go, as the native engine rotates them."""
+        if not self._rotate or size < 64 << 10:
+            return 1
+        return min(iterations, 1 + (max(self._capacity, 256 << 20) - size) // size)
 
     def verify(self, bytes: int, inject_fault: bool = False) -> dict[str, Any]:
         self._check(bytes)
@@ -170,10 +182,11 @@ class SimulatedEngine:
         mechanism: str,
         capacity: int,
         rotation_bytes: int,
+        rotate: bool = True,
     ) -> SimulatedTransfer:
         free, _ = self.memory_info(device)
         if capacity * 2 > free:
             raise AllocationError(
                 f"cannot allocate {capacity} bytes of device memory: out of memory"
             )
-        return SimulatedTransfer(self, direction, memory, mechanism, capacity)
+        return SimulatedTransfer(self, direction, memory, mechanism, capacity, rotate)

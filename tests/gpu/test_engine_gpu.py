@@ -152,3 +152,15 @@ def test_info_cli_on_gpu(native_engine):
     assert proc.returncode == 0, proc.stderr
     facts = json.loads(proc.stdout)
     assert facts["gpus"] and facts["driver"]
+
+
+def test_cold_copies_rotate_and_warm_copies_stay(native_engine):
+    size = 1 << 20
+    for rotate, resident in ((True, False), (False, True)):
+        transfer = native_engine.open_transfer(0, "d2d", "device", "async", size, 256 << 20, rotate)
+        try:
+            r = transfer.time("device", size, 200)
+            assert (r["footprint_bytes"] < 2 * 60 * 10**6) == resident, r
+            assert transfer.verify(size)["ok"]
+        finally:
+            transfer.close()

@@ -288,3 +288,30 @@ def test_version_through_the_entry_point():
         [sys.executable, "-m", "xferscope", "--version"], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0 and "0.1.0" in proc.stdout
+
+
+def test_warm_cache_is_recorded_and_labels_points(capsys, tmp_path):
+    code, _, err = run(
+        capsys,
+        "sweep",
+        *SMALL,
+        "--cache",
+        "warm",
+        "-d",
+        "h2d",
+        "-m",
+        "pinned",
+        "--json",
+        str(tmp_path / "w.json"),
+        "-o",
+        str(tmp_path),
+    )
+    assert code == 0, err
+    doc = json.loads((tmp_path / "w.json").read_text())
+    assert doc["options"]["cache"] == "warm"
+    assert all(p["cache_resident"] for p in doc["curves"][0]["points"])
+
+
+def test_bad_cache_state(capsys, tmp_path):
+    code, _, err = run(capsys, "sweep", *SMALL, "--cache", "lukewarm", "-o", str(tmp_path))
+    assert_one_line_error(code, err, "--cache", "cold", "warm")

@@ -47,6 +47,8 @@ struct TransferSpec {
   // Buffers are at least this large, and successive copies move through them, so that small
   // copies do not keep hitting data the GPU L2 or the CPU caches still hold.
   std::size_t rotation_bytes = 0;
+  // false: every copy reuses the same place, so its data may sit in the caches (warm).
+  bool rotate = true;
 };
 
 struct TrialTiming {
