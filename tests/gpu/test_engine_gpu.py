@@ -164,3 +164,25 @@ def test_cold_copies_rotate_and_warm_copies_stay(native_engine):
             assert transfer.verify(size)["ok"]
         finally:
             transfer.close()
+
+
+def test_ctrl_c_on_gpu_writes_what_was_measured(native_engine, tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "r.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xferscope", "sweep", "--json", str(out), "-o", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(8)  # well into the first curve, with its largest sizes done
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "interrupted" in stderr
+    doc = json.loads(out.read_text())
+    assert doc["interrupted"] is True
+    assert doc["curves"][-1]["status"] == "interrupted"
+    assert sum(len(c["points"]) for c in doc["curves"]) > 0
