@@ -86,7 +86,7 @@ def write_plots(result: SweepResult, prefix: Path) -> list[Path]:
 
     colors = [plt.get_cmap("tab20")(i % 20) for i in range(len(curves))]
     fig, ax = _figure(result, "bandwidth (GB/s, 10^9 B/s)", "bandwidth vs size", len(curves))
-    for curve, color in zip(curves, colors, strict=False):
+    for curve, color in zip(curves, colors, strict=True):
         _plot(ax, curve, [p.bandwidth / 1e9 for p in curve.points], color)
     peaks = {
         g.get("pcie_peak_bps") for g in result.machine.get("gpus", []) if g.get("pcie_peak_bps")
@@ -101,20 +101,18 @@ def write_plots(result: SweepResult, prefix: Path) -> list[Path]:
             fontsize=8,
             va="top",
         )
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    path = Path(f"{prefix}-bandwidth.png")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    paths.append(path)
+    paths.append(_save(fig, ax, Path(f"{prefix}-bandwidth.png")))
 
     fig, ax = _figure(result, "latency per copy (µs)", "latency vs size", len(curves))
-    for curve, color in zip(curves, colors, strict=False):
+    for curve, color in zip(curves, colors, strict=True):
         _plot(ax, curve, [p.median_s * 1e6 for p in curve.points], color)
+    paths.append(_save(fig, ax, Path(f"{prefix}-latency.png")))
+    return paths
+
+
+def _save(fig: plt.Figure, ax: Axes, path: Path) -> Path:
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
-    path = Path(f"{prefix}-latency.png")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
-    paths.append(path)
-    return paths
+    return path
