@@ -46,7 +46,10 @@ def format_bytes(n: float) -> str:
             if value == int(value):
                 return f"{int(value)} {unit}"
             digits = 2 if value < 10 else 1 if value < 100 else 0
-            return f"{value:.{digits}f}".rstrip("0").rstrip(".") + f" {unit}"
+            text = f"{value:.{digits}f}"
+            if digits:  # 1.50 -> 1.5, but never 140 -> 14
+                text = text.rstrip("0").rstrip(".")
+            return f"{text} {unit}"
     return f"{n:.0f} B"
 
 

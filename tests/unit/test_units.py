@@ -115,3 +115,11 @@ def test_format_seconds(seconds: float, expected: str) -> None:
 )
 def test_format_rate_uses_decimal_gigabytes(rate: float, expected: str) -> None:
     assert format_rate(rate) == expected
+
+
+@pytest.mark.parametrize(
+    ("n", "expected"),
+    [(143771 << 20, "140 GiB"), (100 << 20 | 1, "100 MiB"), (int(10.5 * (1 << 30)), "10.5 GiB")],
+)
+def test_format_bytes_keeps_the_digits_of_whole_numbers(n: int, expected: str) -> None:
+    assert format_bytes(n) == expected
