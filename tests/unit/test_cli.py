@@ -315,3 +315,24 @@ def test_warm_cache_is_recorded_and_labels_points(capsys, tmp_path):
 def test_bad_cache_state(capsys, tmp_path):
     code, _, err = run(capsys, "sweep", *SMALL, "--cache", "lukewarm", "-o", str(tmp_path))
     assert_one_line_error(code, err, "--cache", "cold", "warm")
+
+
+def test_summary_gives_the_share_of_each_physical_limit(capsys, tmp_path):
+    code, out, err = run(
+        capsys,
+        "sweep",
+        "--simulate",
+        "--quick",
+        "--sizes",
+        "1GiB",
+        "-d",
+        "h2d,d2d",
+        "-m",
+        "pinned",
+        "-o",
+        str(tmp_path),
+    )
+    assert code == 0, err
+    # Model: 55.4 GB/s of a 63.0 GB/s link; 2.1 TB/s copied = 4.2 TB/s traffic of 4.9 TB/s.
+    assert "88% PCIe" in out or "87% PCIe" in out
+    assert "85% HBM" in out or "86% HBM" in out

@@ -42,13 +42,17 @@ def _header(config: CurveConfig) -> str:
     return f"{config.direction} {config.memory}{gpu}\n{config.mechanism} {config.timing}"
 
 
-def _link_peak(result: SweepResult, curve: Curve) -> float | None:
+def _share_of_limit(result: SweepResult, curve: Curve, bandwidth: float) -> str:
+    """The bandwidth as a share of the physical limit: the PCIe link per direction for host
+    transfers; HBM for device-to-device copies, whose traffic is a read and a write per byte."""
+    gpu = next(
+        (g for g in result.machine.get("gpus", []) if g.get("index") == curve.config.device), {}
+    )
     if curve.config.direction == "d2d":
-        return None
-    for gpu in result.machine.get("gpus", []):
-        if gpu.get("index") == curve.config.device:
-            return gpu.get("pcie_peak_bps")
-    return None
+        peak, traffic, name = gpu.get("memory_peak_bps"), 2 * bandwidth, "HBM"
+    else:
+        peak, traffic, name = gpu.get("pcie_peak_bps"), bandwidth, "PCIe"
+    return f"{traffic / peak:.0%} {name}" if peak else ""
 
 
 def summary_table(result: SweepResult) -> Table:
@@ -57,7 +61,7 @@ def summary_table(result: SweepResult) -> Table:
         "curve",
         "latency (smallest)",
         "best bandwidth",
-        "of link",
+        "of limit",
         "noise",
         "verified",
         "status",
@@ -77,14 +81,13 @@ def summary_table(result: SweepResult) -> Table:
             continue
         smallest = curve.points[0]
         best = max(curve.points, key=lambda p: p.bandwidth)
-        peak = _link_peak(result, curve)
         verified = [p.verification for p in curve.points if p.verification is not None]
         failed = sum(1 for v in verified if not v.ok)
         table.add_row(
             curve.config.label,
             f"{format_seconds(smallest.median_s)} @ {format_bytes(smallest.bytes)}",
             f"{best.bandwidth / 1e9:.2f} GB/s @ {format_bytes(best.bytes)}",
-            f"{best.bandwidth / peak:.0%}" if peak else "",
+            _share_of_limit(result, curve, best.bandwidth),
             f"{max(p.rel_noise for p in curve.points):.1%}",
             "skipped" if not verified else ("ok" if not failed else f"[red]FAILED {failed}[/red]"),
             curve.status if curve.error is None else escape(f"failed: {curve.error}"),
