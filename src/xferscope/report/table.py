@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -45,7 +47,7 @@ def _header(config: CurveConfig) -> str:
 def _share_of_limit(result: SweepResult, curve: Curve, bandwidth: float) -> str:
     """The bandwidth as a share of the physical limit: the PCIe link per direction for host
     transfers; HBM for device-to-device copies, whose traffic is a read and a write per byte."""
-    gpu = next(
+    gpu: dict[str, Any] = next(
         (g for g in result.machine.get("gpus", []) if g.get("index") == curve.config.device), {}
     )
     if curve.config.direction == "d2d":
