@@ -190,6 +190,37 @@ def _point_from_dict(d: dict[str, Any]) -> Point:
     )
 
 
+def curve_to_dict(c: Curve) -> dict[str, Any]:
+    return {
+        "config": {
+            "device": c.config.device,
+            "direction": c.config.direction,
+            "memory": c.config.memory,
+            "mechanism": c.config.mechanism,
+            "timing": c.config.timing,
+        },
+        "label": c.config.label,
+        "status": c.status,
+        "error": c.error,
+        "budget_s": c.budget_s,
+        "requested_target_s": c.requested_target_s,
+        "wall_s": c.wall_s,
+        "points": [_point_to_dict(p) for p in c.points],
+    }
+
+
+def curve_from_dict(c: dict[str, Any]) -> Curve:
+    return Curve(
+        config=CurveConfig(**c["config"]),
+        points=tuple(_point_from_dict(p) for p in c["points"]),
+        status=c["status"],
+        error=c.get("error"),
+        budget_s=c.get("budget_s"),
+        requested_target_s=float(c.get("requested_target_s", 0.0)),
+        wall_s=float(c.get("wall_s", 0.0)),
+    )
+
+
 def to_dict(result: SweepResult) -> dict[str, Any]:
     return {
         "schema": SCHEMA_NAME,
@@ -202,25 +233,7 @@ def to_dict(result: SweepResult) -> dict[str, Any]:
         "warnings": list(result.warnings),
         "machine": result.machine,
         "options": result.options,
-        "curves": [
-            {
-                "config": {
-                    "device": c.config.device,
-                    "direction": c.config.direction,
-                    "memory": c.config.memory,
-                    "mechanism": c.config.mechanism,
-                    "timing": c.config.timing,
-                },
-                "label": c.config.label,
-                "status": c.status,
-                "error": c.error,
-                "budget_s": c.budget_s,
-                "requested_target_s": c.requested_target_s,
-                "wall_s": c.wall_s,
-                "points": [_point_to_dict(p) for p in c.points],
-            }
-            for c in result.curves
-        ],
+        "curves": [curve_to_dict(c) for c in result.curves],
     }
 
 
@@ -236,18 +249,7 @@ def from_dict(d: dict[str, Any]) -> SweepResult:
         raise SchemaError(
             f"schema version {version} is not supported (this reads {SCHEMA_VERSION})"
         )
-    curves = tuple(
-        Curve(
-            config=CurveConfig(**c["config"]),
-            points=tuple(_point_from_dict(p) for p in c["points"]),
-            status=c["status"],
-            error=c.get("error"),
-            budget_s=c.get("budget_s"),
-            requested_target_s=float(c.get("requested_target_s", 0.0)),
-            wall_s=float(c.get("wall_s", 0.0)),
-        )
-        for c in d["curves"]
-    )
+    curves = tuple(curve_from_dict(c) for c in d["curves"])
     return SweepResult(
         tool_version=d["tool_version"],
         created=d["created"],

@@ -1,0 +1,96 @@
+"""A run flattened into named metrics: what compare, Prometheus, history and the diagnosis read.
+
+Names are hierarchical, like nvbench's summaries: `gpu0/h2d/pinned/async/device/bandwidth`,
+`gpu0/concurrent/bidirectional/h2d/bandwidth`, `p2p/0-1/async/peer/one_way/bandwidth`. Values
+are SI (bytes per second, seconds); each metric keeps its per-trial samples so a comparison can
+weigh a difference against the noise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import stats
+from .records import Curve
+from .run_records import Concurrent, RunResult
+
+# The figures a person reads first, by curve (direction, memory, mechanism, timing).
+HEADLINE_CURVES = {
+    ("h2d", "pinned", "async", "device"): "h2d pinned",
+    ("d2h", "pinned", "async", "device"): "d2h pinned",
+    ("d2d", "device", "async", "device"): "d2d",
+    ("h2d", "pageable", "memcpy", "api"): "h2d pageable",
+    ("d2h", "pageable", "memcpy", "api"): "d2h pageable",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    name: str
+    value: float
+    unit: str  # "B/s" or "s"
+    higher_is_better: bool
+    samples: tuple[float, ...]  # the same quantity, one per trial
+    headline: bool = False
+
+    @property
+    def rel_noise(self) -> float:
+        return stats.relative_noise(self.samples)
+
+
+def _curve_metrics(prefix: str, curve: Curve, headline: bool) -> list[Metric]:
+    if not curve.points:
+        return []
+    name = f"{prefix}/{curve.config.direction}/{curve.config.memory}/{curve.config.mechanism}"
+    name += f"/{curve.config.timing}"
+    largest, smallest = curve.points[-1], curve.points[0]
+    return [
+        Metric(
+            f"{name}/bandwidth",
+            largest.bandwidth,
+            "B/s",
+            True,
+            tuple(largest.bytes / s for s in largest.samples_s),
+            headline,
+        ),
+        Metric(f"{name}/latency", smallest.median_s, "s", False, smallest.samples_s, headline),
+    ]
+
+
+def _concurrent_metrics(prefix: str, c: Concurrent) -> list[Metric]:
+    if c.status != "complete" or not c.streams:
+        return []
+    out = [
+        Metric(f"{prefix}/{s.label}/bandwidth", s.bandwidth, "B/s", True,
+               tuple(s.bytes / x for x in s.samples_s))
+        for s in c.streams
+    ]  # fmt: skip
+    trials = min(len(s.samples_s) for s in c.streams)
+    totals = tuple(sum(s.bytes / s.samples_s[i] for s in c.streams) for i in range(trials))
+    out.append(Metric(f"{prefix}/total_bandwidth", c.total_bandwidth, "B/s", True, totals))
+    return out
+
+
+def run_metrics(result: RunResult) -> dict[str, Metric]:
+    metrics: list[Metric] = []
+    for gpu in result.gpus:
+        prefix = f"gpu{gpu.index}"
+        for curve in gpu.curves:
+            key = (curve.config.direction, curve.config.memory, curve.config.mechanism,
+                   curve.config.timing)  # fmt: skip
+            metrics += _curve_metrics(prefix, curve, key in HEADLINE_CURVES)
+        for c in gpu.concurrent:
+            metrics += _concurrent_metrics(f"{prefix}/concurrent/{c.label}", c)
+        if gpu.pinning is not None:
+            p = gpu.pinning
+            per_gb = 1e9 / p.bytes
+            for name, seconds in (
+                ("host_alloc", p.host_alloc_s), ("host_free", p.host_free_s),
+                ("register", p.register_s), ("unregister", p.unregister_s),
+            ):  # fmt: skip
+                value = seconds * per_gb
+                metrics.append(Metric(f"{prefix}/pinning/{name}_per_gb", value, "s", False,
+                                      (value,)))  # fmt: skip
+    for c in result.multi:
+        metrics += _concurrent_metrics(f"multi/{c.label}", c)
+    return {m.name: m for m in metrics}
