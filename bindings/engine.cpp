@@ -4,12 +4,14 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include <memory>
 #include <string>
 
 #include "xferscope/device.hpp"
 #include "xferscope/error.hpp"
+#include "xferscope/pinning.hpp"
 #include "xferscope/transfer.hpp"
 
 namespace nb = nanobind;
@@ -24,7 +26,7 @@ class TransferHandle {
  public:
   TransferHandle(int device, const std::string& direction, const std::string& memory,
                  const std::string& mechanism, std::size_t capacity, std::size_t rotation_bytes,
-                 bool rotate) {
+                 bool rotate, int peer, bool peer_access) {
     xs::TransferSpec spec;
     spec.device = device;
     spec.direction = xs::direction_from_string(direction);
@@ -33,6 +35,8 @@ class TransferHandle {
     spec.capacity = capacity;
     spec.rotation_bytes = rotation_bytes;
     spec.rotate = rotate;
+    spec.peer = peer;
+    spec.peer_access = peer_access;
     xs::device_info(device);  // a clear NoDeviceError for a bad index, before any allocation
     nb::gil_scoped_release release;
     transfer_ = std::make_unique<xs::Transfer>(spec);
@@ -98,9 +102,9 @@ NB_MODULE(_engine, m) {
 
   nb::class_<TransferHandle>(m, "Transfer")
       .def(nb::init<int, const std::string&, const std::string&, const std::string&, std::size_t,
-                    std::size_t, bool>(),
+                    std::size_t, bool, int, bool>(),
            "device"_a, "direction"_a, "memory"_a, "mechanism"_a, "capacity"_a,
-           "rotation_bytes"_a = 0, "rotate"_a = true)
+           "rotation_bytes"_a = 0, "rotate"_a = true, "peer"_a = -1, "peer_access"_a = true)
       .def_prop_ro("copies_per_iteration",
                    [](TransferHandle& h) { return h.get().copies_per_iteration(); })
       .def_prop_ro("blocks_for_device_timing",
@@ -152,4 +156,48 @@ NB_MODULE(_engine, m) {
           },
           "bytes"_a, "inject_fault"_a = false)
       .def("close", &TransferHandle::close);
+
+  m.def(
+      "time_concurrently",
+      [](std::vector<TransferHandle*> handles, std::size_t bytes, std::int64_t iterations) {
+        std::vector<xs::Transfer*> transfers;
+        for (TransferHandle* h : handles) transfers.push_back(&h->get());
+        bool timed_out = false;
+        std::vector<double> seconds;
+        {
+          nb::gil_scoped_release release;
+          seconds = xs::time_concurrently(transfers, bytes, iterations, timed_out);
+        }
+        return std::make_tuple(seconds, timed_out);
+      },
+      "transfers"_a, "bytes"_a, "iterations"_a,
+      "Runs every transfer at once; returns (device seconds of each, blocking timed out).");
+  m.def(
+      "measure_pinning",
+      [](int device, std::size_t bytes) {
+        xs::device_info(device);
+        xs::PinningCosts c;
+        {
+          nb::gil_scoped_release release;
+          c = xs::measure_pinning(device, bytes);
+        }
+        nb::dict d;
+        d["host_alloc_s"] = c.host_alloc_s;
+        d["host_free_s"] = c.host_free_s;
+        d["register_s"] = c.register_s;
+        d["unregister_s"] = c.unregister_s;
+        d["pageable_copy_s"] = c.pageable_copy_s;
+        d["pinned_copy_s"] = c.pinned_copy_s;
+        d["registered_copy_s"] = c.registered_copy_s;
+        return d;
+      },
+      "device"_a, "bytes"_a);
+  m.def(
+      "can_access_peer",
+      [](int device, int peer) {
+        int can = 0;
+        XFS_CUDA_CALL(cudaDeviceCanAccessPeer(&can, device, peer));
+        return can != 0;
+      },
+      "device"_a, "peer"_a);
 }

@@ -61,6 +61,7 @@ Buffer Buffer::allocate(MemoryKind kind, std::size_t bytes, int device) {
   Buffer buffer;
   buffer.kind_ = kind;
   buffer.size_ = bytes;
+  buffer.device_index_ = device;
   cudaError_t status = cudaSuccess;
   switch (kind) {
     case MemoryKind::pageable: buffer.host_ = aligned_host(bytes, kind); break;
@@ -103,6 +104,7 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
     release();
     kind_ = other.kind_;
     size_ = other.size_;
+    device_index_ = other.device_index_;
     host_ = std::exchange(other.host_, nullptr);
     device_ = std::exchange(other.device_, nullptr);
     other.size_ = 0;

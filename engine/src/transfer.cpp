@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <string>
+#include <utility>
 
 #include "kernels.hpp"
 #include "xferscope/error.hpp"
@@ -20,9 +21,6 @@ constexpr std::size_t kCacheLine = 64;
 // on an H200, rotated pinned H2D copies of 4-16 KiB took 0.3-1.2 us longer, and from 64 KiB on
 // rotation cost pinned copies nothing.
 constexpr std::size_t kMinRotatedBytes = 64 << 10;
-// Copies queued behind one blocking kernel. The queue a stream can hold is finite; past it the
-// host would block while enqueuing and the kernel would wait for nothing.
-constexpr std::int64_t kCopiesPerBlockedBatch = 128;
 constexpr std::uint64_t kBlockingTimeoutNs = 5'000'000'000ull;
 constexpr cudaStream_t kLegacyStream = nullptr;
 
@@ -53,6 +51,7 @@ std::string_view to_string(Direction direction) {
     case Direction::d2h: return "d2h";
     case Direction::d2d: return "d2d";
     case Direction::round_trip: return "roundtrip";
+    case Direction::p2p: return "p2p";
   }
   return "unknown";
 }
@@ -70,7 +69,7 @@ std::string_view to_string(Timing timing) { return timing == Timing::api ? "api"
 
 Direction direction_from_string(std::string_view name) {
   static constexpr Direction all[] = {Direction::h2d, Direction::d2h, Direction::d2d,
-                                      Direction::round_trip};
+                                      Direction::round_trip, Direction::p2p};
   return from_string(name, all, "direction");
 }
 
@@ -86,10 +85,11 @@ Timing timing_from_string(std::string_view name) {
 
 Transfer::Transfer(const TransferSpec& spec) : spec_(spec) {
   if (spec.capacity == 0) throw UsageError("a transfer needs a capacity of at least one byte");
-  const bool host_side = spec.direction != Direction::d2d;
+  const bool peer_to_peer = spec.direction == Direction::p2p;
+  const bool host_side = spec.direction != Direction::d2d && !peer_to_peer;
   if (host_side && spec.host_memory == MemoryKind::device) {
     throw UsageError(
-        "memory kind 'device' is for d2d only; host transfers take pageable, "
+        "memory kind 'device' is for d2d and p2p only; host transfers take pageable, "
         "pinned, wc, registered or mapped");
   }
   if (host_side && spec.mechanism == Mechanism::kernel &&
@@ -98,37 +98,61 @@ Transfer::Transfer(const TransferSpec& spec) : spec_(spec) {
         "the kernel mechanism needs host memory the GPU can address (pinned, wc, "
         "registered or mapped), not pageable");
   }
+  if (peer_to_peer) {
+    int count = 0;
+    XFS_CUDA_CALL(cudaGetDeviceCount(&count));
+    if (spec.peer < 0 || spec.peer >= count || spec.peer == spec.device) {
+      throw UsageError("a p2p transfer needs a peer GPU other than its own, from 0 to " +
+                       std::to_string(count - 1));
+    }
+    if (spec.mechanism == Mechanism::memcpy) {
+      throw UsageError("p2p copies use the async or kernel mechanism");
+    }
+    if (spec.mechanism == Mechanism::kernel && !spec.peer_access) {
+      throw UsageError("an SM copy to another GPU needs peer access");
+    }
+    set_peer_access();
+  }
   XFS_CUDA_CALL(cudaSetDevice(spec.device));
   XFS_CUDA_CALL(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, spec.device));
 
   const std::size_t size = std::max(spec.capacity, spec.rotation_bytes);
   const MemoryKind host = host_side ? spec.host_memory : MemoryKind::device;
-  auto add = [&](MemoryKind kind) -> Buffer* {
-    buffers_.push_back(Buffer::allocate(kind, size, spec.device));
+  auto add = [&](MemoryKind kind, int device) -> Buffer* {
+    buffers_.push_back(Buffer::allocate(kind, size, device));
     return &buffers_.back();
   };
+  const int gpu = spec.device;
   buffers_.reserve(3);  // legs_ keep pointers into buffers_
   switch (spec.direction) {
     case Direction::h2d:
-      legs_.push_back({add(host), add(MemoryKind::device), cudaMemcpyHostToDevice});
+      legs_.push_back({add(host, gpu), add(MemoryKind::device, gpu), cudaMemcpyHostToDevice});
       break;
     case Direction::d2h: {
-      Buffer* device = add(MemoryKind::device);
-      legs_.push_back({device, add(host), cudaMemcpyDeviceToHost});
+      Buffer* device = add(MemoryKind::device, gpu);
+      legs_.push_back({device, add(host, gpu), cudaMemcpyDeviceToHost});
       break;
     }
-    case Direction::d2d:
-      legs_.push_back({add(MemoryKind::device), add(MemoryKind::device), cudaMemcpyDeviceToDevice});
+    case Direction::d2d: {
+      Buffer* source = add(MemoryKind::device, gpu);
+      legs_.push_back({source, add(MemoryKind::device, gpu), cudaMemcpyDeviceToDevice});
       break;
+    }
     case Direction::round_trip: {
-      Buffer* source = add(host);
-      Buffer* middle = add(MemoryKind::device);
+      Buffer* source = add(host, gpu);
+      Buffer* middle = add(MemoryKind::device, gpu);
       legs_.push_back({source, middle, cudaMemcpyHostToDevice});
-      legs_.push_back({middle, add(host), cudaMemcpyDeviceToHost});
+      legs_.push_back({middle, add(host, gpu), cudaMemcpyDeviceToHost});
+      break;
+    }
+    case Direction::p2p: {
+      Buffer* source = add(MemoryKind::device, gpu);
+      legs_.push_back({source, add(MemoryKind::device, spec.peer), cudaMemcpyDeviceToDevice});
       break;
     }
   }
-  control_ = Buffer::allocate(MemoryKind::mapped, 2 * sizeof(std::int32_t), spec.device);
+  control_ = Buffer::allocate(MemoryKind::mapped, 2 * sizeof(std::int32_t), gpu);
+  XFS_CUDA_CALL(cudaSetDevice(gpu));  // allocation on a peer leaves that GPU current
   // Synchronous copies run on the legacy default stream, and so does all the engine's own work
   // for them (fill, poison, compare): once a kernel has run on another stream, every synchronous
   // cudaMemcpy on the legacy stream costs about 1.1 us more (5.5 -> 6.6 us for 4 bytes on an
@@ -152,25 +176,61 @@ Transfer::~Transfer() {
   cudaStreamSynchronize(kLegacyStream);
 }
 
+// Peer access is a setting of the two GPUs' contexts, not of this transfer: it is set both ways
+// as asked and stays so until another transfer sets it again.
+void Transfer::set_peer_access() {
+  for (const auto& [from, to] : {std::pair{spec_.device, spec_.peer},
+                                 std::pair{spec_.peer, spec_.device}}) {
+    XFS_CUDA_CALL(cudaSetDevice(from));
+    if (spec_.peer_access) {
+      int can = 0;
+      XFS_CUDA_CALL(cudaDeviceCanAccessPeer(&can, from, to));
+      if (can == 0) {
+        throw UsageError("GPU " + std::to_string(from) + " cannot access GPU " +
+                         std::to_string(to) + " directly (no peer access between them)");
+      }
+      const cudaError_t status = cudaDeviceEnablePeerAccess(to, 0);
+      if (status == cudaErrorPeerAccessAlreadyEnabled) {
+        cudaGetLastError();
+      } else {
+        XFS_CUDA_CALL(status);
+      }
+    } else {
+      const cudaError_t status = cudaDeviceDisablePeerAccess(to);
+      if (status == cudaErrorPeerAccessNotEnabled) {
+        cudaGetLastError();
+      } else {
+        XFS_CUDA_CALL(status);
+      }
+    }
+  }
+  XFS_CUDA_CALL(cudaSetDevice(spec_.device));
+}
+
 bool Transfer::blocks_for_device_timing() const noexcept {
-  const bool pageable =
-      spec_.direction != Direction::d2d && spec_.host_memory == MemoryKind::pageable;
+  const bool pageable = spec_.direction != Direction::d2d && spec_.direction != Direction::p2p &&
+                        spec_.host_memory == MemoryKind::pageable;
   return spec_.mechanism != Mechanism::memcpy && !pageable;
 }
 
+cudaStream_t Transfer::work_stream(const Buffer& buffer) const {
+  return buffer.device_index() == spec_.device ? stream_ : kLegacyStream;
+}
+
 void Transfer::fill(std::uint64_t seed) {
-  XFS_CUDA_CALL(cudaSetDevice(spec_.device));
   seed_ = seed;
   const Buffer* source = legs_.front().source;
   for (Buffer& buffer : buffers_) {
     const std::uint64_t buffer_seed = (&buffer == source) ? seed : ~seed;
     if (buffer.on_device()) {
-      kernels::fill(buffer.device(), buffer.size(), buffer_seed, false, stream_);
+      XFS_CUDA_CALL(cudaSetDevice(buffer.device_index()));
+      kernels::fill(buffer.device(), buffer.size(), buffer_seed, false, work_stream(buffer));
+      wait(work_stream(buffer));
     } else {
       fill_host(buffer.host(), buffer.size(), buffer_seed, false);
     }
   }
-  XFS_CUDA_CALL(cudaStreamSynchronize(stream_));
+  XFS_CUDA_CALL(cudaSetDevice(spec_.device));
 }
 
 void Transfer::check_bytes(std::size_t bytes) const {
@@ -192,16 +252,20 @@ std::size_t Transfer::next_offset(std::size_t bytes) {
 
 void Transfer::run_iteration(std::size_t bytes, std::size_t offset, cudaStream_t stream) {
   for (const Leg& leg : legs_) {
+    char* destination = static_cast<char*>(leg.destination->data()) + offset;
+    const char* source = static_cast<const char*>(leg.source->data()) + offset;
+    const int to = leg.destination->device_index();
+    const int from = leg.source->device_index();
     switch (spec_.mechanism) {
       case Mechanism::memcpy:
-        XFS_CUDA_CALL(cudaMemcpy(static_cast<char*>(leg.destination->data()) + offset,
-                                 static_cast<const char*>(leg.source->data()) + offset, bytes,
-                                 leg.kind));
+        XFS_CUDA_CALL(cudaMemcpy(destination, source, bytes, leg.kind));
         break;
       case Mechanism::async:
-        XFS_CUDA_CALL(cudaMemcpyAsync(static_cast<char*>(leg.destination->data()) + offset,
-                                      static_cast<const char*>(leg.source->data()) + offset, bytes,
-                                      leg.kind, stream));
+        if (from != to) {
+          XFS_CUDA_CALL(cudaMemcpyPeerAsync(destination, to, source, from, bytes, stream));
+        } else {
+          XFS_CUDA_CALL(cudaMemcpyAsync(destination, source, bytes, leg.kind, stream));
+        }
         break;
       case Mechanism::kernel:
         kernels::copy(static_cast<char*>(leg.destination->device()) + offset,
@@ -232,14 +296,13 @@ TrialTiming Transfer::time(Timing timing, std::size_t bytes, std::int64_t iterat
 // next starts (cudaMemcpy does; the async and kernel mechanisms synchronise their stream).
 TrialTiming Transfer::time_api(std::size_t bytes, std::int64_t iterations) {
   const bool synchronous = spec_.mechanism == Mechanism::memcpy;
-  const cudaStream_t stream = stream_;
   const auto begin = std::chrono::steady_clock::now();
   for (std::int64_t i = 0; i < iterations; ++i) {
-    run_iteration(bytes, next_offset(bytes), stream);
-    if (!synchronous) wait(stream);
+    run_iteration(bytes, next_offset(bytes), stream_);
+    if (!synchronous) wait(stream_);
   }
   // cudaMemcpy may return before a device-to-device copy or a small pageable upload is done.
-  if (synchronous) wait(stream);
+  if (synchronous) wait(stream_);
   const auto end = std::chrono::steady_clock::now();
   TrialTiming result;
   result.seconds = std::chrono::duration<double>(end - begin).count();
@@ -249,45 +312,71 @@ TrialTiming Transfer::time_api(std::size_t bytes, std::int64_t iterations) {
 // CUDA events around the copies. Where the copies are asynchronous to the host they are queued
 // behind the blocking kernel in batches, so the events see back-to-back device work only.
 TrialTiming Transfer::time_device(std::size_t bytes, std::int64_t iterations) {
-  const bool blocking = blocks_for_device_timing();
-  const cudaStream_t stream = stream_;
-  const std::int64_t per_batch =
-      blocking ? std::max<std::int64_t>(1, kCopiesPerBlockedBatch / copies_per_iteration())
-               : iterations;
-  volatile std::int32_t* release = control_word(control_, 0);
-  volatile std::int32_t* timed_out = control_word(control_, 1);
-  auto* device_words = static_cast<std::int32_t*>(control_.device());
   TrialTiming result;
-  result.blocking_kernel = blocking;
-  for (std::int64_t done = 0; done < iterations;) {
-    const std::int64_t batch = std::min(per_batch, iterations - done);
-    if (blocking) {
-      *release = 0;
-      *timed_out = 0;
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-      kernels::block_stream(device_words, device_words + 1, kBlockingTimeoutNs, stream);
+  result.blocking_kernel = blocks_for_device_timing();
+  if (!result.blocking_kernel) {
+    XFS_CUDA_CALL(cudaEventRecord(start_, stream_));
+    for (std::int64_t i = 0; i < iterations; ++i) {
+      run_iteration(bytes, next_offset(bytes), stream_);
     }
-    XFS_CUDA_CALL(cudaEventRecord(start_, stream));
-    for (std::int64_t i = 0; i < batch; ++i) run_iteration(bytes, next_offset(bytes), stream);
-    XFS_CUDA_CALL(cudaEventRecord(stop_, stream));
-    if (blocking) {
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-      *release = 1;
-    }
+    XFS_CUDA_CALL(cudaEventRecord(stop_, stream_));
     XFS_CUDA_CALL(cudaEventSynchronize(stop_));
     float ms = 0;
     XFS_CUDA_CALL(cudaEventElapsedTime(&ms, start_, stop_));
-    result.seconds += static_cast<double>(ms) * 1e-3;
-    if (blocking && *timed_out != 0) result.blocking_timed_out = true;
+    result.seconds = static_cast<double>(ms) * 1e-3;
+    return result;
+  }
+  const std::int64_t per_batch =
+      std::max<std::int64_t>(1, kMostHeldCopies / copies_per_iteration());
+  for (std::int64_t done = 0; done < iterations;) {
+    const std::int64_t batch = std::min(per_batch, iterations - done);
+    queue_held(bytes, batch);
+    release_held();
+    bool timed_out = false;
+    result.seconds += held_seconds(timed_out);
+    result.blocking_timed_out = result.blocking_timed_out || timed_out;
     done += batch;
   }
   return result;
 }
 
+void Transfer::queue_held(std::size_t bytes, std::int64_t iterations) {
+  check_bytes(bytes);
+  if (!blocks_for_device_timing()) {
+    throw UsageError("only asynchronous copies of non-pageable memory can be held");
+  }
+  XFS_CUDA_CALL(cudaSetDevice(spec_.device));
+  volatile std::int32_t* release = control_word(control_, 0);
+  volatile std::int32_t* timed_out = control_word(control_, 1);
+  auto* device_words = static_cast<std::int32_t*>(control_.device());
+  *release = 0;
+  *timed_out = 0;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  kernels::block_stream(device_words, device_words + 1, kBlockingTimeoutNs, stream_);
+  XFS_CUDA_CALL(cudaEventRecord(start_, stream_));
+  for (std::int64_t i = 0; i < iterations; ++i) run_iteration(bytes, next_offset(bytes), stream_);
+  XFS_CUDA_CALL(cudaEventRecord(stop_, stream_));
+}
+
+void Transfer::release_held() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  *control_word(control_, 0) = 1;
+}
+
+double Transfer::held_seconds(bool& timed_out) {
+  XFS_CUDA_CALL(cudaEventSynchronize(stop_));
+  float ms = 0;
+  XFS_CUDA_CALL(cudaEventElapsedTime(&ms, start_, stop_));
+  timed_out = *control_word(control_, 1) != 0;
+  return static_cast<double>(ms) * 1e-3;
+}
+
 void Transfer::poison(Buffer& buffer, std::size_t bytes) {
   if (buffer.on_device()) {
-    kernels::fill(buffer.device(), bytes, seed_, true, stream_);
-    wait(stream_);
+    XFS_CUDA_CALL(cudaSetDevice(buffer.device_index()));
+    kernels::fill(buffer.device(), bytes, seed_, true, work_stream(buffer));
+    wait(work_stream(buffer));
+    XFS_CUDA_CALL(cudaSetDevice(spec_.device));
   } else {
     fill_host(buffer.host(), bytes, seed_, true);
   }
@@ -321,23 +410,27 @@ Verification Transfer::verify(std::size_t bytes, bool inject_fault) {
   if (inject_fault) flip_byte(result, bytes / 2);
 
   // Host destinations are brought to the GPU with a plain copy and checked there: reading
-  // write-combined memory from the CPU would take seconds.
+  // write-combined memory from the CPU would take seconds. A peer's memory is checked on the
+  // peer.
   Buffer staged;
   const void* checked = result.device();
   if (!result.on_device()) {
     staged = Buffer::allocate(MemoryKind::device, bytes, spec_.device);
-    XFS_CUDA_CALL(
-        cudaMemcpyAsync(staged.device(), result.host(), bytes, cudaMemcpyHostToDevice, stream_));
+    XFS_CUDA_CALL(cudaMemcpyAsync(staged.device(), result.host(), bytes, cudaMemcpyHostToDevice,
+                                  stream_));
     checked = staged.device();
   }
+  const int checking_device = result.on_device() ? result.device_index() : spec_.device;
+  const cudaStream_t stream = checking_device == spec_.device ? stream_ : kLegacyStream;
   Buffer counters =
-      Buffer::allocate(MemoryKind::device, 2 * sizeof(unsigned long long), spec_.device);
+      Buffer::allocate(MemoryKind::device, 2 * sizeof(unsigned long long), checking_device);
   auto* counter_words = static_cast<unsigned long long*>(counters.device());
-  kernels::compare(checked, bytes, seed_, counter_words, stream_);
+  kernels::compare(checked, bytes, seed_, counter_words, stream);
   unsigned long long host_counters[2] = {0, 0};
   XFS_CUDA_CALL(cudaMemcpyAsync(host_counters, counter_words, sizeof host_counters,
-                                cudaMemcpyDeviceToHost, stream_));
-  wait(stream_);
+                                cudaMemcpyDeviceToHost, stream));
+  wait(stream);
+  XFS_CUDA_CALL(cudaSetDevice(spec_.device));
 
   Verification verification;
   verification.bytes_checked = bytes;
@@ -345,6 +438,38 @@ Verification Transfer::verify(std::size_t bytes, bool inject_fault) {
   verification.ok = host_counters[0] == 0;
   verification.first_mismatch = verification.ok ? -1 : static_cast<std::int64_t>(host_counters[1]);
   return verification;
+}
+
+std::vector<double> time_concurrently(const std::vector<Transfer*>& transfers, std::size_t bytes,
+                                      std::int64_t iterations, bool& timed_out) {
+  for (const Transfer* t : transfers) {
+    if (!t->blocks_for_device_timing()) {
+      throw UsageError(
+          "concurrent streams need asynchronous copies of non-pageable memory (async or kernel "
+          "mechanism)");
+    }
+    if (iterations < 1 || iterations * t->copies_per_iteration() > Transfer::kMostHeldCopies) {
+      throw UsageError("concurrent streams take 1.." +
+                       std::to_string(Transfer::kMostHeldCopies) + " copies each");
+    }
+  }
+  std::size_t queued = 0;
+  try {
+    for (; queued < transfers.size(); ++queued) transfers[queued]->queue_held(bytes, iterations);
+  } catch (...) {
+    for (std::size_t i = 0; i < queued; ++i) transfers[i]->release_held();
+    throw;
+  }
+  // Released back to back, so every stream starts within a few hundred nanoseconds.
+  for (Transfer* t : transfers) t->release_held();
+  std::vector<double> seconds;
+  timed_out = false;
+  for (Transfer* t : transfers) {
+    bool stream_timed_out = false;
+    seconds.push_back(t->held_seconds(stream_timed_out));
+    timed_out = timed_out || stream_timed_out;
+  }
+  return seconds;
 }
 
 }  // namespace xferscope

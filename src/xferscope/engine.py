@@ -7,19 +7,22 @@ records, exporters and the CLI run in CI without a GPU.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
 from .errors import AllocationError, EngineError, NoDeviceError, OptionError
 
-DIRECTIONS = ("h2d", "d2h", "d2d", "roundtrip")
+DIRECTIONS = ("h2d", "d2h", "d2d", "roundtrip")  # and p2p, which `run` measures
 HOST_MEMORY = ("pageable", "pinned", "wc", "registered", "mapped")
 MECHANISMS = ("memcpy", "async", "kernel")
 TIMINGS = ("api", "device")
 
 
 class Transfer(Protocol):
+    device: int
+    direction: str
+    peer: int | None  # the other GPU of a p2p transfer
     copies_per_iteration: int
     blocks_for_device_timing: bool
 
@@ -46,7 +49,14 @@ class Engine(Protocol):
         capacity: int,
         rotation_bytes: int,
         rotate: bool = True,
+        peer: int = -1,
+        peer_access: bool = True,
     ) -> Transfer: ...
+    def time_concurrently(
+        self, transfers: Sequence[Transfer], bytes: int, iterations: int
+    ) -> tuple[list[float], bool]: ...
+    def measure_pinning(self, device: int, bytes: int) -> dict[str, float]: ...
+    def can_access_peer(self, device: int, peer: int) -> bool: ...
     def clock(self) -> float: ...
 
 
@@ -114,21 +124,52 @@ class NativeEngine:
         capacity: int,
         rotation_bytes: int,
         rotate: bool = True,
+        peer: int = -1,
+        peer_access: bool = True,
     ) -> Transfer:
         with self._translated():
             handle = self._engine.Transfer(
-                device, direction, memory, mechanism, capacity, rotation_bytes, rotate
+                device,
+                direction,
+                memory,
+                mechanism,
+                capacity,
+                rotation_bytes,
+                rotate,
+                peer,
+                peer_access,
             )
-        return _NativeTransfer(handle, self)
+        return _NativeTransfer(handle, self, device, direction, None if peer < 0 else peer)
+
+    def time_concurrently(
+        self, transfers: Sequence[Transfer], bytes: int, iterations: int
+    ) -> tuple[list[float], bool]:
+        handles = [t._handle for t in transfers]  # type: ignore[attr-defined]
+        with self._translated():
+            seconds, timed_out = self._engine.time_concurrently(handles, bytes, iterations)
+        return list(seconds), bool(timed_out)
+
+    def measure_pinning(self, device: int, bytes: int) -> dict[str, float]:
+        with self._translated():
+            return dict(self._engine.measure_pinning(device, bytes))
+
+    def can_access_peer(self, device: int, peer: int) -> bool:
+        with self._translated():
+            return bool(self._engine.can_access_peer(device, peer))
 
     def clock(self) -> float:
         return time.perf_counter()
 
 
 class _NativeTransfer:
-    def __init__(self, handle: Any, engine: NativeEngine) -> None:
+    def __init__(
+        self, handle: Any, engine: NativeEngine, device: int, direction: str, peer: int | None
+    ) -> None:
         self._handle = handle
         self._engine = engine
+        self.device = device
+        self.direction = direction
+        self.peer = peer
         self.copies_per_iteration = int(handle.copies_per_iteration)
         self.blocks_for_device_timing = bool(handle.blocks_for_device_timing)
 

@@ -28,6 +28,18 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def process_cpus() -> str:
+    """The CPUs this process may run on, as a cpulist ("0-15,32-47")."""
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    ranges: list[str] = []
+    for cpu in cpus:
+        if ranges and cpu == int(ranges[-1].split("-")[-1]) + 1:
+            ranges[-1] = f"{ranges[-1].split('-')[0]}-{cpu}"
+        else:
+            ranges.append(str(cpu))
+    return ",".join(ranges)
+
+
 def numa_nodes() -> int:
     try:
         return len([p for p in Path("/sys/devices/system/node").glob("node[0-9]*")]) or 1
@@ -85,6 +97,7 @@ def collect(engine: Engine, devices: list[int]) -> dict[str, Any]:
             "numa_nodes": numa_nodes(),
             "os": f"{platform.system()} {platform.release()}",
             "python": platform.python_version(),
+            "process_cpus": process_cpus(),
         },
         "tool_version": __version__,
         "cuda_runtime": format_cuda_version(engine.runtime_version()),

@@ -7,6 +7,7 @@ Nothing it produces is a measurement: every result built on it is marked simulat
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,9 +46,14 @@ class LinkModel:
 
 # Shaped after the anchors measured on H200 machines: fast pinned copies, pageable copies that
 # the driver stages, synchronous calls that cost more than device time.
-def _model(direction: str, memory: str, mechanism: str, timing: str) -> LinkModel:
+def _model(
+    direction: str, memory: str, mechanism: str, timing: str, peer_access: bool = True
+) -> LinkModel:
     if direction == "d2d":
         return LinkModel(2.5e-6 if timing == "api" else 1.5e-6, 2.1e12)
+    if direction == "p2p":  # NVLink 4: 395 GB/s by copy engine, 372 by SMs, 38 through the host
+        bandwidth = 38e9 if not peer_access else (372e9 if mechanism == "kernel" else 395e9)
+        return LinkModel(2.5e-6 if timing == "api" else 1.6e-6, bandwidth)
     pageable = memory == "pageable"
     bandwidth = (10.5e9 if direction == "h2d" else 20e9) if pageable else 55.4e9
     if mechanism == "kernel":
@@ -69,15 +75,22 @@ class SimulatedTransfer:
         mechanism: str,
         capacity: int,
         rotate: bool = True,
+        device: int = 0,
+        peer_access: bool = True,
+        peer: int | None = None,
     ) -> None:
         self._engine = engine
+        self.peer = peer
         self._rotate = rotate
+        self.device = device
+        self.direction = direction
+        self.peer_access = peer_access
         self._direction = direction
         self._memory = memory
         self._mechanism = mechanism
         self._capacity = capacity
         self.copies_per_iteration = 2 if direction == "roundtrip" else 1
-        pageable = direction != "d2d" and memory == "pageable"
+        pageable = direction not in ("d2d", "p2p") and memory == "pageable"
         self.blocks_for_device_timing = mechanism != "memcpy" and not pageable
         self._closed = False
 
@@ -92,8 +105,7 @@ class SimulatedTransfer:
 
     def time(self, timing: str, bytes: int, iterations: int) -> dict[str, Any]:
         self._check(bytes)
-        model = _model(self._direction, self._memory, self._mechanism, timing)
-        per_copy = model.seconds(bytes)
+        per_copy = self.per_copy_s(timing, bytes)
         copies = iterations * self.copies_per_iteration
         noise = float(self._engine.rng.lognormal(0.0, self._engine.noise))
         seconds = per_copy * copies * noise
@@ -106,6 +118,10 @@ class SimulatedTransfer:
             "blocking_timed_out": False,
             "footprint_bytes": self._places(bytes, iterations) * (math.ceil(bytes / 64) * 64),
         }
+
+    def per_copy_s(self, timing: str, size: int) -> float:
+        model = _model(self._direction, self._memory, self._mechanism, timing, self.peer_access)
+        return model.seconds(size)
 
     def _places(self, size: int, iterations: int) -> int:
         """Where copies of `size` go, as the native engine rotates them."""
@@ -130,7 +146,8 @@ class SimulatedTransfer:
 
 class SimulatedEngine:
     """`corrupt` makes every verification fail, as a broken copy path would; `interrupt_after`
-    raises KeyboardInterrupt after that many engine calls, as Ctrl-C would."""
+    raises KeyboardInterrupt after that many engine calls, as Ctrl-C would; the GPUs in
+    `failing_devices` fail every transfer with a CUDA error, as a GPU fallen off the bus does."""
 
     simulated = True
 
@@ -141,12 +158,14 @@ class SimulatedEngine:
         corrupt: bool = False,
         interrupt_after: int | None = None,
         devices: int = 1,
+        failing_devices: tuple[int, ...] = (),
     ) -> None:
         self.rng = np.random.default_rng(seed)
         self.noise = noise
         self.corrupt = corrupt
         self.interrupt_after = interrupt_after
         self._devices = devices
+        self.failing_devices = failing_devices
         self._now = 0.0
         self._trials = 0
 
@@ -183,10 +202,61 @@ class SimulatedEngine:
         capacity: int,
         rotation_bytes: int,
         rotate: bool = True,
+        peer: int = -1,
+        peer_access: bool = True,
     ) -> SimulatedTransfer:
+        if device in self.failing_devices:
+            raise EngineError("CUDA error: cudaErrorLaunchFailure: unspecified launch failure")
         free, _ = self.memory_info(device)
         if capacity * 2 > free:
             raise AllocationError(
                 f"cannot allocate {capacity} bytes of device memory: out of memory"
             )
-        return SimulatedTransfer(self, direction, memory, mechanism, capacity, rotate)
+        if direction == "p2p" and not (0 <= peer < self._devices and peer != device):
+            raise EngineError("a p2p transfer needs a peer GPU other than its own")
+        return SimulatedTransfer(
+            self, direction, memory, mechanism, capacity, rotate, device, peer_access,
+            None if peer < 0 else peer,
+        )
+
+    def time_concurrently(
+        self, transfers: Sequence[Any], bytes: int, iterations: int
+    ) -> tuple[list[float], bool]:
+        """Streams in one direction share the host link (1.2 times one stream's rate in all,
+        as two H200s moving to the host at once saw); H2D beside D2H on one GPU runs at 0.93 of
+        its rate; peer-to-peer streams barely slow each other."""
+        by_direction: dict[str, int] = {}
+        for t in transfers:
+            by_direction[t.direction] = by_direction.get(t.direction, 0) + 1
+        seconds = []
+        for t in transfers:
+            alone = t.per_copy_s("device", bytes) * iterations * t.copies_per_iteration
+            sharing = by_direction[t.direction]
+            factor = 1.0
+            if t.direction in ("h2d", "d2h") and sharing > 1:
+                factor = sharing / 1.2
+            if t.direction in ("h2d", "d2h") and len(by_direction.keys() & {"h2d", "d2h"}) == 2:
+                factor /= 0.93
+            if t.direction == "p2p" and len(transfers) > 1:
+                factor = 1.01
+            noise = float(self.rng.lognormal(0.0, self.noise))
+            seconds.append(alone * factor * noise)
+        self.advance(max(seconds))
+        return seconds, False
+
+    def measure_pinning(self, device: int, bytes: int) -> dict[str, float]:
+        """Per GB as measured on an H200: cudaMallocHost 316 ms, cudaFreeHost 62 ms, register
+        38 ms, unregister 12 ms."""
+        gb = bytes / 1e9
+        pinned = _model("h2d", "pinned", "memcpy", "api").seconds(bytes)
+        costs = {
+            "host_alloc_s": 0.316 * gb, "host_free_s": 0.0624 * gb, "register_s": 0.0385 * gb,
+            "unregister_s": 0.012 * gb,
+            "pageable_copy_s": _model("h2d", "pageable", "memcpy", "api").seconds(bytes),
+            "pinned_copy_s": pinned, "registered_copy_s": pinned * 1.02,
+        }  # fmt: skip
+        self.advance(sum(costs.values()) + 2 * costs["pinned_copy_s"])
+        return costs
+
+    def can_access_peer(self, device: int, peer: int) -> bool:
+        return device != peer

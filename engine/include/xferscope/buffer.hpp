@@ -31,6 +31,7 @@ class Buffer {
   ~Buffer();
 
   MemoryKind kind() const noexcept { return kind_; }
+  int device_index() const noexcept { return device_index_; }  // the GPU it was allocated for
   std::size_t size() const noexcept { return size_; }
   bool on_device() const noexcept { return kind_ == MemoryKind::device; }
   // The address the CPU uses; nullptr for device memory.
@@ -45,6 +46,7 @@ class Buffer {
   void release() noexcept;
 
   MemoryKind kind_ = MemoryKind::pageable;
+  int device_index_ = 0;
   std::size_t size_ = 0;
   void* host_ = nullptr;
   void* device_ = nullptr;

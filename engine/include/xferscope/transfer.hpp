@@ -1,5 +1,5 @@
-// One measured configuration: a direction, a host memory kind and a copy mechanism on one GPU,
-// with the buffers it needs, its two timing loops and its verification.
+// One measured configuration: a direction, a host memory kind and a copy mechanism on one GPU
+// (or between two), with the buffers it needs, its two timing loops and its verification.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -18,16 +18,17 @@ enum class Direction {
   d2h,         // device to host
   d2d,         // device to device, one GPU
   round_trip,  // host to device, then back into a second host buffer (NetPIPE's ping-pong)
+  p2p,         // device memory of one GPU to device memory of another
 };
 
 enum class Mechanism {
   memcpy,  // synchronous cudaMemcpy on the legacy default stream
   async,   // cudaMemcpyAsync on a stream: the copy engines
-  kernel,  // a copy kernel run by the SMs
+  kernel,  // a copy kernel run by the SMs (of the source GPU, writing to the peer for p2p)
 };
 
 enum class Timing {
-  api,     // host steady clock around N calls that each complete: what an application sees
+  api,     // host steady clock around N calls that complete: what an application sees
   device,  // CUDA events around N copies, held behind the blocking kernel where possible
 };
 
@@ -41,7 +42,7 @@ Timing timing_from_string(std::string_view name);
 struct TransferSpec {
   int device = 0;
   Direction direction = Direction::h2d;
-  MemoryKind host_memory = MemoryKind::pinned;  // not used by d2d
+  MemoryKind host_memory = MemoryKind::pinned;  // not used by d2d and p2p
   Mechanism mechanism = Mechanism::memcpy;
   std::size_t capacity = 0;  // the largest size that will be copied
   // Buffers are at least this large, and successive copies move through them, so that small
@@ -49,6 +50,8 @@ struct TransferSpec {
   std::size_t rotation_bytes = 0;
   // false: every copy reuses the same place, so its data may sit in the caches (warm).
   bool rotate = true;
+  int peer = -1;             // p2p: the destination GPU
+  bool peer_access = true;   // p2p: enable direct peer access (false: disable it, both ways)
 };
 
 struct TrialTiming {
@@ -69,6 +72,10 @@ struct Verification {
 
 class Transfer {
  public:
+  // Copies held behind one blocking kernel at most: the queue a stream can hold is finite, and
+  // past it the host would block while enqueuing and the kernel would wait for nothing.
+  static constexpr std::int64_t kMostHeldCopies = 128;
+
   explicit Transfer(const TransferSpec& spec);
   ~Transfer();
   Transfer(const Transfer&) = delete;
@@ -89,6 +96,13 @@ class Transfer {
   // before the comparison, to prove that a corrupted copy is caught.
   Verification verify(std::size_t bytes, bool inject_fault = false);
 
+  // The three steps of a held, event-timed batch, public so several transfers can run at once
+  // (time_concurrently): queue `iterations` behind a blocking kernel, let them go, and wait for
+  // their device time in seconds.
+  void queue_held(std::size_t bytes, std::int64_t iterations);
+  void release_held();
+  double held_seconds(bool& timed_out);
+
  private:
   struct Leg {
     Buffer* source;
@@ -105,6 +119,10 @@ class Transfer {
   void wait(cudaStream_t stream);
   TrialTiming time_api(std::size_t bytes, std::int64_t iterations);
   TrialTiming time_device(std::size_t bytes, std::int64_t iterations);
+  // The stream the engine's own work on `buffer` runs on: this transfer's stream on its GPU,
+  // the legacy stream of the peer GPU for a p2p destination.
+  cudaStream_t work_stream(const Buffer& buffer) const;
+  void set_peer_access();
   void poison(Buffer& buffer, std::size_t bytes);
   void flip_byte(Buffer& buffer, std::size_t offset);
 
@@ -119,5 +137,12 @@ class Transfer {
   cudaEvent_t start_ = nullptr;
   cudaEvent_t stop_ = nullptr;
 };
+
+// Runs `iterations` iterations of `bytes` on every transfer at once: each queues its copies
+// behind its own blocking kernel, all are released together, and each stream's device time is
+// returned in order. Every transfer must block for device timing, and `iterations` times its
+// copies per iteration must fit under Transfer::kMostHeldCopies.
+std::vector<double> time_concurrently(const std::vector<Transfer*>& transfers, std::size_t bytes,
+                                      std::int64_t iterations, bool& timed_out);
 
 }  // namespace xferscope

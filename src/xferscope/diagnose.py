@@ -1,0 +1,317 @@
+"""Verdicts and warnings: what a run's figures mean, why, and what to change.
+
+Each rule is a function from a run to findings. A finding names the figure that triggered it,
+its value and what it was compared with, the likely cause and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .records import Curve
+from .run_records import ERROR, INFO, OK, SEVERITIES, WARNING, Finding, GpuSection, RunResult
+from .units import format_rate
+
+# A PCIe link delivers about 88% of its raw rate after packet overhead; below these shares of
+# the raw rate a figure is worth a look.
+GOOD_SHARE_OF_PCIE = 0.80
+POOR_SHARE_OF_PCIE = 0.60
+GOOD_SHARE_OF_HBM = 0.75
+PAGEABLE_FACTOR = 1.5  # pinned this many times faster than pageable: warn
+ASYMMETRY = 0.15  # H2D and D2H further apart than this: warn
+DUPLEX_RATIO = 1.3  # both directions together below this times one direction: not full duplex
+SHARED_LINK = 0.9  # all GPUs together below this times one GPU alone: collapse
+# NVML clock event reasons that mean the GPU is being slowed down: software power cap, hardware
+# slowdown, software and hardware thermal slowdown, hardware power brake.
+THROTTLE_REASONS = {
+    0x4: "power cap",
+    0x8: "hardware slowdown",
+    0x20: "sync boost",
+    0x40: "software thermal",
+    0x80: "hardware thermal",
+    0x100: "power brake",
+}
+
+Rule = Callable[[RunResult], Iterator[Finding]]
+
+
+def _gpu_facts(result: RunResult, index: int) -> dict[str, Any]:
+    return next((g for g in result.machine.get("gpus", []) if g.get("index") == index), {})
+
+
+def _largest(curve: Curve | None) -> float | None:
+    if curve is None or not curve.points:
+        return None
+    point = curve.points[-1]
+    return point.bandwidth if point.valid else None
+
+
+def _figure(gpu: int, direction: str, memory: str, mechanism: str, timing: str) -> str:
+    return f"gpu{gpu}/{direction}/{memory}/{mechanism}/{timing}/bandwidth"
+
+
+def _link_name(facts: dict[str, Any]) -> str:
+    return f"PCIe Gen{facts.get('pcie_generation')} x{facts.get('pcie_width')}"
+
+
+def _measured(result: RunResult) -> Iterator[GpuSection]:
+    return (g for g in result.gpus if g.curves)
+
+
+# ---- rules ------------------------------------------------------------------------------------
+
+
+def headline_verdicts(result: RunResult) -> Iterator[Finding]:
+    """Each headline figure as a share of its physical limit."""
+    for gpu in _measured(result):
+        facts = _gpu_facts(result, gpu.index)
+        link = facts.get("pcie_peak_bps")
+        for direction, name in (("h2d", "H2D"), ("d2h", "D2H")):
+            value = _largest(gpu.curve(direction, "pinned", "async", "device"))
+            if value is None or not link:
+                continue
+            share = value / link
+            severity, verdict = (
+                (OK, "as good as this link gets") if share >= GOOD_SHARE_OF_PCIE
+                else (WARNING, "well below what this link carries") if share < POOR_SHARE_OF_PCIE
+                else (INFO, "below what this link usually carries")
+            )  # fmt: skip
+            yield Finding(
+                "verdict", severity, gpu.index, _figure(gpu.index, direction, "pinned", "async",
+                                                        "device"), value, link,
+                f"GPU {gpu.index}: {name} from pinned memory reaches {format_rate(value)}, "
+                f"{share:.0%} of the {_link_name(facts)} limit ({format_rate(link)}): {verdict}",
+                "" if severity == OK else "something else shares or slows the link: another "
+                "process's transfers, an IOMMU in translation mode, or a slow root port",
+                "" if severity == OK else "check the other warnings; compare with another node "
+                "(xferscope compare)",
+            )  # fmt: skip
+        hbm = facts.get("memory_peak_bps")
+        value = _largest(gpu.curve("d2d", "device", "async", "device"))
+        if value is not None and hbm:
+            share = 2 * value / hbm
+            yield Finding(
+                "verdict", OK if share >= GOOD_SHARE_OF_HBM else INFO, gpu.index,
+                _figure(gpu.index, "d2d", "device", "async", "device"), value, hbm / 2,
+                f"GPU {gpu.index}: device-to-device copies move {format_rate(value)} "
+                f"({format_rate(2 * value)} of memory traffic, read and write), {share:.0%} of "
+                f"its memory's {format_rate(hbm)}",
+            )  # fmt: skip
+
+
+def pageable_slow(result: RunResult) -> Iterator[Finding]:
+    for gpu in _measured(result):
+        for direction, name in (("h2d", "H2D"), ("d2h", "D2H")):
+            pageable = _largest(gpu.curve(direction, "pageable", "memcpy", "api"))
+            pinned = _largest(gpu.curve(direction, "pinned", "memcpy", "api"))
+            if not pageable or not pinned or pinned < PAGEABLE_FACTOR * pageable:
+                continue
+            pays = ""
+            if gpu.pinning is not None and gpu.pinning.register_break_even is not None:
+                pays = (f"; registering a buffer pays for itself after "
+                        f"{gpu.pinning.register_break_even:.1f} transfers of it")  # fmt: skip
+            yield Finding(
+                "pageable_slow", WARNING, gpu.index,
+                _figure(gpu.index, direction, "pageable", "memcpy", "api"), pageable, pinned,
+                f"GPU {gpu.index}: {name} from pageable memory reaches {format_rate(pageable)}, "
+                f"{pinned / pageable:.1f}x slower than from pinned memory "
+                f"({format_rate(pinned)})",
+                "the driver copies pageable memory through its own small pinned buffers, one "
+                "chunk at a time",
+                "allocate transfer buffers with cudaMallocHost (torch: pin_memory=True) or pin "
+                "existing ones with cudaHostRegister" + pays,
+            )  # fmt: skip
+
+
+def link_downtrained(result: RunResult) -> Iterator[Finding]:
+    for gpu in result.gpus:
+        facts = _gpu_facts(result, gpu.index)
+        gen, gen_max = facts.get("pcie_generation"), facts.get("pcie_generation_max")
+        width, width_max = facts.get("pcie_width"), facts.get("pcie_width_max")
+        if None in (gen, gen_max, width, width_max) or (gen >= gen_max and width >= width_max):
+            continue
+        best = _largest(gpu.curve("h2d", "pinned", "async", "device"))
+        full = facts.get("pcie_peak_max_bps")
+        # A link read right after traffic should be up; one that carried full speed anyway was
+        # only resting when NVML read it.
+        resting = best is not None and full and best >= GOOD_SHARE_OF_PCIE * full
+        yield Finding(
+            "link_downtrained", INFO if resting else WARNING, gpu.index,
+            f"gpu{gpu.index}/pcie_link", float(gen * 100 + width), float(gen_max * 100 + width_max),
+            f"GPU {gpu.index}: PCIe link at Gen{gen} x{width}, below its Gen{gen_max} "
+            f"x{width_max}" + (" (it still reached full speed: a power-saving state)"
+                               if resting else ""),
+            "" if resting else "a slot wired narrower than x16, a riser or retimer that fails "
+            "at full speed, or a BIOS setting that caps the generation",
+            "" if resting else "move the GPU to a full x16 slot, reseat it, check the BIOS "
+            "PCIe settings; `nvidia-smi -q -d PCIE` shows the link",
+        )  # fmt: skip
+
+
+def _cpus(text: str | None) -> set[int]:
+    cpus: set[int] = set()
+    for part in (text or "").split(","):
+        if "-" in part:
+            low, high = part.split("-")
+            cpus.update(range(int(low), int(high) + 1))
+        elif part.strip():
+            cpus.add(int(part))
+    return cpus
+
+
+def numa_affinity(result: RunResult) -> Iterator[Finding]:
+    process = _cpus(result.machine.get("host", {}).get("process_cpus"))
+    for gpu in result.gpus:
+        facts = _gpu_facts(result, gpu.index)
+        local = _cpus(facts.get("cpu_affinity"))
+        if not process or not local or process <= local:
+            continue
+        node = facts.get("numa_node")
+        far = not (process & local)
+        yield Finding(
+            "numa_far" if far else "affinity_mismatch", WARNING, gpu.index,
+            f"gpu{gpu.index}/cpu_affinity", None, None,
+            f"GPU {gpu.index} sits on NUMA node {node} (CPUs {facts.get('cpu_affinity')}), but "
+            f"this process ran on CPUs {result.machine['host']['process_cpus']}"
+            + (": its host memory is on another node" if far else ", not all of them near it"),
+            "host buffers land on the node of the CPU that first touches them; crossing the "
+            "socket link costs bandwidth and latency",
+            f"run with `numactl --cpunodebind={node} --membind={node}` or set the process's CPU "
+            "affinity to the GPU's CPUs (`nvidia-smi topo -m` lists them)",
+        )  # fmt: skip
+
+
+def verification_failed(result: RunResult) -> Iterator[Finding]:
+    for gpu in result.gpus:
+        for curve in gpu.curves:
+            bad = [p for p in curve.points if p.verification and not p.verification.ok]
+            if bad:
+                v = bad[0].verification
+                assert v is not None
+                yield Finding(
+                    "verification_failed", ERROR, gpu.index,
+                    _figure(gpu.index, curve.config.direction, curve.config.memory,
+                            curve.config.mechanism, curve.config.timing),
+                    float(v.mismatched_bytes), 0.0,
+                    f"GPU {gpu.index}: {curve.config.label}: data arrived wrong at {len(bad)} of "
+                    f"{len(curve.points)} sizes ({v.mismatched_bytes} bytes at "
+                    f"{bad[0].bytes} B, first at offset {v.first_mismatch})",
+                    "a failing GPU, memory or link, or a driver fault",
+                    "rerun; if it repeats, check `nvidia-smi -q` for ECC and Xid errors and take "
+                    "the GPU out of service",
+                )  # fmt: skip
+
+
+def noisy_or_throttled(result: RunResult) -> Iterator[Finding]:
+    for gpu in _measured(result):
+        noisy = [(c, p) for c in gpu.curves for p in c.points if p.stopped_by == "max_trials"]
+        if len(noisy) >= 3:
+            curve, worst = max(noisy, key=lambda cp: cp[1].rel_noise)
+            yield Finding(
+                "noisy", WARNING, gpu.index,
+                _figure(gpu.index, curve.config.direction, curve.config.memory,
+                        curve.config.mechanism, curve.config.timing), worst.rel_noise, None,
+                f"GPU {gpu.index}: {len(noisy)} sizes stayed noisy after every trial (worst "
+                f"{worst.rel_noise:.0%}, {curve.config.label} at {worst.bytes} B)",
+                "other work on the GPU, the CPU or the PCIe switch while measuring",
+                "run on an idle node (`nvidia-smi` shows other processes) and compare again",
+            )  # fmt: skip
+        reasons = _gpu_facts(result, gpu.index).get("clock_event_reasons") or 0
+        active = [name for bit, name in THROTTLE_REASONS.items() if reasons & bit]
+        if active:
+            yield Finding(
+                "throttled", WARNING, gpu.index, f"gpu{gpu.index}/clock_event_reasons",
+                float(reasons), 0.0,
+                f"GPU {gpu.index} was slowing its clocks: {', '.join(active)}",
+                "power or thermal limits, or a hardware slowdown signal",
+                "check cooling and power (`nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE`)",
+            )  # fmt: skip
+
+
+def asymmetry(result: RunResult) -> Iterator[Finding]:
+    for gpu in _measured(result):
+        h2d = _largest(gpu.curve("h2d", "pinned", "async", "device"))
+        d2h = _largest(gpu.curve("d2h", "pinned", "async", "device"))
+        if not h2d or not d2h:
+            continue
+        gap = abs(h2d - d2h) / max(h2d, d2h)
+        if gap > ASYMMETRY:
+            slow = "H2D" if h2d < d2h else "D2H"
+            yield Finding(
+                "asymmetry", WARNING, gpu.index,
+                _figure(gpu.index, slow.lower(), "pinned", "async", "device"),
+                min(h2d, d2h), max(h2d, d2h),
+                f"GPU {gpu.index}: H2D {format_rate(h2d)} against D2H {format_rate(d2h)}, "
+                f"{slow} {gap:.0%} slower",
+                "reads and writes take different paths: PCIe relaxed ordering off, a small "
+                "maximum read request, or an IOMMU translating every DMA",
+                "enable relaxed ordering and IOMMU pass-through (iommu=pt) in the BIOS and "
+                "kernel; compare with a node of the same kind",
+            )  # fmt: skip
+
+
+def concurrency_collapse(result: RunResult) -> Iterator[Finding]:
+    sets = [(g.index, c) for g in result.gpus for c in g.concurrent]
+    sets += [(None, c) for c in result.multi if c.kind == "all_gpus_host"]
+    for gpu, c in sets:
+        alones = [s.alone_bandwidth for s in c.streams if s.alone_bandwidth]
+        if c.status != "complete" or len(c.streams) < 2 or not alones:
+            continue
+        best_alone, total = max(alones), c.total_bandwidth
+        if c.kind == "bidirectional" and total < DUPLEX_RATIO * best_alone:
+            yield Finding(
+                "concurrency_collapse", WARNING, gpu,
+                f"gpu{gpu}/concurrent/{c.label}/total_bandwidth", total, 2 * best_alone,
+                f"GPU {gpu}: H2D and D2H together move {format_rate(total)}, barely more than "
+                f"one direction alone ({format_rate(best_alone)}): the link is not carrying "
+                "both directions at once",
+                "one copy engine serving both directions, or a host bridge that serialises "
+                "reads and writes",
+                "issue the two directions on separate streams; check the platform's PCIe "
+                "settings",
+            )  # fmt: skip
+        elif c.kind == "all_gpus_host" and total < SHARED_LINK * best_alone:
+            yield Finding(
+                "concurrency_collapse", WARNING, None, f"multi/{c.label}/total_bandwidth",
+                total, best_alone,
+                f"all GPUs together ({c.label}) move {format_rate(total)}, less than one GPU "
+                f"alone ({format_rate(best_alone)})",
+                "the GPUs share an upstream link or switch that gives way under load",
+                "spread the GPUs over root ports (`nvidia-smi topo -m`) or stagger transfers",
+            )  # fmt: skip
+
+
+def failures(result: RunResult) -> Iterator[Finding]:
+    for gpu in result.gpus:
+        if gpu.status == "failed":
+            yield Finding(
+                "gpu_failed", ERROR, gpu.index, f"gpu{gpu.index}", None, None,
+                f"GPU {gpu.index} failed during the run: {gpu.error}",
+                "the GPU, its driver or its link failed",
+                "look for Xid errors in the kernel log (`dmesg`), then reset or replace it",
+            )  # fmt: skip
+    for c in (*result.multi, *(c for g in result.gpus for c in g.concurrent)):
+        if c.status == "failed":
+            yield Finding("measurement_failed", WARNING, None, c.label, None, None,
+                          f"{c.label} could not be measured: {c.error}")  # fmt: skip
+    if result.interrupted:
+        missing = [g.index for g in result.gpus if g.status in ("interrupted", "not_run")]
+        yield Finding(
+            "incomplete", WARNING, None, "run", None, None,
+            "the run was interrupted; GPU " + ", ".join(map(str, missing)) + " not fully measured",
+            "", "run again to measure everything",
+        )  # fmt: skip
+
+
+RULES: tuple[Rule, ...] = (
+    failures, verification_failed, headline_verdicts, link_downtrained, numa_affinity,
+    pageable_slow, asymmetry, concurrency_collapse, noisy_or_throttled,
+)  # fmt: skip
+
+
+def diagnose(result: RunResult) -> list[Finding]:
+    """Every rule's findings, the gravest first."""
+    findings = [f for rule in RULES for f in rule(result)]
+    rank = {s: i for i, s in enumerate(SEVERITIES)}
+    return sorted(findings, key=lambda f: -rank[f.severity])

@@ -1,0 +1,326 @@
+"""`xferscope run`: the default investigation of every GPU.
+
+Per GPU: host<->device curves for every host memory kind, both directions, API and device time;
+device-to-device copies; copy engines against SM copy kernels; H2D while D2H runs; what pinning
+costs. With two or more GPUs: the peer-to-peer matrix and every GPU moving data to and from the
+host at once. Python orchestrates; every timed loop runs in the engine.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import Protocol
+
+from . import __version__, machine, plan
+from .engine import Engine, Transfer
+from .errors import AllocationError, EngineError
+from .measure import Observer, measure_curve
+from .options import SweepOptions
+from .records import CurveConfig, Point
+from .run_records import Concurrent, GpuSection, PinningCost, RunResult, Stream
+
+MIB = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class RunPlan:
+    """How much one run measures. The default fits 90 s on one H200, --quick 20 s."""
+
+    mode: str
+    max_size: int
+    size_step: int  # sizes are powers of this from 1 B to max_size
+    curve_budget_s: float  # seed 000's limiter, per curve
+    target_s: float
+    trials: int
+    stream_bytes: int  # per copy, for concurrent and peer-to-peer streams
+    stream_target_s: float  # how long one concurrent trial lasts
+    stream_trials: int
+    pinning_bytes: int
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        count = round(math.log(self.max_size, self.size_step))
+        return tuple(self.size_step**i for i in range(count + 1))
+
+
+DEFAULT_PLAN = RunPlan("default", 1 << 30, 4, 2.4, plan.DEFAULT_TARGET_S, 7, 256 * MIB, 0.05,
+                       5, 1 << 30)  # fmt: skip
+QUICK_PLAN = RunPlan("quick", 256 * MIB, 16, 0.35, plan.QUICK_TARGET_S, 7, 64 * MIB, 0.01, 3,
+                     256 * MIB)  # fmt: skip
+
+HOST_KINDS = ("pageable", "pinned", "wc", "registered")
+
+
+def gpu_curves(device: int) -> list[CurveConfig]:
+    """What an application sees (cudaMemcpy, API time) and what the link does (copy engines,
+    device time) for every host kind and direction; device-to-device; SM copy kernels."""
+    configs = [
+        CurveConfig(device, direction, memory, mechanism, timing)
+        for direction in ("h2d", "d2h")
+        for memory in HOST_KINDS
+        for mechanism, timing in (("memcpy", "api"), ("async", "device"))
+    ]
+    configs += [CurveConfig(device, "d2d", "device", m, t) for m, t in
+                (("memcpy", "api"), ("async", "device"))]  # fmt: skip
+    configs += [CurveConfig(device, d, m, "kernel", "device") for d, m in
+                (("h2d", "pinned"), ("d2h", "pinned"), ("d2d", "device"))]  # fmt: skip
+    return configs
+
+
+class RunObserver(Observer, Protocol):
+    def step(self, label: str) -> None: ...
+
+
+class Interrupted(Exception):
+    """Carries what a GPU had measured when the user pressed Ctrl-C."""
+
+    def __init__(self, section: GpuSection) -> None:
+        self.section = section
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    devices: tuple[int, ...]
+    quick: bool = False
+    seed: int = 0x5EED
+
+    @property
+    def plan(self) -> RunPlan:
+        return QUICK_PLAN if self.quick else DEFAULT_PLAN
+
+    def to_dict(self) -> dict[str, object]:
+        return {"devices": list(self.devices), "quick": self.quick, "seed": self.seed,
+                "plan": asdict(self.plan)}  # fmt: skip
+
+
+def steps(options: RunOptions) -> int:
+    """Progress units: one per curve size, per concurrent measurement and per pinning run."""
+    per_gpu = len(gpu_curves(0)) * len(options.plan.sizes) + 2
+    n = len(options.devices)
+    multi = (3 * n * (n - 1) + n * (n - 1) // 2 + 3) if n > 1 else 0
+    return per_gpu * n + multi
+
+
+# ---- concurrent streams ------------------------------------------------------------------------
+
+
+def _stream_iterations(transfer: Transfer, size: int, target_s: float) -> tuple[int, float]:
+    """Iterations so one trial lasts about target_s (within what can be held), and the per-copy
+    device time of one stream alone."""
+    transfer.time("device", size, 1)  # warm-up
+    alone = transfer.time("device", size, 3)["seconds"] / (3 * transfer.copies_per_iteration)
+    most = 128 // transfer.copies_per_iteration
+    return max(1, min(most, round(target_s / alone))), alone
+
+
+def measure_streams(
+    engine: Engine, transfers: list[Transfer], labels: list[str], size: int, plan_: RunPlan
+) -> tuple[Stream, ...]:
+    """Each transfer's copies alone, then all at once; verified afterwards."""
+    iterations, alones = 128, []
+    for t in transfers:
+        n, alone = _stream_iterations(t, size, plan_.stream_target_s)
+        iterations = min(iterations, n)
+        alones.append(alone)
+    samples: list[list[float]] = [[] for _ in transfers]
+    for _ in range(plan_.stream_trials):
+        if len(transfers) == 1:
+            r = transfers[0].time("device", size, iterations)
+            seconds, timed_out = [r["seconds"]], r["blocking_timed_out"]
+        else:
+            seconds, timed_out = engine.time_concurrently(transfers, size, iterations)
+        if timed_out:
+            raise EngineError("the blocking kernel timed out while streams were queued")
+        for i, s in enumerate(seconds):
+            samples[i].append(s / (iterations * transfers[i].copies_per_iteration))
+    for t, label in zip(transfers, labels, strict=True):
+        if not t.verify(size)["ok"]:
+            raise EngineError(f"{label}: verification failed after concurrent copies")
+    return tuple(
+        Stream(label, t.device, t.direction, t.peer, size, tuple(s),
+               alone if len(transfers) > 1 else None)
+        for t, label, s, alone in zip(transfers, labels, samples, alones, strict=True)
+    )  # fmt: skip
+
+
+def _open(
+    engine: Engine,
+    device: int,
+    direction: str,
+    mechanism: str,
+    size: int,
+    peer: int = -1,
+    peer_access: bool = True,
+) -> Transfer:
+    memory = "device" if direction == "p2p" else "pinned"
+    return engine.open_transfer(device, direction, memory, mechanism, size, 0, True, peer,
+                                peer_access)  # fmt: skip
+
+
+def concurrent(
+    engine: Engine,
+    kind: str,
+    label: str,
+    specs: list[tuple],
+    size: int,
+    plan_: RunPlan,
+    mechanism: str = "async",
+    peer_access: bool | None = None,
+) -> Concurrent:
+    """Opens one transfer per spec (device, direction, stream label[, peer]), measures them
+    together and closes them. A failure is recorded in the result, not raised."""
+    transfers: list[Transfer] = []
+    try:
+        for spec in specs:
+            device, direction, _ = spec[:3]
+            peer = spec[3] if len(spec) > 3 else -1
+            transfers.append(_open(engine, device, direction, mechanism, size, peer,
+                                   peer_access is not False))  # fmt: skip
+        streams = measure_streams(engine, transfers, [s[2] for s in specs], size, plan_)
+        return Concurrent(kind, label, mechanism, peer_access, streams)
+    except (AllocationError, EngineError) as exc:
+        return Concurrent(kind, label, mechanism, peer_access, (), "failed", str(exc))
+    finally:
+        for t in transfers:
+            t.close()
+
+
+# ---- per GPU -----------------------------------------------------------------------------------
+
+
+def _is_gpu_fault(error: str | None) -> bool:
+    """A CUDA error other than running out of memory means the GPU itself is in trouble."""
+    return error is not None and error.startswith("CUDA error")
+
+
+def investigate_gpu(
+    engine: Engine, device: int, options: RunOptions, observer: RunObserver
+) -> GpuSection:
+    p = options.plan
+    sweep = SweepOptions(
+        devices=(device,),
+        sizes=p.sizes,
+        target_s=p.target_s,
+        trials=p.trials,
+        max_trials=2 * p.trials,
+        budget_s=p.curve_budget_s,
+        seed=options.seed,
+    )
+    section = GpuSection(device, "complete", None, (), (), None)
+    try:
+        for config in gpu_curves(device):
+            curve, interrupted = measure_curve(engine, config, sweep, observer)
+            section = replace(section, curves=(*section.curves, curve))
+            if interrupted:
+                raise Interrupted(replace(section, status="interrupted"))
+            if curve.status == "failed" and _is_gpu_fault(curve.error):
+                return replace(section, status="failed", error=curve.error)
+        bidirectional = concurrent(engine, "bidirectional", "bidirectional", [
+            (device, "h2d", "h2d"), (device, "d2h", "d2h")], p.stream_bytes, p)  # fmt: skip
+        section = replace(section, concurrent=(bidirectional,))
+        observer.step(f"gpu{device} H2D while D2H")
+        costs = engine.measure_pinning(device, p.pinning_bytes)
+        section = replace(section, pinning=PinningCost(device=device, bytes=p.pinning_bytes,
+                                                       **costs))  # fmt: skip
+        observer.step(f"gpu{device} pinning costs")
+    except KeyboardInterrupt:
+        raise Interrupted(replace(section, status="interrupted")) from None
+    except (AllocationError, EngineError) as exc:
+        return replace(section, status="failed", error=str(exc))
+    return section
+
+
+# ---- several GPUs ------------------------------------------------------------------------------
+
+
+def investigate_multi(
+    engine: Engine,
+    devices: tuple[int, ...],
+    options: RunOptions,
+    observer: RunObserver,
+    healthy: Callable[[int], bool],
+) -> list[Concurrent]:
+    """The peer-to-peer matrix (copy engines and SMs, peer access on and off, one direction and
+    both) and every GPU to and from the host at once."""
+    p = options.plan
+    size = p.stream_bytes
+    gpus = [d for d in devices if healthy(d)]
+    results: list[Concurrent] = []
+    for src in gpus:
+        for dst in gpus:
+            if src == dst:
+                continue
+            access = engine.can_access_peer(src, dst)
+            ways = [("async", True), ("kernel", True)] if access else []
+            for mechanism, peer_access in [*ways, ("async", False)]:
+                label = f"{src}-{dst}/{mechanism}/{'peer' if peer_access else 'nopeer'}/one_way"
+                results.append(concurrent(engine, "p2p", label,
+                                          [(src, "p2p", f"gpu{src}->gpu{dst}", dst)], size, p,
+                                          mechanism, peer_access))  # fmt: skip
+                observer.step(label)
+            if access and src < dst:
+                label = f"{src}-{dst}/async/peer/both"
+                results.append(concurrent(engine, "p2p", label, [
+                    (src, "p2p", f"gpu{src}->gpu{dst}", dst),
+                    (dst, "p2p", f"gpu{dst}->gpu{src}", src)], size, p, "async", True))  # fmt: skip
+                observer.step(label)
+    for name, directions in (("h2d", ("h2d",)), ("d2h", ("d2h",)), ("both", ("h2d", "d2h"))):
+        specs = [(d, direction, f"{direction} gpu{d}") for d in gpus for direction in directions]
+        results.append(concurrent(engine, "all_gpus_host", f"all_gpus/{name}", specs, size, p))
+        observer.step(f"all GPUs {name}")
+    return results
+
+
+# ---- the run -----------------------------------------------------------------------------------
+
+
+class _Silent:
+    def curve_started(self, config: CurveConfig, points: int) -> None:
+        pass
+
+    def point_done(self, config: CurveConfig, point: Point) -> None:
+        pass
+
+    def step(self, label: str) -> None:
+        pass
+
+
+def run_investigation(
+    engine: Engine, options: RunOptions, observer: RunObserver | None = None
+) -> RunResult:
+    from .diagnose import diagnose
+
+    observer = observer or _Silent()
+    created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    start = engine.clock()
+    sections: list[GpuSection] = []
+    multi: list[Concurrent] = []
+    interrupted = False
+    try:
+        for device in options.devices:
+            try:
+                sections.append(investigate_gpu(engine, device, options, observer))
+            except Interrupted as stop:
+                sections.append(stop.section)
+                raise KeyboardInterrupt from None
+        if len(options.devices) > 1:
+            status = {s.index: s.status for s in sections}
+            multi = investigate_multi(engine, options.devices, options, observer,
+                                      lambda d: status.get(d) == "complete")  # fmt: skip
+    except KeyboardInterrupt:
+        interrupted = True
+        done = {s.index for s in sections}
+        sections += [GpuSection(d, "not_run", None, (), (), None) for d in options.devices
+                     if d not in done]  # fmt: skip
+    # Read after measuring: an idle GPU may have trained its link down to save power, and
+    # clock throttling shows while it is busy.
+    meta = machine.collect(engine, list(options.devices))
+    result = RunResult(
+        tool_version=__version__, created=created, simulated=engine.simulated,
+        mode=options.plan.mode, machine=meta, options=options.to_dict(), gpus=tuple(sections),
+        multi=tuple(multi), findings=(), interrupted=interrupted, wall_s=engine.clock() - start,
+    )  # fmt: skip
+    return replace(result, findings=tuple(diagnose(result)))
