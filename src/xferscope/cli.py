@@ -26,6 +26,7 @@ from .options import (
     parse_sizes,
 )
 from .records import CurveConfig, Point, SweepResult
+from .run_records import RunResult
 from .units import format_bytes, format_rate
 
 EXIT_INTERRUPTED = 130
@@ -414,6 +415,277 @@ def print_info(facts: dict[str, Any]) -> None:
             "note: an idle GPU may train its link down to save power; run a transfer "
             "and look again before calling it a fault"
         )
+
+
+# ---- run ---------------------------------------------------------------------------------------
+
+
+class RunProgress(ProgressObserver):
+    def step(self, label: str) -> None:
+        self._progress.update(self._task, advance=1, description=label)
+
+
+def _resolve_devices(engine: Engine, text: str | None) -> tuple[int, ...]:
+    count = engine.device_count()
+    devices = parse_devices("--device", text) if text else tuple(range(count))
+    for index in devices:
+        check_device(engine, index)
+    return devices
+
+
+def write_run_outputs(result: RunResult, directory: Path) -> list[Path]:
+    """JSON, CSV of the points and of the metrics, two PNGs per GPU and the HTML report."""
+    from .export import atomic_write
+    from .export.csv import run_metrics_csv, run_points_csv
+    from .records import SweepResult
+    from .report.html import write_html
+    from .report.plots import write_plots
+    from .run_records import run_to_dict
+
+    paths = [directory / "run.json", directory / "points.csv", directory / "metrics.csv"]
+    atomic_write(paths[0], json.dumps(run_to_dict(result), indent=2, allow_nan=False) + "\n")
+    atomic_write(paths[1], run_points_csv(result))
+    atomic_write(paths[2], run_metrics_csv(result))
+    for gpu in result.gpus:
+        facts = [g for g in result.machine.get("gpus", []) if g.get("index") == gpu.index]
+        view = SweepResult(
+            result.tool_version,
+            result.created,
+            result.simulated,
+            {"gpus": facts},
+            {},
+            gpu.curves,
+            result.interrupted,
+            result.wall_s,
+        )
+        paths += write_plots(view, directory / f"gpu{gpu.index}")
+    html = directory / "report.html"
+    write_html(result, html, [p.name for p in paths])
+    return [html, *paths]
+
+
+def _append_history(result: RunResult, path: Path) -> int:
+    from .store import History
+
+    with History(path) as history:
+        return history.append(result)
+
+
+@cli.command()
+@click.option("-g", "--device", default=None, help="GPU indices, comma-separated [default: all].")
+@click.option("--quick", is_flag=True, help="A first look in about 20 s per GPU.")
+@click.option(
+    "-o",
+    "--out",
+    default="xferscope-results",
+    show_default=True,
+    help="Directory in which each run gets its own directory, run-<time>.",
+)
+@click.option(
+    "--history",
+    "history_path",
+    default=None,
+    help="SQLite run history [default: $XFERSCOPE_HISTORY or "
+    "~/.local/share/xferscope/history.sqlite3].",
+)
+@click.option("--no-history", is_flag=True, help="Do not add this run to the history.")
+@click.option(
+    "--prometheus",
+    "prometheus_path",
+    default=None,
+    help="Also write the headline figures here, in node_exporter's textfile format.",
+)
+@click.option(
+    "--seed", default=0x5EED, show_default=True, type=int, help="Seed of the data pattern."
+)
+@click.option(
+    "--simulate", is_flag=True, help="Use the simulated engine (no GPU; nothing is measured)."
+)
+def run(
+    device: str | None,
+    quick: bool,
+    out: str,
+    history_path: str | None,
+    no_history: bool,
+    prometheus_path: str | None,
+    seed: int,
+    simulate: bool,
+) -> None:
+    """Investigate every GPU: curves for every host memory kind, both directions, API and
+    device time; device-to-device; copy engines against SM copies; H2D while D2H runs; pinning
+    costs; with several GPUs the peer-to-peer matrix and all GPUs to the host at once. Then a
+    diagnosis, an HTML report, and the run added to the history."""
+    from .investigate import RunOptions, run_investigation, steps
+    from .report.run_table import print_run
+    from .store import HistoryError, default_path
+
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    directory = _writable_file("--out", Path(out) / f"run-{stamp}" / "report.html").parent
+    prometheus = _writable_file("--prometheus", Path(prometheus_path)) if prometheus_path else None
+    history = Path(history_path).expanduser() if history_path else default_path()
+    engine = open_engine(simulate)
+    options = RunOptions(devices=_resolve_devices(engine, device), quick=quick, seed=seed)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr,
+        transient=True,
+    ) as progress:
+        result = run_investigation(engine, options, RunProgress(progress, steps(options)))
+
+    print_run(result, stdout)
+    try:
+        paths = write_run_outputs(result, directory)
+        if prometheus is not None:
+            from .export.prometheus import write_prometheus
+
+            write_prometheus(result, prometheus)
+            paths.append(prometheus)
+    except OSError as exc:
+        raise XferscopeError(f"cannot write results: {exc}") from None
+    stderr.print(
+        f"report: {paths[0]}\nwrote " + ", ".join(p.name for p in paths[1:]) + f" in {directory}"
+    )
+    if not no_history:
+        try:
+            run_id = _append_history(result, history)
+            stderr.print(f"saved as run {run_id} in {history}")
+        except HistoryError as exc:
+            stderr.print(f"the run's files are written, but the history is not: {exc}")
+            sys.exit(1)
+    if result.interrupted:
+        stderr.print("interrupted: the report is marked incomplete")
+        sys.exit(EXIT_INTERRUPTED)
+    if any(f.code == "verification_failed" for f in result.findings):
+        sys.exit(EXIT_VERIFICATION_FAILED)
+    if any(g.status == "failed" for g in result.gpus):
+        sys.exit(1)
+
+
+# ---- history, report, compare ------------------------------------------------------------------
+
+
+def _history_option(function: Any) -> Any:
+    return click.option("--history", "history_path", default=None,
+                        help="SQLite run history [default: $XFERSCOPE_HISTORY or "
+                        "~/.local/share/xferscope/history.sqlite3].")(function)  # fmt: skip
+
+
+def _history_file(history_path: str | None) -> Path:
+    from .store import default_path
+
+    return Path(history_path).expanduser() if history_path else default_path()
+
+
+@cli.command("history")
+@_history_option
+@click.option(
+    "-n",
+    "--limit",
+    default=20,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="How many runs, newest first.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
+def history_command(history_path: str | None, limit: int, as_json: bool) -> None:
+    """List the runs in the history."""
+    from .store import History
+
+    path = _history_file(history_path)
+    if not path.exists():
+        raise XferscopeError(f"no history at {path} yet: `xferscope run` starts it")
+    with History(path, readonly=True) as history:
+        runs = history.list(limit)
+    if as_json:
+        from dataclasses import asdict
+
+        stdout.print_json(json.dumps([asdict(r) for r in runs]))
+        return
+    table = Table(title=f"Runs in {path}", title_justify="left")
+    for name in (
+        "run",
+        "created",
+        "host",
+        "GPUs",
+        "driver",
+        "mode",
+        "complete",
+        "wall",
+        "warnings",
+        "errors",
+    ):
+        table.add_column(name, justify="right" if name in ("run", "wall", "warnings",
+                                                            "errors") else "left")  # fmt: skip
+    for r in runs:
+        table.add_row(str(r.id), r.created, r.hostname or "", r.gpus, r.driver or "",
+                      r.mode + (" (simulated)" if r.simulated else ""),
+                      "yes" if r.complete else "[yellow]no[/yellow]", f"{r.wall_s:.0f} s",
+                      str(r.findings_warning), str(r.findings_error))  # fmt: skip
+    stdout.print(table)
+
+
+@cli.command("report")
+@click.argument("run_ref", metavar="RUN")
+@_history_option
+@click.option(
+    "-o",
+    "--out",
+    default="xferscope-results",
+    show_default=True,
+    help="Directory in which the report gets its own directory, run-<id>.",
+)
+def report_command(run_ref: str, history_path: str | None, out: str) -> None:
+    """Render a stored run (an id from `xferscope history`, or a run.json) again: HTML, JSON,
+    CSV and PNG."""
+    from .compare import load_run
+    from .report.run_table import print_run
+
+    result = load_run(run_ref, _history_file(history_path))
+    name = f"run-{run_ref}" if run_ref.isdigit() else f"run-{Path(run_ref).stem}"
+    directory = _writable_file("--out", Path(out) / name / "report.html").parent
+    print_run(result, stdout)
+    paths = write_run_outputs(result, directory)
+    stderr.print(f"report: {paths[0]}")
+
+
+@cli.command("compare")
+@click.argument("run_a", metavar="A")
+@click.argument("run_b", metavar="B")
+@_history_option
+@click.option(
+    "--threshold",
+    default=0.05,
+    show_default=True,
+    type=click.FloatRange(0, 10),
+    help="Exit non-zero when a metric is SLOWER by more than this fraction.",
+)
+@click.option("--all", "all_rows", is_flag=True, help="List every metric, SAME ones too.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+def compare_command(
+    run_a: str,
+    run_b: str,
+    history_path: str | None,
+    threshold: float,
+    all_rows: bool,
+    as_json: bool,
+) -> None:
+    """Compare two runs (ids from the history or run.json files) metric by metric: SAME,
+    FASTER, SLOWER or UNCLEAR, weighing each difference against the measured noise. Exits 1
+    when anything is slower beyond --threshold, so it can gate a nightly check."""
+    from .compare import compare, load_run, render, to_dict
+
+    path = _history_file(history_path)
+    a, b = load_run(run_a, path), load_run(run_b, path)
+    comparison = compare(a, b, threshold)
+    if as_json:
+        stdout.print_json(json.dumps(to_dict(comparison)))
+    else:
+        render(comparison, stdout, all_rows=all_rows, labels=(run_a, run_b))
+    if comparison.regressions(threshold):
+        sys.exit(1)
 
 
 # ---- entry point -------------------------------------------------------------------------------

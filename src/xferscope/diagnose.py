@@ -108,9 +108,13 @@ def pageable_slow(result: RunResult) -> Iterator[Finding]:
             if not pageable or not pinned or pinned < PAGEABLE_FACTOR * pageable:
                 continue
             pays = ""
-            if gpu.pinning is not None and gpu.pinning.register_break_even is not None:
-                pays = (f"; registering a buffer pays for itself after "
-                        f"{gpu.pinning.register_break_even:.1f} transfers of it")  # fmt: skip
+            even = None if gpu.pinning is None else gpu.pinning.register_break_even
+            if even is not None:
+                pays = (
+                    "; registering a buffer and copying it once already beats one pageable copy"
+                    if even <= 1
+                    else f"; registering a buffer pays for itself after {even:.1f} copies of it"
+                )
             yield Finding(
                 "pageable_slow", WARNING, gpu.index,
                 _figure(gpu.index, direction, "pageable", "memcpy", "api"), pageable, pinned,

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Iterable
 from pathlib import Path
 
-from ..records import SweepResult
+from ..metrics import run_metrics
+from ..records import Curve, SweepResult
+from ..run_records import RunResult
 
 COLUMNS = (
     "simulated",
@@ -42,16 +45,21 @@ def _number(value: float) -> str:
 
 
 def dumps(result: SweepResult) -> str:
+    return points_csv(result.curves, result.simulated)
+
+
+def points_csv(curves: Iterable[Curve], simulated: bool) -> str:
+    """One row per point of every curve."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(COLUMNS)
-    for curve in result.curves:
+    for curve in curves:
         c = curve.config
         for p in curve.points:
             v = p.verification
             writer.writerow(
                 (
-                    int(result.simulated),
+                    int(simulated),
                     c.device,
                     c.direction,
                     c.memory,
@@ -85,3 +93,21 @@ def write_csv(result: SweepResult, path: Path) -> None:
     from . import atomic_write
 
     atomic_write(path, dumps(result))
+
+
+def run_points_csv(result: RunResult) -> str:
+    return points_csv((c for g in result.gpus for c in g.curves), result.simulated)
+
+
+def run_metrics_csv(result: RunResult) -> str:
+    """Every named figure of a run: one row each, SI units."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(("simulated", "metric", "value", "unit", "higher_is_better", "rel_noise",
+                     "headline"))  # fmt: skip
+    for m in run_metrics(result).values():
+        writer.writerow(
+            (int(result.simulated), m.name, _number(m.value), m.unit, int(m.higher_is_better),
+             _number(m.rel_noise), int(m.headline))
+        )  # fmt: skip
+    return out.getvalue()

@@ -1,0 +1,74 @@
+"""What `xferscope run` prints at the end: the findings first, then the headline figures."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..metrics import HEADLINE_CURVES
+from ..run_records import ERROR, INFO, OK, WARNING, RunResult
+from ..units import format_bytes, format_rate, format_seconds
+from .table import SIMULATED_BANNER
+
+STYLES = {ERROR: "bold red", WARNING: "yellow", INFO: "cyan", OK: "green"}
+LABELS = {ERROR: "ERROR", WARNING: "warning", INFO: "note", OK: "ok"}
+
+
+def findings_text(result: RunResult) -> list[Text]:
+    lines = []
+    for f in result.findings:
+        line = Text.assemble((f"{LABELS[f.severity]:>7} ", STYLES[f.severity]), f.message)
+        if f.cause:
+            line.append(f"\n        why: {f.cause}", style="dim")
+        if f.fix:
+            line.append(f"\n        fix: {f.fix}", style="dim")
+        lines.append(line)
+    return lines
+
+
+def headline_table(result: RunResult) -> Table:
+    table = Table(title="Headline figures", title_justify="left")
+    for name in ("GPU", "figure", "bandwidth", "at", "latency", "at"):
+        table.add_column(name, justify="left" if name == "figure" else "right")
+    for gpu in result.gpus:
+        if gpu.status == "failed":
+            table.add_row(str(gpu.index), Text(f"failed: {gpu.error}", style="red"), "", "", "",
+                          "")  # fmt: skip
+            continue
+        for curve in gpu.curves:
+            c = curve.config
+            name = HEADLINE_CURVES.get((c.direction, c.memory, c.mechanism, c.timing))
+            if name is None or not curve.points:
+                continue
+            big, small = curve.points[-1], curve.points[0]
+            table.add_row(str(gpu.index), f"{name} ({c.mechanism}, {c.timing} time)",
+                          format_rate(big.bandwidth), format_bytes(big.bytes),
+                          format_seconds(small.median_s), format_bytes(small.bytes))  # fmt: skip
+        for conc in gpu.concurrent:
+            for s in conc.streams:
+                alone = f" (alone {format_rate(s.alone_bandwidth)})" if s.alone_bandwidth else ""
+                figure = f"{s.label} while the other direction runs"
+                rate = format_rate(s.bandwidth) + alone
+                table.add_row(str(gpu.index), figure, rate, format_bytes(s.bytes), "", "")
+        if gpu.pinning is not None:
+            p = gpu.pinning
+            pays = f"{p.register_break_even:.1f}" if p.register_break_even else "never"
+            table.add_row(str(gpu.index), "cudaHostRegister + unregister, per GB",
+                          format_seconds((p.register_s + p.unregister_s) * 1e9 / p.bytes),
+                          f"pays after {pays} copies", "", "")  # fmt: skip
+    for conc in result.multi:
+        if conc.streams:
+            table.add_row("all", conc.label, format_rate(conc.total_bandwidth),
+                          format_bytes(conc.streams[0].bytes), "", "")  # fmt: skip
+    return table
+
+
+def print_run(result: RunResult, console: Console) -> None:
+    if result.simulated:
+        console.print(f"[bold red]{SIMULATED_BANNER}[/bold red]")
+    if not result.complete:
+        console.print("[bold yellow]INCOMPLETE: not every GPU was fully measured[/bold yellow]")
+    console.print(headline_table(result))
+    for line in findings_text(result):
+        console.print(line)
