@@ -215,7 +215,14 @@ class SimulatedEngine:
         if direction == "p2p" and not (0 <= peer < self._devices and peer != device):
             raise EngineError("a p2p transfer needs a peer GPU other than its own")
         return SimulatedTransfer(
-            self, direction, memory, mechanism, capacity, rotate, device, peer_access,
+            self,
+            direction,
+            memory,
+            mechanism,
+            capacity,
+            rotate,
+            device,
+            peer_access,
             None if peer < 0 else peer,
         )
 
