@@ -179,8 +179,8 @@ Transfer::~Transfer() {
 // Peer access is a setting of the two GPUs' contexts, not of this transfer: it is set both ways
 // as asked and stays so until another transfer sets it again.
 void Transfer::set_peer_access() {
-  for (const auto& [from, to] : {std::pair{spec_.device, spec_.peer},
-                                 std::pair{spec_.peer, spec_.device}}) {
+  for (const auto& [from, to] :
+       {std::pair{spec_.device, spec_.peer}, std::pair{spec_.peer, spec_.device}}) {
     XFS_CUDA_CALL(cudaSetDevice(from));
     if (spec_.peer_access) {
       int can = 0;
@@ -416,8 +416,8 @@ Verification Transfer::verify(std::size_t bytes, bool inject_fault) {
   const void* checked = result.device();
   if (!result.on_device()) {
     staged = Buffer::allocate(MemoryKind::device, bytes, spec_.device);
-    XFS_CUDA_CALL(cudaMemcpyAsync(staged.device(), result.host(), bytes, cudaMemcpyHostToDevice,
-                                  stream_));
+    XFS_CUDA_CALL(
+        cudaMemcpyAsync(staged.device(), result.host(), bytes, cudaMemcpyHostToDevice, stream_));
     checked = staged.device();
   }
   const int checking_device = result.on_device() ? result.device_index() : spec_.device;
@@ -449,8 +449,8 @@ std::vector<double> time_concurrently(const std::vector<Transfer*>& transfers, s
           "mechanism)");
     }
     if (iterations < 1 || iterations * t->copies_per_iteration() > Transfer::kMostHeldCopies) {
-      throw UsageError("concurrent streams take 1.." +
-                       std::to_string(Transfer::kMostHeldCopies) + " copies each");
+      throw UsageError("concurrent streams take 1.." + std::to_string(Transfer::kMostHeldCopies) +
+                       " copies each");
     }
   }
   std::size_t queued = 0;

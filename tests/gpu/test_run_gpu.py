@@ -59,8 +59,9 @@ def test_pinning_costs(native_engine):
     assert c["registered_copy_s"] < c["pageable_copy_s"]
 
 
-@pytest.mark.parametrize(("mechanism", "access"), [("async", True), ("kernel", True),
-                                                   ("async", False)])
+@pytest.mark.parametrize(
+    ("mechanism", "access"), [("async", True), ("kernel", True), ("async", False)]
+)
 def test_peer_to_peer_verifies_and_stays_under_nvlink(two_gpus, mechanism, access):
     size = (64 * MIB) + 3
     t = two_gpus.open_transfer(0, "p2p", "device", mechanism, size, 0, True, 1, access)

@@ -50,8 +50,8 @@ struct TransferSpec {
   std::size_t rotation_bytes = 0;
   // false: every copy reuses the same place, so its data may sit in the caches (warm).
   bool rotate = true;
-  int peer = -1;             // p2p: the destination GPU
-  bool peer_access = true;   // p2p: enable direct peer access (false: disable it, both ways)
+  int peer = -1;            // p2p: the destination GPU
+  bool peer_access = true;  // p2p: enable direct peer access (false: disable it, both ways)
 };
 
 struct TrialTiming {

@@ -1,0 +1,92 @@
+"""The HTML report drawn by a real browser: headless Chromium through selenium.
+
+Skips cleanly where chromium, chromedriver or selenium is missing. On Debian:
+`apt-get install -y chromium chromium-driver` and `pip install selenium`. The driver is the
+system one (never downloaded by selenium), and the page must draw with no network.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from xferscope.report.html import write_html
+
+from ..unit.run_samples import sample_run
+
+ARTIFACTS = Path(__file__).parent / "artifacts"
+RENDER_TIMEOUT_S = 20.0
+
+
+def _browser_binary() -> str | None:
+    return next(
+        (path for name in ("chromium", "chromium-browser", "google-chrome")
+         if (path := shutil.which(name))),
+        None,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def driver():
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+    browser, chromedriver = _browser_binary(), shutil.which("chromedriver")
+    if browser is None or chromedriver is None:
+        pytest.skip("chromium or chromedriver is not installed (apt-get install chromium "
+                    "chromium-driver)")  # fmt: skip
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,2000"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(executable_path=chromedriver), options=options)
+    yield driver
+    driver.quit()
+
+
+def _drawn(driver) -> tuple[int, int]:
+    """(plot divs, plot divs that plotly has drawn an SVG into)."""
+    return driver.execute_script(
+        "const plots = document.querySelectorAll('.plotly-graph-div');"
+        "const drawn = [...plots].filter("
+        "  p => p.classList.contains('js-plotly-plot') && p.querySelector('svg.main-svg'));"
+        "return [plots.length, drawn.length];"
+    )
+
+
+def test_report_draws_every_plot_without_errors(driver, tmp_path: Path) -> None:
+    result = sample_run(gpus=2)
+    page = write_html(result, tmp_path / "report.html", files=["run.json", "run.csv"])
+    # Two plots per GPU with curves (bandwidth, latency) and one p2p matrix.
+    expected = 2 * sum(1 for g in result.gpus if g.curves) + 1
+
+    driver.get(page.as_uri())
+    deadline = time.monotonic() + RENDER_TIMEOUT_S
+    plots, drawn = _drawn(driver)
+    while drawn < expected and time.monotonic() < deadline:
+        time.sleep(0.2)
+        plots, drawn = _drawn(driver)
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    height = driver.execute_script("return document.body.scrollHeight")
+    driver.set_window_size(1400, min(int(height) + 100, 16000))
+    driver.save_screenshot(str(ARTIFACTS / "report.png"))
+
+    severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+    assert severe == []
+    assert (plots, drawn) == (expected, expected)
+    traces = driver.execute_script(
+        "return [...document.querySelectorAll('.js-plotly-plot')].map("
+        "  p => p.querySelectorAll('.scatterlayer .trace, .heatmaplayer .hm').length);"
+    )
+    assert len(traces) == expected
+    assert all(n > 0 for n in traces), traces
+    # The curves' plots draw one trace per curve and the PCIe limit.
+    curves = len(result.gpus[0].curves)
+    assert traces[0] == curves + 1
+    assert driver.find_element("css selector", ".banner.simulated").is_displayed()
+    assert driver.title.startswith("SIMULATED xferscope run")
