@@ -10,7 +10,17 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from .records import Curve
-from .run_records import ERROR, INFO, OK, SEVERITIES, WARNING, Finding, GpuSection, RunResult
+from .run_records import (
+    ERROR,
+    INFO,
+    OK,
+    SEVERITIES,
+    WARNING,
+    Concurrent,
+    Finding,
+    GpuSection,
+    RunResult,
+)
 from .units import format_rate
 
 # A PCIe link delivers about 88% of its raw rate after packet overhead; below these shares of
@@ -131,9 +141,12 @@ def pageable_slow(result: RunResult) -> Iterator[Finding]:
 def link_downtrained(result: RunResult) -> Iterator[Finding]:
     for gpu in result.gpus:
         facts = _gpu_facts(result, gpu.index)
-        gen, gen_max = facts.get("pcie_generation"), facts.get("pcie_generation_max")
-        width, width_max = facts.get("pcie_width"), facts.get("pcie_width_max")
-        if None in (gen, gen_max, width, width_max) or (gen >= gen_max and width >= width_max):
+        link = [facts.get(k) for k in ("pcie_generation", "pcie_generation_max", "pcie_width",
+                                        "pcie_width_max")]  # fmt: skip
+        if None in link:
+            continue
+        gen, gen_max, width, width_max = (int(v) for v in link)
+        if gen >= gen_max and width >= width_max:
             continue
         best = _largest(gpu.curve("h2d", "pinned", "async", "device"))
         full = facts.get("pcie_peak_max_bps")
@@ -256,7 +269,9 @@ def asymmetry(result: RunResult) -> Iterator[Finding]:
 
 
 def concurrency_collapse(result: RunResult) -> Iterator[Finding]:
-    sets = [(g.index, c) for g in result.gpus for c in g.concurrent]
+    sets: list[tuple[int | None, Concurrent]] = [
+        (g.index, c) for g in result.gpus for c in g.concurrent
+    ]
     sets += [(None, c) for c in result.multi if c.kind == "all_gpus_host"]
     for gpu, c in sets:
         alones = [s.alone_bandwidth for s in c.streams if s.alone_bandwidth]

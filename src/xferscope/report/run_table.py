@@ -29,8 +29,8 @@ def findings_text(result: RunResult) -> list[Text]:
 
 def headline_table(result: RunResult) -> Table:
     table = Table(title="Headline figures", title_justify="left")
-    for name in ("GPU", "figure", "bandwidth", "at", "latency", "at"):
-        table.add_column(name, justify="left" if name == "figure" else "right")
+    for column in ("GPU", "figure", "bandwidth", "at", "latency", "at"):
+        table.add_column(column, justify="left" if column == "figure" else "right")
     for gpu in result.gpus:
         if gpu.status == "failed":
             table.add_row(str(gpu.index), Text(f"failed: {gpu.error}", style="red"), "", "", "",
@@ -38,11 +38,11 @@ def headline_table(result: RunResult) -> Table:
             continue
         for curve in gpu.curves:
             c = curve.config
-            name = HEADLINE_CURVES.get((c.direction, c.memory, c.mechanism, c.timing))
-            if name is None or not curve.points:
+            headline = HEADLINE_CURVES.get((c.direction, c.memory, c.mechanism, c.timing))
+            if headline is None or not curve.points:
                 continue
             big, small = curve.points[-1], curve.points[0]
-            table.add_row(str(gpu.index), f"{name} ({c.mechanism}, {c.timing} time)",
+            table.add_row(str(gpu.index), f"{headline} ({c.mechanism}, {c.timing} time)",
                           format_rate(big.bandwidth), format_bytes(big.bytes),
                           format_seconds(small.median_s), format_bytes(small.bytes))  # fmt: skip
         for conc in gpu.concurrent:
