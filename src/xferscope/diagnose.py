@@ -141,11 +141,10 @@ def pageable_slow(result: RunResult) -> Iterator[Finding]:
 def link_downtrained(result: RunResult) -> Iterator[Finding]:
     for gpu in result.gpus:
         facts = _gpu_facts(result, gpu.index)
-        link = [facts.get(k) for k in ("pcie_generation", "pcie_generation_max", "pcie_width",
-                                        "pcie_width_max")]  # fmt: skip
-        if None in link:
+        keys = ("pcie_generation", "pcie_generation_max", "pcie_width", "pcie_width_max")
+        if any(facts.get(k) is None for k in keys):
             continue
-        gen, gen_max, width, width_max = (int(v) for v in link)
+        gen, gen_max, width, width_max = (int(facts[k]) for k in keys)
         if gen >= gen_max and width >= width_max:
             continue
         best = _largest(gpu.curve("h2d", "pinned", "async", "device"))
