@@ -22,9 +22,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from foundation import GiB, TRIALS, comparison, gpu_tag, torch_copy_seconds  # noqa: E402
-
-from xferscope import __version__  # noqa: E402
+from foundation import TRIALS, GiB, comparison, gpu_tag, torch_copy_seconds
+from xferscope import __version__
 
 HERE = Path(__file__).resolve().parent
 
@@ -100,8 +99,10 @@ def main() -> None:
         p2p = next(c for c in doc["multi"] if c["label"] == "0-1/async/peer/one_way")
         stream = p2p["streams"][0]
         peer = stream["bytes"] / torch_p2p_seconds(stream["bytes"]) / 1e9
-        comparisons.append(comparison("p2p_write_ce_vs_torch", stream["bandwidth_gbps"], peer,
-                                      "torch copy_ cuda:0 -> cuda:1", "GB/s", True, 0.98))  # fmt: skip
+        comparisons.append(
+            comparison("p2p_write_ce_vs_torch", stream["bandwidth_gbps"], peer,
+                       "torch copy_ cuda:0 -> cuda:1", "GB/s", True, 0.98)
+        )  # fmt: skip
         for c in doc["multi"]:
             if c["status"] == "complete" and c["label"].startswith(("0-1/", "all_gpus/")):
                 key = "p2p_" if c["kind"] == "p2p" else ""
@@ -125,7 +126,7 @@ def main() -> None:
             "host_cpu": machine["host"]["cpu"],
             "cores": machine["host"]["cores"],
             "torch": torch.__version__,
-        },  # fmt: skip
+        },
         "comparisons": comparisons,
         "figures": figures,
         "findings": [f"{f['severity']}: {f['message']}" for f in doc["findings"]],
