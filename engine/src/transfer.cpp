@@ -208,9 +208,13 @@ void Transfer::set_peer_access() {
 }
 
 bool Transfer::blocks_for_device_timing() const noexcept {
-  const bool pageable = spec_.direction != Direction::d2d && spec_.direction != Direction::p2p &&
+  const bool peer_to_peer = spec_.direction == Direction::p2p;
+  const bool pageable = spec_.direction != Direction::d2d && !peer_to_peer &&
                         spec_.host_memory == MemoryKind::pageable;
-  return spec_.mechanism != Mechanism::memcpy && !pageable;
+  // Without peer access the driver stages a peer copy through host memory on the calling
+  // thread, which then cannot return to release the kernel (seen on two H200s: a timeout).
+  const bool staged = peer_to_peer && !spec_.peer_access;
+  return spec_.mechanism != Mechanism::memcpy && !pageable && !staged;
 }
 
 cudaStream_t Transfer::work_stream(const Buffer& buffer) const {

@@ -91,7 +91,8 @@ class SimulatedTransfer:
         self._capacity = capacity
         self.copies_per_iteration = 2 if direction == "roundtrip" else 1
         pageable = direction not in ("d2d", "p2p") and memory == "pageable"
-        self.blocks_for_device_timing = mechanism != "memcpy" and not pageable
+        staged = direction == "p2p" and not peer_access
+        self.blocks_for_device_timing = mechanism != "memcpy" and not pageable and not staged
         self._closed = False
 
     def _check(self, size: int) -> None:
@@ -232,6 +233,11 @@ class SimulatedEngine:
         """Streams in one direction share the host link (1.2 times one stream's rate in all,
         as two H200s moving to the host at once saw); H2D beside D2H on one GPU runs at 0.93 of
         its rate; peer-to-peer streams barely slow each other."""
+        if not all(t.blocks_for_device_timing for t in transfers):
+            raise EngineError(
+                "concurrent streams need asynchronous copies of non-pageable memory (async or "
+                "kernel mechanism)"
+            )
         by_direction: dict[str, int] = {}
         for t in transfers:
             by_direction[t.direction] = by_direction.get(t.direction, 0) + 1

@@ -70,6 +70,8 @@ def test_peer_to_peer_verifies_and_stays_under_nvlink(two_gpus, mechanism, acces
         v = t.verify(size, inject_fault=True)
         assert not v["ok"] and v["mismatched_bytes"] == 1
         r = t.time("device", size, 10)
+        assert not r["blocking_timed_out"]
+        assert r["blocking_kernel"] == access  # staged copies cannot wait behind the kernel
         rate = 10 * size / r["seconds"]
         assert rate < 18 * 25e9  # NVLink 4, 18 links: 450 GB/s per direction
         assert rate > 5e9

@@ -84,7 +84,8 @@ class Transfer {
   const TransferSpec& spec() const noexcept { return spec_; }
   int copies_per_iteration() const noexcept { return static_cast<int>(legs_.size()); }
   // Whether device timing can hold the copies behind the blocking kernel: not for synchronous
-  // calls, nor for pageable memory, whose copies synchronise with the host.
+  // calls, nor for pageable memory or peer copies without peer access, whose copies the host
+  // thread stages itself.
   bool blocks_for_device_timing() const noexcept;
 
   // Fills the sources with the pattern of `seed` and the other buffers with another pattern.
