@@ -53,17 +53,23 @@ class Outputs:
     plot_prefix: Path
 
 
+def _writable_dir(option: str, directory: Path) -> Path:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OptionError(
+            option, f"cannot create directory '{directory}': {exc.strerror}"
+        ) from None
+    if not os.access(directory, os.W_OK):
+        raise OptionError(option, f"cannot write to '{directory}': permission denied")
+    return directory
+
+
 def _writable_file(option: str, path: Path) -> Path:
     path = path.expanduser()
     if path.is_dir():
         raise OptionError(option, f"'{path}' is a directory; give a file name")
-    parent = path.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OptionError(option, f"cannot create directory '{parent}': {exc.strerror}") from None
-    if not os.access(parent, os.W_OK):
-        raise OptionError(option, f"cannot write to '{parent}': permission denied")
+    _writable_dir(option, path.parent)
     if path.exists() and not os.access(path, os.W_OK):
         raise OptionError(option, f"cannot write '{path}': permission denied")
     return path
@@ -464,6 +470,22 @@ def write_run_outputs(result: RunResult, directory: Path) -> list[Path]:
     return [html, *paths]
 
 
+def _new_run_directory(out: Path) -> Path:
+    """out/run-<time>, or run-<time>-2, -3, ... when a run started in the same second."""
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = _writable_dir("--out", out.expanduser())
+    for n in range(1, 1000):
+        directory = out / (f"run-{stamp}" if n == 1 else f"run-{stamp}-{n}")
+        try:
+            directory.mkdir()
+            return directory
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise OptionError("--out", f"cannot create '{directory}': {exc.strerror}") from None
+    raise OptionError("--out", f"too many runs named run-{stamp} in '{out}'")
+
+
 def _append_history(result: RunResult, path: Path) -> int:
     from .store import History
 
@@ -519,12 +541,11 @@ def run(
     from .report.run_table import print_run
     from .store import HistoryError, default_path
 
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    directory = _writable_file("--out", Path(out) / f"run-{stamp}" / "report.html").parent
     prometheus = _writable_file("--prometheus", Path(prometheus_path)) if prometheus_path else None
     history = Path(history_path).expanduser() if history_path else default_path()
     engine = open_engine(simulate)
     options = RunOptions(devices=_resolve_devices(engine, device), quick=quick, seed=seed)
+    directory = _new_run_directory(Path(out))  # only once every option is good
     with Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -553,7 +574,9 @@ def run(
             run_id = _append_history(result, history)
             stderr.print(f"saved as run {run_id} in {history}")
         except HistoryError as exc:
-            stderr.print(f"the run's files are written, but the history is not: {exc}")
+            click.echo(
+                f"Error: the run's files are written, but the history is not: {exc}", err=True
+            )  # one line, never wrapped
             sys.exit(1)
     if result.interrupted:
         stderr.print("interrupted: the report is marked incomplete")

@@ -309,17 +309,32 @@ def failures(result: RunResult) -> Iterator[Finding]:
                 "the GPU, its driver or its link failed",
                 "look for Xid errors in the kernel log (`dmesg`), then reset or replace it",
             )  # fmt: skip
-    for c in (*result.multi, *(c for g in result.gpus for c in g.concurrent)):
+    measured: list[tuple[int | None, Concurrent]] = [
+        (g.index, c) for g in result.gpus for c in g.concurrent
+    ]
+    for index, c in [*measured, *((None, c) for c in result.multi)]:
         if c.status == "failed":
-            yield Finding("measurement_failed", WARNING, None, c.label, None, None,
-                          f"{c.label} could not be measured: {c.error}")  # fmt: skip
+            where = "" if index is None else f"GPU {index}: "
+            yield Finding("measurement_failed", WARNING, index, c.label, None, None,
+                          f"{where}{c.label} could not be measured: {c.error}")  # fmt: skip
     if result.interrupted:
         missing = [g.index for g in result.gpus if g.status in ("interrupted", "not_run")]
+        what = (
+            "GPU " + ", ".join(map(str, missing)) + " not fully measured"
+            if missing
+            else "the measurements across GPUs are not all done"
+        )
         yield Finding(
-            "incomplete", WARNING, None, "run", None, None,
-            "the run was interrupted; GPU " + ", ".join(map(str, missing)) + " not fully measured",
-            "", "run again to measure everything",
-        )  # fmt: skip
+            "incomplete",
+            WARNING,
+            None,
+            "run",
+            None,
+            None,
+            f"the run was interrupted; {what}",
+            "",
+            "run again to measure everything",
+        )
 
 
 RULES: tuple[Rule, ...] = (

@@ -242,13 +242,14 @@ def investigate_multi(
     options: RunOptions,
     observer: RunObserver,
     healthy: Callable[[int], bool],
-) -> list[Concurrent]:
+    results: list[Concurrent],
+) -> None:
     """The peer-to-peer matrix (copy engines and SMs, peer access on and off, one direction and
-    both) and every GPU to and from the host at once."""
+    both) and every GPU to and from the host at once, appended to `results` as they are
+    measured, so Ctrl-C keeps what was done."""
     p = options.plan
     size = p.stream_bytes
     gpus = [d for d in devices if healthy(d)]
-    results: list[Concurrent] = []
     for src in gpus:
         for dst in gpus:
             if src == dst:
@@ -271,7 +272,6 @@ def investigate_multi(
         specs = [(d, direction, f"{direction} gpu{d}") for d in gpus for direction in directions]
         results.append(concurrent(engine, "all_gpus_host", f"all_gpus/{name}", specs, size, p))
         observer.step(f"all GPUs {name}")
-    return results
 
 
 # ---- the run -----------------------------------------------------------------------------------
@@ -308,8 +308,8 @@ def run_investigation(
                 raise KeyboardInterrupt from None
         if len(options.devices) > 1:
             status = {s.index: s.status for s in sections}
-            multi = investigate_multi(engine, options.devices, options, observer,
-                                      lambda d: status.get(d) == "complete")  # fmt: skip
+            investigate_multi(engine, options.devices, options, observer,
+                              lambda d: status.get(d) == "complete", multi)  # fmt: skip
     except KeyboardInterrupt:
         interrupted = True
         done = {s.index for s in sections}

@@ -67,7 +67,8 @@ def gpu_record(engine: Engine, index: int) -> dict[str, Any]:
             "pcie_width": SIMULATED_LINK["width"],
             "pcie_width_max": SIMULATED_LINK["width"],
         }
-        locality: dict[str, Any] = {"numa_node": 0, "cpu_affinity": "0-15"}
+        # The modelled GPU is well placed: near whatever CPUs this process runs on.
+        locality: dict[str, Any] = {"numa_node": 0, "cpu_affinity": process_cpus()}
     else:
         facts = nvml.gpu_facts(info["uuid"])
         locality = pci_locality(info["pci_bus_id"])

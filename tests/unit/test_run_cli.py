@@ -1,0 +1,429 @@
+"""`xferscope run`, `history`, `report` and `compare` on the simulated engine: every file is
+written, the history records the run, a broken history or a Ctrl-C costs no results, and every
+bad input is one line on stderr."""
+
+from __future__ import annotations
+
+import datetime as real_dt
+import json
+import re
+import sqlite3
+import types
+from pathlib import Path
+
+import pytest
+
+from xferscope import cli
+from xferscope.simulate import SimulatedEngine
+from xferscope.store import History
+
+from .test_cli import assert_one_line_error, run
+
+QUICK = ["run", "--simulate", "--quick"]
+RUN_FILES = {"report.html", "run.json", "points.csv", "metrics.csv", "gpu0-bandwidth.png",
+             "gpu0-latency.png"}  # fmt: skip
+HEADLINE = "gpu0/h2d/pinned/async/device/bandwidth"
+
+
+def _quick_plots(result, prefix):
+    """Stands in for report.plots.write_plots (matplotlib takes most of a run's second): the
+    same files, as the real one names them, for the tests that are not about the plots."""
+    if not any(c.points for c in result.curves):
+        return []
+    paths = [Path(f"{prefix}-{what}.png") for what in ("bandwidth", "latency")]
+    for path in paths:
+        path.write_bytes(b"\x89PNG stand-in")
+    return paths
+
+
+@pytest.fixture
+def real_plots():
+    """Requested by the tests that draw the plots for real."""
+
+
+@pytest.fixture(autouse=True)
+def quick_plots(request, monkeypatch):
+    if "real_plots" not in request.fixturenames:
+        monkeypatch.setattr("xferscope.report.plots.write_plots", _quick_plots)
+
+
+@pytest.fixture(autouse=True)
+def history(tmp_path, monkeypatch) -> Path:
+    """Every test gets its own history: none touches the user's."""
+    path = tmp_path / "state" / "history.sqlite3"
+    monkeypatch.setenv("XFERSCOPE_HISTORY", str(path))
+    return path
+
+
+def run_dir(out: Path) -> Path:
+    (directory,) = out.glob("run-*")
+    return directory
+
+
+def flat(text: str) -> str:
+    """stderr as one string: rich wraps long lines at the console's width."""
+    return "".join(text.splitlines())
+
+
+def engine(**kwargs):
+    return lambda simulate=False: SimulatedEngine(**kwargs)
+
+
+def history_json(capsys) -> list[dict]:
+    code, out, err = run(capsys, "history", "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+# ---- a run -------------------------------------------------------------------------------------
+
+
+def test_run_writes_every_file_and_adds_the_run_to_the_history(
+    capsys, tmp_path, history, real_plots
+):
+    code, out, err = run(capsys, *QUICK, "-o", str(tmp_path / "out"))
+    assert code == 0, err
+    directory = run_dir(tmp_path / "out")
+    assert re.fullmatch(r"run-\d{8}-\d{6}", directory.name)
+    assert {p.name for p in directory.iterdir()} == RUN_FILES
+    assert all((directory / name).stat().st_size > 0 for name in RUN_FILES)
+    assert "SIMULATED" in out
+    assert "H2D from pageable memory" in out and "why:" in out and "fix:" in out
+    assert "Headline figures" in out
+    assert "INCOMPLETE" not in out
+    assert "report.html" in flat(err) and "saved as run 1" in flat(err)
+
+    doc = json.loads((directory / "run.json").read_text())
+    assert doc["schema"] == "xferscope-run"
+    assert doc["simulated"] is True and doc["complete"] is True and doc["interrupted"] is False
+    assert doc["mode"] == "quick"
+    assert [g["status"] for g in doc["gpus"]] == ["complete"]
+    assert len(doc["gpus"][0]["curves"]) == 21
+    assert any(f["code"] == "pageable_slow" for f in doc["findings"])
+    # One row per point (21 curves of 8 sizes) and a header.
+    assert len((directory / "points.csv").read_text().splitlines()) == 1 + 21 * 8
+    assert HEADLINE in (directory / "metrics.csv").read_text()
+    html = (directory / "report.html").read_text()
+    assert "SIMULATED" in html and 'class="banner incomplete"' not in html
+    for name in ("gpu0-bandwidth.png", "gpu0-latency.png"):
+        assert (directory / name).read_bytes().startswith(b"\x89PNG")
+        assert (directory / name).stat().st_size > 10_000, "a real plot"
+
+    assert history.exists()
+    (listed,) = history_json(capsys)
+    assert listed["id"] == 1 and listed["created"] == doc["created"]
+    assert listed["simulated"] is True and listed["complete"] is True
+    assert listed["mode"] == "quick" and listed["hostname"] == "simulated"
+    assert listed["findings_error"] == 0
+    assert listed["findings_warning"] == sum(f["severity"] == "warning" for f in doc["findings"])
+
+    code, out, err = run(capsys, "history")
+    assert code == 0, err
+    assert "quick (simulated)" in out and str(history) in out
+    assert re.search(r"│\s+1 │", out), out
+
+
+def test_history_path_option_beats_the_environment(capsys, tmp_path, history):
+    other = tmp_path / "other.sqlite3"
+    code, _, err = run(capsys, *QUICK, "-o", str(tmp_path), "--history", str(other))
+    assert code == 0, err
+    assert other.exists() and not history.exists()
+    code, out, _ = run(capsys, "history", "--json", "--history", str(other))
+    assert code == 0 and len(json.loads(out)) == 1
+
+
+def test_no_history_adds_nothing(capsys, tmp_path, history):
+    code, _, err = run(capsys, *QUICK, "-o", str(tmp_path / "out"), "--no-history")
+    assert code == 0, err
+    assert {p.name for p in run_dir(tmp_path / "out").iterdir()} == RUN_FILES
+    assert not history.exists()
+    assert "saved as" not in err
+    code, _, err = run(capsys, "history")
+    assert_one_line_error(code, err, "no history at", str(history))
+
+
+def test_prometheus_textfile(capsys, tmp_path):
+    prom = tmp_path / "textfiles" / "xferscope.prom"
+    code, _, err = run(capsys, *QUICK, "-o", str(tmp_path / "out"), "--prometheus", str(prom))
+    assert code == 0, err
+    text = prom.read_text()
+    assert "# TYPE xferscope_bandwidth_bytes_per_second gauge" in text
+    sample = re.search(
+        r'^xferscope_bandwidth_bytes_per_second\{gpu="0",[^}]*direction="h2d",memory="pinned",'
+        r'mechanism="async",timing="device"\} (\S+)$', text, re.MULTILINE)  # fmt: skip
+    assert sample is not None, text
+    assert 50e9 < float(sample.group(1)) < 60e9
+    assert re.search(r"^xferscope_run_simulated 1$", text, re.MULTILINE)
+    assert re.search(r"^xferscope_run_complete 1$", text, re.MULTILINE)
+    assert "xferscope.prom" in flat(err)
+    assert not list(prom.parent.glob("*.tmp")), "no temporary file is left"
+
+
+def test_verification_failure_exits_3(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "open_engine", engine(corrupt=True))
+    code, out, _ = run(capsys, *QUICK, "-o", str(tmp_path))
+    assert code == cli.EXIT_VERIFICATION_FAILED
+    assert "ERROR" in out and "data arrived wrong" in out
+    assert (run_dir(tmp_path) / "report.html").exists()
+
+
+# ---- history, report and compare ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory):
+    """Two identical simulated runs, 1 and 2, in one history."""
+    base = tmp_path_factory.mktemp("stored")
+    history = base / "history.sqlite3"
+    dirs = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("xferscope.report.plots.write_plots", _quick_plots)
+        for i in (1, 2):
+            out = base / f"out{i}"
+            assert cli.main([*QUICK, "-o", str(out), "--history", str(history)]) == 0
+            dirs.append(run_dir(out))
+    return types.SimpleNamespace(history=history, dirs=dirs, base=base)
+
+
+def test_report_renders_a_stored_run_again(capsys, tmp_path, stored):
+    code, out, err = run(capsys, "report", "1", "--history", str(stored.history),
+                         "-o", str(tmp_path))  # fmt: skip
+    assert code == 0, err
+    directory = tmp_path / "run-1"
+    assert {p.name for p in directory.iterdir()} == RUN_FILES
+    assert "SIMULATED" in out and "report.html" in flat(err)
+    again = json.loads((directory / "run.json").read_text())
+    original = json.loads((stored.dirs[0] / "run.json").read_text())
+    assert again == original
+
+
+def test_report_of_a_run_json_file(capsys, tmp_path, stored):
+    code, _, err = run(capsys, "report", str(stored.dirs[1] / "run.json"), "-o", str(tmp_path))
+    assert code == 0, err
+    assert (tmp_path / "run-run" / "report.html").exists()
+
+
+def test_report_of_a_missing_run_is_one_line(capsys, tmp_path, stored):
+    code, _, err = run(capsys, "report", "7", "--history", str(stored.history),
+                       "-o", str(tmp_path))  # fmt: skip
+    assert_one_line_error(code, err, "no run 7")
+    assert not list(tmp_path.iterdir())
+
+
+def test_compare_identical_runs_exits_0(capsys, stored):
+    code, out, err = run(capsys, "compare", "1", "2", "--history", str(stored.history))
+    assert code == 0, err
+    assert "no metric changed beyond its noise" in out
+    assert "0 slower" in out and "SLOWER" not in out
+    code, out, _ = run(capsys, "compare", "1", "2", "--history", str(stored.history), "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["regressions"] == [] and doc["counts"]["slower"] == 0
+    assert doc["counts"]["same"] == len(doc["metrics"]) > 0
+
+
+def _slower_copy(stored, tmp_path: Path) -> Path:
+    """Run 1 with the headline H2D curve's largest point 20% slower."""
+    doc = json.loads((stored.dirs[0] / "run.json").read_text())
+    (curve,) = [c for c in doc["gpus"][0]["curves"] if c["config"] == {
+        "device": 0, "direction": "h2d", "memory": "pinned", "mechanism": "async",
+        "timing": "device"}]  # fmt: skip
+    largest = curve["points"][-1]
+    largest["samples_s"] = [s / 0.8 for s in largest["samples_s"]]
+    path = tmp_path / "slower.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_compare_against_a_slower_run_exits_1(capsys, tmp_path, stored):
+    slower = _slower_copy(stored, tmp_path)
+    code, out, err = run(capsys, "compare", "1", str(slower), "--history", str(stored.history))
+    assert code == 1, err
+    assert "SLOWER" in out and HEADLINE in out
+    assert "-20.0%" in out
+    assert "1 regression beyond 5%" in out
+    code, out, _ = run(capsys, "compare", "1", str(slower), "--history", str(stored.history),
+                       "--json")  # fmt: skip
+    assert code == 1
+    assert json.loads(out)["regressions"] == [HEADLINE]
+
+
+def test_compare_the_other_way_is_faster_and_exits_0(capsys, tmp_path, stored):
+    slower = _slower_copy(stored, tmp_path)
+    code, out, err = run(capsys, "compare", str(slower), "2", "--history", str(stored.history))
+    assert code == 0, err
+    assert "FASTER" in out and "SLOWER" not in out
+
+
+def test_compare_a_regression_below_the_threshold_exits_0(capsys, tmp_path, stored):
+    slower = _slower_copy(stored, tmp_path)
+    code, out, _ = run(capsys, "compare", "1", str(slower), "--history", str(stored.history),
+                       "--threshold", "0.25")  # fmt: skip
+    assert code == 0
+    assert "SLOWER" in out, "still shown, but not failing"
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "fragments"),
+    [
+        ("1", "/missing.json", ["/missing.json", "no such file"]),
+        ("1", "99", ["no run 99"]),
+        ("/missing.json", "1", ["/missing.json"]),
+    ],
+)
+def test_compare_with_a_missing_run_is_one_line(capsys, stored, a, b, fragments):
+    code, out, err = run(capsys, "compare", a, b, "--history", str(stored.history))
+    assert_one_line_error(code, err, *fragments)
+    assert out == ""
+
+
+def test_compare_a_file_that_is_not_a_run_is_one_line(capsys, tmp_path, stored):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    code, _, err = run(capsys, "compare", "1", str(bad), "--history", str(stored.history))
+    assert_one_line_error(code, err, str(bad), "not valid JSON")
+
+
+# ---- a history that cannot be written ----------------------------------------------------------
+
+
+def _assert_files_written_but_not_history(code, out, err, out_dir, history, *fragments):
+    assert code == 1
+    assert "Traceback" not in err
+    assert {p.name for p in run_dir(out_dir).iterdir()} == RUN_FILES
+    assert "SIMULATED" in out
+    text = flat(err)
+    assert "the run's files are written, but the history is not" in text
+    assert str(history) in text
+    for fragment in fragments:
+        assert fragment in text
+
+
+def test_garbage_history_costs_no_results(capsys, tmp_path, history):
+    garbage = bytes(range(256)) * 16
+    history.parent.mkdir()
+    history.write_bytes(garbage)
+    code, out, err = run(capsys, *QUICK, "-o", str(tmp_path / "out"))
+    _assert_files_written_but_not_history(code, out, err, tmp_path / "out", history,
+                                          "not a database")  # fmt: skip
+    assert history.read_bytes() == garbage, "the file is left as it was"
+
+
+@pytest.mark.parametrize("lock", ["EXCLUSIVE", "IMMEDIATE"])
+def test_locked_history_costs_no_results(capsys, tmp_path, history, lock):
+    """EXCLUSIVE: another process holds the file (the run cannot even open it); IMMEDIATE:
+    another process is writing (the run opens it but cannot add to it). The CLI waits the
+    store's default 2 s for each."""
+    History(history).close()
+    holder = sqlite3.connect(history, isolation_level=None)
+    try:
+        holder.execute(f"BEGIN {lock}")
+        code, out, err = run(capsys, *QUICK, "-o", str(tmp_path / "out"))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    _assert_files_written_but_not_history(code, out, err, tmp_path / "out", history, "locked")
+    with History(history, readonly=True) as h:
+        assert h.list() == []
+
+
+# ---- bad options -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["--device", "5"], ["--device", "no GPU with index 5"]),
+        (["--device", "0,x"], ["--device", "'x'"]),
+        (["--prometheus", "{tmp}/a-file/x.prom"], ["--prometheus", "cannot create directory"]),
+        (["--prometheus", "{tmp}"], ["--prometheus", "is a directory"]),
+        (["--seed", "abc"], ["--seed"]),
+        (["--bogus"], ["No such option", "--bogus"]),
+    ],
+)
+def test_bad_run_input_is_one_line_before_measuring(capsys, tmp_path, history, args, fragments):
+    (tmp_path / "a-file").write_text("x")
+    args = [a.format(tmp=tmp_path) for a in args]
+    code, out, err = run(capsys, *QUICK, "-o", str(tmp_path / "out"), *args)
+    assert_one_line_error(code, err, *fragments)
+    assert code == 2
+    assert "SIMULATED" not in out, "nothing was measured"
+    assert not list(tmp_path.rglob("run.json"))
+    assert not history.exists()
+
+
+def test_unwritable_out_directory_is_refused(capsys, history):
+    code, _, err = run(capsys, *QUICK, "-o", "/proc/xferscope-cannot-be-here")
+    assert_one_line_error(code, err, "--out", "cannot")
+    assert not history.exists()
+
+
+def test_bad_device_leaves_no_directory(capsys, tmp_path):
+    code, _, _ = run(capsys, *QUICK, "-o", str(tmp_path / "out"), "--device", "5")
+    assert code == 2
+    assert not list((tmp_path / "out").glob("run-*"))
+
+
+def test_two_runs_in_one_second_keep_both(capsys, tmp_path, monkeypatch):
+    fixed = real_dt.datetime(2026, 1, 2, 3, 4, 5)
+    fake = types.SimpleNamespace(datetime=types.SimpleNamespace(now=lambda *a: fixed),
+                                 timezone=real_dt.timezone)  # fmt: skip
+    monkeypatch.setattr(cli, "dt", fake)
+    for _ in range(2):
+        assert run(capsys, *QUICK, "-o", str(tmp_path), "--no-history")[0] == 0
+    assert len(list(tmp_path.glob("run-*/run.json"))) == 2
+
+
+# ---- Ctrl-C and a failing GPU ------------------------------------------------------------------
+
+
+def test_ctrl_c_writes_an_incomplete_report_and_exits_130(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "open_engine", engine(interrupt_after=200))
+    code, out, err = run(capsys, *QUICK, "-o", str(tmp_path / "out"))
+    assert code == cli.EXIT_INTERRUPTED == 130
+    assert "Traceback" not in err
+    assert "interrupted" in err and "INCOMPLETE" in out
+    directory = run_dir(tmp_path / "out")
+    assert {"report.html", "run.json", "points.csv", "metrics.csv"} <= {
+        p.name for p in directory.iterdir()}  # fmt: skip
+    html = (directory / "report.html").read_text()
+    assert 'class="banner incomplete"' in html
+    assert "INCOMPLETE: interrupted before every measurement ran" in html
+    doc = json.loads((directory / "run.json").read_text())
+    assert doc["interrupted"] is True and doc["complete"] is False
+    (gpu,) = doc["gpus"]
+    assert gpu["status"] == "interrupted" and gpu["curves"]
+    assert any(f["code"] == "incomplete" for f in doc["findings"])
+    (listed,) = history_json(capsys)
+    assert listed["complete"] is False
+
+
+def test_failing_gpu_writes_the_report_and_exits_1(capsys, tmp_path, monkeypatch, real_plots):
+    monkeypatch.setattr(cli, "open_engine", engine(devices=2, failing_devices=(1,)))
+    code, out, err = run(capsys, *QUICK, "-o", str(tmp_path / "out"))
+    assert code == 1
+    assert "Traceback" not in err
+    assert "GPU 1 failed" in out and "INCOMPLETE" in out
+    directory = run_dir(tmp_path / "out")
+    assert {p.name for p in directory.iterdir()} >= RUN_FILES
+    html = (directory / "report.html").read_text()
+    assert "GPU 1 failed" in html
+    doc = json.loads((directory / "run.json").read_text())
+    gpu0, gpu1 = doc["gpus"]
+    assert gpu0["status"] == "complete" and len(gpu0["curves"]) == 21
+    assert gpu0["pinning"] is not None
+    assert gpu1["status"] == "failed" and gpu1["error"].startswith("CUDA error")
+    assert doc["findings"][0]["code"] == "gpu_failed"
+    assert {m["label"] for m in doc["multi"]} == {"all_gpus/h2d", "all_gpus/d2h", "all_gpus/both"}
+    (listed,) = history_json(capsys)
+    assert listed["complete"] is False and listed["findings_error"] == 1
+
+
+def test_device_option_picks_the_gpus(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(cli, "open_engine", engine(devices=2))
+    code, _, err = run(capsys, *QUICK, "-o", str(tmp_path), "--device", "1", "--no-history")
+    assert code == 0, err
+    directory = run_dir(tmp_path)
+    doc = json.loads((directory / "run.json").read_text())
+    assert [g["index"] for g in doc["gpus"]] == [1] and doc["multi"] == []
+    assert (directory / "gpu1-bandwidth.png").exists()
+    assert not (directory / "gpu0-bandwidth.png").exists()
