@@ -168,6 +168,47 @@ def gpu_tag(name: str, count: int) -> str:
     return tag if count == 1 else f"{tag}x{count}"
 
 
+def write_record(
+    benchmark: str,
+    commit: str,
+    meta: dict,
+    gpus: int,
+    comparisons: list[dict],
+    figures: dict,
+    out: Path,
+    **extra: object,
+) -> Path:
+    """Writes benchmarks/results/<benchmark>-<gpu>-<yyyymmdd>.json as BENCHMARKS.md describes,
+    with the machine taken from xferscope's own metadata."""
+    gpu = meta["gpus"][0]
+    today = dt.date.today()
+    result = {
+        "benchmark": benchmark,
+        "date": today.isoformat(),
+        "commit": commit,
+        "xferscope_version": __version__,
+        "machine": {
+            "gpu": gpu["name"],
+            "gpus": gpus,
+            "driver": meta["driver"],
+            "cuda_runtime": meta["cuda_runtime"],
+            "pcie": f"gen{gpu.get('pcie_generation')} x{gpu.get('pcie_width')}",
+            "host_cpu": meta["host"]["cpu"],
+            "cores": meta["host"]["cores"],
+            "torch": torch.__version__,
+        },
+        "comparisons": comparisons,
+        "figures": figures,
+        **extra,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{benchmark}-{gpu_tag(gpu['name'], gpus)}-{today.strftime('%Y%m%d')}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    print(f"wrote {path}")
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--commit", default=os.environ.get("XFERSCOPE_COMMIT", "unknown"))
@@ -182,7 +223,6 @@ def main() -> None:
 
     engine = NativeEngine()
     meta = collect(engine, [0])
-    gpu = meta["gpus"][0]
     comparisons = []
     # Small-call latency first, before this process has used PyTorch.
     latency = cli_point(
@@ -247,32 +287,8 @@ def main() -> None:
         best = max(p["summary"]["bandwidth_gbps"] for p in curve["points"])
         figures[f"sweep_default_{curve['label'].replace(' ', '_')}_best_gbps"] = round(best, 3)
 
-    today = dt.date.today()
-    gpus = torch.cuda.device_count()
-    result = {
-        "benchmark": "foundation",
-        "date": today.isoformat(),
-        "commit": args.commit,
-        "xferscope_version": __version__,
-        "machine": {
-            "gpu": gpu["name"],
-            "gpus": gpus,
-            "driver": meta["driver"],
-            "cuda_runtime": meta["cuda_runtime"],
-            "pcie": f"gen{gpu.get('pcie_generation')} x{gpu.get('pcie_width')}",
-            "host_cpu": meta["host"]["cpu"],
-            "cores": meta["host"]["cores"],
-            "torch": torch.__version__,
-        },
-        "comparisons": comparisons,
-        "figures": figures,
-    }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"foundation-{gpu_tag(gpu['name'], gpus)}-{today.strftime('%Y%m%d')}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-    print(f"wrote {path}")
+    write_record("foundation", args.commit, meta, torch.cuda.device_count(), comparisons,
+                 figures, Path(args.out))  # fmt: skip
 
 
 if __name__ == "__main__":

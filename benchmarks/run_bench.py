@@ -9,7 +9,6 @@ benchmarks/results/run-<gpu>-<date>.json as ../shared/BENCHMARKS.md says.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import statistics
@@ -22,8 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from foundation import TRIALS, GiB, comparison, gpu_tag, torch_copy_seconds
-from xferscope import __version__
+from foundation import TRIALS, GiB, comparison, torch_copy_seconds, write_record
 
 HERE = Path(__file__).resolve().parent
 
@@ -109,34 +107,9 @@ def main() -> None:
                 figures[key + c["label"].replace("/", "_") + "_gbps"] = round(
                     c["total_bandwidth_gbps"], 2
                 )
-    machine = doc["machine"]
-    gpu = machine["gpus"][0]
-    today = dt.date.today()
-    result = {
-        "benchmark": "run",
-        "date": today.isoformat(),
-        "commit": args.commit,
-        "xferscope_version": __version__,
-        "machine": {
-            "gpu": gpu["name"],
-            "gpus": gpus,
-            "driver": machine["driver"],
-            "cuda_runtime": machine["cuda_runtime"],
-            "pcie": f"gen{gpu.get('pcie_generation')} x{gpu.get('pcie_width')}",
-            "host_cpu": machine["host"]["cpu"],
-            "cores": machine["host"]["cores"],
-            "torch": torch.__version__,
-        },
-        "comparisons": comparisons,
-        "figures": figures,
-        "findings": [f"{f['severity']}: {f['message']}" for f in doc["findings"]],
-    }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"run-{gpu_tag(gpu['name'], gpus)}-{today.strftime('%Y%m%d')}.json"
-    path.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-    print(f"wrote {path}")
+    findings = [f"{f['severity']}: {f['message']}" for f in doc["findings"]]
+    write_record("run", args.commit, doc["machine"], gpus, comparisons, figures, Path(args.out),
+                 findings=findings)  # fmt: skip
 
 
 if __name__ == "__main__":
