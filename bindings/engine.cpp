@@ -11,7 +11,9 @@
 
 #include "xferscope/device.hpp"
 #include "xferscope/error.hpp"
+#include "xferscope/overlap.hpp"
 #include "xferscope/pinning.hpp"
+#include "xferscope/staged.hpp"
 #include "xferscope/transfer.hpp"
 
 namespace nb = nanobind;
@@ -26,7 +28,8 @@ class TransferHandle {
  public:
   TransferHandle(int device, const std::string& direction, const std::string& memory,
                  const std::string& mechanism, std::size_t capacity, std::size_t rotation_bytes,
-                 bool rotate, int peer, bool peer_access) {
+                 bool rotate, int peer, bool peer_access, int staged_threads,
+                 std::size_t staged_chunk_bytes) {
     xs::TransferSpec spec;
     spec.device = device;
     spec.direction = xs::direction_from_string(direction);
@@ -37,6 +40,8 @@ class TransferHandle {
     spec.rotate = rotate;
     spec.peer = peer;
     spec.peer_access = peer_access;
+    spec.staged_threads = staged_threads;
+    spec.staged_chunk_bytes = staged_chunk_bytes;
     xs::device_info(device);  // a clear NoDeviceError for a bad index, before any allocation
     nb::gil_scoped_release release;
     transfer_ = std::make_unique<xs::Transfer>(spec);
@@ -55,6 +60,38 @@ class TransferHandle {
  private:
   std::unique_ptr<xs::Transfer> transfer_;
 };
+
+// Owns a StagedCopier until close(), like TransferHandle.
+class CopierHandle {
+ public:
+  CopierHandle(int device, int threads, std::size_t chunk_bytes, double target_bps) {
+    xs::device_info(device);
+    nb::gil_scoped_release release;
+    copier_ = std::make_unique<xs::StagedCopier>(device, threads, chunk_bytes, target_bps);
+  }
+  xs::StagedCopier& get() {
+    if (!copier_) throw xs::UsageError("this staged copier is closed");
+    return *copier_;
+  }
+  void close() {
+    nb::gil_scoped_release release;
+    copier_.reset();
+  }
+
+ private:
+  std::unique_ptr<xs::StagedCopier> copier_;
+};
+
+nb::dict plan_dict(const xs::StagedPlan& p) {
+  nb::dict d;
+  d["threads"] = p.threads;
+  d["chunk_bytes"] = p.chunk_bytes;
+  d["buffers_per_thread"] = p.buffers_per_thread;
+  d["single_thread_copy_bps"] = p.single_thread_copy_bps;
+  d["target_bps"] = p.target_bps;
+  d["explanation"] = p.explanation;
+  return d;
+}
 
 nb::dict to_dict(const xs::DeviceInfo& info) {
   nb::dict d;
@@ -102,9 +139,10 @@ NB_MODULE(_engine, m) {
 
   nb::class_<TransferHandle>(m, "Transfer")
       .def(nb::init<int, const std::string&, const std::string&, const std::string&, std::size_t,
-                    std::size_t, bool, int, bool>(),
+                    std::size_t, bool, int, bool, int, std::size_t>(),
            "device"_a, "direction"_a, "memory"_a, "mechanism"_a, "capacity"_a,
-           "rotation_bytes"_a = 0, "rotate"_a = true, "peer"_a = -1, "peer_access"_a = true)
+           "rotation_bytes"_a = 0, "rotate"_a = true, "peer"_a = -1, "peer_access"_a = true,
+           "staged_threads"_a = 0, "staged_chunk_bytes"_a = 0)
       .def_prop_ro("copies_per_iteration",
                    [](TransferHandle& h) { return h.get().copies_per_iteration(); })
       .def_prop_ro("blocks_for_device_timing",
@@ -155,7 +193,93 @@ NB_MODULE(_engine, m) {
             return d;
           },
           "bytes"_a, "inject_fault"_a = false)
+      .def(
+          "overlap_cpu",
+          [](TransferHandle& h, std::size_t bytes, double work_s) {
+            xs::Transfer& t = h.get();
+            xs::OverlapSample o;
+            {
+              nb::gil_scoped_release release;
+              o = t.overlap_cpu(bytes, work_s);
+            }
+            nb::dict d;
+            d["issue_s"] = o.issue_s;
+            d["work_s"] = o.work_s;
+            d["wait_s"] = o.wait_s;
+            d["total_s"] = o.total_s;
+            return d;
+          },
+          "bytes"_a, "work_s"_a)
+      .def_prop_ro("staged_plan",
+                   [](TransferHandle& h) -> nb::object {
+                     const xs::StagedCopier* c = h.get().staged();
+                     return c == nullptr ? nb::none() : nb::object(plan_dict(c->plan()));
+                   })
       .def("close", &TransferHandle::close);
+
+  nb::class_<CopierHandle>(m, "StagedCopier")
+      .def(nb::init<int, int, std::size_t, double>(), "device"_a, "threads"_a = 0,
+           "chunk_bytes"_a = 0, "target_bps"_a = 0.0)
+      .def_prop_ro("plan", [](CopierHandle& h) { return plan_dict(h.get().plan()); })
+      .def(
+          "to_device",
+          [](CopierHandle& h, std::uintptr_t device_destination, std::uintptr_t host_source,
+             std::size_t bytes) {
+            xs::StagedCopier& c = h.get();
+            nb::gil_scoped_release release;
+            c.to_device(reinterpret_cast<void*>(device_destination),
+                        reinterpret_cast<const void*>(host_source), bytes);
+          },
+          "device_destination"_a, "host_source"_a, "bytes"_a)
+      .def(
+          "to_host",
+          [](CopierHandle& h, std::uintptr_t host_destination, std::uintptr_t device_source,
+             std::size_t bytes) {
+            xs::StagedCopier& c = h.get();
+            nb::gil_scoped_release release;
+            c.to_host(reinterpret_cast<void*>(host_destination),
+                      reinterpret_cast<const void*>(device_source), bytes);
+          },
+          "host_destination"_a, "device_source"_a, "bytes"_a)
+      .def("close", &CopierHandle::close);
+
+  m.def(
+      "rotate_buffers",
+      [](int device, bool upload, int buffers, std::size_t chunk_bytes, int chunks) {
+        xs::device_info(device);
+        xs::RotationResult r;
+        {
+          nb::gil_scoped_release release;
+          r = xs::rotate_buffers(device, upload, buffers, chunk_bytes, chunks);
+        }
+        nb::dict d;
+        d["total_s"] = r.total_s;
+        d["copy_s"] = r.copy_s;
+        d["consume_s"] = r.consume_s;
+        d["wait_s"] = r.wait_s;
+        d["mismatched_chunks"] = r.mismatched_chunks;
+        return d;
+      },
+      "device"_a, "upload"_a, "buffers"_a, "chunk_bytes"_a, "chunks"_a);
+  m.def(
+      "overlap_gpu",
+      [](int device, std::size_t bytes, int streams, int chunks, int work) {
+        xs::device_info(device);
+        xs::GpuOverlapResult r;
+        {
+          nb::gil_scoped_release release;
+          r = xs::overlap_gpu(device, bytes, streams, chunks, work);
+        }
+        nb::dict d;
+        d["h2d_s"] = r.h2d_s;
+        d["kernel_s"] = r.kernel_s;
+        d["d2h_s"] = r.d2h_s;
+        d["sequential_s"] = r.sequential_s;
+        d["pipelined_s"] = r.pipelined_s;
+        d["verified"] = r.verified;
+        return d;
+      },
+      "device"_a, "bytes"_a, "streams"_a, "chunks"_a, "work"_a);
 
   m.def(
       "time_concurrently",
@@ -189,6 +313,7 @@ NB_MODULE(_engine, m) {
         d["pageable_copy_s"] = c.pageable_copy_s;
         d["pinned_copy_s"] = c.pinned_copy_s;
         d["registered_copy_s"] = c.registered_copy_s;
+        d["host_copy_s"] = c.host_copy_s;
         return d;
       },
       "device"_a, "bytes"_a);

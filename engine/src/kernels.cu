@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <climits>
 
 #include "kernels.hpp"
@@ -101,6 +102,15 @@ __global__ void compare_kernel(const std::uint8_t* data, std::size_t bytes, std:
   }
 }
 
+__global__ void compute_kernel(float* data, std::size_t count, int work) {
+  const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
+  for (std::size_t i = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x; i < count; i += stride) {
+    float x = data[i];
+    for (int w = 0; w < work; ++w) x = fmaf(x, 0.999f, 0.001f);
+    data[i] = x;
+  }
+}
+
 unsigned pattern_blocks(std::size_t bytes) {
   const std::size_t words = bytes / 8 + 1;
   const std::size_t blocks = (words + kPatternThreads - 1) / kPatternThreads;
@@ -110,6 +120,15 @@ unsigned pattern_blocks(std::size_t bytes) {
 void check_launch() { XFS_CUDA_CALL(cudaGetLastError()); }
 
 }  // namespace
+
+void compute(float* data, std::size_t count, int work, int sm_count, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  const std::size_t wanted = (count + kThreads - 1) / kThreads;
+  const std::size_t most = static_cast<std::size_t>(sm_count > 0 ? sm_count : 1) * 8;
+  const unsigned blocks = static_cast<unsigned>(std::max<std::size_t>(1, std::min(wanted, most)));
+  compute_kernel<<<blocks, kThreads, 0, stream>>>(data, count, work);
+  check_launch();
+}
 
 void copy(void* destination, const void* source, std::size_t bytes, int sm_count,
           cudaStream_t stream) {

@@ -27,4 +27,8 @@ void fill(void* destination, std::size_t bytes, std::uint64_t seed, bool complem
 void compare(const void* data, std::size_t bytes, std::uint64_t seed, unsigned long long* counters,
              cudaStream_t stream);
 
+// data[i] = f(data[i]) where f is `work` dependent fused multiply-adds: a kernel whose cost per
+// byte is a knob, for transfer-bound and compute-bound pipelines alike.
+void compute(float* data, std::size_t count, int work, int sm_count, cudaStream_t stream);
+
 }  // namespace xferscope::kernels

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "kernels.hpp"
+#include "xferscope/cpu_work.hpp"
 #include "xferscope/error.hpp"
 #include "xferscope/pattern.hpp"
 
@@ -61,6 +62,7 @@ std::string_view to_string(Mechanism mechanism) {
     case Mechanism::memcpy: return "memcpy";
     case Mechanism::async: return "async";
     case Mechanism::kernel: return "kernel";
+    case Mechanism::staged: return "staged";
   }
   return "unknown";
 }
@@ -74,7 +76,8 @@ Direction direction_from_string(std::string_view name) {
 }
 
 Mechanism mechanism_from_string(std::string_view name) {
-  static constexpr Mechanism all[] = {Mechanism::memcpy, Mechanism::async, Mechanism::kernel};
+  static constexpr Mechanism all[] = {Mechanism::memcpy, Mechanism::async, Mechanism::kernel,
+                                      Mechanism::staged};
   return from_string(name, all, "mechanism");
 }
 
@@ -97,6 +100,10 @@ Transfer::Transfer(const TransferSpec& spec) : spec_(spec) {
     throw UsageError(
         "the kernel mechanism needs host memory the GPU can address (pinned, wc, "
         "registered or mapped), not pageable");
+  }
+  if (spec.mechanism == Mechanism::staged &&
+      (!host_side || spec.host_memory != MemoryKind::pageable)) {
+    throw UsageError("the staged mechanism moves pageable memory between the host and a GPU");
   }
   if (peer_to_peer) {
     int count = 0;
@@ -162,6 +169,10 @@ Transfer::Transfer(const TransferSpec& spec) : spec_(spec) {
   }
   XFS_CUDA_CALL(cudaEventCreate(&start_));
   XFS_CUDA_CALL(cudaEventCreate(&stop_));
+  if (spec.mechanism == Mechanism::staged) {
+    staged_ = std::make_unique<StagedCopier>(gpu, spec.staged_threads, spec.staged_chunk_bytes);
+    XFS_CUDA_CALL(cudaSetDevice(gpu));
+  }
   fill(0x5eed);
 }
 
@@ -213,8 +224,9 @@ bool Transfer::blocks_for_device_timing() const noexcept {
                         spec_.host_memory == MemoryKind::pageable;
   // Without peer access the driver stages a peer copy through host memory on the calling
   // thread, which then cannot return to release the kernel (seen on two H200s: a timeout).
-  const bool staged = peer_to_peer && !spec_.peer_access;
-  return spec_.mechanism != Mechanism::memcpy && !pageable && !staged;
+  const bool through_host = peer_to_peer && !spec_.peer_access;
+  return (spec_.mechanism == Mechanism::async || spec_.mechanism == Mechanism::kernel) &&
+         !pageable && !through_host;
 }
 
 cudaStream_t Transfer::work_stream(const Buffer& buffer) const {
@@ -276,6 +288,13 @@ void Transfer::run_iteration(std::size_t bytes, std::size_t offset, cudaStream_t
                       static_cast<const char*>(leg.source->device()) + offset, bytes, sm_count_,
                       stream);
         break;
+      case Mechanism::staged:
+        if (leg.kind == cudaMemcpyHostToDevice) {
+          staged_->to_device(destination, source, bytes);
+        } else {
+          staged_->to_host(destination, source, bytes);
+        }
+        break;
     }
   }
 }
@@ -299,7 +318,8 @@ TrialTiming Transfer::time(Timing timing, std::size_t bytes, std::int64_t iterat
 // NetPIPE's method: a host steady clock around N calls, each of which completes before the
 // next starts (cudaMemcpy does; the async and kernel mechanisms synchronise their stream).
 TrialTiming Transfer::time_api(std::size_t bytes, std::int64_t iterations) {
-  const bool synchronous = spec_.mechanism == Mechanism::memcpy;
+  const bool synchronous =
+      spec_.mechanism == Mechanism::memcpy || spec_.mechanism == Mechanism::staged;
   const auto begin = std::chrono::steady_clock::now();
   for (std::int64_t i = 0; i < iterations; ++i) {
     run_iteration(bytes, next_offset(bytes), stream_);
@@ -316,6 +336,9 @@ TrialTiming Transfer::time_api(std::size_t bytes, std::int64_t iterations) {
 // CUDA events around the copies. Where the copies are asynchronous to the host they are queued
 // behind the blocking kernel in batches, so the events see back-to-back device work only.
 TrialTiming Transfer::time_device(std::size_t bytes, std::int64_t iterations) {
+  if (spec_.mechanism == Mechanism::staged) {
+    throw UsageError("staged copies are driven by host threads: time them with api timing");
+  }
   TrialTiming result;
   result.blocking_kernel = blocks_for_device_timing();
   if (!result.blocking_kernel) {
@@ -342,6 +365,29 @@ TrialTiming Transfer::time_device(std::size_t bytes, std::int64_t iterations) {
     done += batch;
   }
   return result;
+}
+
+OverlapSample Transfer::overlap_cpu(std::size_t bytes, double work_s) {
+  check_bytes(bytes);
+  XFS_CUDA_CALL(cudaSetDevice(spec_.device));
+  const std::uint64_t work = cpu_work_for(work_s);
+  using clock = std::chrono::steady_clock;
+  auto seconds = [](clock::time_point a, clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  const auto issued = clock::now();
+  run_iteration(bytes, next_offset(bytes), stream_);
+  const auto working = clock::now();
+  do_cpu_work(work);
+  const auto waiting = clock::now();
+  wait(stream_);
+  const auto done = clock::now();
+  OverlapSample sample;
+  sample.issue_s = seconds(issued, working);
+  sample.work_s = seconds(working, waiting);
+  sample.wait_s = seconds(waiting, done);
+  sample.total_s = seconds(issued, done);
+  return sample;
 }
 
 void Transfer::queue_held(std::size_t bytes, std::int64_t iterations) {

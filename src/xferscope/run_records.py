@@ -2,7 +2,7 @@
 
 Schema history (bump RUN_SCHEMA_VERSION on any change a reader must know about):
   1  first version: per-GPU sections (curves, concurrent streams, pinning costs), multi-GPU
-     measurements, findings.
+     measurements, findings. Pinning costs gained host_copy_s later (optional: 0 when absent).
 """
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ class PinningCost:
     pageable_copy_s: float  # one H2D copy from pageable memory
     pinned_copy_s: float  # one H2D copy from pinned memory
     registered_copy_s: float  # one H2D copy from registered memory
+    host_copy_s: float = 0.0  # memcpy of pageable data into the pinned buffer, once
 
     @property
     def alloc_break_even(self) -> float | None:
@@ -202,7 +203,7 @@ def _concurrent_from_dict(d: dict[str, Any]) -> Concurrent:
 
 _PINNING_FIELDS = (
     "device", "bytes", "host_alloc_s", "host_free_s", "register_s", "unregister_s",
-    "pageable_copy_s", "pinned_copy_s", "registered_copy_s",
+    "pageable_copy_s", "pinned_copy_s", "registered_copy_s", "host_copy_s",
 )  # fmt: skip
 _FINDING_FIELDS = (
     "code", "severity", "gpu", "figure", "value", "reference", "message", "cause", "fix",
@@ -269,7 +270,9 @@ def run_from_dict(d: dict[str, Any]) -> RunResult:
                 concurrent=tuple(_concurrent_from_dict(c) for c in g["concurrent"]),
                 pinning=None
                 if g["pinning"] is None
-                else PinningCost(**{f: g["pinning"][f] for f in _PINNING_FIELDS}),
+                else PinningCost(
+                    **{f: g["pinning"][f] for f in _PINNING_FIELDS if f in g["pinning"]}
+                ),  # fmt: skip
             )
             for g in d["gpus"]
         ),

@@ -267,6 +267,7 @@ class SimulatedEngine:
             "unregister_s": 0.012 * gb,
             "pageable_copy_s": _model("h2d", "pageable", "memcpy", "api").seconds(bytes),
             "pinned_copy_s": pinned, "registered_copy_s": pinned * 1.02,
+            "host_copy_s": bytes / 12.7e9,
         }  # fmt: skip
         self.advance(sum(costs.values()) + 2 * costs["pinned_copy_s"])
         return costs

@@ -13,6 +13,7 @@ struct PinningCosts {
   double pageable_copy_s = 0;    // one H2D cudaMemcpy from pageable memory (median of 3)
   double pinned_copy_s = 0;      // ... from memory cudaMallocHost gave
   double registered_copy_s = 0;  // ... from registered memory
+  double host_copy_s = 0;        // memcpy of the pageable data into the pinned buffer, once
 };
 
 // Times each step once for `bytes` on `device` (host clock), and three copies of each kind.

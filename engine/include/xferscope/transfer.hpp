@@ -6,10 +6,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string_view>
 #include <vector>
 
 #include "xferscope/buffer.hpp"
+#include "xferscope/staged.hpp"
 
 namespace xferscope {
 
@@ -25,6 +27,7 @@ enum class Mechanism {
   memcpy,  // synchronous cudaMemcpy on the legacy default stream
   async,   // cudaMemcpyAsync on a stream: the copy engines
   kernel,  // a copy kernel run by the SMs (of the source GPU, writing to the peer for p2p)
+  staged,  // pageable memory through xferscope's pinned staging pool and host threads
 };
 
 enum class Timing {
@@ -52,6 +55,8 @@ struct TransferSpec {
   bool rotate = true;
   int peer = -1;            // p2p: the destination GPU
   bool peer_access = true;  // p2p: enable direct peer access (false: disable it, both ways)
+  int staged_threads = 0;   // staged: host threads (0: chosen)
+  std::size_t staged_chunk_bytes = 0;  // staged: chunk size (0: chosen)
 };
 
 struct TrialTiming {
@@ -61,6 +66,15 @@ struct TrialTiming {
   bool blocking_kernel = false;     // copies were held behind the blocking kernel
   bool blocking_timed_out = false;  // the blocking kernel gave up waiting: the figure is suspect
   std::size_t footprint_bytes = 0;  // distinct bytes the copies touched in one buffer
+};
+
+// One asynchronous copy with CPU work between issuing it and waiting for it (seed 000's
+// asynchronous readback, Table 1).
+struct OverlapSample {
+  double issue_s = 0;  // blocked in the call that issues the copy
+  double work_s = 0;   // the CPU work done meanwhile
+  double wait_s = 0;   // blocked waiting for the copy after the work
+  double total_s = 0;
 };
 
 struct Verification {
@@ -96,6 +110,12 @@ class Transfer {
   // the destination with the pattern on the GPU. `inject_fault` flips one destination byte
   // before the comparison, to prove that a corrupted copy is caught.
   Verification verify(std::size_t bytes, bool inject_fault = false);
+
+  // Issues one iteration of `bytes` without waiting, does `work_s` seconds of calibrated CPU
+  // work, then waits for the copy.
+  OverlapSample overlap_cpu(std::size_t bytes, double work_s);
+  // The staged copier of a staged transfer, nullptr otherwise.
+  const StagedCopier* staged() const noexcept { return staged_.get(); }
 
   // The three steps of a held, event-timed batch, public so several transfers can run at once
   // (time_concurrently): queue `iterations` behind a blocking kernel, let them go, and wait for
@@ -137,6 +157,7 @@ class Transfer {
   cudaStream_t stream_ = nullptr;  // the legacy default stream for the memcpy mechanism
   cudaEvent_t start_ = nullptr;
   cudaEvent_t stop_ = nullptr;
+  std::unique_ptr<StagedCopier> staged_;
 };
 
 // Runs `iterations` iterations of `bytes` on every transfer at once: each queues its copies

@@ -1,0 +1,71 @@
+// A pageable copy that beats the driver's: host threads copy chunks between pageable memory and
+// a small pool of pinned buffers while the copy engines move the previous chunks, so host memcpy
+// and DMA overlap and several cores share the memcpy.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace xferscope {
+
+struct StagedPlan {
+  int threads = 0;
+  std::size_t chunk_bytes = 0;
+  int buffers_per_thread = 2;
+  double single_thread_copy_bps = 0;  // measured host memcpy rate of one thread
+  double target_bps = 0;              // the rate the threads are sized to feed
+  std::string explanation;            // why these numbers, in a sentence a person can read
+};
+
+class StagedCopier {
+ public:
+  // threads or chunk_bytes 0: chosen from a short measurement of this host's memcpy rate so the
+  // threads together feed `target_bps` (0: a PCIe Gen5 x16 link's 63 GB/s), with a staging
+  // pool small enough to stay in the last-level cache.
+  StagedCopier(int device, int threads = 0, std::size_t chunk_bytes = 0, double target_bps = 0);
+  ~StagedCopier();
+  StagedCopier(const StagedCopier&) = delete;
+  StagedCopier& operator=(const StagedCopier&) = delete;
+
+  const StagedPlan& plan() const noexcept { return plan_; }
+  // Both return once every byte has arrived. Any alignment, any size.
+  void to_device(void* device_destination, const void* host_source, std::size_t bytes);
+  void to_host(void* host_destination, const void* device_source, std::size_t bytes);
+
+ private:
+  struct Worker;
+  struct Job {
+    bool upload = true;
+    char* destination = nullptr;
+    const char* source = nullptr;
+    std::size_t bytes = 0;
+  };
+
+  void run(const Job& job);
+  void work(int index);  // a worker thread's loop
+  void copy_chunks(Worker& worker, int index, const Job& job);
+
+  int device_;
+  StagedPlan plan_;
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::thread> threads_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable done_;
+  Job job_;
+  std::size_t generation_ = 0;  // bumped for each job
+  int finished_ = 0;
+  bool stopping_ = false;
+  std::string error_;  // the first worker error of the current job
+};
+
+// Host memcpy into ordinary (pageable) memory with streaming stores that bypass the caches, so
+// a large destination is not read in before it is written over. Falls back to memcpy.
+void copy_streaming(void* destination, const void* source, std::size_t bytes);
+
+}  // namespace xferscope

@@ -1,0 +1,228 @@
+#include "xferscope/staged.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <immintrin.h>
+#define XFS_HAVE_SSE2 1
+#endif
+
+#include "xferscope/buffer.hpp"
+#include "xferscope/error.hpp"
+
+namespace xferscope {
+
+namespace {
+
+constexpr double kGen5x16Bps = 63.0e9;
+constexpr std::size_t kDefaultChunk = 1 << 20;
+constexpr int kMostThreads = 16;
+
+// The best of three 16 MiB memcpys between two heap buffers that do not fit a core's caches.
+double measure_memcpy_bps() {
+  constexpr std::size_t kBytes = 16 << 20;
+  std::vector<char> a(kBytes, 1), b(kBytes, 2);
+  double best = 0;
+  for (int i = 0; i < 3; ++i) {
+    const auto begin = std::chrono::steady_clock::now();
+    std::memcpy(b.data(), a.data(), kBytes);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    best = std::max(best, static_cast<double>(kBytes) / s);
+  }
+  return best;
+}
+
+std::string describe(const StagedPlan& p, int cores) {
+  char text[512];
+  std::snprintf(text, sizeof text,
+                "%d threads: one thread copies %.1f GB/s here, and %d together can feed %.0f "
+                "GB/s (of %d cores); %zu KiB chunks, %d per thread, so the %.1f MiB of pinned "
+                "staging stays in the last-level cache while the copy engines read or write it",
+                p.threads, p.single_thread_copy_bps / 1e9, p.threads, p.target_bps / 1e9, cores,
+                p.chunk_bytes >> 10, p.buffers_per_thread,
+                static_cast<double>(p.chunk_bytes) * p.buffers_per_thread * p.threads / (1 << 20));
+  return text;
+}
+
+}  // namespace
+
+void copy_streaming(void* destination, const void* source, std::size_t bytes) {
+#if XFS_HAVE_SSE2
+  auto* d = static_cast<char*>(destination);
+  const auto* s = static_cast<const char*>(source);
+  const std::size_t head = (16 - (reinterpret_cast<std::uintptr_t>(d) & 15)) & 15;
+  if (bytes < 4096 || head >= bytes) {
+    std::memcpy(d, s, bytes);
+    return;
+  }
+  std::memcpy(d, s, head);
+  d += head;
+  s += head;
+  bytes -= head;
+  const std::size_t blocks = bytes / 64;
+  for (std::size_t i = 0; i < blocks; ++i) {
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s) + 0);
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s) + 1);
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s) + 2);
+    const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s) + 3);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d) + 0, a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d) + 1, b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d) + 2, c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(d) + 3, e);
+    s += 64;
+    d += 64;
+  }
+  _mm_sfence();
+  std::memcpy(d, s, bytes - blocks * 64);
+#else
+  std::memcpy(destination, source, bytes);
+#endif
+}
+
+// One worker's own stream, staging buffers and events: workers never share a CUDA object, so
+// they need no locks while copying.
+struct StagedCopier::Worker {
+  cudaStream_t stream = nullptr;
+  std::vector<Buffer> staging;
+  std::vector<cudaEvent_t> ready;  // a buffer's DMA is done
+};
+
+StagedCopier::StagedCopier(int device, int threads, std::size_t chunk_bytes, double target_bps)
+    : device_(device) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  plan_.target_bps = target_bps > 0 ? target_bps : kGen5x16Bps;
+  plan_.single_thread_copy_bps = measure_memcpy_bps();
+  plan_.threads =
+      threads > 0
+          ? threads
+          : std::clamp(
+                static_cast<int>(std::ceil(1.25 * plan_.target_bps / plan_.single_thread_copy_bps)),
+                2, std::min(cores, kMostThreads));
+  plan_.chunk_bytes = chunk_bytes > 0 ? chunk_bytes : kDefaultChunk;
+  plan_.explanation = describe(plan_, cores);
+
+  XFS_CUDA_CALL(cudaSetDevice(device));
+  for (int t = 0; t < plan_.threads; ++t) {
+    auto worker = std::make_unique<Worker>();
+    XFS_CUDA_CALL(cudaStreamCreateWithFlags(&worker->stream, cudaStreamNonBlocking));
+    for (int b = 0; b < plan_.buffers_per_thread; ++b) {
+      worker->staging.push_back(Buffer::allocate(MemoryKind::pinned, plan_.chunk_bytes, device));
+      cudaEvent_t event = nullptr;
+      XFS_CUDA_CALL(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+      worker->ready.push_back(event);
+    }
+    workers_.push_back(std::move(worker));
+  }
+  for (int t = 0; t < plan_.threads; ++t) threads_.emplace_back(&StagedCopier::work, this, t);
+}
+
+StagedCopier::~StagedCopier() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (auto& thread : threads_) thread.join();
+  cudaSetDevice(device_);
+  for (auto& worker : workers_) {
+    cudaStreamSynchronize(worker->stream);
+    for (cudaEvent_t event : worker->ready) cudaEventDestroy(event);
+    cudaStreamDestroy(worker->stream);
+  }
+}
+
+void StagedCopier::to_device(void* device_destination, const void* host_source, std::size_t bytes) {
+  run({true, static_cast<char*>(device_destination), static_cast<const char*>(host_source), bytes});
+}
+
+void StagedCopier::to_host(void* host_destination, const void* device_source, std::size_t bytes) {
+  run({false, static_cast<char*>(host_destination), static_cast<const char*>(device_source),
+       bytes});
+}
+
+void StagedCopier::run(const Job& job) {
+  if (job.bytes == 0) return;
+  std::unique_lock<std::mutex> lock(mutex_);
+  job_ = job;
+  finished_ = 0;
+  error_.clear();
+  ++generation_;
+  wake_.notify_all();
+  done_.wait(lock, [&] { return finished_ == plan_.threads; });
+  if (!error_.empty()) throw UsageError("staged copy failed: " + error_);
+}
+
+void StagedCopier::work(int index) {
+  cudaSetDevice(device_);
+  std::size_t seen = 0;
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      if (stopping_) return;
+      seen = generation_;
+      job = job_;
+    }
+    std::string error;
+    try {
+      copy_chunks(*workers_[index], index, job);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!error.empty() && error_.empty()) error_ = error;
+      ++finished_;
+    }
+    done_.notify_all();
+  }
+}
+
+// Worker `index` of T takes chunks index, index + T, index + 2T, ... and alternates between its
+// staging buffers. Uploads: wait until a buffer's previous DMA is done, fill it, queue its DMA.
+// Readbacks: queue the DMA of the next chunk before copying the current one out, so the copy
+// engine and this thread work at the same time.
+void StagedCopier::copy_chunks(Worker& worker, int index, const Job& job) {
+  const std::size_t chunk = plan_.chunk_bytes;
+  const std::size_t count = (job.bytes + chunk - 1) / chunk;
+  const std::size_t stride = static_cast<std::size_t>(plan_.threads);
+  const int buffers = plan_.buffers_per_thread;
+  auto length = [&](std::size_t c) { return std::min(chunk, job.bytes - c * chunk); };
+  if (job.upload) {
+    int slot = 0;
+    for (std::size_t c = index; c < count; c += stride, slot = (slot + 1) % buffers) {
+      XFS_CUDA_CALL(cudaEventSynchronize(worker.ready[slot]));
+      void* staging = worker.staging[slot].host();
+      std::memcpy(staging, job.source + c * chunk, length(c));
+      XFS_CUDA_CALL(cudaMemcpyAsync(job.destination + c * chunk, staging, length(c),
+                                    cudaMemcpyHostToDevice, worker.stream));
+      XFS_CUDA_CALL(cudaEventRecord(worker.ready[slot], worker.stream));
+    }
+  } else {
+    auto queue = [&](std::size_t c, int slot) {
+      XFS_CUDA_CALL(cudaMemcpyAsync(worker.staging[slot].host(), job.source + c * chunk, length(c),
+                                    cudaMemcpyDeviceToHost, worker.stream));
+      XFS_CUDA_CALL(cudaEventRecord(worker.ready[slot], worker.stream));
+    };
+    std::size_t c = index;
+    int slot = 0;
+    if (c < count) queue(c, slot);
+    for (; c < count; c += stride, slot = (slot + 1) % buffers) {
+      if (c + stride < count) queue(c + stride, (slot + 1) % buffers);
+      XFS_CUDA_CALL(cudaEventSynchronize(worker.ready[slot]));
+      copy_streaming(job.destination + c * chunk, worker.staging[slot].host(), length(c));
+    }
+  }
+  XFS_CUDA_CALL(cudaStreamSynchronize(worker.stream));
+}
+
+}  // namespace xferscope
