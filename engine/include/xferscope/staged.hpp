@@ -24,9 +24,8 @@ struct StagedPlan {
 
 class StagedCopier {
  public:
-  // threads or chunk_bytes 0: chosen from a short measurement of this host's memcpy rate so the
-  // threads together feed `target_bps` (0: a PCIe Gen5 x16 link's 63 GB/s), with a staging
-  // pool small enough to stay in the last-level cache.
+  // threads or chunk_bytes 0: chosen from a short measurement of this host's memcpy rate so
+  // the threads together feed `target_bps` (0: a PCIe Gen5 x16 link's 63 GB/s).
   StagedCopier(int device, int threads = 0, std::size_t chunk_bytes = 0, double target_bps = 0);
   ~StagedCopier();
   StagedCopier(const StagedCopier&) = delete;
