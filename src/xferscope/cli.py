@@ -147,7 +147,8 @@ class ProgressObserver:
     default="memcpy",
     show_default=True,
     help="memcpy (synchronous cudaMemcpy), async (cudaMemcpyAsync: copy engines), "
-    "kernel (SM copy kernel).",
+    "kernel (SM copy kernel), staged (pageable memory through xferscope's pinned staging "
+    "pool and host threads).",
 )
 @click.option(
     "--timing",
@@ -710,6 +711,9 @@ def compare_command(
     if comparison.regressions(threshold):
         sys.exit(1)
 
+
+# Commands that live in their own modules register themselves on `cli` when imported.
+from . import cli_overlap, cli_pageable  # noqa: E402, F401
 
 # ---- entry point -------------------------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from .errors import AllocationError, EngineError, NoDeviceError, OptionError
 
 DIRECTIONS = ("h2d", "d2h", "d2d", "roundtrip")  # and p2p, which `run` measures
 HOST_MEMORY = ("pageable", "pinned", "wc", "registered", "mapped")
-MECHANISMS = ("memcpy", "async", "kernel")
+MECHANISMS = ("memcpy", "async", "kernel", "staged")
 TIMINGS = ("api", "device")
 
 
@@ -28,6 +28,9 @@ class Transfer(Protocol):
 
     def fill(self, seed: int) -> None: ...
     def time(self, timing: str, bytes: int, iterations: int) -> dict[str, Any]: ...
+    def overlap_cpu(self, bytes: int, work_s: float) -> dict[str, float]: ...
+    @property
+    def staged_plan(self) -> dict[str, Any] | None: ...
     def verify(self, bytes: int, inject_fault: bool = False) -> dict[str, Any]: ...
     def close(self) -> None: ...
 
@@ -57,6 +60,13 @@ class Engine(Protocol):
     ) -> tuple[list[float], bool]: ...
     def measure_pinning(self, device: int, bytes: int) -> dict[str, float]: ...
     def can_access_peer(self, device: int, peer: int) -> bool: ...
+    def rotate_buffers(
+        self, device: int, upload: bool, buffers: int, chunk_bytes: int, chunks: int
+    ) -> dict[str, Any]: ...
+    def overlap_gpu(
+        self, device: int, bytes: int, streams: int, chunks: int, work: int
+    ) -> dict[str, Any]: ...
+    def staged_copier(self, device: int, threads: int = 0, chunk_bytes: int = 0) -> Any: ...
     def clock(self) -> float: ...
 
 
@@ -157,6 +167,24 @@ class NativeEngine:
         with self._translated():
             return bool(self._engine.can_access_peer(device, peer))
 
+    def rotate_buffers(
+        self, device: int, upload: bool, buffers: int, chunk_bytes: int, chunks: int
+    ) -> dict[str, Any]:
+        with self._translated():
+            return dict(self._engine.rotate_buffers(device, upload, buffers, chunk_bytes, chunks))
+
+    def overlap_gpu(
+        self, device: int, bytes: int, streams: int, chunks: int, work: int
+    ) -> dict[str, Any]:
+        with self._translated():
+            return dict(self._engine.overlap_gpu(device, bytes, streams, chunks, work))
+
+    def staged_copier(self, device: int, threads: int = 0, chunk_bytes: int = 0) -> Any:
+        """The engine's StagedCopier: .plan, .to_device(dst, src, n), .to_host(dst, src, n) on
+        raw addresses, .close(). xferscope.staged wraps it for NumPy arrays."""
+        with self._translated():
+            return self._engine.StagedCopier(device, threads, chunk_bytes)
+
     def clock(self) -> float:
         return time.perf_counter()
 
@@ -184,6 +212,15 @@ class _NativeTransfer:
     def verify(self, bytes: int, inject_fault: bool = False) -> dict[str, Any]:
         with self._engine._translated():
             return dict(self._handle.verify(bytes, inject_fault))
+
+    def overlap_cpu(self, bytes: int, work_s: float) -> dict[str, float]:
+        with self._engine._translated():
+            return dict(self._handle.overlap_cpu(bytes, work_s))
+
+    @property
+    def staged_plan(self) -> dict[str, Any] | None:
+        plan = self._handle.staged_plan
+        return None if plan is None else dict(plan)
 
     def close(self) -> None:
         self._handle.close()

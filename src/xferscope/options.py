@@ -59,6 +59,17 @@ def positive_float(option: str, value: float, allow_zero: bool = False) -> float
     return value
 
 
+def _impossible(direction: str, memory: str, mechanism: str) -> str | None:
+    """Why a combination cannot run, or None."""
+    if mechanism == "kernel" and memory == "pageable":
+        return (f"{direction} pageable kernel: the GPU cannot address pageable memory, so there "
+                "is no SM copy of it")  # fmt: skip
+    if mechanism == "staged" and (memory != "pageable" or direction == "d2d"):
+        return (f"{direction} {memory} staged: the staged copy moves pageable memory between the "
+                "host and a GPU")  # fmt: skip
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class SweepOptions:
     directions: tuple[str, ...] = ("h2d", "d2h")
@@ -109,15 +120,18 @@ class SweepOptions:
                 memories = ("device",) if direction == "d2d" else self.memories
                 for memory in memories:
                     for mechanism in self.mechanisms:
-                        if mechanism == "kernel" and memory == "pageable":
-                            note = (
-                                f"{direction} pageable kernel: the GPU cannot address "
-                                "pageable memory, so there is no SM copy of it"
-                            )
+                        note = _impossible(direction, memory, mechanism)
+                        if note:
                             if note not in skipped:
                                 skipped.append(note)
                             continue
                         for timing in self.timings:
+                            if mechanism == "staged" and timing == "device":
+                                note = (f"{direction} staged device: staged copies are driven "
+                                        "by host threads, so they have API time only")  # fmt: skip
+                                if note not in skipped:
+                                    skipped.append(note)
+                                continue
                             config = CurveConfig(device, direction, memory, mechanism, timing)
                             if config not in configs:
                                 configs.append(config)

@@ -272,7 +272,7 @@ def run_from_dict(d: dict[str, Any]) -> RunResult:
                 if g["pinning"] is None
                 else PinningCost(
                     **{f: g["pinning"][f] for f in _PINNING_FIELDS if f in g["pinning"]}
-                ),  # fmt: skip
+                ),
             )
             for g in d["gpus"]
         ),

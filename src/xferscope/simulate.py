@@ -33,6 +33,37 @@ SIMULATED_GPU: dict[str, Any] = {
     "pageable_memory_access": False,
 }
 SIMULATED_LINK = {"generation": 5, "width": 16}
+SIMULATED_STAGED_PLAN: dict[str, Any] = {
+    "threads": 8,
+    "chunk_bytes": 4 << 20,
+    "buffers_per_thread": 2,
+    "single_thread_copy_bps": 17e9,
+    "target_bps": 63e9,
+    "explanation": "simulated: 8 threads, 4096 KiB chunks, 2 per thread",
+}
+
+
+class SimulatedCopier:
+    """The staged copier's interface; it moves no bytes, only advances the virtual clock."""
+
+    def __init__(self, engine: SimulatedEngine) -> None:
+        self._engine = engine
+        self.plan = dict(SIMULATED_STAGED_PLAN)
+        self._closed = False
+
+    def _copy(self, bytes: int, rate: float) -> None:
+        if self._closed:
+            raise EngineError("this staged copier is closed")
+        self._engine.advance(40e-6 + bytes / rate)
+
+    def to_device(self, device_destination: int, host_source: int, bytes: int) -> None:
+        self._copy(bytes, 52e9)
+
+    def to_host(self, host_destination: int, device_source: int, bytes: int) -> None:
+        self._copy(bytes, 49e9)
+
+    def close(self) -> None:
+        self._closed = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +85,8 @@ def _model(
     if direction == "p2p":  # NVLink 4: 395 GB/s by copy engine, 372 by SMs, 38 through the host
         bandwidth = 38e9 if not peer_access else (372e9 if mechanism == "kernel" else 395e9)
         return LinkModel(2.5e-6 if timing == "api" else 1.6e-6, bandwidth)
+    if mechanism == "staged":  # host threads through a pinned pool: 52 up, 49 down on an H200
+        return LinkModel(40e-6, 52e9 if direction == "h2d" else 49e9)
     pageable = memory == "pageable"
     bandwidth = (10.5e9 if direction == "h2d" else 20e9) if pageable else 55.4e9
     if mechanism == "kernel":
@@ -92,7 +125,9 @@ class SimulatedTransfer:
         self.copies_per_iteration = 2 if direction == "roundtrip" else 1
         pageable = direction not in ("d2d", "p2p") and memory == "pageable"
         staged = direction == "p2p" and not peer_access
-        self.blocks_for_device_timing = mechanism != "memcpy" and not pageable and not staged
+        self.blocks_for_device_timing = (
+            mechanism in ("async", "kernel") and not pageable and not staged
+        )
         self._closed = False
 
     def _check(self, size: int) -> None:
@@ -119,6 +154,24 @@ class SimulatedTransfer:
             "blocking_timed_out": False,
             "footprint_bytes": self._places(bytes, iterations) * (math.ceil(bytes / 64) * 64),
         }
+
+    @property
+    def staged_plan(self) -> dict[str, Any] | None:
+        return SIMULATED_STAGED_PLAN if self._mechanism == "staged" else None
+
+    def overlap_cpu(self, bytes: int, work_s: float) -> dict[str, float]:
+        """A copy the host must drive itself (pageable, synchronous or staged) blocks in the
+        issuing call; an asynchronous one runs under the CPU's work."""
+        self._check(bytes)
+        copy = self.per_copy_s("api", bytes) * self.copies_per_iteration
+        host_driven = self._mechanism in ("memcpy", "staged") or (
+            self._memory == "pageable" and self._direction not in ("d2d", "p2p")
+        )
+        issue = copy if host_driven else 3e-6
+        wait = 0.0 if host_driven else max(0.0, copy - work_s)
+        self._engine.advance(issue + work_s + wait)
+        return {"issue_s": issue, "work_s": work_s, "wait_s": wait,
+                "total_s": issue + work_s + wait}  # fmt: skip
 
     def per_copy_s(self, timing: str, size: int) -> float:
         model = _model(self._direction, self._memory, self._mechanism, timing, self.peer_access)
@@ -274,3 +327,42 @@ class SimulatedEngine:
 
     def can_access_peer(self, device: int, peer: int) -> bool:
         return device != peer
+
+    def rotate_buffers(
+        self, device: int, upload: bool, buffers: int, chunk_bytes: int, chunks: int
+    ) -> dict[str, Any]:
+        """One buffer serialises copy and CPU work; two or more overlap them, minus a little."""
+        if buffers < 1 or chunks < 1 or chunk_bytes < 8:
+            raise EngineError("rotating buffers need at least 1 buffer, 1 chunk and 8 bytes")
+        copy = 10e-6 + chunk_bytes / 55e9
+        consume = chunk_bytes / (9.5e9 if upload else 10e9)
+        if buffers == 1:
+            total = chunks * (copy + consume)
+        else:
+            total = max(chunks * copy, chunks * consume) * (1 + 0.05 / buffers)
+            total += min(copy, consume)
+        wait = max(0.0, total - chunks * consume)
+        self.advance(total)
+        return {"total_s": total, "copy_s": copy, "consume_s": consume, "wait_s": wait,
+                "mismatched_chunks": 1 if self.corrupt else 0}  # fmt: skip
+
+    def overlap_gpu(
+        self, device: int, bytes: int, streams: int, chunks: int, work: int
+    ) -> dict[str, Any]:
+        """Stages as on an H200; K streams pipeline them, gaining less as chunks get small."""
+        if bytes < 4 or bytes % 4 or streams < 1 or chunks < 1 or work < 0:
+            raise EngineError("overlap needs a multiple of 4 bytes, 1+ stream, 1+ chunk")
+        h2d, d2h = bytes / 55.4e9, bytes / 55.3e9
+        kernel = bytes / 4e12 * (1 + work / 100)
+        sequential = h2d + kernel + d2h
+        if streams == 1:
+            pipelined = sequential
+        else:
+            slowest = max(h2d, kernel, d2h)
+            pipelined = slowest + (sequential - slowest) / chunks + 20e-6 * chunks
+        self.advance(2 * (sequential + pipelined))
+        return {"h2d_s": h2d, "kernel_s": kernel, "d2h_s": d2h, "sequential_s": sequential,
+                "pipelined_s": pipelined, "verified": not self.corrupt}  # fmt: skip
+
+    def staged_copier(self, device: int, threads: int = 0, chunk_bytes: int = 0) -> SimulatedCopier:
+        return SimulatedCopier(self)

@@ -1,0 +1,1 @@
+"""`xferscope pageable`: registered on the CLI group by cli.py."""
