@@ -125,6 +125,10 @@ def pageable_slow(result: RunResult) -> Iterator[Finding]:
                     if even <= 1
                     else f"; registering a buffer pays for itself after {even:.1f} copies of it"
                 )
+            staged = _largest(gpu.curve(direction, "pageable", "staged", "api"))
+            if staged and staged > 1.5 * pageable:
+                pays += (f"; or leave it pageable and copy it with xferscope's staged copy "
+                         f"(xferscope.staged), which reached {format_rate(staged)} here")  # fmt: skip
             yield Finding(
                 "pageable_slow", WARNING, gpu.index,
                 _figure(gpu.index, direction, "pageable", "memcpy", "api"), pageable, pinned,

@@ -56,7 +56,8 @@ HOST_KINDS = ("pageable", "pinned", "wc", "registered")
 
 def gpu_curves(device: int) -> list[CurveConfig]:
     """What an application sees (cudaMemcpy, API time) and what the link does (copy engines,
-    device time) for every host kind and direction; device-to-device; SM copy kernels."""
+    device time) for every host kind and direction; device-to-device; SM copy kernels; the
+    staged copy of pageable memory."""
     configs = [
         CurveConfig(device, direction, memory, mechanism, timing)
         for direction in ("h2d", "d2h")
@@ -67,6 +68,8 @@ def gpu_curves(device: int) -> list[CurveConfig]:
                 (("memcpy", "api"), ("async", "device"))]  # fmt: skip
     configs += [CurveConfig(device, d, m, "kernel", "device") for d, m in
                 (("h2d", "pinned"), ("d2h", "pinned"), ("d2d", "device"))]  # fmt: skip
+    # xferscope's staged copy of the same pageable memory, for the pageable-memory advice.
+    configs += [CurveConfig(device, d, "pageable", "staged", "api") for d in ("h2d", "d2h")]
     return configs
 
 

@@ -19,6 +19,8 @@ from xferscope.investigate import (
 from xferscope.run_records import ERROR, WARNING, Concurrent, PinningCost
 from xferscope.simulate import SimulatedEngine
 
+CURVES = len(gpu_curves(0))  # per GPU
+
 GIB = 1 << 30
 MIB = 1 << 20
 
@@ -101,13 +103,14 @@ def test_options_pick_the_plan_and_record_it():
 
 def test_gpu_curves_cover_every_host_kind_direction_and_mechanism():
     configs = gpu_curves(3)
-    assert len(configs) == 21 == len(set(configs))
+    assert len(configs) == CURVES == 23 == len(set(configs))
     assert {c.device for c in configs} == {3}
     keys = {(c.direction, c.memory, c.mechanism, c.timing) for c in configs}
     for direction in ("h2d", "d2h"):
         for memory in investigate.HOST_KINDS:
             assert (direction, memory, "memcpy", "api") in keys
             assert (direction, memory, "async", "device") in keys
+        assert (direction, "pageable", "staged", "api") in keys
         assert (direction, "pinned", "kernel", "device") in keys
     assert {("d2d", "device", m, t) for m, t in
             (("memcpy", "api"), ("async", "device"), ("kernel", "device"))} <= keys  # fmt: skip
@@ -209,8 +212,8 @@ def test_two_gpus_peer_access_is_far_faster_than_through_the_host(two_gpus):
 def test_steps_count_every_progress_unit():
     for n, per_multi in ((1, 0), (2, 3 * 2 + 1 + 3), (3, 3 * 6 + 3 + 3)):
         options = quick(n)
-        assert steps(options) == n * (21 * 8 + 2) + per_multi
-    assert steps(RunOptions(devices=(0,))) == 21 * 16 + 2
+        assert steps(options) == n * (CURVES * 8 + 2) + per_multi
+    assert steps(RunOptions(devices=(0,))) == CURVES * 16 + 2
 
 
 @pytest.mark.parametrize("devices", [1, 2, 3])
@@ -219,7 +222,7 @@ def test_observer_is_told_of_every_point_and_step(devices):
     options = quick(devices)
     result = run_investigation(SimulatedEngine(devices=devices), options, recorder)
     assert result.complete
-    assert len(recorder.started) == 21 * devices
+    assert len(recorder.started) == CURVES * devices
     assert all(points == len(QUICK_PLAN.sizes) for _, points in recorder.started)
     measured = sum(len(c.points) for g in result.gpus for c in g.curves)
     assert len(recorder.points) == measured
@@ -251,7 +254,7 @@ def gpu1_fails():
 
 def test_failed_gpu_is_recorded_with_the_cuda_error(gpu1_fails):
     gpu0, gpu1 = gpu1_fails.gpus
-    assert gpu0.status == "complete" and len(gpu0.curves) == 21
+    assert gpu0.status == "complete" and len(gpu0.curves) == CURVES
     assert gpu0.pinning is not None and gpu0.concurrent
     assert gpu1.status == "failed"
     assert gpu1.error is not None and gpu1.error.startswith("CUDA error")
@@ -281,7 +284,7 @@ def test_failed_gpu_gives_a_gpu_failed_error(gpu1_fails):
 def test_first_gpu_failing_does_not_stop_the_second():
     result = run_investigation(SimulatedEngine(devices=2, failing_devices=(0,)), quick(2))
     assert [g.status for g in result.gpus] == ["failed", "complete"]
-    assert len(result.gpus[1].curves) == 21
+    assert len(result.gpus[1].curves) == CURVES
     assert {s.device for c in result.multi for s in c.streams} == {1}
 
 
@@ -332,7 +335,7 @@ def test_interruption_in_one_gpu_run_keeps_curves(calls_per_gpu):
     result = run_investigation(SimulatedEngine(interrupt_after=calls_per_gpu // 2), quick(1))
     (gpu,) = result.gpus
     assert gpu.status == "interrupted" and result.interrupted
-    assert 1 < len(gpu.curves) < 21
+    assert 1 < len(gpu.curves) < CURVES
     assert "incomplete" in codes(result)
 
 
@@ -341,7 +344,7 @@ def test_interruption_after_the_curves_keeps_all_curves(calls_per_gpu):
     result = run_investigation(SimulatedEngine(interrupt_after=calls_per_gpu - 1), quick(1))
     (gpu,) = result.gpus
     assert gpu.status == "interrupted" and result.interrupted
-    assert len(gpu.curves) == 21
+    assert len(gpu.curves) == CURVES
     assert all(c.status == "complete" for c in gpu.curves)
     assert gpu.pinning is None
 
@@ -367,7 +370,7 @@ def test_interruption_during_multi_keeps_the_gpu_sections(interrupted_in_multi):
     result = interrupted_in_multi
     assert result.interrupted and not result.complete
     assert [g.status for g in result.gpus] == ["complete", "complete"]
-    assert all(len(g.curves) == 21 for g in result.gpus)
+    assert all(len(g.curves) == CURVES for g in result.gpus)
     assert "incomplete" in codes(result)
 
 
@@ -386,7 +389,7 @@ def test_interruption_during_multi_says_what_is_missing(interrupted_in_multi):
 def test_corrupt_copies_give_verification_failed_errors():
     result = run_investigation(SimulatedEngine(corrupt=True), quick(1))
     failed = [f for f in result.findings if f.code == "verification_failed"]
-    assert len(failed) == 21, "one per curve"
+    assert len(failed) == CURVES, "one per curve"
     assert all(f.severity == ERROR and f.gpu == 0 for f in failed)
     assert result.findings[0].severity == ERROR
     labels = {c.config.label for c in result.gpus[0].curves}

@@ -24,6 +24,10 @@ RUN_FILES = {"report.html", "run.json", "points.csv", "metrics.csv", "gpu0-bandw
              "gpu0-latency.png"}  # fmt: skip
 HEADLINE = "gpu0/h2d/pinned/async/device/bandwidth"
 
+from xferscope.investigate import gpu_curves  # noqa: E402
+
+CURVES = len(gpu_curves(0))  # per GPU
+
 
 def _quick_plots(result, prefix):
     """Stands in for report.plots.write_plots (matplotlib takes most of a run's second): the
@@ -98,10 +102,10 @@ def test_run_writes_every_file_and_adds_the_run_to_the_history(
     assert doc["simulated"] is True and doc["complete"] is True and doc["interrupted"] is False
     assert doc["mode"] == "quick"
     assert [g["status"] for g in doc["gpus"]] == ["complete"]
-    assert len(doc["gpus"][0]["curves"]) == 21
+    assert len(doc["gpus"][0]["curves"]) == CURVES
     assert any(f["code"] == "pageable_slow" for f in doc["findings"])
-    # One row per point (21 curves of 8 sizes) and a header.
-    assert len((directory / "points.csv").read_text().splitlines()) == 1 + 21 * 8
+    # One row per point (every curve has 8 sizes) and a header.
+    assert len((directory / "points.csv").read_text().splitlines()) == 1 + CURVES * 8
     assert HEADLINE in (directory / "metrics.csv").read_text()
     html = (directory / "report.html").read_text()
     assert "SIMULATED" in html and 'class="banner incomplete"' not in html
@@ -409,7 +413,7 @@ def test_failing_gpu_writes_the_report_and_exits_1(capsys, tmp_path, monkeypatch
     assert "GPU 1 failed" in html
     doc = json.loads((directory / "run.json").read_text())
     gpu0, gpu1 = doc["gpus"]
-    assert gpu0["status"] == "complete" and len(gpu0["curves"]) == 21
+    assert gpu0["status"] == "complete" and len(gpu0["curves"]) == CURVES
     assert gpu0["pinning"] is not None
     assert gpu1["status"] == "failed" and gpu1["error"].startswith("CUDA error")
     assert doc["findings"][0]["code"] == "gpu_failed"
