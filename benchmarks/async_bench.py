@@ -18,7 +18,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from foundation import GiB, comparison, write_record
-
 from xferscope.engine import NativeEngine
 from xferscope.machine import collect
 from xferscope.measure import run_sweep
