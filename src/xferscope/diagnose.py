@@ -127,8 +127,10 @@ def pageable_slow(result: RunResult) -> Iterator[Finding]:
                 )
             staged = _largest(gpu.curve(direction, "pageable", "staged", "api"))
             if staged and staged > 1.5 * pageable:
-                pays += (f"; or leave it pageable and copy it with xferscope's staged copy "
-                         f"(xferscope.staged), which reached {format_rate(staged)} here")  # fmt: skip
+                pays += (
+                    "; or leave it pageable and copy it with xferscope's staged copy "
+                    f"(xferscope.staged), which reached {format_rate(staged)} here"
+                )
             yield Finding(
                 "pageable_slow", WARNING, gpu.index,
                 _figure(gpu.index, direction, "pageable", "memcpy", "api"), pageable, pinned,
@@ -140,6 +142,27 @@ def pageable_slow(result: RunResult) -> Iterator[Finding]:
                 "allocate transfer buffers with cudaMallocHost (torch: pin_memory=True) or pin "
                 "existing ones with cudaHostRegister" + pays,
             )  # fmt: skip
+
+
+def cpu_overlap(result: RunResult) -> Iterator[Finding]:
+    """Whether the CPU can work while a readback runs, pinned against pageable."""
+    for gpu in result.gpus:
+        by_memory = {o.memory: o for o in gpu.overlap}
+        pinned, pageable = by_memory.get("pinned"), by_memory.get("pageable")
+        if pinned is None or pageable is None or pageable.hidden > 0.5:
+            continue
+        yield Finding(
+            "no_overlap", INFO, gpu.index, f"gpu{gpu.index}/overlap/d2h/pageable/hidden",
+            pageable.hidden, pinned.hidden,
+            f"GPU {gpu.index}: during a pinned readback the CPU did {pinned.hidden:.0%} of "
+            f"{pinned.work_s * 1e3:.1f} ms of work for free; during a pageable one "
+            f"{pageable.hidden:.0%}, because the call itself blocked for "
+            f"{pageable.issue_s * 1e3:.1f} ms",
+            "the driver copies pageable memory inside cudaMemcpyAsync, so the call returns only "
+            "when the data has moved",
+            "read back into pinned buffers with cudaMemcpyAsync and synchronise only when the "
+            "data is needed (`xferscope overlap cpu` measures it)",
+        )  # fmt: skip
 
 
 def link_downtrained(result: RunResult) -> Iterator[Finding]:
@@ -343,7 +366,7 @@ def failures(result: RunResult) -> Iterator[Finding]:
 
 RULES: tuple[Rule, ...] = (
     failures, verification_failed, headline_verdicts, link_downtrained, numa_affinity,
-    pageable_slow, asymmetry, concurrency_collapse, noisy_or_throttled,
+    pageable_slow, cpu_overlap, asymmetry, concurrency_collapse, noisy_or_throttled,
 )  # fmt: skip
 
 

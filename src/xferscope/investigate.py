@@ -20,7 +20,7 @@ from .errors import AllocationError, EngineError
 from .measure import Observer, measure_curve
 from .options import SweepOptions
 from .records import CurveConfig, Point
-from .run_records import Concurrent, GpuSection, PinningCost, RunResult, Stream
+from .run_records import Concurrent, GpuSection, OverlapPoint, PinningCost, RunResult, Stream
 
 MIB = 1 << 20
 
@@ -100,8 +100,9 @@ class RunOptions:
 
 
 def steps(options: RunOptions) -> int:
-    """Progress units: one per curve size, per concurrent measurement and per pinning run."""
-    per_gpu = len(gpu_curves(0)) * len(options.plan.sizes) + 2
+    """Progress units: one per curve size, per concurrent measurement, per pinning run and per
+    overlap measurement."""
+    per_gpu = len(gpu_curves(0)) * len(options.plan.sizes) + 3
     n = len(options.devices)
     multi = (3 * n * (n - 1) + n * (n - 1) // 2 + 3) if n > 1 else 0
     return per_gpu * n + multi
@@ -194,6 +195,22 @@ def concurrent(
 # ---- per GPU -----------------------------------------------------------------------------------
 
 
+def overlap_point(engine: Engine, device: int, memory: str, size: int) -> OverlapPoint:
+    """A D2H readback alone, then with CPU work of half its time before the wait: the median of
+    three of each."""
+    t = engine.open_transfer(device, "d2h", memory, "async", size, 0)
+    try:
+        t.overlap_cpu(size, 0.0)  # warm-up
+        alone = sorted(t.overlap_cpu(size, 0.0)["total_s"] for _ in range(3))[1]
+        samples = sorted((t.overlap_cpu(size, alone / 2) for _ in range(3)),
+                         key=lambda o: o["total_s"])  # fmt: skip
+        o = samples[1]
+        return OverlapPoint(device, "d2h", memory, size, alone, o["work_s"], o["issue_s"],
+                            o["total_s"])  # fmt: skip
+    finally:
+        t.close()
+
+
 def _is_gpu_fault(error: str | None) -> bool:
     """A CUDA error other than running out of memory means the GPU itself is in trouble."""
     return error is not None and error.startswith("CUDA error")
@@ -229,6 +246,10 @@ def investigate_gpu(
         section = replace(section, pinning=PinningCost(device=device, bytes=p.pinning_bytes,
                                                        **costs))  # fmt: skip
         observer.step(f"gpu{device} pinning costs")
+        section = replace(section, overlap=tuple(
+            overlap_point(engine, device, memory, p.stream_bytes)
+            for memory in ("pinned", "pageable")))  # fmt: skip
+        observer.step(f"gpu{device} CPU work during a readback")
     except KeyboardInterrupt:
         raise Interrupted(replace(section, status="interrupted")) from None
     except (AllocationError, EngineError) as exc:

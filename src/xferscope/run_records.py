@@ -2,7 +2,8 @@
 
 Schema history (bump RUN_SCHEMA_VERSION on any change a reader must know about):
   1  first version: per-GPU sections (curves, concurrent streams, pinning costs), multi-GPU
-     measurements, findings. Pinning costs gained host_copy_s later (optional: 0 when absent).
+     measurements, findings. Added later, optional: pinning costs' host_copy_s (0 when
+     absent) and each GPU's overlap points (empty when absent).
 """
 
 from __future__ import annotations
@@ -93,6 +94,26 @@ class PinningCost:
 
 
 @dataclass(frozen=True, slots=True)
+class OverlapPoint:
+    """Can the CPU work during a copy? One readback alone, then with CPU work of half its time
+    between issuing it and waiting for it (seed 000's asynchronous readback)."""
+
+    device: int
+    direction: str
+    memory: str
+    bytes: int
+    alone_s: float  # the copy with no work (median)
+    work_s: float  # the CPU work done while it ran
+    issue_s: float  # blocked in the issuing call
+    total_s: float  # issue, work and wait together
+
+    @property
+    def hidden(self) -> float:
+        """Share of the work hidden behind the copy: 1 when the total did not grow."""
+        return max(0.0, min(1.0, (self.alone_s + self.work_s - self.total_s) / self.work_s))
+
+
+@dataclass(frozen=True, slots=True)
 class Finding:
     """A verdict or a warning: what was seen (with the figure that triggered it), the likely
     cause and the fix."""
@@ -116,6 +137,7 @@ class GpuSection:
     curves: tuple[Curve, ...]
     concurrent: tuple[Concurrent, ...]
     pinning: PinningCost | None
+    overlap: tuple[OverlapPoint, ...] = ()
 
     def curve(self, direction: str, memory: str, mechanism: str, timing: str) -> Curve | None:
         return next(
@@ -205,6 +227,9 @@ _PINNING_FIELDS = (
     "device", "bytes", "host_alloc_s", "host_free_s", "register_s", "unregister_s",
     "pageable_copy_s", "pinned_copy_s", "registered_copy_s", "host_copy_s",
 )  # fmt: skip
+_OVERLAP_FIELDS = (
+    "device", "direction", "memory", "bytes", "alone_s", "work_s", "issue_s", "total_s",
+)  # fmt: skip
 _FINDING_FIELDS = (
     "code", "severity", "gpu", "figure", "value", "reference", "message", "cause", "fix",
 )  # fmt: skip
@@ -239,6 +264,10 @@ def run_to_dict(r: RunResult) -> dict[str, Any]:
                     "alloc_break_even": g.pinning.alloc_break_even,
                     "register_break_even": g.pinning.register_break_even,
                 },
+                "overlap": [
+                    {f: getattr(o, f) for f in _OVERLAP_FIELDS} | {"hidden": o.hidden}
+                    for o in g.overlap
+                ],
             }
             for g in r.gpus
         ],
@@ -272,6 +301,9 @@ def run_from_dict(d: dict[str, Any]) -> RunResult:
                 if g["pinning"] is None
                 else PinningCost(
                     **{f: g["pinning"][f] for f in _PINNING_FIELDS if f in g["pinning"]}
+                ),
+                overlap=tuple(
+                    OverlapPoint(**{f: o[f] for f in _OVERLAP_FIELDS}) for o in g.get("overlap", ())
                 ),
             )
             for g in d["gpus"]

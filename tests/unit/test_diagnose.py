@@ -166,7 +166,18 @@ def _gpu_failed(one, two):
                              RunOptions(devices=(0, 1), quick=True))  # fmt: skip
 
 
+def _overlapping_pageable(one, two):
+    """As if pageable readbacks overlapped CPU work as well as pinned ones do."""
+    points = tuple(replace(o, issue_s=3e-6, total_s=o.alone_s) for o in one.gpus[0].overlap)
+    return with_section(one, overlap=points)
+
+
 CASES = {
+    "cpu_overlap": [
+        (lambda one, two: one, "no_overlap"),
+        (_overlapping_pageable, None),
+        (lambda one, two: with_section(one, overlap=()), None),
+    ],
     "headline_verdicts": [
         (lambda one, two: one, "verdict"),
         (_headline_warning, "verdict"),

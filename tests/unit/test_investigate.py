@@ -212,8 +212,8 @@ def test_two_gpus_peer_access_is_far_faster_than_through_the_host(two_gpus):
 def test_steps_count_every_progress_unit():
     for n, per_multi in ((1, 0), (2, 3 * 2 + 1 + 3), (3, 3 * 6 + 3 + 3)):
         options = quick(n)
-        assert steps(options) == n * (CURVES * 8 + 2) + per_multi
-    assert steps(RunOptions(devices=(0,))) == CURVES * 16 + 2
+        assert steps(options) == n * (CURVES * 8 + 3) + per_multi
+    assert steps(RunOptions(devices=(0,))) == CURVES * 16 + 3
 
 
 @pytest.mark.parametrize("devices", [1, 2, 3])
@@ -340,13 +340,13 @@ def test_interruption_in_one_gpu_run_keeps_curves(calls_per_gpu):
 
 
 def test_interruption_after_the_curves_keeps_all_curves(calls_per_gpu):
-    """Ctrl-C during the concurrent streams or the pinning costs: the curves are all there."""
+    """Ctrl-C in the last measurements of a GPU: the curves are all there."""
     result = run_investigation(SimulatedEngine(interrupt_after=calls_per_gpu - 1), quick(1))
     (gpu,) = result.gpus
     assert gpu.status == "interrupted" and result.interrupted
     assert len(gpu.curves) == CURVES
     assert all(c.status == "complete" for c in gpu.curves)
-    assert gpu.pinning is None
+    assert not gpu.overlap
 
 
 MULTI_DROPPED = (

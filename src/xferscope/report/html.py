@@ -34,6 +34,7 @@ from ..run_records import (
     Concurrent,
     Finding,
     GpuSection,
+    OverlapPoint,
     PinningCost,
     RunResult,
 )
@@ -320,6 +321,9 @@ def _gpu_section(result: RunResult, gpu: GpuSection) -> str:
     if gpu.pinning is not None:
         parts.append("<h3>What pinning costs</h3>")
         parts.append(_pinning_table(gpu.pinning))
+    if gpu.overlap:
+        parts.append("<h3>Can the CPU work during a copy?</h3>")
+        parts.append(_overlap_table(gpu.overlap))
     parts.append("</section>")
     return "".join(parts)
 
@@ -616,6 +620,22 @@ def _pinning_table(p: PinningCost) -> str:
     return (
         f'<div class="pair">{costs}{even}</div><p class="caption">Break-even: the setup and '
         "teardown time divided by the time each copy saves against a pageable copy.</p>"
+    )
+
+
+def _overlap_table(points: Sequence[OverlapPoint]) -> str:
+    rows = [
+        [f"{o.direction} {o.memory}, {format_bytes(o.bytes)}", format_seconds(o.alone_s),
+         format_seconds(o.work_s), format_seconds(o.issue_s), format_seconds(o.total_s),
+         f"{o.hidden:.0%}"]
+        for o in points
+    ]  # fmt: skip
+    table = _table(["readback", "alone", "CPU work", "blocked in the call", "total", "work hidden"],
+                   rows, ["", "num", "num", "num", "num", "num"])  # fmt: skip
+    return (
+        f'{table}<p class="caption">The copy is issued, the CPU works for half the copy\'s time, '
+        "then waits (seed 000's asynchronous readback). Hidden: the share of the work that cost "
+        "no extra time. `xferscope overlap cpu` sweeps the work.</p>"
     )
 
 

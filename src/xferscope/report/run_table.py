@@ -57,6 +57,10 @@ def headline_table(result: RunResult) -> Table:
             table.add_row(str(gpu.index), "cudaHostRegister + unregister, per GB",
                           format_seconds((p.register_s + p.unregister_s) * 1e9 / p.bytes),
                           f"pays after {pays} copies", "", "")  # fmt: skip
+        for o in gpu.overlap:
+            table.add_row(str(gpu.index), f"CPU work hidden by a {o.memory} readback",
+                          f"{o.hidden:.0%} of {format_seconds(o.work_s)}", format_bytes(o.bytes),
+                          "", "")  # fmt: skip
     for conc in result.multi:
         if conc.streams:
             table.add_row("all", conc.label, format_rate(conc.total_bandwidth),
