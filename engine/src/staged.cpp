@@ -28,6 +28,10 @@ constexpr std::size_t kDefaultChunk = 4 << 20;
 // Threads copying at once share memory bandwidth with each other and with the DMA, so each
 // gets about half its solo rate: size for twice the target.
 constexpr double kSharing = 2.0;
+// Smaller copies are cut into smaller chunks so every thread gets one, but not below this: each
+// chunk still costs a call and a wait.
+constexpr std::size_t kSmallestChunk = 256 << 10;
+constexpr std::size_t kChunkGrain = 64 << 10;
 constexpr int kMostThreads = 16;
 
 // The best of three 16 MiB memcpys between two heap buffers that do not fit a core's caches.
@@ -154,8 +158,13 @@ void StagedCopier::to_host(void* host_destination, const void* device_source, st
        bytes});
 }
 
-void StagedCopier::run(const Job& job) {
-  if (job.bytes == 0) return;
+void StagedCopier::run(const Job& request) {
+  if (request.bytes == 0) return;
+  std::lock_guard<std::mutex> one_at_a_time(calls_);
+  Job job = request;
+  const std::size_t share = (job.bytes + plan_.threads - 1) / plan_.threads;
+  job.chunk = std::clamp<std::size_t>((share + kChunkGrain - 1) / kChunkGrain * kChunkGrain,
+                                      kSmallestChunk, plan_.chunk_bytes);
   std::unique_lock<std::mutex> lock(mutex_);
   job_ = job;
   finished_ = 0;
@@ -198,7 +207,7 @@ void StagedCopier::work(int index) {
 // Readbacks: queue the DMA of the next chunk before copying the current one out, so the copy
 // engine and this thread work at the same time.
 void StagedCopier::copy_chunks(Worker& worker, int index, const Job& job) {
-  const std::size_t chunk = plan_.chunk_bytes;
+  const std::size_t chunk = job.chunk;
   const std::size_t count = (job.bytes + chunk - 1) / chunk;
   const std::size_t stride = static_cast<std::size_t>(plan_.threads);
   const int buffers = plan_.buffers_per_thread;

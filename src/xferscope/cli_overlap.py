@@ -1,1 +1,454 @@
-"""`xferscope overlap cpu|buffers|gpu`: registered on the CLI group by cli.py."""
+"""`xferscope overlap cpu|buffers|gpu`: how much of a copy hides under other work. Registered
+on the CLI group when cli.py imports this module at its end."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from . import cli as cli_module  # looked up at run time, so tests can replace open_engine
+from .cli import EXIT_INTERRUPTED, EXIT_VERIFICATION_FAILED, _writable_file, cli, stderr, stdout
+from .engine import HOST_MEMORY, MECHANISMS, Engine
+from .errors import OptionError, XferscopeError
+from .options import parse_devices, parse_list, parse_size_option, parse_sizes
+from .overlap import (
+    CPU_DIRECTIONS,
+    DEFAULT_CHUNKS_PER_STREAM,
+    DEFAULT_WORK_FACTORS,
+    AnyResult,
+    GpuOverlapResult,
+    OverlapCpuResult,
+    RotationResult,
+    Step,
+    check_cpu_plan,
+    check_gpu_plan,
+    check_rotation_plan,
+    cpu_verdict,
+    gpu_verdict,
+    measure_overlap_cpu,
+    measure_overlap_gpu,
+    measure_rotation,
+    rotation_verdict,
+)
+from .report.table import SIMULATED_BANNER
+from .units import format_bytes
+
+R = TypeVar("R", OverlapCpuResult, RotationResult, GpuOverlapResult)
+
+# ---- parsing -----------------------------------------------------------------------------------
+
+_SECONDS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+_TIME = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Zµ]*)\s*$")
+TIME_HELP = "a time such as 0, 500us, 2ms or 0.1s (a bare number is seconds)"
+
+
+def parse_seconds(option: str, text: str) -> float:
+    """A duration in seconds: a number with an optional unit s, ms, us (µs) or ns."""
+    match = _TIME.match(text)
+    if not match or match.group(2).lower() not in _SECONDS:
+        raise OptionError(option, f"'{text.strip()}' is not {TIME_HELP}")
+    value = float(match.group(1)) * _SECONDS[match.group(2).lower()]
+    if not math.isfinite(value) or value < 0:
+        raise OptionError(option, f"'{text.strip()}' is not a time of 0 or more")
+    return value
+
+
+def parse_seconds_list(option: str, text: str) -> tuple[float, ...]:
+    items = [item for item in text.split(",") if item.strip()]
+    if not items:
+        raise OptionError(option, f"give one or more times, each {TIME_HELP}")
+    return tuple(sorted({parse_seconds(option, item) for item in items}))
+
+
+def parse_counts(option: str, text: str, least: int) -> tuple[int, ...]:
+    """A comma-separated list of whole numbers of at least `least`, sorted, without duplicates."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise OptionError(option, f"give one or more whole numbers of at least {least}")
+    values: set[int] = set()
+    for item in items:
+        if not re.fullmatch(r"\+?[0-9]+", item) or int(item) < least:
+            raise OptionError(option, f"'{item}' is not a whole number of at least {least}")
+        values.add(int(item))
+    return tuple(sorted(values))
+
+
+def parse_count(option: str, value: int, least: int = 1) -> int:
+    if value < least:
+        raise OptionError(option, f"{value} is not a count of at least {least}")
+    return value
+
+
+def parse_device(text: str) -> int:
+    devices = parse_devices("--device", text)
+    if len(devices) != 1:
+        raise OptionError("--device", f"'{text}': give one GPU index; these run on one GPU")
+    return devices[0]
+
+
+# ---- outputs -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Files:
+    json: Path
+    csv: Path
+    plot_prefix: Path
+
+
+def resolve_files(kind: str, kw: dict[str, Any]) -> Files:
+    """Checks every output can be written before anything is measured."""
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = Path(kw["out"]).expanduser() / f"overlap-{kind}-{stamp}"
+
+    def pick(option: str, given: str | None, default: Path) -> Path:
+        return _writable_file(option if given else "--out", Path(given) if given else default)
+
+    return Files(
+        json=pick("--json", kw["json_path"], base.with_suffix(".json")),
+        csv=pick("--csv", kw["csv_path"], base.with_suffix(".csv")),
+        plot_prefix=pick("--plot", kw["plot_prefix"], base),
+    )
+
+
+def write_files(result: AnyResult, files: Files) -> list[Path]:
+    from .export import atomic_write
+    from .report.overlap_plots import write_buffers_plot, write_cpu_plot, write_gpu_plot
+
+    atomic_write(files.json, json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n")
+    atomic_write(files.csv, result.to_csv())
+    if isinstance(result, OverlapCpuResult):
+        plots = write_cpu_plot(result, files.plot_prefix)
+    elif isinstance(result, RotationResult):
+        plots = write_buffers_plot(result, files.plot_prefix)
+    else:
+        plots = write_gpu_plot(result, files.plot_prefix)
+    return [files.json, files.csv, *plots]
+
+
+def _common(plot_names: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The options every overlap command shares: GPU, simulation and outputs."""
+
+    def decorate(function: Callable[..., None]) -> Callable[..., None]:
+        for option in reversed(
+            [
+                click.option("-g", "--device", default="0", show_default=True, help="GPU index."),
+                click.option("--simulate", is_flag=True,
+                             help="Use the simulated engine (no GPU; nothing is measured)."),
+                click.option("-o", "--out", default="xferscope-results", show_default=True,
+                             help="Directory for the JSON, CSV and PNG files "
+                             "(named overlap-<mode>-<time>.*)."),
+                click.option("--json", "json_path", default=None,
+                             help="Write the JSON result here instead."),
+                click.option("--csv", "csv_path", default=None, help="Write the CSV here instead."),
+                click.option("--plot", "plot_prefix", default=None,
+                             help=f"Write {plot_names} instead."),
+            ]
+        ):  # fmt: skip
+            function = option(function)
+        return function
+
+    return decorate
+
+
+# ---- running -----------------------------------------------------------------------------------
+
+
+def _open(kw: dict[str, Any]) -> tuple[Engine, int]:
+    device = parse_device(kw["device"])
+    return cli_module.open_engine(kw["simulate"]), device
+
+
+def _measure(total: int, run: Callable[[Step], R]) -> R:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("starting", total=total)
+
+        def step(label: str) -> None:
+            progress.update(task, advance=1, description=label)
+
+        return run(step)
+
+
+def _finish(result: AnyResult, files: Files, tables: list[Table], verdict: list[str]) -> None:
+    """Prints, writes and exits as `sweep` does: 130 after Ctrl-C (the files hold what was
+    measured), 3 when verification failed, 1 when a part could not run."""
+    if not result.measured:
+        if result.interrupted:
+            stderr.print("interrupted before anything was measured; nothing written")
+            sys.exit(EXIT_INTERRUPTED)
+        if result.failures:
+            failure = result.failures[0]
+            raise XferscopeError(f"{failure.what}: {failure.error}")
+    banner = f"[bold red]{SIMULATED_BANNER}[/bold red]"
+    if result.simulated:
+        stdout.print(banner)
+    for table in tables:
+        stdout.print(table)
+    for line in verdict:
+        stdout.print(Text.assemble(("verdict: ", "bold"), line))
+    for warning in result.warnings:
+        stdout.print(Text.assemble(("warning: ", "yellow"), warning))
+    if result.simulated:
+        stdout.print(banner)
+    try:
+        paths = write_files(result, files)
+    except OSError as exc:
+        raise XferscopeError(f"cannot write results: {exc}") from None
+    stderr.print("wrote " + ", ".join(str(p) for p in paths))
+    if result.interrupted:
+        stderr.print("interrupted: the files hold what was measured before Ctrl-C")
+        sys.exit(EXIT_INTERRUPTED)
+    if not result.valid:
+        sys.exit(EXIT_VERIFICATION_FAILED)
+    if result.failures:
+        sys.exit(1)
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1e3
+    return f"{ms:.3f}" if ms < 10 else f"{ms:.2f}" if ms < 1000 else f"{ms:,.0f}"
+
+
+def _table(title: str, columns: list[str]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for i, name in enumerate(columns):
+        table.add_column(name, justify="left" if i == 0 and not name.startswith("W") else "right")
+    return table
+
+
+# ---- the group ---------------------------------------------------------------------------------
+
+
+@cli.group("overlap")
+def overlap() -> None:
+    """How much of a copy hides under other work: CPU work during one asynchronous copy (cpu),
+    a stream of chunks through N pinned buffers in rotation (buffers), and H2D, a kernel and
+    D2H pipelined over K streams (gpu)."""
+
+
+# ---- overlap cpu -------------------------------------------------------------------------------
+
+
+@overlap.command("cpu", short_help="CPU work under one asynchronous copy (seed 000, Table 1).")
+@click.option("-d", "--direction", default="d2h", show_default=True,
+              help="h2d or d2h (d2h is seed 000's asynchronous readback).")  # fmt: skip
+@click.option("-m", "--memory", default="pinned,pageable", show_default=True,
+              help=f"Host memory kinds, comma-separated, one series each: "
+              f"{', '.join(HOST_MEMORY)}.")  # fmt: skip
+@click.option("--mechanism", default="async", show_default=True,
+              help="async (cudaMemcpyAsync), kernel (SM copy kernel), memcpy (synchronous "
+              "cudaMemcpy), staged (pageable memory through xferscope's pinned pool).")  # fmt: skip
+@click.option("--size", default="256MiB", show_default=True, help="Bytes per copy.")
+@click.option("--work", default=None,
+              help="CPU work per copy, comma-separated times (0,1ms,2ms) [default: T0 x 0, 1/8, "
+              "1/4, 1/2, 3/4, 1, 5/4, 3/2, 2, where T0 is the copy alone].")  # fmt: skip
+@click.option("--trials", default=5, show_default=True, type=int,
+              help="Trials per work value; the row is the trial of median total.")  # fmt: skip
+@_common("PREFIX-time.png")
+def cpu_command(**kw: Any) -> None:
+    """Issue a copy asynchronously, run W of calibrated CPU work, then wait (seed 000's
+    asynchronous mode). Reports the time blocked in the issuing call, the work, the time
+    blocked waiting, the total and rate, and the share of the work hidden (ideal 1 until the
+    work outlasts the copy)."""
+    direction = parse_list("--direction", kw["direction"], CPU_DIRECTIONS)
+    if len(direction) != 1:
+        raise OptionError("--direction", "give one direction, h2d or d2h")
+    memories = parse_list("--memory", kw["memory"], HOST_MEMORY)
+    mechanism = parse_list("--mechanism", kw["mechanism"], MECHANISMS)
+    if len(mechanism) != 1:
+        raise OptionError("--mechanism", f"give one of {', '.join(MECHANISMS)}")
+    size = parse_size_option("--size", kw["size"])
+    works = None if kw["work"] is None else parse_seconds_list("--work", kw["work"])
+    trials = parse_count("--trials", kw["trials"])
+    files = resolve_files("cpu", kw)
+    engine, device = _open(kw)
+    check_cpu_plan(engine, device, direction[0], memories, mechanism[0], size, works, trials)
+    points = len({0.0, *works}) if works is not None else len(DEFAULT_WORK_FACTORS)
+    result = _measure(
+        len(memories) * points,
+        lambda step: measure_overlap_cpu(
+            engine, device, direction[0], memories, mechanism[0], size, works, trials, step=step
+        ),
+    )
+    _finish(result, files, cpu_tables(result), [cpu_verdict(result)])
+
+
+def cpu_tables(result: OverlapCpuResult) -> list[Table]:
+    tables = []
+    for s in result.series:
+        if not s.points:
+            continue
+        title = (
+            f"{result.direction} {s.memory} {result.mechanism}, {format_bytes(result.bytes)}: "
+            f"the copy alone takes T0 = {_ms(s.t0_s or 0.0)} ms"
+        )
+        if s.status != "complete":
+            title += f" ({escape(s.status)})"
+        table = _table(
+            title,
+            ["W asked (ms)", "issue (ms)", "work (ms)", "wait (ms)", "total (ms)", "bytes",
+             "rate (GB/s)", "efficiency", "ideal", "noise"],
+        )  # fmt: skip
+        for p in s.points:
+            efficiency, ideal = s.efficiency(p), s.ideal(p)
+            table.add_row(
+                _ms(p.requested_work_s), _ms(p.issue_s), _ms(p.work_s), _ms(p.wait_s),
+                _ms(p.total_s), str(result.bytes), f"{result.rate(p) / 1e9:.3g}",
+                "" if efficiency is None else f"{efficiency:.2f}",
+                "" if ideal is None else f"{ideal:.2f}", f"{p.rel_noise:.1%}",
+            )  # fmt: skip
+        v = s.verification
+        table.caption = (
+            "efficiency = (T0 + work - total) / work: the share of the work hidden under the copy"
+            + ("" if v is None else "; verified ok" if v.ok else "; [red]verification FAILED[/red]")
+        )
+        tables.append(table)
+    return tables
+
+
+# ---- overlap buffers ---------------------------------------------------------------------------
+
+
+@overlap.command("buffers", short_help="A stream of chunks through N rotating pinned buffers.")
+@click.option("-d", "--direction", default="d2h,h2d", show_default=True,
+              help="d2h (readback: the CPU checksums each chunk), h2d (upload: the CPU writes "
+              "each chunk), or both.")  # fmt: skip
+@click.option("--buffers", default="1,2,3,4,6,8", show_default=True,
+              help="Numbers of pinned buffers in rotation (N), comma-separated.")  # fmt: skip
+@click.option("--chunk-sizes", default="1MiB,4MiB,16MiB", show_default=True,
+              help="Bytes per chunk (and per buffer), comma-separated.")  # fmt: skip
+@click.option("--chunks", default=64, show_default=True, type=int,
+              help="Chunks in the stream.")  # fmt: skip
+@click.option("--trials", default=3, show_default=True, type=int,
+              help="Streams per point; the row is the one of median total.")  # fmt: skip
+@click.option("--max-pinned", default=None,
+              help="Refuse a plan that pins more than this (buffers x chunk size) [default: "
+              "half of the machine's memory, which is also the most allowed].")  # fmt: skip
+@_common("PREFIX-efficiency.png")
+def buffers_command(**kw: Any) -> None:
+    """A stream of chunks through N pinned buffers used in rotation while the CPU consumes
+    (readback) or produces (upload) the others: seed 000's pixel buffer objects in rotation.
+    Efficiency = ideal / total, with ideal = chunks x max(copy, CPU) + min(copy, CPU)."""
+    directions = parse_list("--direction", kw["direction"], CPU_DIRECTIONS)
+    buffers = parse_counts("--buffers", kw["buffers"], 1)
+    chunk_sizes = parse_sizes("--chunk-sizes", kw["chunk_sizes"])
+    if chunk_sizes[0] < 8:
+        raise OptionError(
+            "--chunk-sizes", f"{chunk_sizes[0]} bytes is too small: a chunk is at least 8 bytes"
+        )
+    chunks = parse_count("--chunks", kw["chunks"])
+    trials = parse_count("--trials", kw["trials"])
+    max_pinned = (
+        None if kw["max_pinned"] is None else parse_size_option("--max-pinned", kw["max_pinned"])
+    )
+    files = resolve_files("buffers", kw)
+    engine, device = _open(kw)
+    check_rotation_plan(
+        engine, device, directions, buffers, chunk_sizes, chunks, trials, max_pinned
+    )
+    result = _measure(
+        len(directions) * len(buffers) * len(chunk_sizes),
+        lambda step: measure_rotation(
+            engine, device, directions, buffers, chunk_sizes, chunks, trials, max_pinned, step
+        ),
+    )
+    _finish(result, files, buffers_tables(result), rotation_verdict(result))
+
+
+def buffers_tables(result: RotationResult) -> list[Table]:
+    tables = []
+    for direction in dict.fromkeys(p.direction for p in result.points):
+        what = "readback: the CPU checksums" if direction == "d2h" else "upload: the CPU writes"
+        table = _table(
+            f"{direction} ({what}) {result.chunks} chunks through N pinned buffers",
+            ["chunk", "N", "pinned", "total (ms)", "copy/chunk (ms)", "CPU/chunk (ms)",
+             "wait (ms)", "ideal (ms)", "efficiency", "rate (GB/s)", "noise", "verified"],
+        )  # fmt: skip
+        for p in (p for p in result.points if p.direction == direction):
+            s = p.typical
+            table.add_row(
+                format_bytes(p.chunk_bytes), str(p.buffers), format_bytes(p.pinned_bytes),
+                _ms(s.total_s), _ms(s.copy_s), _ms(s.consume_s), _ms(s.wait_s), _ms(p.ideal_s),
+                f"{p.efficiency:.2f}", f"{p.rate / 1e9:.3g}", f"{p.rel_noise:.1%}",
+                "ok" if p.valid else f"[red]FAILED {p.mismatched_chunks}[/red]",
+            )  # fmt: skip
+        table.caption = "efficiency = (chunks x max(copy, CPU) + min(copy, CPU)) / total"
+        tables.append(table)
+    return tables
+
+
+# ---- overlap gpu -------------------------------------------------------------------------------
+
+
+@overlap.command("gpu", short_help="H2D, a kernel and D2H pipelined over K streams.")
+@click.option("--size", default="1GiB", show_default=True,
+              help="Bytes of the array of floats (a multiple of 4).")  # fmt: skip
+@click.option("--streams", default="1,2,3,4,5,6,7,8", show_default=True,
+              help="Stream counts K, comma-separated.")  # fmt: skip
+@click.option("--chunks-per-stream", default=DEFAULT_CHUNKS_PER_STREAM, show_default=True,
+              type=int,
+              help="Chunks per stream: the array goes in K x this many pieces.")  # fmt: skip
+@click.option("--work", default="1", show_default=True,
+              help="Kernel FMAs per element, comma-separated: small is transfer-bound, large "
+              "(thousands) compute-bound.")  # fmt: skip
+@_common("PREFIX-speedup.png")
+def gpu_command(**kw: Any) -> None:
+    """H2D, a kernel and D2H over one large array: sequential on one stream against split into
+    chunks round-robin over K streams, with the bound the stage times allow (their sum over the
+    largest). Reports the speedup and its fraction of the bound."""
+    size = parse_size_option("--size", kw["size"])
+    if size % 4:
+        raise OptionError("--size", f"{size} bytes is not a multiple of 4 (the array is floats)")
+    streams = parse_counts("--streams", kw["streams"], 1)
+    chunks_per_stream = parse_count("--chunks-per-stream", kw["chunks_per_stream"])
+    works = parse_counts("--work", kw["work"], 0)
+    files = resolve_files("gpu", kw)
+    engine, device = _open(kw)
+    check_gpu_plan(engine, device, size, streams, chunks_per_stream, works)
+    result = _measure(
+        len(works) * len(streams),
+        lambda step: measure_overlap_gpu(
+            engine, device, size, streams, chunks_per_stream, works, step
+        ),
+    )
+    _finish(result, files, gpu_tables(result), gpu_verdict(result))
+
+
+def gpu_tables(result: GpuOverlapResult) -> list[Table]:
+    tables = []
+    for work in dict.fromkeys(p.work for p in result.points):
+        table = _table(
+            f"{format_bytes(result.bytes)}, kernel of {work} FMA per element: sequential against "
+            f"K streams, {result.chunks_per_stream} chunks each",
+            ["K", "chunks", "H2D (ms)", "kernel (ms)", "D2H (ms)", "sequential (ms)",
+             "pipelined (ms)", "speedup", "bound", "of bound", "verified"],
+        )  # fmt: skip
+        for p in (p for p in result.points if p.work == work):
+            table.add_row(
+                str(p.streams), str(p.chunks), _ms(p.h2d_s), _ms(p.kernel_s), _ms(p.d2h_s),
+                _ms(p.sequential_s), _ms(p.pipelined_s), f"{p.speedup:.2f}x", f"{p.bound:.2f}x",
+                f"{p.fraction:.0%}", "ok" if p.valid else "[red]FAILED[/red]",
+            )  # fmt: skip
+        table.caption = "bound = (H2D + kernel + D2H) / the largest of them"
+        tables.append(table)
+    return tables

@@ -1,1 +1,216 @@
 """`xferscope pageable`: registered on the CLI group by cli.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from . import cli as cli_module
+from .cli import EXIT_INTERRUPTED, _writable_file, cli, stderr, stdout
+from .errors import OptionError, XferscopeError
+from .options import parse_devices, parse_sizes
+from .pageable import (
+    DEFAULT_REPEATS,
+    DEFAULT_SENDS,
+    DEFAULT_SIZES,
+    STRATEGIES,
+    PageableResult,
+    cheaper_from,
+    crossovers,
+    fastest,
+    measure,
+    size_tag,
+    steps,
+    write,
+)
+from .units import format_bytes, format_rate, format_seconds
+
+
+def parse_sends(option: str, text: str) -> tuple[int, ...]:
+    """Comma-separated whole numbers of sends, each at least 1; sorted, without duplicates."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise OptionError(option, "give one or more numbers of sends, such as 1,10,100")
+    for item in items:
+        if not item.isdigit() or int(item) < 1:
+            raise OptionError(option, f"'{item}' is not a whole number of sends of at least 1")
+    return tuple(sorted({int(item) for item in items}))
+
+
+def _device(text: str) -> int:
+    devices = parse_devices("--device", text)
+    if len(devices) != 1:
+        raise OptionError("--device", f"give one GPU index, not {len(devices)}")
+    return devices[0]
+
+
+@cli.command("pageable")
+@click.option(
+    "--sizes",
+    default=",".join(size_tag(s) for s in DEFAULT_SIZES),
+    show_default=True,
+    help="Buffer sizes, comma-separated.",
+)
+@click.option(
+    "--sends",
+    default=",".join(str(k) for k in DEFAULT_SENDS),
+    show_default=True,
+    help="Numbers of sends of the same buffer to tabulate, comma-separated.",
+)
+@click.option("-g", "--device", default="0", show_default=True, help="GPU index.")
+@click.option(
+    "--repeats",
+    default=DEFAULT_REPEATS,
+    show_default=True,
+    type=int,
+    help="Measurements of each cost; the median is used.",
+)
+@click.option(
+    "-o",
+    "--out",
+    default="xferscope-results",
+    show_default=True,
+    help="Directory for the JSON, CSV and PNG files (named pageable-<time>.*).",
+)
+@click.option("--json", "json_path", default=None, help="Write the JSON result here instead.")
+@click.option("--csv", "csv_path", default=None, help="Write the CSV here instead.")
+@click.option(
+    "--plot", "plot_prefix", default=None, help="Write PREFIX-<size>.png for each size instead."
+)
+@click.option(
+    "--simulate", is_flag=True, help="Use the simulated engine (no GPU; nothing is measured)."
+)
+def pageable_command(
+    sizes: str,
+    sends: str,
+    device: str,
+    repeats: int,
+    out: str,
+    json_path: str | None,
+    csv_path: str | None,
+    plot_prefix: str | None,
+    simulate: bool,
+) -> None:
+    """Which way to send a pageable buffer of S bytes to the GPU k times: cudaMemcpy as it is,
+    a pinned copy (cudaMallocHost + memcpy), registering it in place (cudaHostRegister), or the
+    staged copier, with every setup cost measured and counted. Prints the total time of each
+    for every k, the fastest, and the exact crossover points; writes JSON, CSV and a plot per
+    size."""
+    size_list = parse_sizes("--sizes", sizes)
+    send_list = parse_sends("--sends", sends)
+    index = _device(device)
+    if repeats < 1:
+        raise OptionError("--repeats", f"{repeats} is not a count of at least 1")
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = Path(out).expanduser() / f"pageable-{stamp}"
+    json_file = _writable_file(
+        "--json" if json_path else "--out",
+        Path(json_path) if json_path else base.with_suffix(".json"),
+    )
+    csv_file = _writable_file(
+        "--csv" if csv_path else "--out", Path(csv_path) if csv_path else base.with_suffix(".csv")
+    )
+    prefix = _writable_file(
+        "--plot" if plot_prefix else "--out", Path(plot_prefix) if plot_prefix else base
+    )
+    engine = cli_module.open_engine(simulate)
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr,
+        transient=True,
+    ) as bar:
+        task = bar.add_task("starting", total=steps(size_list))
+
+        def progress(label: str) -> None:  # called as each step starts
+            bar.update(task, advance=1, description=label)
+
+        result = measure(engine, size_list, send_list, index, repeats, progress=progress)
+    if not result.sizes:
+        stderr.print("interrupted before any size was measured; nothing written")
+        sys.exit(EXIT_INTERRUPTED)
+    print_pageable(result, stdout)
+    try:
+        paths = write(result, json_file, csv_file, prefix)
+    except OSError as exc:
+        raise XferscopeError(f"cannot write results: {exc}") from None
+    stderr.print("wrote " + ", ".join(str(p) for p in paths))
+    if result.interrupted:
+        stderr.print("interrupted: the files hold the sizes measured before Ctrl-C")
+        sys.exit(EXIT_INTERRUPTED)
+    if any(r.staged_verified is False for r in result.sizes):
+        sys.exit(cli_module.EXIT_VERIFICATION_FAILED)
+
+
+def _sends(count: int | None) -> str:
+    return "never" if count is None else f"{count} send" + ("" if count == 1 else "s")
+
+
+def print_pageable(result: PageableResult, console: Console) -> None:
+    if result.simulated:
+        console.print("[bold red]SIMULATED: a modelled GPU, not this machine's[/bold red]")
+    gpu = next((g.get("name") for g in result.machine.get("gpus", [])), "?")
+    console.print(
+        f"Sending a pageable buffer to GPU {result.device} ({gpu}) k times: total time of each "
+        "way, every setup cost measured and counted (medians of "
+        f"{result.options.get('repeats')})"
+    )
+    if result.staged_plan:
+        p = result.staged_plan
+        console.print(
+            f"staged copier: {p['threads']} threads, {format_bytes(p['chunk_bytes'])} chunks, "
+            f"{p['buffers_per_thread']} pinned buffers per thread; made and closed in "
+            f"{format_seconds(result.staged_setup_median_s)}, counted here for each buffer (an "
+            "application that keeps its copier, as copy_to_device does, pays it once)"
+        )
+    for size in result.sizes:
+        strategies = result.strategies(size)
+        pageable = strategies[0]
+        costs = Table(title=f"{format_bytes(size.bytes)}: costs", title_justify="left")
+        for name in ("way", "once", "per send", "rate", "made of", "beats pageable from"):
+            costs.add_column(name, justify="left" if name in ("way", "made of") else "right")
+        for s in strategies:
+            beats = cheaper_from(s, pageable)
+            costs.add_row(
+                s.name,
+                format_seconds(s.setup_s) if s.setup_s else "0",
+                format_seconds(s.per_send_s),
+                format_rate(size.bytes / s.per_send_s),
+                " + ".join(f"{what} {format_seconds(t)}" for what, t in s.parts),
+                "" if s is pageable else _sends(beats),
+            )
+        console.print(costs)
+        totals = Table(title=f"{format_bytes(size.bytes)}: total time of k sends",
+                       title_justify="left")  # fmt: skip
+        totals.add_column("k", justify="right")
+        for name in STRATEGIES:
+            totals.add_column(name, justify="right")
+        totals.add_column("fastest")
+        for k in result.sends:
+            best = fastest(strategies, k)
+            cells = [
+                f"[bold]{format_seconds(s.total_s(k))}[/bold]"
+                if s is best
+                else format_seconds(s.total_s(k))
+                for s in strategies
+            ]
+            totals.add_row(str(k), *cells, best.name)
+        console.print(totals)
+        found = crossovers(strategies)
+        if found:
+            console.print("crossovers (where two ways cost the same):")
+            for c in found:
+                console.print(
+                    f"  k* = {c.sends:.3g}: {c.after} is cheaper than {c.before} from "
+                    f"{_sends(c.from_send)} on"
+                )
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")

@@ -180,13 +180,33 @@ class NativeEngine:
             return dict(self._engine.overlap_gpu(device, bytes, streams, chunks, work))
 
     def staged_copier(self, device: int, threads: int = 0, chunk_bytes: int = 0) -> Any:
-        """The engine's StagedCopier: .plan, .to_device(dst, src, n), .to_host(dst, src, n) on
+        """The engine's staged copier: .plan, .to_device(dst, src, n), .to_host(dst, src, n) on
         raw addresses, .close(). xferscope.staged wraps it for NumPy arrays."""
         with self._translated():
-            return self._engine.StagedCopier(device, threads, chunk_bytes)
+            return _NativeCopier(self._engine.StagedCopier(device, threads, chunk_bytes), self)
 
     def clock(self) -> float:
         return time.perf_counter()
+
+
+class _NativeCopier:
+    """The native staged copier with its errors translated."""
+
+    def __init__(self, handle: Any, engine: NativeEngine) -> None:
+        self._handle = handle
+        self._engine = engine
+        self.plan = dict(handle.plan)
+
+    def to_device(self, device_destination: int, host_source: int, bytes: int) -> None:
+        with self._engine._translated():
+            self._handle.to_device(device_destination, host_source, bytes)
+
+    def to_host(self, host_destination: int, device_source: int, bytes: int) -> None:
+        with self._engine._translated():
+            self._handle.to_host(host_destination, device_source, bytes)
+
+    def close(self) -> None:
+        self._handle.close()
 
 
 class _NativeTransfer:

@@ -353,7 +353,9 @@ class SimulatedEngine:
         if bytes < 4 or bytes % 4 or streams < 1 or chunks < 1 or work < 0:
             raise EngineError("overlap needs a multiple of 4 bytes, 1+ stream, 1+ chunk")
         h2d, d2h = bytes / 55.4e9, bytes / 55.3e9
-        kernel = bytes / 4e12 * (1 + work / 100)
+        # Reads and writes each float once (4 TB/s of HBM traffic) and does `work` FMAs on it
+        # (2 flops each, about 60 TFLOP/s of fp32).
+        kernel = max(2 * bytes / 4.0e12, (bytes / 4) * work * 2 / 60e12)
         sequential = h2d + kernel + d2h
         if streams == 1:
             pipelined = sequential

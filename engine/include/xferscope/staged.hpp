@@ -32,7 +32,9 @@ class StagedCopier {
   StagedCopier& operator=(const StagedCopier&) = delete;
 
   const StagedPlan& plan() const noexcept { return plan_; }
-  // Both return once every byte has arrived. Any alignment, any size.
+  // Both return once every byte has arrived. Any alignment, any size; safe to call from
+  // several threads (the copies then run one after another). A copy smaller than threads x
+  // chunk_bytes is cut into smaller chunks, down to 256 KiB, so every thread takes part.
   void to_device(void* device_destination, const void* host_source, std::size_t bytes);
   void to_host(void* host_destination, const void* device_source, std::size_t bytes);
 
@@ -43,6 +45,7 @@ class StagedCopier {
     char* destination = nullptr;
     const char* source = nullptr;
     std::size_t bytes = 0;
+    std::size_t chunk = 0;  // this copy's chunk size, at most plan_.chunk_bytes
   };
 
   void run(const Job& job);
@@ -53,7 +56,8 @@ class StagedCopier {
   StagedPlan plan_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;
-  std::mutex mutex_;
+  std::mutex calls_;  // one copy at a time: callers from several threads queue here
+  std::mutex mutex_;  // guards the job hand-over to the workers
   std::condition_variable wake_;
   std::condition_variable done_;
   Job job_;

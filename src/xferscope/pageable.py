@@ -1,0 +1,536 @@
+"""Which way to move a pageable buffer to a GPU, with every setup cost counted.
+
+A buffer of S bytes in ordinary (pageable) memory is sent to the GPU k times. Four ways:
+
+  pageable    cudaMemcpy from the buffer as it is: the driver stages it through its own small
+              pinned buffers.                         k * t_pageable
+  pinned      cudaMallocHost a buffer, memcpy the data into it once, send it from there, and
+              cudaFreeHost it.                        t_alloc + t_memcpy + k * t_pinned + t_free
+  registered  cudaHostRegister the buffer in place, send it, cudaHostUnregister it.
+                                                      t_register + k * t_registered + t_unregister
+  staged      xferscope's staged copier (host threads and a pinned pool, made once and closed
+              once).                                  t_setup + k * t_staged
+
+Every term is measured on this machine (cudaMallocHost, cudaHostRegister and their frees through
+the engine's measure_pinning; the staged copier's creation and its copies directly), medians of
+a few repeats. The costs are linear in k, so where two ways cross is exact:
+k* = (setup_a - setup_b) / (per_b - per_a).
+
+The pinned way copies the data into pinned memory once: it models a buffer that does not change
+between sends. A buffer rewritten before each send pays that memcpy every time, which is what the
+staged copier does, overlapped with the DMA.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import __version__, machine, plan, stats
+from .engine import Engine, check_device
+from .errors import AllocationError, OptionError, XferscopeError
+from .units import format_bytes
+
+SCHEMA_NAME = "xferscope-pageable"
+SCHEMA_VERSION = 1
+# Schema history (bump SCHEMA_VERSION on any change a reader must know about):
+#   1  first version: per size, the raw samples of every cost; the staged copier's setup and plan.
+
+STRATEGIES = ("pageable", "pinned", "registered", "staged")
+DEFAULT_SIZES = (1 << 20, 16 << 20, 256 << 20, 1 << 30)
+DEFAULT_SENDS = (1, 2, 3, 5, 10, 20, 50, 100)
+DEFAULT_REPEATS = 3
+# One timed trial of staged copies lasts about this long (repeats of one copy, as NetPIPE does).
+STAGED_TRIAL_S = 0.05
+
+# measure_pinning's keys, in the order they are reported.
+PINNING_KEYS = (
+    "host_alloc_s",
+    "host_free_s",
+    "register_s",
+    "unregister_s",
+    "pageable_copy_s",
+    "pinned_copy_s",
+    "registered_copy_s",
+    "host_copy_s",
+)
+
+
+# ---- records -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Strategy:
+    """One way to send the buffer: a cost paid once and a cost per send."""
+
+    name: str
+    setup_s: float  # everything paid once, the matching free or unregister included
+    per_send_s: float
+    parts: tuple[tuple[str, float], ...]  # what setup_s is made of, as (what, seconds)
+
+    def total_s(self, sends: float) -> float:
+        return self.setup_s + sends * self.per_send_s
+
+
+@dataclass(frozen=True, slots=True)
+class Crossover:
+    """Two strategies cost the same at `sends` (a real number): `before` is cheaper for fewer
+    sends, `after` for more."""
+
+    before: str
+    after: str
+    sends: float
+
+    @property
+    def from_send(self) -> int:
+        """The first whole number of sends at which `after` is strictly cheaper."""
+        return max(1, math.floor(self.sends) + 1)
+
+
+@dataclass(frozen=True, slots=True)
+class SizeResult:
+    """What was measured for one size: the raw samples of each cost (seconds)."""
+
+    bytes: int
+    pinning: tuple[tuple[str, tuple[float, ...]], ...]  # measure_pinning key -> its samples
+    staged_copy_s: tuple[float, ...]  # per copy, one per trial
+    staged_iterations: int  # copies per trial
+    staged_verified: bool | None  # the staged copy's destination checked; None: not checked
+
+    def median(self, key: str) -> float:
+        return stats.median(dict(self.pinning)[key])
+
+    def strategies(self, staged_setup_s: float) -> tuple[Strategy, ...]:
+        m = self.median
+        return (
+            Strategy("pageable", 0.0, m("pageable_copy_s"), ()),
+            Strategy(
+                "pinned",
+                m("host_alloc_s") + m("host_copy_s") + m("host_free_s"),
+                m("pinned_copy_s"),
+                (
+                    ("cudaMallocHost", m("host_alloc_s")),
+                    ("memcpy", m("host_copy_s")),
+                    ("cudaFreeHost", m("host_free_s")),
+                ),
+            ),
+            Strategy(
+                "registered",
+                m("register_s") + m("unregister_s"),
+                m("registered_copy_s"),
+                (("register", m("register_s")), ("unregister", m("unregister_s"))),
+            ),
+            Strategy(
+                "staged",
+                staged_setup_s,
+                stats.median(self.staged_copy_s),
+                (("make and close the copier", staged_setup_s),),
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PageableResult:
+    tool_version: str
+    created: str  # ISO 8601, UTC
+    simulated: bool
+    machine: dict[str, Any]
+    options: dict[str, Any]
+    device: int
+    direction: str  # h2d: measure_pinning times uploads
+    staged_plan: dict[str, Any] | None
+    staged_setup_s: tuple[float, ...]  # creating and closing a staged copier, each repeat
+    sizes: tuple[SizeResult, ...]
+    sends: tuple[int, ...]
+    interrupted: bool
+    wall_s: float
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def staged_setup_median_s(self) -> float:
+        return stats.median(self.staged_setup_s) if self.staged_setup_s else 0.0
+
+    def strategies(self, size: SizeResult) -> tuple[Strategy, ...]:
+        return size.strategies(self.staged_setup_median_s)
+
+
+# ---- the arithmetic ----------------------------------------------------------------------------
+
+
+def crossover(a: Strategy, b: Strategy) -> Crossover | None:
+    """Where a and b cost the same, if they cross at a positive number of sends."""
+    if a.per_send_s == b.per_send_s:
+        return None
+    k = (a.setup_s - b.setup_s) / (b.per_send_s - a.per_send_s)
+    if not k > 0:
+        return None
+    cheap_setup, cheap_per_send = (a, b) if a.per_send_s > b.per_send_s else (b, a)
+    return Crossover(cheap_setup.name, cheap_per_send.name, k)
+
+
+def crossovers(strategies: Sequence[Strategy]) -> tuple[Crossover, ...]:
+    """Every crossing of two strategies at a positive number of sends, fewest sends first."""
+    found = [
+        c
+        for i, a in enumerate(strategies)
+        for b in strategies[i + 1 :]
+        if (c := crossover(a, b)) is not None
+    ]
+    return tuple(sorted(found, key=lambda c: c.sends))
+
+
+def cheaper_from(a: Strategy, b: Strategy) -> int | None:
+    """The fewest whole sends from which `a` costs less than `b` for every larger count too;
+    None when it never stays cheaper."""
+    if a.per_send_s > b.per_send_s:
+        return None
+    if a.per_send_s == b.per_send_s:
+        return 1 if a.setup_s < b.setup_s else None
+    k = (a.setup_s - b.setup_s) / (b.per_send_s - a.per_send_s)
+    return max(1, math.floor(k) + 1)
+
+
+def fastest(strategies: Sequence[Strategy], sends: int) -> Strategy:
+    """The cheapest for `sends` sends; a tie goes to the one listed first."""
+    return min(strategies, key=lambda s: s.total_s(sends))
+
+
+# ---- measuring ---------------------------------------------------------------------------------
+
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def steps(sizes: Sequence[int]) -> int:
+    """Progress steps of `measure`: the copier's setup, then two per size."""
+    return 1 + 2 * len(sizes)
+
+
+def check_memory(engine: Engine, device: int, sizes: Sequence[int]) -> None:
+    """Refuses, before anything runs, sizes that cannot fit: measure_pinning holds the pageable
+    buffer and its pinned copy at once, and a device buffer of the same size."""
+    largest = max(sizes)
+    free, _ = engine.memory_info(device)
+    if 2 * largest > free:
+        raise OptionError(
+            "--sizes",
+            f"{format_bytes(largest)} needs {format_bytes(2 * largest)} of device memory on GPU "
+            f"{device}, but {format_bytes(free)} is free",
+        )
+    available = machine.host_memory_total()
+    if available is not None and 2 * largest > available:
+        raise OptionError(
+            "--sizes",
+            f"{format_bytes(largest)} needs {format_bytes(2 * largest)} of host memory (the "
+            f"pageable buffer and a pinned copy), but this machine has {format_bytes(available)}",
+        )
+
+
+def _staged_setup(engine: Engine, device: int, repeats: int) -> tuple[dict[str, Any], list[float]]:
+    """The copier's plan, and the time to make one and close it, each repeat. A first one is
+    made untimed: the CUDA context and first-touch costs are not the copier's."""
+    first = engine.staged_copier(device)
+    plan_dict = dict(first.plan)
+    first.close()
+    samples = []
+    for _ in range(repeats):
+        start = engine.clock()
+        engine.staged_copier(device).close()
+        samples.append(engine.clock() - start)
+    return plan_dict, samples
+
+
+def _staged_copies(
+    engine: Engine, device: int, size: int, repeats: int, seed: int
+) -> tuple[list[float], int, bool]:
+    """Per-copy seconds of staged uploads of one pageable buffer (the same one each time, as
+    sending one buffer k times does): a warm-up that sizes the trials, then `repeats` trials."""
+    transfer = engine.open_transfer(device, "h2d", "pageable", "staged", size, 0, rotate=False)
+    try:
+        transfer.fill(seed)
+        copies = transfer.copies_per_iteration
+        warmup = float(transfer.time("api", size, 1)["seconds"])
+        iterations = plan.repeats_for(STAGED_TRIAL_S, warmup / copies)
+        samples = [
+            float(transfer.time("api", size, iterations)["seconds"]) / (iterations * copies)
+            for _ in range(repeats)
+        ]
+        verified = bool(transfer.verify(size)["ok"])
+    finally:
+        transfer.close()
+    return samples, iterations, verified
+
+
+def _pinning(engine: Engine, device: int, size: int, repeats: int) -> dict[str, list[float]]:
+    samples: dict[str, list[float]] = {key: [] for key in PINNING_KEYS}
+    for _ in range(repeats):
+        costs = engine.measure_pinning(device, size)
+        for key in PINNING_KEYS:
+            samples[key].append(float(costs[key]))
+    return samples
+
+
+def _cannot_pin(size: int, device: int, exc: AllocationError) -> XferscopeError:
+    return AllocationError(
+        f"{format_bytes(size)} cannot be allocated, pinned or registered for GPU {device}: "
+        f"{exc}; try smaller --sizes"
+    )
+
+
+def measure(
+    engine: Engine,
+    sizes: Sequence[int] = DEFAULT_SIZES,
+    sends: Sequence[int] = DEFAULT_SENDS,
+    device: int = 0,
+    repeats: int = DEFAULT_REPEATS,
+    seed: int = 0x5EED,
+    progress: Progress = _quiet,
+) -> PageableResult:
+    """Measures every cost for each size, largest first (an allocation that fails, fails
+    before the small sizes took their time). Ctrl-C keeps the sizes measured so far."""
+    if not sizes or min(sizes) < 1:
+        raise OptionError("--sizes", "give one or more sizes of at least 1 byte")
+    if not sends or min(sends) < 1:
+        raise OptionError("--sends", "give one or more counts of at least 1")
+    if repeats < 1:
+        raise OptionError("--repeats", f"{repeats} is not a count of at least 1")
+    check_device(engine, device)
+    check_memory(engine, device, sizes)
+    created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    meta = machine.collect(engine, [device])
+    start = engine.clock()
+    results: list[SizeResult] = []
+    staged_plan: dict[str, Any] | None = None
+    setup: list[float] = []
+    interrupted = False
+    warnings: list[str] = []
+    try:
+        progress("staged copier: setup")
+        staged_plan, setup = _staged_setup(engine, device, repeats)
+        for size in sorted(set(sizes), reverse=True):
+            progress(f"{format_bytes(size)}: allocate, pin, register, copy")
+            try:
+                pinning = _pinning(engine, device, size, repeats)
+            except AllocationError as exc:
+                raise _cannot_pin(size, device, exc) from None
+            progress(f"{format_bytes(size)}: staged copies")
+            staged, iterations, verified = _staged_copies(engine, device, size, repeats, seed)
+            if not verified:
+                warnings.append(
+                    f"{format_bytes(size)}: the staged copy's destination did not match its "
+                    "source; its times are invalid"
+                )
+            results.append(
+                SizeResult(
+                    bytes=size,
+                    pinning=tuple((k, tuple(v)) for k, v in pinning.items()),
+                    staged_copy_s=tuple(staged),
+                    staged_iterations=iterations,
+                    staged_verified=verified,
+                )
+            )
+    except KeyboardInterrupt:
+        interrupted = True
+    return PageableResult(
+        tool_version=__version__,
+        created=created,
+        simulated=engine.simulated,
+        machine=meta,
+        options={
+            "sizes": sorted(set(sizes)),
+            "sends": sorted(set(sends)),
+            "device": device,
+            "repeats": repeats,
+            "seed": seed,
+        },
+        device=device,
+        direction="h2d",
+        staged_plan=staged_plan,
+        staged_setup_s=tuple(setup),
+        sizes=tuple(sorted(results, key=lambda r: r.bytes)),
+        sends=tuple(sorted(set(sends))),
+        interrupted=interrupted,
+        wall_s=engine.clock() - start,
+        warnings=tuple(warnings),
+    )
+
+
+# ---- JSON and CSV ------------------------------------------------------------------------------
+
+
+def _strategy_dict(s: Strategy, size: int) -> dict[str, Any]:
+    return {
+        "name": s.name,
+        "setup_s": s.setup_s,
+        "per_send_s": s.per_send_s,
+        "per_send_gbps": size / s.per_send_s / 1e9 if s.per_send_s > 0 else None,
+        "setup_parts": dict(s.parts),
+    }
+
+
+def _size_to_dict(result: PageableResult, r: SizeResult) -> dict[str, Any]:
+    strategies = result.strategies(r)
+    by_name = {s.name: s for s in strategies}
+    return {
+        "bytes": r.bytes,
+        "samples": {
+            **{k: list(v) for k, v in r.pinning},
+            "staged_copy_s": list(r.staged_copy_s),
+        },
+        "staged_iterations": r.staged_iterations,
+        "staged_verified": r.staged_verified,
+        # Derived, for readers that do not want to recompute; ignored when loading.
+        "strategies": [_strategy_dict(s, r.bytes) for s in strategies],
+        "totals": [
+            {
+                "sends": k,
+                "total_s": {s.name: s.total_s(k) for s in strategies},
+                "fastest": fastest(strategies, k).name,
+            }
+            for k in result.sends
+        ],
+        "crossovers": [
+            {"before": c.before, "after": c.after, "sends": c.sends, "from_send": c.from_send}
+            for c in crossovers(strategies)
+        ],
+        "cheaper_than_pageable_from": {
+            s.name: cheaper_from(s, by_name["pageable"]) for s in strategies if s.name != "pageable"
+        },
+    }
+
+
+def to_dict(result: PageableResult) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA_NAME,
+        "schema_version": SCHEMA_VERSION,
+        "tool_version": result.tool_version,
+        "created": result.created,
+        "simulated": result.simulated,
+        "interrupted": result.interrupted,
+        "wall_s": result.wall_s,
+        "warnings": list(result.warnings),
+        "machine": result.machine,
+        "options": result.options,
+        "device": result.device,
+        "direction": result.direction,
+        "staged_plan": result.staged_plan,
+        "staged_setup_s": list(result.staged_setup_s),
+        "sends": list(result.sends),
+        "sizes": [_size_to_dict(result, r) for r in result.sizes],
+    }
+
+
+class SchemaError(ValueError):
+    """A document is not an xferscope pageable result of a version this code reads."""
+
+
+def from_dict(d: dict[str, Any]) -> PageableResult:
+    if d.get("schema") != SCHEMA_NAME:
+        raise SchemaError(f"not an {SCHEMA_NAME} document (schema is {d.get('schema')!r})")
+    if d.get("schema_version") != SCHEMA_VERSION:
+        raise SchemaError(
+            f"schema version {d.get('schema_version')} is not supported "
+            f"(this reads {SCHEMA_VERSION})"
+        )
+    sizes = tuple(
+        SizeResult(
+            bytes=int(s["bytes"]),
+            pinning=tuple((k, tuple(float(x) for x in s["samples"][k])) for k in PINNING_KEYS),
+            staged_copy_s=tuple(float(x) for x in s["samples"]["staged_copy_s"]),
+            staged_iterations=int(s["staged_iterations"]),
+            staged_verified=s["staged_verified"],
+        )
+        for s in d["sizes"]
+    )
+    return PageableResult(
+        tool_version=d["tool_version"],
+        created=d["created"],
+        simulated=bool(d["simulated"]),
+        machine=d["machine"],
+        options=d["options"],
+        device=int(d["device"]),
+        direction=d["direction"],
+        staged_plan=d["staged_plan"],
+        staged_setup_s=tuple(float(x) for x in d["staged_setup_s"]),
+        sizes=sizes,
+        sends=tuple(int(k) for k in d["sends"]),
+        interrupted=bool(d["interrupted"]),
+        wall_s=float(d["wall_s"]),
+        warnings=tuple(d.get("warnings", ())),
+    )
+
+
+def dumps_json(result: PageableResult) -> str:
+    return json.dumps(to_dict(result), indent=2, allow_nan=False) + "\n"
+
+
+CSV_COLUMNS = (
+    "simulated",
+    "device",
+    "bytes",
+    "sends",
+    "strategy",
+    "setup_s",
+    "per_send_s",
+    "total_s",
+    "fastest",
+    "cheaper_than_pageable_from",
+)
+
+
+def dumps_csv(result: PageableResult) -> str:
+    """One row per size, number of sends and strategy."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for r in result.sizes:
+        strategies = result.strategies(r)
+        pageable = strategies[0]
+        for k in result.sends:
+            best = fastest(strategies, k).name
+            for s in strategies:
+                beats = "" if s is pageable else cheaper_from(s, pageable)
+                writer.writerow(
+                    (
+                        int(result.simulated),
+                        result.device,
+                        r.bytes,
+                        k,
+                        s.name,
+                        f"{s.setup_s:.9g}",
+                        f"{s.per_send_s:.9g}",
+                        f"{s.total_s(k):.9g}",
+                        int(s.name == best),
+                        "" if beats is None else beats,
+                    )
+                )
+    return out.getvalue()
+
+
+def write(result: PageableResult, json_path: Path, csv_path: Path, plot_prefix: Path) -> list[Path]:
+    """Writes the JSON, the CSV and a PNG per size; returns their paths."""
+    from .export import atomic_write
+    from .report.pageable_plots import write_plots
+
+    atomic_write(json_path, dumps_json(result))
+    atomic_write(csv_path, dumps_csv(result))
+    return [json_path, csv_path, *write_plots(result, plot_prefix)]
+
+
+def size_tag(size: int) -> str:
+    """A size for a file name, exact: 1GiB, 16MiB, 1000B."""
+    for unit, factor in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size % factor == 0:
+            return f"{size // factor}{unit}"
+    return f"{size}B"

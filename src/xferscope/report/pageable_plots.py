@@ -1,0 +1,89 @@
+"""PNG plots of `xferscope pageable`: for each size, the total time of k sends by each strategy,
+log-log, with the points where two strategies cross marked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never needs a display
+import matplotlib.pyplot as plt
+import numpy as np
+
+from ..pageable import PageableResult, SizeResult, crossovers, size_tag
+from ..units import format_bytes
+
+_STYLE = {
+    "pageable": ("tab:red", "o"),
+    "pinned": ("tab:blue", "s"),
+    "registered": ("tab:green", "D"),
+    "staged": ("tab:purple", "^"),
+}
+
+
+def _title(result: PageableResult, size: SizeResult) -> str:
+    gpu = next(
+        (g.get("name") for g in result.machine.get("gpus", []) if g.get("index") == result.device),
+        None,
+    )
+    title = (
+        f"xferscope: sending a pageable {format_bytes(size.bytes)} buffer to GPU "
+        f"{result.device}{f' ({gpu})' if gpu else ''} k times, every setup counted"
+    )
+    if result.simulated:
+        title = "SIMULATED, NOT MEASURED\n" + title
+    if result.interrupted:
+        title += " (interrupted)"
+    return title
+
+
+def plot_size(result: PageableResult, size: SizeResult, path: Path) -> Path:
+    strategies = result.strategies(size)
+    sends = np.array(result.sends, dtype=float)
+    low, high = float(sends.min()), float(sends.max())
+    grid = np.geomspace(low, high, 200) if high > low else sends
+    fig, ax = plt.subplots(figsize=(10, 6), dpi=110)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for s in strategies:
+        color, marker = _STYLE.get(s.name, ("black", "o"))
+        ax.plot(grid, [s.total_s(k) for k in grid], color=color, linewidth=1.4)
+        ax.plot(
+            sends,
+            [s.total_s(k) for k in sends],
+            color=color,
+            marker=marker,
+            linestyle="none",
+            markersize=4,
+            label=f"{s.name}: {s.setup_s * 1e3:.3g} ms once + {s.per_send_s * 1e3:.3g} ms a send",
+        )
+    for c in crossovers(strategies):
+        if not low <= c.sends <= high:
+            continue
+        total = next(s for s in strategies if s.name == c.after).total_s(c.sends)
+        ax.plot([c.sends], [total], marker="X", color="black", markersize=9, zorder=5)
+        ax.annotate(
+            f"{c.after} beats {c.before}\nfrom {c.from_send} sends (k*={c.sends:.3g})",
+            xy=(c.sends, total),
+            xytext=(6, -18),
+            textcoords="offset points",
+            fontsize=7,
+        )
+    ax.set_xlabel("sends of the same buffer (k)")
+    ax.set_ylabel("total time (s)")
+    ax.grid(True, which="both", linestyle=":", linewidth=0.6)
+    ax.set_title(_title(result, size), color="red" if result.simulated else "black", fontsize=10)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def write_plots(result: PageableResult, prefix: Path) -> list[Path]:
+    """Writes PREFIX-<size>.png for each size (PREFIX-1GiB.png); returns their paths."""
+    return [
+        plot_size(result, size, Path(f"{prefix}-{size_tag(size.bytes)}.png"))
+        for size in result.sizes
+    ]
