@@ -52,20 +52,24 @@ def test_staged_beats_the_driver(native_engine):
 
 def test_pinned_copies_hide_cpu_work_and_pageable_ones_do_not(native_engine):
     size = 256 * MIB
-    pinned = native_engine.open_transfer(0, "d2h", "pinned", "async", size, 0)
-    pageable = native_engine.open_transfer(0, "d2h", "pageable", "async", size, 0)
-    try:
-        base = pinned.overlap_cpu(size, 0.0)["total_s"]
-        o = pinned.overlap_cpu(size, base / 2)
-        assert o["issue_s"] < 0.1 * base and o["total_s"] < 1.15 * base, (base, o)
-        p0 = pageable.overlap_cpu(size, 0.0)
-        p = pageable.overlap_cpu(size, p0["total_s"] / 2)
-        # The pageable readback is done inside the issuing call: the work adds to it.
-        assert p["issue_s"] > 0.8 * p0["total_s"]
-        assert p["total_s"] > p0["total_s"] + 0.8 * p["work_s"], (p0, p)
-    finally:
-        pinned.close()
-        pageable.close()
+
+    def median_run(t, work_s):
+        runs = sorted((t.overlap_cpu(size, work_s) for _ in range(3)), key=lambda o: o["total_s"])
+        return runs[1]
+
+    for memory, hides in (("pinned", True), ("pageable", False)):
+        t = native_engine.open_transfer(0, "d2h", memory, "async", size, 0)
+        try:
+            t.overlap_cpu(size, 0.0)  # warm-up
+            alone = median_run(t, 0.0)["total_s"]
+            o = median_run(t, alone / 2)
+            hidden = (alone + o["work_s"] - o["total_s"]) / o["work_s"]
+            if hides:
+                assert o["issue_s"] < 0.1 * alone and hidden > 0.8, (alone, o)
+            else:  # the readback happens inside the issuing call: the work adds to it
+                assert o["issue_s"] > 0.7 * alone and hidden < 0.4, (alone, o)
+        finally:
+            t.close()
 
 
 @pytest.mark.parametrize("upload", [False, True])
