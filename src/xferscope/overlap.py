@@ -503,9 +503,11 @@ class RotationPoint:
     @property
     def ideal_s(self) -> float:
         """Perfect overlap: the slower of copy and CPU work sets the pace, and the other's first
-        (or last) chunk cannot hide."""
-        s = self.typical
-        return self.chunks * max(s.copy_s, s.consume_s) + min(s.copy_s, s.consume_s)
+        (or last) chunk cannot hide. Each side at the fastest it ran alone in any trial: one
+        slow alone measurement (measured on an H200) would otherwise put efficiency above 1."""
+        copy = min(s.copy_s for s in self.samples)
+        consume = min(s.consume_s for s in self.samples)
+        return self.chunks * max(copy, consume) + min(copy, consume)
 
     @property
     def efficiency(self) -> float:
