@@ -107,6 +107,12 @@ def write_outputs(result: SweepResult, outputs: Outputs) -> list[Path]:
 # ---- progress ----------------------------------------------------------------------------------
 
 
+def progress_bar() -> Progress:
+    """The progress bar every long command shows on stderr; it disappears when done."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=stderr, transient=True)  # fmt: skip
+
+
 class ProgressObserver:
     def __init__(self, progress: Progress, total: int) -> None:
         self._progress = progress
@@ -250,14 +256,7 @@ def sweep(**kw: Any) -> None:
     configs, _ = options.configs()
     total = len(configs) * len(options.sizes)
     try:
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=stderr,
-            transient=True,
-        ) as progress:
+        with progress_bar() as progress:
             result = run_sweep(engine, options, ProgressObserver(progress, total))
     except KeyboardInterrupt:
         stderr.print("interrupted before any curve was measured; nothing written")
@@ -547,14 +546,7 @@ def run(
     engine = open_engine(simulate)
     options = RunOptions(devices=_resolve_devices(engine, device), quick=quick, seed=seed)
     directory = _new_run_directory(Path(out))  # only once every option is good
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=stderr,
-        transient=True,
-    ) as progress:
+    with progress_bar() as progress:
         result = run_investigation(engine, options, RunProgress(progress, steps(options)))
 
     print_run(result, stdout)

@@ -15,12 +15,19 @@ from typing import Any, TypeVar
 
 import click
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from . import cli as cli_module  # looked up at run time, so tests can replace open_engine
-from .cli import EXIT_INTERRUPTED, EXIT_VERIFICATION_FAILED, _writable_file, cli, stderr, stdout
+from .cli import (
+    EXIT_INTERRUPTED,
+    EXIT_VERIFICATION_FAILED,
+    _writable_file,
+    cli,
+    progress_bar,
+    stderr,
+    stdout,
+)
 from .engine import HOST_MEMORY, MECHANISMS, Engine
 from .errors import OptionError, XferscopeError
 from .options import parse_devices, parse_list, parse_size_option, parse_sizes
@@ -173,14 +180,7 @@ def _open(kw: dict[str, Any]) -> tuple[Engine, int]:
 
 
 def _measure(total: int, run: Callable[[Step], R]) -> R:
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=stderr,
-        transient=True,
-    ) as progress:
+    with progress_bar() as progress:
         task = progress.add_task("starting", total=total)
 
         def step(label: str) -> None:

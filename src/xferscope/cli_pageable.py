@@ -8,11 +8,10 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from . import cli as cli_module
-from .cli import EXIT_INTERRUPTED, _writable_file, cli, stderr, stdout
+from .cli import EXIT_INTERRUPTED, _writable_file, cli, progress_bar, stderr, stdout
 from .errors import OptionError, XferscopeError
 from .options import parse_devices, parse_sizes
 from .pageable import (
@@ -120,14 +119,7 @@ def pageable_command(
         "--plot" if plot_prefix else "--out", Path(plot_prefix) if plot_prefix else base
     )
     engine = cli_module.open_engine(simulate)
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=stderr,
-        transient=True,
-    ) as bar:
+    with progress_bar() as bar:
         task = bar.add_task("starting", total=steps(size_list))
 
         def progress(label: str) -> None:  # called as each step starts
