@@ -30,7 +30,7 @@ from . import __version__, machine, stats
 from .engine import Engine, check_device
 from .errors import AllocationError, EngineError, OptionError
 from .options import _impossible
-from .records import SchemaError, Verification
+from .records import Verification, check_schema
 from .units import format_bytes, format_seconds
 
 CPU_SCHEMA = "xferscope-overlap-cpu"
@@ -1104,13 +1104,7 @@ def _header_fields(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_schema(d: dict[str, Any], name: str) -> None:
-    if d.get("schema") != name:
-        raise SchemaError(f"not an {name} document (schema is {d.get('schema')!r})")
-    if d.get("schema_version") != SCHEMA_VERSION:
-        raise SchemaError(
-            f"schema version {d.get('schema_version')} is not supported (this reads "
-            f"{SCHEMA_VERSION})"
-        )
+    check_schema(d, name, SCHEMA_VERSION)
 
 
 def _fields(record: Any) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from typing import Any
 from . import __version__, machine, plan, stats
 from .engine import Engine, check_device
 from .errors import AllocationError, OptionError, XferscopeError
+from .records import SchemaError, check_schema  # noqa: F401  (SchemaError: part of this module's API)
 from .units import format_bytes
 
 SCHEMA_NAME = "xferscope-pageable"
@@ -431,18 +432,8 @@ def to_dict(result: PageableResult) -> dict[str, Any]:
     }
 
 
-class SchemaError(ValueError):
-    """A document is not an xferscope pageable result of a version this code reads."""
-
-
 def from_dict(d: dict[str, Any]) -> PageableResult:
-    if d.get("schema") != SCHEMA_NAME:
-        raise SchemaError(f"not an {SCHEMA_NAME} document (schema is {d.get('schema')!r})")
-    if d.get("schema_version") != SCHEMA_VERSION:
-        raise SchemaError(
-            f"schema version {d.get('schema_version')} is not supported "
-            f"(this reads {SCHEMA_VERSION})"
-        )
+    check_schema(d, SCHEMA_NAME, SCHEMA_VERSION)
     sizes = tuple(
         SizeResult(
             bytes=int(s["bytes"]),

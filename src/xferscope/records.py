@@ -241,14 +241,19 @@ class SchemaError(ValueError):
     """A document is not an xferscope sweep of a version this code reads."""
 
 
-def from_dict(d: dict[str, Any]) -> SweepResult:
-    if d.get("schema") != SCHEMA_NAME:
-        raise SchemaError(f"not an {SCHEMA_NAME} document (schema is {d.get('schema')!r})")
-    version = d.get("schema_version")
-    if version != SCHEMA_VERSION:
+def check_schema(d: dict[str, Any], name: str, version: int) -> None:
+    """Refuses a document that is not `name` at `version`: every xferscope document says which
+    schema it follows."""
+    if d.get("schema") != name:
+        raise SchemaError(f"not an {name} document (schema is {d.get('schema')!r})")
+    if d.get("schema_version") != version:
         raise SchemaError(
-            f"schema version {version} is not supported (this reads {SCHEMA_VERSION})"
+            f"schema version {d.get('schema_version')} is not supported (this reads {version})"
         )
+
+
+def from_dict(d: dict[str, Any]) -> SweepResult:
+    check_schema(d, SCHEMA_NAME, SCHEMA_VERSION)
     curves = tuple(curve_from_dict(c) for c in d["curves"])
     return SweepResult(
         tool_version=d["tool_version"],

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import stats
-from .records import Curve, SchemaError, curve_from_dict, curve_to_dict
+from .records import Curve, check_schema, curve_from_dict, curve_to_dict
 
 RUN_SCHEMA_NAME = "xferscope-run"
 RUN_SCHEMA_VERSION = 1
@@ -276,13 +276,7 @@ def run_to_dict(r: RunResult) -> dict[str, Any]:
 
 
 def run_from_dict(d: dict[str, Any]) -> RunResult:
-    if d.get("schema") != RUN_SCHEMA_NAME:
-        raise SchemaError(f"not an {RUN_SCHEMA_NAME} document (schema is {d.get('schema')!r})")
-    if d.get("schema_version") != RUN_SCHEMA_VERSION:
-        raise SchemaError(
-            f"schema version {d.get('schema_version')} is not supported "
-            f"(this reads {RUN_SCHEMA_VERSION})"
-        )
+    check_schema(d, RUN_SCHEMA_NAME, RUN_SCHEMA_VERSION)
     return RunResult(
         tool_version=d["tool_version"],
         created=d["created"],
