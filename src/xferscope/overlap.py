@@ -30,7 +30,7 @@ from . import __version__, machine, stats
 from .engine import Engine, check_device
 from .errors import AllocationError, EngineError, OptionError
 from .options import _impossible
-from .records import Verification, check_schema
+from .records import Verification, check_schema, document_header, header_fields
 from .units import format_bytes, format_seconds
 
 CPU_SCHEMA = "xferscope-overlap-cpu"
@@ -1074,33 +1074,14 @@ AnyResult = OverlapCpuResult | RotationResult | GpuOverlapResult
 
 
 def _header(schema: str, r: AnyResult) -> dict[str, Any]:
-    return {
-        "schema": schema,
-        "schema_version": SCHEMA_VERSION,
-        "tool_version": r.tool_version,
-        "created": r.created,
-        "simulated": r.simulated,
-        "interrupted": r.interrupted,
-        "wall_s": r.wall_s,
-        "warnings": list(r.warnings),
-        "failures": [{"what": f.what, "error": f.error} for f in r.failures],
-        "machine": r.machine,
-        "options": r.options,
+    return document_header(schema, SCHEMA_VERSION, r) | {
+        "failures": [{"what": f.what, "error": f.error} for f in r.failures]
     }
 
 
 def _header_fields(d: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "tool_version": str(d["tool_version"]),
-        "created": str(d["created"]),
-        "simulated": bool(d["simulated"]),
-        "machine": d["machine"],
-        "options": d["options"],
-        "interrupted": bool(d["interrupted"]),
-        "wall_s": float(d["wall_s"]),
-        "failures": tuple(Failure(str(f["what"]), str(f["error"])) for f in d.get("failures", ())),
-        "warnings": tuple(str(w) for w in d.get("warnings", ())),
-    }
+    failures = tuple(Failure(str(f["what"]), str(f["error"])) for f in d.get("failures", ()))
+    return header_fields(d) | {"failures": failures}
 
 
 def _check_schema(d: dict[str, Any], name: str) -> None:

@@ -36,7 +36,7 @@ from typing import Any
 from . import __version__, machine, plan, stats
 from .engine import Engine, check_device
 from .errors import AllocationError, OptionError, XferscopeError
-from .records import SchemaError, check_schema  # noqa: F401  (SchemaError: part of this module's API)
+from .records import SchemaError, check_schema, document_header, header_fields  # noqa: F401  (SchemaError: part of this module's API)
 from .units import format_bytes
 
 SCHEMA_NAME = "xferscope-pageable"
@@ -412,17 +412,7 @@ def _size_to_dict(result: PageableResult, r: SizeResult) -> dict[str, Any]:
 
 
 def to_dict(result: PageableResult) -> dict[str, Any]:
-    return {
-        "schema": SCHEMA_NAME,
-        "schema_version": SCHEMA_VERSION,
-        "tool_version": result.tool_version,
-        "created": result.created,
-        "simulated": result.simulated,
-        "interrupted": result.interrupted,
-        "wall_s": result.wall_s,
-        "warnings": list(result.warnings),
-        "machine": result.machine,
-        "options": result.options,
+    return document_header(SCHEMA_NAME, SCHEMA_VERSION, result) | {
         "device": result.device,
         "direction": result.direction,
         "staged_plan": result.staged_plan,
@@ -445,20 +435,13 @@ def from_dict(d: dict[str, Any]) -> PageableResult:
         for s in d["sizes"]
     )
     return PageableResult(
-        tool_version=d["tool_version"],
-        created=d["created"],
-        simulated=bool(d["simulated"]),
-        machine=d["machine"],
-        options=d["options"],
+        **header_fields(d),
         device=int(d["device"]),
         direction=d["direction"],
         staged_plan=d["staged_plan"],
         staged_setup_s=tuple(float(x) for x in d["staged_setup_s"]),
         sizes=sizes,
         sends=tuple(int(k) for k in d["sends"]),
-        interrupted=bool(d["interrupted"]),
-        wall_s=float(d["wall_s"]),
-        warnings=tuple(d.get("warnings", ())),
     )
 
 

@@ -221,10 +221,11 @@ def curve_from_dict(c: dict[str, Any]) -> Curve:
     )
 
 
-def to_dict(result: SweepResult) -> dict[str, Any]:
+def document_header(name: str, version: int, result: Any) -> dict[str, Any]:
+    """The fields every xferscope result document opens with (sweep, overlap, pageable)."""
     return {
-        "schema": SCHEMA_NAME,
-        "schema_version": SCHEMA_VERSION,
+        "schema": name,
+        "schema_version": version,
         "tool_version": result.tool_version,
         "created": result.created,
         "simulated": result.simulated,
@@ -233,7 +234,26 @@ def to_dict(result: SweepResult) -> dict[str, Any]:
         "warnings": list(result.warnings),
         "machine": result.machine,
         "options": result.options,
-        "curves": [curve_to_dict(c) for c in result.curves],
+    }
+
+
+def header_fields(d: dict[str, Any]) -> dict[str, Any]:
+    """document_header read back, as keyword arguments of a result record."""
+    return {
+        "tool_version": str(d["tool_version"]),
+        "created": str(d["created"]),
+        "simulated": bool(d["simulated"]),
+        "machine": d["machine"],
+        "options": d["options"],
+        "interrupted": bool(d["interrupted"]),
+        "wall_s": float(d["wall_s"]),
+        "warnings": tuple(str(w) for w in d.get("warnings", ())),
+    }
+
+
+def to_dict(result: SweepResult) -> dict[str, Any]:
+    return document_header(SCHEMA_NAME, SCHEMA_VERSION, result) | {
+        "curves": [curve_to_dict(c) for c in result.curves]
     }
 
 
@@ -255,14 +275,4 @@ def check_schema(d: dict[str, Any], name: str, version: int) -> None:
 def from_dict(d: dict[str, Any]) -> SweepResult:
     check_schema(d, SCHEMA_NAME, SCHEMA_VERSION)
     curves = tuple(curve_from_dict(c) for c in d["curves"])
-    return SweepResult(
-        tool_version=d["tool_version"],
-        created=d["created"],
-        simulated=bool(d["simulated"]),
-        machine=d["machine"],
-        options=d["options"],
-        curves=curves,
-        interrupted=bool(d["interrupted"]),
-        wall_s=float(d["wall_s"]),
-        warnings=tuple(d.get("warnings", ())),
-    )
+    return SweepResult(curves=curves, **header_fields(d))
