@@ -23,3 +23,13 @@ def native_engine():
     except NoDeviceError as exc:
         pytest.skip(f"no GPU: {exc}")
     return engine
+
+
+@pytest.fixture(autouse=True)
+def fresh_interrupt_state():
+    """A stop requested in one test (the simulated engine's interrupt_after) is not the next's."""
+    from xferscope import interrupt
+
+    interrupt.reset()
+    yield
+    interrupt.reset()

@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import os
+import math
 import sys
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import __version__, plan
-from .engine import DIRECTIONS, HOST_MEMORY, MECHANISMS, TIMINGS, Engine, check_device, open_engine
+from . import __version__, interrupt, plan
+from .engine import (
+    DIRECTIONS,
+    HOST_MEMORY,
+    MECHANISMS,
+    TIMINGS,
+    Engine,
+    check_device,
+    close_native,
+    open_engine,
+)
 from .errors import OptionError, XferscopeError
 from .options import (
     SweepOptions,
@@ -25,8 +35,10 @@ from .options import (
     parse_size_option,
     parse_sizes,
 )
-from .records import CurveConfig, Point, SweepResult
-from .run_records import RunResult
+from .outputs import Delivery, Destination, Maker, Named, Output, text
+from .records import SCHEMA_NAME as SWEEP_SCHEMA
+from .records import CurveConfig, Point, SweepResult, from_dict
+from .run_records import GpuSection, RunResult, run_from_dict
 from .units import format_bytes, format_rate
 
 EXIT_INTERRUPTED = 130
@@ -43,65 +55,81 @@ def cli() -> None:
     """Measure how fast data moves between host memory and NVIDIA GPUs, and why."""
 
 
-# ---- outputs -----------------------------------------------------------------------------------
+# ---- shared options and checks --------------------------------------------------------------
+
+SEED_MAX = (1 << 64) - 1
 
 
-@dataclass(frozen=True, slots=True)
-class Outputs:
-    json: Path
-    csv: Path
-    plot_prefix: Path
-
-
-def _writable_dir(option: str, directory: Path) -> Path:
+def parse_seed(value: str | int) -> int:
+    """The data pattern's seed: a whole number from 0 to 2^64 - 1 (the engine's seed is an
+    unsigned 64-bit integer), decimal or 0x-hexadecimal."""
+    text = str(value).strip()
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OptionError(
-            option, f"cannot create directory '{directory}': {exc.strerror}"
-        ) from None
-    if not os.access(directory, os.W_OK):
-        raise OptionError(option, f"cannot write to '{directory}': permission denied")
-    return directory
+        seed = int(text, 0)
+    except ValueError:
+        seed = -1
+    if not 0 <= seed <= SEED_MAX:
+        raise OptionError("--seed", f"'{text}' is not a whole number from 0 to {SEED_MAX}")
+    return seed
 
 
-def _writable_file(option: str, path: Path) -> Path:
-    path = path.expanduser()
-    if path.is_dir():
-        raise OptionError(option, f"'{path}' is a directory; give a file name")
-    _writable_dir(option, path.parent)
-    if path.exists() and not os.access(path, os.W_OK):
-        raise OptionError(option, f"cannot write '{path}': permission denied")
-    return path
+def seed_option(function: Any) -> Any:
+    return click.option(
+        "--seed",
+        default=str(0x5EED),
+        show_default=True,
+        help="Seed of the data pattern: 0 to 2^64 - 1.",
+    )(function)
 
 
-def resolve_outputs(
-    out: str, json_path: str | None, csv_path: str | None, plot_prefix: str | None, stamp: str
-) -> Outputs:
-    """Checks every output can be written before anything is measured."""
-    base = Path(out).expanduser() / f"sweep-{stamp}"
-    return Outputs(
-        json=_writable_file(
-            "--json" if json_path else "--out",
-            Path(json_path) if json_path else base.with_suffix(".json"),
-        ),
-        csv=_writable_file(
-            "--csv" if csv_path else "--out",
-            Path(csv_path) if csv_path else base.with_suffix(".csv"),
-        ),
-        plot_prefix=_writable_file(
-            "--plot" if plot_prefix else "--out", Path(plot_prefix) if plot_prefix else base
-        ),
-    )
+def output_options(name: str, plots: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The output options of the commands that write one result: -o, --json, --csv, --plot and
+    --force (a result's files go to a new directory of its own, NAME-<time>, under --out)."""
+
+    def decorate(function: Callable[..., None]) -> Callable[..., None]:
+        for option in reversed(
+            [
+                click.option(
+                    "-o",
+                    "--out",
+                    default="xferscope-results",
+                    show_default=True,
+                    help=f"Directory in which the files go to a new directory of their "
+                    f"own, {name}-<time>.",
+                ),
+                click.option(
+                    "--json", "json_path", default=None, help="Write the JSON result here instead."
+                ),
+                click.option("--csv", "csv_path", default=None, help="Write the CSV here instead."),
+                click.option("--plot", "plot_prefix", default=None, help=f"Write {plots} instead."),
+                click.option(
+                    "--force",
+                    is_flag=True,
+                    help="Replace files that --json, --csv or --plot name if they exist "
+                    "(by default an existing file is never replaced).",
+                ),
+            ]
+        ):
+            function = option(function)
+        return function
+
+    return decorate
 
 
-def write_outputs(result: SweepResult, outputs: Outputs) -> list[Path]:
-    from .export import write_csv, write_json
-    from .report.plots import write_plots
-
-    write_json(result, outputs.json)
-    write_csv(result, outputs.csv)
-    return [outputs.json, outputs.csv, *write_plots(result, outputs.plot_prefix)]
+def resolve_devices(
+    engine: Engine, text: str | None, default: tuple[int, ...] | None = None, one: bool = False
+) -> tuple[int, ...]:
+    """The GPUs `-g/--device` names, checked against the machine: one rule for every command.
+    None (the option not given) means `default`, or every GPU; `one` asks for exactly one."""
+    if text is None:
+        devices = default if default is not None else tuple(range(engine.device_count()))
+    else:
+        devices = parse_devices("--device", text)
+    if one and len(devices) != 1:
+        raise OptionError("--device", f"'{text}': give one GPU index; this runs on one GPU")
+    for index in devices:
+        check_device(engine, index)
+    return devices
 
 
 # ---- progress ----------------------------------------------------------------------------------
@@ -128,6 +156,90 @@ class ProgressObserver:
             description=f"{config.label}  {format_bytes(point.bytes)}: "
             f"{format_rate(point.bandwidth)}",
         )
+
+    def step(self, label: str) -> None:
+        self._progress.update(self._task, advance=1, description=label)
+
+
+# ---- measuring and delivering, the same for every command --------------------------------------
+
+
+def prepare_renderers(html: bool = False) -> None:
+    """Imports matplotlib (and plotly for the HTML report) before measuring: they take a second
+    to load, which would otherwise delay the results, and a Ctrl-C landing inside an import
+    leaves a module half-made."""
+    from .report import plots  # noqa: F401  (imported for its side effect: matplotlib loaded)
+
+    if html:
+        from .report import html as page
+
+        page.prepare()
+
+
+def begin_measuring() -> None:
+    """From here on Ctrl-C stops the measurement and keeps what was measured."""
+    interrupt.record_only()
+
+
+def nothing_measured(dest: Destination) -> NoReturn:
+    """A signal came before the first measurement: no files, no directory."""
+    dest.discard()
+    stderr.print("interrupted before anything was measured; nothing written")
+    sys.exit(interrupt.exit_status())
+
+
+def deliver(
+    outputs: list[Output],
+    dest: Destination,
+    show: Callable[[], None],
+    history: Callable[[], None] | None = None,
+) -> Delivery:
+    """Writes the data files, runs `history` (adding the run to it), prints the report with
+    `show`, draws the renderings and says where everything went (outputs.py)."""
+    delivery = Delivery(outputs)
+    delivery.write_data()
+    if history is not None:
+        history()
+    show()
+    delivery.render()
+    document = next((p for p in delivery.written if p.suffix == ".json"), None)
+    again = f"xferscope report {document}" if document else None
+    delivery.summary(stderr, dest.directory, again)
+    return delivery
+
+
+def finish(delivery: Delivery, interrupted: bool, verification_failed: bool, failed: bool) -> None:
+    """Exits as every command does: 130 (143 for SIGTERM) after a signal, 3 when verification
+    failed, 1 when a part could not run or a file could not be written, else 0."""
+    if interrupt.requested():
+        if interrupted:
+            stderr.print("interrupted: the files hold what was measured, marked incomplete")
+        else:
+            stderr.print("interrupted after measuring: the measurement is complete")
+        sys.exit(interrupt.exit_status())
+    if verification_failed:
+        sys.exit(EXIT_VERIFICATION_FAILED)
+    if failed or not delivery.ok:
+        sys.exit(1)
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentKind:
+    """A kind of result document and how to show and write it again: `xferscope report` draws
+    any of them from its JSON. Each command module registers its own."""
+
+    name: str  # the directory prefix: sweep, run, overlap-cpu, ...
+    load: Callable[[dict[str, Any]], Any]
+    show: Callable[[Any], None]
+    named: Callable[[], dict[str, Named]]  # the files, all at their default names
+    outputs: Callable[[Any, Destination], list[Output]]
+
+
+KINDS: dict[str, DocumentKind] = {}  # by schema name
+
+
+def register(schema: str, kind: DocumentKind) -> None:
+    KINDS[schema] = kind
 
 
 # ---- sweep -------------------------------------------------------------------------------------
@@ -222,66 +334,73 @@ class ProgressObserver:
     "--quick", is_flag=True, help="Short trials and a small budget: a first look in seconds."
 )
 @click.option("--no-verify", is_flag=True, help="Skip checking the destination after each size.")
-@click.option(
-    "--seed", default=0x5EED, show_default=True, type=int, help="Seed of the data pattern."
-)
-@click.option(
-    "-o",
-    "--out",
-    default="xferscope-results",
-    show_default=True,
-    help="Directory for the JSON, CSV and PNG files (named sweep-<time>.*).",
-)
-@click.option("--json", "json_path", default=None, help="Write the JSON result here instead.")
-@click.option("--csv", "csv_path", default=None, help="Write the CSV here instead.")
-@click.option(
-    "--plot",
-    "plot_prefix",
-    default=None,
-    help="Write PREFIX-bandwidth.png and PREFIX-latency.png instead.",
-)
+@seed_option
+@output_options("sweep", "PREFIX-bandwidth.png and PREFIX-latency.png")
 @click.option(
     "--simulate", is_flag=True, help="Use the simulated engine (no GPU; nothing is measured)."
 )
 def sweep(**kw: Any) -> None:
     """Bandwidth and latency against transfer size, one curve per configuration (NetPIPE's
     method: log-scale sizes, repeats sized to a target time, several trials per size)."""
+    from .measure import prepare_sweep, run_sweep
+
     options = build_sweep_options(kw)
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    outputs = resolve_outputs(kw["out"], kw["json_path"], kw["csv_path"], kw["plot_prefix"], stamp)
     engine = open_engine(kw["simulate"])
-
-    from .measure import run_sweep
-
-    configs, _ = options.configs()
-    total = len(configs) * len(options.sizes)
-    try:
+    configs = prepare_sweep(engine, options)
+    prepare_renderers()
+    with Destination.prepare(kw["out"], "sweep", sweep_named(kw), kw["force"]) as dest:
+        begin_measuring()
         with progress_bar() as progress:
-            result = run_sweep(engine, options, ProgressObserver(progress, total))
-    except KeyboardInterrupt:
-        stderr.print("interrupted before any curve was measured; nothing written")
-        sys.exit(EXIT_INTERRUPTED)
-
-    from .report.table import print_report
-
-    print_report(result, stdout)
-    try:
-        paths = write_outputs(result, outputs)
-    except OSError as exc:
-        raise XferscopeError(f"cannot write results: {exc}") from None
-    stderr.print("wrote " + ", ".join(str(p) for p in paths))
-    if result.interrupted:
-        stderr.print("interrupted: the files hold what was measured before Ctrl-C")
-        sys.exit(EXIT_INTERRUPTED)
-    failed = any(
-        p.verification is not None and not p.verification.ok
-        for c in result.curves
-        for p in c.points
+            observer = ProgressObserver(progress, len(configs) * len(options.sizes))
+            result = run_sweep(engine, options, observer)
+        if result.interrupted and not sweep_measured(result):
+            nothing_measured(dest)
+        delivery = deliver(sweep_outputs(result, dest), dest, lambda: _print_sweep(result))
+    finish(
+        delivery,
+        result.interrupted,
+        verification_failed=any(
+            p.verification is not None and not p.verification.ok
+            for c in result.curves
+            for p in c.points
+        ),
+        failed=any(c.status == "failed" for c in result.curves),
     )
-    if failed:
-        sys.exit(EXIT_VERIFICATION_FAILED)
-    if any(c.status == "failed" for c in result.curves):
-        sys.exit(1)
+
+
+def sweep_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
+    """The sweep's files: where the options put them (kw None: the default names)."""
+    from .report.plots import PLOTS
+
+    kw = kw or {}
+    return {
+        "json": Named("--json", kw.get("json_path"), "sweep.json"),
+        "csv": Named("--csv", kw.get("csv_path"), "sweep.csv"),
+        "plot": Named("--plot", kw.get("plot_prefix"), "sweep", tuple(f"-{w}.png" for w in PLOTS)),
+    }
+
+
+def sweep_measured(result: SweepResult) -> bool:
+    return any(c.points for c in result.curves)
+
+
+def sweep_outputs(result: SweepResult, dest: Destination) -> list[Output]:
+    """JSON, CSV, and the bandwidth and latency plots."""
+    from .export import csv as csv_export
+    from .export import json as json_export
+    from .report import plots
+
+    def plot(what: str) -> Maker:
+        return lambda path, _written: plots.write_plot(result, what, path)
+
+    return [
+        dest.output("json", text(lambda: json_export.dumps(result))),
+        dest.output("csv", text(lambda: csv_export.dumps(result))),
+        *(
+            dest.output("plot", plot(what), f"-{what}.png", render=True)
+            for what in plots.plot_names(result)
+        ),
+    ]
 
 
 def build_sweep_options(kw: dict[str, Any]) -> SweepOptions:
@@ -334,7 +453,7 @@ def build_sweep_options(kw: dict[str, Any]) -> SweepOptions:
         max_trials=kw["max_trials"] if kw["max_trials"] is not None else 2 * max(trials, 1),
         noise_bound=kw["noise_bound"],
         budget_s=None if budget == 0 else budget,
-        seed=kw["seed"],
+        seed=parse_seed(kw["seed"]),
         cache=kw["cache"],
         verify=not kw["no_verify"],
         quick=quick,
@@ -354,11 +473,7 @@ def info(device: str | None, as_json: bool, simulate: bool) -> None:
     from .machine import collect
 
     engine: Engine = open_engine(simulate)
-    count = engine.device_count()
-    devices = list(parse_devices("--device", device)) if device else list(range(count))
-    for index in devices:
-        check_device(engine, index)
-    facts = collect(engine, devices)
+    facts = collect(engine, list(resolve_devices(engine, device)))
     if as_json:
         stdout.print_json(json.dumps(facts))
         return
@@ -426,76 +541,135 @@ def print_info(facts: dict[str, Any]) -> None:
 # ---- run ---------------------------------------------------------------------------------------
 
 
-class RunProgress(ProgressObserver):
-    def step(self, label: str) -> None:
-        self._progress.update(self._task, advance=1, description=label)
+def run_named(prometheus: str | None = None) -> dict[str, Named]:
+    """The run's files: all in its directory, and a Prometheus textfile where asked."""
+    named = {
+        "json": Named("--out", None, "run.json"),
+        "points": Named("--out", None, "points.csv"),
+        "metrics": Named("--out", None, "metrics.csv"),
+        "gpu": Named("--out", None, "gpu"),  # gpu0-bandwidth.png, ...
+        "html": Named("--out", None, "report.html"),
+    }
+    if prometheus is not None:
+        named["prometheus"] = Named("--prometheus", prometheus, replace=True)
+    return named
 
 
-def _resolve_devices(engine: Engine, text: str | None) -> tuple[int, ...]:
-    count = engine.device_count()
-    devices = parse_devices("--device", text) if text else tuple(range(count))
-    for index in devices:
-        check_device(engine, index)
-    return devices
-
-
-def write_run_outputs(result: RunResult, directory: Path) -> list[Path]:
-    """JSON, CSV of the points and of the metrics, two PNGs per GPU and the HTML report."""
-    from .export import atomic_write
+def run_outputs(result: RunResult, dest: Destination) -> list[Output]:
+    """run.json, points.csv, metrics.csv, the Prometheus textfile (where asked), two PNGs per GPU
+    and the HTML report, which links to the others."""
     from .export.csv import run_metrics_csv, run_points_csv
-    from .records import SweepResult
-    from .report.html import write_html
-    from .report.plots import write_plots
+    from .export.prometheus import file_mode, render_prometheus
+    from .report import plots
+    from .report.html import render_html
     from .run_records import run_to_dict
 
-    paths = [directory / "run.json", directory / "points.csv", directory / "metrics.csv"]
-    atomic_write(paths[0], json.dumps(run_to_dict(result), indent=2, allow_nan=False) + "\n")
-    atomic_write(paths[1], run_points_csv(result))
-    atomic_write(paths[2], run_metrics_csv(result))
-    for gpu in result.gpus:
-        facts = [g for g in result.machine.get("gpus", []) if g.get("index") == gpu.index]
-        view = SweepResult(
-            result.tool_version,
-            result.created,
-            result.simulated,
-            {"gpus": facts},
-            {},
-            gpu.curves,
-            result.interrupted,
-            result.wall_s,
+    outputs = [
+        dest.output(
+            "json", text(lambda: json.dumps(run_to_dict(result), indent=2, allow_nan=False) + "\n")
+        ),
+        dest.output("points", text(lambda: run_points_csv(result))),
+        dest.output("metrics", text(lambda: run_metrics_csv(result))),
+    ]
+    if "prometheus" in dest.places:
+        path = dest.places["prometheus"].path
+        outputs.append(
+            dest.output("prometheus", text(lambda: render_prometheus(result)), mode=file_mode(path))
         )
-        paths += write_plots(view, directory / f"gpu{gpu.index}")
-    html = directory / "report.html"
-    write_html(result, html, [p.name for p in paths])
-    return [html, *paths]
+    for gpu in result.gpus:
+        view = gpu_view(result, gpu)
+
+        def plot(what: str, view: SweepResult = view) -> Maker:
+            return lambda path, _written: plots.write_plot(view, what, path)
+
+        outputs += [
+            dest.output("gpu", plot(what), f"{gpu.index}-{what}.png", render=True)
+            for what in plots.plot_names(view)
+        ]
+
+    def page(path: Path, written: Sequence[Path]) -> None:
+        names = [p.name for p in written if p.parent == path.parent]
+        path.write_text(render_html(result, names), encoding="utf-8")
+
+    outputs.append(dest.output("html", page, render=True, urgent=True))
+    return outputs
 
 
-def _new_run_directory(out: Path) -> Path:
-    """out/run-<time>, or run-<time>-2, -3, ... when a run started in the same second."""
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = _writable_dir("--out", out.expanduser())
-    for n in range(1, 1000):
-        directory = out / (f"run-{stamp}" if n == 1 else f"run-{stamp}-{n}")
+def gpu_view(result: RunResult, gpu: GpuSection) -> SweepResult:
+    """One GPU's curves as a sweep result, for the sweep's plots."""
+    facts = [g for g in result.machine.get("gpus", []) if g.get("index") == gpu.index]
+    return SweepResult(
+        tool_version=result.tool_version,
+        created=result.created,
+        simulated=result.simulated,
+        machine={"gpus": facts},
+        options={},
+        curves=gpu.curves,
+        interrupted=result.interrupted,
+        wall_s=result.wall_s,
+    )
+
+
+def append_history(result: RunResult, path: Path) -> int:
+    """Adds the run to the history. A lock held by another writer is waited for (up to
+    HISTORY_WAIT_S, saying so), but never past a Ctrl-C."""
+    from .store import History, HistoryLocked
+
+    deadline = time.monotonic() + HISTORY_WAIT_S
+    told = False
+    while True:
         try:
-            directory.mkdir()
-            return directory
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            raise OptionError("--out", f"cannot create '{directory}': {exc.strerror}") from None
-    raise OptionError("--out", f"too many runs named run-{stamp} in '{out}'")
+            with History(path, timeout=HISTORY_POLL_S) as history:
+                return history.append(result)
+        except HistoryLocked:
+            if interrupt.requested() or time.monotonic() >= deadline:
+                raise
+            if not told:
+                stderr.print(
+                    f"the history {path} is locked by another process; waiting up to "
+                    f"{HISTORY_WAIT_S:g} s (Ctrl-C stops waiting; the run's files are written)",
+                    soft_wrap=True,
+                )
+                told = True
 
 
-def _append_history(result: RunResult, path: Path) -> int:
-    from .store import History
+HISTORY_WAIT_S = 60.0  # how long a run waits for another writer's lock on the history
+HISTORY_POLL_S = 0.25  # how often it looks whether Ctrl-C was pressed meanwhile
 
-    with History(path) as history:
-        return history.append(result)
+
+def check_history(path: Path) -> None:
+    """Before measuring: the history can be written. One that exists is opened and its write
+    lock taken and let go (a lock held by another process is fine: it is waited for after
+    measuring); for a new one, its directory is probed. Nothing is created but the directory."""
+    from .files import probe
+    from .store import History, HistoryError, HistoryLocked
+
+    if not path.exists():
+        probe("--history", path.parent)
+        return
+    try:
+        with History(path, timeout=0.05) as history:
+            history.check_writable()
+    except HistoryLocked:
+        pass
+    except HistoryError as exc:
+        raise OptionError(
+            "--history", f"{exc}; give another file with --history, or --no-history"
+        ) from None
+
+
+QUICK_S = 14  # `run --quick` on one H200 (benchmarks/results/run-h200-20261121.json: 13.6 s)
+DEFAULT_S = 65  # `run` on one H200 (the same file: 65.5 s)
 
 
 @cli.command()
 @click.option("-g", "--device", default=None, help="GPU indices, comma-separated [default: all].")
-@click.option("--quick", is_flag=True, help="A first look in about 20 s per GPU.")
+@click.option(
+    "--quick",
+    is_flag=True,
+    help=f"A first look in about {QUICK_S} s per GPU "
+    f"(the full run takes about {DEFAULT_S} s per GPU).",
+)
 @click.option(
     "-o",
     "--out",
@@ -515,11 +689,10 @@ def _append_history(result: RunResult, path: Path) -> int:
     "--prometheus",
     "prometheus_path",
     default=None,
-    help="Also write the headline figures here, in node_exporter's textfile format.",
+    help="Also write the headline figures here, in node_exporter's textfile format (replaced "
+    "atomically each run).",
 )
-@click.option(
-    "--seed", default=0x5EED, show_default=True, type=int, help="Seed of the data pattern."
-)
+@seed_option
 @click.option(
     "--simulate", is_flag=True, help="Use the simulated engine (no GPU; nothing is measured)."
 )
@@ -530,7 +703,7 @@ def run(
     history_path: str | None,
     no_history: bool,
     prometheus_path: str | None,
-    seed: int,
+    seed: str,
     simulate: bool,
 ) -> None:
     """Investigate every GPU: curves for every host memory kind, both directions, API and
@@ -538,46 +711,93 @@ def run(
     costs; with several GPUs the peer-to-peer matrix and all GPUs to the host at once. Then a
     diagnosis, an HTML report, and the run added to the history."""
     from .investigate import RunOptions, run_investigation, steps
-    from .report.run_table import print_run
-    from .store import HistoryError, default_path
+    from .store import default_path
 
-    prometheus = _writable_file("--prometheus", Path(prometheus_path)) if prometheus_path else None
-    history = Path(history_path).expanduser() if history_path else default_path()
-    engine = open_engine(simulate)
-    options = RunOptions(devices=_resolve_devices(engine, device), quick=quick, seed=seed)
-    directory = _new_run_directory(Path(out))  # only once every option is good
-    with progress_bar() as progress:
-        result = run_investigation(engine, options, RunProgress(progress, steps(options)))
-
-    print_run(result, stdout)
-    try:
-        paths = write_run_outputs(result, directory)
-        if prometheus is not None:
-            from .export.prometheus import write_prometheus
-
-            write_prometheus(result, prometheus)
-            paths.append(prometheus)
-    except OSError as exc:
-        raise XferscopeError(f"cannot write results: {exc}") from None
-    stderr.print(
-        f"report: {paths[0]}\nwrote " + ", ".join(p.name for p in paths[1:]) + f" in {directory}"
+    seed_value = parse_seed(seed)
+    history = (
+        None if no_history else (_history_file(history_path) if history_path else default_path())
     )
-    if not no_history:
+    engine = open_engine(simulate)
+    options = RunOptions(devices=resolve_devices(engine, device), quick=quick, seed=seed_value)
+    if history is not None:
+        check_history(history)
+    prepare_renderers(html=True)
+    with Destination.prepare(out, "run", run_named(prometheus_path)) as dest:
+        begin_measuring()
+        with progress_bar() as progress:
+            result = run_investigation(engine, options, ProgressObserver(progress, steps(options)))
+        if not result.measured:
+            nothing_measured(dest)
+        _deliver_run(result, dest, history)
+
+
+def _deliver_run(result: RunResult, dest: Destination, history: Path | None) -> None:
+    from .report.run_table import print_run
+    from .store import HistoryError
+
+    history_failed = False
+
+    def add_to_history() -> None:
+        nonlocal history_failed
+        if history is None:
+            return
         try:
-            run_id = _append_history(result, history)
-            stderr.print(f"saved as run {run_id} in {history}")
+            run_id = append_history(result, history)
+            stderr.print(f"saved as run {run_id} in {history}", soft_wrap=True)
         except HistoryError as exc:
+            history_failed = True
             click.echo(
                 f"Error: the run's files are written, but the history is not: {exc}", err=True
-            )  # one line, never wrapped
-            sys.exit(1)
-    if result.interrupted:
-        stderr.print("interrupted: the report is marked incomplete")
-        sys.exit(EXIT_INTERRUPTED)
-    if any(f.code == "verification_failed" for f in result.findings):
-        sys.exit(EXIT_VERIFICATION_FAILED)
-    if any(g.status == "failed" for g in result.gpus):
-        sys.exit(1)
+            )
+
+    delivery = deliver(
+        run_outputs(result, dest), dest, lambda: print_run(result, stdout), add_to_history
+    )
+    page = dest.places["html"].path
+    if page in delivery.written:
+        stderr.print(f"report: {page}", soft_wrap=True)
+    finish(
+        delivery,
+        result.interrupted,
+        verification_failed=any(f.code == "verification_failed" for f in result.findings),
+        failed=history_failed or any(g.status == "failed" for g in result.gpus),
+    )
+
+
+register(
+    "xferscope-run",
+    DocumentKind(
+        "run",
+        lambda d: run_from_dict(d),
+        lambda r: _print_run(r),
+        lambda: run_named(),
+        run_outputs,
+    ),
+)
+
+
+def _print_run(result: RunResult) -> None:
+    from .report.run_table import print_run
+
+    print_run(result, stdout)
+
+
+register(
+    SWEEP_SCHEMA,
+    DocumentKind(
+        "sweep",
+        from_dict,
+        lambda r: _print_sweep(r),
+        lambda: sweep_named(),
+        sweep_outputs,
+    ),
+)
+
+
+def _print_sweep(result: SweepResult) -> None:
+    from .report.table import print_report
+
+    print_report(result, stdout)
 
 
 # ---- history, report, compare ------------------------------------------------------------------
@@ -592,6 +812,8 @@ def _history_option(function: Any) -> Any:
 def _history_file(history_path: str | None) -> Path:
     from .store import default_path
 
+    if history_path is not None and not history_path.strip():
+        raise OptionError("--history", "give a file name, not an empty string")
     return Path(history_path).expanduser() if history_path else default_path()
 
 
@@ -608,6 +830,7 @@ def _history_file(history_path: str | None) -> Path:
 @click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
 def history_command(history_path: str | None, limit: int, as_json: bool) -> None:
     """List the runs in the history."""
+    from .report.table import format_duration
     from .store import History
 
     path = _history_file(history_path)
@@ -636,35 +859,69 @@ def history_command(history_path: str | None, limit: int, as_json: bool) -> None
         table.add_column(name, justify="right" if name in ("run", "wall", "warnings",
                                                             "errors") else "left")  # fmt: skip
     for r in runs:
+        wall = format_duration(r.wall_s) + (" modelled" if r.simulated else "")
         table.add_row(str(r.id), r.created, r.hostname or "", r.gpus, r.driver or "",
                       r.mode + (" (simulated)" if r.simulated else ""),
-                      "yes" if r.complete else "[yellow]no[/yellow]", f"{r.wall_s:.0f} s",
+                      "yes" if r.complete else "[yellow]no[/yellow]", wall,
                       str(r.findings_warning), str(r.findings_error))  # fmt: skip
     stdout.print(table)
 
 
+def load_result(ref: str, history: Path) -> tuple[DocumentKind, Any, str]:
+    """What `xferscope report` draws: a run id from the history, or any result's JSON file. Its
+    kind, the result, and a name for its directory."""
+    from .compare import RunLoadError
+    from .documents import read_document
+    from .records import SchemaError
+    from .store import History
+
+    text_ref = ref.strip()
+    if text_ref.isdigit():
+        with History(history, readonly=True) as h:
+            return KINDS["xferscope-run"], h.get(int(text_ref)), f"run-{text_ref}"
+    path = Path(ref).expanduser()
+    document = read_document(path)
+    schema = document.get("schema")
+    kind = KINDS.get(schema) if isinstance(schema, str) else None
+    if kind is None:
+        known = ", ".join(sorted(KINDS))
+        raise RunLoadError(f"{path} is not an xferscope result (schema {schema!r}; known: {known})")
+    try:
+        result = kind.load(document)
+    except SchemaError as exc:
+        raise RunLoadError(f"{path}: {exc}") from None
+    # A file at its default name (run.json in run-<time>/) is named after its directory.
+    stem = path.stem
+    name = path.parent.name if stem == kind.name and path.parent.name else f"{kind.name}-{stem}"
+    return kind, result, name
+
+
 @cli.command("report")
-@click.argument("run_ref", metavar="RUN")
+@click.argument("ref", metavar="RESULT")
 @_history_option
 @click.option(
     "-o",
     "--out",
     default="xferscope-results",
     show_default=True,
-    help="Directory in which the report gets its own directory, run-<id>.",
+    help="Directory in which the result's files go to a new directory of their own.",
 )
-def report_command(run_ref: str, history_path: str | None, out: str) -> None:
-    """Render a stored run (an id from `xferscope history`, or a run.json) again: HTML, JSON,
-    CSV and PNG."""
-    from .compare import load_run
-    from .report.run_table import print_run
+def report_command(ref: str, history_path: str | None, out: str) -> None:
+    """Show and write a result again: a run from the history (its id, from `xferscope history`)
+    or the JSON file of any result (run, sweep, overlap, pageable). Prints its tables and writes
+    its files (JSON, CSV, PNG and, for a run, the HTML report) to a new directory under --out,
+    never over an earlier one."""
+    kind, result, name = load_result(ref, _history_file(history_path))
+    prepare_renderers(html=kind.name == "run")
+    with Destination.prepare(out, name, kind.named(), stamp=False) as dest:
+        delivery = deliver(kind.outputs(result, dest), dest, lambda: kind.show(result))
+    finish(delivery, interrupted=False, verification_failed=False, failed=False)
 
-    result = load_run(run_ref, _history_file(history_path))
-    name = f"run-{run_ref}" if run_ref.isdigit() else f"run-{Path(run_ref).stem}"
-    directory = _writable_file("--out", Path(out) / name / "report.html").parent
-    print_run(result, stdout)
-    paths = write_run_outputs(result, directory)
-    stderr.print(f"report: {paths[0]}")
+
+def parse_threshold(value: float) -> float:
+    if not math.isfinite(value) or not 0 <= value <= 10:
+        raise OptionError("--threshold", f"{value} is not a fraction from 0 to 10 (0.05 is 5%)")
+    return value
 
 
 @cli.command("compare")
@@ -675,8 +932,8 @@ def report_command(run_ref: str, history_path: str | None, out: str) -> None:
     "--threshold",
     default=0.05,
     show_default=True,
-    type=click.FloatRange(0, 10),
-    help="Exit non-zero when a metric is SLOWER by more than this fraction.",
+    type=float,
+    help="Exit non-zero when a metric is SLOWER by more than this fraction (0 to 10).",
 )
 @click.option("--all", "all_rows", is_flag=True, help="List every metric, SAME ones too.")
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
@@ -693,6 +950,7 @@ def compare_command(
     when anything is slower beyond --threshold, so it can gate a nightly check."""
     from .compare import compare, load_run, render, to_dict
 
+    threshold = parse_threshold(threshold)
     path = _history_file(history_path)
     a, b = load_run(run_a, path), load_run(run_b, path)
     comparison = compare(a, b, threshold)
@@ -711,14 +969,26 @@ from . import cli_overlap, cli_pageable  # noqa: E402, F401
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Runs the CLI; every error is one line on stderr and a non-zero exit."""
+    """Runs the CLI; every error is one line on stderr and a non-zero exit. Signals are handled
+    as interrupt.py says; native buffers and threads are released before returning."""
+    with interrupt.handling():
+        try:
+            return _main(argv)
+        except KeyboardInterrupt:
+            stderr.print("interrupted")
+            return interrupt.exit_status()
+        finally:
+            close_native()
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         cli.main(args=argv, prog_name="xferscope", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.exceptions.Abort:
         stderr.print("interrupted")
-        return EXIT_INTERRUPTED
+        return interrupt.exit_status()
     except click.ClickException as exc:
         click.echo(f"Error: {exc.format_message()}", err=True)  # one line: never wrapped
         return 2
@@ -727,9 +997,6 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except SystemExit as exc:
         return int(exc.code or 0)
-    except KeyboardInterrupt:
-        stderr.print("interrupted")
-        return EXIT_INTERRUPTED
     return 0
 
 

@@ -3,14 +3,9 @@ on the CLI group when cli.py imports this module at its end."""
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 import math
 import re
-import sys
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -20,21 +15,31 @@ from rich.text import Text
 
 from . import cli as cli_module  # looked up at run time, so tests can replace open_engine
 from .cli import (
-    EXIT_INTERRUPTED,
-    EXIT_VERIFICATION_FAILED,
-    _writable_file,
+    DocumentKind,
+    ProgressObserver,
+    begin_measuring,
     cli,
+    deliver,
+    finish,
+    nothing_measured,
+    output_options,
+    prepare_renderers,
     progress_bar,
-    stderr,
+    register,
+    resolve_devices,
     stdout,
 )
 from .engine import HOST_MEMORY, MECHANISMS, Engine
 from .errors import OptionError, XferscopeError
-from .options import parse_devices, parse_list, parse_size_option, parse_sizes
+from .options import parse_list, parse_size_option, parse_sizes
+from .outputs import Destination, Named, Output, text
 from .overlap import (
+    BUFFERS_SCHEMA,
     CPU_DIRECTIONS,
+    CPU_SCHEMA,
     DEFAULT_CHUNKS_PER_STREAM,
     DEFAULT_WORK_FACTORS,
+    GPU_SCHEMA,
     AnyResult,
     GpuOverlapResult,
     OverlapCpuResult,
@@ -99,74 +104,57 @@ def parse_count(option: str, value: int, least: int = 1) -> int:
     return value
 
 
-def parse_device(text: str) -> int:
-    devices = parse_devices("--device", text)
-    if len(devices) != 1:
-        raise OptionError("--device", f"'{text}': give one GPU index; these run on one GPU")
-    return devices[0]
+# ---- outputs ----------------------------------------------------------------------------------
+
+PLOT_SUFFIXES = {"cpu": "-time.png", "buffers": "-efficiency.png", "gpu": "-speedup.png"}
 
 
-# ---- outputs -----------------------------------------------------------------------------------
+def overlap_named(kind: str, kw: dict[str, Any] | None = None) -> dict[str, Named]:
+    """An experiment's files: where the options put them (kw None: the default names)."""
+    kw = kw or {}
+    base = f"overlap-{kind}"
+    return {
+        "json": Named("--json", kw.get("json_path"), f"{base}.json"),
+        "csv": Named("--csv", kw.get("csv_path"), f"{base}.csv"),
+        "plot": Named("--plot", kw.get("plot_prefix"), base, (PLOT_SUFFIXES[kind],)),
+    }
 
 
-@dataclass(frozen=True, slots=True)
-class Files:
-    json: Path
-    csv: Path
-    plot_prefix: Path
+def overlap_outputs(result: AnyResult, dest: Destination) -> list[Output]:
+    """JSON, CSV and the experiment's plot."""
+    import json
+
+    from .report import overlap_plots
+
+    outputs = [
+        dest.output(
+            "json", text(lambda: json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n")
+        ),
+        dest.output("csv", text(result.to_csv)),
+    ]
+    suffix = overlap_plots.plot_suffix(result)
+    if suffix is not None:
+        outputs.append(
+            dest.output(
+                "plot", lambda path, _: overlap_plots.write_plot(result, path), suffix, render=True
+            )
+        )
+    return outputs
 
 
-def resolve_files(kind: str, kw: dict[str, Any]) -> Files:
-    """Checks every output can be written before anything is measured."""
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = Path(kw["out"]).expanduser() / f"overlap-{kind}-{stamp}"
-
-    def pick(option: str, given: str | None, default: Path) -> Path:
-        return _writable_file(option if given else "--out", Path(given) if given else default)
-
-    return Files(
-        json=pick("--json", kw["json_path"], base.with_suffix(".json")),
-        csv=pick("--csv", kw["csv_path"], base.with_suffix(".csv")),
-        plot_prefix=pick("--plot", kw["plot_prefix"], base),
-    )
-
-
-def write_files(result: AnyResult, files: Files) -> list[Path]:
-    from .export import atomic_write
-    from .report.overlap_plots import write_buffers_plot, write_cpu_plot, write_gpu_plot
-
-    atomic_write(files.json, json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n")
-    atomic_write(files.csv, result.to_csv())
-    if isinstance(result, OverlapCpuResult):
-        plots = write_cpu_plot(result, files.plot_prefix)
-    elif isinstance(result, RotationResult):
-        plots = write_buffers_plot(result, files.plot_prefix)
-    else:
-        plots = write_gpu_plot(result, files.plot_prefix)
-    return [files.json, files.csv, *plots]
-
-
-def _common(plot_names: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+def _common(kind: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """The options every overlap command shares: GPU, simulation and outputs."""
 
     def decorate(function: Callable[..., None]) -> Callable[..., None]:
-        for option in reversed(
-            [
-                click.option("-g", "--device", default="0", show_default=True, help="GPU index."),
-                click.option("--simulate", is_flag=True,
-                             help="Use the simulated engine (no GPU; nothing is measured)."),
-                click.option("-o", "--out", default="xferscope-results", show_default=True,
-                             help="Directory for the JSON, CSV and PNG files "
-                             "(named overlap-<mode>-<time>.*)."),
-                click.option("--json", "json_path", default=None,
-                             help="Write the JSON result here instead."),
-                click.option("--csv", "csv_path", default=None, help="Write the CSV here instead."),
-                click.option("--plot", "plot_prefix", default=None,
-                             help=f"Write {plot_names} instead."),
-            ]
-        ):  # fmt: skip
-            function = option(function)
-        return function
+        function = output_options(f"overlap-{kind}", f"PREFIX{PLOT_SUFFIXES[kind]}")(function)
+        function = click.option(
+            "--simulate",
+            is_flag=True,
+            help="Use the simulated engine (no GPU; nothing is measured).",
+        )(function)
+        return click.option("-g", "--device", default="0", show_default=True, help="GPU index.")(
+            function
+        )
 
     return decorate
 
@@ -175,30 +163,44 @@ def _common(plot_names: str) -> Callable[[Callable[..., None]], Callable[..., No
 
 
 def _open(kw: dict[str, Any]) -> tuple[Engine, int]:
-    device = parse_device(kw["device"])
-    return cli_module.open_engine(kw["simulate"]), device
+    engine = cli_module.open_engine(kw["simulate"])
+    return engine, resolve_devices(engine, kw["device"], one=True)[0]
 
 
-def _measure(total: int, run: Callable[[Step], R]) -> R:
-    with progress_bar() as progress:
-        task = progress.add_task("starting", total=total)
+def _experiment(kind: str, kw: dict[str, Any], total: int, run: Callable[[Step], R]) -> None:
+    """Measures as every command does (cli.py): the files' places checked first, Ctrl-C keeps
+    what was measured, the data written before the plot; exits 130 after Ctrl-C, 3 when
+    verification failed, 1 when a part could not run."""
+    prepare_renderers()
+    with Destination.prepare(
+        kw["out"], f"overlap-{kind}", overlap_named(kind, kw), kw["force"]
+    ) as dest:
+        begin_measuring()
+        with progress_bar() as progress:
+            result = run(ProgressObserver(progress, total).step)
+        if not result.measured:
+            if result.interrupted:
+                nothing_measured(dest)
+            if result.failures:
+                failure = result.failures[0]
+                raise XferscopeError(f"{failure.what}: {failure.error}")
+        delivery = deliver(overlap_outputs(result, dest), dest, lambda: show(result))
+    finish(
+        delivery,
+        result.interrupted,
+        verification_failed=not result.valid,
+        failed=bool(result.failures),
+    )
 
-        def step(label: str) -> None:
-            progress.update(task, advance=1, description=label)
 
-        return run(step)
-
-
-def _finish(result: AnyResult, files: Files, tables: list[Table], verdict: list[str]) -> None:
-    """Prints, writes and exits as `sweep` does: 130 after Ctrl-C (the files hold what was
-    measured), 3 when verification failed, 1 when a part could not run."""
-    if not result.measured:
-        if result.interrupted:
-            stderr.print("interrupted before anything was measured; nothing written")
-            sys.exit(EXIT_INTERRUPTED)
-        if result.failures:
-            failure = result.failures[0]
-            raise XferscopeError(f"{failure.what}: {failure.error}")
+def show(result: AnyResult) -> None:
+    """The tables, the verdict and the warnings of an experiment."""
+    if isinstance(result, OverlapCpuResult):
+        tables, verdict = cpu_tables(result), [cpu_verdict(result)]
+    elif isinstance(result, RotationResult):
+        tables, verdict = buffers_tables(result), rotation_verdict(result)
+    else:
+        tables, verdict = gpu_tables(result), gpu_verdict(result)
     banner = f"[bold red]{SIMULATED_BANNER}[/bold red]"
     if result.simulated:
         stdout.print(banner)
@@ -210,18 +212,24 @@ def _finish(result: AnyResult, files: Files, tables: list[Table], verdict: list[
         stdout.print(Text.assemble(("warning: ", "yellow"), warning))
     if result.simulated:
         stdout.print(banner)
-    try:
-        paths = write_files(result, files)
-    except OSError as exc:
-        raise XferscopeError(f"cannot write results: {exc}") from None
-    stderr.print("wrote " + ", ".join(str(p) for p in paths))
-    if result.interrupted:
-        stderr.print("interrupted: the files hold what was measured before Ctrl-C")
-        sys.exit(EXIT_INTERRUPTED)
-    if not result.valid:
-        sys.exit(EXIT_VERIFICATION_FAILED)
-    if result.failures:
-        sys.exit(1)
+
+
+def _register(kind: str, schema: str, load: Callable[[dict[str, Any]], AnyResult]) -> None:
+    register(
+        schema,
+        DocumentKind(
+            f"overlap-{kind}",
+            load,
+            show,
+            lambda: overlap_named(kind),
+            overlap_outputs,
+        ),
+    )
+
+
+_register("cpu", CPU_SCHEMA, OverlapCpuResult.from_dict)
+_register("buffers", BUFFERS_SCHEMA, RotationResult.from_dict)
+_register("gpu", GPU_SCHEMA, GpuOverlapResult.from_dict)
 
 
 def _ms(seconds: float) -> str:
@@ -264,7 +272,7 @@ def overlap() -> None:
               "1/4, 1/2, 3/4, 1, 5/4, 3/2, 2, where T0 is the copy alone].")  # fmt: skip
 @click.option("--trials", default=5, show_default=True, type=int,
               help="Trials per work value; the row is the trial of median total.")  # fmt: skip
-@_common("PREFIX-time.png")
+@_common("cpu")
 def cpu_command(**kw: Any) -> None:
     """Issue a copy asynchronously, run W of calibrated CPU work, then wait (seed 000's
     asynchronous mode). Reports the time blocked in the issuing call, the work, the time
@@ -280,17 +288,17 @@ def cpu_command(**kw: Any) -> None:
     size = parse_size_option("--size", kw["size"])
     works = None if kw["work"] is None else parse_seconds_list("--work", kw["work"])
     trials = parse_count("--trials", kw["trials"])
-    files = resolve_files("cpu", kw)
     engine, device = _open(kw)
     check_cpu_plan(engine, device, direction[0], memories, mechanism[0], size, works, trials)
     points = len({0.0, *works}) if works is not None else len(DEFAULT_WORK_FACTORS)
-    result = _measure(
+    _experiment(
+        "cpu",
+        kw,
         len(memories) * points,
         lambda step: measure_overlap_cpu(
             engine, device, direction[0], memories, mechanism[0], size, works, trials, step=step
         ),
     )
-    _finish(result, files, cpu_tables(result), [cpu_verdict(result)])
 
 
 def cpu_tables(result: OverlapCpuResult) -> list[Table]:
@@ -312,11 +320,17 @@ def cpu_tables(result: OverlapCpuResult) -> list[Table]:
         for p in s.points:
             efficiency, ideal = s.efficiency(p), s.ideal(p)
             table.add_row(
-                _ms(p.requested_work_s), _ms(p.issue_s), _ms(p.work_s), _ms(p.wait_s),
-                _ms(p.total_s), str(result.bytes), f"{result.rate(p) / 1e9:.3g}",
+                _ms(p.requested_work_s),
+                _ms(p.issue_s),
+                _ms(p.work_s),
+                _ms(p.wait_s),
+                _ms(p.total_s),
+                str(result.bytes),
+                f"{result.rate(p) / 1e9:.3g}",
                 "" if efficiency is None else f"{efficiency:.2f}",
-                "" if ideal is None else f"{ideal:.2f}", f"{p.rel_noise:.1%}",
-            )  # fmt: skip
+                "" if ideal is None else f"{ideal:.2f}",
+                f"{p.rel_noise:.1%}",
+            )
         v = s.verification
         table.caption = (
             "efficiency = (T0 + work - total) / work: the share of the work hidden under the copy"
@@ -344,7 +358,7 @@ def cpu_tables(result: OverlapCpuResult) -> list[Table]:
 @click.option("--max-pinned", default=None,
               help="Refuse a plan that pins more than this (buffers x chunk size) [default: "
               "half of the machine's memory, which is also the most allowed].")  # fmt: skip
-@_common("PREFIX-efficiency.png")
+@_common("buffers")
 def buffers_command(**kw: Any) -> None:
     """A stream of chunks through N pinned buffers used in rotation while the CPU consumes
     (readback) or produces (upload) the others: seed 000's pixel buffer objects in rotation.
@@ -361,18 +375,18 @@ def buffers_command(**kw: Any) -> None:
     max_pinned = (
         None if kw["max_pinned"] is None else parse_size_option("--max-pinned", kw["max_pinned"])
     )
-    files = resolve_files("buffers", kw)
     engine, device = _open(kw)
     check_rotation_plan(
         engine, device, directions, buffers, chunk_sizes, chunks, trials, max_pinned
     )
-    result = _measure(
+    _experiment(
+        "buffers",
+        kw,
         len(directions) * len(buffers) * len(chunk_sizes),
         lambda step: measure_rotation(
             engine, device, directions, buffers, chunk_sizes, chunks, trials, max_pinned, step
         ),
     )
-    _finish(result, files, buffers_tables(result), rotation_verdict(result))
 
 
 def buffers_tables(result: RotationResult) -> list[Table]:
@@ -387,11 +401,19 @@ def buffers_tables(result: RotationResult) -> list[Table]:
         for p in (p for p in result.points if p.direction == direction):
             s = p.typical
             table.add_row(
-                format_bytes(p.chunk_bytes), str(p.buffers), format_bytes(p.pinned_bytes),
-                _ms(s.total_s), _ms(s.copy_s), _ms(s.consume_s), _ms(s.wait_s), _ms(p.ideal_s),
-                f"{p.efficiency:.2f}", f"{p.rate / 1e9:.3g}", f"{p.rel_noise:.1%}",
+                format_bytes(p.chunk_bytes),
+                str(p.buffers),
+                format_bytes(p.pinned_bytes),
+                _ms(s.total_s),
+                _ms(s.copy_s),
+                _ms(s.consume_s),
+                _ms(s.wait_s),
+                _ms(p.ideal_s),
+                f"{p.efficiency:.2f}",
+                f"{p.rate / 1e9:.3g}",
+                f"{p.rel_noise:.1%}",
                 "ok" if p.valid else f"[red]FAILED {p.mismatched_chunks}[/red]",
-            )  # fmt: skip
+            )
         table.caption = "efficiency = (chunks x max(copy, CPU) + min(copy, CPU)) / total"
         tables.append(table)
     return tables
@@ -411,7 +433,7 @@ def buffers_tables(result: RotationResult) -> list[Table]:
 @click.option("--work", default="1", show_default=True,
               help="Kernel FMAs per element, comma-separated: small is transfer-bound, large "
               "(thousands) compute-bound.")  # fmt: skip
-@_common("PREFIX-speedup.png")
+@_common("gpu")
 def gpu_command(**kw: Any) -> None:
     """H2D, a kernel and D2H over one large array: sequential on one stream against split into
     chunks round-robin over K streams, with the bound the stage times allow (their sum over the
@@ -422,16 +444,16 @@ def gpu_command(**kw: Any) -> None:
     streams = parse_counts("--streams", kw["streams"], 1)
     chunks_per_stream = parse_count("--chunks-per-stream", kw["chunks_per_stream"])
     works = parse_counts("--work", kw["work"], 0)
-    files = resolve_files("gpu", kw)
     engine, device = _open(kw)
     check_gpu_plan(engine, device, size, streams, chunks_per_stream, works)
-    result = _measure(
+    _experiment(
+        "gpu",
+        kw,
         len(works) * len(streams),
         lambda step: measure_overlap_gpu(
             engine, device, size, streams, chunks_per_stream, works, step
         ),
     )
-    _finish(result, files, gpu_tables(result), gpu_verdict(result))
 
 
 def gpu_tables(result: GpuOverlapResult) -> list[Table]:
@@ -445,10 +467,18 @@ def gpu_tables(result: GpuOverlapResult) -> list[Table]:
         )  # fmt: skip
         for p in (p for p in result.points if p.work == work):
             table.add_row(
-                str(p.streams), str(p.chunks), _ms(p.h2d_s), _ms(p.kernel_s), _ms(p.d2h_s),
-                _ms(p.sequential_s), _ms(p.pipelined_s), f"{p.speedup:.2f}x", f"{p.bound:.2f}x",
-                f"{p.fraction:.0%}", "ok" if p.valid else "[red]FAILED[/red]",
-            )  # fmt: skip
+                str(p.streams),
+                str(p.chunks),
+                _ms(p.h2d_s),
+                _ms(p.kernel_s),
+                _ms(p.d2h_s),
+                _ms(p.sequential_s),
+                _ms(p.pipelined_s),
+                f"{p.speedup:.2f}x",
+                f"{p.bound:.2f}x",
+                f"{p.fraction:.0%}",
+                "ok" if p.valid else "[red]FAILED[/red]",
+            )
         table.caption = "bound = (H2D + kernel + D2H) / the largest of them"
         tables.append(table)
     return tables

@@ -2,31 +2,49 @@
 
 from __future__ import annotations
 
-import datetime as dt
-import sys
-from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from . import cli as cli_module
-from .cli import EXIT_INTERRUPTED, _writable_file, cli, progress_bar, stderr, stdout
-from .errors import OptionError, XferscopeError
-from .options import parse_devices, parse_sizes
+from .cli import (
+    DocumentKind,
+    ProgressObserver,
+    begin_measuring,
+    cli,
+    deliver,
+    finish,
+    nothing_measured,
+    output_options,
+    prepare_renderers,
+    progress_bar,
+    register,
+    resolve_devices,
+    stdout,
+)
+from .errors import OptionError
+from .options import parse_sizes
+from .outputs import Destination, Maker, Named, Output, text
 from .pageable import (
     DEFAULT_REPEATS,
     DEFAULT_SENDS,
     DEFAULT_SIZES,
+    SCHEMA_NAME,
     STRATEGIES,
     PageableResult,
+    SizeResult,
     cheaper_from,
+    check_memory,
     crossovers,
+    dumps_csv,
+    dumps_json,
     fastest,
+    from_dict,
     measure,
     size_tag,
     steps,
-    write,
 )
 from .units import format_bytes, format_rate, format_seconds
 
@@ -40,13 +58,6 @@ def parse_sends(option: str, text: str) -> tuple[int, ...]:
         if not item.isdigit() or int(item) < 1:
             raise OptionError(option, f"'{item}' is not a whole number of sends of at least 1")
     return tuple(sorted({int(item) for item in items}))
-
-
-def _device(text: str) -> int:
-    devices = parse_devices("--device", text)
-    if len(devices) != 1:
-        raise OptionError("--device", f"give one GPU index, not {len(devices)}")
-    return devices[0]
 
 
 @cli.command("pageable")
@@ -70,31 +81,12 @@ def _device(text: str) -> int:
     type=int,
     help="Measurements of each cost; the median is used.",
 )
-@click.option(
-    "-o",
-    "--out",
-    default="xferscope-results",
-    show_default=True,
-    help="Directory for the JSON, CSV and PNG files (named pageable-<time>.*).",
-)
-@click.option("--json", "json_path", default=None, help="Write the JSON result here instead.")
-@click.option("--csv", "csv_path", default=None, help="Write the CSV here instead.")
-@click.option(
-    "--plot", "plot_prefix", default=None, help="Write PREFIX-<size>.png for each size instead."
-)
+@output_options("pageable", "PREFIX-<size>.png for each size")
 @click.option(
     "--simulate", is_flag=True, help="Use the simulated engine (no GPU; nothing is measured)."
 )
 def pageable_command(
-    sizes: str,
-    sends: str,
-    device: str,
-    repeats: int,
-    out: str,
-    json_path: str | None,
-    csv_path: str | None,
-    plot_prefix: str | None,
-    simulate: bool,
+    sizes: str, sends: str, device: str, repeats: int, simulate: bool, **kw: Any
 ) -> None:
     """Which way to send a pageable buffer of S bytes to the GPU k times: cudaMemcpy as it is,
     a pinned copy (cudaMallocHost + memcpy), registering it in place (cudaHostRegister), or the
@@ -103,43 +95,62 @@ def pageable_command(
     size."""
     size_list = parse_sizes("--sizes", sizes)
     send_list = parse_sends("--sends", sends)
-    index = _device(device)
     if repeats < 1:
         raise OptionError("--repeats", f"{repeats} is not a count of at least 1")
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = Path(out).expanduser() / f"pageable-{stamp}"
-    json_file = _writable_file(
-        "--json" if json_path else "--out",
-        Path(json_path) if json_path else base.with_suffix(".json"),
-    )
-    csv_file = _writable_file(
-        "--csv" if csv_path else "--out", Path(csv_path) if csv_path else base.with_suffix(".csv")
-    )
-    prefix = _writable_file(
-        "--plot" if plot_prefix else "--out", Path(plot_prefix) if plot_prefix else base
-    )
     engine = cli_module.open_engine(simulate)
-    with progress_bar() as bar:
-        task = bar.add_task("starting", total=steps(size_list))
+    (index,) = resolve_devices(engine, device, one=True)
+    check_memory(engine, index, size_list)
+    prepare_renderers()
+    named = pageable_named(kw, size_list)
+    with Destination.prepare(kw["out"], "pageable", named, kw["force"]) as dest:
+        begin_measuring()
+        with progress_bar() as bar:
+            observer = ProgressObserver(bar, steps(size_list))
+            result = measure(engine, size_list, send_list, index, repeats, progress=observer.step)
+        if not result.sizes:
+            nothing_measured(dest)
+        delivery = deliver(
+            pageable_outputs(result, dest), dest, lambda: print_pageable(result, stdout)
+        )
+    finish(
+        delivery,
+        result.interrupted,
+        verification_failed=any(r.staged_verified is False for r in result.sizes),
+        failed=False,
+    )
 
-        def progress(label: str) -> None:  # called as each step starts
-            bar.update(task, advance=1, description=label)
 
-        result = measure(engine, size_list, send_list, index, repeats, progress=progress)
-    if not result.sizes:
-        stderr.print("interrupted before any size was measured; nothing written")
-        sys.exit(EXIT_INTERRUPTED)
-    print_pageable(result, stdout)
-    try:
-        paths = write(result, json_file, csv_file, prefix)
-    except OSError as exc:
-        raise XferscopeError(f"cannot write results: {exc}") from None
-    stderr.print("wrote " + ", ".join(str(p) for p in paths))
-    if result.interrupted:
-        stderr.print("interrupted: the files hold the sizes measured before Ctrl-C")
-        sys.exit(EXIT_INTERRUPTED)
-    if any(r.staged_verified is False for r in result.sizes):
-        sys.exit(cli_module.EXIT_VERIFICATION_FAILED)
+def pageable_named(
+    kw: dict[str, Any] | None = None, sizes: tuple[int, ...] = ()
+) -> dict[str, Named]:
+    """The files: where the options put them (kw None: the default names)."""
+    kw = kw or {}
+    return {
+        "json": Named("--json", kw.get("json_path"), "pageable.json"),
+        "csv": Named("--csv", kw.get("csv_path"), "pageable.csv"),
+        "plot": Named(
+            "--plot", kw.get("plot_prefix"), "pageable", tuple(f"-{size_tag(s)}.png" for s in sizes)
+        ),
+    }
+
+
+def pageable_outputs(result: PageableResult, dest: Destination) -> list[Output]:
+    """JSON, CSV and a plot per size."""
+    from .report import pageable_plots
+
+    outputs = [
+        dest.output("json", text(lambda: dumps_json(result))),
+        dest.output("csv", text(lambda: dumps_csv(result))),
+    ]
+
+    def plot(size: SizeResult) -> Maker:
+        return lambda path, _written: pageable_plots.plot_size(result, size, path)
+
+    outputs += [
+        dest.output("plot", plot(size), pageable_plots.plot_suffix(size), render=True)
+        for size in result.sizes
+    ]
+    return outputs
 
 
 def _sends(count: int | None) -> str:
@@ -206,3 +217,15 @@ def print_pageable(result: PageableResult, console: Console) -> None:
                 )
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {warning}")
+
+
+register(
+    SCHEMA_NAME,
+    DocumentKind(
+        "pageable",
+        from_dict,
+        lambda r: print_pageable(r, stdout),
+        lambda: pageable_named(),
+        pageable_outputs,
+    ),
+)

@@ -8,7 +8,6 @@ simulation comes back as a warning, because it explains a change better than the
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .errors import XferscopeError
+from .documents import DocumentError, read_document
 from .metrics import Metric, run_metrics
 from .records import SCHEMA_NAME as SWEEP_SCHEMA_NAME
 from .records import SchemaError
@@ -38,7 +37,7 @@ NOISE_FACTOR = 2.0  # a change must exceed twice the larger run's relative noise
 MIN_SAMPLES = 3  # fewer trials than this cannot show that two ranges are apart
 
 
-class RunLoadError(XferscopeError):
+class RunLoadError(DocumentError):
     """A run named on the command line cannot be loaded; the message names it."""
 
 
@@ -57,22 +56,7 @@ def load_run(ref: str, history_path: Path) -> RunResult:
 
 
 def _load_run_file(path: Path) -> RunResult:
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise RunLoadError(f"{path}: no such file (and not a run id)") from exc
-    except UnicodeDecodeError as exc:
-        raise RunLoadError(f"{path} is not a text file, so not a run's JSON") from exc
-    except OSError as exc:
-        raise RunLoadError(f"{path} cannot be read: {exc.strerror or exc}") from exc
-    try:
-        document = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise RunLoadError(
-            f"{path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-        ) from exc
-    if not isinstance(document, dict):
-        raise RunLoadError(f"{path} is not an xferscope run (its JSON is not an object)")
+    document = read_document(path)
     if document.get("schema") == SWEEP_SCHEMA_NAME:
         raise RunLoadError(
             f"{path} is the result of `xferscope sweep`, not of `xferscope run`; compare reads runs"
@@ -80,10 +64,7 @@ def _load_run_file(path: Path) -> RunResult:
     try:
         return run_from_dict(document)
     except SchemaError as exc:
-        raise RunLoadError(f"{path}: {exc}") from exc
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        detail = f"field {exc} is missing" if isinstance(exc, KeyError) else str(exc)
-        raise RunLoadError(f"{path} is not a valid xferscope run document: {detail}") from exc
+        raise RunLoadError(f"{path} is not a valid xferscope run document: {exc}") from exc
 
 
 # ---- comparing ---------------------------------------------------------------------------------

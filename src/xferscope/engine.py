@@ -6,11 +6,14 @@ records, exporters and the CLI run in CI without a GPU.
 
 from __future__ import annotations
 
+import os
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
+from . import interrupt
 from .errors import AllocationError, EngineError, NoDeviceError, OptionError
 
 DIRECTIONS = ("h2d", "d2h", "d2d", "roundtrip")  # and p2p, which `run` measures
@@ -75,8 +78,21 @@ def format_cuda_version(version: int) -> str:
     return f"{version // 1000}.{version % 1000 // 10}" if version else "none"
 
 
+# Every native transfer and copier not yet closed. close_native() closes them, so their buffers
+# are freed and the staged copier's threads joined before the interpreter finalizes, whatever
+# path (Ctrl-C, an error) left one open.
+_open_handles: weakref.WeakSet[_NativeTransfer | _NativeCopier] = weakref.WeakSet()
+
+
+def close_native() -> None:
+    """Closes every native transfer and copier still open (the CLI calls it before exiting)."""
+    for handle in list(_open_handles):
+        handle.close()
+
+
 class NativeEngine:
-    """The C++/CUDA engine. Translates its exceptions into xferscope's one-line errors."""
+    """The C++/CUDA engine. Translates its exceptions into xferscope's one-line errors. Every
+    measuring call first looks whether a stop was requested (interrupt.check)."""
 
     simulated = False
 
@@ -105,6 +121,13 @@ class NativeEngine:
             raise EngineError(f"CUDA error: {exc}") from None
         except e.UsageError as exc:
             raise EngineError(str(exc)) from None
+
+    @contextmanager
+    def _measuring(self) -> Iterator[None]:
+        """Around a call that measures or allocates: refused once a stop was requested."""
+        interrupt.check()
+        with self._translated():
+            yield
 
     def device_count(self) -> int:
         with self._translated():
@@ -137,7 +160,7 @@ class NativeEngine:
         peer: int = -1,
         peer_access: bool = True,
     ) -> Transfer:
-        with self._translated():
+        with self._measuring():
             handle = self._engine.Transfer(
                 device,
                 direction,
@@ -155,12 +178,12 @@ class NativeEngine:
         self, transfers: Sequence[Transfer], bytes: int, iterations: int
     ) -> tuple[list[float], bool]:
         handles = [t._handle for t in transfers]  # type: ignore[attr-defined]
-        with self._translated():
+        with self._measuring():
             seconds, timed_out = self._engine.time_concurrently(handles, bytes, iterations)
         return list(seconds), bool(timed_out)
 
     def measure_pinning(self, device: int, bytes: int) -> dict[str, float]:
-        with self._translated():
+        with self._measuring():
             return dict(self._engine.measure_pinning(device, bytes))
 
     def can_access_peer(self, device: int, peer: int) -> bool:
@@ -170,19 +193,19 @@ class NativeEngine:
     def rotate_buffers(
         self, device: int, upload: bool, buffers: int, chunk_bytes: int, chunks: int
     ) -> dict[str, Any]:
-        with self._translated():
+        with self._measuring():
             return dict(self._engine.rotate_buffers(device, upload, buffers, chunk_bytes, chunks))
 
     def overlap_gpu(
         self, device: int, bytes: int, streams: int, chunks: int, work: int
     ) -> dict[str, Any]:
-        with self._translated():
+        with self._measuring():
             return dict(self._engine.overlap_gpu(device, bytes, streams, chunks, work))
 
     def staged_copier(self, device: int, threads: int = 0, chunk_bytes: int = 0) -> Any:
         """The engine's staged copier: .plan, .to_device(dst, src, n), .to_host(dst, src, n) on
         raw addresses, .close(). xferscope.staged wraps it for NumPy arrays."""
-        with self._translated():
+        with self._measuring():
             return _NativeCopier(self._engine.StagedCopier(device, threads, chunk_bytes), self)
 
     def clock(self) -> float:
@@ -196,17 +219,19 @@ class _NativeCopier:
         self._handle = handle
         self._engine = engine
         self.plan = dict(handle.plan)
+        _open_handles.add(self)
 
     def to_device(self, device_destination: int, host_source: int, bytes: int) -> None:
-        with self._engine._translated():
+        with self._engine._measuring():
             self._handle.to_device(device_destination, host_source, bytes)
 
     def to_host(self, host_destination: int, device_source: int, bytes: int) -> None:
-        with self._engine._translated():
+        with self._engine._measuring():
             self._handle.to_host(host_destination, device_source, bytes)
 
     def close(self) -> None:
         self._handle.close()
+        _open_handles.discard(self)
 
 
 class _NativeTransfer:
@@ -220,21 +245,22 @@ class _NativeTransfer:
         self.peer = peer
         self.copies_per_iteration = int(handle.copies_per_iteration)
         self.blocks_for_device_timing = bool(handle.blocks_for_device_timing)
+        _open_handles.add(self)
 
     def fill(self, seed: int) -> None:
-        with self._engine._translated():
+        with self._engine._measuring():
             self._handle.fill(seed)
 
     def time(self, timing: str, bytes: int, iterations: int) -> dict[str, Any]:
-        with self._engine._translated():
+        with self._engine._measuring():
             return dict(self._handle.time(timing, bytes, iterations))
 
     def verify(self, bytes: int, inject_fault: bool = False) -> dict[str, Any]:
-        with self._engine._translated():
+        with self._engine._measuring():
             return dict(self._handle.verify(bytes, inject_fault))
 
     def overlap_cpu(self, bytes: int, work_s: float) -> dict[str, float]:
-        with self._engine._translated():
+        with self._engine._measuring():
             return dict(self._handle.overlap_cpu(bytes, work_s))
 
     @property
@@ -244,13 +270,27 @@ class _NativeTransfer:
 
     def close(self) -> None:
         self._handle.close()
+        _open_handles.discard(self)
+
+
+PACE_VARIABLE = "XFERSCOPE_SIMULATE_PACE"
 
 
 def open_engine(simulate: bool = False) -> Engine:
+    """The native engine, or the simulated one. $XFERSCOPE_SIMULATE_PACE (a number, 0 or more)
+    makes the simulated engine take that share of its modelled time in real time, so its
+    progress can be watched and interrupted (tests do)."""
     if simulate:
         from .simulate import SimulatedEngine
 
-        return SimulatedEngine()
+        text = os.environ.get(PACE_VARIABLE, "0").strip() or "0"
+        try:
+            pace = float(text)
+        except ValueError:
+            pace = -1.0
+        if not 0 <= pace < 1e3:  # also refuses nan and inf
+            raise OptionError(PACE_VARIABLE, f"'{text}' is not a number from 0 to 1000")
+        return SimulatedEngine(pace=pace)
     return NativeEngine()
 
 

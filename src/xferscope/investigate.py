@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Protocol
@@ -144,10 +145,17 @@ def measure_streams(
         if not t.verify(size)["ok"]:
             raise EngineError(f"{label}: verification failed after concurrent copies")
     return tuple(
-        Stream(label, t.device, t.direction, t.peer, size, tuple(s),
-               alone if len(transfers) > 1 else None)
+        Stream(
+            label,
+            t.device,
+            t.direction,
+            t.peer,
+            size,
+            tuple(s),
+            alone if len(transfers) > 1 else None,
+        )
         for t, label, s, alone in zip(transfers, labels, samples, alones, strict=True)
-    )  # fmt: skip
+    )
 
 
 def _open(
@@ -319,7 +327,7 @@ def run_investigation(
 
     observer = observer or _Silent()
     created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
-    start = engine.clock()
+    start, real_start = engine.clock(), time.perf_counter()
     sections: list[GpuSection] = []
     multi: list[Concurrent] = []
     interrupted = False
@@ -343,8 +351,17 @@ def run_investigation(
     # clock throttling shows while it is busy.
     meta = machine.collect(engine, list(options.devices))
     result = RunResult(
-        tool_version=__version__, created=created, simulated=engine.simulated,
-        mode=options.plan.mode, machine=meta, options=options.to_dict(), gpus=tuple(sections),
-        multi=tuple(multi), findings=(), interrupted=interrupted, wall_s=engine.clock() - start,
-    )  # fmt: skip
+        tool_version=__version__,
+        created=created,
+        simulated=engine.simulated,
+        mode=options.plan.mode,
+        machine=meta,
+        options=options.to_dict(),
+        gpus=tuple(sections),
+        multi=tuple(multi),
+        findings=(),
+        interrupted=interrupted,
+        wall_s=engine.clock() - start,
+        elapsed_s=time.perf_counter() - real_start,
+    )
     return replace(result, findings=tuple(diagnose(result)))

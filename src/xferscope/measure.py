@@ -310,16 +310,24 @@ def _warnings(curves: list[Curve], skipped: list[str], options: SweepOptions) ->
     return warnings
 
 
-def run_sweep(
-    engine: Engine, options: SweepOptions, observer: Observer | None = None
-) -> SweepResult:
-    observer = observer or _Silent()
+def prepare_sweep(engine: Engine, options: SweepOptions) -> list[CurveConfig]:
+    """The curves to measure, after every check that can refuse the options (GPUs, memory):
+    the CLI calls it before it makes any output directory."""
     configs, skipped = options.configs()
     if not configs:
         raise OptionError("--mechanism", "no curve can run: " + "; ".join(skipped))
     for device in options.devices:
         check_device(engine, device)
     check_memory(engine, options, configs)
+    return configs
+
+
+def run_sweep(
+    engine: Engine, options: SweepOptions, observer: Observer | None = None
+) -> SweepResult:
+    observer = observer or _Silent()
+    configs = prepare_sweep(engine, options)
+    _, skipped = options.configs()
     created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     meta = machine.collect(engine, list(options.devices))
     start = engine.clock()

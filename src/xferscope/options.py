@@ -44,6 +44,9 @@ def parse_sizes(option: str, text: str) -> tuple[int, ...]:
 
 
 def parse_devices(option: str, text: str) -> tuple[int, ...]:
+    """GPU indices, comma-separated: the one rule for every command's -g/--device."""
+    if not text.strip():
+        raise OptionError(option, "give one or more GPU indices (0, 1, ...), comma-separated")
     devices: list[int] = []
     for item in (i.strip() for i in text.split(",")):
         if not item.isdigit():

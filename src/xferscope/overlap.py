@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from . import __version__, machine, stats
+from .documents import Field
 from .engine import Engine, check_device
 from .errors import AllocationError, EngineError, OptionError
 from .options import _impossible
@@ -195,13 +196,14 @@ class OverlapCpuResult:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> OverlapCpuResult:
         _check_schema(d, CPU_SCHEMA)
+        r = Field(d)
         return cls(
-            **_header_fields(d),
-            device=int(d["device"]),
-            direction=str(d["direction"]),
-            mechanism=str(d["mechanism"]),
-            bytes=int(d["bytes"]),
-            series=tuple(_series_from_dict(s) for s in d["series"]),
+            **_header_fields(r),
+            device=r["device"].integer(),
+            direction=r["direction"].string(),
+            mechanism=r["mechanism"].string(),
+            bytes=r["bytes"].integer(),
+            series=tuple(_series_from(s) for s in r["series"].items()),
         )
 
     def to_csv(self) -> str:
@@ -588,28 +590,29 @@ class RotationResult:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RotationResult:
         _check_schema(d, BUFFERS_SCHEMA)
+        r = Field(d)
         return cls(
-            **_header_fields(d),
-            device=int(d["device"]),
-            chunks=int(d["chunks"]),
+            **_header_fields(r),
+            device=r["device"].integer(),
+            chunks=r["chunks"].integer(),
             points=tuple(
                 RotationPoint(
-                    direction=str(p["direction"]),
-                    buffers=int(p["buffers"]),
-                    chunk_bytes=int(p["chunk_bytes"]),
-                    chunks=int(p["chunks"]),
+                    direction=p["direction"].string(),
+                    buffers=p["buffers"].integer(),
+                    chunk_bytes=p["chunk_bytes"].integer(),
+                    chunks=p["chunks"].integer(),
                     samples=tuple(
                         RotationSample(
-                            total_s=float(s["total_s"]),
-                            copy_s=float(s["copy_s"]),
-                            consume_s=float(s["consume_s"]),
-                            wait_s=float(s["wait_s"]),
-                            mismatched_chunks=int(s["mismatched_chunks"]),
+                            total_s=s["total_s"].number(),
+                            copy_s=s["copy_s"].number(),
+                            consume_s=s["consume_s"].number(),
+                            wait_s=s["wait_s"].number(),
+                            mismatched_chunks=s["mismatched_chunks"].integer(),
                         )
-                        for s in p["samples"]
+                        for s in p["samples"].items()
                     ),
                 )
-                for p in d["points"]
+                for p in r["points"].items()
             ),
         )
 
@@ -624,12 +627,27 @@ class RotationResult:
         for p in self.points:
             s = p.typical
             writer.writerow(
-                (int(self.simulated), self.device, p.direction, p.buffers, p.chunk_bytes,
-                 p.chunks, p.pinned_bytes, len(p.samples), _number(s.total_s), _number(s.copy_s),
-                 _number(s.consume_s), _number(s.wait_s), _number(p.ideal_s),
-                 _number(p.efficiency), _number(p.rate / 1e9), _number(p.rel_noise),
-                 p.mismatched_chunks, int(p.valid))
-            )  # fmt: skip
+                (
+                    int(self.simulated),
+                    self.device,
+                    p.direction,
+                    p.buffers,
+                    p.chunk_bytes,
+                    p.chunks,
+                    p.pinned_bytes,
+                    len(p.samples),
+                    _number(s.total_s),
+                    _number(s.copy_s),
+                    _number(s.consume_s),
+                    _number(s.wait_s),
+                    _number(p.ideal_s),
+                    _number(p.efficiency),
+                    _number(p.rate / 1e9),
+                    _number(p.rel_noise),
+                    p.mismatched_chunks,
+                    int(p.valid),
+                )
+            )
         return out.getvalue()
 
 
@@ -894,24 +912,25 @@ class GpuOverlapResult:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> GpuOverlapResult:
         _check_schema(d, GPU_SCHEMA)
+        r = Field(d)
         return cls(
-            **_header_fields(d),
-            device=int(d["device"]),
-            bytes=int(d["bytes"]),
-            chunks_per_stream=int(d["chunks_per_stream"]),
+            **_header_fields(r),
+            device=r["device"].integer(),
+            bytes=r["bytes"].integer(),
+            chunks_per_stream=r["chunks_per_stream"].integer(),
             points=tuple(
                 GpuPoint(
-                    work=int(p["work"]),
-                    streams=int(p["streams"]),
-                    chunks=int(p["chunks"]),
-                    h2d_s=float(p["h2d_s"]),
-                    kernel_s=float(p["kernel_s"]),
-                    d2h_s=float(p["d2h_s"]),
-                    sequential_s=float(p["sequential_s"]),
-                    pipelined_s=float(p["pipelined_s"]),
-                    verified=bool(p["verified"]),
+                    work=p["work"].integer(),
+                    streams=p["streams"].integer(),
+                    chunks=p["chunks"].integer(),
+                    h2d_s=p["h2d_s"].number(),
+                    kernel_s=p["kernel_s"].number(),
+                    d2h_s=p["d2h_s"].number(),
+                    sequential_s=p["sequential_s"].number(),
+                    pipelined_s=p["pipelined_s"].number(),
+                    verified=p["verified"].boolean(),
                 )
-                for p in d["points"]
+                for p in r["points"].items()
             ),
         )
 
@@ -925,12 +944,25 @@ class GpuOverlapResult:
         )  # fmt: skip
         for p in self.points:
             writer.writerow(
-                (int(self.simulated), self.device, self.bytes, p.work, p.streams, p.chunks,
-                 _number(p.h2d_s), _number(p.kernel_s), _number(p.d2h_s),
-                 _number(p.sequential_s), _number(p.pipelined_s), _number(p.speedup),
-                 _number(p.bound), _number(p.fraction), p.limiting_stage,
-                 "ok" if p.verified else "FAILED")
-            )  # fmt: skip
+                (
+                    int(self.simulated),
+                    self.device,
+                    self.bytes,
+                    p.work,
+                    p.streams,
+                    p.chunks,
+                    _number(p.h2d_s),
+                    _number(p.kernel_s),
+                    _number(p.d2h_s),
+                    _number(p.sequential_s),
+                    _number(p.pipelined_s),
+                    _number(p.speedup),
+                    _number(p.bound),
+                    _number(p.fraction),
+                    p.limiting_stage,
+                    "ok" if p.verified else "FAILED",
+                )
+            )
         return out.getvalue()
 
 
@@ -1079,8 +1111,10 @@ def _header(schema: str, r: AnyResult) -> dict[str, Any]:
     }
 
 
-def _header_fields(d: dict[str, Any]) -> dict[str, Any]:
-    failures = tuple(Failure(str(f["what"]), str(f["error"])) for f in d.get("failures", ()))
+def _header_fields(d: Field) -> dict[str, Any]:
+    failures = tuple(
+        Failure(f["what"].string(), f["error"].string()) for f in d.get("failures", []).items()
+    )
     return header_fields(d) | {"failures": failures}
 
 
@@ -1120,25 +1154,37 @@ def _series_to_dict(result: OverlapCpuResult, s: CpuSeries) -> dict[str, Any]:
     }
 
 
-def _series_from_dict(d: dict[str, Any]) -> CpuSeries:
+def _sample_from(x: Field) -> CpuSample:
+    return CpuSample(
+        issue_s=x["issue_s"].number(),
+        work_s=x["work_s"].number(),
+        wait_s=x["wait_s"].number(),
+        total_s=x["total_s"].number(),
+    )
+
+
+def _series_from(d: Field) -> CpuSeries:
     v = d.get("verification")
+    warmup = d.get("warmup")
     return CpuSeries(
-        memory=str(d["memory"]),
+        memory=d["memory"].string(),
         points=tuple(
-            CpuPoint(float(p["requested_work_s"]), tuple(_sample(x) for x in p["samples"]))
-            for p in d["points"]
+            CpuPoint(
+                p["requested_work_s"].number(), tuple(_sample_from(x) for x in p["samples"].items())
+            )
+            for p in d["points"].items()
         ),
-        warmup=None if d.get("warmup") is None else _sample(d["warmup"]),
+        warmup=None if warmup.null else _sample_from(warmup),
         verification=None
-        if v is None
+        if v.null
         else Verification(
-            ok=bool(v["ok"]),
-            bytes_checked=int(v["bytes_checked"]),
-            mismatched_bytes=int(v["mismatched_bytes"]),
-            first_mismatch=None if v["first_mismatch"] is None else int(v["first_mismatch"]),
+            ok=v["ok"].boolean(),
+            bytes_checked=v["bytes_checked"].integer(),
+            mismatched_bytes=v["mismatched_bytes"].integer(),
+            first_mismatch=v["first_mismatch"].optional_integer(),
         ),
-        status=str(d["status"]),
-        error=d.get("error"),
+        status=d["status"].string(),
+        error=d.get("error").optional_string(),
     )
 
 

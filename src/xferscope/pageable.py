@@ -30,10 +30,10 @@ import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from . import __version__, machine, plan, stats
+from .documents import Field
 from .engine import Engine, check_device
 from .errors import AllocationError, OptionError, XferscopeError
 from .records import SchemaError, check_schema, document_header, header_fields  # noqa: F401  (SchemaError: part of this module's API)
@@ -423,25 +423,28 @@ def to_dict(result: PageableResult) -> dict[str, Any]:
 
 
 def from_dict(d: dict[str, Any]) -> PageableResult:
+    """A pageable document read back; SchemaError names the field that is wrong."""
     check_schema(d, SCHEMA_NAME, SCHEMA_VERSION)
+    r = Field(d)
     sizes = tuple(
         SizeResult(
-            bytes=int(s["bytes"]),
-            pinning=tuple((k, tuple(float(x) for x in s["samples"][k])) for k in PINNING_KEYS),
-            staged_copy_s=tuple(float(x) for x in s["samples"]["staged_copy_s"]),
-            staged_iterations=int(s["staged_iterations"]),
-            staged_verified=s["staged_verified"],
+            bytes=s["bytes"].integer(),
+            pinning=tuple((k, s["samples"][k].numbers()) for k in PINNING_KEYS),
+            staged_copy_s=s["samples"]["staged_copy_s"].numbers(),
+            staged_iterations=s["staged_iterations"].integer(),
+            staged_verified=s["staged_verified"].optional_boolean(),
         )
-        for s in d["sizes"]
+        for s in r["sizes"].items()
     )
+    plan_field = r["staged_plan"]
     return PageableResult(
-        **header_fields(d),
-        device=int(d["device"]),
-        direction=d["direction"],
-        staged_plan=d["staged_plan"],
-        staged_setup_s=tuple(float(x) for x in d["staged_setup_s"]),
+        **header_fields(r),
+        device=r["device"].integer(),
+        direction=r["direction"].string(),
+        staged_plan=None if plan_field.null else plan_field.object(),
+        staged_setup_s=r["staged_setup_s"].numbers(),
         sizes=sizes,
-        sends=tuple(int(k) for k in d["sends"]),
+        sends=r["sends"].integers(),
     )
 
 
@@ -490,16 +493,6 @@ def dumps_csv(result: PageableResult) -> str:
                     )
                 )
     return out.getvalue()
-
-
-def write(result: PageableResult, json_path: Path, csv_path: Path, plot_prefix: Path) -> list[Path]:
-    """Writes the JSON, the CSV and a PNG per size; returns their paths."""
-    from .export import atomic_write
-    from .report.pageable_plots import write_plots
-
-    atomic_write(json_path, dumps_json(result))
-    atomic_write(csv_path, dumps_csv(result))
-    return [json_path, csv_path, *write_plots(result, plot_prefix)]
 
 
 def size_tag(size: int) -> str:

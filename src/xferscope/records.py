@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import stats
+from .documents import Field, SchemaError, check_schema
 
 SCHEMA_NAME = "xferscope-sweep"
 SCHEMA_VERSION = 1
@@ -164,29 +165,32 @@ def _point_to_dict(p: Point) -> dict[str, Any]:
     }
 
 
-def _point_from_dict(d: dict[str, Any]) -> Point:
-    v = d.get("verification")
+def _verification_from(v: Field) -> Verification | None:
+    if v.null:
+        return None
+    return Verification(
+        ok=v["ok"].boolean(),
+        bytes_checked=v["bytes_checked"].integer(),
+        mismatched_bytes=v["mismatched_bytes"].integer(),
+        first_mismatch=v["first_mismatch"].optional_integer(),
+    )
+
+
+def _point_from(d: Field) -> Point:
     return Point(
-        bytes=int(d["bytes"]),
-        iterations=int(d["iterations"]),
-        copies_per_iteration=int(d["copies_per_iteration"]),
-        samples_s=tuple(float(s) for s in d["samples_s"]),
-        warmup_s=float(d["warmup_s"]),
-        target_s=float(d["target_s"]),
-        status=str(d["status"]),
-        stopped_by=str(d["stopped_by"]),
-        blocking_kernel=bool(d["blocking_kernel"]),
-        blocking_timed_out=bool(d["blocking_timed_out"]),
-        footprint_bytes=int(d["footprint_bytes"]),
-        cache_resident=bool(d["cache_resident"]),
-        verification=None
-        if v is None
-        else Verification(
-            ok=bool(v["ok"]),
-            bytes_checked=int(v["bytes_checked"]),
-            mismatched_bytes=int(v["mismatched_bytes"]),
-            first_mismatch=None if v["first_mismatch"] is None else int(v["first_mismatch"]),
-        ),
+        bytes=d["bytes"].integer(),
+        iterations=d["iterations"].integer(),
+        copies_per_iteration=d["copies_per_iteration"].integer(),
+        samples_s=d["samples_s"].numbers(),
+        warmup_s=d["warmup_s"].number(),
+        target_s=d["target_s"].number(),
+        status=d["status"].string(),
+        stopped_by=d["stopped_by"].string(),
+        blocking_kernel=d["blocking_kernel"].boolean(),
+        blocking_timed_out=d["blocking_timed_out"].boolean(),
+        footprint_bytes=d["footprint_bytes"].integer(),
+        cache_resident=d["cache_resident"].boolean(),
+        verification=_verification_from(d.get("verification")),
     )
 
 
@@ -209,15 +213,25 @@ def curve_to_dict(c: Curve) -> dict[str, Any]:
     }
 
 
-def curve_from_dict(c: dict[str, Any]) -> Curve:
+def curve_from(c: Field) -> Curve:
+    config = c["config"]
+    points = tuple(_point_from(p) for p in c["points"].items())
+    if not all(p.samples_s for p in points):
+        raise SchemaError(f"{c.path}.points: a point has no samples")
     return Curve(
-        config=CurveConfig(**c["config"]),
-        points=tuple(_point_from_dict(p) for p in c["points"]),
-        status=c["status"],
-        error=c.get("error"),
-        budget_s=c.get("budget_s"),
-        requested_target_s=float(c.get("requested_target_s", 0.0)),
-        wall_s=float(c.get("wall_s", 0.0)),
+        config=CurveConfig(
+            device=config["device"].integer(),
+            direction=config["direction"].string(),
+            memory=config["memory"].string(),
+            mechanism=config["mechanism"].string(),
+            timing=config["timing"].string(),
+        ),
+        points=points,
+        status=c["status"].string(),
+        error=c.get("error").optional_string(),
+        budget_s=c.get("budget_s").optional_number(),
+        requested_target_s=c.get("requested_target_s", 0.0).number(),
+        wall_s=c.get("wall_s", 0.0).number(),
     )
 
 
@@ -237,17 +251,17 @@ def document_header(name: str, version: int, result: Any) -> dict[str, Any]:
     }
 
 
-def header_fields(d: dict[str, Any]) -> dict[str, Any]:
+def header_fields(d: Field) -> dict[str, Any]:
     """document_header read back, as keyword arguments of a result record."""
     return {
-        "tool_version": str(d["tool_version"]),
-        "created": str(d["created"]),
-        "simulated": bool(d["simulated"]),
-        "machine": d["machine"],
-        "options": d["options"],
-        "interrupted": bool(d["interrupted"]),
-        "wall_s": float(d["wall_s"]),
-        "warnings": tuple(str(w) for w in d.get("warnings", ())),
+        "tool_version": d["tool_version"].string(),
+        "created": d["created"].string(),
+        "simulated": d["simulated"].boolean(),
+        "machine": d["machine"].object(),
+        "options": d["options"].object(),
+        "interrupted": d["interrupted"].boolean(),
+        "wall_s": d["wall_s"].number(),
+        "warnings": d.get("warnings", []).strings(),
     }
 
 
@@ -257,22 +271,9 @@ def to_dict(result: SweepResult) -> dict[str, Any]:
     }
 
 
-class SchemaError(ValueError):
-    """A document is not an xferscope sweep of a version this code reads."""
-
-
-def check_schema(d: dict[str, Any], name: str, version: int) -> None:
-    """Refuses a document that is not `name` at `version`: every xferscope document says which
-    schema it follows."""
-    if d.get("schema") != name:
-        raise SchemaError(f"not an {name} document (schema is {d.get('schema')!r})")
-    if d.get("schema_version") != version:
-        raise SchemaError(
-            f"schema version {d.get('schema_version')} is not supported (this reads {version})"
-        )
-
-
 def from_dict(d: dict[str, Any]) -> SweepResult:
+    """A sweep document read back; SchemaError names the field that is wrong."""
     check_schema(d, SCHEMA_NAME, SCHEMA_VERSION)
-    curves = tuple(curve_from_dict(c) for c in d["curves"])
-    return SweepResult(curves=curves, **header_fields(d))
+    root = Field(d)
+    curves = tuple(curve_from(c) for c in root["curves"].items())
+    return SweepResult(curves=curves, **header_fields(root))

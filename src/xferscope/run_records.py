@@ -3,7 +3,9 @@
 Schema history (bump RUN_SCHEMA_VERSION on any change a reader must know about):
   1  first version: per-GPU sections (curves, concurrent streams, pinning costs), multi-GPU
      measurements, findings. Added later, optional: pinning costs' host_copy_s (0 when
-     absent) and each GPU's overlap points (empty when absent).
+     absent), each GPU's overlap points (empty when absent) and elapsed_s, the real seconds the
+     run took (wall_s is the engine's clock: the model's for a simulated run; null when
+     absent).
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import stats
-from .records import Curve, check_schema, curve_from_dict, curve_to_dict
+from .documents import Field
+from .records import Curve, check_schema, curve_from, curve_to_dict
 
 RUN_SCHEMA_NAME = "xferscope-run"
 RUN_SCHEMA_VERSION = 1
@@ -163,8 +166,17 @@ class RunResult:
     multi: tuple[Concurrent, ...]  # peer-to-peer matrix and all GPUs to and from the host
     findings: tuple[Finding, ...]
     interrupted: bool
-    wall_s: float
+    wall_s: float  # by the engine's clock: modelled time for a simulated run
     notes: tuple[str, ...] = field(default=())
+    elapsed_s: float | None = None  # real seconds, by the host's clock
+
+    @property
+    def measured(self) -> bool:
+        """Whether anything at all was measured (a Ctrl-C can come before the first copy)."""
+        return bool(self.multi) or any(
+            any(c.points for c in g.curves) or g.concurrent or g.pinning or g.overlap
+            for g in self.gpus
+        )
 
     @property
     def complete(self) -> bool:
@@ -200,39 +212,62 @@ def _concurrent_to_dict(c: Concurrent) -> dict[str, Any]:
     }
 
 
-def _concurrent_from_dict(d: dict[str, Any]) -> Concurrent:
+def _concurrent_from(d: Field) -> Concurrent:
     return Concurrent(
-        kind=d["kind"],
-        label=d["label"],
-        mechanism=d["mechanism"],
-        peer_access=d["peer_access"],
-        status=d["status"],
-        error=d["error"],
+        kind=d["kind"].string(),
+        label=d["label"].string(),
+        mechanism=d["mechanism"].string(),
+        peer_access=d["peer_access"].optional_boolean(),
+        status=d["status"].string(),
+        error=d["error"].optional_string(),
         streams=tuple(
             Stream(
-                label=s["label"],
-                device=int(s["device"]),
-                direction=s["direction"],
-                peer=s["peer"],
-                bytes=int(s["bytes"]),
-                samples_s=tuple(float(x) for x in s["samples_s"]),
-                alone_s=s["alone_s"],
+                label=s["label"].string(),
+                device=s["device"].integer(),
+                direction=s["direction"].string(),
+                peer=s["peer"].optional_integer(),
+                bytes=s["bytes"].integer(),
+                samples_s=s["samples_s"].numbers(),
+                alone_s=s["alone_s"].optional_number(),
             )
-            for s in d["streams"]
+            for s in d["streams"].items()
         ),
     )
 
 
 _PINNING_FIELDS = (
-    "device", "bytes", "host_alloc_s", "host_free_s", "register_s", "unregister_s",
-    "pageable_copy_s", "pinned_copy_s", "registered_copy_s", "host_copy_s",
-)  # fmt: skip
+    "device",
+    "bytes",
+    "host_alloc_s",
+    "host_free_s",
+    "register_s",
+    "unregister_s",
+    "pageable_copy_s",
+    "pinned_copy_s",
+    "registered_copy_s",
+    "host_copy_s",
+)
 _OVERLAP_FIELDS = (
-    "device", "direction", "memory", "bytes", "alone_s", "work_s", "issue_s", "total_s",
-)  # fmt: skip
+    "device",
+    "direction",
+    "memory",
+    "bytes",
+    "alone_s",
+    "work_s",
+    "issue_s",
+    "total_s",
+)
 _FINDING_FIELDS = (
-    "code", "severity", "gpu", "figure", "value", "reference", "message", "cause", "fix",
-)  # fmt: skip
+    "code",
+    "severity",
+    "gpu",
+    "figure",
+    "value",
+    "reference",
+    "message",
+    "cause",
+    "fix",
+)
 
 
 def run_to_dict(r: RunResult) -> dict[str, Any]:
@@ -246,6 +281,7 @@ def run_to_dict(r: RunResult) -> dict[str, Any]:
         "interrupted": r.interrupted,
         "complete": r.complete,
         "wall_s": r.wall_s,
+        "elapsed_s": r.elapsed_s,
         "notes": list(r.notes),
         "machine": r.machine,
         "options": r.options,
@@ -275,36 +311,71 @@ def run_to_dict(r: RunResult) -> dict[str, Any]:
     }
 
 
-def run_from_dict(d: dict[str, Any]) -> RunResult:
-    check_schema(d, RUN_SCHEMA_NAME, RUN_SCHEMA_VERSION)
-    return RunResult(
-        tool_version=d["tool_version"],
-        created=d["created"],
-        simulated=bool(d["simulated"]),
-        mode=d["mode"],
-        machine=d["machine"],
-        options=d["options"],
-        gpus=tuple(
-            GpuSection(
-                index=int(g["index"]),
-                status=g["status"],
-                error=g["error"],
-                curves=tuple(curve_from_dict(c) for c in g["curves"]),
-                concurrent=tuple(_concurrent_from_dict(c) for c in g["concurrent"]),
-                pinning=None
-                if g["pinning"] is None
-                else PinningCost(
-                    **{f: g["pinning"][f] for f in _PINNING_FIELDS if f in g["pinning"]}
-                ),
-                overlap=tuple(
-                    OverlapPoint(**{f: o[f] for f in _OVERLAP_FIELDS}) for o in g.get("overlap", ())
-                ),
+def _pinning_from(p: Field) -> PinningCost | None:
+    if p.null:
+        return None
+    optional = {"host_copy_s"}  # added later: 0 when absent
+    return PinningCost(
+        device=p["device"].integer(),
+        bytes=p["bytes"].integer(),
+        **{
+            f: p.get(f, 0.0).number() if f in optional else p[f].number()
+            for f in _PINNING_FIELDS[2:]
+        },
+    )
+
+
+def _gpu_from(g: Field) -> GpuSection:
+    return GpuSection(
+        index=g["index"].integer(),
+        status=g["status"].string(),
+        error=g["error"].optional_string(),
+        curves=tuple(curve_from(c) for c in g["curves"].items()),
+        concurrent=tuple(_concurrent_from(c) for c in g["concurrent"].items()),
+        pinning=_pinning_from(g["pinning"]),
+        overlap=tuple(
+            OverlapPoint(
+                device=o["device"].integer(),
+                direction=o["direction"].string(),
+                memory=o["memory"].string(),
+                bytes=o["bytes"].integer(),
+                **{f: o[f].number() for f in _OVERLAP_FIELDS[4:]},
             )
-            for g in d["gpus"]
+            for o in g.get("overlap", []).items()
         ),
-        multi=tuple(_concurrent_from_dict(c) for c in d["multi"]),
-        findings=tuple(Finding(**{f: x[f] for f in _FINDING_FIELDS}) for x in d["findings"]),
-        interrupted=bool(d["interrupted"]),
-        wall_s=float(d["wall_s"]),
-        notes=tuple(d.get("notes", ())),
+    )
+
+
+def _finding_from(x: Field) -> Finding:
+    return Finding(
+        code=x["code"].string(),
+        severity=x["severity"].string(),
+        gpu=x["gpu"].optional_integer(),
+        figure=x["figure"].string(),
+        value=x["value"].optional_number(),
+        reference=x["reference"].optional_number(),
+        message=x["message"].string(),
+        cause=x["cause"].string(),
+        fix=x["fix"].string(),
+    )
+
+
+def run_from_dict(d: dict[str, Any]) -> RunResult:
+    """A run document read back; SchemaError names the field that is wrong."""
+    check_schema(d, RUN_SCHEMA_NAME, RUN_SCHEMA_VERSION)
+    r = Field(d)
+    return RunResult(
+        tool_version=r["tool_version"].string(),
+        created=r["created"].string(),
+        simulated=r["simulated"].boolean(),
+        mode=r["mode"].string(),
+        machine=r["machine"].object(),
+        options=r["options"].object(),
+        gpus=tuple(_gpu_from(g) for g in r["gpus"].items()),
+        multi=tuple(_concurrent_from(c) for c in r["multi"].items()),
+        findings=tuple(_finding_from(x) for x in r["findings"].items()),
+        interrupted=r["interrupted"].boolean(),
+        wall_s=r["wall_s"].number(),
+        notes=r.get("notes", []).strings(),
+        elapsed_s=r.get("elapsed_s").optional_number(),
     )

@@ -7,12 +7,14 @@ Nothing it produces is a measurement: every result built on it is marked simulat
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from . import interrupt
 from .errors import AllocationError, EngineError
 
 SIMULATED_MEMORY_BYTES = 141 * 10**9
@@ -200,8 +202,11 @@ class SimulatedTransfer:
 
 class SimulatedEngine:
     """`corrupt` makes every verification fail, as a broken copy path would; `interrupt_after`
-    raises KeyboardInterrupt after that many engine calls, as Ctrl-C would; the GPUs in
-    `failing_devices` fail every transfer with a CUDA error, as a GPU fallen off the bus does."""
+    asks for a stop after that many engine calls, as Ctrl-C does (interrupt.request); the GPUs
+    in `failing_devices` fail every transfer with a CUDA error, as a GPU fallen off the bus does.
+    `pace` > 0 makes the engine take real time too, that share of the modelled time (tests
+    interrupt a paced run at random moments; the CLI reads XFERSCOPE_SIMULATE_PACE). Like the
+    native engine, every measuring call is refused once a stop was requested."""
 
     simulated = True
 
@@ -213,6 +218,7 @@ class SimulatedEngine:
         interrupt_after: int | None = None,
         devices: int = 1,
         failing_devices: tuple[int, ...] = (),
+        pace: float = 0.0,
     ) -> None:
         self.rng = np.random.default_rng(seed)
         self.noise = noise
@@ -220,14 +226,23 @@ class SimulatedEngine:
         self.interrupt_after = interrupt_after
         self._devices = devices
         self.failing_devices = failing_devices
+        self.pace = pace
         self._now = 0.0
         self._trials = 0
+        self._real_start = time.perf_counter()
 
     def advance(self, seconds: float) -> None:
+        """Every measuring call ends here: the modelled time passes (and, paced, real time)."""
+        interrupt.check()
         self._now += seconds + 5e-6  # each call costs a little host time
         self._trials += 1
+        if self.pace > 0:
+            behind = self._real_start + self._now * self.pace - time.perf_counter()
+            if behind > 1e-3:  # sleeping less than this costs more than it keeps
+                time.sleep(behind)
         if self.interrupt_after is not None and self._trials > self.interrupt_after:
-            raise KeyboardInterrupt
+            interrupt.request()
+            interrupt.check()
 
     def clock(self) -> float:
         return self._now
@@ -259,6 +274,7 @@ class SimulatedEngine:
         peer: int = -1,
         peer_access: bool = True,
     ) -> SimulatedTransfer:
+        interrupt.check()
         if device in self.failing_devices:
             raise EngineError("CUDA error: cudaErrorLaunchFailure: unspecified launch failure")
         free, _ = self.memory_info(device)
@@ -367,4 +383,5 @@ class SimulatedEngine:
                 "pipelined_s": pipelined, "verified": not self.corrupt}  # fmt: skip
 
     def staged_copier(self, device: int, threads: int = 0, chunk_bytes: int = 0) -> SimulatedCopier:
+        interrupt.check()
         return SimulatedCopier(self)

@@ -60,6 +60,10 @@ class HistoryError(XferscopeError):
     """The run history cannot be read or written. The message names the file."""
 
 
+class HistoryLocked(HistoryError):
+    """Another process holds the history's lock (it is writing): try again later."""
+
+
 @dataclass(frozen=True, slots=True)
 class RunSummary:
     """One row of the history, without the document."""
@@ -207,7 +211,7 @@ class History:
         path = self.path
         if isinstance(exc, sqlite3.OperationalError):
             if "locked" in lowered or "busy" in lowered:
-                return HistoryError(
+                return HistoryLocked(
                     f"history {path} is locked by another process (waited {self.timeout:g} s); "
                     "try again when it has finished"
                 )
@@ -249,6 +253,20 @@ class History:
         row_id = cursor.lastrowid
         assert row_id is not None
         return row_id
+
+    def check_writable(self) -> None:
+        """Takes the write lock and lets it go, writing nothing: a read-only file fails here
+        (HistoryError) rather than after a run."""
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                # A write that changes nothing, rolled back: BEGIN alone succeeds even on a
+                # read-only file.
+                self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            finally:
+                self._db.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            raise self._fault(exc, "write to") from exc
 
     def list(self, limit: int | None = None) -> builtins.list[RunSummary]:
         """The runs, most recently added first; at most `limit` of them."""

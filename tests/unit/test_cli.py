@@ -62,7 +62,7 @@ def assert_one_line_error(code: int, err: str, *fragments: str) -> None:
 def test_bad_sweep_input_is_one_line(capsys, tmp_path, args, fragments):
     code, _, err = run(capsys, "sweep", *SMALL, "-o", str(tmp_path), *args)
     assert_one_line_error(code, err, *fragments)
-    assert not list(tmp_path.glob("*.json")), "nothing is measured after a bad option"
+    assert not list(tmp_path.iterdir()), "nothing is measured (or made) after a bad option"
 
 
 @pytest.mark.parametrize(
@@ -134,7 +134,7 @@ def test_sweep_writes_every_output_and_says_simulated(capsys, tmp_path):
     code, out, err = run(capsys, "sweep", *SMALL, "-o", str(tmp_path), "-d", "h2d,d2h,d2d")
     assert code == 0, err
     assert "SIMULATED" in out
-    (path,) = tmp_path.glob("sweep-*.json")
+    (path,) = tmp_path.glob("sweep-*/sweep.json")
     doc = json.loads(path.read_text())
     assert doc["simulated"] is True and doc["machine"]["simulated"] is True
     assert [c["label"] for c in doc["curves"]] == [
@@ -144,10 +144,10 @@ def test_sweep_writes_every_output_and_says_simulated(capsys, tmp_path):
         "d2h pinned memcpy api",
         "d2d device memcpy api",
     ]
-    (csv_path,) = tmp_path.glob("sweep-*.csv")
+    (csv_path,) = tmp_path.glob("sweep-*/sweep.csv")
     assert csv_path.read_text().splitlines()[1].startswith("1,")  # simulated column
-    assert len(list(tmp_path.glob("sweep-*-bandwidth.png"))) == 1
-    assert len(list(tmp_path.glob("sweep-*-latency.png"))) == 1
+    assert len(list(tmp_path.glob("sweep-*/sweep-bandwidth.png"))) == 1
+    assert len(list(tmp_path.glob("sweep-*/sweep-latency.png"))) == 1
     assert "wrote" in err
 
 
@@ -173,7 +173,7 @@ def test_ctrl_c_keeps_what_was_measured(capsys, tmp_path, monkeypatch):
     code, _, err = run(capsys, "sweep", *SMALL, "-d", "h2d,d2h", "-o", str(tmp_path))
     assert code == cli.EXIT_INTERRUPTED
     assert "interrupted" in err and "Traceback" not in err
-    (path,) = tmp_path.glob("sweep-*.json")
+    (path,) = tmp_path.glob("sweep-*/sweep.json")
     doc = json.loads(path.read_text())
     assert doc["interrupted"] is True
     assert doc["curves"][-1]["status"] == "interrupted"
@@ -185,7 +185,7 @@ def test_verification_failure_is_shown_and_exits_non_zero(capsys, tmp_path, monk
     code, out, _err = run(capsys, "sweep", *SMALL, "-o", str(tmp_path))
     assert code == cli.EXIT_VERIFICATION_FAILED
     assert "verification FAILED" in out
-    (path,) = tmp_path.glob("sweep-*.json")
+    (path,) = tmp_path.glob("sweep-*/sweep.json")
     assert any(
         not p["verification"]["ok"]
         for c in json.loads(path.read_text())["curves"]

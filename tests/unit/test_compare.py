@@ -23,6 +23,7 @@ from xferscope.compare import (
     render,
     to_dict,
 )
+from xferscope.documents import DocumentError
 from xferscope.errors import XferscopeError
 from xferscope.measure import run_sweep
 from xferscope.metrics import Metric, run_metrics
@@ -68,10 +69,11 @@ def map_samples(run: RunResult, fn: Callable[[Samples], Samples]) -> RunResult:
         )  # fmt: skip
         gpus.append(dataclasses.replace(g, curves=curves, concurrent=concurrent, pinning=pinning))
     multi = tuple(
-        dataclasses.replace(c, streams=tuple(
-            dataclasses.replace(s, samples_s=fn(s.samples_s)) for s in c.streams))
+        dataclasses.replace(
+            c, streams=tuple(dataclasses.replace(s, samples_s=fn(s.samples_s)) for s in c.streams)
+        )
         for c in run.multi
-    )  # fmt: skip
+    )
     return dataclasses.replace(run, gpus=tuple(gpus), multi=multi)
 
 
@@ -310,7 +312,7 @@ def test_load_run_id_without_history_creates_nothing(tmp_path):
 
 
 def test_load_run_missing_file(tmp_path):
-    with pytest.raises(RunLoadError, match="no such file") as info:
+    with pytest.raises(DocumentError, match="no such file") as info:
         load_run(str(tmp_path / "gone.json"), tmp_path / "h.sqlite3")
     assert isinstance(info.value, XferscopeError)
 
@@ -318,15 +320,21 @@ def test_load_run_missing_file(tmp_path):
 def test_load_run_bad_json(tmp_path):
     path = tmp_path / "bad.json"
     path.write_text('{"schema": "xferscope-run",')
-    with pytest.raises(RunLoadError, match=r"bad.json is not valid JSON: .* line 1"):
+    with pytest.raises(DocumentError, match=r"bad.json is not valid JSON: .* line 1"):
         load_run(str(path), tmp_path / "h.sqlite3")
 
 
 def test_load_run_refuses_a_sweep(tmp_path):
     options = SweepOptions(
-        directions=("h2d",), memories=("pinned",), mechanisms=("async",), timings=("device",),
-        devices=(0,), sizes=(4096,), target_s=0.001, budget_s=None,
-    )  # fmt: skip
+        directions=("h2d",),
+        memories=("pinned",),
+        mechanisms=("async",),
+        timings=("device",),
+        devices=(0,),
+        sizes=(4096,),
+        target_s=0.001,
+        budget_s=None,
+    )
     sweep = run_sweep(SimulatedEngine(seed=1), options)
     path = tmp_path / "sweep.json"
     path.write_text(json.dumps(sweep_to_dict(sweep)))
@@ -339,14 +347,45 @@ def test_load_run_refuses_a_sweep(tmp_path):
     [
         ([1, 2], "not an object"),
         ({"schema": "something-else"}, "not an xferscope-run document"),
-        ({"schema": "xferscope-run", "schema_version": 1}, "field 'tool_version' is missing"),
+        ({"schema": "xferscope-run", "schema_version": 1}, "tool_version is missing"),
     ],
 )
 def test_load_run_not_a_run(tmp_path, document, expected):
     path = tmp_path / "x.json"
     path.write_text(json.dumps(document))
-    with pytest.raises(RunLoadError, match=expected):
+    with pytest.raises(DocumentError, match=expected):
         load_run(str(path), tmp_path / "h.sqlite3")
+
+
+@pytest.mark.parametrize(
+    ("damage", "expected"),
+    [
+        (
+            lambda d: d["gpus"].__setitem__(0, "gpu"),
+            r"gpus\[0\]: expected an object, found a string",
+        ),
+        (
+            lambda d: d["gpus"][0].__setitem__("curves", {}),
+            r"gpus\[0\]\.curves: expected a list, found an object",
+        ),
+        (
+            lambda d: d["gpus"][0]["curves"][1]["points"][0].__setitem__("samples_s", "fast"),
+            r"gpus\[0\]\.curves\[1\]\.points\[0\]\.samples_s: expected a list, found a string",
+        ),
+        (lambda d: d.__setitem__("wall_s", "long"), "wall_s: expected a number, found a string"),
+        (lambda d: d["gpus"][0].pop("status"), r"gpus\[0\]\.status is missing"),
+    ],
+)
+def test_a_document_of_the_wrong_shape_names_the_field(tmp_path, damage, expected):
+    """A hand-edited or truncated file says which field is wrong, never "string indices must
+    be integers"."""
+    document = run_to_dict(sample_run(gpus=1))
+    damage(document)
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(RunLoadError, match=expected) as info:
+        load_run(str(path), tmp_path / "h.sqlite3")
+    assert "indices" not in str(info.value) and str(path) in str(info.value)
 
 
 # ---- output -----------------------------------------------------------------------------------

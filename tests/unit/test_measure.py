@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from xferscope import interrupt
 from xferscope.errors import OptionError
 from xferscope.measure import run_sweep
 from xferscope.options import SweepOptions
@@ -194,6 +195,7 @@ def test_corrupted_copies_fail_verification_and_warn() -> None:
 
 
 def _interrupted_at(after: int) -> tuple[SweepResult, Recorder]:
+    interrupt.reset()  # the stop asked for by the previous call is the process's until reset
     recorder = Recorder()
     result = run_sweep(SimulatedEngine(seed=3, interrupt_after=after), small_options(), recorder)
     return result, recorder

@@ -303,12 +303,12 @@ def test_each_mode_writes_every_output_and_says_simulated(capsys, tmp_path, args
     code, out, err = run(capsys, *args, "-o", str(tmp_path))
     assert code == 0, err
     assert out.count("SIMULATED") == 2 and "verdict:" in out and text in out
-    (path,) = tmp_path.glob(f"overlap-{kind}-*.json")
+    (path,) = tmp_path.glob(f"overlap-{kind}-*/overlap-{kind}.json")
     doc = json.loads(path.read_text())
     assert doc["schema"] == f"xferscope-overlap-{kind}" and doc["simulated"] is True
-    (csv_path,) = tmp_path.glob(f"overlap-{kind}-*.csv")
+    (csv_path,) = tmp_path.glob(f"overlap-{kind}-*/overlap-{kind}.csv")
     assert csv_path.read_text().splitlines()[1].startswith("1,")  # the simulated column
-    assert len(list(tmp_path.glob(f"overlap-{kind}-*-{plot}.png"))) == 1
+    assert len(list(tmp_path.glob(f"overlap-{kind}-*/overlap-{kind}-{plot}.png"))) == 1
     assert "wrote" in err
 
 
@@ -318,16 +318,22 @@ def test_cpu_table_has_seed_000_columns(capsys, tmp_path):
     for column in ("issue (ms)", "work (ms)", "wait (ms)", "total (ms)", "bytes", "rate (GB/s)",
                    "efficiency", "ideal"):  # fmt: skip
         assert column in out
-    doc = json.loads(next(tmp_path.glob("*.json")).read_text())
+    doc = json.loads(next(tmp_path.glob("*/*.json")).read_text())
     works = [p["requested_work_s"] for p in doc["series"][0]["points"]]
     assert works == [0.0, 0.001, 0.002]
 
 
 def test_explicit_output_paths(capsys, tmp_path):
     code, _, err = run(
-        capsys, *GPU, "--json", str(tmp_path / "j" / "g.json"), "--csv", str(tmp_path / "g.csv"),
-        "--plot", str(tmp_path / "p" / "fig"),
-    )  # fmt: skip
+        capsys,
+        *GPU,
+        "--json",
+        str(tmp_path / "j" / "g.json"),
+        "--csv",
+        str(tmp_path / "g.csv"),
+        "--plot",
+        str(tmp_path / "p" / "fig"),
+    )
     assert code == 0, err
     assert (tmp_path / "j" / "g.json").exists() and (tmp_path / "g.csv").exists()
     assert (tmp_path / "p" / "fig-speedup.png").exists()
@@ -390,18 +396,19 @@ def test_more_pinned_memory_than_the_machine_has_is_refused(capsys, tmp_path, mo
 
 @pytest.mark.parametrize(("args", "calls"), [(CPU, 9), (BUFFERS, 2), ([*GPU, "--work", "1,10"], 4)])
 def test_ctrl_c_keeps_what_was_measured(capsys, tmp_path, monkeypatch, args, calls):
+    monkeypatch.setattr("xferscope.interrupt.GRACE_S", 60.0)  # time enough to draw the plot
     monkeypatch.setattr(
         cli_module, "open_engine", lambda simulate: SimulatedEngine(interrupt_after=calls)
     )
     code, _, err = run(capsys, *args, "-o", str(tmp_path))
     assert code == cli_module.EXIT_INTERRUPTED, err
     assert "interrupted" in err and "Traceback" not in err
-    (path,) = tmp_path.glob("overlap-*.json")
+    (path,) = tmp_path.glob("overlap-*/overlap-*.json")
     doc = json.loads(path.read_text())
     assert doc["interrupted"] is True
     measured = doc["series"][0]["points"] if "series" in doc else doc["points"]
     assert measured
-    assert len(list(tmp_path.glob("overlap-*.png"))) == 1
+    assert len(list(tmp_path.glob("overlap-*/*.png"))) == 1
 
 
 def test_ctrl_c_before_anything_is_measured_writes_nothing(capsys, tmp_path, monkeypatch):
@@ -420,7 +427,7 @@ def test_verification_failure_exits_3(capsys, tmp_path, monkeypatch, args):
     code, out, _ = run(capsys, *args, "-o", str(tmp_path))
     assert code == cli_module.EXIT_VERIFICATION_FAILED
     assert "FAILED" in out
-    assert len(list(tmp_path.glob("overlap-*.json"))) == 1
+    assert len(list(tmp_path.glob("overlap-*/*.json"))) == 1
 
 
 def test_engine_failure_is_one_line_and_writes_nothing(capsys, tmp_path, monkeypatch):
@@ -430,7 +437,7 @@ def test_engine_failure_is_one_line_and_writes_nothing(capsys, tmp_path, monkeyp
     code, _, err = run(capsys, *CPU, "-o", str(tmp_path))
     assert_one_line_error(code, err, "d2h pinned async", "CUDA error")
     assert code == 1
-    assert not list(tmp_path.glob("*.json"))
+    assert not list(tmp_path.iterdir()), "no file, no directory"
 
 
 def test_help_lists_every_option(capsys):
@@ -447,8 +454,16 @@ def test_help_lists_every_option(capsys):
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("0", 0.0), ("2", 2.0), ("1.5ms", 1.5e-3), ("500us", 5e-4), ("500µs", 5e-4),
-     ("10 ns", 1e-8), ("0.1s", 0.1), ("1e-3", 1e-3)],
-)  # fmt: skip
+    [
+        ("0", 0.0),
+        ("2", 2.0),
+        ("1.5ms", 1.5e-3),
+        ("500us", 5e-4),
+        ("500µs", 5e-4),
+        ("10 ns", 1e-8),
+        ("0.1s", 0.1),
+        ("1e-3", 1e-3),
+    ],
+)
 def test_parse_seconds(text, seconds):
     assert cli_overlap.parse_seconds("--work", text) == pytest.approx(seconds)

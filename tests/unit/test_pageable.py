@@ -214,13 +214,13 @@ def test_cli_writes_every_output_and_says_simulated(capsys, tmp_path):
     assert "SIMULATED" in out
     assert "16 MiB: total time of k sends" in out and "crossovers" in out
     assert "registered is cheaper than pageable from 1 send on" in out
-    (json_path,) = tmp_path.glob("pageable-*.json")
+    (json_path,) = tmp_path.glob("pageable-*/pageable.json")
     doc = json.loads(json_path.read_text())
     assert doc["simulated"] is True and [s["bytes"] for s in doc["sizes"]] == [MiB, 16 * MiB]
-    (csv_path,) = tmp_path.glob("pageable-*.csv")
+    (csv_path,) = tmp_path.glob("pageable-*/pageable.csv")
     assert len(csv_path.read_text().splitlines()) == 1 + 2 * 3 * 4
-    assert len(list(tmp_path.glob("pageable-*-1MiB.png"))) == 1
-    assert len(list(tmp_path.glob("pageable-*-16MiB.png"))) == 1
+    assert len(list(tmp_path.glob("pageable-*/pageable-1MiB.png"))) == 1
+    assert len(list(tmp_path.glob("pageable-*/pageable-16MiB.png"))) == 1
     assert "wrote" in err
 
 
@@ -247,10 +247,10 @@ def test_cli_default_sizes_and_sends(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(cli, "open_engine", lambda simulate: SimulatedEngine(noise=0.0))
     code, out, err = run(capsys, "pageable", "-o", str(tmp_path))
     assert code == 0, err
-    doc = json.loads(next(tmp_path.glob("*.json")).read_text())
+    doc = json.loads(next(tmp_path.glob("*/*.json")).read_text())
     assert doc["options"]["sizes"] == list(pageable.DEFAULT_SIZES)
     assert doc["sends"] == list(pageable.DEFAULT_SENDS)
-    assert len(list(tmp_path.glob("*.png"))) == 4
+    assert len(list(tmp_path.glob("*/*.png"))) == 4
     assert "1 GiB: costs" in out
 
 
@@ -314,7 +314,7 @@ def test_ctrl_c_keeps_the_sizes_measured(capsys, tmp_path, monkeypatch):
     code, _, err = run(capsys, *SMALL, "-o", str(tmp_path))
     assert code == cli.EXIT_INTERRUPTED
     assert "interrupted" in err
-    doc = json.loads(next(tmp_path.glob("*.json")).read_text())
+    doc = json.loads(next(tmp_path.glob("*/*.json")).read_text())
     assert doc["interrupted"] is True and [s["bytes"] for s in doc["sizes"]] == [16 * MiB]
 
 

@@ -8,6 +8,8 @@ import datetime as real_dt
 import json
 import re
 import sqlite3
+import threading
+import time
 import types
 from pathlib import Path
 
@@ -204,7 +206,25 @@ def test_report_renders_a_stored_run_again(capsys, tmp_path, stored):
 def test_report_of_a_run_json_file(capsys, tmp_path, stored):
     code, _, err = run(capsys, "report", str(stored.dirs[1] / "run.json"), "-o", str(tmp_path))
     assert code == 0, err
-    assert (tmp_path / "run-run" / "report.html").exists()
+    # Named after the run's own directory, run-<time>.
+    assert (tmp_path / stored.dirs[1].name / "report.html").exists()
+
+
+def test_reports_never_overwrite_each_other(capsys, tmp_path, stored):
+    """Two runs' JSON files with the same name, and one run drawn twice: four directories."""
+    for n, source in enumerate(stored.dirs):
+        copy = tmp_path / f"copy{n}" / "run.json"
+        copy.parent.mkdir()
+        copy.write_text((source / "run.json").read_text())
+    refs = [str(tmp_path / "copy0" / "run.json"), str(tmp_path / "copy1" / "run.json")]
+    refs += ["1", "1"]
+    out = tmp_path / "out"
+    for ref in refs:
+        code, _, err = run(capsys, "report", ref, "--history", str(stored.history), "-o", str(out))
+        assert code == 0, err
+    assert sorted(p.name for p in out.iterdir()) == ["copy0", "copy1", "run-1", "run-1-2"]
+    created = [json.loads((d / "run.json").read_text())["created"] for d in sorted(out.iterdir())]
+    assert len(created) == 4
 
 
 def test_report_of_a_missing_run_is_one_line(capsys, tmp_path, stored):
@@ -302,10 +322,31 @@ def _assert_files_written_but_not_history(code, out, err, out_dir, history, *fra
         assert fragment in text
 
 
-def test_garbage_history_costs_no_results(capsys, tmp_path, history):
+def test_garbage_history_is_refused_before_measuring(capsys, tmp_path, history):
     garbage = bytes(range(256)) * 16
     history.parent.mkdir()
     history.write_bytes(garbage)
+    code, out, err = run(capsys, *QUICK, "-o", str(tmp_path / "out"))
+    assert_one_line_error(code, err, "--history", str(history), "not a database", "--no-history")
+    assert code == 2 and "SIMULATED" not in out, "nothing was measured"
+    assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+    assert history.read_bytes() == garbage, "the file is left as it was"
+
+
+def test_history_spoiled_during_the_run_costs_no_results(capsys, tmp_path, history, monkeypatch):
+    """The history was fine before measuring and is garbage after: the files are written."""
+    garbage = bytes(range(256)) * 16
+    history.parent.mkdir()
+    from xferscope import investigate
+
+    measure = investigate.run_investigation
+
+    def spoil(*args, **kwargs):
+        result = measure(*args, **kwargs)
+        history.write_bytes(garbage)
+        return result
+
+    monkeypatch.setattr(investigate, "run_investigation", spoil)
     code, out, err = run(capsys, *QUICK, "-o", str(tmp_path / "out"))
     _assert_files_written_but_not_history(code, out, err, tmp_path / "out", history,
                                           "not a database")  # fmt: skip
@@ -313,21 +354,47 @@ def test_garbage_history_costs_no_results(capsys, tmp_path, history):
 
 
 @pytest.mark.parametrize("lock", ["EXCLUSIVE", "IMMEDIATE"])
-def test_locked_history_costs_no_results(capsys, tmp_path, history, lock):
+def test_locked_history_is_waited_for_then_costs_no_results(
+    capsys, tmp_path, history, lock, monkeypatch
+):
     """EXCLUSIVE: another process holds the file (the run cannot even open it); IMMEDIATE:
-    another process is writing (the run opens it but cannot add to it). The CLI waits the
-    store's default 2 s for each."""
+    another process is writing (the run opens it but cannot add to it). The run says it waits,
+    waits HISTORY_WAIT_S (60 s; 1 s here), then keeps its files and says the history is not
+    written."""
+    monkeypatch.setattr(cli, "HISTORY_WAIT_S", 1.0)
     History(history).close()
     holder = sqlite3.connect(history, isolation_level=None)
     try:
         holder.execute(f"BEGIN {lock}")
+        start = time.monotonic()
         code, out, err = run(capsys, *QUICK, "-o", str(tmp_path / "out"))
+        waited = time.monotonic() - start
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    _assert_files_written_but_not_history(code, out, err, tmp_path / "out", history, "locked")
+    assert "is locked by another process; waiting up to 1 s" in flat(err)
+    assert waited >= 1.0
+    lines = [line for line in err.splitlines() if "waiting up to" not in line]
+    _assert_files_written_but_not_history(
+        code, out, "\n".join(lines), tmp_path / "out", history, "locked"
+    )
     with History(history, readonly=True) as h:
         assert h.list() == []
+
+
+def test_a_lock_released_while_waiting_is_taken(capsys, tmp_path, history, monkeypatch):
+    """Another writer that finishes within the wait: the run is added to the history."""
+    History(history).close()
+    holder = sqlite3.connect(history, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.6, lambda: (holder.execute("ROLLBACK"), holder.close()))
+    release.start()
+    try:
+        code, _, err = run(capsys, *QUICK, "-o", str(tmp_path / "out"))
+    finally:
+        release.join()
+    assert code == 0, err
+    assert "waiting up to 60 s" in flat(err) and "saved as run 1" in flat(err)
 
 
 # ---- bad options -------------------------------------------------------------------------------
@@ -371,7 +438,7 @@ def test_two_runs_in_one_second_keep_both(capsys, tmp_path, monkeypatch):
     fixed = real_dt.datetime(2026, 1, 2, 3, 4, 5)
     fake = types.SimpleNamespace(datetime=types.SimpleNamespace(now=lambda *a: fixed),
                                  timezone=real_dt.timezone)  # fmt: skip
-    monkeypatch.setattr(cli, "dt", fake)
+    monkeypatch.setattr("xferscope.outputs.dt", fake)
     for _ in range(2):
         assert run(capsys, *QUICK, "-o", str(tmp_path), "--no-history")[0] == 0
     assert len(list(tmp_path.glob("run-*/run.json"))) == 2

@@ -9,14 +9,13 @@ newline). The file is replaced atomically so that node_exporter never reads half
 from __future__ import annotations
 
 import math
-import os
 import re
-import tempfile
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..files import atomic_write
 from ..metrics import run_metrics
 from ..run_records import SEVERITIES, RunResult
 
@@ -152,28 +151,17 @@ def render_prometheus(result: RunResult) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_prometheus(result: RunResult, path: Path) -> None:
-    """Writes render_prometheus(result) to `path` atomically: a temporary file in the same
-    directory, flushed to disk, then renamed over `path`. node_exporter (which reads only *.prom
-    files, so never the temporary one) sees the old file or the new one, never half of one.
-
-    The file gets the mode of the file it replaces, or 0644 for a new one, whatever the umask:
-    node_exporter usually runs as another user, and mkstemp makes a file only its owner can
-    read."""
-    path = Path(path)
-    text = render_prometheus(result)
+def file_mode(path: Path) -> int:
+    """The mode a textfile gets: that of the file it replaces, or 0644 for a new one, whatever
+    the umask: node_exporter usually runs as another user."""
     try:
-        mode = path.stat().st_mode & 0o777
+        return Path(path).stat().st_mode & 0o777
     except OSError:
-        mode = 0o644
-    fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+        return 0o644
+
+
+def write_prometheus(result: RunResult, path: Path) -> None:
+    """Writes render_prometheus(result) to `path` atomically (files.atomic_write):
+    node_exporter, which reads only *.prom files, so never the temporary one, sees the old file
+    or the new one, never half of one."""
+    atomic_write(path, render_prometheus(result), mode=file_mode(path))

@@ -39,6 +39,7 @@ from ..run_records import (
     RunResult,
 )
 from ..units import format_bytes, format_rate, format_seconds
+from .table import wall_time
 
 SIMULATED_BANNER = "SIMULATED: figures come from a link model, not a GPU"
 
@@ -48,10 +49,27 @@ _SEVERITY_RANK = {ERROR: 0, WARNING: 1, INFO: 2, OK: 3}
 # matplotlib's tab20, as in the PNG plots: pairs of one hue, so the api and device timings of a
 # configuration share a colour and differ by line style.
 _COLORS = (
-    "#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a", "#d62728", "#ff9896",
-    "#9467bd", "#c5b0d5", "#8c564b", "#c49c94", "#e377c2", "#f7b6d2", "#7f7f7f", "#c7c7c7",
-    "#bcbd22", "#dbdb8d", "#17becf", "#9edae5",
-)  # fmt: skip
+    "#1f77b4",
+    "#aec7e8",
+    "#ff7f0e",
+    "#ffbb78",
+    "#2ca02c",
+    "#98df8a",
+    "#d62728",
+    "#ff9896",
+    "#9467bd",
+    "#c5b0d5",
+    "#8c564b",
+    "#c49c94",
+    "#e377c2",
+    "#f7b6d2",
+    "#7f7f7f",
+    "#c7c7c7",
+    "#bcbd22",
+    "#dbdb8d",
+    "#17becf",
+    "#9edae5",
+)
 _SYMBOLS = {"h2d": "circle", "d2h": "square", "d2d": "diamond", "roundtrip": "triangle-up"}
 _DASHES = {"api": "solid", "device": "dash"}
 _INVALID_COLOR = "#d00000"
@@ -110,13 +128,6 @@ def _red(text: str) -> _Html:
 # ---- formatting ------------------------------------------------------------------------------
 
 
-def _wall(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, rest = divmod(round(seconds), 60)
-    return f"{minutes} min {rest:02d} s"
-
-
 def _noise(rel: float) -> str:
     return "n/a" if math.isnan(rel) else f"{rel:.1%}"
 
@@ -172,6 +183,20 @@ def render_html(result: RunResult, files: Sequence[str] = ()) -> str:
     )
 
 
+def prepare() -> None:
+    """Loads now what plotly loads on first use (its validators and template, a few tenths of a
+    second), so the report is drawn quickly after measuring and a Ctrl-C never lands inside an
+    import. The CLI calls it before measuring."""
+    fig = go.Figure(go.Scatter(x=[1, 2], y=[1, 2], mode="lines+markers", customdata=[[1], [2]]))
+    fig.add_trace(go.Heatmap(z=[[1.0]], text=[["x"]]))
+    fig.update_layout(
+        template="plotly_white",
+        xaxis={"type": "log", "minor": {"showgrid": True}},
+        yaxis={"type": "log", "minor": {"showgrid": True}},
+    )
+    _plot_div("prepare", fig)
+
+
 def write_html(result: RunResult, path: Path | str, files: Sequence[str] = ()) -> Path:
     """Writes the report page atomically; returns its path."""
     path = Path(path)
@@ -192,7 +217,7 @@ def _header(result: RunResult) -> str:
     facts = [
         ("created", result.created),
         ("mode", result.mode),
-        ("wall time", _wall(result.wall_s)),
+        wall_time(result.simulated, result.wall_s, result.elapsed_s),
         ("host", host.get("hostname", "unknown")),
         ("CPU", cpu),
         ("OS", host.get("os", "unknown")),
@@ -517,11 +542,18 @@ def _curves_table(info: dict[str, Any], curves: Sequence[Curve]) -> str:
             ]
         )
     table = _table(
-        ["curve", "bandwidth (largest size)", "of limit", "latency (smallest size)",
-         "noise (worst)", "verified", "status"],
+        [
+            "curve",
+            "bandwidth (largest size)",
+            "of limit",
+            "latency (smallest size)",
+            "noise (worst)",
+            "verified",
+            "status",
+        ],
         rows,
         ["", "num", "num", "num", "num", "", ""],
-    )  # fmt: skip
+    )
     return (
         table + '<p class="caption">Bold: the headline curves. Bandwidth at the median time; '
         "device-to-device traffic counts a read and a write per byte against HBM.</p>"
@@ -570,26 +602,45 @@ def _concurrent_rows(c: Concurrent, share: bool = False) -> list[list[object]]:
 def _concurrent_table(measurements: Sequence[Concurrent], share: bool = False) -> str:
     rows = [row for c in measurements for row in _concurrent_rows(c, share)]
     return _table(
-        ["measurement", "stream", "size per copy", "concurrent", "alone",
-         "share" if share else "concurrent / alone", "noise"],
+        [
+            "measurement",
+            "stream",
+            "size per copy",
+            "concurrent",
+            "alone",
+            "share" if share else "concurrent / alone",
+            "noise",
+        ],
         rows,
         ["", "", "num", "num", "num", "num", "num"],
-    )  # fmt: skip
+    )
 
 
 def _pinning_table(p: PinningCost) -> str:
     per_gb = 1e9 / p.bytes
     size = format_bytes(p.bytes)
     rows: list[list[object]] = [
-        [f"cudaMallocHost ({size})", format_seconds(p.host_alloc_s),
-         format_seconds(p.host_alloc_s * per_gb)],
-        [f"cudaFreeHost ({size})", format_seconds(p.host_free_s),
-         format_seconds(p.host_free_s * per_gb)],
-        [f"cudaHostRegister ({size})", format_seconds(p.register_s),
-         format_seconds(p.register_s * per_gb)],
-        [f"cudaHostUnregister ({size})", format_seconds(p.unregister_s),
-         format_seconds(p.unregister_s * per_gb)],
-    ]  # fmt: skip
+        [
+            f"cudaMallocHost ({size})",
+            format_seconds(p.host_alloc_s),
+            format_seconds(p.host_alloc_s * per_gb),
+        ],
+        [
+            f"cudaFreeHost ({size})",
+            format_seconds(p.host_free_s),
+            format_seconds(p.host_free_s * per_gb),
+        ],
+        [
+            f"cudaHostRegister ({size})",
+            format_seconds(p.register_s),
+            format_seconds(p.register_s * per_gb),
+        ],
+        [
+            f"cudaHostUnregister ({size})",
+            format_seconds(p.unregister_s),
+            format_seconds(p.unregister_s * per_gb),
+        ],
+    ]
     for memory, seconds in (
         ("pageable", p.pageable_copy_s),
         ("pinned", p.pinned_copy_s),
@@ -625,11 +676,16 @@ def _pinning_table(p: PinningCost) -> str:
 
 def _overlap_table(points: Sequence[OverlapPoint]) -> str:
     rows = [
-        [f"{o.direction} {o.memory}, {format_bytes(o.bytes)}", format_seconds(o.alone_s),
-         format_seconds(o.work_s), format_seconds(o.issue_s), format_seconds(o.total_s),
-         f"{o.hidden:.0%}"]
+        [
+            f"{o.direction} {o.memory}, {format_bytes(o.bytes)}",
+            format_seconds(o.alone_s),
+            format_seconds(o.work_s),
+            format_seconds(o.issue_s),
+            format_seconds(o.total_s),
+            f"{o.hidden:.0%}",
+        ]
         for o in points
-    ]  # fmt: skip
+    ]
     table = _table(["readback", "alone", "CPU work", "blocked in the call", "total", "work hidden"],
                    rows, ["", "num", "num", "num", "num", "num"])  # fmt: skip
     return (

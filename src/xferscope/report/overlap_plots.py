@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 
 from ..overlap import AnyResult, GpuOverlapResult, OverlapCpuResult, RotationResult
 from ..units import format_bytes
+from .plots import save_png
 
 
 def _title(result: AnyResult, what: str) -> str:
@@ -25,25 +26,39 @@ def _title(result: AnyResult, what: str) -> str:
     return title
 
 
-def _finish(fig: Figure, result: AnyResult, what: str, path: Path) -> Path:
+def _finish(fig: Figure, result: AnyResult, what: str, path: Path) -> None:
     fig.suptitle(_title(result, what), color="red" if result.simulated else "black")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    save_png(fig, path)
+
+
+def plot_suffix(result: AnyResult) -> str | None:
+    """The name the experiment's plot ends with (PREFIX-time.png ...), None when it has none."""
+    if isinstance(result, OverlapCpuResult):
+        return "-time.png" if any(s.points for s in result.series) else None
+    if not result.points:
+        return None
+    return "-efficiency.png" if isinstance(result, RotationResult) else "-speedup.png"
+
+
+def write_plot(result: AnyResult, path: Path) -> None:
+    """Draws the experiment's plot (see plot_suffix) and saves it at `path`."""
+    if isinstance(result, OverlapCpuResult):
+        _cpu_plot(result, path)
+    elif isinstance(result, RotationResult):
+        _buffers_plot(result, path)
+    else:
+        _gpu_plot(result, path)
 
 
 def _colors(n: int) -> list[tuple[float, ...]]:
     return [plt.get_cmap("tab10")(i % 10) for i in range(n)]
 
 
-def write_cpu_plot(result: OverlapCpuResult, prefix: Path) -> list[Path]:
-    """PREFIX-time.png: left, total time against CPU work W per memory kind, with the ideal
+def _cpu_plot(result: OverlapCpuResult, path: Path) -> None:
+    """Left, total time against CPU work W per memory kind, with the ideal
     max(T0, W) dashed and no overlap at all, T0 + W, dotted; right, the share of the work hidden
     with its ideal min(1, T0 / W)."""
     series = [s for s in result.series if s.points]
-    if not series:
-        return []
     fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.5), dpi=110)
     for s, color in zip(series, _colors(len(series)), strict=True):
         t0 = s.t0_s or 0.0
@@ -77,15 +92,13 @@ def write_cpu_plot(result: OverlapCpuResult, prefix: Path) -> list[Path]:
         ax.grid(True, linestyle=":", linewidth=0.6)
         ax.legend(fontsize=7)
     what = f"{result.direction} {result.mechanism} copy under CPU work"
-    return [_finish(fig, result, what, Path(f"{prefix}-time.png"))]
+    _finish(fig, result, what, path)
 
 
-def write_buffers_plot(result: RotationResult, prefix: Path) -> list[Path]:
-    """PREFIX-efficiency.png: efficiency against the number of buffers, one line per chunk size,
+def _buffers_plot(result: RotationResult, path: Path) -> None:
+    """Efficiency against the number of buffers, one line per chunk size,
     one panel per direction."""
     directions = list(dict.fromkeys(p.direction for p in result.points))
-    if not directions:
-        return []
     fig, axes = plt.subplots(1, len(directions), figsize=(6.5 * len(directions), 5.5), dpi=110,
                              squeeze=False)  # fmt: skip
     chunk_sizes = sorted({p.chunk_bytes for p in result.points})
@@ -113,15 +126,13 @@ def write_buffers_plot(result: RotationResult, prefix: Path) -> list[Path]:
         ax.grid(True, linestyle=":", linewidth=0.6)
         ax.legend(fontsize=8, loc="lower right")
     what = f"{result.chunks} chunks through N rotating buffers"
-    return [_finish(fig, result, what, Path(f"{prefix}-efficiency.png"))]
+    _finish(fig, result, what, path)
 
 
-def write_gpu_plot(result: GpuOverlapResult, prefix: Path) -> list[Path]:
-    """PREFIX-speedup.png: speedup over sequential against streams K, the bound dashed, one
+def _gpu_plot(result: GpuOverlapResult, path: Path) -> None:
+    """Speedup over sequential against streams K, the bound dashed, one
     panel per kernel work value."""
     works = list(dict.fromkeys(p.work for p in result.points))
-    if not works:
-        return []
     fig, axes = plt.subplots(1, len(works), figsize=(6 * len(works), 5.5), dpi=110, squeeze=False)
     for ax, work in zip(axes[0], works, strict=True):
         points = sorted((p for p in result.points if p.work == work), key=lambda p: p.streams)
@@ -146,4 +157,4 @@ def write_gpu_plot(result: GpuOverlapResult, prefix: Path) -> list[Path]:
         ax.grid(True, linestyle=":", linewidth=0.6)
         ax.legend(fontsize=8, loc="lower right")
     what = f"H2D, kernel, D2H of {format_bytes(result.bytes)} over K streams"
-    return [_finish(fig, result, what, Path(f"{prefix}-speedup.png"))]
+    _finish(fig, result, what, path)

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..pageable import PageableResult, SizeResult, crossovers, size_tag
 from ..units import format_bytes
+from .plots import save_png
 
 _STYLE = {
     "pageable": ("tab:red", "o"),
@@ -38,7 +39,8 @@ def _title(result: PageableResult, size: SizeResult) -> str:
     return title
 
 
-def plot_size(result: PageableResult, size: SizeResult, path: Path) -> Path:
+def plot_size(result: PageableResult, size: SizeResult, path: Path) -> None:
+    """The total time of k sends by each way for one size, saved at `path`."""
     strategies = result.strategies(size)
     sends = np.array(result.sends, dtype=float)
     low, high = float(sends.min()), float(sends.max())
@@ -75,15 +77,9 @@ def plot_size(result: PageableResult, size: SizeResult, path: Path) -> Path:
     ax.grid(True, which="both", linestyle=":", linewidth=0.6)
     ax.set_title(_title(result, size), color="red" if result.simulated else "black", fontsize=10)
     ax.legend(fontsize=8, loc="best")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    save_png(fig, path)
 
 
-def write_plots(result: PageableResult, prefix: Path) -> list[Path]:
-    """Writes PREFIX-<size>.png for each size (PREFIX-1GiB.png); returns their paths."""
-    return [
-        plot_size(result, size, Path(f"{prefix}-{size_tag(size.bytes)}.png"))
-        for size in result.sizes
-    ]
+def plot_suffix(size: SizeResult) -> str:
+    """PREFIX-<size>.png: -1GiB.png."""
+    return f"-{size_tag(size.bytes)}.png"

@@ -15,6 +15,23 @@ from ..units import format_bytes, format_seconds
 SIMULATED_BANNER = "SIMULATED: these figures come from a link model, not from a GPU"
 
 
+def format_duration(seconds: float) -> str:
+    """12.5 s, 3 min 07 s."""
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(round(seconds), 60)
+    return f"{minutes} min {rest:02d} s"
+
+
+def wall_time(simulated: bool, wall_s: float, elapsed_s: float | None) -> tuple[str, str]:
+    """A label and a value for how long a run took. A simulated run's clock is the model's, so
+    it is called modelled, with the real time beside it where known."""
+    if not simulated:
+        return "wall time", format_duration(wall_s)
+    real = "" if elapsed_s is None else f" (the simulation took {format_duration(elapsed_s)})"
+    return "modelled time", format_duration(wall_s) + real
+
+
 def _flag(p: Point) -> str:
     if not p.valid:
         return "!"

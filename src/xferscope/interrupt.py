@@ -1,0 +1,145 @@
+"""Ctrl-C (SIGINT) and SIGTERM, handled one way by every command, so nothing measured is lost.
+
+A command's life has phases, and a signal does in each what that phase can afford:
+
+  starting   (parsing options, opening the engine) the signal raises KeyboardInterrupt at once:
+             nothing is measured yet, and leaving fast is all that matters.
+  measuring  (after `record_only()`) the handler records the signal and returns. Engines call
+  and        `check()` before every measuring call and raise KeyboardInterrupt there, where the
+  writing    measuring loops expect it and keep what was measured, so a result is never half-built
+             by an exception landing in its bookkeeping; the data files (JSON, CSV, the history)
+             are then written whole, whatever arrives meanwhile.
+  rendering  (inside `rendering()`) PNG and HTML files get at most GRACE_S after the first
+             signal (SIGALRM raises `Deadline` then), and a second signal raises at once: a plot
+             can always be drawn again from the JSON, so it never holds the exit up.
+
+The state is the process's, like the signals it records; `handling()` starts it afresh for each
+command (tests run many commands in one process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections.abc import Iterator
+from types import FrameType
+
+HANDLED = (signal.SIGINT, signal.SIGTERM)
+# How long renderings may go on after the first signal: the process exits about a second after
+# Ctrl-C, with its data files written first.
+GRACE_S = 0.8
+
+_STARTING, _RECORDING, _RENDERING = "starting", "recording", "rendering"
+
+_received: list[int] = []  # signal numbers, in the order they arrived
+_first_at: float | None = None  # time.monotonic() of the first
+_mode = _STARTING
+_installed = False
+
+
+class Deadline(KeyboardInterrupt):
+    """A rendering ran past GRACE_S after the first signal (raised by SIGALRM)."""
+
+
+def _note(signum: int) -> None:
+    global _first_at
+    if not _received:
+        _first_at = time.monotonic()
+    _received.append(signum)
+
+
+def _handler(signum: int, _frame: FrameType | None) -> None:
+    _note(signum)
+    if _mode == _STARTING:
+        raise KeyboardInterrupt
+    if _mode == _RENDERING:
+        if len(_received) > 1:
+            raise KeyboardInterrupt
+        _arm_deadline()
+
+
+def _alarm(_signum: int, _frame: FrameType | None) -> None:
+    raise Deadline
+
+
+def _arm_deadline() -> None:
+    """Schedules Deadline for GRACE_S after the first signal; raises it now if that is past."""
+    assert _first_at is not None
+    left = _first_at + GRACE_S - time.monotonic()
+    if left <= 0:
+        raise Deadline
+    if _installed:
+        signal.setitimer(signal.ITIMER_REAL, left)
+
+
+@contextlib.contextmanager
+def handling() -> Iterator[None]:
+    """Takes over SIGINT and SIGTERM for one command (main thread only), with no signal received
+    yet; puts the previous handlers back afterwards."""
+    global _installed
+    reset()
+    previous = {signum: signal.signal(signum, _handler) for signum in HANDLED}
+    previous_alarm = signal.signal(signal.SIGALRM, _alarm)
+    _installed = True
+    try:
+        yield
+    finally:
+        _installed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous_alarm)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def reset() -> None:
+    """Forgets every signal received and goes back to the starting phase."""
+    global _mode, _first_at
+    _received.clear()
+    _first_at = None
+    _mode = _STARTING
+
+
+def record_only() -> None:
+    """From now on a signal is recorded, not raised: call it when measuring starts."""
+    global _mode
+    _mode = _RECORDING
+
+
+def requested() -> bool:
+    """Whether a signal asked the command to stop."""
+    return bool(_received)
+
+
+def request(signum: int = signal.SIGINT) -> None:
+    """Records a stop request as the handler does (the simulated engine's `interrupt_after`)."""
+    _note(signum)
+
+
+def check() -> None:
+    """Raises KeyboardInterrupt if a stop was requested. Engines call it before each measuring
+    call; cleanup (closing buffers) never does."""
+    if _received:
+        raise KeyboardInterrupt
+
+
+def exit_status() -> int:
+    """128 + the first signal's number (130 for Ctrl-C, 143 for SIGTERM), as a shell reports."""
+    return 128 + (_received[0] if _received else signal.SIGINT)
+
+
+@contextlib.contextmanager
+def rendering() -> Iterator[None]:
+    """The rendering phase: see the module's docstring. Raises Deadline (a KeyboardInterrupt)
+    at once when a signal came more than GRACE_S ago."""
+    global _mode
+    previous = _mode
+    if _received:
+        _arm_deadline()
+    _mode = _RENDERING
+    try:
+        yield
+    finally:
+        _mode = previous
+        if _installed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
