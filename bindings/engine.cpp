@@ -7,6 +7,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "xferscope/device.hpp"
@@ -21,6 +22,25 @@ using namespace nb::literals;
 namespace xs = xferscope;
 
 namespace {
+
+// Releases the GIL around freeing native resources, unless the interpreter is finalizing: there
+// a release and re-acquire aborts the process ("PyThreadState_Get: ... finalizing"), and no
+// other Python thread can run anyway. The CLI closes everything before it exits; this keeps a
+// library user's leftover transfer or copier from crashing the interpreter's teardown.
+class ReleaseUnlessFinalizing {
+ public:
+  ReleaseUnlessFinalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+    const bool finalizing = Py_IsFinalizing();
+#else
+    const bool finalizing = _Py_IsFinalizing();
+#endif
+    if (!finalizing) release_.emplace();
+  }
+
+ private:
+  std::optional<nb::gil_scoped_release> release_;
+};
 
 // Owns a Transfer until close(), so Python frees pinned and device memory at a point it
 // chooses (a `with` block) rather than whenever the garbage collector runs.
@@ -53,7 +73,7 @@ class TransferHandle {
   }
 
   void close() {
-    nb::gil_scoped_release release;
+    ReleaseUnlessFinalizing release;
     transfer_.reset();
   }
 
@@ -74,7 +94,7 @@ class CopierHandle {
     return *copier_;
   }
   void close() {
-    nb::gil_scoped_release release;
+    ReleaseUnlessFinalizing release;
     copier_.reset();
   }
 

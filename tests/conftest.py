@@ -1,10 +1,43 @@
-"""Shared fixtures. GPU tests ask for `native_engine` and skip cleanly where there is no GPU."""
+"""Shared fixtures. GPU tests ask for `native_engine` and skip cleanly where there is no GPU.
+
+Every test sees the same fictional host (FIXED_HOST), whatever machine runs it: no expectation
+may depend on the CPU vendor, core count, host name or the CPUs this process may use. GPU tests
+read the real host, since they measure it.
+"""
 
 from __future__ import annotations
 
 import pytest
 
+from xferscope import machine
 from xferscope.simulate import SimulatedEngine
+
+FIXED_HOST = {
+    "hostname": "test-host",
+    "cpu": "Intel(R) Xeon(R) Test CPU @ 2.10GHz",
+    "cores": 12,
+    "numa_nodes": 2,
+    "os": "Linux 6.1.0-test",
+    "python": "3.12.0",
+    "process_cpus": "0-5,12-17",
+}
+
+
+_REAL_HOST_FACTS = machine.host_facts
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fixed_host():
+    """Session-wide, so module-scoped fixtures that build results see it too."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(machine, "host_facts", lambda: dict(FIXED_HOST))
+        yield
+
+
+@pytest.fixture(autouse=True)
+def real_host_for_gpu_tests(request, monkeypatch):
+    if request.node.get_closest_marker("gpu") is not None:
+        monkeypatch.setattr(machine, "host_facts", _REAL_HOST_FACTS)
 
 
 @pytest.fixture

@@ -645,7 +645,7 @@ def check_history(path: Path) -> None:
     from .store import History, HistoryError, HistoryLocked
 
     if not path.exists():
-        probe("--history", path.parent)
+        probe("--history", path.parent, path)
         return
     try:
         with History(path, timeout=0.05) as history:

@@ -90,20 +90,24 @@ def atomic_write(
             temp.write_bytes(data)
 
 
-def probe(option: str, directory: Path, shown: Path | str | None = None) -> Path:
+def probe(option: str, directory: Path, target: Path | None = None) -> Path:
     """Creates `directory` (and its parents) if missing and writes and removes a file in it;
-    an OptionError naming `option` and the path the user gave (`shown`) if either fails."""
-    shown = directory if shown is None else shown
+    an OptionError naming `option` and the file the user gave (`target`, else the directory)
+    if either fails."""
+    where = "" if target is None else f" for '{target}'"
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise OptionError(option, f"cannot create directory '{shown}': {reason(exc)}") from None
+        raise OptionError(
+            option, f"cannot create directory '{directory}'{where}: {reason(exc)}"
+        ) from None
     if not directory.is_dir():
-        raise OptionError(option, f"'{shown}' is not a directory")
+        raise OptionError(option, f"'{directory}' is not a directory{where}")
     try:
         fd, name = tempfile.mkstemp(dir=directory, prefix=".xferscope-probe-")
     except OSError as exc:
-        raise OptionError(option, f"cannot write to '{shown}': {reason(exc)}") from None
+        shown = directory if target is None else target
+        raise OptionError(option, f"cannot write '{shown}': {reason(exc)}") from None
     os.close(fd)
     os.unlink(name)
     return directory

@@ -10,8 +10,8 @@ A command's life has phases, and a signal does in each what that phase can affor
              by an exception landing in its bookkeeping; the data files (JSON, CSV, the history)
              are then written whole, whatever arrives meanwhile.
   rendering  (inside `rendering()`) PNG and HTML files get at most GRACE_S after the first
-             signal (SIGALRM raises `Deadline` then), and a second signal raises at once: a plot
-             can always be drawn again from the JSON, so it never holds the exit up.
+             signal (SIGALRM raises `Deadline` then), and a second signal cuts them at once: a
+             plot can always be drawn again from the JSON, so it never holds the exit up.
 
 The state is the process's, like the signals it records; `handling()` starts it afresh for each
 command (tests run many commands in one process).
@@ -21,14 +21,17 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from types import FrameType
+from typing import Any, NoReturn
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 # How long renderings may go on after the first signal: the process exits about a second after
 # Ctrl-C, with its data files written first.
 GRACE_S = 0.8
+RETRY_S = 0.05  # how soon a cut that Python dropped is raised again
 
 _STARTING, _RECORDING, _RENDERING = "starting", "recording", "rendering"
 
@@ -55,12 +58,28 @@ def _handler(signum: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt
     if _mode == _RENDERING:
         if len(_received) > 1:
-            raise KeyboardInterrupt
+            _cut()
         _arm_deadline()
 
 
 def _alarm(_signum: int, _frame: FrameType | None) -> None:
+    _cut()
+
+
+def _cut() -> NoReturn:
+    """Raises Deadline, and arms the timer to raise it again soon: an exception raised from a
+    signal handler can land in a finalizer or a weakref callback, where Python prints and drops
+    it, and the rendering must stop all the same."""
+    if _installed:
+        signal.setitimer(signal.ITIMER_REAL, RETRY_S)
     raise Deadline
+
+
+def _unraisable(info: Any) -> None:
+    """While rendering: a cut that landed where Python cannot raise it is not worth a message
+    (it is raised again RETRY_S later); anything else is reported as usual."""
+    if not isinstance(info.exc_value, KeyboardInterrupt):
+        sys.__unraisablehook__(info)
 
 
 def _arm_deadline() -> None:
@@ -68,9 +87,19 @@ def _arm_deadline() -> None:
     assert _first_at is not None
     left = _first_at + GRACE_S - time.monotonic()
     if left <= 0:
-        raise Deadline
+        _cut()
     if _installed:
         signal.setitimer(signal.ITIMER_REAL, left)
+
+
+def install() -> None:
+    """Takes over SIGINT and SIGTERM for the rest of the process (the `xferscope` program: a
+    signal that comes as it exits is recorded, not fatal). Main thread only."""
+    global _installed
+    for signum in HANDLED:
+        signal.signal(signum, _handler)
+    signal.signal(signal.SIGALRM, _alarm)
+    _installed = True
 
 
 @contextlib.contextmanager
@@ -79,17 +108,16 @@ def handling() -> Iterator[None]:
     yet; puts the previous handlers back afterwards."""
     global _installed
     reset()
-    previous = {signum: signal.signal(signum, _handler) for signum in HANDLED}
-    previous_alarm = signal.signal(signal.SIGALRM, _alarm)
-    _installed = True
+    previous = {signum: signal.getsignal(signum) for signum in (*HANDLED, signal.SIGALRM)}
+    was_installed = _installed
+    install()
     try:
         yield
     finally:
-        _installed = False
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous_alarm)
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        _installed = was_installed
 
 
 def reset() -> None:
@@ -133,13 +161,15 @@ def rendering() -> Iterator[None]:
     """The rendering phase: see the module's docstring. Raises Deadline (a KeyboardInterrupt)
     at once when a signal came more than GRACE_S ago."""
     global _mode
-    previous = _mode
-    if _received:
-        _arm_deadline()
-    _mode = _RENDERING
+    previous, hook = _mode, sys.unraisablehook
+    sys.unraisablehook = _unraisable
     try:
+        if _received:
+            _arm_deadline()
+        _mode = _RENDERING
         yield
     finally:
         _mode = previous
         if _installed:
             signal.setitimer(signal.ITIMER_REAL, 0)
+        sys.unraisablehook = hook

@@ -58,7 +58,9 @@ def pci_locality(bus_id: str) -> dict[str, Any]:
     }
 
 
-def gpu_record(engine: Engine, index: int) -> dict[str, Any]:
+def gpu_record(engine: Engine, index: int, process_cpus: str = "") -> dict[str, Any]:
+    """One GPU's facts. A simulated GPU is placed near `process_cpus`, the CPUs this process
+    runs on."""
     info = engine.device_info(index)
     if engine.simulated:
         facts: dict[str, Any] = {
@@ -68,7 +70,7 @@ def gpu_record(engine: Engine, index: int) -> dict[str, Any]:
             "pcie_width_max": SIMULATED_LINK["width"],
         }
         # The modelled GPU is well placed: near whatever CPUs this process runs on.
-        locality: dict[str, Any] = {"numa_node": 0, "cpu_affinity": process_cpus()}
+        locality: dict[str, Any] = {"numa_node": 0, "cpu_affinity": process_cpus}
     else:
         facts = nvml.gpu_facts(info["uuid"])
         locality = pci_locality(info["pci_bus_id"])
@@ -85,26 +87,36 @@ def gpu_record(engine: Engine, index: int) -> dict[str, Any]:
     return record
 
 
+def host_facts() -> dict[str, Any]:
+    """The host: name, CPU, cores, NUMA nodes, OS, Python and the CPUs this process may use.
+    The one place they are read (tests put a fixed host here, so no test depends on the
+    machine it runs on)."""
+    return {
+        "hostname": socket.gethostname(),
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "numa_nodes": numa_nodes(),
+        "os": f"{platform.system()} {platform.release()}",
+        "python": platform.python_version(),
+        "process_cpus": process_cpus(),
+    }
+
+
 def collect(engine: Engine, devices: list[int]) -> dict[str, Any]:
     """Host, software and GPU facts. For a simulated engine the GPUs are the model's and the
     record says so."""
     driver = None if engine.simulated else nvml.driver_version()
+    host = host_facts()
+    if engine.simulated:
+        host["hostname"] = "simulated"
     return {
         "simulated": engine.simulated,
-        "host": {
-            "hostname": "simulated" if engine.simulated else socket.gethostname(),
-            "cpu": cpu_model(),
-            "cores": os.cpu_count(),
-            "numa_nodes": numa_nodes(),
-            "os": f"{platform.system()} {platform.release()}",
-            "python": platform.python_version(),
-            "process_cpus": process_cpus(),
-        },
+        "host": host,
         "tool_version": __version__,
         "cuda_runtime": format_cuda_version(engine.runtime_version()),
         "cuda_driver_api": format_cuda_version(engine.driver_version()),
         "driver": driver,
-        "gpus": [gpu_record(engine, i) for i in devices],
+        "gpus": [gpu_record(engine, i, host["process_cpus"]) for i in devices],
     }
 
 

@@ -129,7 +129,7 @@ class Destination:
                     spec.option,
                     f"'{target}' exists; give another name, or --force to replace it",
                 )
-        files.probe(spec.option, path.parent if str(path.parent) else Path("."), path.parent)
+        files.probe(spec.option, path.parent, path)
         return Place(path, spec.option, True, force or spec.replace)
 
     def output(

@@ -229,7 +229,7 @@ class SimulatedEngine:
         self.pace = pace
         self._now = 0.0
         self._trials = 0
-        self._real_start = time.perf_counter()
+        self._paced_from: tuple[float, float] | None = None  # (real, modelled) at the first call
 
     def advance(self, seconds: float) -> None:
         """Every measuring call ends here: the modelled time passes (and, paced, real time)."""
@@ -237,7 +237,10 @@ class SimulatedEngine:
         self._now += seconds + 5e-6  # each call costs a little host time
         self._trials += 1
         if self.pace > 0:
-            behind = self._real_start + self._now * self.pace - time.perf_counter()
+            if self._paced_from is None:
+                self._paced_from = (time.perf_counter(), self._now)
+            real, modelled = self._paced_from
+            behind = real + (self._now - modelled) * self.pace - time.perf_counter()
             if behind > 1e-3:  # sleeping less than this costs more than it keeps
                 time.sleep(behind)
         if self.interrupt_after is not None and self._trials > self.interrupt_after:

@@ -498,3 +498,83 @@ def test_device_option_picks_the_gpus(capsys, tmp_path, monkeypatch):
     assert [g["index"] for g in doc["gpus"]] == [1] and doc["multi"] == []
     assert (directory / "gpu1-bandwidth.png").exists()
     assert not (directory / "gpu0-bandwidth.png").exists()
+
+
+# ---- one rule each -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-0.1", "11"])
+def test_compare_refuses_a_threshold_that_is_not_a_fraction(capsys, stored, value):
+    code, out, err = run(capsys, "compare", "1", "2", "--history", str(stored.history),
+                         f"--threshold={value}")  # fmt: skip
+    assert_one_line_error(code, err, "--threshold", "0 to 10")
+    assert code == 2 and out == ""
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["run", "--simulate", "--quick"],
+        ["sweep", "--simulate", "--quick"],
+        ["info", "--simulate"],
+        ["overlap", "cpu", "--simulate"],
+        ["pageable", "--simulate"],
+    ],
+)
+def test_an_empty_device_list_is_refused_by_every_command(capsys, tmp_path, command):
+    code, _, err = run(capsys, *command, "-g", "", *(["-o", str(tmp_path)] if len(command) > 2
+                                                   else []))  # fmt: skip
+    assert_one_line_error(code, err, "--device", "one or more GPU indices")
+    assert code == 2 and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("seed", ["-1", "1e23", str(1 << 64), "abc", ""])
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_a_seed_outside_the_engines_range_is_refused(capsys, tmp_path, command, seed):
+    code, _, err = run(capsys, command, "--simulate", "--quick", f"--seed={seed}",
+                       "-o", str(tmp_path))  # fmt: skip
+    assert_one_line_error(code, err, "--seed", "0 to 18446744073709551615")
+    assert code == 2 and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("seed", "value"), [(str((1 << 64) - 1), (1 << 64) - 1), ("0x10", 16)])
+def test_seeds_across_the_whole_range_are_taken(capsys, tmp_path, seed, value):
+    code, _, err = run(capsys, "sweep", "--simulate", "--quick", "--sizes", "1", "-d", "h2d",
+                       "-m", "pinned", "--seed", seed, "-o", str(tmp_path))  # fmt: skip
+    assert code == 0, err
+    (path,) = tmp_path.glob("sweep-*/sweep.json")
+    assert json.loads(path.read_text())["options"]["seed"] == value
+
+
+def test_a_simulated_run_says_its_time_is_modelled(capsys, tmp_path):
+    code, _, err = run(capsys, *QUICK, "-o", str(tmp_path))
+    assert code == 0, err
+    directory = run_dir(tmp_path)
+    doc = json.loads((directory / "run.json").read_text())
+    assert doc["wall_s"] > 5 and doc["elapsed_s"] < doc["wall_s"]
+    html = (directory / "report.html").read_text()
+    assert "<dt>modelled time</dt>" in html and "the simulation took" in html
+    assert "<dt>wall time</dt>" not in html
+    code, out, _ = run(capsys, "history")
+    assert code == 0 and "modelled" in out
+
+
+def test_quick_takes_the_time_the_readme_says():
+    """`run --help` and the README quote the same measured times for --quick and the default."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert f"about {cli.DEFAULT_S} s per H200; `--quick` about {cli.QUICK_S} s" in readme
+    from click.testing import CliRunner
+
+    help_text = " ".join(CliRunner().invoke(cli.cli, ["run", "--help"]).output.split())
+    assert f"A first look in about {cli.QUICK_S} s per GPU" in help_text
+    assert f"about {cli.DEFAULT_S} s per GPU" in help_text
+
+
+def test_a_report_of_a_document_of_the_wrong_shape_names_the_field(capsys, tmp_path, stored):
+    doc = json.loads((stored.dirs[0] / "run.json").read_text())
+    doc["gpus"][0]["curves"] = "none"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    code, _, err = run(capsys, "report", str(bad), "-o", str(tmp_path / "out"))
+    assert_one_line_error(code, err, str(bad), "gpus[0].curves: expected a list, found a string")
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,44 @@
+"""Ctrl-C at random moments of real measurements on a GPU: the native engine, the staged
+copier's threads and the pinned buffers are released, the process exits with 130 within two
+seconds of the signal without a crash, and what was measured is written whole."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from ..unit.test_interrupts import check_run, check_signalled, check_sweep, interrupt_once
+
+pytestmark = pytest.mark.gpu
+
+# Pageable memcpy, pinned async and the staged copier (its host threads), both directions.
+SWEEP = ["sweep", "--quick", "-d", "h2d,d2h", "-m", "pageable", "--mechanism", "memcpy,staged",
+         "--sizes", "4KiB,1MiB,64MiB,256MiB"]  # fmt: skip
+
+
+def test_sigint_during_a_native_sweep(tmp_path, native_engine):
+    whole = interrupt_once("sweep", tmp_path / "whole", None, SWEEP)
+    assert whole.code == 0, whole.stderr
+    rng = random.Random("xferscope-gpu-sweep")
+    phases = []
+    for i in range(8):
+        delay = rng.uniform(0.0, 0.95 * whole.lifetime_s)
+        outcome = interrupt_once("sweep", tmp_path / f"try{i}", delay, SWEEP)
+        if outcome.after_signal_s is None:
+            phases.append("finished")
+            continue
+        check_signalled(f"sweep: SIGINT {delay:.2f} s in", outcome)
+        phases.append(check_sweep(outcome, curves=4, sizes=4))
+    assert phases.count("measuring") >= 2, phases
+
+
+def test_sigint_during_a_native_run(tmp_path, native_engine):
+    rng = random.Random("xferscope-gpu-run")
+    # `run --quick` takes about 14 s on one H200 once its directory exists.
+    for i, delay in enumerate(rng.uniform(0.5, 13.0) for _ in range(3)):
+        outcome = interrupt_once("run", tmp_path / f"try{i}", delay, ["run", "--quick", "-g", "0"])
+        if outcome.after_signal_s is None:
+            continue
+        check_signalled(f"run: SIGINT {delay:.2f} s in", outcome)
+        check_run(outcome, tmp_path / f"try{i}")
