@@ -208,11 +208,16 @@ def deliver(
     return delivery
 
 
-def finish(delivery: Delivery, interrupted: bool, verification_failed: bool, failed: bool) -> None:
+def finish(
+    delivery: Delivery, interrupted: bool | None, verification_failed: bool, failed: bool
+) -> None:
     """Exits as every command does: 130 (143 for SIGTERM) after a signal, 3 when verification
-    failed, 1 when a part could not run or a file could not be written, else 0."""
+    failed, 1 when a part could not run or a file could not be written, else 0. `interrupted`
+    says whether the measurement was cut short (None: the command measured nothing)."""
     if interrupt.requested():
-        if interrupted:
+        if interrupted is None:
+            stderr.print("interrupted: the files named above are written")
+        elif interrupted:
             stderr.print("interrupted: the files hold what was measured, marked incomplete")
         else:
             stderr.print("interrupted after measuring: the measurement is complete")
@@ -711,12 +716,9 @@ def run(
     costs; with several GPUs the peer-to-peer matrix and all GPUs to the host at once. Then a
     diagnosis, an HTML report, and the run added to the history."""
     from .investigate import RunOptions, run_investigation, steps
-    from .store import default_path
 
     seed_value = parse_seed(seed)
-    history = (
-        None if no_history else (_history_file(history_path) if history_path else default_path())
-    )
+    history = None if no_history else _history_file(history_path)
     engine = open_engine(simulate)
     options = RunOptions(devices=resolve_devices(engine, device), quick=quick, seed=seed_value)
     if history is not None:
@@ -915,7 +917,7 @@ def report_command(ref: str, history_path: str | None, out: str) -> None:
     prepare_renderers(html=kind.name == "run")
     with Destination.prepare(out, name, kind.named(), stamp=False) as dest:
         delivery = deliver(kind.outputs(result, dest), dest, lambda: kind.show(result))
-    finish(delivery, interrupted=False, verification_failed=False, failed=False)
+    finish(delivery, interrupted=None, verification_failed=False, failed=False)
 
 
 def parse_threshold(value: float) -> float:

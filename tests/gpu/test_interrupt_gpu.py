@@ -30,6 +30,10 @@ def test_sigint_during_a_native_sweep(tmp_path, native_engine):
             continue
         check_signalled(f"sweep: SIGINT {delay:.2f} s in", outcome)
         phases.append(check_sweep(outcome, curves=4, sizes=4))
+        print(
+            f"sweep: SIGINT {delay:.2f} s in ({phases[-1]}): exit 130 "
+            f"{outcome.after_signal_s:.3f} s after it"
+        )
     assert phases.count("measuring") >= 2, phases
 
 
@@ -41,4 +45,8 @@ def test_sigint_during_a_native_run(tmp_path, native_engine):
         if outcome.after_signal_s is None:
             continue
         check_signalled(f"run: SIGINT {delay:.2f} s in", outcome)
-        check_run(outcome, tmp_path / f"try{i}")
+        phase = check_run(outcome, tmp_path / f"try{i}")
+        print(
+            f"run: SIGINT {delay:.2f} s in ({phase}): exit 130 {outcome.after_signal_s:.3f} s "
+            "after it"
+        )
