@@ -31,7 +31,13 @@ from .documents import Field
 from .engine import Engine, check_device
 from .errors import AllocationError, EngineError, OptionError
 from .options import _impossible
-from .records import Verification, check_schema, document_header, header_fields
+from .records import (
+    Verification,
+    check_schema,
+    document_header,
+    header_fields,
+    verification_from,
+)
 from .units import format_bytes, format_seconds
 
 CPU_SCHEMA = "xferscope-overlap-cpu"
@@ -1164,7 +1170,6 @@ def _sample_from(x: Field) -> CpuSample:
 
 
 def _series_from(d: Field) -> CpuSeries:
-    v = d.get("verification")
     warmup = d.get("warmup")
     return CpuSeries(
         memory=d["memory"].string(),
@@ -1175,14 +1180,7 @@ def _series_from(d: Field) -> CpuSeries:
             for p in d["points"].items()
         ),
         warmup=None if warmup.null else _sample_from(warmup),
-        verification=None
-        if v.null
-        else Verification(
-            ok=v["ok"].boolean(),
-            bytes_checked=v["bytes_checked"].integer(),
-            mismatched_bytes=v["mismatched_bytes"].integer(),
-            first_mismatch=v["first_mismatch"].optional_integer(),
-        ),
+        verification=verification_from(d.get("verification")),
         status=d["status"].string(),
         error=d.get("error").optional_string(),
     )

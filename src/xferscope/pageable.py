@@ -37,6 +37,7 @@ from .documents import Field
 from .engine import Engine, check_device
 from .errors import AllocationError, OptionError, XferscopeError
 from .records import SchemaError, check_schema, document_header, header_fields  # noqa: F401  (SchemaError: part of this module's API)
+from .run_records import PINNING_KEYS
 from .units import format_bytes
 
 SCHEMA_NAME = "xferscope-pageable"
@@ -50,18 +51,6 @@ DEFAULT_SENDS = (1, 2, 3, 5, 10, 20, 50, 100)
 DEFAULT_REPEATS = 3
 # One timed trial of staged copies lasts about this long (repeats of one copy, as NetPIPE does).
 STAGED_TRIAL_S = 0.05
-
-# measure_pinning's keys, in the order they are reported.
-PINNING_KEYS = (
-    "host_alloc_s",
-    "host_free_s",
-    "register_s",
-    "unregister_s",
-    "pageable_copy_s",
-    "pinned_copy_s",
-    "registered_copy_s",
-    "host_copy_s",
-)
 
 
 # ---- records -----------------------------------------------------------------------------------

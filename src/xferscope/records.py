@@ -165,7 +165,7 @@ def _point_to_dict(p: Point) -> dict[str, Any]:
     }
 
 
-def _verification_from(v: Field) -> Verification | None:
+def verification_from(v: Field) -> Verification | None:
     if v.null:
         return None
     return Verification(
@@ -190,7 +190,7 @@ def _point_from(d: Field) -> Point:
         blocking_timed_out=d["blocking_timed_out"].boolean(),
         footprint_bytes=d["footprint_bytes"].integer(),
         cache_resident=d["cache_resident"].boolean(),
-        verification=_verification_from(d.get("verification")),
+        verification=verification_from(d.get("verification")),
     )
 
 

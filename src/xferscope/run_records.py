@@ -235,9 +235,8 @@ def _concurrent_from(d: Field) -> Concurrent:
     )
 
 
-_PINNING_FIELDS = (
-    "device",
-    "bytes",
+# The engine's pinning costs (measure_pinning's keys), in the order they are reported.
+PINNING_KEYS = (
     "host_alloc_s",
     "host_free_s",
     "register_s",
@@ -247,6 +246,7 @@ _PINNING_FIELDS = (
     "registered_copy_s",
     "host_copy_s",
 )
+_PINNING_FIELDS = ("device", "bytes", *PINNING_KEYS)
 _OVERLAP_FIELDS = (
     "device",
     "direction",

@@ -620,26 +620,13 @@ def _pinning_table(p: PinningCost) -> str:
     per_gb = 1e9 / p.bytes
     size = format_bytes(p.bytes)
     rows: list[list[object]] = [
-        [
-            f"cudaMallocHost ({size})",
-            format_seconds(p.host_alloc_s),
-            format_seconds(p.host_alloc_s * per_gb),
-        ],
-        [
-            f"cudaFreeHost ({size})",
-            format_seconds(p.host_free_s),
-            format_seconds(p.host_free_s * per_gb),
-        ],
-        [
-            f"cudaHostRegister ({size})",
-            format_seconds(p.register_s),
-            format_seconds(p.register_s * per_gb),
-        ],
-        [
-            f"cudaHostUnregister ({size})",
-            format_seconds(p.unregister_s),
-            format_seconds(p.unregister_s * per_gb),
-        ],
+        [f"{call} ({size})", format_seconds(seconds), format_seconds(seconds * per_gb)]
+        for call, seconds in (
+            ("cudaMallocHost", p.host_alloc_s),
+            ("cudaFreeHost", p.host_free_s),
+            ("cudaHostRegister", p.register_s),
+            ("cudaHostUnregister", p.unregister_s),
+        )
     ]
     for memory, seconds in (
         ("pageable", p.pageable_copy_s),
