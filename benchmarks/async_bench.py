@@ -18,10 +18,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from foundation import GiB, comparison, write_record
-from xferscope.engine import NativeEngine
-from xferscope.machine import collect
-from xferscope.measure import run_sweep
-from xferscope.options import SweepOptions
+from xferscope.core.engine import NativeEngine
+from xferscope.core.machine import collect
+from xferscope.sweep.measure import run_sweep
+from xferscope.sweep.options import SweepOptions
 
 HERE = Path(__file__).resolve().parent
 MIB = 1 << 20

@@ -21,10 +21,10 @@ from pathlib import Path
 import torch
 
 from xferscope import __version__
-from xferscope.engine import NativeEngine
-from xferscope.machine import collect
-from xferscope.measure import run_sweep
-from xferscope.options import SweepOptions
+from xferscope.core.engine import NativeEngine
+from xferscope.core.machine import collect
+from xferscope.sweep.measure import run_sweep
+from xferscope.sweep.options import SweepOptions
 
 HERE = Path(__file__).resolve().parent
 GiB = 1 << 30

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from xferscope import machine
-from xferscope.simulate import SimulatedEngine
+from xferscope.core import machine
+from xferscope.core.simulate import SimulatedEngine
 
 FIXED_HOST = {
     "hostname": "test-host",
@@ -47,8 +47,8 @@ def sim() -> SimulatedEngine:
 
 @pytest.fixture(scope="session")
 def native_engine():
-    from xferscope.engine import NativeEngine
-    from xferscope.errors import NoDeviceError
+    from xferscope.core.engine import NativeEngine
+    from xferscope.core.errors import NoDeviceError
 
     try:
         engine = NativeEngine()
@@ -61,7 +61,7 @@ def native_engine():
 @pytest.fixture(autouse=True)
 def fresh_interrupt_state():
     """A stop requested in one test (the simulated engine's interrupt_after) is not the next's."""
-    from xferscope import interrupt
+    from xferscope.core import interrupt
 
     interrupt.reset()
     yield

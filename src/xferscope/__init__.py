@@ -9,7 +9,7 @@ __version__ = "0.1.0"
 __all__ = ["StagedCopier", "StagedPlan", "__version__", "copy_to_device", "copy_to_host"]
 
 if TYPE_CHECKING:
-    from .staged import StagedCopier, StagedPlan, copy_to_device, copy_to_host
+    from .pageable.staged import StagedCopier, StagedPlan, copy_to_device, copy_to_host
 else:
     # Hidden from type checkers: a module __getattr__ would make every unresolved submodule,
     # the native _engine among them, look like an attribute of type Any.
@@ -18,7 +18,7 @@ else:
         """The staged-copy API, imported on first use: `import xferscope` loads neither NumPy
         nor the native engine, and needs no GPU or driver."""
         if name in ("StagedCopier", "StagedPlan", "copy_to_device", "copy_to_host"):
-            from . import staged
+            from .pageable import staged
 
             return getattr(staged, name)
         raise AttributeError(f"module 'xferscope' has no attribute {name!r}")

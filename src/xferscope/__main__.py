@@ -16,11 +16,11 @@ from typing import NoReturn
 
 
 def main() -> NoReturn:
-    from . import interrupt
+    from .core import interrupt
 
     interrupt.install()
     try:
-        from .cli import main as run
+        from .cli.app import main as run
 
         code = run()
     except KeyboardInterrupt:  # during the import, before a command ran

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from xferscope.errors import EngineError
+from xferscope.core.errors import EngineError
 
 pytestmark = pytest.mark.gpu
 MIB = 1 << 20

@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from xferscope.errors import AllocationError, NoDeviceError
-from xferscope.machine import gpu_record
-from xferscope.measure import run_sweep
-from xferscope.options import SweepOptions
+from xferscope.core.errors import AllocationError, NoDeviceError
+from xferscope.core.machine import gpu_record
+from xferscope.sweep.measure import run_sweep
+from xferscope.sweep.options import SweepOptions
 
 pytestmark = pytest.mark.gpu
 

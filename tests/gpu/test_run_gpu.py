@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from xferscope.errors import EngineError
-from xferscope.machine import gpu_record
+from xferscope.core.errors import EngineError
+from xferscope.core.machine import gpu_record
 
 pytestmark = pytest.mark.gpu
 MIB = 1 << 20

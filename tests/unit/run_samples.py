@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from xferscope.measure import run_sweep
-from xferscope.options import SweepOptions
-from xferscope.run_records import (
+from xferscope.core.simulate import SimulatedEngine
+from xferscope.run.records import (
     ERROR,
     OK,
     WARNING,
@@ -15,7 +14,8 @@ from xferscope.run_records import (
     RunResult,
     Stream,
 )
-from xferscope.simulate import SimulatedEngine
+from xferscope.sweep.measure import run_sweep
+from xferscope.sweep.options import SweepOptions
 
 MIB = 1 << 20
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from xferscope import cli
-from xferscope.simulate import SimulatedEngine
+from xferscope.cli import app as cli
+from xferscope.core.simulate import SimulatedEngine
 
 SMALL = ["--simulate", "--quick", "--sizes", "1,4KiB,1MiB"]
 RANGE = ["--simulate", "--quick", "--max-size", "1MiB"]
@@ -107,7 +107,7 @@ def test_perturbation_adds_neighbours(capsys, tmp_path):
 
 
 def test_sizes_beyond_host_memory_are_refused(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr("xferscope.machine.host_memory_total", lambda: 1 << 30)
+    monkeypatch.setattr("xferscope.core.machine.host_memory_total", lambda: 1 << 30)
     code, _, err = run(capsys, "sweep", *SMALL, "--sizes=4GiB", "-d", "h2d", "-o", str(tmp_path))
     assert_one_line_error(code, err, "--max-size", "host memory")
 
@@ -259,7 +259,7 @@ def test_help_lists_every_option(capsys):
 
 def _has_gpu() -> bool:
     try:
-        from xferscope.engine import NativeEngine
+        from xferscope.core.engine import NativeEngine
 
         return NativeEngine().device_count() > 0
     except Exception:

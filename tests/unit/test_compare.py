@@ -11,7 +11,10 @@ from collections.abc import Callable
 import pytest
 from rich.console import Console
 
-from xferscope.compare import (
+from xferscope.core.errors import XferscopeError
+from xferscope.core.simulate import SimulatedEngine
+from xferscope.documents.reader import DocumentError
+from xferscope.run.compare import (
     FASTER,
     SAME,
     SLOWER,
@@ -23,15 +26,12 @@ from xferscope.compare import (
     render,
     to_dict,
 )
-from xferscope.documents import DocumentError
-from xferscope.errors import XferscopeError
-from xferscope.measure import run_sweep
-from xferscope.metrics import Metric, run_metrics
-from xferscope.options import SweepOptions
-from xferscope.records import to_dict as sweep_to_dict
-from xferscope.run_records import RunResult, run_to_dict
-from xferscope.simulate import SimulatedEngine
-from xferscope.store import History, HistoryError
+from xferscope.run.history import History, HistoryError
+from xferscope.run.metrics import Metric, run_metrics
+from xferscope.run.records import RunResult, run_to_dict
+from xferscope.sweep.measure import run_sweep
+from xferscope.sweep.options import SweepOptions
+from xferscope.sweep.records import to_dict as sweep_to_dict
 
 from .run_samples import sample_run
 

@@ -10,11 +10,12 @@ from dataclasses import replace
 
 import pytest
 
-from xferscope import diagnose
-from xferscope.diagnose import RULES
-from xferscope.investigate import RunOptions, gpu_curves, run_investigation
-from xferscope.links import pcie_peak
-from xferscope.run_records import (
+from xferscope.core.links import pcie_peak
+from xferscope.core.simulate import SimulatedEngine
+from xferscope.run import diagnose
+from xferscope.run.diagnose import RULES
+from xferscope.run.investigate import RunOptions, gpu_curves, run_investigation
+from xferscope.run.records import (
     ERROR,
     INFO,
     OK,
@@ -25,7 +26,6 @@ from xferscope.run_records import (
     RunResult,
     Stream,
 )
-from xferscope.simulate import SimulatedEngine
 
 from .run_samples import sample_run
 

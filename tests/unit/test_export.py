@@ -16,12 +16,16 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from xferscope.export import csv as export_csv
-from xferscope.export import json as export_json
-from xferscope.export import write_csv, write_json
-from xferscope.measure import run_sweep
-from xferscope.options import SweepOptions
-from xferscope.records import (
+from xferscope.core.simulate import SimulatedEngine
+from xferscope.documents import csv as export_csv
+from xferscope.documents import json as export_json
+from xferscope.documents.csv import write_csv
+from xferscope.documents.json import write_json
+from xferscope.report.plots import write_plots
+from xferscope.report.table import SIMULATED_BANNER, print_report
+from xferscope.sweep.measure import run_sweep
+from xferscope.sweep.options import SweepOptions
+from xferscope.sweep.records import (
     CUT_SHORT,
     ESTIMATED,
     MEASURED,
@@ -34,9 +38,6 @@ from xferscope.records import (
     SweepResult,
     Verification,
 )
-from xferscope.report.plots import write_plots
-from xferscope.report.table import SIMULATED_BANNER, print_report
-from xferscope.simulate import SimulatedEngine
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 UPDATE = os.environ.get("XFERSCOPE_UPDATE_GOLDEN") == "1"

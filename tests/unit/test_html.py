@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from xferscope.report.html import SIMULATED_BANNER, render_html, write_html
-from xferscope.run_records import ERROR, INFO, OK, WARNING, Concurrent, Finding, RunResult
+from xferscope.run.records import ERROR, INFO, OK, WARNING, Concurrent, Finding, RunResult
 
 from .run_samples import sample_run
 

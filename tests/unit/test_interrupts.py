@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from xferscope import cli, interrupt
-from xferscope.investigate import gpu_curves
-from xferscope.simulate import SimulatedEngine
-from xferscope.store import History
+from xferscope.cli import app as cli
+from xferscope.core import interrupt
+from xferscope.core.simulate import SimulatedEngine
+from xferscope.run.history import History
+from xferscope.run.investigate import gpu_curves
 
 from .test_cli import run
 

@@ -7,8 +7,9 @@ import itertools
 
 import pytest
 
-from xferscope import investigate
-from xferscope.investigate import (
+from xferscope.core.simulate import SimulatedEngine
+from xferscope.run import investigate
+from xferscope.run.investigate import (
     DEFAULT_PLAN,
     QUICK_PLAN,
     RunOptions,
@@ -16,8 +17,7 @@ from xferscope.investigate import (
     run_investigation,
     steps,
 )
-from xferscope.run_records import ERROR, WARNING, Concurrent, PinningCost
-from xferscope.simulate import SimulatedEngine
+from xferscope.run.records import ERROR, WARNING, Concurrent, PinningCost
 
 CURVES = len(gpu_curves(0))  # per GPU
 

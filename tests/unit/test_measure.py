@@ -1,14 +1,15 @@
-"""The sweep driver (xferscope.measure) on the simulated engine, whose clock is virtual."""
+"""The sweep driver (xferscope.sweep.measure) on the simulated engine, whose clock is virtual."""
 
 from __future__ import annotations
 
 import pytest
 
-from xferscope import interrupt
-from xferscope.errors import OptionError
-from xferscope.measure import run_sweep
-from xferscope.options import SweepOptions
-from xferscope.records import (
+from xferscope.core import interrupt
+from xferscope.core.errors import OptionError
+from xferscope.core.simulate import SimulatedEngine
+from xferscope.sweep.measure import run_sweep
+from xferscope.sweep.options import SweepOptions
+from xferscope.sweep.records import (
     CUT_SHORT,
     ESTIMATED,
     MEASURED,
@@ -18,7 +19,6 @@ from xferscope.records import (
     Point,
     SweepResult,
 )
-from xferscope.simulate import SimulatedEngine
 
 SIZES = (1, 4096, 1 << 20)
 GIB = 1 << 30

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from xferscope import files, outputs
-from xferscope.outputs import Delivery, Destination, Named, text
-from xferscope.store import History
+from xferscope.cli import outputs
+from xferscope.cli.outputs import Delivery, Destination, Named, text
+from xferscope.documents import files
+from xferscope.run.history import History
 
 from .test_cli import assert_one_line_error, run
 
@@ -91,7 +92,7 @@ def test_a_named_file_that_exists_is_never_replaced_unasked(capsys, tmp_path, op
 
 def test_a_file_made_while_measuring_is_not_replaced(capsys, tmp_path, monkeypatch):
     target = tmp_path / "r.json"
-    from xferscope import measure
+    from xferscope.sweep import measure
 
     real = measure.run_sweep
 

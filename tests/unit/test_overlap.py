@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from xferscope import cli as cli_module
-from xferscope import cli_overlap
-from xferscope.errors import OptionError
-from xferscope.overlap import (
+from xferscope.cli import app as cli_module
+from xferscope.cli import overlap as cli_overlap
+from xferscope.core.errors import OptionError
+from xferscope.core.simulate import SimulatedEngine
+from xferscope.overlap.experiments import (
     BUFFERS_SCHEMA,
     CPU_SCHEMA,
     DEFAULT_WORK_FACTORS,
@@ -27,8 +28,7 @@ from xferscope.overlap import (
     measure_rotation,
     rotation_verdict,
 )
-from xferscope.records import SchemaError
-from xferscope.simulate import SimulatedEngine
+from xferscope.sweep.records import SchemaError
 
 from .test_cli import assert_one_line_error, run
 
@@ -194,7 +194,7 @@ def test_rotation_verdict_and_failures():
 def test_rotation_refuses_more_pinned_memory_than_allowed(monkeypatch):
     with pytest.raises(OptionError, match="--max-pinned"):
         rotation(buffers_list=(8,), chunk_sizes=(16 * MIB,), max_pinned=64 * MIB)
-    monkeypatch.setattr("xferscope.machine.host_memory_total", lambda: 200 * MIB)
+    monkeypatch.setattr("xferscope.core.machine.host_memory_total", lambda: 200 * MIB)
     with pytest.raises(OptionError, match=r"--buffers.*half of this machine"):
         rotation(buffers_list=(8,), chunk_sizes=(16 * MIB,))
 
@@ -385,7 +385,7 @@ def test_bad_input_is_one_line(capsys, tmp_path, args, fragments):
 
 
 def test_more_pinned_memory_than_the_machine_has_is_refused(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr("xferscope.machine.host_memory_total", lambda: 1 << 30)
+    monkeypatch.setattr("xferscope.core.machine.host_memory_total", lambda: 1 << 30)
     code, _, err = run(capsys, *BUFFERS, "--chunk-sizes", "512MiB", "-o", str(tmp_path))
     assert_one_line_error(code, err, "--buffers", "1 GiB of pinned host memory", "half")
     code, _, err = run(capsys, *CPU, "--size", "768MiB", "-o", str(tmp_path))
@@ -396,7 +396,7 @@ def test_more_pinned_memory_than_the_machine_has_is_refused(capsys, tmp_path, mo
 
 @pytest.mark.parametrize(("args", "calls"), [(CPU, 9), (BUFFERS, 2), ([*GPU, "--work", "1,10"], 4)])
 def test_ctrl_c_keeps_what_was_measured(capsys, tmp_path, monkeypatch, args, calls):
-    monkeypatch.setattr("xferscope.interrupt.GRACE_S", 60.0)  # time enough to draw the plot
+    monkeypatch.setattr("xferscope.core.interrupt.GRACE_S", 60.0)  # time enough to draw the plot
     monkeypatch.setattr(
         cli_module, "open_engine", lambda simulate: SimulatedEngine(interrupt_after=calls)
     )

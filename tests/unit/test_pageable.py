@@ -12,9 +12,11 @@ import math
 import pytest
 
 from tests.unit.test_cli import assert_one_line_error, run
-from xferscope import cli, pageable
-from xferscope.errors import AllocationError
-from xferscope.pageable import (
+from xferscope.cli import app as cli
+from xferscope.core.errors import AllocationError
+from xferscope.core.simulate import SimulatedEngine
+from xferscope.pageable import measure as pageable
+from xferscope.pageable.measure import (
     Crossover,
     Strategy,
     cheaper_from,
@@ -23,7 +25,6 @@ from xferscope.pageable import (
     fastest,
     measure,
 )
-from xferscope.simulate import SimulatedEngine
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -281,7 +282,7 @@ def test_bad_input_is_one_line(capsys, tmp_path, args, fragments):
 
 
 def test_sizes_beyond_host_memory_are_refused(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr("xferscope.machine.host_memory_total", lambda: 1 << 30)
+    monkeypatch.setattr("xferscope.core.machine.host_memory_total", lambda: 1 << 30)
     code, _, err = run(capsys, *SMALL, "--sizes", "1GiB", "-o", str(tmp_path))
     assert_one_line_error(code, err, "--sizes", "host memory")
 

@@ -1,4 +1,4 @@
-"""Experiment design (xferscope.plan): sizes, repeats, trial lengths and the budget limiter."""
+"""Experiment design (xferscope.core.plan): sizes, repeats, trial lengths and the budget limiter."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from xferscope import plan
-from xferscope.plan import (
+from xferscope.core import plan
+from xferscope.core.plan import (
     PointBudget,
     fit_trials,
     log_sizes,

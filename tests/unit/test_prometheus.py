@@ -11,8 +11,8 @@ import stat
 
 import pytest
 
-from xferscope.export.prometheus import escape_label_value, render_prometheus, write_prometheus
-from xferscope.metrics import run_metrics
+from xferscope.documents.prometheus import escape_label_value, render_prometheus, write_prometheus
+from xferscope.run.metrics import run_metrics
 
 from .run_samples import sample_run
 

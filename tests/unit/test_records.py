@@ -1,4 +1,4 @@
-"""Result records and their JSON form (xferscope.records)."""
+"""Result records and their JSON form (xferscope.sweep.records)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from xferscope import records
-from xferscope.records import (
+from xferscope.sweep import records
+from xferscope.sweep.records import (
     CUT_SHORT,
     ESTIMATED,
     MEASURED,

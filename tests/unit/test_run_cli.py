@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from xferscope import cli
-from xferscope.simulate import SimulatedEngine
-from xferscope.store import History
+from xferscope.cli import app as cli
+from xferscope.core.simulate import SimulatedEngine
+from xferscope.run.history import History
 
 from .test_cli import assert_one_line_error, run
 
@@ -26,7 +26,7 @@ RUN_FILES = {"report.html", "run.json", "points.csv", "metrics.csv", "gpu0-bandw
              "gpu0-latency.png"}  # fmt: skip
 HEADLINE = "gpu0/h2d/pinned/async/device/bandwidth"
 
-from xferscope.investigate import gpu_curves  # noqa: E402
+from xferscope.run.investigate import gpu_curves  # noqa: E402
 
 CURVES = len(gpu_curves(0))  # per GPU
 
@@ -337,7 +337,7 @@ def test_history_spoiled_during_the_run_costs_no_results(capsys, tmp_path, histo
     """The history was fine before measuring and is garbage after: the files are written."""
     garbage = bytes(range(256)) * 16
     history.parent.mkdir()
-    from xferscope import investigate
+    from xferscope.run import investigate
 
     measure = investigate.run_investigation
 
@@ -438,7 +438,7 @@ def test_two_runs_in_one_second_keep_both(capsys, tmp_path, monkeypatch):
     fixed = real_dt.datetime(2026, 1, 2, 3, 4, 5)
     fake = types.SimpleNamespace(datetime=types.SimpleNamespace(now=lambda *a: fixed),
                                  timezone=real_dt.timezone)  # fmt: skip
-    monkeypatch.setattr("xferscope.outputs.dt", fake)
+    monkeypatch.setattr("xferscope.cli.outputs.dt", fake)
     for _ in range(2):
         assert run(capsys, *QUICK, "-o", str(tmp_path), "--no-history")[0] == 0
     assert len(list(tmp_path.glob("run-*/run.json"))) == 2

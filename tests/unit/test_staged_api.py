@@ -12,10 +12,10 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from xferscope import staged
-from xferscope.errors import EngineError, NoDeviceError
-from xferscope.simulate import SIMULATED_STAGED_PLAN, SimulatedCopier, SimulatedEngine
-from xferscope.staged import StagedCopier, StagedPlan
+from xferscope.core.errors import EngineError, NoDeviceError
+from xferscope.core.simulate import SIMULATED_STAGED_PLAN, SimulatedCopier, SimulatedEngine
+from xferscope.pageable import staged
+from xferscope.pageable.staged import StagedCopier, StagedPlan
 
 DEVICE = 0x7F00_0000_0000  # a made-up device address: the simulated engine moves no bytes
 
@@ -315,7 +315,7 @@ def test_close_is_idempotent_and_later_copies_fail(engine):
 def test_the_native_copier_translates_engine_errors():
     """NativeEngine wraps the native copier so its CUDA errors become xferscope errors."""
     from xferscope import _engine
-    from xferscope.engine import NativeEngine, _NativeCopier
+    from xferscope.core.engine import NativeEngine, _NativeCopier
 
     class FailingHandle:
         plan: ClassVar[dict[str, int]] = {"threads": 2}
@@ -379,7 +379,7 @@ def test_package_exports_the_api_without_loading_numpy_or_the_engine():
         "import sys, xferscope\n"
         "assert 'numpy' not in sys.modules and 'xferscope._engine' not in sys.modules\n"
         "from xferscope import StagedCopier, StagedPlan, copy_to_device, copy_to_host\n"
-        "from xferscope import staged\n"
+        "from xferscope.pageable import staged\n"
         "assert StagedCopier is staged.StagedCopier and copy_to_host is staged.copy_to_host\n"
         "assert 'xferscope._engine' not in sys.modules\n"
         "try:\n    xferscope.nothing\nexcept AttributeError as e:\n    print(e)\n"

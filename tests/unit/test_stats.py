@@ -1,10 +1,10 @@
-"""Statistics over per-copy times (xferscope.stats)."""
+"""Statistics over per-copy times (xferscope.core.stats)."""
 
 from __future__ import annotations
 
 import pytest
 
-from xferscope.stats import median, relative_noise, relative_range
+from xferscope.core.stats import median, relative_noise, relative_range
 
 
 def test_median() -> None:

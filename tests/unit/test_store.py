@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from xferscope.errors import XferscopeError
-from xferscope.store import SCHEMA_VERSION, History, HistoryError, RunSummary, default_path
+from xferscope.core.errors import XferscopeError
+from xferscope.run.history import SCHEMA_VERSION, History, HistoryError, RunSummary, default_path
 
 from .run_samples import sample_run
 

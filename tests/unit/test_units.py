@@ -1,10 +1,10 @@
-"""Parsing and formatting of sizes, times and rates (xferscope.units)."""
+"""Parsing and formatting of sizes, times and rates (xferscope.core.units)."""
 
 from __future__ import annotations
 
 import pytest
 
-from xferscope.units import format_bytes, format_rate, format_seconds, parse_size
+from xferscope.core.units import format_bytes, format_rate, format_seconds, parse_size
 
 
 @pytest.mark.parametrize(

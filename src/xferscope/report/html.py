@@ -23,10 +23,10 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import plotly.offline
 
-from ..export import atomic_write
-from ..metrics import HEADLINE_CURVES
-from ..records import ESTIMATED, Curve, Point
-from ..run_records import (
+from ..core.units import format_bytes, format_rate, format_seconds
+from ..documents.files import atomic_write
+from ..run.metrics import HEADLINE_CURVES
+from ..run.records import (
     ERROR,
     INFO,
     OK,
@@ -38,7 +38,7 @@ from ..run_records import (
     PinningCost,
     RunResult,
 )
-from ..units import format_bytes, format_rate, format_seconds
+from ..sweep.records import ESTIMATED, Curve, Point
 from .table import wall_time
 
 SIMULATED_BANNER = "SIMULATED: figures come from a link model, not a GPU"

@@ -11,8 +11,8 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from ..overlap import AnyResult, GpuOverlapResult, OverlapCpuResult, RotationResult
-from ..units import format_bytes
+from ..core.units import format_bytes
+from ..overlap.experiments import AnyResult, GpuOverlapResult, OverlapCpuResult, RotationResult
 from .plots import save_png
 
 

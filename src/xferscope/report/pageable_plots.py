@@ -11,8 +11,8 @@ matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt
 import numpy as np
 
-from ..pageable import PageableResult, SizeResult, crossovers, size_tag
-from ..units import format_bytes
+from ..core.units import format_bytes
+from ..pageable.measure import PageableResult, SizeResult, crossovers, size_tag
 from .plots import save_png
 
 _STYLE = {

@@ -13,7 +13,7 @@ from matplotlib import ticker
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from ..records import ESTIMATED, Curve, SweepResult
+from ..sweep.records import ESTIMATED, Curve, SweepResult
 
 
 def _title(result: SweepResult, what: str) -> str:

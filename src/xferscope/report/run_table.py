@@ -6,9 +6,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..metrics import HEADLINE_CURVES
-from ..run_records import ERROR, INFO, OK, WARNING, RunResult
-from ..units import format_bytes, format_rate, format_seconds
+from ..core.units import format_bytes, format_rate, format_seconds
+from ..run.metrics import HEADLINE_CURVES
+from ..run.records import ERROR, INFO, OK, WARNING, RunResult
 from .table import SIMULATED_BANNER
 
 STYLES = {ERROR: "bold red", WARNING: "yellow", INFO: "cyan", OK: "green"}

@@ -9,8 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..records import CUT_SHORT, ESTIMATED, Curve, CurveConfig, Point, SweepResult
-from ..units import format_bytes, format_seconds
+from ..core.units import format_bytes, format_seconds
+from ..sweep.records import CUT_SHORT, ESTIMATED, Curve, CurveConfig, Point, SweepResult
 
 SIMULATED_BANNER = "SIMULATED: these figures come from a link model, not from a GPU"
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import stats
-from .records import Curve
-from .run_records import Concurrent, RunResult
+from ..core import stats
+from ..sweep.records import Curve
+from .records import Concurrent, RunResult
 
 # The figures a person reads first, by curve (direction, memory, mechanism, timing).
 HEADLINE_CURVES = {

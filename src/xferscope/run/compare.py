@@ -18,13 +18,13 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .documents import DocumentError, read_document
+from ..core.units import format_rate, format_seconds
+from ..documents.reader import DocumentError, read_document
+from ..sweep.records import SCHEMA_NAME as SWEEP_SCHEMA_NAME
+from ..sweep.records import SchemaError
+from .history import History
 from .metrics import Metric, run_metrics
-from .records import SCHEMA_NAME as SWEEP_SCHEMA_NAME
-from .records import SchemaError
-from .run_records import RunResult, run_from_dict
-from .store import History
-from .units import format_rate, format_seconds
+from .records import RunResult, run_from_dict
 
 COMPARE_SCHEMA_NAME = "xferscope-compare"
 COMPARE_SCHEMA_VERSION = 1

@@ -26,9 +26,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from .errors import XferscopeError
-from .records import SchemaError
-from .run_records import ERROR, WARNING, RunResult, run_from_dict, run_to_dict
+from ..core.errors import XferscopeError
+from ..sweep.records import SchemaError
+from .records import ERROR, WARNING, RunResult, run_from_dict, run_to_dict
 
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x58465343  # "XFSC": marks the file as an xferscope history

@@ -8,26 +8,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from . import cli as cli_module
-from .cli import (
-    DocumentKind,
-    ProgressObserver,
-    begin_measuring,
-    cli,
-    deliver,
-    finish,
-    nothing_measured,
-    output_options,
-    prepare_renderers,
-    progress_bar,
-    register,
-    resolve_devices,
-    stdout,
-)
-from .errors import OptionError
-from .options import parse_sizes
-from .outputs import Destination, Maker, Named, Output, text
-from .pageable import (
+from ..core.errors import OptionError
+from ..core.units import format_bytes, format_rate, format_seconds
+from ..pageable.measure import (
     DEFAULT_REPEATS,
     DEFAULT_SENDS,
     DEFAULT_SIZES,
@@ -46,7 +29,24 @@ from .pageable import (
     size_tag,
     steps,
 )
-from .units import format_bytes, format_rate, format_seconds
+from ..sweep.options import parse_sizes
+from . import app as cli_module
+from .app import (
+    DocumentKind,
+    ProgressObserver,
+    begin_measuring,
+    cli,
+    deliver,
+    finish,
+    nothing_measured,
+    output_options,
+    prepare_renderers,
+    progress_bar,
+    register,
+    resolve_devices,
+    stdout,
+)
+from .outputs import Destination, Maker, Named, Output, text
 
 
 def parse_sends(option: str, text: str) -> tuple[int, ...]:
@@ -136,7 +136,7 @@ def pageable_named(
 
 def pageable_outputs(result: PageableResult, dest: Destination) -> list[Output]:
     """JSON, CSV and a plot per size."""
-    from .report import pageable_plots
+    from ..report import pageable_plots
 
     outputs = [
         dest.output("json", text(lambda: dumps_json(result))),

@@ -26,8 +26,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from . import files, interrupt
-from .errors import OptionError
+from ..core import interrupt
+from ..core.errors import OptionError
+from ..documents import files
 
 # Writes a file's content at the temporary path it is given; `written` holds the files written
 # before it (a page that links to them lists those).

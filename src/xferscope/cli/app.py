@@ -16,8 +16,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import __version__, interrupt, plan
-from .engine import (
+from .. import __version__
+from ..core import interrupt, plan
+from ..core.engine import (
     DIRECTIONS,
     HOST_MEMORY,
     MECHANISMS,
@@ -27,19 +28,19 @@ from .engine import (
     close_native,
     open_engine,
 )
-from .errors import OptionError, XferscopeError
-from .options import (
+from ..core.errors import OptionError, XferscopeError
+from ..core.units import format_bytes, format_rate
+from ..run.records import GpuSection, RunResult, run_from_dict
+from ..sweep.options import (
     SweepOptions,
     parse_devices,
     parse_list,
     parse_size_option,
     parse_sizes,
 )
+from ..sweep.records import SCHEMA_NAME as SWEEP_SCHEMA
+from ..sweep.records import CurveConfig, Point, SweepResult, from_dict
 from .outputs import Delivery, Destination, Maker, Named, Output, text
-from .records import SCHEMA_NAME as SWEEP_SCHEMA
-from .records import CurveConfig, Point, SweepResult, from_dict
-from .run_records import GpuSection, RunResult, run_from_dict
-from .units import format_bytes, format_rate
 
 EXIT_INTERRUPTED = 130
 EXIT_VERIFICATION_FAILED = 3
@@ -168,10 +169,10 @@ def prepare_renderers(html: bool = False) -> None:
     """Imports matplotlib (and plotly for the HTML report) before measuring: they take a second
     to load, which would otherwise delay the results, and a Ctrl-C landing inside an import
     leaves a module half-made."""
-    from .report import plots  # noqa: F401  (imported for its side effect: matplotlib loaded)
+    from ..report import plots  # noqa: F401  (imported for its side effect: matplotlib loaded)
 
     if html:
-        from .report import html as page
+        from ..report import html as page
 
         page.prepare()
 
@@ -347,7 +348,7 @@ def register(schema: str, kind: DocumentKind) -> None:
 def sweep(**kw: Any) -> None:
     """Bandwidth and latency against transfer size, one curve per configuration (NetPIPE's
     method: log-scale sizes, repeats sized to a target time, several trials per size)."""
-    from .measure import prepare_sweep, run_sweep
+    from ..sweep.measure import prepare_sweep, run_sweep
 
     options = build_sweep_options(kw)
     engine = open_engine(kw["simulate"])
@@ -375,7 +376,7 @@ def sweep(**kw: Any) -> None:
 
 def sweep_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
     """The sweep's files: where the options put them (kw None: the default names)."""
-    from .report.plots import PLOTS
+    from ..report.plots import PLOTS
 
     kw = kw or {}
     return {
@@ -391,9 +392,9 @@ def sweep_measured(result: SweepResult) -> bool:
 
 def sweep_outputs(result: SweepResult, dest: Destination) -> list[Output]:
     """JSON, CSV, and the bandwidth and latency plots."""
-    from .export import csv as csv_export
-    from .export import json as json_export
-    from .report import plots
+    from ..documents import csv as csv_export
+    from ..documents import json as json_export
+    from ..report import plots
 
     def plot(what: str) -> Maker:
         return lambda path, _written: plots.write_plot(result, what, path)
@@ -475,7 +476,7 @@ def build_sweep_options(kw: dict[str, Any]) -> SweepOptions:
 def info(device: str | None, as_json: bool, simulate: bool) -> None:
     """GPUs, their PCIe links (current against max, with the theoretical peak), driver and
     runtime versions, NUMA node and CPU affinity."""
-    from .machine import collect
+    from ..core.machine import collect
 
     engine: Engine = open_engine(simulate)
     facts = collect(engine, list(resolve_devices(engine, device)))
@@ -563,11 +564,11 @@ def run_named(prometheus: str | None = None) -> dict[str, Named]:
 def run_outputs(result: RunResult, dest: Destination) -> list[Output]:
     """run.json, points.csv, metrics.csv, the Prometheus textfile (where asked), two PNGs per GPU
     and the HTML report, which links to the others."""
-    from .export.csv import run_metrics_csv, run_points_csv
-    from .export.prometheus import file_mode, render_prometheus
-    from .report import plots
-    from .report.html import render_html
-    from .run_records import run_to_dict
+    from ..documents.csv import run_metrics_csv, run_points_csv
+    from ..documents.prometheus import file_mode, render_prometheus
+    from ..report import plots
+    from ..report.html import render_html
+    from ..run.records import run_to_dict
 
     outputs = [
         dest.output(
@@ -618,7 +619,7 @@ def gpu_view(result: RunResult, gpu: GpuSection) -> SweepResult:
 def append_history(result: RunResult, path: Path) -> int:
     """Adds the run to the history. A lock held by another writer is waited for (up to
     HISTORY_WAIT_S, saying so), but never past a Ctrl-C."""
-    from .store import History, HistoryLocked
+    from ..run.history import History, HistoryLocked
 
     deadline = time.monotonic() + HISTORY_WAIT_S
     told = False
@@ -646,8 +647,8 @@ def check_history(path: Path) -> None:
     """Before measuring: the history can be written. One that exists is opened and its write
     lock taken and let go (a lock held by another process is fine: it is waited for after
     measuring); for a new one, its directory is probed. Nothing is created but the directory."""
-    from .files import probe
-    from .store import History, HistoryError, HistoryLocked
+    from ..documents.files import probe
+    from ..run.history import History, HistoryError, HistoryLocked
 
     if not path.exists():
         probe("--history", path.parent, path)
@@ -715,7 +716,7 @@ def run(
     device time; device-to-device; copy engines against SM copies; H2D while D2H runs; pinning
     costs; with several GPUs the peer-to-peer matrix and all GPUs to the host at once. Then a
     diagnosis, an HTML report, and the run added to the history."""
-    from .investigate import RunOptions, run_investigation, steps
+    from ..run.investigate import RunOptions, run_investigation, steps
 
     seed_value = parse_seed(seed)
     history = None if no_history else _history_file(history_path)
@@ -734,8 +735,8 @@ def run(
 
 
 def _deliver_run(result: RunResult, dest: Destination, history: Path | None) -> None:
-    from .report.run_table import print_run
-    from .store import HistoryError
+    from ..report.run_table import print_run
+    from ..run.history import HistoryError
 
     history_failed = False
 
@@ -779,7 +780,7 @@ register(
 
 
 def _print_run(result: RunResult) -> None:
-    from .report.run_table import print_run
+    from ..report.run_table import print_run
 
     print_run(result, stdout)
 
@@ -797,7 +798,7 @@ register(
 
 
 def _print_sweep(result: SweepResult) -> None:
-    from .report.table import print_report
+    from ..report.table import print_report
 
     print_report(result, stdout)
 
@@ -812,7 +813,7 @@ def _history_option(function: Any) -> Any:
 
 
 def _history_file(history_path: str | None) -> Path:
-    from .store import default_path
+    from ..run.history import default_path
 
     if history_path is not None and not history_path.strip():
         raise OptionError("--history", "give a file name, not an empty string")
@@ -832,8 +833,8 @@ def _history_file(history_path: str | None) -> Path:
 @click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
 def history_command(history_path: str | None, limit: int, as_json: bool) -> None:
     """List the runs in the history."""
-    from .report.table import format_duration
-    from .store import History
+    from ..report.table import format_duration
+    from ..run.history import History
 
     path = _history_file(history_path)
     if not path.exists():
@@ -872,10 +873,10 @@ def history_command(history_path: str | None, limit: int, as_json: bool) -> None
 def load_result(ref: str, history: Path) -> tuple[DocumentKind, Any, str]:
     """What `xferscope report` draws: a run id from the history, or any result's JSON file. Its
     kind, the result, and a name for its directory."""
-    from .compare import RunLoadError
-    from .documents import read_document
-    from .records import SchemaError
-    from .store import History
+    from ..documents.reader import read_document
+    from ..run.compare import RunLoadError
+    from ..run.history import History
+    from ..sweep.records import SchemaError
 
     text_ref = ref.strip()
     if text_ref.isdigit():
@@ -950,7 +951,7 @@ def compare_command(
     """Compare two runs (ids from the history or run.json files) metric by metric: SAME,
     FASTER, SLOWER or UNCLEAR, weighing each difference against the measured noise. Exits 1
     when anything is slower beyond --threshold, so it can gate a nightly check."""
-    from .compare import compare, load_run, render, to_dict
+    from ..run.compare import compare, load_run, render, to_dict
 
     threshold = parse_threshold(threshold)
     path = _history_file(history_path)
@@ -963,9 +964,6 @@ def compare_command(
     if comparison.regressions(threshold):
         sys.exit(1)
 
-
-# Commands that live in their own modules register themselves on `cli` when imported.
-from . import cli_overlap, cli_pageable  # noqa: E402, F401
 
 # ---- entry point -------------------------------------------------------------------------------
 

@@ -15,9 +15,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..files import atomic_write
-from ..metrics import run_metrics
-from ..run_records import SEVERITIES, RunResult
+from ..run.metrics import run_metrics
+from ..run.records import SEVERITIES, RunResult
+from .files import atomic_write
 
 PREFIX = "xferscope"
 

@@ -98,7 +98,7 @@ class NativeEngine:
 
     def __init__(self) -> None:
         try:
-            from . import _engine  # type: ignore[attr-defined]  # built by CMake
+            from .. import _engine  # type: ignore[attr-defined]  # built by CMake
         except ImportError as exc:  # pragma: no cover - only a broken install gets here
             raise NoDeviceError(
                 f"the native engine is not built ({exc}); reinstall xferscope"
@@ -204,7 +204,7 @@ class NativeEngine:
 
     def staged_copier(self, device: int, threads: int = 0, chunk_bytes: int = 0) -> Any:
         """The engine's staged copier: .plan, .to_device(dst, src, n), .to_host(dst, src, n) on
-        raw addresses, .close(). xferscope.staged wraps it for NumPy arrays."""
+        raw addresses, .close(). xferscope.pageable.staged wraps it for NumPy arrays."""
         with self._measuring():
             return _NativeCopier(self._engine.StagedCopier(device, threads, chunk_bytes), self)
 

@@ -8,7 +8,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from . import __version__, links, nvml
+from .. import __version__
+from . import links, nvml
 from .engine import Engine, format_cuda_version
 from .simulate import SIMULATED_LINK
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .records import Curve
-from .run_records import (
+from ..core.units import format_rate
+from ..sweep.records import Curve
+from .records import (
     ERROR,
     INFO,
     OK,
@@ -21,7 +22,6 @@ from .run_records import (
     GpuSection,
     RunResult,
 )
-from .units import format_rate
 
 # A PCIe link delivers about 88% of its raw rate after packet overhead; below these shares of
 # the raw rate a figure is worth a look.
@@ -129,7 +129,7 @@ def pageable_slow(result: RunResult) -> Iterator[Finding]:
             if staged and staged > 1.5 * pageable:
                 pays += (
                     "; or leave it pageable and copy it with xferscope's staged copy "
-                    f"(xferscope.staged), which reached {format_rate(staged)} here"
+                    f"(xferscope.copy_to_device), which reached {format_rate(staged)} here"
                 )
             yield Finding(
                 "pageable_slow", WARNING, gpu.index,

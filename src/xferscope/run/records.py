@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import stats
-from .documents import Field
-from .records import Curve, check_schema, curve_from, curve_to_dict
+from ..core import stats
+from ..documents.reader import Field
+from ..sweep.records import Curve, check_schema, curve_from, curve_to_dict
 
 RUN_SCHEMA_NAME = "xferscope-run"
 RUN_SCHEMA_VERSION = 1

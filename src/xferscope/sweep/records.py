@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import stats
-from .documents import Field, SchemaError, check_schema
+from ..core import stats
+from ..documents.reader import Field, SchemaError, check_schema
 
 SCHEMA_NAME = "xferscope-sweep"
 SCHEMA_VERSION = 1

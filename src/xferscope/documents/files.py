@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import OptionError
+from ..core.errors import OptionError
 
 
 def _read_umask() -> int:

@@ -14,7 +14,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from .errors import XferscopeError
+from ..core.errors import XferscopeError
 
 
 class SchemaError(ValueError):

@@ -13,27 +13,10 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from . import cli as cli_module  # looked up at run time, so tests can replace open_engine
-from .cli import (
-    DocumentKind,
-    ProgressObserver,
-    begin_measuring,
-    cli,
-    deliver,
-    finish,
-    nothing_measured,
-    output_options,
-    prepare_renderers,
-    progress_bar,
-    register,
-    resolve_devices,
-    stdout,
-)
-from .engine import HOST_MEMORY, MECHANISMS, Engine
-from .errors import OptionError, XferscopeError
-from .options import parse_list, parse_size_option, parse_sizes
-from .outputs import Destination, Named, Output, text
-from .overlap import (
+from ..core.engine import HOST_MEMORY, MECHANISMS, Engine
+from ..core.errors import OptionError, XferscopeError
+from ..core.units import format_bytes
+from ..overlap.experiments import (
     BUFFERS_SCHEMA,
     CPU_DIRECTIONS,
     CPU_SCHEMA,
@@ -55,8 +38,25 @@ from .overlap import (
     measure_rotation,
     rotation_verdict,
 )
-from .report.table import SIMULATED_BANNER
-from .units import format_bytes
+from ..report.table import SIMULATED_BANNER
+from ..sweep.options import parse_list, parse_size_option, parse_sizes
+from . import app as cli_module  # looked up at run time, so tests can replace open_engine
+from .app import (
+    DocumentKind,
+    ProgressObserver,
+    begin_measuring,
+    cli,
+    deliver,
+    finish,
+    nothing_measured,
+    output_options,
+    prepare_renderers,
+    progress_bar,
+    register,
+    resolve_devices,
+    stdout,
+)
+from .outputs import Destination, Named, Output, text
 
 R = TypeVar("R", OverlapCpuResult, RotationResult, GpuOverlapResult)
 
@@ -124,7 +124,7 @@ def overlap_outputs(result: AnyResult, dest: Destination) -> list[Output]:
     """JSON, CSV and the experiment's plot."""
     import json
 
-    from .report import overlap_plots
+    from ..report import overlap_plots
 
     outputs = [
         dest.output(

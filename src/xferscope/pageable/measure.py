@@ -32,13 +32,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import __version__, machine, plan, stats
-from .documents import Field
-from .engine import Engine, check_device
-from .errors import AllocationError, OptionError, XferscopeError
-from .records import SchemaError, check_schema, document_header, header_fields  # noqa: F401  (SchemaError: part of this module's API)
-from .run_records import PINNING_KEYS
-from .units import format_bytes
+from .. import __version__
+from ..core import machine, plan, stats
+from ..core.engine import Engine, check_device
+from ..core.errors import AllocationError, OptionError, XferscopeError
+from ..core.units import format_bytes
+from ..documents.reader import Field
+from ..run.records import PINNING_KEYS
+from ..sweep.records import SchemaError, check_schema, document_header, header_fields  # noqa: F401  (SchemaError: part of this module's API)
 
 SCHEMA_NAME = "xferscope-pageable"
 SCHEMA_VERSION = 1

@@ -7,9 +7,9 @@ import io
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..metrics import run_metrics
-from ..records import Curve, SweepResult
-from ..run_records import RunResult
+from ..run.metrics import run_metrics
+from ..run.records import RunResult
+from ..sweep.records import Curve, SweepResult
 
 COLUMNS = (
     "simulated",
@@ -90,7 +90,7 @@ def points_csv(curves: Iterable[Curve], simulated: bool) -> str:
 
 
 def write_csv(result: SweepResult, path: Path) -> None:
-    from . import atomic_write
+    from .files import atomic_write
 
     atomic_write(path, dumps(result))
 

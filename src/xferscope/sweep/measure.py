@@ -12,9 +12,12 @@ import math
 from dataclasses import dataclass
 from typing import Protocol
 
-from . import __version__, machine, plan
-from .engine import Engine, Transfer, check_device
-from .errors import AllocationError, EngineError, OptionError
+from .. import __version__
+from ..core import machine, plan
+from ..core.engine import Engine, Transfer, check_device
+from ..core.errors import AllocationError, EngineError, OptionError
+from ..core.stats import relative_noise
+from ..core.units import format_bytes
 from .options import SweepOptions
 from .records import (
     CUT_SHORT,
@@ -29,8 +32,6 @@ from .records import (
     SweepResult,
     Verification,
 )
-from .stats import relative_noise
-from .units import format_bytes
 
 
 class Observer(Protocol):

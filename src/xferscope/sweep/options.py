@@ -6,11 +6,11 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import plan
-from .engine import DIRECTIONS, HOST_MEMORY, MECHANISMS, TIMINGS
-from .errors import OptionError
+from ..core import plan
+from ..core.engine import DIRECTIONS, HOST_MEMORY, MECHANISMS, TIMINGS
+from ..core.errors import OptionError
+from ..core.units import SIZE_HELP, parse_size
 from .records import CurveConfig
-from .units import SIZE_HELP, parse_size
 
 CACHE_STATES = ("cold", "warm")
 

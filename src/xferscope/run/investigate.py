@@ -15,13 +15,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Protocol
 
-from . import __version__, machine, plan
-from .engine import Engine, Transfer
-from .errors import AllocationError, EngineError
-from .measure import Observer, measure_curve
-from .options import SweepOptions
-from .records import CurveConfig, Point
-from .run_records import Concurrent, GpuSection, OverlapPoint, PinningCost, RunResult, Stream
+from .. import __version__
+from ..core import machine, plan
+from ..core.engine import Engine, Transfer
+from ..core.errors import AllocationError, EngineError
+from ..sweep.measure import Observer, measure_curve
+from ..sweep.options import SweepOptions
+from ..sweep.records import CurveConfig, Point
+from .records import Concurrent, GpuSection, OverlapPoint, PinningCost, RunResult, Stream
 
 MIB = 1 << 20
 

@@ -26,19 +26,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from . import __version__, machine, stats
-from .documents import Field
-from .engine import Engine, check_device
-from .errors import AllocationError, EngineError, OptionError
-from .options import _impossible
-from .records import (
+from .. import __version__
+from ..core import machine, stats
+from ..core.engine import Engine, check_device
+from ..core.errors import AllocationError, EngineError, OptionError
+from ..core.units import format_bytes, format_seconds
+from ..documents.reader import Field
+from ..sweep.options import _impossible
+from ..sweep.records import (
     Verification,
     check_schema,
     document_header,
     header_fields,
     verification_from,
 )
-from .units import format_bytes, format_seconds
 
 CPU_SCHEMA = "xferscope-overlap-cpu"
 BUFFERS_SCHEMA = "xferscope-overlap-buffers"

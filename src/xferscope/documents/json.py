@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..records import SweepResult, from_dict, to_dict
+from ..sweep.records import SweepResult, from_dict, to_dict
 
 
 def dumps(result: SweepResult) -> str:
@@ -13,7 +13,7 @@ def dumps(result: SweepResult) -> str:
 
 
 def write_json(result: SweepResult, path: Path) -> None:
-    from . import atomic_write
+    from .files import atomic_write
 
     atomic_write(path, dumps(result))
 

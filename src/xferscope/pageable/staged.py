@@ -43,9 +43,9 @@ from typing import Any
 
 import numpy as np
 
-from .engine import Engine
-from .errors import EngineError, NoDeviceError
-from .units import format_bytes, format_rate
+from ..core.engine import Engine
+from ..core.errors import EngineError, NoDeviceError
+from ..core.units import format_bytes, format_rate
 
 __all__ = ["StagedCopier", "StagedPlan", "copy_to_device", "copy_to_host"]
 
@@ -233,7 +233,7 @@ def _size(nbytes: object, host: _Region, device: _Region) -> int:
 
 def _default_engine() -> Engine:
     """The native engine, imported only now (tests replace this with a simulated one)."""
-    from .engine import NativeEngine
+    from ..core.engine import NativeEngine
 
     return NativeEngine()
 

@@ -1,0 +1,1 @@
+"""`xferscope run`: the investigation, its records, diagnosis, metrics, history and compare."""

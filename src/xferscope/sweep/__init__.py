@@ -1,0 +1,1 @@
+"""`xferscope sweep`: options, the measuring loop and its result records."""
