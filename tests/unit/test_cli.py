@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from xferscope.cli import app as cli
+from xferscope import cli
 from xferscope.core.simulate import SimulatedEngine
 
+# Where every command gets its engine: tests put a simulated one of their own there.
+ENGINE = "xferscope.cli.common.open_engine"
 SMALL = ["--simulate", "--quick", "--sizes", "1,4KiB,1MiB"]
 RANGE = ["--simulate", "--quick", "--max-size", "1MiB"]
 
@@ -169,7 +171,7 @@ def test_explicit_output_paths(capsys, tmp_path):
 
 
 def test_ctrl_c_keeps_what_was_measured(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(cli, "open_engine", lambda simulate: SimulatedEngine(interrupt_after=40))
+    monkeypatch.setattr(ENGINE, lambda simulate: SimulatedEngine(interrupt_after=40))
     code, _, err = run(capsys, "sweep", *SMALL, "-d", "h2d,d2h", "-o", str(tmp_path))
     assert code == cli.EXIT_INTERRUPTED
     assert "interrupted" in err and "Traceback" not in err
@@ -181,7 +183,7 @@ def test_ctrl_c_keeps_what_was_measured(capsys, tmp_path, monkeypatch):
 
 
 def test_verification_failure_is_shown_and_exits_non_zero(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(cli, "open_engine", lambda simulate: SimulatedEngine(corrupt=True))
+    monkeypatch.setattr(ENGINE, lambda simulate: SimulatedEngine(corrupt=True))
     code, out, _err = run(capsys, "sweep", *SMALL, "-o", str(tmp_path))
     assert code == cli.EXIT_VERIFICATION_FAILED
     assert "verification FAILED" in out

@@ -17,13 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from xferscope.cli import app as cli
 from xferscope.core import interrupt
 from xferscope.core.simulate import SimulatedEngine
 from xferscope.run.history import History
 from xferscope.run.investigate import gpu_curves
 
-from .test_cli import run
+from .test_cli import ENGINE, run
 
 # Paced at these shares of the modelled time (the quick run models 8.5 s, this sweep 1.2 s),
 # each measures for about a second, then writes and draws for about another.
@@ -237,7 +236,7 @@ def test_ctrl_c_while_measuring_draws_the_report_first_within_the_grace(
     capsys, tmp_path, monkeypatch, quick_plots
 ):
     monkeypatch.setattr(interrupt, "GRACE_S", 60.0)
-    monkeypatch.setattr(cli, "open_engine", lambda simulate: SimulatedEngine(interrupt_after=300))
+    monkeypatch.setattr(ENGINE, lambda simulate: SimulatedEngine(interrupt_after=300))
     code, _, err = run(capsys, "run", "--simulate", "--quick", "-o", str(tmp_path / "out"))
     assert code == 130, err
     (directory,) = (tmp_path / "out").iterdir()
@@ -273,7 +272,7 @@ def test_a_second_ctrl_c_cuts_the_drawing_but_never_the_data(
 
 
 def test_ctrl_c_before_the_first_copy_leaves_no_directory(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(cli, "open_engine", lambda simulate: SimulatedEngine(interrupt_after=0))
+    monkeypatch.setattr(ENGINE, lambda simulate: SimulatedEngine(interrupt_after=0))
     for command in (["run", "--simulate", "--quick"], ["sweep", *SWEEP_ARGS]):
         code, _, err = run(capsys, *command, "-o", str(tmp_path / "out"))
         assert code == 130 and "nothing written" in err
@@ -295,7 +294,7 @@ def test_sigterm_is_handled_like_ctrl_c_and_exits_143(capsys, tmp_path, monkeypa
 
         return Terminated()
 
-    monkeypatch.setattr(cli, "open_engine", engine)
+    monkeypatch.setattr(ENGINE, engine)
     code, _, err = run(capsys, "sweep", *SWEEP_ARGS, "-o", str(tmp_path / "out"))
     assert code == 143, err
     (path,) = (tmp_path / "out").glob("sweep-*/sweep.json")

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from xferscope.cli import app as cli_module
+from xferscope import cli as cli_module
 from xferscope.cli import overlap as cli_overlap
 from xferscope.core.errors import OptionError
 from xferscope.core.simulate import SimulatedEngine
@@ -30,7 +30,7 @@ from xferscope.overlap.experiments import (
 )
 from xferscope.sweep.records import SchemaError
 
-from .test_cli import assert_one_line_error, run
+from .test_cli import ENGINE, assert_one_line_error, run
 
 MIB = 1 << 20
 
@@ -397,9 +397,7 @@ def test_more_pinned_memory_than_the_machine_has_is_refused(capsys, tmp_path, mo
 @pytest.mark.parametrize(("args", "calls"), [(CPU, 9), (BUFFERS, 2), ([*GPU, "--work", "1,10"], 4)])
 def test_ctrl_c_keeps_what_was_measured(capsys, tmp_path, monkeypatch, args, calls):
     monkeypatch.setattr("xferscope.core.interrupt.GRACE_S", 60.0)  # time enough to draw the plot
-    monkeypatch.setattr(
-        cli_module, "open_engine", lambda simulate: SimulatedEngine(interrupt_after=calls)
-    )
+    monkeypatch.setattr(ENGINE, lambda simulate: SimulatedEngine(interrupt_after=calls))
     code, _, err = run(capsys, *args, "-o", str(tmp_path))
     assert code == cli_module.EXIT_INTERRUPTED, err
     assert "interrupted" in err and "Traceback" not in err
@@ -412,9 +410,7 @@ def test_ctrl_c_keeps_what_was_measured(capsys, tmp_path, monkeypatch, args, cal
 
 
 def test_ctrl_c_before_anything_is_measured_writes_nothing(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(
-        cli_module, "open_engine", lambda simulate: SimulatedEngine(interrupt_after=0)
-    )
+    monkeypatch.setattr(ENGINE, lambda simulate: SimulatedEngine(interrupt_after=0))
     code, _, err = run(capsys, *CPU, "-o", str(tmp_path))
     assert code == cli_module.EXIT_INTERRUPTED
     assert "nothing written" in err
@@ -423,7 +419,7 @@ def test_ctrl_c_before_anything_is_measured_writes_nothing(capsys, tmp_path, mon
 
 @pytest.mark.parametrize("args", [CPU, BUFFERS, GPU])
 def test_verification_failure_exits_3(capsys, tmp_path, monkeypatch, args):
-    monkeypatch.setattr(cli_module, "open_engine", lambda simulate: SimulatedEngine(corrupt=True))
+    monkeypatch.setattr(ENGINE, lambda simulate: SimulatedEngine(corrupt=True))
     code, out, _ = run(capsys, *args, "-o", str(tmp_path))
     assert code == cli_module.EXIT_VERIFICATION_FAILED
     assert "FAILED" in out
@@ -431,9 +427,7 @@ def test_verification_failure_exits_3(capsys, tmp_path, monkeypatch, args):
 
 
 def test_engine_failure_is_one_line_and_writes_nothing(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(
-        cli_module, "open_engine", lambda simulate: SimulatedEngine(failing_devices=(0,))
-    )
+    monkeypatch.setattr(ENGINE, lambda simulate: SimulatedEngine(failing_devices=(0,)))
     code, _, err = run(capsys, *CPU, "-o", str(tmp_path))
     assert_one_line_error(code, err, "d2h pinned async", "CUDA error")
     assert code == 1

@@ -11,8 +11,8 @@ import math
 
 import pytest
 
-from tests.unit.test_cli import assert_one_line_error, run
-from xferscope.cli import app as cli
+from tests.unit.test_cli import ENGINE, assert_one_line_error, run
+from xferscope import cli
 from xferscope.core.errors import AllocationError
 from xferscope.core.simulate import SimulatedEngine
 from xferscope.pageable import measure as pageable
@@ -245,7 +245,7 @@ def test_cli_explicit_output_paths(capsys, tmp_path):
 
 
 def test_cli_default_sizes_and_sends(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(cli, "open_engine", lambda simulate: SimulatedEngine(noise=0.0))
+    monkeypatch.setattr(ENGINE, lambda simulate: SimulatedEngine(noise=0.0))
     code, out, err = run(capsys, "pageable", "-o", str(tmp_path))
     assert code == 0, err
     doc = json.loads(next(tmp_path.glob("*/*.json")).read_text())
@@ -300,7 +300,7 @@ class CannotPin(SimulatedEngine):
 
 
 def test_a_size_that_cannot_be_pinned_is_one_line(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(cli, "open_engine", lambda simulate: CannotPin())
+    monkeypatch.setattr(ENGINE, lambda simulate: CannotPin())
     code, _, err = run(capsys, *SMALL, "-o", str(tmp_path))
     assert_one_line_error(
         code, err, "16 MiB cannot be allocated, pinned or registered", "pinned memory", "--sizes"
@@ -311,7 +311,7 @@ def test_a_size_that_cannot_be_pinned_is_one_line(capsys, tmp_path, monkeypatch)
 def test_ctrl_c_keeps_the_sizes_measured(capsys, tmp_path, monkeypatch):
     # Each size takes 9 engine calls (3 pinning measurements, fill, warm-up, 3 trials, verify),
     # largest first: interrupting at the 12th keeps 16 MiB and loses 1 MiB.
-    monkeypatch.setattr(cli, "open_engine", lambda simulate: SimulatedEngine(interrupt_after=12))
+    monkeypatch.setattr(ENGINE, lambda simulate: SimulatedEngine(interrupt_after=12))
     code, _, err = run(capsys, *SMALL, "-o", str(tmp_path))
     assert code == cli.EXIT_INTERRUPTED
     assert "interrupted" in err
@@ -320,14 +320,14 @@ def test_ctrl_c_keeps_the_sizes_measured(capsys, tmp_path, monkeypatch):
 
 
 def test_ctrl_c_before_any_size_writes_nothing(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(cli, "open_engine", lambda simulate: SimulatedEngine(interrupt_after=1))
+    monkeypatch.setattr(ENGINE, lambda simulate: SimulatedEngine(interrupt_after=1))
     code, _, err = run(capsys, *SMALL, "-o", str(tmp_path))
     assert code == cli.EXIT_INTERRUPTED and "nothing written" in err
     assert not list(tmp_path.glob("*"))
 
 
 def test_failed_verification_is_a_warning_and_an_exit_code(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(cli, "open_engine", lambda simulate: SimulatedEngine(corrupt=True))
+    monkeypatch.setattr(ENGINE, lambda simulate: SimulatedEngine(corrupt=True))
     code, out, _ = run(capsys, *SMALL, "-o", str(tmp_path))
     assert code == cli.EXIT_VERIFICATION_FAILED
     assert "did not match its source" in out

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from xferscope.cli import app as cli
+from xferscope import cli
+from xferscope.cli import run as run_command
 from xferscope.core.simulate import SimulatedEngine
 from xferscope.run.history import History
 
-from .test_cli import assert_one_line_error, run
+from .test_cli import ENGINE, assert_one_line_error, run
 
 QUICK = ["run", "--simulate", "--quick"]
 RUN_FILES = {"report.html", "run.json", "points.csv", "metrics.csv", "gpu0-bandwidth.png",
@@ -166,7 +167,7 @@ def test_prometheus_textfile(capsys, tmp_path):
 
 
 def test_verification_failure_exits_3(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(cli, "open_engine", engine(corrupt=True))
+    monkeypatch.setattr(ENGINE, engine(corrupt=True))
     code, out, _ = run(capsys, *QUICK, "-o", str(tmp_path))
     assert code == cli.EXIT_VERIFICATION_FAILED
     assert "ERROR" in out and "data arrived wrong" in out
@@ -361,7 +362,7 @@ def test_locked_history_is_waited_for_then_costs_no_results(
     another process is writing (the run opens it but cannot add to it). The run says it waits,
     waits HISTORY_WAIT_S (60 s; 1 s here), then keeps its files and says the history is not
     written."""
-    monkeypatch.setattr(cli, "HISTORY_WAIT_S", 1.0)
+    monkeypatch.setattr("xferscope.cli.run.HISTORY_WAIT_S", 1.0)
     History(history).close()
     holder = sqlite3.connect(history, isolation_level=None)
     try:
@@ -448,7 +449,7 @@ def test_two_runs_in_one_second_keep_both(capsys, tmp_path, monkeypatch):
 
 
 def test_ctrl_c_writes_an_incomplete_report_and_exits_130(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(cli, "open_engine", engine(interrupt_after=200))
+    monkeypatch.setattr(ENGINE, engine(interrupt_after=200))
     code, out, err = run(capsys, *QUICK, "-o", str(tmp_path / "out"))
     assert code == cli.EXIT_INTERRUPTED == 130
     assert "Traceback" not in err
@@ -469,7 +470,7 @@ def test_ctrl_c_writes_an_incomplete_report_and_exits_130(capsys, tmp_path, monk
 
 
 def test_failing_gpu_writes_the_report_and_exits_1(capsys, tmp_path, monkeypatch, real_plots):
-    monkeypatch.setattr(cli, "open_engine", engine(devices=2, failing_devices=(1,)))
+    monkeypatch.setattr(ENGINE, engine(devices=2, failing_devices=(1,)))
     code, out, err = run(capsys, *QUICK, "-o", str(tmp_path / "out"))
     assert code == 1
     assert "Traceback" not in err
@@ -490,7 +491,7 @@ def test_failing_gpu_writes_the_report_and_exits_1(capsys, tmp_path, monkeypatch
 
 
 def test_device_option_picks_the_gpus(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(cli, "open_engine", engine(devices=2))
+    monkeypatch.setattr(ENGINE, engine(devices=2))
     code, _, err = run(capsys, *QUICK, "-o", str(tmp_path), "--device", "1", "--no-history")
     assert code == 0, err
     directory = run_dir(tmp_path)
@@ -562,12 +563,15 @@ def test_a_simulated_run_says_its_time_is_modelled(capsys, tmp_path):
 def test_quick_takes_the_time_the_readme_says():
     """`run --help` and the README quote the same measured times for --quick and the default."""
     readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert f"about {cli.DEFAULT_S} s per H200; `--quick` about {cli.QUICK_S} s" in readme
+    assert (
+        f"about {run_command.DEFAULT_S} s per H200; `--quick` about {run_command.QUICK_S} s"
+        in readme
+    )
     from click.testing import CliRunner
 
     help_text = " ".join(CliRunner().invoke(cli.cli, ["run", "--help"]).output.split())
-    assert f"A first look in about {cli.QUICK_S} s per GPU" in help_text
-    assert f"about {cli.DEFAULT_S} s per GPU" in help_text
+    assert f"A first look in about {run_command.QUICK_S} s per GPU" in help_text
+    assert f"about {run_command.DEFAULT_S} s per GPU" in help_text
 
 
 def test_a_report_of_a_document_of_the_wrong_shape_names_the_field(capsys, tmp_path, stored):

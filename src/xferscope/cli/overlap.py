@@ -40,12 +40,12 @@ from ..overlap.experiments import (
 )
 from ..report.table import SIMULATED_BANNER
 from ..sweep.options import parse_list, parse_size_option, parse_sizes
-from . import app as cli_module  # looked up at run time, so tests can replace open_engine
-from .app import (
+from . import common  # looked up at run time, so tests can replace open_engine
+from .app import cli, stdout
+from .common import (
     DocumentKind,
     ProgressObserver,
     begin_measuring,
-    cli,
     deliver,
     finish,
     nothing_measured,
@@ -54,7 +54,6 @@ from .app import (
     progress_bar,
     register,
     resolve_devices,
-    stdout,
 )
 from .outputs import Destination, Named, Output, text
 
@@ -163,7 +162,7 @@ def _common(kind: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
 
 
 def _open(kw: dict[str, Any]) -> tuple[Engine, int]:
-    engine = cli_module.open_engine(kw["simulate"])
+    engine = common.open_engine(kw["simulate"])
     return engine, resolve_devices(engine, kw["device"], one=True)[0]
 
 

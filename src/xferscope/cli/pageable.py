@@ -30,12 +30,12 @@ from ..pageable.measure import (
     steps,
 )
 from ..sweep.options import parse_sizes
-from . import app as cli_module
-from .app import (
+from . import common  # looked up at run time, so tests can replace open_engine
+from .app import cli, stdout
+from .common import (
     DocumentKind,
     ProgressObserver,
     begin_measuring,
-    cli,
     deliver,
     finish,
     nothing_measured,
@@ -44,7 +44,6 @@ from .app import (
     progress_bar,
     register,
     resolve_devices,
-    stdout,
 )
 from .outputs import Destination, Maker, Named, Output, text
 
@@ -97,7 +96,7 @@ def pageable_command(
     send_list = parse_sends("--sends", sends)
     if repeats < 1:
         raise OptionError("--repeats", f"{repeats} is not a count of at least 1")
-    engine = cli_module.open_engine(simulate)
+    engine = common.open_engine(simulate)
     (index,) = resolve_devices(engine, device, one=True)
     check_memory(engine, index, size_list)
     prepare_renderers()

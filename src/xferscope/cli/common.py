@@ -1,0 +1,234 @@
+"""What every command shares: the output and seed options, GPU lists, the progress bar,
+measuring and delivering the results, and the kinds of documents `report` draws again."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..core import engine as core_engine
+from ..core import interrupt
+from ..core.engine import Engine, check_device
+from ..core.errors import OptionError
+from ..core.units import format_bytes, format_rate
+from ..sweep.options import parse_devices
+from ..sweep.records import CurveConfig, Point
+from .app import EXIT_VERIFICATION_FAILED, stderr
+from .outputs import Delivery, Destination, Named, Output
+
+
+def open_engine(simulate: bool) -> Engine:
+    """The engine a command measures with (tests put a simulated one of their own here)."""
+    return core_engine.open_engine(simulate)
+
+
+# ---- shared options and checks --------------------------------------------------------------
+
+SEED_MAX = (1 << 64) - 1
+
+
+def parse_seed(value: str | int) -> int:
+    """The data pattern's seed: a whole number from 0 to 2^64 - 1 (the engine's seed is an
+    unsigned 64-bit integer), decimal or 0x-hexadecimal."""
+    text = str(value).strip()
+    try:
+        seed = int(text, 0)
+    except ValueError:
+        seed = -1
+    if not 0 <= seed <= SEED_MAX:
+        raise OptionError("--seed", f"'{text}' is not a whole number from 0 to {SEED_MAX}")
+    return seed
+
+
+def seed_option(function: Any) -> Any:
+    return click.option(
+        "--seed",
+        default=str(0x5EED),
+        show_default=True,
+        help="Seed of the data pattern: 0 to 2^64 - 1.",
+    )(function)
+
+
+def output_options(name: str, plots: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """The output options of the commands that write one result: -o, --json, --csv, --plot and
+    --force (a result's files go to a new directory of its own, NAME-<time>, under --out)."""
+
+    def decorate(function: Callable[..., None]) -> Callable[..., None]:
+        for option in reversed(
+            [
+                click.option(
+                    "-o",
+                    "--out",
+                    default="xferscope-results",
+                    show_default=True,
+                    help=f"Directory in which the files go to a new directory of their "
+                    f"own, {name}-<time>.",
+                ),
+                click.option(
+                    "--json", "json_path", default=None, help="Write the JSON result here instead."
+                ),
+                click.option("--csv", "csv_path", default=None, help="Write the CSV here instead."),
+                click.option("--plot", "plot_prefix", default=None, help=f"Write {plots} instead."),
+                click.option(
+                    "--force",
+                    is_flag=True,
+                    help="Replace files that --json, --csv or --plot name if they exist "
+                    "(by default an existing file is never replaced).",
+                ),
+            ]
+        ):
+            function = option(function)
+        return function
+
+    return decorate
+
+
+def resolve_devices(
+    engine: Engine, text: str | None, default: tuple[int, ...] | None = None, one: bool = False
+) -> tuple[int, ...]:
+    """The GPUs `-g/--device` names, checked against the machine: one rule for every command.
+    None (the option not given) means `default`, or every GPU; `one` asks for exactly one."""
+    if text is None:
+        devices = default if default is not None else tuple(range(engine.device_count()))
+    else:
+        devices = parse_devices("--device", text)
+    if one and len(devices) != 1:
+        raise OptionError("--device", f"'{text}': give one GPU index; this runs on one GPU")
+    for index in devices:
+        check_device(engine, index)
+    return devices
+
+
+# ---- progress ----------------------------------------------------------------------------------
+
+
+def progress_bar() -> Progress:
+    """The progress bar every long command shows on stderr; it disappears when done."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=stderr, transient=True)  # fmt: skip
+
+
+class ProgressObserver:
+    def __init__(self, progress: Progress, total: int) -> None:
+        self._progress = progress
+        self._task = progress.add_task("starting", total=total)
+
+    def curve_started(self, config: CurveConfig, points: int) -> None:
+        self._progress.update(self._task, description=config.label)
+
+    def point_done(self, config: CurveConfig, point: Point) -> None:
+        self._progress.update(
+            self._task,
+            advance=1,
+            description=f"{config.label}  {format_bytes(point.bytes)}: "
+            f"{format_rate(point.bandwidth)}",
+        )
+
+    def step(self, label: str) -> None:
+        self._progress.update(self._task, advance=1, description=label)
+
+
+# ---- measuring and delivering, the same for every command --------------------------------------
+
+
+def prepare_renderers(html: bool = False) -> None:
+    """Imports matplotlib (and plotly for the HTML report) before measuring: they take a second
+    to load, which would otherwise delay the results, and a Ctrl-C landing inside an import
+    leaves a module half-made."""
+    from ..report import plots  # noqa: F401  (imported for its side effect: matplotlib loaded)
+
+    if html:
+        from ..report import html as page
+
+        page.prepare()
+
+
+def begin_measuring() -> None:
+    """From here on Ctrl-C stops the measurement and keeps what was measured."""
+    interrupt.record_only()
+
+
+def nothing_measured(dest: Destination) -> NoReturn:
+    """A signal came before the first measurement: no files, no directory."""
+    dest.discard()
+    stderr.print("interrupted before anything was measured; nothing written")
+    sys.exit(interrupt.exit_status())
+
+
+def deliver(
+    outputs: list[Output],
+    dest: Destination,
+    show: Callable[[], None],
+    history: Callable[[], None] | None = None,
+) -> Delivery:
+    """Writes the data files, runs `history` (adding the run to it), prints the report with
+    `show`, draws the renderings and says where everything went (outputs.py)."""
+    delivery = Delivery(outputs)
+    delivery.write_data()
+    if history is not None:
+        history()
+    show()
+    delivery.render()
+    document = next((p for p in delivery.written if p.suffix == ".json"), None)
+    again = f"xferscope report {document}" if document else None
+    delivery.summary(stderr, dest.directory, again)
+    return delivery
+
+
+def finish(
+    delivery: Delivery, interrupted: bool | None, verification_failed: bool, failed: bool
+) -> None:
+    """Exits as every command does: 130 (143 for SIGTERM) after a signal, 3 when verification
+    failed, 1 when a part could not run or a file could not be written, else 0. `interrupted`
+    says whether the measurement was cut short (None: the command measured nothing)."""
+    if interrupt.requested():
+        if interrupted is None:
+            stderr.print("interrupted: the files named above are written")
+        elif interrupted:
+            stderr.print("interrupted: the files hold what was measured, marked incomplete")
+        else:
+            stderr.print("interrupted after measuring: the measurement is complete")
+        sys.exit(interrupt.exit_status())
+    if verification_failed:
+        sys.exit(EXIT_VERIFICATION_FAILED)
+    if failed or not delivery.ok:
+        sys.exit(1)
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentKind:
+    """A kind of result document and how to show and write it again: `xferscope report` draws
+    any of them from its JSON. Each command module registers its own."""
+
+    name: str  # the directory prefix: sweep, run, overlap-cpu, ...
+    load: Callable[[dict[str, Any]], Any]
+    show: Callable[[Any], None]
+    named: Callable[[], dict[str, Named]]  # the files, all at their default names
+    outputs: Callable[[Any, Destination], list[Output]]
+
+
+KINDS: dict[str, DocumentKind] = {}  # by schema name
+
+
+def register(schema: str, kind: DocumentKind) -> None:
+    KINDS[schema] = kind
+
+
+def _history_option(function: Any) -> Any:
+    return click.option("--history", "history_path", default=None,
+                        help="SQLite run history [default: $XFERSCOPE_HISTORY or "
+                        "~/.local/share/xferscope/history.sqlite3].")(function)  # fmt: skip
+
+
+def _history_file(history_path: str | None) -> Path:
+    from ..run.history import default_path
+
+    if history_path is not None and not history_path.strip():
+        raise OptionError("--history", "give a file name, not an empty string")
+    return Path(history_path).expanduser() if history_path else default_path()

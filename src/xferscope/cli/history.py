@@ -1,0 +1,173 @@
+"""`xferscope history`, `report` and `compare`: the runs kept, any result drawn again, and two
+runs compared metric by metric."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.table import Table
+
+from ..core.errors import OptionError, XferscopeError
+from .app import cli, stdout
+from .common import (
+    KINDS,
+    DocumentKind,
+    _history_file,
+    _history_option,
+    deliver,
+    finish,
+    prepare_renderers,
+)
+from .outputs import Destination
+
+# ---- history, report, compare ------------------------------------------------------------------
+
+
+@cli.command("history")
+@_history_option
+@click.option(
+    "-n",
+    "--limit",
+    default=20,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="How many runs, newest first.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
+def history_command(history_path: str | None, limit: int, as_json: bool) -> None:
+    """List the runs in the history."""
+    from ..report.table import format_duration
+    from ..run.history import History
+
+    path = _history_file(history_path)
+    if not path.exists():
+        raise XferscopeError(f"no history at {path} yet: `xferscope run` starts it")
+    with History(path, readonly=True) as history:
+        runs = history.list(limit)
+    if as_json:
+        from dataclasses import asdict
+
+        stdout.print_json(json.dumps([asdict(r) for r in runs]))
+        return
+    table = Table(title=f"Runs in {path}", title_justify="left")
+    for name in (
+        "run",
+        "created",
+        "host",
+        "GPUs",
+        "driver",
+        "mode",
+        "complete",
+        "wall",
+        "warnings",
+        "errors",
+    ):
+        table.add_column(name, justify="right" if name in ("run", "wall", "warnings",
+                                                            "errors") else "left")  # fmt: skip
+    for r in runs:
+        wall = format_duration(r.wall_s) + (" modelled" if r.simulated else "")
+        table.add_row(str(r.id), r.created, r.hostname or "", r.gpus, r.driver or "",
+                      r.mode + (" (simulated)" if r.simulated else ""),
+                      "yes" if r.complete else "[yellow]no[/yellow]", wall,
+                      str(r.findings_warning), str(r.findings_error))  # fmt: skip
+    stdout.print(table)
+
+
+def load_result(ref: str, history: Path) -> tuple[DocumentKind, Any, str]:
+    """What `xferscope report` draws: a run id from the history, or any result's JSON file. Its
+    kind, the result, and a name for its directory."""
+    from ..documents.reader import read_document
+    from ..run.compare import RunLoadError
+    from ..run.history import History
+    from ..sweep.records import SchemaError
+
+    text_ref = ref.strip()
+    if text_ref.isdigit():
+        with History(history, readonly=True) as h:
+            return KINDS["xferscope-run"], h.get(int(text_ref)), f"run-{text_ref}"
+    path = Path(ref).expanduser()
+    document = read_document(path)
+    schema = document.get("schema")
+    kind = KINDS.get(schema) if isinstance(schema, str) else None
+    if kind is None:
+        known = ", ".join(sorted(KINDS))
+        raise RunLoadError(f"{path} is not an xferscope result (schema {schema!r}; known: {known})")
+    try:
+        result = kind.load(document)
+    except SchemaError as exc:
+        raise RunLoadError(f"{path}: {exc}") from None
+    # A file at its default name (run.json in run-<time>/) is named after its directory.
+    stem = path.stem
+    name = path.parent.name if stem == kind.name and path.parent.name else f"{kind.name}-{stem}"
+    return kind, result, name
+
+
+@cli.command("report")
+@click.argument("ref", metavar="RESULT")
+@_history_option
+@click.option(
+    "-o",
+    "--out",
+    default="xferscope-results",
+    show_default=True,
+    help="Directory in which the result's files go to a new directory of their own.",
+)
+def report_command(ref: str, history_path: str | None, out: str) -> None:
+    """Show and write a result again: a run from the history (its id, from `xferscope history`)
+    or the JSON file of any result (run, sweep, overlap, pageable). Prints its tables and writes
+    its files (JSON, CSV, PNG and, for a run, the HTML report) to a new directory under --out,
+    never over an earlier one."""
+    kind, result, name = load_result(ref, _history_file(history_path))
+    prepare_renderers(html=kind.name == "run")
+    with Destination.prepare(out, name, kind.named(), stamp=False) as dest:
+        delivery = deliver(kind.outputs(result, dest), dest, lambda: kind.show(result))
+    finish(delivery, interrupted=None, verification_failed=False, failed=False)
+
+
+def parse_threshold(value: float) -> float:
+    if not math.isfinite(value) or not 0 <= value <= 10:
+        raise OptionError("--threshold", f"{value} is not a fraction from 0 to 10 (0.05 is 5%)")
+    return value
+
+
+@cli.command("compare")
+@click.argument("run_a", metavar="A")
+@click.argument("run_b", metavar="B")
+@_history_option
+@click.option(
+    "--threshold",
+    default=0.05,
+    show_default=True,
+    type=float,
+    help="Exit non-zero when a metric is SLOWER by more than this fraction (0 to 10).",
+)
+@click.option("--all", "all_rows", is_flag=True, help="List every metric, SAME ones too.")
+@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+def compare_command(
+    run_a: str,
+    run_b: str,
+    history_path: str | None,
+    threshold: float,
+    all_rows: bool,
+    as_json: bool,
+) -> None:
+    """Compare two runs (ids from the history or run.json files) metric by metric: SAME,
+    FASTER, SLOWER or UNCLEAR, weighing each difference against the measured noise. Exits 1
+    when anything is slower beyond --threshold, so it can gate a nightly check."""
+    from ..run.compare import compare, load_run, render, to_dict
+
+    threshold = parse_threshold(threshold)
+    path = _history_file(history_path)
+    a, b = load_run(run_a, path), load_run(run_b, path)
+    comparison = compare(a, b, threshold)
+    if as_json:
+        stdout.print_json(json.dumps(to_dict(comparison)))
+    else:
+        render(comparison, stdout, all_rows=all_rows, labels=(run_a, run_b))
+    if comparison.regressions(threshold):
+        sys.exit(1)

@@ -1,0 +1,273 @@
+"""`xferscope run`: the investigation of every GPU, its report and the history."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+
+from ..core import interrupt
+from ..core.errors import OptionError
+from ..run.records import GpuSection, RunResult, run_from_dict
+from ..sweep.records import SweepResult
+from . import common
+from .app import cli, stderr, stdout
+from .common import (
+    DocumentKind,
+    ProgressObserver,
+    _history_file,
+    begin_measuring,
+    deliver,
+    finish,
+    nothing_measured,
+    parse_seed,
+    prepare_renderers,
+    progress_bar,
+    register,
+    resolve_devices,
+    seed_option,
+)
+from .outputs import Destination, Maker, Named, Output, text
+
+# ---- run ---------------------------------------------------------------------------------------
+
+
+def run_named(prometheus: str | None = None) -> dict[str, Named]:
+    """The run's files: all in its directory, and a Prometheus textfile where asked."""
+    named = {
+        "json": Named("--out", None, "run.json"),
+        "points": Named("--out", None, "points.csv"),
+        "metrics": Named("--out", None, "metrics.csv"),
+        "gpu": Named("--out", None, "gpu"),  # gpu0-bandwidth.png, ...
+        "html": Named("--out", None, "report.html"),
+    }
+    if prometheus is not None:
+        named["prometheus"] = Named("--prometheus", prometheus, replace=True)
+    return named
+
+
+def run_outputs(result: RunResult, dest: Destination) -> list[Output]:
+    """run.json, points.csv, metrics.csv, the Prometheus textfile (where asked), two PNGs per GPU
+    and the HTML report, which links to the others."""
+    from ..documents.csv import run_metrics_csv, run_points_csv
+    from ..documents.prometheus import file_mode, render_prometheus
+    from ..report import plots
+    from ..report.html import render_html
+    from ..run.records import run_to_dict
+
+    outputs = [
+        dest.output(
+            "json", text(lambda: json.dumps(run_to_dict(result), indent=2, allow_nan=False) + "\n")
+        ),
+        dest.output("points", text(lambda: run_points_csv(result))),
+        dest.output("metrics", text(lambda: run_metrics_csv(result))),
+    ]
+    if "prometheus" in dest.places:
+        path = dest.places["prometheus"].path
+        outputs.append(
+            dest.output("prometheus", text(lambda: render_prometheus(result)), mode=file_mode(path))
+        )
+    for gpu in result.gpus:
+        view = gpu_view(result, gpu)
+
+        def plot(what: str, view: SweepResult = view) -> Maker:
+            return lambda path, _written: plots.write_plot(view, what, path)
+
+        outputs += [
+            dest.output("gpu", plot(what), f"{gpu.index}-{what}.png", render=True)
+            for what in plots.plot_names(view)
+        ]
+
+    def page(path: Path, written: Sequence[Path]) -> None:
+        names = [p.name for p in written if p.parent == path.parent]
+        path.write_text(render_html(result, names), encoding="utf-8")
+
+    outputs.append(dest.output("html", page, render=True, urgent=True))
+    return outputs
+
+
+def gpu_view(result: RunResult, gpu: GpuSection) -> SweepResult:
+    """One GPU's curves as a sweep result, for the sweep's plots."""
+    facts = [g for g in result.machine.get("gpus", []) if g.get("index") == gpu.index]
+    return SweepResult(
+        tool_version=result.tool_version,
+        created=result.created,
+        simulated=result.simulated,
+        machine={"gpus": facts},
+        options={},
+        curves=gpu.curves,
+        interrupted=result.interrupted,
+        wall_s=result.wall_s,
+    )
+
+
+def append_history(result: RunResult, path: Path) -> int:
+    """Adds the run to the history. A lock held by another writer is waited for (up to
+    HISTORY_WAIT_S, saying so), but never past a Ctrl-C."""
+    from ..run.history import History, HistoryLocked
+
+    deadline = time.monotonic() + HISTORY_WAIT_S
+    told = False
+    while True:
+        try:
+            with History(path, timeout=HISTORY_POLL_S) as history:
+                return history.append(result)
+        except HistoryLocked:
+            if interrupt.requested() or time.monotonic() >= deadline:
+                raise
+            if not told:
+                stderr.print(
+                    f"the history {path} is locked by another process; waiting up to "
+                    f"{HISTORY_WAIT_S:g} s (Ctrl-C stops waiting; the run's files are written)",
+                    soft_wrap=True,
+                )
+                told = True
+
+
+HISTORY_WAIT_S = 60.0  # how long a run waits for another writer's lock on the history
+HISTORY_POLL_S = 0.25  # how often it looks whether Ctrl-C was pressed meanwhile
+
+
+def check_history(path: Path) -> None:
+    """Before measuring: the history can be written. One that exists is opened and its write
+    lock taken and let go (a lock held by another process is fine: it is waited for after
+    measuring); for a new one, its directory is probed. Nothing is created but the directory."""
+    from ..documents.files import probe
+    from ..run.history import History, HistoryError, HistoryLocked
+
+    if not path.exists():
+        probe("--history", path.parent, path)
+        return
+    try:
+        with History(path, timeout=0.05) as history:
+            history.check_writable()
+    except HistoryLocked:
+        pass
+    except HistoryError as exc:
+        raise OptionError(
+            "--history", f"{exc}; give another file with --history, or --no-history"
+        ) from None
+
+
+QUICK_S = 14  # `run --quick` on one H200 (benchmarks/results/run-h200-20261121.json: 13.6 s)
+DEFAULT_S = 65  # `run` on one H200 (the same file: 65.5 s)
+
+
+@cli.command()
+@click.option("-g", "--device", default=None, help="GPU indices, comma-separated [default: all].")
+@click.option(
+    "--quick",
+    is_flag=True,
+    help=f"A first look in about {QUICK_S} s per GPU "
+    f"(the full run takes about {DEFAULT_S} s per GPU).",
+)
+@click.option(
+    "-o",
+    "--out",
+    default="xferscope-results",
+    show_default=True,
+    help="Directory in which each run gets its own directory, run-<time>.",
+)
+@click.option(
+    "--history",
+    "history_path",
+    default=None,
+    help="SQLite run history [default: $XFERSCOPE_HISTORY or "
+    "~/.local/share/xferscope/history.sqlite3].",
+)
+@click.option("--no-history", is_flag=True, help="Do not add this run to the history.")
+@click.option(
+    "--prometheus",
+    "prometheus_path",
+    default=None,
+    help="Also write the headline figures here, in node_exporter's textfile format (replaced "
+    "atomically each run).",
+)
+@seed_option
+@click.option(
+    "--simulate", is_flag=True, help="Use the simulated engine (no GPU; nothing is measured)."
+)
+def run(
+    device: str | None,
+    quick: bool,
+    out: str,
+    history_path: str | None,
+    no_history: bool,
+    prometheus_path: str | None,
+    seed: str,
+    simulate: bool,
+) -> None:
+    """Investigate every GPU: curves for every host memory kind, both directions, API and
+    device time; device-to-device; copy engines against SM copies; H2D while D2H runs; pinning
+    costs; with several GPUs the peer-to-peer matrix and all GPUs to the host at once. Then a
+    diagnosis, an HTML report, and the run added to the history."""
+    from ..run.investigate import RunOptions, run_investigation, steps
+
+    seed_value = parse_seed(seed)
+    history = None if no_history else _history_file(history_path)
+    engine = common.open_engine(simulate)
+    options = RunOptions(devices=resolve_devices(engine, device), quick=quick, seed=seed_value)
+    if history is not None:
+        check_history(history)
+    prepare_renderers(html=True)
+    with Destination.prepare(out, "run", run_named(prometheus_path)) as dest:
+        begin_measuring()
+        with progress_bar() as progress:
+            result = run_investigation(engine, options, ProgressObserver(progress, steps(options)))
+        if not result.measured:
+            nothing_measured(dest)
+        _deliver_run(result, dest, history)
+
+
+def _deliver_run(result: RunResult, dest: Destination, history: Path | None) -> None:
+    from ..report.run_table import print_run
+    from ..run.history import HistoryError
+
+    history_failed = False
+
+    def add_to_history() -> None:
+        nonlocal history_failed
+        if history is None:
+            return
+        try:
+            run_id = append_history(result, history)
+            stderr.print(f"saved as run {run_id} in {history}", soft_wrap=True)
+        except HistoryError as exc:
+            history_failed = True
+            click.echo(
+                f"Error: the run's files are written, but the history is not: {exc}", err=True
+            )
+
+    delivery = deliver(
+        run_outputs(result, dest), dest, lambda: print_run(result, stdout), add_to_history
+    )
+    page = dest.places["html"].path
+    if page in delivery.written:
+        stderr.print(f"report: {page}", soft_wrap=True)
+    finish(
+        delivery,
+        result.interrupted,
+        verification_failed=any(f.code == "verification_failed" for f in result.findings),
+        failed=history_failed or any(g.status == "failed" for g in result.gpus),
+    )
+
+
+register(
+    "xferscope-run",
+    DocumentKind(
+        "run",
+        lambda d: run_from_dict(d),
+        lambda r: _print_run(r),
+        lambda: run_named(),
+        run_outputs,
+    ),
+)
+
+
+def _print_run(result: RunResult) -> None:
+    from ..report.run_table import print_run
+
+    print_run(result, stdout)

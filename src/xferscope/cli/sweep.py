@@ -1,0 +1,267 @@
+"""`xferscope sweep`: bandwidth and latency against size, one curve per configuration."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..core import plan
+from ..core.engine import DIRECTIONS, HOST_MEMORY, MECHANISMS, TIMINGS
+from ..core.errors import OptionError
+from ..core.units import format_bytes
+from ..sweep.options import SweepOptions, parse_devices, parse_list, parse_size_option, parse_sizes
+from ..sweep.records import SCHEMA_NAME as SWEEP_SCHEMA
+from ..sweep.records import SweepResult, from_dict
+from . import common
+from .app import cli, stdout
+from .common import (
+    DocumentKind,
+    ProgressObserver,
+    begin_measuring,
+    deliver,
+    finish,
+    nothing_measured,
+    output_options,
+    parse_seed,
+    prepare_renderers,
+    progress_bar,
+    register,
+    seed_option,
+)
+from .outputs import Destination, Maker, Named, Output, text
+
+# ---- sweep -------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option(
+    "-d",
+    "--direction",
+    default="h2d,d2h",
+    show_default=True,
+    help=f"Directions, comma-separated: {', '.join(DIRECTIONS)}.",
+)
+@click.option(
+    "-m",
+    "--memory",
+    default="pageable,pinned",
+    show_default=True,
+    help=f"Host memory kinds: {', '.join(HOST_MEMORY)} (d2d always uses device memory).",
+)
+@click.option(
+    "--mechanism",
+    default="memcpy",
+    show_default=True,
+    help="memcpy (synchronous cudaMemcpy), async (cudaMemcpyAsync: copy engines), "
+    "kernel (SM copy kernel), staged (pageable memory through xferscope's pinned staging "
+    "pool and host threads).",
+)
+@click.option(
+    "--timing",
+    default="api",
+    show_default=True,
+    help="api (host clock around calls that complete, as an application sees them), "
+    "device (CUDA events around copies held behind a blocking kernel).",
+)
+@click.option(
+    "-g", "--device", default="0", show_default=True, help="GPU indices, comma-separated."
+)
+@click.option(
+    "--sizes", default=None, help="Explicit sizes, comma-separated (overrides the range)."
+)
+@click.option("--min-size", default=None, help="Smallest size of the range [default: 1].")
+@click.option("--max-size", default=None, help="Largest size of the range [default: 1GiB].")
+@click.option("--steps", default=None, type=int, help="Sizes per doubling [default: 1].")
+@click.option(
+    "--perturbation",
+    default=None,
+    help="NetPIPE's p: also measure c-p and c+p bytes around each size c [default: 0].",
+)
+@click.option(
+    "--target-time",
+    default=None,
+    type=float,
+    help=f"Seconds one trial lasts [default: {plan.DEFAULT_TARGET_S}; "
+    f"{plan.QUICK_TARGET_S} with --quick].",
+)
+@click.option(
+    "--trials",
+    default=plan.DEFAULT_TRIALS,
+    show_default=True,
+    type=int,
+    help="Trials per size (more, up to --max-trials, while noisier than --noise-bound).",
+)
+@click.option(
+    "--max-trials", default=None, type=int, help="Most trials per size [default: 2 x --trials]."
+)
+@click.option(
+    "--noise-bound",
+    default=plan.DEFAULT_NOISE_BOUND,
+    show_default=True,
+    type=float,
+    help="Relative noise (1.4826 MAD / median) under which a size needs no more trials.",
+)
+@click.option(
+    "--budget",
+    default=None,
+    type=float,
+    help=f"Most seconds one curve may take; trials shorten to fit and sizes that still "
+    f"do not fit are cut short and labelled. 0 = no limit "
+    f"[default: {plan.DEFAULT_BUDGET_S:g}; {plan.QUICK_BUDGET_S:g} with --quick].",
+)
+@click.option(
+    "--cache",
+    type=click.Choice(["cold", "warm"]),
+    default="cold",
+    show_default=True,
+    help="cold: copies of 64 KiB and more rotate through buffers larger than the GPU and CPU "
+    "caches; warm: every copy reuses one buffer, as a loop over one array does (labelled "
+    "cache-resident).",
+)
+@click.option(
+    "--quick", is_flag=True, help="Short trials and a small budget: a first look in seconds."
+)
+@click.option("--no-verify", is_flag=True, help="Skip checking the destination after each size.")
+@seed_option
+@output_options("sweep", "PREFIX-bandwidth.png and PREFIX-latency.png")
+@click.option(
+    "--simulate", is_flag=True, help="Use the simulated engine (no GPU; nothing is measured)."
+)
+def sweep(**kw: Any) -> None:
+    """Bandwidth and latency against transfer size, one curve per configuration (NetPIPE's
+    method: log-scale sizes, repeats sized to a target time, several trials per size)."""
+    from ..sweep.measure import prepare_sweep, run_sweep
+
+    options = build_sweep_options(kw)
+    engine = common.open_engine(kw["simulate"])
+    configs = prepare_sweep(engine, options)
+    prepare_renderers()
+    with Destination.prepare(kw["out"], "sweep", sweep_named(kw), kw["force"]) as dest:
+        begin_measuring()
+        with progress_bar() as progress:
+            observer = ProgressObserver(progress, len(configs) * len(options.sizes))
+            result = run_sweep(engine, options, observer)
+        if result.interrupted and not sweep_measured(result):
+            nothing_measured(dest)
+        delivery = deliver(sweep_outputs(result, dest), dest, lambda: _print_sweep(result))
+    finish(
+        delivery,
+        result.interrupted,
+        verification_failed=any(
+            p.verification is not None and not p.verification.ok
+            for c in result.curves
+            for p in c.points
+        ),
+        failed=any(c.status == "failed" for c in result.curves),
+    )
+
+
+def sweep_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
+    """The sweep's files: where the options put them (kw None: the default names)."""
+    from ..report.plots import PLOTS
+
+    kw = kw or {}
+    return {
+        "json": Named("--json", kw.get("json_path"), "sweep.json"),
+        "csv": Named("--csv", kw.get("csv_path"), "sweep.csv"),
+        "plot": Named("--plot", kw.get("plot_prefix"), "sweep", tuple(f"-{w}.png" for w in PLOTS)),
+    }
+
+
+def sweep_measured(result: SweepResult) -> bool:
+    return any(c.points for c in result.curves)
+
+
+def sweep_outputs(result: SweepResult, dest: Destination) -> list[Output]:
+    """JSON, CSV, and the bandwidth and latency plots."""
+    from ..documents import csv as csv_export
+    from ..documents import json as json_export
+    from ..report import plots
+
+    def plot(what: str) -> Maker:
+        return lambda path, _written: plots.write_plot(result, what, path)
+
+    return [
+        dest.output("json", text(lambda: json_export.dumps(result))),
+        dest.output("csv", text(lambda: csv_export.dumps(result))),
+        *(
+            dest.output("plot", plot(what), f"-{what}.png", render=True)
+            for what in plots.plot_names(result)
+        ),
+    ]
+
+
+def build_sweep_options(kw: dict[str, Any]) -> SweepOptions:
+    range_options = ("min_size", "max_size", "steps", "perturbation")
+    if kw["sizes"] is not None:
+        if any(kw[name] is not None for name in range_options):
+            raise OptionError(
+                "--sizes",
+                "give either --sizes or a range (--min-size, --max-size, "
+                "--steps, --perturbation), not both",
+            )
+        sizes = parse_sizes("--sizes", kw["sizes"])
+    else:
+        low = parse_size_option("--min-size", kw["min_size"] or str(plan.DEFAULT_MIN_SIZE))
+        high = parse_size_option("--max-size", kw["max_size"] or str(plan.DEFAULT_MAX_SIZE))
+        if high < low:
+            raise OptionError(
+                "--max-size", f"{format_bytes(high)} is smaller than --min-size {format_bytes(low)}"
+            )
+        steps = 1 if kw["steps"] is None else kw["steps"]
+        if steps < 1:
+            raise OptionError("--steps", f"{steps} is not a count of at least 1")
+        perturbation = 0
+        if kw["perturbation"] not in (None, "0"):
+            perturbation = parse_size_option("--perturbation", kw["perturbation"])
+        sizes = tuple(plan.log_sizes(low, high, steps, perturbation))
+    quick = kw["quick"]
+    target = (
+        kw["target_time"]
+        if kw["target_time"] is not None
+        else (plan.QUICK_TARGET_S if quick else plan.DEFAULT_TARGET_S)
+    )
+    budget = (
+        kw["budget"]
+        if kw["budget"] is not None
+        else (plan.QUICK_BUDGET_S if quick else plan.DEFAULT_BUDGET_S)
+    )
+    if budget < 0 or budget != budget:
+        raise OptionError("--budget", f"{budget} is not a number of seconds (0 = no limit)")
+    trials = kw["trials"]
+    return SweepOptions(
+        directions=parse_list("--direction", kw["direction"], DIRECTIONS),
+        memories=parse_list("--memory", kw["memory"], HOST_MEMORY),
+        mechanisms=parse_list("--mechanism", kw["mechanism"], MECHANISMS),
+        timings=parse_list("--timing", kw["timing"], TIMINGS),
+        devices=parse_devices("--device", kw["device"]),
+        sizes=sizes,
+        target_s=target,
+        trials=trials,
+        max_trials=kw["max_trials"] if kw["max_trials"] is not None else 2 * max(trials, 1),
+        noise_bound=kw["noise_bound"],
+        budget_s=None if budget == 0 else budget,
+        seed=parse_seed(kw["seed"]),
+        cache=kw["cache"],
+        verify=not kw["no_verify"],
+        quick=quick,
+    )
+
+
+register(
+    SWEEP_SCHEMA,
+    DocumentKind(
+        "sweep",
+        from_dict,
+        lambda r: _print_sweep(r),
+        lambda: sweep_named(),
+        sweep_outputs,
+    ),
+)
+
+
+def _print_sweep(result: SweepResult) -> None:
+    from ..report.table import print_report
+
+    print_report(result, stdout)
