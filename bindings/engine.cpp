@@ -1,15 +1,20 @@
 // xferscope._engine: a thin nanobind layer over the native engine. Timing loops, buffers and
 // kernels stay in C++; Python only orchestrates. The GIL is released around every call that
-// touches the GPU so a long trial never holds the interpreter.
+// touches the GPU so a long trial never holds the interpreter. Results cross as read-only
+// classes (the simulated engine builds the same ones), errors keep their types, and the rules
+// of valid measurements (cases.hpp) and the engine's limits are exported, never retyped.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "xferscope/cases.hpp"
 #include "xferscope/device.hpp"
 #include "xferscope/error.hpp"
 #include "xferscope/overlap.hpp"
@@ -102,17 +107,6 @@ class CopierHandle {
   std::unique_ptr<xs::StagedCopier> copier_;
 };
 
-nb::dict plan_dict(const xs::StagedPlan& p) {
-  nb::dict d;
-  d["threads"] = p.threads;
-  d["chunk_bytes"] = p.chunk_bytes;
-  d["buffers_per_thread"] = p.buffers_per_thread;
-  d["single_thread_copy_bps"] = p.single_thread_copy_bps;
-  d["target_bps"] = p.target_bps;
-  d["explanation"] = p.explanation;
-  return d;
-}
-
 nb::dict to_dict(const xs::DeviceInfo& info) {
   nb::dict d;
   d["index"] = info.index;
@@ -133,16 +127,172 @@ nb::dict to_dict(const xs::DeviceInfo& info) {
   return d;
 }
 
+template <typename Enum, std::size_t N>
+nb::tuple names(const Enum (&values)[N]) {
+  nb::list out;
+  for (Enum value : values) out.append(std::string(xs::to_string(value)));
+  return nb::tuple(out);
+}
+
+// CudaError reaches Python as xferscope._engine.CudaError with args (message, name, code), the
+// CUDA error's name (cudaErrorLaunchFailure) and number, so no one parses the message.
+void translate_cuda_error(const std::exception_ptr& error, void* type) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const xs::CudaError& e) {
+    nb::object args = nb::make_tuple(std::string(e.what()), std::string(cudaGetErrorName(e.code())),
+                                     static_cast<int>(e.code()));
+    PyErr_SetObject(static_cast<PyObject*>(type), args.ptr());
+  }
+}
+
 }  // namespace
 
 NB_MODULE(_engine, m) {
   m.doc() = "xferscope native measurement engine";
 
-  nb::exception<xs::CudaError>(m, "CudaError", PyExc_RuntimeError);
   nb::exception<xs::NoDeviceError>(m, "NoDeviceError", PyExc_RuntimeError);
   nb::exception<xs::AllocationError>(m, "AllocationError", PyExc_MemoryError);
   nb::exception<xs::UsageError>(m, "UsageError", PyExc_ValueError);
+  PyObject* cuda_error =
+      PyErr_NewException("xferscope._engine.CudaError", PyExc_RuntimeError, nullptr);
+  m.attr("CudaError") = nb::steal(cuda_error);
+  nb::register_exception_translator(translate_cuda_error, cuda_error);
 
+  // ---- the rules and limits (cases.hpp) ----
+  m.attr("DIRECTIONS") = names(xs::kAllDirections);
+  m.attr("MEMORY_KINDS") = names(xs::kAllMemoryKinds);
+  m.attr("MECHANISMS") = names(xs::kAllMechanisms);
+  m.attr("TIMINGS") = names(xs::kAllTimings);
+  nb::dict limits;
+  limits["most_held_copies"] = xs::Limits::most_held_copies;
+  limits["min_rotated_bytes"] = xs::Limits::min_rotated_bytes;
+  limits["slot_alignment"] = xs::Limits::slot_alignment;
+  limits["cache_line"] = xs::Limits::cache_line;
+  limits["blocking_timeout_s"] = static_cast<double>(xs::Limits::blocking_timeout_ns) * 1e-9;
+  m.attr("LIMITS") = limits;
+  m.def(
+      "refusal",
+      [](const std::string& direction, const std::string& memory, const std::string& mechanism,
+         std::optional<std::string> timing, bool peer_access) {
+        std::optional<xs::Timing> kind;
+        if (timing) kind = xs::timing_from_string(*timing);
+        return xs::refusal(xs::direction_from_string(direction),
+                           xs::memory_kind_from_string(memory),
+                           xs::mechanism_from_string(mechanism), kind, peer_access);
+      },
+      "direction"_a, "memory"_a, "mechanism"_a, "timing"_a = nb::none(), "peer_access"_a = true,
+      "Why the engine cannot measure this combination, or '' when it can.");
+  m.def(
+      "blocks_for_device_timing",
+      [](const std::string& direction, const std::string& memory, const std::string& mechanism,
+         bool peer_access) {
+        return xs::blocks_for_device_timing(xs::direction_from_string(direction),
+                                            xs::memory_kind_from_string(memory),
+                                            xs::mechanism_from_string(mechanism), peer_access);
+      },
+      "direction"_a, "memory"_a, "mechanism"_a, "peer_access"_a = true);
+
+  // ---- results: read-only, constructible by keyword (the simulated engine makes them too) ----
+  nb::class_<xs::TrialTiming>(m, "TrialTiming", "One trial: its iterations' total time.")
+      .def(
+          "__init__",
+          [](xs::TrialTiming* t, double seconds, std::int64_t iterations, int copies, bool blocking,
+             bool timed_out, std::size_t footprint) {
+            new (t) xs::TrialTiming{seconds, iterations, copies, blocking, timed_out, footprint};
+          },
+          "seconds"_a, "iterations"_a, "copies_per_iteration"_a, "blocking_kernel"_a,
+          "blocking_timed_out"_a, "footprint_bytes"_a)
+      .def_ro("seconds", &xs::TrialTiming::seconds)
+      .def_ro("iterations", &xs::TrialTiming::iterations)
+      .def_ro("copies_per_iteration", &xs::TrialTiming::copies_per_iteration)
+      .def_ro("blocking_kernel", &xs::TrialTiming::blocking_kernel)
+      .def_ro("blocking_timed_out", &xs::TrialTiming::blocking_timed_out)
+      .def_ro("footprint_bytes", &xs::TrialTiming::footprint_bytes);
+  nb::class_<xs::Verification>(m, "Verification", "The destination compared with the pattern.")
+      .def(
+          "__init__",
+          [](xs::Verification* v, bool ok, std::size_t checked, std::uint64_t mismatched,
+             std::int64_t first) {
+            new (v) xs::Verification{ok, checked, mismatched, first};
+          },
+          "ok"_a, "bytes_checked"_a, "mismatched_bytes"_a, "first_mismatch"_a)
+      .def_ro("ok", &xs::Verification::ok)
+      .def_ro("bytes_checked", &xs::Verification::bytes_checked)
+      .def_ro("mismatched_bytes", &xs::Verification::mismatched_bytes)
+      .def_ro("first_mismatch", &xs::Verification::first_mismatch);
+  nb::class_<xs::OverlapSample>(m, "OverlapSample", "One copy with CPU work before the wait.")
+      .def(
+          "__init__",
+          [](xs::OverlapSample* o, double issue, double work, double wait, double total) {
+            new (o) xs::OverlapSample{issue, work, wait, total};
+          },
+          "issue_s"_a, "work_s"_a, "wait_s"_a, "total_s"_a)
+      .def_ro("issue_s", &xs::OverlapSample::issue_s)
+      .def_ro("work_s", &xs::OverlapSample::work_s)
+      .def_ro("wait_s", &xs::OverlapSample::wait_s)
+      .def_ro("total_s", &xs::OverlapSample::total_s);
+  nb::class_<xs::RotationResult>(m, "RotationResult", "A stream of chunks through N buffers.")
+      .def(
+          "__init__",
+          [](xs::RotationResult* r, double total, double copy, double consume, double wait,
+             int mismatched) {
+            new (r) xs::RotationResult{total, copy, consume, wait, mismatched};
+          },
+          "total_s"_a, "copy_s"_a, "consume_s"_a, "wait_s"_a, "mismatched_chunks"_a)
+      .def_ro("total_s", &xs::RotationResult::total_s)
+      .def_ro("copy_s", &xs::RotationResult::copy_s)
+      .def_ro("consume_s", &xs::RotationResult::consume_s)
+      .def_ro("wait_s", &xs::RotationResult::wait_s)
+      .def_ro("mismatched_chunks", &xs::RotationResult::mismatched_chunks);
+  nb::class_<xs::GpuOverlapResult>(m, "GpuOverlapResult", "H2D, kernel, D2H over K streams.")
+      .def(
+          "__init__",
+          [](xs::GpuOverlapResult* r, double h2d, double kernel, double d2h, double sequential,
+             double pipelined, bool verified) {
+            new (r) xs::GpuOverlapResult{h2d, kernel, d2h, sequential, pipelined, verified};
+          },
+          "h2d_s"_a, "kernel_s"_a, "d2h_s"_a, "sequential_s"_a, "pipelined_s"_a, "verified"_a)
+      .def_ro("h2d_s", &xs::GpuOverlapResult::h2d_s)
+      .def_ro("kernel_s", &xs::GpuOverlapResult::kernel_s)
+      .def_ro("d2h_s", &xs::GpuOverlapResult::d2h_s)
+      .def_ro("sequential_s", &xs::GpuOverlapResult::sequential_s)
+      .def_ro("pipelined_s", &xs::GpuOverlapResult::pipelined_s)
+      .def_ro("verified", &xs::GpuOverlapResult::verified);
+  nb::class_<xs::PinningCosts>(m, "PinningCosts", "What pinning costs, per step.")
+      .def(
+          "__init__",
+          [](xs::PinningCosts* c, double alloc, double free_, double reg, double unreg,
+             double pageable, double pinned, double registered, double host) {
+            new (c) xs::PinningCosts{alloc, free_, reg, unreg, pageable, pinned, registered, host};
+          },
+          "host_alloc_s"_a, "host_free_s"_a, "register_s"_a, "unregister_s"_a, "pageable_copy_s"_a,
+          "pinned_copy_s"_a, "registered_copy_s"_a, "host_copy_s"_a)
+      .def_ro("host_alloc_s", &xs::PinningCosts::host_alloc_s)
+      .def_ro("host_free_s", &xs::PinningCosts::host_free_s)
+      .def_ro("register_s", &xs::PinningCosts::register_s)
+      .def_ro("unregister_s", &xs::PinningCosts::unregister_s)
+      .def_ro("pageable_copy_s", &xs::PinningCosts::pageable_copy_s)
+      .def_ro("pinned_copy_s", &xs::PinningCosts::pinned_copy_s)
+      .def_ro("registered_copy_s", &xs::PinningCosts::registered_copy_s)
+      .def_ro("host_copy_s", &xs::PinningCosts::host_copy_s);
+  nb::class_<xs::StagedPlan>(m, "StagedPlan", "What a staged copier chose, and why.")
+      .def(
+          "__init__",
+          [](xs::StagedPlan* p, int threads, std::size_t chunk, int buffers, double single,
+             double target, const std::string& explanation) {
+            new (p) xs::StagedPlan{threads, chunk, buffers, single, target, explanation};
+          },
+          "threads"_a, "chunk_bytes"_a, "buffers_per_thread"_a, "single_thread_copy_bps"_a,
+          "target_bps"_a, "explanation"_a)
+      .def_ro("threads", &xs::StagedPlan::threads)
+      .def_ro("chunk_bytes", &xs::StagedPlan::chunk_bytes)
+      .def_ro("buffers_per_thread", &xs::StagedPlan::buffers_per_thread)
+      .def_ro("single_thread_copy_bps", &xs::StagedPlan::single_thread_copy_bps)
+      .def_ro("target_bps", &xs::StagedPlan::target_bps)
+      .def_ro("explanation", &xs::StagedPlan::explanation);
+
+  // ---- devices ----
   m.def("device_count", &xs::device_count, "Number of CUDA devices; NoDeviceError if none.");
   m.def(
       "device_info", [](int index) { return to_dict(xs::device_info(index)); }, "index"_a);
@@ -157,6 +307,7 @@ NB_MODULE(_engine, m) {
   m.def("runtime_version", &xs::runtime_version);
   m.def("driver_version", &xs::driver_version);
 
+  // ---- measuring ----
   nb::class_<TransferHandle>(m, "Transfer")
       .def(nb::init<int, const std::string&, const std::string&, const std::string&, std::size_t,
                     std::size_t, bool, int, bool, int, std::size_t>(),
@@ -181,66 +332,41 @@ NB_MODULE(_engine, m) {
              std::int64_t iterations) {
             xs::Transfer& t = h.get();
             const xs::Timing kind = xs::timing_from_string(timing);
-            xs::TrialTiming r;
-            {
-              nb::gil_scoped_release release;
-              r = t.time(kind, bytes, iterations);
-            }
-            nb::dict d;
-            d["seconds"] = r.seconds;
-            d["iterations"] = r.iterations;
-            d["copies_per_iteration"] = r.copies_per_iteration;
-            d["blocking_kernel"] = r.blocking_kernel;
-            d["blocking_timed_out"] = r.blocking_timed_out;
-            d["footprint_bytes"] = r.footprint_bytes;
-            return d;
+            nb::gil_scoped_release release;
+            return t.time(kind, bytes, iterations);
           },
           "timing"_a, "bytes"_a, "iterations"_a)
       .def(
           "verify",
           [](TransferHandle& h, std::size_t bytes, bool inject_fault) {
             xs::Transfer& t = h.get();
-            xs::Verification v;
-            {
-              nb::gil_scoped_release release;
-              v = t.verify(bytes, inject_fault);
-            }
-            nb::dict d;
-            d["ok"] = v.ok;
-            d["bytes_checked"] = v.bytes_checked;
-            d["mismatched_bytes"] = v.mismatched_bytes;
-            d["first_mismatch"] = v.first_mismatch;
-            return d;
+            nb::gil_scoped_release release;
+            return t.verify(bytes, inject_fault);
           },
           "bytes"_a, "inject_fault"_a = false)
       .def(
           "overlap_cpu",
           [](TransferHandle& h, std::size_t bytes, double work_s) {
             xs::Transfer& t = h.get();
-            xs::OverlapSample o;
-            {
-              nb::gil_scoped_release release;
-              o = t.overlap_cpu(bytes, work_s);
-            }
-            nb::dict d;
-            d["issue_s"] = o.issue_s;
-            d["work_s"] = o.work_s;
-            d["wait_s"] = o.wait_s;
-            d["total_s"] = o.total_s;
-            return d;
+            nb::gil_scoped_release release;
+            return t.overlap_cpu(bytes, work_s);
           },
           "bytes"_a, "work_s"_a)
+      .def(
+          "inject_copy_failure", [](TransferHandle& h) { h.get().inject_copy_failure(); },
+          "The next copy fails with a real CUDA error (for tests of the error paths).")
       .def_prop_ro("staged_plan",
-                   [](TransferHandle& h) -> nb::object {
+                   [](TransferHandle& h) -> std::optional<xs::StagedPlan> {
                      const xs::StagedCopier* c = h.get().staged();
-                     return c == nullptr ? nb::none() : nb::object(plan_dict(c->plan()));
+                     if (c == nullptr) return std::nullopt;
+                     return c->plan();
                    })
       .def("close", &TransferHandle::close);
 
   nb::class_<CopierHandle>(m, "StagedCopier")
       .def(nb::init<int, int, std::size_t, double>(), "device"_a, "threads"_a = 0,
            "chunk_bytes"_a = 0, "target_bps"_a = 0.0)
-      .def_prop_ro("plan", [](CopierHandle& h) { return plan_dict(h.get().plan()); })
+      .def_prop_ro("plan", [](CopierHandle& h) { return h.get().plan(); })
       .def(
           "to_device",
           [](CopierHandle& h, std::uintptr_t device_destination, std::uintptr_t host_source,
@@ -267,37 +393,16 @@ NB_MODULE(_engine, m) {
       "rotate_buffers",
       [](int device, bool upload, int buffers, std::size_t chunk_bytes, int chunks) {
         xs::device_info(device);
-        xs::RotationResult r;
-        {
-          nb::gil_scoped_release release;
-          r = xs::rotate_buffers(device, upload, buffers, chunk_bytes, chunks);
-        }
-        nb::dict d;
-        d["total_s"] = r.total_s;
-        d["copy_s"] = r.copy_s;
-        d["consume_s"] = r.consume_s;
-        d["wait_s"] = r.wait_s;
-        d["mismatched_chunks"] = r.mismatched_chunks;
-        return d;
+        nb::gil_scoped_release release;
+        return xs::rotate_buffers(device, upload, buffers, chunk_bytes, chunks);
       },
       "device"_a, "upload"_a, "buffers"_a, "chunk_bytes"_a, "chunks"_a);
   m.def(
       "overlap_gpu",
       [](int device, std::size_t bytes, int streams, int chunks, int work) {
         xs::device_info(device);
-        xs::GpuOverlapResult r;
-        {
-          nb::gil_scoped_release release;
-          r = xs::overlap_gpu(device, bytes, streams, chunks, work);
-        }
-        nb::dict d;
-        d["h2d_s"] = r.h2d_s;
-        d["kernel_s"] = r.kernel_s;
-        d["d2h_s"] = r.d2h_s;
-        d["sequential_s"] = r.sequential_s;
-        d["pipelined_s"] = r.pipelined_s;
-        d["verified"] = r.verified;
-        return d;
+        nb::gil_scoped_release release;
+        return xs::overlap_gpu(device, bytes, streams, chunks, work);
       },
       "device"_a, "bytes"_a, "streams"_a, "chunks"_a, "work"_a);
 
@@ -320,21 +425,8 @@ NB_MODULE(_engine, m) {
       "measure_pinning",
       [](int device, std::size_t bytes) {
         xs::device_info(device);
-        xs::PinningCosts c;
-        {
-          nb::gil_scoped_release release;
-          c = xs::measure_pinning(device, bytes);
-        }
-        nb::dict d;
-        d["host_alloc_s"] = c.host_alloc_s;
-        d["host_free_s"] = c.host_free_s;
-        d["register_s"] = c.register_s;
-        d["unregister_s"] = c.unregister_s;
-        d["pageable_copy_s"] = c.pageable_copy_s;
-        d["pinned_copy_s"] = c.pinned_copy_s;
-        d["registered_copy_s"] = c.registered_copy_s;
-        d["host_copy_s"] = c.host_copy_s;
-        return d;
+        nb::gil_scoped_release release;
+        return xs::measure_pinning(device, bytes);
       },
       "device"_a, "bytes"_a);
   m.def(

@@ -47,12 +47,12 @@ std::string_view to_string(MemoryKind kind) {
 }
 
 MemoryKind memory_kind_from_string(std::string_view name) {
-  for (MemoryKind kind : {MemoryKind::pageable, MemoryKind::pinned, MemoryKind::write_combined,
-                          MemoryKind::registered, MemoryKind::mapped, MemoryKind::device}) {
+  std::string accepted;
+  for (MemoryKind kind : kAllMemoryKinds) {
     if (to_string(kind) == name) return kind;
+    accepted += (accepted.empty() ? "" : ", ") + std::string(to_string(kind));
   }
-  throw UsageError("unknown memory kind '" + std::string(name) +
-                   "' (accepted: pageable, pinned, wc, registered, mapped, device)");
+  throw UsageError("unknown memory kind '" + std::string(name) + "' (accepted: " + accepted + ")");
 }
 
 Buffer Buffer::allocate(MemoryKind kind, std::size_t bytes, int device) {

@@ -12,6 +12,7 @@
 
 #include "kernels.hpp"
 #include "xferscope/buffer.hpp"
+#include "xferscope/detail/handles.hpp"
 #include "xferscope/error.hpp"
 #include "xferscope/pattern.hpp"
 
@@ -47,29 +48,16 @@ std::uint64_t checksum(const void* data, std::size_t bytes) {
   return sum;
 }
 
-// Owns a stream and events on one device, destroyed on every exit path.
+// Streams and events on one device, destroyed on every exit path (a constructor that throws
+// halfway included).
 struct StreamSet {
-  std::vector<cudaStream_t> streams;
-  std::vector<cudaEvent_t> events;
+  std::vector<detail::Event> events;
+  std::vector<detail::Stream> streams;  // last, so they are drained before the events go
   StreamSet(int streams_wanted, int events_wanted, bool timing) {
-    for (int i = 0; i < streams_wanted; ++i) {
-      cudaStream_t s = nullptr;
-      XFS_CUDA_CALL(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-      streams.push_back(s);
-    }
+    for (int i = 0; i < streams_wanted; ++i) streams.push_back(detail::Stream::create());
     for (int i = 0; i < events_wanted; ++i) {
-      cudaEvent_t e = nullptr;
-      XFS_CUDA_CALL(
-          cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming));
-      events.push_back(e);
+      events.push_back(detail::Event::create(timing ? cudaEventDefault : cudaEventDisableTiming));
     }
-  }
-  ~StreamSet() {
-    for (cudaStream_t s : streams) {
-      cudaStreamSynchronize(s);
-      cudaStreamDestroy(s);
-    }
-    for (cudaEvent_t e : events) cudaEventDestroy(e);
   }
 };
 
@@ -206,7 +194,7 @@ GpuOverlapResult overlap_gpu(int device, std::size_t bytes, int streams, int chu
 
   GpuOverlapResult r;
   auto sequential = [&] {
-    cudaEvent_t* e = set.events.data();
+    const auto& e = set.events;
     XFS_CUDA_CALL(cudaEventRecord(e[0], first));
     XFS_CUDA_CALL(cudaMemcpyAsync(device_data, input.host(), bytes, cudaMemcpyHostToDevice, first));
     XFS_CUDA_CALL(cudaEventRecord(e[1], first));

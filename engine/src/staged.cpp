@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -15,6 +16,7 @@
 #endif
 
 #include "xferscope/buffer.hpp"
+#include "xferscope/detail/handles.hpp"
 #include "xferscope/error.hpp"
 
 namespace xferscope {
@@ -99,11 +101,11 @@ void copy_streaming(void* destination, const void* source, std::size_t bytes) {
 }
 
 // One worker's own stream, staging buffers and events: workers never share a CUDA object, so
-// they need no locks while copying.
+// they need no locks while copying. Each is freed with the worker, whatever happens.
 struct StagedCopier::Worker {
-  cudaStream_t stream = nullptr;
   std::vector<Buffer> staging;
-  std::vector<cudaEvent_t> ready;  // a buffer's DMA is done
+  std::vector<detail::Event> ready;  // a buffer's DMA is done
+  detail::Stream stream;             // last, so it is drained before the rest is freed
 };
 
 StagedCopier::StagedCopier(int device, int threads, std::size_t chunk_bytes, double target_bps)
@@ -122,31 +124,34 @@ StagedCopier::StagedCopier(int device, int threads, std::size_t chunk_bytes, dou
   XFS_CUDA_CALL(cudaSetDevice(device));
   for (int t = 0; t < plan_.threads; ++t) {
     auto worker = std::make_unique<Worker>();
-    XFS_CUDA_CALL(cudaStreamCreateWithFlags(&worker->stream, cudaStreamNonBlocking));
+    worker->stream = detail::Stream::create();
     for (int b = 0; b < plan_.buffers_per_thread; ++b) {
       worker->staging.push_back(Buffer::allocate(MemoryKind::pinned, plan_.chunk_bytes, device));
-      cudaEvent_t event = nullptr;
-      XFS_CUDA_CALL(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-      worker->ready.push_back(event);
+      worker->ready.push_back(detail::Event::create(cudaEventDisableTiming));
     }
     workers_.push_back(std::move(worker));
   }
-  for (int t = 0; t < plan_.threads; ++t) threads_.emplace_back(&StagedCopier::work, this, t);
+  try {
+    for (int t = 0; t < plan_.threads; ++t) threads_.emplace_back(&StagedCopier::work, this, t);
+  } catch (...) {
+    stop();  // the threads already started end before the workers they use are freed
+    throw;
+  }
 }
 
-StagedCopier::~StagedCopier() {
+void StagedCopier::stop() noexcept {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
   wake_.notify_all();
   for (auto& thread : threads_) thread.join();
-  cudaSetDevice(device_);
-  for (auto& worker : workers_) {
-    cudaStreamSynchronize(worker->stream);
-    for (cudaEvent_t event : worker->ready) cudaEventDestroy(event);
-    cudaStreamDestroy(worker->stream);
-  }
+  threads_.clear();
+}
+
+StagedCopier::~StagedCopier() {
+  stop();
+  cudaSetDevice(device_);  // the workers' streams, events and buffers go with workers_
 }
 
 void StagedCopier::to_device(void* device_destination, const void* host_source, std::size_t bytes) {
@@ -168,11 +173,11 @@ void StagedCopier::run(const Job& request) {
   std::unique_lock<std::mutex> lock(mutex_);
   job_ = job;
   finished_ = 0;
-  error_.clear();
+  error_ = nullptr;
   ++generation_;
   wake_.notify_all();
   done_.wait(lock, [&] { return finished_ == plan_.threads; });
-  if (!error_.empty()) throw UsageError("staged copy failed: " + error_);
+  if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
 }
 
 void StagedCopier::work(int index) {
@@ -187,15 +192,15 @@ void StagedCopier::work(int index) {
       seen = generation_;
       job = job_;
     }
-    std::string error;
+    std::exception_ptr error;
     try {
       copy_chunks(*workers_[index], index, job);
-    } catch (const std::exception& e) {
-      error = e.what();
+    } catch (...) {
+      error = std::current_exception();
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (!error.empty() && error_.empty()) error_ = error;
+      if (error && !error_) error_ = error;
       ++finished_;
     }
     done_.notify_all();

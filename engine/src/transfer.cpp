@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "kernels.hpp"
+#include "xferscope/cases.hpp"
 #include "xferscope/cpu_work.hpp"
 #include "xferscope/error.hpp"
 #include "xferscope/pattern.hpp"
@@ -15,14 +16,6 @@ namespace xferscope {
 
 namespace {
 
-constexpr std::size_t kSlotAlignment = 4096;  // rotated copies start page-aligned
-constexpr std::size_t kCacheLine = 64;
-// Smaller copies are latency-bound and always reuse one place; their results carry the
-// cache-resident label instead. Moving them around measures address translation, not caches:
-// on an H200, rotated pinned H2D copies of 4-16 KiB took 0.3-1.2 us longer, and from 64 KiB on
-// rotation cost pinned copies nothing.
-constexpr std::size_t kMinRotatedBytes = 64 << 10;
-constexpr std::uint64_t kBlockingTimeoutNs = 5'000'000'000ull;
 constexpr cudaStream_t kLegacyStream = nullptr;
 
 std::size_t round_up(std::size_t value, std::size_t multiple) {
@@ -70,53 +63,30 @@ std::string_view to_string(Mechanism mechanism) {
 std::string_view to_string(Timing timing) { return timing == Timing::api ? "api" : "device"; }
 
 Direction direction_from_string(std::string_view name) {
-  static constexpr Direction all[] = {Direction::h2d, Direction::d2h, Direction::d2d,
-                                      Direction::round_trip, Direction::p2p};
-  return from_string(name, all, "direction");
+  return from_string(name, kAllDirections, "direction");
 }
 
 Mechanism mechanism_from_string(std::string_view name) {
-  static constexpr Mechanism all[] = {Mechanism::memcpy, Mechanism::async, Mechanism::kernel,
-                                      Mechanism::staged};
-  return from_string(name, all, "mechanism");
+  return from_string(name, kAllMechanisms, "mechanism");
 }
 
 Timing timing_from_string(std::string_view name) {
-  static constexpr Timing all[] = {Timing::api, Timing::device};
-  return from_string(name, all, "timing");
+  return from_string(name, kAllTimings, "timing");
 }
 
 Transfer::Transfer(const TransferSpec& spec) : spec_(spec) {
   if (spec.capacity == 0) throw UsageError("a transfer needs a capacity of at least one byte");
   const bool peer_to_peer = spec.direction == Direction::p2p;
   const bool host_side = spec.direction != Direction::d2d && !peer_to_peer;
-  if (host_side && spec.host_memory == MemoryKind::device) {
-    throw UsageError(
-        "memory kind 'device' is for d2d and p2p only; host transfers take pageable, "
-        "pinned, wc, registered or mapped");
-  }
-  if (host_side && spec.mechanism == Mechanism::kernel &&
-      spec.host_memory == MemoryKind::pageable) {
-    throw UsageError(
-        "the kernel mechanism needs host memory the GPU can address (pinned, wc, "
-        "registered or mapped), not pageable");
-  }
-  if (spec.mechanism == Mechanism::staged &&
-      (!host_side || spec.host_memory != MemoryKind::pageable)) {
-    throw UsageError("the staged mechanism moves pageable memory between the host and a GPU");
-  }
+  const std::string refused =
+      refusal(spec.direction, spec.host_memory, spec.mechanism, std::nullopt, spec.peer_access);
+  if (!refused.empty()) throw UsageError(refused);
   if (peer_to_peer) {
     int count = 0;
     XFS_CUDA_CALL(cudaGetDeviceCount(&count));
     if (spec.peer < 0 || spec.peer >= count || spec.peer == spec.device) {
       throw UsageError("a p2p transfer needs a peer GPU other than its own, from 0 to " +
                        std::to_string(count - 1));
-    }
-    if (spec.mechanism == Mechanism::memcpy) {
-      throw UsageError("p2p copies use the async or kernel mechanism");
-    }
-    if (spec.mechanism == Mechanism::kernel && !spec.peer_access) {
-      throw UsageError("an SM copy to another GPU needs peer access");
     }
     set_peer_access();
   }
@@ -164,11 +134,9 @@ Transfer::Transfer(const TransferSpec& spec) : spec_(spec) {
   // for them (fill, poison, compare): once a kernel has run on another stream, every synchronous
   // cudaMemcpy on the legacy stream costs about 1.1 us more (5.5 -> 6.6 us for 4 bytes on an
   // H200, driver 580), a cost of the engine's setup and not of the copy.
-  if (spec.mechanism != Mechanism::memcpy) {
-    XFS_CUDA_CALL(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  }
-  XFS_CUDA_CALL(cudaEventCreate(&start_));
-  XFS_CUDA_CALL(cudaEventCreate(&stop_));
+  if (spec.mechanism != Mechanism::memcpy) stream_ = detail::Stream::create();
+  start_ = detail::Event::create();
+  stop_ = detail::Event::create();
   if (spec.mechanism == Mechanism::staged) {
     staged_ = std::make_unique<StagedCopier>(gpu, spec.staged_threads, spec.staged_chunk_bytes);
     XFS_CUDA_CALL(cudaSetDevice(gpu));
@@ -176,14 +144,9 @@ Transfer::Transfer(const TransferSpec& spec) : spec_(spec) {
   fill(0x5eed);
 }
 
+// The members free the staged copier, the events, the stream and the buffers, in that order.
 Transfer::~Transfer() {
   cudaSetDevice(spec_.device);
-  if (stream_ != kLegacyStream) {
-    cudaStreamSynchronize(stream_);
-    cudaStreamDestroy(stream_);
-  }
-  if (start_ != nullptr) cudaEventDestroy(start_);
-  if (stop_ != nullptr) cudaEventDestroy(stop_);
   cudaStreamSynchronize(kLegacyStream);
 }
 
@@ -219,14 +182,8 @@ void Transfer::set_peer_access() {
 }
 
 bool Transfer::blocks_for_device_timing() const noexcept {
-  const bool peer_to_peer = spec_.direction == Direction::p2p;
-  const bool pageable = spec_.direction != Direction::d2d && !peer_to_peer &&
-                        spec_.host_memory == MemoryKind::pageable;
-  // Without peer access the driver stages a peer copy through host memory on the calling
-  // thread, which then cannot return to release the kernel (seen on two H200s: a timeout).
-  const bool through_host = peer_to_peer && !spec_.peer_access;
-  return (spec_.mechanism == Mechanism::async || spec_.mechanism == Mechanism::kernel) &&
-         !pageable && !through_host;
+  return xferscope::blocks_for_device_timing(spec_.direction, spec_.host_memory, spec_.mechanism,
+                                             spec_.peer_access);
 }
 
 cudaStream_t Transfer::work_stream(const Buffer& buffer) const {
@@ -257,13 +214,13 @@ void Transfer::check_bytes(std::size_t bytes) const {
 }
 
 std::size_t Transfer::slots(std::size_t bytes) const {
-  if (!spec_.rotate || bytes < kMinRotatedBytes) return 1;
+  if (!spec_.rotate || bytes < Limits::min_rotated_bytes) return 1;
   const std::size_t size = legs_.front().source->size();
-  return (size - bytes) / round_up(bytes, kSlotAlignment) + 1;
+  return (size - bytes) / round_up(bytes, Limits::slot_alignment) + 1;
 }
 
 std::size_t Transfer::next_offset(std::size_t bytes) {
-  return (cursor_++ % slots(bytes)) * round_up(bytes, kSlotAlignment);
+  return (cursor_++ % slots(bytes)) * round_up(bytes, Limits::slot_alignment);
 }
 
 void Transfer::run_iteration(std::size_t bytes, std::size_t offset, cudaStream_t stream) {
@@ -272,6 +229,10 @@ void Transfer::run_iteration(std::size_t bytes, std::size_t offset, cudaStream_t
     const char* source = static_cast<const char*>(leg.source->data()) + offset;
     const int to = leg.destination->device_index();
     const int from = leg.source->device_index();
+    if (fail_next_copy_) {
+      fail_next_copy_ = false;
+      XFS_CUDA_CALL(cudaMemcpyAsync(nullptr, source, bytes, leg.kind, stream));
+    }
     switch (spec_.mechanism) {
       case Mechanism::memcpy:
         XFS_CUDA_CALL(cudaMemcpy(destination, source, bytes, leg.kind));
@@ -304,6 +265,9 @@ void Transfer::wait(cudaStream_t stream) { XFS_CUDA_CALL(cudaStreamSynchronize(s
 TrialTiming Transfer::time(Timing timing, std::size_t bytes, std::int64_t iterations) {
   check_bytes(bytes);
   if (iterations < 1) throw UsageError("a trial needs at least one iteration");
+  const std::string refused =
+      refusal(spec_.direction, spec_.host_memory, spec_.mechanism, timing, spec_.peer_access);
+  if (!refused.empty()) throw UsageError(refused);
   XFS_CUDA_CALL(cudaSetDevice(spec_.device));
   TrialTiming result =
       timing == Timing::api ? time_api(bytes, iterations) : time_device(bytes, iterations);
@@ -311,7 +275,7 @@ TrialTiming Transfer::time(Timing timing, std::size_t bytes, std::int64_t iterat
   result.copies_per_iteration = copies_per_iteration();
   result.footprint_bytes =
       std::min<std::size_t>(slots(bytes), static_cast<std::size_t>(iterations)) *
-      round_up(bytes, kCacheLine);
+      round_up(bytes, Limits::cache_line);
   return result;
 }
 
@@ -336,9 +300,6 @@ TrialTiming Transfer::time_api(std::size_t bytes, std::int64_t iterations) {
 // CUDA events around the copies. Where the copies are asynchronous to the host they are queued
 // behind the blocking kernel in batches, so the events see back-to-back device work only.
 TrialTiming Transfer::time_device(std::size_t bytes, std::int64_t iterations) {
-  if (spec_.mechanism == Mechanism::staged) {
-    throw UsageError("staged copies are driven by host threads: time them with api timing");
-  }
   TrialTiming result;
   result.blocking_kernel = blocks_for_device_timing();
   if (!result.blocking_kernel) {
@@ -354,7 +315,7 @@ TrialTiming Transfer::time_device(std::size_t bytes, std::int64_t iterations) {
     return result;
   }
   const std::int64_t per_batch =
-      std::max<std::int64_t>(1, kMostHeldCopies / copies_per_iteration());
+      std::max<std::int64_t>(1, Limits::most_held_copies / copies_per_iteration());
   for (std::int64_t done = 0; done < iterations;) {
     const std::int64_t batch = std::min(per_batch, iterations - done);
     queue_held(bytes, batch);
@@ -402,10 +363,19 @@ void Transfer::queue_held(std::size_t bytes, std::int64_t iterations) {
   *release = 0;
   *timed_out = 0;
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  kernels::block_stream(device_words, device_words + 1, kBlockingTimeoutNs, stream_);
-  XFS_CUDA_CALL(cudaEventRecord(start_, stream_));
-  for (std::int64_t i = 0; i < iterations; ++i) run_iteration(bytes, next_offset(bytes), stream_);
-  XFS_CUDA_CALL(cudaEventRecord(stop_, stream_));
+  kernels::block_stream(device_words, device_words + 1, Limits::blocking_timeout_ns, stream_);
+  try {
+    XFS_CUDA_CALL(cudaEventRecord(start_, stream_));
+    for (std::int64_t i = 0; i < iterations; ++i) {
+      run_iteration(bytes, next_offset(bytes), stream_);
+    }
+    XFS_CUDA_CALL(cudaEventRecord(stop_, stream_));
+  } catch (...) {
+    release_held();                  // the kernel lets go now, not at its timeout
+    cudaStreamSynchronize(stream_);  // and what was queued drains before the error goes up
+    cudaGetLastError();
+    throw;
+  }
 }
 
 void Transfer::release_held() {
@@ -498,8 +468,8 @@ std::vector<double> time_concurrently(const std::vector<Transfer*>& transfers, s
           "concurrent streams need asynchronous copies of non-pageable memory (async or kernel "
           "mechanism)");
     }
-    if (iterations < 1 || iterations * t->copies_per_iteration() > Transfer::kMostHeldCopies) {
-      throw UsageError("concurrent streams take 1.." + std::to_string(Transfer::kMostHeldCopies) +
+    if (iterations < 1 || iterations * t->copies_per_iteration() > Limits::most_held_copies) {
+      throw UsageError("concurrent streams take 1.." + std::to_string(Limits::most_held_copies) +
                        " copies each");
     }
   }

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from xferscope.core.errors import EngineError, NoDeviceError
+from xferscope.core.errors import CudaError, EngineError, NoDeviceError
 from xferscope.core.simulate import SIMULATED_STAGED_PLAN, SimulatedCopier, SimulatedEngine
 from xferscope.pageable import staged
 from xferscope.pageable.staged import StagedCopier, StagedPlan
@@ -321,11 +321,15 @@ def test_the_native_copier_translates_engine_errors():
         plan: ClassVar[dict[str, int]] = {"threads": 2}
 
         def to_device(self, device_destination: int, host_source: int, bytes: int) -> None:
-            raise _engine.CudaError("cudaErrorInvalidValue: invalid argument")
+            raise _engine.CudaError(
+                "cudaErrorInvalidValue: invalid argument", "cudaErrorInvalidValue", 1
+            )
 
     copier = _NativeCopier(FailingHandle(), NativeEngine())
-    with pytest.raises(EngineError, match="CUDA error: cudaErrorInvalidValue"):
+    with pytest.raises(CudaError, match="CUDA error: cudaErrorInvalidValue") as info:
         copier.to_device(DEVICE, 1, 4)
+    assert info.value.name == "cudaErrorInvalidValue" and info.value.code == 1
+    assert isinstance(info.value, EngineError)
 
 
 # ---- module functions and the package ----------------------------------------------------------

@@ -15,6 +15,11 @@ enum class MemoryKind {
   device,          // cudaMalloc
 };
 
+// Every kind, in the order the tool lists them.
+inline constexpr MemoryKind kAllMemoryKinds[] = {MemoryKind::pageable,       MemoryKind::pinned,
+                                                 MemoryKind::write_combined, MemoryKind::registered,
+                                                 MemoryKind::mapped,         MemoryKind::device};
+
 std::string_view to_string(MemoryKind kind);
 MemoryKind memory_kind_from_string(std::string_view name);
 

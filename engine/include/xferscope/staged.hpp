@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -34,7 +35,8 @@ class StagedCopier {
   const StagedPlan& plan() const noexcept { return plan_; }
   // Both return once every byte has arrived. Any alignment, any size; safe to call from
   // several threads (the copies then run one after another). A copy smaller than threads x
-  // chunk_bytes is cut into smaller chunks, down to 256 KiB, so every thread takes part.
+  // chunk_bytes is cut into smaller chunks, down to 256 KiB, so every thread takes part. A
+  // worker's error is thrown here with its type (CudaError, AllocationError, ...).
   void to_device(void* device_destination, const void* host_source, std::size_t bytes);
   void to_host(void* host_destination, const void* device_source, std::size_t bytes);
 
@@ -50,6 +52,7 @@ class StagedCopier {
 
   void run(const Job& job);
   void work(int index);  // a worker thread's loop
+  void stop() noexcept;  // ends and joins the worker threads
   void copy_chunks(Worker& worker, int index, const Job& job);
 
   int device_;
@@ -64,7 +67,7 @@ class StagedCopier {
   std::size_t generation_ = 0;  // bumped for each job
   int finished_ = 0;
   bool stopping_ = false;
-  std::string error_;  // the first worker error of the current job
+  std::exception_ptr error_;  // the first worker error of the current job
 };
 
 // Host memcpy into ordinary (pageable) memory with streaming stores that bypass the caches, so

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "xferscope/buffer.hpp"
+#include "xferscope/detail/handles.hpp"
 #include "xferscope/staged.hpp"
 
 namespace xferscope {
@@ -35,6 +36,13 @@ enum class Timing {
   device,  // CUDA events around N copies, held behind the blocking kernel where possible
 };
 
+// Every value of each, in the order the tool lists them.
+inline constexpr Direction kAllDirections[] = {Direction::h2d, Direction::d2h, Direction::d2d,
+                                               Direction::round_trip, Direction::p2p};
+inline constexpr Mechanism kAllMechanisms[] = {Mechanism::memcpy, Mechanism::async,
+                                               Mechanism::kernel, Mechanism::staged};
+inline constexpr Timing kAllTimings[] = {Timing::api, Timing::device};
+
 std::string_view to_string(Direction direction);
 std::string_view to_string(Mechanism mechanism);
 std::string_view to_string(Timing timing);
@@ -45,7 +53,7 @@ Timing timing_from_string(std::string_view name);
 struct TransferSpec {
   int device = 0;
   Direction direction = Direction::h2d;
-  MemoryKind host_memory = MemoryKind::pinned;  // not used by d2d and p2p
+  MemoryKind host_memory = MemoryKind::pinned;  // device for d2d and p2p
   Mechanism mechanism = Mechanism::memcpy;
   std::size_t capacity = 0;  // the largest size that will be copied
   // Buffers are at least this large, and successive copies move through them, so that small
@@ -86,10 +94,7 @@ struct Verification {
 
 class Transfer {
  public:
-  // Copies held behind one blocking kernel at most: the queue a stream can hold is finite, and
-  // past it the host would block while enqueuing and the kernel would wait for nothing.
-  static constexpr std::int64_t kMostHeldCopies = 128;
-
+  // Refuses (UsageError) what cases.hpp's refusal() refuses, before allocating anything.
   explicit Transfer(const TransferSpec& spec);
   ~Transfer();
   Transfer(const Transfer&) = delete;
@@ -97,9 +102,7 @@ class Transfer {
 
   const TransferSpec& spec() const noexcept { return spec_; }
   int copies_per_iteration() const noexcept { return static_cast<int>(legs_.size()); }
-  // Whether device timing can hold the copies behind the blocking kernel: not for synchronous
-  // calls, nor for pageable memory or peer copies without peer access, whose copies the host
-  // thread stages itself.
+  // Whether device timing can hold the copies behind the blocking kernel (cases.hpp).
   bool blocks_for_device_timing() const noexcept;
 
   // Fills the sources with the pattern of `seed` and the other buffers with another pattern.
@@ -119,10 +122,15 @@ class Transfer {
 
   // The three steps of a held, event-timed batch, public so several transfers can run at once
   // (time_concurrently): queue `iterations` behind a blocking kernel, let them go, and wait for
-  // their device time in seconds.
+  // their device time in seconds. If queueing fails, the kernel is let go and the stream
+  // drained before the error goes up, so it never spins on to its timeout.
   void queue_held(std::size_t bytes, std::int64_t iterations);
   void release_held();
   double held_seconds(bool& timed_out);
+
+  // For tests of the error paths: the next copy this transfer issues fails with a real CUDA
+  // error (cudaMemcpyAsync with a null destination: cudaErrorInvalidValue).
+  void inject_copy_failure() noexcept { fail_next_copy_ = true; }
 
  private:
   struct Leg {
@@ -153,17 +161,18 @@ class Transfer {
   std::uint64_t cursor_ = 0;  // rotation position, kept across trials
   std::vector<Buffer> buffers_;
   std::vector<Leg> legs_;
-  Buffer control_;  // mapped host words: [release, timed_out] for the blocking kernel
-  cudaStream_t stream_ = nullptr;  // the legacy default stream for the memcpy mechanism
-  cudaEvent_t start_ = nullptr;
-  cudaEvent_t stop_ = nullptr;
+  Buffer control_;         // mapped host words: [release, timed_out] for the blocking kernel
+  detail::Stream stream_;  // the legacy default stream for the memcpy mechanism
+  detail::Event start_;
+  detail::Event stop_;
   std::unique_ptr<StagedCopier> staged_;
+  bool fail_next_copy_ = false;
 };
 
 // Runs `iterations` iterations of `bytes` on every transfer at once: each queues its copies
 // behind its own blocking kernel, all are released together, and each stream's device time is
 // returned in order. Every transfer must block for device timing, and `iterations` times its
-// copies per iteration must fit under Transfer::kMostHeldCopies.
+// copies per iteration must fit under Limits::most_held_copies.
 std::vector<double> time_concurrently(const std::vector<Transfer*>& transfers, std::size_t bytes,
                                       std::int64_t iterations, bool& timed_out);
 

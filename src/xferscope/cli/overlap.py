@@ -13,7 +13,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from ..core.engine import HOST_MEMORY, MECHANISMS, Engine
+from ..core.cases import HOST_MEMORY, MECHANISMS
+from ..core.engine import Engine
 from ..core.errors import OptionError, XferscopeError
 from ..core.units import format_bytes
 from ..overlap.experiments import (

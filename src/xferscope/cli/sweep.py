@@ -7,10 +7,17 @@ from typing import Any
 import click
 
 from ..core import plan
-from ..core.engine import DIRECTIONS, HOST_MEMORY, MECHANISMS, TIMINGS
+from ..core.cases import HOST_MEMORY, MECHANISMS, TIMINGS
 from ..core.errors import OptionError
 from ..core.units import format_bytes
-from ..sweep.options import SweepOptions, parse_devices, parse_list, parse_size_option, parse_sizes
+from ..sweep.options import (
+    DIRECTIONS,
+    SweepOptions,
+    parse_devices,
+    parse_list,
+    parse_size_option,
+    parse_sizes,
+)
 from ..sweep.records import SCHEMA_NAME as SWEEP_SCHEMA
 from ..sweep.records import SweepResult, from_dict
 from . import common

@@ -1,7 +1,10 @@
-"""The interface measure.py drives, and its native implementation over xferscope._engine.
+"""The engine protocol every command drives, and its native implementation over
+xferscope._engine.
 
-The simulated engine (simulate.py) implements the same interface so that planning, statistics,
-records, exporters and the CLI run in CI without a GPU.
+The simulated engine (simulate.py) implements the same protocol and returns the same result
+classes (the engine's, read-only) so that planning, statistics, records, exporters and the CLI
+run in CI without a GPU. Which combinations an engine accepts is the case table's to say
+(cases.py): both engines ask it.
 """
 
 from __future__ import annotations
@@ -11,15 +14,134 @@ import time
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import cache
 from typing import Any, Protocol
 
 from . import interrupt
-from .errors import AllocationError, EngineError, NoDeviceError, OptionError
+from .errors import AllocationError, CudaError, EngineError, NoDeviceError, OptionError
 
-DIRECTIONS = ("h2d", "d2h", "d2d", "roundtrip")  # and p2p, which `run` measures
-HOST_MEMORY = ("pageable", "pinned", "wc", "registered", "mapped")
-MECHANISMS = ("memcpy", "async", "kernel", "staged")
-TIMINGS = ("api", "device")
+
+@cache
+def _native() -> Any:
+    """The compiled engine module, loaded on first use: importing xferscope needs neither a
+    GPU nor a driver, and loads no native code until something asks for it."""
+    try:
+        from .. import _engine  # type: ignore[attr-defined]  # built by CMake
+    except ImportError as exc:  # pragma: no cover - only a broken install gets here
+        raise NoDeviceError(f"the native engine is not built ({exc}); reinstall xferscope") from exc
+    return _engine
+
+
+# The result classes of the engine (xferscope._engine), read-only, made by both engines. The
+# protocols below give their fields to the type checker; a unit test holds them to the classes.
+
+
+class TrialTiming(Protocol):
+    @property
+    def seconds(self) -> float: ...  # all iterations together
+    @property
+    def iterations(self) -> int: ...
+    @property
+    def copies_per_iteration(self) -> int: ...
+    @property
+    def blocking_kernel(self) -> bool: ...  # held behind the blocking kernel
+    @property
+    def blocking_timed_out(self) -> bool: ...  # the kernel gave up: the figure is suspect
+    @property
+    def footprint_bytes(self) -> int: ...  # distinct bytes the copies touched in one buffer
+
+
+class Verification(Protocol):
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def bytes_checked(self) -> int: ...
+    @property
+    def mismatched_bytes(self) -> int: ...
+    @property
+    def first_mismatch(self) -> int: ...  # byte offset, -1 when none
+
+
+class OverlapSample(Protocol):
+    @property
+    def issue_s(self) -> float: ...  # blocked in the issuing call
+    @property
+    def work_s(self) -> float: ...  # CPU work done meanwhile
+    @property
+    def wait_s(self) -> float: ...  # blocked waiting after the work
+    @property
+    def total_s(self) -> float: ...
+
+
+class RotationResult(Protocol):
+    @property
+    def total_s(self) -> float: ...
+    @property
+    def copy_s(self) -> float: ...
+    @property
+    def consume_s(self) -> float: ...
+    @property
+    def wait_s(self) -> float: ...
+    @property
+    def mismatched_chunks(self) -> int: ...
+
+
+class GpuOverlapResult(Protocol):
+    @property
+    def h2d_s(self) -> float: ...
+    @property
+    def kernel_s(self) -> float: ...
+    @property
+    def d2h_s(self) -> float: ...
+    @property
+    def sequential_s(self) -> float: ...
+    @property
+    def pipelined_s(self) -> float: ...
+    @property
+    def verified(self) -> bool: ...
+
+
+class PinningCosts(Protocol):
+    @property
+    def host_alloc_s(self) -> float: ...
+    @property
+    def host_free_s(self) -> float: ...
+    @property
+    def register_s(self) -> float: ...
+    @property
+    def unregister_s(self) -> float: ...
+    @property
+    def pageable_copy_s(self) -> float: ...
+    @property
+    def pinned_copy_s(self) -> float: ...
+    @property
+    def registered_copy_s(self) -> float: ...
+    @property
+    def host_copy_s(self) -> float: ...
+
+
+class StagedPlan(Protocol):
+    @property
+    def threads(self) -> int: ...
+    @property
+    def chunk_bytes(self) -> int: ...
+    @property
+    def buffers_per_thread(self) -> int: ...
+    @property
+    def single_thread_copy_bps(self) -> float: ...
+    @property
+    def target_bps(self) -> float: ...
+    @property
+    def explanation(self) -> str: ...
+
+
+RESULT_CLASSES = ("TrialTiming", "Verification", "OverlapSample", "RotationResult",
+                  "GpuOverlapResult", "PinningCosts", "StagedPlan")  # fmt: skip
+
+
+def result(kind: str, **fields: Any) -> Any:
+    """A result of the engine's class `kind`, made in Python (the simulated engine's)."""
+    return getattr(_native(), kind)(**fields)
 
 
 class Transfer(Protocol):
@@ -30,11 +152,20 @@ class Transfer(Protocol):
     blocks_for_device_timing: bool
 
     def fill(self, seed: int) -> None: ...
-    def time(self, timing: str, bytes: int, iterations: int) -> dict[str, Any]: ...
-    def overlap_cpu(self, bytes: int, work_s: float) -> dict[str, float]: ...
+    def time(self, timing: str, bytes: int, iterations: int) -> TrialTiming: ...
+    def overlap_cpu(self, bytes: int, work_s: float) -> OverlapSample: ...
     @property
-    def staged_plan(self) -> dict[str, Any] | None: ...
-    def verify(self, bytes: int, inject_fault: bool = False) -> dict[str, Any]: ...
+    def staged_plan(self) -> StagedPlan | None: ...
+    def verify(self, bytes: int, inject_fault: bool = False) -> Verification: ...
+    def inject_copy_failure(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class Copier(Protocol):
+    plan: StagedPlan
+
+    def to_device(self, device_destination: int, host_source: int, bytes: int) -> None: ...
+    def to_host(self, host_destination: int, device_source: int, bytes: int) -> None: ...
     def close(self) -> None: ...
 
 
@@ -61,15 +192,15 @@ class Engine(Protocol):
     def time_concurrently(
         self, transfers: Sequence[Transfer], bytes: int, iterations: int
     ) -> tuple[list[float], bool]: ...
-    def measure_pinning(self, device: int, bytes: int) -> dict[str, float]: ...
+    def measure_pinning(self, device: int, bytes: int) -> PinningCosts: ...
     def can_access_peer(self, device: int, peer: int) -> bool: ...
     def rotate_buffers(
         self, device: int, upload: bool, buffers: int, chunk_bytes: int, chunks: int
-    ) -> dict[str, Any]: ...
+    ) -> RotationResult: ...
     def overlap_gpu(
         self, device: int, bytes: int, streams: int, chunks: int, work: int
-    ) -> dict[str, Any]: ...
-    def staged_copier(self, device: int, threads: int = 0, chunk_bytes: int = 0) -> Any: ...
+    ) -> GpuOverlapResult: ...
+    def staged_copier(self, device: int, threads: int = 0, chunk_bytes: int = 0) -> Copier: ...
     def clock(self) -> float: ...
 
 
@@ -97,13 +228,7 @@ class NativeEngine:
     simulated = False
 
     def __init__(self) -> None:
-        try:
-            from .. import _engine  # type: ignore[attr-defined]  # built by CMake
-        except ImportError as exc:  # pragma: no cover - only a broken install gets here
-            raise NoDeviceError(
-                f"the native engine is not built ({exc}); reinstall xferscope"
-            ) from exc
-        self._engine = _engine
+        self._engine = _native()
 
     @contextmanager
     def _translated(self) -> Iterator[None]:
@@ -118,7 +243,8 @@ class NativeEngine:
         except e.AllocationError as exc:
             raise AllocationError(str(exc)) from None
         except e.CudaError as exc:
-            raise EngineError(f"CUDA error: {exc}") from None
+            message, name, code = exc.args
+            raise CudaError(message, name, code) from None
         except e.UsageError as exc:
             raise EngineError(str(exc)) from None
 
@@ -182,9 +308,9 @@ class NativeEngine:
             seconds, timed_out = self._engine.time_concurrently(handles, bytes, iterations)
         return list(seconds), bool(timed_out)
 
-    def measure_pinning(self, device: int, bytes: int) -> dict[str, float]:
+    def measure_pinning(self, device: int, bytes: int) -> PinningCosts:
         with self._measuring():
-            return dict(self._engine.measure_pinning(device, bytes))
+            return self._engine.measure_pinning(device, bytes)  # type: ignore[no-any-return]
 
     def can_access_peer(self, device: int, peer: int) -> bool:
         with self._translated():
@@ -192,17 +318,17 @@ class NativeEngine:
 
     def rotate_buffers(
         self, device: int, upload: bool, buffers: int, chunk_bytes: int, chunks: int
-    ) -> dict[str, Any]:
+    ) -> RotationResult:
         with self._measuring():
-            return dict(self._engine.rotate_buffers(device, upload, buffers, chunk_bytes, chunks))
+            return self._engine.rotate_buffers(device, upload, buffers, chunk_bytes, chunks)  # type: ignore[no-any-return]
 
     def overlap_gpu(
         self, device: int, bytes: int, streams: int, chunks: int, work: int
-    ) -> dict[str, Any]:
+    ) -> GpuOverlapResult:
         with self._measuring():
-            return dict(self._engine.overlap_gpu(device, bytes, streams, chunks, work))
+            return self._engine.overlap_gpu(device, bytes, streams, chunks, work)  # type: ignore[no-any-return]
 
-    def staged_copier(self, device: int, threads: int = 0, chunk_bytes: int = 0) -> Any:
+    def staged_copier(self, device: int, threads: int = 0, chunk_bytes: int = 0) -> Copier:
         """The engine's staged copier: .plan, .to_device(dst, src, n), .to_host(dst, src, n) on
         raw addresses, .close(). xferscope.pageable.staged wraps it for NumPy arrays."""
         with self._measuring():
@@ -218,7 +344,7 @@ class _NativeCopier:
     def __init__(self, handle: Any, engine: NativeEngine) -> None:
         self._handle = handle
         self._engine = engine
-        self.plan = dict(handle.plan)
+        self.plan: StagedPlan = handle.plan
         _open_handles.add(self)
 
     def to_device(self, device_destination: int, host_source: int, bytes: int) -> None:
@@ -251,22 +377,24 @@ class _NativeTransfer:
         with self._engine._measuring():
             self._handle.fill(seed)
 
-    def time(self, timing: str, bytes: int, iterations: int) -> dict[str, Any]:
+    def time(self, timing: str, bytes: int, iterations: int) -> TrialTiming:
         with self._engine._measuring():
-            return dict(self._handle.time(timing, bytes, iterations))
+            return self._handle.time(timing, bytes, iterations)  # type: ignore[no-any-return]
 
-    def verify(self, bytes: int, inject_fault: bool = False) -> dict[str, Any]:
+    def verify(self, bytes: int, inject_fault: bool = False) -> Verification:
         with self._engine._measuring():
-            return dict(self._handle.verify(bytes, inject_fault))
+            return self._handle.verify(bytes, inject_fault)  # type: ignore[no-any-return]
 
-    def overlap_cpu(self, bytes: int, work_s: float) -> dict[str, float]:
+    def overlap_cpu(self, bytes: int, work_s: float) -> OverlapSample:
         with self._engine._measuring():
-            return dict(self._handle.overlap_cpu(bytes, work_s))
+            return self._handle.overlap_cpu(bytes, work_s)  # type: ignore[no-any-return]
+
+    def inject_copy_failure(self) -> None:
+        self._handle.inject_copy_failure()
 
     @property
-    def staged_plan(self) -> dict[str, Any] | None:
-        plan = self._handle.staged_plan
-        return None if plan is None else dict(plan)
+    def staged_plan(self) -> StagedPlan | None:
+        return self._handle.staged_plan  # type: ignore[no-any-return]
 
     def close(self) -> None:
         self._handle.close()

@@ -29,3 +29,13 @@ class AllocationError(XferscopeError):
 
 class EngineError(XferscopeError):
     """The engine failed (a CUDA error) while measuring."""
+
+
+class CudaError(EngineError):
+    """A CUDA call failed: `name` is the CUDA error's name (cudaErrorLaunchFailure) and `code`
+    its number. A GPU that raises one mid-run is in trouble, unlike one that is out of memory."""
+
+    def __init__(self, message: str, name: str, code: int) -> None:
+        super().__init__(f"CUDA error: {message}")
+        self.name = name
+        self.code = code

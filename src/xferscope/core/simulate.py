@@ -1,12 +1,14 @@
-"""A simulated engine: the native engine's interface over a link model (latency + size /
+"""A simulated engine: the native engine's protocol over a link model (latency + size /
 bandwidth, with multiplicative noise), on a virtual clock so CI runs in milliseconds.
 
-Nothing it produces is a measurement: every result built on it is marked simulated.
+It accepts and refuses what the native engine does, with the same words, because both ask the
+case table (cases.py); it returns the engine's own result classes; its rotation follows the
+engine's limits. Nothing it produces is a measurement: every result built on it is marked
+simulated.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from . import interrupt
-from .errors import AllocationError, EngineError
+from . import cases, interrupt
+from .engine import result
+from .errors import AllocationError, CudaError, EngineError
 
 SIMULATED_MEMORY_BYTES = 141 * 10**9
 SIMULATED_GPU: dict[str, Any] = {
@@ -50,7 +53,7 @@ class SimulatedCopier:
 
     def __init__(self, engine: SimulatedEngine) -> None:
         self._engine = engine
-        self.plan = dict(SIMULATED_STAGED_PLAN)
+        self.plan = result("StagedPlan", **SIMULATED_STAGED_PLAN)
         self._closed = False
 
     def _copy(self, bytes: int, rate: float) -> None:
@@ -101,6 +104,16 @@ def _model(
     return LinkModel(latency, bandwidth)
 
 
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+# What a GPU fallen off the bus answers.
+LAUNCH_FAILURE = CudaError(
+    "cudaErrorLaunchFailure: unspecified launch failure", "cudaErrorLaunchFailure", 719
+)
+
+
 class SimulatedTransfer:
     def __init__(
         self,
@@ -109,6 +122,7 @@ class SimulatedTransfer:
         memory: str,
         mechanism: str,
         capacity: int,
+        rotation_bytes: int = 0,
         rotate: bool = True,
         device: int = 0,
         peer_access: bool = True,
@@ -120,16 +134,15 @@ class SimulatedTransfer:
         self.device = device
         self.direction = direction
         self.peer_access = peer_access
-        self._direction = direction
         self._memory = memory
         self._mechanism = mechanism
         self._capacity = capacity
+        self._buffer_bytes = max(capacity, rotation_bytes)  # as the native engine sizes them
         self.copies_per_iteration = 2 if direction == "roundtrip" else 1
-        pageable = direction not in ("d2d", "p2p") and memory == "pageable"
-        staged = direction == "p2p" and not peer_access
-        self.blocks_for_device_timing = (
-            mechanism in ("async", "kernel") and not pageable and not staged
+        self.blocks_for_device_timing = cases.blocks_for_device_timing(
+            direction, memory, mechanism, peer_access
         )
+        self._fail_next = False
         self._closed = False
 
     def _check(self, size: int) -> None:
@@ -137,64 +150,92 @@ class SimulatedTransfer:
             raise EngineError("this transfer is closed")
         if not 1 <= size <= self._capacity:
             raise EngineError(f"size {size} is outside this transfer's 1..{self._capacity} bytes")
+        if self._fail_next:
+            self._fail_next = False
+            raise CudaError(
+                "cudaErrorInvalidValue: invalid argument (an injected copy failure)",
+                "cudaErrorInvalidValue",
+                1,
+            )
 
     def fill(self, seed: int) -> None:
-        self._engine.advance(self._capacity / 20e9)
+        self._engine.advance(self._buffer_bytes / 20e9)
 
-    def time(self, timing: str, bytes: int, iterations: int) -> dict[str, Any]:
+    def time(self, timing: str, bytes: int, iterations: int) -> Any:
+        if iterations < 1:
+            raise EngineError("a trial needs at least one iteration")
+        reason = cases.refusal(
+            self.direction, self._memory, self._mechanism, timing, self.peer_access
+        )
+        if reason:
+            raise EngineError(reason)
         self._check(bytes)
         per_copy = self.per_copy_s(timing, bytes)
         copies = iterations * self.copies_per_iteration
         noise = float(self._engine.rng.lognormal(0.0, self._engine.noise))
         seconds = per_copy * copies * noise
         self._engine.advance(seconds)
-        return {
-            "seconds": seconds,
-            "iterations": iterations,
-            "copies_per_iteration": self.copies_per_iteration,
-            "blocking_kernel": timing == "device" and self.blocks_for_device_timing,
-            "blocking_timed_out": False,
-            "footprint_bytes": self._places(bytes, iterations) * (math.ceil(bytes / 64) * 64),
-        }
+        return result(
+            "TrialTiming",
+            seconds=seconds,
+            iterations=iterations,
+            copies_per_iteration=self.copies_per_iteration,
+            blocking_kernel=timing == "device" and self.blocks_for_device_timing,
+            blocking_timed_out=False,
+            footprint_bytes=min(self._slots(bytes), iterations)
+            * _round_up(bytes, int(cases.LIMITS["cache_line"])),
+        )
 
     @property
-    def staged_plan(self) -> dict[str, Any] | None:
-        return SIMULATED_STAGED_PLAN if self._mechanism == "staged" else None
+    def staged_plan(self) -> Any:
+        return (
+            result("StagedPlan", **SIMULATED_STAGED_PLAN) if self._mechanism == "staged" else None
+        )
 
-    def overlap_cpu(self, bytes: int, work_s: float) -> dict[str, float]:
+    def overlap_cpu(self, bytes: int, work_s: float) -> Any:
         """A copy the host must drive itself (pageable, synchronous or staged) blocks in the
         issuing call; an asynchronous one runs under the CPU's work."""
         self._check(bytes)
         copy = self.per_copy_s("api", bytes) * self.copies_per_iteration
         host_driven = self._mechanism in ("memcpy", "staged") or (
-            self._memory == "pageable" and self._direction not in ("d2d", "p2p")
+            self._memory == "pageable" and self.direction not in cases.DEVICE_DIRECTIONS
         )
         issue = copy if host_driven else 3e-6
         wait = 0.0 if host_driven else max(0.0, copy - work_s)
         self._engine.advance(issue + work_s + wait)
-        return {"issue_s": issue, "work_s": work_s, "wait_s": wait,
-                "total_s": issue + work_s + wait}  # fmt: skip
+        return result(
+            "OverlapSample",
+            issue_s=issue,
+            work_s=work_s,
+            wait_s=wait,
+            total_s=issue + work_s + wait,
+        )
 
     def per_copy_s(self, timing: str, size: int) -> float:
-        model = _model(self._direction, self._memory, self._mechanism, timing, self.peer_access)
+        model = _model(self.direction, self._memory, self._mechanism, timing, self.peer_access)
         return model.seconds(size)
 
-    def _places(self, size: int, iterations: int) -> int:
-        """Where copies of `size` go, as the native engine rotates them."""
-        if not self._rotate or size < 64 << 10:
+    def _slots(self, size: int) -> int:
+        """Places copies of `size` rotate through, as the native engine counts them."""
+        if not self._rotate or size < cases.LIMITS["min_rotated_bytes"]:
             return 1
-        return min(iterations, 1 + (max(self._capacity, 256 << 20) - size) // size)
+        step = _round_up(size, int(cases.LIMITS["slot_alignment"]))
+        return (self._buffer_bytes - size) // step + 1
 
-    def verify(self, bytes: int, inject_fault: bool = False) -> dict[str, Any]:
+    def verify(self, bytes: int, inject_fault: bool = False) -> Any:
         self._check(bytes)
         self._engine.advance(bytes / 20e9)
         bad = inject_fault or self._engine.corrupt
-        return {
-            "ok": not bad,
-            "bytes_checked": bytes,
-            "mismatched_bytes": 1 if bad else 0,
-            "first_mismatch": bytes // 2 if bad else -1,
-        }
+        return result(
+            "Verification",
+            ok=not bad,
+            bytes_checked=bytes,
+            mismatched_bytes=1 if bad else 0,
+            first_mismatch=bytes // 2 if bad else -1,
+        )
+
+    def inject_copy_failure(self) -> None:
+        self._fail_next = True
 
     def close(self) -> None:
         self._closed = True
@@ -278,21 +319,29 @@ class SimulatedEngine:
         peer_access: bool = True,
     ) -> SimulatedTransfer:
         interrupt.check()
+        if capacity == 0:
+            raise EngineError("a transfer needs a capacity of at least one byte")
+        reason = cases.refusal(direction, memory, mechanism, None, peer_access)
+        if reason:
+            raise EngineError(reason)
+        if direction == "p2p" and not (0 <= peer < self._devices and peer != device):
+            raise EngineError(
+                f"a p2p transfer needs a peer GPU other than its own, from 0 to {self._devices - 1}"
+            )
         if device in self.failing_devices:
-            raise EngineError("CUDA error: cudaErrorLaunchFailure: unspecified launch failure")
+            raise LAUNCH_FAILURE
         free, _ = self.memory_info(device)
-        if capacity * 2 > free:
+        if max(capacity, rotation_bytes) * 2 > free:
             raise AllocationError(
                 f"cannot allocate {capacity} bytes of device memory: out of memory"
             )
-        if direction == "p2p" and not (0 <= peer < self._devices and peer != device):
-            raise EngineError("a p2p transfer needs a peer GPU other than its own")
         return SimulatedTransfer(
             self,
             direction,
             memory,
             mechanism,
             capacity,
+            rotation_bytes,
             rotate,
             device,
             peer_access,
@@ -305,11 +354,15 @@ class SimulatedEngine:
         """Streams in one direction share the host link (1.2 times one stream's rate in all,
         as two H200s moving to the host at once saw); H2D beside D2H on one GPU runs at 0.93 of
         its rate; peer-to-peer streams barely slow each other."""
-        if not all(t.blocks_for_device_timing for t in transfers):
-            raise EngineError(
-                "concurrent streams need asynchronous copies of non-pageable memory (async or "
-                "kernel mechanism)"
-            )
+        most = int(cases.LIMITS["most_held_copies"])
+        for t in transfers:
+            if not t.blocks_for_device_timing:
+                raise EngineError(
+                    "concurrent streams need asynchronous copies of non-pageable memory (async "
+                    "or kernel mechanism)"
+                )
+            if iterations < 1 or iterations * t.copies_per_iteration > most:
+                raise EngineError(f"concurrent streams take 1..{most} copies each")
         by_direction: dict[str, int] = {}
         for t in transfers:
             by_direction[t.direction] = by_direction.get(t.direction, 0) + 1
@@ -329,27 +382,30 @@ class SimulatedEngine:
         self.advance(max(seconds))
         return seconds, False
 
-    def measure_pinning(self, device: int, bytes: int) -> dict[str, float]:
+    def measure_pinning(self, device: int, bytes: int) -> Any:
         """Per GB as measured on an H200: cudaMallocHost 316 ms, cudaFreeHost 62 ms, register
         38 ms, unregister 12 ms."""
         gb = bytes / 1e9
         pinned = _model("h2d", "pinned", "memcpy", "api").seconds(bytes)
         costs = {
-            "host_alloc_s": 0.316 * gb, "host_free_s": 0.0624 * gb, "register_s": 0.0385 * gb,
+            "host_alloc_s": 0.316 * gb,
+            "host_free_s": 0.0624 * gb,
+            "register_s": 0.0385 * gb,
             "unregister_s": 0.012 * gb,
             "pageable_copy_s": _model("h2d", "pageable", "memcpy", "api").seconds(bytes),
-            "pinned_copy_s": pinned, "registered_copy_s": pinned * 1.02,
+            "pinned_copy_s": pinned,
+            "registered_copy_s": pinned * 1.02,
             "host_copy_s": bytes / 12.7e9,
-        }  # fmt: skip
+        }
         self.advance(sum(costs.values()) + 2 * costs["pinned_copy_s"])
-        return costs
+        return result("PinningCosts", **costs)
 
     def can_access_peer(self, device: int, peer: int) -> bool:
         return device != peer
 
     def rotate_buffers(
         self, device: int, upload: bool, buffers: int, chunk_bytes: int, chunks: int
-    ) -> dict[str, Any]:
+    ) -> Any:
         """One buffer serialises copy and CPU work; two or more overlap them, minus a little."""
         if buffers < 1 or chunks < 1 or chunk_bytes < 8:
             raise EngineError("rotating buffers need at least 1 buffer, 1 chunk and 8 bytes")
@@ -362,12 +418,16 @@ class SimulatedEngine:
             total += min(copy, consume)
         wait = max(0.0, total - chunks * consume)
         self.advance(total)
-        return {"total_s": total, "copy_s": copy, "consume_s": consume, "wait_s": wait,
-                "mismatched_chunks": 1 if self.corrupt else 0}  # fmt: skip
+        return result(
+            "RotationResult",
+            total_s=total,
+            copy_s=copy,
+            consume_s=consume,
+            wait_s=wait,
+            mismatched_chunks=1 if self.corrupt else 0,
+        )
 
-    def overlap_gpu(
-        self, device: int, bytes: int, streams: int, chunks: int, work: int
-    ) -> dict[str, Any]:
+    def overlap_gpu(self, device: int, bytes: int, streams: int, chunks: int, work: int) -> Any:
         """Stages as on an H200; K streams pipeline them, gaining less as chunks get small."""
         if bytes < 4 or bytes % 4 or streams < 1 or chunks < 1 or work < 0:
             raise EngineError("overlap needs a multiple of 4 bytes, 1+ stream, 1+ chunk")
@@ -382,8 +442,15 @@ class SimulatedEngine:
             slowest = max(h2d, kernel, d2h)
             pipelined = slowest + (sequential - slowest) / chunks + 20e-6 * chunks
         self.advance(2 * (sequential + pipelined))
-        return {"h2d_s": h2d, "kernel_s": kernel, "d2h_s": d2h, "sequential_s": sequential,
-                "pipelined_s": pipelined, "verified": not self.corrupt}  # fmt: skip
+        return result(
+            "GpuOverlapResult",
+            h2d_s=h2d,
+            kernel_s=kernel,
+            d2h_s=d2h,
+            sequential_s=sequential,
+            pipelined_s=pipelined,
+            verified=not self.corrupt,
+        )
 
     def staged_copier(self, device: int, threads: int = 0, chunk_bytes: int = 0) -> SimulatedCopier:
         interrupt.check()

@@ -27,18 +27,18 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from .. import __version__
-from ..core import machine, stats
+from ..core import cases, engine, machine, stats
 from ..core.engine import Engine, check_device
 from ..core.errors import AllocationError, EngineError, OptionError
 from ..core.units import format_bytes, format_seconds
 from ..documents.reader import Field
-from ..sweep.options import _impossible
 from ..sweep.records import (
     Verification,
     check_schema,
     document_header,
     header_fields,
     verification_from,
+    verification_of,
 )
 
 CPU_SCHEMA = "xferscope-overlap-cpu"
@@ -238,23 +238,8 @@ def _verified(v: Verification | None) -> str:
     return "skipped" if v is None else ("ok" if v.ok else "FAILED")
 
 
-def _verification(raw: dict[str, Any]) -> Verification:
-    first = int(raw["first_mismatch"])
-    return Verification(
-        ok=bool(raw["ok"]),
-        bytes_checked=int(raw["bytes_checked"]),
-        mismatched_bytes=int(raw["mismatched_bytes"]),
-        first_mismatch=None if first < 0 else first,
-    )
-
-
-def _sample(raw: dict[str, Any]) -> CpuSample:
-    return CpuSample(
-        issue_s=float(raw["issue_s"]),
-        work_s=float(raw["work_s"]),
-        wait_s=float(raw["wait_s"]),
-        total_s=float(raw["total_s"]),
-    )
+def _sample(raw: engine.OverlapSample) -> CpuSample:
+    return CpuSample(issue_s=raw.issue_s, work_s=raw.work_s, wait_s=raw.wait_s, total_s=raw.total_s)
 
 
 def check_host_memory(option: str, need: int, what: str, pinned: bool = True) -> None:
@@ -312,8 +297,11 @@ def check_cpu_plan(
     runnable: list[str] = []
     skipped: list[str] = []
     for memory in dict.fromkeys(memories):
-        note = _impossible(direction, memory, mechanism)
-        (skipped if note else runnable).append(note or memory)
+        reason = cases.refusal(direction, memory, mechanism)
+        if reason:
+            skipped.append(f"{cases.label(direction, memory, mechanism)}: {reason}")
+        else:
+            runnable.append(memory)
     if not runnable:
         raise OptionError("--mechanism", "nothing can run: " + "; ".join(skipped))
     check_device(engine, device)
@@ -430,7 +418,7 @@ def _cpu_series(
             for work in sorted({w for w in wanted if w > 0}):
                 points.append(point(work))
             if verify:
-                verification = _verification(transfer.verify(size))
+                verification = verification_of(transfer.verify(size))
         finally:
             transfer.close()
     except KeyboardInterrupt:
@@ -776,13 +764,13 @@ def measure_rotation(
     return _with_warnings(result, _rotation_warnings(result))
 
 
-def _rotation_sample(raw: dict[str, Any]) -> RotationSample:
+def _rotation_sample(raw: engine.RotationResult) -> RotationSample:
     return RotationSample(
-        total_s=float(raw["total_s"]),
-        copy_s=float(raw["copy_s"]),
-        consume_s=float(raw["consume_s"]),
-        wait_s=float(raw["wait_s"]),
-        mismatched_chunks=int(raw["mismatched_chunks"]),
+        total_s=raw.total_s,
+        copy_s=raw.copy_s,
+        consume_s=raw.consume_s,
+        wait_s=raw.wait_s,
+        mismatched_chunks=raw.mismatched_chunks,
     )
 
 
@@ -1042,12 +1030,12 @@ def measure_overlap_gpu(
                     work=work,
                     streams=streams,
                     chunks=chunks,
-                    h2d_s=float(raw["h2d_s"]),
-                    kernel_s=float(raw["kernel_s"]),
-                    d2h_s=float(raw["d2h_s"]),
-                    sequential_s=float(raw["sequential_s"]),
-                    pipelined_s=float(raw["pipelined_s"]),
-                    verified=bool(raw["verified"]),
+                    h2d_s=raw.h2d_s,
+                    kernel_s=raw.kernel_s,
+                    d2h_s=raw.d2h_s,
+                    sequential_s=raw.sequential_s,
+                    pipelined_s=raw.pipelined_s,
+                    verified=raw.verified,
                 )
                 points.append(point)
                 step(f"{label}: speedup {point.speedup:.2f}x of {point.bound:.2f}x")

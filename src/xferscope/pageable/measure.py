@@ -40,6 +40,7 @@ from ..core.units import format_bytes
 from ..documents.reader import Field
 from ..run.records import PINNING_KEYS
 from ..sweep.records import SchemaError, check_schema, document_header, header_fields  # noqa: F401  (SchemaError: part of this module's API)
+from .staged import StagedPlan
 
 SCHEMA_NAME = "xferscope-pageable"
 SCHEMA_VERSION = 1
@@ -232,7 +233,7 @@ def _staged_setup(engine: Engine, device: int, repeats: int) -> tuple[dict[str, 
     """The copier's plan, and the time to make one and close it, each repeat. A first one is
     made untimed: the CUDA context and first-touch costs are not the copier's."""
     first = engine.staged_copier(device)
-    plan_dict = dict(first.plan)
+    plan_dict = StagedPlan.of(first.plan).to_dict()
     first.close()
     samples = []
     for _ in range(repeats):
@@ -251,13 +252,13 @@ def _staged_copies(
     try:
         transfer.fill(seed)
         copies = transfer.copies_per_iteration
-        warmup = float(transfer.time("api", size, 1)["seconds"])
+        warmup = transfer.time("api", size, 1).seconds
         iterations = plan.repeats_for(STAGED_TRIAL_S, warmup / copies)
         samples = [
-            float(transfer.time("api", size, iterations)["seconds"]) / (iterations * copies)
+            transfer.time("api", size, iterations).seconds / (iterations * copies)
             for _ in range(repeats)
         ]
-        verified = bool(transfer.verify(size)["ok"])
+        verified = transfer.verify(size).ok
     finally:
         transfer.close()
     return samples, iterations, verified
@@ -268,7 +269,7 @@ def _pinning(engine: Engine, device: int, size: int, repeats: int) -> dict[str, 
     for _ in range(repeats):
         costs = engine.measure_pinning(device, size)
         for key in PINNING_KEYS:
-            samples[key].append(float(costs[key]))
+            samples[key].append(float(getattr(costs, key)))
     return samples
 
 

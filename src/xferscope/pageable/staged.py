@@ -69,6 +69,18 @@ class StagedPlan:
         return self.threads * self.buffers_per_thread * self.chunk_bytes
 
     @classmethod
+    def of(cls, plan: Any) -> StagedPlan:
+        """The plan of the engine's StagedPlan (a read-only class of xferscope._engine)."""
+        return cls(
+            threads=int(plan.threads),
+            chunk_bytes=int(plan.chunk_bytes),
+            buffers_per_thread=int(plan.buffers_per_thread),
+            single_thread_copy_bps=float(plan.single_thread_copy_bps),
+            target_bps=float(plan.target_bps),
+            explanation=str(plan.explanation),
+        )
+
+    @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StagedPlan:
         return cls(
             threads=int(d["threads"]),
@@ -277,7 +289,7 @@ class StagedCopier:
             0 if threads is None else int(threads),
             0 if chunk_bytes is None else int(chunk_bytes),
         )
-        self.plan = StagedPlan.from_dict(dict(self._handle.plan))
+        self.plan = StagedPlan.of(self._handle.plan)
 
     # -- copies --
 

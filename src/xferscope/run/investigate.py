@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass, replace
 from typing import Protocol
 
 from .. import __version__
-from ..core import machine, plan
+from ..core import cases, machine, plan
 from ..core.engine import Engine, Transfer
-from ..core.errors import AllocationError, EngineError
+from ..core.errors import AllocationError, CudaError, EngineError
 from ..sweep.measure import Observer, measure_curve
 from ..sweep.options import SweepOptions
 from ..sweep.records import CurveConfig, Point
@@ -117,8 +117,8 @@ def _stream_iterations(transfer: Transfer, size: int, target_s: float) -> tuple[
     """Iterations so one trial lasts about target_s (within what can be held), and the per-copy
     device time of one stream alone."""
     transfer.time("device", size, 1)  # warm-up
-    alone = transfer.time("device", size, 3)["seconds"] / (3 * transfer.copies_per_iteration)
-    most = 128 // transfer.copies_per_iteration
+    alone = transfer.time("device", size, 3).seconds / (3 * transfer.copies_per_iteration)
+    most = int(cases.LIMITS["most_held_copies"]) // transfer.copies_per_iteration
     return max(1, min(most, round(target_s / alone))), alone
 
 
@@ -126,7 +126,7 @@ def measure_streams(
     engine: Engine, transfers: list[Transfer], labels: list[str], size: int, plan_: RunPlan
 ) -> tuple[Stream, ...]:
     """Each transfer's copies alone, then all at once; verified afterwards."""
-    iterations, alones = 128, []
+    iterations, alones = int(cases.LIMITS["most_held_copies"]), []
     for t in transfers:
         n, alone = _stream_iterations(t, size, plan_.stream_target_s)
         iterations = min(iterations, n)
@@ -135,7 +135,7 @@ def measure_streams(
     for _ in range(plan_.stream_trials):
         if len(transfers) == 1:
             r = transfers[0].time("device", size, iterations)
-            seconds, timed_out = [r["seconds"]], r["blocking_timed_out"]
+            seconds, timed_out = [r.seconds], r.blocking_timed_out
         else:
             seconds, timed_out = engine.time_concurrently(transfers, size, iterations)
         if timed_out:
@@ -143,7 +143,7 @@ def measure_streams(
         for i, s in enumerate(seconds):
             samples[i].append(s / (iterations * transfers[i].copies_per_iteration))
     for t, label in zip(transfers, labels, strict=True):
-        if not t.verify(size)["ok"]:
+        if not t.verify(size).ok:
             raise EngineError(f"{label}: verification failed after concurrent copies")
     return tuple(
         Stream(
@@ -210,19 +210,14 @@ def overlap_point(engine: Engine, device: int, memory: str, size: int) -> Overla
     t = engine.open_transfer(device, "d2h", memory, "async", size, 0)
     try:
         t.overlap_cpu(size, 0.0)  # warm-up
-        alone = sorted(t.overlap_cpu(size, 0.0)["total_s"] for _ in range(3))[1]
+        alone = sorted(t.overlap_cpu(size, 0.0).total_s for _ in range(3))[1]
         samples = sorted((t.overlap_cpu(size, alone / 2) for _ in range(3)),
-                         key=lambda o: o["total_s"])  # fmt: skip
+                         key=lambda o: o.total_s)  # fmt: skip
         o = samples[1]
-        return OverlapPoint(device, "d2h", memory, size, alone, o["work_s"], o["issue_s"],
-                            o["total_s"])  # fmt: skip
+        return OverlapPoint(device, "d2h", memory, size, alone, o.work_s, o.issue_s,
+                            o.total_s)  # fmt: skip
     finally:
         t.close()
-
-
-def _is_gpu_fault(error: str | None) -> bool:
-    """A CUDA error other than running out of memory means the GPU itself is in trouble."""
-    return error is not None and error.startswith("CUDA error")
 
 
 def investigate_gpu(
@@ -241,19 +236,18 @@ def investigate_gpu(
     section = GpuSection(device, "complete", None, (), (), None)
     try:
         for config in gpu_curves(device):
-            curve, interrupted = measure_curve(engine, config, sweep, observer)
-            section = replace(section, curves=(*section.curves, curve))
-            if interrupted:
+            run = measure_curve(engine, config, sweep, observer)
+            section = replace(section, curves=(*section.curves, run.curve))
+            if run.interrupted:
                 raise Interrupted(replace(section, status="interrupted"))
-            if curve.status == "failed" and _is_gpu_fault(curve.error):
-                return replace(section, status="failed", error=curve.error)
+            if isinstance(run.error, CudaError):  # the GPU itself is in trouble: stop there
+                return replace(section, status="failed", error=run.curve.error)
         bidirectional = concurrent(engine, "bidirectional", "bidirectional", [
             (device, "h2d", "h2d"), (device, "d2h", "d2h")], p.stream_bytes, p)  # fmt: skip
         section = replace(section, concurrent=(bidirectional,))
         observer.step(f"gpu{device} H2D while D2H")
         costs = engine.measure_pinning(device, p.pinning_bytes)
-        section = replace(section, pinning=PinningCost(device=device, bytes=p.pinning_bytes,
-                                                       **costs))  # fmt: skip
+        section = replace(section, pinning=PinningCost.of(device, p.pinning_bytes, costs))
         observer.step(f"gpu{device} pinning costs")
         section = replace(section, overlap=tuple(
             overlap_point(engine, device, memory, p.stream_bytes)

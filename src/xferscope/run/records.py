@@ -83,6 +83,11 @@ class PinningCost:
     registered_copy_s: float  # one H2D copy from registered memory
     host_copy_s: float = 0.0  # memcpy of pageable data into the pinned buffer, once
 
+    @classmethod
+    def of(cls, device: int, bytes: int, costs: Any) -> PinningCost:
+        """The record of the engine's PinningCosts for `bytes` on `device`."""
+        return cls(device, bytes, **{key: float(getattr(costs, key)) for key in PINNING_KEYS})
+
     @property
     def alloc_break_even(self) -> float | None:
         """Transfers after which allocating pinned memory has paid for itself against pageable

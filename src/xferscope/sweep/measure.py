@@ -15,7 +15,7 @@ from typing import Protocol
 from .. import __version__
 from ..core import machine, plan
 from ..core.engine import Engine, Transfer, check_device
-from ..core.errors import AllocationError, EngineError, OptionError
+from ..core.errors import AllocationError, EngineError, OptionError, XferscopeError
 from ..core.stats import relative_noise
 from ..core.units import format_bytes
 from .options import SweepOptions
@@ -30,7 +30,7 @@ from .records import (
     CurveConfig,
     Point,
     SweepResult,
-    Verification,
+    verification_of,
 )
 
 
@@ -76,25 +76,13 @@ def _calibrate(
             budget, max(size, last_size), last_size, last.per_iteration_s
         )
     while True:
-        r = transfer.time(timing, size, iterations)
-        seconds = float(r["seconds"])
+        seconds = transfer.time(timing, size, iterations).seconds
         per_iteration = seconds / iterations
         if seconds >= min(plan.MIN_CALIBRATION_S, budget) or iterations >= 1 << 20:
             return _Calibration(iterations, max(per_iteration, 1e-9))
         iterations = max(
             iterations * 2, math.ceil(iterations * plan.MIN_CALIBRATION_S / max(seconds, 1e-9))
         )
-
-
-def _verify(transfer: Transfer, size: int) -> Verification:
-    v = transfer.verify(size)
-    first = int(v["first_mismatch"])
-    return Verification(
-        ok=bool(v["ok"]),
-        bytes_checked=int(v["bytes_checked"]),
-        mismatched_bytes=int(v["mismatched_bytes"]),
-        first_mismatch=None if first < 0 else first,
-    )
 
 
 def measure_point(
@@ -125,10 +113,10 @@ def measure_point(
     def trial() -> None:
         nonlocal blocking, timed_out, footprint
         r = transfer.time(config.timing, size, iterations)
-        samples.append(float(r["seconds"]) / (iterations * copies))
-        blocking = bool(r["blocking_kernel"])
-        timed_out = timed_out or bool(r["blocking_timed_out"])
-        footprint = int(r["footprint_bytes"])
+        samples.append(r.seconds / (iterations * copies))
+        blocking = r.blocking_kernel
+        timed_out = timed_out or r.blocking_timed_out
+        footprint = r.footprint_bytes
 
     if fit.estimate_only:
         status, stopped_by = ESTIMATED, STOP_BUDGET
@@ -167,15 +155,26 @@ def measure_point(
         blocking_timed_out=timed_out,
         footprint_bytes=footprint,
         cache_resident=0 < footprint < 2 * cache_bytes,
-        verification=_verify(transfer, size) if options.verify else None,
+        verification=verification_of(transfer.verify(size)) if options.verify else None,
     )
     return point, calibration
 
 
+@dataclass(frozen=True, slots=True)
+class CurveRun:
+    """A curve as measured, whether Ctrl-C cut it short, and the error that stopped it (a
+    CudaError means the GPU itself is in trouble; an AllocationError only that memory ran
+    short)."""
+
+    curve: Curve
+    interrupted: bool
+    error: XferscopeError | None
+
+
 def measure_curve(
     engine: Engine, config: CurveConfig, options: SweepOptions, observer: Observer
-) -> tuple[Curve, bool]:
-    """One curve. Returns it and whether the user interrupted it."""
+) -> CurveRun:
+    """One curve, with what stopped it."""
     start = engine.clock()
     deadline: float | None = None
     # Largest first: the big sizes have a fixed least cost, the small ones share what is left
@@ -184,6 +183,7 @@ def measure_curve(
     cache_bytes = int(engine.device_info(config.device).get("l2_cache_bytes") or 0)
     points: list[Point] = []
     status, error, interrupted = "complete", None, False
+    failure: XferscopeError | None = None
     observer.curve_started(config, len(sizes))
 
     def finish() -> Curve:
@@ -239,8 +239,8 @@ def measure_curve(
     except KeyboardInterrupt:
         status, interrupted = "interrupted", True
     except (AllocationError, EngineError) as exc:
-        status, error = "failed", str(exc)
-    return finish(), interrupted
+        status, error, failure = "failed", str(exc), exc
+    return CurveRun(finish(), interrupted, failure)
 
 
 def check_memory(engine: Engine, options: SweepOptions, configs: list[CurveConfig]) -> None:
@@ -335,8 +335,9 @@ def run_sweep(
     curves: list[Curve] = []
     interrupted = False
     for config in configs:
-        curve, interrupted = measure_curve(engine, config, options, observer)
-        curves.append(curve)
+        run = measure_curve(engine, config, options, observer)
+        curves.append(run.curve)
+        interrupted = run.interrupted
         if interrupted:
             break
     return SweepResult(

@@ -6,13 +6,14 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..core import plan
-from ..core.engine import DIRECTIONS, HOST_MEMORY, MECHANISMS, TIMINGS
+from ..core import cases, plan
 from ..core.errors import OptionError
 from ..core.units import SIZE_HELP, parse_size
 from .records import CurveConfig
 
 CACHE_STATES = ("cold", "warm")
+# A sweep measures one GPU's curves: every direction but p2p, which `run` measures in pairs.
+DIRECTIONS = tuple(d for d in cases.DIRECTIONS if d != "p2p")
 
 
 def parse_list(option: str, text: str, accepted: tuple[str, ...]) -> tuple[str, ...]:
@@ -62,17 +63,6 @@ def positive_float(option: str, value: float, allow_zero: bool = False) -> float
     return value
 
 
-def _impossible(direction: str, memory: str, mechanism: str) -> str | None:
-    """Why a combination cannot run, or None."""
-    if mechanism == "kernel" and memory == "pageable":
-        return (f"{direction} pageable kernel: the GPU cannot address pageable memory, so there "
-                "is no SM copy of it")  # fmt: skip
-    if mechanism == "staged" and (memory != "pageable" or direction == "d2d"):
-        return (f"{direction} {memory} staged: the staged copy moves pageable memory between the "
-                "host and a GPU")  # fmt: skip
-    return None
-
-
 @dataclass(frozen=True, slots=True)
 class SweepOptions:
     directions: tuple[str, ...] = ("h2d", "d2h")
@@ -118,22 +108,28 @@ class SweepOptions:
         Device-to-device curves use device memory whatever host kinds were asked for."""
         configs: list[CurveConfig] = []
         skipped: list[str] = []
+
+        def skip(
+            reason: str, direction: str, memory: str, mechanism: str, timing: str | None = None
+        ) -> None:
+            note = f"{cases.label(direction, memory, mechanism, timing)}: {reason}"
+            if note not in skipped:
+                skipped.append(note)
+
         for device in self.devices:
             for direction in self.directions:
-                memories = ("device",) if direction == "d2d" else self.memories
-                for memory in memories:
+                # Device-to-device copies move device memory, whatever host kinds were asked for.
+                device_side = direction in cases.DEVICE_DIRECTIONS
+                for memory in cases.memories_for(direction) if device_side else self.memories:
                     for mechanism in self.mechanisms:
-                        note = _impossible(direction, memory, mechanism)
-                        if note:
-                            if note not in skipped:
-                                skipped.append(note)
+                        reason = cases.refusal(direction, memory, mechanism)
+                        if reason:
+                            skip(reason, direction, memory, mechanism)
                             continue
                         for timing in self.timings:
-                            if mechanism == "staged" and timing == "device":
-                                note = (f"{direction} staged device: staged copies are driven "
-                                        "by host threads, so they have API time only")  # fmt: skip
-                                if note not in skipped:
-                                    skipped.append(note)
+                            reason = cases.refusal(direction, memory, mechanism, timing)
+                            if reason:
+                                skip(reason, direction, memory, mechanism, timing)
                                 continue
                             config = CurveConfig(device, direction, memory, mechanism, timing)
                             if config not in configs:
@@ -147,9 +143,6 @@ class SweepOptions:
 
 __all__ = [
     "DIRECTIONS",
-    "HOST_MEMORY",
-    "MECHANISMS",
-    "TIMINGS",
     "SweepOptions",
     "parse_devices",
     "parse_list",

@@ -51,6 +51,16 @@ class Verification:
     first_mismatch: int | None  # byte offset of the first wrong byte
 
 
+def verification_of(v: Any) -> Verification:
+    """The record of the engine's Verification (first_mismatch -1 means none)."""
+    return Verification(
+        ok=bool(v.ok),
+        bytes_checked=int(v.bytes_checked),
+        mismatched_bytes=int(v.mismatched_bytes),
+        first_mismatch=None if v.first_mismatch < 0 else int(v.first_mismatch),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Point:
     bytes: int

@@ -1,0 +1,49 @@
+#include "xferscope/cases.hpp"
+
+namespace xferscope {
+
+namespace {
+
+bool host_side(Direction direction) {
+  return direction != Direction::d2d && direction != Direction::p2p;
+}
+
+}  // namespace
+
+std::string refusal(Direction direction, MemoryKind memory, Mechanism mechanism,
+                    std::optional<Timing> timing, bool peer_access) {
+  const bool host = host_side(direction);
+  if (host && memory == MemoryKind::device) {
+    return "device memory is for d2d and p2p copies; host transfers take pageable, pinned, wc, "
+           "registered or mapped memory";
+  }
+  if (!host && memory != MemoryKind::device) {
+    return "d2d and p2p copies move device memory, not " + std::string(to_string(memory));
+  }
+  if (mechanism == Mechanism::kernel && memory == MemoryKind::pageable) {
+    return "the GPU cannot address pageable memory, so there is no SM copy of it";
+  }
+  if (mechanism == Mechanism::staged && (!host || memory != MemoryKind::pageable)) {
+    return "the staged copy moves pageable memory between the host and a GPU";
+  }
+  if (direction == Direction::p2p && mechanism == Mechanism::memcpy) {
+    return "peer copies use the async or kernel mechanism";
+  }
+  if (direction == Direction::p2p && mechanism == Mechanism::kernel && !peer_access) {
+    return "an SM copy to another GPU needs peer access";
+  }
+  if (timing == Timing::device && mechanism == Mechanism::staged) {
+    return "staged copies are driven by host threads, so they have API time only";
+  }
+  return "";
+}
+
+bool blocks_for_device_timing(Direction direction, MemoryKind memory, Mechanism mechanism,
+                              bool peer_access) noexcept {
+  const bool pageable = host_side(direction) && memory == MemoryKind::pageable;
+  const bool through_host = direction == Direction::p2p && !peer_access;
+  return (mechanism == Mechanism::async || mechanism == Mechanism::kernel) && !pageable &&
+         !through_host;
+}
+
+}  // namespace xferscope

@@ -1,0 +1,168 @@
+"""The case table: every combination xferscope can measure, each with a key, a one-line
+description and a waiver rule, decided by the engine's own rules.
+
+Whether a combination of direction, memory, mechanism and timing can be measured is decided in
+one place, the engine's `refusal()` (engine/include/xferscope/cases.hpp), which the native
+engine applies to every transfer and which this module reads through the bindings: the options
+of every command, the simulated engine and the native engine therefore accept the same
+combinations and refuse the others with the same words. The axes and the engine's limits come
+from there too (`LIMITS`), never retyped.
+
+A case the rules accept can still be waived on a machine that lacks what it needs (mapped
+memory on a GPU that cannot map host memory, peer copies with one GPU): `waiver()` says why,
+as nvbandwidth's case filters do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from .engine import _native
+
+_engine = _native()  # the rules live in the engine; it imports without a GPU or driver
+
+DIRECTIONS: tuple[str, ...] = tuple(_engine.DIRECTIONS)  # h2d, d2h, d2d, roundtrip, p2p
+MEMORY_KINDS: tuple[str, ...] = tuple(_engine.MEMORY_KINDS)  # host kinds, then device
+HOST_MEMORY: tuple[str, ...] = tuple(k for k in MEMORY_KINDS if k != "device")
+MECHANISMS: tuple[str, ...] = tuple(_engine.MECHANISMS)
+TIMINGS: tuple[str, ...] = tuple(_engine.TIMINGS)
+# most_held_copies, min_rotated_bytes, slot_alignment, cache_line, blocking_timeout_s
+LIMITS: Mapping[str, float] = dict(_engine.LIMITS)
+
+DEVICE_DIRECTIONS = ("d2d", "p2p")  # copy device memory; the others move host memory
+
+_DIRECTION_TEXT = {
+    "h2d": "host to device",
+    "d2h": "device to host",
+    "d2d": "device to device on one GPU",
+    "roundtrip": "host to device and back (NetPIPE's ping-pong)",
+    "p2p": "one GPU's memory to another's",
+}
+_MEMORY_TEXT = {
+    "pageable": "pageable memory (malloc)",
+    "pinned": "pinned memory (cudaMallocHost)",
+    "wc": "write-combined pinned memory",
+    "registered": "pageable memory pinned in place (cudaHostRegister)",
+    "mapped": "mapped pinned memory",
+    "device": "device memory",
+}
+_MECHANISM_TEXT = {
+    "memcpy": "cudaMemcpy",
+    "async": "cudaMemcpyAsync on a copy engine",
+    "kernel": "an SM copy kernel",
+    "staged": "xferscope's staged copy (host threads and a pinned pool)",
+}
+_TIMING_TEXT = {
+    "api": "API time (host clock around calls that complete)",
+    "device": "device time (CUDA events, copies held behind a blocking kernel)",
+}
+
+
+def memories_for(direction: str) -> tuple[str, ...]:
+    """The memory kinds a direction moves: device memory for d2d and p2p, host kinds else."""
+    return ("device",) if direction in DEVICE_DIRECTIONS else HOST_MEMORY
+
+
+def refusal(
+    direction: str,
+    memory: str,
+    mechanism: str,
+    timing: str | None = None,
+    peer_access: bool = True,
+) -> str | None:
+    """Why the engine cannot measure this combination, or None. `timing` None: only the checks
+    that do not depend on it (a transfer is opened before it is timed)."""
+    return _engine.refusal(direction, memory, mechanism, timing, peer_access) or None
+
+
+def blocks_for_device_timing(
+    direction: str, memory: str, mechanism: str, peer_access: bool = True
+) -> bool:
+    """Whether device timing holds the copies behind the blocking kernel (the engine's rule):
+    only asynchronous copies that the host does not stage itself."""
+    return bool(_engine.blocks_for_device_timing(direction, memory, mechanism, peer_access))
+
+
+def label(
+    direction: str, memory: str, mechanism: str, timing: str | None = None, peer: bool = True
+) -> str:
+    """'h2d pinned async device', as tables and messages name a combination."""
+    parts = [direction, memory, mechanism, *([timing] if timing else [])]
+    if direction == "p2p":
+        parts.append("peer" if peer else "nopeer")
+    return " ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One combination the engine measures."""
+
+    direction: str
+    memory: str
+    mechanism: str
+    timing: str
+    peer_access: bool = True  # p2p only
+
+    @property
+    def key(self) -> str:
+        """h2d_pinned_async_device; p2p_device_async_device_peer."""
+        return label(
+            self.direction, self.memory, self.mechanism, self.timing, self.peer_access
+        ).replace(" ", "_")
+
+    @property
+    def description(self) -> str:
+        p2p = f", peer access {'on' if self.peer_access else 'off'}" * (self.direction == "p2p")
+        return (
+            f"{_DIRECTION_TEXT[self.direction]}: {_MEMORY_TEXT[self.memory]} by "
+            f"{_MECHANISM_TEXT[self.mechanism]}{p2p}, {_TIMING_TEXT[self.timing]}"
+        )
+
+    @property
+    def blocks_for_device_timing(self) -> bool:
+        return blocks_for_device_timing(
+            self.direction, self.memory, self.mechanism, self.peer_access
+        )
+
+
+def combinations() -> Iterator[tuple[str, str, str, str, bool]]:
+    """Every combination of the axes, refused ones included (the contract test runs them all):
+    (direction, memory, mechanism, timing, peer_access)."""
+    for direction in DIRECTIONS:
+        for memory in MEMORY_KINDS:
+            for mechanism in MECHANISMS:
+                for timing in TIMINGS:
+                    for peer_access in (True, False) if direction == "p2p" else (True,):
+                        yield direction, memory, mechanism, timing, peer_access
+
+
+@cache
+def table() -> tuple[Case, ...]:
+    """Every case the engine accepts, in the order of the axes."""
+    return tuple(Case(*c) for c in combinations() if refusal(*c[:4], peer_access=c[4]) is None)
+
+
+def case(key: str) -> Case:
+    """The case of a key; KeyError naming the key if there is none."""
+    for c in table():
+        if c.key == key:
+            return c
+    raise KeyError(f"no case {key!r}")
+
+
+def waiver(
+    c: Case, gpu: Mapping[str, Any], gpus: int, peer_access_possible: bool = True
+) -> str | None:
+    """Why a machine cannot run a case the rules accept, or None: `gpu` is the device's facts
+    (engine.device_info), `gpus` how many there are, `peer_access_possible` whether the GPU
+    pair of a p2p case can reach each other directly."""
+    if c.memory == "mapped" and not gpu.get("can_map_host_memory", True):
+        return f"GPU {gpu.get('index', '?')} cannot map host memory into its address space"
+    if c.direction == "p2p" and gpus < 2:
+        return "a peer copy needs two GPUs"
+    if c.direction == "p2p" and c.peer_access and not peer_access_possible:
+        return "these GPUs have no direct peer access between them"
+    return None

@@ -1,0 +1,163 @@
+"""The case table is the one place a combination's validity is decided: the engine's rule,
+exported through the bindings, asked by the options, the simulated engine and the native engine.
+The contract: every combination of the axes, refusals included, gets the same answer with the
+same words from each. tests/gpu/test_cases_gpu.py runs the same matrix on a GPU."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+
+from xferscope import _engine
+from xferscope.core import cases, engine
+from xferscope.core.errors import EngineError
+from xferscope.core.simulate import SimulatedEngine
+from xferscope.sweep.options import SweepOptions
+
+SIZE = 4096
+
+
+def outcome(eng, direction, memory, mechanism, timing, peer_access, peer=1):
+    """What an engine says to one combination: 'ok', or the words it refuses it with."""
+    try:
+        t = eng.open_transfer(
+            0,
+            direction,
+            memory,
+            mechanism,
+            SIZE,
+            0,
+            True,
+            peer if direction == "p2p" else -1,
+            peer_access,
+        )
+    except EngineError as exc:
+        return str(exc)
+    try:
+        r = t.time(timing, SIZE, 2)
+        assert r.seconds > 0 and r.iterations == 2
+        assert r.blocking_kernel == (timing == "device" and t.blocks_for_device_timing)
+        v = t.verify(SIZE)
+        assert v.ok and v.bytes_checked == SIZE and v.first_mismatch == -1
+        return "ok"
+    except EngineError as exc:
+        return str(exc)
+    finally:
+        t.close()
+
+
+def expected(direction, memory, mechanism, timing, peer_access):
+    return cases.refusal(direction, memory, mechanism, timing, peer_access) or "ok"
+
+
+COMBINATIONS = list(cases.combinations())
+
+
+def test_the_matrix_is_complete():
+    # 5 directions x 6 memory kinds x 4 mechanisms x 2 timings, p2p twice (peer access on, off)
+    assert len(COMBINATIONS) == (4 + 2) * 6 * 4 * 2
+    assert len(cases.table()) == sum(expected(*c) == "ok" for c in COMBINATIONS)
+    keys = [c.key for c in cases.table()]
+    assert len(set(keys)) == len(keys), "every case has its own key"
+    assert cases.case("h2d_pinned_async_device").description == (
+        "host to device: pinned memory (cudaMallocHost) by cudaMemcpyAsync on a copy engine, "
+        "device time (CUDA events, copies held behind a blocking kernel)"
+    )
+
+
+@pytest.mark.parametrize("combination", COMBINATIONS, ids=lambda c: "-".join(map(str, c)))
+def test_the_simulated_engine_keeps_the_contract(combination):
+    assert outcome(SimulatedEngine(devices=2), *combination) == expected(*combination)
+
+
+@pytest.mark.parametrize(
+    ("combination", "words"),
+    [
+        (("h2d", "pageable", "kernel", "api", True), "the GPU cannot address pageable memory"),
+        (("d2h", "pinned", "staged", "api", True), "the staged copy moves pageable memory"),
+        (("h2d", "pageable", "staged", "device", True), "API time only"),
+        (("d2d", "pinned", "async", "api", True), "d2d and p2p copies move device memory"),
+        (("h2d", "device", "async", "api", True), "device memory is for d2d and p2p"),
+        (("p2p", "device", "memcpy", "device", True), "async or kernel mechanism"),
+        (("p2p", "device", "kernel", "device", False), "needs peer access"),
+    ],
+)
+def test_refusals_say_why(combination, words):
+    assert words in expected(*combination)
+
+
+def test_sweep_options_offer_exactly_the_accepted_cases():
+    options = SweepOptions(
+        directions=("h2d", "d2h", "d2d", "roundtrip"),
+        memories=cases.HOST_MEMORY,
+        mechanisms=cases.MECHANISMS,
+        timings=cases.TIMINGS,
+        sizes=(SIZE,),
+    )
+    configs, skipped = options.configs()
+    offered = {(c.direction, c.memory, c.mechanism, c.timing) for c in configs}
+    accepted = {
+        (c.direction, c.memory, c.mechanism, c.timing)
+        for c in cases.table()
+        if c.direction != "p2p"
+    }
+    assert offered == accepted
+    assert "h2d pageable kernel: the GPU cannot address pageable memory" in " ".join(skipped)
+
+
+def test_the_rules_and_limits_come_from_the_engine():
+    assert cases.DIRECTIONS == _engine.DIRECTIONS and cases.MECHANISMS == _engine.MECHANISMS
+    assert cases.LIMITS["most_held_copies"] == 128
+    assert cases.LIMITS["min_rotated_bytes"] == 64 << 10
+
+
+def test_the_simulated_engine_rotates_as_the_native_one_counts():
+    """Rotation through the buffer the caller sized (not a fixed 256 MiB), from the engine's
+    smallest rotated size, one slot per page-aligned copy."""
+    sim = SimulatedEngine()
+    small = cases.LIMITS["min_rotated_bytes"] // 2
+    for rotation, size, slots in (
+        (1 << 30, 1 << 20, 1024),
+        (64 << 20, 1 << 20, 64),
+        (64 << 20, small, 1),
+        (0, 1 << 20, 1),
+    ):
+        t = sim.open_transfer(0, "h2d", "pinned", "async", size, rotation)
+        r = t.time("device", size, 10_000)
+        assert r.footprint_bytes == min(slots, 10_000) * size, (rotation, size)
+
+
+@pytest.mark.parametrize("kind", engine.RESULT_CLASSES)
+def test_the_result_protocols_match_the_engines_classes(kind):
+    """The type checker's view of each result (core/engine.py) is the engine's class."""
+    protocol = getattr(engine, kind)
+    fields = [n for n in vars(protocol) if isinstance(vars(protocol)[n], property)]
+    native = getattr(_engine, kind)
+    assert fields, kind
+    assert set(fields) == {n for n in dir(native) if not n.startswith("_")}
+    hints = typing.get_type_hints(getattr(protocol, fields[0]).fget)
+    assert "return" in hints
+
+
+def test_results_are_read_only():
+    r = engine.result(
+        "TrialTiming",
+        seconds=1.0,
+        iterations=1,
+        copies_per_iteration=1,
+        blocking_kernel=False,
+        blocking_timed_out=False,
+        footprint_bytes=4,
+    )
+    with pytest.raises(AttributeError):
+        r.seconds = 2.0
+
+
+def test_waivers_name_what_the_machine_lacks():
+    p2p = cases.case("p2p_device_async_device_peer")
+    assert cases.waiver(p2p, {"index": 0}, gpus=1) == "a peer copy needs two GPUs"
+    assert "no direct peer access" in cases.waiver(p2p, {}, gpus=2, peer_access_possible=False)
+    mapped = cases.case("h2d_mapped_async_device")
+    assert "cannot map host memory" in cases.waiver(mapped, {"can_map_host_memory": False}, 1)
+    assert cases.waiver(mapped, {"can_map_host_memory": True}, 1) is None
