@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from foundation import GiB, comparison, write_record
 from xferscope.core.engine import NativeEngine
 from xferscope.core.machine import collect
+from xferscope.pageable.staged import StagedPlan
 from xferscope.sweep.measure import run_sweep
 from xferscope.sweep.options import SweepOptions
 
@@ -44,9 +45,9 @@ def overlap_efficiency(engine: NativeEngine, memory: str, size: int = 256 * MIB)
     t = engine.open_transfer(0, "d2h", memory, "async", size, 0)
     try:
         t.overlap_cpu(size, 0.0)  # warm-up
-        alone = statistics.median(t.overlap_cpu(size, 0.0)["total_s"] for _ in range(5))
+        alone = statistics.median(t.overlap_cpu(size, 0.0).total_s for _ in range(5))
         work = alone / 2
-        total = statistics.median(t.overlap_cpu(size, work)["total_s"] for _ in range(5))
+        total = statistics.median(t.overlap_cpu(size, work).total_s for _ in range(5))
         return (alone + work - total) / work
     finally:
         t.close()
@@ -74,9 +75,9 @@ def main() -> None:
                    "cudaMemcpy to pinned memory", "GB/s", True, 0.80),
     ]  # fmt: skip
     gpu = engine.overlap_gpu(0, GiB, 4, 16, 1)
-    stages = (gpu["h2d_s"], gpu["kernel_s"], gpu["d2h_s"])
-    speedup, bound = gpu["sequential_s"] / gpu["pipelined_s"], sum(stages) / max(stages)
-    assert gpu["verified"]
+    stages = (gpu.h2d_s, gpu.kernel_s, gpu.d2h_s)
+    speedup, bound = gpu.sequential_s / gpu.pipelined_s, sum(stages) / max(stages)
+    assert gpu.verified
     figures = {
         "overlap_cpu_efficiency_pinned": round(overlap_efficiency(engine, "pinned"), 4),
         "overlap_cpu_efficiency_pageable": round(overlap_efficiency(engine, "pageable"), 4),
@@ -87,7 +88,7 @@ def main() -> None:
             api_bandwidth(engine, "d2h", "pageable", "memcpy") / 1e9, 2),
     }  # fmt: skip
     copier = engine.staged_copier(0)
-    plan = dict(copier.plan)
+    plan = StagedPlan.of(copier.plan).to_dict()
     copier.close()
     write_record("async", args.commit, meta, torch.cuda.device_count(), comparisons, figures,
                  Path(args.out), staged_plan=plan)  # fmt: skip

@@ -19,13 +19,13 @@ def test_staged_copy_verifies_at_every_size(native_engine, direction):
     t = native_engine.open_transfer(0, direction, "pageable", "staged", max(SIZES), 0)
     try:
         plan = t.staged_plan
-        assert plan["threads"] >= 2 and plan["chunk_bytes"] == CHUNK
-        assert "threads" in plan["explanation"] and "chunks" in plan["explanation"]
+        assert plan.threads >= 2 and plan.chunk_bytes == CHUNK
+        assert "threads" in plan.explanation and "chunks" in plan.explanation
         for size in SIZES:
             v = t.verify(size)
-            assert v["ok"], (size, v)
+            assert v.ok, (size, v)
         bad = t.verify(CHUNK + 1, inject_fault=True)
-        assert not bad["ok"] and bad["mismatched_bytes"] == 1
+        assert not bad.ok and bad.mismatched_bytes == 1
         with pytest.raises(EngineError, match="api timing"):
             t.time("device", CHUNK, 1)
     finally:
@@ -44,7 +44,7 @@ def test_staged_beats_the_driver(native_engine):
         t = native_engine.open_transfer(0, "h2d", "pageable", mechanism, size, 0)
         try:
             t.time("api", size, 1)
-            rates[mechanism] = size / min(t.time("api", size, 2)["seconds"] / 2 for _ in range(3))
+            rates[mechanism] = size / min(t.time("api", size, 2).seconds / 2 for _ in range(3))
         finally:
             t.close()
     assert rates["staged"] > 2 * rates["memcpy"], rates
@@ -54,20 +54,20 @@ def test_pinned_copies_hide_cpu_work_and_pageable_ones_do_not(native_engine):
     size = 256 * MIB
 
     def median_run(t, work_s):
-        runs = sorted((t.overlap_cpu(size, work_s) for _ in range(3)), key=lambda o: o["total_s"])
+        runs = sorted((t.overlap_cpu(size, work_s) for _ in range(3)), key=lambda o: o.total_s)
         return runs[1]
 
     for memory, hides in (("pinned", True), ("pageable", False)):
         t = native_engine.open_transfer(0, "d2h", memory, "async", size, 0)
         try:
             t.overlap_cpu(size, 0.0)  # warm-up
-            alone = median_run(t, 0.0)["total_s"]
+            alone = median_run(t, 0.0).total_s
             o = median_run(t, alone / 2)
-            hidden = (alone + o["work_s"] - o["total_s"]) / o["work_s"]
+            hidden = (alone + o.work_s - o.total_s) / o.work_s
             if hides:
-                assert o["issue_s"] < 0.1 * alone and hidden > 0.8, (alone, o)
+                assert o.issue_s < 0.1 * alone and hidden > 0.8, (alone, o)
             else:  # the readback happens inside the issuing call: the work adds to it
-                assert o["issue_s"] > 0.7 * alone and hidden < 0.4, (alone, o)
+                assert o.issue_s > 0.7 * alone and hidden < 0.4, (alone, o)
         finally:
             t.close()
 
@@ -76,17 +76,17 @@ def test_pinned_copies_hide_cpu_work_and_pageable_ones_do_not(native_engine):
 def test_rotating_buffers_verify_and_two_beat_one(native_engine, upload):
     one = native_engine.rotate_buffers(0, upload, 1, 8 * MIB, 32)
     two = native_engine.rotate_buffers(0, upload, 2, 8 * MIB, 32)
-    assert one["mismatched_chunks"] == 0 and two["mismatched_chunks"] == 0
-    assert two["total_s"] < one["total_s"]
-    assert two["wait_s"] < one["wait_s"]
+    assert one.mismatched_chunks == 0 and two.mismatched_chunks == 0
+    assert two.total_s < one.total_s
+    assert two.wait_s < one.wait_s
 
 
 def test_gpu_pipeline_verifies_and_overlaps(native_engine):
     one = native_engine.overlap_gpu(0, 256 * MIB, 1, 4, 1)
     four = native_engine.overlap_gpu(0, 256 * MIB, 4, 16, 1)
-    assert one["verified"] and four["verified"]
-    bound = (four["h2d_s"] + four["kernel_s"] + four["d2h_s"]) / max(
-        four["h2d_s"], four["kernel_s"], four["d2h_s"])  # fmt: skip
-    speedup = four["sequential_s"] / four["pipelined_s"]
+    assert one.verified and four.verified
+    bound = (four.h2d_s + four.kernel_s + four.d2h_s) / max(
+        four.h2d_s, four.kernel_s, four.d2h_s)  # fmt: skip
+    speedup = four.sequential_s / four.pipelined_s
     assert 1.4 < speedup <= bound * 1.02, (speedup, bound)
-    assert one["sequential_s"] / one["pipelined_s"] < 1.1  # one stream cannot overlap
+    assert one.sequential_s / one.pipelined_s < 1.1  # one stream cannot overlap

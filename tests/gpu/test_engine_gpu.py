@@ -39,14 +39,14 @@ def test_every_path_verifies_and_times(native_engine, direction, memory, mechani
         transfer.fill(1234)
         for size in SIZES:
             v = transfer.verify(size)
-            assert v["ok"], (size, v)
-            assert v["bytes_checked"] == size
+            assert v.ok, (size, v)
+            assert v.bytes_checked == size
             for timing in ("api", "device"):
                 r = transfer.time(timing, size, 3)
-                assert r["seconds"] > 0
-                assert not r["blocking_timed_out"]
+                assert r.seconds > 0
+                assert not r.blocking_timed_out
                 expect_blocking = timing == "device" and transfer.blocks_for_device_timing
-                assert r["blocking_kernel"] == expect_blocking
+                assert r.blocking_kernel == expect_blocking
     finally:
         transfer.close()
 
@@ -59,10 +59,10 @@ def test_corrupted_destination_is_detected(native_engine, direction, mechanism):
     transfer = native_engine.open_transfer(0, direction, memory, mechanism, size, 0)
     try:
         v = transfer.verify(size, inject_fault=True)
-        assert not v["ok"]
-        assert v["mismatched_bytes"] == 1
-        assert v["first_mismatch"] == size // 2
-        assert transfer.verify(size)["ok"]  # and a clean copy passes again
+        assert not v.ok
+        assert v.mismatched_bytes == 1
+        assert v.first_mismatch == size // 2
+        assert transfer.verify(size).ok  # and a clean copy passes again
     finally:
         transfer.close()
 
@@ -160,8 +160,8 @@ def test_cold_copies_rotate_and_warm_copies_stay(native_engine):
         transfer = native_engine.open_transfer(0, "d2d", "device", "async", size, 256 << 20, rotate)
         try:
             r = transfer.time("device", size, 200)
-            assert (r["footprint_bytes"] < 2 * 60 * 10**6) == resident, r
-            assert transfer.verify(size)["ok"]
+            assert (r.footprint_bytes < 2 * 60 * 10**6) == resident, r
+            assert transfer.verify(size).ok
         finally:
             transfer.close()
 
@@ -185,4 +185,4 @@ def test_ctrl_c_on_gpu_writes_what_was_measured(native_engine, tmp_path):
     doc = json.loads(out.read_text())
     assert doc["interrupted"] is True
     assert doc["curves"][-1]["status"] == "interrupted"
-    assert sum(len(c["points"]) for c in doc["curves"]) > 0
+    assert sum(len(c.points) for c in doc["curves"]) > 0

@@ -12,6 +12,7 @@ import pytest
 
 from xferscope.core.errors import EngineError
 from xferscope.core.machine import gpu_record
+from xferscope.run.records import PINNING_KEYS
 
 pytestmark = pytest.mark.gpu
 MIB = 1 << 20
@@ -29,15 +30,15 @@ def test_h2d_and_d2h_run_at_once(native_engine):
     h2d = native_engine.open_transfer(0, "h2d", "pinned", "async", size, 0)
     d2h = native_engine.open_transfer(0, "d2h", "pinned", "async", size, 0)
     try:
-        alone = [t.time("device", size, 10)["seconds"] for t in (h2d, d2h)]
+        alone = [t.time("device", size, 10).seconds for t in (h2d, d2h)]
         seconds, timed_out = native_engine.time_concurrently([h2d, d2h], size, 10)
         assert not timed_out and all(s > 0 for s in seconds)
-        limit = gpu_record(native_engine, 0)["pcie_peak_bps"]
+        limit = gpu_record(native_engine, 0).pcie_peak_bps
         rates = [10 * size / s for s in seconds]
         assert all(r < limit for r in rates), rates
         # PCIe is full duplex: together they move far more than either alone.
         assert sum(rates) > 1.3 * max(10 * size / a for a in alone), (rates, alone)
-        assert h2d.verify(size)["ok"] and d2h.verify(size)["ok"]
+        assert h2d.verify(size).ok and d2h.verify(size).ok
     finally:
         h2d.close()
         d2h.close()
@@ -54,9 +55,9 @@ def test_concurrent_streams_must_be_asynchronous(native_engine):
 
 def test_pinning_costs(native_engine):
     c = native_engine.measure_pinning(0, 256 * MIB)
-    assert all(v > 0 for v in c.values()), c
-    assert c["pinned_copy_s"] < c["pageable_copy_s"]
-    assert c["registered_copy_s"] < c["pageable_copy_s"]
+    assert all(getattr(c, key) > 0 for key in PINNING_KEYS), c
+    assert c.pinned_copy_s < c.pageable_copy_s
+    assert c.registered_copy_s < c.pageable_copy_s
 
 
 @pytest.mark.parametrize(
@@ -66,13 +67,13 @@ def test_peer_to_peer_verifies_and_stays_under_nvlink(two_gpus, mechanism, acces
     size = (64 * MIB) + 3
     t = two_gpus.open_transfer(0, "p2p", "device", mechanism, size, 0, True, 1, access)
     try:
-        assert t.verify(size)["ok"]
+        assert t.verify(size).ok
         v = t.verify(size, inject_fault=True)
-        assert not v["ok"] and v["mismatched_bytes"] == 1
+        assert not v.ok and v.mismatched_bytes == 1
         r = t.time("device", size, 10)
-        assert not r["blocking_timed_out"]
-        assert r["blocking_kernel"] == access  # staged copies cannot wait behind the kernel
-        rate = 10 * size / r["seconds"]
+        assert not r.blocking_timed_out
+        assert r.blocking_kernel == access  # staged copies cannot wait behind the kernel
+        rate = 10 * size / r.seconds
         assert rate < 18 * 25e9  # NVLink 4, 18 links: 450 GB/s per direction
         assert rate > 5e9
     finally:
