@@ -1,0 +1,94 @@
+"""Why pinned H2D can trail write-combined and registered memory in one run (issue 9's puzzle).
+
+Measures 1 GiB H2D and D2H copy-engine bandwidth (device time, the run's method) from every
+pinned host memory kind in one process, in one order and then the reverse, beside PyTorch's
+pinned copy, and prints the host's NUMA placement of the process and the GPU. Run it under
+`numactl --cpunodebind=N --membind=N` to see what placement changes.
+
+    python3 benchmarks/pinned_probe.py [--rounds 2] [--size 1GiB]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+
+from xferscope.core.engine import NativeEngine
+from xferscope.core.machine import pci_locality, process_cpus
+from xferscope.core.units import parse_size
+
+KINDS = ("pinned", "wc", "registered", "mapped")
+ROTATION = 256 << 20
+
+
+def bandwidth(engine: NativeEngine, direction: str, memory: str, size: int) -> float:
+    """Median bytes per second of 7 trials of 8 copies, as `run` times them."""
+    t = engine.open_transfer(0, direction, memory, "async", size, ROTATION)
+    try:
+        t.time("device", size, 2)  # warm-up
+        trials = [t.time("device", size, 8).seconds / 8 for _ in range(7)]
+        assert t.verify(size).ok
+    finally:
+        t.close()
+    return size / statistics.median(trials)
+
+
+def torch_bandwidth(direction: str, size: int) -> float | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    host = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+    gpu = torch.empty(size, dtype=torch.uint8, device="cuda")
+    src, dst = (host, gpu) if direction == "h2d" else (gpu, host)
+    dst.copy_(src, non_blocking=True)
+    times = []
+    for _ in range(7):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(8):
+            dst.copy_(src, non_blocking=True)
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) * 1e-3 / 8)
+    return size / statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--size", default="1GiB")
+    args = parser.parse_args()
+    size = parse_size(args.size)
+    engine = NativeEngine()
+    info = engine.device_info(0)
+    place = {
+        "process_cpus": process_cpus(),
+        "numactl": os.environ.get("PROBE_PLACEMENT", ""),
+        **pci_locality(info["pci_bus_id"]),
+    }
+    print(json.dumps({"gpu": info["name"], **place}))
+    for direction in ("h2d", "d2h"):
+        for round_ in range(args.rounds):
+            order = KINDS if round_ % 2 == 0 else tuple(reversed(KINDS))
+            figures = {
+                kind: round(bandwidth(engine, direction, kind, size) / 1e9, 2) for kind in order
+            }
+            torch_gbps = torch_bandwidth(direction, size)
+            print(
+                json.dumps(
+                    {
+                        "direction": direction,
+                        "round": round_,
+                        "order": list(order),
+                        "gbps": figures,
+                        "torch": None if torch_gbps is None else round(torch_gbps / 1e9, 2),
+                    }
+                )
+            )
+
+
+if __name__ == "__main__":
+    main()
