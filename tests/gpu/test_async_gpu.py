@@ -26,7 +26,7 @@ def test_staged_copy_verifies_at_every_size(native_engine, direction):
             assert v.ok, (size, v)
         bad = t.verify(CHUNK + 1, inject_fault=True)
         assert not bad.ok and bad.mismatched_bytes == 1
-        with pytest.raises(EngineError, match="api timing"):
+        with pytest.raises(EngineError, match="API time only"):
             t.time("device", CHUNK, 1)
     finally:
         t.close()
@@ -74,9 +74,11 @@ def test_pinned_copies_hide_cpu_work_and_pageable_ones_do_not(native_engine):
 
 @pytest.mark.parametrize("upload", [False, True])
 def test_rotating_buffers_verify_and_two_beat_one(native_engine, upload):
-    one = native_engine.rotate_buffers(0, upload, 1, 8 * MIB, 32)
-    two = native_engine.rotate_buffers(0, upload, 2, 8 * MIB, 32)
-    assert one.mismatched_chunks == 0 and two.mismatched_chunks == 0
+    # The best of three each: one stream of 32 chunks is short enough for the machine's noise.
+    ones = [native_engine.rotate_buffers(0, upload, 1, 8 * MIB, 32) for _ in range(3)]
+    twos = [native_engine.rotate_buffers(0, upload, 2, 8 * MIB, 32) for _ in range(3)]
+    assert all(r.mismatched_chunks == 0 for r in ones + twos)
+    one, two = (min(runs, key=lambda r: r.total_s) for runs in (ones, twos))
     assert two.total_s < one.total_s
     assert two.wait_s < one.wait_s
 

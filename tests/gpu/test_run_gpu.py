@@ -33,7 +33,7 @@ def test_h2d_and_d2h_run_at_once(native_engine):
         alone = [t.time("device", size, 10).seconds for t in (h2d, d2h)]
         seconds, timed_out = native_engine.time_concurrently([h2d, d2h], size, 10)
         assert not timed_out and all(s > 0 for s in seconds)
-        limit = gpu_record(native_engine, 0).pcie_peak_bps
+        limit = gpu_record(native_engine, 0)["pcie_peak_bps"]
         rates = [10 * size / s for s in seconds]
         assert all(r < limit for r in rates), rates
         # PCIe is full duplex: together they move far more than either alone.

@@ -19,11 +19,13 @@ from xferscope.run.compare import (
     SAME,
     SLOWER,
     UNCLEAR,
+    Incomparable,
     RunLoadError,
     compare,
     compare_metric,
     load_run,
     render,
+    summary_line,
     to_dict,
 )
 from xferscope.run.history import History, HistoryError
@@ -52,21 +54,24 @@ def map_samples(run: RunResult, fn: Callable[[Samples], Samples]) -> RunResult:
     for g in run.gpus:
         curves = tuple(
             dataclasses.replace(
-                c, points=tuple(dataclasses.replace(p, samples_s=fn(p.samples_s))
-                                for p in c.points)
+                c, points=tuple(dataclasses.replace(p, samples_s=fn(p.samples_s)) for p in c.points)
             )
             for c in g.curves
-        )  # fmt: skip
+        )
         concurrent = tuple(
-            dataclasses.replace(c, streams=tuple(
-                dataclasses.replace(s, samples_s=fn(s.samples_s)) for s in c.streams))
+            dataclasses.replace(
+                c,
+                streams=tuple(dataclasses.replace(s, samples_s=fn(s.samples_s)) for s in c.streams),
+            )
             for c in g.concurrent
-        )  # fmt: skip
+        )
         pinning = g.pinning and dataclasses.replace(
-            g.pinning, host_alloc_s=scale(g.pinning.host_alloc_s),
-            host_free_s=scale(g.pinning.host_free_s), register_s=scale(g.pinning.register_s),
+            g.pinning,
+            host_alloc_s=scale(g.pinning.host_alloc_s),
+            host_free_s=scale(g.pinning.host_free_s),
+            register_s=scale(g.pinning.register_s),
             unregister_s=scale(g.pinning.unregister_s),
-        )  # fmt: skip
+        )
         gpus.append(dataclasses.replace(g, curves=curves, concurrent=concurrent, pinning=pinning))
     multi = tuple(
         dataclasses.replace(
@@ -235,7 +240,6 @@ def test_different_machine_warnings():
         machine["host"]["hostname"] = "node-17"
         machine["driver"] = "580.65.06"
         machine["cuda_runtime"] = "12.8"
-        machine["gpus"][0]["name"] = "NVIDIA H100 80GB HBM3"
         machine["gpus"][1]["uuid"] = "GPU-11111111-2222-3333-4444-555555555555"
 
     warnings = compare(a, with_machine(a, other)).warnings
@@ -243,10 +247,9 @@ def test_different_machine_warnings():
     assert "different hosts: simulated (A) and node-17 (B)" in text
     assert "different NVIDIA drivers: unknown (A) and 580.65.06 (B)" in text
     assert "different CUDA runtimes: 13.0 (A) and 12.8 (B)" in text
-    assert "GPU 0 differs: Simulated H200-like GPU (A) and NVIDIA H100 80GB HBM3 (B)" in text
     assert "GPU 1 is another device of the same model" in text
     assert "GPU-11111111-2222-3333-4444-555555555555" in text
-    assert len(warnings) == 5
+    assert len(warnings) == 4
 
 
 def test_each_machine_difference_alone():
@@ -255,7 +258,6 @@ def test_each_machine_difference_alone():
         (lambda m: m["host"].update(hostname="other"), "different hosts"),
         (lambda m: m.update(driver="575.1"), "different NVIDIA drivers"),
         (lambda m: m.update(cuda_runtime="12.0"), "different CUDA runtimes"),
-        (lambda m: m["gpus"][0].update(name="NVIDIA A100"), "GPU 0 differs"),
         (lambda m: m["gpus"][0].update(uuid="GPU-x"), "another device of the same model"),
     ]
     for change, expected in cases:
@@ -263,13 +265,30 @@ def test_each_machine_difference_alone():
         assert len(warnings) == 1 and expected in warnings[0], expected
 
 
-def test_simulated_against_real_warns():
+def test_a_simulated_run_and_a_measured_one_are_refused_unless_forced():
     a = sample_run(gpus=1)
     b = dataclasses.replace(a, simulated=False)
-    warnings = compare(a, b).warnings
-    assert len(warnings) == 1
-    assert "run A is simulated" in warnings[0]
-    assert "run B is simulated" in compare(b, a).warnings[0]
+    with pytest.raises(Incomparable, match="run A is simulated and run B was measured on a GPU"):
+        compare(a, b)
+    with pytest.raises(Incomparable, match="run B is simulated"):
+        compare(b, a)
+    forced = compare(a, b, force=True)
+    assert forced.forced == "run A is simulated and run B was measured on a GPU"
+    assert to_dict(forced)["forced"] == forced.forced
+    assert "(forced: run A is simulated" in summary_line(forced)
+
+
+def test_runs_on_different_gpu_models_are_refused_unless_forced():
+    a = sample_run(gpus=1)
+    b = with_machine(a, lambda m: m["gpus"][0].update(name="NVIDIA A100"))
+    with pytest.raises(
+        Incomparable,
+        match="different GPU models: Simulated H200-like GPU "
+        r"\(A\) and NVIDIA A100 \(B\)",
+    ):
+        compare(a, b)
+    assert compare(a, b, force=True).forced is not None
+    assert compare(a, a).forced is None
 
 
 def test_other_run_differences_warn():
@@ -400,14 +419,16 @@ def _rendered(result, **kwargs) -> str:
 def test_render_shows_changes_and_summary():
     a = tight(sample_run(gpus=1))
     b = dataclasses.replace(times_scaled(a, 1.25), simulated=False)
-    result = compare(a, b)
+    result = compare(a, b, force=True)
     text = _rendered(result, labels=("run 1", "run 2"))
-    assert "warning: run A is simulated" in text
+    assert "FORCED: run A is simulated" in text and "SLOWER (forced)" in text
     assert BW in text and "SLOWER" in text and "-20.0%" in text
     assert "SAME" not in text
     counts = result.counts()
-    assert f"{counts[SLOWER]} slower, {counts[FASTER]} faster, {counts[UNCLEAR]} unclear, " \
-           f"{counts[SAME]} same" in text  # fmt: skip
+    assert (
+        f"{counts[SLOWER]} slower, {counts[FASTER]} faster, {counts[UNCLEAR]} unclear, "
+        f"{counts[SAME]} same" in text
+    )
     assert "run 2 against run 1" in text
 
 

@@ -23,8 +23,14 @@ from xferscope.run.history import History
 from .test_cli import ENGINE, assert_one_line_error, run
 
 QUICK = ["run", "--simulate", "--quick"]
-RUN_FILES = {"report.html", "run.json", "points.csv", "metrics.csv", "gpu0-bandwidth.png",
-             "gpu0-latency.png"}  # fmt: skip
+RUN_FILES = {
+    "report.html",
+    "run.json",
+    "points.csv",
+    "metrics.csv",
+    "gpu0-bandwidth.png",
+    "gpu0-latency.png",
+}
 HEADLINE = "gpu0/h2d/pinned/async/device/bandwidth"
 
 from xferscope.run.investigate import gpu_curves  # noqa: E402
@@ -157,7 +163,10 @@ def test_prometheus_textfile(capsys, tmp_path):
     assert "# TYPE xferscope_bandwidth_bytes_per_second gauge" in text
     sample = re.search(
         r'^xferscope_bandwidth_bytes_per_second\{gpu="0",[^}]*direction="h2d",memory="pinned",'
-        r'mechanism="async",timing="device"\} (\S+)$', text, re.MULTILINE)  # fmt: skip
+        r'mechanism="async",timing="device"\} (\S+)$',
+        text,
+        re.MULTILINE,
+    )
     assert sample is not None, text
     assert 50e9 < float(sample.group(1)) < 60e9
     assert re.search(r"^xferscope_run_simulated 1$", text, re.MULTILINE)
@@ -193,8 +202,9 @@ def stored(tmp_path_factory):
 
 
 def test_report_renders_a_stored_run_again(capsys, tmp_path, stored):
-    code, out, err = run(capsys, "report", "1", "--history", str(stored.history),
-                         "-o", str(tmp_path))  # fmt: skip
+    code, out, err = run(
+        capsys, "report", "1", "--history", str(stored.history), "-o", str(tmp_path)
+    )
     assert code == 0, err
     directory = tmp_path / "run-1"
     assert {p.name for p in directory.iterdir()} == RUN_FILES
@@ -229,8 +239,7 @@ def test_reports_never_overwrite_each_other(capsys, tmp_path, stored):
 
 
 def test_report_of_a_missing_run_is_one_line(capsys, tmp_path, stored):
-    code, _, err = run(capsys, "report", "7", "--history", str(stored.history),
-                       "-o", str(tmp_path))  # fmt: skip
+    code, _, err = run(capsys, "report", "7", "--history", str(stored.history), "-o", str(tmp_path))
     assert_one_line_error(code, err, "no run 7")
     assert not list(tmp_path.iterdir())
 
@@ -249,9 +258,18 @@ def test_compare_identical_runs_exits_0(capsys, stored):
 def _slower_copy(stored, tmp_path: Path) -> Path:
     """Run 1 with the headline H2D curve's largest point 20% slower."""
     doc = json.loads((stored.dirs[0] / "run.json").read_text())
-    (curve,) = [c for c in doc["gpus"][0]["curves"] if c["config"] == {
-        "device": 0, "direction": "h2d", "memory": "pinned", "mechanism": "async",
-        "timing": "device"}]  # fmt: skip
+    (curve,) = [
+        c
+        for c in doc["gpus"][0]["curves"]
+        if c["config"]
+        == {
+            "device": 0,
+            "direction": "h2d",
+            "memory": "pinned",
+            "mechanism": "async",
+            "timing": "device",
+        }
+    ]
     largest = curve["points"][-1]
     largest["samples_s"] = [s / 0.8 for s in largest["samples_s"]]
     path = tmp_path / "slower.json"
@@ -266,8 +284,9 @@ def test_compare_against_a_slower_run_exits_1(capsys, tmp_path, stored):
     assert "SLOWER" in out and HEADLINE in out
     assert "-20.0%" in out
     assert "1 regression beyond 5%" in out
-    code, out, _ = run(capsys, "compare", "1", str(slower), "--history", str(stored.history),
-                       "--json")  # fmt: skip
+    code, out, _ = run(
+        capsys, "compare", "1", str(slower), "--history", str(stored.history), "--json"
+    )
     assert code == 1
     assert json.loads(out)["regressions"] == [HEADLINE]
 
@@ -281,8 +300,9 @@ def test_compare_the_other_way_is_faster_and_exits_0(capsys, tmp_path, stored):
 
 def test_compare_a_regression_below_the_threshold_exits_0(capsys, tmp_path, stored):
     slower = _slower_copy(stored, tmp_path)
-    code, out, _ = run(capsys, "compare", "1", str(slower), "--history", str(stored.history),
-                       "--threshold", "0.25")  # fmt: skip
+    code, out, _ = run(
+        capsys, "compare", "1", str(slower), "--history", str(stored.history), "--threshold", "0.25"
+    )
     assert code == 0
     assert "SLOWER" in out, "still shown, but not failing"
 
@@ -349,8 +369,9 @@ def test_history_spoiled_during_the_run_costs_no_results(capsys, tmp_path, histo
 
     monkeypatch.setattr(investigate, "run_investigation", spoil)
     code, out, err = run(capsys, *QUICK, "-o", str(tmp_path / "out"))
-    _assert_files_written_but_not_history(code, out, err, tmp_path / "out", history,
-                                          "not a database")  # fmt: skip
+    _assert_files_written_but_not_history(
+        code, out, err, tmp_path / "out", history, "not a database"
+    )
     assert history.read_bytes() == garbage, "the file is left as it was"
 
 
@@ -437,8 +458,9 @@ def test_bad_device_leaves_no_directory(capsys, tmp_path):
 
 def test_two_runs_in_one_second_keep_both(capsys, tmp_path, monkeypatch):
     fixed = real_dt.datetime(2026, 1, 2, 3, 4, 5)
-    fake = types.SimpleNamespace(datetime=types.SimpleNamespace(now=lambda *a: fixed),
-                                 timezone=real_dt.timezone)  # fmt: skip
+    fake = types.SimpleNamespace(
+        datetime=types.SimpleNamespace(now=lambda *a: fixed), timezone=real_dt.timezone
+    )
     monkeypatch.setattr("xferscope.cli.outputs.dt", fake)
     for _ in range(2):
         assert run(capsys, *QUICK, "-o", str(tmp_path), "--no-history")[0] == 0
@@ -456,7 +478,8 @@ def test_ctrl_c_writes_an_incomplete_report_and_exits_130(capsys, tmp_path, monk
     assert "interrupted" in err and "INCOMPLETE" in out
     directory = run_dir(tmp_path / "out")
     assert {"report.html", "run.json", "points.csv", "metrics.csv"} <= {
-        p.name for p in directory.iterdir()}  # fmt: skip
+        p.name for p in directory.iterdir()
+    }
     html = (directory / "report.html").read_text()
     assert 'class="banner incomplete"' in html
     assert "INCOMPLETE: interrupted before every measurement ran" in html
@@ -506,8 +529,9 @@ def test_device_option_picks_the_gpus(capsys, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-0.1", "11"])
 def test_compare_refuses_a_threshold_that_is_not_a_fraction(capsys, stored, value):
-    code, out, err = run(capsys, "compare", "1", "2", "--history", str(stored.history),
-                         f"--threshold={value}")  # fmt: skip
+    code, out, err = run(
+        capsys, "compare", "1", "2", "--history", str(stored.history), f"--threshold={value}"
+    )
     assert_one_line_error(code, err, "--threshold", "0 to 10")
     assert code == 2 and out == ""
 
@@ -523,8 +547,9 @@ def test_compare_refuses_a_threshold_that_is_not_a_fraction(capsys, stored, valu
     ],
 )
 def test_an_empty_device_list_is_refused_by_every_command(capsys, tmp_path, command):
-    code, _, err = run(capsys, *command, "-g", "", *(["-o", str(tmp_path)] if len(command) > 2
-                                                   else []))  # fmt: skip
+    code, _, err = run(
+        capsys, *command, "-g", "", *(["-o", str(tmp_path)] if len(command) > 2 else [])
+    )
     assert_one_line_error(code, err, "--device", "one or more GPU indices")
     assert code == 2 and not list(tmp_path.iterdir())
 
@@ -532,16 +557,31 @@ def test_an_empty_device_list_is_refused_by_every_command(capsys, tmp_path, comm
 @pytest.mark.parametrize("seed", ["-1", "1e23", str(1 << 64), "abc", ""])
 @pytest.mark.parametrize("command", ["run", "sweep"])
 def test_a_seed_outside_the_engines_range_is_refused(capsys, tmp_path, command, seed):
-    code, _, err = run(capsys, command, "--simulate", "--quick", f"--seed={seed}",
-                       "-o", str(tmp_path))  # fmt: skip
+    code, _, err = run(
+        capsys, command, "--simulate", "--quick", f"--seed={seed}", "-o", str(tmp_path)
+    )
     assert_one_line_error(code, err, "--seed", "0 to 18446744073709551615")
     assert code == 2 and not list(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize(("seed", "value"), [(str((1 << 64) - 1), (1 << 64) - 1), ("0x10", 16)])
 def test_seeds_across_the_whole_range_are_taken(capsys, tmp_path, seed, value):
-    code, _, err = run(capsys, "sweep", "--simulate", "--quick", "--sizes", "1", "-d", "h2d",
-                       "-m", "pinned", "--seed", seed, "-o", str(tmp_path))  # fmt: skip
+    code, _, err = run(
+        capsys,
+        "sweep",
+        "--simulate",
+        "--quick",
+        "--sizes",
+        "1",
+        "-d",
+        "h2d",
+        "-m",
+        "pinned",
+        "--seed",
+        seed,
+        "-o",
+        str(tmp_path),
+    )
     assert code == 0, err
     (path,) = tmp_path.glob("sweep-*/sweep.json")
     assert json.loads(path.read_text())["options"]["seed"] == value
@@ -582,3 +622,20 @@ def test_a_report_of_a_document_of_the_wrong_shape_names_the_field(capsys, tmp_p
     code, _, err = run(capsys, "report", str(bad), "-o", str(tmp_path / "out"))
     assert_one_line_error(code, err, str(bad), "gpus[0].curves: expected a list, found a string")
     assert not (tmp_path / "out").exists()
+
+
+def test_compare_refuses_a_simulated_run_against_a_measured_one(capsys, tmp_path, stored):
+    doc = json.loads((stored.dirs[0] / "run.json").read_text())
+    doc["simulated"] = False
+    measured = tmp_path / "measured.json"
+    measured.write_text(json.dumps(doc))
+    code, out, err = run(capsys, "compare", "1", str(measured), "--history", str(stored.history))
+    assert_one_line_error(
+        code, err, "run A is simulated and run B was measured on a GPU", "--force"
+    )
+    assert code == 2 and out == ""
+    code, out, err = run(
+        capsys, "compare", "1", str(measured), "--history", str(stored.history), "--force"
+    )
+    assert code == 0, err
+    assert "FORCED: run A is simulated" in out and "(forced: " in out

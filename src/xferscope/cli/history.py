@@ -147,6 +147,12 @@ def parse_threshold(value: float) -> float:
     help="Exit non-zero when a metric is SLOWER by more than this fraction (0 to 10).",
 )
 @click.option("--all", "all_rows", is_flag=True, help="List every metric, SAME ones too.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Compare a simulated run with a measured one, or "
+    "runs on different GPU models; every verdict then says so.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 def compare_command(
     run_a: str,
@@ -154,6 +160,7 @@ def compare_command(
     history_path: str | None,
     threshold: float,
     all_rows: bool,
+    force: bool,
     as_json: bool,
 ) -> None:
     """Compare two runs (ids from the history or run.json files) metric by metric: SAME,
@@ -164,7 +171,7 @@ def compare_command(
     threshold = parse_threshold(threshold)
     path = _history_file(history_path)
     a, b = load_run(run_a, path), load_run(run_b, path)
-    comparison = compare(a, b, threshold)
+    comparison = compare(a, b, threshold, force)
     if as_json:
         stdout.print_json(json.dumps(to_dict(comparison)))
     else:

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..core.errors import XferscopeError
 from ..core.units import format_rate, format_seconds
 from ..documents.reader import DocumentError, read_document
 from ..sweep.records import SCHEMA_NAME as SWEEP_SCHEMA_NAME
@@ -27,7 +28,7 @@ from .metrics import Metric, run_metrics
 from .records import RunResult, run_from_dict
 
 COMPARE_SCHEMA_NAME = "xferscope-compare"
-COMPARE_SCHEMA_VERSION = 1
+COMPARE_SCHEMA_VERSION = 2  # 2: "forced", why unlike runs were compared anyway (or null)
 
 SAME, FASTER, SLOWER, UNCLEAR = "same", "faster", "slower", "unclear"
 VERDICTS = (SLOWER, FASTER, UNCLEAR, SAME)
@@ -39,6 +40,13 @@ MIN_SAMPLES = 3  # fewer trials than this cannot show that two ranges are apart
 
 class RunLoadError(DocumentError):
     """A run named on the command line cannot be loaded; the message names it."""
+
+
+class Incomparable(XferscopeError):
+    """The two runs cannot be compared honestly (a model against a GPU, or two GPU models);
+    --force compares them anyway and says so."""
+
+    exit_code = 2
 
 
 # ---- loading -----------------------------------------------------------------------------------
@@ -92,6 +100,7 @@ class Comparison:
     threshold: float  # the default of regressions()
     only_a: tuple[str, ...] = ()  # metrics run B lacks
     only_b: tuple[str, ...] = ()  # metrics run A lacks
+    forced: str | None = None  # why the runs were not comparable, when --force compared them
 
     def counts(self) -> dict[str, int]:
         """How many metrics got each verdict (every verdict present, zeros included)."""
@@ -133,8 +142,27 @@ def compare_metric(a: Metric, b: Metric) -> MetricChange:
     )
 
 
-def compare(a: RunResult, b: RunResult, threshold: float = 0.05) -> Comparison:
+def incomparable(a: RunResult, b: RunResult) -> str | None:
+    """Why two runs cannot be compared honestly, or None: a simulated run's figures are a
+    model's, and two GPU models differ by design, not by regression."""
+    if a.simulated != b.simulated:
+        which, other = ("A", "B") if a.simulated else ("B", "A")
+        return f"run {which} is simulated and run {other} was measured on a GPU"
+    models = [
+        sorted({str(g.get("name")) for g in _gpus_by_index(r.machine).values()}) for r in (a, b)
+    ]
+    if models[0] != models[1]:
+        return (
+            f"the runs measured different GPU models: {', '.join(models[0]) or 'none'} (A) and "
+            f"{', '.join(models[1]) or 'none'} (B)"
+        )
+    return None
+
+
+def compare(a: RunResult, b: RunResult, threshold: float = 0.05, force: bool = False) -> Comparison:
     """Compares run `b` against run `a` over the metrics both have (metrics.run_metrics).
+    Runs that cannot be compared honestly (`incomparable`) raise Incomparable unless `force`;
+    then the comparison carries the reason in `forced`, shown with every verdict.
 
     The rule, per metric (value = the median of the trials; samples = the trials):
       change       d = (b - a) / a
@@ -151,15 +179,22 @@ def compare(a: RunResult, b: RunResult, threshold: float = 0.05) -> Comparison:
     `threshold` (a fraction) is only the default of Comparison.regressions(): a change can be
     real (SLOWER) yet smaller than what is worth failing a build for.
     """
+    reason = incomparable(a, b)
+    if reason is not None and not force:
+        raise Incomparable(
+            f"{reason}: their figures cannot be compared; --force compares them anyway"
+        )
     metrics_a, metrics_b = run_metrics(a), run_metrics(b)
-    rows = tuple(compare_metric(m, metrics_b[name]) for name, m in metrics_a.items()
-                 if name in metrics_b)  # fmt: skip
+    rows = tuple(
+        compare_metric(m, metrics_b[name]) for name, m in metrics_a.items() if name in metrics_b
+    )
     return Comparison(
         rows=rows,
         warnings=tuple(machine_warnings(a, b)),
         threshold=threshold,
         only_a=tuple(n for n in metrics_a if n not in metrics_b),
         only_b=tuple(n for n in metrics_b if n not in metrics_a),
+        forced=reason,
     )
 
 
@@ -183,12 +218,6 @@ def _gpus_by_index(machine: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
 def machine_warnings(a: RunResult, b: RunResult) -> list[str]:
     """What differs between the machines (and the ways) the two runs were measured on."""
     warnings: list[str] = []
-    if a.simulated != b.simulated:
-        which = "A" if a.simulated else "B"
-        warnings.append(
-            f"run {which} is simulated and the other was measured on a GPU: "
-            "their figures cannot be compared"
-        )
     ma = a.machine if isinstance(a.machine, Mapping) else {}
     mb = b.machine if isinstance(b.machine, Mapping) else {}
     for keys, what in (
@@ -204,9 +233,7 @@ def machine_warnings(a: RunResult, b: RunResult) -> list[str]:
         warnings.append(f"run A has {len(gpus_a)} GPUs and run B has {len(gpus_b)}")
     for index in sorted(gpus_a.keys() & gpus_b.keys()):
         ga, gb = gpus_a[index], gpus_b[index]
-        if ga.get("name") != gb.get("name"):
-            warnings.append(f"GPU {index} differs: {ga.get('name')} (A) and {gb.get('name')} (B)")
-        elif ga.get("uuid") != gb.get("uuid"):
+        if ga.get("name") == gb.get("name") and ga.get("uuid") != gb.get("uuid"):
             warnings.append(
                 f"GPU {index} is another device of the same model: {ga.get('uuid')} (A) and "
                 f"{gb.get('uuid')} (B)"
@@ -214,8 +241,9 @@ def machine_warnings(a: RunResult, b: RunResult) -> list[str]:
     if a.mode != b.mode:
         warnings.append(f"different modes: {a.mode} (A) and {b.mode} (B); sizes and trials differ")
     if a.tool_version != b.tool_version:
-        warnings.append(f"different xferscope versions: {a.tool_version} (A) and "
-                        f"{b.tool_version} (B)")  # fmt: skip
+        warnings.append(
+            f"different xferscope versions: {a.tool_version} (A) and {b.tool_version} (B)"
+        )
     for name, run in (("A", a), ("B", b)):
         if not run.complete:
             warnings.append(f"run {name} is incomplete: the metrics it lacks are not compared")
@@ -243,6 +271,8 @@ def summary_line(comparison: Comparison) -> str:
     regressions = len(comparison.regressions())
     text += f"; {regressions} regression{'s' if regressions != 1 else ''} beyond "
     text += f"{comparison.threshold:.0%}"
+    if comparison.forced:
+        text += f" (forced: {comparison.forced})"
     return text
 
 
@@ -255,6 +285,12 @@ def render(
 ) -> None:
     """Prints the warnings, a table of the metrics that changed (every metric with
     `all_rows`) and a summary line counting each verdict."""
+    if comparison.forced:
+        console.print(
+            Text(
+                f"FORCED: {comparison.forced}; these verdicts compare unlike runs", style="bold red"
+            )
+        )
     for warning in comparison.warnings:
         console.print(Text(f"warning: {warning}", style="yellow"))
     rows = [r for r in comparison.rows if all_rows or r.verdict != SAME]
@@ -274,7 +310,7 @@ def render(
                 _value(r.b, r.unit),
                 Text(_percent(r.change), style=style),
                 f"±{r.noise:.1%}",
-                Text(r.verdict.upper(), style=style),
+                Text(r.verdict.upper() + (" (forced)" if comparison.forced else ""), style=style),
             )
         console.print(table)
     elif comparison.rows:
@@ -297,6 +333,7 @@ def to_dict(comparison: Comparison) -> dict[str, Any]:
         "schema": COMPARE_SCHEMA_NAME,
         "schema_version": COMPARE_SCHEMA_VERSION,
         "threshold": comparison.threshold,
+        "forced": comparison.forced,
         "counts": comparison.counts(),
         "regressions": [r.name for r in comparison.regressions()],
         "warnings": list(comparison.warnings),
