@@ -11,7 +11,7 @@ from xferscope import cli as cli_module
 from xferscope.cli import overlap as cli_overlap
 from xferscope.core.errors import OptionError
 from xferscope.core.simulate import SimulatedEngine
-from xferscope.overlap.experiments import (
+from xferscope.overlap import (
     BUFFERS_SCHEMA,
     CPU_SCHEMA,
     DEFAULT_WORK_FACTORS,

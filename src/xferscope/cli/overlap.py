@@ -17,7 +17,7 @@ from ..core.cases import HOST_MEMORY, MECHANISMS
 from ..core.engine import Engine
 from ..core.errors import OptionError, XferscopeError
 from ..core.units import format_bytes
-from ..overlap.experiments import (
+from ..overlap import (
     BUFFERS_SCHEMA,
     CPU_DIRECTIONS,
     CPU_SCHEMA,

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from .engine import _native
+from .native import engine_module
 
-_engine = _native()  # the rules live in the engine; it imports without a GPU or driver
+_engine = engine_module()  # the rules live in the engine; it imports without a GPU or driver
 
 DIRECTIONS: tuple[str, ...] = tuple(_engine.DIRECTIONS)  # h2d, d2h, d2d, roundtrip, p2p
 MEMORY_KINDS: tuple[str, ...] = tuple(_engine.MEMORY_KINDS)  # host kinds, then device

@@ -14,23 +14,11 @@ import time
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from functools import cache
 from typing import Any, Protocol
 
 from . import interrupt
 from .errors import AllocationError, CudaError, EngineError, NoDeviceError, OptionError
-
-
-@cache
-def _native() -> Any:
-    """The compiled engine module, loaded on first use: importing xferscope needs neither a
-    GPU nor a driver, and loads no native code until something asks for it."""
-    try:
-        from .. import _engine  # type: ignore[attr-defined]  # built by CMake
-    except ImportError as exc:  # pragma: no cover - only a broken install gets here
-        raise NoDeviceError(f"the native engine is not built ({exc}); reinstall xferscope") from exc
-    return _engine
-
+from .native import engine_module, result  # noqa: F401  (result: part of this module's API)
 
 # The result classes of the engine (xferscope._engine), read-only, made by both engines. The
 # protocols below give their fields to the type checker; a unit test holds them to the classes.
@@ -139,11 +127,6 @@ RESULT_CLASSES = ("TrialTiming", "Verification", "OverlapSample", "RotationResul
                   "GpuOverlapResult", "PinningCosts", "StagedPlan")  # fmt: skip
 
 
-def result(kind: str, **fields: Any) -> Any:
-    """A result of the engine's class `kind`, made in Python (the simulated engine's)."""
-    return getattr(_native(), kind)(**fields)
-
-
 class Transfer(Protocol):
     device: int
     direction: str
@@ -228,7 +211,7 @@ class NativeEngine:
     simulated = False
 
     def __init__(self) -> None:
-        self._engine = _native()
+        self._engine = engine_module()
 
     @contextmanager
     def _translated(self) -> Iterator[None]:

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from . import cases, interrupt
-from .engine import result
 from .errors import AllocationError, CudaError, EngineError
+from .native import result
 
 SIMULATED_MEMORY_BYTES = 141 * 10**9
 SIMULATED_GPU: dict[str, Any] = {

@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from ..core.units import format_bytes
-from ..overlap.experiments import AnyResult, GpuOverlapResult, OverlapCpuResult, RotationResult
+from ..overlap import AnyResult, GpuOverlapResult, OverlapCpuResult, RotationResult
 from .plots import save_png
 
 

@@ -1,0 +1,105 @@
+"""What the three overlap experiments share: their schema version and header, failures, the
+checks of host and device memory, and small formatting helpers.
+
+Schema history (each experiment's document has its own name, overlap-cpu, -buffers and -gpu;
+bump SCHEMA_VERSION on any change a reader must know about):
+  1  first version: xferscope-overlap-cpu, xferscope-overlap-buffers, xferscope-overlap-gpu.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ..core import machine
+from ..core.engine import Engine
+from ..core.errors import OptionError
+from ..core.units import format_bytes
+from ..documents.reader import Field
+from ..sweep.records import check_schema, document_header, header_fields
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+SCHEMA_VERSION = 1
+# Pinned pages cannot be swapped or moved: a plan that pins more than this share of the
+# machine's memory is refused, whatever --max-pinned says.
+PINNED_SHARE = 0.5
+
+Step = Callable[[str], None]  # told a description after each measured step
+
+
+def _nothing(_label: str) -> None:
+    pass
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else f"{value:.9g}"
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A part of the experiment the engine could not run (allocation or CUDA error)."""
+
+    what: str
+    error: str
+
+
+def check_host_memory(option: str, need: int, what: str, pinned: bool = True) -> None:
+    """Refuses, before anything runs, host memory a plan cannot have: pinned memory beyond
+    PINNED_SHARE of MemTotal, pageable memory beyond all of it."""
+    total = machine.host_memory_total()
+    if total is None:
+        return
+    limit = PINNED_SHARE * total if pinned else total
+    if need > limit:
+        share = f"half of this machine's {format_bytes(total)}" if pinned else format_bytes(total)
+        kind = "pinned host memory" if pinned else "host memory"
+        reason = "; pinned pages cannot be swapped, so the system would run short" if pinned else ""
+        raise OptionError(
+            option, f"{what}: {format_bytes(need)} of {kind} is more than {share}{reason}"
+        )
+
+
+def check_device_memory(engine: Engine, device: int, option: str, need: int, what: str) -> None:
+    free, _ = engine.memory_info(device)
+    if need > free:
+        raise OptionError(
+            option,
+            f"{what} needs {format_bytes(need)} of device memory on GPU {device}, but "
+            f"{format_bytes(free)} is free",
+        )
+
+
+def _header(schema: str, r: Any) -> dict[str, Any]:
+    return document_header(schema, SCHEMA_VERSION, r) | {
+        "failures": [{"what": f.what, "error": f.error} for f in r.failures]
+    }
+
+
+def _header_fields(d: Field) -> dict[str, Any]:
+    failures = tuple(
+        Failure(f["what"].string(), f["error"].string()) for f in d.get("failures", []).items()
+    )
+    return header_fields(d) | {"failures": failures}
+
+
+def _check_schema(d: dict[str, Any], name: str) -> None:
+    check_schema(d, name, SCHEMA_VERSION)
+
+
+def _fields(record: Any) -> dict[str, Any]:
+    return {name: getattr(record, name) for name in record.__slots__}
+
+
+R = TypeVar("R", bound="DataclassInstance")
+
+
+def with_warnings(result: R, warnings: list[str]) -> R:
+    return replace(result, warnings=tuple(warnings))  # type: ignore[type-var]
