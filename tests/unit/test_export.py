@@ -22,7 +22,8 @@ from xferscope.documents import json as export_json
 from xferscope.documents.csv import write_csv
 from xferscope.documents.json import write_json
 from xferscope.report.plots import write_plots
-from xferscope.report.table import SIMULATED_BANNER, print_report
+from xferscope.report.style import SIMULATED as SIMULATED_BANNER
+from xferscope.report.sweep_tables import print_report
 from xferscope.sweep.measure import run_sweep
 from xferscope.sweep.options import SweepOptions
 from xferscope.sweep.records import (

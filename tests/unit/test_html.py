@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from xferscope.report.html import SIMULATED_BANNER, render_html, write_html
+from xferscope.report.html import render_html, write_html
+from xferscope.report.style import SIMULATED as SIMULATED_BANNER
 from xferscope.run.records import ERROR, INFO, OK, WARNING, Concurrent, Finding, RunResult
 
 from .run_samples import sample_run

@@ -212,7 +212,7 @@ def test_ctrl_c_while_printing_keeps_a_complete_run_in_the_history(
     exit status says a signal came, and the renderings that Ctrl-C left undrawn are named with
     the command that draws them."""
     monkeypatch.setattr(interrupt, "GRACE_S", 0.0)
-    _signal_while(monkeypatch, "xferscope.report.run_table.print_run")
+    _signal_while(monkeypatch, "xferscope.report.run_tables.print_run")
     code, _, err = run(capsys, "run", "--simulate", "--quick", "-o", str(tmp_path / "out"))
     assert code == 130, err
     (directory,) = (tmp_path / "out").iterdir()

@@ -41,7 +41,7 @@ from .outputs import Destination
 @click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
 def history_command(history_path: str | None, limit: int, as_json: bool) -> None:
     """List the runs in the history."""
-    from ..report.table import format_duration
+    from ..report.sweep_tables import format_duration
     from ..run.history import History
 
     path = _history_file(history_path)

@@ -9,14 +9,10 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
-from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
 from ..core.cases import HOST_MEMORY, MECHANISMS
 from ..core.engine import Engine
 from ..core.errors import OptionError, XferscopeError
-from ..core.units import format_bytes
 from ..overlap import (
     BUFFERS_SCHEMA,
     CPU_DIRECTIONS,
@@ -32,14 +28,11 @@ from ..overlap import (
     check_cpu_plan,
     check_gpu_plan,
     check_rotation_plan,
-    cpu_verdict,
-    gpu_verdict,
     measure_overlap_cpu,
     measure_overlap_gpu,
     measure_rotation,
-    rotation_verdict,
 )
-from ..report.table import SIMULATED_BANNER
+from ..report.overlap_tables import print_overlap
 from ..sweep.options import parse_list, parse_size_option, parse_sizes
 from . import common  # looked up at run time, so tests can replace open_engine
 from .app import cli, stdout
@@ -184,7 +177,9 @@ def _experiment(kind: str, kw: dict[str, Any], total: int, run: Callable[[Step],
             if result.failures:
                 failure = result.failures[0]
                 raise XferscopeError(f"{failure.what}: {failure.error}")
-        delivery = deliver(overlap_outputs(result, dest), dest, lambda: show(result))
+        delivery = deliver(
+            overlap_outputs(result, dest), dest, lambda: print_overlap(result, stdout)
+        )
     finish(
         delivery,
         result.interrupted,
@@ -193,34 +188,13 @@ def _experiment(kind: str, kw: dict[str, Any], total: int, run: Callable[[Step],
     )
 
 
-def show(result: AnyResult) -> None:
-    """The tables, the verdict and the warnings of an experiment."""
-    if isinstance(result, OverlapCpuResult):
-        tables, verdict = cpu_tables(result), [cpu_verdict(result)]
-    elif isinstance(result, RotationResult):
-        tables, verdict = buffers_tables(result), rotation_verdict(result)
-    else:
-        tables, verdict = gpu_tables(result), gpu_verdict(result)
-    banner = f"[bold red]{SIMULATED_BANNER}[/bold red]"
-    if result.simulated:
-        stdout.print(banner)
-    for table in tables:
-        stdout.print(table)
-    for line in verdict:
-        stdout.print(Text.assemble(("verdict: ", "bold"), line))
-    for warning in result.warnings:
-        stdout.print(Text.assemble(("warning: ", "yellow"), warning))
-    if result.simulated:
-        stdout.print(banner)
-
-
 def _register(kind: str, schema: str, load: Callable[[dict[str, Any]], AnyResult]) -> None:
     register(
         schema,
         DocumentKind(
             f"overlap-{kind}",
             load,
-            show,
+            lambda r: print_overlap(r, stdout),
             lambda: overlap_named(kind),
             overlap_outputs,
         ),
@@ -230,18 +204,6 @@ def _register(kind: str, schema: str, load: Callable[[dict[str, Any]], AnyResult
 _register("cpu", CPU_SCHEMA, OverlapCpuResult.from_dict)
 _register("buffers", BUFFERS_SCHEMA, RotationResult.from_dict)
 _register("gpu", GPU_SCHEMA, GpuOverlapResult.from_dict)
-
-
-def _ms(seconds: float) -> str:
-    ms = seconds * 1e3
-    return f"{ms:.3f}" if ms < 10 else f"{ms:.2f}" if ms < 1000 else f"{ms:,.0f}"
-
-
-def _table(title: str, columns: list[str]) -> Table:
-    table = Table(title=title, title_justify="left")
-    for i, name in enumerate(columns):
-        table.add_column(name, justify="left" if i == 0 and not name.startswith("W") else "right")
-    return table
 
 
 # ---- the group ---------------------------------------------------------------------------------
@@ -301,45 +263,6 @@ def cpu_command(**kw: Any) -> None:
     )
 
 
-def cpu_tables(result: OverlapCpuResult) -> list[Table]:
-    tables = []
-    for s in result.series:
-        if not s.points:
-            continue
-        title = (
-            f"{result.direction} {s.memory} {result.mechanism}, {format_bytes(result.bytes)}: "
-            f"the copy alone takes T0 = {_ms(s.t0_s or 0.0)} ms"
-        )
-        if s.status != "complete":
-            title += f" ({escape(s.status)})"
-        table = _table(
-            title,
-            ["W asked (ms)", "issue (ms)", "work (ms)", "wait (ms)", "total (ms)", "bytes",
-             "rate (GB/s)", "efficiency", "ideal", "noise"],
-        )  # fmt: skip
-        for p in s.points:
-            efficiency, ideal = s.efficiency(p), s.ideal(p)
-            table.add_row(
-                _ms(p.requested_work_s),
-                _ms(p.issue_s),
-                _ms(p.work_s),
-                _ms(p.wait_s),
-                _ms(p.total_s),
-                str(result.bytes),
-                f"{result.rate(p) / 1e9:.3g}",
-                "" if efficiency is None else f"{efficiency:.2f}",
-                "" if ideal is None else f"{ideal:.2f}",
-                f"{p.rel_noise:.1%}",
-            )
-        v = s.verification
-        table.caption = (
-            "efficiency = (T0 + work - total) / work: the share of the work hidden under the copy"
-            + ("" if v is None else "; verified ok" if v.ok else "; [red]verification FAILED[/red]")
-        )
-        tables.append(table)
-    return tables
-
-
 # ---- overlap buffers ---------------------------------------------------------------------------
 
 
@@ -389,36 +312,6 @@ def buffers_command(**kw: Any) -> None:
     )
 
 
-def buffers_tables(result: RotationResult) -> list[Table]:
-    tables = []
-    for direction in dict.fromkeys(p.direction for p in result.points):
-        what = "readback: the CPU checksums" if direction == "d2h" else "upload: the CPU writes"
-        table = _table(
-            f"{direction} ({what}) {result.chunks} chunks through N pinned buffers",
-            ["chunk", "N", "pinned", "total (ms)", "copy/chunk (ms)", "CPU/chunk (ms)",
-             "wait (ms)", "ideal (ms)", "efficiency", "rate (GB/s)", "noise", "verified"],
-        )  # fmt: skip
-        for p in (p for p in result.points if p.direction == direction):
-            s = p.typical
-            table.add_row(
-                format_bytes(p.chunk_bytes),
-                str(p.buffers),
-                format_bytes(p.pinned_bytes),
-                _ms(s.total_s),
-                _ms(s.copy_s),
-                _ms(s.consume_s),
-                _ms(s.wait_s),
-                _ms(p.ideal_s),
-                f"{p.efficiency:.2f}",
-                f"{p.rate / 1e9:.3g}",
-                f"{p.rel_noise:.1%}",
-                "ok" if p.valid else f"[red]FAILED {p.mismatched_chunks}[/red]",
-            )
-        table.caption = "efficiency = (chunks x max(copy, CPU) + min(copy, CPU)) / total"
-        tables.append(table)
-    return tables
-
-
 # ---- overlap gpu -------------------------------------------------------------------------------
 
 
@@ -454,31 +347,3 @@ def gpu_command(**kw: Any) -> None:
             engine, device, size, streams, chunks_per_stream, works, step
         ),
     )
-
-
-def gpu_tables(result: GpuOverlapResult) -> list[Table]:
-    tables = []
-    for work in dict.fromkeys(p.work for p in result.points):
-        table = _table(
-            f"{format_bytes(result.bytes)}, kernel of {work} FMA per element: sequential against "
-            f"K streams, {result.chunks_per_stream} chunks each",
-            ["K", "chunks", "H2D (ms)", "kernel (ms)", "D2H (ms)", "sequential (ms)",
-             "pipelined (ms)", "speedup", "bound", "of bound", "verified"],
-        )  # fmt: skip
-        for p in (p for p in result.points if p.work == work):
-            table.add_row(
-                str(p.streams),
-                str(p.chunks),
-                _ms(p.h2d_s),
-                _ms(p.kernel_s),
-                _ms(p.d2h_s),
-                _ms(p.sequential_s),
-                _ms(p.pipelined_s),
-                f"{p.speedup:.2f}x",
-                f"{p.bound:.2f}x",
-                f"{p.fraction:.0%}",
-                "ok" if p.valid else "[red]FAILED[/red]",
-            )
-        table.caption = "bound = (H2D + kernel + D2H) / the largest of them"
-        tables.append(table)
-    return tables

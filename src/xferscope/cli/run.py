@@ -223,7 +223,7 @@ def run(
 
 
 def _deliver_run(result: RunResult, dest: Destination, history: Path | None) -> None:
-    from ..report.run_table import print_run
+    from ..report.run_tables import print_run
     from ..run.history import HistoryError
 
     history_failed = False
@@ -268,6 +268,6 @@ register(
 
 
 def _print_run(result: RunResult) -> None:
-    from ..report.run_table import print_run
+    from ..report.run_tables import print_run
 
     print_run(result, stdout)

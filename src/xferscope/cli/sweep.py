@@ -269,6 +269,6 @@ register(
 
 
 def _print_sweep(result: SweepResult) -> None:
-    from ..report.table import print_report
+    from ..report.sweep_tables import print_report
 
     print_report(result, stdout)

@@ -39,9 +39,8 @@ from ..run.records import (
     RunResult,
 )
 from ..sweep.records import ESTIMATED, Curve, Point
-from .table import wall_time
-
-SIMULATED_BANNER = "SIMULATED: figures come from a link model, not a GPU"
+from .style import SIMULATED
+from .sweep_tables import wall_time
 
 # Worst first: the order findings are listed in.
 _SEVERITY_RANK = {ERROR: 0, WARNING: 1, INFO: 2, OK: 3}
@@ -168,7 +167,7 @@ def render_html(result: RunResult, files: Sequence[str] = ()) -> str:
             '<meta charset="utf-8">',
             '<meta name="viewport" content="width=device-width, initial-scale=1">',
             f"<title>{_e(title)}</title>",
-            f"<style>{_CSS}</style>",
+            f"<style>{_css()}</style>",
             "<script>window.PlotlyConfig = {MathJaxConfig: 'local'};</script>",
             f"<script>{plotly.offline.get_plotlyjs()}</script>",
             "</head>",
@@ -241,7 +240,7 @@ def _header(result: RunResult) -> str:
 def _banners(result: RunResult) -> str:
     out = []
     if result.simulated:
-        out.append(f'<div class="banner simulated">{_e(SIMULATED_BANNER)}</div>')
+        out.append(f'<div class="banner simulated">{_e(SIMULATED)}</div>')
     reasons = []
     if result.interrupted:
         reasons.append("interrupted before every measurement ran")
@@ -835,69 +834,11 @@ def _plot_div(name: str, fig: go.Figure, matrix: bool = False) -> str:
     return f'<div class="{"matrix" if matrix else "plot"}">{markup}</div>'
 
 
-_CSS = """
-:root { --error: #b71c1c; --warning: #8a5300; --info: #0d47a1; --ok: #1b5e20; }
-* { box-sizing: border-box; }
-body { margin: 0; background: #f6f7f9; color: #1d1f23; font: 14px/1.45 FONT_STACK; }
-.page { max-width: 1280px; margin: 0 auto; padding: 20px 28px 40px; }
-h1 { font-size: 26px; margin: 0 0 8px; }
-h2 { font-size: 20px; margin: 0 0 10px; }
-h3 { font-size: 15px; margin: 22px 0 8px; }
-header, section, footer { background: #fff; border: 1px solid #dde1e6; border-radius: 8px;
-  padding: 16px 20px; margin: 0 0 16px; }
-.facts { display: grid; grid-template-columns: max-content 1fr max-content 1fr; gap: 2px 14px;
-  margin: 0; }
-.facts dt { color: #5f6670; }
-.facts dd { margin: 0; overflow-wrap: anywhere; }
-.notes { margin: 10px 0 0; color: #5f6670; }
-.banner { font-weight: 700; padding: 12px 18px; border-radius: 8px; margin: 0 0 16px;
-  font-size: 18px; }
-.banner.simulated { background: #c62828; color: #fff; font-size: 22px; }
-.banner.incomplete { background: #fff3cd; color: #6b4500; border: 2px solid #e0a800; }
-.summary { margin: 0 0 10px; color: #5f6670; }
-.finding { border-left: 6px solid #888; background: #f7f7f7; border-radius: 4px;
-  padding: 8px 14px; margin: 8px 0; }
-.finding-head { display: flex; gap: 10px; align-items: baseline; flex-wrap: wrap; }
-.finding .badge { font-weight: 700; font-size: 12px; color: #fff; background: #888;
-  padding: 1px 8px; border-radius: 10px; }
-.finding .where { color: #5f6670; font-size: 12px; }
-.finding .message { font-weight: 600; flex: 1 1 400px; }
-.finding dl { display: grid; grid-template-columns: max-content 1fr; gap: 2px 10px;
-  margin: 6px 0 0; }
-.finding dt { color: #5f6670; }
-.finding dd { margin: 0; }
-.finding .figure { color: #6b7280; font-size: 12px; margin-top: 4px;
-  font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace;
-  overflow-wrap: anywhere; }
-.finding.error { border-color: var(--error); background: #fdecea; }
-.finding.error .badge { background: var(--error); }
-.finding.warning { border-color: #e0a800; background: #fff8e1; }
-.finding.warning .badge { background: var(--warning); }
-.finding.info { border-color: var(--info); background: #e8f0fe; }
-.finding.info .badge { background: var(--info); }
-.finding.ok { border-color: #2e7d32; background: #edf7ee; }
-.finding.ok .badge { background: var(--ok); }
-.status { font-size: 12px; font-weight: 600; padding: 2px 8px; border-radius: 10px;
-  vertical-align: middle; }
-.status.ok { background: #edf7ee; color: var(--ok); }
-.status.bad { background: #fdecea; color: var(--error); }
-.link { color: #3d434b; margin: 0 0 8px; }
-.gpu-error { color: var(--error); font-weight: 600; background: #fdecea; padding: 8px 12px;
-  border-radius: 4px; }
-.bad { color: var(--error); font-weight: 600; }
-.muted { color: #6b7280; }
-.plot { margin: 8px 0; border: 1px solid #eceef1; border-radius: 6px; }
-.matrix { margin: 8px 0; }
-table { border-collapse: collapse; margin: 4px 0; font-size: 13px; }
-th, td { padding: 4px 10px; border-bottom: 1px solid #eceef1; text-align: left;
-  vertical-align: top; }
-th { background: #f1f3f5; font-weight: 600; }
-td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
-tbody tr:nth-child(even) { background: #fafbfc; }
-tr.headline td { font-weight: 600; }
-tr.total td { font-weight: 600; border-top: 1px solid #c9ced4; }
-.pair { display: flex; gap: 24px; flex-wrap: wrap; align-items: flex-start; }
-.caption { color: #6b7280; font-size: 12px; margin: 4px 0 0; }
-footer { color: #5f6670; }
-footer ul { margin: 4px 0 8px; }
-""".replace("FONT_STACK", _FONT)
+def _css() -> str:
+    """html.css, with the plots' font, to inline into the page."""
+    return (
+        Path(__file__)
+        .with_name("html.css")
+        .read_text(encoding="utf-8")
+        .replace("FONT_STACK", _FONT)
+    )

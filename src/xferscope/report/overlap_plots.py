@@ -14,13 +14,14 @@ from matplotlib.figure import Figure
 from ..core.units import format_bytes
 from ..overlap import AnyResult, GpuOverlapResult, OverlapCpuResult, RotationResult
 from .plots import save_png
+from .style import SIMULATED
 
 
 def _title(result: AnyResult, what: str) -> str:
     gpus = ", ".join(sorted({g.get("name", "?") for g in result.machine.get("gpus", [])}))
     title = f"xferscope: {what}" + (f" on {gpus}" if gpus else "")
     if result.simulated:
-        title = "SIMULATED, NOT MEASURED\n" + title
+        title = SIMULATED + "\n" + title
     if result.interrupted:
         title += " (interrupted)"
     return title

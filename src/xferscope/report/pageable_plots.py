@@ -14,6 +14,7 @@ import numpy as np
 from ..core.units import format_bytes
 from ..pageable.measure import PageableResult, SizeResult, crossovers, size_tag
 from .plots import save_png
+from .style import SIMULATED
 
 _STYLE = {
     "pageable": ("tab:red", "o"),
@@ -33,7 +34,7 @@ def _title(result: PageableResult, size: SizeResult) -> str:
         f"{result.device}{f' ({gpu})' if gpu else ''} k times, every setup counted"
     )
     if result.simulated:
-        title = "SIMULATED, NOT MEASURED\n" + title
+        title = SIMULATED + "\n" + title
     if result.interrupted:
         title += " (interrupted)"
     return title

@@ -14,13 +14,14 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from ..sweep.records import ESTIMATED, Curve, SweepResult
+from .style import SIMULATED
 
 
 def _title(result: SweepResult, what: str) -> str:
     gpus = ", ".join(sorted({g.get("name", "?") for g in result.machine.get("gpus", [])}))
     title = f"xferscope: {what}" + (f" on {gpus}" if gpus else "")
     if result.simulated:
-        title = "SIMULATED, NOT MEASURED\n" + title
+        title = SIMULATED + "\n" + title
     if result.interrupted:
         title += " (interrupted)"
     return title

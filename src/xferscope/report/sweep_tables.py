@@ -11,8 +11,7 @@ from rich.text import Text
 
 from ..core.units import format_bytes, format_seconds
 from ..sweep.records import CUT_SHORT, ESTIMATED, Curve, CurveConfig, Point, SweepResult
-
-SIMULATED_BANNER = "SIMULATED: these figures come from a link model, not from a GPU"
+from .style import print_simulated
 
 
 def format_duration(seconds: float) -> str:
@@ -150,11 +149,11 @@ def points_table(curves: list[Curve]) -> Table:
 
 def print_report(result: SweepResult, console: Console) -> None:
     if result.simulated:
-        console.print(f"[bold red]{SIMULATED_BANNER}[/bold red]")
+        print_simulated(console)
     for table in points_tables(result):
         console.print(table)
     console.print(summary_table(result))
     for warning in result.warnings:
         console.print(Text.assemble(("warning: ", "yellow"), warning))
     if result.simulated:
-        console.print(f"[bold red]{SIMULATED_BANNER}[/bold red]")
+        print_simulated(console)

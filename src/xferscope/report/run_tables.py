@@ -9,7 +9,7 @@ from rich.text import Text
 from ..core.units import format_bytes, format_rate, format_seconds
 from ..run.metrics import HEADLINE_CURVES
 from ..run.records import ERROR, INFO, OK, WARNING, RunResult
-from .table import SIMULATED_BANNER
+from .style import print_simulated
 
 STYLES = {ERROR: "bold red", WARNING: "yellow", INFO: "cyan", OK: "green"}
 LABELS = {ERROR: "ERROR", WARNING: "warning", INFO: "note", OK: "ok"}
@@ -70,7 +70,7 @@ def headline_table(result: RunResult) -> Table:
 
 def print_run(result: RunResult, console: Console) -> None:
     if result.simulated:
-        console.print(f"[bold red]{SIMULATED_BANNER}[/bold red]")
+        print_simulated(console)
     if not result.complete:
         console.print("[bold yellow]INCOMPLETE: not every GPU was fully measured[/bold yellow]")
     console.print(headline_table(result))

@@ -1,0 +1,69 @@
+"""What `xferscope info` prints: the host, the driver, and each GPU's link against its best."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from ..core.units import format_bytes, format_rate
+from .style import print_simulated
+
+
+def _link(gen: Any, width: Any) -> str:
+    return f"Gen{gen} x{width}" if gen and width else "unknown"
+
+
+def print_info(facts: dict[str, Any], stdout: Console) -> None:
+    if facts["simulated"]:
+        print_simulated(stdout)
+    host = facts["host"]
+    stdout.print(
+        f"host {host['hostname']}: {host['cpu']}, {host['cores']} cores, "
+        f"{host['numa_nodes']} NUMA node(s), {host['os']}"
+    )
+    stdout.print(
+        f"driver {facts['driver'] or 'unknown'} (CUDA {facts['cuda_driver_api']}), "
+        f"CUDA runtime {facts['cuda_runtime']}, xferscope {facts['tool_version']}"
+    )
+    table = Table()
+    for name in (
+        "GPU",
+        "name",
+        "PCIe now",
+        "PCIe max",
+        "peak/dir now",
+        "peak/dir max",
+        "memory",
+        "NUMA",
+        "CPUs",
+        "bus id",
+    ):
+        table.add_column(name)
+    for g in facts["gpus"]:
+        now = _link(g.get("pcie_generation"), g.get("pcie_width"))
+        best = _link(g.get("pcie_generation_max"), g.get("pcie_width_max"))
+        downgraded = now != best and "unknown" not in (now, best)
+        table.add_row(
+            str(g["index"]),
+            g["name"],
+            f"[yellow]{now}[/yellow]" if downgraded else now,
+            best,
+            format_rate(g["pcie_peak_bps"]) if g.get("pcie_peak_bps") else "",
+            format_rate(g["pcie_peak_max_bps"]) if g.get("pcie_peak_max_bps") else "",
+            format_bytes(g["total_memory_bytes"]),
+            "" if g.get("numa_node") is None else str(g["numa_node"]),
+            g.get("cpu_affinity") or "",
+            g["pci_bus_id"],
+        )
+    stdout.print(table)
+    if any(
+        _link(g.get("pcie_generation"), g.get("pcie_width"))
+        != _link(g.get("pcie_generation_max"), g.get("pcie_width_max"))
+        for g in facts["gpus"]
+    ):
+        stdout.print(
+            "note: an idle GPU may train its link down to save power; run a transfer "
+            "and look again before calling it a fault"
+        )
