@@ -61,8 +61,9 @@ def _drawn(driver) -> tuple[int, int]:
 def test_report_draws_every_plot_without_errors(driver, tmp_path: Path) -> None:
     result = sample_run(gpus=2)
     page = write_html(result, tmp_path / "report.html", files=["run.json", "run.csv"])
-    # Two plots per GPU with curves (bandwidth, latency) and one p2p matrix.
-    expected = 2 * sum(1 for g in result.gpus if g.curves) + 1
+    # Per GPU, a bandwidth and a latency plot for each direction it has curves in (one panel
+    # per direction), and one p2p matrix.
+    expected = 2 * sum(len({c.config.direction for c in g.curves}) for g in result.gpus) + 1
 
     driver.get(page.as_uri())
     deadline = time.monotonic() + RENDER_TIMEOUT_S
@@ -85,8 +86,8 @@ def test_report_draws_every_plot_without_errors(driver, tmp_path: Path) -> None:
     )
     assert len(traces) == expected
     assert all(n > 0 for n in traces), traces
-    # The curves' plots draw one trace per curve and the PCIe limit.
-    curves = len(result.gpus[0].curves)
+    # The first panel (GPU 0, host to device) draws one trace per curve and the PCIe limit.
+    curves = len([c for c in result.gpus[0].curves if c.config.direction == "h2d"])
     assert traces[0] == curves + 1
     assert driver.find_element("css selector", ".banner.simulated").is_displayed()
     assert driver.title.startswith("SIMULATED xferscope run")

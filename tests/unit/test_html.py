@@ -133,14 +133,16 @@ def test_failed_gpu_shows_its_error_and_no_plots() -> None:
     assert "CUDA error: cudaErrorLaunchFailure" in section
     assert 'class="gpu-error"' in section
     assert PLOT_DIV not in section
-    assert body.count('id="plot-gpu0-') == 2
+    # GPU 0's curves: a bandwidth and a latency plot for each direction panel.
+    panels = {c.config.direction for c in result.gpus[0].curves}
+    assert body.count('id="plot-gpu0-') == 2 * len(panels)
 
 
 def test_gpu_sections_have_plots_and_tables(page: str) -> None:
     body = _unescaped(_body(page))
     for gpu in (0, 1):
-        assert f'id="plot-gpu{gpu}-bandwidth"' in body
-        assert f'id="plot-gpu{gpu}-latency"' in body
+        assert f'id="plot-gpu{gpu}-h2d-bandwidth"' in body
+        assert f'id="plot-gpu{gpu}-d2h-latency"' in body
     assert "PCIe limit 63 GB/s" in body  # the dashed line's legend entry
     assert "PCIe Gen5 x16 (max Gen5 x16)" in body
     assert "NUMA node 0" in body

@@ -39,38 +39,13 @@ from ..run.records import (
     RunResult,
 )
 from ..sweep.records import ESTIMATED, Curve, Point
-from .style import SIMULATED
+from .plots import physical_limit
+from .style import SIMULATED, curve_style, legend_label, panels
 from .sweep_tables import wall_time
 
 # Worst first: the order findings are listed in.
 _SEVERITY_RANK = {ERROR: 0, WARNING: 1, INFO: 2, OK: 3}
 
-# matplotlib's tab20, as in the PNG plots: pairs of one hue, so the api and device timings of a
-# configuration share a colour and differ by line style.
-_COLORS = (
-    "#1f77b4",
-    "#aec7e8",
-    "#ff7f0e",
-    "#ffbb78",
-    "#2ca02c",
-    "#98df8a",
-    "#d62728",
-    "#ff9896",
-    "#9467bd",
-    "#c5b0d5",
-    "#8c564b",
-    "#c49c94",
-    "#e377c2",
-    "#f7b6d2",
-    "#7f7f7f",
-    "#c7c7c7",
-    "#bcbd22",
-    "#dbdb8d",
-    "#17becf",
-    "#9edae5",
-)
-_SYMBOLS = {"h2d": "circle", "d2h": "square", "d2d": "diamond", "roundtrip": "triangle-up"}
-_DASHES = {"api": "solid", "device": "dash"}
 _INVALID_COLOR = "#d00000"
 
 _FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
@@ -308,33 +283,27 @@ def _gpu_section(result: RunResult, gpu: GpuSection) -> str:
         parts.append("</section>")
         return "".join(parts)
 
-    curves = [c for c in gpu.curves if c.points]
-    if curves:
-        peak = info.get("pcie_peak_bps")
+    groups = panels(gpu.curves)
+    if groups:
         parts.append('<div class="plots">')
-        parts.append(
-            _plot_div(
-                f"gpu{gpu.index}-bandwidth",
-                _curve_figure(
+        for title, curves in groups:
+            direction = curves[0].config.direction
+            limit = physical_limit({"gpus": [info]}, direction)
+            for what, y_title, value, unit in (
+                ("bandwidth", "bandwidth (GB/s, 10⁹ B/s)", _bandwidth, "GB/s"),
+                ("latency", "latency per copy (µs)", _latency, "µs"),
+            ):
+                figure = _curve_figure(
                     curves,
-                    "bandwidth vs size",
-                    "bandwidth (GB/s, 10⁹ B/s)",
-                    _bandwidth,
-                    "GB/s",
-                    peak,
-                ),
-            )
-        )
-        parts.append(
-            _plot_div(
-                f"gpu{gpu.index}-latency",
-                _curve_figure(
-                    curves, "latency vs size", "latency per copy (µs)", _latency, "µs", None
-                ),
-            )
-        )
+                    f"{title}: {what} vs size",
+                    y_title,
+                    value,
+                    unit,
+                    limit if what == "bandwidth" else None,
+                )
+                parts.append(_plot_div(f"gpu{gpu.index}-{direction}-{what}", figure))
         parts.append("</div>")
-    elif not gpu.curves:
+    if not gpu.curves:
         parts.append('<p class="muted">No curves were measured on this GPU.</p>')
     if gpu.curves:
         parts.append("<h3>Headline figures per curve</h3>")
@@ -414,15 +383,17 @@ def _curve_figure(
     y_title: str,
     value: Callable[[Point], float],
     unit: str,
-    limit_bps: float | None,
+    limit: tuple[float, str] | None,
 ) -> go.Figure:
-    """One line per curve against transfer size, both axes log; `value` gives a point's y in
-    `unit`; `limit_bps`, where given, is drawn as a dashed line (the y unit must be GB/s)."""
+    """One line per curve against transfer size, both axes log, each drawn as report.style
+    says; `value` gives a point's y in `unit`; `limit` (bytes per second, what it is), where
+    given, is drawn as a dashed line (the y unit must be GB/s)."""
     fig = go.Figure()
     sizes = [p.bytes for c in curves for p in c.points]
-    for i, curve in enumerate(curves):
-        color = _COLORS[i % len(_COLORS)]
-        symbol = _SYMBOLS.get(curve.config.direction, "circle")
+    limit_bps = limit[0] if limit else None
+    for curve in curves:
+        style = curve_style(curve.config)
+        color, symbol = style.colour, style.plotly_symbol
         symbols, colors, custom = [], [], []
         for p in curve.points:
             invalid = not p.valid
@@ -435,10 +406,9 @@ def _curve_figure(
             go.Scatter(
                 x=[p.bytes for p in curve.points],
                 y=[value(p) for p in curve.points],
-                name=_e(curve.config.label),
+                name=_e(legend_label(curve.config)),
                 mode="lines+markers",
-                line={"color": color, "dash": _DASHES.get(curve.config.timing, "solid"),
-                      "width": 1.6},
+                line={"color": color, "dash": style.plotly_dash, "width": 1.6},
                 marker={"symbol": symbols, "color": colors, "size": 7},
                 customdata=custom,
                 hovertemplate=(
@@ -447,16 +417,16 @@ def _curve_figure(
                     "%{customdata[2]} trials<br>%{customdata[3]}<extra></extra>"
                 ),
             )
-        )  # fmt: skip
-    if limit_bps:
+        )
+    if limit is not None:
         fig.add_trace(
             go.Scatter(
                 x=[min(sizes), max(sizes)],
-                y=[limit_bps / 1e9] * 2,
-                name=f"PCIe limit {format_rate(limit_bps)}",
+                y=[limit[0] / 1e9] * 2,
+                name=f"{limit[1]} {format_rate(limit[0])}",
                 mode="lines",
                 line={"color": "#555555", "dash": "dash", "width": 1.5},
-                hovertemplate=f"PCIe limit per direction: {format_rate(limit_bps)}<extra></extra>",
+                hovertemplate=f"{limit[1]}: {format_rate(limit[0])}<extra></extra>",
             )
         )
     major, labels, minor = _size_ticks(sizes)
@@ -672,8 +642,11 @@ def _overlap_table(points: Sequence[OverlapPoint]) -> str:
         ]
         for o in points
     ]
-    table = _table(["readback", "alone", "CPU work", "blocked in the call", "total", "work hidden"],
-                   rows, ["", "num", "num", "num", "num", "num"])  # fmt: skip
+    table = _table(
+        ["readback", "alone", "CPU work", "blocked in the call", "total", "work hidden"],
+        rows,
+        ["", "num", "num", "num", "num", "num"],
+    )
     return (
         f'{table}<p class="caption">The copy is issued, the CPU works for half the copy\'s time, '
         "then waits (seed 000's asynchronous readback). Hidden: the share of the work that cost "

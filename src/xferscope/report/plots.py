@@ -1,9 +1,11 @@
-"""PNG plots of a sweep: bandwidth against size and latency against size, log axes, one line
-per curve."""
+"""PNG plots of a sweep: bandwidth against size and latency against size, log axes, one panel
+per direction, each curve drawn as report.style says (colour: memory kind; line: mechanism and
+timing; marker: GPU)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -14,7 +16,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from ..sweep.records import ESTIMATED, Curve, SweepResult
-from .style import SIMULATED
+from .style import SIMULATED, curve_style, legend_label, panels
 
 
 def _title(result: SweepResult, what: str) -> str:
@@ -27,21 +29,17 @@ def _title(result: SweepResult, what: str) -> str:
     return title
 
 
-_MARKERS = {"h2d": "o", "d2h": "s", "d2d": "D", "roundtrip": "^"}
-_LINESTYLES = {"api": "-", "device": "--"}
-
-
-def _plot(ax: Axes, curve: Curve, values: list[float], color: tuple[float, ...]) -> None:
-    sizes = [p.bytes for p in curve.points]
-    (line,) = ax.plot(
-        sizes,
+def _plot(ax: Axes, curve: Curve, values: list[float]) -> None:
+    style = curve_style(curve.config)
+    ax.plot(
+        [p.bytes for p in curve.points],
         values,
-        marker=_MARKERS.get(curve.config.direction, "o"),
-        linestyle=_LINESTYLES.get(curve.config.timing, "-"),
+        marker=style.mpl_marker,
+        linestyle=style.mpl_dashes,
         markersize=3,
-        linewidth=1.2,
-        color=color,
-        label=curve.config.label,
+        linewidth=1.3,
+        color=style.colour,
+        label=legend_label(curve.config),
     )
     for p, value in zip(curve.points, values, strict=False):
         if not p.valid:
@@ -52,7 +50,7 @@ def _plot(ax: Axes, curve: Curve, values: list[float], color: tuple[float, ...])
                 [value],
                 marker="o",
                 markerfacecolor="none",
-                color=line.get_color(),
+                color=style.colour,
                 markersize=8,
             )
 
@@ -64,8 +62,7 @@ def _size_label(value: float, _position: int) -> str:
     return f"{value:g} B"
 
 
-def _figure(result: SweepResult, ylabel: str, what: str, curves: int) -> tuple[Figure, Axes]:
-    fig, ax = plt.subplots(figsize=(12, max(5.5, 0.2 * curves + 1)), dpi=110)
+def _axes(ax: Axes, title: str, ylabel: str) -> None:
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_locator(ticker.LogLocator(base=1024))
     ax.xaxis.set_minor_locator(ticker.LogLocator(base=2, subs=(1.0,), numticks=64))
@@ -74,9 +71,8 @@ def _figure(result: SweepResult, ylabel: str, what: str, curves: int) -> tuple[F
     ax.set_yscale("log")
     ax.set_xlabel("transfer size")
     ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", linestyle=":", linewidth=0.6)
-    ax.set_title(_title(result, what), color="red" if result.simulated else "black")
-    return fig, ax
 
 
 PLOTS = ("bandwidth", "latency")
@@ -87,32 +83,50 @@ def plot_names(result: SweepResult) -> tuple[str, ...]:
     return PLOTS if any(c.points for c in result.curves) else ()
 
 
+def physical_limit(machine: dict[str, Any], direction: str) -> tuple[float, str] | None:
+    """The limit a panel's bandwidth is drawn against: the PCIe link per direction for host
+    transfers, half the memory's traffic for device-to-device copies (bytes copied)."""
+    gpus = machine.get("gpus", [])
+    if direction == "d2d":
+        peak = max((g.get("memory_peak_bps") or 0 for g in gpus), default=0)
+        return (peak / 2, "HBM limit (bytes copied)") if peak else None
+    peak = max((g.get("pcie_peak_bps") or 0 for g in gpus), default=0)
+    return (peak, "PCIe limit") if peak else None
+
+
 def write_plot(result: SweepResult, what: str, path: Path) -> None:
-    """Draws one of PLOTS ("bandwidth" or "latency" against size) and saves it at `path`."""
-    curves = [c for c in result.curves if c.points]
-    colors = [plt.get_cmap("tab20")(i % 20) for i in range(len(curves))]
-    if what == "bandwidth":
-        fig, ax = _figure(result, "bandwidth (GB/s, 10^9 B/s)", "bandwidth vs size", len(curves))
-        for curve, color in zip(curves, colors, strict=True):
-            _plot(ax, curve, [p.bandwidth / 1e9 for p in curve.points], color)
-        peaks = {
-            g.get("pcie_peak_bps") for g in result.machine.get("gpus", []) if g.get("pcie_peak_bps")
-        }
-        for peak in peaks:
-            ax.axhline(peak / 1e9, color="grey", linestyle="--", linewidth=1)
-            ax.annotate(
-                f"PCIe limit {peak / 1e9:.1f} GB/s",
-                xy=(0.01, peak / 1e9),
-                xycoords=("axes fraction", "data"),
-                color="grey",
-                fontsize=8,
-                va="top",
-            )
-    else:
-        fig, ax = _figure(result, "latency per copy (µs)", "latency vs size", len(curves))
-        for curve, color in zip(curves, colors, strict=True):
-            _plot(ax, curve, [p.median_s * 1e6 for p in curve.points], color)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    """Draws one of PLOTS ("bandwidth" or "latency" against size), one panel per direction
+    (report.style), and saves it at `path`."""
+    groups = panels(result.curves)
+    columns = 1 if len(groups) == 1 else 2
+    rows = -(-len(groups) // columns)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(7.5 * columns, 5.2 * rows), dpi=110, squeeze=False
+    )
+    for ax, (title, curves) in zip(axes.flat, groups, strict=False):
+        if what == "bandwidth":
+            _axes(ax, title, "bandwidth (GB/s, 10^9 B/s)")
+            for curve in curves:
+                _plot(ax, curve, [p.bandwidth / 1e9 for p in curve.points])
+            limit = physical_limit(result.machine, curves[0].config.direction)
+            if limit is not None:
+                ax.axhline(limit[0] / 1e9, color="grey", linestyle="--", linewidth=1)
+                ax.annotate(
+                    f"{limit[1]} {limit[0] / 1e9:.1f} GB/s",
+                    xy=(0.01, limit[0] / 1e9),
+                    xycoords=("axes fraction", "data"),
+                    color="grey",
+                    fontsize=8,
+                    va="top",
+                )
+        else:
+            _axes(ax, title, "latency per copy (µs)")
+            for curve in curves:
+                _plot(ax, curve, [p.median_s * 1e6 for p in curve.points])
+        ax.legend(fontsize=7, loc="best", handlelength=4)
+    for ax in list(axes.flat)[len(groups) :]:
+        ax.set_visible(False)
+    fig.suptitle(_title(result, f"{what} vs size"), color="red" if result.simulated else "black")
     save_png(fig, path)
 
 

@@ -4,7 +4,13 @@ per direction."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
 from rich.console import Console
+
+from ..sweep.records import Curve, CurveConfig
 
 # Every output of the simulated engine says this, in these words.
 SIMULATED = "SIMULATED: these figures come from a link model, not from a GPU"
@@ -12,3 +18,84 @@ SIMULATED = "SIMULATED: these figures come from a link model, not from a GPU"
 
 def print_simulated(console: Console) -> None:
     console.print(f"[bold red]{SIMULATED}[/bold red]")
+
+
+# ---- curves ------------------------------------------------------------------------------------
+
+# One colour per memory kind (matplotlib's tab10 hues, which plotly draws the same).
+MEMORY_COLOURS = {
+    "pageable": "#d62728",  # red
+    "pinned": "#1f77b4",  # blue
+    "wc": "#2ca02c",  # green
+    "registered": "#9467bd",  # purple
+    "mapped": "#ff7f0e",  # orange
+    "device": "#333333",  # near black
+}
+# One line style per mechanism and timing: (matplotlib dashes, plotly dash).
+LINE_STYLES: dict[tuple[str, str], tuple[Any, str]] = {
+    ("memcpy", "api"): ("-", "solid"),
+    ("async", "device"): ((0, (5, 2)), "dash"),
+    ("async", "api"): ((0, (8, 2, 2, 2)), "longdashdot"),
+    ("memcpy", "device"): ((0, (1, 1.5)), "dot"),
+    ("kernel", "device"): ((0, (10, 3)), "longdash"),
+    ("kernel", "api"): ((0, (3, 1, 1, 1, 1, 1)), "dashdot"),
+    ("staged", "api"): ((0, (6, 1.5, 1, 1.5)), "5px,2px,1px,2px"),
+}
+# One marker per GPU, so the curves of several GPUs in one panel stay apart.
+MARKERS = (
+    ("o", "circle"),
+    ("s", "square"),
+    ("D", "diamond"),
+    ("^", "triangle-up"),
+    ("v", "triangle-down"),
+    ("P", "cross"),
+    ("X", "x"),
+    ("*", "star"),
+)
+# The panels, one per direction, in this order.
+PANELS = {
+    "h2d": "host to device",
+    "d2h": "device to host",
+    "d2d": "device to device (bytes copied)",
+    "roundtrip": "round trip (H2D then D2H)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class CurveStyle:
+    colour: str
+    mpl_dashes: Any
+    plotly_dash: str
+    mpl_marker: str
+    plotly_symbol: str
+
+
+def curve_style(config: CurveConfig) -> CurveStyle:
+    """How a curve is drawn in every plot: its memory kind's colour, its mechanism and timing's
+    line style, its GPU's marker."""
+    mpl_dashes, plotly_dash = LINE_STYLES.get((config.mechanism, config.timing), ("-", "solid"))
+    mpl_marker, plotly_symbol = MARKERS[config.device % len(MARKERS)]
+    return CurveStyle(
+        MEMORY_COLOURS.get(config.memory, "#7f7f7f"),
+        mpl_dashes,
+        plotly_dash,
+        mpl_marker,
+        plotly_symbol,
+    )
+
+
+def panels(curves: Sequence[Curve]) -> list[tuple[str, list[Curve]]]:
+    """The curves with points, grouped into one panel per direction, in PANELS' order. Within a
+    panel no two curves look alike: each (memory, mechanism, timing, GPU) is one curve."""
+    out = []
+    for direction, title in PANELS.items():
+        members = [c for c in curves if c.points and c.config.direction == direction]
+        if members:
+            out.append((title, members))
+    return out
+
+
+def legend_label(config: CurveConfig) -> str:
+    """A curve's name within its direction's panel: 'pinned async device (gpu1)'."""
+    gpu = f" (gpu{config.device})" if config.device else ""
+    return f"{config.memory} {config.mechanism} {config.timing}{gpu}"
