@@ -7,6 +7,7 @@ import pytest
 from xferscope.core import interrupt
 from xferscope.core.errors import OptionError
 from xferscope.core.simulate import SimulatedEngine
+from xferscope.core.units import format_bytes
 from xferscope.sweep.measure import run_sweep
 from xferscope.sweep.options import SweepOptions
 from xferscope.sweep.records import (
@@ -16,7 +17,6 @@ from xferscope.sweep.records import (
     STOP_BUDGET,
     STOP_MAX_TRIALS,
     CurveConfig,
-    Point,
     SweepResult,
 )
 
@@ -37,17 +37,22 @@ def small_options(**changes: object) -> SweepOptions:
 
 
 class Recorder:
-    """An observer that remembers what it was told."""
+    """A core.progress.Progress that remembers what it was told."""
 
     def __init__(self) -> None:
-        self.started: list[tuple[CurveConfig, int]] = []
-        self.done: list[tuple[CurveConfig, Point]] = []
+        self.begun: list[str] = []
+        self.steps: list[str] = []
 
-    def curve_started(self, config: CurveConfig, points: int) -> None:
-        self.started.append((config, points))
+    def begin(self, label: str) -> None:
+        self.begun.append(label)
 
-    def point_done(self, config: CurveConfig, point: Point) -> None:
-        self.done.append((config, point))
+    def step(self, label: str) -> None:
+        self.steps.append(label)
+
+    def points_of(self, config: CurveConfig) -> list[str]:
+        """The sizes reported done for a curve ('1 MiB', ...)."""
+        prefix = f"{config.label}  "
+        return [s[len(prefix) :].split(":")[0] for s in self.steps if s.startswith(prefix)]
 
 
 # ---- a plain sweep -----------------------------------------------------------------------------
@@ -74,8 +79,8 @@ def test_sweep_gives_one_sorted_verified_curve_per_config() -> None:
             assert all(s > 0 for s in p.samples_s)
     assert not result.interrupted
     assert result.warnings == ()
-    assert [n for _, n in recorder.started] == [3, 3]
-    assert len(recorder.done) == 6
+    assert recorder.begun == [c.config.label for c in result.curves]
+    assert len(recorder.steps) == 6
 
 
 def test_sweep_is_marked_simulated() -> None:
@@ -213,10 +218,9 @@ def test_interruption_keeps_the_points_completed_before() -> None:
         assert last.status == "interrupted"
         assert all(c.status == "complete" for c in earlier)
         # The sweep stops at the interrupted curve.
-        assert len(result.curves) == len(recorder.started)
-        done = [p for config, p in recorder.done if config == last.config]
-        assert set(last.points) == set(done)
-        assert [p.bytes for p in last.points] == sorted(p.bytes for p in done)
+        assert len(result.curves) == len(recorder.begun)
+        done = recorder.points_of(last.config)
+        assert sorted(format_bytes(p.bytes) for p in last.points) == sorted(done)
         kept_some = kept_some or bool(last.points)
         interrupted_second_curve = interrupted_second_curve or bool(earlier)
     else:
@@ -244,7 +248,7 @@ def test_a_size_beyond_memory_is_refused_before_measuring() -> None:
     assert caught.value.option == "--max-size"
     assert "device memory" in str(caught.value)
     assert engine.clock() == 0.0
-    assert recorder.started == []
+    assert recorder.begun == []
 
 
 def test_a_device_that_does_not_exist_is_refused() -> None:

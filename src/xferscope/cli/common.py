@@ -16,9 +16,7 @@ from ..core import engine as core_engine
 from ..core import interrupt
 from ..core.engine import Engine, check_device
 from ..core.errors import OptionError
-from ..core.units import format_bytes, format_rate
 from ..sweep.options import parse_devices
-from ..sweep.records import CurveConfig, Point
 from .app import EXIT_VERIFICATION_FAILED, stderr
 from .outputs import Delivery, Destination, Named, Output
 
@@ -114,21 +112,15 @@ def progress_bar() -> Progress:
                     TimeElapsedColumn(), console=stderr, transient=True)  # fmt: skip
 
 
-class ProgressObserver:
+class Bar:
+    """The progress bar as a core.progress.Progress: `step` advances it, both show the label."""
+
     def __init__(self, progress: Progress, total: int) -> None:
         self._progress = progress
         self._task = progress.add_task("starting", total=total)
 
-    def curve_started(self, config: CurveConfig, points: int) -> None:
-        self._progress.update(self._task, description=config.label)
-
-    def point_done(self, config: CurveConfig, point: Point) -> None:
-        self._progress.update(
-            self._task,
-            advance=1,
-            description=f"{config.label}  {format_bytes(point.bytes)}: "
-            f"{format_rate(point.bandwidth)}",
-        )
+    def begin(self, label: str) -> None:
+        self._progress.update(self._task, description=label)
 
     def step(self, label: str) -> None:
         self._progress.update(self._task, advance=1, description=label)

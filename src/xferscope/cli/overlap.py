@@ -13,6 +13,7 @@ import click
 from ..core.cases import HOST_MEMORY, MECHANISMS
 from ..core.engine import Engine
 from ..core.errors import OptionError, XferscopeError
+from ..core.progress import Progress
 from ..overlap import (
     BUFFERS_SCHEMA,
     CPU_DIRECTIONS,
@@ -24,7 +25,6 @@ from ..overlap import (
     GpuOverlapResult,
     OverlapCpuResult,
     RotationResult,
-    Step,
     check_cpu_plan,
     check_gpu_plan,
     check_rotation_plan,
@@ -37,8 +37,8 @@ from ..sweep.options import parse_list, parse_size_option, parse_sizes
 from . import common  # looked up at run time, so tests can replace open_engine
 from .app import cli, stdout
 from .common import (
+    Bar,
     DocumentKind,
-    ProgressObserver,
     begin_measuring,
     deliver,
     finish,
@@ -160,7 +160,7 @@ def _open(kw: dict[str, Any]) -> tuple[Engine, int]:
     return engine, resolve_devices(engine, kw["device"], one=True)[0]
 
 
-def _experiment(kind: str, kw: dict[str, Any], total: int, run: Callable[[Step], R]) -> None:
+def _experiment(kind: str, kw: dict[str, Any], total: int, run: Callable[[Progress], R]) -> None:
     """Measures as every command does (cli.py): the files' places checked first, Ctrl-C keeps
     what was measured, the data written before the plot; exits 130 after Ctrl-C, 3 when
     verification failed, 1 when a part could not run."""
@@ -170,7 +170,7 @@ def _experiment(kind: str, kw: dict[str, Any], total: int, run: Callable[[Step],
     ) as dest:
         begin_measuring()
         with progress_bar() as progress:
-            result = run(ProgressObserver(progress, total).step)
+            result = run(Bar(progress, total))
         if not result.measured:
             if result.interrupted:
                 nothing_measured(dest)
@@ -257,8 +257,16 @@ def cpu_command(**kw: Any) -> None:
         "cpu",
         kw,
         len(memories) * points,
-        lambda step: measure_overlap_cpu(
-            engine, device, direction[0], memories, mechanism[0], size, works, trials, step=step
+        lambda progress: measure_overlap_cpu(
+            engine,
+            device,
+            direction[0],
+            memories,
+            mechanism[0],
+            size,
+            works,
+            trials,
+            progress=progress,
         ),
     )
 
@@ -306,8 +314,8 @@ def buffers_command(**kw: Any) -> None:
         "buffers",
         kw,
         len(directions) * len(buffers) * len(chunk_sizes),
-        lambda step: measure_rotation(
-            engine, device, directions, buffers, chunk_sizes, chunks, trials, max_pinned, step
+        lambda progress: measure_rotation(
+            engine, device, directions, buffers, chunk_sizes, chunks, trials, max_pinned, progress
         ),
     )
 
@@ -343,7 +351,7 @@ def gpu_command(**kw: Any) -> None:
         "gpu",
         kw,
         len(works) * len(streams),
-        lambda step: measure_overlap_gpu(
-            engine, device, size, streams, chunks_per_stream, works, step
+        lambda progress: measure_overlap_gpu(
+            engine, device, size, streams, chunks_per_stream, works, progress
         ),
     )

@@ -27,8 +27,8 @@ from ..sweep.options import parse_sizes
 from . import common  # looked up at run time, so tests can replace open_engine
 from .app import cli, stdout
 from .common import (
+    Bar,
     DocumentKind,
-    ProgressObserver,
     begin_measuring,
     deliver,
     finish,
@@ -98,8 +98,9 @@ def pageable_command(
     with Destination.prepare(kw["out"], "pageable", named, kw["force"]) as dest:
         begin_measuring()
         with progress_bar() as bar:
-            observer = ProgressObserver(bar, steps(size_list))
-            result = measure(engine, size_list, send_list, index, repeats, progress=observer.step)
+            result = measure(
+                engine, size_list, send_list, index, repeats, progress=Bar(bar, steps(size_list))
+            )
         if not result.sizes:
             nothing_measured(dest)
         delivery = deliver(

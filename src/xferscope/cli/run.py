@@ -16,8 +16,8 @@ from ..sweep.records import SweepResult
 from . import common
 from .app import cli, stderr, stdout
 from .common import (
+    Bar,
     DocumentKind,
-    ProgressObserver,
     _history_file,
     begin_measuring,
     deliver,
@@ -216,7 +216,7 @@ def run(
     with Destination.prepare(out, "run", run_named(prometheus_path)) as dest:
         begin_measuring()
         with progress_bar() as progress:
-            result = run_investigation(engine, options, ProgressObserver(progress, steps(options)))
+            result = run_investigation(engine, options, Bar(progress, steps(options)))
         if not result.measured:
             nothing_measured(dest)
         _deliver_run(result, dest, history)

@@ -23,8 +23,8 @@ from ..sweep.records import SweepResult, from_dict
 from . import common
 from .app import cli, stdout
 from .common import (
+    Bar,
     DocumentKind,
-    ProgressObserver,
     begin_measuring,
     deliver,
     finish,
@@ -147,8 +147,7 @@ def sweep(**kw: Any) -> None:
     with Destination.prepare(kw["out"], "sweep", sweep_named(kw), kw["force"]) as dest:
         begin_measuring()
         with progress_bar() as progress:
-            observer = ProgressObserver(progress, len(configs) * len(options.sizes))
-            result = run_sweep(engine, options, observer)
+            result = run_sweep(engine, options, Bar(progress, len(configs) * len(options.sizes)))
         if result.interrupted and not sweep_measured(result):
             nothing_measured(dest)
         delivery = deliver(sweep_outputs(result, dest), dest, lambda: _print_sweep(result))

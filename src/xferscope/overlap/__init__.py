@@ -11,7 +11,7 @@ from .buffers import (
     measure_rotation,
     rotation_verdict,
 )
-from .common import Failure, Step
+from .common import Failure
 from .cpu import (
     CPU_DIRECTIONS,
     CPU_SCHEMA,
@@ -56,7 +56,6 @@ __all__ = [
     "RotationPoint",
     "RotationResult",
     "RotationSample",
-    "Step",
     "check_cpu_plan",
     "check_gpu_plan",
     "check_rotation_plan",

@@ -13,16 +13,15 @@ from .. import __version__
 from ..core import engine, machine, stats
 from ..core.engine import Engine, check_device
 from ..core.errors import AllocationError, EngineError, OptionError
+from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
 from ..documents.reader import Field
 from .common import (
     Failure,
-    Step,
     _check_schema,
     _fields,
     _header,
     _header_fields,
-    _nothing,
     _now,
     _number,
     check_device_memory,
@@ -262,7 +261,7 @@ def measure_rotation(
     chunks: int = 64,
     trials: int = 3,
     max_pinned: int | None = None,
-    step: Step = _nothing,
+    progress: Progress = QUIET,
 ) -> RotationResult:
     """For each direction (d2h readback, h2d upload), chunk size and buffer count N: `chunks`
     chunks through N pinned buffers in rotation while the CPU consumes or produces them.
@@ -301,7 +300,7 @@ def measure_rotation(
                         continue
                     point = RotationPoint(direction, buffers, chunk_bytes, chunks, samples)
                     points.append(point)
-                    step(f"{label}: efficiency {point.efficiency:.2f}")
+                    progress.step(f"{label}: efficiency {point.efficiency:.2f}")
     except KeyboardInterrupt:
         interrupted = True
     result = RotationResult(

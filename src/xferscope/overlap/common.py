@@ -9,7 +9,6 @@ bump SCHEMA_VERSION on any change a reader must know about):
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -27,12 +26,6 @@ SCHEMA_VERSION = 1
 # Pinned pages cannot be swapped or moved: a plan that pins more than this share of the
 # machine's memory is refused, whatever --max-pinned says.
 PINNED_SHARE = 0.5
-
-Step = Callable[[str], None]  # told a description after each measured step
-
-
-def _nothing(_label: str) -> None:
-    pass
 
 
 def _now() -> str:

@@ -15,17 +15,16 @@ from .. import __version__
 from ..core import cases, engine, machine, stats
 from ..core.engine import Engine, check_device
 from ..core.errors import AllocationError, EngineError, OptionError
+from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes, format_seconds
 from ..documents.reader import Field
 from ..sweep.records import Verification, verification_from, verification_of
 from .common import (
     Failure,
-    Step,
     _check_schema,
     _fields,
     _header,
     _header_fields,
-    _nothing,
     _now,
     _number,
     check_device_memory,
@@ -255,7 +254,7 @@ def measure_overlap_cpu(
     trials: int = 5,
     seed: int = 0x5EED,
     verify: bool = True,
-    step: Step = _nothing,
+    progress: Progress = QUIET,
 ) -> OverlapCpuResult:
     """Per host memory kind: the copy alone at W = 0 (T0), then each W of CPU work issued after
     the copy and before waiting for it. `works` None sweeps T0 x DEFAULT_WORK_FACTORS; the copy
@@ -279,7 +278,17 @@ def measure_overlap_cpu(
     interrupted = False
     for memory in runnable:
         one, failure, interrupted = _cpu_series(
-            engine, device, direction, memory, mechanism, size, works, trials, seed, verify, step
+            engine,
+            device,
+            direction,
+            memory,
+            mechanism,
+            size,
+            works,
+            trials,
+            seed,
+            verify,
+            progress,
         )
         series.append(one)
         if failure is not None:
@@ -326,7 +335,7 @@ def _cpu_series(
     trials: int,
     seed: int,
     verify: bool,
-    step: Step,
+    progress: Progress,
 ) -> tuple[CpuSeries, Failure | None, bool]:
     label = f"{direction} {memory} {mechanism}"
     points: list[CpuPoint] = []
@@ -341,7 +350,7 @@ def _cpu_series(
 
             def point(work: float) -> CpuPoint:
                 samples = tuple(_sample(transfer.overlap_cpu(size, work)) for _ in range(trials))
-                step(f"{label}  W = {format_seconds(work)}")
+                progress.step(f"{label}  W = {format_seconds(work)}")
                 return CpuPoint(work, samples)
 
             points.append(point(0.0))

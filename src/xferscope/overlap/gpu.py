@@ -13,16 +13,15 @@ from .. import __version__
 from ..core import machine
 from ..core.engine import Engine, check_device
 from ..core.errors import AllocationError, EngineError, OptionError
+from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
 from ..documents.reader import Field
 from .common import (
     Failure,
-    Step,
     _check_schema,
     _fields,
     _header,
     _header_fields,
-    _nothing,
     _now,
     _number,
     check_device_memory,
@@ -213,7 +212,7 @@ def measure_overlap_gpu(
     streams_list: Sequence[int] = DEFAULT_STREAMS,
     chunks_per_stream: int = DEFAULT_CHUNKS_PER_STREAM,
     works: Sequence[int] = (1,),
-    step: Step = _nothing,
+    progress: Progress = QUIET,
 ) -> GpuOverlapResult:
     """For each kernel work (FMAs per element) and stream count K: the array sequentially on one
     stream, then in K x chunks_per_stream chunks round-robin over K streams. Pipelined runs that
@@ -252,7 +251,7 @@ def measure_overlap_gpu(
                     verified=raw.verified,
                 )
                 points.append(point)
-                step(f"{label}: speedup {point.speedup:.2f}x of {point.bound:.2f}x")
+                progress.step(f"{label}: speedup {point.speedup:.2f}x of {point.bound:.2f}x")
     except KeyboardInterrupt:
         interrupted = True
     result = GpuOverlapResult(

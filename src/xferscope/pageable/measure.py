@@ -28,7 +28,7 @@ import datetime as dt
 import io
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,7 @@ from .. import __version__
 from ..core import machine, plan, stats
 from ..core.engine import Engine, check_device
 from ..core.errors import AllocationError, OptionError, XferscopeError
+from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
 from ..documents.reader import Field
 from ..run.records import PINNING_KEYS
@@ -197,13 +198,6 @@ def fastest(strategies: Sequence[Strategy], sends: int) -> Strategy:
 # ---- measuring ---------------------------------------------------------------------------------
 
 
-Progress = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    pass
-
-
 def steps(sizes: Sequence[int]) -> int:
     """Progress steps of `measure`: the copier's setup, then two per size."""
     return 1 + 2 * len(sizes)
@@ -287,7 +281,7 @@ def measure(
     device: int = 0,
     repeats: int = DEFAULT_REPEATS,
     seed: int = 0x5EED,
-    progress: Progress = _quiet,
+    progress: Progress = QUIET,
 ) -> PageableResult:
     """Measures every cost for each size, largest first (an allocation that fails, fails
     before the small sizes took their time). Ctrl-C keeps the sizes measured so far."""
@@ -308,16 +302,18 @@ def measure(
     interrupted = False
     warnings: list[str] = []
     try:
-        progress("staged copier: setup")
+        progress.begin("staged copier: setup")
         staged_plan, setup = _staged_setup(engine, device, repeats)
+        progress.step("staged copier: made and closed")
         for size in sorted(set(sizes), reverse=True):
-            progress(f"{format_bytes(size)}: allocate, pin, register, copy")
+            progress.begin(f"{format_bytes(size)}: allocate, pin, register, copy")
             try:
                 pinning = _pinning(engine, device, size, repeats)
             except AllocationError as exc:
                 raise _cannot_pin(size, device, exc) from None
-            progress(f"{format_bytes(size)}: staged copies")
+            progress.step(f"{format_bytes(size)}: pinning costs measured")
             staged, iterations, verified = _staged_copies(engine, device, size, repeats, seed)
+            progress.step(f"{format_bytes(size)}: staged copies measured")
             if not verified:
                 warnings.append(
                     f"{format_bytes(size)}: the staged copy's destination did not match its "

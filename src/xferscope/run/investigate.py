@@ -13,15 +13,15 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from typing import Protocol
 
 from .. import __version__
 from ..core import cases, machine, plan
 from ..core.engine import Engine, Transfer
 from ..core.errors import AllocationError, CudaError, EngineError
-from ..sweep.measure import Observer, measure_curve
+from ..core.progress import QUIET, Progress
+from ..sweep.measure import measure_curve
 from ..sweep.options import SweepOptions
-from ..sweep.records import CurveConfig, Point
+from ..sweep.records import CurveConfig
 from .records import Concurrent, GpuSection, OverlapPoint, PinningCost, RunResult, Stream
 
 MIB = 1 << 20
@@ -73,10 +73,6 @@ def gpu_curves(device: int) -> list[CurveConfig]:
     # xferscope's staged copy of the same pageable memory, for the pageable-memory advice.
     configs += [CurveConfig(device, d, "pageable", "staged", "api") for d in ("h2d", "d2h")]
     return configs
-
-
-class RunObserver(Observer, Protocol):
-    def step(self, label: str) -> None: ...
 
 
 class Interrupted(Exception):
@@ -221,7 +217,7 @@ def overlap_point(engine: Engine, device: int, memory: str, size: int) -> Overla
 
 
 def investigate_gpu(
-    engine: Engine, device: int, options: RunOptions, observer: RunObserver
+    engine: Engine, device: int, options: RunOptions, progress: Progress
 ) -> GpuSection:
     p = options.plan
     sweep = SweepOptions(
@@ -236,7 +232,7 @@ def investigate_gpu(
     section = GpuSection(device, "complete", None, (), (), None)
     try:
         for config in gpu_curves(device):
-            run = measure_curve(engine, config, sweep, observer)
+            run = measure_curve(engine, config, sweep, progress)
             section = replace(section, curves=(*section.curves, run.curve))
             if run.interrupted:
                 raise Interrupted(replace(section, status="interrupted"))
@@ -245,14 +241,14 @@ def investigate_gpu(
         bidirectional = concurrent(engine, "bidirectional", "bidirectional", [
             (device, "h2d", "h2d"), (device, "d2h", "d2h")], p.stream_bytes, p)  # fmt: skip
         section = replace(section, concurrent=(bidirectional,))
-        observer.step(f"gpu{device} H2D while D2H")
+        progress.step(f"gpu{device} H2D while D2H")
         costs = engine.measure_pinning(device, p.pinning_bytes)
         section = replace(section, pinning=PinningCost.of(device, p.pinning_bytes, costs))
-        observer.step(f"gpu{device} pinning costs")
+        progress.step(f"gpu{device} pinning costs")
         section = replace(section, overlap=tuple(
             overlap_point(engine, device, memory, p.stream_bytes)
             for memory in ("pinned", "pageable")))  # fmt: skip
-        observer.step(f"gpu{device} CPU work during a readback")
+        progress.step(f"gpu{device} CPU work during a readback")
     except KeyboardInterrupt:
         raise Interrupted(replace(section, status="interrupted")) from None
     except (AllocationError, EngineError) as exc:
@@ -267,7 +263,7 @@ def investigate_multi(
     engine: Engine,
     devices: tuple[int, ...],
     options: RunOptions,
-    observer: RunObserver,
+    progress: Progress,
     healthy: Callable[[int], bool],
     results: list[Concurrent],
 ) -> None:
@@ -288,39 +284,25 @@ def investigate_multi(
                 results.append(concurrent(engine, "p2p", label,
                                           [(src, "p2p", f"gpu{src}->gpu{dst}", dst)], size, p,
                                           mechanism, peer_access))  # fmt: skip
-                observer.step(label)
+                progress.step(label)
             if access and src < dst:
                 label = f"{src}-{dst}/async/peer/both"
                 results.append(concurrent(engine, "p2p", label, [
                     (src, "p2p", f"gpu{src}->gpu{dst}", dst),
                     (dst, "p2p", f"gpu{dst}->gpu{src}", src)], size, p, "async", True))  # fmt: skip
-                observer.step(label)
+                progress.step(label)
     for name, directions in (("h2d", ("h2d",)), ("d2h", ("d2h",)), ("both", ("h2d", "d2h"))):
         specs = [(d, direction, f"{direction} gpu{d}") for d in gpus for direction in directions]
         results.append(concurrent(engine, "all_gpus_host", f"all_gpus/{name}", specs, size, p))
-        observer.step(f"all GPUs {name}")
+        progress.step(f"all GPUs {name}")
 
 
 # ---- the run -----------------------------------------------------------------------------------
 
 
-class _Silent:
-    def curve_started(self, config: CurveConfig, points: int) -> None:
-        pass
-
-    def point_done(self, config: CurveConfig, point: Point) -> None:
-        pass
-
-    def step(self, label: str) -> None:
-        pass
-
-
-def run_investigation(
-    engine: Engine, options: RunOptions, observer: RunObserver | None = None
-) -> RunResult:
+def run_investigation(engine: Engine, options: RunOptions, progress: Progress = QUIET) -> RunResult:
     from .diagnose import diagnose
 
-    observer = observer or _Silent()
     created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     start, real_start = engine.clock(), time.perf_counter()
     sections: list[GpuSection] = []
@@ -329,13 +311,13 @@ def run_investigation(
     try:
         for device in options.devices:
             try:
-                sections.append(investigate_gpu(engine, device, options, observer))
+                sections.append(investigate_gpu(engine, device, options, progress))
             except Interrupted as stop:
                 sections.append(stop.section)
                 raise KeyboardInterrupt from None
         if len(options.devices) > 1:
             status = {s.index: s.status for s in sections}
-            investigate_multi(engine, options.devices, options, observer,
+            investigate_multi(engine, options.devices, options, progress,
                               lambda d: status.get(d) == "complete", multi)  # fmt: skip
     except KeyboardInterrupt:
         interrupted = True

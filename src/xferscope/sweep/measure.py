@@ -10,14 +10,14 @@ from __future__ import annotations
 import datetime as dt
 import math
 from dataclasses import dataclass
-from typing import Protocol
 
 from .. import __version__
 from ..core import machine, plan
 from ..core.engine import Engine, Transfer, check_device
 from ..core.errors import AllocationError, EngineError, OptionError, XferscopeError
+from ..core.progress import QUIET, Progress
 from ..core.stats import relative_noise
-from ..core.units import format_bytes
+from ..core.units import format_bytes, format_rate
 from .options import SweepOptions
 from .records import (
     CUT_SHORT,
@@ -32,21 +32,6 @@ from .records import (
     SweepResult,
     verification_of,
 )
-
-
-class Observer(Protocol):
-    """Told about progress; the CLI draws a progress bar from it."""
-
-    def curve_started(self, config: CurveConfig, points: int) -> None: ...
-    def point_done(self, config: CurveConfig, point: Point) -> None: ...
-
-
-class _Silent:
-    def curve_started(self, config: CurveConfig, points: int) -> None:
-        pass
-
-    def point_done(self, config: CurveConfig, point: Point) -> None:
-        pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +157,7 @@ class CurveRun:
 
 
 def measure_curve(
-    engine: Engine, config: CurveConfig, options: SweepOptions, observer: Observer
+    engine: Engine, config: CurveConfig, options: SweepOptions, progress: Progress
 ) -> CurveRun:
     """One curve, with what stopped it."""
     start = engine.clock()
@@ -184,7 +169,7 @@ def measure_curve(
     points: list[Point] = []
     status, error, interrupted = "complete", None, False
     failure: XferscopeError | None = None
-    observer.curve_started(config, len(sizes))
+    progress.begin(config.label)
 
     def finish() -> Curve:
         return Curve(
@@ -233,7 +218,9 @@ def measure_curve(
                 )
                 last_size = size
                 points.append(point)
-                observer.point_done(config, point)
+                progress.step(
+                    f"{config.label}  {format_bytes(size)}: {format_rate(point.bandwidth)}"
+                )
         finally:
             transfer.close()
     except KeyboardInterrupt:
@@ -323,10 +310,7 @@ def prepare_sweep(engine: Engine, options: SweepOptions) -> list[CurveConfig]:
     return configs
 
 
-def run_sweep(
-    engine: Engine, options: SweepOptions, observer: Observer | None = None
-) -> SweepResult:
-    observer = observer or _Silent()
+def run_sweep(engine: Engine, options: SweepOptions, progress: Progress = QUIET) -> SweepResult:
     configs = prepare_sweep(engine, options)
     _, skipped = options.configs()
     created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
@@ -335,7 +319,7 @@ def run_sweep(
     curves: list[Curve] = []
     interrupted = False
     for config in configs:
-        run = measure_curve(engine, config, options, observer)
+        run = measure_curve(engine, config, options, progress)
         curves.append(run.curve)
         interrupted = run.interrupted
         if interrupted:
