@@ -9,7 +9,9 @@ point that still does not fit is cut short and labelled.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 DEFAULT_MIN_SIZE = 1
 DEFAULT_MAX_SIZE = 1 << 30
@@ -97,3 +99,47 @@ def fit_trials(trials: int, trial_s: float, remaining_s: float | None) -> PointB
     if fitting < 1:
         return PointBudget(0, True)
     return PointBudget(min(trials, fitting), False)
+
+
+# ---- the one calibrate-and-trial loop ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    iterations: int  # the repeats of the run that was long enough to trust
+    per_iteration_s: float
+
+
+def calibrate(
+    run: Callable[[int], float],
+    least_s: float = MIN_CALIBRATION_S,
+    first: int = 1,
+    most: int = 1 << 20,
+) -> Calibration:
+    """Every measurement's warm-up and calibration: `run(n)` runs n iterations and returns the
+    seconds they took; n grows from `first` until one run lasts `least_s` (long enough to trust
+    against the timer's resolution) or reaches `most`. The last run gives the time per
+    iteration. NetPIPE's method; its first guess (netpipe_repeats) is the caller's `first`."""
+    n = max(1, min(first, most))
+    while True:
+        seconds = run(n)
+        if seconds >= least_s or n >= most:
+            return Calibration(n, max(seconds / n, 1e-9))
+        n = min(most, max(2 * n, math.ceil(n * least_s / max(seconds, 1e-9))))
+
+
+T = TypeVar("T")
+
+
+def run_trials(
+    trial: Callable[[], T],
+    count: int,
+    more: Callable[[list[T]], bool] | None = None,
+    most: int | None = None,
+) -> list[T]:
+    """Every measurement's trials: `count` of them, then more while `more(results)` says so
+    (the spread is still above the bound, and the budget allows another), up to `most`."""
+    results = [trial() for _ in range(count)]
+    while more is not None and (most is None or len(results) < most) and more(results):
+        results.append(trial())
+    return results

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import __version__
-from ..core import engine, machine, stats
+from ..core import engine, machine, plan, stats
 from ..core.engine import Engine, check_device
 from ..core.errors import AllocationError, EngineError, OptionError
 from ..core.progress import QUIET, Progress
@@ -287,14 +287,15 @@ def measure_rotation(
                 for buffers in sorted(set(buffers_list)):
                     label = f"{direction} {buffers} x {format_bytes(chunk_bytes)}"
                     try:
-                        samples = tuple(
-                            _rotation_sample(
-                                engine.rotate_buffers(
-                                    device, direction == "h2d", buffers, chunk_bytes, chunks
-                                )
-                            )
-                            for _ in range(trials)
-                        )
+                        upload = direction == "h2d"
+
+                        def stream(
+                            upload: bool = upload, buffers: int = buffers, chunk: int = chunk_bytes
+                        ) -> RotationSample:
+                            raw = engine.rotate_buffers(device, upload, buffers, chunk, chunks)
+                            return _rotation_sample(raw)
+
+                        samples = tuple(plan.run_trials(stream, trials))
                     except (AllocationError, EngineError) as exc:
                         failures.append(Failure(label, str(exc)))
                         continue

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import __version__
-from ..core import cases, engine, machine, stats
+from ..core import cases, engine, machine, plan, stats
 from ..core.engine import Engine, check_device
 from ..core.errors import AllocationError, EngineError, OptionError
 from ..core.progress import QUIET, Progress
@@ -349,7 +349,9 @@ def _cpu_series(
             warmup = _sample(transfer.overlap_cpu(size, 0.0))
 
             def point(work: float) -> CpuPoint:
-                samples = tuple(_sample(transfer.overlap_cpu(size, work)) for _ in range(trials))
+                samples = tuple(
+                    plan.run_trials(lambda: _sample(transfer.overlap_cpu(size, work)), trials)
+                )
                 progress.step(f"{label}  W = {format_seconds(work)}")
                 return CpuPoint(work, samples)
 

@@ -246,12 +246,12 @@ def _staged_copies(
     try:
         transfer.fill(seed)
         copies = transfer.copies_per_iteration
-        warmup = transfer.time("api", size, 1).seconds
-        iterations = plan.repeats_for(STAGED_TRIAL_S, warmup / copies)
-        samples = [
-            transfer.time("api", size, iterations).seconds / (iterations * copies)
-            for _ in range(repeats)
-        ]
+        calibration = plan.calibrate(lambda n: transfer.time("api", size, n).seconds)
+        iterations = plan.repeats_for(STAGED_TRIAL_S, calibration.per_iteration_s)
+        samples = plan.run_trials(
+            lambda: transfer.time("api", size, iterations).seconds / (iterations * copies),
+            repeats,
+        )
         verified = transfer.verify(size).ok
     finally:
         transfer.close()
@@ -259,12 +259,8 @@ def _staged_copies(
 
 
 def _pinning(engine: Engine, device: int, size: int, repeats: int) -> dict[str, list[float]]:
-    samples: dict[str, list[float]] = {key: [] for key in PINNING_KEYS}
-    for _ in range(repeats):
-        costs = engine.measure_pinning(device, size)
-        for key in PINNING_KEYS:
-            samples[key].append(float(getattr(costs, key)))
-    return samples
+    runs = plan.run_trials(lambda: engine.measure_pinning(device, size), repeats)
+    return {key: [float(getattr(costs, key)) for costs in runs] for key in PINNING_KEYS}
 
 
 def _cannot_pin(size: int, device: int, exc: AllocationError) -> XferscopeError:

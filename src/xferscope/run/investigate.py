@@ -48,10 +48,12 @@ class RunPlan:
         return tuple(self.size_step**i for i in range(count + 1))
 
 
-DEFAULT_PLAN = RunPlan("default", 1 << 30, 4, 2.4, plan.DEFAULT_TARGET_S, 7, 256 * MIB, 0.05,
-                       5, 1 << 30)  # fmt: skip
-QUICK_PLAN = RunPlan("quick", 256 * MIB, 16, 0.35, plan.QUICK_TARGET_S, 7, 64 * MIB, 0.01, 3,
-                     256 * MIB)  # fmt: skip
+DEFAULT_PLAN = RunPlan(
+    "default", 1 << 30, 4, 2.4, plan.DEFAULT_TARGET_S, 7, 256 * MIB, 0.05, 5, 1 << 30
+)
+QUICK_PLAN = RunPlan(
+    "quick", 256 * MIB, 16, 0.35, plan.QUICK_TARGET_S, 7, 64 * MIB, 0.01, 3, 256 * MIB
+)
 
 HOST_KINDS = ("pageable", "pinned", "wc", "registered")
 
@@ -66,10 +68,14 @@ def gpu_curves(device: int) -> list[CurveConfig]:
         for memory in HOST_KINDS
         for mechanism, timing in (("memcpy", "api"), ("async", "device"))
     ]
-    configs += [CurveConfig(device, "d2d", "device", m, t) for m, t in
-                (("memcpy", "api"), ("async", "device"))]  # fmt: skip
-    configs += [CurveConfig(device, d, m, "kernel", "device") for d, m in
-                (("h2d", "pinned"), ("d2h", "pinned"), ("d2d", "device"))]  # fmt: skip
+    configs += [
+        CurveConfig(device, "d2d", "device", m, t)
+        for m, t in (("memcpy", "api"), ("async", "device"))
+    ]
+    configs += [
+        CurveConfig(device, d, m, "kernel", "device")
+        for d, m in (("h2d", "pinned"), ("d2h", "pinned"), ("d2d", "device"))
+    ]
     # xferscope's staged copy of the same pageable memory, for the pageable-memory advice.
     configs += [CurveConfig(device, d, "pageable", "staged", "api") for d in ("h2d", "d2h")]
     return configs
@@ -93,8 +99,12 @@ class RunOptions:
         return QUICK_PLAN if self.quick else DEFAULT_PLAN
 
     def to_dict(self) -> dict[str, object]:
-        return {"devices": list(self.devices), "quick": self.quick, "seed": self.seed,
-                "plan": asdict(self.plan)}  # fmt: skip
+        return {
+            "devices": list(self.devices),
+            "quick": self.quick,
+            "seed": self.seed,
+            "plan": asdict(self.plan),
+        }
 
 
 def steps(options: RunOptions) -> int:
@@ -111,10 +121,14 @@ def steps(options: RunOptions) -> int:
 
 def _stream_iterations(transfer: Transfer, size: int, target_s: float) -> tuple[int, float]:
     """Iterations so one trial lasts about target_s (within what can be held), and the per-copy
-    device time of one stream alone."""
+    device time of one stream alone (plan.calibrate, after a warm-up copy)."""
     transfer.time("device", size, 1)  # warm-up
-    alone = transfer.time("device", size, 3).seconds / (3 * transfer.copies_per_iteration)
-    most = int(cases.LIMITS["most_held_copies"]) // transfer.copies_per_iteration
+    copies = transfer.copies_per_iteration
+    most = int(cases.LIMITS["most_held_copies"]) // copies
+    calibration = plan.calibrate(
+        lambda n: transfer.time("device", size, n).seconds, first=3, most=most
+    )
+    alone = calibration.per_iteration_s / copies
     return max(1, min(most, round(target_s / alone))), alone
 
 
@@ -127,8 +141,9 @@ def measure_streams(
         n, alone = _stream_iterations(t, size, plan_.stream_target_s)
         iterations = min(iterations, n)
         alones.append(alone)
-    samples: list[list[float]] = [[] for _ in transfers]
-    for _ in range(plan_.stream_trials):
+
+    def trial() -> list[float]:
+        """Every stream's per-copy time in one trial, all at once."""
         if len(transfers) == 1:
             r = transfers[0].time("device", size, iterations)
             seconds, timed_out = [r.seconds], r.blocking_timed_out
@@ -136,8 +151,13 @@ def measure_streams(
             seconds, timed_out = engine.time_concurrently(transfers, size, iterations)
         if timed_out:
             raise EngineError("the blocking kernel timed out while streams were queued")
-        for i, s in enumerate(seconds):
-            samples[i].append(s / (iterations * transfers[i].copies_per_iteration))
+        return [
+            s / (iterations * t.copies_per_iteration)
+            for s, t in zip(seconds, transfers, strict=True)
+        ]
+
+    trials = plan.run_trials(trial, plan_.stream_trials)
+    samples = [[t[i] for t in trials] for i in range(len(transfers))]
     for t, label in zip(transfers, labels, strict=True):
         if not t.verify(size).ok:
             raise EngineError(f"{label}: verification failed after concurrent copies")
@@ -165,8 +185,9 @@ def _open(
     peer_access: bool = True,
 ) -> Transfer:
     memory = "device" if direction == "p2p" else "pinned"
-    return engine.open_transfer(device, direction, memory, mechanism, size, 0, True, peer,
-                                peer_access)  # fmt: skip
+    return engine.open_transfer(
+        device, direction, memory, mechanism, size, 0, True, peer, peer_access
+    )
 
 
 def concurrent(
@@ -186,8 +207,9 @@ def concurrent(
         for spec in specs:
             device, direction, _ = spec[:3]
             peer = spec[3] if len(spec) > 3 else -1
-            transfers.append(_open(engine, device, direction, mechanism, size, peer,
-                                   peer_access is not False))  # fmt: skip
+            transfers.append(
+                _open(engine, device, direction, mechanism, size, peer, peer_access is not False)
+            )
         streams = measure_streams(engine, transfers, [s[2] for s in specs], size, plan_)
         return Concurrent(kind, label, mechanism, peer_access, streams)
     except (AllocationError, EngineError) as exc:
@@ -206,12 +228,10 @@ def overlap_point(engine: Engine, device: int, memory: str, size: int) -> Overla
     t = engine.open_transfer(device, "d2h", memory, "async", size, 0)
     try:
         t.overlap_cpu(size, 0.0)  # warm-up
-        alone = sorted(t.overlap_cpu(size, 0.0).total_s for _ in range(3))[1]
-        samples = sorted((t.overlap_cpu(size, alone / 2) for _ in range(3)),
-                         key=lambda o: o.total_s)  # fmt: skip
-        o = samples[1]
-        return OverlapPoint(device, "d2h", memory, size, alone, o.work_s, o.issue_s,
-                            o.total_s)  # fmt: skip
+        alone = sorted(plan.run_trials(lambda: t.overlap_cpu(size, 0.0).total_s, 3))[1]
+        samples = plan.run_trials(lambda: t.overlap_cpu(size, alone / 2), 3)
+        o = sorted(samples, key=lambda o: o.total_s)[1]
+        return OverlapPoint(device, "d2h", memory, size, alone, o.work_s, o.issue_s, o.total_s)
     finally:
         t.close()
 
@@ -238,16 +258,26 @@ def investigate_gpu(
                 raise Interrupted(replace(section, status="interrupted"))
             if isinstance(run.error, CudaError):  # the GPU itself is in trouble: stop there
                 return replace(section, status="failed", error=run.curve.error)
-        bidirectional = concurrent(engine, "bidirectional", "bidirectional", [
-            (device, "h2d", "h2d"), (device, "d2h", "d2h")], p.stream_bytes, p)  # fmt: skip
+        bidirectional = concurrent(
+            engine,
+            "bidirectional",
+            "bidirectional",
+            [(device, "h2d", "h2d"), (device, "d2h", "d2h")],
+            p.stream_bytes,
+            p,
+        )
         section = replace(section, concurrent=(bidirectional,))
         progress.step(f"gpu{device} H2D while D2H")
         costs = engine.measure_pinning(device, p.pinning_bytes)
         section = replace(section, pinning=PinningCost.of(device, p.pinning_bytes, costs))
         progress.step(f"gpu{device} pinning costs")
-        section = replace(section, overlap=tuple(
-            overlap_point(engine, device, memory, p.stream_bytes)
-            for memory in ("pinned", "pageable")))  # fmt: skip
+        section = replace(
+            section,
+            overlap=tuple(
+                overlap_point(engine, device, memory, p.stream_bytes)
+                for memory in ("pinned", "pageable")
+            ),
+        )
         progress.step(f"gpu{device} CPU work during a readback")
     except KeyboardInterrupt:
         raise Interrupted(replace(section, status="interrupted")) from None
@@ -281,15 +311,36 @@ def investigate_multi(
             ways = [("async", True), ("kernel", True)] if access else []
             for mechanism, peer_access in [*ways, ("async", False)]:
                 label = f"{src}-{dst}/{mechanism}/{'peer' if peer_access else 'nopeer'}/one_way"
-                results.append(concurrent(engine, "p2p", label,
-                                          [(src, "p2p", f"gpu{src}->gpu{dst}", dst)], size, p,
-                                          mechanism, peer_access))  # fmt: skip
+                results.append(
+                    concurrent(
+                        engine,
+                        "p2p",
+                        label,
+                        [(src, "p2p", f"gpu{src}->gpu{dst}", dst)],
+                        size,
+                        p,
+                        mechanism,
+                        peer_access,
+                    )
+                )
                 progress.step(label)
             if access and src < dst:
                 label = f"{src}-{dst}/async/peer/both"
-                results.append(concurrent(engine, "p2p", label, [
-                    (src, "p2p", f"gpu{src}->gpu{dst}", dst),
-                    (dst, "p2p", f"gpu{dst}->gpu{src}", src)], size, p, "async", True))  # fmt: skip
+                results.append(
+                    concurrent(
+                        engine,
+                        "p2p",
+                        label,
+                        [
+                            (src, "p2p", f"gpu{src}->gpu{dst}", dst),
+                            (dst, "p2p", f"gpu{dst}->gpu{src}", src),
+                        ],
+                        size,
+                        p,
+                        "async",
+                        True,
+                    )
+                )
                 progress.step(label)
     for name, directions in (("h2d", ("h2d",)), ("d2h", ("d2h",)), ("both", ("h2d", "d2h"))):
         specs = [(d, direction, f"{direction} gpu{d}") for d in gpus for direction in directions]
@@ -317,13 +368,20 @@ def run_investigation(engine: Engine, options: RunOptions, progress: Progress = 
                 raise KeyboardInterrupt from None
         if len(options.devices) > 1:
             status = {s.index: s.status for s in sections}
-            investigate_multi(engine, options.devices, options, progress,
-                              lambda d: status.get(d) == "complete", multi)  # fmt: skip
+            investigate_multi(
+                engine,
+                options.devices,
+                options,
+                progress,
+                lambda d: status.get(d) == "complete",
+                multi,
+            )
     except KeyboardInterrupt:
         interrupted = True
         done = {s.index for s in sections}
-        sections += [GpuSection(d, "not_run", None, (), (), None) for d in options.devices
-                     if d not in done]  # fmt: skip
+        sections += [
+            GpuSection(d, "not_run", None, (), (), None) for d in options.devices if d not in done
+        ]
     # Read after measuring: an idle GPU may have trained its link down to save power, and
     # clock throttling shows while it is busy.
     meta = machine.collect(engine, list(options.devices))

@@ -8,7 +8,6 @@ time, the trials (more while the spread is above the bound), then verification.
 from __future__ import annotations
 
 import datetime as dt
-import math
 from dataclasses import dataclass
 
 from .. import __version__
@@ -34,40 +33,28 @@ from .records import (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class _Calibration:
-    iterations: int
-    per_iteration_s: float
-
-
 def _calibrate(
     transfer: Transfer,
     timing: str,
     size: int,
     target_s: float,
-    last: _Calibration | None,
+    last: plan.Calibration | None,
     last_size: int | None,
-) -> _Calibration:
-    """Warm-up run that also measures the per-iteration time. Its first guess of the repeat
-    count comes from NetPIPE's scaling of the previous size; it grows until the run is long
-    enough to trust against the timer's resolution."""
+) -> plan.Calibration:
+    """The point's warm-up run, which also measures the per-iteration time (plan.calibrate).
+    Its first guess of the repeat count comes from NetPIPE's scaling of the previous size."""
     budget = plan.WARMUP_SHARE * target_s
-    iterations = 1
+    first = 1
     if last is not None and last_size:
         # Sizes run largest first. Scaling the last time down in proportion to size (NetPIPE's
         # eq. 1 going the other way) would ignore the fixed latency and ask for far too many
         # repeats, so a smaller size is predicted to take as long as the last one.
-        iterations = plan.netpipe_repeats(
-            budget, max(size, last_size), last_size, last.per_iteration_s
-        )
-    while True:
-        seconds = transfer.time(timing, size, iterations).seconds
-        per_iteration = seconds / iterations
-        if seconds >= min(plan.MIN_CALIBRATION_S, budget) or iterations >= 1 << 20:
-            return _Calibration(iterations, max(per_iteration, 1e-9))
-        iterations = max(
-            iterations * 2, math.ceil(iterations * plan.MIN_CALIBRATION_S / max(seconds, 1e-9))
-        )
+        first = plan.netpipe_repeats(budget, max(size, last_size), last_size, last.per_iteration_s)
+    return plan.calibrate(
+        lambda n: transfer.time(timing, size, n).seconds,
+        least_s=min(plan.MIN_CALIBRATION_S, budget),
+        first=first,
+    )
 
 
 def measure_point(
@@ -78,10 +65,10 @@ def measure_point(
     target_s: float,
     options: SweepOptions,
     deadline: float | None,
-    last: _Calibration | None,
+    last: plan.Calibration | None,
     last_size: int | None,
     cache_bytes: int,
-) -> tuple[Point, _Calibration]:
+) -> tuple[Point, plan.Calibration]:
     copies = transfer.copies_per_iteration
     calibration = _calibrate(transfer, config.timing, size, target_s, last, last_size)
     warmup_per_copy = calibration.per_iteration_s / copies
@@ -90,36 +77,37 @@ def measure_point(
     remaining = None if deadline is None else deadline - engine.clock()
     fit = plan.fit_trials(options.trials, trial_s, remaining)
 
-    samples: list[float] = []
     blocking = False
     timed_out = False
     footprint = 0
 
-    def trial() -> None:
+    def trial() -> float:
         nonlocal blocking, timed_out, footprint
         r = transfer.time(config.timing, size, iterations)
-        samples.append(r.seconds / (iterations * copies))
         blocking = r.blocking_kernel
         timed_out = timed_out or r.blocking_timed_out
         footprint = r.footprint_bytes
+        return r.seconds / (iterations * copies)
+
+    def more(samples: list[float]) -> bool:
+        """Another trial while the spread is above the bound, if the budget allows one."""
+        in_time = deadline is None or engine.clock() + trial_s <= deadline
+        return (
+            fit.trials == options.trials
+            and relative_noise(samples) > options.noise_bound
+            and in_time
+        )
 
     if fit.estimate_only:
         status, stopped_by = ESTIMATED, STOP_BUDGET
-        samples.append(warmup_per_copy)
+        samples = [warmup_per_copy]
         iterations = calibration.iterations
     else:
-        while len(samples) < fit.trials:
-            trial()
+        samples = plan.run_trials(trial, fit.trials, more, options.max_trials)
         if fit.trials < options.trials:
             status, stopped_by = CUT_SHORT, STOP_BUDGET
         else:
             status = MEASURED
-            while (
-                relative_noise(samples) > options.noise_bound and len(samples) < options.max_trials
-            ):
-                if deadline is not None and engine.clock() + trial_s > deadline:
-                    break
-                trial()
             if relative_noise(samples) <= options.noise_bound:
                 stopped_by = STOP_NOISE
             elif len(samples) >= options.max_trials:
@@ -197,7 +185,7 @@ def measure_curve(
             # The budget bounds measuring, not allocating and filling the buffers.
             if options.budget_s is not None:
                 deadline = engine.clock() + options.budget_s
-            last: _Calibration | None = None
+            last: plan.Calibration | None = None
             last_size: int | None = None
             for i, size in enumerate(sizes):
                 remaining = None if deadline is None else deadline - engine.clock()
