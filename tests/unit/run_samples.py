@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
+from xferscope.core.findings import ERROR, OK, WARNING, Finding
 from xferscope.core.simulate import SimulatedEngine
 from xferscope.run.records import (
-    ERROR,
-    OK,
-    WARNING,
     Concurrent,
-    Finding,
     GpuSection,
     PinningCost,
     RunResult,

@@ -10,17 +10,13 @@ from dataclasses import replace
 
 import pytest
 
+from xferscope.core.findings import ERROR, INFO, OK, SEVERITIES, WARNING
 from xferscope.core.links import pcie_peak
 from xferscope.core.simulate import SimulatedEngine
 from xferscope.run import diagnose
 from xferscope.run.diagnose import RULES
 from xferscope.run.investigate import RunOptions, gpu_curves, run_investigation
 from xferscope.run.records import (
-    ERROR,
-    INFO,
-    OK,
-    SEVERITIES,
-    WARNING,
     Concurrent,
     GpuSection,
     RunResult,

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from xferscope.core.findings import ERROR, INFO, OK, WARNING, Finding
 from xferscope.report.html import render_html, write_html
 from xferscope.report.style import SIMULATED as SIMULATED_BANNER
-from xferscope.run.records import ERROR, INFO, OK, WARNING, Concurrent, Finding, RunResult
+from xferscope.run.records import Concurrent, RunResult
 
 from .run_samples import sample_run
 

@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 
+from xferscope.core.findings import ERROR, WARNING
 from xferscope.core.simulate import SimulatedEngine
 from xferscope.run import investigate
 from xferscope.run.investigate import (
@@ -17,7 +18,7 @@ from xferscope.run.investigate import (
     run_investigation,
     steps,
 )
-from xferscope.run.records import ERROR, WARNING, Concurrent, PinningCost
+from xferscope.run.records import Concurrent, PinningCost
 
 CURVES = len(gpu_curves(0))  # per GPU
 

@@ -15,8 +15,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ..core.findings import SEVERITIES
 from ..run.metrics import run_metrics
-from ..run.records import SEVERITIES, RunResult
+from ..run.records import RunResult
 from .files import atomic_write
 
 PREFIX = "xferscope"

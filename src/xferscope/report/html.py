@@ -23,16 +23,12 @@ import plotly.graph_objects as go
 import plotly.io as pio
 import plotly.offline
 
+from ..core.findings import ERROR, INFO, OK, WARNING, Finding
 from ..core.units import format_bytes, format_rate, format_seconds
 from ..documents.files import atomic_write
 from ..run.metrics import HEADLINE_CURVES
 from ..run.records import (
-    ERROR,
-    INFO,
-    OK,
-    WARNING,
     Concurrent,
-    Finding,
     GpuSection,
     OverlapPoint,
     PinningCost,

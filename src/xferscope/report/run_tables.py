@@ -6,9 +6,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..core.findings import ERROR, INFO, OK, WARNING
 from ..core.units import format_bytes, format_rate, format_seconds
 from ..run.metrics import HEADLINE_CURVES
-from ..run.records import ERROR, INFO, OK, WARNING, RunResult
+from ..run.records import RunResult
 from .style import print_simulated
 
 STYLES = {ERROR: "bold red", WARNING: "yellow", INFO: "cyan", OK: "green"}

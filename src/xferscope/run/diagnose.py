@@ -9,16 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..core.findings import ERROR, INFO, OK, SEVERITIES, WARNING, Finding
 from ..core.units import format_rate
 from ..sweep.records import Curve
 from .records import (
-    ERROR,
-    INFO,
-    OK,
-    SEVERITIES,
-    WARNING,
     Concurrent,
-    Finding,
     GpuSection,
     RunResult,
 )

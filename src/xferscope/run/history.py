@@ -27,8 +27,9 @@ from types import TracebackType
 from typing import Any
 
 from ..core.errors import XferscopeError
+from ..core.findings import ERROR, WARNING
 from ..sweep.records import SchemaError
-from .records import ERROR, WARNING, RunResult, run_from_dict, run_to_dict
+from .records import RunResult, run_from_dict, run_to_dict
 
 SCHEMA_VERSION = 1
 APPLICATION_ID = 0x58465343  # "XFSC": marks the file as an xferscope history

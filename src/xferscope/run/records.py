@@ -14,15 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import stats
+from ..core.findings import Finding
 from ..documents.reader import Field
 from ..sweep.records import Curve, check_schema, curve_from, curve_to_dict
 
 RUN_SCHEMA_NAME = "xferscope-run"
 RUN_SCHEMA_VERSION = 1
-
-# Severities of a finding, mildest first.
-OK, INFO, WARNING, ERROR = "ok", "info", "warning", "error"
-SEVERITIES = (OK, INFO, WARNING, ERROR)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,22 +116,6 @@ class OverlapPoint:
     def hidden(self) -> float:
         """Share of the work hidden behind the copy: 1 when the total did not grow."""
         return max(0.0, min(1.0, (self.alone_s + self.work_s - self.total_s) / self.work_s))
-
-
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """A verdict or a warning: what was seen (with the figure that triggered it), the likely
-    cause and the fix."""
-
-    code: str  # typed: see diagnose.py
-    severity: str  # ok, info, warning, error
-    gpu: int | None
-    figure: str  # the metric that triggered it
-    value: float | None
-    reference: float | None  # the limit or the figure it was compared with
-    message: str
-    cause: str = ""
-    fix: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,17 +243,6 @@ _OVERLAP_FIELDS = (
     "issue_s",
     "total_s",
 )
-_FINDING_FIELDS = (
-    "code",
-    "severity",
-    "gpu",
-    "figure",
-    "value",
-    "reference",
-    "message",
-    "cause",
-    "fix",
-)
 
 
 def run_to_dict(r: RunResult) -> dict[str, Any]:
@@ -290,7 +260,7 @@ def run_to_dict(r: RunResult) -> dict[str, Any]:
         "notes": list(r.notes),
         "machine": r.machine,
         "options": r.options,
-        "findings": [{f: getattr(x, f) for f in _FINDING_FIELDS} for x in r.findings],
+        "findings": [x.to_dict() for x in r.findings],
         "gpus": [
             {
                 "index": g.index,
@@ -351,20 +321,6 @@ def _gpu_from(g: Field) -> GpuSection:
     )
 
 
-def _finding_from(x: Field) -> Finding:
-    return Finding(
-        code=x["code"].string(),
-        severity=x["severity"].string(),
-        gpu=x["gpu"].optional_integer(),
-        figure=x["figure"].string(),
-        value=x["value"].optional_number(),
-        reference=x["reference"].optional_number(),
-        message=x["message"].string(),
-        cause=x["cause"].string(),
-        fix=x["fix"].string(),
-    )
-
-
 def run_from_dict(d: dict[str, Any]) -> RunResult:
     """A run document read back; SchemaError names the field that is wrong."""
     check_schema(d, RUN_SCHEMA_NAME, RUN_SCHEMA_VERSION)
@@ -378,7 +334,7 @@ def run_from_dict(d: dict[str, Any]) -> RunResult:
         options=r["options"].object(),
         gpus=tuple(_gpu_from(g) for g in r["gpus"].items()),
         multi=tuple(_concurrent_from(c) for c in r["multi"].items()),
-        findings=tuple(_finding_from(x) for x in r["findings"].items()),
+        findings=tuple(Finding.read(x) for x in r["findings"].items()),
         interrupted=r["interrupted"].boolean(),
         wall_s=r["wall_s"].number(),
         notes=r.get("notes", []).strings(),
