@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from xferscope.core.findings import WARNING, Finding, corrupted, finding
 from xferscope.core.simulate import SimulatedEngine
 from xferscope.documents import csv as export_csv
 from xferscope.documents import json as export_json
@@ -151,9 +152,19 @@ def golden_result(simulated: bool = False) -> SweepResult:
         curves=(h2d, d2h),
         interrupted=False,
         wall_s=14.25,
-        warnings=(
-            "h2d pinned memcpy api: verification FAILED at 1 of 3 sizes",
-            "d2h pageable async device gpu1: 2 sizes did not fit the 12 s budget",
+        findings=(
+            corrupted(
+                "h2d pinned memcpy api",
+                "h2d pinned memcpy api: verification FAILED at 1 of 3 sizes",
+                1,
+            ),
+            finding(
+                "budget",
+                WARNING,
+                "d2h pageable async device gpu1",
+                "d2h pageable async device gpu1: 2 sizes did not fit the 12 s budget",
+                fix="raise --budget",
+            ),
         ),
     )
 
@@ -298,11 +309,14 @@ def test_report_of_the_same_figures_differs_only_by_the_banner() -> None:
     assert simulated.replace(SIMULATED_BANNER + "\n", "") == real
 
 
-def test_report_prints_the_warnings() -> None:
+def test_report_prints_the_findings_with_why_and_fix() -> None:
     result = golden_result()
     text = _report(result)
-    for warning in result.warnings:
-        assert f"warning: {warning}" in text
+    for f in result.findings:
+        assert f.message in text
+    assert "  ERROR h2d pinned memcpy api: verification FAILED" in text
+    assert "warning d2h pageable async device gpu1: 2 sizes" in text
+    assert "why: a failing GPU, memory or link" in text and "fix: raise --budget" in text
 
 
 def test_report_flags_points() -> None:
@@ -324,7 +338,7 @@ def test_report_prints_simulated_sweep_warnings() -> None:
     assert "verification FAILED" in text
 
 
-def test_report_prints_warnings_verbatim() -> None:
+def test_report_prints_findings_verbatim() -> None:
     warning = "h2d pinned memcpy api: failed: CUDA error [cudaErrorUnknown] at [/build]/x.cu:1"
-    text = _report(replace(golden_result(), warnings=(warning,)))
-    assert f"warning: {warning}" in text
+    text = _report(replace(golden_result(), findings=(Finding.legacy(warning),)))
+    assert f"warning {warning}" in text

@@ -55,6 +55,11 @@ class Recorder:
         return [s[len(prefix) :].split(":")[0] for s in self.steps if s.startswith(prefix)]
 
 
+def messages(result) -> list[str]:
+    """The messages of a result's findings."""
+    return [f.message for f in result.findings]
+
+
 # ---- a plain sweep -----------------------------------------------------------------------------
 
 
@@ -78,7 +83,7 @@ def test_sweep_gives_one_sorted_verified_curve_per_config() -> None:
             assert len(p.samples_s) >= 7
             assert all(s > 0 for s in p.samples_s)
     assert not result.interrupted
-    assert result.warnings == ()
+    assert result.findings == ()
     assert recorder.begun == [c.config.label for c in result.curves]
     assert len(recorder.steps) == 6
 
@@ -153,8 +158,8 @@ def test_a_tiny_budget_cuts_points_short_or_estimates_them() -> None:
             assert p.samples_s[0] == p.warmup_s
         if p.status == CUT_SHORT:
             assert 1 <= len(p.samples_s) < options.trials
-    assert any("budget" in w for w in result.warnings)
-    assert any(f"{len(limited)} sizes did not fit" in w for w in result.warnings)
+    assert any("budget" in w for w in messages(result))
+    assert any(f"{len(limited)} sizes did not fit" in w for w in messages(result))
 
 
 def test_a_moderate_budget_shortens_trials_and_cuts_the_largest_short() -> None:
@@ -178,7 +183,7 @@ def test_an_ample_budget_changes_nothing() -> None:
         for p in curve.points:
             assert p.status == MEASURED
             assert p.target_s == 0.01
-    assert result.warnings == ()
+    assert result.findings == ()
 
 
 # ---- failures and interruptions ----------------------------------------------------------------
@@ -193,7 +198,7 @@ def test_corrupted_copies_fail_verification_and_warn() -> None:
             assert p.verification.mismatched_bytes > 0
             assert p.verification.first_mismatch == p.bytes // 2
             assert not p.valid
-    failed = [w for w in result.warnings if "verification FAILED" in w]
+    failed = [w for w in messages(result) if "verification FAILED" in w]
     assert len(failed) == len(result.curves)
     assert "at 3 of 3 sizes" in failed[0]
     assert failed[0].startswith("h2d pinned memcpy api:")
@@ -284,7 +289,7 @@ def test_sweep_warns_about_skipped_combinations() -> None:
     )
     result = run_sweep(SimulatedEngine(seed=3), options)
     assert [c.config for c in result.curves] == [CurveConfig(0, "d2d", "device", "kernel", "api")]
-    assert any(w.startswith("skipped h2d pageable kernel") for w in result.warnings)
+    assert any(w.startswith("skipped h2d pageable kernel") for w in messages(result))
 
 
 def test_sweep_with_nothing_to_run_is_refused() -> None:
@@ -323,7 +328,7 @@ def test_noisy_points_take_up_to_max_trials() -> None:
         assert p.stopped_by == STOP_MAX_TRIALS
         assert p.status == MEASURED
         assert p.rel_noise > options.noise_bound
-    assert any("noisier than 1%" in w for w in result.warnings)
+    assert any("noisier than 1%" in w for w in messages(result))
 
 
 def test_quiet_points_stop_at_the_minimum_trials() -> None:

@@ -66,6 +66,11 @@ def gpu(engine: SimulatedEngine | None = None, **kw: object) -> GpuOverlapResult
     return measure_overlap_gpu(engine or SimulatedEngine(), 0, **args)  # type: ignore[arg-type]
 
 
+def messages(result) -> list[str]:
+    """The messages of a result's findings."""
+    return [f.message for f in result.findings]
+
+
 # ---- cpu driver --------------------------------------------------------------------------------
 
 
@@ -90,7 +95,7 @@ def test_pinned_hides_all_work_up_to_the_copy_time_and_pageable_none():
         assert pageable.efficiency(p) == pytest.approx(0.0, abs=0.01)
         assert p.issue_s == pytest.approx(pageable.t0_s, rel=0.01)  # it blocks in the call
     assert pinned.verification is not None and pinned.verification.ok
-    assert result.valid and not result.interrupted and not result.warnings
+    assert result.valid and not result.interrupted and not result.findings
     assert result.rate(pinned.points[0]) == pytest.approx(55.4e9, rel=0.01)
 
 
@@ -119,7 +124,7 @@ def test_typical_trial_is_the_median_total_and_adds_up():
 def test_combinations_that_cannot_run_are_skipped_with_a_warning():
     result = cpu(memories=("pinned", "pageable"), mechanism="kernel", trials=1)
     assert [s.memory for s in result.series] == ["pinned"]
-    assert any("pageable kernel" in w for w in result.warnings)
+    assert any("pageable kernel" in w for w in messages(result))
     with pytest.raises(OptionError, match="--mechanism"):
         cpu(memories=("pageable",), mechanism="kernel")
 
@@ -142,7 +147,7 @@ def test_cpu_driver_refuses_bad_values(kw, option):
 def test_cpu_verification_failure_is_flagged():
     result = cpu(SimulatedEngine(corrupt=True), memories=("pinned",), trials=1)
     assert not result.valid
-    assert any("verification FAILED" in w for w in result.warnings)
+    assert any("verification FAILED" in w for w in messages(result))
 
 
 def test_cpu_engine_failure_is_recorded_not_raised():
@@ -188,7 +193,7 @@ def test_rotation_verdict_and_failures():
     assert lines[0].startswith("d2h readback (the CPU checksums): efficiency 0.79-0.8")
     assert "with 2 buffers" in lines[0] and lines[1].startswith("h2d upload")
     bad = rotation(SimulatedEngine(corrupt=True), directions=("d2h",), buffers_list=(2,))
-    assert not bad.valid and any("verification FAILED" in w for w in bad.warnings)
+    assert not bad.valid and any("verification FAILED" in w for w in messages(bad))
 
 
 def test_rotation_refuses_more_pinned_memory_than_allowed(monkeypatch):
@@ -232,7 +237,7 @@ def test_much_kernel_work_is_compute_bound():
 def test_unverified_pipelines_are_invalid_and_warned_about():
     result = gpu(SimulatedEngine(corrupt=True), streams_list=(1, 2))
     assert not result.valid and all(not p.valid for p in result.points)
-    assert any("verification FAILED" in w for w in result.warnings)
+    assert any("verification FAILED" in w for w in messages(result))
     assert gpu_verdict(result) == []  # no valid row to judge
 
 
@@ -265,13 +270,13 @@ def test_gpu_driver_refuses_bad_values(kw, option):
 def test_records_round_trip_through_json(make, kind, schema):
     result = make()
     doc = json.loads(json.dumps(result.to_dict(), allow_nan=False))
-    assert doc["schema"] == schema and doc["schema_version"] == 1
+    assert doc["schema"] == schema and doc["schema_version"] == 2
     assert doc["simulated"] is True and doc["machine"]["simulated"] is True
     assert kind.from_dict(doc) == result
     with pytest.raises(SchemaError, match="not an"):
         kind.from_dict({**doc, "schema": "xferscope-sweep"})
-    with pytest.raises(SchemaError, match="version 2"):
-        kind.from_dict({**doc, "schema_version": 2})
+    with pytest.raises(SchemaError, match="version 3"):
+        kind.from_dict({**doc, "schema_version": 3})
     rows = result.to_csv().splitlines()
     assert rows[0].startswith("simulated,device,") and rows[1].startswith("1,0,")
 

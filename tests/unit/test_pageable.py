@@ -156,7 +156,7 @@ def test_record_is_immutable_and_round_trips_through_json(result):
     with pytest.raises(dataclasses.FrozenInstanceError):
         result.sends = (1,)  # type: ignore[misc]
     doc = json.loads(pageable.dumps_json(result))
-    assert doc["schema"] == "xferscope-pageable" and doc["schema_version"] == 1
+    assert doc["schema"] == "xferscope-pageable" and doc["schema_version"] == 2
     assert doc["simulated"] is True and doc["machine"]["simulated"] is True
     assert doc["direction"] == "h2d" and doc["staged_plan"]["threads"] == 8
     assert pageable.from_dict(doc) == result

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from xferscope.core.findings import Finding, finding
 from xferscope.sweep import records
 from xferscope.sweep.records import (
     CUT_SHORT,
@@ -108,7 +109,10 @@ def make_result() -> SweepResult:
         curves=(h2d, d2h, failed),
         interrupted=True,
         wall_s=4.25,
-        warnings=("first warning", "second warning"),
+        findings=(
+            Finding.legacy("first warning"),
+            finding("noisy", "warning", "h2d", "second", "a cause", "a fix", 0, 0.1, 0.05),
+        ),
     )
 
 
@@ -128,7 +132,7 @@ def test_round_trip_through_json_text() -> None:
     # The loaded records are typed like the originals, not left as lists.
     assert isinstance(back.curves, tuple)
     assert isinstance(back.curves[0].points[0].samples_s, tuple)
-    assert isinstance(back.warnings, tuple)
+    assert isinstance(back.findings, tuple) and back.findings == result.findings
     assert back.curves[0].points[0].verification == OK
     assert back.curves[0].points[1].verification is None
     assert back.curves[0].points[2].verification == BAD
@@ -240,3 +244,13 @@ def test_curve_label_names_only_a_non_zero_device() -> None:
     assert CurveConfig(2, "d2d", "device", "kernel", "device").label == (
         "d2d device kernel device gpu2"
     )
+
+
+def test_a_version_1_document_is_still_read_its_warnings_as_findings() -> None:
+    d = records.to_dict(make_result())
+    d["schema_version"] = 1
+    del d["findings"]
+    d["warnings"] = ["an old warning"]
+    back = records.from_dict(d)
+    assert back.findings == (Finding.legacy("an old warning"),)
+    assert back.findings[0].severity == "warning" and back.findings[0].message == "an old warning"

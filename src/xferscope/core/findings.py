@@ -13,6 +13,13 @@ from ..documents.reader import Field
 OK, INFO, WARNING, ERROR = "ok", "info", "warning", "error"
 SEVERITIES = (OK, INFO, WARNING, ERROR)
 
+# Why data arrives wrong and what to do: the same words wherever a verification fails.
+CORRUPTED_CAUSE = "a failing GPU, memory or link, or a driver fault"
+CORRUPTED_FIX = (
+    "rerun; if it repeats, check `nvidia-smi -q` for ECC and Xid errors and take the GPU out of "
+    "service"
+)
+
 _FIELDS = ("code", "severity", "gpu", "figure", "value", "reference", "message", "cause", "fix")
 
 
@@ -68,6 +75,25 @@ def finding(
 ) -> Finding:
     """A Finding, with keywords for the parts most producers leave empty."""
     return Finding(code, severity, gpu, figure, value, reference, message, cause, fix)
+
+
+def failed(what: str, error: str) -> Finding:
+    """A part of an experiment the engine could not run (an allocation or CUDA error)."""
+    return finding("failed", ERROR, what, f"{what}: failed: {error}")
+
+
+def corrupted(figure: str, message: str, mismatched: float | None = None) -> Finding:
+    """Data that arrived wrong: every command's verification failure."""
+    return finding(
+        "verification_failed",
+        ERROR,
+        figure,
+        message,
+        CORRUPTED_CAUSE,
+        CORRUPTED_FIX,
+        value=mismatched,
+        reference=0.0,
+    )
 
 
 def read_findings(d: Field) -> tuple[Finding, ...]:

@@ -49,15 +49,16 @@ def read_document(path: Path) -> dict[str, Any]:
     return document
 
 
-def check_schema(d: dict[str, Any], name: str, version: int) -> None:
-    """Refuses a document that is not `name` at `version`: every xferscope document says which
-    schema it follows."""
+def check_schema(d: dict[str, Any], name: str, version: int, oldest: int | None = None) -> None:
+    """Refuses a document that is not `name` at a version from `oldest` (default: `version`) to
+    `version`: every xferscope document says which schema it follows."""
     if d.get("schema") != name:
         raise SchemaError(f"not an {name} document (schema is {d.get('schema')!r})")
-    if d.get("schema_version") != version:
-        raise SchemaError(
-            f"schema version {d.get('schema_version')} is not supported (this reads {version})"
-        )
+    found = d.get("schema_version")
+    versions = range(version if oldest is None else oldest, version + 1)
+    if isinstance(found, bool) or found not in versions:
+        reads = f"{versions[0]} to {version}" if len(versions) > 1 else str(version)
+        raise SchemaError(f"schema version {found} is not supported (this reads {reads})")
 
 
 _KINDS = {

@@ -13,6 +13,7 @@ from .. import __version__
 from ..core import engine, machine, plan, stats
 from ..core.engine import Engine, check_device
 from ..core.errors import AllocationError, EngineError, OptionError
+from ..core.findings import Finding, corrupted, failed
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
 from ..documents.reader import Field
@@ -26,7 +27,7 @@ from .common import (
     _number,
     check_device_memory,
     check_host_memory,
-    with_warnings,
+    with_findings,
 )
 from .cpu import CPU_DIRECTIONS
 
@@ -108,7 +109,7 @@ class RotationResult:
     interrupted: bool
     wall_s: float
     failures: tuple[Failure, ...] = ()
-    warnings: tuple[str, ...] = field(default=())
+    findings: tuple[Finding, ...] = field(default=())
 
     @property
     def measured(self) -> bool:
@@ -325,7 +326,7 @@ def measure_rotation(
         wall_s=engine.clock() - start,
         failures=tuple(failures),
     )
-    return with_warnings(result, _rotation_warnings(result))
+    return with_findings(result, _rotation_findings(result))
 
 
 def _rotation_sample(raw: engine.RotationResult) -> RotationSample:
@@ -338,18 +339,21 @@ def _rotation_sample(raw: engine.RotationResult) -> RotationSample:
     )
 
 
-def _rotation_warnings(result: RotationResult) -> list[str]:
-    warnings = [f"{f.what}: failed: {f.error}" for f in result.failures]
+def _rotation_findings(result: RotationResult) -> list[Finding]:
+    """Codes: failed, verification_failed."""
+    found = [failed(f.what, f.error) for f in result.failures]
     bad = [p for p in result.points if not p.valid]
     if bad:
         first = bad[0]
-        warnings.append(
+        found.append(corrupted(
+            f"{first.direction} {first.buffers} x {format_bytes(first.chunk_bytes)}",
             f"verification FAILED at {len(bad)} of {len(result.points)} points (first "
             f"{first.direction} {first.buffers} x {format_bytes(first.chunk_bytes)}: "
             f"{first.mismatched_chunks} of {first.chunks} chunks arrived wrong); those figures "
-            "are invalid"
-        )
-    return warnings
+            "are invalid",
+            first.mismatched_chunks,
+        ))  # fmt: skip
+    return found
 
 
 def rotation_verdict(result: RotationResult) -> list[str]:

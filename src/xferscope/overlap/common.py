@@ -4,6 +4,7 @@ checks of host and device memory, and small formatting helpers.
 Schema history (each experiment's document has its own name, overlap-cpu, -buffers and -gpu;
 bump SCHEMA_VERSION on any change a reader must know about):
   1  first version: xferscope-overlap-cpu, xferscope-overlap-buffers, xferscope-overlap-gpu.
+  2  "findings" (typed) replace the "warnings" strings; version 1 is still read.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..core import machine
 from ..core.engine import Engine
 from ..core.errors import OptionError
+from ..core.findings import Finding
 from ..core.units import format_bytes
 from ..documents.reader import Field
 from ..sweep.records import check_schema, document_header, header_fields
@@ -22,7 +24,8 @@ from ..sweep.records import check_schema, document_header, header_fields
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+OLDEST_SCHEMA_VERSION = 1  # still read
 # Pinned pages cannot be swapped or moved: a plan that pins more than this share of the
 # machine's memory is refused, whatever --max-pinned says.
 PINNED_SHARE = 0.5
@@ -84,7 +87,7 @@ def _header_fields(d: Field) -> dict[str, Any]:
 
 
 def _check_schema(d: dict[str, Any], name: str) -> None:
-    check_schema(d, name, SCHEMA_VERSION)
+    check_schema(d, name, SCHEMA_VERSION, OLDEST_SCHEMA_VERSION)
 
 
 def _fields(record: Any) -> dict[str, Any]:
@@ -94,5 +97,5 @@ def _fields(record: Any) -> dict[str, Any]:
 R = TypeVar("R", bound="DataclassInstance")
 
 
-def with_warnings(result: R, warnings: list[str]) -> R:
-    return replace(result, warnings=tuple(warnings))  # type: ignore[type-var]
+def with_findings(result: R, findings: list[Finding]) -> R:
+    return replace(result, findings=tuple(findings))  # type: ignore[type-var]

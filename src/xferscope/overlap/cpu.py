@@ -15,6 +15,7 @@ from .. import __version__
 from ..core import cases, engine, machine, plan, stats
 from ..core.engine import Engine, check_device
 from ..core.errors import AllocationError, EngineError, OptionError
+from ..core.findings import INFO, Finding, corrupted, failed, finding
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes, format_seconds
 from ..documents.reader import Field
@@ -29,7 +30,7 @@ from .common import (
     _number,
     check_device_memory,
     check_host_memory,
-    with_warnings,
+    with_findings,
 )
 
 CPU_SCHEMA = "xferscope-overlap-cpu"
@@ -133,7 +134,7 @@ class OverlapCpuResult:
     interrupted: bool
     wall_s: float
     failures: tuple[Failure, ...] = ()
-    warnings: tuple[str, ...] = field(default=())
+    findings: tuple[Finding, ...] = field(default=())
 
     @property
     def measured(self) -> bool:
@@ -321,7 +322,7 @@ def measure_overlap_cpu(
         wall_s=engine.clock() - start,
         failures=tuple(failures),
     )
-    return with_warnings(result, _cpu_warnings(result, skipped))
+    return with_findings(result, _cpu_findings(result, skipped))
 
 
 def _cpu_series(
@@ -373,17 +374,20 @@ def _cpu_series(
     return series, failure, interrupted
 
 
-def _cpu_warnings(result: OverlapCpuResult, skipped: list[str]) -> list[str]:
-    warnings = [f"skipped {note}" for note in skipped]
-    warnings += [f"{f.what}: failed: {f.error}" for f in result.failures]
+def _cpu_findings(result: OverlapCpuResult, skipped: list[str]) -> list[Finding]:
+    """Codes: skipped, failed, verification_failed."""
+    found = [finding("skipped", INFO, note.split(":")[0], f"skipped {note}") for note in skipped]
+    found += [failed(f.what, f.error) for f in result.failures]
     for s in result.series:
         v = s.verification
         if v is not None and not v.ok:
-            warnings.append(
+            found.append(corrupted(
+                f"{result.direction} {s.memory} {result.mechanism}",
                 f"{result.direction} {s.memory}: verification FAILED ({v.mismatched_bytes} wrong "
-                f"bytes, the first at offset {v.first_mismatch}); its figures are invalid"
-            )
-    return warnings
+                f"bytes, the first at offset {v.first_mismatch}); its figures are invalid",
+                v.mismatched_bytes,
+            ))  # fmt: skip
+    return found
 
 
 def cpu_verdict(result: OverlapCpuResult) -> str:

@@ -13,6 +13,7 @@ from .. import __version__
 from ..core import machine
 from ..core.engine import Engine, check_device
 from ..core.errors import AllocationError, EngineError, OptionError
+from ..core.findings import Finding, corrupted, failed
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
 from ..documents.reader import Field
@@ -26,7 +27,7 @@ from .common import (
     _number,
     check_device_memory,
     check_host_memory,
-    with_warnings,
+    with_findings,
 )
 
 GPU_SCHEMA = "xferscope-overlap-gpu"
@@ -85,7 +86,7 @@ class GpuOverlapResult:
     interrupted: bool
     wall_s: float
     failures: tuple[Failure, ...] = ()
-    warnings: tuple[str, ...] = field(default=())
+    findings: tuple[Finding, ...] = field(default=())
 
     @property
     def measured(self) -> bool:
@@ -274,19 +275,21 @@ def measure_overlap_gpu(
         wall_s=engine.clock() - start,
         failures=tuple(failures),
     )
-    return with_warnings(result, _gpu_warnings(result))
+    return with_findings(result, _gpu_findings(result))
 
 
-def _gpu_warnings(result: GpuOverlapResult) -> list[str]:
-    warnings = [f"{f.what}: failed: {f.error}" for f in result.failures]
+def _gpu_findings(result: GpuOverlapResult) -> list[Finding]:
+    """Codes: failed, verification_failed."""
+    found = [failed(f.what, f.error) for f in result.failures]
     bad = [p for p in result.points if not p.verified]
     if bad:
         which = ", ".join(f"work {p.work} K={p.streams}" for p in bad)
-        warnings.append(
+        found.append(corrupted(
+            which,
             f"verification FAILED: the pipelined run's output differs from the sequential run's "
-            f"({which}); those rows are invalid"
-        )
-    return warnings
+            f"({which}); those rows are invalid",
+        ))  # fmt: skip
+    return found
 
 
 def gpu_verdict(result: GpuOverlapResult) -> list[str]:

@@ -36,6 +36,7 @@ from .. import __version__
 from ..core import machine, plan, stats
 from ..core.engine import Engine, check_device
 from ..core.errors import AllocationError, OptionError, XferscopeError
+from ..core.findings import Finding, corrupted
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
 from ..documents.reader import Field
@@ -44,9 +45,11 @@ from ..sweep.records import SchemaError, check_schema, document_header, header_f
 from .staged import StagedPlan
 
 SCHEMA_NAME = "xferscope-pageable"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+OLDEST_SCHEMA_VERSION = 1  # still read
 # Schema history (bump SCHEMA_VERSION on any change a reader must know about):
 #   1  first version: per size, the raw samples of every cost; the staged copier's setup and plan.
+#   2  "findings" (typed) replace the "warnings" strings; version 1 is still read.
 
 STRATEGIES = ("pageable", "pinned", "registered", "staged")
 DEFAULT_SIZES = (1 << 20, 16 << 20, 256 << 20, 1 << 30)
@@ -144,7 +147,7 @@ class PageableResult:
     sends: tuple[int, ...]
     interrupted: bool
     wall_s: float
-    warnings: tuple[str, ...] = field(default=())
+    findings: tuple[Finding, ...] = field(default=())
 
     @property
     def staged_setup_median_s(self) -> float:
@@ -296,7 +299,7 @@ def measure(
     staged_plan: dict[str, Any] | None = None
     setup: list[float] = []
     interrupted = False
-    warnings: list[str] = []
+    found: list[Finding] = []
     try:
         progress.begin("staged copier: setup")
         staged_plan, setup = _staged_setup(engine, device, repeats)
@@ -311,10 +314,11 @@ def measure(
             staged, iterations, verified = _staged_copies(engine, device, size, repeats, seed)
             progress.step(f"{format_bytes(size)}: staged copies measured")
             if not verified:
-                warnings.append(
+                found.append(corrupted(
+                    f"{format_bytes(size)} staged",
                     f"{format_bytes(size)}: the staged copy's destination did not match its "
-                    "source; its times are invalid"
-                )
+                    "source; its times are invalid",
+                ))  # fmt: skip
             results.append(
                 SizeResult(
                     bytes=size,
@@ -346,7 +350,7 @@ def measure(
         sends=tuple(sorted(set(sends))),
         interrupted=interrupted,
         wall_s=engine.clock() - start,
-        warnings=tuple(warnings),
+        findings=tuple(found),
     )
 
 
@@ -407,7 +411,7 @@ def to_dict(result: PageableResult) -> dict[str, Any]:
 
 def from_dict(d: dict[str, Any]) -> PageableResult:
     """A pageable document read back; SchemaError names the field that is wrong."""
-    check_schema(d, SCHEMA_NAME, SCHEMA_VERSION)
+    check_schema(d, SCHEMA_NAME, SCHEMA_VERSION, OLDEST_SCHEMA_VERSION)
     r = Field(d)
     sizes = tuple(
         SizeResult(

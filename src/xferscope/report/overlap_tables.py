@@ -18,7 +18,7 @@ from ..overlap import (
     gpu_verdict,
     rotation_verdict,
 )
-from .style import print_simulated
+from .style import print_findings, print_simulated
 
 
 def print_overlap(result: AnyResult, stdout: Console) -> None:
@@ -35,8 +35,7 @@ def print_overlap(result: AnyResult, stdout: Console) -> None:
         stdout.print(table)
     for line in verdict:
         stdout.print(Text.assemble(("verdict: ", "bold"), line))
-    for warning in result.warnings:
-        stdout.print(Text.assemble(("warning: ", "yellow"), warning))
+    print_findings(result.findings, stdout)
     if result.simulated:
         print_simulated(stdout)
 

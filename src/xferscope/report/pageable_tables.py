@@ -7,7 +7,7 @@ from rich.table import Table
 
 from ..core.units import format_bytes, format_rate, format_seconds
 from ..pageable.measure import STRATEGIES, PageableResult, cheaper_from, crossovers, fastest
-from .style import print_simulated
+from .style import print_findings, print_simulated
 
 
 def _sends(count: int | None) -> str:
@@ -72,5 +72,4 @@ def print_pageable(result: PageableResult, console: Console) -> None:
                     f"  k* = {c.sends:.3g}: {c.after} is cheaper than {c.before} from "
                     f"{_sends(c.from_send)} on"
                 )
-    for warning in result.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
+    print_findings(result.findings, console)

@@ -6,26 +6,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..core.findings import ERROR, INFO, OK, WARNING
 from ..core.units import format_bytes, format_rate, format_seconds
 from ..run.metrics import HEADLINE_CURVES
 from ..run.records import RunResult
-from .style import print_simulated
-
-STYLES = {ERROR: "bold red", WARNING: "yellow", INFO: "cyan", OK: "green"}
-LABELS = {ERROR: "ERROR", WARNING: "warning", INFO: "note", OK: "ok"}
-
-
-def findings_text(result: RunResult) -> list[Text]:
-    lines = []
-    for f in result.findings:
-        line = Text.assemble((f"{LABELS[f.severity]:>7} ", STYLES[f.severity]), f.message)
-        if f.cause:
-            line.append(f"\n        why: {f.cause}", style="dim")
-        if f.fix:
-            line.append(f"\n        fix: {f.fix}", style="dim")
-        lines.append(line)
-    return lines
+from .style import print_findings, print_simulated
 
 
 def headline_table(result: RunResult) -> Table:
@@ -75,5 +59,4 @@ def print_run(result: RunResult, console: Console) -> None:
     if not result.complete:
         console.print("[bold yellow]INCOMPLETE: not every GPU was fully measured[/bold yellow]")
     console.print(headline_table(result))
-    for line in findings_text(result):
-        console.print(line)
+    print_findings(result.findings, console)

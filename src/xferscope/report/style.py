@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
+from rich.text import Text
 
+from ..core.findings import ERROR, INFO, OK, WARNING, Finding
 from ..sweep.records import Curve, CurveConfig
 
 # Every output of the simulated engine says this, in these words.
@@ -18,6 +20,30 @@ SIMULATED = "SIMULATED: these figures come from a link model, not from a GPU"
 
 def print_simulated(console: Console) -> None:
     console.print(f"[bold red]{SIMULATED}[/bold red]")
+
+
+# How each severity of a finding is labelled and coloured in the terminal.
+SEVERITY_STYLES = {ERROR: "bold red", WARNING: "yellow", INFO: "cyan", OK: "green"}
+SEVERITY_LABELS = {ERROR: "ERROR", WARNING: "warning", INFO: "note", OK: "ok"}
+
+
+def findings_text(findings: Sequence[Finding]) -> list[Text]:
+    """Every finding as the terminal shows it: severity, message, then why and the fix."""
+    lines = []
+    for f in findings:
+        label = SEVERITY_LABELS.get(f.severity, f.severity)
+        line = Text.assemble((f"{label:>7} ", SEVERITY_STYLES.get(f.severity, "")), f.message)
+        if f.cause:
+            line.append(f"\n        why: {f.cause}", style="dim")
+        if f.fix:
+            line.append(f"\n        fix: {f.fix}", style="dim")
+        lines.append(line)
+    return lines
+
+
+def print_findings(findings: Sequence[Finding], console: Console) -> None:
+    for line in findings_text(findings):
+        console.print(line)
 
 
 # ---- curves ------------------------------------------------------------------------------------

@@ -7,11 +7,10 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-from rich.text import Text
 
 from ..core.units import format_bytes, format_seconds
 from ..sweep.records import CUT_SHORT, ESTIMATED, Curve, CurveConfig, Point, SweepResult
-from .style import print_simulated
+from .style import print_findings, print_simulated
 
 
 def format_duration(seconds: float) -> str:
@@ -153,7 +152,6 @@ def print_report(result: SweepResult, console: Console) -> None:
     for table in points_tables(result):
         console.print(table)
     console.print(summary_table(result))
-    for warning in result.warnings:
-        console.print(Text.assemble(("warning: ", "yellow"), warning))
+    print_findings(result.findings, console)
     if result.simulated:
         print_simulated(console)

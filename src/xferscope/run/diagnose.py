@@ -9,7 +9,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..core.findings import ERROR, INFO, OK, SEVERITIES, WARNING, Finding
+from ..core.findings import (
+    CORRUPTED_CAUSE,
+    CORRUPTED_FIX,
+    ERROR,
+    INFO,
+    OK,
+    SEVERITIES,
+    WARNING,
+    Finding,
+)
 from ..core.units import format_rate
 from ..sweep.records import Curve
 from .records import (
@@ -235,9 +244,8 @@ def verification_failed(result: RunResult) -> Iterator[Finding]:
                     f"GPU {gpu.index}: {curve.config.label}: data arrived wrong at {len(bad)} of "
                     f"{len(curve.points)} sizes ({v.mismatched_bytes} bytes at "
                     f"{bad[0].bytes} B, first at offset {v.first_mismatch})",
-                    "a failing GPU, memory or link, or a driver fault",
-                    "rerun; if it repeats, check `nvidia-smi -q` for ECC and Xid errors and take "
-                    "the GPU out of service",
+                    CORRUPTED_CAUSE,
+                    CORRUPTED_FIX,
                 )  # fmt: skip
 
 

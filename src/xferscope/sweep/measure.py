@@ -14,6 +14,7 @@ from .. import __version__
 from ..core import machine, plan
 from ..core.engine import Engine, Transfer, check_device
 from ..core.errors import AllocationError, EngineError, OptionError, XferscopeError
+from ..core.findings import INFO, WARNING, Finding, corrupted, failed, finding
 from ..core.progress import QUIET, Progress
 from ..core.stats import relative_noise
 from ..core.units import format_bytes, format_rate
@@ -248,42 +249,52 @@ def check_memory(engine: Engine, options: SweepOptions, configs: list[CurveConfi
         )
 
 
-def _warnings(curves: list[Curve], skipped: list[str], options: SweepOptions) -> list[str]:
-    warnings = [f"skipped {note}" for note in skipped]
+def _findings(curves: list[Curve], skipped: list[str], options: SweepOptions) -> list[Finding]:
+    """What a sweep found. Codes: skipped (a combination the engine cannot measure), failed,
+    verification_failed, blocking_timed_out, noisy, budget."""
+    found = [finding("skipped", INFO, note.split(":")[0], f"skipped {note}") for note in skipped]
     for curve in curves:
         label = curve.config.label
         if curve.status == "failed":
-            warnings.append(f"{label}: failed: {curve.error}")
+            found.append(failed(label, str(curve.error)))
         bad = [p for p in curve.points if p.verification is not None and not p.verification.ok]
         if bad:
             first = bad[0]
             assert first.verification is not None
-            warnings.append(
+            found.append(corrupted(label,
                 f"{label}: verification FAILED at {len(bad)} of {len(curve.points)} sizes "
                 f"(first at {format_bytes(first.bytes)}: {first.verification.mismatched_bytes} "
                 f"wrong bytes, the first at offset {first.verification.first_mismatch}); those "
-                "figures are invalid"
-            )
+                "figures are invalid", first.verification.mismatched_bytes))  # fmt: skip
         if any(p.blocking_timed_out for p in curve.points):
-            warnings.append(
+            found.append(finding(
+                "blocking_timed_out", WARNING, label,
                 f"{label}: the blocking kernel timed out, so the host blocked while queueing "
-                "copies; the device times of those points are suspect"
-            )
+                "copies; the device times of those points are suspect",
+                cause="the stream's queue filled before the copies were released",
+                fix="measure fewer copies per trial (a shorter --target-time)",
+            ))  # fmt: skip
         noisy = [p for p in curve.points if p.stopped_by == STOP_MAX_TRIALS]
         if noisy:
             worst = max(noisy, key=lambda p: p.rel_noise)
-            warnings.append(
+            found.append(finding(
+                "noisy", WARNING, label,
                 f"{label}: {len(noisy)} sizes stayed noisier than {options.noise_bound:.0%} after "
                 f"{options.max_trials} trials (worst {worst.rel_noise:.0%} at "
-                f"{format_bytes(worst.bytes)}); another process may be using the GPU or the CPU"
-            )
+                f"{format_bytes(worst.bytes)})",
+                cause="another process may be using the GPU or the CPU",
+                fix="measure on an idle machine, or raise --max-trials",
+                value=worst.rel_noise, reference=options.noise_bound,
+            ))  # fmt: skip
         limited = [p for p in curve.points if p.status in (CUT_SHORT, ESTIMATED)]
         if limited:
-            warnings.append(
+            found.append(finding(
+                "budget", WARNING, label,
                 f"{label}: {len(limited)} sizes did not fit the {options.budget_s:g} s budget and "
-                "were cut short or estimated (labelled in the results); raise --budget"
-            )
-    return warnings
+                "were cut short or estimated (labelled in the results)",
+                fix="raise --budget",
+            ))  # fmt: skip
+    return found
 
 
 def prepare_sweep(engine: Engine, options: SweepOptions) -> list[CurveConfig]:
@@ -321,5 +332,5 @@ def run_sweep(engine: Engine, options: SweepOptions, progress: Progress = QUIET)
         curves=tuple(curves),
         interrupted=interrupted,
         wall_s=engine.clock() - start,
-        warnings=tuple(_warnings(curves, skipped, options)),
+        findings=tuple(_findings(curves, skipped, options)),
     )

@@ -3,6 +3,8 @@
 Schema history (bump SCHEMA_VERSION on any change a reader must know about):
   1  first version: sweep results with curves of points, raw per-copy samples, verification,
      machine metadata and options.
+  2  "findings" (typed: code, severity, figure, message, cause, fix) replace the "warnings"
+     strings; version 1 documents are still read, their warnings as findings.
 """
 
 from __future__ import annotations
@@ -11,10 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import stats
+from ..core.findings import Finding, read_findings
 from ..documents.reader import Field, SchemaError, check_schema
 
 SCHEMA_NAME = "xferscope-sweep"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+OLDEST_SCHEMA_VERSION = 1  # still read
 
 # Why a point stopped taking trials.
 STOP_NOISE = "noise_bound"  # the spread fell under the bound after the minimum trials
@@ -132,7 +136,7 @@ class SweepResult:
     curves: tuple[Curve, ...]
     interrupted: bool
     wall_s: float
-    warnings: tuple[str, ...] = field(default=())
+    findings: tuple[Finding, ...] = field(default=())
 
 
 # ---- JSON form -------------------------------------------------------------------------------
@@ -255,7 +259,7 @@ def document_header(name: str, version: int, result: Any) -> dict[str, Any]:
         "simulated": result.simulated,
         "interrupted": result.interrupted,
         "wall_s": result.wall_s,
-        "warnings": list(result.warnings),
+        "findings": [f.to_dict() for f in result.findings],
         "machine": result.machine,
         "options": result.options,
     }
@@ -271,7 +275,7 @@ def header_fields(d: Field) -> dict[str, Any]:
         "options": d["options"].object(),
         "interrupted": d["interrupted"].boolean(),
         "wall_s": d["wall_s"].number(),
-        "warnings": d.get("warnings", []).strings(),
+        "findings": read_findings(d),
     }
 
 
@@ -283,7 +287,7 @@ def to_dict(result: SweepResult) -> dict[str, Any]:
 
 def from_dict(d: dict[str, Any]) -> SweepResult:
     """A sweep document read back; SchemaError names the field that is wrong."""
-    check_schema(d, SCHEMA_NAME, SCHEMA_VERSION)
+    check_schema(d, SCHEMA_NAME, SCHEMA_VERSION, OLDEST_SCHEMA_VERSION)
     root = Field(d)
     curves = tuple(curve_from(c) for c in root["curves"].items())
     return SweepResult(curves=curves, **header_fields(root))
