@@ -1,0 +1,99 @@
+"""Golden files for every document a command writes: run (JSON, points and metrics CSV,
+Prometheus textfile), overlap cpu, buffers and gpu (JSON, CSV), pageable (JSON, CSV) and compare
+(JSON); the sweep's are in test_export.py. Each is made by the simulated engine with a fixed
+seed, on the fixed host of conftest.py, with the creation time fixed: any change to a format
+shows here. Set XFERSCOPE_UPDATE_GOLDEN=1 to rewrite them after an intended change."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+from xferscope.core.simulate import SimulatedEngine
+from xferscope.documents.csv import run_metrics_csv, run_points_csv
+from xferscope.documents.prometheus import render_prometheus
+from xferscope.overlap import measure_overlap_cpu, measure_overlap_gpu, measure_rotation
+from xferscope.pageable.measure import dumps_csv, dumps_json
+from xferscope.pageable.measure import measure as measure_pageable
+from xferscope.run.compare import compare, to_dict
+from xferscope.run.investigate import RunOptions, run_investigation
+from xferscope.run.records import run_to_dict
+
+from .test_export import _check_golden
+
+CREATED = "2026-11-22T12:00:00+00:00"
+MIB = 1 << 20
+
+
+def _fixed(result: Any) -> Any:
+    """The result with the fields that depend on the moment it was made fixed."""
+    fields = {"created": CREATED}
+    if hasattr(result, "elapsed_s"):
+        fields["elapsed_s"] = None
+    return dataclasses.replace(result, **fields)
+
+
+def _json(document: dict[str, Any]) -> str:
+    return json.dumps(document, indent=2, allow_nan=False) + "\n"
+
+
+@pytest.fixture(scope="module")
+def quick_run():
+    return _fixed(run_investigation(SimulatedEngine(seed=11), RunOptions(devices=(0,), quick=True)))
+
+
+def test_run_documents_match_golden(quick_run):
+    _check_golden("run.json", _json(run_to_dict(quick_run)))
+    _check_golden("run-points.csv", run_points_csv(quick_run))
+    _check_golden("run-metrics.csv", run_metrics_csv(quick_run))
+    _check_golden("run.prom", render_prometheus(quick_run))
+
+
+def test_compare_document_matches_golden(quick_run):
+    other = _fixed(
+        run_investigation(SimulatedEngine(seed=12), RunOptions(devices=(0,), quick=True))
+    )
+    _check_golden("compare.json", _json(to_dict(compare(quick_run, other))))
+
+
+@pytest.mark.parametrize(
+    ("name", "make"),
+    [
+        (
+            "overlap-cpu",
+            lambda e: measure_overlap_cpu(
+                e, 0, "d2h", ("pinned", "pageable"), "async", 64 * MIB, (0.0, 1e-3), 2
+            ),
+        ),
+        ("overlap-buffers", lambda e: measure_rotation(e, 0, ("d2h", "h2d"), (1, 2), (MIB,), 8, 2)),
+        ("overlap-gpu", lambda e: measure_overlap_gpu(e, 0, 64 * MIB, (1, 2), 2, (1,))),
+    ],
+)
+def test_overlap_documents_match_golden(name, make):
+    result = _fixed(make(SimulatedEngine(seed=11)))
+    _check_golden(f"{name}.json", _json(result.to_dict()))
+    _check_golden(f"{name}.csv", result.to_csv())
+
+
+def test_pageable_documents_match_golden():
+    result = _fixed(measure_pageable(SimulatedEngine(seed=11), (MIB, 16 * MIB), (1, 10), 0, 2))
+    _check_golden("pageable.json", dumps_json(result))
+    _check_golden("pageable.csv", dumps_csv(result))
+
+
+def test_the_golden_documents_read_back():
+    """Every golden JSON is what its reader expects, at the current schema version."""
+    from xferscope.cli.common import KINDS  # every document kind, registered by the CLI
+    from xferscope.documents.reader import read_document
+
+    from .test_export import GOLDEN
+
+    names = ["run", "sweep", "overlap-cpu", "overlap-buffers", "overlap-gpu", "pageable"]
+    for name in names:
+        document = read_document(GOLDEN / f"{name}.json")
+        kind = KINDS[document["schema"]]
+        assert kind.name == name
+        assert kind.load(document) is not None
