@@ -15,6 +15,7 @@ from tests.unit.test_cli import ENGINE, assert_one_line_error, run
 from xferscope import cli
 from xferscope.core.errors import AllocationError
 from xferscope.core.simulate import SimulatedEngine
+from xferscope.documents.reader import SchemaError
 from xferscope.pageable import measure as pageable
 from xferscope.pageable.measure import (
     Crossover,
@@ -178,7 +179,7 @@ def test_record_is_immutable_and_round_trips_through_json(result):
 )
 def test_other_schemas_are_refused(result, change, message):
     doc = {**pageable.to_dict(result), **change}
-    with pytest.raises(pageable.SchemaError, match=message):
+    with pytest.raises(SchemaError, match=message):
         pageable.from_dict(doc)
 
 

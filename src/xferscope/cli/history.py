@@ -81,10 +81,9 @@ def history_command(history_path: str | None, limit: int, as_json: bool) -> None
 def load_result(ref: str, history: Path) -> tuple[DocumentKind, Any, str]:
     """What `xferscope report` draws: a run id from the history, or any result's JSON file. Its
     kind, the result, and a name for its directory."""
-    from ..documents.reader import read_document
+    from ..documents.reader import SchemaError, read_document
     from ..run.compare import RunLoadError
     from ..run.history import History
-    from ..sweep.records import SchemaError
 
     text_ref = ref.strip()
     if text_ref.isdigit():

@@ -18,8 +18,8 @@ from ..core.engine import Engine
 from ..core.errors import OptionError
 from ..core.findings import Finding
 from ..core.units import format_bytes
-from ..documents.reader import Field
-from ..sweep.records import check_schema, document_header, header_fields
+from ..documents.envelope import document_header, header_fields
+from ..documents.reader import Field, check_schema
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -98,4 +98,4 @@ R = TypeVar("R", bound="DataclassInstance")
 
 
 def with_findings(result: R, findings: list[Finding]) -> R:
-    return replace(result, findings=tuple(findings))  # type: ignore[type-var]
+    return replace(result, findings=tuple(findings))

@@ -39,9 +39,9 @@ from ..core.errors import AllocationError, OptionError, XferscopeError
 from ..core.findings import Finding, corrupted
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
-from ..documents.reader import Field
+from ..documents.envelope import document_header, header_fields
+from ..documents.reader import Field, check_schema
 from ..run.records import PINNING_KEYS
-from ..sweep.records import SchemaError, check_schema, document_header, header_fields  # noqa: F401  (SchemaError: part of this module's API)
 from .staged import StagedPlan
 
 SCHEMA_NAME = "xferscope-pageable"

@@ -20,9 +20,8 @@ from rich.text import Text
 
 from ..core.errors import XferscopeError
 from ..core.units import format_rate, format_seconds
-from ..documents.reader import DocumentError, read_document
+from ..documents.reader import DocumentError, SchemaError, read_document
 from ..sweep.records import SCHEMA_NAME as SWEEP_SCHEMA_NAME
-from ..sweep.records import SchemaError
 from .history import History
 from .metrics import Metric, run_metrics
 from .records import RunResult, run_from_dict

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..core.errors import XferscopeError
 from ..core.findings import ERROR, WARNING
-from ..sweep.records import SchemaError
+from ..documents.reader import SchemaError
 from .records import RunResult, run_from_dict, run_to_dict
 
 SCHEMA_VERSION = 1

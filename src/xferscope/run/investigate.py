@@ -13,6 +13,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from .. import __version__
 from ..core import cases, machine, plan
@@ -194,7 +195,7 @@ def concurrent(
     engine: Engine,
     kind: str,
     label: str,
-    specs: list[tuple],
+    specs: list[tuple[Any, ...]],
     size: int,
     plan_: RunPlan,
     mechanism: str = "async",

@@ -15,8 +15,8 @@ from typing import Any
 
 from ..core import stats
 from ..core.findings import Finding
-from ..documents.reader import Field
-from ..sweep.records import Curve, check_schema, curve_from, curve_to_dict
+from ..documents.reader import Field, check_schema
+from ..sweep.records import Curve, curve_from, curve_to_dict
 
 RUN_SCHEMA_NAME = "xferscope-run"
 RUN_SCHEMA_VERSION = 1

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import stats
-from ..core.findings import Finding, read_findings
+from ..core.findings import Finding
+from ..documents.envelope import document_header, header_fields
 from ..documents.reader import Field, SchemaError, check_schema
 
 SCHEMA_NAME = "xferscope-sweep"
@@ -247,36 +248,6 @@ def curve_from(c: Field) -> Curve:
         requested_target_s=c.get("requested_target_s", 0.0).number(),
         wall_s=c.get("wall_s", 0.0).number(),
     )
-
-
-def document_header(name: str, version: int, result: Any) -> dict[str, Any]:
-    """The fields every xferscope result document opens with (sweep, overlap, pageable)."""
-    return {
-        "schema": name,
-        "schema_version": version,
-        "tool_version": result.tool_version,
-        "created": result.created,
-        "simulated": result.simulated,
-        "interrupted": result.interrupted,
-        "wall_s": result.wall_s,
-        "findings": [f.to_dict() for f in result.findings],
-        "machine": result.machine,
-        "options": result.options,
-    }
-
-
-def header_fields(d: Field) -> dict[str, Any]:
-    """document_header read back, as keyword arguments of a result record."""
-    return {
-        "tool_version": d["tool_version"].string(),
-        "created": d["created"].string(),
-        "simulated": d["simulated"].boolean(),
-        "machine": d["machine"].object(),
-        "options": d["options"].object(),
-        "interrupted": d["interrupted"].boolean(),
-        "wall_s": d["wall_s"].number(),
-        "findings": read_findings(d),
-    }
 
 
 def to_dict(result: SweepResult) -> dict[str, Any]:

@@ -1,0 +1,40 @@
+"""The envelope every result document opens with (sweep, overlap, pageable): schema name and
+version, tool version, creation time, whether it is simulated or interrupted, its wall time,
+its findings, the machine and the options."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.findings import read_findings
+from .reader import Field
+
+
+def document_header(name: str, version: int, result: Any) -> dict[str, Any]:
+    """The fields every xferscope result document opens with (sweep, overlap, pageable)."""
+    return {
+        "schema": name,
+        "schema_version": version,
+        "tool_version": result.tool_version,
+        "created": result.created,
+        "simulated": result.simulated,
+        "interrupted": result.interrupted,
+        "wall_s": result.wall_s,
+        "findings": [f.to_dict() for f in result.findings],
+        "machine": result.machine,
+        "options": result.options,
+    }
+
+
+def header_fields(d: Field) -> dict[str, Any]:
+    """document_header read back, as keyword arguments of a result record."""
+    return {
+        "tool_version": d["tool_version"].string(),
+        "created": d["created"].string(),
+        "simulated": d["simulated"].boolean(),
+        "machine": d["machine"].object(),
+        "options": d["options"].object(),
+        "interrupted": d["interrupted"].boolean(),
+        "wall_s": d["wall_s"].number(),
+        "findings": read_findings(d),
+    }
