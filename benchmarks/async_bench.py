@@ -31,9 +31,16 @@ MIB = 1 << 20
 def api_bandwidth(engine: NativeEngine, direction: str, memory: str, mechanism: str) -> float:
     """Bytes per second of 1 GiB copies at API time, through the product's sweep path, the
     staged copy and the driver measured alike."""
-    options = SweepOptions(directions=(direction,), memories=(memory,), mechanisms=(mechanism,),
-                           timings=("api",), sizes=(GiB,), target_s=0.25, trials=7,
-                           budget_s=None)  # fmt: skip
+    options = SweepOptions(
+        directions=(direction,),
+        memories=(memory,),
+        mechanisms=(mechanism,),
+        timings=("api",),
+        sizes=(GiB,),
+        target_s=0.25,
+        trials=7,
+        budget_s=None,
+    )
     (curve,) = run_sweep(engine, options).curves
     (point,) = curve.points
     assert point.verification is not None and point.verification.ok, curve.config.label
@@ -67,13 +74,34 @@ def main() -> None:
     pinned_d2h = api_bandwidth(engine, "d2h", "pinned", "memcpy")
     staged_d2h = api_bandwidth(engine, "d2h", "pageable", "staged")
     comparisons = [
-        comparison("staged_pageable_h2d_1GiB_vs_driver", staged_h2d / 1e9, driver / 1e9,
-                   "cudaMemcpy from pageable memory", "GB/s", True, 4.0),
-        comparison("staged_pageable_h2d_1GiB_vs_pinned", staged_h2d / 1e9, pinned_h2d / 1e9,
-                   "cudaMemcpy from pinned memory", "GB/s", True, 0.80),
-        comparison("staged_pageable_d2h_1GiB_vs_pinned", staged_d2h / 1e9, pinned_d2h / 1e9,
-                   "cudaMemcpy to pinned memory", "GB/s", True, 0.80),
-    ]  # fmt: skip
+        comparison(
+            "staged_pageable_h2d_1GiB_vs_driver",
+            staged_h2d / 1e9,
+            driver / 1e9,
+            "cudaMemcpy from pageable memory",
+            "GB/s",
+            True,
+            4.0,
+        ),
+        comparison(
+            "staged_pageable_h2d_1GiB_vs_pinned",
+            staged_h2d / 1e9,
+            pinned_h2d / 1e9,
+            "cudaMemcpy from pinned memory",
+            "GB/s",
+            True,
+            0.80,
+        ),
+        comparison(
+            "staged_pageable_d2h_1GiB_vs_pinned",
+            staged_d2h / 1e9,
+            pinned_d2h / 1e9,
+            "cudaMemcpy to pinned memory",
+            "GB/s",
+            True,
+            0.80,
+        ),
+    ]
     gpu = engine.overlap_gpu(0, GiB, 4, 16, 1)
     stages = (gpu.h2d_s, gpu.kernel_s, gpu.d2h_s)
     speedup, bound = gpu.sequential_s / gpu.pipelined_s, sum(stages) / max(stages)
@@ -85,13 +113,22 @@ def main() -> None:
         "overlap_gpu_bound_k4": round(bound, 3),
         "overlap_gpu_fraction_of_bound_k4": round(speedup / bound, 3),
         "driver_pageable_d2h_1GiB_gbps": round(
-            api_bandwidth(engine, "d2h", "pageable", "memcpy") / 1e9, 2),
-    }  # fmt: skip
+            api_bandwidth(engine, "d2h", "pageable", "memcpy") / 1e9, 2
+        ),
+    }
     copier = engine.staged_copier(0)
     plan = StagedPlan.of(copier.plan).to_dict()
     copier.close()
-    write_record("async", args.commit, meta, torch.cuda.device_count(), comparisons, figures,
-                 Path(args.out), staged_plan=plan)  # fmt: skip
+    write_record(
+        "async",
+        args.commit,
+        meta,
+        torch.cuda.device_count(),
+        comparisons,
+        figures,
+        Path(args.out),
+        staged_plan=plan,
+    )
 
 
 if __name__ == "__main__":

@@ -287,8 +287,15 @@ def main() -> None:
         best = max(p["summary"]["bandwidth_gbps"] for p in curve["points"])
         figures[f"sweep_default_{curve['label'].replace(' ', '_')}_best_gbps"] = round(best, 3)
 
-    write_record("foundation", args.commit, meta, torch.cuda.device_count(), comparisons,
-                 figures, Path(args.out))  # fmt: skip
+    write_record(
+        "foundation",
+        args.commit,
+        meta,
+        torch.cuda.device_count(),
+        comparisons,
+        figures,
+        Path(args.out),
+    )
 
 
 if __name__ == "__main__":

@@ -31,8 +31,11 @@ def timed_run(args: list[str], keep: Path | None) -> tuple[float, dict]:
     with tempfile.TemporaryDirectory() as tmp:
         out = keep or Path(tmp)
         begin = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "xferscope", "run", "--no-history", "-o", str(out),
-                        *args], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "xferscope", "run", "--no-history", "-o", str(out), *args],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         wall = time.perf_counter() - begin
         newest = max(out.glob("run-*"), key=lambda p: p.stat().st_mtime)
         return wall, json.loads((newest / "run.json").read_text())
@@ -43,8 +46,11 @@ def headline(doc: dict, direction: str, memory: str) -> tuple[float, int]:
     for curve in doc["gpus"][0]["curves"]:
         c = curve["config"]
         if (c["direction"], c["memory"], c["mechanism"], c["timing"]) == (
-            direction, memory, "async", "device"
-        ):  # fmt: skip
+            direction,
+            memory,
+            "async",
+            "device",
+        ):
             point = max(curve["points"], key=lambda p: p["bytes"])
             return point["summary"]["bandwidth_gbps"], point["bytes"]
     raise LookupError(f"no {direction} {memory} curve")
@@ -81,8 +87,10 @@ def main() -> None:
     default_wall, doc = timed_run([], args.keep)
     gpus = len(doc["gpus"])
     suffix = "" if gpus == 1 else f"_{gpus}gpus"
-    figures = {f"run_default_wall_s{suffix}": round(default_wall, 2),
-               f"run_quick_wall_s{suffix}": round(quick_wall, 2)}  # fmt: skip
+    figures = {
+        f"run_default_wall_s{suffix}": round(default_wall, 2),
+        f"run_quick_wall_s{suffix}": round(quick_wall, 2),
+    }
     comparisons = []
     for direction, memory, name in (
         ("h2d", "pinned", "h2d_pinned"),
@@ -91,16 +99,32 @@ def main() -> None:
     ):
         ours, size = headline(doc, direction, memory)
         peer = size / torch_copy_seconds(direction, size) / 1e9
-        comparisons.append(comparison(f"run_{name}_{size // GiB}GiB_vs_torch", ours, peer,
-                                      "torch copy_ (events)", "GB/s", True, 0.98))  # fmt: skip
+        comparisons.append(
+            comparison(
+                f"run_{name}_{size // GiB}GiB_vs_torch",
+                ours,
+                peer,
+                "torch copy_ (events)",
+                "GB/s",
+                True,
+                0.98,
+            )
+        )
     if gpus >= 2:
         p2p = next(c for c in doc["multi"] if c["label"] == "0-1/async/peer/one_way")
         stream = p2p["streams"][0]
         peer = stream["bytes"] / torch_p2p_seconds(stream["bytes"]) / 1e9
         comparisons.append(
-            comparison("p2p_write_ce_vs_torch", stream["bandwidth_gbps"], peer,
-                       "torch copy_ cuda:0 -> cuda:1", "GB/s", True, 0.98)
-        )  # fmt: skip
+            comparison(
+                "p2p_write_ce_vs_torch",
+                stream["bandwidth_gbps"],
+                peer,
+                "torch copy_ cuda:0 -> cuda:1",
+                "GB/s",
+                True,
+                0.98,
+            )
+        )
         for c in doc["multi"]:
             if c["status"] == "complete" and c["label"].startswith(("0-1/", "all_gpus/")):
                 key = "p2p_" if c["kind"] == "p2p" else ""
@@ -108,8 +132,16 @@ def main() -> None:
                     c["total_bandwidth_gbps"], 2
                 )
     findings = [f"{f['severity']}: {f['message']}" for f in doc["findings"]]
-    write_record("run", args.commit, doc["machine"], gpus, comparisons, figures, Path(args.out),
-                 findings=findings)  # fmt: skip
+    write_record(
+        "run",
+        args.commit,
+        doc["machine"],
+        gpus,
+        comparisons,
+        figures,
+        Path(args.out),
+        findings=findings,
+    )
 
 
 if __name__ == "__main__":

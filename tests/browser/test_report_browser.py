@@ -23,10 +23,13 @@ RENDER_TIMEOUT_S = 20.0
 
 def _browser_binary() -> str | None:
     return next(
-        (path for name in ("chromium", "chromium-browser", "google-chrome")
-         if (path := shutil.which(name))),
+        (
+            path
+            for name in ("chromium", "chromium-browser", "google-chrome")
+            if (path := shutil.which(name))
+        ),
         None,
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture
@@ -34,8 +37,9 @@ def driver():
     webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
     browser, chromedriver = _browser_binary(), shutil.which("chromedriver")
     if browser is None or chromedriver is None:
-        pytest.skip("chromium or chromedriver is not installed (apt-get install chromium "
-                    "chromium-driver)")  # fmt: skip
+        pytest.skip(
+            "chromium or chromedriver is not installed (apt-get install chromium chromium-driver)"
+        )
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()

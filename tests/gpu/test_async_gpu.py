@@ -87,8 +87,7 @@ def test_gpu_pipeline_verifies_and_overlaps(native_engine):
     one = native_engine.overlap_gpu(0, 256 * MIB, 1, 4, 1)
     four = native_engine.overlap_gpu(0, 256 * MIB, 4, 16, 1)
     assert one.verified and four.verified
-    bound = (four.h2d_s + four.kernel_s + four.d2h_s) / max(
-        four.h2d_s, four.kernel_s, four.d2h_s)  # fmt: skip
+    bound = (four.h2d_s + four.kernel_s + four.d2h_s) / max(four.h2d_s, four.kernel_s, four.d2h_s)
     speedup = four.sequential_s / four.pipelined_s
     assert 1.4 < speedup <= bound * 1.02, (speedup, bound)
     assert one.sequential_s / one.pipelined_s < 1.1  # one stream cannot overlap

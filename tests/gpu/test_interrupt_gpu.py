@@ -13,8 +13,18 @@ from ..unit.test_interrupts import check_run, check_signalled, check_sweep, inte
 pytestmark = pytest.mark.gpu
 
 # Pageable memcpy, pinned async and the staged copier (its host threads), both directions.
-SWEEP = ["sweep", "--quick", "-d", "h2d,d2h", "-m", "pageable", "--mechanism", "memcpy,staged",
-         "--sizes", "4KiB,1MiB,64MiB,256MiB"]  # fmt: skip
+SWEEP = [
+    "sweep",
+    "--quick",
+    "-d",
+    "h2d,d2h",
+    "-m",
+    "pageable",
+    "--mechanism",
+    "memcpy,staged",
+    "--sizes",
+    "4KiB,1MiB,64MiB,256MiB",
+]
 
 
 def test_sigint_during_a_native_sweep(tmp_path, native_engine):

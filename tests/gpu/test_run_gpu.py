@@ -83,9 +83,11 @@ def test_peer_to_peer_verifies_and_stays_under_nvlink(two_gpus, mechanism, acces
 def test_run_quick_on_gpu(native_engine, tmp_path):
     begin = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "xferscope", "run", "--quick", "--no-history", "-o",
-         str(tmp_path)], capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [sys.executable, "-m", "xferscope", "run", "--quick", "--no-history", "-o", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     wall = time.perf_counter() - begin
     assert proc.returncode == 0, proc.stderr[-3000:]
     (directory,) = tmp_path.glob("run-*")

@@ -118,14 +118,20 @@ def _headline_warning(one, two):
 def _pageable_quiet(one, two):
     for direction in ("h2d", "d2h"):
         pinned = one.gpus[0].curve(direction, "pinned", "memcpy", "api")
-        one = map_curve(one, (direction, "pageable", "memcpy", "api"),
-                        lambda c, p=pinned: replace(c, points=p.points))  # fmt: skip
+        one = map_curve(
+            one,
+            (direction, "pageable", "memcpy", "api"),
+            lambda c, p=pinned: replace(c, points=p.points),
+        )
     return one
 
 
 def _downtrained(one, two):
-    return map_curve(with_gpu(one, pcie_generation=4, pcie_peak_bps=pcie_peak(4, 16)),
-                     H2D_PINNED, slow_largest(0.45))  # fmt: skip
+    return map_curve(
+        with_gpu(one, pcie_generation=4, pcie_peak_bps=pcie_peak(4, 16)),
+        H2D_PINNED,
+        slow_largest(0.45),
+    )
 
 
 def _numa_far(one, two):
@@ -133,8 +139,9 @@ def _numa_far(one, two):
 
 
 def _corrupt(one, two):
-    return _normalised(run_investigation(SimulatedEngine(corrupt=True),
-                                         RunOptions(devices=(0,), quick=True)))  # fmt: skip
+    return _normalised(
+        run_investigation(SimulatedEngine(corrupt=True), RunOptions(devices=(0,), quick=True))
+    )
 
 
 def _noisy(one, two):
@@ -142,8 +149,9 @@ def _noisy(one, two):
     curves = list(gpu.curves)
     for i in (0, 5, 9):
         curve = curves[i]
-        curves[i] = replace(curve, points=(replace(curve.points[0], stopped_by="max_trials"),
-                                           *curve.points[1:]))  # fmt: skip
+        curves[i] = replace(
+            curve, points=(replace(curve.points[0], stopped_by="max_trials"), *curve.points[1:])
+        )
     return with_section(one, curves=tuple(curves))
 
 
@@ -153,13 +161,15 @@ def _asymmetric(one, two):
 
 def _collapsed(one, two):
     streams = (_stream("h2d", "h2d", 28.9e9, 55e9), _stream("d2h", "d2h", 28.9e9, 55e9))
-    return with_section(one, concurrent=(
-        Concurrent("bidirectional", "bidirectional", "async", None, streams),))  # fmt: skip
+    return with_section(
+        one, concurrent=(Concurrent("bidirectional", "bidirectional", "async", None, streams),)
+    )
 
 
 def _gpu_failed(one, two):
-    return run_investigation(SimulatedEngine(devices=2, failing_devices=(1,)),
-                             RunOptions(devices=(0, 1), quick=True))  # fmt: skip
+    return run_investigation(
+        SimulatedEngine(devices=2, failing_devices=(1,)), RunOptions(devices=(0, 1), quick=True)
+    )
 
 
 def _overlapping_pageable(one, two):
@@ -214,22 +224,28 @@ def test_rule_fires_or_stays_quiet(name, case, one, two):
     else:
         assert code in [f.code for f in found]
     # The rule's findings reach diagnose() too.
-    assert {(f.code, f.figure) for f in found} <= {(f.code, f.figure) for f in
-                                                   diagnose.diagnose(result)}  # fmt: skip
+    assert {(f.code, f.figure) for f in found} <= {
+        (f.code, f.figure) for f in diagnose.diagnose(result)
+    }
 
 
 # ---- headline verdicts -------------------------------------------------------------------------
 
 
 def _pcie_verdicts(result):
-    return [f for f in findings(diagnose.headline_verdicts, result, "verdict")
-            if "/h2d/" in f.figure or "/d2h/" in f.figure]  # fmt: skip
+    return [
+        f
+        for f in findings(diagnose.headline_verdicts, result, "verdict")
+        if "/h2d/" in f.figure or "/d2h/" in f.figure
+    ]
 
 
 def test_headline_is_ok_at_88_percent_of_the_link(one):
     verdicts = _pcie_verdicts(one)
-    assert [f.figure for f in verdicts] == ["gpu0/h2d/pinned/async/device/bandwidth",
-                                            "gpu0/d2h/pinned/async/device/bandwidth"]  # fmt: skip
+    assert [f.figure for f in verdicts] == [
+        "gpu0/h2d/pinned/async/device/bandwidth",
+        "gpu0/d2h/pinned/async/device/bandwidth",
+    ]
     for f in verdicts:
         assert f.severity == OK
         assert f.reference == pytest.approx(GEN5_X16)
@@ -245,8 +261,9 @@ def test_headline_is_a_warning_well_below_the_link(one):
     assert all(f.cause and f.fix for f in verdicts)
 
 
-@pytest.mark.parametrize(("share", "severity"), [(0.55, WARNING), (0.62, INFO), (0.78, INFO),
-                                                  (0.82, OK)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("share", "severity"), [(0.55, WARNING), (0.62, INFO), (0.78, INFO), (0.82, OK)]
+)
 def test_headline_severity_at_the_edges(one, share, severity):
     link = bandwidth(one, H2D_PINNED) / share
     (h2d, _) = _pcie_verdicts(with_gpu(one, pcie_peak_bps=link))
@@ -270,8 +287,9 @@ def test_headline_rates_device_to_device_against_memory(one):
 
 
 def test_headline_skips_invalid_and_unmeasured_gpus(two):
-    failed = with_section(two, 1, status="failed", error="CUDA error: x", curves=(),
-                          concurrent=(), pinning=None)  # fmt: skip
+    failed = with_section(
+        two, 1, status="failed", error="CUDA error: x", curves=(), concurrent=(), pinning=None
+    )
     assert {f.gpu for f in diagnose.headline_verdicts(failed)} == {0}
 
 
@@ -280,8 +298,10 @@ def test_headline_skips_invalid_and_unmeasured_gpus(two):
 
 def test_pageable_slow_fires_on_the_model_for_both_directions(one):
     found = findings(diagnose.pageable_slow, one)
-    assert [f.figure for f in found] == ["gpu0/h2d/pageable/memcpy/api/bandwidth",
-                                         "gpu0/d2h/pageable/memcpy/api/bandwidth"]  # fmt: skip
+    assert [f.figure for f in found] == [
+        "gpu0/h2d/pageable/memcpy/api/bandwidth",
+        "gpu0/d2h/pageable/memcpy/api/bandwidth",
+    ]
     for f in found:
         assert f.severity == WARNING and f.value < f.reference / 1.5
         assert "cudaMallocHost" in f.fix
@@ -361,8 +381,9 @@ def test_one_wrong_point_fails_verification_of_its_curve(one):
     def corrupt(curve):
         point = curve.points[3]
         wrong = replace(point.verification, ok=False, mismatched_bytes=7, first_mismatch=12)
-        return replace(curve, points=(*curve.points[:3], replace(point, verification=wrong),
-                                      *curve.points[4:]))  # fmt: skip
+        return replace(
+            curve, points=(*curve.points[:3], replace(point, verification=wrong), *curve.points[4:])
+        )
 
     (f,) = findings(diagnose.verification_failed, map_curve(one, D2H_PINNED, corrupt))
     assert f.severity == ERROR and f.gpu == 0
@@ -389,9 +410,10 @@ def test_two_noisy_points_are_not(one):
     gpu = one.gpus[0]
     curves = list(gpu.curves)
     for i in (0, 5):
-        curves[i] = replace(curves[i], points=(replace(curves[i].points[0],
-                                                       stopped_by="max_trials"),
-                                               *curves[i].points[1:]))  # fmt: skip
+        curves[i] = replace(
+            curves[i],
+            points=(replace(curves[i].points[0], stopped_by="max_trials"), *curves[i].points[1:]),
+        )
     assert findings(diagnose.noisy_or_throttled, with_section(one, curves=tuple(curves))) == []
 
 
@@ -483,9 +505,14 @@ def test_failed_gpu_is_an_error():
 
 
 def test_interrupted_run_is_incomplete(two):
-    result = replace(two, interrupted=True, gpus=(
-        replace(two.gpus[0], status="interrupted"),
-        GpuSection(1, "not_run", None, (), (), None)))  # fmt: skip
+    result = replace(
+        two,
+        interrupted=True,
+        gpus=(
+            replace(two.gpus[0], status="interrupted"),
+            GpuSection(1, "not_run", None, (), (), None),
+        ),
+    )
     (f,) = findings(diagnose.failures, result)
     assert f.code == "incomplete" and f.severity == WARNING and f.gpu is None
     assert "GPU 0, 1 not fully measured" in f.message
@@ -508,8 +535,14 @@ def test_complete_run_has_no_failure_findings(one, two):
 @pytest.fixture(scope="module")
 def everything(one, two) -> RunResult:
     """A run on which every rule fires, with every severity."""
-    result = with_gpu(two, 0, pcie_generation=4, pcie_peak_bps=pcie_peak(4, 16),
-                      clock_event_reasons=0x40, cpu_affinity="32-63")  # fmt: skip
+    result = with_gpu(
+        two,
+        0,
+        pcie_generation=4,
+        pcie_peak_bps=pcie_peak(4, 16),
+        clock_event_reasons=0x40,
+        cpu_affinity="32-63",
+    )
     result = with_gpu(result, 1, pcie_peak_bps=bandwidth(two, H2D_PINNED, 1) / 0.7)
     result = with_host(result, process_cpus="0-31")
     result = map_curve(result, D2H_PINNED, slow_largest(0.5))
@@ -517,13 +550,16 @@ def everything(one, two) -> RunResult:
     gpu0 = result.gpus[0]
     curves = list(gpu0.curves)
     for i in (0, 1, 2):
-        curves[i] = replace(curves[i], points=tuple(replace(p, stopped_by="max_trials")
-                                                    for p in curves[i].points))  # fmt: skip
+        curves[i] = replace(
+            curves[i], points=tuple(replace(p, stopped_by="max_trials") for p in curves[i].points)
+        )
     wrong = replace(curves[4].points[0].verification, ok=False)
-    curves[4] = replace(curves[4], points=(replace(curves[4].points[0], verification=wrong),
-                                           *curves[4].points[1:]))  # fmt: skip
-    result = with_section(result, 0, curves=tuple(curves),
-                          concurrent=_collapsed(one, two).gpus[0].concurrent)  # fmt: skip
+    curves[4] = replace(
+        curves[4], points=(replace(curves[4].points[0], verification=wrong), *curves[4].points[1:])
+    )
+    result = with_section(
+        result, 0, curves=tuple(curves), concurrent=_collapsed(one, two).gpus[0].concurrent
+    )
     failed = replace(result.multi[0], streams=(), status="failed", error="out of memory")
     return replace(
         result,
@@ -549,7 +585,8 @@ def test_diagnose_sorts_the_gravest_first(everything):
     unsorted = [f for rule in RULES for f in rule(everything)]
     for severity in SEVERITIES:
         assert [f for f in found if f.severity == severity] == [
-            f for f in unsorted if f.severity == severity]  # fmt: skip
+            f for f in unsorted if f.severity == severity
+        ]
 
 
 def test_diagnose_is_what_the_run_records():

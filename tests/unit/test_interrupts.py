@@ -30,8 +30,16 @@ PACE = {"run": "0.12", "sweep": "0.8"}
 EXIT_WITHIN_S = 2.0
 SIGNALS = {"run": 20, "sweep": 12}
 QUICK_SIZES = 8  # `run --quick` measures 8 sizes a curve
-SWEEP_ARGS = ["--simulate", "--quick", "-d", "h2d,d2h", "-m", "pageable,pinned",
-              "--sizes", "1,4KiB,1MiB,64MiB"]  # fmt: skip
+SWEEP_ARGS = [
+    "--simulate",
+    "--quick",
+    "-d",
+    "h2d,d2h",
+    "-m",
+    "pageable,pinned",
+    "--sizes",
+    "1,4KiB,1MiB,64MiB",
+]
 
 
 @dataclass
@@ -144,8 +152,12 @@ def test_sigint_at_random_moments_exits_130_quickly_and_loses_nothing(tmp_path, 
     # How long the command lives here once its directory exists: the moments are spread over
     # that (this machine's speed), two commands at a time, as they will be below.
     with ThreadPoolExecutor(max_workers=2) as pool:
-        undisturbed = list(pool.map(lambda b: interrupt_once(command, b, None),
-                                    [tmp_path / "whole0", tmp_path / "whole1"]))  # fmt: skip
+        undisturbed = list(
+            pool.map(
+                lambda b: interrupt_once(command, b, None),
+                [tmp_path / "whole0", tmp_path / "whole1"],
+            )
+        )
     assert all(o.code == 0 for o in undisturbed), [o.stderr for o in undisturbed]
     lifetime = min(o.lifetime_s for o in undisturbed)
     rng = random.Random(f"xferscope-{command}")  # the same share of the life on every machine

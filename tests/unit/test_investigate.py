@@ -117,8 +117,10 @@ def test_gpu_curves_cover_every_host_kind_direction_and_mechanism():
             assert (direction, memory, "async", "device") in keys
         assert (direction, "pageable", "staged", "api") in keys
         assert (direction, "pinned", "kernel", "device") in keys
-    assert {("d2d", "device", m, t) for m, t in
-            (("memcpy", "api"), ("async", "device"), ("kernel", "device"))} <= keys  # fmt: skip
+    assert {
+        ("d2d", "device", m, t)
+        for m, t in (("memcpy", "api"), ("async", "device"), ("kernel", "device"))
+    } <= keys
     assert not any(c.memory == "pageable" and c.mechanism == "kernel" for c in configs)
 
 
@@ -204,7 +206,11 @@ def test_two_gpus_all_gpus_host_has_one_stream_per_gpu_and_direction(two_gpus):
         assert {s.direction for s in streams} == {name}
     streams = multi["all_gpus/both"].streams
     assert sorted((s.device, s.direction) for s in streams) == [
-        (0, "d2h"), (0, "h2d"), (1, "d2h"), (1, "h2d")]  # fmt: skip
+        (0, "d2h"),
+        (0, "h2d"),
+        (1, "d2h"),
+        (1, "h2d"),
+    ]
 
 
 def test_two_gpus_peer_access_is_far_faster_than_through_the_host(two_gpus):
@@ -306,8 +312,9 @@ def calls_per_gpu() -> int:
 
 @pytest.mark.parametrize("where", ["first call", "gpu0 early", "gpu0 later", "gpu1"])
 def test_interruption_keeps_what_was_measured(where, calls_per_gpu):
-    after = {"first call": 0, "gpu0 early": 50, "gpu0 later": 400,
-             "gpu1": calls_per_gpu + 400}[where]  # fmt: skip
+    after = {"first call": 0, "gpu0 early": 50, "gpu0 later": 400, "gpu1": calls_per_gpu + 400}[
+        where
+    ]
     result = run_investigation(SimulatedEngine(devices=2, interrupt_after=after), quick(2))
     assert result.interrupted and not result.complete
     interrupted = 1 if where == "gpu1" else 0

@@ -24,10 +24,12 @@ from .test_cli import assert_one_line_error, run
 SWEEP = ["sweep", "--simulate", "--quick", "--sizes", "1,1MiB", "-d", "h2d", "-m", "pinned"]
 COMMANDS = {
     "sweep": (SWEEP, "sweep"),
-    "overlap-cpu": (["overlap", "cpu", "--simulate", "--size", "1MiB", "--trials", "1",
-                     "--work", "0,1ms"], "overlap-cpu"),
+    "overlap-cpu": (
+        ["overlap", "cpu", "--simulate", "--size", "1MiB", "--trials", "1", "--work", "0,1ms"],
+        "overlap-cpu",
+    ),
     "pageable": (["pageable", "--simulate", "--sizes", "1MiB", "--sends", "1,10"], "pageable"),
-}  # fmt: skip
+}
 
 
 @pytest.fixture(autouse=True)
@@ -197,7 +199,10 @@ def test_a_json_that_cannot_be_written_is_saved_elsewhere_and_costs_nothing_else
     assert json.loads(rescued.read_text())["schema"] == "xferscope-sweep"
     (directory,) = (tmp_path / "out").iterdir()
     assert {p.name for p in directory.iterdir()} == {
-        "sweep.csv", "sweep-bandwidth.png", "sweep-latency.png"}  # fmt: skip
+        "sweep.csv",
+        "sweep-bandwidth.png",
+        "sweep-latency.png",
+    }
 
 
 def test_a_run_whose_files_cannot_be_written_is_still_in_the_history(
@@ -228,7 +233,10 @@ def test_a_plot_that_cannot_be_drawn_is_named_and_the_rest_is_written(
     (directory,) = tmp_path.iterdir()
     assert f"Error: cannot write {directory / 'sweep-latency.png'}" in err
     assert {p.name for p in directory.iterdir()} == {
-        "sweep.json", "sweep.csv", "sweep-bandwidth.png"}  # fmt: skip
+        "sweep.json",
+        "sweep.csv",
+        "sweep-bandwidth.png",
+    }
 
 
 # ---- the mechanism -----------------------------------------------------------------------------
@@ -279,8 +287,9 @@ def test_report_draws_any_result_again(capsys, tmp_path, command):
     code, first, err = run(capsys, *args, "-o", str(tmp_path / "a"))
     assert code == 0, err
     (directory,) = (tmp_path / "a").iterdir()
-    code, again, err = run(capsys, "report", str(directory / f"{name}.json"),
-                           "-o", str(tmp_path / "b"))  # fmt: skip
+    code, again, err = run(
+        capsys, "report", str(directory / f"{name}.json"), "-o", str(tmp_path / "b")
+    )
     assert code == 0, err
     (redrawn,) = (tmp_path / "b").iterdir()
     assert redrawn.name == directory.name

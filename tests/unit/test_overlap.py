@@ -291,8 +291,19 @@ def test_interrupted_and_failed_results_round_trip():
 # ---- CLI ---------------------------------------------------------------------------------------
 
 CPU = ["overlap", "cpu", "--simulate", "--size", "16MiB", "--trials", "2"]
-BUFFERS = ["overlap", "buffers", "--simulate", "--buffers", "1,2", "--chunk-sizes", "1MiB",
-           "--chunks", "16", "--trials", "1"]  # fmt: skip
+BUFFERS = [
+    "overlap",
+    "buffers",
+    "--simulate",
+    "--buffers",
+    "1,2",
+    "--chunk-sizes",
+    "1MiB",
+    "--chunks",
+    "16",
+    "--trials",
+    "1",
+]
 GPU = ["overlap", "gpu", "--simulate", "--size", "64MiB", "--streams", "1,2,4"]
 
 
@@ -320,8 +331,16 @@ def test_each_mode_writes_every_output_and_says_simulated(capsys, tmp_path, args
 def test_cpu_table_has_seed_000_columns(capsys, tmp_path):
     code, out, err = run(capsys, *CPU, "--work", "0,1ms,2ms", "-m", "pinned", "-o", str(tmp_path))
     assert code == 0, err
-    for column in ("issue (ms)", "work (ms)", "wait (ms)", "total (ms)", "bytes", "rate (GB/s)",
-                   "efficiency", "ideal"):  # fmt: skip
+    for column in (
+        "issue (ms)",
+        "work (ms)",
+        "wait (ms)",
+        "total (ms)",
+        "bytes",
+        "rate (GB/s)",
+        "efficiency",
+        "ideal",
+    ):
         assert column in out
     doc = json.loads(next(tmp_path.glob("*/*.json")).read_text())
     works = [p["requested_work_s"] for p in doc["series"][0]["points"]]

@@ -337,6 +337,15 @@ def test_failed_verification_is_a_warning_and_an_exit_code(capsys, tmp_path, mon
 def test_help_lists_every_option(capsys):
     code, out, _ = run(capsys, "pageable", "--help")
     assert code == 0
-    for option in ("--sizes", "--sends", "--device", "--repeats", "--simulate", "--out", "--json",
-                   "--csv", "--plot"):  # fmt: skip
+    for option in (
+        "--sizes",
+        "--sends",
+        "--device",
+        "--repeats",
+        "--simulate",
+        "--out",
+        "--json",
+        "--csv",
+        "--plot",
+    ):
         assert option in out

@@ -92,11 +92,31 @@ def test_headline_metrics_with_labels():
         assert set(labels) == {"gpu", "uuid", "direction", "memory", "mechanism", "timing"}
         assert labels["uuid"] == uuid
     expected = run_metrics(run)["gpu1/h2d/pinned/async/device/bandwidth"].value
-    assert _value(families, "xferscope_bandwidth_bytes_per_second", gpu="1", direction="h2d",
-                  memory="pinned", mechanism="async", timing="device") == expected  # fmt: skip
+    assert (
+        _value(
+            families,
+            "xferscope_bandwidth_bytes_per_second",
+            gpu="1",
+            direction="h2d",
+            memory="pinned",
+            mechanism="async",
+            timing="device",
+        )
+        == expected
+    )
     expected = run_metrics(run)["gpu0/d2h/pageable/memcpy/api/latency"].value
-    assert _value(families, "xferscope_latency_seconds", gpu="0", direction="d2h",
-                  memory="pageable", mechanism="memcpy", timing="api") == expected  # fmt: skip
+    assert (
+        _value(
+            families,
+            "xferscope_latency_seconds",
+            gpu="0",
+            direction="d2h",
+            memory="pageable",
+            mechanism="memcpy",
+            timing="api",
+        )
+        == expected
+    )
     # Only headline figures: no api-timed pinned curve.
     assert not any(ls["memory"] == "pinned" and ls["timing"] == "api" for ls, _ in bandwidth)
 

@@ -62,10 +62,18 @@ def test_append_list_get_round_trip(db):
     newest = summaries[0]
     assert isinstance(newest, RunSummary)
     assert newest == RunSummary(
-        id=id2, created=second.created, hostname="simulated", gpus="Simulated H200-like GPU",
-        driver=None, mode="default", simulated=False, complete=True, wall_s=12.5,
-        findings_warning=1, findings_error=1,
-    )  # fmt: skip
+        id=id2,
+        created=second.created,
+        hostname="simulated",
+        gpus="Simulated H200-like GPU",
+        driver=None,
+        mode="default",
+        simulated=False,
+        complete=True,
+        wall_s=12.5,
+        findings_warning=1,
+        findings_error=1,
+    )
     assert summaries[1].gpus == "Simulated H200-like GPU,Simulated H200-like GPU"
     assert not summaries[1].complete and summaries[1].simulated
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -89,9 +97,19 @@ def test_schema_is_versioned_and_created_once(db):
     columns = [row[1] for row in conn.execute("PRAGMA table_info(runs)")]
     conn.close()
     assert columns == [
-        "id", "created", "hostname", "gpus", "driver", "mode", "simulated", "complete", "wall_s",
-        "findings_warning", "findings_error", "document",
-    ]  # fmt: skip
+        "id",
+        "created",
+        "hostname",
+        "gpus",
+        "driver",
+        "mode",
+        "simulated",
+        "complete",
+        "wall_s",
+        "findings_warning",
+        "findings_error",
+        "document",
+    ]
     with History(db) as history:  # reopening neither recreates nor empties it
         assert len(history.list()) == 2
 
@@ -233,8 +251,9 @@ def test_unserialisable_run_is_a_clear_error(db):
 def test_damaged_document_is_a_clear_error(db):
     ids = _two_runs(db)
     conn = sqlite3.connect(db)
-    conn.execute("UPDATE runs SET document = '{\"schema\": \"xferscope-run\"' WHERE id = ?",
-                 (ids[1],))  # fmt: skip
+    conn.execute(
+        'UPDATE runs SET document = \'{"schema": "xferscope-run"\' WHERE id = ?', (ids[1],)
+    )
     conn.commit()
     conn.close()
     with History(db) as history, pytest.raises(HistoryError, match=f"run {ids[1]} in .* damaged"):

@@ -108,8 +108,14 @@ def resolve_devices(
 
 def progress_bar() -> Progress:
     """The progress bar every long command shows on stderr; it disappears when done."""
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=stderr, transient=True)  # fmt: skip
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=stderr,
+        transient=True,
+    )
 
 
 class Bar:
@@ -213,9 +219,13 @@ def register(schema: str, kind: DocumentKind) -> None:
 
 
 def _history_option(function: Any) -> Any:
-    return click.option("--history", "history_path", default=None,
-                        help="SQLite run history [default: $XFERSCOPE_HISTORY or "
-                        "~/.local/share/xferscope/history.sqlite3].")(function)  # fmt: skip
+    return click.option(
+        "--history",
+        "history_path",
+        default=None,
+        help="SQLite run history [default: $XFERSCOPE_HISTORY or "
+        "~/.local/share/xferscope/history.sqlite3].",
+    )(function)
 
 
 def _history_file(history_path: str | None) -> Path:

@@ -67,14 +67,23 @@ def history_command(history_path: str | None, limit: int, as_json: bool) -> None
         "warnings",
         "errors",
     ):
-        table.add_column(name, justify="right" if name in ("run", "wall", "warnings",
-                                                            "errors") else "left")  # fmt: skip
+        table.add_column(
+            name, justify="right" if name in ("run", "wall", "warnings", "errors") else "left"
+        )
     for r in runs:
         wall = format_duration(r.wall_s) + (" modelled" if r.simulated else "")
-        table.add_row(str(r.id), r.created, r.hostname or "", r.gpus, r.driver or "",
-                      r.mode + (" (simulated)" if r.simulated else ""),
-                      "yes" if r.complete else "[yellow]no[/yellow]", wall,
-                      str(r.findings_warning), str(r.findings_error))  # fmt: skip
+        table.add_row(
+            str(r.id),
+            r.created,
+            r.hostname or "",
+            r.gpus,
+            r.driver or "",
+            r.mode + (" (simulated)" if r.simulated else ""),
+            "yes" if r.complete else "[yellow]no[/yellow]",
+            wall,
+            str(r.findings_warning),
+            str(r.findings_error),
+        )
     stdout.print(table)
 
 

@@ -220,20 +220,41 @@ def overlap() -> None:
 
 
 @overlap.command("cpu", short_help="CPU work under one asynchronous copy (seed 000, Table 1).")
-@click.option("-d", "--direction", default="d2h", show_default=True,
-              help="h2d or d2h (d2h is seed 000's asynchronous readback).")  # fmt: skip
-@click.option("-m", "--memory", default="pinned,pageable", show_default=True,
-              help=f"Host memory kinds, comma-separated, one series each: "
-              f"{', '.join(HOST_MEMORY)}.")  # fmt: skip
-@click.option("--mechanism", default="async", show_default=True,
-              help="async (cudaMemcpyAsync), kernel (SM copy kernel), memcpy (synchronous "
-              "cudaMemcpy), staged (pageable memory through xferscope's pinned pool).")  # fmt: skip
+@click.option(
+    "-d",
+    "--direction",
+    default="d2h",
+    show_default=True,
+    help="h2d or d2h (d2h is seed 000's asynchronous readback).",
+)
+@click.option(
+    "-m",
+    "--memory",
+    default="pinned,pageable",
+    show_default=True,
+    help=f"Host memory kinds, comma-separated, one series each: {', '.join(HOST_MEMORY)}.",
+)
+@click.option(
+    "--mechanism",
+    default="async",
+    show_default=True,
+    help="async (cudaMemcpyAsync), kernel (SM copy kernel), memcpy (synchronous "
+    "cudaMemcpy), staged (pageable memory through xferscope's pinned pool).",
+)
 @click.option("--size", default="256MiB", show_default=True, help="Bytes per copy.")
-@click.option("--work", default=None,
-              help="CPU work per copy, comma-separated times (0,1ms,2ms) [default: T0 x 0, 1/8, "
-              "1/4, 1/2, 3/4, 1, 5/4, 3/2, 2, where T0 is the copy alone].")  # fmt: skip
-@click.option("--trials", default=5, show_default=True, type=int,
-              help="Trials per work value; the row is the trial of median total.")  # fmt: skip
+@click.option(
+    "--work",
+    default=None,
+    help="CPU work per copy, comma-separated times (0,1ms,2ms) [default: T0 x 0, 1/8, "
+    "1/4, 1/2, 3/4, 1, 5/4, 3/2, 2, where T0 is the copy alone].",
+)
+@click.option(
+    "--trials",
+    default=5,
+    show_default=True,
+    type=int,
+    help="Trials per work value; the row is the trial of median total.",
+)
 @_common("cpu")
 def cpu_command(**kw: Any) -> None:
     """Issue a copy asynchronously, run W of calibrated CPU work, then wait (seed 000's
@@ -275,20 +296,40 @@ def cpu_command(**kw: Any) -> None:
 
 
 @overlap.command("buffers", short_help="A stream of chunks through N rotating pinned buffers.")
-@click.option("-d", "--direction", default="d2h,h2d", show_default=True,
-              help="d2h (readback: the CPU checksums each chunk), h2d (upload: the CPU writes "
-              "each chunk), or both.")  # fmt: skip
-@click.option("--buffers", default="1,2,3,4,6,8", show_default=True,
-              help="Numbers of pinned buffers in rotation (N), comma-separated.")  # fmt: skip
-@click.option("--chunk-sizes", default="1MiB,4MiB,16MiB", show_default=True,
-              help="Bytes per chunk (and per buffer), comma-separated.")  # fmt: skip
-@click.option("--chunks", default=64, show_default=True, type=int,
-              help="Chunks in the stream.")  # fmt: skip
-@click.option("--trials", default=3, show_default=True, type=int,
-              help="Streams per point; the row is the one of median total.")  # fmt: skip
-@click.option("--max-pinned", default=None,
-              help="Refuse a plan that pins more than this (buffers x chunk size) [default: "
-              "half of the machine's memory, which is also the most allowed].")  # fmt: skip
+@click.option(
+    "-d",
+    "--direction",
+    default="d2h,h2d",
+    show_default=True,
+    help="d2h (readback: the CPU checksums each chunk), h2d (upload: the CPU writes "
+    "each chunk), or both.",
+)
+@click.option(
+    "--buffers",
+    default="1,2,3,4,6,8",
+    show_default=True,
+    help="Numbers of pinned buffers in rotation (N), comma-separated.",
+)
+@click.option(
+    "--chunk-sizes",
+    default="1MiB,4MiB,16MiB",
+    show_default=True,
+    help="Bytes per chunk (and per buffer), comma-separated.",
+)
+@click.option("--chunks", default=64, show_default=True, type=int, help="Chunks in the stream.")
+@click.option(
+    "--trials",
+    default=3,
+    show_default=True,
+    type=int,
+    help="Streams per point; the row is the one of median total.",
+)
+@click.option(
+    "--max-pinned",
+    default=None,
+    help="Refuse a plan that pins more than this (buffers x chunk size) [default: "
+    "half of the machine's memory, which is also the most allowed].",
+)
 @_common("buffers")
 def buffers_command(**kw: Any) -> None:
     """A stream of chunks through N pinned buffers used in rotation while the CPU consumes
@@ -324,16 +365,32 @@ def buffers_command(**kw: Any) -> None:
 
 
 @overlap.command("gpu", short_help="H2D, a kernel and D2H pipelined over K streams.")
-@click.option("--size", default="1GiB", show_default=True,
-              help="Bytes of the array of floats (a multiple of 4).")  # fmt: skip
-@click.option("--streams", default="1,2,3,4,5,6,7,8", show_default=True,
-              help="Stream counts K, comma-separated.")  # fmt: skip
-@click.option("--chunks-per-stream", default=DEFAULT_CHUNKS_PER_STREAM, show_default=True,
-              type=int,
-              help="Chunks per stream: the array goes in K x this many pieces.")  # fmt: skip
-@click.option("--work", default="1", show_default=True,
-              help="Kernel FMAs per element, comma-separated: small is transfer-bound, large "
-              "(thousands) compute-bound.")  # fmt: skip
+@click.option(
+    "--size",
+    default="1GiB",
+    show_default=True,
+    help="Bytes of the array of floats (a multiple of 4).",
+)
+@click.option(
+    "--streams",
+    default="1,2,3,4,5,6,7,8",
+    show_default=True,
+    help="Stream counts K, comma-separated.",
+)
+@click.option(
+    "--chunks-per-stream",
+    default=DEFAULT_CHUNKS_PER_STREAM,
+    show_default=True,
+    type=int,
+    help="Chunks per stream: the array goes in K x this many pieces.",
+)
+@click.option(
+    "--work",
+    default="1",
+    show_default=True,
+    help="Kernel FMAs per element, comma-separated: small is transfer-bound, large "
+    "(thousands) compute-bound.",
+)
 @_common("gpu")
 def gpu_command(**kw: Any) -> None:
     """H2D, a kernel and D2H over one large array: sequential on one stream against split into

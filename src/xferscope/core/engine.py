@@ -123,8 +123,15 @@ class StagedPlan(Protocol):
     def explanation(self) -> str: ...
 
 
-RESULT_CLASSES = ("TrialTiming", "Verification", "OverlapSample", "RotationResult",
-                  "GpuOverlapResult", "PinningCosts", "StagedPlan")  # fmt: skip
+RESULT_CLASSES = (
+    "TrialTiming",
+    "Verification",
+    "OverlapSample",
+    "RotationResult",
+    "GpuOverlapResult",
+    "PinningCosts",
+    "StagedPlan",
+)
 
 
 class Transfer(Protocol):

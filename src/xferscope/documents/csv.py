@@ -103,11 +103,19 @@ def run_metrics_csv(result: RunResult) -> str:
     """Every named figure of a run: one row each, SI units."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(("simulated", "metric", "value", "unit", "higher_is_better", "rel_noise",
-                     "headline"))  # fmt: skip
+    writer.writerow(
+        ("simulated", "metric", "value", "unit", "higher_is_better", "rel_noise", "headline")
+    )
     for m in run_metrics(result).values():
         writer.writerow(
-            (int(result.simulated), m.name, _number(m.value), m.unit, int(m.higher_is_better),
-             _number(m.rel_noise), int(m.headline))
-        )  # fmt: skip
+            (
+                int(result.simulated),
+                m.name,
+                _number(m.value),
+                m.unit,
+                int(m.higher_is_better),
+                _number(m.rel_noise),
+                int(m.headline),
+            )
+        )
     return out.getvalue()

@@ -128,9 +128,11 @@ def render_prometheus(result: RunResult) -> str:
     if result.gpus:
         lines += _family(
             "gpu_complete",
-            [({"gpu": str(g.index), "uuid": uuids.get(g.index, "")}, g.status == "complete")
-             for g in result.gpus],
-        )  # fmt: skip
+            [
+                ({"gpu": str(g.index), "uuid": uuids.get(g.index, "")}, g.status == "complete")
+                for g in result.gpus
+            ],
+        )
     lines += _family("run_complete", [({}, result.complete)])
     lines += _family("run_simulated", [({}, result.simulated)])
     lines += _family("run_wall_seconds", [({}, float(result.wall_s))])

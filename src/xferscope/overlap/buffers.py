@@ -179,10 +179,27 @@ class RotationResult:
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(
-            ("simulated", "device", "direction", "buffers", "chunk_bytes", "chunks",
-             "pinned_bytes", "trials", "total_s", "copy_s", "consume_s", "wait_s", "ideal_s",
-             "efficiency", "rate_gbps", "rel_noise", "mismatched_chunks", "valid")
-        )  # fmt: skip
+            (
+                "simulated",
+                "device",
+                "direction",
+                "buffers",
+                "chunk_bytes",
+                "chunks",
+                "pinned_bytes",
+                "trials",
+                "total_s",
+                "copy_s",
+                "consume_s",
+                "wait_s",
+                "ideal_s",
+                "efficiency",
+                "rate_gbps",
+                "rel_noise",
+                "mismatched_chunks",
+                "valid",
+            )
+        )
         for p in self.points:
             s = p.typical
             writer.writerow(
@@ -345,14 +362,16 @@ def _rotation_findings(result: RotationResult) -> list[Finding]:
     bad = [p for p in result.points if not p.valid]
     if bad:
         first = bad[0]
-        found.append(corrupted(
-            f"{first.direction} {first.buffers} x {format_bytes(first.chunk_bytes)}",
-            f"verification FAILED at {len(bad)} of {len(result.points)} points (first "
-            f"{first.direction} {first.buffers} x {format_bytes(first.chunk_bytes)}: "
-            f"{first.mismatched_chunks} of {first.chunks} chunks arrived wrong); those figures "
-            "are invalid",
-            first.mismatched_chunks,
-        ))  # fmt: skip
+        found.append(
+            corrupted(
+                f"{first.direction} {first.buffers} x {format_bytes(first.chunk_bytes)}",
+                f"verification FAILED at {len(bad)} of {len(result.points)} points (first "
+                f"{first.direction} {first.buffers} x {format_bytes(first.chunk_bytes)}: "
+                f"{first.mismatched_chunks} of {first.chunks} chunks arrived wrong); those figures "
+                "are invalid",
+                first.mismatched_chunks,
+            )
+        )
     return found
 
 

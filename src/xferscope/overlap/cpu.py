@@ -175,20 +175,50 @@ class OverlapCpuResult:
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(
-            ("simulated", "device", "direction", "memory", "mechanism", "bytes",
-             "requested_work_s", "trials", "issue_s", "work_s", "wait_s", "total_s",
-             "rate_gbps", "efficiency", "ideal_efficiency", "rel_noise", "verified")
-        )  # fmt: skip
+            (
+                "simulated",
+                "device",
+                "direction",
+                "memory",
+                "mechanism",
+                "bytes",
+                "requested_work_s",
+                "trials",
+                "issue_s",
+                "work_s",
+                "wait_s",
+                "total_s",
+                "rate_gbps",
+                "efficiency",
+                "ideal_efficiency",
+                "rel_noise",
+                "verified",
+            )
+        )
         for s in self.series:
             verified = _verified(s.verification)
             for p in s.points:
                 writer.writerow(
-                    (int(self.simulated), self.device, self.direction, s.memory, self.mechanism,
-                     self.bytes, _number(p.requested_work_s), len(p.samples), _number(p.issue_s),
-                     _number(p.work_s), _number(p.wait_s), _number(p.total_s),
-                     _number(self.rate(p) / 1e9), _number(s.efficiency(p)), _number(s.ideal(p)),
-                     _number(p.rel_noise), verified)
-                )  # fmt: skip
+                    (
+                        int(self.simulated),
+                        self.device,
+                        self.direction,
+                        s.memory,
+                        self.mechanism,
+                        self.bytes,
+                        _number(p.requested_work_s),
+                        len(p.samples),
+                        _number(p.issue_s),
+                        _number(p.work_s),
+                        _number(p.wait_s),
+                        _number(p.total_s),
+                        _number(self.rate(p) / 1e9),
+                        _number(s.efficiency(p)),
+                        _number(s.ideal(p)),
+                        _number(p.rel_noise),
+                        verified,
+                    )
+                )
         return out.getvalue()
 
 
@@ -381,12 +411,15 @@ def _cpu_findings(result: OverlapCpuResult, skipped: list[str]) -> list[Finding]
     for s in result.series:
         v = s.verification
         if v is not None and not v.ok:
-            found.append(corrupted(
-                f"{result.direction} {s.memory} {result.mechanism}",
-                f"{result.direction} {s.memory}: verification FAILED ({v.mismatched_bytes} wrong "
-                f"bytes, the first at offset {v.first_mismatch}); its figures are invalid",
-                v.mismatched_bytes,
-            ))  # fmt: skip
+            found.append(
+                corrupted(
+                    f"{result.direction} {s.memory} {result.mechanism}",
+                    f"{result.direction} {s.memory}: verification FAILED "
+                    f"({v.mismatched_bytes} wrong bytes, the first at offset "
+                    f"{v.first_mismatch}); its figures are invalid",
+                    v.mismatched_bytes,
+                )
+            )
     return found
 
 

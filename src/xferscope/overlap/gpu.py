@@ -147,10 +147,25 @@ class GpuOverlapResult:
         out = io.StringIO()
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow(
-            ("simulated", "device", "bytes", "work", "streams", "chunks", "h2d_s", "kernel_s",
-             "d2h_s", "sequential_s", "pipelined_s", "speedup", "bound", "fraction",
-             "limiting_stage", "verified")
-        )  # fmt: skip
+            (
+                "simulated",
+                "device",
+                "bytes",
+                "work",
+                "streams",
+                "chunks",
+                "h2d_s",
+                "kernel_s",
+                "d2h_s",
+                "sequential_s",
+                "pipelined_s",
+                "speedup",
+                "bound",
+                "fraction",
+                "limiting_stage",
+                "verified",
+            )
+        )
         for p in self.points:
             writer.writerow(
                 (
@@ -284,11 +299,13 @@ def _gpu_findings(result: GpuOverlapResult) -> list[Finding]:
     bad = [p for p in result.points if not p.verified]
     if bad:
         which = ", ".join(f"work {p.work} K={p.streams}" for p in bad)
-        found.append(corrupted(
-            which,
-            f"verification FAILED: the pipelined run's output differs from the sequential run's "
-            f"({which}); those rows are invalid",
-        ))  # fmt: skip
+        found.append(
+            corrupted(
+                which,
+                "verification FAILED: the pipelined run's output differs from the sequential "
+                f"run's ({which}); those rows are invalid",
+            )
+        )
     return found
 
 

@@ -314,11 +314,13 @@ def measure(
             staged, iterations, verified = _staged_copies(engine, device, size, repeats, seed)
             progress.step(f"{format_bytes(size)}: staged copies measured")
             if not verified:
-                found.append(corrupted(
-                    f"{format_bytes(size)} staged",
-                    f"{format_bytes(size)}: the staged copy's destination did not match its "
-                    "source; its times are invalid",
-                ))  # fmt: skip
+                found.append(
+                    corrupted(
+                        f"{format_bytes(size)} staged",
+                        f"{format_bytes(size)}: the staged copy's destination did not match its "
+                        "source; its times are invalid",
+                    )
+                )
             results.append(
                 SizeResult(
                     bytes=size,

@@ -65,23 +65,51 @@ def _cpu_plot(result: OverlapCpuResult, path: Path) -> None:
         t0 = s.t0_s or 0.0
         works = [p.work_s * 1e3 for p in s.points]
         marker = "o" if s.valid else "x"
-        left.plot(works, [p.total_s * 1e3 for p in s.points], marker=marker, color=color,
-                  label=f"{s.memory}" + ("" if s.valid else " (verification FAILED)"))  # fmt: skip
+        left.plot(
+            works,
+            [p.total_s * 1e3 for p in s.points],
+            marker=marker,
+            color=color,
+            label=f"{s.memory}" + ("" if s.valid else " (verification FAILED)"),
+        )
         reach = max(works)
         grid = sorted({0.0, t0 * 1e3, reach})
-        left.plot(grid, [max(t0 * 1e3, w) for w in grid], linestyle="--", color=color,
-                  linewidth=1, label=f"{s.memory} ideal max(T0, W)")  # fmt: skip
-        left.plot([0, reach], [t0 * 1e3, t0 * 1e3 + reach], linestyle=":", color=color,
-                  linewidth=1, label=f"{s.memory} no overlap T0 + W")  # fmt: skip
+        left.plot(
+            grid,
+            [max(t0 * 1e3, w) for w in grid],
+            linestyle="--",
+            color=color,
+            linewidth=1,
+            label=f"{s.memory} ideal max(T0, W)",
+        )
+        left.plot(
+            [0, reach],
+            [t0 * 1e3, t0 * 1e3 + reach],
+            linestyle=":",
+            color=color,
+            linewidth=1,
+            label=f"{s.memory} no overlap T0 + W",
+        )
         hidden = [
             (p.work_s * 1e3, efficiency, ideal)
             for p in s.points[1:]
             if (efficiency := s.efficiency(p)) is not None and (ideal := s.ideal(p)) is not None
         ]
-        right.plot([h[0] for h in hidden], [h[1] for h in hidden], marker=marker, color=color,
-                   label=s.memory)  # fmt: skip
-        right.plot([h[0] for h in hidden], [h[2] for h in hidden], linestyle="--", color=color,
-                   linewidth=1, label=f"{s.memory} ideal min(1, T0 / W)")  # fmt: skip
+        right.plot(
+            [h[0] for h in hidden],
+            [h[1] for h in hidden],
+            marker=marker,
+            color=color,
+            label=s.memory,
+        )
+        right.plot(
+            [h[0] for h in hidden],
+            [h[2] for h in hidden],
+            linestyle="--",
+            color=color,
+            linewidth=1,
+            label=f"{s.memory} ideal min(1, T0 / W)",
+        )
     left.set_xlabel("CPU work W (ms)")
     left.set_ylabel(f"total time per copy of {format_bytes(result.bytes)} (ms)")
     left.set_ylim(bottom=0)
@@ -100,8 +128,9 @@ def _buffers_plot(result: RotationResult, path: Path) -> None:
     """Efficiency against the number of buffers, one line per chunk size,
     one panel per direction."""
     directions = list(dict.fromkeys(p.direction for p in result.points))
-    fig, axes = plt.subplots(1, len(directions), figsize=(6.5 * len(directions), 5.5), dpi=110,
-                             squeeze=False)  # fmt: skip
+    fig, axes = plt.subplots(
+        1, len(directions), figsize=(6.5 * len(directions), 5.5), dpi=110, squeeze=False
+    )
     chunk_sizes = sorted({p.chunk_bytes for p in result.points})
     colors = dict(zip(chunk_sizes, _colors(len(chunk_sizes)), strict=True))
     for ax, direction in zip(axes[0], directions, strict=True):
@@ -112,14 +141,21 @@ def _buffers_plot(result: RotationResult, path: Path) -> None:
             )
             if not points:
                 continue
-            ax.plot([p.buffers for p in points], [p.efficiency for p in points], marker="o",
-                    color=colors[chunk], label=f"{format_bytes(chunk)} chunks")  # fmt: skip
+            ax.plot(
+                [p.buffers for p in points],
+                [p.efficiency for p in points],
+                marker="o",
+                color=colors[chunk],
+                label=f"{format_bytes(chunk)} chunks",
+            )
             for p in points:
                 if not p.valid:
                     ax.plot([p.buffers], [p.efficiency], marker="x", color="red", markersize=10)
         ax.axhline(1.0, color="grey", linestyle="--", linewidth=1)
-        ax.set_title("readback (D2H), CPU checksums" if direction == "d2h"
-                     else "upload (H2D), CPU writes", fontsize=10)  # fmt: skip
+        ax.set_title(
+            "readback (D2H), CPU checksums" if direction == "d2h" else "upload (H2D), CPU writes",
+            fontsize=10,
+        )
         ax.set_xlabel("pinned buffers in rotation (N)")
         ax.set_ylabel("efficiency (ideal time / total)")
         ax.set_xticks(sorted({p.buffers for p in result.points}))
@@ -139,8 +175,13 @@ def _gpu_plot(result: GpuOverlapResult, path: Path) -> None:
         points = sorted((p for p in result.points if p.work == work), key=lambda p: p.streams)
         streams = [p.streams for p in points]
         ax.plot(streams, [p.speedup for p in points], marker="o", label="achieved speedup")
-        ax.plot(streams, [p.bound for p in points], linestyle="--", color="grey",
-                label="bound: stage sum / largest stage")  # fmt: skip
+        ax.plot(
+            streams,
+            [p.bound for p in points],
+            linestyle="--",
+            color="grey",
+            label="bound: stage sum / largest stage",
+        )
         for p in points:
             if not p.valid:
                 ax.plot([p.streams], [p.speedup], marker="x", color="red", markersize=10)

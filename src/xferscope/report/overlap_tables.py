@@ -65,9 +65,19 @@ def cpu_tables(result: OverlapCpuResult) -> list[Table]:
             title += f" ({escape(s.status)})"
         table = _table(
             title,
-            ["W asked (ms)", "issue (ms)", "work (ms)", "wait (ms)", "total (ms)", "bytes",
-             "rate (GB/s)", "efficiency", "ideal", "noise"],
-        )  # fmt: skip
+            [
+                "W asked (ms)",
+                "issue (ms)",
+                "work (ms)",
+                "wait (ms)",
+                "total (ms)",
+                "bytes",
+                "rate (GB/s)",
+                "efficiency",
+                "ideal",
+                "noise",
+            ],
+        )
         for p in s.points:
             efficiency, ideal = s.efficiency(p), s.ideal(p)
             table.add_row(
@@ -97,9 +107,21 @@ def buffers_tables(result: RotationResult) -> list[Table]:
         what = "readback: the CPU checksums" if direction == "d2h" else "upload: the CPU writes"
         table = _table(
             f"{direction} ({what}) {result.chunks} chunks through N pinned buffers",
-            ["chunk", "N", "pinned", "total (ms)", "copy/chunk (ms)", "CPU/chunk (ms)",
-             "wait (ms)", "ideal (ms)", "efficiency", "rate (GB/s)", "noise", "verified"],
-        )  # fmt: skip
+            [
+                "chunk",
+                "N",
+                "pinned",
+                "total (ms)",
+                "copy/chunk (ms)",
+                "CPU/chunk (ms)",
+                "wait (ms)",
+                "ideal (ms)",
+                "efficiency",
+                "rate (GB/s)",
+                "noise",
+                "verified",
+            ],
+        )
         for p in (p for p in result.points if p.direction == direction):
             s = p.typical
             table.add_row(
@@ -127,9 +149,20 @@ def gpu_tables(result: GpuOverlapResult) -> list[Table]:
         table = _table(
             f"{format_bytes(result.bytes)}, kernel of {work} FMA per element: sequential against "
             f"K streams, {result.chunks_per_stream} chunks each",
-            ["K", "chunks", "H2D (ms)", "kernel (ms)", "D2H (ms)", "sequential (ms)",
-             "pipelined (ms)", "speedup", "bound", "of bound", "verified"],
-        )  # fmt: skip
+            [
+                "K",
+                "chunks",
+                "H2D (ms)",
+                "kernel (ms)",
+                "D2H (ms)",
+                "sequential (ms)",
+                "pipelined (ms)",
+                "speedup",
+                "bound",
+                "of bound",
+                "verified",
+            ],
+        )
         for p in (p for p in result.points if p.work == work):
             table.add_row(
                 str(p.streams),

@@ -48,8 +48,9 @@ def print_pageable(result: PageableResult, console: Console) -> None:
                 "" if s is pageable else _sends(beats),
             )
         console.print(costs)
-        totals = Table(title=f"{format_bytes(size.bytes)}: total time of k sends",
-                       title_justify="left")  # fmt: skip
+        totals = Table(
+            title=f"{format_bytes(size.bytes)}: total time of k sends", title_justify="left"
+        )
         totals.add_column("k", justify="right")
         for name in STRATEGIES:
             totals.add_column(name, justify="right")

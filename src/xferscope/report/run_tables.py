@@ -18,8 +18,7 @@ def headline_table(result: RunResult) -> Table:
         table.add_column(column, justify="left" if column == "figure" else "right")
     for gpu in result.gpus:
         if gpu.status == "failed":
-            table.add_row(str(gpu.index), Text(f"failed: {gpu.error}", style="red"), "", "", "",
-                          "")  # fmt: skip
+            table.add_row(str(gpu.index), Text(f"failed: {gpu.error}", style="red"), "", "", "", "")
             continue
         for curve in gpu.curves:
             c = curve.config
@@ -27,9 +26,14 @@ def headline_table(result: RunResult) -> Table:
             if headline is None or not curve.points:
                 continue
             big, small = curve.points[-1], curve.points[0]
-            table.add_row(str(gpu.index), f"{headline} ({c.mechanism}, {c.timing} time)",
-                          format_rate(big.bandwidth), format_bytes(big.bytes),
-                          format_seconds(small.median_s), format_bytes(small.bytes))  # fmt: skip
+            table.add_row(
+                str(gpu.index),
+                f"{headline} ({c.mechanism}, {c.timing} time)",
+                format_rate(big.bandwidth),
+                format_bytes(big.bytes),
+                format_seconds(small.median_s),
+                format_bytes(small.bytes),
+            )
         for conc in gpu.concurrent:
             for s in conc.streams:
                 alone = f" (alone {format_rate(s.alone_bandwidth)})" if s.alone_bandwidth else ""
@@ -39,17 +43,33 @@ def headline_table(result: RunResult) -> Table:
         if gpu.pinning is not None:
             p = gpu.pinning
             pays = f"{p.register_break_even:.1f}" if p.register_break_even else "never"
-            table.add_row(str(gpu.index), "cudaHostRegister + unregister, per GB",
-                          format_seconds((p.register_s + p.unregister_s) * 1e9 / p.bytes),
-                          f"pays after {pays} copies", "", "")  # fmt: skip
+            table.add_row(
+                str(gpu.index),
+                "cudaHostRegister + unregister, per GB",
+                format_seconds((p.register_s + p.unregister_s) * 1e9 / p.bytes),
+                f"pays after {pays} copies",
+                "",
+                "",
+            )
         for o in gpu.overlap:
-            table.add_row(str(gpu.index), f"CPU work hidden by a {o.memory} readback",
-                          f"{o.hidden:.0%} of {format_seconds(o.work_s)}", format_bytes(o.bytes),
-                          "", "")  # fmt: skip
+            table.add_row(
+                str(gpu.index),
+                f"CPU work hidden by a {o.memory} readback",
+                f"{o.hidden:.0%} of {format_seconds(o.work_s)}",
+                format_bytes(o.bytes),
+                "",
+                "",
+            )
     for conc in result.multi:
         if conc.streams:
-            table.add_row("all", conc.label, format_rate(conc.total_bandwidth),
-                          format_bytes(conc.streams[0].bytes), "", "")  # fmt: skip
+            table.add_row(
+                "all",
+                conc.label,
+                format_rate(conc.total_bandwidth),
+                format_bytes(conc.streams[0].bytes),
+                "",
+                "",
+            )
     return table
 
 

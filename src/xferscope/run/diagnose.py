@@ -87,31 +87,44 @@ def headline_verdicts(result: RunResult) -> Iterator[Finding]:
                 continue
             share = value / link
             severity, verdict = (
-                (OK, "as good as this link gets") if share >= GOOD_SHARE_OF_PCIE
-                else (WARNING, "well below what this link carries") if share < POOR_SHARE_OF_PCIE
+                (OK, "as good as this link gets")
+                if share >= GOOD_SHARE_OF_PCIE
+                else (WARNING, "well below what this link carries")
+                if share < POOR_SHARE_OF_PCIE
                 else (INFO, "below what this link usually carries")
-            )  # fmt: skip
+            )
             yield Finding(
-                "verdict", severity, gpu.index, _figure(gpu.index, direction, "pinned", "async",
-                                                        "device"), value, link,
+                "verdict",
+                severity,
+                gpu.index,
+                _figure(gpu.index, direction, "pinned", "async", "device"),
+                value,
+                link,
                 f"GPU {gpu.index}: {name} from pinned memory reaches {format_rate(value)}, "
                 f"{share:.0%} of the {_link_name(facts)} limit ({format_rate(link)}): {verdict}",
-                "" if severity == OK else "something else shares or slows the link: another "
+                ""
+                if severity == OK
+                else "something else shares or slows the link: another "
                 "process's transfers, an IOMMU in translation mode, or a slow root port",
-                "" if severity == OK else "check the other warnings; compare with another node "
-                "(xferscope compare)",
-            )  # fmt: skip
+                ""
+                if severity == OK
+                else "check the other warnings; compare with another node (xferscope compare)",
+            )
         hbm = facts.get("memory_peak_bps")
         value = _largest(gpu.curve("d2d", "device", "async", "device"))
         if value is not None and hbm:
             share = 2 * value / hbm
             yield Finding(
-                "verdict", OK if share >= GOOD_SHARE_OF_HBM else INFO, gpu.index,
-                _figure(gpu.index, "d2d", "device", "async", "device"), value, hbm / 2,
+                "verdict",
+                OK if share >= GOOD_SHARE_OF_HBM else INFO,
+                gpu.index,
+                _figure(gpu.index, "d2d", "device", "async", "device"),
+                value,
+                hbm / 2,
                 f"GPU {gpu.index}: device-to-device copies move {format_rate(value)} "
                 f"({format_rate(2 * value)} of memory traffic, read and write), {share:.0%} of "
                 f"its memory's {format_rate(hbm)}",
-            )  # fmt: skip
+            )
 
 
 def pageable_slow(result: RunResult) -> Iterator[Finding]:
@@ -136,8 +149,12 @@ def pageable_slow(result: RunResult) -> Iterator[Finding]:
                     f"(xferscope.copy_to_device), which reached {format_rate(staged)} here"
                 )
             yield Finding(
-                "pageable_slow", WARNING, gpu.index,
-                _figure(gpu.index, direction, "pageable", "memcpy", "api"), pageable, pinned,
+                "pageable_slow",
+                WARNING,
+                gpu.index,
+                _figure(gpu.index, direction, "pageable", "memcpy", "api"),
+                pageable,
+                pinned,
                 f"GPU {gpu.index}: {name} from pageable memory reaches {format_rate(pageable)}, "
                 f"{pinned / pageable:.1f}x slower than from pinned memory "
                 f"({format_rate(pinned)})",
@@ -145,7 +162,7 @@ def pageable_slow(result: RunResult) -> Iterator[Finding]:
                 "chunk at a time",
                 "allocate transfer buffers with cudaMallocHost (torch: pin_memory=True) or pin "
                 "existing ones with cudaHostRegister" + pays,
-            )  # fmt: skip
+            )
 
 
 def cpu_overlap(result: RunResult) -> Iterator[Finding]:
@@ -156,8 +173,12 @@ def cpu_overlap(result: RunResult) -> Iterator[Finding]:
         if pinned is None or pageable is None or pageable.hidden > 0.5:
             continue
         yield Finding(
-            "no_overlap", INFO, gpu.index, f"gpu{gpu.index}/overlap/d2h/pageable/hidden",
-            pageable.hidden, pinned.hidden,
+            "no_overlap",
+            INFO,
+            gpu.index,
+            f"gpu{gpu.index}/overlap/d2h/pageable/hidden",
+            pageable.hidden,
+            pinned.hidden,
             f"GPU {gpu.index}: during a pinned readback the CPU did {pinned.hidden:.0%} of "
             f"{pinned.work_s * 1e3:.1f} ms of work for free; during a pageable one "
             f"{pageable.hidden:.0%}, because the call itself blocked for "
@@ -166,7 +187,7 @@ def cpu_overlap(result: RunResult) -> Iterator[Finding]:
             "when the data has moved",
             "read back into pinned buffers with cudaMemcpyAsync and synchronise only when the "
             "data is needed (`xferscope overlap cpu` measures it)",
-        )  # fmt: skip
+        )
 
 
 def link_downtrained(result: RunResult) -> Iterator[Finding]:
@@ -184,16 +205,24 @@ def link_downtrained(result: RunResult) -> Iterator[Finding]:
         # only resting when NVML read it.
         resting = best is not None and full and best >= GOOD_SHARE_OF_PCIE * full
         yield Finding(
-            "link_downtrained", INFO if resting else WARNING, gpu.index,
-            f"gpu{gpu.index}/pcie_link", float(gen * 100 + width), float(gen_max * 100 + width_max),
+            "link_downtrained",
+            INFO if resting else WARNING,
+            gpu.index,
+            f"gpu{gpu.index}/pcie_link",
+            float(gen * 100 + width),
+            float(gen_max * 100 + width_max),
             f"GPU {gpu.index}: PCIe link at Gen{gen} x{width}, below its Gen{gen_max} "
-            f"x{width_max}" + (" (it still reached full speed: a power-saving state)"
-                               if resting else ""),
-            "" if resting else "a slot wired narrower than x16, a riser or retimer that fails "
+            f"x{width_max}"
+            + (" (it still reached full speed: a power-saving state)" if resting else ""),
+            ""
+            if resting
+            else "a slot wired narrower than x16, a riser or retimer that fails "
             "at full speed, or a BIOS setting that caps the generation",
-            "" if resting else "move the GPU to a full x16 slot, reseat it, check the BIOS "
+            ""
+            if resting
+            else "move the GPU to a full x16 slot, reseat it, check the BIOS "
             "PCIe settings; `nvidia-smi -q -d PCIE` shows the link",
-        )  # fmt: skip
+        )
 
 
 def _cpus(text: str | None) -> set[int]:
@@ -217,8 +246,12 @@ def numa_affinity(result: RunResult) -> Iterator[Finding]:
         node = facts.get("numa_node")
         far = not (process & local)
         yield Finding(
-            "numa_far" if far else "affinity_mismatch", WARNING, gpu.index,
-            f"gpu{gpu.index}/cpu_affinity", None, None,
+            "numa_far" if far else "affinity_mismatch",
+            WARNING,
+            gpu.index,
+            f"gpu{gpu.index}/cpu_affinity",
+            None,
+            None,
             f"GPU {gpu.index} sits on NUMA node {node} (CPUs {facts.get('cpu_affinity')}), but "
             f"this process ran on CPUs {result.machine['host']['process_cpus']}"
             + (": its host memory is on another node" if far else ", not all of them near it"),
@@ -226,7 +259,7 @@ def numa_affinity(result: RunResult) -> Iterator[Finding]:
             "socket link costs bandwidth and latency",
             f"run with `numactl --cpunodebind={node} --membind={node}` or set the process's CPU "
             "affinity to the GPU's CPUs (`nvidia-smi topo -m` lists them)",
-        )  # fmt: skip
+        )
 
 
 def verification_failed(result: RunResult) -> Iterator[Finding]:
@@ -237,16 +270,24 @@ def verification_failed(result: RunResult) -> Iterator[Finding]:
                 v = bad[0].verification
                 assert v is not None
                 yield Finding(
-                    "verification_failed", ERROR, gpu.index,
-                    _figure(gpu.index, curve.config.direction, curve.config.memory,
-                            curve.config.mechanism, curve.config.timing),
-                    float(v.mismatched_bytes), 0.0,
+                    "verification_failed",
+                    ERROR,
+                    gpu.index,
+                    _figure(
+                        gpu.index,
+                        curve.config.direction,
+                        curve.config.memory,
+                        curve.config.mechanism,
+                        curve.config.timing,
+                    ),
+                    float(v.mismatched_bytes),
+                    0.0,
                     f"GPU {gpu.index}: {curve.config.label}: data arrived wrong at {len(bad)} of "
                     f"{len(curve.points)} sizes ({v.mismatched_bytes} bytes at "
                     f"{bad[0].bytes} B, first at offset {v.first_mismatch})",
                     CORRUPTED_CAUSE,
                     CORRUPTED_FIX,
-                )  # fmt: skip
+                )
 
 
 def noisy_or_throttled(result: RunResult) -> Iterator[Finding]:
@@ -255,24 +296,37 @@ def noisy_or_throttled(result: RunResult) -> Iterator[Finding]:
         if len(noisy) >= 3:
             curve, worst = max(noisy, key=lambda cp: cp[1].rel_noise)
             yield Finding(
-                "noisy", WARNING, gpu.index,
-                _figure(gpu.index, curve.config.direction, curve.config.memory,
-                        curve.config.mechanism, curve.config.timing), worst.rel_noise, None,
+                "noisy",
+                WARNING,
+                gpu.index,
+                _figure(
+                    gpu.index,
+                    curve.config.direction,
+                    curve.config.memory,
+                    curve.config.mechanism,
+                    curve.config.timing,
+                ),
+                worst.rel_noise,
+                None,
                 f"GPU {gpu.index}: {len(noisy)} sizes stayed noisy after every trial (worst "
                 f"{worst.rel_noise:.0%}, {curve.config.label} at {worst.bytes} B)",
                 "other work on the GPU, the CPU or the PCIe switch while measuring",
                 "run on an idle node (`nvidia-smi` shows other processes) and compare again",
-            )  # fmt: skip
+            )
         reasons = _gpu_facts(result, gpu.index).get("clock_event_reasons") or 0
         active = [name for bit, name in THROTTLE_REASONS.items() if reasons & bit]
         if active:
             yield Finding(
-                "throttled", WARNING, gpu.index, f"gpu{gpu.index}/clock_event_reasons",
-                float(reasons), 0.0,
+                "throttled",
+                WARNING,
+                gpu.index,
+                f"gpu{gpu.index}/clock_event_reasons",
+                float(reasons),
+                0.0,
                 f"GPU {gpu.index} was slowing its clocks: {', '.join(active)}",
                 "power or thermal limits, or a hardware slowdown signal",
                 "check cooling and power (`nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE`)",
-            )  # fmt: skip
+            )
 
 
 def asymmetry(result: RunResult) -> Iterator[Finding]:
@@ -285,16 +339,19 @@ def asymmetry(result: RunResult) -> Iterator[Finding]:
         if gap > ASYMMETRY:
             slow = "H2D" if h2d < d2h else "D2H"
             yield Finding(
-                "asymmetry", WARNING, gpu.index,
+                "asymmetry",
+                WARNING,
+                gpu.index,
                 _figure(gpu.index, slow.lower(), "pinned", "async", "device"),
-                min(h2d, d2h), max(h2d, d2h),
+                min(h2d, d2h),
+                max(h2d, d2h),
                 f"GPU {gpu.index}: H2D {format_rate(h2d)} against D2H {format_rate(d2h)}, "
                 f"{slow} {gap:.0%} slower",
                 "reads and writes take different paths: PCIe relaxed ordering off, a small "
                 "maximum read request, or an IOMMU translating every DMA",
                 "enable relaxed ordering and IOMMU pass-through (iommu=pt) in the BIOS and "
                 "kernel; compare with a node of the same kind",
-            )  # fmt: skip
+            )
 
 
 def concurrency_collapse(result: RunResult) -> Iterator[Finding]:
@@ -309,44 +366,63 @@ def concurrency_collapse(result: RunResult) -> Iterator[Finding]:
         best_alone, total = max(alones), c.total_bandwidth
         if c.kind == "bidirectional" and total < DUPLEX_RATIO * best_alone:
             yield Finding(
-                "concurrency_collapse", WARNING, gpu,
-                f"gpu{gpu}/concurrent/{c.label}/total_bandwidth", total, 2 * best_alone,
+                "concurrency_collapse",
+                WARNING,
+                gpu,
+                f"gpu{gpu}/concurrent/{c.label}/total_bandwidth",
+                total,
+                2 * best_alone,
                 f"GPU {gpu}: H2D and D2H together move {format_rate(total)}, barely more than "
                 f"one direction alone ({format_rate(best_alone)}): the link is not carrying "
                 "both directions at once",
                 "one copy engine serving both directions, or a host bridge that serialises "
                 "reads and writes",
-                "issue the two directions on separate streams; check the platform's PCIe "
-                "settings",
-            )  # fmt: skip
+                "issue the two directions on separate streams; check the platform's PCIe settings",
+            )
         elif c.kind == "all_gpus_host" and total < SHARED_LINK * best_alone:
             yield Finding(
-                "concurrency_collapse", WARNING, None, f"multi/{c.label}/total_bandwidth",
-                total, best_alone,
+                "concurrency_collapse",
+                WARNING,
+                None,
+                f"multi/{c.label}/total_bandwidth",
+                total,
+                best_alone,
                 f"all GPUs together ({c.label}) move {format_rate(total)}, less than one GPU "
                 f"alone ({format_rate(best_alone)})",
                 "the GPUs share an upstream link or switch that gives way under load",
                 "spread the GPUs over root ports (`nvidia-smi topo -m`) or stagger transfers",
-            )  # fmt: skip
+            )
 
 
 def failures(result: RunResult) -> Iterator[Finding]:
     for gpu in result.gpus:
         if gpu.status == "failed":
             yield Finding(
-                "gpu_failed", ERROR, gpu.index, f"gpu{gpu.index}", None, None,
+                "gpu_failed",
+                ERROR,
+                gpu.index,
+                f"gpu{gpu.index}",
+                None,
+                None,
                 f"GPU {gpu.index} failed during the run: {gpu.error}",
                 "the GPU, its driver or its link failed",
                 "look for Xid errors in the kernel log (`dmesg`), then reset or replace it",
-            )  # fmt: skip
+            )
     measured: list[tuple[int | None, Concurrent]] = [
         (g.index, c) for g in result.gpus for c in g.concurrent
     ]
     for index, c in [*measured, *((None, c) for c in result.multi)]:
         if c.status == "failed":
             where = "" if index is None else f"GPU {index}: "
-            yield Finding("measurement_failed", WARNING, index, c.label, None, None,
-                          f"{where}{c.label} could not be measured: {c.error}")  # fmt: skip
+            yield Finding(
+                "measurement_failed",
+                WARNING,
+                index,
+                c.label,
+                None,
+                None,
+                f"{where}{c.label} could not be measured: {c.error}",
+            )
     if result.interrupted:
         missing = [g.index for g in result.gpus if g.status in ("interrupted", "not_run")]
         what = (
@@ -368,9 +444,17 @@ def failures(result: RunResult) -> Iterator[Finding]:
 
 
 RULES: tuple[Rule, ...] = (
-    failures, verification_failed, headline_verdicts, link_downtrained, numa_affinity,
-    pageable_slow, cpu_overlap, asymmetry, concurrency_collapse, noisy_or_throttled,
-)  # fmt: skip
+    failures,
+    verification_failed,
+    headline_verdicts,
+    link_downtrained,
+    numa_affinity,
+    pageable_slow,
+    cpu_overlap,
+    asymmetry,
+    concurrency_collapse,
+    noisy_or_throttled,
+)
 
 
 def diagnose(result: RunResult) -> list[Finding]:

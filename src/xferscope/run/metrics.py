@@ -61,10 +61,15 @@ def _concurrent_metrics(prefix: str, c: Concurrent) -> list[Metric]:
     if c.status != "complete" or not c.streams:
         return []
     out = [
-        Metric(f"{prefix}/{s.label}/bandwidth", s.bandwidth, "B/s", True,
-               tuple(s.bytes / x for x in s.samples_s))
+        Metric(
+            f"{prefix}/{s.label}/bandwidth",
+            s.bandwidth,
+            "B/s",
+            True,
+            tuple(s.bytes / x for x in s.samples_s),
+        )
         for s in c.streams
-    ]  # fmt: skip
+    ]
     trials = min(len(s.samples_s) for s in c.streams)
     totals = tuple(sum(s.bytes / s.samples_s[i] for s in c.streams) for i in range(trials))
     out.append(Metric(f"{prefix}/total_bandwidth", c.total_bandwidth, "B/s", True, totals))
@@ -76,8 +81,12 @@ def run_metrics(result: RunResult) -> dict[str, Metric]:
     for gpu in result.gpus:
         prefix = f"gpu{gpu.index}"
         for curve in gpu.curves:
-            key = (curve.config.direction, curve.config.memory, curve.config.mechanism,
-                   curve.config.timing)  # fmt: skip
+            key = (
+                curve.config.direction,
+                curve.config.memory,
+                curve.config.mechanism,
+                curve.config.timing,
+            )
             metrics += _curve_metrics(prefix, curve, key in HEADLINE_CURVES)
         for c in gpu.concurrent:
             metrics += _concurrent_metrics(f"{prefix}/concurrent/{c.label}", c)
@@ -85,12 +94,15 @@ def run_metrics(result: RunResult) -> dict[str, Metric]:
             p = gpu.pinning
             per_gb = 1e9 / p.bytes
             for name, seconds in (
-                ("host_alloc", p.host_alloc_s), ("host_free", p.host_free_s),
-                ("register", p.register_s), ("unregister", p.unregister_s),
-            ):  # fmt: skip
+                ("host_alloc", p.host_alloc_s),
+                ("host_free", p.host_free_s),
+                ("register", p.register_s),
+                ("unregister", p.unregister_s),
+            ):
                 value = seconds * per_gb
-                metrics.append(Metric(f"{prefix}/pinning/{name}_per_gb", value, "s", False,
-                                      (value,)))  # fmt: skip
+                metrics.append(
+                    Metric(f"{prefix}/pinning/{name}_per_gb", value, "s", False, (value,))
+                )
     for c in result.multi:
         metrics += _concurrent_metrics(f"multi/{c.label}", c)
     return {m.name: m for m in metrics}

@@ -261,39 +261,58 @@ def _findings(curves: list[Curve], skipped: list[str], options: SweepOptions) ->
         if bad:
             first = bad[0]
             assert first.verification is not None
-            found.append(corrupted(label,
-                f"{label}: verification FAILED at {len(bad)} of {len(curve.points)} sizes "
-                f"(first at {format_bytes(first.bytes)}: {first.verification.mismatched_bytes} "
-                f"wrong bytes, the first at offset {first.verification.first_mismatch}); those "
-                "figures are invalid", first.verification.mismatched_bytes))  # fmt: skip
+            found.append(
+                corrupted(
+                    label,
+                    f"{label}: verification FAILED at {len(bad)} of {len(curve.points)} sizes "
+                    f"(first at {format_bytes(first.bytes)}: {first.verification.mismatched_bytes} "
+                    f"wrong bytes, the first at offset {first.verification.first_mismatch}); those "
+                    "figures are invalid",
+                    first.verification.mismatched_bytes,
+                )
+            )
         if any(p.blocking_timed_out for p in curve.points):
-            found.append(finding(
-                "blocking_timed_out", WARNING, label,
-                f"{label}: the blocking kernel timed out, so the host blocked while queueing "
-                "copies; the device times of those points are suspect",
-                cause="the stream's queue filled before the copies were released",
-                fix="measure fewer copies per trial (a shorter --target-time)",
-            ))  # fmt: skip
+            found.append(
+                finding(
+                    "blocking_timed_out",
+                    WARNING,
+                    label,
+                    f"{label}: the blocking kernel timed out, so the host blocked while queueing "
+                    "copies; the device times of those points are suspect",
+                    cause="the stream's queue filled before the copies were released",
+                    fix="measure fewer copies per trial (a shorter --target-time)",
+                )
+            )
         noisy = [p for p in curve.points if p.stopped_by == STOP_MAX_TRIALS]
         if noisy:
             worst = max(noisy, key=lambda p: p.rel_noise)
-            found.append(finding(
-                "noisy", WARNING, label,
-                f"{label}: {len(noisy)} sizes stayed noisier than {options.noise_bound:.0%} after "
-                f"{options.max_trials} trials (worst {worst.rel_noise:.0%} at "
-                f"{format_bytes(worst.bytes)})",
-                cause="another process may be using the GPU or the CPU",
-                fix="measure on an idle machine, or raise --max-trials",
-                value=worst.rel_noise, reference=options.noise_bound,
-            ))  # fmt: skip
+            found.append(
+                finding(
+                    "noisy",
+                    WARNING,
+                    label,
+                    f"{label}: {len(noisy)} sizes stayed noisier than "
+                    f"{options.noise_bound:.0%} after {options.max_trials} trials (worst "
+                    f"{worst.rel_noise:.0%} at "
+                    f"{format_bytes(worst.bytes)})",
+                    cause="another process may be using the GPU or the CPU",
+                    fix="measure on an idle machine, or raise --max-trials",
+                    value=worst.rel_noise,
+                    reference=options.noise_bound,
+                )
+            )
         limited = [p for p in curve.points if p.status in (CUT_SHORT, ESTIMATED)]
         if limited:
-            found.append(finding(
-                "budget", WARNING, label,
-                f"{label}: {len(limited)} sizes did not fit the {options.budget_s:g} s budget and "
-                "were cut short or estimated (labelled in the results)",
-                fix="raise --budget",
-            ))  # fmt: skip
+            found.append(
+                finding(
+                    "budget",
+                    WARNING,
+                    label,
+                    f"{label}: {len(limited)} sizes did not fit the {options.budget_s:g} s "
+                    "budget and were cut short or estimated (labelled in the results)",
+                    fix="raise --budget",
+                )
+            )
     return found
 
 
