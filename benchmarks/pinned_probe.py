@@ -5,7 +5,10 @@ pinned host memory kind in one process, in one order and then the reverse, besid
 pinned copy, and prints the host's NUMA placement of the process and the GPU. Run it under
 `numactl --cpunodebind=N --membind=N` to see what placement changes.
 
-    python3 benchmarks/pinned_probe.py [--rounds 2] [--size 1GiB]
+    python3 benchmarks/pinned_probe.py --commit $(git rev-parse HEAD) [--rounds 2] [--size 1GiB]
+
+Writes benchmarks/results/pinned-probe-<gpu>-<date>.json: every kind, order and direction
+against PyTorch's pinned copy measured in the same round (goal 0.99).
 """
 
 from __future__ import annotations
@@ -14,10 +17,15 @@ import argparse
 import json
 import os
 import statistics
+import sys
+from pathlib import Path
 
 from xferscope.core.engine import NativeEngine
-from xferscope.core.machine import pci_locality, process_cpus
+from xferscope.core.machine import collect, pci_locality, process_cpus
 from xferscope.core.units import parse_size
+
+sys.path.insert(0, str(Path(__file__).parent))
+from foundation import comparison, write_record
 
 KINDS = ("pinned", "wc", "registered", "mapped")
 ROTATION = 256 << 20
@@ -60,6 +68,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--size", default="1GiB")
+    parser.add_argument("--commit", default=os.environ.get("XFERSCOPE_COMMIT", "unknown"))
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args()
     size = parse_size(args.size)
     engine = NativeEngine()
@@ -70,6 +80,7 @@ def main() -> None:
         **pci_locality(info["pci_bus_id"]),
     }
     print(json.dumps({"gpu": info["name"], **place}))
+    comparisons, spread = [], {}
     for direction in ("h2d", "d2h"):
         for round_ in range(args.rounds):
             order = KINDS if round_ % 2 == 0 else tuple(reversed(KINDS))
@@ -88,6 +99,33 @@ def main() -> None:
                     }
                 )
             )
+            for kind, gbps in figures.items():
+                if torch_gbps is not None:
+                    comparisons.append(
+                        comparison(
+                            f"{direction}_{kind}_{args.size}_round{round_}_vs_torch",
+                            gbps,
+                            torch_gbps / 1e9,
+                            "torch pinned copy_ (events)",
+                            "GB/s",
+                            True,
+                            0.99,
+                        )
+                    )
+            values = list(figures.values())
+            spread[f"{direction}_round{round_}_kinds_max_over_min"] = round(
+                max(values) / min(values), 4
+            )
+    write_record(
+        "pinned-probe",
+        args.commit,
+        collect(engine, [0]),
+        1,
+        comparisons,
+        spread,
+        Path(args.out),
+        placement=place,
+    )
 
 
 if __name__ == "__main__":
