@@ -304,3 +304,40 @@ def test_report_of_a_file_that_is_no_result_is_one_line(capsys, tmp_path):
     path.write_text(json.dumps({"schema": "something"}))
     code, _, err = run(capsys, "report", str(path), "-o", str(tmp_path / "out"))
     assert_one_line_error(code, err, str(path), "not an xferscope result", "xferscope-sweep")
+
+
+def test_a_drawing_that_fails_costs_no_other_file(capsys, tmp_path, monkeypatch):
+    """A plotting library's own error is one line; the data and the other plots are written."""
+
+    def broken(result, what, path):
+        if what == "latency":
+            raise ValueError("Invalid bounding box")
+        Path(path).write_bytes(b"\x89PNG")
+
+    monkeypatch.setattr("xferscope.report.plots.write_plot", broken)
+    code, _, err = run(capsys, *SWEEP, "-o", str(tmp_path))
+    assert code == 1 and "Traceback" not in err
+    (directory,) = tmp_path.iterdir()
+    assert f"Error: cannot draw {directory / 'sweep-latency.png'}: ValueError" in err
+    assert {p.name for p in directory.iterdir()} == {
+        "sweep.json",
+        "sweep.csv",
+        "sweep-bandwidth.png",
+    }
+
+
+def test_a_drawing_cut_by_ctrl_c_into_another_error_is_skipped(capsys, tmp_path, monkeypatch):
+    from xferscope.core import interrupt
+
+    monkeypatch.setattr(interrupt, "GRACE_S", 60.0)
+
+    def cut(result, what, path):
+        interrupt.request()
+        raise ValueError("Invalid bounding box")  # what matplotlib made of the interrupt
+
+    monkeypatch.setattr("xferscope.report.plots.write_plot", cut)
+    code, _, err = run(capsys, *SWEEP, "-o", str(tmp_path))
+    assert code == 130 and "Traceback" not in err and "Error:" not in err
+    assert "not drawn (interrupted): sweep-bandwidth.png, sweep-latency.png" in " ".join(
+        err.split()
+    )

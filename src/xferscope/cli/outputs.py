@@ -201,6 +201,15 @@ class Delivery:
                     except KeyboardInterrupt:
                         self.skipped += [o.path for o in renders[i:]]
                         break
+                    except Exception as exc:  # a drawing library's own error
+                        if interrupt.requested():
+                            # Cut mid-drawing, a library may turn the interrupt into an error
+                            # of its own (matplotlib's "Invalid bounding box").
+                            self.skipped += [o.path for o in renders[i:]]
+                            break
+                        self.failures.append(
+                            f"cannot draw {output.path}: {type(exc).__name__}: {exc}"
+                        )
         except KeyboardInterrupt:  # the grace had run out before the first one
             self.skipped += [o.path for o in renders if o.path not in self.written]
 
