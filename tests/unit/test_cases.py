@@ -161,3 +161,73 @@ def test_waivers_name_what_the_machine_lacks():
     mapped = cases.case("h2d_mapped_async_device")
     assert "cannot map host memory" in cases.waiver(mapped, {"can_map_host_memory": False}, 1)
     assert cases.waiver(mapped, {"can_map_host_memory": True}, 1) is None
+
+
+# ---- experiments and `xferscope cases` ------------------------------------------------------
+
+
+def test_every_experiment_runs_declared_cases_and_keys_are_unique():
+    keys = [c.key for c in cases.table()]
+    assert len(keys) == len(set(keys))
+    experiments = [e.key for e in cases.EXPERIMENTS]
+    assert len(experiments) == len(set(experiments))
+    for e in cases.EXPERIMENTS:
+        for key in e.cases:
+            assert cases.case(key)  # KeyError if not declared
+    with pytest.raises(KeyError, match="no experiment 'nope'"):
+        cases.experiment("nope")
+
+
+def test_what_run_measures_is_declared_in_the_case_table():
+    from xferscope.run.investigate import RUN_CASES, RunOptions, concurrent, run_investigation
+
+    assert len(RUN_CASES) == 23 and all(cases.case(k) for k in RUN_CASES)
+    result = run_investigation(SimulatedEngine(devices=2), RunOptions(devices=(0, 1), quick=True))
+    kinds = {c.kind for c in result.multi} | {c.kind for g in result.gpus for c in g.concurrent}
+    assert kinds == {"bidirectional", "p2p", "all_gpus_host"}
+    assert all(cases.experiment(k).command == "run" for k in kinds)
+    with pytest.raises(KeyError, match="undeclared"):
+        concurrent(SimulatedEngine(), "undeclared", "x", [], 1 << 20, None)  # type: ignore[arg-type]
+
+
+def test_experiment_waivers():
+    p2p = cases.experiment("p2p")
+    assert p2p.waiver(1) == "needs 2 GPUs, this machine has 1"
+    assert p2p.waiver(2) is None
+    assert cases.experiment("bidirectional").waiver(1) is None
+
+
+def test_cases_command_lists_every_case_with_its_waiver(capsys):
+    import json
+
+    from xferscope import cli
+
+    assert cli.main(["cases", "--simulate", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["key"] for r in doc["cases"]] == [c.key for c in cases.table()]
+    assert [e["key"] for e in doc["experiments"]] == [e.key for e in cases.EXPERIMENTS]
+    waived = {r["key"]: r["waived"] for r in doc["cases"]}
+    assert waived["p2p_device_async_device_peer"] == "a peer copy needs two GPUs"
+    assert waived["h2d_pinned_async_device"] is None
+    assert doc["waivers_checked"] is True and doc["gpus"] == 1
+    used = {r["key"]: r["used_by"] for r in doc["cases"]}
+    assert used["h2d_pageable_staged_api"] == ["sweep", "run", "pageable"]
+    assert used["roundtrip_pinned_async_device"] == ["sweep"]
+    assert cli.main(["cases", "--simulate"]) == 0
+    out = capsys.readouterr().out
+    assert "h2d_pinned_async_device" in out and "needs 2 GPUs, this machine has 1" in out
+
+
+def test_cases_without_a_gpu_lists_the_table_unchecked(capsys, monkeypatch):
+    from xferscope import cli
+    from xferscope.core.errors import NoDeviceError
+
+    class NoGpu(SimulatedEngine):
+        def device_count(self) -> int:
+            raise NoDeviceError("no CUDA device: test")
+
+    monkeypatch.setattr("xferscope.cli.common.open_engine", lambda simulate: NoGpu())
+    assert cli.main(["cases"]) == 0
+    out = capsys.readouterr().out
+    assert "waivers not checked: no CUDA device: test" in out
+    assert "h2d_pinned_async_device" in out

@@ -166,3 +166,110 @@ def waiver(
     if c.direction == "p2p" and c.peer_access and not peer_access_possible:
         return "these GPUs have no direct peer access between them"
     return None
+
+
+# ---- experiments -------------------------------------------------------------------------------
+# What `run`, `overlap` and `pageable` measure beyond the single-transfer cases above: each one
+# is declared here once, with the key its results carry, the command that measures it, a one-line
+# description, the transfer cases it is made of and how many GPUs it needs (its waiver rule).
+
+
+@dataclass(frozen=True, slots=True)
+class Experiment:
+    """A measurement made of several transfers or steps, run by one command."""
+
+    key: str  # what its results carry: run's Concurrent.kind, a document's experiment
+    command: str  # the command that measures it
+    description: str
+    cases: tuple[str, ...] = ()  # the keys of the transfer cases it runs
+    min_gpus: int = 1
+    needs_peer_access: bool = False
+
+    def waiver(self, gpus: int, peer_access_possible: bool = True) -> str | None:
+        """Why a machine with `gpus` GPUs cannot run it, or None."""
+        if gpus < self.min_gpus:
+            return f"needs {self.min_gpus} GPUs, this machine has {gpus}"
+        if self.needs_peer_access and not peer_access_possible:
+            return "these GPUs have no direct peer access between them"
+        return None
+
+
+EXPERIMENTS: tuple[Experiment, ...] = (
+    Experiment(
+        "bidirectional",
+        "run",
+        "H2D while D2H on one GPU, pinned memory on both copy engines",
+        ("h2d_pinned_async_device", "d2h_pinned_async_device"),
+    ),
+    Experiment(
+        "pinning",
+        "run",
+        "what pinning costs: cudaMallocHost, cudaHostRegister and their frees, and the copies "
+        "after which pinning pays",
+    ),
+    Experiment(
+        "cpu_overlap",
+        "run",
+        "a D2H readback alone, then with CPU work of half its time before the wait, pinned and "
+        "pageable",
+        ("d2h_pinned_async_device", "d2h_pageable_async_device"),
+    ),
+    Experiment(
+        "p2p",
+        "run",
+        "the peer-to-peer matrix: every GPU pair, copy engines and SMs, peer access on and off, "
+        "one direction and both",
+        (
+            "p2p_device_async_device_peer",
+            "p2p_device_kernel_device_peer",
+            "p2p_device_async_device_nopeer",
+        ),
+        min_gpus=2,
+    ),
+    Experiment(
+        "all_gpus_host",
+        "run",
+        "every GPU to the host, from the host and both at once: do the GPUs share a link",
+        ("h2d_pinned_async_device", "d2h_pinned_async_device"),
+        min_gpus=2,
+    ),
+    Experiment(
+        "overlap_cpu",
+        "overlap cpu",
+        "seed 000's asynchronous transfer: one copy issued, W seconds of CPU work, then the "
+        "wait; how much of the work the copy hides",
+    ),
+    Experiment(
+        "overlap_buffers",
+        "overlap buffers",
+        "a stream of chunks through N pinned buffers in rotation while the CPU consumes or "
+        "produces the others (seed 000's pixel buffer objects)",
+    ),
+    Experiment(
+        "overlap_gpu",
+        "overlap gpu",
+        "H2D, a kernel and D2H over one array, sequential against chunks over K streams, "
+        "against the bound the stage times allow",
+        ("h2d_pinned_async_device", "d2h_pinned_async_device"),
+    ),
+    Experiment(
+        "pageable_ways",
+        "pageable",
+        "a pageable buffer sent k times: as it is, through pinned memory, registered in place "
+        "or by the staged copy, setup costs counted, and where the ways cross",
+        (
+            "h2d_pageable_memcpy_api",
+            "h2d_pinned_memcpy_api",
+            "h2d_registered_memcpy_api",
+            "h2d_pageable_staged_api",
+        ),
+    ),
+)
+
+
+def experiment(key: str) -> Experiment:
+    """The experiment of a key; KeyError naming the key if there is none."""
+    for e in EXPERIMENTS:
+        if e.key == key:
+            return e
+    raise KeyError(f"no experiment {key!r}")

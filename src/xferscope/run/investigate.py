@@ -82,6 +82,13 @@ def gpu_curves(device: int) -> list[CurveConfig]:
     return configs
 
 
+# The run's curves as keys of the case table; importing this checks that every one is a case.
+RUN_CASES: tuple[str, ...] = tuple(
+    cases.case(cases.label(c.direction, c.memory, c.mechanism, c.timing).replace(" ", "_")).key
+    for c in gpu_curves(0)
+)
+
+
 class Interrupted(Exception):
     """Carries what a GPU had measured when the user pressed Ctrl-C."""
 
@@ -203,6 +210,7 @@ def concurrent(
 ) -> Concurrent:
     """Opens one transfer per spec (device, direction, stream label[, peer]), measures them
     together and closes them. A failure is recorded in the result, not raised."""
+    cases.experiment(kind)  # every experiment is declared in the case table
     transfers: list[Transfer] = []
     try:
         for spec in specs:

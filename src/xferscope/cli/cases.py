@@ -1,0 +1,107 @@
+"""`xferscope cases`: every case and experiment xferscope measures, with its key, what it
+measures and, on this machine, whether it is waived and why (as nvbandwidth's --list does)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from rich.table import Table
+
+from ..core import cases
+from ..core.engine import Engine
+from ..core.errors import XferscopeError
+from ..run.investigate import RUN_CASES
+from . import common
+from .app import cli, stdout
+
+
+def _used_by(key: str) -> list[str]:
+    """The commands that measure a transfer case: sweep takes every one; run its curves and
+    experiments; the others through their experiments."""
+    users = ["sweep"] if not key.startswith("p2p") else []
+    users += ["run"] * (key in RUN_CASES)
+    users += [e.command for e in cases.EXPERIMENTS if key in e.cases]
+    return list(dict.fromkeys(users))
+
+
+def _machine(engine: Engine) -> tuple[dict[str, Any] | None, int, bool, str | None]:
+    """GPU 0's facts, the GPU count and whether GPUs 0 and 1 reach each other, or why not."""
+    try:
+        count = engine.device_count()
+        if count < 1:
+            return None, 0, False, "no GPU"
+        peer = count > 1 and engine.can_access_peer(0, 1)
+        return engine.device_info(0), count, peer, None
+    except XferscopeError as exc:
+        return None, 0, False, str(exc)
+
+
+def listing(engine: Engine) -> dict[str, Any]:
+    """The case table as a document: cases, experiments and their waivers on this machine."""
+    gpu, count, peer, unknown = _machine(engine)
+    rows = []
+    for c in cases.table():
+        waiver = None if gpu is None else cases.waiver(c, gpu, count, peer)
+        rows.append(
+            {
+                "key": c.key,
+                "description": c.description,
+                "direction": c.direction,
+                "memory": c.memory,
+                "mechanism": c.mechanism,
+                "timing": c.timing,
+                "used_by": _used_by(c.key),
+                "waived": waiver,
+            }
+        )
+    experiments = [
+        {
+            "key": e.key,
+            "command": e.command,
+            "description": e.description,
+            "cases": list(e.cases),
+            "min_gpus": e.min_gpus,
+            "waived": None if gpu is None else e.waiver(count, peer),
+        }
+        for e in cases.EXPERIMENTS
+    ]
+    return {
+        "gpus": count,
+        "waivers_checked": unknown is None,
+        "waivers_unchecked_because": unknown,
+        "limits": dict(cases.LIMITS),
+        "cases": rows,
+        "experiments": experiments,
+    }
+
+
+@cli.command(name="cases")
+@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
+@click.option("--simulate", is_flag=True, help="Check the waivers on the simulated machine.")
+def cases_command(as_json: bool, simulate: bool) -> None:
+    """Every case (direction, memory, mechanism, timing) and experiment xferscope measures: its
+    key, what it measures, which commands use it, and whether this machine waives it."""
+    doc = listing(common.open_engine(simulate))
+    if as_json:
+        stdout.print_json(json.dumps(doc))
+        return
+    table = Table(title=f"{len(doc['cases'])} transfer cases", title_justify="left")
+    for column in ("key", "measures", "used by", "on this machine"):
+        table.add_column(column, overflow="fold")
+    for row in doc["cases"]:
+        state = "runs" if doc["waivers_checked"] else "?"
+        table.add_row(
+            row["key"], row["description"], ", ".join(row["used_by"]), row["waived"] or state
+        )
+    stdout.print(table)
+    table = Table(title=f"{len(doc['experiments'])} experiments", title_justify="left")
+    for column in ("key", "command", "measures", "on this machine"):
+        table.add_column(column, overflow="fold")
+    for e in doc["experiments"]:
+        state = "runs" if doc["waivers_checked"] else "?"
+        table.add_row(e["key"], e["command"], e["description"], e["waived"] or state)
+    stdout.print(table)
+    if not doc["waivers_checked"]:
+        stdout.print(f"waivers not checked: {doc['waivers_unchecked_because']}")
