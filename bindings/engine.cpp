@@ -148,6 +148,8 @@ void translate_cuda_error(const std::exception_ptr& error, void* type) {
 
 }  // namespace
 
+void bind_gl(nb::module_& m);  // bindings/gl.cpp
+
 NB_MODULE(_engine, m) {
   m.doc() = "xferscope native measurement engine";
 
@@ -437,4 +439,6 @@ NB_MODULE(_engine, m) {
         return can != 0;
       },
       "device"_a, "peer"_a);
+
+  bind_gl(m);
 }
