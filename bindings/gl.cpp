@@ -1,13 +1,13 @@
 // xferscope._engine's OpenGL part: the state tables and rules (gl.hpp), a context handle and a
 // scenario handle. Results cross as read-only classes the simulated engine builds too.
+#include "xferscope/gl.hpp"
+
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <memory>
 #include <string>
-
-#include "xferscope/gl.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -89,8 +89,8 @@ void bind_gl(nb::module_& m) {
     internals.append(
         nb::make_tuple(std::string(i.name), i.value, i.components, i.bits, i.floating));
   }
-  m.attr("GL_FORMATS") = nb::tuple(formats);          // (name, enum, components)
-  m.attr("GL_TYPES") = nb::tuple(types);              // (name, enum, bytes, kind)
+  m.attr("GL_FORMATS") = nb::tuple(formats);             // (name, enum, components)
+  m.attr("GL_TYPES") = nb::tuple(types);                 // (name, enum, bytes, kind)
   m.attr("GL_INTERNAL_FORMATS") = nb::tuple(internals);  // (name, enum, comps, bits, float)
   m.attr("GL_UPLOAD_METHODS") = words(gl::kUploadMethods);
   m.attr("GL_READBACK_METHODS") = words(gl::kReadbackMethods);
@@ -104,12 +104,12 @@ void bind_gl(nb::module_& m) {
           "__init__",
           [](gl::Scenario* s, const std::string& op, int width, int height, int alignment,
              int row_offset, const std::string& method, const std::string& format,
-             const std::string& type, const std::string& internal_format,
-             const std::string& target, bool fbo, bool shader, int pbos,
-             const std::string& usage, const std::string& draw, std::uint64_t seed) {
-            new (s) gl::Scenario{op,     width,  height, alignment, row_offset, method,
-                                 format, type,   internal_format, target, fbo, shader,
-                                 pbos,   usage,  draw,   seed};
+             const std::string& type, const std::string& internal_format, const std::string& target,
+             bool fbo, bool shader, int pbos, const std::string& usage, const std::string& draw,
+             std::uint64_t seed) {
+            new (s) gl::Scenario{
+                op,     width, height, alignment, row_offset, method, format, type, internal_format,
+                target, fbo,   shader, pbos,      usage,      draw,   seed};
           },
           "op"_a, "width"_a, "height"_a, "alignment"_a = 4, "row_offset"_a = 0,
           "method"_a = "texsubimage", "format"_a = "rgba", "type"_a = "ubyte",
@@ -146,8 +146,9 @@ void bind_gl(nb::module_& m) {
           [](gl::Verification* v, bool ok, std::int64_t compared, std::int64_t mismatched,
              std::int64_t first, int expected, int actual, const std::string& internal, int r,
              int g, int b, int a, const std::string& component_type) {
-            new (v) gl::Verification{ok, compared, mismatched, first, expected, actual,
-                                     internal, r, g, b, a, component_type};
+            new (v)
+                gl::Verification{ok,       compared, mismatched, first, expected, actual,
+                                 internal, r,        g,          b,     a,        component_type};
           },
           "ok"_a, "compared_bytes"_a, "mismatched_bytes"_a, "first_mismatch"_a, "expected"_a,
           "actual"_a, "actual_internal_format"_a, "red_bits"_a, "green_bits"_a, "blue_bits"_a,
@@ -177,8 +178,8 @@ void bind_gl(nb::module_& m) {
   nb::class_<gl::RunTiming>(m, "GlRunTiming", "A loop of frames: its time and blocking times.")
       .def(
           "__init__",
-          [](gl::RunTiming* r, double seconds, std::int64_t frames, std::int64_t bytes,
-             double call, double map, double work, std::vector<gl::FrameLog> log) {
+          [](gl::RunTiming* r, double seconds, std::int64_t frames, std::int64_t bytes, double call,
+             double map, double work, std::vector<gl::FrameLog> log) {
             new (r) gl::RunTiming{seconds, frames, bytes, call, map, work, std::move(log)};
           },
           "seconds"_a, "frames"_a, "bytes"_a, "call_s"_a, "map_s"_a, "work_s"_a,

@@ -46,8 +46,8 @@ struct InternalInfo {
   const char* name;  // r8, rgba8, rgb10_a2, rgba16f, r32f, rgba32f, ..., rgba (unsized), none
   unsigned value;    // 0 for none: the default framebuffer of the pbuffer (RGBA8)
   int components;
-  int bits;      // per component as requested (the widest for rgb10_a2); 0 unsized
-  bool floating; // a float format (16F, 32F)
+  int bits;       // per component as requested (the widest for rgb10_a2); 0 unsized
+  bool floating;  // a float format (16F, 32F)
 };
 
 const std::vector<FormatInfo>& formats();
@@ -73,8 +73,8 @@ struct Scenario {
   std::string internal_format = "rgba8";
   std::string target = "2d";
   bool fbo = true;
-  bool shader = false;  // a pass-through fragment shader instead of the fixed function
-  int pbos = 0;         // 0: client memory; N: N pixel buffer objects in rotation
+  bool shader = false;         // a pass-through fragment shader instead of the fixed function
+  int pbos = 0;                // 0: client memory; N: N pixel buffer objects in rotation
   std::string usage = "none";  // the PBOs' usage hint when pbos > 0
   std::string draw = "quad";   // readback: what each frame draws (quad, pixel)
   std::uint64_t seed = 0x5EED;
@@ -116,9 +116,9 @@ struct RunTiming {
   double seconds = 0;  // the whole loop, host clock, from the first call to glFinish
   std::int64_t frames = 0;
   std::int64_t bytes = 0;
-  double call_s = 0;  // time blocked in transfer calls (the paper's read blocking time)
-  double map_s = 0;   // time blocked mapping (the paper's map blocking time)
-  double work_s = 0;  // dummy work done
+  double call_s = 0;          // time blocked in transfer calls (the paper's read blocking time)
+  double map_s = 0;           // time blocked mapping (the paper's map blocking time)
+  double work_s = 0;          // dummy work done
   std::vector<FrameLog> log;  // per frame, when asked
 };
 
@@ -128,8 +128,8 @@ struct Info {
   std::string egl_vendor, egl_version;
   std::string vendor, renderer, version, shading_language;
   int max_texture_size = 0;
-  bool buffer_storage = false;      // ARB_buffer_storage (persistent mapping)
-  bool direct_state_access = false; // ARB_direct_state_access (glTextureSubImage2D)
+  bool buffer_storage = false;       // ARB_buffer_storage (persistent mapping)
+  bool direct_state_access = false;  // ARB_direct_state_access (glTextureSubImage2D)
 };
 
 class Context;
@@ -166,7 +166,7 @@ class Context {
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
   const Info& info() const { return info_; }
-  void make_current(void* surface = nullptr);  // nullptr: the context's own small pbuffer
+  void make_current(void* surface = nullptr);   // nullptr: the context's own small pbuffer
   void* create_pbuffer(int width, int height);  // the default framebuffer of a scenario
   void destroy_pbuffer(void* surface) noexcept;
 

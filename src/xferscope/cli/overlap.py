@@ -3,7 +3,6 @@ on the CLI group when cli.py imports this module at its end."""
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -14,6 +13,7 @@ from ..core.cases import HOST_MEMORY, MECHANISMS
 from ..core.engine import Engine
 from ..core.errors import OptionError, XferscopeError
 from ..core.progress import Progress
+from ..core.units import TIME_HELP, parse_seconds, parse_seconds_list  # noqa: F401
 from ..overlap import (
     BUFFERS_SCHEMA,
     CPU_DIRECTIONS,
@@ -54,28 +54,6 @@ from .outputs import Destination, Named, Output, text
 R = TypeVar("R", OverlapCpuResult, RotationResult, GpuOverlapResult)
 
 # ---- parsing -----------------------------------------------------------------------------------
-
-_SECONDS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
-_TIME = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Zµ]*)\s*$")
-TIME_HELP = "a time such as 0, 500us, 2ms or 0.1s (a bare number is seconds)"
-
-
-def parse_seconds(option: str, text: str) -> float:
-    """A duration in seconds: a number with an optional unit s, ms, us (µs) or ns."""
-    match = _TIME.match(text)
-    if not match or match.group(2).lower() not in _SECONDS:
-        raise OptionError(option, f"'{text.strip()}' is not {TIME_HELP}")
-    value = float(match.group(1)) * _SECONDS[match.group(2).lower()]
-    if not math.isfinite(value) or value < 0:
-        raise OptionError(option, f"'{text.strip()}' is not a time of 0 or more")
-    return value
-
-
-def parse_seconds_list(option: str, text: str) -> tuple[float, ...]:
-    items = [item for item in text.split(",") if item.strip()]
-    if not items:
-        raise OptionError(option, f"give one or more times, each {TIME_HELP}")
-    return tuple(sorted({parse_seconds(option, item) for item in items}))
 
 
 def parse_counts(option: str, text: str, least: int) -> tuple[int, ...]:

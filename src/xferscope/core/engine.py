@@ -17,7 +17,15 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from . import interrupt
-from .errors import AllocationError, CudaError, EngineError, NoDeviceError, OptionError
+from .errors import (
+    AllocationError,
+    CudaError,
+    EngineError,
+    GlError,
+    GlUnavailableError,
+    NoDeviceError,
+    OptionError,
+)
 from .native import engine_module, result  # noqa: F401  (result: part of this module's API)
 
 # The result classes of the engine (xferscope._engine), read-only, made by both engines. The
@@ -159,6 +167,24 @@ class Copier(Protocol):
     def close(self) -> None: ...
 
 
+class GlSession(Protocol):
+    """One GL scenario's objects (gl.hpp's Session): verify a test frame, run frames."""
+
+    @property
+    def scenario(self) -> Any: ...  # the engine's GlScenario, normalised
+    def verify(self) -> Any: ...  # GlVerification
+    def run(self, frames: int, work_s: float = 0.0, log: bool = False) -> Any: ...  # GlRunTiming
+    def close(self) -> None: ...
+
+
+class GlContext(Protocol):
+    """An OpenGL context on the GPU's EGL device."""
+
+    def info(self) -> dict[str, Any]: ...
+    def session(self, scenario: Any) -> GlSession: ...
+    def close(self) -> None: ...
+
+
 class Engine(Protocol):
     simulated: bool
 
@@ -191,6 +217,7 @@ class Engine(Protocol):
         self, device: int, bytes: int, streams: int, chunks: int, work: int
     ) -> GpuOverlapResult: ...
     def staged_copier(self, device: int, threads: int = 0, chunk_bytes: int = 0) -> Copier: ...
+    def gl_context(self, device: int) -> GlContext: ...
     def clock(self) -> float: ...
 
 
@@ -202,7 +229,7 @@ def format_cuda_version(version: int) -> str:
 # Every native transfer and copier not yet closed. close_native() closes them, so their buffers
 # are freed and the staged copier's threads joined before the interpreter finalizes, whatever
 # path (Ctrl-C, an error) left one open.
-_open_handles: weakref.WeakSet[_NativeTransfer | _NativeCopier] = weakref.WeakSet()
+_open_handles: weakref.WeakSet[_NativeTransfer | _NativeCopier | _NativeGl] = weakref.WeakSet()
 
 
 def close_native() -> None:
@@ -237,6 +264,10 @@ class NativeEngine:
             raise CudaError(message, name, code) from None
         except e.UsageError as exc:
             raise EngineError(str(exc)) from None
+        except e.GlUnavailable as exc:
+            raise GlUnavailableError(str(exc)) from None
+        except e.GlError as exc:
+            raise GlError(str(exc)) from None
 
     @contextmanager
     def _measuring(self) -> Iterator[None]:
@@ -323,6 +354,12 @@ class NativeEngine:
         raw addresses, .close(). xferscope.pageable.staged wraps it for NumPy arrays."""
         with self._measuring():
             return _NativeCopier(self._engine.StagedCopier(device, threads, chunk_bytes), self)
+
+    def gl_context(self, device: int) -> GlContext:
+        """An OpenGL context on the EGL device that is CUDA device `device`."""
+        self.device_info(device)  # a clear NoDeviceError for a bad index
+        with self._measuring():
+            return _NativeGl(self._engine.GlContext(device), self)
 
     def clock(self) -> float:
         return time.perf_counter()
@@ -416,3 +453,51 @@ def check_device(engine: Engine, device: int, option: str = "--device") -> None:
     count = engine.device_count()
     if not 0 <= device < count:
         raise OptionError(option, f"no GPU with index {device}; this machine has 0..{count - 1}")
+
+
+class _NativeGlSession:
+    def __init__(self, handle: Any, engine: NativeEngine) -> None:
+        self._handle = handle
+        self._engine = engine
+        self.scenario = handle.scenario
+
+    def verify(self) -> Any:
+        with self._engine._measuring():
+            return self._handle.verify()
+
+    def run(self, frames: int, work_s: float = 0.0, log: bool = False) -> Any:
+        with self._engine._measuring():
+            return self._handle.run(frames, work_s, log)
+
+    def close(self) -> None:
+        with self._engine._translated():
+            self._handle.close()
+
+
+class _NativeGl:
+    """The native GL context; its sessions are closed with it (close_native closes both)."""
+
+    def __init__(self, handle: Any, engine: NativeEngine) -> None:
+        self._handle = handle
+        self._engine = engine
+        self._sessions: list[_NativeGlSession] = []
+        _open_handles.add(self)
+
+    def info(self) -> dict[str, Any]:
+        with self._engine._translated():
+            return dict(self._handle.info())
+
+    def session(self, scenario: Any) -> GlSession:
+        with self._engine._measuring():
+            s = _NativeGlSession(
+                self._engine._engine.GlSession(self._handle, scenario), self._engine
+            )
+        self._sessions.append(s)
+        return s
+
+    def close(self) -> None:
+        for s in self._sessions:
+            s.close()
+        self._sessions = []
+        self._handle.close()
+        _open_handles.discard(self)

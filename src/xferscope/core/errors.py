@@ -39,3 +39,13 @@ class CudaError(EngineError):
         super().__init__(f"CUDA error: {message}")
         self.name = name
         self.code = code
+
+
+class GlUnavailableError(XferscopeError):
+    """No OpenGL here: a loader library is missing (the message names it and its package), or
+    no EGL device context can be made on the GPU asked for (the message says why)."""
+
+
+class GlError(EngineError):
+    """A GL call failed in one scenario: names the call, the states and the GL error. The other
+    scenarios still run."""

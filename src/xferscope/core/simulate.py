@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import cases, interrupt
-from .errors import AllocationError, CudaError, EngineError
+from .errors import AllocationError, CudaError, EngineError, NoDeviceError
 from .native import result
 
 SIMULATED_MEMORY_BYTES = 141 * 10**9
@@ -290,6 +290,14 @@ class SimulatedEngine:
 
     def clock(self) -> float:
         return self._now
+
+    def gl_context(self, device: int) -> Any:
+        """The simulated GL (simulate_gl.py)."""
+        from .simulate_gl import SimulatedGl
+
+        if not 0 <= device < self._devices:
+            raise NoDeviceError(f"GPU index {device} out of range: {self._devices} GPU(s)")
+        return SimulatedGl(self, device)
 
     def device_count(self) -> int:
         return self._devices

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 import re
 
+from .errors import OptionError
+
 _BINARY = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
@@ -65,3 +67,26 @@ def format_rate(bytes_per_second: float) -> str:
     """GB/s means 10^9 bytes per second."""
     gbps = bytes_per_second / 1e9
     return f"{gbps:.3g} GB/s" if gbps < 100 else f"{gbps:.0f} GB/s"
+
+
+_SECONDS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+_TIME = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Zµ]*)\s*$")
+TIME_HELP = "a time such as 0, 500us, 2ms or 0.1s (a bare number is seconds)"
+
+
+def parse_seconds(option: str, text: str) -> float:
+    """A duration in seconds: a number with an optional unit s, ms, us (µs) or ns."""
+    match = _TIME.match(text)
+    if not match or match.group(2).lower() not in _SECONDS:
+        raise OptionError(option, f"'{text.strip()}' is not {TIME_HELP}")
+    value = float(match.group(1)) * _SECONDS[match.group(2).lower()]
+    if not math.isfinite(value) or value < 0:
+        raise OptionError(option, f"'{text.strip()}' is not a time of 0 or more")
+    return value
+
+
+def parse_seconds_list(option: str, text: str) -> tuple[float, ...]:
+    items = [item for item in text.split(",") if item.strip()]
+    if not items:
+        raise OptionError(option, f"give one or more times, each {TIME_HELP}")
+    return tuple(sorted({parse_seconds(option, item) for item in items}))

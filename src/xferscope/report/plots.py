@@ -141,6 +141,7 @@ def write_plots(result: SweepResult, prefix: Path) -> list[Path]:
 def save_png(fig: Figure, path: Path) -> None:
     """Lays a figure out, saves it as PNG at `path` (whatever its name ends with: a temporary
     name while the file is written atomically) and frees it. Every PNG is saved here."""
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:  # a constrained layout lays itself out
+        fig.tight_layout()
     fig.savefig(path, format="png")
     plt.close(fig)

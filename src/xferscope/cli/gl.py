@@ -1,0 +1,275 @@
+"""`xferscope gl`: seed 000's OpenGL upload and readback explorer, registered on the CLI group."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..core.errors import OptionError
+from ..gl.measure import (
+    SCHEMA_NAME,
+    GlResult,
+    check_plan,
+    dumps_csv,
+    dumps_json,
+    from_dict,
+    measure,
+    steps,
+)
+from ..gl.states import (
+    ALIGNMENTS,
+    DEFAULT_LIMIT_S,
+    DRAW_MODES,
+    FORMATS,
+    INTERNAL_FORMATS,
+    MAX_PBOS,
+    READBACK_METHODS,
+    TARGETS,
+    TYPES,
+    UPLOAD_METHODS,
+    USAGES,
+    GlOptions,
+    parse_options,
+)
+from ..report.gl_tables import print_gl
+from . import common  # looked up at run time, so tests can replace open_engine
+from .app import cli, stdout
+from .common import (
+    Bar,
+    DocumentKind,
+    begin_measuring,
+    deliver,
+    finish,
+    nothing_measured,
+    output_options,
+    parse_seed,
+    prepare_renderers,
+    progress_bar,
+    register,
+    resolve_devices,
+    seed_option,
+)
+from .outputs import Destination, Named, Output, text
+
+# The state options: --survey runs its own scenarios, so none of these may come with it.
+STATE_OPTIONS = (
+    "op",
+    "size",
+    "alignment",
+    "row_offset",
+    "method",
+    "format",
+    "type",
+    "internal",
+    "target",
+    "fbo",
+    "shader",
+    "pbos",
+    "usage",
+    "draw",
+)
+
+
+def _listing(values: tuple[str, ...] | tuple[int, ...]) -> str:
+    return ", ".join(str(v) for v in values)
+
+
+@cli.command("gl")
+@click.option("--op", default="upload,readback", show_default=True, help="upload, readback.")
+@click.option("--size", default="2048", show_default=True, help="Pixel sizes: N (square) or WxH.")
+@click.option(
+    "--alignment",
+    default="4",
+    show_default=True,
+    help=f"GL_UNPACK/PACK_ALIGNMENT: {_listing(ALIGNMENTS)}.",
+)
+@click.option(
+    "--row-offset",
+    default="0",
+    show_default=True,
+    help="Bytes from a page boundary to the image in host memory (0-4095).",
+)
+@click.option(
+    "--method",
+    default=None,
+    help=f"Upload: {_listing(UPLOAD_METHODS)}; readback: {_listing(READBACK_METHODS)} "
+    "[default: texsubimage, readpixels].",
+)
+@click.option("--format", default="rgba", show_default=True, help=f"{_listing(FORMATS)}.")
+@click.option("--type", default="ubyte", show_default=True, help=f"{_listing(TYPES)}.")
+@click.option(
+    "--internal",
+    default="rgba8",
+    show_default=True,
+    help=f"Internal format: {_listing(INTERNAL_FORMATS)} (none: the default framebuffer).",
+)
+@click.option("--target", default="2d", show_default=True, help=f"{_listing(TARGETS)}.")
+@click.option(
+    "--fbo",
+    default="on",
+    show_default=True,
+    help="on: a texture-attached framebuffer object; off: the pbuffer's default framebuffer.",
+)
+@click.option(
+    "--shader",
+    default="off",
+    show_default=True,
+    help="on: a pass-through fragment shader; off: the fixed function.",
+)
+@click.option(
+    "--pbos",
+    default="0",
+    show_default=True,
+    help=f"Pixel buffer objects in rotation, 0-{MAX_PBOS} (0: client memory).",
+)
+@click.option(
+    "--pbo-usage",
+    "usage",
+    default="none",
+    show_default=True,
+    help=f"The PBOs' usage hint: {_listing(USAGES)} (none: stream_draw for uploads, "
+    "stream_read for readbacks).",
+)
+@click.option(
+    "--draw",
+    default="quad",
+    show_default=True,
+    help=f"What each readback frame draws: {_listing(DRAW_MODES)} (pixel: a full-window "
+    "DrawPixels, upload traffic contending with the readback).",
+)
+@click.option(
+    "--work",
+    default=None,
+    help="Asynchronous mode: CPU work per frame, such as 0,1ms,5ms, or auto (0 to twice the "
+    "frame's transfer time).",
+)
+@click.option(
+    "--bytes",
+    "bytes_text",
+    default=None,
+    help="Bytes each scenario moves [default: 6.25GiB, the paper's; 512MiB with --quick].",
+)
+@click.option(
+    "--limit",
+    default=DEFAULT_LIMIT_S,
+    show_default=True,
+    type=float,
+    help="Seconds a scenario may take; a longer one is estimated from its first 10 frames.",
+)
+@click.option("--log-frames", is_flag=True, help="Keep every frame's blocking times (JSON).")
+@click.option(
+    "--survey",
+    is_flag=True,
+    help="Run the groups seed 000 reports on (PBOs, methods, formats and types, padding, sizes, "
+    "GetTexImage, PBO counts with CPU work) and state the findings for this GPU.",
+)
+@click.option("--quick", is_flag=True, help="512 MiB per scenario: a first look.")
+@click.option("--no-baseline", is_flag=True, help="Skip CUDA pinned memcpy of the same bytes.")
+@click.option("-g", "--device", default="0", show_default=True, help="GPU index (CUDA's).")
+@seed_option
+@output_options("gl", "PREFIX-rates.png and PREFIX-async.png")
+@click.option("--simulate", is_flag=True, help="Use the simulated engine (no GPU).")
+@click.pass_context
+def gl_command(ctx: click.Context, /, **kw: Any) -> None:
+    """Upload pixel data to a GPU through OpenGL and read it back, headless (EGL), under every
+    state that decides the speed; every option takes a comma-separated list and the scenarios
+    are their cross product. Each scenario's test frame is compared exactly first (a mismatch
+    names the internal format the driver chose); each moves --bytes frame by frame; --work
+    adds CPU work per frame and prints the paper's Table 1. CUDA pinned memcpy of the same
+    bytes is the baseline."""
+    from ..gl.survey import survey
+
+    given = [
+        name
+        for name in STATE_OPTIONS
+        if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+    ]
+    if kw["survey"] and given:
+        flag = "--" + given[0].replace("_", "-")
+        raise OptionError(flag, "--survey runs its own scenarios; leave the state options out")
+    engine = common.open_engine(kw["simulate"])
+    (device,) = resolve_devices(engine, kw["device"], one=True)
+    states = {name: kw[name] for name in STATE_OPTIONS}
+    options: GlOptions = parse_options(
+        **states,
+        work=kw["work"],
+        bytes_text=kw["bytes_text"],
+        limit=kw["limit"],
+        quick=kw["quick"],
+        log_frames=kw["log_frames"],
+        baseline=not kw["no_baseline"],
+        device=device,
+        seed=parse_seed(kw["seed"]),
+    )
+    if kw["survey"]:
+        options = GlOptions(
+            ops=(),
+            bytes=options.bytes,
+            limit_s=options.limit_s,
+            log_frames=options.log_frames,
+            baseline=options.baseline,
+            device=device,
+            seed=options.seed,
+            work=options.work,
+            preset="survey",
+            extra=survey(),
+        )
+    scenarios, _ = check_plan(options)
+    prepare_renderers()
+    with Destination.prepare(kw["out"], "gl", gl_named(kw), kw["force"]) as dest:
+        begin_measuring()
+        with progress_bar() as bar:
+            result = measure(engine, options, Bar(bar, steps(options, scenarios)))
+        if not result.scenarios:
+            nothing_measured(dest)
+        delivery = deliver(gl_outputs(result, dest), dest, lambda: print_gl(result, stdout))
+    finish(
+        delivery,
+        result.interrupted,
+        verification_failed=False,  # a GL mismatch is a finding (down-conversion), not a fault
+        failed=False,
+    )
+
+
+def gl_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
+    kw = kw or {}
+    return {
+        "json": Named("--json", kw.get("json_path"), "gl.json"),
+        "csv": Named("--csv", kw.get("csv_path"), "gl.csv"),
+        "plot": Named("--plot", kw.get("plot_prefix"), "gl", ("-rates.png", "-async.png")),
+    }
+
+
+def gl_outputs(result: GlResult, dest: Destination) -> list[Output]:
+    from ..report import gl_plots
+
+    outputs = [
+        dest.output("json", text(lambda: dumps_json(result))),
+        dest.output("csv", text(lambda: dumps_csv(result))),
+    ]
+    if any(s.rate for s in result.scenarios):
+        outputs.append(
+            dest.output(
+                "plot",
+                lambda path, _w: gl_plots.plot_rates(result, path),
+                "-rates.png",
+                render=True,
+            )
+        )
+    if gl_plots.has_async(result):
+        outputs.append(
+            dest.output(
+                "plot",
+                lambda path, _w: gl_plots.plot_async(result, path),
+                "-async.png",
+                render=True,
+            )
+        )
+    return outputs
+
+
+register(
+    SCHEMA_NAME,
+    DocumentKind("gl", from_dict, lambda r: print_gl(r, stdout), lambda: gl_named(), gl_outputs),
+)
