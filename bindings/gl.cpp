@@ -72,6 +72,16 @@ const char* kind_name(gl::Kind kind) {
   return "?";
 }
 
+const char* store_name(gl::Store store) {
+  switch (store) {
+    case gl::Store::normalized: return "normalized";
+    case gl::Store::floating: return "float";
+    case gl::Store::unsigned_integer: return "unsigned_integer";
+    case gl::Store::signed_integer: return "signed_integer";
+  }
+  return "?";
+}
+
 }  // namespace
 
 void bind_gl(nb::module_& m) {
@@ -80,18 +90,18 @@ void bind_gl(nb::module_& m) {
 
   nb::list formats, types, internals;
   for (const auto& f : gl::formats()) {
-    formats.append(nb::make_tuple(std::string(f.name), f.value, f.components));
+    formats.append(nb::make_tuple(std::string(f.name), f.value, f.components, f.integer));
   }
   for (const auto& t : gl::types()) {
     types.append(nb::make_tuple(std::string(t.name), t.value, t.bytes, kind_name(t.kind)));
   }
   for (const auto& i : gl::internal_formats()) {
     internals.append(
-        nb::make_tuple(std::string(i.name), i.value, i.components, i.bits, i.floating));
+        nb::make_tuple(std::string(i.name), i.value, i.components, i.bits, store_name(i.store)));
   }
   m.attr("GL_FORMATS") = nb::tuple(formats);             // (name, enum, components)
   m.attr("GL_TYPES") = nb::tuple(types);                 // (name, enum, bytes, kind)
-  m.attr("GL_INTERNAL_FORMATS") = nb::tuple(internals);  // (name, enum, comps, bits, float)
+  m.attr("GL_INTERNAL_FORMATS") = nb::tuple(internals);  // (name, enum, comps, bits, store)
   m.attr("GL_UPLOAD_METHODS") = words(gl::kUploadMethods);
   m.attr("GL_READBACK_METHODS") = words(gl::kReadbackMethods);
   m.attr("GL_TARGETS") = words(gl::kTargets);

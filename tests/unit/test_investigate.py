@@ -223,8 +223,8 @@ def test_two_gpus_peer_access_is_far_faster_than_through_the_host(two_gpus):
 def test_steps_count_every_progress_unit():
     for n, per_multi in ((1, 0), (2, 3 * 2 + 1 + 3), (3, 3 * 6 + 3 + 3)):
         options = quick(n)
-        assert steps(options) == n * (CURVES * 8 + 3) + per_multi
-    assert steps(RunOptions(devices=(0,))) == CURVES * 16 + 3
+        assert steps(options) == n * (CURVES * 8 + 4) + per_multi
+    assert steps(RunOptions(devices=(0,))) == CURVES * 16 + 4
 
 
 @pytest.mark.parametrize("devices", [1, 2, 3])
@@ -355,7 +355,25 @@ def test_interruption_after_the_curves_keeps_all_curves(calls_per_gpu):
     assert gpu.status == "interrupted" and result.interrupted
     assert len(gpu.curves) == CURVES
     assert all(c.status == "complete" for c in gpu.curves)
-    assert not gpu.overlap
+    assert gpu.overlap and gpu.gl is None  # the GL check, last, was cut
+
+
+def test_the_gl_check_finds_the_best_paths_or_says_why_not(monkeypatch):
+    result = run_investigation(SimulatedEngine(), quick(1))
+    check = result.gpus[0].gl
+    assert check is not None and check.status == "complete" and not check.unverified
+    assert check.upload_label and check.upload_label.startswith("upload 2048x2048")
+    assert check.upload_rate and check.readback_rate and check.upload_rate > 1e9
+    from xferscope.core.errors import GlUnavailableError
+
+    def no_gl(self, device):
+        raise GlUnavailableError("cannot load libEGL.so.1 (Debian/Ubuntu package libegl1; ...)")
+
+    monkeypatch.setattr(SimulatedEngine, "gl_context", no_gl)
+    result = run_investigation(SimulatedEngine(), quick(1))
+    check = result.gpus[0].gl
+    assert result.complete and check is not None and check.status == "unavailable"
+    assert check.reason and "libegl1" in check.reason
 
 
 MULTI_DROPPED = (

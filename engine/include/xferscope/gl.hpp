@@ -32,9 +32,10 @@ class GlError : public std::runtime_error {
 enum class Kind { unsigned_int, signed_int, half, floating };  // how a type's values are coded
 
 struct FormatInfo {
-  const char* name;  // the user's word: red, rg, rgb, rgba, bgra
+  const char* name;  // the user's word: red, rg, rgb, rgba, bgra, and their _integer forms
   unsigned value;    // the GLenum
   int components;
+  bool integer;  // red_integer ...: for integer textures, values unconverted
 };
 struct TypeInfo {
   const char* name;  // byte, ubyte, short, ushort, int, uint, half, float
@@ -42,12 +43,15 @@ struct TypeInfo {
   int bytes;
   Kind kind;
 };
+// How a texture stores its components.
+enum class Store { normalized, floating, unsigned_integer, signed_integer };
+
 struct InternalInfo {
-  const char* name;  // r8, rgba8, rgb10_a2, rgba16f, r32f, rgba32f, ..., rgba (unsized), none
+  const char* name;  // r8, rgba8, rgb10_a2, rgba16f, rgba32f, rgba32ui, ..., rgba (unsized), none
   unsigned value;    // 0 for none: the default framebuffer of the pbuffer (RGBA8)
   int components;
-  int bits;       // per component as requested (the widest for rgb10_a2); 0 unsized
-  bool floating;  // a float format (16F, 32F)
+  int bits;  // per component as requested (the widest for rgb10_a2); 0 unsized
+  Store store;
 };
 
 const std::vector<FormatInfo>& formats();

@@ -9,8 +9,11 @@ namespace xferscope::gl {
 
 const std::vector<FormatInfo>& formats() {
   static const std::vector<FormatInfo> table = {
-      {"red", 0x1903, 1}, {"rg", 0x8227, 2}, {"rgb", 0x1907, 3}, {"rgba", 0x1908, 4},
-      {"bgra", 0x80E1, 4}};
+      {"red", 0x1903, 1, false},         {"rg", 0x8227, 2, false},
+      {"rgb", 0x1907, 3, false},         {"rgba", 0x1908, 4, false},
+      {"bgra", 0x80E1, 4, false},        {"red_integer", 0x8D94, 1, true},
+      {"rg_integer", 0x8228, 2, true},   {"rgb_integer", 0x8D98, 3, true},
+      {"rgba_integer", 0x8D99, 4, true}, {"bgra_integer", 0x8D9B, 4, true}};
   return table;
 }
 
@@ -24,18 +27,19 @@ const std::vector<TypeInfo>& types() {
 }
 
 const std::vector<InternalInfo>& internal_formats() {
+  constexpr Store n = Store::normalized, f = Store::floating, u = Store::unsigned_integer,
+                  i = Store::signed_integer;
   static const std::vector<InternalInfo> table = {
-      {"none", 0, 4, 8, false},         {"r8", 0x8229, 1, 8, false},
-      {"rg8", 0x822B, 2, 8, false},     {"rgb8", 0x8051, 3, 8, false},
-      {"rgba8", 0x8058, 4, 8, false},   {"rgb10_a2", 0x8059, 4, 10, false},
-      {"r16", 0x822A, 1, 16, false},    {"rg16", 0x822C, 2, 16, false},
-      {"rgba16", 0x805B, 4, 16, false}, {"r16f", 0x822D, 1, 16, true},
-      {"rg16f", 0x822F, 2, 16, true},   {"rgb16f", 0x881B, 3, 16, true},
-      {"rgba16f", 0x881A, 4, 16, true}, {"r32f", 0x822E, 1, 32, true},
-      {"rg32f", 0x8230, 2, 32, true},   {"rgb32f", 0x8815, 3, 32, true},
-      {"rgba32f", 0x8814, 4, 32, true}, {"red", 0x1903, 1, 0, false},
-      {"rg", 0x8227, 2, 0, false},      {"rgb", 0x1907, 3, 0, false},
-      {"rgba", 0x1908, 4, 0, false}};
+      {"none", 0, 4, 8, n},          {"r8", 0x8229, 1, 8, n},        {"rg8", 0x822B, 2, 8, n},
+      {"rgb8", 0x8051, 3, 8, n},     {"rgba8", 0x8058, 4, 8, n},     {"rgb10_a2", 0x8059, 4, 10, n},
+      {"r16", 0x822A, 1, 16, n},     {"rg16", 0x822C, 2, 16, n},     {"rgba16", 0x805B, 4, 16, n},
+      {"r16f", 0x822D, 1, 16, f},    {"rg16f", 0x822F, 2, 16, f},    {"rgb16f", 0x881B, 3, 16, f},
+      {"rgba16f", 0x881A, 4, 16, f}, {"r32f", 0x822E, 1, 32, f},     {"rg32f", 0x8230, 2, 32, f},
+      {"rgb32f", 0x8815, 3, 32, f},  {"rgba32f", 0x8814, 4, 32, f},  {"r8ui", 0x8232, 1, 8, u},
+      {"rgba8ui", 0x8D7C, 4, 8, u},  {"r16ui", 0x8234, 1, 16, u},    {"rgba16ui", 0x8D76, 4, 16, u},
+      {"r32ui", 0x8236, 1, 32, u},   {"rgba32ui", 0x8D70, 4, 32, u}, {"r32i", 0x8235, 1, 32, i},
+      {"rgba32i", 0x8D82, 4, 32, i}, {"red", 0x1903, 1, 0, n},       {"rg", 0x8227, 2, 0, n},
+      {"rgb", 0x1907, 3, 0, n},      {"rgba", 0x1908, 4, 0, n}};
   return table;
 }
 
@@ -154,15 +158,24 @@ std::string refusal(const Scenario& s) {
   if (s.method == "cuda_interop") {
     if (s.pbos != 0) return "cuda_interop copies with CUDA, not through PBOs: pbos must be 0";
     if (!upload && !s.fbo) return "cuda_interop reads the texture drawn into: it needs an FBO";
-    if (internal->bits == 0 || internal->bits == 10) {
-      return "cuda_interop copies texels as they are stored: it needs a sized internal format "
-             "of whole components (r8, rgba8, r16f, rgba32f, ...), not " + s.internal_format;
+    if (internal->bits == 0 || internal->bits == 10 || internal->components == 3) {
+      return "cuda_interop registers textures of 1, 2 or 4 whole components (r8, rg16f, rgba8, "
+             "rgba32f, rgba32ui, ...): not " + s.internal_format;
     }
-    const bool matches = format->components == internal->components && s.format != "bgra" &&
-                         type->bytes * 8 == internal->bits &&
-                         (internal->floating ? (type->kind == Kind::floating ||
-                                                type->kind == Kind::half)
-                                             : type->kind == Kind::unsigned_int);
+    bool kind = false;
+    switch (internal->store) {
+      case Store::floating:
+        kind = type->kind == Kind::floating || type->kind == Kind::half;
+        break;
+      case Store::signed_integer:
+        kind = type->kind == Kind::signed_int;
+        break;
+      default:
+        kind = type->kind == Kind::unsigned_int;
+    }
+    const bool matches = format->components == internal->components &&
+                         s.format.rfind("bgra", 0) != 0 && type->bytes * 8 == internal->bits &&
+                         kind;
     if (!matches) {
       return "cuda_interop copies texels as they are stored: " + s.format + "/" + s.type +
              " is not the layout of " + s.internal_format;

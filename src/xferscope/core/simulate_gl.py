@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 
 _e = engine_module()
 _TYPES = {name: (bytes_, kind) for name, _, bytes_, kind in _e.GL_TYPES}
-_INTERNAL = {name: (comps, bits, flt) for name, _, comps, bits, flt in _e.GL_INTERNAL_FORMATS}
-_FORMATS = {name: comps for name, _, comps in _e.GL_FORMATS}
+_INTERNAL = {name: (comps, bits, store) for name, _, comps, bits, store in _e.GL_INTERNAL_FORMATS}
+_FORMATS = {name: (comps, integer) for name, _, comps, integer in _e.GL_FORMATS}
 
 _UPLOAD_GBPS = {
     "texsubimage": 4.5,
@@ -27,18 +27,37 @@ _UPLOAD_GBPS = {
     "cuda_interop": 26.0,
 }
 _READBACK_GBPS = {"readpixels": 11.8, "gettexture": 3.8, "cuda_interop": 17.8}
+# The model's GPU refuses textures larger than this, as a real one runs out of memory.
+MOST_TEXTURE_BYTES = 4 << 30
 _SIGNIFICANT_BITS = {"byte": 7, "ubyte": 8, "short": 15, "ushort": 16, "int": 31, "uint": 32}
 
 
 def _stored_bits(internal: str) -> tuple[int, bool]:
     """Bits per component a texture keeps, and whether they are float (unsized: 8-bit)."""
-    _, bits, flt = _INTERNAL[internal]
-    return (bits or 8), flt
+    _, bits, store = _INTERNAL[internal]
+    return (bits or 8), store == "float"
+
+
+def gl_error(s: Any) -> str | None:
+    """What the GL itself refuses (not the engine's rules): integer data goes only to integer
+    textures and back, and never as half or float."""
+    integer_format = _FORMATS[s.format][1]
+    integer_store = _INTERNAL[s.internal_format][2].endswith("integer")
+    call = "glDrawPixels" if s.internal_format == "none" else "glTexImage2D"
+    if integer_format != integer_store:
+        return f"{call} failed for {label(s)}: GL_INVALID_OPERATION"
+    if integer_format and _TYPES[s.type][1] in ("float", "half"):
+        return f"{call} failed for {label(s)}: GL_INVALID_ENUM"
+    return None
+
+
+def label(s: Any) -> str:
+    return f"{s.op} {s.width}x{s.height} {s.method} {s.format}/{s.type} -> {s.internal_format}"
 
 
 def survives(s: Any) -> bool:
     """Whether the test frame comes back exactly: the store holds every component and bit."""
-    if _INTERNAL[s.internal_format][0] < _FORMATS[s.format]:
+    if _INTERNAL[s.internal_format][0] < _FORMATS[s.format][0]:
         return False
     bits, flt = _stored_bits(s.internal_format)
     kind = _TYPES[s.type][1]
@@ -47,6 +66,8 @@ def survives(s: Any) -> bool:
     if kind == "half":
         return flt and bits >= 16
     needed = _SIGNIFICANT_BITS[s.type]
+    if _INTERNAL[s.internal_format][2].endswith("integer"):
+        return bits >= needed
     return (bits == 32 and needed <= 24) if flt else bits >= needed
 
 
@@ -79,14 +100,23 @@ class SimulatedGlSession:
         reason = _e.gl_refusal(self.scenario)
         if reason:
             raise GlError(reason)
+        comps, bits, _ = _INTERNAL[self.scenario.internal_format]
+        if (
+            self.scenario.width * self.scenario.height * comps * (bits or 8) // 8
+            > MOST_TEXTURE_BYTES
+        ):
+            raise GlError(f"glTexImage2D failed for {label(self.scenario)}: GL_OUT_OF_MEMORY")
+        refused = gl_error(self.scenario)
+        if refused:
+            raise GlError(refused)
 
     def verify(self) -> Any:
         s = self.scenario
         ok = survives(s) and not self._engine.corrupt
         compared = s.frame_bytes
         internal = "rgba8" if s.internal_format == "none" else s.internal_format
-        bits, flt = _stored_bits(s.internal_format)
-        comps = _INTERNAL[s.internal_format][0]
+        bits, _ = _stored_bits(s.internal_format)
+        comps, _, store = _INTERNAL[s.internal_format]
         sizes = [bits if i < comps else 0 for i in range(4)]
         self._engine.advance(2 * compared / rate(s))
         return _e.GlVerification(
@@ -101,7 +131,9 @@ class SimulatedGlSession:
             green_bits=sizes[1],
             blue_bits=sizes[2],
             alpha_bits=sizes[3],
-            component_type="float" if flt else "unsigned_normalized",
+            component_type={"float": "float", "unsigned_integer": "unsigned_int"}.get(
+                store, "int" if store == "signed_integer" else "unsigned_normalized"
+            ),
         )
 
     def run(self, frames: int, work_s: float = 0.0, log: bool = False) -> Any:

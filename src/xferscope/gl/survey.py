@@ -286,6 +286,8 @@ def survey() -> tuple[dict[str, Any], ...]:
         ("red", "float", "rgba32f"),
         ("rgba", "int", "rgba32f"),  # integers beyond 24 bits
         ("rgba", "uint", "rgba8"),
+        ("rgba_integer", "uint", "rgba32ui"),  # integers kept whole
+        ("rgba_integer", "ubyte", "rgba8ui"),
     ]
     for fmt, typ, internal in formats:
         for op in ("upload", "readback"):

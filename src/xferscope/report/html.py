@@ -26,6 +26,7 @@ import plotly.offline
 from ..core.findings import ERROR, INFO, OK, WARNING, Finding
 from ..core.units import format_bytes, format_rate, format_seconds
 from ..documents.files import atomic_write
+from ..gl.check import GlCheck
 from ..run.metrics import HEADLINE_CURVES
 from ..run.records import (
     Concurrent,
@@ -313,6 +314,9 @@ def _gpu_section(result: RunResult, gpu: GpuSection) -> str:
     if gpu.overlap:
         parts.append("<h3>Can the CPU work during a copy?</h3>")
         parts.append(_overlap_table(gpu.overlap))
+    if gpu.gl is not None:
+        parts.append("<h3>OpenGL</h3>")
+        parts.append(_gl_table(gpu.gl))
     parts.append("</section>")
     return "".join(parts)
 
@@ -647,6 +651,29 @@ def _overlap_table(points: Sequence[OverlapPoint]) -> str:
         f'{table}<p class="caption">The copy is issued, the CPU works for half the copy\'s time, '
         "then waits (seed 000's asynchronous readback). Hidden: the share of the work that cost "
         "no extra time. `xferscope overlap cpu` sweeps the work.</p>"
+    )
+
+
+def _gl_table(check: GlCheck) -> str:
+    if check.status == "unavailable":
+        return f'<p class="muted">No OpenGL here: {_e(check.reason)}</p>'
+    rows = [
+        [op, label.removeprefix(op + " ") if label else "none verified", rate_text]
+        for op, label, rate_text in (
+            ("upload", check.upload_label, format_rate(check.upload_rate or 0.0)),
+            ("readback", check.readback_label, format_rate(check.readback_rate or 0.0)),
+        )
+    ]
+    table = _table(["op", "best path", "rate"], rows, ["", "", "num"])
+    notes = ""
+    if check.unverified:
+        notes += f"<p>Test frame changed (rates unreliable): {_e(', '.join(check.unverified))}</p>"
+    if check.reason:
+        notes += f'<p class="gpu-error">{_e(check.reason)}</p>'
+    return (
+        f'{table}{notes}<p class="caption">{_e(check.renderer or "")}: the best of a few '
+        "2048x2048 RGBA8 paths (client memory, PBOs, a persistent mapping, CUDA interop), "
+        "each verified. `xferscope gl --survey` explores every state.</p>"
     )
 
 

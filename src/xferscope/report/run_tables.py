@@ -60,6 +60,17 @@ def headline_table(result: RunResult) -> Table:
                 "",
                 "",
             )
+        if gpu.gl is not None:
+            for op, path, gl_rate in (
+                ("upload", gpu.gl.upload_label, gpu.gl.upload_rate),
+                ("readback", gpu.gl.readback_label, gpu.gl.readback_rate),
+            ):
+                if path and gl_rate:
+                    figure = f"OpenGL best {op}: {path.removeprefix(op + ' ')}"
+                    table.add_row(str(gpu.index), figure, format_rate(gl_rate), "", "", "")
+            if gpu.gl.status != "complete":
+                reason = gpu.gl.reason or gpu.gl.status
+                table.add_row(str(gpu.index), f"OpenGL: {gpu.gl.status}", reason, "", "", "")
     for conc in result.multi:
         if conc.streams:
             table.add_row(

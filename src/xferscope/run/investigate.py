@@ -20,6 +20,7 @@ from ..core import cases, machine, plan
 from ..core.engine import Engine, Transfer
 from ..core.errors import AllocationError, CudaError, EngineError
 from ..core.progress import QUIET, Progress
+from ..gl.check import gl_check
 from ..sweep.measure import measure_curve
 from ..sweep.options import SweepOptions
 from ..sweep.records import CurveConfig
@@ -116,9 +117,9 @@ class RunOptions:
 
 
 def steps(options: RunOptions) -> int:
-    """Progress units: one per curve size, per concurrent measurement, per pinning run and per
-    overlap measurement."""
-    per_gpu = len(gpu_curves(0)) * len(options.plan.sizes) + 3
+    """Progress units: one per curve size, per concurrent measurement, per pinning run, per
+    overlap measurement and per GL check."""
+    per_gpu = len(gpu_curves(0)) * len(options.plan.sizes) + 4
     n = len(options.devices)
     multi = (3 * n * (n - 1) + n * (n - 1) // 2 + 3) if n > 1 else 0
     return per_gpu * n + multi
@@ -288,6 +289,8 @@ def investigate_gpu(
             ),
         )
         progress.step(f"gpu{device} CPU work during a readback")
+        section = replace(section, gl=gl_check(engine, device))
+        progress.step(f"gpu{device} OpenGL check")
     except KeyboardInterrupt:
         raise Interrupted(replace(section, status="interrupted")) from None
     except (AllocationError, EngineError) as exc:
