@@ -29,7 +29,10 @@ def gl(native_engine):
 
 
 def _session(gl, **states_):
-    return gl.session(states.scenario(width=N, height=N, **states_))
+    states_.setdefault("method", "texsubimage" if states_["op"] == "upload" else "readpixels")
+    states_.setdefault("width", N)
+    states_.setdefault("height", N)
+    return gl.session(states.scenario(**states_))
 
 
 def test_the_context_is_the_cuda_device(gl, native_engine):

@@ -275,11 +275,31 @@ def test_comparisons_name_the_state_that_differs():
         ops=("upload",), sizes=((256, 256),), formats=("rgba", "bgra"), bytes=1 << 24
     )
     result = gl_measure.measure(SimulatedEngine(), options)
-    ((op, name, fast, slow, ratio, pairs, _),) = comparisons(result)
-    assert (op, name, fast, slow, pairs) == ("upload", "format", "rgba", "bgra", 1)
-    assert ratio > 1.5
+    (c,) = comparisons(result)
+    assert (c.op, c.state, c.faster, c.slower, c.pairs, c.agreeing) == (
+        "upload",
+        "format",
+        "rgba",
+        "bgra",
+        1,
+        1,
+    )
+    assert c.ratio > 1.5
     sentence = next(f.message for f in result.findings if f.code == "gl_state")
-    assert sentence.startswith(f"uploads: format rgba is {ratio:.2f}x as fast as format bgra")
+    assert sentence.startswith(f"uploads: format rgba is {c.ratio:.2f}x as fast as format bgra")
+
+
+def test_differences_within_the_noise_are_not_stated():
+    from dataclasses import replace
+
+    options = states.GlOptions(
+        ops=("upload",), sizes=((256, 256),), formats=("rgba", "bgra"), bytes=1 << 24
+    )
+    result = gl_measure.measure(SimulatedEngine(), options)
+    noisy = tuple(
+        replace(s, trial_rates=(s.rate * 0.2, s.rate, s.rate * 5)) for s in result.scenarios
+    )
+    assert comparisons(replace(result, scenarios=noisy)) == []
 
 
 def test_a_missing_gl_library_is_one_line_naming_the_package():

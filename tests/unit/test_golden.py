@@ -97,3 +97,20 @@ def test_the_golden_documents_read_back():
         kind = KINDS[document["schema"]]
         assert kind.name == name
         assert kind.load(document) is not None
+
+
+def test_gl_documents_match_golden():
+    from xferscope.gl import measure as gl_measure
+    from xferscope.gl.states import GlOptions
+
+    options = GlOptions(
+        sizes=((256, 256),),
+        types=("ubyte", "float"),
+        internal_formats=("rgba8", "rgba32f"),
+        pbos=(0, 2),
+        work="auto",
+        bytes=1 << 24,
+    )
+    result = _fixed(gl_measure.measure(SimulatedEngine(seed=11), options))
+    _check_golden("gl.json", gl_measure.dumps_json(result))
+    _check_golden("gl.csv", gl_measure.dumps_csv(result))

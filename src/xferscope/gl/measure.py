@@ -42,6 +42,9 @@ SCHEMA_VERSION = 1
 
 BASELINE_TARGET_S = 0.1  # one baseline trial lasts about this long
 BASELINE_TRIALS = 3
+# A scenario's frames run as this many trials: the rate is their median, the spread their
+# range over it (a difference between two scenarios is stated only beyond both spreads).
+TRIALS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,13 +128,25 @@ class ScenarioResult:
     status: str  # complete, estimated (the limiter cut it), failed, interrupted
     error: str | None = None
     verification: dict[str, Any] | None = None
-    timing: FrameTimes | None = None  # the rate: all frames, or the limiter's 10 (estimated)
+    timing: FrameTimes | None = None  # all frames together, or the limiter's 10 (estimated)
     estimated_s: float | None = None  # the whole scenario's estimated time when cut
     asynchronous: tuple[FrameTimes, ...] = ()  # CPU work per frame, least first
+    trial_rates: tuple[float, ...] = ()  # bytes per second of each trial
 
     @property
     def rate(self) -> float | None:
+        """The median of the trials' rates (the limiter's 10 frames when estimated)."""
+        if self.trial_rates:
+            return stats.median(self.trial_rates)
         return self.timing.rate if self.timing is not None else None
+
+    @property
+    def spread(self) -> float:
+        """The trials' range over their median (0 with one trial)."""
+        rate = self.rate
+        if len(self.trial_rates) < 2 or not rate:
+            return 0.0
+        return (max(self.trial_rates) - min(self.trial_rates)) / rate
 
     @property
     def verified(self) -> bool | None:
@@ -159,7 +174,9 @@ class ScenarioResult:
             "verification": self.verification,
             "timing": None if self.timing is None else self.timing.to_dict(),
             "estimated_s": self.estimated_s,
+            "trial_rates": list(self.trial_rates),
             "rate": self.rate,
+            "spread": self.spread,
             "asynchronous": [
                 p.to_dict()
                 | {"hidden_share": None if self.timing is None else hidden(self.timing, p)}
@@ -181,6 +198,7 @@ class ScenarioResult:
             timing=None if timing.null else FrameTimes.read(timing),
             estimated_s=x["estimated_s"].optional_number(),
             asynchronous=tuple(FrameTimes.read(p) for p in x["asynchronous"].items()),
+            trial_rates=x["trial_rates"].numbers(),
         )
 
 
@@ -283,7 +301,13 @@ def measure_scenario(
                 result, timing=_times(probe, 0.0), estimated_s=estimate, status="estimated"
             )
         else:
-            result = replace(result, timing=_times(session.run(total), 0.0), status="complete")
+            trials = [session.run(n) for n in split(total, TRIALS)]
+            result = replace(
+                result,
+                timing=_sum([_times(t, 0.0) for t in trials]),
+                trial_rates=tuple(t.bytes / t.seconds for t in trials),
+                status="complete",
+            )
         progress.step(name)
         assert result.timing is not None
         frame_s = result.timing.seconds / result.timing.frames
@@ -299,6 +323,26 @@ def measure_scenario(
         raise _Interrupted(replace(result, status="interrupted")) from None
     finally:
         session.close()
+
+
+def split(frames: int, trials: int) -> list[int]:
+    """`frames` as up to `trials` runs of nearly equal length."""
+    count = min(frames, trials)
+    return [frames // count + (i < frames % count) for i in range(count)]
+
+
+def _sum(loops: Sequence[FrameTimes]) -> FrameTimes:
+    """Several loops as one: their frames, bytes and times added."""
+    return FrameTimes(
+        loops[0].work_per_frame_s,
+        sum(t.frames for t in loops),
+        sum(t.bytes for t in loops),
+        sum(t.seconds for t in loops),
+        sum(t.call_s for t in loops),
+        sum(t.map_s for t in loops),
+        sum(t.work_s for t in loops),
+        tuple(x for t in loops for x in t.log),
+    )
 
 
 class _Interrupted(Exception):
@@ -435,6 +479,7 @@ CSV_COLUMNS = (
     "bytes",
     "seconds",
     "rate_gbps",
+    "spread",
     "call_s",
     "map_s",
     "work_s",
@@ -469,7 +514,10 @@ def dumps_csv(result: GlResult) -> str:
                     "" if t is None else t.frames,
                     "" if t is None else t.bytes,
                     "" if t is None else f"{t.seconds:.6g}",
-                    "" if t is None else f"{t.rate / 1e9:.6g}",
+                    ""
+                    if t is None
+                    else f"{((s.rate or 0.0) if t is s.timing else t.rate) / 1e9:.6g}",
+                    f"{s.spread:.4f}" if t is s.timing else "",
                     "" if t is None else f"{t.call_s:.6g}",
                     "" if t is None else f"{t.map_s:.6g}",
                     "" if t is None else f"{t.work_s:.6g}",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.findings import INFO, WARNING, Finding
@@ -174,58 +175,88 @@ def _describe(name: str, value: Any) -> str:
     return f"{name.replace('_', ' ')} {value}"
 
 
-def comparisons(result: GlResult) -> list[tuple[str, str, Any, Any, float, int, ScenarioResult]]:
-    """Every matched comparison of two values of one state: (op, state, faster value, slower
-    value, geometric mean ratio, pairs, an example of the faster), largest ratio first. Only
-    verified scenarios with rates take part."""
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """Two values of one state, every other state the same: how much faster the first is."""
+
+    op: str
+    state: str
+    faster: Any
+    slower: Any
+    ratio: float  # geometric mean over the matched pairs
+    pairs: int
+    agreeing: int  # pairs whose difference exceeds both scenarios' spreads, this way round
+    example: ScenarioResult  # the faster scenario of the most telling pair
+
+
+def comparisons(result: GlResult) -> list[Comparison]:
+    """Every matched comparison of two values of one state whose rates differ beyond the
+    noise: the geometric mean ratio at least NOTABLE_RATIO, and most matched pairs differing
+    by more than both scenarios' spreads the same way. Largest ratio first; only verified
+    scenarios that ran in full take part."""
     fields = ["size", *(f for f in STATE_FIELDS if f not in ("op", "width", "height"))]
 
     def value(s: ScenarioResult, name: str) -> Any:
         return f"{s.states['width']}x{s.states['height']}" if name == "size" else s.states[name]
 
-    done = [s for s in result.scenarios if s.verified and s.rate]
+    done = [s for s in result.scenarios if s.verified and s.rate and s.status == "complete"]
     found = []
     for name in fields:
         groups: dict[tuple[Any, ...], list[ScenarioResult]] = defaultdict(list)
         for s in done:
-            rest = (*(value(s, f) for f in fields if f != name), s.op)
-            groups[rest].append(s)
-        ratios: dict[tuple[str, Any, Any], list[tuple[float, ScenarioResult]]] = defaultdict(list)
+            key = (*(value(s, f) for f in fields if f != name), s.op)
+            groups[key].append(s)
+        pairs: dict[tuple[str, Any, Any], list[tuple[ScenarioResult, ScenarioResult]]] = (
+            defaultdict(list)
+        )
         for group in groups.values():
             for a in group:
                 for b in group:
-                    va, vb = value(a, name), value(b, name)
-                    if va != vb and a.rate and b.rate and a.rate >= b.rate:
-                        ratios[(a.op, va, vb)].append((a.rate / b.rate, a))
-        for (op, va, vb), pairs in ratios.items():
-            mean = math.exp(sum(math.log(r) for r, _ in pairs) / len(pairs))
-            if mean >= NOTABLE_RATIO:
-                example = max(pairs, key=lambda p: p[0])[1]
-                found.append((op, name, va, vb, mean, len(pairs), example))
-    return sorted(found, key=lambda f: -f[4])
+                    if repr(value(a, name)) < repr(value(b, name)):
+                        pairs[(a.op, value(a, name), value(b, name))].append((a, b))
+        for (op, va, vb), matched in pairs.items():
+            logs = [math.log((a.rate or 1.0) / (b.rate or 1.0)) for a, b in matched]
+            mean = math.exp(sum(logs) / len(logs))
+            if mean < 1:
+                va, vb, mean = vb, va, 1 / mean
+                matched = [(b, a) for a, b in matched]
+            agreeing = [
+                (a, b)
+                for a, b in matched
+                if (a.rate or 0.0) > (b.rate or 0.0) * max(NOTABLE_RATIO, 1 + a.spread + b.spread)
+            ]
+            if mean >= NOTABLE_RATIO and 2 * len(agreeing) > len(matched):
+                a, _ = max(agreeing, key=lambda p: (p[0].rate or 0.0) / (p[1].rate or 1.0))
+                found.append(Comparison(op, name, va, vb, mean, len(matched), len(agreeing), a))
+    return sorted(found, key=lambda c: -c.ratio)
 
 
 def _comparisons(result: GlResult) -> Iterator[Finding]:
     said: dict[tuple[str, str], int] = defaultdict(int)
-    for op, name, fast, slow, ratio, pairs, example in comparisons(result):
-        said[(op, name)] += 1
-        if said[(op, name)] > MOST_PER_STATE:
+    for c in comparisons(result):
+        said[(c.op, c.state)] += 1
+        if said[(c.op, c.state)] > MOST_PER_STATE:
             continue
-        base = result.baseline(op, example.frame_bytes)
+        base = result.baseline(c.op, c.example.frame_bytes)
         against = (
-            f"; the faster reaches {example.rate / base.rate:.2f}x CUDA pinned memcpy"
-            if base is not None and base.rate and example.rate
+            f"; the faster reaches {c.example.rate / base.rate:.2f}x CUDA pinned memcpy"
+            if base is not None and base.rate and c.example.rate
             else ""
+        )
+        pairs = (
+            f"{c.pairs} matched pair{'s' * (c.pairs != 1)}"
+            if c.agreeing == c.pairs
+            else f"beyond the noise in {c.agreeing} of {c.pairs} matched pairs"
         )
         yield Finding(
             "gl_state",
             INFO,
             result.device,
-            f"{op} {name}",
-            ratio,
+            f"{c.op} {c.state}",
+            c.ratio,
             None,
-            f"{op}s: {_describe(name, fast)} is {ratio:.2f}x as fast as "
-            f"{_describe(name, slow)} ({pairs} matched pair{'s' * (pairs != 1)}{against})",
+            f"{c.op}s: {_describe(c.state, c.faster)} is {c.ratio:.2f}x as fast as "
+            f"{_describe(c.state, c.slower)} ({pairs}{against})",
         )
 
 
