@@ -61,7 +61,7 @@ extern const char* const kUploadMethods[5];    // texsubimage ... cuda_interop
 extern const char* const kReadbackMethods[3];  // readpixels, gettexture, cuda_interop
 extern const char* const kTargets[2];          // 2d, rectangle
 extern const char* const kUsages[9];           // stream_draw ... dynamic_copy
-extern const char* const kDrawModes[2];        // quad, pixel
+extern const char* const kDrawModes[3];        // quad, pixel, repeat
 constexpr int kMaxPbos = 64;
 
 // Every state of one scenario, named as the user names them.
@@ -80,7 +80,7 @@ struct Scenario {
   bool shader = false;         // a pass-through fragment shader instead of the fixed function
   int pbos = 0;                // 0: client memory; N: N pixel buffer objects in rotation
   std::string usage = "none";  // the PBOs' usage hint when pbos > 0
-  std::string draw = "quad";   // readback: what each frame draws (quad, pixel)
+  std::string draw = "quad";   // readback: what each frame draws (quad, pixel, repeat)
   std::uint64_t seed = 0x5EED;
 
   std::int64_t pixel_bytes() const;  // one pixel in host memory

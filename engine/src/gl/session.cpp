@@ -410,9 +410,11 @@ struct Session::Impl {
     if (!program) a.glDisable(target);
   }
 
-  // What each readback frame draws: a plain quad of a new colour, or a full-window DrawPixels
-  // (upload traffic contending with the readback).
+  // What each readback frame draws: a plain quad of a new colour, a full-window DrawPixels
+  // (upload traffic contending with the readback), or nothing (repeat: the same frame read
+  // again, which a driver may shortcut: the paper draws to rule that out).
   void draw(std::int64_t frame) {
+    if (s.draw == "repeat") return;
     if (s.draw == "pixel") {
       a.glWindowPos2i(0, 0);
       a.glDrawPixels(s.width, s.height, 0x1908 /*GL_RGBA*/, GL_UNSIGNED_BYTE,

@@ -50,7 +50,7 @@ const char* const kTargets[2] = {"2d", "rectangle"};
 const char* const kUsages[9] = {"stream_draw", "stream_read",  "stream_copy",
                                 "static_draw", "static_read",  "static_copy",
                                 "dynamic_draw", "dynamic_read", "dynamic_copy"};
-const char* const kDrawModes[2] = {"quad", "pixel"};
+const char* const kDrawModes[3] = {"quad", "pixel", "repeat"};
 
 namespace {
 

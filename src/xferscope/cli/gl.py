@@ -136,7 +136,8 @@ def _listing(values: tuple[str, ...] | tuple[int, ...]) -> str:
     default="quad",
     show_default=True,
     help=f"What each readback frame draws: {_listing(DRAW_MODES)} (pixel: a full-window "
-    "DrawPixels, upload traffic contending with the readback).",
+    "DrawPixels, upload traffic contending with the readback; repeat: nothing, the same frame "
+    "read again).",
 )
 @click.option(
     "--work",

@@ -335,6 +335,7 @@ def survey() -> tuple[dict[str, Any], ...]:
         out += [_s("readback", size=n, pbos=2)]
     for pbos in (0, 2):  # GetTexImage against ReadPixels
         out += [_s("readback", method="gettexture", pbos=pbos), _s("readback", pbos=pbos)]
+    out += [_s("readback", size=4096, draw="repeat")]  # what drawing each frame costs
     out += [_s("readback", fbo=False), _s("readback", target="rectangle")]
     out += [_s("readback", target="rectangle", type="float", internal_format="rgba32f")]
     for n in (512, 1024):  # PBO counts and sizes: Table 1 and Figure 2
