@@ -23,6 +23,13 @@ ENGINE = "xferscope.cli.common.open_engine"
 QUICK = ["gl", "--simulate", "--bytes", "64MiB", "--size", "512"]
 
 
+@pytest.fixture(autouse=True)
+def history(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "history.sqlite3"
+    monkeypatch.setenv("XFERSCOPE_HISTORY", str(path))
+    return path
+
+
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     code = cli.main(list(args))
     out, err = capsys.readouterr()
@@ -314,3 +321,20 @@ def test_a_missing_gl_library_is_one_line_naming_the_package():
     ).stdout
     assert out.startswith("cannot load /nonexistent/libEGL.so.1 (Debian/Ubuntu package libegl1")
     assert out.count("\n") == 1
+
+
+def test_results_go_to_the_history_and_come_back(capsys, tmp_path, history):
+    code, _, err = run(capsys, *QUICK, "-o", str(tmp_path / "a"), "--op", "upload")
+    assert code == 0 and "saved as run 1 in" in err, err
+    code, out, err = run(capsys, "history", "--json")
+    (entry,) = json.loads(out)
+    assert entry["kind"] == "gl" and entry["mode"] == "gl" and entry["simulated"] is True
+    code, out, err = run(capsys, "report", "1", "-o", str(tmp_path / "b"))
+    assert code == 0, err
+    assert "upload 512x512 texsubimage" in out
+    assert list((tmp_path / "b").glob("gl-1/gl.json"))
+    code, _, err = run(capsys, "compare", "1", "1")
+    assert code != 0 and "is an `xferscope gl` result, not a run" in err
+    assert "Traceback" not in err
+    code, _, err = run(capsys, *QUICK, "-o", str(tmp_path / "c"), "--op", "upload", "--no-history")
+    assert code == 0 and "saved as" not in err

@@ -383,7 +383,7 @@ def test_locked_history_is_waited_for_then_costs_no_results(
     another process is writing (the run opens it but cannot add to it). The run says it waits,
     waits HISTORY_WAIT_S (60 s; 1 s here), then keeps its files and says the history is not
     written."""
-    monkeypatch.setattr("xferscope.cli.run.HISTORY_WAIT_S", 1.0)
+    monkeypatch.setattr("xferscope.cli.common.HISTORY_WAIT_S", 1.0)
     History(history).close()
     holder = sqlite3.connect(history, isolation_level=None)
     try:

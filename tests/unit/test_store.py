@@ -109,9 +109,63 @@ def test_schema_is_versioned_and_created_once(db):
         "findings_warning",
         "findings_error",
         "document",
+        "kind",
     ]
     with History(db) as history:  # reopening neither recreates nor empties it
         assert len(history.list()) == 2
+        assert [r.kind for r in history.list()] == ["run", "run"]
+
+
+_V1_CREATE = """
+CREATE TABLE runs (
+    id INTEGER PRIMARY KEY, created TEXT NOT NULL, hostname TEXT, gpus TEXT NOT NULL,
+    driver TEXT, mode TEXT NOT NULL, simulated INTEGER NOT NULL, complete INTEGER NOT NULL,
+    wall_s REAL NOT NULL, findings_warning INTEGER NOT NULL, findings_error INTEGER NOT NULL,
+    document TEXT NOT NULL
+)
+"""
+
+
+def test_a_version_1_history_is_read_as_it_is_and_migrated_when_written(db, tmp_path):
+    """A history written before results of other kinds were kept: its rows are runs."""
+    import json
+
+    from xferscope.run.history import APPLICATION_ID
+    from xferscope.run.records import run_to_dict
+
+    run = sample_run(gpus=1)
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute(_V1_CREATE)
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute(
+        "INSERT INTO runs (created, hostname, gpus, driver, mode, simulated, complete, wall_s,"
+        " findings_warning, findings_error, document) VALUES (?, 'h', 'g', 'd', 'quick', 1, 1,"
+        " 1.0, 0, 0, ?)",
+        (run.created, json.dumps(run_to_dict(run))),
+    )
+    conn.close()
+    with History(db, readonly=True) as history:
+        assert [r.kind for r in history.list()] == ["run"]
+        assert history.get(1).created == run.created
+    with History(db) as history:  # opened for writing: migrated
+        history.append(run)
+        assert [r.kind for r in history.list()] == ["run", "run"]
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    conn.close()
+
+
+def test_a_result_of_another_kind_is_kept_and_not_taken_for_a_run(db):
+    from xferscope.run.history import Entry
+
+    run = sample_run(gpus=1)
+    with History(db) as history:
+        row = history.append(Entry("gl", {"schema": "xferscope-gl"}, "survey", True, run))
+        assert history.list()[0].kind == "gl" and history.list()[0].mode == "survey"
+        assert history.document(row) == ("gl", {"schema": "xferscope-gl"})
+        with pytest.raises(HistoryError, match="is an `xferscope gl` result, not a run"):
+            history.get(row)
 
 
 def test_missing_run_names_id_and_path(db):

@@ -234,3 +234,90 @@ def _history_file(history_path: str | None) -> Path:
     if history_path is not None and not history_path.strip():
         raise OptionError("--history", "give a file name, not an empty string")
     return Path(history_path).expanduser() if history_path else default_path()
+
+
+# ---- the history, for every command that adds its results -------------------------------------
+
+HISTORY_WAIT_S = 60.0  # how long a command waits for another writer's lock on the history
+HISTORY_POLL_S = 0.25  # how often it looks whether Ctrl-C was pressed meanwhile
+
+
+def history_options(function: Any) -> Any:
+    """--history and --no-history."""
+    function = click.option(
+        "--no-history", is_flag=True, help="Do not add this result to the history."
+    )(function)
+    return _history_option(function)
+
+
+def check_history(path: Path) -> None:
+    """Before measuring: the history can be written. One that exists is opened and its write
+    lock taken and let go (a lock held by another process is fine: it is waited for after
+    measuring); for a new one, its directory is probed. Nothing is created but the directory."""
+    from ..documents.files import probe
+    from ..run.history import History, HistoryError, HistoryLocked
+
+    if not path.exists():
+        probe("--history", path.parent, path)
+        return
+    try:
+        with History(path, timeout=0.05) as history:
+            history.check_writable()
+    except HistoryLocked:
+        pass
+    except HistoryError as exc:
+        raise OptionError(
+            "--history", f"{exc}; give another file with --history, or --no-history"
+        ) from None
+
+
+def append_history(entry: Any, path: Path, what: str = "run") -> int:
+    """Adds a result (a history Entry) to the history. A lock held by another writer is waited
+    for (up to HISTORY_WAIT_S, saying so), but never past a Ctrl-C."""
+    import time
+
+    from ..run.history import History, HistoryLocked
+
+    deadline = time.monotonic() + HISTORY_WAIT_S
+    told = False
+    while True:
+        try:
+            with History(path, timeout=HISTORY_POLL_S) as history:
+                return history.append(entry)
+        except HistoryLocked:
+            if interrupt.requested() or time.monotonic() >= deadline:
+                raise
+            if not told:
+                stderr.print(
+                    f"the history {path} is locked by another process; waiting up to "
+                    f"{HISTORY_WAIT_S:g} s (Ctrl-C stops waiting; the {what}'s files are "
+                    "written)",
+                    soft_wrap=True,
+                )
+                told = True
+
+
+class HistorySaver:
+    """deliver()'s history step: adds the result once its data files are written, says where,
+    and remembers a failure (the files stay; the command exits 1)."""
+
+    def __init__(self, path: Path | None, entry: Callable[[], Any], what: str = "run") -> None:
+        self.path = path
+        self.entry = entry
+        self.what = what
+        self.failed = False
+
+    def __call__(self) -> None:
+        from ..run.history import HistoryError
+
+        if self.path is None:
+            return
+        try:
+            row = append_history(self.entry(), self.path, self.what)
+            stderr.print(f"saved as run {row} in {self.path}", soft_wrap=True)
+        except HistoryError as exc:
+            self.failed = True
+            click.echo(
+                f"Error: the {self.what}'s files are written, but the history is not: {exc}",
+                err=True,
+            )

@@ -16,6 +16,7 @@ from ..gl.measure import (
     from_dict,
     measure,
     steps,
+    to_dict,
 )
 from ..gl.states import (
     ALIGNMENTS,
@@ -38,9 +39,13 @@ from .app import cli, stdout
 from .common import (
     Bar,
     DocumentKind,
+    HistorySaver,
+    _history_file,
     begin_measuring,
+    check_history,
     deliver,
     finish,
+    history_options,
     nothing_measured,
     output_options,
     parse_seed,
@@ -168,6 +173,7 @@ def _listing(values: tuple[str, ...] | tuple[int, ...]) -> str:
 @click.option("--quick", is_flag=True, help="512 MiB per scenario: a first look.")
 @click.option("--no-baseline", is_flag=True, help="Skip CUDA pinned memcpy of the same bytes.")
 @click.option("-g", "--device", default="0", show_default=True, help="GPU index (CUDA's).")
+@history_options
 @seed_option
 @output_options("gl", "PREFIX-rates.png and PREFIX-async.png")
 @click.option("--simulate", is_flag=True, help="Use the simulated engine (no GPU).")
@@ -189,6 +195,7 @@ def gl_command(ctx: click.Context, /, **kw: Any) -> None:
     if kw["survey"] and given:
         flag = "--" + given[0].replace("_", "-")
         raise OptionError(flag, "--survey runs its own scenarios; leave the state options out")
+    history = None if kw["no_history"] else _history_file(kw["history_path"])
     engine = common.open_engine(kw["simulate"])
     (device,) = resolve_devices(engine, kw["device"], one=True)
     states = {name: kw[name] for name in STATE_OPTIONS}
@@ -217,6 +224,8 @@ def gl_command(ctx: click.Context, /, **kw: Any) -> None:
             extra=survey(),
         )
     scenarios, _ = check_plan(options)
+    if history is not None:
+        check_history(history)
     prepare_renderers()
     with Destination.prepare(kw["out"], "gl", gl_named(kw), kw["force"]) as dest:
         begin_measuring()
@@ -224,13 +233,21 @@ def gl_command(ctx: click.Context, /, **kw: Any) -> None:
             result = measure(engine, options, Bar(bar, steps(options, scenarios)))
         if not result.scenarios:
             nothing_measured(dest)
-        delivery = deliver(gl_outputs(result, dest), dest, lambda: print_gl(result, stdout))
+        saver = HistorySaver(history, lambda: history_entry(result), "result")
+        delivery = deliver(gl_outputs(result, dest), dest, lambda: print_gl(result, stdout), saver)
     finish(
         delivery,
         result.interrupted,
         verification_failed=False,  # a GL mismatch is a finding (down-conversion), not a fault
-        failed=False,
+        failed=saver.failed,
     )
+
+
+def history_entry(result: GlResult) -> Any:
+    from ..run.history import Entry
+
+    mode = str(result.options.get("preset") or "gl")
+    return Entry("gl", to_dict(result), mode, not result.interrupted, result)
 
 
 def gl_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:

@@ -57,6 +57,7 @@ def history_command(history_path: str | None, limit: int, as_json: bool) -> None
     table = Table(title=f"Runs in {path}", title_justify="left")
     for name in (
         "run",
+        "kind",
         "created",
         "host",
         "GPUs",
@@ -74,6 +75,7 @@ def history_command(history_path: str | None, limit: int, as_json: bool) -> None
         wall = format_duration(r.wall_s) + (" modelled" if r.simulated else "")
         table.add_row(
             str(r.id),
+            r.kind,
             r.created,
             r.hostname or "",
             r.gpus,
@@ -97,7 +99,15 @@ def load_result(ref: str, history: Path) -> tuple[DocumentKind, Any, str]:
     text_ref = ref.strip()
     if text_ref.isdigit():
         with History(history, readonly=True) as h:
-            return KINDS["xferscope-run"], h.get(int(text_ref)), f"run-{text_ref}"
+            entry_kind, document = h.document(int(text_ref))
+        schema = document.get("schema")
+        kind = KINDS.get(schema) if isinstance(schema, str) else None
+        if kind is None:
+            raise RunLoadError(f"run {text_ref} in {history} holds no result xferscope reads")
+        try:
+            return kind, kind.load(document), f"{entry_kind}-{text_ref}"
+        except SchemaError as exc:
+            raise RunLoadError(f"run {text_ref} in {history}: {exc}") from None
     path = Path(ref).expanduser()
     document = read_document(path)
     schema = document.get("schema")
@@ -126,8 +136,8 @@ def load_result(ref: str, history: Path) -> tuple[DocumentKind, Any, str]:
     help="Directory in which the result's files go to a new directory of their own.",
 )
 def report_command(ref: str, history_path: str | None, out: str) -> None:
-    """Show and write a result again: a run from the history (its id, from `xferscope history`)
-    or the JSON file of any result (run, sweep, overlap, pageable). Prints its tables and writes
+    """Show and write a result again: an entry of the history (its id, from `xferscope history`)
+    or the JSON file of any result (run, sweep, overlap, pageable, gl). Prints its tables and writes
     its files (JSON, CSV, PNG and, for a run, the HTML report) to a new directory under --out,
     never over an earlier one."""
     kind, result, name = load_result(ref, _history_file(history_path))

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import click
 
-from ..core import interrupt
-from ..core.errors import OptionError
 from ..run.records import GpuSection, RunResult, run_from_dict
 from ..sweep.records import SweepResult
 from . import common
@@ -18,8 +15,10 @@ from .app import cli, stderr, stdout
 from .common import (
     Bar,
     DocumentKind,
+    HistorySaver,
     _history_file,
     begin_measuring,
+    check_history,
     deliver,
     finish,
     nothing_measured,
@@ -104,54 +103,6 @@ def gpu_view(result: RunResult, gpu: GpuSection) -> SweepResult:
     )
 
 
-def append_history(result: RunResult, path: Path) -> int:
-    """Adds the run to the history. A lock held by another writer is waited for (up to
-    HISTORY_WAIT_S, saying so), but never past a Ctrl-C."""
-    from ..run.history import History, HistoryLocked
-
-    deadline = time.monotonic() + HISTORY_WAIT_S
-    told = False
-    while True:
-        try:
-            with History(path, timeout=HISTORY_POLL_S) as history:
-                return history.append(result)
-        except HistoryLocked:
-            if interrupt.requested() or time.monotonic() >= deadline:
-                raise
-            if not told:
-                stderr.print(
-                    f"the history {path} is locked by another process; waiting up to "
-                    f"{HISTORY_WAIT_S:g} s (Ctrl-C stops waiting; the run's files are written)",
-                    soft_wrap=True,
-                )
-                told = True
-
-
-HISTORY_WAIT_S = 60.0  # how long a run waits for another writer's lock on the history
-HISTORY_POLL_S = 0.25  # how often it looks whether Ctrl-C was pressed meanwhile
-
-
-def check_history(path: Path) -> None:
-    """Before measuring: the history can be written. One that exists is opened and its write
-    lock taken and let go (a lock held by another process is fine: it is waited for after
-    measuring); for a new one, its directory is probed. Nothing is created but the directory."""
-    from ..documents.files import probe
-    from ..run.history import History, HistoryError, HistoryLocked
-
-    if not path.exists():
-        probe("--history", path.parent, path)
-        return
-    try:
-        with History(path, timeout=0.05) as history:
-            history.check_writable()
-    except HistoryLocked:
-        pass
-    except HistoryError as exc:
-        raise OptionError(
-            "--history", f"{exc}; give another file with --history, or --no-history"
-        ) from None
-
-
 QUICK_S = 14  # `run --quick` on one H200 (benchmarks/results/run-h200-20261121.json: 13.6 s)
 DEFAULT_S = 65  # `run` on one H200 (the same file: 65.5 s)
 
@@ -224,26 +175,10 @@ def run(
 
 def _deliver_run(result: RunResult, dest: Destination, history: Path | None) -> None:
     from ..report.run_tables import print_run
-    from ..run.history import HistoryError
+    from ..run.history import run_entry
 
-    history_failed = False
-
-    def add_to_history() -> None:
-        nonlocal history_failed
-        if history is None:
-            return
-        try:
-            run_id = append_history(result, history)
-            stderr.print(f"saved as run {run_id} in {history}", soft_wrap=True)
-        except HistoryError as exc:
-            history_failed = True
-            click.echo(
-                f"Error: the run's files are written, but the history is not: {exc}", err=True
-            )
-
-    delivery = deliver(
-        run_outputs(result, dest), dest, lambda: print_run(result, stdout), add_to_history
-    )
+    saver = HistorySaver(history, lambda: run_entry(result))
+    delivery = deliver(run_outputs(result, dest), dest, lambda: print_run(result, stdout), saver)
     page = dest.places["html"].path
     if page in delivery.written:
         stderr.print(f"report: {page}", soft_wrap=True)
@@ -251,7 +186,7 @@ def _deliver_run(result: RunResult, dest: Destination, history: Path | None) -> 
         delivery,
         result.interrupted,
         verification_failed=any(f.code == "verification_failed" for f in result.findings),
-        failed=history_failed or any(g.status == "failed" for g in result.gpus),
+        failed=saver.failed or any(g.status == "failed" for g in result.gpus),
     )
 
 

@@ -1,12 +1,15 @@
-"""A local history of `xferscope run` results in SQLite, so runs can be listed and compared.
+"""A local history of xferscope results in SQLite (`xferscope run` and `xferscope gl`), so they
+can be listed, drawn again and (runs) compared.
 
-One table, `runs`: a few columns to list and filter by (host, GPUs, driver, mode, verdict
-counts) and `document`, the run's JSON (run_records.run_to_dict). The document is the source of
-truth: `get` rebuilds the run from it alone; the other columns are copies for listing.
+One table, `runs`: a few columns to list and filter by (kind, host, GPUs, driver, mode, verdict
+counts) and `document`, the result's JSON. The document is the source of truth: `get` rebuilds
+a run from it alone; the other columns are copies for listing.
 
 The file is marked as ours with PRAGMA application_id, and its layout carries a version in
 PRAGMA user_version. Schema history (bump SCHEMA_VERSION and add a migration on any change):
   1  first version: table runs.
+  2  column kind (run, gl): which command's result a row holds; version 1 files are migrated
+     when opened for writing (their rows are runs) and read as they are.
 
 Every write is one transaction, so a failed or interrupted append leaves the earlier runs as
 they were. Every fault (not a database, corrupt, locked by another writer, read-only, a
@@ -31,7 +34,7 @@ from ..core.findings import ERROR, WARNING
 from ..documents.reader import SchemaError
 from .records import RunResult, run_from_dict, run_to_dict
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 APPLICATION_ID = 0x58465343  # "XFSC": marks the file as an xferscope history
 DEFAULT_TIMEOUT_S = 2.0  # how long to wait for another process's write before giving up
 
@@ -48,13 +51,15 @@ CREATE TABLE runs (
     wall_s REAL NOT NULL,
     findings_warning INTEGER NOT NULL,
     findings_error INTEGER NOT NULL,
-    document TEXT NOT NULL
+    document TEXT NOT NULL,
+    kind TEXT NOT NULL DEFAULT 'run'
 )
 """
 _SUMMARY_COLUMNS = (
     "id, created, hostname, gpus, driver, mode, simulated, complete, wall_s, findings_warning, "
     "findings_error"
 )
+_MIGRATIONS = {1: "ALTER TABLE runs ADD COLUMN kind TEXT NOT NULL DEFAULT 'run'"}
 
 
 class HistoryError(XferscopeError):
@@ -80,6 +85,7 @@ class RunSummary:
     wall_s: float
     findings_warning: int
     findings_error: int
+    kind: str = "run"  # which command's result: run, gl
 
 
 def default_path() -> Path:
@@ -94,22 +100,38 @@ def default_path() -> Path:
     return base / "xferscope" / "history.sqlite3"
 
 
-def _columns(result: RunResult) -> tuple[Any, ...]:
-    machine = result.machine if isinstance(result.machine, dict) else {}
-    host = machine.get("host") or {}
-    gpus = machine.get("gpus") or []
-    return (
-        result.created,
-        host.get("hostname") if isinstance(host, dict) else None,
-        ",".join(str(g.get("name", "?")) for g in gpus if isinstance(g, dict)),
-        machine.get("driver"),
-        result.mode,
-        int(result.simulated),
-        int(result.complete),
-        float(result.wall_s),
-        sum(1 for f in result.findings if f.severity == WARNING),
-        sum(1 for f in result.findings if f.severity == ERROR),
-    )
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """What one row holds: the result's kind and JSON document, and the columns to list it by,
+    taken from the fields every result has."""
+
+    kind: str  # run, gl
+    document: dict[str, Any]
+    mode: str  # the run's mode, or the command's preset
+    complete: bool
+    result: Any  # created, machine, simulated, wall_s, findings
+
+    def columns(self) -> tuple[Any, ...]:
+        r = self.result
+        machine = r.machine if isinstance(r.machine, dict) else {}
+        host = machine.get("host") or {}
+        gpus = machine.get("gpus") or []
+        return (
+            r.created,
+            host.get("hostname") if isinstance(host, dict) else None,
+            ",".join(str(g.get("name", "?")) for g in gpus if isinstance(g, dict)),
+            machine.get("driver"),
+            self.mode,
+            int(r.simulated),
+            int(self.complete),
+            float(r.wall_s),
+            sum(1 for f in r.findings if f.severity == WARNING),
+            sum(1 for f in r.findings if f.severity == ERROR),
+        )
+
+
+def run_entry(result: RunResult) -> Entry:
+    return Entry("run", run_to_dict(result), result.mode, result.complete, result)
 
 
 class History:
@@ -126,6 +148,7 @@ class History:
         self.path = Path(path)
         self.readonly = readonly
         self.timeout = timeout
+        self.version = SCHEMA_VERSION  # the file's, once opened (_prepare)
         self._conn: sqlite3.Connection | None = None
         self._conn = self._connect()
         try:
@@ -194,7 +217,22 @@ class History:
                 f"history {self.path} has schema version {version}, newer than this xferscope "
                 f"reads ({SCHEMA_VERSION}); upgrade xferscope"
             )
-        # Versions older than SCHEMA_VERSION would be migrated here; there are none yet.
+        self.version = version
+        if version < SCHEMA_VERSION and not self.readonly:
+            try:
+                with self._transaction():
+                    current = int(self._db.execute("PRAGMA user_version").fetchone()[0])
+                    for step in range(current, SCHEMA_VERSION):
+                        self._db.execute(_MIGRATIONS[step])
+                    self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            except sqlite3.Error as exc:
+                raise self._fault(exc, "upgrade") from exc
+            self.version = SCHEMA_VERSION
+
+    @property
+    def _kind(self) -> str:
+        """The kind column, or what it is in a version 1 file read as it is."""
+        return "kind" if self.version >= 2 else "'run'"
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -233,21 +271,23 @@ class History:
 
     # ---- use ---------------------------------------------------------------------------------
 
-    def append(self, result: RunResult) -> int:
-        """Stores a run in one transaction and returns its id (ids only grow)."""
+    def append(self, result: RunResult | Entry) -> int:
+        """Stores a run (or any result's entry) in one transaction and returns its id (ids only
+        grow)."""
+        entry = result if isinstance(result, Entry) else run_entry(result)
         try:
-            document = json.dumps(run_to_dict(result), allow_nan=False)
+            document = json.dumps(entry.document, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise HistoryError(
-                f"cannot add the run to history {self.path}: it is not valid JSON ({exc})"
+                f"cannot add the {entry.kind} to history {self.path}: it is not valid JSON ({exc})"
             ) from exc
         try:
             with self._transaction():
                 cursor = self._db.execute(
                     "INSERT INTO runs (created, hostname, gpus, driver, mode, simulated, complete,"
-                    " wall_s, findings_warning, findings_error, document)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (*_columns(result), document),
+                    " wall_s, findings_warning, findings_error, document, kind)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (*entry.columns(), document, entry.kind),
                 )
         except sqlite3.Error as exc:
             raise self._fault(exc, "add the run to") from exc
@@ -275,7 +315,7 @@ class History:
             raise ValueError(f"limit must be 0 or more, not {limit}")
         try:
             rows = self._db.execute(
-                f"SELECT {_SUMMARY_COLUMNS} FROM runs ORDER BY id DESC LIMIT ?",
+                f"SELECT {_SUMMARY_COLUMNS}, {self._kind} FROM runs ORDER BY id DESC LIMIT ?",
                 (-1 if limit is None else limit,),
             ).fetchall()
         except sqlite3.Error as exc:
@@ -293,20 +333,40 @@ class History:
                 wall_s=float(r[8]),
                 findings_warning=int(r[9]),
                 findings_error=int(r[10]),
+                kind=str(r[11]),
             )
             for r in rows
         ]
 
-    def get(self, run_id: int) -> RunResult:
-        """The run stored under `run_id`, rebuilt from its JSON document."""
+    def document(self, run_id: int) -> tuple[str, dict[str, Any]]:
+        """The kind and JSON document stored under `run_id`."""
         try:
-            row = self._db.execute("SELECT document FROM runs WHERE id = ?", (run_id,)).fetchone()
+            row = self._db.execute(
+                f"SELECT {self._kind}, document FROM runs WHERE id = ?", (run_id,)
+            ).fetchone()
         except sqlite3.Error as exc:
             raise self._fault(exc, f"read run {run_id} of") from exc
         if row is None:
             raise HistoryError(f"no run {run_id} in {self.path}")
         try:
-            return run_from_dict(json.loads(row[0]))
+            document = json.loads(row[1])
+        except ValueError as exc:
+            raise HistoryError(
+                f"run {run_id} in {self.path} is damaged: {type(exc).__name__}: {exc}"
+            ) from exc
+        if not isinstance(document, dict):
+            raise HistoryError(f"run {run_id} in {self.path} is damaged: not a JSON object")
+        return str(row[0]), document
+
+    def get(self, run_id: int) -> RunResult:
+        """The run stored under `run_id`, rebuilt from its JSON document."""
+        kind, document = self.document(run_id)
+        if kind != "run":
+            raise HistoryError(
+                f"entry {run_id} in {self.path} is an `xferscope {kind}` result, not a run"
+            )
+        try:
+            return run_from_dict(document)
         except SchemaError as exc:
             raise HistoryError(f"run {run_id} in {self.path} cannot be read: {exc}") from exc
         except (ValueError, KeyError, TypeError) as exc:
