@@ -329,3 +329,35 @@ def test_check_raises_only_after_a_request():
     interrupt.reset()
     interrupt.request(signal.SIGTERM)
     assert interrupt.exit_status() == 143
+
+
+def test_ctrl_c_in_a_slow_gl_scenario_exits_within_the_limit(tmp_path):
+    """A scenario that takes seconds (floats converted into half floats: 0.27 GB/s modelled,
+    paced in real time) is measured in calls of at most half a second, so Ctrl-C still ends
+    the command quickly, with the scenarios done so far written."""
+    args = [
+        "gl",
+        "--simulate",
+        "--op",
+        "upload",
+        "--size",
+        "1024",
+        "--type",
+        "float,ubyte",
+        "--internal",
+        "rgba16f",
+        "--bytes",
+        "4GiB",
+        "--no-baseline",
+    ]
+    os.environ["XFERSCOPE_SIMULATE_PACE"] = "1"
+    try:
+        outcome = interrupt_once("gl", tmp_path, 2.5, args)
+    finally:
+        del os.environ["XFERSCOPE_SIMULATE_PACE"]
+    check_signalled("gl", outcome)
+    assert outcome.after_signal_s is not None and outcome.after_signal_s < 1.0
+    assert outcome.directory is not None
+    doc = json.loads((outcome.directory / "gl.json").read_text())
+    assert doc["interrupted"] is True
+    assert doc["scenarios"][-1]["status"] == "interrupted"

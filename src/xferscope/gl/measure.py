@@ -42,9 +42,12 @@ SCHEMA_VERSION = 1
 
 BASELINE_TARGET_S = 0.1  # one baseline trial lasts about this long
 BASELINE_TRIALS = 3
-# A scenario's frames run as this many trials: the rate is their median, the spread their
-# range over it (a difference between two scenarios is stated only beyond both spreads).
+# A scenario's frames run as at least this many trials: the rate is their median, the spread
+# their range over it (a difference between two scenarios is stated only beyond both spreads).
 TRIALS = 5
+# No engine call runs longer than about this (frames permitting): a stop is looked for between
+# calls, so Ctrl-C ends even a slow scenario within about a second.
+MOST_CALL_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,18 +297,18 @@ def measure_scenario(
     try:
         result = replace(result, verification=_verification(session.verify()))
         total = frames_for(options.bytes, int(s.frame_bytes))
-        probe = session.run(min(LIMITER_FRAMES, total))
+        # the paper's limiter: the first frames (one call each) estimate the whole
+        probe = _sum([_times(session.run(1), 0.0) for _ in range(min(LIMITER_FRAMES, total))])
         estimate = probe.seconds / probe.frames * total
         if estimate > options.limit_s:
-            result = replace(
-                result, timing=_times(probe, 0.0), estimated_s=estimate, status="estimated"
-            )
+            result = replace(result, timing=probe, estimated_s=estimate, status="estimated")
         else:
-            trials = [session.run(n) for n in split(total, TRIALS)]
+            trials = max(TRIALS, math.ceil(estimate / MOST_CALL_S))
+            runs = [_times(session.run(n), 0.0) for n in split(total, trials)]
             result = replace(
                 result,
-                timing=_sum([_times(t, 0.0) for t in trials]),
-                trial_rates=tuple(t.bytes / t.seconds for t in trials),
+                timing=_sum(runs),
+                trial_rates=tuple(t.rate for t in runs),
                 status="complete",
             )
         progress.step(name)
@@ -313,8 +316,11 @@ def measure_scenario(
         frame_s = result.timing.seconds / result.timing.frames
         for work in work_amounts(options, frame_s) if planned.asynchronous else ():
             frames = min(total, max(LIMITER_FRAMES, int(options.limit_s / (frame_s + work))))
-            t = session.run(frames, work, options.log_frames)
-            result = replace(result, asynchronous=(*result.asynchronous, _times(t, work)))
+            calls = math.ceil(frames * (frame_s + work) / MOST_CALL_S)
+            runs = [
+                _times(session.run(n, work, options.log_frames), work) for n in split(frames, calls)
+            ]
+            result = replace(result, asynchronous=(*result.asynchronous, _sum(runs)))
             progress.step(f"{name} work {work * 1e3:.3g} ms/frame")
         return result
     except GlError as exc:
