@@ -340,20 +340,14 @@ struct Session::Impl {
   void upload_frame(std::int64_t frame, FrameLog& t) {
     const void* source = image;
     if (s.method == "cuda_interop") {
-      auto start = Clock::now();
-      XFS_CUDA_CALL(cudaGraphicsMapResources(1, &resource, nullptr));
-      cudaArray_t array = nullptr;
-      XFS_CUDA_CALL(cudaGraphicsSubResourceGetMappedArray(&array, resource, 0, 0));
-      t.map_s += since(start);
-      start = Clock::now();
+      cudaArray_t array = map_texture(t);
+      const auto start = Clock::now();
       XFS_CUDA_CALL(cudaMemcpy2DToArray(array, 0, 0, image, static_cast<std::size_t>(s.row_stride()),
                                         static_cast<std::size_t>(s.row_bytes()),
                                         static_cast<std::size_t>(s.height),
                                         cudaMemcpyHostToDevice));
       t.call_s += since(start);
-      start = Clock::now();
-      XFS_CUDA_CALL(cudaGraphicsUnmapResources(1, &resource, nullptr));
-      t.map_s += since(start);
+      unmap_texture(t);
       flush_point();
       return;
     }
@@ -438,21 +432,31 @@ struct Session::Impl {
     t.call_s += since(start);
   }
 
-  void interop_read(FrameLog& t) {
-    auto start = Clock::now();
+  // CUDA interop: the registered texture mapped for CUDA (map_s gets the time), its array.
+  cudaArray_t map_texture(FrameLog& t) {
+    const auto start = Clock::now();
     XFS_CUDA_CALL(cudaGraphicsMapResources(1, &resource, nullptr));
     cudaArray_t array = nullptr;
     XFS_CUDA_CALL(cudaGraphicsSubResourceGetMappedArray(&array, resource, 0, 0));
     t.map_s += since(start);
-    start = Clock::now();
+    return array;
+  }
+
+  void unmap_texture(FrameLog& t) {
+    const auto start = Clock::now();
+    XFS_CUDA_CALL(cudaGraphicsUnmapResources(1, &resource, nullptr));
+    t.map_s += since(start);
+  }
+
+  void interop_read(FrameLog& t) {
+    cudaArray_t array = map_texture(t);
+    const auto start = Clock::now();
     XFS_CUDA_CALL(cudaMemcpy2DFromArray(out, static_cast<std::size_t>(s.row_stride()), array, 0, 0,
                                         static_cast<std::size_t>(s.row_bytes()),
                                         static_cast<std::size_t>(s.height),
                                         cudaMemcpyDeviceToHost));
     t.call_s += since(start);
-    start = Clock::now();
-    XFS_CUDA_CALL(cudaGraphicsUnmapResources(1, &resource, nullptr));
-    t.map_s += since(start);
+    unmap_texture(t);
   }
 
   // Maps PBO `index` and unmaps it; map_s gets the map call, which waits for the frame. The

@@ -13,7 +13,7 @@ from typing import Any
 from ..core.errors import OptionError
 from ..core.native import engine_module
 from ..core.units import parse_seconds_list
-from ..sweep.options import parse_size_option
+from ..sweep.options import parse_list, parse_size_option
 
 _e = engine_module()
 
@@ -56,13 +56,7 @@ STATE_FIELDS = (
 
 
 def _words(option: str, text: str, accepted: Sequence[str]) -> tuple[str, ...]:
-    items = [w.strip().lower() for w in text.split(",") if w.strip()]
-    if not items:
-        raise OptionError(option, f"give one or more of {', '.join(accepted)}")
-    for w in items:
-        if w not in accepted:
-            raise OptionError(option, f"'{w}' is not one of {', '.join(accepted)}")
-    return tuple(dict.fromkeys(items))
+    return parse_list(option, text, tuple(accepted))
 
 
 def _integers(option: str, text: str, low: int, high: int) -> tuple[int, ...]:
