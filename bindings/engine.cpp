@@ -148,7 +148,8 @@ void translate_cuda_error(const std::exception_ptr& error, void* type) {
 
 }  // namespace
 
-void bind_gl(nb::module_& m);  // bindings/gl.cpp
+void bind_gl(nb::module_& m);    // bindings/gl.cpp
+void bind_gemm(nb::module_& m);  // bindings/gemm.cpp
 
 NB_MODULE(_engine, m) {
   m.doc() = "xferscope native measurement engine";
@@ -441,4 +442,5 @@ NB_MODULE(_engine, m) {
       "device"_a, "peer"_a);
 
   bind_gl(m);
+  bind_gemm(m);
 }

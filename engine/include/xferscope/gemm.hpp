@@ -1,0 +1,88 @@
+// GEMM through cuBLASLt (seed 003's study, in today's precisions): C = alpha * op(A) * op(B) +
+// beta * C on one GPU, inputs random on the device, timed with CUDA events, verified against a
+// double-precision reference on a sample of outputs. cuBLASLt is loaded when the first GEMM is
+// made (gemm/lt.cpp), so the engine imports where it is missing.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace xferscope::gemm {
+
+// cuBLASLt cannot be loaded, or it refused a GEMM; the message names the library or the call.
+class BlasError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct PrecisionInfo {
+  const char* name;  // fp64, fp32, tf32, fp16, bf16, fp8
+  int input_bytes;   // one element of A and B
+  int output_bytes;  // one element of C
+  int min_compute;   // major * 10 + minor: the least compute capability that has it
+  double tolerance;  // |C - reference| <= tolerance * sum |a b| over the dot product
+  const char* description;
+};
+const std::vector<PrecisionInfo>& precisions();
+
+struct GemmSpec {
+  int device = 0;
+  std::string precision = "fp32";
+  std::int64_t m = 1024, n = 1024, k = 1024;
+  bool trans_a = false, trans_b = false;  // op(X) = X^T
+  double alpha = 1.0, beta = 0.0;
+  std::uint64_t seed = 0x5EED;
+  // Inputs are rotated through copies until they span this many bytes, so a small GEMM does
+  // not find its inputs in L2 from the last call; 0: one copy.
+  std::size_t rotation_bytes = 0;
+};
+
+// Why the engine cannot run this GEMM, or "": names, shapes, the precision's layout rules and
+// whether the GPU has it (checked against its compute capability).
+std::string refusal(const GemmSpec& spec, int compute_capability);
+
+struct GemmVerification {
+  bool ok = false;
+  int samples = 0;
+  int failures = 0;
+  double worst_error = 0;  // the largest |C - reference| / sum |a b| among the samples
+  std::int64_t worst_row = -1, worst_column = -1;
+};
+
+struct GemmAlgorithm {
+  int id = -1, tile = -1, stages = -1, split_k = -1;
+  std::size_t workspace_bytes = 0;
+};
+
+class Gemm {
+ public:
+  explicit Gemm(const GemmSpec& spec);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  // `iterations` GEMMs back to back on the GPU, timed with CUDA events; returns seconds.
+  double time(std::int64_t iterations);
+  // Recomputes `samples` outputs in double precision and compares; `inject_fault` corrupts one
+  // output first (the check must catch it).
+  GemmVerification verify(int samples, bool inject_fault = false);
+  const GemmAlgorithm& algorithm() const { return algorithm_; }
+  int copies() const { return copies_; }
+  std::size_t footprint_bytes() const;  // device memory held
+  static std::size_t bytes_needed(const GemmSpec& spec, int copies);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  GemmAlgorithm algorithm_;
+  int copies_ = 1;
+};
+
+// cuBLASLt's version (cublasLtGetVersion), loading it if needed; throws BlasError if missing.
+std::size_t cublaslt_version();
+
+}  // namespace xferscope::gemm

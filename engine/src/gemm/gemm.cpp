@@ -1,0 +1,328 @@
+// One GEMM through cuBLASLt: its descriptors, the heuristic's algorithm, device buffers (in
+// rotated copies for small shapes), event timing and the sampled double-precision check.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "gemm/kernels.hpp"
+#include "gemm/lt.hpp"
+#include "xferscope/detail/handles.hpp"
+#include "xferscope/error.hpp"
+#include "xferscope/gemm.hpp"
+
+namespace xferscope::gemm {
+
+namespace {
+
+constexpr std::size_t kWorkspaceBytes = 32u << 20;
+constexpr int kMostCopies = 64;
+
+struct Types {
+  kernels::Type input, output;
+  cudaDataType_t a, c;
+  cublasComputeType_t compute;
+  cudaDataType_t scale;
+};
+
+Types types_of(const std::string& p) {
+  using kernels::Type;
+  if (p == "fp64") return {Type::f64, Type::f64, CUDA_R_64F, CUDA_R_64F, CUBLAS_COMPUTE_64F, CUDA_R_64F};
+  if (p == "fp32") return {Type::f32, Type::f32, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, CUDA_R_32F};
+  if (p == "tf32") {
+    return {Type::f32, Type::f32, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R_32F};
+  }
+  if (p == "fp16") return {Type::f16, Type::f16, CUDA_R_16F, CUDA_R_16F, CUBLAS_COMPUTE_32F, CUDA_R_32F};
+  if (p == "bf16") {
+    return {Type::bf16, Type::bf16, CUDA_R_16BF, CUDA_R_16BF, CUBLAS_COMPUTE_32F, CUDA_R_32F};
+  }
+  return {Type::e4m3, Type::bf16, CUDA_R_8F_E4M3, CUDA_R_16BF, CUBLAS_COMPUTE_32F, CUDA_R_32F};
+}
+
+const PrecisionInfo* find(const std::string& name) {
+  for (const PrecisionInfo& p : precisions()) {
+    if (name == p.name) return &p;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+const std::vector<PrecisionInfo>& precisions() {
+  static const std::vector<PrecisionInfo> table = {
+      {"fp64", 8, 8, 60, 1e-10, "double precision (DGEMM; tensor cores from compute 8.0)"},
+      {"fp32", 4, 4, 50, 1e-4, "single precision (SGEMM), FP32 arithmetic"},
+      {"tf32", 4, 4, 80, 5e-3, "FP32 data, TF32 tensor cores (10-bit mantissa), FP32 accumulation"},
+      {"fp16", 2, 2, 60, 5e-3, "half precision data and output, FP32 accumulation"},
+      {"bf16", 2, 2, 80, 2e-2, "bfloat16 data and output, FP32 accumulation"},
+      {"fp8", 1, 2, 89, 2e-2, "FP8 E4M3 data with scales, bfloat16 output, FP32 accumulation"}};
+  return table;
+}
+
+std::string refusal(const GemmSpec& s, int compute_capability) {
+  const PrecisionInfo* p = find(s.precision);
+  if (!p) {
+    std::string names;
+    for (const PrecisionInfo& q : precisions()) names += (names.empty() ? "" : ", ") + std::string(q.name);
+    return "precision '" + s.precision + "' is not one of " + names;
+  }
+  const std::int64_t most = (std::int64_t{1} << 31) - 1;
+  if (s.m < 1 || s.n < 1 || s.k < 1 || s.m > most || s.n > most || s.k > most) {
+    return std::to_string(s.m) + "x" + std::to_string(s.n) + "x" + std::to_string(s.k) +
+           " is not a shape of whole numbers from 1 to 2^31 - 1";
+  }
+  if (compute_capability >= 0 && compute_capability < p->min_compute) {
+    return s.precision + " needs compute capability " + std::to_string(p->min_compute / 10) + "." +
+           std::to_string(p->min_compute % 10) + " or newer; this GPU has " +
+           std::to_string(compute_capability / 10) + "." + std::to_string(compute_capability % 10);
+  }
+  if (s.precision == "fp8") {
+    if (!s.trans_a || s.trans_b) {
+      return "fp8 GEMMs run as op(A) = A^T, op(B) = B (cuBLASLt's FP8 layout, TN)";
+    }
+    if (s.k % 16 != 0 || s.m % 16 != 0) {
+      return "fp8 GEMMs need m and k to be multiples of 16 (cuBLASLt's FP8 alignment)";
+    }
+  }
+  return "";
+}
+
+std::size_t Gemm::bytes_needed(const GemmSpec& s, int copies) {
+  const PrecisionInfo* p = find(s.precision);
+  const std::size_t in = p ? static_cast<std::size_t>(p->input_bytes) : 4;
+  const std::size_t out = p ? static_cast<std::size_t>(p->output_bytes) : 4;
+  const std::size_t one = (static_cast<std::size_t>(s.m) * s.k + static_cast<std::size_t>(s.k) * s.n) * in +
+                          2 * static_cast<std::size_t>(s.m) * s.n * out;  // C and D
+  return one * static_cast<std::size_t>(copies) + kWorkspaceBytes;
+}
+
+struct Gemm::Impl {
+  const Lt& l;
+  GemmSpec s;
+  Types t;
+  int copies;
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, c_layout = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  std::vector<void*> a, b, c, d;  // one per copy; D = alpha op(A) op(B) + beta C, C unchanged
+  void* workspace = nullptr;
+  float* scales = nullptr;  // fp8: the scales of A and B (1.0)
+  double* check_out = nullptr;
+  detail::Stream stream;
+  detail::Event start, stop;
+
+  Impl(const GemmSpec& spec, int copies_) : l(lt()), s(spec), t(types_of(spec.precision)), copies(copies_) {}
+
+  std::size_t elements_a() const { return static_cast<std::size_t>(s.m) * s.k; }
+  std::size_t elements_b() const { return static_cast<std::size_t>(s.k) * s.n; }
+  std::size_t elements_c() const { return static_cast<std::size_t>(s.m) * s.n; }
+  std::uint64_t seed_of(char which, int copy) const {
+    return s.seed ^ (static_cast<std::uint64_t>(which) << 56) ^ static_cast<std::uint64_t>(copy);
+  }
+
+  void allocate(void*& p, std::size_t bytes, const char* what) {
+    const cudaError_t status = cudaMalloc(&p, bytes);
+    if (status != cudaSuccess) {
+      cudaGetLastError();
+      p = nullptr;
+      throw AllocationError("device", bytes, std::string("GEMM ") + what + ": " + cudaGetErrorString(status));
+    }
+  }
+
+  void setup() {
+    XFS_CUDA_CALL(cudaSetDevice(s.device));
+    stream = detail::Stream::create();
+    start = detail::Event::create();
+    stop = detail::Event::create();
+    const int in = kernels::type_bytes(t.input), out = kernels::type_bytes(t.output);
+    a.assign(copies, nullptr);
+    b.assign(copies, nullptr);
+    c.assign(copies, nullptr);
+    d.assign(copies, nullptr);
+    for (int i = 0; i < copies; ++i) {
+      allocate(a[i], elements_a() * in, "A");
+      allocate(b[i], elements_b() * in, "B");
+      allocate(c[i], elements_c() * out, "C");
+      allocate(d[i], elements_c() * out, "D");
+      kernels::fill(a[i], elements_a(), t.input, seed_of('A', i), stream);
+      kernels::fill(b[i], elements_b(), t.input, seed_of('B', i), stream);
+      kernels::fill(c[i], elements_c(), t.output, seed_of('C', i), stream);
+    }
+    allocate(workspace, kWorkspaceBytes, "workspace");
+    allocate(reinterpret_cast<void*&>(check_out), 4 * sizeof(double) * 4096, "check");
+    check(l.create(&handle), "cublasLtCreate");
+    check(l.desc_create(&desc, t.compute, t.scale), "cublasLtMatmulDescCreate");
+    const cublasOperation_t op_a = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    check(l.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a), "TRANSA");
+    check(l.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b), "TRANSB");
+    if (s.precision == "fp8") {
+      // each scale on its own 256-byte line: cuBLASLt refuses misaligned scale pointers
+      allocate(reinterpret_cast<void*&>(scales), 2 * 256, "scales");
+      const float one = 1.0f;
+      const float* sa = scales;
+      const float* sb = scales + 64;
+      XFS_CUDA_CALL(cudaMemcpyAsync(scales, &one, sizeof one, cudaMemcpyHostToDevice, stream));
+      XFS_CUDA_CALL(cudaMemcpyAsync(scales + 64, &one, sizeof one, cudaMemcpyHostToDevice, stream));
+      check(l.desc_set(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa), "A_SCALE");
+      check(l.desc_set(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb), "B_SCALE");
+    }
+    // column-major: op(A) is m x k, op(B) k x n
+    check(l.layout_create(&a_layout, t.a, s.trans_a ? s.k : s.m, s.trans_a ? s.m : s.k,
+                          s.trans_a ? s.k : s.m),
+          "cublasLtMatrixLayoutCreate(A)");
+    check(l.layout_create(&b_layout, t.a, s.trans_b ? s.n : s.k, s.trans_b ? s.k : s.n,
+                          s.trans_b ? s.n : s.k),
+          "cublasLtMatrixLayoutCreate(B)");
+    check(l.layout_create(&c_layout, t.c, s.m, s.n, s.m), "cublasLtMatrixLayoutCreate(C)");
+    check(l.preference_create(&preference), "cublasLtMatmulPreferenceCreate");
+    const std::uint64_t ws = kWorkspaceBytes;
+    check(l.preference_set(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+          "MAX_WORKSPACE_BYTES");
+    // The heuristic's best algorithms in order; the first one cuBLASLt actually runs is kept
+    // (a heuristic's choice can still be refused at run time).
+    std::vector<cublasLtMatmulHeuristicResult_t> found(8);
+    int returned = 0;
+    check(l.heuristic(handle, desc, a_layout, b_layout, c_layout, c_layout, preference,
+                      static_cast<int>(found.size()), found.data(), &returned),
+          "cublasLtMatmulAlgoGetHeuristic");
+    cublasStatus_t last = CUBLAS_STATUS_NOT_SUPPORTED;
+    for (int i = 0; i < returned; ++i) {
+      heuristic = found[static_cast<std::size_t>(i)];
+      last = launch(0);
+      if (last == CUBLAS_STATUS_SUCCESS) break;
+    }
+    if (returned < 1) {
+      throw BlasError("cuBLASLt has no algorithm for " + s.precision + " " + std::to_string(s.m) + "x" +
+                      std::to_string(s.n) + "x" + std::to_string(s.k));
+    }
+    check(last, ("cublasLtMatmul (each of the heuristic's " + std::to_string(returned) + " algorithms)").c_str());
+    XFS_CUDA_CALL(cudaStreamSynchronize(stream));
+  }
+
+  void release() noexcept {
+    if (stream.get()) cudaStreamSynchronize(stream);
+    if (preference) l.preference_destroy(preference);
+    if (a_layout) l.layout_destroy(a_layout);
+    if (b_layout) l.layout_destroy(b_layout);
+    if (c_layout) l.layout_destroy(c_layout);
+    if (desc) l.desc_destroy(desc);
+    if (handle) l.destroy(handle);
+    for (auto* v : {&a, &b, &c, &d}) {
+      for (void* p : *v) {
+        if (p) cudaFree(p);
+      }
+    }
+    for (void* p : {workspace, static_cast<void*>(scales), static_cast<void*>(check_out)}) {
+      if (p) cudaFree(p);
+    }
+  }
+
+  cublasStatus_t launch(int copy) {
+    const double alpha64 = s.alpha, beta64 = s.beta;
+    const float alpha32 = static_cast<float>(s.alpha), beta32 = static_cast<float>(s.beta);
+    const void* alpha = t.scale == CUDA_R_64F ? static_cast<const void*>(&alpha64) : &alpha32;
+    const void* beta = t.scale == CUDA_R_64F ? static_cast<const void*>(&beta64) : &beta32;
+    return l.matmul(handle, desc, alpha, a[copy], a_layout, b[copy], b_layout, beta, c[copy], c_layout,
+                    d[copy], c_layout, &heuristic.algo, workspace, kWorkspaceBytes, stream);
+  }
+
+  void run(int copy) { check(launch(copy), "cublasLtMatmul"); }
+};
+
+Gemm::Gemm(const GemmSpec& spec) {
+  int device_count = 0;
+  XFS_CUDA_CALL(cudaGetDeviceCount(&device_count));
+  if (spec.device < 0 || spec.device >= device_count) {
+    throw NoDeviceError("GPU index " + std::to_string(spec.device) + " out of range");
+  }
+  cudaDeviceProp prop{};
+  XFS_CUDA_CALL(cudaGetDeviceProperties(&prop, spec.device));
+  const std::string reason = refusal(spec, prop.major * 10 + prop.minor);
+  if (!reason.empty()) throw UsageError(reason);
+  const std::size_t one = bytes_needed(spec, 1) - kWorkspaceBytes;
+  copies_ = spec.rotation_bytes > one
+                ? static_cast<int>(std::min<std::size_t>(kMostCopies, (spec.rotation_bytes + one - 1) / one))
+                : 1;
+  XFS_CUDA_CALL(cudaSetDevice(spec.device));
+  std::size_t free = 0, total = 0;
+  XFS_CUDA_CALL(cudaMemGetInfo(&free, &total));
+  const std::size_t needed = bytes_needed(spec, copies_);
+  if (needed > free) {
+    throw AllocationError("device", needed,
+                          "the GEMM's matrices need " + std::to_string(needed >> 20) + " MiB and GPU " +
+                              std::to_string(spec.device) + " has " + std::to_string(free >> 20) +
+                              " MiB free");
+  }
+  impl_ = std::make_unique<Impl>(spec, copies_);
+  try {
+    impl_->setup();
+  } catch (...) {
+    impl_->release();
+    throw;
+  }
+  const Lt& l = impl_->l;
+  const cublasLtMatmulAlgo_t* algo = &impl_->heuristic.algo;
+  std::size_t written = 0;
+  l.algo_get(algo, CUBLASLT_ALGO_CONFIG_ID, &algorithm_.id, sizeof algorithm_.id, &written);
+  l.algo_get(algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &algorithm_.tile, sizeof algorithm_.tile, &written);
+  l.algo_get(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &algorithm_.stages, sizeof algorithm_.stages,
+             &written);
+  l.algo_get(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &algorithm_.split_k, sizeof algorithm_.split_k,
+             &written);
+  algorithm_.workspace_bytes = impl_->heuristic.workspaceSize;
+}
+
+Gemm::~Gemm() {
+  if (impl_) impl_->release();
+}
+
+std::size_t Gemm::footprint_bytes() const { return bytes_needed(impl_->s, copies_); }
+
+double Gemm::time(std::int64_t iterations) {
+  Impl& g = *impl_;
+  XFS_CUDA_CALL(cudaSetDevice(g.s.device));
+  XFS_CUDA_CALL(cudaEventRecord(g.start, g.stream));
+  for (std::int64_t i = 0; i < iterations; ++i) g.run(static_cast<int>(i % g.copies));
+  XFS_CUDA_CALL(cudaEventRecord(g.stop, g.stream));
+  XFS_CUDA_CALL(cudaEventSynchronize(g.stop));
+  float ms = 0;
+  XFS_CUDA_CALL(cudaEventElapsedTime(&ms, g.start, g.stop));
+  return static_cast<double>(ms) * 1e-3;
+}
+
+GemmVerification Gemm::verify(int samples, bool inject_fault) {
+  Impl& g = *impl_;
+  samples = std::clamp(samples, 2, 4096);
+  XFS_CUDA_CALL(cudaSetDevice(g.s.device));
+  g.run(0);
+  // a gross error: as large as the dot product can be
+  if (inject_fault) kernels::corrupt(g.d[0], g.t.output, 0, static_cast<double>(g.s.k), g.stream);
+  kernels::CheckArgs args{g.a[0], g.b[0], g.d[0], g.t.input, g.t.output, g.s.m, g.s.n, g.s.k,
+                          g.s.trans_a, g.s.trans_b, g.s.alpha, g.s.beta, g.seed_of('A', 0),
+                          g.seed_of('B', 0), g.seed_of('C', 0), g.s.seed ^ 0xC0FFEEull};
+  kernels::check(args, samples, g.check_out, g.stream);
+  std::vector<double> out(4 * static_cast<std::size_t>(samples));
+  XFS_CUDA_CALL(cudaMemcpyAsync(out.data(), g.check_out, out.size() * sizeof(double),
+                                cudaMemcpyDeviceToHost, g.stream));
+  XFS_CUDA_CALL(cudaStreamSynchronize(g.stream));
+  const double tolerance = find(g.s.precision)->tolerance;
+  GemmVerification v;
+  v.samples = samples;
+  for (int i = 0; i < samples; ++i) {
+    const double error = out[4 * i] / std::max(out[4 * i + 1], 1e-300);
+    if (!(error <= tolerance)) ++v.failures;  // NaN fails too
+    if (!(error <= v.worst_error)) {
+      v.worst_error = error;
+      v.worst_row = static_cast<std::int64_t>(out[4 * i + 2]);
+      v.worst_column = static_cast<std::int64_t>(out[4 * i + 3]);
+    }
+  }
+  v.ok = v.failures == 0;
+  return v;
+}
+
+}  // namespace xferscope::gemm
