@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from . import interrupt
 from .errors import (
     AllocationError,
+    BlasError,
     CudaError,
     EngineError,
     GlError,
@@ -185,6 +186,35 @@ class GlContext(Protocol):
     def close(self) -> None: ...
 
 
+class GemmVerification(Protocol):
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def samples(self) -> int: ...
+    @property
+    def failures(self) -> int: ...
+    @property
+    def worst_error(self) -> float: ...  # |C - reference| / sum |a b|, the largest sampled
+    @property
+    def worst_row(self) -> int: ...
+    @property
+    def worst_column(self) -> int: ...
+
+
+class Gemm(Protocol):
+    """One GEMM's matrices and algorithm on a GPU (gemm.hpp)."""
+
+    @property
+    def algorithm(self) -> dict[str, Any]: ...
+    @property
+    def copies(self) -> int: ...
+    @property
+    def footprint_bytes(self) -> int: ...
+    def time(self, iterations: int) -> float: ...
+    def verify(self, samples: int = 256, inject_fault: bool = False) -> GemmVerification: ...
+    def close(self) -> None: ...
+
+
 class Engine(Protocol):
     simulated: bool
 
@@ -218,6 +248,20 @@ class Engine(Protocol):
     ) -> GpuOverlapResult: ...
     def staged_copier(self, device: int, threads: int = 0, chunk_bytes: int = 0) -> Copier: ...
     def gl_context(self, device: int) -> GlContext: ...
+    def gemm(
+        self,
+        device: int,
+        precision: str,
+        m: int,
+        n: int,
+        k: int,
+        trans_a: bool = False,
+        trans_b: bool = False,
+        alpha: float = 1.0,
+        beta: float = 0.0,
+        seed: int = 0x5EED,
+        rotation_bytes: int = 0,
+    ) -> Gemm: ...
     def clock(self) -> float: ...
 
 
@@ -229,7 +273,9 @@ def format_cuda_version(version: int) -> str:
 # Every native transfer and copier not yet closed. close_native() closes them, so their buffers
 # are freed and the staged copier's threads joined before the interpreter finalizes, whatever
 # path (Ctrl-C, an error) left one open.
-_open_handles: weakref.WeakSet[_NativeTransfer | _NativeCopier | _NativeGl] = weakref.WeakSet()
+_open_handles: weakref.WeakSet[_NativeTransfer | _NativeCopier | _NativeGl | _NativeGemm] = (
+    weakref.WeakSet()
+)
 
 
 def close_native() -> None:
@@ -268,6 +314,8 @@ class NativeEngine:
             raise GlUnavailableError(str(exc)) from None
         except e.GlError as exc:
             raise GlError(str(exc)) from None
+        except e.BlasError as exc:
+            raise BlasError(str(exc)) from None
 
     @contextmanager
     def _measuring(self) -> Iterator[None]:
@@ -354,6 +402,27 @@ class NativeEngine:
         raw addresses, .close(). xferscope.pageable.staged wraps it for NumPy arrays."""
         with self._measuring():
             return _NativeCopier(self._engine.StagedCopier(device, threads, chunk_bytes), self)
+
+    def gemm(
+        self,
+        device: int,
+        precision: str,
+        m: int,
+        n: int,
+        k: int,
+        trans_a: bool = False,
+        trans_b: bool = False,
+        alpha: float = 1.0,
+        beta: float = 0.0,
+        seed: int = 0x5EED,
+        rotation_bytes: int = 0,
+    ) -> Gemm:
+        """One GEMM through cuBLASLt, its inputs random on the GPU."""
+        with self._measuring():
+            handle = self._engine.Gemm(
+                device, precision, m, n, k, trans_a, trans_b, alpha, beta, seed, rotation_bytes
+            )
+        return _NativeGemm(handle, self)
 
     def gl_context(self, device: int) -> GlContext:
         """An OpenGL context on the EGL device that is CUDA device `device`."""
@@ -499,5 +568,29 @@ class _NativeGl:
         for s in self._sessions:
             s.close()
         self._sessions = []
+        self._handle.close()
+        _open_handles.discard(self)
+
+
+class _NativeGemm:
+    """A native GEMM with its errors translated; closed by close_native if left open."""
+
+    def __init__(self, handle: Any, engine: NativeEngine) -> None:
+        self._handle = handle
+        self._engine = engine
+        self.algorithm: dict[str, Any] = dict(handle.algorithm)
+        self.copies = int(handle.copies)
+        self.footprint_bytes = int(handle.footprint_bytes)
+        _open_handles.add(self)
+
+    def time(self, iterations: int) -> float:
+        with self._engine._measuring():
+            return float(self._handle.time(iterations))
+
+    def verify(self, samples: int = 256, inject_fault: bool = False) -> GemmVerification:
+        with self._engine._measuring():
+            return self._handle.verify(samples, inject_fault)  # type: ignore[no-any-return]
+
+    def close(self) -> None:
         self._handle.close()
         _open_handles.discard(self)

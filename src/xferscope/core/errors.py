@@ -49,3 +49,8 @@ class GlUnavailableError(XferscopeError):
 class GlError(EngineError):
     """A GL call failed in one scenario: names the call, the states and the GL error. The other
     scenarios still run."""
+
+
+class BlasError(EngineError):
+    """cuBLASLt is missing (the message says where to get it) or refused a GEMM (the message
+    names the call and cuBLAS's status)."""

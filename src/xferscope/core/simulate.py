@@ -291,6 +291,47 @@ class SimulatedEngine:
     def clock(self) -> float:
         return self._now
 
+    def gemm(
+        self,
+        device: int,
+        precision: str,
+        m: int,
+        n: int,
+        k: int,
+        trans_a: bool = False,
+        trans_b: bool = False,
+        alpha: float = 1.0,
+        beta: float = 0.0,
+        seed: int = 0x5EED,
+        rotation_bytes: int = 0,
+    ) -> Any:
+        """The simulated GEMM (simulate_gemm.py)."""
+        from .simulate_gemm import simulated_gemm
+
+        interrupt.check()
+        if not 0 <= device < self._devices:
+            raise NoDeviceError(f"GPU index {device} out of range: {self._devices} GPU(s)")
+        if device in self.failing_devices:
+            raise CudaError(
+                "cudaErrorLaunchFailure: unspecified launch failure (simulated)",
+                "cudaErrorLaunchFailure",
+                719,
+            )
+        return simulated_gemm(
+            self,
+            device=device,
+            precision=precision,
+            m=m,
+            n=n,
+            k=k,
+            trans_a=trans_a,
+            trans_b=trans_b,
+            alpha=alpha,
+            beta=beta,
+            seed=seed,
+            rotation_bytes=rotation_bytes,
+        )
+
     def gl_context(self, device: int) -> Any:
         """The simulated GL (simulate_gl.py)."""
         from .simulate_gl import SimulatedGl

@@ -40,6 +40,15 @@ def parse_size(text: str) -> int:
     return int(value)
 
 
+def alignment_class(*dims: int) -> int:
+    """The largest power of two dividing every dimension (1 for odd ones): a GEMM shape's
+    alignment class, by which seed 003's Table III groups sizes."""
+    g = 0
+    for d in dims:
+        g = math.gcd(g, d)
+    return g & -g if g else 1
+
+
 def format_bytes(n: float) -> str:
     """Binary units, the way transfer sizes are usually chosen: 4 KiB, 1.5 MiB, 1 GiB."""
     for unit, factor in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):

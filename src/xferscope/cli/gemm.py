@@ -1,0 +1,205 @@
+"""`xferscope gemm`: seed 003's GEMM study, registered on the CLI group."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..core.errors import OptionError
+from ..gemm.measure import (
+    DEFAULT_SAMPLES,
+    DEFAULT_TARGET_S,
+    DEFAULT_TRIALS,
+    PRECISIONS,
+    QUICK_TARGET_S,
+    SCHEMA_NAME,
+    GemmOptions,
+    GemmResult,
+    check_plan,
+    dumps_csv,
+    dumps_json,
+    from_dict,
+    measure,
+    steps,
+    to_dict,
+)
+from ..gemm.shapes import Shape, parse_shapes, parse_sizes, read_shapes
+from ..report.gemm_tables import print_gemm
+from ..sweep.options import parse_list
+from . import common  # looked up at run time, so tests can replace open_engine
+from .app import cli, stdout
+from .common import (
+    Bar,
+    DocumentKind,
+    HistorySaver,
+    _history_file,
+    begin_measuring,
+    check_history,
+    deliver,
+    finish,
+    history_options,
+    nothing_measured,
+    output_options,
+    parse_seed,
+    prepare_renderers,
+    progress_bar,
+    register,
+    resolve_devices,
+    seed_option,
+)
+from .outputs import Destination, Named, Output, text
+
+LAYOUTS = {"nn": (False, False), "nt": (False, True), "tn": (True, False), "tt": (True, True)}
+
+
+def _number(option: str, value: float, low: float, high: float) -> float:
+    if not low <= value <= high:
+        raise OptionError(option, f"{value} is not a number from {low:g} to {high:g}")
+    return value
+
+
+@cli.command("gemm")
+@click.option(
+    "--precision",
+    default="fp64,fp32,tf32,bf16",
+    show_default=True,
+    help=f"{', '.join(PRECISIONS)} (fp8 runs as TN, its cuBLASLt layout).",
+)
+@click.option(
+    "--sizes",
+    default=None,
+    help="Square sizes: N, FIRST:LAST:STEP, or presets seed003 (8128-8180 by 8), sizes "
+    "(1024-8192) [default: seed003].",
+)
+@click.option(
+    "--shapes", default=None, help="M x N x K shapes, such as 4096x1024x8192,128x4096x4096."
+)
+@click.option("--shapes-file", default=None, help="A file of shapes, one M N K per line.")
+@click.option("--trans", default=None, help="op(A) op(B): nn, nt, tn or tt [default: nn; fp8 tn].")
+@click.option("--alpha", default=1.0, show_default=True, type=float, help="alpha.")
+@click.option("--beta", default=0.0, show_default=True, type=float, help="beta.")
+@click.option(
+    "--target-time",
+    default=DEFAULT_TARGET_S,
+    show_default=True,
+    type=float,
+    help="Seconds one trial lasts.",
+)
+@click.option(
+    "--trials", default=DEFAULT_TRIALS, show_default=True, type=int, help="Trials per GEMM."
+)
+@click.option(
+    "--samples",
+    default=DEFAULT_SAMPLES,
+    show_default=True,
+    type=int,
+    help="Outputs checked against a double-precision reference (2-4096).",
+)
+@click.option("--quick", is_flag=True, help=f"{QUICK_TARGET_S:g} s trials: a first look.")
+@click.option("-g", "--device", default="0", show_default=True, help="GPU index.")
+@history_options
+@seed_option
+@output_options("gemm", "PREFIX.png")
+@click.option("--simulate", is_flag=True, help="Use the simulated engine (no GPU).")
+def gemm_command(**kw: Any) -> None:
+    """GEMM through cuBLASLt in every precision (seed 003's study): throughput of each shape,
+    timed on the GPU with random inputs and verified against a double-precision reference, and
+    the mean per alignment class (the largest power of two dividing M, N and K), seed 003's
+    Table III for this GPU."""
+    precisions = parse_list("--precision", kw["precision"], PRECISIONS)
+    shapes: tuple[Shape, ...] = ()
+    if kw["sizes"]:
+        shapes += parse_sizes("--sizes", kw["sizes"])
+    if kw["shapes"]:
+        shapes += parse_shapes("--shapes", kw["shapes"])
+    if kw["shapes_file"]:
+        shapes += read_shapes("--shapes-file", kw["shapes_file"])
+    if not shapes:
+        shapes = parse_sizes("--sizes", "seed003")
+    trans_a = trans_b = None
+    if kw["trans"]:
+        (layout,) = parse_list("--trans", kw["trans"], tuple(LAYOUTS))[:1]
+        trans_a, trans_b = LAYOUTS[layout]
+    target = (
+        QUICK_TARGET_S if kw["quick"] else _number("--target-time", kw["target_time"], 1e-3, 60)
+    )
+    if not 1 <= kw["trials"] <= 1000:
+        raise OptionError("--trials", f"{kw['trials']} is not a count from 1 to 1000")
+    if not 2 <= kw["samples"] <= 4096:
+        raise OptionError("--samples", f"{kw['samples']} is not a count from 2 to 4096")
+    history = None if kw["no_history"] else _history_file(kw["history_path"])
+    engine = common.open_engine(kw["simulate"])
+    (device,) = resolve_devices(engine, kw["device"], one=True)
+    options = GemmOptions(
+        precisions=precisions,
+        shapes=tuple(dict.fromkeys(shapes)),
+        trans_a=trans_a,
+        trans_b=trans_b,
+        alpha=kw["alpha"],
+        beta=kw["beta"],
+        target_s=target,
+        trials=kw["trials"],
+        samples=kw["samples"],
+        device=device,
+        seed=parse_seed(kw["seed"]),
+    )
+    check_plan(engine, options)
+    if history is not None:
+        check_history(history)
+    prepare_renderers()
+    with Destination.prepare(kw["out"], "gemm", gemm_named(kw), kw["force"]) as dest:
+        begin_measuring()
+        with progress_bar() as bar:
+            result = measure(engine, options, Bar(bar, steps(options)))
+        if not any(p.status != "skipped" for p in result.points):
+            nothing_measured(dest)
+        saver = HistorySaver(history, lambda: history_entry(result), "result")
+        delivery = deliver(
+            gemm_outputs(result, dest), dest, lambda: print_gemm(result, stdout), saver
+        )
+    finish(
+        delivery,
+        result.interrupted,
+        verification_failed=any(p.verified is False for p in result.points),
+        failed=saver.failed or any(p.status == "failed" for p in result.points),
+    )
+
+
+def history_entry(result: GemmResult) -> Any:
+    from ..run.history import Entry
+
+    return Entry("gemm", to_dict(result), "gemm", not result.interrupted, result)
+
+
+def gemm_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
+    kw = kw or {}
+    return {
+        "json": Named("--json", kw.get("json_path"), "gemm.json"),
+        "csv": Named("--csv", kw.get("csv_path"), "gemm.csv"),
+        "plot": Named("--plot", kw.get("plot_prefix"), "gemm", (".png",)),
+    }
+
+
+def gemm_outputs(result: GemmResult, dest: Destination) -> list[Output]:
+    from ..report import gemm_plots
+
+    outputs = [
+        dest.output("json", text(lambda: dumps_json(result))),
+        dest.output("csv", text(lambda: dumps_csv(result))),
+    ]
+    if any(result.measured(p) for p in dict.fromkeys(p.precision for p in result.points)):
+        outputs.append(
+            dest.output(
+                "plot", lambda path, _w: gemm_plots.plot_gemm(result, path), ".png", render=True
+            )
+        )
+    return outputs
+
+
+register(
+    SCHEMA_NAME,
+    DocumentKind(
+        "gemm", from_dict, lambda r: print_gemm(r, stdout), lambda: gemm_named(), gemm_outputs
+    ),
+)

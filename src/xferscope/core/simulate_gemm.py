@@ -1,0 +1,102 @@
+"""The simulated engine's GEMM: the engine's own rules (gemm_refusal) and verification class,
+and a model of an H200's cuBLASLt as measured there at 8192^3 (fp64 54, fp32 51, tf32 345, fp16
+645, bf16 690, fp8 1,250 TFLOP/s), slower for small shapes and for shapes whose alignment class
+(the largest power of two dividing m, n and k) is small, as seed 003's Table III shows."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .errors import AllocationError, EngineError
+from .native import engine_module
+from .units import alignment_class
+
+if TYPE_CHECKING:
+    from .simulate import SimulatedEngine
+
+_e = engine_module()
+PEAK_FLOPS = {
+    "fp64": 54e12,
+    "fp32": 51e12,
+    "tf32": 345e12,
+    "fp16": 645e12,
+    "bf16": 690e12,
+    "fp8": 1250e12,
+}
+_BYTES = {name: (inb, outb) for name, inb, outb, *_ in _e.GEMM_PRECISIONS}
+LAUNCH_S = 6e-6
+
+
+def efficiency(precision: str, m: int, n: int, k: int) -> float:
+    """The modelled share of peak: small shapes cannot fill the GPU, and poorly aligned ones
+    fall off the fast kernels."""
+    size = float(m * n * k) ** (1 / 3)
+    fill = size**2 / (size**2 + 1500.0**2)
+    klass = alignment_class(m, n, k)
+    aligned = {1: 0.35, 2: 0.45, 4: 0.6, 8: 0.82, 16: 0.9, 32: 0.95}.get(klass, 1.0)
+    return float(fill * aligned)
+
+
+class SimulatedGemm:
+    def __init__(self, engine: SimulatedEngine, spec: dict[str, Any]) -> None:
+        self._engine = engine
+        self.spec = spec
+        p = spec["precision"]
+        inb, outb = _BYTES[p]
+        one = (spec["m"] * spec["k"] + spec["k"] * spec["n"]) * inb + 2 * spec["m"] * spec[
+            "n"
+        ] * outb
+        rotation = int(spec["rotation_bytes"])
+        self.copies = min(64, max(1, -(-rotation // one))) if rotation > one else 1
+        self.footprint_bytes = one * self.copies + (32 << 20)
+        free, _ = engine.memory_info(spec["device"])
+        if self.footprint_bytes > free:
+            raise AllocationError(
+                f"cannot allocate {self.footprint_bytes} bytes of device memory: the GEMM's "
+                f"matrices need {self.footprint_bytes >> 20} MiB and GPU {spec['device']} has "
+                f"{free >> 20} MiB free"
+            )
+        self.algorithm = {"id": 66, "tile": 248, "stages": 35, "split_k": 1, "workspace_bytes": 0}
+        m, n, k = spec["m"], spec["n"], spec["k"]
+        self._per_gemm = LAUNCH_S + 2 * m * n * k / (PEAK_FLOPS[p] * efficiency(p, m, n, k))
+
+    def time(self, iterations: int) -> float:
+        noise = 1.0 + abs(float(self._engine.rng.normal(0.0, self._engine.noise)))
+        seconds = float(iterations * self._per_gemm * noise)
+        self._engine.advance(seconds)
+        return seconds
+
+    def verify(self, samples: int = 256, inject_fault: bool = False) -> Any:
+        bad = inject_fault or self._engine.corrupt
+        samples = max(2, min(4096, samples))
+        self._engine.advance(1e-4)
+        return _e.GemmVerification(
+            ok=not bad,
+            samples=samples,
+            failures=1 if bad else 0,
+            worst_error=0.5 if bad else 1e-7,
+            worst_row=0,
+            worst_column=0,
+        )
+
+    def close(self) -> None:
+        pass
+
+
+def simulated_gemm(engine: SimulatedEngine, **spec: Any) -> SimulatedGemm:
+    """The engine's rules first, as the native engine applies them."""
+    major, minor = (
+        int(x) for x in str(engine.device_info(spec["device"])["compute_capability"]).split(".")
+    )
+    reason = _e.gemm_refusal(
+        spec["precision"],
+        spec["m"],
+        spec["n"],
+        spec["k"],
+        spec["trans_a"],
+        spec["trans_b"],
+        major * 10 + minor,
+    )
+    if reason:
+        raise EngineError(reason)
+    return SimulatedGemm(engine, spec)

@@ -1,0 +1,479 @@
+"""Times and verifies every GEMM of a plan (precision x shape) on one GPU: the engine's rules
+first (a precision the GPU lacks, a layout it refuses: skipped with the reason), memory checked
+(a shape that does not fit says how much it needs and how much is free), then NetPIPE's method:
+a calibration run long enough to trust, trials of a target time, the median. Inputs are random
+(never zeros: zeros run faster) and rotated through copies when they would fit in L2; the
+algorithm cuBLASLt chose is recorded; a sample of outputs is checked against a double-precision
+reference. Holds the result record, its JSON and CSV forms (schema xferscope-gemm) and its
+findings: the alignment classes of seed 003's Table III, and every point that failed."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from .. import __version__
+from ..core import machine, plan, stats
+from ..core.engine import Engine
+from ..core.errors import AllocationError, EngineError, OptionError
+from ..core.findings import INFO, WARNING, Finding
+from ..core.native import engine_module
+from ..core.progress import QUIET, Progress
+from ..documents.envelope import document_header, header_fields
+from ..documents.reader import Field, check_schema
+from .shapes import Shape
+
+SCHEMA_NAME = "xferscope-gemm"
+SCHEMA_VERSION = 1
+# Schema history (bump SCHEMA_VERSION on any change a reader must know about):
+#   1  first version: compute-only points.
+
+_e = engine_module()
+PRECISIONS: tuple[str, ...] = tuple(p[0] for p in _e.GEMM_PRECISIONS)
+DEFAULT_TARGET_S = 0.1
+QUICK_TARGET_S = 0.02
+DEFAULT_TRIALS = 5
+DEFAULT_SAMPLES = 256
+# Inputs smaller than this (twice a Hopper L2) rotate through copies, so each GEMM reads them
+# from memory as a large one does.
+ROTATION_BYTES = 128 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class GemmOptions:
+    precisions: tuple[str, ...]
+    shapes: tuple[Shape, ...]
+    trans_a: bool | None = None  # None: the precision's own layout (fp8: TN), else NN
+    trans_b: bool | None = None
+    alpha: float = 1.0
+    beta: float = 0.0
+    target_s: float = DEFAULT_TARGET_S
+    trials: int = DEFAULT_TRIALS
+    samples: int = DEFAULT_SAMPLES
+    device: int = 0
+    seed: int = 0x5EED
+
+    def layout(self, precision: str) -> tuple[bool, bool]:
+        """op(A), op(B) transposed? The asked layout, or the precision's natural one."""
+        default = (True, False) if precision == "fp8" else (False, False)
+        return (
+            default[0] if self.trans_a is None else self.trans_a,
+            default[1] if self.trans_b is None else self.trans_b,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["shapes"] = [[s.m, s.n, s.k] for s in self.shapes]
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class GemmPoint:
+    precision: str
+    m: int
+    n: int
+    k: int
+    trans_a: bool
+    trans_b: bool
+    status: str  # complete, failed, skipped, interrupted
+    error: str | None = None
+    seconds: tuple[float, ...] = ()  # per GEMM, each trial
+    iterations: int = 0  # GEMMs per trial
+    verification: dict[str, Any] | None = None
+    algorithm: dict[str, Any] | None = None
+    copies: int = 1
+
+    @property
+    def shape(self) -> Shape:
+        return Shape(self.m, self.n, self.k)
+
+    @property
+    def alignment(self) -> int:
+        return self.shape.alignment
+
+    @property
+    def median_s(self) -> float | None:
+        return stats.median(self.seconds) if self.seconds else None
+
+    @property
+    def flops(self) -> float | None:
+        """FLOP/s of the median trial."""
+        t = self.median_s
+        return self.shape.flops / t if t else None
+
+    @property
+    def spread(self) -> float:
+        return stats.relative_range(self.seconds) if len(self.seconds) > 1 else 0.0
+
+    @property
+    def verified(self) -> bool | None:
+        return None if self.verification is None else bool(self.verification["ok"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "precision": self.precision,
+            "m": self.m,
+            "n": self.n,
+            "k": self.k,
+            "trans_a": self.trans_a,
+            "trans_b": self.trans_b,
+            "status": self.status,
+            "error": self.error,
+            "seconds": list(self.seconds),
+            "iterations": self.iterations,
+            "verification": self.verification,
+            "algorithm": self.algorithm,
+            "copies": self.copies,
+            # derived, for readers; ignored when loading
+            "alignment": self.alignment,
+            "tflops": None if self.flops is None else self.flops / 1e12,
+            "spread": self.spread,
+        }
+
+    @classmethod
+    def read(cls, x: Field) -> GemmPoint:
+        return cls(
+            precision=x["precision"].string(),
+            m=x["m"].integer(),
+            n=x["n"].integer(),
+            k=x["k"].integer(),
+            trans_a=x["trans_a"].boolean(),
+            trans_b=x["trans_b"].boolean(),
+            status=x["status"].string(),
+            error=x["error"].optional_string(),
+            seconds=x["seconds"].numbers(),
+            iterations=x["iterations"].integer(),
+            verification=None if x["verification"].null else x["verification"].object(),
+            algorithm=None if x["algorithm"].null else x["algorithm"].object(),
+            copies=x["copies"].integer(),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GemmResult:
+    tool_version: str
+    created: str
+    simulated: bool
+    machine: dict[str, Any]
+    options: dict[str, Any]
+    device: int
+    blas: dict[str, Any]  # the library and its version
+    points: tuple[GemmPoint, ...]
+    interrupted: bool
+    wall_s: float
+    findings: tuple[Finding, ...] = field(default=())
+
+    def measured(self, precision: str) -> list[GemmPoint]:
+        return [p for p in self.points if p.precision == precision and p.flops and p.verified]
+
+
+# ---- measuring ---------------------------------------------------------------------------------
+
+
+def compute_capability(engine: Engine, device: int) -> int:
+    major, minor = str(engine.device_info(device)["compute_capability"]).split(".")
+    return int(major) * 10 + int(minor)
+
+
+def refusal(options: GemmOptions, precision: str, shape: Shape, capability: int) -> str:
+    trans_a, trans_b = options.layout(precision)
+    return str(_e.gemm_refusal(precision, shape.m, shape.n, shape.k, trans_a, trans_b, capability))
+
+
+def measure_point(engine: Engine, options: GemmOptions, precision: str, shape: Shape) -> GemmPoint:
+    """One GEMM: a failure is recorded in the point, and the run goes on."""
+    trans_a, trans_b = options.layout(precision)
+    point = GemmPoint(precision, shape.m, shape.n, shape.k, trans_a, trans_b, "interrupted")
+    try:
+        g = engine.gemm(
+            options.device,
+            precision,
+            shape.m,
+            shape.n,
+            shape.k,
+            trans_a,
+            trans_b,
+            options.alpha,
+            options.beta,
+            options.seed,
+            ROTATION_BYTES,
+        )
+    except (AllocationError, EngineError) as exc:
+        return replace(point, status="failed", error=str(exc))
+    try:
+        point = replace(point, algorithm=dict(g.algorithm), copies=int(g.copies))
+        # warm-up and calibration: a run long enough to trust, then trials of the target time
+        calibration = plan.calibrate(g.time, least_s=options.target_s / 4)
+        iterations = plan.repeats_for(options.target_s, calibration.per_iteration_s)
+        seconds = plan.run_trials(lambda: g.time(iterations) / iterations, options.trials)
+        v = g.verify(options.samples)
+        verification = {
+            "ok": bool(v.ok),
+            "samples": int(v.samples),
+            "failures": int(v.failures),
+            "worst_error": float(v.worst_error),
+            "worst_row": int(v.worst_row),
+            "worst_column": int(v.worst_column),
+        }
+        return replace(
+            point,
+            status="complete",
+            seconds=tuple(seconds),
+            iterations=iterations,
+            verification=verification,
+        )
+    except (AllocationError, EngineError) as exc:
+        return replace(point, status="failed", error=str(exc))
+    finally:
+        g.close()
+
+
+def measure(engine: Engine, options: GemmOptions, progress: Progress = QUIET) -> GemmResult:
+    """Every precision and shape; refusals are skipped points with their reasons. Ctrl-C keeps
+    the points measured."""
+    created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    start = engine.clock()
+    capability = compute_capability(engine, options.device)
+    points: list[GemmPoint] = []
+    interrupted = False
+    try:
+        for precision in options.precisions:
+            progress.begin(precision)
+            for shape in options.shapes:
+                reason = refusal(options, precision, shape, capability)
+                if reason:
+                    trans_a, trans_b = options.layout(precision)
+                    points.append(
+                        GemmPoint(
+                            precision,
+                            shape.m,
+                            shape.n,
+                            shape.k,
+                            trans_a,
+                            trans_b,
+                            "skipped",
+                            reason,
+                        )
+                    )
+                else:
+                    points.append(measure_point(engine, options, precision, shape))
+                p = points[-1]
+                figure = f"{p.flops / 1e12:.1f} TFLOP/s" if p.flops else p.status
+                progress.step(f"{precision} {shape.label}: {figure}")
+    except KeyboardInterrupt:
+        interrupted = True
+    blas: dict[str, Any] = {"library": "cuBLASLt"}
+    if not engine.simulated:
+        try:
+            blas["version"] = int(_e.cublaslt_version())
+        except RuntimeError as exc:
+            blas["error"] = str(exc)
+    result = GemmResult(
+        tool_version=__version__,
+        created=created,
+        simulated=engine.simulated,
+        machine=machine.collect(engine, [options.device]),
+        options=options.to_dict(),
+        device=options.device,
+        blas=blas,
+        points=tuple(points),
+        interrupted=interrupted,
+        wall_s=engine.clock() - start,
+    )
+    return replace(result, findings=tuple(findings(result)))
+
+
+def check_plan(engine: Engine, options: GemmOptions) -> None:
+    """Refuses, before measuring, a plan of which nothing can run, naming why."""
+    capability = compute_capability(engine, options.device)
+    reasons = [
+        refusal(options, p, s, capability) for p in options.precisions for s in options.shapes
+    ]
+    if all(reasons):
+        raise OptionError("--precision", f"nothing in this plan can run: {reasons[0]}")
+
+
+# ---- alignment classes and findings -----------------------------------------------------------
+
+
+def classes(result: GemmResult, precision: str) -> list[tuple[int, float, int]]:
+    """Seed 003's Table III for one precision: (alignment class, mean FLOP/s, points), largest
+    class first, over the verified points."""
+    groups: dict[int, list[float]] = defaultdict(list)
+    for p in result.measured(precision):
+        groups[p.alignment].append(p.flops or 0.0)
+    return [(c, sum(v) / len(v), len(v)) for c, v in sorted(groups.items(), reverse=True)]
+
+
+def findings(result: GemmResult) -> list[Finding]:
+    out: list[Finding] = []
+    for p in result.points:
+        label = f"{p.precision} {p.shape.label}"
+        if p.status == "failed":
+            out.append(
+                Finding(
+                    "gemm_failed",
+                    WARNING,
+                    result.device,
+                    label,
+                    None,
+                    None,
+                    f"{label}: {p.error}",
+                    "",
+                    "",
+                )
+            )
+        elif p.verified is False:
+            v = p.verification or {}
+            out.append(
+                Finding(
+                    "gemm_unverified",
+                    WARNING,
+                    result.device,
+                    label,
+                    float(v.get("worst_error", 0.0)),
+                    None,
+                    f"{label}: {v.get('failures')} of {v.get('samples')} sampled outputs differ "
+                    f"from the double-precision reference beyond the tolerance (worst at "
+                    f"[{v.get('worst_row')}, {v.get('worst_column')}])",
+                    "a wrong result: a failing GPU or memory, or a library fault",
+                    "rerun; if it repeats, check `nvidia-smi -q` for ECC and Xid errors",
+                )
+            )
+    for precision in dict.fromkeys(p.precision for p in result.points):
+        table = classes(result, precision)
+        best = max(result.measured(precision), key=lambda p: p.flops or 0.0, default=None)
+        if best is not None and best.flops:
+            out.append(
+                Finding(
+                    f"gemm_best_{precision}",
+                    INFO,
+                    result.device,
+                    f"{precision} best",
+                    best.flops,
+                    None,
+                    f"{precision}: best {best.flops / 1e12:.1f} TFLOP/s at {best.shape.label}",
+                )
+            )
+        if len(table) > 1:
+            (top, top_flops, _), (low, low_flops, _) = table[0], table[-1]
+            if low_flops > 0:
+                out.append(
+                    Finding(
+                        f"gemm_alignment_{precision}",
+                        INFO,
+                        result.device,
+                        f"{precision} alignment",
+                        top_flops / low_flops,
+                        None,
+                        f"{precision}: shapes divisible by {top} run at {top_flops / 1e12:.1f} "
+                        f"TFLOP/s on average, {top_flops / low_flops:.2f}x those divisible only "
+                        f"by {low} ({low_flops / 1e12:.1f})",
+                        ""
+                        if top_flops / low_flops < 1.1
+                        else "poorly aligned shapes fall off the fastest kernels",
+                        ""
+                        if top_flops / low_flops < 1.1
+                        else f"pad M, N and K to multiples of {top}",
+                    )
+                )
+    return out
+
+
+# ---- documents ---------------------------------------------------------------------------------
+
+
+def to_dict(result: GemmResult) -> dict[str, Any]:
+    precisions = list(dict.fromkeys(p.precision for p in result.points))
+    return document_header(SCHEMA_NAME, SCHEMA_VERSION, result) | {
+        "device": result.device,
+        "blas": result.blas,
+        "points": [p.to_dict() for p in result.points],
+        "classes": {
+            precision: [
+                {"alignment": c, "mean_tflops": f / 1e12, "points": n}
+                for c, f, n in classes(result, precision)
+            ]
+            for precision in precisions
+        },
+    }
+
+
+def from_dict(d: dict[str, Any]) -> GemmResult:
+    check_schema(d, SCHEMA_NAME, SCHEMA_VERSION)
+    r = Field(d)
+    return GemmResult(
+        **header_fields(r),
+        device=r["device"].integer(),
+        blas=r["blas"].object(),
+        points=tuple(GemmPoint.read(p) for p in r["points"].items()),
+    )
+
+
+def dumps_json(result: GemmResult) -> str:
+    return json.dumps(to_dict(result), indent=2, allow_nan=False) + "\n"
+
+
+CSV_COLUMNS = (
+    "simulated",
+    "device",
+    "precision",
+    "m",
+    "n",
+    "k",
+    "trans_a",
+    "trans_b",
+    "alignment",
+    "status",
+    "median_s",
+    "tflops",
+    "spread",
+    "verified",
+    "worst_error",
+    "algorithm_id",
+    "tile",
+    "copies",
+    "error",
+)
+
+
+def dumps_csv(result: GemmResult) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for p in result.points:
+        v = p.verification or {}
+        a = p.algorithm or {}
+        writer.writerow(
+            (
+                int(result.simulated),
+                result.device,
+                p.precision,
+                p.m,
+                p.n,
+                p.k,
+                int(p.trans_a),
+                int(p.trans_b),
+                p.alignment,
+                p.status,
+                "" if p.median_s is None else f"{p.median_s:.6g}",
+                "" if p.flops is None else f"{p.flops / 1e12:.6g}",
+                f"{p.spread:.4f}",
+                "" if p.verified is None else int(p.verified),
+                "" if not v else f"{v['worst_error']:.3g}",
+                a.get("id", ""),
+                a.get("tile", ""),
+                p.copies,
+                p.error or "",
+            )
+        )
+    return out.getvalue()
+
+
+def steps(options: GemmOptions) -> int:
+    return len(options.precisions) * len(options.shapes)

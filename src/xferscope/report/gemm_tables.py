@@ -1,0 +1,66 @@
+"""What `xferscope gemm` prints: every GEMM's throughput, verification and algorithm, seed 003's
+Table III (mean throughput per alignment class) for each precision, and the findings."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from ..core.units import format_seconds
+from ..gemm.measure import GemmResult, classes
+from .style import print_findings, print_simulated
+
+
+def print_gemm(result: GemmResult, console: Console) -> None:
+    if result.simulated:
+        print_simulated(console)
+    gpu = next((g.get("name") for g in result.machine.get("gpus", [])), "?")
+    version = result.blas.get("version")
+    console.print(
+        f"GEMM on GPU {result.device} ({gpu}) through {result.blas.get('library')}"
+        f"{f' {version}' if version else ''}: C = alpha op(A) op(B) + beta C, inputs random, "
+        "timed with CUDA events, a sample of outputs checked in double precision"
+    )
+    table = Table(title="GEMMs", title_justify="left")
+    for name in ("precision", "shape", "align", "TFLOP/s", "time", "spread", "verified", "algo"):
+        table.add_column(
+            name, justify="left" if name in ("precision", "shape", "verified") else "right"
+        )
+    for p in result.points:
+        if p.status == "skipped":
+            continue
+        a = p.algorithm or {}
+        verified = "" if p.verified is None else ("ok" if p.verified else "[red]FAILED[/red]")
+        table.add_row(
+            p.precision,
+            p.shape.label
+            + (
+                ""
+                if (p.trans_a, p.trans_b) == (False, False)
+                else f" {'T' if p.trans_a else 'N'}{'T' if p.trans_b else 'N'}"
+            ),
+            str(p.alignment),
+            f"{p.flops / 1e12:.1f}" if p.flops else f"[red]{p.status}[/red]",
+            format_seconds(p.median_s) if p.median_s else (p.error or ""),
+            f"{p.spread:.1%}" if p.seconds else "",
+            verified,
+            f"{a.get('id', '')}/{a.get('tile', '')}" if a else "",
+        )
+    console.print(table)
+    for precision in dict.fromkeys(p.precision for p in result.points):
+        rows = classes(result, precision)
+        if len(rows) < 2:
+            continue
+        t = Table(title=f"{precision}: mean throughput per alignment class", title_justify="left")
+        for name in ("divisible by", "mean TFLOP/s", "shapes"):
+            t.add_column(name, justify="right")
+        for c, flops, n in rows:
+            t.add_row(str(c), f"{flops / 1e12:.1f}", str(n))
+        console.print(t)
+    skipped = [p for p in result.points if p.status == "skipped"]
+    if skipped:
+        reasons = dict.fromkeys(f"{p.precision}: {p.error}" for p in skipped)
+        console.print(f"{len(skipped)} GEMM(s) cannot run here and were skipped:")
+        for reason in reasons:
+            console.print(f"  {reason}")
+    print_findings(result.findings, console)

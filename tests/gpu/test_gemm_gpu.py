@@ -1,0 +1,57 @@
+"""GEMM through cuBLASLt on a real GPU: every precision the GPU has runs and verifies, an
+injected wrong output is caught, the chosen algorithm is recorded, small shapes rotate their
+inputs, and a shape that does not fit says so. Skipped without a GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from xferscope.core.errors import AllocationError
+from xferscope.gemm import measure as gm
+from xferscope.gemm.shapes import Shape
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize("precision", gm.PRECISIONS)
+def test_every_precision_runs_verifies_and_catches_a_fault(native_engine, precision):
+    capability = gm.compute_capability(native_engine, 0)
+    options = gm.GemmOptions(precisions=(precision,), shapes=(Shape(1024, 512, 768),))
+    reason = gm.refusal(options, precision, Shape(1024, 512, 768), capability)
+    if reason:
+        pytest.skip(reason)
+    trans_a, trans_b = options.layout(precision)
+    g = native_engine.gemm(0, precision, 1024, 512, 768, trans_a, trans_b, 1.5, 0.5)
+    try:
+        assert g.time(3) > 0
+        assert g.verify(512).ok
+        bad = g.verify(512, inject_fault=True)
+        assert not bad.ok and bad.failures >= 1 and (bad.worst_row, bad.worst_column) == (0, 0)
+        assert g.algorithm["id"] >= 0
+    finally:
+        g.close()
+
+
+def test_small_shapes_rotate_and_big_ones_do_not(native_engine):
+    small = native_engine.gemm(0, "fp32", 256, 256, 256, rotation_bytes=gm.ROTATION_BYTES)
+    big = native_engine.gemm(0, "fp32", 4096, 4096, 4096, rotation_bytes=gm.ROTATION_BYTES)
+    try:
+        assert small.copies > 1 and big.copies == 1
+    finally:
+        small.close()
+        big.close()
+
+
+def test_a_shape_too_large_names_what_it_needs(native_engine):
+    with pytest.raises(AllocationError, match="MiB free"):
+        native_engine.gemm(0, "fp64", 300000, 300000, 300000)
+
+
+def test_a_measured_run_is_verified_with_a_sensible_rate(native_engine):
+    options = gm.GemmOptions(
+        precisions=("fp32", "bf16"), shapes=(Shape(4096, 4096, 4096),), target_s=0.05, trials=3
+    )
+    result = gm.measure(native_engine, options)
+    for p in result.points:
+        assert p.status == "complete" and p.verified, p
+        assert 1e12 < (p.flops or 0) < 3e15
