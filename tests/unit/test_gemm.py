@@ -131,7 +131,7 @@ def test_a_wrong_result_fails_verification_and_exits_3(capsys, tmp_path, monkeyp
     code, out, err = run(
         capsys, *QUICK, "-o", str(tmp_path), "--precision", "fp32", "--sizes", "1024"
     )
-    assert code == cli.EXIT_VERIFICATION_FAILED
+    assert code == cli.EXIT_VERIFICATION_FAILED, err
     assert "FAILED" in out and "differ from the double-precision reference" in out
 
 
