@@ -39,6 +39,9 @@ DEFAULT_TARGET_S = 0.1
 QUICK_TARGET_S = 0.02
 DEFAULT_TRIALS = 5
 DEFAULT_SAMPLES = 256
+# GEMMs run for this long before the trials, so the GPU's clocks have settled (the first trials
+# of a cold GPU ran up to 20% slower on an H200)
+WARMUP_S = 0.3
 # Inputs smaller than this (twice a Hopper L2) rotate through copies, so each GEMM reads them
 # from memory as a large one does.
 ROTATION_BYTES = 128 << 20
@@ -209,6 +212,7 @@ def measure_point(engine: Engine, options: GemmOptions, precision: str, shape: S
         point = replace(point, algorithm=dict(g.algorithm), copies=int(g.copies))
         # warm-up and calibration: a run long enough to trust, then trials of the target time
         calibration = plan.calibrate(g.time, least_s=options.target_s / 4)
+        g.time(plan.repeats_for(WARMUP_S, calibration.per_iteration_s))
         iterations = plan.repeats_for(options.target_s, calibration.per_iteration_s)
         seconds = plan.run_trials(lambda: g.time(iterations) / iterations, options.trials)
         v = g.verify(options.samples)
