@@ -163,3 +163,36 @@ def test_the_document_reads_back_and_goes_to_the_history(capsys, tmp_path):
     assert json.loads(out)[0]["kind"] == "gemm"
     code, out, err = run(capsys, "report", "1", "-o", str(tmp_path / "b"))
     assert code == 0, err and "GEMMs" in out
+
+
+def test_the_cpu_runs_the_same_gemms_on_1_to_all_threads(capsys, tmp_path):
+    from xferscope.gemm.cpu import thread_counts, usable_cores
+
+    code, out, err = run(
+        capsys, *QUICK, "-o", str(tmp_path), "--precision", "fp64,bf16", "--sizes", "128",
+        "--cpu", "auto",
+    )
+    assert code == 0, err
+    doc = _document(tmp_path)
+    fp64 = [c for c in doc["cpu"] if c["precision"] == "fp64"]
+    assert [c["threads"] for c in fp64] == list(thread_counts(len(usable_cores())))
+    assert all(c["verified"] and c["tflops"] > 0 for c in fp64)
+    (bf16,) = [c for c in doc["cpu"] if c["precision"] == "bf16"]
+    assert bf16["status"] == "skipped" and "no bf16 GEMM" in bf16["error"]
+    assert doc["cpu_blas"]["internal_api"]
+    assert "CPU GFLOP/s" in out and "the GPU computes" in out
+    code, _, err = run(capsys, *QUICK, "-o", str(tmp_path / "x"), "--cpu", "4096")
+    assert code == 2 and "--cpu: 4096 threads: this process may use" in err
+
+
+def test_thread_counts_double_up_to_every_core():
+    from xferscope.gemm.cpu import thread_counts
+
+    assert thread_counts(1) == (1,)
+    assert thread_counts(6) == (1, 2, 4, 6)
+    assert thread_counts(16) == (1, 2, 4, 8, 16)
+
+
+def test_alignment_classes_compare_only_shapes_of_a_size():
+    options = gm.GemmOptions(precisions=("fp32",), shapes=parse_sizes("--sizes", "256,8192"))
+    assert gm.classes(gm.measure(SimulatedEngine(), options), "fp32") == []

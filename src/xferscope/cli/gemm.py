@@ -7,6 +7,8 @@ from typing import Any
 import click
 
 from ..core.errors import OptionError
+from ..core.units import parse_counts
+from ..gemm.cpu import thread_counts, usable_cores
 from ..gemm.measure import (
     DEFAULT_SAMPLES,
     DEFAULT_TARGET_S,
@@ -96,6 +98,14 @@ def _number(option: str, value: float, low: float, high: float) -> float:
     type=int,
     help="Outputs checked against a double-precision reference (2-4096).",
 )
+@click.option(
+    "--cpu",
+    "cpu_threads",
+    default=None,
+    help="Also run the GEMMs on the CPU through NumPy's BLAS: thread counts, or auto (1, 2, 4, "
+    "... every core), threads pinned.",
+)
+@click.option("--cpu-sizes", default=None, help="Sizes for the CPU [default: the GPU's].")
 @click.option("--quick", is_flag=True, help=f"{QUICK_TARGET_S:g} s trials: a first look.")
 @click.option("-g", "--device", default="0", show_default=True, help="GPU index.")
 @history_options
@@ -128,6 +138,18 @@ def gemm_command(**kw: Any) -> None:
         raise OptionError("--trials", f"{kw['trials']} is not a count from 1 to 1000")
     if not 2 <= kw["samples"] <= 4096:
         raise OptionError("--samples", f"{kw['samples']} is not a count from 2 to 4096")
+    cpu_threads: tuple[int, ...] = ()
+    if kw["cpu_threads"]:
+        cores = len(usable_cores())
+        if kw["cpu_threads"].strip().lower() == "auto":
+            cpu_threads = thread_counts(cores)
+        else:
+            cpu_threads = parse_counts("--cpu", kw["cpu_threads"], 1)
+            if max(cpu_threads) > cores:
+                raise OptionError(
+                    "--cpu", f"{max(cpu_threads)} threads: this process may use {cores} cores"
+                )
+    cpu_shapes = parse_sizes("--cpu-sizes", kw["cpu_sizes"]) if kw["cpu_sizes"] else None
     history = None if kw["no_history"] else _history_file(kw["history_path"])
     engine = common.open_engine(kw["simulate"])
     (device,) = resolve_devices(engine, kw["device"], one=True)
@@ -143,6 +165,8 @@ def gemm_command(**kw: Any) -> None:
         samples=kw["samples"],
         device=device,
         seed=parse_seed(kw["seed"]),
+        cpu_threads=cpu_threads,
+        cpu_shapes=cpu_shapes,
     )
     check_plan(engine, options)
     if history is not None:

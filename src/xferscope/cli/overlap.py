@@ -3,7 +3,6 @@ on the CLI group when cli.py imports this module at its end."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -13,7 +12,12 @@ from ..core.cases import HOST_MEMORY, MECHANISMS
 from ..core.engine import Engine
 from ..core.errors import OptionError, XferscopeError
 from ..core.progress import Progress
-from ..core.units import TIME_HELP, parse_seconds, parse_seconds_list  # noqa: F401
+from ..core.units import (  # noqa: F401
+    TIME_HELP,
+    parse_counts,
+    parse_seconds,
+    parse_seconds_list,
+)
 from ..overlap import (
     BUFFERS_SCHEMA,
     CPU_DIRECTIONS,
@@ -54,19 +58,6 @@ from .outputs import Destination, Named, Output, text
 R = TypeVar("R", OverlapCpuResult, RotationResult, GpuOverlapResult)
 
 # ---- parsing -----------------------------------------------------------------------------------
-
-
-def parse_counts(option: str, text: str, least: int) -> tuple[int, ...]:
-    """A comma-separated list of whole numbers of at least `least`, sorted, without duplicates."""
-    items = [item.strip() for item in text.split(",") if item.strip()]
-    if not items:
-        raise OptionError(option, f"give one or more whole numbers of at least {least}")
-    values: set[int] = set()
-    for item in items:
-        if not re.fullmatch(r"\+?[0-9]+", item) or int(item) < least:
-            raise OptionError(option, f"'{item}' is not a whole number of at least {least}")
-        values.add(int(item))
-    return tuple(sorted(values))
 
 
 def parse_count(option: str, value: int, least: int = 1) -> int:

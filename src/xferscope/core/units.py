@@ -99,3 +99,16 @@ def parse_seconds_list(option: str, text: str) -> tuple[float, ...]:
     if not items:
         raise OptionError(option, f"give one or more times, each {TIME_HELP}")
     return tuple(sorted({parse_seconds(option, item) for item in items}))
+
+
+def parse_counts(option: str, text: str, least: int) -> tuple[int, ...]:
+    """A comma-separated list of whole numbers of at least `least`, sorted, without duplicates."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise OptionError(option, f"give one or more whole numbers of at least {least}")
+    values: set[int] = set()
+    for item in items:
+        if not re.fullmatch(r"\+?[0-9]+", item) or int(item) < least:
+            raise OptionError(option, f"'{item}' is not a whole number of at least {least}")
+        values.add(int(item))
+    return tuple(sorted(values))

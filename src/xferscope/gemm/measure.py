@@ -26,6 +26,7 @@ from ..core.native import engine_module
 from ..core.progress import QUIET, Progress
 from ..documents.envelope import document_header, header_fields
 from ..documents.reader import Field, check_schema
+from .cpu import CpuPoint, blas_info, measure_cpu
 from .shapes import Shape
 
 SCHEMA_NAME = "xferscope-gemm"
@@ -60,6 +61,8 @@ class GemmOptions:
     samples: int = DEFAULT_SAMPLES
     device: int = 0
     seed: int = 0x5EED
+    cpu_threads: tuple[int, ...] = ()  # CPU thread counts (empty: no CPU GEMMs)
+    cpu_shapes: tuple[Shape, ...] | None = None  # None: the GPU's shapes
 
     def layout(self, precision: str) -> tuple[bool, bool]:
         """op(A), op(B) transposed? The asked layout, or the precision's natural one."""
@@ -72,6 +75,9 @@ class GemmOptions:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["shapes"] = [[s.m, s.n, s.k] for s in self.shapes]
+        d["cpu_shapes"] = (
+            None if self.cpu_shapes is None else [[s.m, s.n, s.k] for s in self.cpu_shapes]
+        )
         return d
 
 
@@ -170,6 +176,8 @@ class GemmResult:
     interrupted: bool
     wall_s: float
     findings: tuple[Finding, ...] = field(default=())
+    cpu: tuple[CpuPoint, ...] = ()
+    cpu_blas: dict[str, Any] | None = None
 
     def measured(self, precision: str) -> list[GemmPoint]:
         return [p for p in self.points if p.precision == precision and p.flops and p.verified]
@@ -244,6 +252,7 @@ def measure(engine: Engine, options: GemmOptions, progress: Progress = QUIET) ->
     start = engine.clock()
     capability = compute_capability(engine, options.device)
     points: list[GemmPoint] = []
+    cpu: list[CpuPoint] = []
     interrupted = False
     try:
         for precision in options.precisions:
@@ -269,6 +278,18 @@ def measure(engine: Engine, options: GemmOptions, progress: Progress = QUIET) ->
                 p = points[-1]
                 figure = f"{p.flops / 1e12:.1f} TFLOP/s" if p.flops else p.status
                 progress.step(f"{precision} {shape.label}: {figure}")
+        if options.cpu_threads:
+            progress.begin("CPU")
+            cpu = measure_cpu(
+                options.precisions,
+                options.cpu_shapes or options.shapes,
+                options.cpu_threads,
+                options.target_s,
+                min(options.trials, 3),
+                options.seed,
+                progress,
+                into=cpu,
+            )
     except KeyboardInterrupt:
         interrupted = True
     blas: dict[str, Any] = {"library": "cuBLASLt"}
@@ -288,6 +309,8 @@ def measure(engine: Engine, options: GemmOptions, progress: Progress = QUIET) ->
         points=tuple(points),
         interrupted=interrupted,
         wall_s=engine.clock() - start,
+        cpu=tuple(cpu),
+        cpu_blas=blas_info() if options.cpu_threads else None,
     )
     return replace(result, findings=tuple(findings(result)))
 
@@ -305,11 +328,21 @@ def check_plan(engine: Engine, options: GemmOptions) -> None:
 # ---- alignment classes and findings -----------------------------------------------------------
 
 
+# Alignment classes are compared only among shapes this close in size (seed 003's 8128-8180),
+# so the class, not the size, makes the difference.
+MOST_SIZE_RATIO = 1.25
+
+
 def classes(result: GemmResult, precision: str) -> list[tuple[int, float, int]]:
     """Seed 003's Table III for one precision: (alignment class, mean FLOP/s, points), largest
-    class first, over the verified points."""
+    class first, over the verified points; empty when the shapes differ too much in size for
+    their classes to be compared."""
+    points = result.measured(precision)
+    sizes = [p.shape.flops for p in points]
+    if not sizes or (max(sizes) / min(sizes)) ** (1 / 3) > MOST_SIZE_RATIO:
+        return []
     groups: dict[int, list[float]] = defaultdict(list)
-    for p in result.measured(precision):
+    for p in points:
         groups[p.alignment].append(p.flops or 0.0)
     return [(c, sum(v) / len(v), len(v)) for c, v in sorted(groups.items(), reverse=True)]
 
@@ -349,6 +382,7 @@ def findings(result: GemmResult) -> list[Finding]:
                     "rerun; if it repeats, check `nvidia-smi -q` for ECC and Xid errors",
                 )
             )
+    out += _cpu_findings(result)
     for precision in dict.fromkeys(p.precision for p in result.points):
         table = classes(result, precision)
         best = max(result.measured(precision), key=lambda p: p.flops or 0.0, default=None)
@@ -389,6 +423,47 @@ def findings(result: GemmResult) -> list[Finding]:
     return out
 
 
+def _cpu_findings(result: GemmResult) -> list[Finding]:
+    """Seed 003's Figure 9 in a sentence per precision, and the GPU against the whole CPU."""
+    out = []
+    blas = (result.cpu_blas or {}).get("internal_api") or "the BLAS"
+    for precision in dict.fromkeys(c.precision for c in result.cpu if c.flops):
+        done = [c for c in result.cpu if c.precision == precision and c.flops]
+        biggest = max(done, key=lambda c: c.shape.flops).shape
+        at = sorted((c for c in done if c.shape == biggest), key=lambda c: c.threads)
+        one, every = at[0], at[-1]
+        scale = (every.flops or 0.0) / (one.flops or 1.0)
+        out.append(
+            Finding(
+                f"gemm_cpu_{precision}",
+                INFO,
+                None,
+                f"{precision} CPU",
+                every.flops,
+                one.flops,
+                f"{precision} on the CPU ({blas}) at {biggest.label}: {(one.flops or 0) / 1e9:.0f} "
+                f"GFLOP/s on {one.threads} thread, {(every.flops or 0) / 1e9:.0f} on "
+                f"{every.threads} ({scale:.1f}x, {scale / max(every.threads, 1):.0%} per thread)",
+            )
+        )
+        gpu = [p for p in result.measured(precision) if p.shape == biggest]
+        if gpu and gpu[0].flops and every.flops:
+            out.append(
+                Finding(
+                    f"gemm_gpu_vs_cpu_{precision}",
+                    INFO,
+                    result.device,
+                    f"{precision} GPU/CPU",
+                    gpu[0].flops / every.flops,
+                    None,
+                    f"{precision} at {biggest.label}: the GPU computes "
+                    f"{gpu[0].flops / every.flops:.0f}x as fast as the CPU on {every.threads} "
+                    "threads (transfers not counted)",
+                )
+            )
+    return out
+
+
 # ---- documents ---------------------------------------------------------------------------------
 
 
@@ -398,6 +473,8 @@ def to_dict(result: GemmResult) -> dict[str, Any]:
         "device": result.device,
         "blas": result.blas,
         "points": [p.to_dict() for p in result.points],
+        "cpu_blas": result.cpu_blas,
+        "cpu": [c.to_dict() for c in result.cpu],
         "classes": {
             precision: [
                 {"alignment": c, "mean_tflops": f / 1e12, "points": n}
@@ -416,6 +493,8 @@ def from_dict(d: dict[str, Any]) -> GemmResult:
         device=r["device"].integer(),
         blas=r["blas"].object(),
         points=tuple(GemmPoint.read(p) for p in r["points"].items()),
+        cpu=tuple(CpuPoint.read(c) for c in r["cpu"].items()),
+        cpu_blas=None if r["cpu_blas"].null else r["cpu_blas"].object(),
     )
 
 
@@ -480,4 +559,5 @@ def dumps_csv(result: GemmResult) -> str:
 
 
 def steps(options: GemmOptions) -> int:
-    return len(options.precisions) * len(options.shapes)
+    cpu = len(options.cpu_shapes or options.shapes) * len(options.cpu_threads)
+    return len(options.precisions) * (len(options.shapes) + cpu)

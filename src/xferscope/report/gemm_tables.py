@@ -57,6 +57,7 @@ def print_gemm(result: GemmResult, console: Console) -> None:
         for c, flops, n in rows:
             t.add_row(str(c), f"{flops / 1e12:.1f}", str(n))
         console.print(t)
+    _print_cpu(result, console)
     skipped = [p for p in result.points if p.status == "skipped"]
     if skipped:
         reasons = dict.fromkeys(f"{p.precision}: {p.error}" for p in skipped)
@@ -64,3 +65,34 @@ def print_gemm(result: GemmResult, console: Console) -> None:
         for reason in reasons:
             console.print(f"  {reason}")
     print_findings(result.findings, console)
+
+
+def _print_cpu(result: GemmResult, console: Console) -> None:
+    """Seed 003's Figure 9: GFLOP/s on the CPU against threads, per precision and shape."""
+    done = [c for c in result.cpu if c.flops]
+    if not done:
+        return
+    threads = sorted({c.threads for c in done})
+    blas = result.cpu_blas or {}
+    table = Table(
+        title=f"CPU GFLOP/s ({blas.get('internal_api')} {blas.get('version')}, threads pinned)",
+        title_justify="left",
+    )
+    table.add_column("precision")
+    table.add_column("shape")
+    for t in threads:
+        table.add_column(f"{t} thr", justify="right")
+    rows = dict.fromkeys((c.precision, c.shape) for c in done)
+    for precision, shape in rows:
+        cells = {c.threads: c for c in done if (c.precision, c.shape) == (precision, shape)}
+        table.add_row(
+            precision,
+            shape.label,
+            *(
+                f"{(cells[t].flops or 0) / 1e9:.0f}" + ("" if cells[t].verified else " [red]!")
+                if t in cells
+                else ""
+                for t in threads
+            ),
+        )
+    console.print(table)
