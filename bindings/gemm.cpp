@@ -114,6 +114,19 @@ void bind_gemm(nb::module_& m) {
             return g.verify(samples, inject_fault);
           },
           "samples"_a = 256, "inject_fault"_a = false)
+      .def(
+          "time_with_transfers",
+          [](GemmHandle& h, bool pinned, int tiles, int streams, std::int64_t iterations) {
+            gemm::Gemm& g = h.get();
+            gemm::TransferTiming r;
+            {
+              nb::gil_scoped_release release;
+              r = g.time_with_transfers(pinned, tiles, streams, iterations);
+            }
+            return nb::make_tuple(r.seconds, r.delivered);
+          },
+          "pinned"_a, "tiles"_a, "streams"_a, "iterations"_a,
+          "Seconds of `iterations` uploads, GEMMs and downloads, and whether C arrived whole.")
       .def_prop_ro("algorithm",
                    [](GemmHandle& h) {
                      const gemm::GemmAlgorithm& a = h.get().algorithm();

@@ -55,3 +55,20 @@ def test_a_measured_run_is_verified_with_a_sensible_rate(native_engine):
     for p in result.points:
         assert p.status == "complete" and p.verified, p
         assert 1e12 < (p.flops or 0) < 3e15
+
+
+def test_transfers_deliver_c_and_tiles_overlap_copies_with_the_gemm(native_engine):
+    g = native_engine.gemm(0, "fp32", 8192, 8192, 8192)
+    try:
+        g.time_with_transfers(True, 8, 3, 1)  # warm-up: host buffers, tile algorithms
+        sequence, delivered = g.time_with_transfers(True, 1, 1, 3)
+        assert delivered
+        tiled, delivered = g.time_with_transfers(True, 8, 3, 3)
+        assert delivered and tiled < sequence
+        compute = g.time(3)
+        assert compute < tiled
+        pageable, delivered = g.time_with_transfers(False, 1, 1, 1)
+        assert delivered and pageable > sequence / 3
+        assert g.verify(256).ok  # the uploads put back the same inputs
+    finally:
+        g.close()

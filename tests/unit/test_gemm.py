@@ -12,6 +12,7 @@ import pytest
 from xferscope import _engine, cli
 from xferscope.core.simulate import SimulatedEngine
 from xferscope.core.units import alignment_class
+from xferscope.documents.reader import Field
 from xferscope.gemm import measure as gm
 from xferscope.gemm.shapes import Shape, parse_shapes, parse_sizes, read_shapes
 
@@ -169,8 +170,16 @@ def test_the_cpu_runs_the_same_gemms_on_1_to_all_threads(capsys, tmp_path):
     from xferscope.gemm.cpu import thread_counts, usable_cores
 
     code, out, err = run(
-        capsys, *QUICK, "-o", str(tmp_path), "--precision", "fp64,bf16", "--sizes", "128",
-        "--cpu", "auto",
+        capsys,
+        *QUICK,
+        "-o",
+        str(tmp_path),
+        "--precision",
+        "fp64,bf16",
+        "--sizes",
+        "128",
+        "--cpu",
+        "auto",
     )
     assert code == 0, err
     doc = _document(tmp_path)
@@ -196,3 +205,54 @@ def test_thread_counts_double_up_to_every_core():
 def test_alignment_classes_compare_only_shapes_of_a_size():
     options = gm.GemmOptions(precisions=("fp32",), shapes=parse_sizes("--sizes", "256,8192"))
     assert gm.classes(gm.measure(SimulatedEngine(), options), "fp32") == []
+
+
+def test_transfers_in_sequence_and_tiles_and_where_the_gpu_pays(capsys, tmp_path):
+    code, out, err = run(
+        capsys,
+        *QUICK,
+        "-o",
+        str(tmp_path),
+        "--precision",
+        "fp32",
+        "--sizes",
+        "128,2048",
+        "--transfers",
+        "pinned,pageable",
+        "--cpu",
+        "1",
+        "--cpu-sizes",
+        "128,512",
+    )
+    assert code == 0, err
+    doc = _document(tmp_path)
+    big = next(p for p in doc["points"] if p["m"] == 2048)
+    forms = {(t["memory"], t["tiles"]) for t in big["transfers"]}
+    assert forms == {("pinned", 1), ("pinned", 8), ("pageable", 1), ("pageable", 8)}
+    assert all(t["delivered"] and t["seconds"] for t in big["transfers"])
+    point = gm.GemmPoint.read(Field(big))
+    assert point.transfer_flops("pinned", True) > point.transfer_flops("pinned", False)
+    assert point.transfer_flops("pageable") < point.transfer_flops("pinned") < point.flops
+    codes = {f["code"] for f in doc["findings"]}
+    assert {"gemm_transfers_fp32_pinned", "gemm_break_even_fp32_1"} <= codes
+    assert "pinned seq" in out and "of compute-only in sequence" in out
+
+
+def test_tiles_need_untransposed_b_and_say_so(capsys, tmp_path):
+    code, _, err = run(
+        capsys,
+        *QUICK,
+        "-o",
+        str(tmp_path),
+        "--precision",
+        "fp32",
+        "--sizes",
+        "1024",
+        "--trans",
+        "nt",
+    )
+    assert code == 0, err
+    (p,) = _document(tmp_path)["points"]
+    tiled = next(t for t in p["transfers"] if t["tiles"] > 1)
+    assert "need op(B) = B" in tiled["error"] and not tiled["delivered"]
+    assert next(t for t in p["transfers"] if t["tiles"] == 1)["delivered"]

@@ -58,6 +58,11 @@ struct GemmAlgorithm {
   std::size_t workspace_bytes = 0;
 };
 
+struct TransferTiming {
+  double seconds = 0;      // host clock: every upload, GEMM and download of the iterations
+  bool delivered = false;  // the C that reached host memory equals the GPU's
+};
+
 class Gemm {
  public:
   explicit Gemm(const GemmSpec& spec);
@@ -70,6 +75,11 @@ class Gemm {
   // Recomputes `samples` outputs in double precision and compares; `inject_fault` corrupts one
   // output first (the check must catch it).
   GemmVerification verify(int samples, bool inject_fault = false);
+  // Seed 003's GEMM with transfers: each iteration uploads A and B from host memory (`pinned`:
+  // cudaMallocHost, else pageable memory), runs the GEMM and downloads C, as one sequence on one
+  // stream (`tiles` 1), or with B and C split into `tiles` column tiles over `streams` streams
+  // so the copies of one tile overlap the GEMM of another (A goes first). Host clock.
+  TransferTiming time_with_transfers(bool pinned, int tiles, int streams, std::int64_t iterations);
   const GemmAlgorithm& algorithm() const { return algorithm_; }
   int copies() const { return copies_; }
   std::size_t footprint_bytes() const;  // device memory held

@@ -3,7 +3,10 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "gemm/kernels.hpp"
@@ -114,6 +117,24 @@ struct Gemm::Impl {
   detail::Stream stream;
   detail::Event start, stop;
 
+  // Host copies of A, B and of the downloaded C, one set per memory kind, made on first use.
+  struct HostSet {
+    void* a = nullptr;
+    void* b = nullptr;
+    void* d = nullptr;
+    bool pinned = false;
+  };
+  HostSet host[2];  // [pageable, pinned]
+  // Column tiles of op(B) and C: their width, layouts and algorithm, per distinct width.
+  struct Tile {
+    std::int64_t width = 0;
+    cublasLtMatrixLayout_t b = nullptr, c = nullptr;
+    cublasLtMatmulHeuristicResult_t algo{};
+  };
+  std::vector<Tile> tiles;
+  std::vector<detail::Stream> streams;
+  detail::Event a_ready;
+
   Impl(const GemmSpec& spec, int copies_) : l(lt()), s(spec), t(types_of(spec.precision)), copies(copies_) {}
 
   std::size_t elements_a() const { return static_cast<std::size_t>(s.m) * s.k; }
@@ -205,6 +226,21 @@ struct Gemm::Impl {
 
   void release() noexcept {
     if (stream.get()) cudaStreamSynchronize(stream);
+    for (detail::Stream& st : streams) cudaStreamSynchronize(st);
+    for (Tile& tile : tiles) {
+      if (tile.b) l.layout_destroy(tile.b);
+      if (tile.c) l.layout_destroy(tile.c);
+    }
+    for (HostSet& h : host) {
+      for (void* p : {h.a, h.b, h.d}) {
+        if (!p) continue;
+        if (h.pinned) {
+          cudaFreeHost(p);
+        } else {
+          std::free(p);
+        }
+      }
+    }
     if (preference) l.preference_destroy(preference);
     if (a_layout) l.layout_destroy(a_layout);
     if (b_layout) l.layout_destroy(b_layout);
@@ -231,6 +267,90 @@ struct Gemm::Impl {
   }
 
   void run(int copy) { check(launch(copy), "cublasLtMatmul"); }
+
+  std::size_t bytes_a() const { return elements_a() * kernels::type_bytes(t.input); }
+  std::size_t bytes_b() const { return elements_b() * kernels::type_bytes(t.input); }
+  std::size_t bytes_d() const { return elements_c() * kernels::type_bytes(t.output); }
+
+  void* host_alloc(std::size_t bytes, bool pinned_memory) {
+    void* p = nullptr;
+    if (pinned_memory) {
+      const cudaError_t status = cudaMallocHost(&p, bytes);
+      if (status != cudaSuccess) {
+        cudaGetLastError();
+        throw AllocationError("pinned", bytes, cudaGetErrorString(status));
+      }
+    } else {
+      p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+      if (!p) throw AllocationError("pageable", bytes, "aligned_alloc failed");
+      std::memset(p, 0, bytes);  // touched: its pages exist before any copy
+    }
+    return p;
+  }
+
+  // Host A and B hold the device's copy 0, so uploading them leaves the verified result as is.
+  HostSet& host_set(bool pinned_memory) {
+    HostSet& h = host[pinned_memory ? 1 : 0];
+    if (h.a) return h;
+    h.pinned = pinned_memory;
+    h.a = host_alloc(bytes_a(), pinned_memory);
+    h.b = host_alloc(bytes_b(), pinned_memory);
+    h.d = host_alloc(bytes_d(), pinned_memory);
+    XFS_CUDA_CALL(cudaMemcpy(h.a, a[0], bytes_a(), cudaMemcpyDeviceToHost));
+    XFS_CUDA_CALL(cudaMemcpy(h.b, b[0], bytes_b(), cudaMemcpyDeviceToHost));
+    return h;
+  }
+
+  cublasStatus_t launch_tile(const Tile& tile, std::int64_t first_column, cudaStream_t on) {
+    const double alpha64 = s.alpha, beta64 = s.beta;
+    const float alpha32 = static_cast<float>(s.alpha), beta32 = static_cast<float>(s.beta);
+    const void* alpha = t.scale == CUDA_R_64F ? static_cast<const void*>(&alpha64) : &alpha32;
+    const void* beta = t.scale == CUDA_R_64F ? static_cast<const void*>(&beta64) : &beta32;
+    const std::size_t in = kernels::type_bytes(t.input), out = kernels::type_bytes(t.output);
+    auto* bp = static_cast<char*>(b[0]) + static_cast<std::size_t>(first_column) * s.k * in;
+    auto* cp = static_cast<char*>(c[0]) + static_cast<std::size_t>(first_column) * s.m * out;
+    auto* dp = static_cast<char*>(d[0]) + static_cast<std::size_t>(first_column) * s.m * out;
+    return l.matmul(handle, desc, alpha, a[0], a_layout, bp, tile.b, beta, cp, tile.c, dp, tile.c,
+                    &tile.algo.algo, workspace, kWorkspaceBytes, on);
+  }
+
+  // The tiles of `count` columns each (the last one narrower), with their layouts and
+  // algorithms; and `count_streams` streams.
+  void prepare_tiles(int count, int count_streams) {
+    const std::int64_t width = (s.n + count - 1) / count;
+    const std::int64_t last = s.n - width * (count - 1);
+    const bool same = !tiles.empty() && tiles[0].width == width &&
+                      (tiles.size() == 1 ? last == width : tiles.back().width == last);
+    if (!same) {
+      for (Tile& tile : tiles) {
+        if (tile.b) l.layout_destroy(tile.b);
+        if (tile.c) l.layout_destroy(tile.c);
+      }
+      tiles.clear();
+      for (std::int64_t w : {width, last}) {
+        if (w <= 0 || (!tiles.empty() && tiles[0].width == w)) continue;
+        Tile tile;
+        tile.width = w;
+        check(l.layout_create(&tile.b, t.a, s.k, w, s.k), "cublasLtMatrixLayoutCreate(B tile)");
+        check(l.layout_create(&tile.c, t.c, s.m, w, s.m), "cublasLtMatrixLayoutCreate(C tile)");
+        std::vector<cublasLtMatmulHeuristicResult_t> found(8);
+        int returned = 0;
+        check(l.heuristic(handle, desc, a_layout, tile.b, tile.c, tile.c, preference,
+                          static_cast<int>(found.size()), found.data(), &returned),
+              "cublasLtMatmulAlgoGetHeuristic(tile)");
+        cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;
+        for (int i = 0; i < returned && status != CUBLAS_STATUS_SUCCESS; ++i) {
+          tile.algo = found[static_cast<std::size_t>(i)];
+          status = launch_tile(tile, 0, stream);
+        }
+        check(status, "cublasLtMatmul(tile)");
+        tiles.push_back(tile);
+      }
+      XFS_CUDA_CALL(cudaStreamSynchronize(stream));
+    }
+    while (static_cast<int>(streams.size()) < count_streams) streams.push_back(detail::Stream::create());
+    if (!a_ready.get()) a_ready = detail::Event::create(cudaEventDisableTiming);
+  }
 };
 
 Gemm::Gemm(const GemmSpec& spec) {
@@ -292,6 +412,63 @@ double Gemm::time(std::int64_t iterations) {
   float ms = 0;
   XFS_CUDA_CALL(cudaEventElapsedTime(&ms, g.start, g.stop));
   return static_cast<double>(ms) * 1e-3;
+}
+
+TransferTiming Gemm::time_with_transfers(bool pinned, int tiles, int streams,
+                                         std::int64_t iterations) {
+  Impl& g = *impl_;
+  if (tiles < 1 || streams < 1) throw UsageError("tiles and streams must be 1 or more");
+  tiles = static_cast<int>(std::min<std::int64_t>(tiles, g.s.n));
+  if (tiles > 1 && g.s.trans_b) {
+    throw UsageError("tiled transfers split op(B)'s columns: they need op(B) = B (nn or tn)");
+  }
+  XFS_CUDA_CALL(cudaSetDevice(g.s.device));
+  Impl::HostSet& h = g.host_set(pinned);
+  const std::size_t in = kernels::type_bytes(g.t.input), out = kernels::type_bytes(g.t.output);
+  if (tiles > 1) g.prepare_tiles(tiles, streams);
+  XFS_CUDA_CALL(cudaDeviceSynchronize());
+  const auto start = std::chrono::steady_clock::now();
+  for (std::int64_t it = 0; it < iterations; ++it) {
+    if (tiles == 1) {
+      XFS_CUDA_CALL(cudaMemcpyAsync(g.a[0], h.a, g.bytes_a(), cudaMemcpyHostToDevice, g.stream));
+      XFS_CUDA_CALL(cudaMemcpyAsync(g.b[0], h.b, g.bytes_b(), cudaMemcpyHostToDevice, g.stream));
+      g.run(0);
+      XFS_CUDA_CALL(cudaMemcpyAsync(h.d, g.d[0], g.bytes_d(), cudaMemcpyDeviceToHost, g.stream));
+      continue;
+    }
+    cudaStream_t first = g.streams[0];
+    XFS_CUDA_CALL(cudaMemcpyAsync(g.a[0], h.a, g.bytes_a(), cudaMemcpyHostToDevice, first));
+    XFS_CUDA_CALL(cudaEventRecord(g.a_ready, first));
+    const std::int64_t width = g.tiles[0].width;
+    for (int j = 0; j < tiles; ++j) {
+      const std::int64_t column = j * width;
+      const Impl::Tile& tile = std::min(width, g.s.n - column) == width ? g.tiles[0] : g.tiles.back();
+      cudaStream_t on = g.streams[static_cast<std::size_t>(j % streams)];
+      XFS_CUDA_CALL(cudaStreamWaitEvent(on, g.a_ready, 0));
+      XFS_CUDA_CALL(cudaMemcpyAsync(static_cast<char*>(g.b[0]) + column * g.s.k * in,
+                                    static_cast<char*>(h.b) + column * g.s.k * in,
+                                    static_cast<std::size_t>(tile.width * g.s.k) * in,
+                                    cudaMemcpyHostToDevice, on));
+      check(g.launch_tile(tile, column, on), "cublasLtMatmul(tile)");
+      XFS_CUDA_CALL(cudaMemcpyAsync(static_cast<char*>(h.d) + column * g.s.m * out,
+                                    static_cast<char*>(g.d[0]) + column * g.s.m * out,
+                                    static_cast<std::size_t>(tile.width * g.s.m) * out,
+                                    cudaMemcpyDeviceToHost, on));
+    }
+    // the next iteration's A must not overwrite what this one's tiles still read
+    for (int i = 1; i < streams; ++i) {
+      detail::Event done = detail::Event::create(cudaEventDisableTiming);
+      XFS_CUDA_CALL(cudaEventRecord(done, g.streams[static_cast<std::size_t>(i)]));
+      XFS_CUDA_CALL(cudaStreamWaitEvent(first, done, 0));
+    }
+  }
+  XFS_CUDA_CALL(cudaDeviceSynchronize());
+  TransferTiming r;
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::vector<char> device_d(g.bytes_d());
+  XFS_CUDA_CALL(cudaMemcpy(device_d.data(), g.d[0], g.bytes_d(), cudaMemcpyDeviceToHost));
+  r.delivered = std::memcmp(device_d.data(), h.d, g.bytes_d()) == 0;
+  return r;
 }
 
 GemmVerification Gemm::verify(int samples, bool inject_fault) {

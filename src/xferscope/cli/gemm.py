@@ -99,6 +99,15 @@ def _number(option: str, value: float, low: float, high: float) -> float:
     help="Outputs checked against a double-precision reference (2-4096).",
 )
 @click.option(
+    "--transfers",
+    default="pinned",
+    show_default=True,
+    help="Also time each GEMM with A and B uploaded and C downloaded, from pinned and/or "
+    "pageable memory (none: compute only), in sequence and in tiles over streams.",
+)
+@click.option("--tiles", default=8, show_default=True, type=int, help="Column tiles of B and C.")
+@click.option("--streams", default=3, show_default=True, type=int, help="Streams for the tiles.")
+@click.option(
     "--cpu",
     "cpu_threads",
     default=None,
@@ -150,6 +159,13 @@ def gemm_command(**kw: Any) -> None:
                     "--cpu", f"{max(cpu_threads)} threads: this process may use {cores} cores"
                 )
     cpu_shapes = parse_sizes("--cpu-sizes", kw["cpu_sizes"]) if kw["cpu_sizes"] else None
+    transfers = parse_list("--transfers", kw["transfers"], ("pinned", "pageable", "none"))
+    if "none" in transfers and len(transfers) > 1:
+        raise OptionError("--transfers", "none cannot be listed with pinned or pageable")
+    if not 1 <= kw["tiles"] <= 1024:
+        raise OptionError("--tiles", f"{kw['tiles']} is not a count from 1 to 1024")
+    if not 1 <= kw["streams"] <= 64:
+        raise OptionError("--streams", f"{kw['streams']} is not a count from 1 to 64")
     history = None if kw["no_history"] else _history_file(kw["history_path"])
     engine = common.open_engine(kw["simulate"])
     (device,) = resolve_devices(engine, kw["device"], one=True)
@@ -167,6 +183,9 @@ def gemm_command(**kw: Any) -> None:
         seed=parse_seed(kw["seed"]),
         cpu_threads=cpu_threads,
         cpu_shapes=cpu_shapes,
+        transfers=tuple(t for t in transfers if t != "none"),
+        tiles=kw["tiles"],
+        streams=kw["streams"],
     )
     check_plan(engine, options)
     if history is not None:

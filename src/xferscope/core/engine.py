@@ -212,6 +212,9 @@ class Gemm(Protocol):
     def footprint_bytes(self) -> int: ...
     def time(self, iterations: int) -> float: ...
     def verify(self, samples: int = 256, inject_fault: bool = False) -> GemmVerification: ...
+    def time_with_transfers(
+        self, pinned: bool, tiles: int, streams: int, iterations: int
+    ) -> tuple[float, bool]: ...  # seconds, whether C arrived whole
     def close(self) -> None: ...
 
 
@@ -590,6 +593,15 @@ class _NativeGemm:
     def verify(self, samples: int = 256, inject_fault: bool = False) -> GemmVerification:
         with self._engine._measuring():
             return self._handle.verify(samples, inject_fault)  # type: ignore[no-any-return]
+
+    def time_with_transfers(
+        self, pinned: bool, tiles: int, streams: int, iterations: int
+    ) -> tuple[float, bool]:
+        with self._engine._measuring():
+            seconds, delivered = self._handle.time_with_transfers(
+                pinned, tiles, streams, iterations
+            )
+        return float(seconds), bool(delivered)
 
     def close(self) -> None:
         self._handle.close()

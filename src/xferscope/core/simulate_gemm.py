@@ -79,6 +79,31 @@ class SimulatedGemm:
             worst_column=0,
         )
 
+    def time_with_transfers(
+        self, pinned: bool, tiles: int, streams: int, iterations: int
+    ) -> tuple[float, bool]:
+        """Uploads of A and B and the download of C at the link's modelled rate (pinned 55 GB/s,
+        pageable 10 GB/s up and 20 down), in sequence with the GEMM, or hidden behind it but
+        for one tile's share when tiled."""
+        if tiles > 1 and self.spec["trans_b"]:
+            raise EngineError(
+                "tiled transfers split op(B)'s columns: they need op(B) = B (nn or tn)"
+            )
+        m, n, k = self.spec["m"], self.spec["n"], self.spec["k"]
+        inb, outb = _BYTES[self.spec["precision"]]
+        up = (m * k + k * n) * inb / (55e9 if pinned else 10e9)
+        down = m * n * outb / (55e9 if pinned else 20e9)
+        compute = self._per_gemm
+        if tiles > 1:
+            share = 1 / tiles
+            per = max(compute, up + down) + (up + down + compute) * share
+        else:
+            per = up + compute + down
+        noise = 1.0 + abs(float(self._engine.rng.normal(0.0, self._engine.noise)))
+        seconds = float(iterations * per * noise)
+        self._engine.advance(seconds)
+        return seconds, not self._engine.corrupt
+
     def close(self) -> None:
         pass
 

@@ -61,6 +61,9 @@ class GemmOptions:
     samples: int = DEFAULT_SAMPLES
     device: int = 0
     seed: int = 0x5EED
+    transfers: tuple[str, ...] = ()  # host memory the GEMM's data comes from: pinned, pageable
+    tiles: int = 8  # the overlapped form: B and C in this many column tiles
+    streams: int = 3  # over this many streams
     cpu_threads: tuple[int, ...] = ()  # CPU thread counts (empty: no CPU GEMMs)
     cpu_shapes: tuple[Shape, ...] | None = None  # None: the GPU's shapes
 
@@ -96,6 +99,8 @@ class GemmPoint:
     verification: dict[str, Any] | None = None
     algorithm: dict[str, Any] | None = None
     copies: int = 1
+    # with transfers: {memory, tiles, streams, seconds (per GEMM, each trial), delivered, error}
+    transfers: tuple[dict[str, Any], ...] = ()
 
     @property
     def shape(self) -> Shape:
@@ -123,6 +128,19 @@ class GemmPoint:
     def verified(self) -> bool | None:
         return None if self.verification is None else bool(self.verification["ok"])
 
+    def transfer_flops(self, memory: str, tiled: bool | None = None) -> float | None:
+        """FLOP/s with the data moved from `memory` and back: in sequence, tiled, or the better
+        of the two (None)."""
+        rates = [
+            self.shape.flops / stats.median(t["seconds"])
+            for t in self.transfers
+            if t["memory"] == memory
+            and t["seconds"]
+            and t.get("delivered")
+            and (tiled is None or (t["tiles"] > 1) == tiled)
+        ]
+        return max(rates, default=None)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "precision": self.precision,
@@ -138,6 +156,7 @@ class GemmPoint:
             "verification": self.verification,
             "algorithm": self.algorithm,
             "copies": self.copies,
+            "transfers": [dict(t) for t in self.transfers],
             # derived, for readers; ignored when loading
             "alignment": self.alignment,
             "tflops": None if self.flops is None else self.flops / 1e12,
@@ -160,6 +179,7 @@ class GemmPoint:
             verification=None if x["verification"].null else x["verification"].object(),
             algorithm=None if x["algorithm"].null else x["algorithm"].object(),
             copies=x["copies"].integer(),
+            transfers=tuple(t.object() for t in x["transfers"].items()),
         )
 
 
@@ -232,17 +252,43 @@ def measure_point(engine: Engine, options: GemmOptions, precision: str, shape: S
             "worst_row": int(v.worst_row),
             "worst_column": int(v.worst_column),
         }
-        return replace(
+        point = replace(
             point,
             status="complete",
             seconds=tuple(seconds),
             iterations=iterations,
             verification=verification,
         )
+        for memory in options.transfers:
+            for tiles in dict.fromkeys((1, options.tiles)):
+                point = replace(
+                    point,
+                    transfers=(*point.transfers, _with_transfers(g, options, memory, tiles)),
+                )
+        return point
     except (AllocationError, EngineError) as exc:
         return replace(point, status="failed", error=str(exc))
     finally:
         g.close()
+
+
+def _with_transfers(g: Any, options: GemmOptions, memory: str, tiles: int) -> dict[str, Any]:
+    """The GEMM with its data uploaded from `memory` and C downloaded, timed like the GEMM."""
+    streams = 1 if tiles == 1 else options.streams
+    record: dict[str, Any] = {"memory": memory, "tiles": tiles, "streams": streams, "seconds": []}
+    pinned = memory == "pinned"
+
+    def run(n: int) -> float:
+        return float(g.time_with_transfers(pinned, tiles, streams, n)[0])
+
+    try:
+        calibration = plan.calibrate(run, least_s=options.target_s / 4)
+        n = plan.repeats_for(options.target_s, calibration.per_iteration_s)
+        seconds = plan.run_trials(lambda: run(n) / n, min(options.trials, 3))
+        _, delivered = g.time_with_transfers(pinned, tiles, streams, 1)
+        return record | {"seconds": seconds, "iterations": n, "delivered": bool(delivered)}
+    except (AllocationError, EngineError) as exc:
+        return record | {"error": str(exc), "delivered": False}
 
 
 def measure(engine: Engine, options: GemmOptions, progress: Progress = QUIET) -> GemmResult:
@@ -383,6 +429,7 @@ def findings(result: GemmResult) -> list[Finding]:
                 )
             )
     out += _cpu_findings(result)
+    out += _transfer_findings(result)
     for precision in dict.fromkeys(p.precision for p in result.points):
         table = classes(result, precision)
         best = max(result.measured(precision), key=lambda p: p.flops or 0.0, default=None)
@@ -420,6 +467,104 @@ def findings(result: GemmResult) -> list[Finding]:
                         else f"pad M, N and K to multiples of {top}",
                     )
                 )
+    return out
+
+
+# Transfers that cost less than this share of the time are "paid for" (the issue's 5%).
+TRANSFER_SHARE = 0.05
+
+
+def _transfer_findings(result: GemmResult) -> list[Finding]:
+    """Seed 003's ratios with and without transfers, the size from which they cost less than
+    5%, and where the GPU with its transfers overtakes the CPU."""
+    out = []
+    for precision in dict.fromkeys(p.precision for p in result.points):
+        points = sorted(
+            (p for p in result.measured(precision) if p.transfers), key=lambda p: p.shape.flops
+        )
+        if not points:
+            continue
+        for memory in dict.fromkeys(t["memory"] for p in points for t in p.transfers):
+            big = points[-1]
+            seq, tiled = big.transfer_flops(memory, False), big.transfer_flops(memory, True)
+            if big.flops and seq:
+                tiles = next((t["tiles"] for t in big.transfers if t["tiles"] > 1), None)
+                extra = f", {tiled / big.flops:.2f} in {tiles} tiles" if tiled and tiles else ""
+                out.append(
+                    Finding(
+                        f"gemm_transfers_{precision}_{memory}",
+                        INFO,
+                        result.device,
+                        f"{precision} {memory}",
+                        seq / big.flops,
+                        None,
+                        f"{precision} at {big.shape.label} with its data from {memory} memory: "
+                        f"{seq / big.flops:.2f} of compute-only in sequence{extra}",
+                    )
+                )
+            paid = None
+            for p in reversed(points):
+                rate = p.transfer_flops(memory)
+                if not (p.flops and rate and rate >= (1 - TRANSFER_SHARE) * p.flops):
+                    break
+                paid = p
+            if paid is not None:
+                out.append(
+                    Finding(
+                        f"gemm_transfers_paid_{precision}_{memory}",
+                        INFO,
+                        result.device,
+                        f"{precision} {memory}",
+                        float(paid.shape.m),
+                        None,
+                        f"{precision}: from {paid.shape.label} on, moving the data from {memory} "
+                        f"memory costs less than {TRANSFER_SHARE:.0%} of the time",
+                    )
+                )
+        out += _break_even(result, precision, points)
+    return out
+
+
+def _break_even(result: GemmResult, precision: str, points: list[GemmPoint]) -> list[Finding]:
+    """The smallest measured size at which the GPU, its pinned transfers included, beats the
+    CPU on every thread, and one thread."""
+    cpu = [c for c in result.cpu if c.precision == precision and c.flops]
+    if not cpu:
+        return []
+    most = max(c.threads for c in cpu)
+    out = []
+    for threads, words in ((most, f"the CPU on {most} threads"), (1, "one CPU thread")):
+        wins = [
+            p
+            for p in points
+            if (rate := p.transfer_flops("pinned"))
+            and any(
+                c.shape == p.shape and c.threads == threads and rate > (c.flops or 0.0) for c in cpu
+            )
+        ]
+        compared = [
+            p for p in points if any(c.shape == p.shape and c.threads == threads for c in cpu)
+        ]
+        if not compared:
+            continue
+        first = min(wins, key=lambda p: p.shape.flops, default=None)
+        message = (
+            f"{precision}: the GPU, its transfers from pinned memory included, beats {words} "
+            f"from {first.shape.label} on (the smallest size measured where it does)"
+            if first
+            else f"{precision}: the GPU with its transfers never beat {words} at the sizes measured"
+        )
+        out.append(
+            Finding(
+                f"gemm_break_even_{precision}_{threads}",
+                INFO,
+                result.device,
+                f"{precision} break-even",
+                None if first is None else float(first.shape.m),
+                None,
+                message,
+            )
+        )
     return out
 
 
@@ -521,6 +666,10 @@ CSV_COLUMNS = (
     "algorithm_id",
     "tile",
     "copies",
+    "pinned_sequence_tflops",
+    "pinned_tiled_tflops",
+    "pageable_sequence_tflops",
+    "pageable_tiled_tflops",
     "error",
 )
 
@@ -552,6 +701,13 @@ def dumps_csv(result: GemmResult) -> str:
                 a.get("id", ""),
                 a.get("tile", ""),
                 p.copies,
+                *(
+                    ""
+                    if (rate := p.transfer_flops(memory, tiled)) is None
+                    else f"{rate / 1e12:.6g}"
+                    for memory in ("pinned", "pageable")
+                    for tiled in (False, True)
+                ),
                 p.error or "",
             )
         )
@@ -559,5 +715,5 @@ def dumps_csv(result: GemmResult) -> str:
 
 
 def steps(options: GemmOptions) -> int:
-    cpu = len(options.cpu_shapes or options.shapes) * len(options.cpu_threads)
+    cpu = len(options.cpu_shapes or options.shapes) * len(options.cpu_threads)  # per precision
     return len(options.precisions) * (len(options.shapes) + cpu)

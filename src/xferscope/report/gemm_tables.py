@@ -22,7 +22,10 @@ def print_gemm(result: GemmResult, console: Console) -> None:
         "timed with CUDA events, a sample of outputs checked in double precision"
     )
     table = Table(title="GEMMs", title_justify="left")
-    for name in ("precision", "shape", "align", "TFLOP/s", "time", "spread", "verified", "algo"):
+    memories = list(dict.fromkeys(t["memory"] for p in result.points for t in p.transfers))
+    moved = [f"{m} {form}" for m in memories for form in ("seq", "tiled")]
+    columns = ("precision", "shape", "align", "TFLOP/s", "time", "spread", "verified", "algo")
+    for name in (*columns, *moved):
         table.add_column(
             name, justify="left" if name in ("precision", "shape", "verified") else "right"
         )
@@ -45,8 +48,18 @@ def print_gemm(result: GemmResult, console: Console) -> None:
             f"{p.spread:.1%}" if p.seconds else "",
             verified,
             f"{a.get('id', '')}/{a.get('tile', '')}" if a else "",
+            *(
+                "" if (rate := p.transfer_flops(m, tiled)) is None else f"{rate / 1e12:.1f}"
+                for m in memories
+                for tiled in (False, True)
+            ),
         )
     console.print(table)
+    if memories:
+        console.print(
+            "seq and tiled: TFLOP/s with A and B uploaded and C downloaded, in sequence and in "
+            "column tiles over streams (copies overlapping the GEMMs)"
+        )
     for precision in dict.fromkeys(p.precision for p in result.points):
         rows = classes(result, precision)
         if len(rows) < 2:
