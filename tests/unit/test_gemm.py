@@ -256,3 +256,17 @@ def test_tiles_need_untransposed_b_and_say_so(capsys, tmp_path):
     tiled = next(t for t in p["transfers"] if t["tiles"] > 1)
     assert "need op(B) = B" in tiled["error"] and not tiled["delivered"]
     assert next(t for t in p["transfers"] if t["tiles"] == 1)["delivered"]
+
+
+def test_a_stop_ends_a_cpu_worker_at_once():
+    import time
+
+    from xferscope.core import interrupt
+    from xferscope.gemm.cpu import _spec, run_worker, usable_cores
+
+    spec = _spec("fp64", Shape(2048, 2048, 2048), usable_cores()[:1], 30.0, 5, 1)
+    interrupt.request()
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_worker(spec, 1)
+    assert time.monotonic() - start < 1.0

@@ -1,22 +1,23 @@
 """GEMM on the CPU through the BLAS NumPy uses (named, with its version, by threadpoolctl), on
-1, 2, 4, ... up to every core this process may use, the BLAS threads pinned to that many cores:
+1, 2, 4, ... up to every core this process may use, each in a worker process whose BLAS threads
+are pinned to that many cores (cpu_worker.py):
 seed 003's Figure 9 (MKL on 1, 2, 4 and 8 threads) for this machine. The same shapes and method
 as the GPU's (calibration, trials of a target time, the median), verified on a sample of outputs
 against a double-precision dot product."""
 
 from __future__ import annotations
 
-import functools
+import json
 import os
+import subprocess
+import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from ..core import plan, stats
+from ..core import interrupt, stats
+from ..core.errors import XferscopeError
 from ..core.native import engine_module
 from ..core.progress import QUIET, Progress
 from ..documents.reader import Field
@@ -24,30 +25,9 @@ from .shapes import Shape
 
 _e = engine_module()
 _TOLERANCE = {name: tol for name, _, _, _, tol, _ in _e.GEMM_PRECISIONS}
-DTYPES: dict[str, Any] = {"fp64": np.float64, "fp32": np.float32}
+DTYPES = ("fp64", "fp32")  # what NumPy's BLAS multiplies
 WAIVED = "NumPy's BLAS has no {p} GEMM (CPUs run fp64 and fp32)"
 MOST_TRIAL_S = 2.0  # a GEMM longer than this gets one trial
-
-
-def blas_info() -> dict[str, Any]:
-    """The BLAS NumPy calls: its name, version, threading layer and file."""
-    from threadpoolctl import threadpool_info
-
-    np.ones((2, 2)) @ np.ones((2, 2))  # loads the BLAS if it is not yet
-    for pool in threadpool_info():
-        if pool.get("user_api") == "blas":
-            return {
-                k: pool.get(k)
-                for k in (
-                    "internal_api",
-                    "version",
-                    "threading_layer",
-                    "architecture",
-                    "num_threads",
-                    "filepath",
-                )
-            }
-    return {"internal_api": None, "error": "NumPy uses no BLAS that threadpoolctl knows"}
 
 
 def usable_cores() -> list[int]:
@@ -61,27 +41,6 @@ def thread_counts(cores: int) -> tuple[int, ...]:
         counts.append(n)
         n *= 2
     return (*counts, cores)
-
-
-@contextmanager
-def pinned(threads: int, cores: Sequence[int]) -> Iterator[None]:
-    """The BLAS limited to `threads` threads, and every thread of this process pinned to the
-    first `threads` usable cores (the pool's threads included); put back afterwards."""
-    from threadpoolctl import threadpool_limits
-
-    chosen = set(cores[:threads])
-    tasks = [int(t) for t in os.listdir("/proc/self/task")]
-    before = {t: os.sched_getaffinity(t) for t in tasks}
-    try:
-        with threadpool_limits(limits=threads, user_api="blas"):
-            for t in [int(x) for x in os.listdir("/proc/self/task")]:
-                with suppress(OSError):  # a thread that ended meanwhile
-                    os.sched_setaffinity(t, chosen)
-            yield
-    finally:
-        for t, cpus in before.items():
-            with suppress(OSError):
-                os.sched_setaffinity(t, cpus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,19 +92,64 @@ class CpuPoint:
         )
 
 
-def _verified(a: np.ndarray, b: np.ndarray, c: np.ndarray, precision: str, seed: int) -> bool:
-    rng = np.random.default_rng(seed)
-    rows = rng.integers(0, a.shape[0], 64)
-    cols = rng.integers(0, b.shape[1], 64)
-    a64, b64 = a[rows].astype(np.float64), b[:, cols].astype(np.float64)
-    reference = np.einsum("ik,ki->i", a64, b64)
-    magnitude = np.einsum("ik,ki->i", np.abs(a64), np.abs(b64))
-    error = np.abs(c[rows, cols].astype(np.float64) - reference) / np.maximum(magnitude, 1e-300)
-    return bool(np.all(error <= _TOLERANCE[precision]))
+# The BLAS's thread-count variables, set for each worker process.
+THREAD_VARIABLES = (
+    "OPENBLAS_NUM_THREADS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+)
+POLL_S = 0.05  # how often a stop is looked for while a worker runs
 
 
-def _per_run(run: Callable[[int], float], repeats: int) -> float:
-    return run(repeats) / repeats
+def run_worker(spec: dict[str, Any], threads: int) -> dict[str, Any]:
+    """One measurement in a worker process with `threads` BLAS threads pinned to as many cores;
+    Ctrl-C ends the worker at once and propagates."""
+    env = dict(os.environ, **{name: str(threads) for name in THREAD_VARIABLES})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "xferscope.gemm.cpu_worker", json.dumps(spec)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        while proc.poll() is None:
+            interrupt.check()
+            time.sleep(POLL_S)
+        out, err = proc.communicate()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if proc.returncode != 0:
+        last = (err.strip().splitlines() or ["no message"])[-1]
+        raise XferscopeError(f"the CPU GEMM worker failed: {last}")
+    return dict(json.loads(out))
+
+
+def blas_info() -> dict[str, Any]:
+    """The BLAS NumPy uses (threadpoolctl's account of it, from a worker process)."""
+    spec = _spec("fp64", Shape(8, 8, 8), usable_cores()[:1], 0.0, 1, 0)
+    return dict(run_worker(spec, 1)["blas"])
+
+
+def _spec(
+    precision: str, s: Shape, cores: Sequence[int], target_s: float, trials: int, seed: int
+) -> dict[str, Any]:
+    return {
+        "precision": precision,
+        "m": s.m,
+        "n": s.n,
+        "k": s.k,
+        "cores": list(cores),
+        "target_s": target_s,
+        "trials": trials,
+        "most_trial_s": MOST_TRIAL_S,
+        "tolerance": _TOLERANCE[precision],
+        "seed": seed,
+    }
 
 
 def measure_cpu(
@@ -162,7 +166,6 @@ def measure_cpu(
     which propagates, keeps them)."""
     cores = usable_cores()
     out: list[CpuPoint] = [] if into is None else into
-    rng = np.random.default_rng(seed)
     for precision in precisions:
         if precision not in DTYPES:
             out += [
@@ -171,28 +174,21 @@ def measure_cpu(
             ]
             continue
         for s in shapes:
-            dtype = DTYPES[precision]
-            a = (rng.random((s.m, s.k)) * 2 - 1).astype(dtype)
-            b = (rng.random((s.k, s.n)) * 2 - 1).astype(dtype)
-            c = np.empty((s.m, s.n), dtype=dtype)
             for t in threads:
-
-                def run(n: int, a: Any = a, b: Any = b, c: Any = c) -> float:
-                    start = time.perf_counter()
-                    for _ in range(n):
-                        np.matmul(a, b, out=c)
-                    return time.perf_counter() - start
-
-                with pinned(t, cores):
-                    calibration = plan.calibrate(run, least_s=target_s / 4)
-                    per = calibration.per_iteration_s
-                    repeats = plan.repeats_for(target_s, per)
-                    count = 1 if per > MOST_TRIAL_S else trials
-                    seconds = plan.run_trials(functools.partial(_per_run, run, repeats), count)
-                ok = _verified(a, b, c, precision, seed)
-                out.append(
-                    CpuPoint(precision, s.m, s.n, s.k, t, "complete", None, tuple(seconds), ok)
+                spec = _spec(precision, s, cores[:t], target_s, trials, seed)
+                result = run_worker(spec, t)
+                point = CpuPoint(
+                    precision,
+                    s.m,
+                    s.n,
+                    s.k,
+                    t,
+                    "complete",
+                    None,
+                    tuple(result["seconds"]),
+                    bool(result["verified"]),
                 )
-                flops = out[-1].flops or 0.0
+                out.append(point)
+                flops = point.flops or 0.0
                 progress.step(f"CPU {precision} {s.label} {t} threads: {flops / 1e9:.0f} GFLOP/s")
     return out
