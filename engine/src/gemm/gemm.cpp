@@ -133,6 +133,9 @@ struct Gemm::Impl {
   };
   std::vector<Tile> tiles;
   std::vector<detail::Stream> streams;
+  // A workspace per stream: cuBLASLt's split-K kernels keep counters in theirs, and two GEMMs
+  // sharing one at once can spin forever (seen: fp32 4096 in 8 tiles over 3 streams hung).
+  std::vector<void*> stream_workspaces;
   detail::Event a_ready;
 
   Impl(const GemmSpec& spec, int copies_) : l(lt()), s(spec), t(types_of(spec.precision)), copies(copies_) {}
@@ -231,6 +234,9 @@ struct Gemm::Impl {
       if (tile.b) l.layout_destroy(tile.b);
       if (tile.c) l.layout_destroy(tile.c);
     }
+    for (void* p : stream_workspaces) {
+      if (p) cudaFree(p);
+    }
     for (HostSet& h : host) {
       for (void* p : {h.a, h.b, h.d}) {
         if (!p) continue;
@@ -301,7 +307,8 @@ struct Gemm::Impl {
     return h;
   }
 
-  cublasStatus_t launch_tile(const Tile& tile, std::int64_t first_column, cudaStream_t on) {
+  cublasStatus_t launch_tile(const Tile& tile, std::int64_t first_column, cudaStream_t on,
+                             void* space) {
     const double alpha64 = s.alpha, beta64 = s.beta;
     const float alpha32 = static_cast<float>(s.alpha), beta32 = static_cast<float>(s.beta);
     const void* alpha = t.scale == CUDA_R_64F ? static_cast<const void*>(&alpha64) : &alpha32;
@@ -311,7 +318,7 @@ struct Gemm::Impl {
     auto* cp = static_cast<char*>(c[0]) + static_cast<std::size_t>(first_column) * s.m * out;
     auto* dp = static_cast<char*>(d[0]) + static_cast<std::size_t>(first_column) * s.m * out;
     return l.matmul(handle, desc, alpha, a[0], a_layout, bp, tile.b, beta, cp, tile.c, dp, tile.c,
-                    &tile.algo.algo, workspace, kWorkspaceBytes, on);
+                    &tile.algo.algo, space, kWorkspaceBytes, on);
   }
 
   // The tiles of `count` columns each (the last one narrower), with their layouts and
@@ -341,14 +348,18 @@ struct Gemm::Impl {
         cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;
         for (int i = 0; i < returned && status != CUBLAS_STATUS_SUCCESS; ++i) {
           tile.algo = found[static_cast<std::size_t>(i)];
-          status = launch_tile(tile, 0, stream);
+          status = launch_tile(tile, 0, stream, workspace);
         }
         check(status, "cublasLtMatmul(tile)");
         tiles.push_back(tile);
       }
       XFS_CUDA_CALL(cudaStreamSynchronize(stream));
     }
-    while (static_cast<int>(streams.size()) < count_streams) streams.push_back(detail::Stream::create());
+    while (static_cast<int>(streams.size()) < count_streams) {
+      streams.push_back(detail::Stream::create());
+      stream_workspaces.push_back(nullptr);
+      allocate(stream_workspaces.back(), kWorkspaceBytes, "workspace of a stream");
+    }
     if (!a_ready.get()) a_ready = detail::Event::create(cudaEventDisableTiming);
   }
 };
@@ -449,7 +460,8 @@ TransferTiming Gemm::time_with_transfers(bool pinned, int tiles, int streams,
                                     static_cast<char*>(h.b) + column * g.s.k * in,
                                     static_cast<std::size_t>(tile.width * g.s.k) * in,
                                     cudaMemcpyHostToDevice, on));
-      check(g.launch_tile(tile, column, on), "cublasLtMatmul(tile)");
+      check(g.launch_tile(tile, column, on, g.stream_workspaces[static_cast<std::size_t>(j % streams)]),
+            "cublasLtMatmul(tile)");
       XFS_CUDA_CALL(cudaMemcpyAsync(static_cast<char*>(h.d) + column * g.s.m * out,
                                     static_cast<char*>(g.d[0]) + column * g.s.m * out,
                                     static_cast<std::size_t>(tile.width * g.s.m) * out,
