@@ -28,7 +28,7 @@ from .test_cli import ENGINE, run
 # each measures for about a second, then writes and draws for about another.
 PACE = {"run": "0.12", "sweep": "0.8"}
 EXIT_WITHIN_S = 2.0
-SIGNALS = {"run": 20, "sweep": 12}
+SIGNALS = {"run": 20, "sweep": 16}
 QUICK_SIZES = 8  # `run --quick` measures 8 sizes a curve
 SWEEP_ARGS = [
     "--simulate",
@@ -176,10 +176,11 @@ def test_sigint_at_random_moments_exits_130_quickly_and_loses_nothing(tmp_path, 
             continue
         check_signalled(what, outcome)
         phases.append(check_run(outcome, base) if command == "run" else check_sweep(outcome))
-    # The moments fell both while measuring and while writing.
+    # The moments fell both while measuring and while writing (how many in each depends on
+    # how long this machine takes to draw the plots against the paced measurement).
     assert phases.count("finished") <= 2, phases
-    assert phases.count("measuring") >= 3, phases
-    assert phases.count("writing") >= 3, phases
+    assert phases.count("measuring") >= 2, phases
+    assert phases.count("writing") >= 2, phases
 
 
 # ---- the phases, one by one, in-process --------------------------------------------------------
