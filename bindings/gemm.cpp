@@ -116,16 +116,17 @@ void bind_gemm(nb::module_& m) {
           "samples"_a = 256, "inject_fault"_a = false)
       .def(
           "time_with_transfers",
-          [](GemmHandle& h, bool pinned, int tiles, int streams, std::int64_t iterations) {
+          [](GemmHandle& h, bool pinned, int tiles, int streams, std::int64_t iterations,
+             bool check_delivery) {
             gemm::Gemm& g = h.get();
             gemm::TransferTiming r;
             {
               nb::gil_scoped_release release;
-              r = g.time_with_transfers(pinned, tiles, streams, iterations);
+              r = g.time_with_transfers(pinned, tiles, streams, iterations, check_delivery);
             }
             return nb::make_tuple(r.seconds, r.delivered);
           },
-          "pinned"_a, "tiles"_a, "streams"_a, "iterations"_a,
+          "pinned"_a, "tiles"_a, "streams"_a, "iterations"_a, "check_delivery"_a = true,
           "Seconds of `iterations` uploads, GEMMs and downloads, and whether C arrived whole.")
       .def_prop_ro("algorithm",
                    [](GemmHandle& h) {

@@ -213,8 +213,8 @@ class Gemm(Protocol):
     def time(self, iterations: int) -> float: ...
     def verify(self, samples: int = 256, inject_fault: bool = False) -> GemmVerification: ...
     def time_with_transfers(
-        self, pinned: bool, tiles: int, streams: int, iterations: int
-    ) -> tuple[float, bool]: ...  # seconds, whether C arrived whole
+        self, pinned: bool, tiles: int, streams: int, iterations: int, check_delivery: bool = True
+    ) -> tuple[float, bool]: ...  # seconds, whether C arrived whole (when checked)
     def close(self) -> None: ...
 
 
@@ -521,6 +521,13 @@ def open_engine(simulate: bool = False) -> Engine:
     return NativeEngine()
 
 
+def compute_capability(engine: Engine, device: int) -> int:
+    """The GPU's compute capability as major * 10 + minor (9.0 -> 90), as the engine's rules
+    take it."""
+    major, minor = str(engine.device_info(device)["compute_capability"]).split(".")
+    return int(major) * 10 + int(minor)
+
+
 def check_device(engine: Engine, device: int, option: str = "--device") -> None:
     count = engine.device_count()
     if not 0 <= device < count:
@@ -595,11 +602,11 @@ class _NativeGemm:
             return self._handle.verify(samples, inject_fault)  # type: ignore[no-any-return]
 
     def time_with_transfers(
-        self, pinned: bool, tiles: int, streams: int, iterations: int
+        self, pinned: bool, tiles: int, streams: int, iterations: int, check_delivery: bool = True
     ) -> tuple[float, bool]:
         with self._engine._measuring():
             seconds, delivered = self._handle.time_with_transfers(
-                pinned, tiles, streams, iterations
+                pinned, tiles, streams, iterations, check_delivery
             )
         return float(seconds), bool(delivered)
 

@@ -309,36 +309,22 @@ class SimulatedEngine:
         from .simulate_gemm import simulated_gemm
 
         interrupt.check()
-        if not 0 <= device < self._devices:
-            raise NoDeviceError(f"GPU index {device} out of range: {self._devices} GPU(s)")
+        self._gpu(device)
         if device in self.failing_devices:
-            raise CudaError(
-                "cudaErrorLaunchFailure: unspecified launch failure (simulated)",
-                "cudaErrorLaunchFailure",
-                719,
-            )
-        return simulated_gemm(
-            self,
-            device=device,
-            precision=precision,
-            m=m,
-            n=n,
-            k=k,
-            trans_a=trans_a,
-            trans_b=trans_b,
-            alpha=alpha,
-            beta=beta,
-            seed=seed,
-            rotation_bytes=rotation_bytes,
-        )
+            raise LAUNCH_FAILURE
+        return simulated_gemm(self, device, precision, m, n, k, trans_a, trans_b, rotation_bytes)
 
     def gl_context(self, device: int) -> Any:
         """The simulated GL (simulate_gl.py)."""
         from .simulate_gl import SimulatedGl
 
+        self._gpu(device)
+        return SimulatedGl(self, device)
+
+    def _gpu(self, device: int) -> None:
+        """NoDeviceError for an index the model has no GPU at."""
         if not 0 <= device < self._devices:
             raise NoDeviceError(f"GPU index {device} out of range: {self._devices} GPU(s)")
-        return SimulatedGl(self, device)
 
     def device_count(self) -> int:
         return self._devices

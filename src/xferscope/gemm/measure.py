@@ -19,7 +19,7 @@ from typing import Any
 
 from .. import __version__
 from ..core import machine, plan, stats
-from ..core.engine import Engine
+from ..core.engine import Engine, compute_capability
 from ..core.errors import AllocationError, EngineError, OptionError
 from ..core.findings import INFO, WARNING, Finding
 from ..core.native import engine_module
@@ -206,20 +206,23 @@ class GemmResult:
 # ---- measuring ---------------------------------------------------------------------------------
 
 
-def compute_capability(engine: Engine, device: int) -> int:
-    major, minor = str(engine.device_info(device)["compute_capability"]).split(".")
-    return int(major) * 10 + int(minor)
-
-
 def refusal(options: GemmOptions, precision: str, shape: Shape, capability: int) -> str:
     trans_a, trans_b = options.layout(precision)
     return str(_e.gemm_refusal(precision, shape.m, shape.n, shape.k, trans_a, trans_b, capability))
 
 
+def planned(
+    options: GemmOptions, precision: str, shape: Shape, status: str, error: str | None = None
+) -> GemmPoint:
+    """A point of the plan, in the precision's layout, not (yet) measured."""
+    trans_a, trans_b = options.layout(precision)
+    return GemmPoint(precision, shape.m, shape.n, shape.k, trans_a, trans_b, status, error)
+
+
 def measure_point(engine: Engine, options: GemmOptions, precision: str, shape: Shape) -> GemmPoint:
     """One GEMM: a failure is recorded in the point, and the run goes on."""
     trans_a, trans_b = options.layout(precision)
-    point = GemmPoint(precision, shape.m, shape.n, shape.k, trans_a, trans_b, "interrupted")
+    point = planned(options, precision, shape, "interrupted")
     try:
         g = engine.gemm(
             options.device,
@@ -279,7 +282,7 @@ def _with_transfers(g: Any, options: GemmOptions, memory: str, tiles: int) -> di
     pinned = memory == "pinned"
 
     def run(n: int) -> float:
-        return float(g.time_with_transfers(pinned, tiles, streams, n)[0])
+        return float(g.time_with_transfers(pinned, tiles, streams, n, False)[0])
 
     try:
         calibration = plan.calibrate(run, least_s=options.target_s / 4)
@@ -306,19 +309,7 @@ def measure(engine: Engine, options: GemmOptions, progress: Progress = QUIET) ->
             for shape in options.shapes:
                 reason = refusal(options, precision, shape, capability)
                 if reason:
-                    trans_a, trans_b = options.layout(precision)
-                    points.append(
-                        GemmPoint(
-                            precision,
-                            shape.m,
-                            shape.n,
-                            shape.k,
-                            trans_a,
-                            trans_b,
-                            "skipped",
-                            reason,
-                        )
-                    )
+                    points.append(planned(options, precision, shape, "skipped", reason))
                 else:
                     points.append(measure_point(engine, options, precision, shape))
                 p = points[-1]
