@@ -120,6 +120,7 @@ nb::dict to_dict(const xs::DeviceInfo& info) {
   d["l2_cache_bytes"] = info.l2_cache_bytes;
   d["memory_bus_width_bits"] = info.memory_bus_width_bits;
   d["memory_clock_khz"] = info.memory_clock_khz;
+  d["clock_khz"] = info.clock_khz;
   d["async_engine_count"] = info.async_engine_count;
   d["can_map_host_memory"] = info.can_map_host_memory;
   d["unified_addressing"] = info.unified_addressing;

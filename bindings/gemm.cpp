@@ -107,6 +107,17 @@ void bind_gemm(nb::module_& m) {
           },
           "iterations"_a, "Seconds of `iterations` GEMMs back to back (CUDA events).")
       .def(
+          "time_padded",
+          [](GemmHandle& h, std::int64_t m, std::int64_t n, std::int64_t k,
+             std::int64_t iterations) {
+            gemm::Gemm& g = h.get();
+            nb::gil_scoped_release release;
+            return g.time_padded(m, n, k, iterations);
+          },
+          "m"_a, "n"_a, "k"_a, "iterations"_a,
+          "Seconds of `iterations` GEMMs of m x n x k padded to this one, the copies in and out "
+          "included (CUDA events).")
+      .def(
           "verify",
           [](GemmHandle& h, int samples, bool inject_fault) {
             gemm::Gemm& g = h.get();

@@ -65,6 +65,7 @@ DeviceInfo device_info(int index) {
   info.l2_cache_bytes = prop.l2CacheSize;
   info.memory_bus_width_bits = prop.memoryBusWidth;
   info.memory_clock_khz = attribute(cudaDevAttrMemoryClockRate, index);
+  info.clock_khz = attribute(cudaDevAttrClockRate, index);
   info.async_engine_count = prop.asyncEngineCount;
   info.can_map_host_memory = prop.canMapHostMemory != 0;
   info.unified_addressing = prop.unifiedAddressing != 0;

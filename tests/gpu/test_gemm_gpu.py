@@ -8,15 +8,16 @@ import pytest
 
 from xferscope.core.errors import AllocationError
 from xferscope.gemm import measure as gm
+from xferscope.gemm import records as gr
 from xferscope.gemm.shapes import Shape
 
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("precision", gm.PRECISIONS)
+@pytest.mark.parametrize("precision", gr.PRECISIONS)
 def test_every_precision_runs_verifies_and_catches_a_fault(native_engine, precision):
     capability = gm.compute_capability(native_engine, 0)
-    options = gm.GemmOptions(precisions=(precision,), shapes=(Shape(1024, 512, 768),))
+    options = gr.GemmOptions(precisions=(precision,), shapes=(Shape(1024, 512, 768),))
     reason = gm.refusal(options, precision, Shape(1024, 512, 768), capability)
     if reason:
         pytest.skip(reason)
@@ -33,8 +34,8 @@ def test_every_precision_runs_verifies_and_catches_a_fault(native_engine, precis
 
 
 def test_small_shapes_rotate_and_big_ones_do_not(native_engine):
-    small = native_engine.gemm(0, "fp32", 256, 256, 256, rotation_bytes=gm.ROTATION_BYTES)
-    big = native_engine.gemm(0, "fp32", 4096, 4096, 4096, rotation_bytes=gm.ROTATION_BYTES)
+    small = native_engine.gemm(0, "fp32", 256, 256, 256, rotation_bytes=gr.ROTATION_BYTES)
+    big = native_engine.gemm(0, "fp32", 4096, 4096, 4096, rotation_bytes=gr.ROTATION_BYTES)
     try:
         assert small.copies > 1 and big.copies == 1
     finally:
@@ -48,7 +49,7 @@ def test_a_shape_too_large_names_what_it_needs(native_engine):
 
 
 def test_a_measured_run_is_verified_with_a_sensible_rate(native_engine):
-    options = gm.GemmOptions(
+    options = gr.GemmOptions(
         precisions=("fp32", "bf16"), shapes=(Shape(4096, 4096, 4096),), target_s=0.05, trials=3
     )
     result = gm.measure(native_engine, options)

@@ -14,6 +14,7 @@ from xferscope.core.simulate import SimulatedEngine
 from xferscope.core.units import alignment_class
 from xferscope.documents.reader import Field
 from xferscope.gemm import measure as gm
+from xferscope.gemm import records as gr
 from xferscope.gemm.shapes import Shape, parse_shapes, parse_sizes, read_shapes
 
 ENGINE = "xferscope.cli.common.open_engine"
@@ -159,7 +160,7 @@ def test_the_document_reads_back_and_goes_to_the_history(capsys, tmp_path):
     assert run(capsys, *QUICK, "-o", str(tmp_path / "a"), "--sizes", "1024,2048")[0] == 0
     (path,) = (tmp_path / "a").glob("gemm-*/gemm.json")
     doc = json.loads(path.read_text())
-    assert gm.to_dict(gm.from_dict(doc)) == doc
+    assert gr.to_dict(gr.from_dict(doc)) == doc
     code, out, _ = run(capsys, "history", "--json")
     assert json.loads(out)[0]["kind"] == "gemm"
     code, out, err = run(capsys, "report", "1", "-o", str(tmp_path / "b"))
@@ -183,7 +184,7 @@ def test_the_cpu_runs_the_same_gemms_on_1_to_all_threads(capsys, tmp_path):
     )
     assert code == 0, err
     doc = _document(tmp_path)
-    fp64 = [c for c in doc["cpu"] if c["precision"] == "fp64"]
+    fp64 = [c for c in doc["cpu"] if c["precision"] == "fp64" and c["role"] == "scaling"]
     assert [c["threads"] for c in fp64] == list(thread_counts(len(usable_cores())))
     assert all(c["verified"] and c["tflops"] > 0 for c in fp64)
     (bf16,) = [c for c in doc["cpu"] if c["precision"] == "bf16"]
@@ -203,8 +204,8 @@ def test_thread_counts_double_up_to_every_core():
 
 
 def test_alignment_classes_compare_only_shapes_of_a_size():
-    options = gm.GemmOptions(precisions=("fp32",), shapes=parse_sizes("--sizes", "256,8192"))
-    assert gm.classes(gm.measure(SimulatedEngine(), options), "fp32") == []
+    options = gr.GemmOptions(precisions=("fp32",), shapes=parse_sizes("--sizes", "256,8192"))
+    assert gr.classes(gm.measure(SimulatedEngine(), options), "fp32") == []
 
 
 def test_transfers_in_sequence_and_tiles_and_where_the_gpu_pays(capsys, tmp_path):
@@ -230,7 +231,7 @@ def test_transfers_in_sequence_and_tiles_and_where_the_gpu_pays(capsys, tmp_path
     forms = {(t["memory"], t["tiles"]) for t in big["transfers"]}
     assert forms == {("pinned", 1), ("pinned", 8), ("pageable", 1), ("pageable", 8)}
     assert all(t["delivered"] and t["seconds"] for t in big["transfers"])
-    point = gm.GemmPoint.read(Field(big))
+    point = gr.GemmPoint.read(Field(big))
     assert point.transfer_flops("pinned", True) > point.transfer_flops("pinned", False)
     assert point.transfer_flops("pageable") < point.transfer_flops("pinned") < point.flops
     codes = {f["code"] for f in doc["findings"]}
@@ -264,9 +265,123 @@ def test_a_stop_ends_a_cpu_worker_at_once():
     from xferscope.core import interrupt
     from xferscope.gemm.cpu import _spec, run_worker, usable_cores
 
-    spec = _spec("fp64", Shape(2048, 2048, 2048), usable_cores()[:1], 30.0, 5, 1)
+    spec = _spec("fp64", [Shape(2048, 2048, 2048)], usable_cores()[:1], 30.0, 5, 1)
     interrupt.request()
     start = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        run_worker(spec, 1)
+        list(run_worker(spec, 1))
     assert time.monotonic() - start < 1.0
+
+
+def test_the_offload_ladder_finds_where_the_gpu_beats_the_cpu(capsys, tmp_path):
+    code, out, err = run(
+        capsys,
+        *QUICK,
+        "-o",
+        str(tmp_path),
+        "--precision",
+        "fp32",
+        "--sizes",
+        "1024",
+        "--cpu",
+        "1",
+        "--ladder",
+        "16,64,256,1024",
+    )
+    assert code == 0, err
+    doc = _document(tmp_path)
+    assert [p["m"] for p in doc["ladder"]] == [16, 64, 256, 1024]
+    assert all(p["transfers"] and p["transfers"][0]["tiles"] == 1 for p in doc["ladder"])
+    ladder = [c for c in doc["cpu"] if c["role"] == "ladder"]
+    assert ladder and {c["threads"] for c in ladder} == {1}
+    # the CPU stops after the first size at which the GPU with its transfers beats it
+    gpu = {p["m"]: gr.GemmPoint.read(Field(p)).transfer_flops("pinned") for p in doc["ladder"]}
+    beaten = [
+        c["m"]
+        for c in ladder
+        if 2 * c["m"] ** 3 / sorted(c["seconds"])[len(c["seconds"]) // 2] < gpu[c["m"]]
+    ]
+    assert beaten and beaten[0] == ladder[-1]["m"]
+    (finding,) = [f for f in doc["findings"] if f["code"] == "gemm_break_even_fp32_1"]
+    assert f"from {beaten[0]} on" in finding["message"]
+    assert "offload ladder" in out
+    assert (tmp_path / next(tmp_path.iterdir()).name / "gemm.png").stat().st_size > 0
+
+
+def test_poorly_aligned_shapes_are_timed_padded(capsys, tmp_path):
+    code, out, err = run(
+        capsys, *QUICK, "-o", str(tmp_path), "--precision", "fp32", "--sizes", "8128,8136"
+    )
+    assert code == 0, err
+    doc = _document(tmp_path)
+    aligned, poor = doc["points"]
+    assert aligned["padded"] is None and aligned["pad_gain"] is None
+    assert (poor["padded"]["m"], poor["padded"]["n"], poor["padded"]["k"]) == (8192, 8192, 8192)
+    # the simulated GEMM at 8192 runs faster than at 8136 (class 8), copies included
+    assert poor["pad_gain"] > 1.0
+    (finding,) = [f for f in doc["findings"] if f["code"] == "gemm_padding_fp32"]
+    assert "pays for 1 of them" in finding["message"] and "multiples of 64" in finding["message"]
+    assert "padded" in out and "gain" in out
+    code, _, err = run(capsys, *QUICK, "-o", str(tmp_path / "b"), "--sizes", "8136", "--pad", "off")
+    assert code == 0, err
+    assert all(p["padded"] is None for p in _document(tmp_path / "b")["points"])
+    code, _, err = run(capsys, *QUICK, "-o", str(tmp_path / "c"), "--pad", "48")
+    assert code == 2 and "--pad: '48' is not a power of two from 2 to 4096, or off" in err
+
+
+def test_each_figure_is_set_against_the_peak_and_the_best():
+    from xferscope.gemm.peak import peak
+
+    h200 = {"name": "NVIDIA H200", "compute_capability": "9.0", "sm_count": 132}
+    assert peak(h200, "bf16").flops == pytest.approx(989.4e12) and not peak(h200, "bf16").estimate
+    assert peak({"name": "NVIDIA H100 PCIe"}, "fp64").flops == pytest.approx(51.2e12)
+    assert peak({"name": "NVIDIA A100-SXM4-80GB"}, "fp8") is None  # A100 has no FP8
+    unknown = {
+        "name": "Some GPU",
+        "compute_capability": "9.0",
+        "sm_count": 100,
+        "clock_khz": 2_000_000,
+    }
+    guess = peak(unknown, "fp32")
+    assert guess.estimate and guess.flops == pytest.approx(100 * 2e9 * 256)
+    assert "estimate: 100 SMs x 2.00 GHz" in guess.source
+    assert peak({"name": "Some GPU", "compute_capability": "12.0", "sm_count": 1}, "fp32") is None
+    options = gr.GemmOptions(precisions=("fp32",), shapes=parse_sizes("--sizes", "4096,8192"))
+    result = gm.measure(SimulatedEngine(), options)
+    of_peak, of_best = result.shares(result.best("fp32"))
+    assert of_best == 1.0 and 0 < of_peak < 1
+    doc = gr.to_dict(result)
+    assert doc["peak"]["fp32"]["tflops"] == pytest.approx(66.9)
+    assert all(0 < p["share_of_best"] <= 1 for p in doc["points"])
+    best = next(f for f in result.findings if f.code == "gemm_best_fp32")
+    assert "of the spec's peak 66.9 TFLOP/s" in best.message
+
+
+def test_a_version_1_document_still_reads():
+    options = gr.GemmOptions(precisions=("fp32",), shapes=parse_sizes("--sizes", "1024"))
+    doc = gr.to_dict(gm.measure(SimulatedEngine(), options))
+    doc["schema_version"] = 1
+    for key in ("ladder", "peak"):
+        del doc[key]
+    for p in doc["points"]:
+        del p["padded"]
+    result = gr.from_dict(doc)
+    assert result.ladder == () and result.points[0].padded is None
+
+
+def test_a_missing_blas_is_one_line(capsys, tmp_path, monkeypatch):
+    from xferscope.gemm import cpu
+
+    monkeypatch.setattr(cpu, "run_worker", lambda spec, threads: iter([{"blas": {}}]))
+    code, _, err = run(capsys, *QUICK, "-o", str(tmp_path), "--cpu", "1")
+    assert code == 2 and "--cpu: NumPy uses no BLAS that threadpoolctl can name" in err
+
+    def broken(spec, threads):
+        raise cpu.XferscopeError(
+            "the CPU GEMM worker failed: ModuleNotFoundError: No module named 'numpy'"
+        )
+        yield {}
+
+    monkeypatch.setattr(cpu, "run_worker", broken)
+    code, _, err = run(capsys, *QUICK, "-o", str(tmp_path), "--cpu", "1")
+    assert code == 2 and "--cpu: no CPU GEMM here: ModuleNotFoundError" in err

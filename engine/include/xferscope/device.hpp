@@ -19,6 +19,7 @@ struct DeviceInfo {
   int l2_cache_bytes = 0;
   int memory_bus_width_bits = 0;
   int memory_clock_khz = 0;  // peak memory clock
+  int clock_khz = 0;         // peak SM clock
   int async_engine_count = 0;
   bool can_map_host_memory = false;
   bool unified_addressing = false;

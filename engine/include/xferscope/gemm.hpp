@@ -83,6 +83,11 @@ class Gemm {
   // calibration runs leave it off.
   TransferTiming time_with_transfers(bool pinned, int tiles, int streams, std::int64_t iterations,
                                      bool check_delivery = true);
+  // The GEMM of a smaller shape (m, n, k, each at most this GEMM's) run by padding it to this
+  // one: each iteration copies the small op(A) and op(B) from their own device buffers into
+  // this GEMM's (cudaMemcpy2DAsync), runs this GEMM and copies the small C out of its D, the
+  // padding's cost included. CUDA events; returns seconds.
+  double time_padded(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t iterations);
   const GemmAlgorithm& algorithm() const { return algorithm_; }
   int copies() const { return copies_; }
   std::size_t footprint_bytes() const;  // device memory held

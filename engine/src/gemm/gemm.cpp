@@ -138,6 +138,9 @@ struct Gemm::Impl {
   std::vector<void*> stream_workspaces;
   detail::Event a_ready;
   std::vector<detail::Event> tiles_done;  // per stream: its tiles of an iteration are done
+  // time_padded: the small shape's own A, B and C, and the shape they were made for
+  void* small[3] = {nullptr, nullptr, nullptr};
+  std::int64_t small_shape[3] = {0, 0, 0};
 
   Impl(const GemmSpec& spec, int copies_) : l(lt()), s(spec), t(types_of(spec.precision)), copies(copies_) {}
 
@@ -236,6 +239,9 @@ struct Gemm::Impl {
       if (tile.c) l.layout_destroy(tile.c);
     }
     for (void* p : stream_workspaces) {
+      if (p) cudaFree(p);
+    }
+    for (void* p : small) {
       if (p) cudaFree(p);
     }
     for (HostSet& h : host) {
@@ -420,6 +426,47 @@ double Gemm::time(std::int64_t iterations) {
   XFS_CUDA_CALL(cudaSetDevice(g.s.device));
   XFS_CUDA_CALL(cudaEventRecord(g.start, g.stream));
   for (std::int64_t i = 0; i < iterations; ++i) g.run(static_cast<int>(i % g.copies));
+  XFS_CUDA_CALL(cudaEventRecord(g.stop, g.stream));
+  XFS_CUDA_CALL(cudaEventSynchronize(g.stop));
+  float ms = 0;
+  XFS_CUDA_CALL(cudaEventElapsedTime(&ms, g.start, g.stop));
+  return static_cast<double>(ms) * 1e-3;
+}
+
+double Gemm::time_padded(std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t iterations) {
+  Impl& g = *impl_;
+  if (m < 1 || n < 1 || k < 1 || m > g.s.m || n > g.s.n || k > g.s.k) {
+    throw UsageError("a padded GEMM's shape must fit in the GEMM it is padded to");
+  }
+  XFS_CUDA_CALL(cudaSetDevice(g.s.device));
+  const std::size_t in = kernels::type_bytes(g.t.input), out = kernels::type_bytes(g.t.output);
+  // column-major, as stored: op(A) m x k is A (m x k) or A^T (k x m); likewise B
+  const std::int64_t a_rows = g.s.trans_a ? k : m, a_cols = g.s.trans_a ? m : k;
+  const std::int64_t b_rows = g.s.trans_b ? n : k, b_cols = g.s.trans_b ? k : n;
+  const std::int64_t pa_rows = g.s.trans_a ? g.s.k : g.s.m, pb_rows = g.s.trans_b ? g.s.n : g.s.k;
+  const std::int64_t shape[3] = {m, n, k};
+  if (!std::equal(shape, shape + 3, g.small_shape)) {
+    for (void*& p : g.small) {
+      if (p) cudaFree(p);
+      p = nullptr;
+    }
+    std::copy(shape, shape + 3, g.small_shape);
+    g.allocate(g.small[0], static_cast<std::size_t>(m * k) * in, "A (unpadded)");
+    g.allocate(g.small[1], static_cast<std::size_t>(k * n) * in, "B (unpadded)");
+    g.allocate(g.small[2], static_cast<std::size_t>(m * n) * out, "C (unpadded)");
+    kernels::fill(g.small[0], static_cast<std::size_t>(m * k), g.t.input, g.seed_of('a', 0), g.stream);
+    kernels::fill(g.small[1], static_cast<std::size_t>(k * n), g.t.input, g.seed_of('b', 0), g.stream);
+  }
+  XFS_CUDA_CALL(cudaEventRecord(g.start, g.stream));
+  for (std::int64_t i = 0; i < iterations; ++i) {
+    XFS_CUDA_CALL(cudaMemcpy2DAsync(g.a[0], pa_rows * in, g.small[0], a_rows * in, a_rows * in, a_cols,
+                                    cudaMemcpyDeviceToDevice, g.stream));
+    XFS_CUDA_CALL(cudaMemcpy2DAsync(g.b[0], pb_rows * in, g.small[1], b_rows * in, b_rows * in, b_cols,
+                                    cudaMemcpyDeviceToDevice, g.stream));
+    g.run(0);
+    XFS_CUDA_CALL(cudaMemcpy2DAsync(g.small[2], m * out, g.d[0], g.s.m * out, m * out, n,
+                                    cudaMemcpyDeviceToDevice, g.stream));
+  }
   XFS_CUDA_CALL(cudaEventRecord(g.stop, g.stream));
   XFS_CUDA_CALL(cudaEventSynchronize(g.stop));
   float ms = 0;

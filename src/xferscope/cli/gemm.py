@@ -8,21 +8,22 @@ import click
 
 from ..core.errors import OptionError
 from ..core.units import parse_counts
-from ..gemm.cpu import thread_counts, usable_cores
-from ..gemm.measure import (
+from ..gemm.cpu import check_blas, thread_counts, usable_cores
+from ..gemm.measure import check_plan, measure
+from ..gemm.records import (
+    DEFAULT_PAD,
     DEFAULT_SAMPLES,
     DEFAULT_TARGET_S,
     DEFAULT_TRIALS,
+    LADDER,
     PRECISIONS,
     QUICK_TARGET_S,
     SCHEMA_NAME,
     GemmOptions,
     GemmResult,
-    check_plan,
     dumps_csv,
     dumps_json,
     from_dict,
-    measure,
     steps,
     to_dict,
 )
@@ -114,7 +115,21 @@ def _number(option: str, value: float, low: float, high: float) -> float:
     help="Also run the GEMMs on the CPU through NumPy's BLAS: thread counts, or auto (1, 2, 4, "
     "... every core), threads pinned.",
 )
-@click.option("--cpu-sizes", default=None, help="Sizes for the CPU [default: the GPU's].")
+@click.option("--cpu-sizes", default=None, help="Sizes for the CPU's scaling [default: the GPU's].")
+@click.option(
+    "--ladder",
+    default=None,
+    help="Sizes of the offload ladder run with --cpu: the GPU with its transfers against the "
+    f"CPU on one and on all threads, to find where offloading pays [default: "
+    f"{LADDER[0]}-{LADDER[-1]}, steps of 1.5x].",
+)
+@click.option(
+    "--pad",
+    default=str(DEFAULT_PAD),
+    show_default=True,
+    help="Also time each shape whose alignment class is below this power of two padded to its "
+    "multiples, the copies in and out included (off: never).",
+)
 @click.option("--quick", is_flag=True, help=f"{QUICK_TARGET_S:g} s trials: a first look.")
 @click.option("-g", "--device", default="0", show_default=True, help="GPU index.")
 @history_options
@@ -159,6 +174,10 @@ def gemm_command(**kw: Any) -> None:
                     "--cpu", f"{max(cpu_threads)} threads: this process may use {cores} cores"
                 )
     cpu_shapes = parse_sizes("--cpu-sizes", kw["cpu_sizes"]) if kw["cpu_sizes"] else None
+    ladder: tuple[int, ...] = LADDER
+    if kw["ladder"]:
+        ladder = tuple(sorted({s.m for s in parse_sizes("--ladder", kw["ladder"])}))
+    pad = _pad(kw["pad"])
     transfers = parse_list("--transfers", kw["transfers"], ("pinned", "pageable", "none"))
     if "none" in transfers and len(transfers) > 1:
         raise OptionError("--transfers", "none cannot be listed with pinned or pageable")
@@ -186,8 +205,12 @@ def gemm_command(**kw: Any) -> None:
         transfers=tuple(t for t in transfers if t != "none"),
         tiles=kw["tiles"],
         streams=kw["streams"],
+        pad=pad,
+        ladder=ladder,
     )
     check_plan(engine, options)
+    if cpu_threads:
+        check_blas()
     if history is not None:
         check_history(history)
     prepare_renderers()
@@ -207,6 +230,15 @@ def gemm_command(**kw: Any) -> None:
         verification_failed=any(p.verified is False for p in result.points),
         failed=saver.failed or any(p.status == "failed" for p in result.points),
     )
+
+
+def _pad(text: str) -> int:
+    value = text.strip().lower()
+    if value in ("off", "0", "none"):
+        return 0
+    if not value.isdigit() or int(value) < 2 or int(value) & (int(value) - 1) or int(value) > 4096:
+        raise OptionError("--pad", f"'{text}' is not a power of two from 2 to 4096, or off")
+    return int(value)
 
 
 def history_entry(result: GemmResult) -> Any:

@@ -215,6 +215,7 @@ class Gemm(Protocol):
     def time_with_transfers(
         self, pinned: bool, tiles: int, streams: int, iterations: int, check_delivery: bool = True
     ) -> tuple[float, bool]: ...  # seconds, whether C arrived whole (when checked)
+    def time_padded(self, m: int, n: int, k: int, iterations: int) -> float: ...
     def close(self) -> None: ...
 
 
@@ -609,6 +610,10 @@ class _NativeGemm:
                 pinned, tiles, streams, iterations, check_delivery
             )
         return float(seconds), bool(delivered)
+
+    def time_padded(self, m: int, n: int, k: int, iterations: int) -> float:
+        with self._engine._measuring():
+            return float(self._handle.time_padded(m, n, k, iterations))
 
     def close(self) -> None:
         self._handle.close()

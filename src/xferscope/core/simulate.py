@@ -32,6 +32,7 @@ SIMULATED_GPU: dict[str, Any] = {
     "l2_cache_bytes": 60 * 10**6,
     "memory_bus_width_bits": 6144,
     "memory_clock_khz": 3_200_000,
+    "clock_khz": 1_980_000,
     "async_engine_count": 3,
     "can_map_host_memory": True,
     "unified_addressing": True,

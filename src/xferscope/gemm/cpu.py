@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
 import subprocess
 import sys
-import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..core import interrupt, stats
-from ..core.errors import XferscopeError
+from ..core.errors import OptionError, XferscopeError
 from ..core.native import engine_module
 from ..core.progress import QUIET, Progress
 from ..documents.reader import Field
@@ -54,6 +54,7 @@ class CpuPoint:
     error: str | None = None
     seconds: tuple[float, ...] = ()
     verified: bool | None = None
+    role: str = "scaling"  # scaling: seed 003's Figure 9; ladder: the offload ladder
 
     @property
     def shape(self) -> Shape:
@@ -74,6 +75,7 @@ class CpuPoint:
             "error": self.error,
             "seconds": list(self.seconds),
             "verified": self.verified,
+            "role": self.role,
             "tflops": None if self.flops is None else self.flops / 1e12,
         }
 
@@ -89,6 +91,7 @@ class CpuPoint:
             error=x["error"].optional_string(),
             seconds=x["seconds"].numbers(),
             verified=x["verified"].optional_boolean(),
+            role=x["role"].string() if "role" in x else "scaling",
         )
 
 
@@ -103,22 +106,36 @@ THREAD_VARIABLES = (
 POLL_S = 0.05  # how often a stop is looked for while a worker runs
 
 
-def run_worker(spec: dict[str, Any], threads: int) -> dict[str, Any]:
-    """One measurement in a worker process with `threads` BLAS threads pinned to as many cores;
-    Ctrl-C ends the worker at once and propagates."""
+def run_worker(spec: dict[str, Any], threads: int) -> Iterator[dict[str, Any]]:
+    """The measurements of a worker process with `threads` BLAS threads pinned to as many cores,
+    one shape at a time as each is done, then its BLAS ({"blas": ...}); Ctrl-C ends the worker at
+    once and propagates, the shapes done already delivered."""
     env = dict(os.environ, **{name: str(threads) for name in THREAD_VARIABLES})
     proc = subprocess.Popen(
         [sys.executable, "-m", "xferscope.gemm.cpu_worker", json.dumps(spec)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
         env=env,
     )
+    assert proc.stdout is not None and proc.stderr is not None
+    pending = b""
     try:
-        while proc.poll() is None:
-            interrupt.check()
-            time.sleep(POLL_S)
-        out, err = proc.communicate()
+        with selectors.DefaultSelector() as selector:
+            selector.register(proc.stdout, selectors.EVENT_READ)
+            while True:
+                interrupt.check()
+                if not selector.select(POLL_S):
+                    continue
+                chunk = os.read(proc.stdout.fileno(), 1 << 16)
+                if not chunk:
+                    break
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield dict(json.loads(line))
+        err = proc.stderr.read().decode(errors="replace")
+        proc.wait()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -126,23 +143,39 @@ def run_worker(spec: dict[str, Any], threads: int) -> dict[str, Any]:
     if proc.returncode != 0:
         last = (err.strip().splitlines() or ["no message"])[-1]
         raise XferscopeError(f"the CPU GEMM worker failed: {last}")
-    return dict(json.loads(out))
 
 
-def blas_info() -> dict[str, Any]:
-    """The BLAS NumPy uses (threadpoolctl's account of it, from a worker process)."""
-    spec = _spec("fp64", Shape(8, 8, 8), usable_cores()[:1], 0.0, 1, 0)
-    return dict(run_worker(spec, 1)["blas"])
+def check_blas() -> dict[str, Any]:
+    """The BLAS NumPy uses, from a worker process (threadpoolctl's account); refuses `--cpu` in
+    one line when NumPy, threadpoolctl or a BLAS is missing."""
+    spec = _spec("fp64", [Shape(8, 8, 8)], usable_cores()[:1], 0.0, 1, 0)
+    try:
+        blas = next(dict(r["blas"]) for r in run_worker(spec, 1) if "blas" in r)
+    except XferscopeError as exc:
+        raise OptionError("--cpu", f"no CPU GEMM here: {str(exc).split(': ', 1)[-1]}") from None
+    if not blas.get("internal_api"):
+        raise OptionError(
+            "--cpu",
+            "NumPy uses no BLAS that threadpoolctl can name; install numpy with OpenBLAS or MKL",
+        )
+    return blas
 
 
 def _spec(
-    precision: str, s: Shape, cores: Sequence[int], target_s: float, trials: int, seed: int
+    precision: str,
+    shapes: Sequence[Shape],
+    cores: Sequence[int],
+    target_s: float,
+    trials: int,
+    seed: int,
+    beat: Sequence[float | None] = (),
 ) -> dict[str, Any]:
+    """A worker's task: `shapes` in order; with `beat` (a FLOP/s per shape), it stops after the
+    first shape it runs slower than that."""
     return {
         "precision": precision,
-        "m": s.m,
-        "n": s.n,
-        "k": s.k,
+        "shapes": [[s.m, s.n, s.k] for s in shapes],
+        "beat": list(beat),
         "cores": list(cores),
         "target_s": target_s,
         "trials": trials,
@@ -161,34 +194,55 @@ def measure_cpu(
     seed: int = 0x5EED,
     progress: Progress = QUIET,
     into: list[CpuPoint] | None = None,
+    beat: dict[str, Sequence[float | None]] | None = None,
+    role: str = "scaling",
+    blas: dict[str, Any] | None = None,
 ) -> list[CpuPoint]:
-    """Every precision, shape and thread count, appended to `into` as measured (so Ctrl-C,
-    which propagates, keeps them)."""
+    """Every precision, thread count and shape, appended to `into` as measured (so Ctrl-C,
+        which propagates, keeps them). With `beat` (per precision, a FLOP/s per shape), each thread
+        count stops after the first shape it runs slower than that: the offload ladder. `blas` gets
+    the BLAS the workers used (threadpoolctl's account)."""
     cores = usable_cores()
     out: list[CpuPoint] = [] if into is None else into
     for precision in precisions:
         if precision not in DTYPES:
             out += [
-                CpuPoint(precision, s.m, s.n, s.k, 0, "skipped", WAIVED.format(p=precision))
+                CpuPoint(
+                    precision, s.m, s.n, s.k, 0, "skipped", WAIVED.format(p=precision), role=role
+                )
                 for s in shapes
             ]
             continue
-        for s in shapes:
-            for t in threads:
-                spec = _spec(precision, s, cores[:t], target_s, trials, seed)
-                result = run_worker(spec, t)
+        for t in threads:
+            spec = _spec(
+                precision,
+                shapes,
+                cores[:t],
+                target_s,
+                trials,
+                seed,
+                (beat or {}).get(precision, ()),
+            )
+            for r in run_worker(spec, t):
+                if "blas" in r:
+                    if blas is not None:
+                        blas.update(r["blas"])
+                    continue
                 point = CpuPoint(
                     precision,
-                    s.m,
-                    s.n,
-                    s.k,
+                    r["m"],
+                    r["n"],
+                    r["k"],
                     t,
                     "complete",
                     None,
-                    tuple(result["seconds"]),
-                    bool(result["verified"]),
+                    tuple(r["seconds"]),
+                    bool(r["verified"]),
+                    role,
                 )
                 out.append(point)
                 flops = point.flops or 0.0
-                progress.step(f"CPU {precision} {s.label} {t} threads: {flops / 1e9:.0f} GFLOP/s")
+                progress.step(
+                    f"CPU {precision} {point.shape.label} {t} threads: {flops / 1e9:.0f} GFLOP/s"
+                )
     return out
