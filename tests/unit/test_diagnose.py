@@ -178,7 +178,23 @@ def _overlapping_pageable(one, two):
     return with_section(one, overlap=points)
 
 
+def _gemm_points(one, **change):
+    """The run's GEMM check with its fp32 point changed."""
+    check = one.gpus[0].gemm
+    points = tuple(dict(p, **change) if p["precision"] == "fp32" else p for p in check.points)
+    return with_section(one, gemm=replace(check, points=points))
+
+
 CASES = {
+    "gemm_check": [
+        (lambda one, two: _gemm_points(one, verified=False), "gemm_wrong_result"),
+        (lambda one, two: _gemm_points(one, share_of_peak=0.2), "gemm_far_below_peak"),
+        (
+            lambda one, two: _gemm_points(one, status="failed", tflops=None, error="no memory"),
+            "gemm_failed",
+        ),
+        (lambda one, two: one, None),
+    ],
     "cpu_overlap": [
         (lambda one, two: one, "no_overlap"),
         (_overlapping_pageable, None),
@@ -558,7 +574,11 @@ def everything(one, two) -> RunResult:
         curves[4], points=(replace(curves[4].points[0], verification=wrong), *curves[4].points[1:])
     )
     result = with_section(
-        result, 0, curves=tuple(curves), concurrent=_collapsed(one, two).gpus[0].concurrent
+        result,
+        0,
+        curves=tuple(curves),
+        concurrent=_collapsed(one, two).gpus[0].concurrent,
+        gemm=_gemm_points(one, share_of_peak=0.2).gpus[0].gemm,
     )
     failed = replace(result.multi[0], streams=(), status="failed", error="out of memory")
     return replace(

@@ -305,7 +305,8 @@ def test_the_offload_ladder_finds_where_the_gpu_beats_the_cpu(capsys, tmp_path):
     (finding,) = [f for f in doc["findings"] if f["code"] == "gemm_break_even_fp32_1"]
     assert f"from {beaten[0]} on" in finding["message"]
     assert "offload ladder" in out
-    assert (tmp_path / next(tmp_path.iterdir()).name / "gemm.png").stat().st_size > 0
+    (png,) = tmp_path.glob("gemm-*/gemm.png")
+    assert png.stat().st_size > 0
 
 
 def test_poorly_aligned_shapes_are_timed_padded(capsys, tmp_path):
@@ -369,12 +370,13 @@ def test_a_version_1_document_still_reads():
     assert result.ladder == () and result.points[0].padded is None
 
 
-def test_a_missing_blas_is_one_line(capsys, tmp_path, monkeypatch):
+def test_a_missing_blas_is_one_line(monkeypatch):
+    from xferscope.core.errors import OptionError
     from xferscope.gemm import cpu
 
     monkeypatch.setattr(cpu, "run_worker", lambda spec, threads: iter([{"blas": {}}]))
-    code, _, err = run(capsys, *QUICK, "-o", str(tmp_path), "--cpu", "1")
-    assert code == 2 and "--cpu: NumPy uses no BLAS that threadpoolctl can name" in err
+    with pytest.raises(OptionError, match="--cpu: NumPy uses no BLAS that threadpoolctl can name"):
+        cpu.check_blas()
 
     def broken(spec, threads):
         raise cpu.XferscopeError(
@@ -383,5 +385,38 @@ def test_a_missing_blas_is_one_line(capsys, tmp_path, monkeypatch):
         yield {}
 
     monkeypatch.setattr(cpu, "run_worker", broken)
-    code, _, err = run(capsys, *QUICK, "-o", str(tmp_path), "--cpu", "1")
-    assert code == 2 and "--cpu: no CPU GEMM here: ModuleNotFoundError" in err
+    with pytest.raises(OptionError, match="--cpu: no CPU GEMM here: ModuleNotFoundError"):
+        cpu.check_blas()
+
+
+def test_the_blas_worker_measures_verifies_and_stops_once_beaten():
+    from xferscope.gemm import cpu
+
+    assert cpu.check_blas()["internal_api"]
+    blas: dict = {}
+    shapes = [Shape(n, n, n) for n in (8, 16, 32, 64)]
+    # a rival far faster than any CPU at 16: the worker stops after that shape
+    points = cpu.measure_cpu(
+        ("fp32",), shapes, (1,), 0.002, 2, beat={"fp32": [None, 1e18, None, None]}, blas=blas
+    )
+    assert [p.m for p in points] == [8, 16]
+    assert all(p.verified and p.flops and len(p.seconds) == 2 for p in points)
+    assert blas["internal_api"] == cpu.check_blas()["internal_api"]
+
+
+def test_two_gemm_studies_compare_and_a_run_does_not_compare_with_one(capsys, tmp_path):
+    for name in ("a", "b"):
+        code, _, err = run(
+            capsys, *QUICK, "-o", str(tmp_path / name), "--sizes", "4096", "--precision", "fp32"
+        )
+        assert code == 0, err
+    code, out, err = run(capsys, "compare", "1", "2", "--json", "--all")
+    assert code == 0, err
+    rows = {r["name"]: r for r in json.loads(out)["metrics"]}
+    assert rows["fp32/4096/flops"]["unit"] == "FLOP/s"
+    assert "fp32/4096/pinned_tiled/flops" in rows
+    code, out, err = run(capsys, "compare", "1", "2", "--all")
+    assert code == 0 and "TFLOP/s" in out
+    assert run(capsys, "run", "--simulate", "--quick", "-o", str(tmp_path / "r"))[0] == 0
+    code, _, err = run(capsys, "compare", "1", "3", "--force")
+    assert code == 2 and "compare reads two results of one kind" in err

@@ -223,8 +223,8 @@ def test_two_gpus_peer_access_is_far_faster_than_through_the_host(two_gpus):
 def test_steps_count_every_progress_unit():
     for n, per_multi in ((1, 0), (2, 3 * 2 + 1 + 3), (3, 3 * 6 + 3 + 3)):
         options = quick(n)
-        assert steps(options) == n * (CURVES * 8 + 4) + per_multi
-    assert steps(RunOptions(devices=(0,))) == CURVES * 16 + 4
+        assert steps(options) == n * (CURVES * 8 + 5) + per_multi
+    assert steps(RunOptions(devices=(0,))) == CURVES * 16 + 5
 
 
 @pytest.mark.parametrize("devices", [1, 2, 3])
@@ -355,7 +355,25 @@ def test_interruption_after_the_curves_keeps_all_curves(calls_per_gpu):
     assert gpu.status == "interrupted" and result.interrupted
     assert len(gpu.curves) == CURVES
     assert all(c.status == "complete" for c in gpu.curves)
-    assert gpu.overlap and gpu.gl is None  # the GL check, last, was cut
+    assert gpu.overlap and gpu.gl and gpu.gemm is None  # the GEMM check, last, was cut
+
+
+def test_the_gemm_check_runs_every_precision_and_the_fp32_break_even():
+    result = run_investigation(SimulatedEngine(), quick(1))
+    check = result.gpus[0].gemm
+    assert check is not None and check.status == "complete"
+    assert [p["precision"] for p in check.points] == ["fp64", "fp32", "tf32", "fp16", "bf16", "fp8"]
+    assert all(
+        p["size"] == 8192 and p["verified"] and 0 < p["share_of_peak"] < 1 for p in check.points
+    )
+    assert all(len(p["trials_tflops"]) == 3 for p in check.points)
+    b = check.break_even
+    assert b["precision"] == "fp32" and b["one_thread"] <= b["all_threads"] <= 4096
+    # the run's own figures: a metric per precision, a row in the tables and the HTML
+    from xferscope.run.metrics import run_metrics
+
+    assert "gpu0/gemm/bf16/8192/flops" in run_metrics(result)
+    assert check.wall_s < 10
 
 
 def test_the_gl_check_finds_the_best_paths_or_says_why_not(monkeypatch):

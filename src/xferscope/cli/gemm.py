@@ -209,7 +209,7 @@ def gemm_command(**kw: Any) -> None:
         ladder=ladder,
     )
     check_plan(engine, options)
-    if cpu_threads:
+    if cpu_threads and not engine.simulated:
         check_blas()
     if history is not None:
         check_history(history)

@@ -181,7 +181,8 @@ def compare_command(
     force: bool,
     as_json: bool,
 ) -> None:
-    """Compare two runs (ids from the history or run.json files) metric by metric: SAME,
+    """Compare two runs, or two GEMM studies (ids from the history, or their run.json or
+    gemm.json files) metric by metric: SAME,
     FASTER, SLOWER or UNCLEAR, weighing each difference against the measured noise. Exits 1
     when anything is slower beyond --threshold, so it can gate a nightly check."""
     from ..run.compare import compare, load_run, render, to_dict

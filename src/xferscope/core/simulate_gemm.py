@@ -5,8 +5,12 @@ and a model of an H200's cuBLASLt as measured there at 8192^3 (fp64 54, fp32 51,
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from ..gemm.cpu_worker import beaten
 from .engine import compute_capability
 from .errors import AllocationError, EngineError
 from .native import engine_module
@@ -120,6 +124,35 @@ class SimulatedGemm:
 
     def close(self) -> None:
         pass
+
+
+# The modelled CPU: one core's GEMM rate, threads scaling at 90% and small shapes slower.
+CPU_FLOPS_PER_THREAD = {"fp64": 40e9, "fp32": 80e9}
+SIMULATED_BLAS = {
+    "internal_api": "simulated",
+    "version": None,
+    "threading_layer": None,
+    "architecture": None,
+    "num_threads": None,
+    "filepath": None,
+}
+
+
+def simulated_cpu_worker(spec: dict[str, Any], threads: int) -> Iterator[dict[str, Any]]:
+    """The CPU GEMM worker's records (gemm/cpu_worker.py) from a model instead of a BLAS, so
+    simulated runs give the same figures on every machine."""
+    rng = np.random.default_rng(int(spec["seed"]) + threads)
+    beat = spec.get("beat") or []
+    for index, (m, n, k) in enumerate(spec["shapes"]):
+        size = float(m * n * k) ** (1 / 3)
+        fill = size**2 / (size**2 + 96.0**2 * threads)
+        rate = CPU_FLOPS_PER_THREAD[spec["precision"]] * threads**0.9 * fill
+        per = 2.0 * m * n * k / rate + 2e-6
+        seconds = [per * (1 + abs(float(rng.normal(0.0, 0.01)))) for _ in range(spec["trials"])]
+        yield {"m": m, "n": n, "k": k, "seconds": seconds, "verified": True}
+        if beaten(m, n, k, seconds, beat[index] if index < len(beat) else None):
+            break
+    yield {"blas": dict(SIMULATED_BLAS)}
 
 
 def simulated_gemm(

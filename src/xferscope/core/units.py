@@ -78,6 +78,13 @@ def format_rate(bytes_per_second: float) -> str:
     return f"{gbps:.3g} GB/s" if gbps < 100 else f"{gbps:.0f} GB/s"
 
 
+def format_flops(flops: float) -> str:
+    """TFLOP/s means 10^12 floating-point operations per second; GFLOP/s below one."""
+    if flops >= 1e12:
+        return f"{flops / 1e12:.3g} TFLOP/s" if flops < 1e14 else f"{flops / 1e12:.0f} TFLOP/s"
+    return f"{flops / 1e9:.3g} GFLOP/s"
+
+
 _SECONDS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
 _TIME = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Zµ]*)\s*$")
 TIME_HELP = "a time such as 0, 500us, 2ms or 0.1s (a bare number is seconds)"

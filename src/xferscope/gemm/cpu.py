@@ -12,7 +12,7 @@ import os
 import selectors
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,11 +197,13 @@ def measure_cpu(
     beat: dict[str, Sequence[float | None]] | None = None,
     role: str = "scaling",
     blas: dict[str, Any] | None = None,
+    worker: Callable[[dict[str, Any], int], Iterator[dict[str, Any]]] | None = None,
 ) -> list[CpuPoint]:
     """Every precision, thread count and shape, appended to `into` as measured (so Ctrl-C,
-        which propagates, keeps them). With `beat` (per precision, a FLOP/s per shape), each thread
-        count stops after the first shape it runs slower than that: the offload ladder. `blas` gets
-    the BLAS the workers used (threadpoolctl's account)."""
+    which propagates, keeps them). With `beat` (per precision, a FLOP/s per shape), each thread
+    count stops after the first shape it runs slower than that: the offload ladder. `blas` gets
+    the BLAS the workers used (threadpoolctl's account). `worker` runs one worker's task
+    (run_worker; the simulated engine's model)."""
     cores = usable_cores()
     out: list[CpuPoint] = [] if into is None else into
     for precision in precisions:
@@ -223,7 +225,7 @@ def measure_cpu(
                 seed,
                 (beat or {}).get(precision, ()),
             )
-            for r in run_worker(spec, t):
+            for r in (worker or run_worker)(spec, t):
                 if "blas" in r:
                     if blas is not None:
                         blas.update(r["blas"])

@@ -7,7 +7,7 @@ the sizes from which offloading to the GPU pays."""
 from __future__ import annotations
 
 from ..core.findings import INFO, WARNING, Finding
-from .records import GemmPoint, GemmResult, classes
+from .records import GemmResult, classes
 
 
 def findings(result: GemmResult) -> list[Finding]:
@@ -200,36 +200,23 @@ def _transfer_findings(result: GemmResult) -> list[Finding]:
                     message,
                 )
             )
-        out += _break_even(result, precision, study)
+        out += _break_even(result, precision)
     return out
 
 
-def _break_even(result: GemmResult, precision: str, points: list[GemmPoint]) -> list[Finding]:
+def _break_even(result: GemmResult, precision: str) -> list[Finding]:
     """The smallest size at which the GPU, its transfers from pinned memory included, beats the
     CPU on all its threads, and on one: over the offload ladder and the study's own sizes."""
     cpu = [c for c in result.cpu if c.precision == precision and c.flops]
     if not cpu:
         return []
-    gpu = {p.shape: p for p in (*points, *(q for q in result.ladder if q.precision == precision))}
     most = max(c.threads for c in cpu)
     out = []
     for threads in dict.fromkeys((most, 1)):
         words = "one CPU thread" if threads == 1 else f"the CPU on {threads} threads"
-        pairs = sorted(
-            (
-                (c.shape, c.flops or 0.0, rate)
-                for c in cpu
-                if c.threads == threads
-                and (p := gpu.get(c.shape)) is not None
-                and p.verified
-                and (rate := p.transfer_flops("pinned"))
-            ),
-            key=lambda x: x[0].flops,
-        )
+        pairs, first = result.offload(precision, threads)
         if not pairs:
             continue
-        wins = [i for i, (_, cpu_rate, rate) in enumerate(pairs) if rate > cpu_rate]
-        first = wins[0] if wins else None
         if first is None:
             message = (
                 f"{precision}: the GPU with its transfers from pinned memory never beat {words} "

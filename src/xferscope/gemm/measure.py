@@ -12,6 +12,7 @@ small to large sizes until the GPU with its transfers beats the CPU on all its c
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -20,7 +21,7 @@ from ..core import machine, plan
 from ..core.engine import Engine, compute_capability
 from ..core.errors import AllocationError, EngineError, OptionError
 from ..core.progress import QUIET, Progress
-from .cpu import DTYPES, CpuPoint, measure_cpu
+from .cpu import CpuPoint, measure_cpu, run_worker
 from .findings import findings
 from .records import ROTATION_BYTES, GemmOptions, GemmPoint, GemmResult, _e
 from .shapes import Shape
@@ -192,7 +193,7 @@ def measure(engine: Engine, options: GemmOptions, progress: Progress = QUIET) ->
             progress.begin("CPU")
             cpu = measure_cpu(
                 options.precisions,
-                options.cpu_shapes or options.shapes,
+                options.cpu_scaling_shapes,
                 options.cpu_threads,
                 options.target_s,
                 min(options.trials, 3),
@@ -200,9 +201,12 @@ def measure(engine: Engine, options: GemmOptions, progress: Progress = QUIET) ->
                 progress,
                 into=cpu,
                 blas=cpu_blas,
+                worker=cpu_worker(engine),
             )
-            for precision in (p for p in options.precisions if p in DTYPES):
-                measure_ladder(engine, options, precision, capability, progress, ladder, cpu)
+            for precision in options.offload_precisions:
+                measure_ladder(
+                    engine, options, precision, capability, progress, ladder, cpu, cpu_blas
+                )
     except KeyboardInterrupt:
         interrupted = True
     blas: dict[str, Any] = {"library": "cuBLASLt"}
@@ -229,6 +233,16 @@ def measure(engine: Engine, options: GemmOptions, progress: Progress = QUIET) ->
     return replace(result, findings=tuple(findings(result)))
 
 
+def cpu_worker(engine: Engine) -> Callable[[dict[str, Any], int], Iterator[dict[str, Any]]]:
+    """Who runs the CPU's GEMMs: worker processes through NumPy's BLAS, or, for the simulated
+    engine, its model of a CPU (so a simulated run gives the same figures everywhere)."""
+    if engine.simulated:
+        from ..core.simulate_gemm import simulated_cpu_worker
+
+        return simulated_cpu_worker
+    return run_worker
+
+
 def ladder_options(options: GemmOptions) -> GemmOptions:
     """The offload ladder's GEMMs: its sizes, with their data moved from pinned memory in one
     sequence (tiles do not pay at these sizes), short trials, never padded."""
@@ -251,6 +265,7 @@ def measure_ladder(
     progress: Progress,
     into: list[GemmPoint],
     cpu: list[CpuPoint],
+    blas: dict[str, Any] | None = None,
 ) -> None:
     """The offload ladder of one precision: the GPU with its transfers at every size, then the
     CPU on one thread and on every thread the options name, small to large, each stopping after
@@ -279,6 +294,8 @@ def measure_ladder(
             into=cpu,
             beat={precision: gpu},
             role="ladder",
+            blas=blas,
+            worker=cpu_worker(engine),
         )
         progress.step(f"{precision} CPU on {t} threads against the GPU")
 

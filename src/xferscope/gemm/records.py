@@ -85,7 +85,8 @@ class GemmOptions:
     tiles: int = 8  # the overlapped form: B and C in this many column tiles
     streams: int = 3  # over this many streams
     cpu_threads: tuple[int, ...] = ()  # CPU thread counts (empty: no CPU GEMMs)
-    cpu_shapes: tuple[Shape, ...] | None = None  # None: the GPU's shapes
+    cpu_shapes: tuple[Shape, ...] | None = None  # the CPU's scaling; None: the GPU's, (): none
+    offload: tuple[str, ...] | None = None  # the offload ladder's precisions; None: the CPU's
     pad: int = DEFAULT_PAD  # pad shapes of a smaller alignment class to this multiple; 0: never
     ladder: tuple[int, ...] = LADDER  # the offload ladder's sizes (with cpu_threads)
     warmup_s: float = WARMUP_S  # GEMMs run before the first precision's trials
@@ -106,6 +107,18 @@ class GemmOptions:
         )
         d["ladder"] = list(self.ladder)
         return d
+
+    @property
+    def cpu_scaling_shapes(self) -> tuple[Shape, ...]:
+        return self.shapes if self.cpu_shapes is None else self.cpu_shapes
+
+    @property
+    def offload_precisions(self) -> tuple[str, ...]:
+        """The precisions of the offload ladder (with cpu_threads): those the CPU runs."""
+        if not self.cpu_threads:
+            return ()
+        asked = self.precisions if self.offload is None else self.offload
+        return tuple(p for p in asked if p in CPU_DTYPES)
 
     def padded(self, shape: Shape) -> Shape | None:
         """The shape padded to multiples of `pad`, or None when it is already aligned that well
@@ -275,6 +288,33 @@ class GemmResult:
             point.flops / best.flops if best and best.flops else None,
         )
 
+    def offload(
+        self, precision: str, threads: int
+    ) -> tuple[list[tuple[Shape, float, float]], int | None]:
+        """The offload comparison against the CPU on `threads` threads: (shape, CPU FLOP/s,
+        GPU FLOP/s with its transfers from pinned memory included) for every size both
+        measured (the study's and the offload ladder's), smallest first, and the index of the
+        first at which the GPU wins (None: it never did)."""
+        gpu = {
+            p.shape: p
+            for p in (*self.points, *self.ladder)
+            if p.precision == precision and p.verified and p.transfers
+        }
+        pairs = sorted(
+            (
+                (c.shape, c.flops or 0.0, rate)
+                for c in self.cpu
+                if c.precision == precision
+                and c.flops
+                and c.threads == threads
+                and c.shape in gpu
+                and (rate := gpu[c.shape].transfer_flops("pinned"))
+            ),
+            key=lambda x: x[0].flops,
+        )
+        first = next((i for i, (_, cpu, rate) in enumerate(pairs) if rate > cpu), None)
+        return pairs, first
+
     # what compare reads of any result
     @property
     def complete(self) -> bool:
@@ -431,10 +471,9 @@ def dumps_csv(result: GemmResult) -> str:
 
 def steps(options: GemmOptions) -> int:
     """Progress steps of a plan: each GEMM, each CPU point, and the offload ladder's."""
-    cpu = len(options.cpu_shapes or options.shapes) * len(options.cpu_threads)  # per precision
+    cpu = len(options.cpu_scaling_shapes) * len(options.cpu_threads)  # per precision
     ladder = 0
     if options.cpu_threads:
         ladder = len(options.ladder) + len({1, max(options.cpu_threads)})
-    return len(options.precisions) * (len(options.shapes) + cpu) + sum(
-        ladder for p in options.precisions if p in CPU_DTYPES
-    )
+    offload = len(options.offload_precisions)
+    return len(options.precisions) * (len(options.shapes) + cpu) + ladder * offload

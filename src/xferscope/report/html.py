@@ -24,8 +24,9 @@ import plotly.io as pio
 import plotly.offline
 
 from ..core.findings import ERROR, INFO, OK, WARNING, Finding
-from ..core.units import format_bytes, format_rate, format_seconds
+from ..core.units import format_bytes, format_flops, format_rate, format_seconds
 from ..documents.files import atomic_write
+from ..gemm.check import GemmCheck
 from ..gl.check import GlCheck
 from ..run.metrics import HEADLINE_CURVES
 from ..run.records import (
@@ -317,6 +318,9 @@ def _gpu_section(result: RunResult, gpu: GpuSection) -> str:
     if gpu.gl is not None:
         parts.append("<h3>OpenGL</h3>")
         parts.append(_gl_table(gpu.gl))
+    if gpu.gemm is not None:
+        parts.append("<h3>GEMM</h3>")
+        parts.append(_gemm_table(gpu.gemm))
     parts.append("</section>")
     return "".join(parts)
 
@@ -674,6 +678,45 @@ def _gl_table(check: GlCheck) -> str:
         f'{table}{notes}<p class="caption">{_e(check.renderer or "")}: the best of a few '
         "2048x2048 RGBA8 paths (client memory, PBOs, a persistent mapping, CUDA interop), "
         "each verified. `xferscope gl --survey` explores every state.</p>"
+    )
+
+
+def _gemm_table(check: GemmCheck) -> str:
+    rows: list[list[object]] = []
+    for g in check.points:
+        share = g.get("share_of_peak")
+        verified = {None: "", True: "yes", False: _red("NO: wrong result")}[g.get("verified")]
+        rows.append(
+            [
+                g["precision"],
+                f"{g['size']}³",
+                format_flops(g["tflops"] * 1e12) if g.get("tflops") else g["status"],
+                "" if share is None else f"{share:.0%}",
+                verified,
+                g.get("error") or "",
+            ]
+        )
+    table = _table(
+        ["precision", "size", "throughput", "of peak", "verified", "note"],
+        rows,
+        ["", "num", "num", "num", "", ""],
+    )
+    b = check.break_even
+    offload = ""
+    if b:
+
+        def _size(size: object) -> str:
+            return "never, up to the largest size tried" if size is None else f"from N = {size}"
+
+        offload = (
+            f"<p>{_e(b['precision'])}, its transfers from pinned memory included, beats one CPU "
+            f"thread {_e(_size(b.get('one_thread')))} and the CPU on {_e(b['threads'])} threads "
+            f"{_e(_size(b.get('all_threads')))}.</p>"
+        )
+    return (
+        f'{table}{offload}<p class="caption">cuBLASLt, inputs random, timed with CUDA events, '
+        "a sample of outputs checked in double precision; peak from the GPU's datasheet or an "
+        "estimate from SMs and clock. `xferscope gemm` runs the whole study.</p>"
     )
 
 

@@ -6,7 +6,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ..core.units import format_bytes, format_rate, format_seconds
+from ..core.units import format_bytes, format_flops, format_rate, format_seconds
+from ..gemm.check import CHECK_LADDER
 from ..run.metrics import HEADLINE_CURVES
 from ..run.records import RunResult
 from .style import print_findings, print_simulated
@@ -71,6 +72,36 @@ def headline_table(result: RunResult) -> Table:
             if gpu.gl.status != "complete":
                 reason = gpu.gl.reason or gpu.gl.status
                 table.add_row(str(gpu.index), f"OpenGL: {gpu.gl.status}", reason, "", "", "")
+        if gpu.gemm is not None:
+            for g in gpu.gemm.points:
+                what = f"GEMM {g['precision']} {g['size']}"
+                if g["status"] == "skipped":
+                    continue
+                if not g.get("tflops"):
+                    table.add_row(
+                        str(gpu.index),
+                        what,
+                        f"[red]{g['status']}[/red]",
+                        g.get("error") or "",
+                        "",
+                        "",
+                    )
+                    continue
+                share = g.get("share_of_peak")
+                note = "" if share is None else f"{share:.0%} of peak"
+                if g.get("verified") is False:
+                    note = "[red]WRONG RESULT[/red]"
+                table.add_row(str(gpu.index), what, format_flops(g["tflops"] * 1e12), note, "", "")
+            b = gpu.gemm.break_even
+            if b:
+                table.add_row(
+                    str(gpu.index),
+                    f"GEMM {b['precision']} beats the CPU (with transfers)",
+                    _from_size(b.get("one_thread")) + " (1 thread)",
+                    _from_size(b.get("all_threads")) + f" ({b['threads']} threads)",
+                    "",
+                    "",
+                )
     for conc in result.multi:
         if conc.streams:
             table.add_row(
@@ -82,6 +113,10 @@ def headline_table(result: RunResult) -> Table:
                 "",
             )
     return table
+
+
+def _from_size(size: int | None) -> str:
+    return f"never up to N={CHECK_LADDER[-1]}" if size is None else f"from N={size}"
 
 
 def print_run(result: RunResult, console: Console) -> None:

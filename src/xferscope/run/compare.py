@@ -19,11 +19,14 @@ from rich.table import Table
 from rich.text import Text
 
 from ..core.errors import XferscopeError
-from ..core.units import format_rate, format_seconds
+from ..core.units import format_flops, format_rate, format_seconds
 from ..documents.reader import DocumentError, SchemaError, read_document
+from ..gemm.records import SCHEMA_NAME as GEMM_SCHEMA_NAME
+from ..gemm.records import GemmResult
+from ..gemm.records import from_dict as gemm_from_dict
 from ..sweep.records import SCHEMA_NAME as SWEEP_SCHEMA_NAME
 from .history import History
-from .metrics import Metric, run_metrics
+from .metrics import Metric, result_metrics
 from .records import RunResult, run_from_dict
 
 COMPARE_SCHEMA_NAME = "xferscope-compare"
@@ -51,24 +54,37 @@ class Incomparable(XferscopeError):
 # ---- loading -----------------------------------------------------------------------------------
 
 
-def load_run(ref: str, history_path: Path) -> RunResult:
-    """The run `ref` names: a whole number is a run id in the history at `history_path`
-    (opened read-only: looking a run up never creates a history); anything else is the path of
-    a run's JSON file. To name a file whose name is a number, write it as ./3."""
+Comparable = RunResult | GemmResult  # the results compare reads: runs, and GEMM studies
+
+
+def load_run(ref: str, history_path: Path) -> Comparable:
+    """The result `ref` names, a run or a GEMM study: a whole number is an id in the history at
+    `history_path` (opened read-only: looking a result up never creates a history); anything
+    else is the path of a result's JSON file. To name a file whose name is a number, write it
+    as ./3."""
     text = ref.strip()
     if text.isdigit():
         with History(history_path, readonly=True) as history:
+            kind, document = history.document(int(text))
+            if kind == "gemm":
+                try:
+                    return gemm_from_dict(document)
+                except SchemaError as exc:
+                    raise RunLoadError(f"entry {text} in {history_path}: {exc}") from exc
             return history.get(int(text))
     return _load_run_file(Path(ref).expanduser())
 
 
-def _load_run_file(path: Path) -> RunResult:
+def _load_run_file(path: Path) -> Comparable:
     document = read_document(path)
     if document.get("schema") == SWEEP_SCHEMA_NAME:
         raise RunLoadError(
             f"{path} is the result of `xferscope sweep`, not of `xferscope run`; compare reads runs"
+            " and gemm results"
         )
     try:
+        if document.get("schema") == GEMM_SCHEMA_NAME:
+            return gemm_from_dict(document)
         return run_from_dict(document)
     except SchemaError as exc:
         raise RunLoadError(f"{path} is not a valid xferscope run document: {exc}") from exc
@@ -84,7 +100,7 @@ class MetricChange:
     name: str
     a: float
     b: float
-    unit: str  # "B/s" or "s"
+    unit: str  # "B/s", "s" or "FLOP/s"
     higher_is_better: bool
     change: float | None  # (b - a) / a; None where a is not a positive number
     improvement: float | None  # the change oriented so that positive is better
@@ -141,9 +157,12 @@ def compare_metric(a: Metric, b: Metric) -> MetricChange:
     )
 
 
-def incomparable(a: RunResult, b: RunResult) -> str | None:
+def incomparable(a: Comparable, b: Comparable) -> str | None:
     """Why two runs cannot be compared honestly, or None: a simulated run's figures are a
     model's, and two GPU models differ by design, not by regression."""
+    if isinstance(a, GemmResult) != isinstance(b, GemmResult):
+        kinds = ["gemm" if isinstance(r, GemmResult) else "run" for r in (a, b)]
+        return f"A is an `xferscope {kinds[0]}` result and B an `xferscope {kinds[1]}` result"
     if a.simulated != b.simulated:
         which, other = ("A", "B") if a.simulated else ("B", "A")
         return f"run {which} is simulated and run {other} was measured on a GPU"
@@ -158,7 +177,9 @@ def incomparable(a: RunResult, b: RunResult) -> str | None:
     return None
 
 
-def compare(a: RunResult, b: RunResult, threshold: float = 0.05, force: bool = False) -> Comparison:
+def compare(
+    a: Comparable, b: Comparable, threshold: float = 0.05, force: bool = False
+) -> Comparison:
     """Compares run `b` against run `a` over the metrics both have (metrics.run_metrics).
     Runs that cannot be compared honestly (`incomparable`) raise Incomparable unless `force`;
     then the comparison carries the reason in `forced`, shown with every verdict.
@@ -183,7 +204,9 @@ def compare(a: RunResult, b: RunResult, threshold: float = 0.05, force: bool = F
         raise Incomparable(
             f"{reason}: their figures cannot be compared; --force compares them anyway"
         )
-    metrics_a, metrics_b = run_metrics(a), run_metrics(b)
+    if isinstance(a, GemmResult) != isinstance(b, GemmResult):
+        raise Incomparable(f"{reason}: compare reads two results of one kind")
+    metrics_a, metrics_b = result_metrics(a), result_metrics(b)
     rows = tuple(
         compare_metric(m, metrics_b[name]) for name, m in metrics_a.items() if name in metrics_b
     )
@@ -214,7 +237,7 @@ def _gpus_by_index(machine: Mapping[str, Any]) -> dict[int, Mapping[str, Any]]:
     return out
 
 
-def machine_warnings(a: RunResult, b: RunResult) -> list[str]:
+def machine_warnings(a: Comparable, b: Comparable) -> list[str]:
     """What differs between the machines (and the ways) the two runs were measured on."""
     warnings: list[str] = []
     ma = a.machine if isinstance(a.machine, Mapping) else {}
@@ -257,6 +280,8 @@ _STYLES = {SLOWER: "bold red", FASTER: "green", UNCLEAR: "yellow", SAME: "dim"}
 def _value(value: float, unit: str) -> str:
     if not math.isfinite(value):
         return str(value)
+    if unit == "FLOP/s":
+        return format_flops(value)
     return format_rate(value) if unit == "B/s" else format_seconds(value)
 
 

@@ -443,8 +443,56 @@ def failures(result: RunResult) -> Iterator[Finding]:
         )
 
 
+# A GEMM of 8192^3 below this share of the GPU's peak points at the GPU, not the library
+# (an H200 reached 63-81% in every precision).
+GEMM_LOW_SHARE = 0.4
+
+
+def gemm_check(result: RunResult) -> Iterator[Finding]:
+    """The GEMM check: a wrong result, a GEMM that failed, throughput far below the peak, and
+    where offloading FP32 starts to pay."""
+    for gpu in result.gpus:
+        if gpu.gemm is None:
+            continue
+        for g in gpu.gemm.points:
+            what = f"GPU {gpu.index}: GEMM {g['precision']} {g['size']}"
+            figure = f"gpu{gpu.index}/gemm/{g['precision']}"
+            if g.get("verified") is False:
+                yield Finding(
+                    "gemm_wrong_result",
+                    ERROR,
+                    gpu.index,
+                    figure,
+                    None,
+                    None,
+                    f"{what} gave a wrong result: sampled outputs differ from the "
+                    "double-precision reference beyond the tolerance",
+                    "a failing GPU or memory, or a library fault",
+                    "rerun; if it repeats, check `nvidia-smi -q` for ECC and Xid errors",
+                )
+            elif g["status"] == "failed":
+                yield Finding(
+                    "gemm_failed", WARNING, gpu.index, figure, None, None, f"{what}: {g['error']}"
+                )
+            elif (share := g.get("share_of_peak")) is not None and share < GEMM_LOW_SHARE:
+                yield Finding(
+                    "gemm_far_below_peak",
+                    WARNING,
+                    gpu.index,
+                    figure,
+                    share,
+                    GEMM_LOW_SHARE,
+                    f"{what} ran at {g['tflops']:.1f} TFLOP/s, {share:.0%} of the peak "
+                    f"({g.get('peak_source')})",
+                    "clocks held low: a power or thermal cap, another process on the GPU, or "
+                    "a GPU in a low-power state",
+                    "look at `nvidia-smi -q -d PERFORMANCE,CLOCK,POWER` during a run",
+                )
+
+
 RULES: tuple[Rule, ...] = (
     failures,
+    gemm_check,
     verification_failed,
     headline_verdicts,
     link_downtrained,

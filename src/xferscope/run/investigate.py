@@ -20,6 +20,7 @@ from ..core import cases, machine, plan
 from ..core.engine import Engine, Transfer
 from ..core.errors import AllocationError, CudaError, EngineError
 from ..core.progress import QUIET, Progress
+from ..gemm.check import gemm_check
 from ..gl.check import gl_check
 from ..sweep.measure import measure_curve
 from ..sweep.options import SweepOptions
@@ -118,8 +119,8 @@ class RunOptions:
 
 def steps(options: RunOptions) -> int:
     """Progress units: one per curve size, per concurrent measurement, per pinning run, per
-    overlap measurement and per GL check."""
-    per_gpu = len(gpu_curves(0)) * len(options.plan.sizes) + 4
+    overlap measurement, per GL check and per GEMM check."""
+    per_gpu = len(gpu_curves(0)) * len(options.plan.sizes) + 5
     n = len(options.devices)
     multi = (3 * n * (n - 1) + n * (n - 1) // 2 + 3) if n > 1 else 0
     return per_gpu * n + multi
@@ -291,6 +292,8 @@ def investigate_gpu(
         progress.step(f"gpu{device} CPU work during a readback")
         section = replace(section, gl=gl_check(engine, device))
         progress.step(f"gpu{device} OpenGL check")
+        section = replace(section, gemm=gemm_check(engine, device))
+        progress.step(f"gpu{device} GEMM check")
     except KeyboardInterrupt:
         raise Interrupted(replace(section, status="interrupted")) from None
     except (AllocationError, EngineError) as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..core import stats
+from ..gemm.records import GemmResult
 from ..sweep.records import Curve
 from .records import Concurrent, RunResult
 
@@ -28,7 +29,7 @@ HEADLINE_CURVES = {
 class Metric:
     name: str
     value: float
-    unit: str  # "B/s" or "s"
+    unit: str  # "B/s", "s" or "FLOP/s"
     higher_is_better: bool
     samples: tuple[float, ...]  # the same quantity, one per trial
     headline: bool = False
@@ -103,6 +104,61 @@ def run_metrics(result: RunResult) -> dict[str, Metric]:
                 metrics.append(
                     Metric(f"{prefix}/pinning/{name}_per_gb", value, "s", False, (value,))
                 )
+        if gpu.gemm is not None:
+            for g in gpu.gemm.points:
+                if g.get("tflops") and g.get("verified"):
+                    metrics.append(
+                        Metric(
+                            f"{prefix}/gemm/{g['precision']}/{g['size']}/flops",
+                            g["tflops"] * 1e12,
+                            "FLOP/s",
+                            True,
+                            tuple(t * 1e12 for t in g.get("trials_tflops") or ()),
+                        )
+                    )
     for c in result.multi:
         metrics += _concurrent_metrics(f"multi/{c.label}", c)
     return {m.name: m for m in metrics}
+
+
+def gemm_metrics(result: GemmResult) -> dict[str, Metric]:
+    """A GEMM study flattened: each verified GEMM's FLOP/s, compute-only and with its transfers,
+    and each CPU point's, named `fp32/8192/flops`, `fp32/8192/pinned_tiled/flops`,
+    `cpu/fp64/4096/16/flops`; samples per trial."""
+    metrics: list[Metric] = []
+    for p in result.points:
+        if not (p.flops and p.verified):
+            continue
+        name = f"{p.precision}/{p.shape.label}"
+        metrics.append(
+            Metric(
+                f"{name}/flops",
+                p.flops,
+                "FLOP/s",
+                True,
+                tuple(p.shape.flops / t for t in p.seconds),
+            )
+        )
+        for t in p.transfers:
+            if t.get("seconds") and t.get("delivered"):
+                form = "tiled" if t["tiles"] > 1 else "seq"
+                samples = tuple(p.shape.flops / x for x in t["seconds"])
+                metrics.append(
+                    Metric(
+                        f"{name}/{t['memory']}_{form}/flops",
+                        p.shape.flops / stats.median(t["seconds"]),
+                        "FLOP/s",
+                        True,
+                        samples,
+                    )
+                )
+    for c in result.cpu:
+        if c.flops and c.role == "scaling":
+            samples = tuple(c.shape.flops / t for t in c.seconds)
+            name = f"cpu/{c.precision}/{c.shape.label}/{c.threads}/flops"
+            metrics.append(Metric(name, c.flops, "FLOP/s", True, samples))
+    return {m.name: m for m in metrics}
+
+
+def result_metrics(result: RunResult | GemmResult) -> dict[str, Metric]:
+    return gemm_metrics(result) if isinstance(result, GemmResult) else run_metrics(result)

@@ -5,7 +5,7 @@ Schema history (bump RUN_SCHEMA_VERSION on any change a reader must know about):
      measurements, findings. Added later, optional: pinning costs' host_copy_s (0 when
      absent), each GPU's overlap points (empty when absent) and elapsed_s, the real seconds the
      run took (wall_s is the engine's clock: the model's for a simulated run; null when
-     absent), and each GPU's GL check (null when absent).
+     absent), each GPU's GL check and its GEMM check (null when absent).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 from ..core import stats
 from ..core.findings import Finding
 from ..documents.reader import Field, check_schema
+from ..gemm.check import GemmCheck
 from ..gl.check import GlCheck
 from ..sweep.records import Curve, curve_from, curve_to_dict
 
@@ -129,6 +130,7 @@ class GpuSection:
     pinning: PinningCost | None
     overlap: tuple[OverlapPoint, ...] = ()
     gl: GlCheck | None = None
+    gemm: GemmCheck | None = None
 
     def curve(self, direction: str, memory: str, mechanism: str, timing: str) -> Curve | None:
         return next(
@@ -282,6 +284,7 @@ def run_to_dict(r: RunResult) -> dict[str, Any]:
                     for o in g.overlap
                 ],
                 "gl": None if g.gl is None else g.gl.to_dict(),
+                "gemm": None if g.gemm is None else g.gemm.to_dict(),
             }
             for g in r.gpus
         ],
@@ -322,6 +325,7 @@ def _gpu_from(g: Field) -> GpuSection:
             for o in g.get("overlap", []).items()
         ),
         gl=GlCheck.read(g.get("gl")),
+        gemm=GemmCheck.read(g.get("gemm")),
     )
 
 
