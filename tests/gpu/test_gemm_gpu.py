@@ -73,3 +73,34 @@ def test_transfers_deliver_c_and_tiles_overlap_copies_with_the_gemm(native_engin
         assert g.verify(256).ok  # the uploads put back the same inputs
     finally:
         g.close()
+
+
+def test_padding_times_the_small_shape_inside_the_large_one(native_engine):
+    from xferscope.core.errors import EngineError
+
+    g = native_engine.gemm(0, "fp32", 8192, 8192, 8192)
+    try:
+        g.time_padded(8136, 8136, 8136, 1)  # warm-up: the unpadded buffers
+        alone, padded = g.time(5) / 5, g.time_padded(8136, 8136, 8136, 5) / 5
+        # the copies in and out cost something, but far less than the GEMM
+        assert alone < padded < 1.5 * alone
+        with pytest.raises(EngineError, match="must fit"):
+            g.time_padded(8200, 8136, 8136, 1)
+    finally:
+        g.close()
+
+
+def test_the_run_check_takes_under_10_s_and_verifies(native_engine):
+    import time
+
+    from xferscope.gemm.check import gemm_check
+
+    start = time.monotonic()
+    check = gemm_check(native_engine, 0)
+    wall = time.monotonic() - start
+    assert check.status == "complete", check
+    ran = [p for p in check.points if p["status"] != "skipped"]
+    assert {"fp64", "fp32", "bf16"} <= {p["precision"] for p in ran}
+    assert all(p["verified"] and 0.2 < p["share_of_peak"] < 1.05 for p in ran), ran
+    assert check.break_even and check.break_even["one_thread"]
+    assert wall < 10, f"the GEMM check took {wall:.1f} s"
