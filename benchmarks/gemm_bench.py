@@ -84,7 +84,7 @@ def vs_torch(engine: NativeEngine, precision: str, rounds: int) -> tuple[float, 
     """Median TFLOP/s of ours and of torch at N^3, interleaved round by round."""
     options = GemmOptions(precisions=(precision,), shapes=(Shape(N, N, N),))
     trans_a, trans_b = options.layout(precision)
-    g = engine.gemm(0, precision, N, N, N, trans_a, trans_b, 1.0, 0.0, 0x5EED, 0)
+    g = engine.gemm(0, precision, N, N, N, trans_a, trans_b, 1.0, 0.0, 0x5EED, 0, options.tune)
     fn = torch_gemm(precision, N)
     try:
         assert g.verify(256).ok, f"{precision}: our GEMM is wrong"

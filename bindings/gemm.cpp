@@ -37,7 +37,7 @@ class GemmHandle {
 
 gemm::GemmSpec spec_of(int device, const std::string& precision, std::int64_t m, std::int64_t n,
                        std::int64_t k, bool trans_a, bool trans_b, double alpha, double beta,
-                       std::uint64_t seed, std::size_t rotation_bytes) {
+                       std::uint64_t seed, std::size_t rotation_bytes, int tune = 0) {
   gemm::GemmSpec s;
   s.device = device;
   s.precision = precision;
@@ -46,6 +46,7 @@ gemm::GemmSpec spec_of(int device, const std::string& precision, std::int64_t m,
   s.alpha = alpha, s.beta = beta;
   s.seed = seed;
   s.rotation_bytes = rotation_bytes;
+  s.tune = tune;
   return s;
 }
 
@@ -92,12 +93,12 @@ void bind_gemm(nb::module_& m) {
           "__init__",
           [](GemmHandle* h, int device, const std::string& precision, std::int64_t m_,
              std::int64_t n, std::int64_t k, bool trans_a, bool trans_b, double alpha, double beta,
-             std::uint64_t seed, std::size_t rotation_bytes) {
+             std::uint64_t seed, std::size_t rotation_bytes, int tune) {
             new (h) GemmHandle(spec_of(device, precision, m_, n, k, trans_a, trans_b, alpha, beta,
-                                       seed, rotation_bytes));
+                                       seed, rotation_bytes, tune));
           },
           "device"_a, "precision"_a, "m"_a, "n"_a, "k"_a, "trans_a"_a = false, "trans_b"_a = false,
-          "alpha"_a = 1.0, "beta"_a = 0.0, "seed"_a = 0x5EED, "rotation_bytes"_a = 0)
+          "alpha"_a = 1.0, "beta"_a = 0.0, "seed"_a = 0x5EED, "rotation_bytes"_a = 0, "tune"_a = 0)
       .def(
           "time",
           [](GemmHandle& h, std::int64_t iterations) {
@@ -148,6 +149,8 @@ void bind_gemm(nb::module_& m) {
                      d["stages"] = a.stages;
                      d["split_k"] = a.split_k;
                      d["workspace_bytes"] = a.workspace_bytes;
+                     d["rank"] = a.rank;
+                     d["candidates"] = a.candidates;
                      return d;
                    })
       .def_prop_ro("copies", [](GemmHandle& h) { return h.get().copies(); })

@@ -39,6 +39,10 @@ struct GemmSpec {
   // Inputs are rotated through copies until they span this many bytes, so a small GEMM does
   // not find its inputs in L2 from the last call; 0: one copy.
   std::size_t rotation_bytes = 0;
+  // How many of the heuristic's algorithms to time, keeping the fastest (0 or 1: the first that
+  // runs, as the heuristic ranks them). The heuristic's first choice can be slower than the one
+  // cublasDgemm picks (seen: FP64 8192^3 on an H200, 0.92 of torch.matmul).
+  int tune = 0;
 };
 
 // Why the engine cannot run this GEMM, or "": names, shapes, the precision's layout rules and
@@ -56,6 +60,8 @@ struct GemmVerification {
 struct GemmAlgorithm {
   int id = -1, tile = -1, stages = -1, split_k = -1;
   std::size_t workspace_bytes = 0;
+  int rank = 0;        // its place in the heuristic's list (0: the heuristic's first choice)
+  int candidates = 0;  // how many algorithms were timed to choose it (0: none, the first ran)
 };
 
 struct TransferTiming {

@@ -110,6 +110,7 @@ struct Gemm::Impl {
   cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, c_layout = nullptr;
   cublasLtMatmulPreference_t preference = nullptr;
   cublasLtMatmulHeuristicResult_t heuristic{};
+  int rank = 0, candidates = 0;  // the algorithm kept: its place in the list, how many were timed
   std::vector<void*> a, b, c, d;  // one per copy; D = alpha op(A) op(B) + beta C, C unchanged
   void* workspace = nullptr;
   float* scales = nullptr;  // fp8: the scales of A and B (1.0)
@@ -217,15 +218,36 @@ struct Gemm::Impl {
     check(l.heuristic(handle, desc, a_layout, b_layout, c_layout, c_layout, preference,
                       static_cast<int>(found.size()), found.data(), &returned),
           "cublasLtMatmulAlgoGetHeuristic");
-    cublasStatus_t last = CUBLAS_STATUS_NOT_SUPPORTED;
-    for (int i = 0; i < returned; ++i) {
-      heuristic = found[static_cast<std::size_t>(i)];
-      last = launch(0);
-      if (last == CUBLAS_STATUS_SUCCESS) break;
-    }
     if (returned < 1) {
       throw BlasError("cuBLASLt has no algorithm for " + s.precision + " " + std::to_string(s.m) + "x" +
                       std::to_string(s.n) + "x" + std::to_string(s.k));
+    }
+    cublasStatus_t last = CUBLAS_STATUS_NOT_SUPPORTED;
+    double best = 0;
+    for (int i = 0; i < returned; ++i) {
+      heuristic = found[static_cast<std::size_t>(i)];
+      last = launch(0);
+      if (last != CUBLAS_STATUS_SUCCESS) continue;
+      if (s.tune <= 1) {
+        rank = i;
+        break;
+      }
+      // time it: one launch settled, then three; keep the fastest
+      XFS_CUDA_CALL(cudaEventRecord(start, stream));
+      for (int j = 0; j < 3; ++j) check(launch(0), "cublasLtMatmul");
+      XFS_CUDA_CALL(cudaEventRecord(stop, stream));
+      XFS_CUDA_CALL(cudaEventSynchronize(stop));
+      float ms = 0;
+      XFS_CUDA_CALL(cudaEventElapsedTime(&ms, start, stop));
+      if (candidates == 0 || ms < best) {
+        best = ms;
+        rank = i;
+      }
+      if (++candidates >= s.tune) break;
+    }
+    if (candidates > 0) {
+      heuristic = found[static_cast<std::size_t>(rank)];
+      last = CUBLAS_STATUS_SUCCESS;
     }
     check(last, ("cublasLtMatmul (each of the heuristic's " + std::to_string(returned) + " algorithms)").c_str());
     XFS_CUDA_CALL(cudaStreamSynchronize(stream));
@@ -413,6 +435,8 @@ Gemm::Gemm(const GemmSpec& spec) {
   l.algo_get(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &algorithm_.split_k, sizeof algorithm_.split_k,
              &written);
   algorithm_.workspace_bytes = impl_->heuristic.workspaceSize;
+  algorithm_.rank = impl_->rank;
+  algorithm_.candidates = impl_->candidates;
 }
 
 Gemm::~Gemm() {

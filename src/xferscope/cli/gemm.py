@@ -15,6 +15,7 @@ from ..gemm.records import (
     DEFAULT_SAMPLES,
     DEFAULT_TARGET_S,
     DEFAULT_TRIALS,
+    DEFAULT_TUNE,
     LADDER,
     PRECISIONS,
     QUICK_TARGET_S,
@@ -130,6 +131,14 @@ def _number(option: str, value: float, low: float, high: float) -> float:
     help="Also time each shape whose alignment class is below this power of two padded to its "
     "multiples, the copies in and out included (off: never).",
 )
+@click.option(
+    "--tune",
+    default=DEFAULT_TUNE,
+    show_default=True,
+    type=int,
+    help="Time this many of cuBLASLt's heuristic algorithms for each GEMM and keep the fastest "
+    "(0: the heuristic's first choice).",
+)
 @click.option("--quick", is_flag=True, help=f"{QUICK_TARGET_S:g} s trials: a first look.")
 @click.option("-g", "--device", default="0", show_default=True, help="GPU index.")
 @history_options
@@ -181,6 +190,8 @@ def gemm_command(**kw: Any) -> None:
     transfers = parse_list("--transfers", kw["transfers"], ("pinned", "pageable", "none"))
     if "none" in transfers and len(transfers) > 1:
         raise OptionError("--transfers", "none cannot be listed with pinned or pageable")
+    if not 0 <= kw["tune"] <= 8:
+        raise OptionError("--tune", f"{kw['tune']} is not a count from 0 to 8")
     if not 1 <= kw["tiles"] <= 1024:
         raise OptionError("--tiles", f"{kw['tiles']} is not a count from 1 to 1024")
     if not 1 <= kw["streams"] <= 64:
@@ -207,6 +218,7 @@ def gemm_command(**kw: Any) -> None:
         streams=kw["streams"],
         pad=pad,
         ladder=ladder,
+        tune=kw["tune"],
     )
     check_plan(engine, options)
     if cpu_threads and not engine.simulated:

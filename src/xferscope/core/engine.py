@@ -265,6 +265,7 @@ class Engine(Protocol):
         beta: float = 0.0,
         seed: int = 0x5EED,
         rotation_bytes: int = 0,
+        tune: int = 0,  # time this many of the heuristic's algorithms and keep the fastest
     ) -> Gemm: ...
     def clock(self) -> float: ...
 
@@ -420,11 +421,23 @@ class NativeEngine:
         beta: float = 0.0,
         seed: int = 0x5EED,
         rotation_bytes: int = 0,
+        tune: int = 0,
     ) -> Gemm:
         """One GEMM through cuBLASLt, its inputs random on the GPU."""
         with self._measuring():
             handle = self._engine.Gemm(
-                device, precision, m, n, k, trans_a, trans_b, alpha, beta, seed, rotation_bytes
+                device,
+                precision,
+                m,
+                n,
+                k,
+                trans_a,
+                trans_b,
+                alpha,
+                beta,
+                seed,
+                rotation_bytes,
+                tune,
             )
         return _NativeGemm(handle, self)
 

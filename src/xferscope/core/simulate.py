@@ -305,6 +305,7 @@ class SimulatedEngine:
         beta: float = 0.0,
         seed: int = 0x5EED,
         rotation_bytes: int = 0,
+        tune: int = 0,
     ) -> Any:
         """The simulated GEMM (simulate_gemm.py)."""
         from .simulate_gemm import simulated_gemm
@@ -313,7 +314,9 @@ class SimulatedEngine:
         self._gpu(device)
         if device in self.failing_devices:
             raise LAUNCH_FAILURE
-        return simulated_gemm(self, device, precision, m, n, k, trans_a, trans_b, rotation_bytes)
+        return simulated_gemm(
+            self, device, precision, m, n, k, trans_a, trans_b, rotation_bytes, tune
+        )
 
     def gl_context(self, device: int) -> Any:
         """The simulated GL (simulate_gl.py)."""

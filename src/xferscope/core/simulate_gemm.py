@@ -61,7 +61,15 @@ class SimulatedGemm:
                 f"matrices need {self.footprint_bytes >> 20} MiB and GPU {spec['device']} has "
                 f"{free >> 20} MiB free"
             )
-        self.algorithm = {"id": 66, "tile": 248, "stages": 35, "split_k": 1, "workspace_bytes": 0}
+        self.algorithm = {
+            "id": 66,
+            "tile": 248,
+            "stages": 35,
+            "split_k": 1,
+            "workspace_bytes": 0,
+            "rank": 0,
+            "candidates": spec["tune"] if spec["tune"] > 1 else 0,
+        }
         m, n, k = spec["m"], spec["n"], spec["k"]
         self._per_gemm = LAUNCH_S + 2 * m * n * k / (PEAK_FLOPS[p] * efficiency(p, m, n, k))
 
@@ -165,6 +173,7 @@ def simulated_gemm(
     trans_a: bool,
     trans_b: bool,
     rotation_bytes: int,
+    tune: int = 0,
 ) -> SimulatedGemm:
     """The engine's rules first, as the native engine applies them."""
     capability = compute_capability(engine, device)
@@ -180,5 +189,6 @@ def simulated_gemm(
         "trans_a": trans_a,
         "trans_b": trans_b,
         "rotation_bytes": rotation_bytes,
+        "tune": tune,
     }
     return SimulatedGemm(engine, spec)

@@ -74,6 +74,7 @@ def _padded(
             options.beta,
             options.seed,
             0,
+            options.tune,
         )
     except (AllocationError, EngineError) as exc:
         return record | {"error": str(exc)}
@@ -108,6 +109,7 @@ def _measure_point(engine: Engine, options: GemmOptions, precision: str, shape: 
             options.beta,
             options.seed,
             ROTATION_BYTES,
+            options.tune,
         )
     except (AllocationError, EngineError) as exc:
         return replace(point, status="failed", error=str(exc))

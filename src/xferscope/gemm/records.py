@@ -42,6 +42,9 @@ WARMUP_S = 0.3
 # Inputs smaller than this (twice a Hopper L2) rotate through copies, so each GEMM reads them
 # from memory as a large one does.
 ROTATION_BYTES = 128 << 20
+# How many of cuBLASLt's heuristic algorithms each GEMM times, keeping the fastest: its first
+# choice ran FP64 8192^3 at 0.92 of torch.matmul on an H200.
+DEFAULT_TUNE = 8
 # A shape whose alignment class is below this is padded to its multiples, and the padded GEMM
 # (the copies in and out included) timed against it: seed 003's sizes divisible by 64 ran fastest.
 DEFAULT_PAD = 64
@@ -90,6 +93,7 @@ class GemmOptions:
     pad: int = DEFAULT_PAD  # pad shapes of a smaller alignment class to this multiple; 0: never
     ladder: tuple[int, ...] = LADDER  # the offload ladder's sizes (with cpu_threads)
     warmup_s: float = WARMUP_S  # GEMMs run before the first precision's trials
+    tune: int = DEFAULT_TUNE  # heuristic algorithms timed per GEMM (0: its first choice)
 
     def layout(self, precision: str) -> tuple[bool, bool]:
         """op(A), op(B) transposed? The asked layout, or the precision's natural one."""
