@@ -237,6 +237,8 @@ def test_transfers_in_sequence_and_tiles_and_where_the_gpu_pays(capsys, tmp_path
     codes = {f["code"] for f in doc["findings"]}
     assert {"gemm_transfers_fp32_pinned", "gemm_break_even_fp32_1"} <= codes
     assert "pinned seq" in out and "of compute-only in sequence" in out
+    (paid,) = [f for f in doc["findings"] if f["code"] == "gemm_transfers_paid_fp32_pinned"]
+    assert "from about N = " in paid["message"] and "(extrapolated)" in paid["message"]
 
 
 def test_tiles_need_untransposed_b_and_say_so(capsys, tmp_path):

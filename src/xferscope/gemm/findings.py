@@ -7,7 +7,7 @@ the sizes from which offloading to the GPU pays."""
 from __future__ import annotations
 
 from ..core.findings import INFO, WARNING, Finding
-from .records import GemmResult, classes
+from .records import ELEMENT_BYTES, GemmPoint, GemmResult, classes
 
 
 def findings(result: GemmResult) -> list[Finding]:
@@ -187,6 +187,13 @@ def _transfer_findings(result: GemmResult) -> list[Finding]:
                     f"{TRANSFER_SHARE:.0%} of the time at every size measured (at "
                     f"{largest.shape.label}: {1 - rate / largest.flops:.0%})"
                 )
+                size, fits = _paid_from(result, largest, rate)
+                if size is not None:
+                    message += (
+                        f"; scaling as N^2 against N^3, it would fall below {TRANSFER_SHARE:.0%} "
+                        f"from about N = {size:,} (extrapolated), "
+                        + ("which fits in this GPU's memory" if fits else "too large for this GPU")
+                    )
             else:
                 continue
             out.append(
@@ -202,6 +209,19 @@ def _transfer_findings(result: GemmResult) -> list[Finding]:
             )
         out += _break_even(result, precision)
     return out
+
+
+def _paid_from(result: GemmResult, p: GemmPoint, rate: float) -> tuple[int | None, bool]:
+    """The square size from which moving the data would cost less than TRANSFER_SHARE of the
+    time, extrapolated from one point (the copies grow as N^2, the GEMM as N^3), and whether
+    its matrices (A, B, C, D) would fit in the GPU's memory."""
+    if not p.flops or rate >= p.flops or p.shape.m != p.shape.n or p.shape.n != p.shape.k:
+        return None, False
+    ratio = p.flops / rate - 1  # copy time over compute time at this size
+    size = int(p.shape.m * ratio * (1 - TRANSFER_SHARE) / TRANSFER_SHARE)
+    inputs, output = ELEMENT_BYTES[p.precision]
+    memory = int(result.gpu.get("total_memory_bytes") or 0)
+    return size, size * size * 2 * (inputs + output) <= memory
 
 
 def _break_even(result: GemmResult, precision: str) -> list[Finding]:

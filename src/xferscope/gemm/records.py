@@ -32,6 +32,8 @@ SCHEMA_VERSION = 2
 
 _e = engine_module()
 PRECISIONS: tuple[str, ...] = tuple(p[0] for p in _e.GEMM_PRECISIONS)
+# bytes of one element of A and B, and of C, per precision (the engine's table)
+ELEMENT_BYTES: dict[str, tuple[int, int]] = {p[0]: (p[1], p[2]) for p in _e.GEMM_PRECISIONS}
 DEFAULT_TARGET_S = 0.1
 QUICK_TARGET_S = 0.02
 DEFAULT_TRIALS = 5
