@@ -309,6 +309,10 @@ def test_the_offload_ladder_finds_where_the_gpu_beats_the_cpu(capsys, tmp_path):
     assert "offload ladder" in out
     (png,) = tmp_path.glob("gemm-*/gemm.png")
     assert png.stat().st_size > 0
+    (html,) = tmp_path.glob("gemm-*/report.html")
+    page = html.read_text()
+    for part in ("Throughput against size", "Every GEMM", "offload ladder", "gemm.json"):
+        assert part in page, part
 
 
 def test_poorly_aligned_shapes_are_timed_padded(capsys, tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import click
@@ -225,7 +227,7 @@ def gemm_command(**kw: Any) -> None:
         check_blas()
     if history is not None:
         check_history(history)
-    prepare_renderers()
+    prepare_renderers(html=True)
     with Destination.prepare(kw["out"], "gemm", gemm_named(kw), kw["force"]) as dest:
         begin_measuring()
         with progress_bar() as bar:
@@ -265,6 +267,7 @@ def gemm_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
         "json": Named("--json", kw.get("json_path"), "gemm.json"),
         "csv": Named("--csv", kw.get("csv_path"), "gemm.csv"),
         "plot": Named("--plot", kw.get("plot_prefix"), "gemm", (".png",)),
+        "html": Named("--out", None, "report.html"),
     }
 
 
@@ -281,6 +284,14 @@ def gemm_outputs(result: GemmResult, dest: Destination) -> list[Output]:
                 "plot", lambda path, _w: gemm_plots.plot_gemm(result, path), ".png", render=True
             )
         )
+
+    def page(path: Path, written: Sequence[Path]) -> None:
+        from ..report.gemm_html import render_gemm_html
+
+        names = [p.name for p in written if p.parent == path.parent]
+        path.write_text(render_gemm_html(result, names), encoding="utf-8")
+
+    outputs.append(dest.output("html", page, render=True, urgent=True))
     return outputs
 
 

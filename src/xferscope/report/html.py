@@ -111,6 +111,8 @@ def _finding_value(figure: str, value: float) -> str:
         return format_rate(value)
     if figure.endswith(("latency", "_per_gb", "_s")):
         return format_seconds(value)
+    if figure.endswith(" best"):  # a GEMM's best throughput
+        return format_flops(value)
     return f"{value:.4g}"
 
 
@@ -132,6 +134,12 @@ def render_html(result: RunResult, files: Sequence[str] = ()) -> str:
     title = "xferscope run" + (f" on {host}" if host else "") + f", {result.created}"
     if result.simulated:
         title = "SIMULATED " + title
+    return page(title, body)
+
+
+def page(title: str, body: Sequence[str]) -> str:
+    """A whole report page: its title, the style, plotly.js inline (the page works offline) and
+    the body's parts."""
     return "\n".join(
         [
             "<!DOCTYPE html>",
