@@ -1,0 +1,437 @@
+// xferscope's CUPTI injection library (`xferscope trace`): CUDA loads it into an unmodified
+// program through CUDA_INJECTION64_PATH and calls InitializeInjection() when the program first
+// initializes CUDA. It records, as JSON lines in $XFERSCOPE_TRACE_DIR/trace-<pid>.jsonl:
+//   memcpy, memset and kernel activity (kind, bytes, memory kinds, device, stream, GPU start
+//   and end, correlation ids), synchronization activity, and the runtime and driver API calls
+//   that copy, set, synchronize or pin host memory (function, host thread, start and end);
+//   from callbacks: each runtime copy's pointers, a sampled hash of a host source (repeated
+//   uploads of identical data), the caller's native return addresses, and every host
+//   allocation or registration with its size and address.
+// Records beyond $XFERSCOPE_TRACE_LIMIT (per kind) are counted, not written, and a totals
+// line per kind at the end keeps the summary exact. Completed buffers are written at once and
+// CUPTI is flushed every second, so a crash keeps what came before it; SIGINT, SIGTERM and
+// crash signals flush first and then do what they would have done.
+#include <cupti.h>
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cinttypes>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+
+namespace {
+
+constexpr std::size_t kBufferBytes = 8u << 20;
+constexpr int kFrames = 12;
+constexpr std::size_t kHashSamples = 4096;  // 8-byte words read from a host source at most
+
+std::mutex out_mutex;
+FILE* out = nullptr;
+std::uint64_t limit = 1000000;
+std::atomic<bool> closed{false};
+
+struct Totals {
+  std::uint64_t records = 0, written = 0, bytes = 0, gpu_ns = 0;
+};
+std::map<std::string, Totals> totals;           // by record type, under out_mutex
+std::set<std::uintptr_t> frames_seen;           // return addresses to name at the end
+std::map<CUpti_CallbackId, std::string> names;  // runtime and driver API names, by domain*100000+cbid
+thread_local bool in_runtime_call = false;      // a driver call made by a runtime call is its own
+
+bool keep(const std::string& type, std::uint64_t bytes, std::uint64_t ns) {
+  Totals& t = totals[type];
+  ++t.records;
+  t.bytes += bytes;
+  t.gpu_ns += ns;
+  if (t.written >= limit) return false;
+  ++t.written;
+  return true;
+}
+
+void line(const char* text) {
+  if (out) {
+    std::fputs(text, out);
+    std::fputc('\n', out);
+  }
+}
+
+std::string escaped(const char* s) {
+  std::string r;
+  for (const char* p = s ? s : ""; *p; ++p) {
+    if (*p == '"' || *p == '\\') r += '\\';
+    if (static_cast<unsigned char>(*p) < 0x20) continue;
+    r += *p;
+  }
+  return r;
+}
+
+const std::string& api_name(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+  const CUpti_CallbackId key = static_cast<CUpti_CallbackId>(domain) * 100000 + cbid;
+  auto it = names.find(key);
+  if (it != names.end()) return it->second;
+  const char* name = nullptr;
+  cuptiGetCallbackName(domain, cbid, &name);
+  return names[key] = name ? name : "?";
+}
+
+// The API calls worth a record: copies, sets, synchronizations, host memory pinning.
+bool interesting(const std::string& n) {
+  for (const char* prefix : {"cudaMemcpy", "cudaMemset", "cudaMallocHost", "cudaHostAlloc", "cudaFreeHost",
+                             "cudaHostRegister", "cudaHostUnregister", "cudaDeviceSynchronize",
+                             "cudaStreamSynchronize", "cudaEventSynchronize", "cuMemcpy", "cuMemset",
+                             "cuMemAllocHost", "cuMemHostAlloc", "cuMemFreeHost", "cuMemHostRegister",
+                             "cuMemHostUnregister", "cuCtxSynchronize", "cuStreamSynchronize",
+                             "cuEventSynchronize"}) {
+    if (n.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+void write_record(const CUpti_Activity* record) {
+  char buf[1024];
+  switch (record->kind) {
+    case CUPTI_ACTIVITY_KIND_MEMCPY: {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+      if (!keep("memcpy", m->bytes, m->end - m->start)) return;
+      std::snprintf(buf, sizeof buf,
+                    "{\"t\":\"memcpy\",\"k\":%u,\"s\":%u,\"d\":%u,\"async\":%d,\"b\":%" PRIu64
+                    ",\"st\":%" PRIu64 ",\"en\":%" PRIu64 ",\"dev\":%u,\"str\":%u,\"c\":%u,\"rc\":%u}",
+                    m->copyKind, m->srcKind, m->dstKind, (m->flags & CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC) ? 1 : 0,
+                    m->bytes, m->start, m->end, m->deviceId, m->streamId, m->correlationId,
+                    m->runtimeCorrelationId);
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMCPY2: {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemcpyPtoP4*>(record);
+      if (!keep("memcpy", m->bytes, m->end - m->start)) return;
+      std::snprintf(buf, sizeof buf,
+                    "{\"t\":\"memcpy\",\"k\":%u,\"s\":%u,\"d\":%u,\"async\":%d,\"b\":%" PRIu64
+                    ",\"st\":%" PRIu64 ",\"en\":%" PRIu64 ",\"dev\":%u,\"str\":%u,\"c\":%u,\"peer\":%u}",
+                    m->copyKind, m->srcKind, m->dstKind, (m->flags & CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC) ? 1 : 0,
+                    m->bytes, m->start, m->end, m->srcDeviceId, m->streamId, m->correlationId, m->dstDeviceId);
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMSET: {
+      const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
+      if (!keep("memset", m->bytes, m->end - m->start)) return;
+      std::snprintf(buf, sizeof buf,
+                    "{\"t\":\"memset\",\"m\":%u,\"b\":%" PRIu64 ",\"st\":%" PRIu64 ",\"en\":%" PRIu64
+                    ",\"dev\":%u,\"str\":%u,\"c\":%u}",
+                    m->memoryKind, m->bytes, m->start, m->end, m->deviceId, m->streamId, m->correlationId);
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
+      const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+      if (!keep("kernel", 0, k->end - k->start)) return;
+      std::snprintf(buf, sizeof buf,
+                    "{\"t\":\"kernel\",\"n\":\"%.300s\",\"st\":%" PRIu64 ",\"en\":%" PRIu64
+                    ",\"dev\":%u,\"str\":%u,\"c\":%u}",
+                    escaped(k->name).c_str(), k->start, k->end, k->deviceId, k->streamId, k->correlationId);
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
+      const auto* s = reinterpret_cast<const CUpti_ActivitySynchronization2*>(record);
+      if (!keep("sync", 0, s->end - s->start)) return;
+      std::snprintf(buf, sizeof buf,
+                    "{\"t\":\"sync\",\"y\":%u,\"st\":%" PRIu64 ",\"en\":%" PRIu64 ",\"str\":%u,\"c\":%u}",
+                    static_cast<unsigned>(s->type), s->start, s->end, s->streamId, s->correlationId);
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+    case CUPTI_ACTIVITY_KIND_DRIVER: {
+      const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(record);
+      const bool runtime = record->kind == CUPTI_ACTIVITY_KIND_RUNTIME;
+      const std::string& n =
+          api_name(runtime ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API, a->cbid);
+      if (!interesting(n)) return;
+      if (!keep(runtime ? "runtime" : "driver", 0, a->end - a->start)) return;
+      std::snprintf(buf, sizeof buf,
+                    "{\"t\":\"api\",\"rt\":%d,\"f\":\"%s\",\"st\":%" PRIu64 ",\"en\":%" PRIu64
+                    ",\"tid\":%u,\"c\":%u,\"r\":%u}",
+                    runtime ? 1 : 0, n.c_str(), a->start, a->end, a->threadId, a->correlationId, a->returnValue);
+      break;
+    }
+    default:
+      return;
+  }
+  line(buf);
+}
+
+void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
+  *buffer = static_cast<std::uint8_t*>(std::aligned_alloc(8, kBufferBytes));
+  *size = *buffer ? kBufferBytes : 0;
+  *max_records = 0;
+}
+
+void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, std::size_t, std::size_t valid) {
+  {
+    std::lock_guard<std::mutex> lock(out_mutex);
+    CUpti_Activity* record = nullptr;
+    while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) write_record(record);
+    std::size_t dropped = 0;
+    cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped);
+    if (dropped) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "{\"t\":\"dropped\",\"n\":%zu}", dropped);
+      line(buf);
+    }
+    if (out) std::fflush(out);
+  }
+  std::free(buffer);
+}
+
+std::uint64_t sampled_hash(const void* src, std::size_t bytes) {
+  // FNV-1a over up to kHashSamples words spread over the buffer, and its size
+  std::uint64_t h = 1469598103934665603ull ^ bytes;
+  const auto* p = static_cast<const unsigned char*>(src);
+  const std::size_t words = bytes / 8;
+  const std::size_t step = words > kHashSamples ? words / kHashSamples : 1;
+  for (std::size_t i = 0; i < words; i += step) {
+    std::uint64_t w;
+    std::memcpy(&w, p + i * 8, 8);
+    h = (h ^ w) * 1099511628211ull;
+  }
+  for (std::size_t i = words * 8; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+void write_frames(char* buf, std::size_t size) {
+  void* frames[kFrames + 2];
+  const int n = backtrace(frames, kFrames + 2);
+  std::size_t used = std::strlen(buf);
+  used += std::snprintf(buf + used, size - used, ",\"at\":[");
+  for (int i = 2; i < n && used + 24 < size; ++i) {  // 0: here, 1: the callback
+    const auto a = reinterpret_cast<std::uintptr_t>(frames[i]);
+    frames_seen.insert(a);
+    used += std::snprintf(buf + used, size - used, "%s%" PRIuPTR, i > 2 ? "," : "", a);
+  }
+  std::snprintf(buf + used, size - used, "]}");
+}
+
+void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
+  const auto* cb = static_cast<const CUpti_CallbackData*>(data);
+  const bool enter = cb->callbackSite == CUPTI_API_ENTER;
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) in_runtime_call = enter;
+  if (closed.load()) return;
+  char buf[768];
+  buf[0] = 0;
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API && enter) {
+    const void *dst = nullptr, *src = nullptr;
+    std::size_t count = 0;
+    int kind = -1;
+    switch (cbid) {
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020: {
+        const auto* p = static_cast<const cudaMemcpy_v3020_params*>(cb->functionParams);
+        dst = p->dst, src = p->src, count = p->count, kind = p->kind;
+        break;
+      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_ptds_v7000: {
+        const auto* p = static_cast<const cudaMemcpy_ptds_v7000_params*>(cb->functionParams);
+        dst = p->dst, src = p->src, count = p->count, kind = p->kind;
+        break;
+      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020: {
+        const auto* p = static_cast<const cudaMemcpyAsync_v3020_params*>(cb->functionParams);
+        dst = p->dst, src = p->src, count = p->count, kind = p->kind;
+        break;
+      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_ptsz_v7000: {
+        const auto* p = static_cast<const cudaMemcpyAsync_ptsz_v7000_params*>(cb->functionParams);
+        dst = p->dst, src = p->src, count = p->count, kind = p->kind;
+        break;
+      }
+      default:
+        return;
+    }
+    // only an explicit host-to-device source is host memory for certain: reading a device
+    // address from the host would fault
+    const bool hashed = kind == 1 && src && count;
+    std::snprintf(buf, sizeof buf,
+                  "{\"t\":\"call\",\"c\":%u,\"src\":%" PRIuPTR ",\"dst\":%" PRIuPTR ",\"b\":%zu,\"kind\":%d",
+                  cb->correlationId, reinterpret_cast<std::uintptr_t>(src), reinterpret_cast<std::uintptr_t>(dst),
+                  count, kind);
+    if (hashed) {
+      std::size_t used = std::strlen(buf);
+      std::snprintf(buf + used, sizeof buf - used, ",\"h\":%" PRIu64, sampled_hash(src, count));
+    }
+    std::lock_guard<std::mutex> lock(out_mutex);
+    if (!keep("call", count, 0)) return;
+    write_frames(buf, sizeof buf);
+    line(buf);
+    return;
+  }
+  if (enter) return;
+  // host memory pinned or released: its address and size, at the call's exit
+  const void* ptr = nullptr;
+  std::size_t size = 0;
+  const char* what = nullptr;
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
+    switch (cbid) {
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020: {
+        const auto* p = static_cast<const cudaMallocHost_v3020_params*>(cb->functionParams);
+        ptr = p->ptr ? *p->ptr : nullptr, size = p->size, what = "alloc";
+        break;
+      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020: {
+        const auto* p = static_cast<const cudaHostAlloc_v3020_params*>(cb->functionParams);
+        ptr = p->pHost ? *p->pHost : nullptr, size = p->size, what = "alloc";
+        break;
+      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaHostRegister_v4000: {
+        const auto* p = static_cast<const cudaHostRegister_v4000_params*>(cb->functionParams);
+        ptr = p->ptr, size = p->size, what = "register";
+        break;
+      }
+      default:
+        return;
+    }
+  } else {
+    if (in_runtime_call) return;  // the runtime call that made it is recorded
+    switch (cbid) {
+      case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc: {
+        const auto* p = static_cast<const cuMemHostAlloc_params*>(cb->functionParams);
+        ptr = p->pp ? *p->pp : nullptr, size = p->bytesize, what = "alloc";
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2: {
+        const auto* p = static_cast<const cuMemAllocHost_v2_params*>(cb->functionParams);
+        ptr = p->pp ? *p->pp : nullptr, size = p->bytesize, what = "alloc";
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2: {
+        const auto* p = static_cast<const cuMemHostRegister_v2_params*>(cb->functionParams);
+        ptr = p->p, size = p->bytesize, what = "register";
+        break;
+      }
+      default:
+        return;
+    }
+  }
+  std::snprintf(buf, sizeof buf,
+                "{\"t\":\"pin\",\"how\":\"%s\",\"f\":\"%s\",\"p\":%" PRIuPTR ",\"b\":%zu,\"c\":%u", what,
+                cb->functionName ? cb->functionName : "?", reinterpret_cast<std::uintptr_t>(ptr), size,
+                cb->correlationId);
+  std::lock_guard<std::mutex> lock(out_mutex);
+  if (!keep("pin", size, 0)) return;
+  write_frames(buf, sizeof buf);
+  line(buf);
+}
+
+void finish() {
+  if (closed.exchange(true)) return;
+  cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  std::lock_guard<std::mutex> lock(out_mutex);
+  if (!out) return;
+  char buf[1024];
+  for (const auto& [type, t] : totals) {
+    std::snprintf(buf, sizeof buf,
+                  "{\"t\":\"totals\",\"of\":\"%s\",\"records\":%" PRIu64 ",\"written\":%" PRIu64
+                  ",\"b\":%" PRIu64 ",\"ns\":%" PRIu64 "}",
+                  type.c_str(), t.records, t.written, t.bytes, t.gpu_ns);
+    line(buf);
+  }
+  // name the callers' return addresses: the object, the symbol where exported, the offset
+  for (std::uintptr_t a : frames_seen) {
+    Dl_info info{};
+    if (!dladdr(reinterpret_cast<void*>(a), &info) || !info.dli_fname) continue;
+    std::snprintf(buf, sizeof buf, "{\"t\":\"frame\",\"a\":%" PRIuPTR ",\"obj\":\"%s\",\"off\":%" PRIuPTR
+                  ",\"sym\":\"%.200s\"}",
+                  a, escaped(info.dli_fname).c_str(), a - reinterpret_cast<std::uintptr_t>(info.dli_fbase),
+                  escaped(info.dli_sname).c_str());
+    line(buf);
+  }
+  std::uint64_t now = 0;
+  cuptiGetTimestamp(&now);
+  std::snprintf(buf, sizeof buf, "{\"t\":\"end\",\"ts\":%" PRIu64 "}", now);
+  line(buf);
+  std::fclose(out);
+  out = nullptr;
+}
+
+struct sigaction previous[32];
+
+void on_signal(int sig, siginfo_t* info, void* context) {
+  finish();
+  const struct sigaction& old = previous[sig];
+  if (old.sa_flags & SA_SIGINFO) {
+    if (old.sa_sigaction) old.sa_sigaction(sig, info, context);
+    return;
+  }
+  if (old.sa_handler == SIG_IGN) return;
+  if (old.sa_handler != SIG_DFL && old.sa_handler) {
+    old.sa_handler(sig);
+    return;
+  }
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+void chain_signals() {
+  for (int sig : {SIGINT, SIGTERM, SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL}) {
+    struct sigaction action {};
+    action.sa_sigaction = on_signal;
+    action.sa_flags = SA_SIGINFO | SA_RESTART;
+    sigemptyset(&action.sa_mask);
+    sigaction(sig, &action, &previous[sig]);
+  }
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
+  static bool done = false;
+  if (done) return 1;
+  done = true;
+  const char* dir = std::getenv("XFERSCOPE_TRACE_DIR");
+  if (!dir) return 0;
+  if (const char* l = std::getenv("XFERSCOPE_TRACE_LIMIT")) limit = std::strtoull(l, nullptr, 10);
+  const std::string path = std::string(dir) + "/trace-" + std::to_string(getpid()) + ".jsonl";
+  out = std::fopen(path.c_str(), "w");
+  if (!out) return 0;
+  std::uint64_t now = 0;
+  cuptiGetTimestamp(&now);
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "{\"t\":\"start\",\"pid\":%d,\"ppid\":%d,\"ts\":%" PRIu64 ",\"limit\":%" PRIu64 "}",
+                getpid(), getppid(), now, limit);
+  line(buf);
+  std::fflush(out);
+  bool ok = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) == CUPTI_SUCCESS;
+  for (CUpti_ActivityKind kind :
+       {CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET,
+        CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, CUPTI_ACTIVITY_KIND_RUNTIME,
+        CUPTI_ACTIVITY_KIND_DRIVER}) {
+    ok = cuptiActivityEnable(kind) == CUPTI_SUCCESS && ok;
+  }
+  cuptiActivityFlushPeriod(1000);
+  CUpti_SubscriberHandle subscriber;
+  if (cuptiSubscribe(&subscriber, on_api, nullptr) == CUPTI_SUCCESS) {
+    for (CUpti_CallbackId id :
+         {CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_ptds_v7000,
+          CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_ptsz_v7000,
+          CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020,
+          CUPTI_RUNTIME_TRACE_CBID_cudaHostRegister_v4000}) {
+      cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id);
+    }
+    // every runtime call sets in_runtime_call, so a driver call made inside one is skipped
+    cuptiEnableDomain(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API);
+    for (CUpti_CallbackId id : {CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc, CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2,
+                                CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2}) {
+      cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
+    }
+  } else {
+    ok = false;
+  }
+  if (!ok) line("{\"t\":\"warning\",\"m\":\"some CUPTI activity could not be enabled\"}");
+  std::atexit(finish);
+  chain_signals();
+  return 1;
+}

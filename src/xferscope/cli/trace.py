@@ -1,0 +1,207 @@
+"""`xferscope trace -- COMMAND`: an unmodified program's copies, what they cost and what each fix
+would save on this machine."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .. import __version__
+from ..core import machine
+from ..core.errors import OptionError, XferscopeError
+from ..report.trace_tables import print_trace
+from ..trace.analyze import analyze
+from ..trace.document import (
+    SCHEMA_NAME,
+    TraceResult,
+    chrome_trace,
+    copy_dict,
+    dumps_csv,
+    dumps_json,
+    findings_of,
+    from_dict,
+    summary_dict,
+    to_dict,
+)
+from ..trace.records import read_trace
+from ..trace.reference import Reference, calibrate, from_history
+from ..trace.runner import DEFAULT_LIMIT, run_traced
+from . import common
+from .app import cli, stderr, stdout
+from .common import (
+    DocumentKind,
+    HistorySaver,
+    _history_file,
+    check_history,
+    deliver,
+    history_options,
+    register,
+)
+from .outputs import Destination, Named, Output, text
+
+REFERENCES = ("auto", "history", "measure", "none")
+
+
+@cli.command(
+    "trace",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option(
+    "--reference",
+    default="auto",
+    show_default=True,
+    help="This machine's copy rates that price the fixes: history (the newest `xferscope run` "
+    "of this GPU), measure (a 10 s sweep after the program), auto (history, else measure), none.",
+)
+@click.option(
+    "--limit",
+    default=DEFAULT_LIMIT,
+    show_default=True,
+    type=int,
+    help="Records of each kind kept; beyond, only counted (the totals stay exact).",
+)
+@click.option(
+    "--export",
+    default=None,
+    help="Also write chrome-trace: trace.json, which the Perfetto UI and chrome://tracing open.",
+)
+@click.option("-g", "--device", default="0", show_default=True, help="GPU the reference is for.")
+@click.option(
+    "-o",
+    "--out",
+    default="xferscope-results",
+    show_default=True,
+    help="Directory in which the files go to a new directory of their own, trace-<time>.",
+)
+@history_options
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def trace_command(**kw: Any) -> None:
+    """Run COMMAND unchanged (after --) with a CUPTI library injected, record every copy,
+    memset, kernel, synchronization and pinned allocation, and say how much time goes to moving
+    data, why, and what each fix would save on this machine. COMMAND's own output is untouched
+    and its exit status is xferscope's."""
+    if kw["reference"] not in REFERENCES:
+        raise OptionError(
+            "--reference", f"'{kw['reference']}' is not one of {', '.join(REFERENCES)}"
+        )
+    if kw["export"] not in (None, "chrome-trace"):
+        raise OptionError("--export", f"'{kw['export']}' is not chrome-trace")
+    if kw["limit"] < 1:
+        raise OptionError("--limit", f"{kw['limit']} is not a count of 1 or more")
+    history = None if kw["no_history"] else _history_file(kw["history_path"])
+    if history is not None:
+        check_history(history)
+    command = list(kw["command"])
+    with (
+        tempfile.TemporaryDirectory(prefix="xferscope-trace-") as scratch,
+        Destination.prepare(kw["out"], "trace", trace_named(kw), False) as dest,
+    ):
+        created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        ran = run_traced(command, Path(scratch), kw["limit"])
+        trace = read_trace(ran.files)
+        if not ran.files or not (trace.copies or trace.intervals or trace.calls):
+            dest.discard()
+            stderr.print(
+                "no CUDA activity was seen: the program did not use CUDA (or did not get as "
+                "far as initializing it); nothing written"
+            )
+            sys.exit(ran.exit_status)
+        reference, engine = _reference(kw, trace)
+        analysis = analyze(trace, ran.wall_s, reference)
+        result = TraceResult(
+            tool_version=__version__,
+            created=created,
+            simulated=False,
+            machine=_machine(engine, kw),
+            options={
+                "command": list(ran.command),
+                "limit": kw["limit"],
+                "reference": kw["reference"],
+            },
+            interrupted=ran.interrupted or ran.returncode < 0,
+            wall_s=ran.wall_s,
+            returncode=ran.returncode,
+            signal=ran.signal,
+            processes=trace.processes,
+            summary=summary_dict(
+                analysis, trace, None if reference is None else reference.to_dict()
+            ),
+            copies=tuple(copy_dict(trace, c) for c in trace.copies),
+            findings=tuple(findings_of(analysis)),
+        )
+        saver = HistorySaver(history, lambda: history_entry(result), "trace")
+        outputs = trace_outputs(result, dest)
+        if kw["export"]:
+            outputs.append(dest.output("chrome", text(lambda: chrome_trace(trace))))
+        delivery = deliver(outputs, dest, lambda: print_trace(result, stdout), saver)
+    if ran.signal:
+        stderr.print(f"the program ended on {ran.signal}; its trace up to then is kept")
+    if not delivery.ok or saver.failed:
+        sys.exit(1 if ran.exit_status == 0 else ran.exit_status)
+    sys.exit(ran.exit_status)
+
+
+def _reference(kw: dict[str, Any], trace: Any) -> tuple[Reference | None, Any]:
+    """This machine's rates, and the engine that measured or identified the GPU (None where
+    no GPU could be opened: the trace is still summarized, its fixes unpriced)."""
+    if kw["reference"] == "none":
+        return None, None
+    try:
+        engine = common.open_engine(False)
+        device = int(kw["device"])
+        uuid = str(engine.device_info(device)["uuid"])
+    except (XferscopeError, ValueError) as exc:
+        stderr.print(f"no reference rates: {exc}")
+        return None, None
+    if kw["reference"] in ("auto", "history") and not kw["no_history"]:
+        ref = from_history(_history_file(kw["history_path"]), uuid)
+        if ref is not None or kw["reference"] == "history":
+            return ref, engine
+    stderr.print("measuring this machine's copy rates (about 10 s; --reference none skips it)")
+    try:
+        return calibrate(engine, device), engine
+    except XferscopeError as exc:
+        stderr.print(f"no reference rates: {exc}")
+        return None, engine
+
+
+def _machine(engine: Any, kw: dict[str, Any]) -> dict[str, Any]:
+    if engine is None:
+        return {"host": machine.host_facts(), "gpus": []}
+    return machine.collect(engine, [int(kw["device"])])
+
+
+def history_entry(result: TraceResult) -> Any:
+    from ..run.history import Entry
+
+    return Entry("trace", to_dict(result), "trace", not result.interrupted, result)
+
+
+def trace_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
+    named = {
+        "json": Named("--out", None, "trace-summary.json"),
+        "csv": Named("--out", None, "copies.csv"),
+    }
+    if kw and kw.get("export"):
+        named["chrome"] = Named("--export", None, "trace.json")
+    return named
+
+
+def trace_outputs(result: TraceResult, dest: Destination) -> list[Output]:
+    return [
+        dest.output("json", text(lambda: dumps_json(result))),
+        dest.output("csv", text(lambda: dumps_csv(result))),
+    ]
+
+
+register(
+    SCHEMA_NAME,
+    DocumentKind(
+        "trace", from_dict, lambda r: print_trace(r, stdout), lambda: trace_named(), trace_outputs
+    ),
+)

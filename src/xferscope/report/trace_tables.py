@@ -1,0 +1,88 @@
+"""What `xferscope trace` prints: seed 001's table (nvprof's Time%, Time, Calls, Avg, Min, Max
+per kind of copy), the copies per direction and host memory against what this machine reaches,
+and the fixes, priced, the largest saving first."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from ..core.units import format_bytes, format_rate, format_seconds
+from ..trace.document import TraceResult
+
+
+def print_trace(result: TraceResult, console: Console) -> None:
+    s = result.summary
+    command = " ".join(result.options.get("command", []))
+    ended = f"signal {result.signal}" if result.signal else f"exit status {result.returncode}"
+    console.print(
+        f"traced `{command}`: {result.wall_s:.3g} s, {ended}, "
+        f"{len(result.processes)} process(es) used CUDA"
+    )
+    if not s.get("table"):
+        console.print("no CUDA copies were seen")
+        return
+    table = Table(title="GPU activities (seed 001's table)", title_justify="left")
+    for name in ("Time(%)", "Time", "Calls", "Avg", "Min", "Max", "Name"):
+        table.add_column(name, justify="left" if name == "Name" else "right")
+    for r in s["table"]:
+        table.add_row(
+            f"{r['time_share']:.2%}",
+            format_seconds(r["total_s"]),
+            str(r["calls"]),
+            format_seconds(r["avg_s"]),
+            format_seconds(r["min_s"]),
+            format_seconds(r["max_s"]),
+            r["kind"],
+        )
+    console.print(table)
+    groups = Table(title="copies by direction and host memory", title_justify="left")
+    for name in (
+        "copies",
+        "calls",
+        "bytes",
+        "GPU time",
+        "rate",
+        "of this machine",
+        "host blocked",
+        "beside kernels",
+    ):
+        groups.add_column(name, justify="left" if name == "copies" else "right")
+    for g in s["groups"]:
+        reach = g.get("of_reach")
+        groups.add_row(
+            f"{g['direction']} {g['memory']}",
+            str(g["calls"]),
+            format_bytes(g["bytes"]),
+            format_seconds(g["gpu_s"]),
+            format_rate(g["rate_bps"]),
+            "" if reach is None else f"{reach:.0%}",
+            format_seconds(g["blocked_s"]) if g["blocked_s"] else "",
+            f"{g['overlapped_s'] / g['gpu_s']:.0%}" if g["gpu_s"] else "",
+        )
+    console.print(groups)
+    ref = s.get("reference") or {}
+    if ref:
+        console.print(f"this machine's rates: {ref.get('source')}")
+    fixes = s.get("fixes") or []
+    if fixes:
+        console.print("[bold]what to change, the largest saving first[/bold]")
+    for f in fixes:
+        share = f["saving_s"] / result.wall_s if result.wall_s else 0.0
+        console.print(
+            f"  [bold]{format_seconds(f['saving_s'])}[/bold] ({share:.1%}) {f['title']}: "
+            f"{f['calls']} calls, {f['sizes']}, cost {format_seconds(f['cost_s'])}"
+        )
+        for w in f["where"]:
+            console.print(f"      at {w}")
+        console.print(f"      fix: {f['fix']}")
+        if f.get("detail"):
+            console.print(f"      [dim]{f['detail']}[/dim]")
+    if fixes:
+        total = s.get("saving_s", 0.0)
+        share = total / result.wall_s if result.wall_s else 0.0
+        console.print(
+            f"together about {format_seconds(total)}, {share:.1%} of the run (fixes can overlap)"
+        )
+    for note in (*s.get("notes", []), *s.get("warnings", [])):
+        console.print(f"[yellow]note:[/yellow] {note}")

@@ -1,0 +1,507 @@
+"""What a traced program's copies cost and what each fix would save on this machine.
+
+The summary is seed 001's nvprof table (Time%, total, calls, avg, min, max per kind of copy),
+then per direction and host memory kind: bytes, GPU time, achieved GB/s and its share of what
+this machine reaches for copies of those sizes, host time blocked in copy calls, and the share
+of copy time that overlapped kernels. Findings are priced with this machine's measured curves
+(trace/reference.py) and sorted by the time they would save."""
+
+from __future__ import annotations
+
+import bisect
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core import stats
+from ..core.units import format_bytes
+from .records import NVPROF_NAMES, Copy, Interval, Trace
+from .reference import Reference
+
+SMALL_BYTES = 256 << 10  # copies this small pay their fixed cost more than their bytes
+BATCH_MIN = 16  # this many small copies in a row make a batch worth merging
+BATCH_GAP_NS = 100_000  # ... with no more than this between one's end and the next's call
+SLOW_FACTOR = 2.0  # a copy this many times slower than the machine's curve is "far below"
+ASYNC_ISSUE_S = 5e-6  # an asynchronous copy call costs the host about this (when none measured)
+
+
+@dataclass(frozen=True, slots=True)
+class KindRow:
+    """One line of seed 001's table."""
+
+    name: str
+    calls: int
+    total_s: float
+    avg_s: float
+    min_s: float
+    max_s: float
+    share: float  # of the GPU time of every copy, memset and kernel
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """The copies of one direction from (or to) one kind of host memory."""
+
+    direction: str
+    memory: str
+    calls: int
+    bytes: int
+    gpu_s: float
+    expected_s: float | None  # what this machine takes for the same copies
+    blocked_s: float  # host time inside the calls that waited for their copy
+    overlapped_s: float  # copy time during which a kernel ran on the same GPU
+
+    @property
+    def rate(self) -> float:
+        return self.bytes / self.gpu_s if self.gpu_s > 0 else 0.0
+
+    @property
+    def of_reach(self) -> float | None:
+        return self.expected_s / self.gpu_s if self.expected_s and self.gpu_s > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class Fix:
+    """A finding, priced: what the calls are, what they cost, what to do and what it saves."""
+
+    code: str
+    title: str
+    calls: int
+    bytes: int
+    sizes: str  # the sizes, in words
+    where: tuple[str, ...]  # source locations, most frequent first
+    cost_s: float
+    saving_s: float
+    fix: str
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "title": self.title,
+            "calls": self.calls,
+            "bytes": self.bytes,
+            "sizes": self.sizes,
+            "where": list(self.where),
+            "cost_s": self.cost_s,
+            "saving_s": self.saving_s,
+            "fix": self.fix,
+            "detail": self.detail,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    table: tuple[KindRow, ...]
+    groups: tuple[Group, ...]
+    fixes: tuple[Fix, ...]
+    wall_s: float
+    reference: str | None
+    copy_gpu_s: float
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def saving_s(self) -> float:
+        return sum(f.saving_s for f in self.fixes)
+
+
+# ---- the summary --------------------------------------------------------------------------------
+
+
+def seed001_table(trace: Trace) -> list[KindRow]:
+    """Per kind of copy and memset: nvprof's Time%, Time, Calls, Avg, Min, Max. The totals are
+    the injection library's exact ones when records beyond the limit were only counted."""
+    busy = sum(c.seconds for c in trace.copies) + sum(
+        i.seconds for i in trace.intervals if i.what != "sync"
+    )
+    by_kind: dict[str, list[float]] = defaultdict(list)
+    for c in trace.copies:
+        by_kind[c.direction].append(c.seconds)
+    for i in trace.intervals:
+        if i.what == "memset":
+            by_kind["memset"].append(i.seconds)
+    rows = []
+    for kind, times in by_kind.items():
+        total = sum(times)
+        rows.append(
+            KindRow(
+                NVPROF_NAMES.get(kind, f"[CUDA {kind}]"),
+                len(times),
+                total,
+                total / len(times),
+                min(times),
+                max(times),
+                total / busy if busy else 0.0,
+            )
+        )
+    return sorted(rows, key=lambda r: -r.total_s)
+
+
+def _merged(intervals: Iterable[Interval]) -> dict[int, tuple[list[int], list[int]]]:
+    """Kernel time per device as sorted, disjoint [start, end) intervals."""
+    per: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for i in intervals:
+        per[i.device].append((i.start_ns, i.end_ns))
+    out = {}
+    for device, spans in per.items():
+        spans.sort()
+        starts: list[int] = []
+        ends: list[int] = []
+        for s, e in spans:
+            if ends and s <= ends[-1]:
+                ends[-1] = max(ends[-1], e)
+            else:
+                starts.append(s)
+                ends.append(e)
+        out[device] = (starts, ends)
+    return out
+
+
+def overlap_ns(span: Copy | Interval, merged: dict[int, tuple[list[int], list[int]]]) -> int:
+    """How long the merged intervals (kernels, or copies) ran on the span's GPU during it."""
+    starts, ends = merged.get(span.device, ([], []))
+    i = max(bisect.bisect_right(starts, span.start_ns) - 1, 0)
+    total = 0
+    while i < len(starts) and starts[i] < span.end_ns:
+        total += max(0, min(ends[i], span.end_ns) - max(starts[i], span.start_ns))
+        i += 1
+    return total
+
+
+def _blocking(c: Copy) -> bool:
+    """The host waited for this copy inside its call: a synchronous call, or a pageable copy
+    (which the driver stages through its own buffer)."""
+    return c.call is not None and ("Async" not in c.call.function or c.host_memory == "pageable")
+
+
+def expected(
+    reference: Reference | None, copies: Iterable[Copy], memory: str | None = None
+) -> float | None:
+    """What this machine takes for these copies, from `memory` (default: their own)."""
+    if reference is None:
+        return None
+    total = 0.0
+    for c in copies:
+        t = reference.seconds(c.direction, memory or c.host_memory, c.bytes)
+        if t is None:
+            return None
+        total += t
+    return total
+
+
+def groups(trace: Trace, reference: Reference | None) -> list[Group]:
+    kernels = _merged(trace.kernels())
+    by: dict[tuple[str, str], list[Copy]] = defaultdict(list)
+    for c in trace.copies:
+        by[(c.direction, c.host_memory)].append(c)
+    out = []
+    for (direction, memory), copies in sorted(by.items()):
+        out.append(
+            Group(
+                direction,
+                memory,
+                len(copies),
+                sum(c.bytes for c in copies),
+                sum(c.seconds for c in copies),
+                expected(reference, copies) if direction in ("h2d", "d2h") else None,
+                sum(c.call.seconds for c in copies if c.call and _blocking(c)),
+                sum(overlap_ns(c, kernels) for c in copies) * 1e-9,
+            )
+        )
+    return out
+
+
+# ---- findings, priced ----------------------------------------------------------------------------
+
+
+def sizes_text(copies: Sequence[Copy]) -> str:
+    sizes = sorted(c.bytes for c in copies)
+    if not sizes:
+        return ""
+    if sizes[0] == sizes[-1]:
+        return format_bytes(sizes[0])
+    middle = format_bytes(int(stats.median(sizes)))
+    return f"{format_bytes(sizes[0])} to {format_bytes(sizes[-1])} (median {middle})"
+
+
+def _where(trace: Trace, items: Iterable[Any]) -> tuple[str, ...]:
+    counts = Counter(w for x in items if (w := trace.where(x.frames)))
+    return tuple(f"{w} ({n}x)" for w, n in counts.most_common(3))
+
+
+def _host_cost(c: Copy) -> float:
+    """What the copy cost the program: its call's time where the host waited, else its GPU time."""
+    return c.call.seconds if c.call is not None and _blocking(c) else c.seconds
+
+
+def _fix(
+    code: str,
+    title: str,
+    trace: Trace,
+    copies: Sequence[Copy],
+    cost: float,
+    saving: float,
+    fix: str,
+    detail: str = "",
+) -> Fix:
+    return Fix(
+        code,
+        title,
+        len(copies),
+        sum(c.bytes for c in copies),
+        sizes_text(copies),
+        _where(trace, copies),
+        cost,
+        max(0.0, saving),
+        fix,
+        detail,
+    )
+
+
+def pageable_fix(trace: Trace, reference: Reference | None) -> Fix | None:
+    copies = [
+        c for c in trace.copies if c.direction in ("h2d", "d2h") and c.host_memory == "pageable"
+    ]
+    if not copies:
+        return None
+    cost = sum(_host_cost(c) for c in copies)
+    pinned = expected(reference, copies, "pinned")
+    return _fix(
+        "pageable_copies",
+        "copies from or to pageable memory",
+        trace,
+        copies,
+        cost,
+        cost - pinned if pinned is not None else 0.0,
+        "pin the host buffers once (cudaHostRegister or cudaMallocHost; in PyTorch "
+        "tensor.pin_memory(), in CuPy cupyx.empty_pinned), or copy through xferscope's staged "
+        "copy (xferscope.copy_to_device)",
+        "" if pinned is not None else "no measured curve for pinned copies to price it",
+    )
+
+
+def sync_fix(trace: Trace) -> Fix | None:
+    copies = [
+        c
+        for c in trace.copies
+        if c.call is not None and "Async" not in c.call.function and c.host_memory == "pinned"
+    ]
+    if not copies:
+        return None
+    issued = [
+        c.call.seconds
+        for c in trace.copies
+        if c.call is not None and "Async" in c.call.function and c.host_memory == "pinned"
+    ]
+    issue = stats.median(issued) if issued else ASYNC_ISSUE_S
+    cost = sum(c.call.seconds for c in copies if c.call)
+    return _fix(
+        "synchronous_copies",
+        "synchronous copies that stall the host",
+        trace,
+        copies,
+        cost,
+        cost - issue * len(copies),
+        "issue them with cudaMemcpyAsync on a stream (non_blocking=True in PyTorch) and "
+        "synchronize only where the data is needed; the host works meanwhile",
+        "the saving is host time freed for other work while the copies run",
+    )
+
+
+def batch_fix(trace: Trace, reference: Reference | None) -> Fix | None:
+    """Runs of many small copies, one after another, that one copy of their bytes would replace."""
+    runs: list[list[Copy]] = []
+    current: list[Copy] = []
+    for c in trace.copies:
+        key = (c.pid, c.direction, c.host_memory, c.stream)
+        if (
+            c.bytes <= SMALL_BYTES
+            and c.direction in ("h2d", "d2h")
+            and current
+            and (
+                current[-1].pid,
+                current[-1].direction,
+                current[-1].host_memory,
+                current[-1].stream,
+            )
+            == key
+            and (c.call.start_ns if c.call else c.start_ns) - current[-1].end_ns <= BATCH_GAP_NS
+        ):
+            current.append(c)
+            continue
+        if len(current) >= BATCH_MIN:
+            runs.append(current)
+        current = [c] if c.bytes <= SMALL_BYTES and c.direction in ("h2d", "d2h") else []
+    if len(current) >= BATCH_MIN:
+        runs.append(current)
+    if not runs or reference is None:
+        return None
+    copies = [c for run in runs for c in run]
+    cost = sum(_host_cost(c) for c in copies)
+    one = 0.0
+    for run in runs:
+        t = reference.seconds(run[0].direction, run[0].host_memory, sum(c.bytes for c in run))
+        one += t or 0.0
+    return _fix(
+        "small_copies",
+        f"runs of many small copies ({len(runs)} runs of {BATCH_MIN} or more)",
+        trace,
+        copies,
+        cost,
+        cost - one,
+        "gather them into one buffer and copy once (cudaMemcpyBatchAsync on CUDA 12.8+, or a "
+        "pinned staging buffer and one copy), then scatter on the GPU",
+        "the saving prices each run as one copy of all its bytes on this machine",
+    )
+
+
+def overlap_fix(trace: Trace) -> Fix | None:
+    """Copies that ran while no kernel did, in a program that runs kernels: time that copies on
+    another stream could have hidden behind them (at most the kernels' own time free of copies)."""
+    kernels = trace.kernels()
+    if not kernels:
+        return None
+    merged = _merged(kernels)
+    alone = [
+        c for c in trace.copies if c.direction in ("h2d", "d2h") and overlap_ns(c, merged) == 0
+    ]
+    if not alone:
+        return None
+    copies_merged = _merged(
+        Interval(c.pid, "copy", "", c.start_ns, c.end_ns, c.device, c.stream) for c in trace.copies
+    )
+    free_kernel_s = sum(
+        (k.end_ns - k.start_ns - overlap_ns(k, copies_merged)) * 1e-9 for k in kernels
+    )
+    cost = sum(c.seconds for c in alone)
+    return _fix(
+        "copies_not_overlapped",
+        "copies that ran while no kernel did",
+        trace,
+        alone,
+        cost,
+        min(cost, free_kernel_s),
+        "issue the copies of the next batch on their own stream from pinned memory while the "
+        "current batch's kernels run (double buffering)",
+        "at most: the saving is bounded by the kernels' time free of copies, and needs work "
+        "that does not depend on the copy",
+    )
+
+
+def slow_fix(trace: Trace, reference: Reference | None) -> Fix | None:
+    if reference is None:
+        return None
+    slow = []
+    excess = 0.0
+    for c in trace.copies:
+        if c.direction not in ("h2d", "d2h") or c.host_memory not in ("pinned", "pageable"):
+            continue
+        t = reference.seconds(c.direction, c.host_memory, c.bytes)
+        taken = _host_cost(c) if c.host_memory == "pageable" else c.seconds
+        if t and taken > SLOW_FACTOR * t:
+            slow.append(c)
+            excess += taken - t
+    if not slow:
+        return None
+    return _fix(
+        "slow_copies",
+        "copies at less than half the rate this machine reaches for their size",
+        trace,
+        slow,
+        sum(_host_cost(c) for c in slow),
+        excess,
+        "look for copies that run at once with others (same direction), a buffer on the far "
+        "NUMA node (`xferscope run` says), or a GPU link trained down",
+    )
+
+
+def repeat_fix(trace: Trace) -> Fix | None:
+    seen: set[tuple[int, int]] = set()
+    repeats = []
+    for c in trace.copies:
+        if c.direction != "h2d" or c.content is None:
+            continue
+        key = (c.content, c.bytes)
+        if key in seen:
+            repeats.append(c)
+        seen.add(key)
+    if not repeats:
+        return None
+    cost = sum(_host_cost(c) for c in repeats)
+    return _fix(
+        "repeated_uploads",
+        "uploads of data already uploaded (same bytes, sampled)",
+        trace,
+        repeats,
+        cost,
+        cost,
+        "keep the data on the GPU and upload it once (cache the device copy)",
+        "identical content is judged from up to 4096 words sampled across each buffer and its size",
+    )
+
+
+def unused_pin_fix(trace: Trace) -> Fix | None:
+    used = [
+        (c.pid, p)
+        for c in trace.copies
+        for p, side in ((c.src_ptr, c.src), (c.dst_ptr, c.dst))
+        if p is not None and side in ("pinned", "pageable")
+    ]
+    idle = [
+        pin
+        for pin in trace.pins
+        if pin.bytes
+        and not any(
+            pid == pin.pid and pin.address <= p < pin.address + pin.bytes for pid, p in used
+        )
+    ]
+    if not idle or any(c.src_ptr is None for c in trace.copies if c.call):
+        return None  # without every copy's pointers, an unused buffer cannot be told
+    cost = sum(p.seconds or 0.0 for p in idle)
+    where = Counter(w for p in idle if (w := trace.where(p.frames)))
+    return Fix(
+        "pinned_unused",
+        "host memory pinned but never copied from or to",
+        len(idle),
+        sum(p.bytes for p in idle),
+        ", ".join(sorted({format_bytes(p.bytes) for p in idle})),
+        tuple(f"{w} ({n}x)" for w, n in where.most_common(3)),
+        cost,
+        cost,
+        "do not pin it (pinned memory is taken from the OS for as long as it lives)",
+        f"{format_bytes(sum(p.bytes for p in idle))} held pinned",
+    )
+
+
+def analyze(trace: Trace, wall_s: float, reference: Reference | None) -> Analysis:
+    fixes = [
+        f
+        for f in (
+            pageable_fix(trace, reference),
+            sync_fix(trace),
+            batch_fix(trace, reference),
+            overlap_fix(trace),
+            slow_fix(trace, reference),
+            repeat_fix(trace),
+            unused_pin_fix(trace),
+        )
+        if f is not None
+    ]
+    notes = []
+    if trace.sampled:
+        notes.append(
+            "records beyond the limit were counted, not kept: the table's totals are exact, the "
+            "findings price the records kept"
+        )
+    if trace.dropped:
+        notes.append(f"CUPTI dropped {trace.dropped} records (its buffers were full)")
+    return Analysis(
+        tuple(seed001_table(trace)),
+        tuple(groups(trace, reference)),
+        tuple(sorted(fixes, key=lambda f: -f.saving_s)),
+        wall_s,
+        None if reference is None else reference.source,
+        sum(c.seconds for c in trace.copies),
+        tuple(notes),
+    )

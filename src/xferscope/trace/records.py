@@ -1,0 +1,278 @@
+"""What `xferscope trace` recorded of a program, read from the injection library's JSON lines
+(engine/src/trace/inject.cpp, one file per traced process): every copy with its API call, its
+pointers, a sampled hash of its host source and its caller; memsets, kernels, synchronizations
+and host memory pinned; and the library's exact totals per kind, which stay right when records
+beyond the limit were only counted."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# CUPTI's CUpti_ActivityMemcpyKind and CUpti_ActivityMemoryKind
+COPY_KINDS = {
+    1: "h2d",
+    2: "d2h",
+    3: "h2a",
+    4: "a2h",
+    5: "a2a",
+    6: "a2d",
+    7: "d2a",
+    8: "d2d",
+    9: "h2h",
+    10: "p2p",
+}
+MEMORY_KINDS = {
+    0: "unknown",
+    1: "pageable",
+    2: "pinned",
+    3: "device",
+    4: "array",
+    5: "managed",
+    6: "device",
+    7: "managed",
+}
+# seed 001's (nvprof's) names for the kinds of copy
+NVPROF_NAMES = {
+    "h2d": "[CUDA memcpy HtoD]",
+    "d2h": "[CUDA memcpy DtoH]",
+    "d2d": "[CUDA memcpy DtoD]",
+    "p2p": "[CUDA memcpy PtoP]",
+    "h2h": "[CUDA memcpy HtoH]",
+    "memset": "[CUDA memset]",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """The API call that issued a copy or pinned memory, as the runtime or driver saw it."""
+
+    function: str
+    start_ns: int
+    end_ns: int
+    thread: int
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_ns - self.start_ns) * 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class Copy:
+    pid: int
+    direction: str  # h2d, d2h, d2d, p2p, h2h, ...
+    src: str  # pageable, pinned, device, managed, ...
+    dst: str
+    bytes: int
+    start_ns: int  # on the GPU
+    end_ns: int
+    device: int
+    stream: int
+    is_async: bool
+    correlation: int
+    call: Call | None = None  # the API call that issued it
+    src_ptr: int | None = None
+    dst_ptr: int | None = None
+    content: int | None = None  # a sampled hash of a host source's bytes (h2d)
+    frames: tuple[int, ...] = ()  # the caller's return addresses
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_ns - self.start_ns) * 1e-9
+
+    @property
+    def host_memory(self) -> str:
+        """The host side's memory kind, or the device's for d2d and p2p."""
+        return self.src if self.direction.startswith("h") else self.dst
+
+    @property
+    def kind(self) -> str:
+        return self.direction
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """A memset, kernel or synchronization on the GPU."""
+
+    pid: int
+    what: str  # memset, kernel, sync
+    name: str
+    start_ns: int
+    end_ns: int
+    device: int
+    stream: int
+    bytes: int = 0
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_ns - self.start_ns) * 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class Pin:
+    """Host memory pinned (cudaMallocHost, cudaHostAlloc, cudaHostRegister, their driver
+    forms): where, how much, and what the call cost."""
+
+    pid: int
+    how: str  # alloc, register
+    function: str
+    address: int
+    bytes: int
+    seconds: float | None
+    frames: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """Everything recorded, over all traced processes."""
+
+    copies: tuple[Copy, ...]
+    intervals: tuple[Interval, ...]
+    pins: tuple[Pin, ...]
+    calls: tuple[Call, ...]  # every recorded API call (copies, sets, syncs, pinning)
+    totals: dict[str, dict[str, int]]  # per record type: records, written, b, ns
+    frames: dict[int, str]  # return address -> "object+offset (symbol)"
+    processes: tuple[dict[str, Any], ...]  # per process: pid, ppid, start, end, file
+    dropped: int = 0  # records CUPTI dropped (its buffers were full)
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def sampled(self) -> bool:
+        """True when some records beyond the limit were only counted."""
+        return any(t["records"] > t["written"] for t in self.totals.values())
+
+    def kernels(self) -> list[Interval]:
+        return [i for i in self.intervals if i.what == "kernel"]
+
+    def where(self, frames: Iterable[int]) -> str | None:
+        """The first caller outside CUDA's own libraries, named."""
+        for a in frames:
+            name = self.frames.get(a)
+            if name and not any(
+                lib in name for lib in ("libcudart", "libcuda.so", "libxferscope_inject")
+            ):
+                return name
+        return None
+
+
+def read_trace(files: Iterable[Path]) -> Trace:
+    """The records of every traced process's file; a line cut short by a crash is skipped."""
+    copies: list[Copy] = []
+    intervals: list[Interval] = []
+    pins: list[Pin] = []
+    calls: list[Call] = []
+    totals: dict[str, dict[str, int]] = {}
+    frames: dict[int, str] = {}
+    processes: list[dict[str, Any]] = []
+    warnings: list[str] = []
+    dropped = 0
+    for path in sorted(files):
+        pid = 0
+        raw_copies: list[dict[str, Any]] = []
+        api: dict[tuple[int, int], dict[str, Any]] = {}  # (runtime?, correlation) -> record
+        call_info: dict[int, dict[str, Any]] = {}  # runtime correlation -> pointers, hash
+        pin_records: list[dict[str, Any]] = []
+        process: dict[str, Any] = {"file": path.name}
+        for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                r = json.loads(text)
+            except ValueError:
+                continue
+            t = r.get("t")
+            if t == "start":
+                pid = int(r["pid"])
+                process |= {"pid": pid, "ppid": r.get("ppid"), "start_ns": r.get("ts")}
+            elif t == "end":
+                process["end_ns"] = r.get("ts")
+            elif t == "memcpy":
+                raw_copies.append(r)
+            elif t in ("memset", "kernel", "sync"):
+                intervals.append(
+                    Interval(
+                        pid,
+                        t,
+                        str(r.get("n", "memset" if t == "memset" else f"sync {r.get('y')}")),
+                        int(r["st"]),
+                        int(r["en"]),
+                        int(r.get("dev", -1)),
+                        int(r.get("str", -1)),
+                        int(r.get("b", 0)),
+                    )
+                )
+            elif t == "api":
+                api[(int(r["rt"]), int(r["c"]))] = r
+                calls.append(Call(str(r["f"]), int(r["st"]), int(r["en"]), int(r["tid"])))
+            elif t == "call":
+                call_info[int(r["c"])] = r
+            elif t == "pin":
+                pin_records.append(r)
+            elif t == "totals":
+                entry = totals.setdefault(
+                    str(r["of"]), {"records": 0, "written": 0, "b": 0, "ns": 0}
+                )
+                for key in entry:
+                    entry[key] += int(r.get(key, 0))
+            elif t == "frame":
+                symbol = f" ({r['sym']})" if r.get("sym") else ""
+                frames[int(r["a"])] = f"{Path(str(r['obj'])).name}+{int(r['off']):#x}{symbol}"
+            elif t == "dropped":
+                dropped = max(dropped, int(r["n"]))
+            elif t == "warning":
+                warnings.append(str(r.get("m")))
+        processes.append(process)
+        for r in raw_copies:
+            rc = int(r.get("rc", 0))
+            a = api.get((1, rc)) if rc else None
+            a = a or api.get((0, int(r["c"])))
+            info = call_info.get(rc, {}) if rc else {}
+            copies.append(
+                Copy(
+                    pid,
+                    COPY_KINDS.get(int(r["k"]), f"kind{r['k']}"),
+                    MEMORY_KINDS.get(int(r["s"]), "unknown"),
+                    MEMORY_KINDS.get(int(r["d"]), "unknown"),
+                    int(r["b"]),
+                    int(r["st"]),
+                    int(r["en"]),
+                    int(r.get("dev", -1)),
+                    int(r.get("str", -1)),
+                    bool(r.get("async")),
+                    int(r["c"]),
+                    None
+                    if a is None
+                    else Call(str(a["f"]), int(a["st"]), int(a["en"]), int(a["tid"])),
+                    info.get("src"),
+                    info.get("dst"),
+                    info.get("h"),
+                    tuple(info.get("at", ())),
+                )
+            )
+        for r in pin_records:
+            a = api.get((1 if str(r["f"]).startswith("cuda") else 0, int(r["c"])))
+            pins.append(
+                Pin(
+                    pid,
+                    str(r["how"]),
+                    str(r["f"]),
+                    int(r["p"]),
+                    int(r["b"]),
+                    None if a is None else (int(a["en"]) - int(a["st"])) * 1e-9,
+                    tuple(r.get("at", ())),
+                )
+            )
+    copies.sort(key=lambda c: c.start_ns)
+    intervals.sort(key=lambda i: i.start_ns)
+    return Trace(
+        tuple(copies),
+        tuple(intervals),
+        tuple(pins),
+        tuple(sorted(calls, key=lambda c: c.start_ns)),
+        totals,
+        frames,
+        tuple(processes),
+        dropped,
+        tuple(warnings),
+    )

@@ -1,0 +1,117 @@
+"""Runs a program unchanged under xferscope's CUPTI injection library: the program is started
+directly (no shell) with CUDA_INJECTION64_PATH naming the library, which CUDA loads into it (and
+into its child processes, which inherit the environment) when it first initializes CUDA. Ctrl-C
+and SIGTERM go to the program, which the library lets flush its records first; the program's
+exit status, or the signal that ended it, comes back as it was."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.errors import OptionError, XferscopeError
+from ..core.native import engine_module
+
+LIBRARY = "libxferscope_inject.so"
+DEFAULT_LIMIT = 1_000_000  # records of each kind written; beyond, counted
+
+
+class TraceError(XferscopeError):
+    """The program could not be traced; the message says why."""
+
+
+def injection_library() -> Path:
+    """The injection library built beside the engine module."""
+    here = Path(engine_module().__file__).parent
+    path = here / LIBRARY
+    if not path.exists():
+        raise TraceError(
+            f"the CUPTI injection library {LIBRARY} is not beside {here}; reinstall xferscope "
+            "with the CUDA toolkit (CUPTI) present"
+        )
+    return path
+
+
+@dataclass(frozen=True, slots=True)
+class Ran:
+    """How the program ended, and where its records are."""
+
+    command: tuple[str, ...]
+    returncode: int  # as subprocess reports it: negative for a signal
+    wall_s: float
+    files: tuple[Path, ...]
+    interrupted: bool  # a Ctrl-C or SIGTERM was forwarded to it
+
+    @property
+    def signal(self) -> str | None:
+        if self.returncode >= 0:
+            return None
+        try:
+            return signal.Signals(-self.returncode).name
+        except ValueError:
+            return f"signal {-self.returncode}"
+
+    @property
+    def exit_status(self) -> int:
+        """The status xferscope exits with: the program's, or 128 + its signal, as a shell
+        reports it."""
+        return self.returncode if self.returncode >= 0 else 128 - self.returncode
+
+
+def resolve(command: Sequence[str]) -> list[str]:
+    """The command with its program found on PATH; a missing one is a one-line error."""
+    if not command:
+        raise OptionError("COMMAND", "give the program to trace after --, such as: -- ./app")
+    program = command[0]
+    found = program if os.sep in program else shutil.which(program)
+    if not found or not os.path.exists(found):
+        raise OptionError("COMMAND", f"'{program}' was not found (not a file, nor on PATH)")
+    if not os.access(found, os.X_OK) or os.path.isdir(found):
+        raise OptionError("COMMAND", f"'{program}' is not an executable file")
+    return [found, *command[1:]]
+
+
+def run_traced(command: Sequence[str], directory: Path, limit: int = DEFAULT_LIMIT) -> Ran:
+    """Runs `command` with the library injected, its records going to `directory`. Its own
+    output goes where ours goes, untouched."""
+    argv = resolve(command)
+    library = injection_library()
+    env = dict(os.environ)
+    env |= {
+        "CUDA_INJECTION64_PATH": str(library),
+        "XFERSCOPE_TRACE_DIR": str(directory),
+        "XFERSCOPE_TRACE_LIMIT": str(limit),
+    }
+    forwarded: list[int] = []
+    start = time.perf_counter()
+    try:
+        child = subprocess.Popen(argv, env=env)
+    except OSError as exc:
+        raise OptionError("COMMAND", f"cannot start '{command[0]}': {exc.strerror}") from None
+
+    def forward(signum: int, _frame: object) -> None:
+        forwarded.append(signum)
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while True:
+            try:
+                returncode = child.wait()
+                break
+            except InterruptedError:
+                continue
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    wall = time.perf_counter() - start
+    files = tuple(sorted(directory.glob("trace-*.jsonl")))
+    return Ran(tuple(argv), returncode, wall, files, bool(forwarded))
