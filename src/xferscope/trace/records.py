@@ -7,6 +7,8 @@ beyond the limit were only counted."""
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +46,20 @@ NVPROF_NAMES = {
     "h2h": "[CUDA memcpy HtoH]",
     "memset": "[CUDA memset]",
 }
+
+
+# frames in these are CUDA's or CUPTI's own, not the program's
+CUDA_LIBRARIES = (
+    "libcudart",
+    "libcuda.so",
+    "libcupti",
+    "libxferscope_inject",
+    "libc10_cuda",
+    "(cuda",  # the CUDA runtime linked statically into the program: its functions by name
+    "(__cuda",
+    "(cudart::",
+    "(libcudart",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,9 +167,7 @@ class Trace:
         """The first caller outside CUDA's own libraries, named."""
         for a in frames:
             name = self.frames.get(a)
-            if name and not any(
-                lib in name for lib in ("libcudart", "libcuda.so", "libxferscope_inject")
-            ):
+            if name and not any(lib in name for lib in CUDA_LIBRARIES):
                 return name
         return None
 
@@ -168,6 +182,7 @@ def read_trace(files: Iterable[Path]) -> Trace:
     frames: dict[int, str] = {}
     processes: list[dict[str, Any]] = []
     warnings: list[str] = []
+    raw_frames: dict[int, tuple[str, int, str]] = {}
     dropped = 0
     for path in sorted(files):
         pid = 0
@@ -216,18 +231,18 @@ def read_trace(files: Iterable[Path]) -> Trace:
                 for key in entry:
                     entry[key] += int(r.get(key, 0))
             elif t == "frame":
-                symbol = f" ({r['sym']})" if r.get("sym") else ""
-                frames[int(r["a"])] = f"{Path(str(r['obj'])).name}+{int(r['off']):#x}{symbol}"
+                raw_frames[int(r["a"])] = (str(r["obj"]), int(r["off"]), str(r.get("sym") or ""))
             elif t == "dropped":
                 dropped = max(dropped, int(r["n"]))
             elif t == "warning":
                 warnings.append(str(r.get("m")))
         processes.append(process)
         for r in raw_copies:
-            rc = int(r.get("rc", 0))
-            a = api.get((1, rc)) if rc else None
-            a = a or api.get((0, int(r["c"])))
-            info = call_info.get(rc, {}) if rc else {}
+            # the runtime call that issued it (CUPTI names it in runtimeCorrelationId, or gives
+            # the runtime's id as the copy's own), else the driver call
+            rc, c = int(r.get("rc", 0)), int(r["c"])
+            a = (api.get((1, rc)) if rc else None) or api.get((1, c)) or api.get((0, c))
+            info = (call_info.get(rc) if rc else None) or call_info.get(c, {})
             copies.append(
                 Copy(
                     pid,
@@ -263,6 +278,7 @@ def read_trace(files: Iterable[Path]) -> Trace:
                     tuple(r.get("at", ())),
                 )
             )
+    frames = symbolize(raw_frames)
     copies.sort(key=lambda c: c.start_ns)
     intervals.sort(key=lambda i: i.start_ns)
     return Trace(
@@ -276,3 +292,36 @@ def read_trace(files: Iterable[Path]) -> Trace:
         dropped,
         tuple(warnings),
     )
+
+
+def symbolize(raw: dict[int, tuple[str, int, str]]) -> dict[int, str]:
+    """Each return address as "object+offset (function)": the exported symbol the library saw,
+    else the function addr2line finds in the object's symbol table (with file:line where it has
+    debug information). Objects no longer there keep their offsets."""
+    by_object: dict[str, list[tuple[int, int]]] = {}
+    names: dict[int, str] = {}
+    for a, (obj, off, sym) in raw.items():
+        names[a] = f"{Path(obj).name}+{off:#x}" + (f" ({sym})" if sym else "")
+        if not sym and Path(obj).is_file():
+            by_object.setdefault(obj, []).append((a, off))
+    tool = shutil.which("addr2line")
+    if tool is None:
+        return names
+    for obj, items in by_object.items():
+        try:
+            out = subprocess.run(
+                [tool, "-f", "-C", "-e", obj, *(f"{off - 1:#x}" for _, off in items)],
+                capture_output=True,
+                text=True,
+                timeout=20,
+                check=False,
+            ).stdout.splitlines()
+        except (OSError, subprocess.SubprocessError):
+            continue
+        for (a, off), (function, place) in zip(
+            items, zip(out[::2], out[1::2], strict=False), strict=False
+        ):
+            if function and function != "??":
+                line = "" if place.startswith("??") else f" {Path(place.split(' ')[0]).name}"
+                names[a] = f"{Path(obj).name}+{off:#x} ({function}{line})"
+    return names

@@ -1,0 +1,126 @@
+// A transfer-heavy CUDA program for `xferscope trace`'s tests and benchmark. It makes every kind
+// of copy the trace's findings are about, times each kind itself with CUDA events, and prints
+// one JSON line: the calls, bytes and event-timed seconds per kind, so the trace can be checked
+// against the program's own account.
+//   copies [--small N] [--crash] [--fixed] [--accuracy]
+// --accuracy makes only large asynchronous copies from pinned memory, whose event timing is the
+// copy's own GPU time (the trace's totals are checked against it).
+// --fixed runs the same work with the fixes applied (pinned, batched, uploaded once, async).
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#define CHECK(x)                                                                      \
+  do {                                                                                \
+    cudaError_t e = (x);                                                              \
+    if (e != cudaSuccess) {                                                           \
+      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
+      std::exit(2);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+__global__ void scale(float* x, std::size_t n) {
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] *= 1.0001f;
+}
+
+struct Tally {
+  long calls = 0;
+  long long bytes = 0;
+  double seconds = 0;
+};
+std::map<std::string, Tally> tally;
+cudaEvent_t t0, t1;
+
+// one copy, timed with events around it on its stream
+void timed(const char* kind, void* dst, const void* src, std::size_t bytes, cudaMemcpyKind dir, bool async,
+           cudaStream_t stream) {
+  CHECK(cudaEventRecord(t0, stream));
+  if (async) {
+    CHECK(cudaMemcpyAsync(dst, src, bytes, dir, stream));
+  } else {
+    CHECK(cudaMemcpy(dst, src, bytes, dir));
+  }
+  CHECK(cudaEventRecord(t1, stream));
+  CHECK(cudaEventSynchronize(t1));
+  float ms = 0;
+  CHECK(cudaEventElapsedTime(&ms, t0, t1));
+  Tally& t = tally[kind];
+  ++t.calls;
+  t.bytes += static_cast<long long>(bytes);
+  t.seconds += ms * 1e-3;
+}
+
+int main(int argc, char** argv) {
+  int small = 2000;
+  bool crash = false, fixed = false, accuracy = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--small") && i + 1 < argc) small = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--crash")) crash = true;
+    if (!std::strcmp(argv[i], "--fixed")) fixed = true;
+    if (!std::strcmp(argv[i], "--accuracy")) accuracy = true;
+  }
+  CHECK(cudaEventCreate(&t0));
+  CHECK(cudaEventCreate(&t1));
+  cudaStream_t stream;
+  CHECK(cudaStreamCreate(&stream));
+  const std::size_t big = 64u << 20, piece = 4096;
+  std::vector<char> pageable(big);
+  for (std::size_t i = 0; i < big; ++i) pageable[i] = static_cast<char>(i * 7);
+  char *pinned = nullptr, *unused = nullptr;
+  CHECK(cudaMallocHost(&pinned, big));
+  std::memcpy(pinned, pageable.data(), big);
+  if (!fixed) CHECK(cudaMallocHost(&unused, 32u << 20));  // pinned, never copied
+  char* device = nullptr;
+  CHECK(cudaMalloc(&device, big));
+  float* work = nullptr;
+  CHECK(cudaMalloc(&work, big));
+  CHECK(cudaMemset(work, 0, big));
+
+  if (accuracy) {
+    for (int i = 0; i < 20; ++i) {
+      timed("h2d", device, pinned, big, cudaMemcpyHostToDevice, true, stream);
+      timed("d2h", pinned, device, big, cudaMemcpyDeviceToHost, true, stream);
+    }
+    small = 0;
+  }
+  // large uploads and downloads: from pageable memory (fixed: pinned), 8 each
+  char* host = fixed ? pinned : pageable.data();
+  const int large = accuracy ? 0 : 8;
+  for (int i = 0; i < large; ++i) timed("h2d", device, host, big, cudaMemcpyHostToDevice, fixed, stream);
+  for (int i = 0; i < large; ++i) timed("d2h", host, device, big, cudaMemcpyDeviceToHost, fixed, stream);
+  // the same pinned buffer uploaded again and again (fixed: once)
+  for (int i = 0; i < (accuracy ? 0 : fixed ? 1 : 6); ++i) {
+    timed("h2d", device, pinned, big, cudaMemcpyHostToDevice, false, stream);
+  }
+  // many small copies, one after another (fixed: one copy of all their bytes)
+  if (accuracy) {
+  } else if (fixed) {
+    timed("h2d", device, pinned, piece * small, cudaMemcpyHostToDevice, true, stream);
+  } else {
+    for (int i = 0; i < small; ++i) {
+      timed("h2d", device + i * piece, pinned + (i * piece) % big, piece, cudaMemcpyHostToDevice, false, stream);
+    }
+  }
+  // kernels, and copies beside them or not
+  for (int i = 0; i < 20; ++i) scale<<<264, 256, 0, stream>>>(work, big / sizeof(float));
+  CHECK(cudaStreamSynchronize(stream));
+  if (crash) std::abort();
+  std::printf("{");
+  bool first = true;
+  for (const auto& [kind, t] : tally) {
+    std::printf("%s\"%s\":{\"calls\":%ld,\"bytes\":%lld,\"seconds\":%.9f}", first ? "" : ",", kind.c_str(), t.calls,
+                t.bytes, t.seconds);
+    first = false;
+  }
+  std::printf("}\n");
+  CHECK(cudaFreeHost(pinned));
+  if (unused) CHECK(cudaFreeHost(unused));
+  CHECK(cudaFree(device));
+  CHECK(cudaFree(work));
+  return 0;
+}
