@@ -2,12 +2,17 @@
 // of copy the trace's findings are about, times each kind itself with CUDA events, and prints
 // one JSON line: the calls, bytes and event-timed seconds per kind, so the trace can be checked
 // against the program's own account.
-//   copies [--small N] [--crash] [--fixed] [--accuracy]
+//   copies [--small N] [--crash] [--fix pageable,repeat,small,unused|all] [--accuracy] [--no-events]
 // --accuracy makes only large asynchronous copies from pinned memory, whose event timing is the
 // copy's own GPU time (the trace's totals are checked against it).
-// --fixed runs the same work with the fixes applied (pinned, batched, uploaded once, async).
+// --fix runs the same work with those fixes applied: pinned instead of pageable buffers, the
+// repeated upload made once, the small copies made as one, the unused pinned buffer not made.
+// --no-events leaves out the per-copy event timing (its own cost would swamp small copies).
+// Besides its tally it prints phase_s: host seconds from the first copy to the last.
 #include <cuda_runtime.h>
 
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -35,10 +40,22 @@ struct Tally {
 };
 std::map<std::string, Tally> tally;
 cudaEvent_t t0, t1;
+bool events = true;
 
 // one copy, timed with events around it on its stream
 void timed(const char* kind, void* dst, const void* src, std::size_t bytes, cudaMemcpyKind dir, bool async,
            cudaStream_t stream) {
+  Tally& t = tally[kind];
+  ++t.calls;
+  t.bytes += static_cast<long long>(bytes);
+  if (!events) {
+    if (async) {
+      CHECK(cudaMemcpyAsync(dst, src, bytes, dir, stream));
+    } else {
+      CHECK(cudaMemcpy(dst, src, bytes, dir));
+    }
+    return;
+  }
   CHECK(cudaEventRecord(t0, stream));
   if (async) {
     CHECK(cudaMemcpyAsync(dst, src, bytes, dir, stream));
@@ -49,19 +66,18 @@ void timed(const char* kind, void* dst, const void* src, std::size_t bytes, cuda
   CHECK(cudaEventSynchronize(t1));
   float ms = 0;
   CHECK(cudaEventElapsedTime(&ms, t0, t1));
-  Tally& t = tally[kind];
-  ++t.calls;
-  t.bytes += static_cast<long long>(bytes);
   t.seconds += ms * 1e-3;
 }
 
 int main(int argc, char** argv) {
   int small = 2000;
-  bool crash = false, fixed = false, accuracy = false;
+  bool crash = false, accuracy = false;
+  std::string fix;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--small") && i + 1 < argc) small = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--crash")) crash = true;
-    if (!std::strcmp(argv[i], "--fixed")) fixed = true;
+    if (!std::strcmp(argv[i], "--fix") && i + 1 < argc) fix = argv[++i];
+    if (!std::strcmp(argv[i], "--no-events")) events = false;
     if (!std::strcmp(argv[i], "--accuracy")) accuracy = true;
   }
   CHECK(cudaEventCreate(&t0));
@@ -70,11 +86,21 @@ int main(int argc, char** argv) {
   CHECK(cudaStreamCreate(&stream));
   const std::size_t big = 64u << 20, piece = 4096;
   std::vector<char> pageable(big);
-  for (std::size_t i = 0; i < big; ++i) pageable[i] = static_cast<char>(i * 7);
-  char *pinned = nullptr, *unused = nullptr;
+  std::uint64_t x = 0x9E3779B97F4A7C15ull;  // xorshift: no two 4 KiB pieces alike
+  for (std::size_t i = 0; i < big; i += 8) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    std::memcpy(&pageable[i], &x, 8);
+  }
+  auto fixes = [&](const char* what) {
+    return fix == "all" || ("," + fix + ",").find(std::string(",") + what + ",") != std::string::npos;
+  };
+  char *pinned = nullptr, *unused = nullptr, *staging = nullptr;
   CHECK(cudaMallocHost(&pinned, big));
   std::memcpy(pinned, pageable.data(), big);
-  if (!fixed) CHECK(cudaMallocHost(&unused, 32u << 20));  // pinned, never copied
+  if (fixes("pageable")) {
+    CHECK(cudaMallocHost(&staging, big));  // the program's buffer, pinned from the start
+    std::memcpy(staging, pageable.data(), big);
+  }
   char* device = nullptr;
   CHECK(cudaMalloc(&device, big));
   float* work = nullptr;
@@ -88,19 +114,25 @@ int main(int argc, char** argv) {
     }
     small = 0;
   }
+  CHECK(cudaDeviceSynchronize());
+  const auto phase = std::chrono::steady_clock::now();
+  if (!fixes("unused")) CHECK(cudaMallocHost(&unused, 32u << 20));  // pinned, never copied
   // large uploads and downloads: from pageable memory (fixed: pinned), 8 each
-  char* host = fixed ? pinned : pageable.data();
+  char* host = fixes("pageable") ? staging : pageable.data();
   const int large = accuracy ? 0 : 8;
-  for (int i = 0; i < large; ++i) timed("h2d", device, host, big, cudaMemcpyHostToDevice, fixed, stream);
-  for (int i = 0; i < large; ++i) timed("d2h", host, device, big, cudaMemcpyDeviceToHost, fixed, stream);
+  for (int i = 0; i < large; ++i) {
+    std::memcpy(host, &i, sizeof i);  // new data each time: not a repeated upload
+    timed("h2d", device, host, big, cudaMemcpyHostToDevice, false, stream);
+  }
+  for (int i = 0; i < large; ++i) timed("d2h", host, device, big, cudaMemcpyDeviceToHost, false, stream);
   // the same pinned buffer uploaded again and again (fixed: once)
-  for (int i = 0; i < (accuracy ? 0 : fixed ? 1 : 6); ++i) {
+  for (int i = 0; i < (accuracy ? 0 : fixes("repeat") ? 1 : 6); ++i) {
     timed("h2d", device, pinned, big, cudaMemcpyHostToDevice, false, stream);
   }
   // many small copies, one after another (fixed: one copy of all their bytes)
   if (accuracy) {
-  } else if (fixed) {
-    timed("h2d", device, pinned, piece * small, cudaMemcpyHostToDevice, true, stream);
+  } else if (fixes("small")) {
+    timed("h2d", device, pinned, piece * small, cudaMemcpyHostToDevice, false, stream);
   } else {
     for (int i = 0; i < small; ++i) {
       timed("h2d", device + i * piece, pinned + (i * piece) % big, piece, cudaMemcpyHostToDevice, false, stream);
@@ -109,8 +141,9 @@ int main(int argc, char** argv) {
   // kernels, and copies beside them or not
   for (int i = 0; i < 20; ++i) scale<<<264, 256, 0, stream>>>(work, big / sizeof(float));
   CHECK(cudaStreamSynchronize(stream));
+  const double phase_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - phase).count();
   if (crash) std::abort();
-  std::printf("{");
+  std::printf("{\"phase_s\":%.6f,", phase_s);
   bool first = true;
   for (const auto& [kind, t] : tally) {
     std::printf("%s\"%s\":{\"calls\":%ld,\"bytes\":%lld,\"seconds\":%.9f}", first ? "" : ",", kind.c_str(), t.calls,
@@ -120,6 +153,7 @@ int main(int argc, char** argv) {
   std::printf("}\n");
   CHECK(cudaFreeHost(pinned));
   if (unused) CHECK(cudaFreeHost(unused));
+  if (staging) CHECK(cudaFreeHost(staging));
   CHECK(cudaFree(device));
   CHECK(cudaFree(work));
   return 0;

@@ -174,7 +174,7 @@ def test_a_crash_keeps_the_trace_and_reports_the_signal(capsys, tmp_path, monkey
     from xferscope.cli import trace as trace_cli
 
     monkeypatch.setattr(trace_cli, "run_traced", _fake_run(tmp_path, returncode=-6))
-    code, out, err = run(capsys, "trace", "--reference", "none", "-o", str(tmp_path), "--", "x")
+    code, _, err = run(capsys, "trace", "--reference", "none", "-o", str(tmp_path), "--", "x")
     assert code == 134 and "ended on SIGABRT; its trace up to then is kept" in err
     (directory,) = tmp_path.glob("trace-*")
     assert json.loads((directory / "trace-summary.json").read_text())["signal"] == "SIGABRT"
@@ -200,7 +200,7 @@ def test_a_program_without_cuda_says_so_and_keeps_its_status(capsys, tmp_path):
     ],
 )
 def test_bad_input_is_one_line(capsys, args, fragment):
-    code, out, err = run(capsys, "trace", *args)
+    code, _, err = run(capsys, "trace", *args)
     assert code == 2 and fragment in err and "Traceback" not in err
 
 
@@ -227,6 +227,6 @@ def test_ctrl_c_goes_to_the_program_and_its_status_comes_back(tmp_path):
     time.sleep(1.5)
     start = time.monotonic()
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=10)
+    _, err = proc.communicate(timeout=10)
     assert time.monotonic() - start < 3
     assert proc.returncode == 130, err

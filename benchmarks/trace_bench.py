@@ -1,0 +1,167 @@
+"""Trace benchmark (issue 12), on one GPU in one run, with tests/trace_programs/copies.cu:
+  trace_wall_vs_untraced   the program's wall time untraced / traced, on a transfer-heavy run
+                           (30,000 small copies plus large ones), runs alternated (goal >= 0.95)
+  trace_total_vs_events    the trace's per-kind GPU totals against the program's own CUDA-event
+                           timing of the same copies (goal >= 0.98)
+  and for each finding the saving the trace predicted against the saving measured by running
+  the program with that fix applied (its copy phase, median of alternated runs).
+Writes benchmarks/results/trace-<gpu>-<date>.json as ../shared/BENCHMARKS.md says.
+
+    python3 benchmarks/trace_bench.py --commit $(git rev-parse HEAD) [--runs 5] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from foundation import comparison, write_record
+from xferscope.core.engine import NativeEngine
+from xferscope.core.machine import collect
+from xferscope.trace.analyze import analyze
+from xferscope.trace.records import read_trace
+from xferscope.trace.reference import calibrate
+from xferscope.trace.runner import run_traced
+
+HERE = Path(__file__).resolve().parent
+PROGRAM = HERE.parent / "tests" / "trace_programs" / "copies.cu"
+HEAVY = ["--small", "30000", "--no-events"]
+FIXES = {
+    "pageable": "pageable_copies",
+    "repeat": "repeated_uploads",
+    "small": "small_copies",
+    "unused": "pinned_unused",
+}
+
+
+def own(stdout: str) -> dict:
+    return json.loads(next(line for line in stdout.splitlines() if line.startswith("{")))
+
+
+def plain(argv: list[str]) -> tuple[float, dict]:
+    start = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, check=True)
+    return time.perf_counter() - start, own(proc.stdout)
+
+
+def traced(argv: list[str]) -> tuple[float, Path]:
+    scratch = Path(tempfile.mkdtemp(prefix="xfs-bench-"))
+    ran = run_traced(argv, scratch)
+    assert ran.returncode == 0, ran
+    return ran.wall_s, scratch
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--commit", required=True)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--out", default=str(HERE / "results"))
+    args = parser.parse_args()
+    build = Path(tempfile.mkdtemp()) / "copies"
+    subprocess.run(
+        [shutil.which("nvcc") or "nvcc", "-O2", "-o", str(build), str(PROGRAM)], check=True
+    )
+    program = str(build)
+    engine = NativeEngine()
+    meta = collect(engine, [0])
+    comparisons, figures = [], {}
+
+    # 1. overhead on a transfer-heavy run, alternated
+    walls: dict[str, list[float]] = {"plain": [], "traced": []}
+    plain([program, *HEAVY])  # warm-up: the driver's caches
+    for _ in range(args.runs):
+        walls["plain"].append(plain([program, *HEAVY])[0])
+        wall, scratch = traced([program, *HEAVY])
+        walls["traced"].append(wall)
+        figures["heavy_copies_traced"] = len(read_trace(scratch.glob("trace-*.jsonl")).copies)
+        shutil.rmtree(scratch)
+    untraced, with_trace = statistics.median(walls["plain"]), statistics.median(walls["traced"])
+    comparisons.append(
+        comparison(
+            "trace_wall_vs_untraced",
+            with_trace,
+            untraced,
+            "the same program untraced (wall time, median of alternated runs)",
+            "s",
+            False,
+            0.95,
+        )
+    )
+    figures["heavy_wall_s"] = {k: [round(v, 4) for v in vs] for k, vs in walls.items()}
+
+    # 2. accuracy against the program's own events
+    scratch = Path(tempfile.mkdtemp(prefix="xfs-bench-"))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; "
+            "from xferscope.trace.runner import run_traced; "
+            "r = run_traced(sys.argv[2:], Path(sys.argv[1])); sys.exit(r.returncode)",
+            str(scratch),
+            program,
+            "--accuracy",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    mine = own(proc.stdout)
+    trace = read_trace(scratch.glob("trace-*.jsonl"))
+    worst = 1.0
+    for direction in ("h2d", "d2h"):
+        total = sum(c.seconds for c in trace.copies if c.direction == direction)
+        ratio = total / mine[direction]["seconds"]
+        figures[f"accuracy_{direction}_trace_over_events"] = round(ratio, 5)
+        worst = min(worst, ratio, 1 / ratio)
+        figures[f"accuracy_{direction}_bytes_exact"] = (
+            sum(c.bytes for c in trace.copies if c.direction == direction)
+            == mine[direction]["bytes"]
+        )
+    comparisons.append(
+        comparison(
+            "trace_total_vs_events",
+            worst,
+            1.0,
+            "the program's own CUDA events",
+            "ratio",
+            True,
+            0.98,
+        )
+    )
+
+    # 3. predicted savings against measured ones
+    reference = calibrate(engine, 0)
+    wall, scratch = traced([program, "--no-events"])
+    trace = read_trace(scratch.glob("trace-*.jsonl"))
+    predicted = {f.code: f.saving_s for f in analyze(trace, wall, reference).fixes}
+    figures["predicted_fixes_s"] = {k: round(v, 6) for k, v in predicted.items()}
+    times: dict[str, list[float]] = {"none": [], **{k: [] for k in FIXES}}
+    for _ in range(args.runs):
+        for fix in times:
+            argv = [program, "--no-events"] + ([] if fix == "none" else ["--fix", fix])
+            times[fix].append(plain(argv)[1]["phase_s"])
+    base = statistics.median(times["none"])
+    savings = {}
+    for fix, code in FIXES.items():
+        measured = base - statistics.median(times[fix])
+        savings[code] = {
+            "predicted_s": round(predicted.get(code, 0.0), 6),
+            "measured_s": round(measured, 6),
+            "ratio": round(predicted.get(code, 0.0) / measured, 3) if measured > 0 else None,
+        }
+    figures["fix_savings"] = savings
+    figures["phase_s"] = {k: [round(v, 5) for v in vs] for k, vs in times.items()}
+    write_record("trace", args.commit, meta, 1, comparisons, figures, Path(args.out))
+
+
+if __name__ == "__main__":
+    main()
