@@ -108,15 +108,35 @@ int main(int argc, char** argv) {
   CHECK(cudaMemset(work, 0, big));
 
   if (accuracy) {
-    for (int i = 0; i < 20; ++i) {
-      timed("h2d", device, pinned, big, cudaMemcpyHostToDevice, true, stream);
-      timed("d2h", pinned, device, big, cudaMemcpyDeviceToHost, true, stream);
+    // 20 copies each way back to back between two events: the events time the copies' own GPU
+    // time, nothing between them
+    for (int way = 0; way < 2; ++way) {
+      CHECK(cudaEventRecord(t0, stream));
+      for (int i = 0; i < 20; ++i) {
+        if (way == 0) CHECK(cudaMemcpyAsync(device, pinned, big, cudaMemcpyHostToDevice, stream));
+        if (way == 1) CHECK(cudaMemcpyAsync(pinned, device, big, cudaMemcpyDeviceToHost, stream));
+      }
+      CHECK(cudaEventRecord(t1, stream));
+      CHECK(cudaEventSynchronize(t1));
+      float ms = 0;
+      CHECK(cudaEventElapsedTime(&ms, t0, t1));
+      Tally& t = tally[way == 0 ? "h2d" : "d2h"];
+      t.calls += 20;
+      t.bytes += 20LL * static_cast<long long>(big);
+      t.seconds += ms * 1e-3;
     }
     small = 0;
   }
   CHECK(cudaDeviceSynchronize());
   const auto phase = std::chrono::steady_clock::now();
+  std::map<std::string, double> sections;  // host seconds of each part, the fixes' own
+  auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  auto mark = std::chrono::steady_clock::now();
   if (!fixes("unused")) CHECK(cudaMallocHost(&unused, 32u << 20));  // pinned, never copied
+  sections["unused"] = since(mark);
+  mark = std::chrono::steady_clock::now();
   // large uploads and downloads: from pageable memory (fixed: pinned), 8 each
   char* host = fixes("pageable") ? staging : pageable.data();
   const int large = accuracy ? 0 : 8;
@@ -125,10 +145,14 @@ int main(int argc, char** argv) {
     timed("h2d", device, host, big, cudaMemcpyHostToDevice, false, stream);
   }
   for (int i = 0; i < large; ++i) timed("d2h", host, device, big, cudaMemcpyDeviceToHost, false, stream);
+  sections["pageable"] = since(mark);
+  mark = std::chrono::steady_clock::now();
   // the same pinned buffer uploaded again and again (fixed: once)
   for (int i = 0; i < (accuracy ? 0 : fixes("repeat") ? 1 : 6); ++i) {
     timed("h2d", device, pinned, big, cudaMemcpyHostToDevice, false, stream);
   }
+  sections["repeat"] = since(mark);
+  mark = std::chrono::steady_clock::now();
   // many small copies, one after another (fixed: one copy of all their bytes)
   if (accuracy) {
   } else if (fixes("small")) {
@@ -138,12 +162,19 @@ int main(int argc, char** argv) {
       timed("h2d", device + i * piece, pinned + (i * piece) % big, piece, cudaMemcpyHostToDevice, false, stream);
     }
   }
+  sections["small"] = since(mark);
   // kernels, and copies beside them or not
   for (int i = 0; i < 20; ++i) scale<<<264, 256, 0, stream>>>(work, big / sizeof(float));
   CHECK(cudaStreamSynchronize(stream));
   const double phase_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - phase).count();
   if (crash) std::abort();
-  std::printf("{\"phase_s\":%.6f,", phase_s);
+  std::printf("{\"phase_s\":%.6f,\"sections\":{", phase_s);
+  bool comma = false;
+  for (const auto& [name, seconds] : sections) {
+    std::printf("%s\"%s\":%.6f", comma ? "," : "", name.c_str(), seconds);
+    comma = true;
+  }
+  std::printf("},");
   bool first = true;
   for (const auto& [kind, t] : tally) {
     std::printf("%s\"%s\":{\"calls\":%ld,\"bytes\":%lld,\"seconds\":%.9f}", first ? "" : ",", kind.c_str(), t.calls,

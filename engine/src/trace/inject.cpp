@@ -2,11 +2,12 @@
 // program through CUDA_INJECTION64_PATH and calls InitializeInjection() when the program first
 // initializes CUDA. It records, as JSON lines in $XFERSCOPE_TRACE_DIR/trace-<pid>.jsonl:
 //   memcpy, memset and kernel activity (kind, bytes, memory kinds, device, stream, GPU start
-//   and end, correlation ids), synchronization activity, and the runtime and driver API calls
-//   that copy, set, synchronize or pin host memory (function, host thread, start and end);
-//   from callbacks: each runtime copy's pointers, a sampled hash of a host source (repeated
-//   uploads of identical data), the caller's native return addresses, and every host
-//   allocation or registration with its size and address.
+//   and end, correlation ids); from callbacks on the runtime and driver API calls that copy,
+//   set, synchronize or pin host memory (and on no other call, so the rest of the program runs
+//   at full speed): each call's function, host thread, start and end; each runtime copy's
+//   pointers, a sampled hash of a host source (repeated uploads of identical data) and the
+//   caller's native return addresses (every call's for the first FRAMES_ALL, then one in
+//   FRAMES_EVERY); every host allocation or registration with its size and address.
 // Records beyond $XFERSCOPE_TRACE_LIMIT (per kind) are counted, not written, and a totals
 // line per kind at the end keeps the summary exact. Completed buffers are written at once and
 // CUPTI is flushed every second, so a crash keeps what came before it; SIGINT, SIGTERM and
@@ -33,6 +34,8 @@ namespace {
 constexpr std::size_t kBufferBytes = 8u << 20;
 constexpr int kFrames = 12;
 constexpr std::size_t kHashSamples = 4096;  // 8-byte words read from a host source at most
+constexpr std::uint64_t kFramesAll = 1000;   // copy calls whose callers are all unwound
+constexpr std::uint64_t kFramesEvery = 64;   // ... then one in this many
 
 std::mutex out_mutex;
 FILE* out = nullptr;
@@ -46,6 +49,9 @@ std::map<std::string, Totals> totals;           // by record type, under out_mut
 std::set<std::uintptr_t> frames_seen;           // return addresses to name at the end
 std::map<CUpti_CallbackId, std::string> names;  // runtime and driver API names, by domain*100000+cbid
 thread_local bool in_runtime_call = false;      // a driver call made by a runtime call is its own
+thread_local std::uint64_t entered[2] = {0, 0};  // when this thread entered a runtime / driver call
+thread_local unsigned thread_id = 0;
+std::atomic<std::uint64_t> unwound{0};
 
 bool keep(const std::string& type, std::uint64_t bytes, std::uint64_t ns) {
   Totals& t = totals[type];
@@ -138,28 +144,6 @@ void write_record(const CUpti_Activity* record) {
                     escaped(k->name).c_str(), k->start, k->end, k->deviceId, k->streamId, k->correlationId);
       break;
     }
-    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
-      const auto* s = reinterpret_cast<const CUpti_ActivitySynchronization2*>(record);
-      if (!keep("sync", 0, s->end - s->start)) return;
-      std::snprintf(buf, sizeof buf,
-                    "{\"t\":\"sync\",\"y\":%u,\"st\":%" PRIu64 ",\"en\":%" PRIu64 ",\"str\":%u,\"c\":%u}",
-                    static_cast<unsigned>(s->type), s->start, s->end, s->streamId, s->correlationId);
-      break;
-    }
-    case CUPTI_ACTIVITY_KIND_RUNTIME:
-    case CUPTI_ACTIVITY_KIND_DRIVER: {
-      const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(record);
-      const bool runtime = record->kind == CUPTI_ACTIVITY_KIND_RUNTIME;
-      const std::string& n =
-          api_name(runtime ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API, a->cbid);
-      if (!interesting(n)) return;
-      if (!keep(runtime ? "runtime" : "driver", 0, a->end - a->start)) return;
-      std::snprintf(buf, sizeof buf,
-                    "{\"t\":\"api\",\"rt\":%d,\"f\":\"%s\",\"st\":%" PRIu64 ",\"en\":%" PRIu64
-                    ",\"tid\":%u,\"c\":%u,\"r\":%u}",
-                    runtime ? 1 : 0, n.c_str(), a->start, a->end, a->threadId, a->correlationId, a->returnValue);
-      break;
-    }
     default:
       return;
   }
@@ -217,11 +201,34 @@ void write_frames(char* buf, std::size_t size) {
   std::snprintf(buf + used, size - used, "]}");
 }
 
+void api_record(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
+  const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
+  std::uint64_t now = 0;
+  cuptiGetTimestamp(&now);
+  if (!thread_id) thread_id = static_cast<unsigned>(gettid());
+  char buf[256];
+  std::lock_guard<std::mutex> lock(out_mutex);
+  if (!keep(runtime ? "runtime" : "driver", 0, now - entered[runtime ? 0 : 1])) return;
+  std::snprintf(buf, sizeof buf,
+                "{\"t\":\"api\",\"rt\":%d,\"f\":\"%s\",\"st\":%" PRIu64 ",\"en\":%" PRIu64
+                ",\"tid\":%u,\"c\":%u,\"r\":%d}",
+                runtime ? 1 : 0, api_name(domain, cbid).c_str(), entered[runtime ? 0 : 1], now, thread_id,
+                cb->correlationId, cb->functionReturnValue ? *static_cast<const int*>(cb->functionReturnValue) : 0);
+  line(buf);
+}
+
 void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
   const auto* cb = static_cast<const CUpti_CallbackData*>(data);
   const bool enter = cb->callbackSite == CUPTI_API_ENTER;
-  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) in_runtime_call = enter;
+  const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
+  if (!runtime && in_runtime_call) return;  // the runtime call that made it is recorded
+  if (runtime) in_runtime_call = enter;
   if (closed.load()) return;
+  if (enter) {
+    cuptiGetTimestamp(&entered[runtime ? 0 : 1]);
+  } else {
+    api_record(domain, cbid, cb);
+  }
   char buf[768];
   buf[0] = 0;
   if (domain == CUPTI_CB_DOMAIN_RUNTIME_API && enter) {
@@ -265,7 +272,13 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
     }
     std::lock_guard<std::mutex> lock(out_mutex);
     if (!keep("call", count, 0)) return;
-    write_frames(buf, sizeof buf);
+    const std::uint64_t n = unwound++;
+    if (n < kFramesAll || n % kFramesEvery == 0) {
+      write_frames(buf, sizeof buf);
+    } else {
+      std::size_t used = std::strlen(buf);
+      std::snprintf(buf + used, sizeof buf - used, "}");
+    }
     line(buf);
     return;
   }
@@ -295,7 +308,6 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
         return;
     }
   } else {
-    if (in_runtime_call) return;  // the runtime call that made it is recorded
     switch (cbid) {
       case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc: {
         const auto* p = static_cast<const cuMemHostAlloc_params*>(cb->functionParams);
@@ -407,25 +419,22 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   bool ok = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) == CUPTI_SUCCESS;
   for (CUpti_ActivityKind kind :
        {CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET,
-        CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, CUPTI_ACTIVITY_KIND_RUNTIME,
-        CUPTI_ACTIVITY_KIND_DRIVER}) {
+        CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL}) {
     ok = cuptiActivityEnable(kind) == CUPTI_SUCCESS && ok;
   }
   cuptiActivityFlushPeriod(1000);
   CUpti_SubscriberHandle subscriber;
   if (cuptiSubscribe(&subscriber, on_api, nullptr) == CUPTI_SUCCESS) {
-    for (CUpti_CallbackId id :
-         {CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_ptds_v7000,
-          CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_ptsz_v7000,
-          CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020, CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020,
-          CUPTI_RUNTIME_TRACE_CBID_cudaHostRegister_v4000}) {
-      cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id);
+    // only the calls that copy, set, synchronize or pin: every other call runs untouched
+    for (CUpti_CallbackId id = 1; id < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++id) {
+      if (interesting(api_name(CUPTI_CB_DOMAIN_RUNTIME_API, id))) {
+        cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id);
+      }
     }
-    // every runtime call sets in_runtime_call, so a driver call made inside one is skipped
-    cuptiEnableDomain(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API);
-    for (CUpti_CallbackId id : {CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc, CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2,
-                                CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2}) {
-      cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
+    for (CUpti_CallbackId id = 1; id < CUPTI_DRIVER_TRACE_CBID_SIZE; ++id) {
+      if (interesting(api_name(CUPTI_CB_DOMAIN_DRIVER_API, id))) {
+        cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
+      }
     }
   } else {
     ok = false;
