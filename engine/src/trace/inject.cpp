@@ -52,6 +52,8 @@ thread_local bool in_runtime_call = false;      // a driver call made by a runti
 thread_local std::uint64_t entered[2] = {0, 0};  // when this thread entered a runtime / driver call
 thread_local unsigned thread_id = 0;
 std::atomic<std::uint64_t> unwound{0};
+// XFERSCOPE_TRACE_KNOBS (for measuring the library's own cost): noapi, nocall, noframes, nohash
+bool knob_api = true, knob_call = true, knob_frames = true, knob_hash = true, knob_activity = true;
 
 bool keep(const std::string& type, std::uint64_t bytes, std::uint64_t ns) {
   Totals& t = totals[type];
@@ -226,12 +228,13 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
   if (closed.load()) return;
   if (enter) {
     cuptiGetTimestamp(&entered[runtime ? 0 : 1]);
-  } else {
+  } else if (knob_api) {
     api_record(domain, cbid, cb);
   }
   char buf[768];
   buf[0] = 0;
   if (domain == CUPTI_CB_DOMAIN_RUNTIME_API && enter) {
+    if (!knob_call) return;
     const void *dst = nullptr, *src = nullptr;
     std::size_t count = 0;
     int kind = -1;
@@ -261,7 +264,7 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
     }
     // only an explicit host-to-device source is host memory for certain: reading a device
     // address from the host would fault
-    const bool hashed = kind == 1 && src && count;
+    const bool hashed = knob_hash && kind == 1 && src && count;
     std::snprintf(buf, sizeof buf,
                   "{\"t\":\"call\",\"c\":%u,\"src\":%" PRIuPTR ",\"dst\":%" PRIuPTR ",\"b\":%zu,\"kind\":%d",
                   cb->correlationId, reinterpret_cast<std::uintptr_t>(src), reinterpret_cast<std::uintptr_t>(dst),
@@ -273,7 +276,7 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
     std::lock_guard<std::mutex> lock(out_mutex);
     if (!keep("call", count, 0)) return;
     const std::uint64_t n = unwound++;
-    if (n < kFramesAll || n % kFramesEvery == 0) {
+    if (knob_frames && (n < kFramesAll || n % kFramesEvery == 0)) {
       write_frames(buf, sizeof buf);
     } else {
       std::size_t used = std::strlen(buf);
@@ -406,6 +409,14 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   const char* dir = std::getenv("XFERSCOPE_TRACE_DIR");
   if (!dir) return 0;
   if (const char* l = std::getenv("XFERSCOPE_TRACE_LIMIT")) limit = std::strtoull(l, nullptr, 10);
+  if (const char* k = std::getenv("XFERSCOPE_TRACE_KNOBS")) {
+    const std::string knobs = k;
+    knob_api = knobs.find("noapi") == std::string::npos;
+    knob_call = knobs.find("nocall") == std::string::npos;
+    knob_frames = knobs.find("noframes") == std::string::npos;
+    knob_hash = knobs.find("nohash") == std::string::npos;
+    knob_activity = knobs.find("noactivity") == std::string::npos;
+  }
   const std::string path = std::string(dir) + "/trace-" + std::to_string(getpid()) + ".jsonl";
   out = std::fopen(path.c_str(), "w");
   if (!out) return 0;
@@ -420,7 +431,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   for (CUpti_ActivityKind kind :
        {CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET,
         CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL}) {
-    ok = cuptiActivityEnable(kind) == CUPTI_SUCCESS && ok;
+    if (knob_activity) ok = cuptiActivityEnable(kind) == CUPTI_SUCCESS && ok;
   }
   cuptiActivityFlushPeriod(1000);
   CUpti_SubscriberHandle subscriber;
