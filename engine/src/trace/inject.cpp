@@ -28,6 +28,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -45,9 +46,11 @@ std::atomic<bool> closed{false};
 struct Totals {
   std::uint64_t records = 0, written = 0, bytes = 0, gpu_ns = 0;
 };
-std::map<std::string, Totals> totals;           // by record type, under out_mutex
-std::set<std::uintptr_t> frames_seen;           // return addresses to name at the end
-std::map<CUpti_CallbackId, std::string> names;  // runtime and driver API names, by domain*100000+cbid
+enum Type { kMemcpy, kMemset, kKernel, kRuntime, kDriver, kCall, kPin, kTypes };
+const char* const kTypeNames[kTypes] = {"memcpy", "memset", "kernel", "runtime", "driver", "call", "pin"};
+Totals totals[kTypes];                // by record type, under out_mutex
+std::set<std::uintptr_t> frames_seen;  // return addresses to name at the end
+std::vector<std::string> names[2];     // runtime [0] and driver [1] API names, by callback id
 thread_local bool in_runtime_call = false;      // a driver call made by a runtime call is its own
 thread_local std::uint64_t entered[2] = {0, 0};  // when this thread entered a runtime / driver call
 thread_local unsigned thread_id = 0;
@@ -55,7 +58,7 @@ std::atomic<std::uint64_t> unwound{0};
 // XFERSCOPE_TRACE_KNOBS (for measuring the library's own cost): noapi, nocall, noframes, nohash
 bool knob_api = true, knob_call = true, knob_frames = true, knob_hash = true, knob_activity = true;
 
-bool keep(const std::string& type, std::uint64_t bytes, std::uint64_t ns) {
+bool keep(Type type, std::uint64_t bytes, std::uint64_t ns) {
   Totals& t = totals[type];
   ++t.records;
   t.bytes += bytes;
@@ -82,13 +85,16 @@ std::string escaped(const char* s) {
   return r;
 }
 
+// filled once at initialization, read without a lock after
 const std::string& api_name(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
-  const CUpti_CallbackId key = static_cast<CUpti_CallbackId>(domain) * 100000 + cbid;
-  auto it = names.find(key);
-  if (it != names.end()) return it->second;
-  const char* name = nullptr;
-  cuptiGetCallbackName(domain, cbid, &name);
-  return names[key] = name ? name : "?";
+  std::vector<std::string>& table = names[domain == CUPTI_CB_DOMAIN_RUNTIME_API ? 0 : 1];
+  if (cbid >= table.size()) table.resize(cbid + 1);
+  if (table[cbid].empty()) {
+    const char* name = nullptr;
+    cuptiGetCallbackName(domain, cbid, &name);
+    table[cbid] = name ? name : "?";
+  }
+  return table[cbid];
 }
 
 // The API calls worth a record: copies, sets, synchronizations, host memory pinning.
@@ -109,7 +115,7 @@ void write_record(const CUpti_Activity* record) {
   switch (record->kind) {
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-      if (!keep("memcpy", m->bytes, m->end - m->start)) return;
+      if (!keep(kMemcpy, m->bytes, m->end - m->start)) return;
       std::snprintf(buf, sizeof buf,
                     "{\"t\":\"memcpy\",\"k\":%u,\"s\":%u,\"d\":%u,\"async\":%d,\"b\":%" PRIu64
                     ",\"st\":%" PRIu64 ",\"en\":%" PRIu64 ",\"dev\":%u,\"str\":%u,\"c\":%u,\"rc\":%u}",
@@ -120,7 +126,7 @@ void write_record(const CUpti_Activity* record) {
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY2: {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemcpyPtoP4*>(record);
-      if (!keep("memcpy", m->bytes, m->end - m->start)) return;
+      if (!keep(kMemcpy, m->bytes, m->end - m->start)) return;
       std::snprintf(buf, sizeof buf,
                     "{\"t\":\"memcpy\",\"k\":%u,\"s\":%u,\"d\":%u,\"async\":%d,\"b\":%" PRIu64
                     ",\"st\":%" PRIu64 ",\"en\":%" PRIu64 ",\"dev\":%u,\"str\":%u,\"c\":%u,\"peer\":%u}",
@@ -130,7 +136,7 @@ void write_record(const CUpti_Activity* record) {
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
-      if (!keep("memset", m->bytes, m->end - m->start)) return;
+      if (!keep(kMemset, m->bytes, m->end - m->start)) return;
       std::snprintf(buf, sizeof buf,
                     "{\"t\":\"memset\",\"m\":%u,\"b\":%" PRIu64 ",\"st\":%" PRIu64 ",\"en\":%" PRIu64
                     ",\"dev\":%u,\"str\":%u,\"c\":%u}",
@@ -139,7 +145,7 @@ void write_record(const CUpti_Activity* record) {
     }
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-      if (!keep("kernel", 0, k->end - k->start)) return;
+      if (!keep(kKernel, 0, k->end - k->start)) return;
       std::snprintf(buf, sizeof buf,
                     "{\"t\":\"kernel\",\"n\":\"%.300s\",\"st\":%" PRIu64 ",\"en\":%" PRIu64
                     ",\"dev\":%u,\"str\":%u,\"c\":%u}",
@@ -190,33 +196,122 @@ std::uint64_t sampled_hash(const void* src, std::size_t bytes) {
   return h;
 }
 
-void write_frames(char* buf, std::size_t size) {
-  void* frames[kFrames + 2];
-  const int n = backtrace(frames, kFrames + 2);
-  std::size_t used = std::strlen(buf);
-  used += std::snprintf(buf + used, size - used, ",\"at\":[");
-  for (int i = 2; i < n && used + 24 < size; ++i) {  // 0: here, 1: the callback
+// What a copy call's entry learned, written with its exit.
+thread_local char pending[640];
+thread_local bool has_pending = false;
+
+// the caller's return addresses, as ,"at":[...]; the first kFramesAll calls, then one in
+// kFramesEvery (unwinding is the costliest part of a record)
+int write_frames(char* buf, std::size_t size) {
+  const std::uint64_t n = unwound.fetch_add(1, std::memory_order_relaxed);
+  if (!knob_frames || (n >= kFramesAll && n % kFramesEvery != 0)) return 0;
+  void* frames[kFrames + 3];
+  const int count = backtrace(frames, kFrames + 3);
+  int used = std::snprintf(buf, size, ",\"at\":[");
+  std::lock_guard<std::mutex> lock(out_mutex);
+  for (int i = 3; i < count && used + 24 < static_cast<int>(size); ++i) {  // 0-2: here, CUPTI
     const auto a = reinterpret_cast<std::uintptr_t>(frames[i]);
     frames_seen.insert(a);
-    used += std::snprintf(buf + used, size - used, "%s%" PRIuPTR, i > 2 ? "," : "", a);
+    used += std::snprintf(buf + used, size - used, "%s%" PRIuPTR, i > 3 ? "," : "", a);
   }
-  std::snprintf(buf + used, size - used, "]}");
+  used += std::snprintf(buf + used, size - used, "]");
+  return used;
 }
 
-void api_record(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
-  const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
-  std::uint64_t now = 0;
-  cuptiGetTimestamp(&now);
-  if (!thread_id) thread_id = static_cast<unsigned>(gettid());
-  char buf[256];
-  std::lock_guard<std::mutex> lock(out_mutex);
-  if (!keep(runtime ? "runtime" : "driver", 0, now - entered[runtime ? 0 : 1])) return;
-  std::snprintf(buf, sizeof buf,
-                "{\"t\":\"api\",\"rt\":%d,\"f\":\"%s\",\"st\":%" PRIu64 ",\"en\":%" PRIu64
-                ",\"tid\":%u,\"c\":%u,\"r\":%d}",
-                runtime ? 1 : 0, api_name(domain, cbid).c_str(), entered[runtime ? 0 : 1], now, thread_id,
-                cb->correlationId, cb->functionReturnValue ? *static_cast<const int*>(cb->functionReturnValue) : 0);
-  line(buf);
+// A runtime copy call's entry: its pointers, size, kind, a sampled hash of a host source and
+// its callers, into `pending` (no lock taken). False for any other call.
+bool copy_entry(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
+  const void *dst = nullptr, *src = nullptr;
+  std::size_t count = 0;
+  int kind = -1;
+  switch (cbid) {
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020: {
+      const auto* p = static_cast<const cudaMemcpy_v3020_params*>(cb->functionParams);
+      dst = p->dst, src = p->src, count = p->count, kind = p->kind;
+      break;
+    }
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_ptds_v7000: {
+      const auto* p = static_cast<const cudaMemcpy_ptds_v7000_params*>(cb->functionParams);
+      dst = p->dst, src = p->src, count = p->count, kind = p->kind;
+      break;
+    }
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020: {
+      const auto* p = static_cast<const cudaMemcpyAsync_v3020_params*>(cb->functionParams);
+      dst = p->dst, src = p->src, count = p->count, kind = p->kind;
+      break;
+    }
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_ptsz_v7000: {
+      const auto* p = static_cast<const cudaMemcpyAsync_ptsz_v7000_params*>(cb->functionParams);
+      dst = p->dst, src = p->src, count = p->count, kind = p->kind;
+      break;
+    }
+    default:
+      return false;
+  }
+  int used = std::snprintf(pending, sizeof pending, "\"src\":%" PRIuPTR ",\"dst\":%" PRIuPTR ",\"b\":%zu,\"kind\":%d",
+                           reinterpret_cast<std::uintptr_t>(src), reinterpret_cast<std::uintptr_t>(dst), count, kind);
+  // only an explicit host-to-device source is host memory for certain: reading a device
+  // address from the host would fault
+  if (knob_hash && kind == 1 && src && count) {
+    used += std::snprintf(pending + used, sizeof pending - used, ",\"h\":%" PRIu64, sampled_hash(src, count));
+  }
+  write_frames(pending + used, sizeof pending - used);
+  return true;
+}
+
+// Host memory pinned or registered, at its call's exit: address and size as a "pin" line.
+bool pin_record(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, char* buf,
+                std::size_t size) {
+  const void* ptr = nullptr;
+  std::size_t bytes = 0;
+  const char* what = nullptr;
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
+    switch (cbid) {
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020: {
+        const auto* p = static_cast<const cudaMallocHost_v3020_params*>(cb->functionParams);
+        ptr = p->ptr ? *p->ptr : nullptr, bytes = p->size, what = "alloc";
+        break;
+      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020: {
+        const auto* p = static_cast<const cudaHostAlloc_v3020_params*>(cb->functionParams);
+        ptr = p->pHost ? *p->pHost : nullptr, bytes = p->size, what = "alloc";
+        break;
+      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaHostRegister_v4000: {
+        const auto* p = static_cast<const cudaHostRegister_v4000_params*>(cb->functionParams);
+        ptr = p->ptr, bytes = p->size, what = "register";
+        break;
+      }
+      default:
+        return false;
+    }
+  } else {
+    switch (cbid) {
+      case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc: {
+        const auto* p = static_cast<const cuMemHostAlloc_params*>(cb->functionParams);
+        ptr = p->pp ? *p->pp : nullptr, bytes = p->bytesize, what = "alloc";
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2: {
+        const auto* p = static_cast<const cuMemAllocHost_v2_params*>(cb->functionParams);
+        ptr = p->pp ? *p->pp : nullptr, bytes = p->bytesize, what = "alloc";
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2: {
+        const auto* p = static_cast<const cuMemHostRegister_v2_params*>(cb->functionParams);
+        ptr = p->p, bytes = p->bytesize, what = "register";
+        break;
+      }
+      default:
+        return false;
+    }
+  }
+  int used = std::snprintf(buf, size, "{\"t\":\"pin\",\"how\":\"%s\",\"f\":\"%s\",\"p\":%" PRIuPTR ",\"b\":%zu,\"c\":%u",
+                           what, cb->functionName ? cb->functionName : "?", reinterpret_cast<std::uintptr_t>(ptr),
+                           bytes, cb->correlationId);
+  used += write_frames(buf + used, size - used);
+  std::snprintf(buf + used, size - used, "}");
+  return true;
 }
 
 void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
@@ -225,120 +320,34 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
   const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
   if (!runtime && in_runtime_call) return;  // the runtime call that made it is recorded
   if (runtime) in_runtime_call = enter;
-  if (closed.load()) return;
+  if (closed.load(std::memory_order_relaxed)) return;
+  std::uint64_t now = 0;
+  cuptiGetTimestamp(&now);
   if (enter) {
-    cuptiGetTimestamp(&entered[runtime ? 0 : 1]);
-  } else if (knob_api) {
-    api_record(domain, cbid, cb);
-  }
-  char buf[768];
-  buf[0] = 0;
-  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API && enter) {
-    if (!knob_call) return;
-    const void *dst = nullptr, *src = nullptr;
-    std::size_t count = 0;
-    int kind = -1;
-    switch (cbid) {
-      case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020: {
-        const auto* p = static_cast<const cudaMemcpy_v3020_params*>(cb->functionParams);
-        dst = p->dst, src = p->src, count = p->count, kind = p->kind;
-        break;
-      }
-      case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_ptds_v7000: {
-        const auto* p = static_cast<const cudaMemcpy_ptds_v7000_params*>(cb->functionParams);
-        dst = p->dst, src = p->src, count = p->count, kind = p->kind;
-        break;
-      }
-      case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020: {
-        const auto* p = static_cast<const cudaMemcpyAsync_v3020_params*>(cb->functionParams);
-        dst = p->dst, src = p->src, count = p->count, kind = p->kind;
-        break;
-      }
-      case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_ptsz_v7000: {
-        const auto* p = static_cast<const cudaMemcpyAsync_ptsz_v7000_params*>(cb->functionParams);
-        dst = p->dst, src = p->src, count = p->count, kind = p->kind;
-        break;
-      }
-      default:
-        return;
-    }
-    // only an explicit host-to-device source is host memory for certain: reading a device
-    // address from the host would fault
-    const bool hashed = knob_hash && kind == 1 && src && count;
-    std::snprintf(buf, sizeof buf,
-                  "{\"t\":\"call\",\"c\":%u,\"src\":%" PRIuPTR ",\"dst\":%" PRIuPTR ",\"b\":%zu,\"kind\":%d",
-                  cb->correlationId, reinterpret_cast<std::uintptr_t>(src), reinterpret_cast<std::uintptr_t>(dst),
-                  count, kind);
-    if (hashed) {
-      std::size_t used = std::strlen(buf);
-      std::snprintf(buf + used, sizeof buf - used, ",\"h\":%" PRIu64, sampled_hash(src, count));
-    }
-    std::lock_guard<std::mutex> lock(out_mutex);
-    if (!keep("call", count, 0)) return;
-    const std::uint64_t n = unwound++;
-    if (knob_frames && (n < kFramesAll || n % kFramesEvery == 0)) {
-      write_frames(buf, sizeof buf);
-    } else {
-      std::size_t used = std::strlen(buf);
-      std::snprintf(buf + used, sizeof buf - used, "}");
-    }
-    line(buf);
+    entered[runtime ? 0 : 1] = now;
+    has_pending = runtime && knob_call && copy_entry(cbid, cb);
     return;
   }
-  if (enter) return;
-  // host memory pinned or released: its address and size, at the call's exit
-  const void* ptr = nullptr;
-  std::size_t size = 0;
-  const char* what = nullptr;
-  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
-    switch (cbid) {
-      case CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020: {
-        const auto* p = static_cast<const cudaMallocHost_v3020_params*>(cb->functionParams);
-        ptr = p->ptr ? *p->ptr : nullptr, size = p->size, what = "alloc";
-        break;
-      }
-      case CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020: {
-        const auto* p = static_cast<const cudaHostAlloc_v3020_params*>(cb->functionParams);
-        ptr = p->pHost ? *p->pHost : nullptr, size = p->size, what = "alloc";
-        break;
-      }
-      case CUPTI_RUNTIME_TRACE_CBID_cudaHostRegister_v4000: {
-        const auto* p = static_cast<const cudaHostRegister_v4000_params*>(cb->functionParams);
-        ptr = p->ptr, size = p->size, what = "register";
-        break;
-      }
-      default:
-        return;
-    }
-  } else {
-    switch (cbid) {
-      case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc: {
-        const auto* p = static_cast<const cuMemHostAlloc_params*>(cb->functionParams);
-        ptr = p->pp ? *p->pp : nullptr, size = p->bytesize, what = "alloc";
-        break;
-      }
-      case CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2: {
-        const auto* p = static_cast<const cuMemAllocHost_v2_params*>(cb->functionParams);
-        ptr = p->pp ? *p->pp : nullptr, size = p->bytesize, what = "alloc";
-        break;
-      }
-      case CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2: {
-        const auto* p = static_cast<const cuMemHostRegister_v2_params*>(cb->functionParams);
-        ptr = p->p, size = p->bytesize, what = "register";
-        break;
-      }
-      default:
-        return;
-    }
+  if (!thread_id) thread_id = static_cast<unsigned>(gettid());
+  char buf[1024];
+  int used = std::snprintf(buf, sizeof buf,
+                           "{\"t\":\"api\",\"rt\":%d,\"f\":\"%s\",\"st\":%" PRIu64 ",\"en\":%" PRIu64
+                           ",\"tid\":%u,\"c\":%u",
+                           runtime ? 1 : 0, api_name(domain, cbid).c_str(), entered[runtime ? 0 : 1], now,
+                           thread_id, cb->correlationId);
+  std::uint64_t copied = 0;
+  if (runtime && has_pending) {
+    used += std::snprintf(buf + used, sizeof buf - used, ",%s", pending);
+    has_pending = false;
+    copied = 1;
   }
-  std::snprintf(buf, sizeof buf,
-                "{\"t\":\"pin\",\"how\":\"%s\",\"f\":\"%s\",\"p\":%" PRIuPTR ",\"b\":%zu,\"c\":%u", what,
-                cb->functionName ? cb->functionName : "?", reinterpret_cast<std::uintptr_t>(ptr), size,
-                cb->correlationId);
+  std::snprintf(buf + used, sizeof buf - used, "}");
+  char pin[512];
+  const bool pinned = pin_record(domain, cbid, cb, pin, sizeof pin);
   std::lock_guard<std::mutex> lock(out_mutex);
-  if (!keep("pin", size, 0)) return;
-  write_frames(buf, sizeof buf);
-  line(buf);
+  if (copied) keep(kCall, 0, 0);
+  if (knob_api && keep(runtime ? kRuntime : kDriver, 0, now - entered[runtime ? 0 : 1])) line(buf);
+  if (pinned && keep(kPin, 0, 0)) line(pin);
 }
 
 void finish() {
@@ -347,11 +356,13 @@ void finish() {
   std::lock_guard<std::mutex> lock(out_mutex);
   if (!out) return;
   char buf[1024];
-  for (const auto& [type, t] : totals) {
+  for (int type = 0; type < kTypes; ++type) {
+    const Totals& t = totals[type];
+    if (!t.records) continue;
     std::snprintf(buf, sizeof buf,
                   "{\"t\":\"totals\",\"of\":\"%s\",\"records\":%" PRIu64 ",\"written\":%" PRIu64
                   ",\"b\":%" PRIu64 ",\"ns\":%" PRIu64 "}",
-                  type.c_str(), t.records, t.written, t.bytes, t.gpu_ns);
+                  kTypeNames[type], t.records, t.written, t.bytes, t.gpu_ns);
     line(buf);
   }
   // name the callers' return addresses: the object, the symbol where exported, the offset

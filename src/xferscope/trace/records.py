@@ -219,6 +219,8 @@ def read_trace(files: Iterable[Path]) -> Trace:
                 )
             elif t == "api":
                 api[(int(r["rt"]), int(r["c"]))] = r
+                if "src" in r:  # a copy call's pointers, content hash and callers
+                    call_info[int(r["c"])] = r
                 calls.append(Call(str(r["f"]), int(r["st"]), int(r["en"]), int(r["tid"])))
             elif t == "call":
                 call_info[int(r["c"])] = r
