@@ -162,6 +162,8 @@ def test_the_command_writes_its_files_and_passes_the_status_through(capsys, tmp_
     chrome = json.loads((directory / "trace.json").read_text())
     spans = [e for e in chrome["traceEvents"] if e["ph"] == "X"]
     assert len(spans) == 42 + 20 + 1 and all(e["dur"] >= 0 for e in spans)
+    page = (directory / "report.html").read_text()
+    assert "Timeline" in page and "GPU activities" in page and "scale" in page  # a kernel's name
     code, out, _ = run(capsys, "history", "--json")
     assert json.loads(out)[0]["kind"] == "trace"
     code, out, err = run(

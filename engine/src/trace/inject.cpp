@@ -34,7 +34,7 @@ namespace {
 
 constexpr std::size_t kBufferBytes = 8u << 20;
 constexpr int kFrames = 12;
-constexpr std::size_t kHashSamples = 4096;  // 8-byte words read from a host source at most
+constexpr std::size_t kHashSamples = 256;  // 8-byte words read from a host source at most
 constexpr std::uint64_t kFramesAll = 1000;   // copy calls whose callers are all unwound
 constexpr std::uint64_t kFramesEvery = 64;   // ... then one in this many
 

@@ -141,7 +141,7 @@ def report_command(ref: str, history_path: str | None, out: str) -> None:
     its files (JSON, CSV, PNG and, for a run, the HTML report) to a new directory under --out,
     never over an earlier one."""
     kind, result, name = load_result(ref, _history_file(history_path))
-    prepare_renderers(html=kind.name in ("run", "gemm"))
+    prepare_renderers(html=kind.name in ("run", "gemm", "trace"))
     with Destination.prepare(out, name, kind.named(), stamp=False) as dest:
         delivery = deliver(kind.outputs(result, dest), dest, lambda: kind.show(result))
     finish(delivery, interrupted=None, verification_failed=False, failed=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from .common import (
     check_history,
     deliver,
     history_options,
+    prepare_renderers,
     register,
 )
 from .outputs import Destination, Named, Output, text
@@ -97,6 +99,7 @@ def trace_command(**kw: Any) -> None:
     if history is not None:
         check_history(history)
     command = list(kw["command"])
+    prepare_renderers(html=True)
     with (
         tempfile.TemporaryDirectory(prefix="xferscope-trace-") as scratch,
         Destination.prepare(kw["out"], "trace", trace_named(kw), False) as dest,
@@ -186,6 +189,7 @@ def trace_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
     named = {
         "json": Named("--out", None, "trace-summary.json"),
         "csv": Named("--out", None, "copies.csv"),
+        "html": Named("--out", None, "report.html"),
     }
     if kw and kw.get("export"):
         named["chrome"] = Named("--export", None, "trace.json")
@@ -193,9 +197,16 @@ def trace_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
 
 
 def trace_outputs(result: TraceResult, dest: Destination) -> list[Output]:
+    def page(path: Path, written: Sequence[Path]) -> None:
+        from ..report.trace_html import render_trace_html
+
+        names = [p.name for p in written if p.parent == path.parent]
+        path.write_text(render_trace_html(result, names), encoding="utf-8")
+
     return [
         dest.output("json", text(lambda: dumps_json(result))),
         dest.output("csv", text(lambda: dumps_csv(result))),
+        dest.output("html", page, render=True, urgent=True),
     ]
 
 

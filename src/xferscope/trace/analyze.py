@@ -439,7 +439,7 @@ def repeat_fix(trace: Trace) -> Fix | None:
         cost,
         cost,
         "keep the data on the GPU and upload it once (cache the device copy)",
-        "identical content is judged from up to 4096 words sampled across each buffer and its size",
+        "identical content is judged from up to 256 words sampled across each buffer and its size",
     )
 
 

@@ -21,6 +21,7 @@ SCHEMA_VERSION = 1
 # Schema history (bump SCHEMA_VERSION on any change a reader must know about):
 #   1  first version.
 
+MOST_SPANS = 20_000  # kernels and memsets kept for the timeline (the longest)
 WORTH = 0.01  # a fix saving this share of the program's time is a warning, not a note
 
 
@@ -123,6 +124,21 @@ def summary_dict(
             for p in trace.pins
         ],
         "totals": trace.totals,
+        # kernels and memsets for the timeline, the longest MOST_SPANS of them
+        "spans": [
+            {
+                "what": i.what,
+                "name": i.name[:120],
+                "pid": i.pid,
+                "stream": i.stream,
+                "start_ns": i.start_ns,
+                "end_ns": i.end_ns,
+            }
+            for i in sorted(
+                (i for i in trace.intervals if i.what in ("kernel", "memset")),
+                key=lambda i: i.start_ns - i.end_ns,
+            )[:MOST_SPANS]
+        ],
         "reference": reference,
         "notes": list(analysis.notes),
         "warnings": list(trace.warnings),

@@ -1,0 +1,125 @@
+"""The HTML page of `xferscope trace`: the findings priced, seed 001's table, the copies per
+direction and memory, and a zoomable timeline of copies and kernels per process and stream
+(drag to zoom, double-click to reset). Built from html.py's parts."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+
+from ..core.units import format_bytes, format_rate, format_seconds
+from ..trace.document import TraceResult
+from .html import _e, _findings_section, _plot_div, _table, page
+
+MOST_SPANS = 20_000  # spans drawn; beyond, the longest are kept
+COLORS = {
+    "h2d": "#1f77b4",
+    "d2h": "#ff7f0e",
+    "d2d": "#2ca02c",
+    "p2p": "#9467bd",
+    "kernel": "#999999",
+}
+
+
+def render_trace_html(result: TraceResult, files: Sequence[str] = ()) -> str:
+    command = " ".join(result.options.get("command", []))
+    s = result.summary
+    ended = f"ended on {result.signal}" if result.signal else f"exit status {result.returncode}"
+    rates = (s.get("reference") or {}).get("source") or "no reference rates"
+    body = [
+        f"<header><h1>xferscope trace</h1><p><code>{_e(command)}</code>: "
+        f"{result.wall_s:.3g} s, {_e(ended)}. This machine's rates: {_e(rates)}.</p></header>",
+        _findings_section(result.findings),
+        _timeline(result),
+        "<section><h2>GPU activities (seed 001's table)</h2>"
+        + _table(
+            ["Time(%)", "Time", "Calls", "Avg", "Min", "Max", "Name"],
+            [
+                [
+                    f"{r['time_share']:.2%}",
+                    format_seconds(r["total_s"]),
+                    r["calls"],
+                    format_seconds(r["avg_s"]),
+                    format_seconds(r["min_s"]),
+                    format_seconds(r["max_s"]),
+                    r["kind"],
+                ]
+                for r in s.get("table", [])
+            ],
+            ["num", "num", "num", "num", "num", "num", ""],
+        )
+        + "</section>",
+        "<section><h2>Copies by direction and host memory</h2>"
+        + _table(
+            ["copies", "calls", "bytes", "GPU time", "rate", "of this machine", "host blocked"],
+            [
+                [
+                    f"{g['direction']} {g['memory']}",
+                    g["calls"],
+                    format_bytes(g["bytes"]),
+                    format_seconds(g["gpu_s"]),
+                    format_rate(g["rate_bps"]),
+                    "" if g.get("of_reach") is None else f"{g['of_reach']:.0%}",
+                    format_seconds(g["blocked_s"]) if g["blocked_s"] else "",
+                ]
+                for g in s.get("groups", [])
+            ],
+            ["", "num", "num", "num", "num", "num", "num"],
+        )
+        + "</section>",
+        "<footer>" + "".join(f'<a href="{_e(f)}">{_e(f)}</a> ' for f in files) + "</footer>",
+    ]
+    return page(f"xferscope trace: {command}", body)
+
+
+def _timeline(result: TraceResult) -> str:
+    spans = [
+        (
+            c["direction"],
+            f"pid {c['pid']} stream {c['stream']}",
+            c["start_ns"],
+            c["end_ns"],
+            f"{c['direction']} {c['src']}→{c['dst']} {format_bytes(c['bytes'])}",
+        )
+        for c in result.copies
+    ]
+    spans += [
+        (
+            "kernel",
+            f"pid {k['pid']} stream {k['stream']}",
+            k["start_ns"],
+            k["end_ns"],
+            k["name"][:80],
+        )
+        for k in result.summary.get("spans", [])
+    ]
+    if not spans:
+        return ""
+    if len(spans) > MOST_SPANS:
+        spans = sorted(spans, key=lambda x: x[3] - x[2], reverse=True)[:MOST_SPANS]
+    origin = min(x[2] for x in spans)
+    fig = go.Figure()
+    for kind in dict.fromkeys(x[0] for x in spans):
+        mine = [x for x in spans if x[0] == kind]
+        fig.add_trace(
+            go.Bar(
+                orientation="h",
+                base=[(x[2] - origin) / 1e6 for x in mine],
+                x=[max(x[3] - x[2], 1) / 1e6 for x in mine],
+                y=[x[1] for x in mine],
+                name=kind,
+                marker_color=COLORS.get(kind, "#17becf"),
+                text=[x[4] for x in mine],
+                hovertemplate="%{text}<br>%{base:.3f} ms + %{x:.4f} ms<extra></extra>",
+            )
+        )
+    rows = len({x[1] for x in spans})
+    fig.update_layout(
+        template="plotly_white",
+        barmode="overlay",
+        height=160 + 28 * rows,
+        margin={"l": 140, "r": 20, "t": 30, "b": 50},
+        xaxis_title="ms since the first copy or kernel (drag to zoom, double-click to reset)",
+    )
+    return "<section><h2>Timeline</h2>" + _plot_div("timeline", fig) + "</section>"
