@@ -98,3 +98,14 @@ def test_a_pytorch_program_is_traced_unchanged(native_engine, tmp_path):
         )
     memories = {c["src"] for c in doc["copies"] if c["direction"] == "h2d"}
     assert memories == {"pageable", "pinned"}
+    # the program's own lines are named, not torch's or libpython's
+    where = {c["where"] for c in doc["copies"]}
+    assert any(w and w.startswith(str(PROGRAMS / "torch_copies.py")) for w in where), where
+
+
+def test_child_processes_are_traced_too(copies, tmp_path):
+    script = f"{copies} --small 10 > /dev/null; {copies} --small 20 > /dev/null"
+    proc, doc = trace(tmp_path, "/bin/sh", "-c", script)
+    assert proc.returncode == 0, proc.stderr
+    assert len(doc["processes"]) == 2
+    assert len({c["pid"] for c in doc["copies"]}) == 2

@@ -196,8 +196,66 @@ std::uint64_t sampled_hash(const void* src, std::size_t bytes) {
   return h;
 }
 
+// The Python stack of a copy made from Python (PyTorch, CuPy, JAX): the program's own lines,
+// read through the interpreter's C API when this thread holds the GIL; resolved on first use.
+struct PythonApi {
+  int (*is_initialized)() = nullptr;
+  int (*gil_held)() = nullptr;
+  void* (*frame)() = nullptr;
+  int (*line)(void*) = nullptr;
+  void* (*code)(void*) = nullptr;
+  void* (*back)(void*) = nullptr;
+  void* (*attr)(void*, const char*) = nullptr;
+  const char* (*utf8)(void*) = nullptr;
+  void (*decref)(void*) = nullptr;
+  bool ready = false;
+};
+PythonApi py;
+std::once_flag py_once;
+constexpr int kPythonFrames = 3;
+
+void resolve_python() {
+  auto get = [](const char* name) { return dlsym(RTLD_DEFAULT, name); };
+  py.is_initialized = reinterpret_cast<int (*)()>(get("Py_IsInitialized"));
+  py.gil_held = reinterpret_cast<int (*)()>(get("PyGILState_Check"));
+  py.frame = reinterpret_cast<void* (*)()>(get("PyEval_GetFrame"));
+  py.line = reinterpret_cast<int (*)(void*)>(get("PyFrame_GetLineNumber"));
+  py.code = reinterpret_cast<void* (*)(void*)>(get("PyFrame_GetCode"));
+  py.back = reinterpret_cast<void* (*)(void*)>(get("PyFrame_GetBack"));
+  py.attr = reinterpret_cast<void* (*)(void*, const char*)>(get("PyObject_GetAttrString"));
+  py.utf8 = reinterpret_cast<const char* (*)(void*)>(get("PyUnicode_AsUTF8"));
+  py.decref = reinterpret_cast<void (*)(void*)>(get("Py_DecRef"));
+  py.ready = py.is_initialized && py.gil_held && py.frame && py.line && py.code && py.back && py.attr && py.utf8 &&
+             py.decref;
+}
+
+// ,"py":"file:line|file:line" (innermost first), or nothing
+int write_python(char* buf, std::size_t size) {
+  std::call_once(py_once, resolve_python);
+  if (!py.ready || !py.is_initialized() || !py.gil_held()) return 0;
+  void* frame = py.frame();  // borrowed
+  if (!frame) return 0;
+  int used = std::snprintf(buf, size, ",\"py\":\"");
+  void* owned = nullptr;  // a frame from PyFrame_GetBack is a new reference
+  for (int i = 0; frame && i < kPythonFrames && used + 64 < static_cast<int>(size); ++i) {
+    void* code = py.code(frame);
+    void* file = code ? py.attr(code, "co_filename") : nullptr;
+    const char* name = file ? py.utf8(file) : nullptr;
+    used += std::snprintf(buf + used, size - used, "%s%.180s:%d", i ? "|" : "", escaped(name).c_str(), py.line(frame));
+    if (file) py.decref(file);
+    if (code) py.decref(code);
+    void* next = py.back(frame);
+    if (owned) py.decref(owned);
+    owned = next;
+    frame = next;
+  }
+  if (owned) py.decref(owned);
+  used += std::snprintf(buf + used, size - used, "\"");
+  return used;
+}
+
 // What a copy call's entry learned, written with its exit.
-thread_local char pending[640];
+thread_local char pending[1024];
 thread_local bool has_pending = false;
 
 // the caller's return addresses, as ,"at":[...]; the first kFramesAll calls, then one in
@@ -255,7 +313,10 @@ bool copy_entry(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   if (knob_hash && kind == 1 && src && count) {
     used += std::snprintf(pending + used, sizeof pending - used, ",\"h\":%" PRIu64, sampled_hash(src, count));
   }
-  write_frames(pending + used, sizeof pending - used);
+  const bool sampled = unwound.load(std::memory_order_relaxed) < kFramesAll ||
+                       unwound.load(std::memory_order_relaxed) % kFramesEvery == 0;
+  used += write_frames(pending + used, sizeof pending - used);
+  if (knob_frames && sampled) write_python(pending + used, sizeof pending - used);
   return true;
 }
 
@@ -329,7 +390,7 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
     return;
   }
   if (!thread_id) thread_id = static_cast<unsigned>(gettid());
-  char buf[1024];
+  char buf[2304];
   int used = std::snprintf(buf, sizeof buf,
                            "{\"t\":\"api\",\"rt\":%d,\"f\":\"%s\",\"st\":%" PRIu64 ",\"en\":%" PRIu64
                            ",\"tid\":%u,\"c\":%u",

@@ -225,8 +225,8 @@ def sizes_text(copies: Sequence[Copy]) -> str:
     return f"{format_bytes(sizes[0])} to {format_bytes(sizes[-1])} (median {middle})"
 
 
-def _where(trace: Trace, items: Iterable[Any]) -> tuple[str, ...]:
-    counts = Counter(w for x in items if (w := trace.where(x.frames)))
+def _where(trace: Trace, items: Iterable[Copy]) -> tuple[str, ...]:
+    counts = Counter(w for x in items if (w := trace.where(x.frames, x.python)))
     return tuple(f"{w} ({n}x)" for w, n in counts.most_common(3))
 
 

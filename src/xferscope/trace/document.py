@@ -57,7 +57,7 @@ def copy_dict(trace: Trace, c: Copy) -> dict[str, Any]:
         "function": None if c.call is None else c.call.function,
         "call_s": None if c.call is None else c.call.seconds,
         "thread": None if c.call is None else c.call.thread,
-        "where": trace.where(c.frames),
+        "where": trace.where(c.frames, c.python),
     }
 
 

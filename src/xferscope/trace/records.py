@@ -62,6 +62,10 @@ CUDA_LIBRARIES = (
 )
 
 
+# Python frames in these are the library's own, not the program's
+PYTHON_LIBRARIES = ("/torch/", "/cupy/", "/jax/", "/jaxlib/", "/numba/")
+
+
 @dataclass(frozen=True, slots=True)
 class Call:
     """The API call that issued a copy or pinned memory, as the runtime or driver saw it."""
@@ -94,6 +98,7 @@ class Copy:
     dst_ptr: int | None = None
     content: int | None = None  # a sampled hash of a host source's bytes (h2d)
     frames: tuple[int, ...] = ()  # the caller's return addresses
+    python: tuple[str, ...] = ()  # the Python stack, "file:line", innermost first
 
     @property
     def seconds(self) -> float:
@@ -163,8 +168,16 @@ class Trace:
     def kernels(self) -> list[Interval]:
         return [i for i in self.intervals if i.what == "kernel"]
 
-    def where(self, frames: Iterable[int]) -> str | None:
-        """The first caller outside CUDA's own libraries, named."""
+    def where(self, frames: Iterable[int], python: Iterable[str] = ()) -> str | None:
+        """The program's line that made the call: the innermost Python frame outside the
+        libraries a program calls through (torch, cupy, jax), else the first native caller
+        outside CUDA's own libraries, named."""
+        lines = list(python)
+        for line in lines:
+            if not any(lib in line for lib in PYTHON_LIBRARIES):
+                return line
+        if lines:
+            return lines[0]
         for a in frames:
             name = self.frames.get(a)
             if name and not any(lib in name for lib in CUDA_LIBRARIES):
@@ -265,6 +278,7 @@ def read_trace(files: Iterable[Path]) -> Trace:
                     info.get("dst"),
                     info.get("h"),
                     tuple(info.get("at", ())),
+                    tuple(str(info["py"]).split("|")) if info.get("py") else (),
                 )
             )
         for r in pin_records:
