@@ -34,9 +34,9 @@ namespace {
 
 constexpr std::size_t kBufferBytes = 8u << 20;
 constexpr int kFrames = 12;
-constexpr std::size_t kHashSamples = 256;  // 8-byte words read from a host source at most
-constexpr std::uint64_t kFramesAll = 1000;   // copy calls whose callers are all unwound
-constexpr std::uint64_t kFramesEvery = 64;   // ... then one in this many
+constexpr std::size_t kHashSamples = 256;   // 8-byte words read from a host source at most
+constexpr std::uint64_t kFramesAll = 1000;  // copy calls whose callers are all unwound
+constexpr std::uint64_t kFramesEvery = 64;  // ... then one in this many
 
 std::mutex out_mutex;
 FILE* out = nullptr;
@@ -47,11 +47,12 @@ struct Totals {
   std::uint64_t records = 0, written = 0, bytes = 0, gpu_ns = 0;
 };
 enum Type { kMemcpy, kMemset, kKernel, kRuntime, kDriver, kCall, kPin, kTypes };
-const char* const kTypeNames[kTypes] = {"memcpy", "memset", "kernel", "runtime", "driver", "call", "pin"};
-Totals totals[kTypes];                // by record type, under out_mutex
-std::set<std::uintptr_t> frames_seen;  // return addresses to name at the end
-std::vector<std::string> names[2];     // runtime [0] and driver [1] API names, by callback id
-thread_local bool in_runtime_call = false;      // a driver call made by a runtime call is its own
+const char* const kTypeNames[kTypes] = {"memcpy", "memset", "kernel", "runtime",
+                                        "driver", "call",   "pin"};
+Totals totals[kTypes];                      // by record type, under out_mutex
+std::set<std::uintptr_t> frames_seen;       // return addresses to name at the end
+std::vector<std::string> names[2];          // runtime [0] and driver [1] API names, by callback id
+thread_local bool in_runtime_call = false;  // a driver call made by a runtime call is its own
 thread_local std::uint64_t entered[2] = {0, 0};  // when this thread entered a runtime / driver call
 thread_local unsigned thread_id = 0;
 std::atomic<std::uint64_t> unwound{0};
@@ -99,11 +100,25 @@ const std::string& api_name(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) 
 
 // The API calls worth a record: copies, sets, synchronizations, host memory pinning.
 bool interesting(const std::string& n) {
-  for (const char* prefix : {"cudaMemcpy", "cudaMemset", "cudaMallocHost", "cudaHostAlloc", "cudaFreeHost",
-                             "cudaHostRegister", "cudaHostUnregister", "cudaDeviceSynchronize",
-                             "cudaStreamSynchronize", "cudaEventSynchronize", "cuMemcpy", "cuMemset",
-                             "cuMemAllocHost", "cuMemHostAlloc", "cuMemFreeHost", "cuMemHostRegister",
-                             "cuMemHostUnregister", "cuCtxSynchronize", "cuStreamSynchronize",
+  for (const char* prefix : {"cudaMemcpy",
+                             "cudaMemset",
+                             "cudaMallocHost",
+                             "cudaHostAlloc",
+                             "cudaFreeHost",
+                             "cudaHostRegister",
+                             "cudaHostUnregister",
+                             "cudaDeviceSynchronize",
+                             "cudaStreamSynchronize",
+                             "cudaEventSynchronize",
+                             "cuMemcpy",
+                             "cuMemset",
+                             "cuMemAllocHost",
+                             "cuMemHostAlloc",
+                             "cuMemFreeHost",
+                             "cuMemHostRegister",
+                             "cuMemHostUnregister",
+                             "cuCtxSynchronize",
+                             "cuStreamSynchronize",
                              "cuEventSynchronize"}) {
     if (n.rfind(prefix, 0) == 0) return true;
   }
@@ -118,10 +133,11 @@ void write_record(const CUpti_Activity* record) {
       if (!keep(kMemcpy, m->bytes, m->end - m->start)) return;
       std::snprintf(buf, sizeof buf,
                     "{\"t\":\"memcpy\",\"k\":%u,\"s\":%u,\"d\":%u,\"async\":%d,\"b\":%" PRIu64
-                    ",\"st\":%" PRIu64 ",\"en\":%" PRIu64 ",\"dev\":%u,\"str\":%u,\"c\":%u,\"rc\":%u}",
-                    m->copyKind, m->srcKind, m->dstKind, (m->flags & CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC) ? 1 : 0,
-                    m->bytes, m->start, m->end, m->deviceId, m->streamId, m->correlationId,
-                    m->runtimeCorrelationId);
+                    ",\"st\":%" PRIu64 ",\"en\":%" PRIu64
+                    ",\"dev\":%u,\"str\":%u,\"c\":%u,\"rc\":%u}",
+                    m->copyKind, m->srcKind, m->dstKind,
+                    (m->flags & CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC) ? 1 : 0, m->bytes, m->start,
+                    m->end, m->deviceId, m->streamId, m->correlationId, m->runtimeCorrelationId);
       break;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY2: {
@@ -129,18 +145,21 @@ void write_record(const CUpti_Activity* record) {
       if (!keep(kMemcpy, m->bytes, m->end - m->start)) return;
       std::snprintf(buf, sizeof buf,
                     "{\"t\":\"memcpy\",\"k\":%u,\"s\":%u,\"d\":%u,\"async\":%d,\"b\":%" PRIu64
-                    ",\"st\":%" PRIu64 ",\"en\":%" PRIu64 ",\"dev\":%u,\"str\":%u,\"c\":%u,\"peer\":%u}",
-                    m->copyKind, m->srcKind, m->dstKind, (m->flags & CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC) ? 1 : 0,
-                    m->bytes, m->start, m->end, m->srcDeviceId, m->streamId, m->correlationId, m->dstDeviceId);
+                    ",\"st\":%" PRIu64 ",\"en\":%" PRIu64
+                    ",\"dev\":%u,\"str\":%u,\"c\":%u,\"peer\":%u}",
+                    m->copyKind, m->srcKind, m->dstKind,
+                    (m->flags & CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC) ? 1 : 0, m->bytes, m->start,
+                    m->end, m->srcDeviceId, m->streamId, m->correlationId, m->dstDeviceId);
       break;
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
       const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
       if (!keep(kMemset, m->bytes, m->end - m->start)) return;
       std::snprintf(buf, sizeof buf,
-                    "{\"t\":\"memset\",\"m\":%u,\"b\":%" PRIu64 ",\"st\":%" PRIu64 ",\"en\":%" PRIu64
-                    ",\"dev\":%u,\"str\":%u,\"c\":%u}",
-                    m->memoryKind, m->bytes, m->start, m->end, m->deviceId, m->streamId, m->correlationId);
+                    "{\"t\":\"memset\",\"m\":%u,\"b\":%" PRIu64 ",\"st\":%" PRIu64
+                    ",\"en\":%" PRIu64 ",\"dev\":%u,\"str\":%u,\"c\":%u}",
+                    m->memoryKind, m->bytes, m->start, m->end, m->deviceId, m->streamId,
+                    m->correlationId);
       break;
     }
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
@@ -149,11 +168,11 @@ void write_record(const CUpti_Activity* record) {
       std::snprintf(buf, sizeof buf,
                     "{\"t\":\"kernel\",\"n\":\"%.300s\",\"st\":%" PRIu64 ",\"en\":%" PRIu64
                     ",\"dev\":%u,\"str\":%u,\"c\":%u}",
-                    escaped(k->name).c_str(), k->start, k->end, k->deviceId, k->streamId, k->correlationId);
+                    escaped(k->name).c_str(), k->start, k->end, k->deviceId, k->streamId,
+                    k->correlationId);
       break;
     }
-    default:
-      return;
+    default: return;
   }
   line(buf);
 }
@@ -164,11 +183,13 @@ void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::si
   *max_records = 0;
 }
 
-void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, std::size_t, std::size_t valid) {
+void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, std::size_t,
+                               std::size_t valid) {
   {
     std::lock_guard<std::mutex> lock(out_mutex);
     CUpti_Activity* record = nullptr;
-    while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) write_record(record);
+    while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS)
+      write_record(record);
     std::size_t dropped = 0;
     cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped);
     if (dropped) {
@@ -225,8 +246,8 @@ void resolve_python() {
   py.attr = reinterpret_cast<void* (*)(void*, const char*)>(get("PyObject_GetAttrString"));
   py.utf8 = reinterpret_cast<const char* (*)(void*)>(get("PyUnicode_AsUTF8"));
   py.decref = reinterpret_cast<void (*)(void*)>(get("Py_DecRef"));
-  py.ready = py.is_initialized && py.gil_held && py.frame && py.line && py.code && py.back && py.attr && py.utf8 &&
-             py.decref;
+  py.ready = py.is_initialized && py.gil_held && py.frame && py.line && py.code && py.back &&
+             py.attr && py.utf8 && py.decref;
 }
 
 // ,"py":"file:line|file:line" (innermost first), or nothing
@@ -241,7 +262,8 @@ int write_python(char* buf, std::size_t size) {
     void* code = py.code(frame);
     void* file = code ? py.attr(code, "co_filename") : nullptr;
     const char* name = file ? py.utf8(file) : nullptr;
-    used += std::snprintf(buf + used, size - used, "%s%.180s:%d", i ? "|" : "", escaped(name).c_str(), py.line(frame));
+    used += std::snprintf(buf + used, size - used, "%s%.180s:%d", i ? "|" : "",
+                          escaped(name).c_str(), py.line(frame));
     if (file) py.decref(file);
     if (code) py.decref(code);
     void* next = py.back(frame);
@@ -276,42 +298,78 @@ int write_frames(char* buf, std::size_t size) {
   return used;
 }
 
-// A runtime copy call's entry: its pointers, size, kind, a sampled hash of a host source and
-// its callers, into `pending` (no lock taken). False for any other call.
-bool copy_entry(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
+// A copy call's entry (runtime, or driver as JAX makes them): its pointers, size, kind
+// (cudaMemcpyKind: 1 host to device, 2 device to host), a sampled hash of a host source and its
+// callers, into `pending` (no lock taken). False for any other call.
+bool copy_entry(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   const void *dst = nullptr, *src = nullptr;
   std::size_t count = 0;
   int kind = -1;
-  switch (cbid) {
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020: {
-      const auto* p = static_cast<const cudaMemcpy_v3020_params*>(cb->functionParams);
-      dst = p->dst, src = p->src, count = p->count, kind = p->kind;
-      break;
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
+    switch (cbid) {
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2:
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2_ptds: {
+        const auto* p = static_cast<const cuMemcpyHtoD_v2_params*>(cb->functionParams);
+        dst = reinterpret_cast<const void*>(p->dstDevice), src = p->srcHost, count = p->ByteCount,
+        kind = 1;
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2:
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz: {
+        const auto* p = static_cast<const cuMemcpyHtoDAsync_v2_params*>(cb->functionParams);
+        dst = reinterpret_cast<const void*>(p->dstDevice), src = p->srcHost, count = p->ByteCount,
+        kind = 1;
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2:
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds: {
+        const auto* p = static_cast<const cuMemcpyDtoH_v2_params*>(cb->functionParams);
+        dst = p->dstHost, src = reinterpret_cast<const void*>(p->srcDevice), count = p->ByteCount,
+        kind = 2;
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2:
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz: {
+        const auto* p = static_cast<const cuMemcpyDtoHAsync_v2_params*>(cb->functionParams);
+        dst = p->dstHost, src = reinterpret_cast<const void*>(p->srcDevice), count = p->ByteCount,
+        kind = 2;
+        break;
+      }
+      default: return false;
     }
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_ptds_v7000: {
-      const auto* p = static_cast<const cudaMemcpy_ptds_v7000_params*>(cb->functionParams);
-      dst = p->dst, src = p->src, count = p->count, kind = p->kind;
-      break;
+  } else {
+    switch (cbid) {
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020: {
+        const auto* p = static_cast<const cudaMemcpy_v3020_params*>(cb->functionParams);
+        dst = p->dst, src = p->src, count = p->count, kind = p->kind;
+        break;
+      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_ptds_v7000: {
+        const auto* p = static_cast<const cudaMemcpy_ptds_v7000_params*>(cb->functionParams);
+        dst = p->dst, src = p->src, count = p->count, kind = p->kind;
+        break;
+      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020: {
+        const auto* p = static_cast<const cudaMemcpyAsync_v3020_params*>(cb->functionParams);
+        dst = p->dst, src = p->src, count = p->count, kind = p->kind;
+        break;
+      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_ptsz_v7000: {
+        const auto* p = static_cast<const cudaMemcpyAsync_ptsz_v7000_params*>(cb->functionParams);
+        dst = p->dst, src = p->src, count = p->count, kind = p->kind;
+        break;
+      }
+      default: return false;
     }
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020: {
-      const auto* p = static_cast<const cudaMemcpyAsync_v3020_params*>(cb->functionParams);
-      dst = p->dst, src = p->src, count = p->count, kind = p->kind;
-      break;
-    }
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_ptsz_v7000: {
-      const auto* p = static_cast<const cudaMemcpyAsync_ptsz_v7000_params*>(cb->functionParams);
-      dst = p->dst, src = p->src, count = p->count, kind = p->kind;
-      break;
-    }
-    default:
-      return false;
   }
-  int used = std::snprintf(pending, sizeof pending, "\"src\":%" PRIuPTR ",\"dst\":%" PRIuPTR ",\"b\":%zu,\"kind\":%d",
-                           reinterpret_cast<std::uintptr_t>(src), reinterpret_cast<std::uintptr_t>(dst), count, kind);
+  int used = std::snprintf(
+      pending, sizeof pending, "\"src\":%" PRIuPTR ",\"dst\":%" PRIuPTR ",\"b\":%zu,\"kind\":%d",
+      reinterpret_cast<std::uintptr_t>(src), reinterpret_cast<std::uintptr_t>(dst), count, kind);
   // only an explicit host-to-device source is host memory for certain: reading a device
   // address from the host would fault
   if (knob_hash && kind == 1 && src && count) {
-    used += std::snprintf(pending + used, sizeof pending - used, ",\"h\":%" PRIu64, sampled_hash(src, count));
+    used += std::snprintf(pending + used, sizeof pending - used, ",\"h\":%" PRIu64,
+                          sampled_hash(src, count));
   }
   const bool sampled = unwound.load(std::memory_order_relaxed) < kFramesAll ||
                        unwound.load(std::memory_order_relaxed) % kFramesEvery == 0;
@@ -321,8 +379,8 @@ bool copy_entry(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
 }
 
 // Host memory pinned or registered, at its call's exit: address and size as a "pin" line.
-bool pin_record(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb, char* buf,
-                std::size_t size) {
+bool pin_record(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb,
+                char* buf, std::size_t size) {
   const void* ptr = nullptr;
   std::size_t bytes = 0;
   const char* what = nullptr;
@@ -343,8 +401,7 @@ bool pin_record(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_
         ptr = p->ptr, bytes = p->size, what = "register";
         break;
       }
-      default:
-        return false;
+      default: return false;
     }
   } else {
     switch (cbid) {
@@ -363,13 +420,13 @@ bool pin_record(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_
         ptr = p->p, bytes = p->bytesize, what = "register";
         break;
       }
-      default:
-        return false;
+      default: return false;
     }
   }
-  int used = std::snprintf(buf, size, "{\"t\":\"pin\",\"how\":\"%s\",\"f\":\"%s\",\"p\":%" PRIuPTR ",\"b\":%zu,\"c\":%u",
-                           what, cb->functionName ? cb->functionName : "?", reinterpret_cast<std::uintptr_t>(ptr),
-                           bytes, cb->correlationId);
+  int used = std::snprintf(
+      buf, size, "{\"t\":\"pin\",\"how\":\"%s\",\"f\":\"%s\",\"p\":%" PRIuPTR ",\"b\":%zu,\"c\":%u",
+      what, cb->functionName ? cb->functionName : "?", reinterpret_cast<std::uintptr_t>(ptr), bytes,
+      cb->correlationId);
   used += write_frames(buf + used, size - used);
   std::snprintf(buf + used, size - used, "}");
   return true;
@@ -386,18 +443,18 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
   cuptiGetTimestamp(&now);
   if (enter) {
     entered[runtime ? 0 : 1] = now;
-    has_pending = runtime && knob_call && copy_entry(cbid, cb);
+    has_pending = knob_call && copy_entry(domain, cbid, cb);
     return;
   }
   if (!thread_id) thread_id = static_cast<unsigned>(gettid());
   char buf[2304];
   int used = std::snprintf(buf, sizeof buf,
-                           "{\"t\":\"api\",\"rt\":%d,\"f\":\"%s\",\"st\":%" PRIu64 ",\"en\":%" PRIu64
-                           ",\"tid\":%u,\"c\":%u",
-                           runtime ? 1 : 0, api_name(domain, cbid).c_str(), entered[runtime ? 0 : 1], now,
-                           thread_id, cb->correlationId);
+                           "{\"t\":\"api\",\"rt\":%d,\"f\":\"%s\",\"st\":%" PRIu64
+                           ",\"en\":%" PRIu64 ",\"tid\":%u,\"c\":%u",
+                           runtime ? 1 : 0, api_name(domain, cbid).c_str(),
+                           entered[runtime ? 0 : 1], now, thread_id, cb->correlationId);
   std::uint64_t copied = 0;
-  if (runtime && has_pending) {
+  if (has_pending) {
     used += std::snprintf(buf + used, sizeof buf - used, ",%s", pending);
     has_pending = false;
     copied = 1;
@@ -430,9 +487,11 @@ void finish() {
   for (std::uintptr_t a : frames_seen) {
     Dl_info info{};
     if (!dladdr(reinterpret_cast<void*>(a), &info) || !info.dli_fname) continue;
-    std::snprintf(buf, sizeof buf, "{\"t\":\"frame\",\"a\":%" PRIuPTR ",\"obj\":\"%s\",\"off\":%" PRIuPTR
+    std::snprintf(buf, sizeof buf,
+                  "{\"t\":\"frame\",\"a\":%" PRIuPTR ",\"obj\":\"%s\",\"off\":%" PRIuPTR
                   ",\"sym\":\"%.200s\"}",
-                  a, escaped(info.dli_fname).c_str(), a - reinterpret_cast<std::uintptr_t>(info.dli_fbase),
+                  a, escaped(info.dli_fname).c_str(),
+                  a - reinterpret_cast<std::uintptr_t>(info.dli_fbase),
                   escaped(info.dli_sname).c_str());
     line(buf);
   }
@@ -495,7 +554,8 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   std::uint64_t now = 0;
   cuptiGetTimestamp(&now);
   char buf[256];
-  std::snprintf(buf, sizeof buf, "{\"t\":\"start\",\"pid\":%d,\"ppid\":%d,\"ts\":%" PRIu64 ",\"limit\":%" PRIu64 "}",
+  std::snprintf(buf, sizeof buf,
+                "{\"t\":\"start\",\"pid\":%d,\"ppid\":%d,\"ts\":%" PRIu64 ",\"limit\":%" PRIu64 "}",
                 getpid(), getppid(), now, limit);
   line(buf);
   std::fflush(out);
