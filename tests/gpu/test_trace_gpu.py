@@ -23,7 +23,7 @@ def copies(tmp_path_factory, native_engine) -> Path:
     if nvcc is None:
         pytest.skip("no nvcc to build the test program")
     out = tmp_path_factory.mktemp("prog") / "copies"
-    subprocess.run([nvcc, "-O2", "-o", str(out), str(PROGRAMS / "copies.cu")], check=True)
+    subprocess.run([nvcc, "-O2", "-o", str(out), str(PROGRAMS / "copies.cu"), "-lcuda"], check=True)
     return out
 
 
@@ -65,6 +65,13 @@ def test_every_byte_the_program_copied_is_in_the_trace(copies, tmp_path):
     assert all(c["function"] for c in doc["copies"])
     codes = {f["code"] for f in doc["findings"]}
     assert {"trace_pageable_copies", "trace_repeated_uploads", "trace_pinned_unused"} <= codes
+
+
+def test_driver_api_copies_are_recorded_with_their_callers(copies, tmp_path):
+    proc, doc = trace(tmp_path, str(copies), "--small", "20", "--driver")
+    assert proc.returncode == 0, proc.stderr
+    driver = [c for c in doc["copies"] if (c["function"] or "").startswith("cuMemcpyHtoD")]
+    assert len(driver) == 10 and all(c["bytes"] == 1 << 20 and c["where"] for c in driver)
 
 
 def test_totals_agree_with_the_programs_own_events(copies, tmp_path):

@@ -3,12 +3,15 @@
 // one JSON line: the calls, bytes and event-timed seconds per kind, so the trace can be checked
 // against the program's own account.
 //   copies [--small N] [--crash] [--fix pageable,repeat,small,unused|all] [--accuracy] [--no-events]
+//          [--driver]
+// --driver adds 10 uploads of 1 MiB through the driver API (cuMemcpyHtoD), as JAX makes them.
 // --accuracy makes only large asynchronous copies from pinned memory, whose event timing is the
 // copy's own GPU time (the trace's totals are checked against it).
 // --fix runs the same work with those fixes applied: pinned instead of pageable buffers, the
 // repeated upload made once, the small copies made as one, the unused pinned buffer not made.
 // --no-events leaves out the per-copy event timing (its own cost would swamp small copies).
 // Besides its tally it prints phase_s: host seconds from the first copy to the last.
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -71,13 +74,14 @@ void timed(const char* kind, void* dst, const void* src, std::size_t bytes, cuda
 
 int main(int argc, char** argv) {
   int small = 2000;
-  bool crash = false, accuracy = false;
+  bool crash = false, accuracy = false, driver = false;
   std::string fix;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--small") && i + 1 < argc) small = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--crash")) crash = true;
     if (!std::strcmp(argv[i], "--fix") && i + 1 < argc) fix = argv[++i];
     if (!std::strcmp(argv[i], "--no-events")) events = false;
+    if (!std::strcmp(argv[i], "--driver")) driver = true;
     if (!std::strcmp(argv[i], "--accuracy")) accuracy = true;
   }
   CHECK(cudaEventCreate(&t0));
@@ -163,6 +167,17 @@ int main(int argc, char** argv) {
     }
   }
   sections["small"] = since(mark);
+  if (driver) {
+    for (int i = 0; i < 10; ++i) {
+      if (cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(device), pinned + (i << 20), 1u << 20) != CUDA_SUCCESS) {
+        std::fprintf(stderr, "cuMemcpyHtoD failed\n");
+        return 2;
+      }
+      Tally& t = tally["h2d"];
+      ++t.calls;
+      t.bytes += 1 << 20;
+    }
+  }
   // kernels, and copies beside them or not
   for (int i = 0; i < 20; ++i) scale<<<264, 256, 0, stream>>>(work, big / sizeof(float));
   CHECK(cudaStreamSynchronize(stream));
