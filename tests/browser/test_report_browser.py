@@ -95,3 +95,63 @@ def test_report_draws_every_plot_without_errors(driver, tmp_path: Path) -> None:
     assert traces[0] == curves + 1
     assert driver.find_element("css selector", ".banner.simulated").is_displayed()
     assert driver.title.startswith("SIMULATED xferscope run")
+
+
+def _wait_drawn(driver, expected: int) -> tuple[int, int]:
+    deadline = time.monotonic() + RENDER_TIMEOUT_S
+    plots, drawn = _drawn(driver)
+    while drawn < expected and time.monotonic() < deadline:
+        time.sleep(0.2)
+        plots, drawn = _drawn(driver)
+    return plots, drawn
+
+
+def test_the_trace_page_draws_its_timeline(driver, tmp_path: Path) -> None:
+    """The trace recorded on an H200 (tests/data/trace): the timeline draws copies and kernels."""
+    from xferscope.report.trace_html import render_trace_html
+    from xferscope.trace.analyze import analyze
+    from xferscope.trace.document import TraceResult, copy_dict, findings_of, summary_dict
+    from xferscope.trace.records import read_trace
+
+    trace = read_trace([Path(__file__).parent.parent / "data" / "trace" / "copies-small20.jsonl"])
+    analysis = analyze(trace, 0.7, None)
+    result = TraceResult(
+        "test",
+        "2026-11-23T00:00:00+00:00",
+        False,
+        {},
+        {"command": ["copies"]},
+        False,
+        0.7,
+        0,
+        None,
+        trace.processes,
+        summary_dict(analysis, trace, None),
+        tuple(copy_dict(trace, c) for c in trace.copies),
+        tuple(findings_of(analysis)),
+    )
+    page = tmp_path / "trace.html"
+    page.write_text(render_trace_html(result), encoding="utf-8")
+    driver.get(page.as_uri())
+    assert _wait_drawn(driver, 1) == (1, 1)
+    assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
+    bars = driver.execute_script("return document.querySelectorAll('.barlayer .point').length")
+    assert bars >= len(trace.copies)  # every copy, and the kernels
+
+
+def test_the_gemm_page_draws_its_chart(driver, tmp_path: Path) -> None:
+    from xferscope.core.simulate import SimulatedEngine
+    from xferscope.gemm.measure import measure
+    from xferscope.gemm.records import GemmOptions
+    from xferscope.gemm.shapes import parse_sizes
+    from xferscope.report.gemm_html import render_gemm_html
+
+    result = measure(
+        SimulatedEngine(),
+        GemmOptions(precisions=("fp32", "bf16"), shapes=parse_sizes("--sizes", "2048,4096")),
+    )
+    page = tmp_path / "gemm.html"
+    page.write_text(render_gemm_html(result), encoding="utf-8")
+    driver.get(page.as_uri())
+    assert _wait_drawn(driver, 1) == (1, 1)
+    assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
