@@ -1,0 +1,60 @@
+// Many small copies at once (`xferscope batch`, issue 13): N copies of given sizes between host
+// memory (pinned or pageable) and one GPU, contiguous or scattered, made by one of several
+// methods, each verified:
+//   loop         a cudaMemcpyAsync per copy
+//   batch        one cudaMemcpyBatchAsync, with a source access order (stream, during_call, any)
+//   pack         the pieces packed into one pinned staging buffer by the CPU, one copy, and a
+//                scatter kernel on the GPU (for readback: a gather kernel, one copy, unpacked)
+//   kernel       one SM copy kernel over the list of pointers, reading or writing pinned host
+//                memory mapped into the GPU
+//   graph        a CUDA graph of the loop's copies, captured once and launched
+// Timed per batch: host time from the first call to the batch's completion, and device time
+// between events around it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace xferscope::batch {
+
+struct BatchSpec {
+  int device = 0;
+  std::string direction = "h2d";  // h2d, d2h
+  std::string memory = "pinned";  // pinned, pageable (host side)
+  std::vector<std::size_t> sizes;  // one per copy
+  bool scattered = false;          // each piece followed by a gap as large as itself
+  std::uint64_t seed = 0x5EED;
+};
+
+// The methods, and why one cannot run with a spec here ("" when it can).
+const std::vector<std::string>& methods();
+std::string refusal(const BatchSpec& spec, const std::string& method);
+
+struct BatchTiming {
+  double host_s = 0;    // per batch: first call to completion, host clock
+  double device_s = 0;  // per batch: between events around it
+};
+
+class Batch {
+ public:
+  explicit Batch(const BatchSpec& spec);
+  ~Batch();
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
+
+  // `iterations` batches made by `method`, back to back; the mean per batch.
+  BatchTiming time(const std::string& method, std::int64_t iterations);
+  // One batch by `method` into cleared destinations, then every byte compared with its source;
+  // returns the number of copies that arrived wrong.
+  std::int64_t verify(const std::string& method);
+  std::size_t bytes() const;  // the payload of one batch
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace xferscope::batch

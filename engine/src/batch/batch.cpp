@@ -1,0 +1,312 @@
+// Many small copies by one of several methods (batch.hpp): buffers laid out once, the pointer
+// tables the kernels read uploaded once, a CUDA graph captured on first use.
+#include "xferscope/batch.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+
+#include "batch/kernels.hpp"
+#include "xferscope/detail/handles.hpp"
+#include "xferscope/error.hpp"
+
+namespace xferscope::batch {
+
+namespace {
+
+constexpr int kBatchApiVersion = 12080;  // cudaMemcpyBatchAsync: CUDA 12.8
+
+int driver_version() {
+  int v = 0;
+  if (cudaDriverGetVersion(&v) != cudaSuccess) cudaGetLastError();
+  return v;
+}
+
+bool pageable_access(int device) {
+  int v = 0;
+  if (cudaDeviceGetAttribute(&v, cudaDevAttrPageableMemoryAccess, device) != cudaSuccess) cudaGetLastError();
+  return v != 0;
+}
+
+cudaMemcpySrcAccessOrder order_of(const std::string& method) {
+  if (method == "batch-call") return cudaMemcpySrcAccessOrderDuringApiCall;
+  if (method == "batch-any") return cudaMemcpySrcAccessOrderAny;
+  return cudaMemcpySrcAccessOrderStream;
+}
+
+}  // namespace
+
+const std::vector<std::string>& methods() {
+  static const std::vector<std::string> all = {"loop", "batch-stream", "batch-call", "batch-any",
+                                               "pack", "kernel", "graph"};
+  return all;
+}
+
+std::string refusal(const BatchSpec& s, const std::string& method) {
+  if (std::find(methods().begin(), methods().end(), method) == methods().end()) {
+    return "unknown method '" + method + "'";
+  }
+  if (s.direction != "h2d" && s.direction != "d2h") return "direction must be h2d or d2h";
+  if (s.memory != "pinned" && s.memory != "pageable") return "host memory must be pinned or pageable";
+  if (s.sizes.empty()) return "a batch needs at least one copy";
+  if (std::find(s.sizes.begin(), s.sizes.end(), std::size_t{0}) != s.sizes.end()) {
+    return "every copy needs at least one byte";
+  }
+  if (method.rfind("batch-", 0) == 0 && driver_version() < kBatchApiVersion) {
+    return "cudaMemcpyBatchAsync needs a CUDA 12.8 driver or newer; this one is " +
+           std::to_string(driver_version() / 1000) + "." + std::to_string(driver_version() % 1000 / 10);
+  }
+  if (method == "kernel" && s.memory == "pageable" && !pageable_access(s.device)) {
+    return "a GPU kernel cannot reach pageable host memory on this system (no HMM or ATS)";
+  }
+  if (method == "graph" && s.memory == "pageable") {
+    return "a CUDA graph's copies need pinned host memory";
+  }
+  return "";
+}
+
+struct Batch::Impl {
+  BatchSpec s;
+  std::vector<std::size_t> offsets, staged;  // each piece's place in the buffers, in staging
+  std::size_t span = 0, total = 0;
+  char* host = nullptr;  // pinned or pageable
+  char* device = nullptr;
+  char* host_staging = nullptr;  // pack: pinned
+  char* device_staging = nullptr;
+  kernels::Piece* scatter = nullptr;  // device tables: pack's scatter or gather, the SM copy
+  kernels::Piece* direct = nullptr;
+  std::vector<void*> dsts;
+  std::vector<const void*> srcs;
+  cudaGraphExec_t graph = nullptr;
+  detail::Stream stream;
+  detail::Event start, stop;
+
+  bool up() const { return s.direction == "h2d"; }
+
+  void allocate_device(char*& p, std::size_t bytes) {
+    if (cudaMalloc(reinterpret_cast<void**>(&p), bytes) != cudaSuccess) {
+      cudaGetLastError();
+      p = nullptr;
+      throw AllocationError("device", bytes, "batch buffers");
+    }
+  }
+  void allocate_pinned(char*& p, std::size_t bytes) {
+    if (cudaMallocHost(reinterpret_cast<void**>(&p), bytes) != cudaSuccess) {
+      cudaGetLastError();
+      p = nullptr;
+      throw AllocationError("pinned", bytes, "batch buffers");
+    }
+  }
+
+  void setup() {
+    XFS_CUDA_CALL(cudaSetDevice(s.device));
+    stream = detail::Stream::create();
+    start = detail::Event::create();
+    stop = detail::Event::create();
+    std::size_t at = 0, packed = 0;
+    for (std::size_t size : s.sizes) {
+      offsets.push_back(at);
+      staged.push_back(packed);
+      // 256-byte aligned starts, as cudaMalloc gives; a scattered piece leaves a gap its size
+      at += (size + 255) / 256 * 256 * (s.scattered ? 2 : 1);
+      packed += size;
+    }
+    span = at;
+    total = packed;
+    if (s.memory == "pinned") {
+      allocate_pinned(host, span);
+    } else {
+      host = static_cast<char*>(std::aligned_alloc(4096, (span + 4095) / 4096 * 4096));
+      if (!host) throw AllocationError("pageable", span, "batch buffers");
+      std::memset(host, 0, span);
+    }
+    allocate_device(device, span);
+    for (std::size_t i = 0; i < s.sizes.size(); ++i) {
+      char* h = host + offsets[i];
+      char* d = device + offsets[i];
+      dsts.push_back(up() ? static_cast<void*>(d) : h);
+      srcs.push_back(up() ? static_cast<const void*>(h) : d);
+    }
+  }
+
+  // pack's staging buffers and tables, the SM copy's table: made on first use
+  void prepare_pack() {
+    if (host_staging) return;
+    allocate_pinned(host_staging, total);
+    allocate_device(device_staging, total);
+    std::vector<kernels::Piece> table;
+    for (std::size_t i = 0; i < s.sizes.size(); ++i) {
+      char* d = device + offsets[i];
+      char* staging = device_staging + staged[i];
+      table.push_back(up() ? kernels::Piece{staging, d, s.sizes[i]} : kernels::Piece{d, staging, s.sizes[i]});
+    }
+    upload_table(scatter, table);
+  }
+  void prepare_direct() {
+    if (direct) return;
+    std::vector<kernels::Piece> table;
+    for (std::size_t i = 0; i < s.sizes.size(); ++i) table.push_back({srcs[i], dsts[i], s.sizes[i]});
+    upload_table(direct, table);
+  }
+  void upload_table(kernels::Piece*& table, const std::vector<kernels::Piece>& pieces) {
+    char* p = nullptr;
+    allocate_device(p, pieces.size() * sizeof(kernels::Piece));
+    table = reinterpret_cast<kernels::Piece*>(p);
+    XFS_CUDA_CALL(cudaMemcpy(table, pieces.data(), pieces.size() * sizeof(kernels::Piece), cudaMemcpyHostToDevice));
+  }
+  void prepare_graph() {
+    if (graph) return;
+    cudaGraph_t g = nullptr;
+    XFS_CUDA_CALL(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (std::size_t i = 0; i < s.sizes.size(); ++i) {
+      const cudaError_t status = cudaMemcpyAsync(dsts[i], srcs[i], s.sizes[i], cudaMemcpyDefault, stream);
+      if (status != cudaSuccess) {
+        cudaStreamEndCapture(stream, &g);
+        if (g) cudaGraphDestroy(g);
+        XFS_CUDA_CALL(status);
+      }
+    }
+    XFS_CUDA_CALL(cudaStreamEndCapture(stream, &g));
+    const cudaError_t status = cudaGraphInstantiate(&graph, g, 0);
+    cudaGraphDestroy(g);
+    XFS_CUDA_CALL(status);
+  }
+
+  void run(const std::string& method) {
+    const std::size_t n = s.sizes.size();
+    if (method == "loop") {
+      for (std::size_t i = 0; i < n; ++i) {
+        XFS_CUDA_CALL(cudaMemcpyAsync(dsts[i], srcs[i], s.sizes[i], cudaMemcpyDefault, stream));
+      }
+    } else if (method.rfind("batch-", 0) == 0) {
+      cudaMemcpyAttributes attr{};
+      attr.srcAccessOrder = order_of(method);
+      attr.srcLocHint.type = up() ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
+      attr.srcLocHint.id = up() ? 0 : s.device;
+      attr.dstLocHint.type = up() ? cudaMemLocationTypeDevice : cudaMemLocationTypeHost;
+      attr.dstLocHint.id = up() ? s.device : 0;
+      std::size_t index = 0;
+      XFS_CUDA_CALL(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), s.sizes.data(), n, &attr, &index, 1, stream));
+    } else if (method == "pack") {
+      prepare_pack();
+      if (up()) {
+        XFS_CUDA_CALL(cudaStreamSynchronize(stream));  // the last batch's copy has read the staging
+        for (std::size_t i = 0; i < n; ++i) std::memcpy(host_staging + staged[i], host + offsets[i], s.sizes[i]);
+        XFS_CUDA_CALL(cudaMemcpyAsync(device_staging, host_staging, total, cudaMemcpyHostToDevice, stream));
+        kernels::copy(scatter, n, stream);
+      } else {
+        kernels::copy(scatter, n, stream);
+        XFS_CUDA_CALL(cudaMemcpyAsync(host_staging, device_staging, total, cudaMemcpyDeviceToHost, stream));
+        XFS_CUDA_CALL(cudaStreamSynchronize(stream));
+        for (std::size_t i = 0; i < n; ++i) std::memcpy(host + offsets[i], host_staging + staged[i], s.sizes[i]);
+      }
+    } else if (method == "kernel") {
+      prepare_direct();
+      kernels::copy(direct, n, stream);
+    } else if (method == "graph") {
+      prepare_graph();
+      XFS_CUDA_CALL(cudaGraphLaunch(graph, stream));
+    } else {
+      throw UsageError("unknown batch method '" + method + "'");
+    }
+  }
+
+  void release() noexcept {
+    if (stream.get()) cudaStreamSynchronize(stream);
+    if (graph) cudaGraphExecDestroy(graph);
+    for (void* p : {static_cast<void*>(device), static_cast<void*>(device_staging), static_cast<void*>(scatter),
+                    static_cast<void*>(direct)}) {
+      if (p) cudaFree(p);
+    }
+    if (host_staging) cudaFreeHost(host_staging);
+    if (host) {
+      if (s.memory == "pinned") {
+        cudaFreeHost(host);
+      } else {
+        std::free(host);
+      }
+    }
+  }
+};
+
+Batch::Batch(const BatchSpec& spec) {
+  for (const std::string& m : {std::string("loop")}) {
+    const std::string reason = refusal(spec, m);
+    if (!reason.empty()) throw UsageError(reason);
+  }
+  impl_ = std::make_unique<Impl>();
+  impl_->s = spec;
+  try {
+    impl_->setup();
+  } catch (...) {
+    impl_->release();
+    throw;
+  }
+}
+
+Batch::~Batch() {
+  if (impl_) impl_->release();
+}
+
+std::size_t Batch::bytes() const { return impl_->total; }
+
+BatchTiming Batch::time(const std::string& method, std::int64_t iterations) {
+  Impl& b = *impl_;
+  const std::string reason = refusal(b.s, method);
+  if (!reason.empty()) throw UsageError(reason);
+  XFS_CUDA_CALL(cudaSetDevice(b.s.device));
+  XFS_CUDA_CALL(cudaStreamSynchronize(b.stream));
+  const auto t0 = std::chrono::steady_clock::now();
+  XFS_CUDA_CALL(cudaEventRecord(b.start, b.stream));
+  for (std::int64_t i = 0; i < iterations; ++i) b.run(method);
+  XFS_CUDA_CALL(cudaEventRecord(b.stop, b.stream));
+  XFS_CUDA_CALL(cudaStreamSynchronize(b.stream));
+  const double host = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  float ms = 0;
+  XFS_CUDA_CALL(cudaEventElapsedTime(&ms, b.start, b.stop));
+  BatchTiming t;
+  t.host_s = host / static_cast<double>(iterations);
+  t.device_s = ms * 1e-3 / static_cast<double>(iterations);
+  return t;
+}
+
+std::int64_t Batch::verify(const std::string& method) {
+  Impl& b = *impl_;
+  const std::string reason = refusal(b.s, method);
+  if (!reason.empty()) throw UsageError(reason);
+  XFS_CUDA_CALL(cudaSetDevice(b.s.device));
+  XFS_CUDA_CALL(cudaStreamSynchronize(b.stream));
+  // a pattern over the whole span: the sources get it, the destinations are cleared
+  std::vector<unsigned char> pattern(b.span);
+  std::uint64_t x = b.s.seed | 1;
+  for (std::size_t i = 0; i < b.span; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    pattern[i] = static_cast<unsigned char>(x >> 24);
+  }
+  if (b.up()) {
+    std::memcpy(b.host, pattern.data(), b.span);
+    XFS_CUDA_CALL(cudaMemset(b.device, 0, b.span));
+  } else {
+    XFS_CUDA_CALL(cudaMemcpy(b.device, pattern.data(), b.span, cudaMemcpyHostToDevice));
+    std::memset(b.host, 0, b.span);
+  }
+  b.run(method);
+  XFS_CUDA_CALL(cudaStreamSynchronize(b.stream));
+  std::vector<unsigned char> arrived(b.span);
+  if (b.up()) {
+    XFS_CUDA_CALL(cudaMemcpy(arrived.data(), b.device, b.span, cudaMemcpyDeviceToHost));
+  } else {
+    std::memcpy(arrived.data(), b.host, b.span);
+  }
+  std::int64_t wrong = 0;
+  for (std::size_t i = 0; i < b.s.sizes.size(); ++i) {
+    if (std::memcmp(arrived.data() + b.offsets[i], pattern.data() + b.offsets[i], b.s.sizes[i]) != 0) ++wrong;
+  }
+  return wrong;
+}
+
+}  // namespace xferscope::batch
