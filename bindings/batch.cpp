@@ -54,12 +54,14 @@ void bind_batch(nb::module_& m) {
   m.attr("BATCH_METHODS") = nb::cast(batch::methods());
   m.def(
       "batch_refusal",
-      [](int device, const std::string& direction, const std::string& memory,
-         const std::vector<std::size_t>& sizes, bool scattered, const std::string& method) {
-        return batch::refusal(spec_of(device, direction, memory, sizes, scattered, 0), method);
+      [](const std::string& direction, const std::string& memory, const std::vector<std::size_t>& sizes,
+         const std::string& method, int driver_version, bool pageable_access) {
+        return batch::refusal(spec_of(0, direction, memory, sizes, false, 0), method, driver_version,
+                              pageable_access);
       },
-      "device"_a, "direction"_a, "memory"_a, "sizes"_a, "scattered"_a, "method"_a,
-      "Why this batch cannot be made by `method` here, or ''.");
+      "direction"_a, "memory"_a, "sizes"_a, "method"_a, "driver_version"_a, "pageable_access"_a,
+      "Why this batch cannot be made by `method` on a machine with this driver (and GPU access to "
+      "pageable memory or not), or ''.");
   nb::class_<BatchHandle>(m, "Batch", "N copies between host memory and a GPU, by several methods.")
       .def(
           "__init__",

@@ -29,9 +29,12 @@ struct BatchSpec {
   std::uint64_t seed = 0x5EED;
 };
 
-// The methods, and why one cannot run with a spec here ("" when it can).
+// The methods, and why one cannot run with a spec ("" when it can) on a machine whose driver
+// is `driver_version` (cudaDriverGetVersion) and whose GPUs can or cannot reach pageable
+// memory; the Batch asks the machine it runs on.
 const std::vector<std::string>& methods();
-std::string refusal(const BatchSpec& spec, const std::string& method);
+std::string refusal(const BatchSpec& spec, const std::string& method, int driver_version,
+                    bool pageable_access);
 
 struct BatchTiming {
   double host_s = 0;    // per batch: first call to completion, host clock

@@ -46,7 +46,7 @@ const std::vector<std::string>& methods() {
   return all;
 }
 
-std::string refusal(const BatchSpec& s, const std::string& method) {
+std::string refusal(const BatchSpec& s, const std::string& method, int driver, bool pageable) {
   if (std::find(methods().begin(), methods().end(), method) == methods().end()) {
     return "unknown method '" + method + "'";
   }
@@ -56,11 +56,11 @@ std::string refusal(const BatchSpec& s, const std::string& method) {
   if (std::find(s.sizes.begin(), s.sizes.end(), std::size_t{0}) != s.sizes.end()) {
     return "every copy needs at least one byte";
   }
-  if (method.rfind("batch-", 0) == 0 && driver_version() < kBatchApiVersion) {
-    return "cudaMemcpyBatchAsync needs a CUDA 12.8 driver or newer; this one is " +
-           std::to_string(driver_version() / 1000) + "." + std::to_string(driver_version() % 1000 / 10);
+  if (method.rfind("batch-", 0) == 0 && driver < kBatchApiVersion) {
+    return "cudaMemcpyBatchAsync needs a CUDA 12.8 driver or newer; this one is " + std::to_string(driver / 1000) +
+           "." + std::to_string(driver % 1000 / 10);
   }
-  if (method == "kernel" && s.memory == "pageable" && !pageable_access(s.device)) {
+  if (method == "kernel" && s.memory == "pageable" && !pageable) {
     return "a GPU kernel cannot reach pageable host memory on this system (no HMM or ATS)";
   }
   if (method == "graph" && s.memory == "pageable") {
@@ -234,10 +234,8 @@ struct Batch::Impl {
 };
 
 Batch::Batch(const BatchSpec& spec) {
-  for (const std::string& m : {std::string("loop")}) {
-    const std::string reason = refusal(spec, m);
-    if (!reason.empty()) throw UsageError(reason);
-  }
+  const std::string reason = refusal(spec, "loop", kBatchApiVersion, false);
+  if (!reason.empty()) throw UsageError(reason);
   impl_ = std::make_unique<Impl>();
   impl_->s = spec;
   try {
@@ -256,7 +254,7 @@ std::size_t Batch::bytes() const { return impl_->total; }
 
 BatchTiming Batch::time(const std::string& method, std::int64_t iterations) {
   Impl& b = *impl_;
-  const std::string reason = refusal(b.s, method);
+  const std::string reason = refusal(b.s, method, driver_version(), pageable_access(b.s.device));
   if (!reason.empty()) throw UsageError(reason);
   XFS_CUDA_CALL(cudaSetDevice(b.s.device));
   XFS_CUDA_CALL(cudaStreamSynchronize(b.stream));
@@ -276,7 +274,7 @@ BatchTiming Batch::time(const std::string& method, std::int64_t iterations) {
 
 std::int64_t Batch::verify(const std::string& method) {
   Impl& b = *impl_;
-  const std::string reason = refusal(b.s, method);
+  const std::string reason = refusal(b.s, method, driver_version(), pageable_access(b.s.device));
   if (!reason.empty()) throw UsageError(reason);
   XFS_CUDA_CALL(cudaSetDevice(b.s.device));
   XFS_CUDA_CALL(cudaStreamSynchronize(b.stream));
