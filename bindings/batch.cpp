@@ -18,7 +18,8 @@ namespace batch = xferscope::batch;
 namespace {
 
 batch::BatchSpec spec_of(int device, const std::string& direction, const std::string& memory,
-                         const std::vector<std::size_t>& sizes, bool scattered, std::uint64_t seed) {
+                         const std::vector<std::size_t>& sizes, bool scattered,
+                         std::uint64_t seed) {
   batch::BatchSpec s;
   s.device = device;
   s.direction = direction;
@@ -54,10 +55,11 @@ void bind_batch(nb::module_& m) {
   m.attr("BATCH_METHODS") = nb::cast(batch::methods());
   m.def(
       "batch_refusal",
-      [](const std::string& direction, const std::string& memory, const std::vector<std::size_t>& sizes,
-         const std::string& method, int driver_version, bool pageable_access) {
-        return batch::refusal(spec_of(0, direction, memory, sizes, false, 0), method, driver_version,
-                              pageable_access);
+      [](const std::string& direction, const std::string& memory,
+         const std::vector<std::size_t>& sizes, const std::string& method, int driver_version,
+         bool pageable_access) {
+        return batch::refusal(spec_of(0, direction, memory, sizes, false, 0), method,
+                              driver_version, pageable_access);
       },
       "direction"_a, "memory"_a, "sizes"_a, "method"_a, "driver_version"_a, "pageable_access"_a,
       "Why this batch cannot be made by `method` on a machine with this driver (and GPU access to "

@@ -149,8 +149,8 @@ void translate_cuda_error(const std::exception_ptr& error, void* type) {
 
 }  // namespace
 
-void bind_gl(nb::module_& m);    // bindings/gl.cpp
-void bind_gemm(nb::module_& m);  // bindings/gemm.cpp
+void bind_gl(nb::module_& m);     // bindings/gl.cpp
+void bind_gemm(nb::module_& m);   // bindings/gemm.cpp
 void bind_batch(nb::module_& m);  // bindings/batch.cpp
 
 NB_MODULE(_engine, m) {

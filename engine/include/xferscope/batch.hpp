@@ -22,8 +22,8 @@ namespace xferscope::batch {
 
 struct BatchSpec {
   int device = 0;
-  std::string direction = "h2d";  // h2d, d2h
-  std::string memory = "pinned";  // pinned, pageable (host side)
+  std::string direction = "h2d";   // h2d, d2h
+  std::string memory = "pinned";   // pinned, pageable (host side)
   std::vector<std::size_t> sizes;  // one per copy
   bool scattered = false;          // each piece followed by a gap as large as itself
   std::uint64_t seed = 0x5EED;

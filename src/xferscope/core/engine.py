@@ -219,6 +219,16 @@ class Gemm(Protocol):
     def close(self) -> None: ...
 
 
+class Batch(Protocol):
+    """N copies between host memory and a GPU, made by one of several methods (batch.hpp)."""
+
+    @property
+    def bytes(self) -> int: ...
+    def time(self, method: str, iterations: int) -> tuple[float, float]: ...  # host, device s
+    def verify(self, method: str) -> int: ...  # copies that arrived wrong
+    def close(self) -> None: ...
+
+
 class Engine(Protocol):
     simulated: bool
 
@@ -267,6 +277,15 @@ class Engine(Protocol):
         rotation_bytes: int = 0,
         tune: int = 0,  # time this many of the heuristic's algorithms and keep the fastest
     ) -> Gemm: ...
+    def batch(
+        self,
+        device: int,
+        direction: str,
+        memory: str,
+        sizes: list[int],
+        scattered: bool = False,
+        seed: int = 0x5EED,
+    ) -> Batch: ...
     def clock(self) -> float: ...
 
 
@@ -278,9 +297,9 @@ def format_cuda_version(version: int) -> str:
 # Every native transfer and copier not yet closed. close_native() closes them, so their buffers
 # are freed and the staged copier's threads joined before the interpreter finalizes, whatever
 # path (Ctrl-C, an error) left one open.
-_open_handles: weakref.WeakSet[_NativeTransfer | _NativeCopier | _NativeGl | _NativeGemm] = (
-    weakref.WeakSet()
-)
+_open_handles: weakref.WeakSet[
+    _NativeTransfer | _NativeCopier | _NativeGl | _NativeGemm | _NativeBatch
+] = weakref.WeakSet()
 
 
 def close_native() -> None:
@@ -441,6 +460,21 @@ class NativeEngine:
             )
         return _NativeGemm(handle, self)
 
+    def batch(
+        self,
+        device: int,
+        direction: str,
+        memory: str,
+        sizes: list[int],
+        scattered: bool = False,
+        seed: int = 0x5EED,
+    ) -> Batch:
+        """Buffers for a batch of copies (batch.hpp)."""
+        self.device_info(device)  # a clear NoDeviceError for a bad index
+        with self._measuring():
+            handle = self._engine.Batch(device, direction, memory, list(sizes), scattered, seed)
+        return _NativeBatch(handle, self)
+
     def gl_context(self, device: int) -> GlContext:
         """An OpenGL context on the EGL device that is CUDA device `device`."""
         self.device_info(device)  # a clear NoDeviceError for a bad index
@@ -592,6 +626,32 @@ class _NativeGl:
         for s in self._sessions:
             s.close()
         self._sessions = []
+        self._handle.close()
+        _open_handles.discard(self)
+
+
+class _NativeBatch:
+    """A native batch with its errors translated; closed by close_native if left open."""
+
+    def __init__(self, handle: Any, engine: NativeEngine) -> None:
+        self._handle = handle
+        self._engine = engine
+        _open_handles.add(self)
+
+    @property
+    def bytes(self) -> int:
+        return int(self._handle.bytes)
+
+    def time(self, method: str, iterations: int) -> tuple[float, float]:
+        with self._engine._measuring():
+            host, device = self._handle.time(method, iterations)
+        return float(host), float(device)
+
+    def verify(self, method: str) -> int:
+        with self._engine._measuring():
+            return int(self._handle.verify(method))
+
+    def close(self) -> None:
         self._handle.close()
         _open_handles.discard(self)
 

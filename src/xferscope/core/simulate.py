@@ -18,7 +18,7 @@ import numpy as np
 
 from . import cases, interrupt
 from .errors import AllocationError, CudaError, EngineError, NoDeviceError
-from .native import result
+from .native import engine_module, result
 
 SIMULATED_MEMORY_BYTES = 141 * 10**9
 SIMULATED_GPU: dict[str, Any] = {
@@ -317,6 +317,28 @@ class SimulatedEngine:
         return simulated_gemm(
             self, device, precision, m, n, k, trans_a, trans_b, rotation_bytes, tune
         )
+
+    def batch(
+        self,
+        device: int,
+        direction: str,
+        memory: str,
+        sizes: list[int],
+        scattered: bool = False,
+        seed: int = 0x5EED,
+    ) -> Any:
+        """The simulated batch of copies (simulate_batch.py)."""
+        from .simulate_batch import SimulatedBatch
+
+        interrupt.check()
+        self._gpu(device)
+        if device in self.failing_devices:
+            raise LAUNCH_FAILURE
+        reason = engine_module().batch_refusal(direction, memory, list(sizes), "loop", 13000, False)
+        if reason:
+            raise EngineError(reason)
+        spec = {"device": device, "direction": direction, "memory": memory, "sizes": list(sizes)}
+        return SimulatedBatch(self, spec | {"scattered": scattered, "seed": seed})
 
     def gl_context(self, device: int) -> Any:
         """The simulated GL (simulate_gl.py)."""

@@ -1,0 +1,344 @@
+"""`xferscope batch`: N copies of S bytes each, host to device and back, from pinned and pageable
+memory, by every method the engine has (batch.hpp), each verified and timed NetPIPE's way
+(a calibration run, trials of a target time, the median; host time per batch, first call to
+completion, and device time). The result is, per direction and memory, a map of which method
+wins for each (count, size), by how much, against the loop of cudaMemcpyAsync that a program
+writes first, and where cudaMemcpyBatchAsync starts and stops beating it."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .. import __version__
+from ..core import machine, plan, stats
+from ..core.engine import Engine
+from ..core.errors import AllocationError, EngineError
+from ..core.findings import INFO, Finding
+from ..core.native import engine_module
+from ..core.progress import QUIET, Progress
+
+SCHEMA_NAME = "xferscope-batch"
+SCHEMA_VERSION = 1
+
+_e = engine_module()
+METHODS: tuple[str, ...] = tuple(_e.BATCH_METHODS)
+DEFAULT_COUNTS = (1, 4, 16, 64, 256, 1024)
+DEFAULT_SIZES = (64, 512, 4096, 32768, 262144, 1 << 20)
+DEFAULT_TARGET_S = 0.02
+DEFAULT_TRIALS = 3
+CLEAR_WIN = 0.03  # a method must beat the loop by more than this to be called the winner
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOptions:
+    directions: tuple[str, ...] = ("h2d", "d2h")
+    memories: tuple[str, ...] = ("pinned", "pageable")
+    counts: tuple[int, ...] = DEFAULT_COUNTS
+    sizes: tuple[int, ...] = DEFAULT_SIZES
+    methods: tuple[str, ...] = METHODS
+    scattered: bool = False
+    target_s: float = DEFAULT_TARGET_S
+    trials: int = DEFAULT_TRIALS
+    device: int = 0
+    seed: int = 0x5EED
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One (direction, memory, count, size, method)."""
+
+    direction: str
+    memory: str
+    count: int
+    size: int
+    method: str
+    status: str  # complete, skipped, failed, unverified, interrupted
+    error: str | None = None
+    host_s: tuple[float, ...] = ()  # per batch, each trial
+    device_s: tuple[float, ...] = ()
+
+    @property
+    def seconds(self) -> float | None:
+        return stats.median(self.host_s) if self.host_s and self.status == "complete" else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "direction": self.direction,
+            "memory": self.memory,
+            "count": self.count,
+            "size": self.size,
+            "method": self.method,
+            "status": self.status,
+            "error": self.error,
+            "host_s": list(self.host_s),
+            "device_s": list(self.device_s),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    tool_version: str
+    created: str
+    simulated: bool
+    machine: dict[str, Any]
+    options: dict[str, Any]
+    interrupted: bool
+    wall_s: float
+    cells: tuple[Cell, ...]
+    findings: tuple[Finding, ...] = field(default=())
+
+    def winners(self) -> dict[tuple[str, str, int, int], tuple[Cell, float | None]]:
+        """Per (direction, memory, count, size): the fastest verified method and how many times
+        as fast as the loop it is (None without a loop to compare)."""
+        groups: dict[tuple[str, str, int, int], list[Cell]] = {}
+        for c in self.cells:
+            if c.seconds:
+                groups.setdefault((c.direction, c.memory, c.count, c.size), []).append(c)
+        out = {}
+        for key, cells in groups.items():
+            best = min(cells, key=lambda c: c.seconds or 0.0)
+            loop = next((c for c in cells if c.method == "loop"), None)
+            gain = (loop.seconds or 0.0) / (best.seconds or 1.0) if loop else None
+            if loop is not None and gain is not None and gain < 1 + CLEAR_WIN:
+                best, gain = loop, 1.0  # within the noise of the loop: the loop stays
+            out[key] = (best, gain)
+        return out
+
+
+def measure_cell(
+    batch: Any, options: BatchOptions, method: str
+) -> tuple[str, str | None, tuple[float, ...], tuple[float, ...]]:
+    try:
+        wrong = batch.verify(method)
+        if wrong:
+            return "unverified", f"{wrong} copies arrived wrong", (), ()
+        calibration = plan.calibrate(
+            lambda n: batch.time(method, n)[0] * n, least_s=options.target_s / 4
+        )
+        n = plan.repeats_for(options.target_s, calibration.per_iteration_s)
+        host, device = [], []
+        for _ in range(options.trials):
+            h, d = batch.time(method, n)
+            host.append(h)
+            device.append(d)
+        return "complete", None, tuple(host), tuple(device)
+    except (AllocationError, EngineError) as exc:
+        return "failed", str(exc), (), ()
+
+
+def measure(engine: Engine, options: BatchOptions, progress: Progress = QUIET) -> BatchResult:
+    created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    start = engine.clock()
+    driver = engine.driver_version()
+    pageable = bool(engine.device_info(options.device).get("pageable_memory_access"))
+    cells: list[Cell] = []
+    interrupted = False
+    try:
+        for direction in options.directions:
+            for memory in options.memories:
+                progress.begin(f"{direction} {memory}")
+                for count in options.counts:
+                    for size in options.sizes:
+                        sizes = [size] * count
+                        base = Cell(direction, memory, count, size, "", "skipped")
+                        try:
+                            batch = engine.batch(
+                                options.device,
+                                direction,
+                                memory,
+                                sizes,
+                                options.scattered,
+                                options.seed,
+                            )
+                        except (AllocationError, EngineError) as exc:
+                            cells += [
+                                replace(base, method=m, status="failed", error=str(exc))
+                                for m in options.methods
+                            ]
+                            continue
+                        try:
+                            for method in options.methods:
+                                reason = _e.batch_refusal(
+                                    direction, memory, sizes, method, driver, pageable
+                                )
+                                if reason:
+                                    cells.append(replace(base, method=method, error=reason))
+                                    continue
+                                status, error, host, device = measure_cell(batch, options, method)
+                                cells.append(
+                                    replace(
+                                        base,
+                                        method=method,
+                                        status=status,
+                                        error=error,
+                                        host_s=host,
+                                        device_s=device,
+                                    )
+                                )
+                        finally:
+                            batch.close()
+                        progress.step(f"{direction} {memory} {count} x {size} B")
+    except KeyboardInterrupt:
+        interrupted = True
+    result = BatchResult(
+        __version__,
+        created,
+        engine.simulated,
+        machine.collect(engine, [options.device]),
+        _options_dict(options),
+        interrupted,
+        engine.clock() - start,
+        tuple(cells),
+    )
+    return replace(result, findings=tuple(findings(result)))
+
+
+def _options_dict(options: BatchOptions) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(options)
+
+
+def crossovers(
+    result: BatchResult, method: str = "batch-any"
+) -> dict[tuple[str, str, int], int | None]:
+    """Per (direction, memory, count): the largest size at which `method` beats the loop."""
+    out: dict[tuple[str, str, int], int | None] = {}
+    by = {(c.direction, c.memory, c.count, c.size, c.method): c for c in result.cells}
+    for (d, m, n, s, meth), c in by.items():
+        if meth != method or not c.seconds:
+            continue
+        loop = by.get((d, m, n, s, "loop"))
+        if loop is None or not loop.seconds:
+            continue
+        key = (d, m, n)
+        if c.seconds < loop.seconds and (out.get(key) or 0) < s:
+            out[key] = s
+        else:
+            out.setdefault(key, None)
+    return out
+
+
+def findings(result: BatchResult) -> list[Finding]:
+    out = []
+    winners = result.winners()
+    for direction in dict.fromkeys(c.direction for c in result.cells):
+        for memory in dict.fromkeys(c.memory for c in result.cells):
+            mine = {k: v for k, v in winners.items() if k[:2] == (direction, memory)}
+            if not mine:
+                continue
+            key, (best, gain) = max(mine.items(), key=lambda kv: kv[1][1] or 0.0)
+            if gain:
+                out.append(
+                    Finding(
+                        f"batch_best_{direction}_{memory}",
+                        INFO,
+                        result.options.get("device"),
+                        f"{direction} {memory}",
+                        gain,
+                        None,
+                        f"{direction} from {memory} memory: {key[2]} copies of {key[3]} B are "
+                        f"{gain:.1f}x as fast by {best.method} as by a loop of cudaMemcpyAsync "
+                        f"({(best.seconds or 0) * 1e6:.0f} us a batch)",
+                    )
+                )
+    for (direction, memory, count), size in crossovers(result).items():
+        if count < 4:
+            continue
+        out.append(
+            Finding(
+                f"batch_api_crossover_{direction}_{memory}_{count}",
+                INFO,
+                result.options.get("device"),
+                f"{direction} {memory} {count}",
+                None if size is None else float(size),
+                None,
+                f"{direction} from {memory} memory, {count} copies: cudaMemcpyBatchAsync "
+                + (
+                    "never beats the loop"
+                    if size is None
+                    else f"beats the loop up to {size} B a copy"
+                ),
+            )
+        )
+    return out
+
+
+# ---- documents ---------------------------------------------------------------------------------
+
+
+def to_dict(result: BatchResult) -> dict[str, Any]:
+    from ..documents.envelope import document_header
+
+    return document_header(SCHEMA_NAME, SCHEMA_VERSION, result) | {
+        "cells": [c.to_dict() for c in result.cells],
+        "winners": [
+            {
+                "direction": d,
+                "memory": m,
+                "count": n,
+                "size": s,
+                "method": best.method,
+                "seconds": best.seconds,
+                "vs_loop": gain,
+            }
+            for (d, m, n, s), (best, gain) in result.winners().items()
+        ],
+    }
+
+
+def from_dict(d: dict[str, Any]) -> BatchResult:
+    from ..documents.envelope import header_fields
+    from ..documents.reader import Field, check_schema
+
+    check_schema(d, SCHEMA_NAME, SCHEMA_VERSION)
+    r = Field(d)
+    cells = tuple(
+        Cell(
+            c["direction"].string(),
+            c["memory"].string(),
+            c["count"].integer(),
+            c["size"].integer(),
+            c["method"].string(),
+            c["status"].string(),
+            c["error"].optional_string(),
+            c["host_s"].numbers(),
+            c["device_s"].numbers(),
+        )
+        for c in r["cells"].items()
+    )
+    return BatchResult(**header_fields(r), cells=cells)
+
+
+def dumps_json(result: BatchResult) -> str:
+    import json
+
+    return json.dumps(to_dict(result), indent=1, allow_nan=False) + "\n"
+
+
+def dumps_csv(result: BatchResult) -> str:
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(
+        ("direction", "memory", "count", "size", "method", "status", "host_s", "device_s", "error")
+    )
+    for c in result.cells:
+        writer.writerow(
+            (
+                c.direction,
+                c.memory,
+                c.count,
+                c.size,
+                c.method,
+                c.status,
+                "" if not c.host_s else f"{stats.median(c.host_s):.6g}",
+                "" if not c.device_s else f"{stats.median(c.device_s):.6g}",
+                c.error or "",
+            )
+        )
+    return out.getvalue()

@@ -1,0 +1,170 @@
+"""`xferscope batch`: many small copies, every method, which wins where."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..batch.measure import (
+    DEFAULT_COUNTS,
+    DEFAULT_TARGET_S,
+    DEFAULT_TRIALS,
+    METHODS,
+    SCHEMA_NAME,
+    BatchOptions,
+    BatchResult,
+    dumps_csv,
+    dumps_json,
+    from_dict,
+    measure,
+    to_dict,
+)
+from ..core.errors import OptionError
+from ..core.units import parse_counts
+from ..report.batch_tables import print_batch
+from ..sweep.options import parse_list, parse_sizes
+from . import common
+from .app import cli, stdout
+from .common import (
+    Bar,
+    DocumentKind,
+    HistorySaver,
+    _history_file,
+    begin_measuring,
+    check_history,
+    deliver,
+    finish,
+    history_options,
+    nothing_measured,
+    output_options,
+    parse_seed,
+    prepare_renderers,
+    progress_bar,
+    register,
+    resolve_devices,
+    seed_option,
+)
+from .outputs import Destination, Named, Output, text
+
+
+@cli.command("batch")
+@click.option("--direction", default="h2d,d2h", show_default=True, help="h2d, d2h.")
+@click.option("--memory", default="pinned,pageable", show_default=True, help="pinned, pageable.")
+@click.option(
+    "--counts",
+    default=",".join(map(str, DEFAULT_COUNTS)),
+    show_default=True,
+    help="Copies per batch.",
+)
+@click.option(
+    "--sizes",
+    default="64,512,4KiB,32KiB,256KiB,1MiB",
+    show_default=True,
+    help="Bytes per copy.",
+)
+@click.option("--methods", default=",".join(METHODS), show_default=True, help="Methods to compare.")
+@click.option(
+    "--scattered", is_flag=True, help="Leave a gap after each piece (scattered addresses)."
+)
+@click.option(
+    "--target-time",
+    default=DEFAULT_TARGET_S,
+    show_default=True,
+    type=float,
+    help="Seconds a trial lasts.",
+)
+@click.option(
+    "--trials", default=DEFAULT_TRIALS, show_default=True, type=int, help="Trials per cell."
+)
+@click.option("-g", "--device", default="0", show_default=True, help="GPU index.")
+@history_options
+@seed_option
+@output_options("batch", "PREFIX.png")
+@click.option("--simulate", is_flag=True, help="Use the simulated engine (no GPU).")
+def batch_command(**kw: Any) -> None:
+    """N copies of S bytes, host to device and back, from pinned and pageable memory, by a loop
+    of cudaMemcpyAsync, cudaMemcpyBatchAsync (each source access order), packing into one
+    pinned buffer with a scatter kernel, an SM copy kernel over mapped memory, and a CUDA graph:
+    each verified and timed; a map of which wins for each count and size."""
+    directions = parse_list("--direction", kw["direction"], ("h2d", "d2h"))
+    memories = parse_list("--memory", kw["memory"], ("pinned", "pageable"))
+    methods = parse_list("--methods", kw["methods"], METHODS)
+    counts = parse_counts("--counts", kw["counts"], 1)
+    if max(counts) > 65536:
+        raise OptionError("--counts", f"{max(counts)} copies: at most 65536 per batch")
+    sizes = parse_sizes("--sizes", kw["sizes"])
+    if not 1e-3 <= kw["target_time"] <= 60:
+        raise OptionError("--target-time", f"{kw['target_time']} is not a number from 0.001 to 60")
+    if not 1 <= kw["trials"] <= 100:
+        raise OptionError("--trials", f"{kw['trials']} is not a count from 1 to 100")
+    history = None if kw["no_history"] else _history_file(kw["history_path"])
+    engine = common.open_engine(kw["simulate"])
+    (device,) = resolve_devices(engine, kw["device"], one=True)
+    options = BatchOptions(
+        directions=directions,
+        memories=memories,
+        counts=counts,
+        sizes=sizes,
+        methods=methods,
+        scattered=kw["scattered"],
+        target_s=kw["target_time"],
+        trials=kw["trials"],
+        device=device,
+        seed=parse_seed(kw["seed"]),
+    )
+    if history is not None:
+        check_history(history)
+    prepare_renderers()
+    with Destination.prepare(kw["out"], "batch", batch_named(kw), kw["force"]) as dest:
+        begin_measuring()
+        steps = len(directions) * len(memories) * len(counts) * len(sizes)
+        with progress_bar() as bar:
+            result = measure(engine, options, Bar(bar, steps))
+        if not any(c.status != "skipped" for c in result.cells):
+            nothing_measured(dest)
+        saver = HistorySaver(history, lambda: history_entry(result), "result")
+        delivery = deliver(
+            batch_outputs(result, dest), dest, lambda: print_batch(result, stdout), saver
+        )
+    finish(
+        delivery,
+        result.interrupted,
+        verification_failed=any(c.status == "unverified" for c in result.cells),
+        failed=saver.failed or any(c.status == "failed" for c in result.cells),
+    )
+
+
+def history_entry(result: BatchResult) -> Any:
+    from ..run.history import Entry
+
+    return Entry("batch", to_dict(result), "batch", not result.interrupted, result)
+
+
+def batch_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
+    kw = kw or {}
+    return {
+        "json": Named("--json", kw.get("json_path"), "batch.json"),
+        "csv": Named("--csv", kw.get("csv_path"), "batch.csv"),
+        "plot": Named("--plot", kw.get("plot_prefix"), "batch", (".png",)),
+    }
+
+
+def batch_outputs(result: BatchResult, dest: Destination) -> list[Output]:
+    from ..report import batch_plots
+
+    return [
+        dest.output("json", text(lambda: dumps_json(result))),
+        dest.output("csv", text(lambda: dumps_csv(result))),
+        dest.output(
+            "plot", lambda path, _w: batch_plots.plot_batch(result, path), ".png", render=True
+        ),
+    ]
+
+
+register(
+    SCHEMA_NAME,
+    DocumentKind(
+        "batch", from_dict, lambda r: print_batch(r, stdout), lambda: batch_named(), batch_outputs
+    ),
+)

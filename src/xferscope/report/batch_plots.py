@@ -1,0 +1,67 @@
+"""PNG of `xferscope batch`: per direction and host memory, a map of counts (rows) against sizes
+(columns), each cell colored by the method that won there and labelled with how many times as
+fast as a loop of cudaMemcpyAsync it was."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never needs a display
+import matplotlib.pyplot as plt
+from matplotlib.colors import ListedColormap
+from matplotlib.patches import Patch
+
+from ..batch.measure import METHODS, BatchResult
+from ..core.units import format_bytes
+from .plots import save_png
+from .style import SIMULATED
+
+
+def plot_batch(result: BatchResult, path: Path) -> None:
+    winners = result.winners()
+    panels = list(dict.fromkeys((k[0], k[1]) for k in winners))
+    if not panels:
+        return
+    counts = sorted({k[2] for k in winners})
+    sizes = sorted({k[3] for k in winners})
+    tab10 = plt.get_cmap("tab10")
+    cmap = ListedColormap([tab10(i) for i in range(len(METHODS))])
+    columns = min(2, len(panels))
+    rows = -(-len(panels) // columns)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(7 * columns, 4.5 * rows), dpi=110, squeeze=False
+    )
+    for ax, (direction, memory) in zip(axes.flat, panels, strict=False):
+        grid = [[float("nan")] * len(sizes) for _ in counts]
+        for (d, m, n, s), (best, gain) in winners.items():
+            if (d, m) != (direction, memory):
+                continue
+            i, j = counts.index(n), sizes.index(s)
+            grid[i][j] = METHODS.index(best.method)
+            label = best.method + ("" if gain is None else f"\n{gain:.1f}x")
+            ax.text(j, i, label, ha="center", va="center", fontsize=7)
+        ax.imshow(
+            grid, cmap=cmap, vmin=-0.5, vmax=len(METHODS) - 0.5, aspect="auto", origin="lower"
+        )
+        ax.set_xticks(range(len(sizes)), [format_bytes(s) for s in sizes], fontsize=8)
+        ax.set_yticks(range(len(counts)), [str(n) for n in counts], fontsize=8)
+        ax.set_xlabel("bytes per copy")
+        ax.set_ylabel("copies per batch")
+        ax.set_title(f"{direction} {memory}: fastest method (x: against the loop)", fontsize=10)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.axis("off")
+    fig.legend(
+        handles=[Patch(color=cmap(i), label=m) for i, m in enumerate(METHODS)],
+        loc="lower center",
+        ncols=len(METHODS),
+        fontsize=8,
+    )
+    gpu = next((g.get("name") for g in result.machine.get("gpus", [])), "?")
+    title = f"xferscope batch on {gpu}"
+    if result.simulated:
+        title = SIMULATED + "\n" + title
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    save_png(fig, path)

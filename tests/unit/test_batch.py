@@ -1,0 +1,67 @@
+"""`xferscope batch` without a GPU: the simulated engine's batches (the engine's own refusals),
+the winner map, its files and bad input. tests/gpu/test_batch_gpu.py runs every method."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from xferscope import cli
+from xferscope.batch.measure import BatchOptions, from_dict, measure, to_dict
+from xferscope.core.simulate import SimulatedEngine
+
+
+@pytest.fixture(autouse=True)
+def history(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "history.sqlite3"
+    monkeypatch.setenv("XFERSCOPE_HISTORY", str(path))
+    return path
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_each_cell_is_measured_or_refused_with_the_engines_reason():
+    result = measure(SimulatedEngine(), BatchOptions(counts=(1, 256), sizes=(4096,)))
+    refused = {(c.memory, c.method): c.error for c in result.cells if c.status == "skipped"}
+    assert "no HMM or ATS" in refused[("pageable", "kernel")]
+    assert "need pinned host memory" in refused[("pageable", "graph")]
+    assert all(c.status == "complete" for c in result.cells if c.memory == "pinned")
+    winners = result.winners()
+    best, gain = winners[("h2d", "pinned", 256, 4096)]
+    assert best.method != "loop" and gain > 3
+    assert winners[("h2d", "pinned", 1, 4096)][0].method == "loop"  # no clear win: the loop
+    assert from_dict(json.loads(json.dumps(to_dict(result)))).cells == result.cells
+
+
+def test_the_command_writes_its_map(capsys, tmp_path):
+    code, out, err = run(
+        capsys, "batch", "--simulate", "--counts", "1,64", "--sizes", "64,1MiB", "-o", str(tmp_path)
+    )
+    assert code == 0, err
+    flat = " ".join(out.split())
+    assert "fastest method" in flat and "cudaMemcpyBatchAsync" in flat
+    (directory,) = tmp_path.glob("batch-*")
+    assert {p.name for p in directory.iterdir()} == {"batch.json", "batch.csv", "batch.png"}
+    doc = json.loads((directory / "batch.json").read_text())
+    assert doc["schema"] == "xferscope-batch" and doc["winners"]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--methods", "teleport"], "--methods: unknown value 'teleport'"),
+        (["--counts", "0"], "--counts"),
+        (["--counts", "100000"], "--counts: 100000 copies: at most 65536"),
+        (["--sizes", "big"], "--sizes"),
+        (["--direction", "sideways"], "--direction"),
+    ],
+)
+def test_bad_input_is_one_line(capsys, tmp_path, args, fragment):
+    code, _, err = run(capsys, "batch", "--simulate", *args, "-o", str(tmp_path))
+    assert code == 2 and fragment in err and "Traceback" not in err
