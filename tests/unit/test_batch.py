@@ -65,3 +65,26 @@ def test_the_command_writes_its_map(capsys, tmp_path):
 def test_bad_input_is_one_line(capsys, tmp_path, args, fragment):
     code, _, err = run(capsys, "batch", "--simulate", *args, "-o", str(tmp_path))
     assert code == 2 and fragment in err and "Traceback" not in err
+
+
+def test_the_batch_api_crossover_is_where_it_stops_beating_the_loop():
+    from dataclasses import replace
+
+    from xferscope.batch.measure import Cell, crossovers
+
+    def cell(size: int, method: str, seconds: float) -> Cell:
+        return Cell(
+            "h2d", "pinned", 64, size, method, "complete", None, (seconds,) * 3, (seconds,) * 3
+        )
+
+    times = {64: (10.0, 5.0), 4096: (10.0, 6.0), 65536: (10.0, 11.0), 1 << 20: (10.0, 9.0)}
+    cells = tuple(
+        c
+        for s, (loop, api) in times.items()
+        for c in (cell(s, "loop", loop), cell(s, "batch-any", api))
+    )
+    result = measure(
+        SimulatedEngine(),
+        BatchOptions(counts=(1,), sizes=(64,), memories=("pinned",), directions=("h2d",)),
+    )
+    assert crossovers(replace(result, cells=cells)) == {("h2d", "pinned", 64): 4096}

@@ -204,20 +204,24 @@ def _options_dict(options: BatchOptions) -> dict[str, Any]:
 def crossovers(
     result: BatchResult, method: str = "batch-any"
 ) -> dict[tuple[str, str, int], int | None]:
-    """Per (direction, memory, count): the largest size at which `method` beats the loop."""
-    out: dict[tuple[str, str, int], int | None] = {}
+    """Per (direction, memory, count): the largest size up to which `method` beats the loop at
+    every size measured, from the smallest (None: not even at the smallest)."""
     by = {(c.direction, c.memory, c.count, c.size, c.method): c for c in result.cells}
-    for (d, m, n, s, meth), c in by.items():
-        if meth != method or not c.seconds:
-            continue
-        loop = by.get((d, m, n, s, "loop"))
-        if loop is None or not loop.seconds:
-            continue
-        key = (d, m, n)
-        if c.seconds < loop.seconds and (out.get(key) or 0) < s:
-            out[key] = s
-        else:
-            out.setdefault(key, None)
+    keys = sorted({(c.direction, c.memory, c.count) for c in result.cells})
+    out: dict[tuple[str, str, int], int | None] = {}
+    for d, m, n in keys:
+        reach: int | None = None
+        for size in sorted(
+            {c.size for c in result.cells if (c.direction, c.memory, c.count) == (d, m, n)}
+        ):
+            mine, loop = by.get((d, m, n, size, method)), by.get((d, m, n, size, "loop"))
+            if not (mine and loop and mine.seconds and loop.seconds):
+                break
+            if mine.seconds >= loop.seconds:
+                break
+            reach = size
+        if by.get((d, m, n, min(c.size for c in result.cells), method)) is not None:
+            out[(d, m, n)] = reach
     return out
 
 
