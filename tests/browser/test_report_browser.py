@@ -62,6 +62,15 @@ def _drawn(driver) -> tuple[int, int]:
     )
 
 
+def _wait_drawn(driver, expected: int) -> tuple[int, int]:
+    deadline = time.monotonic() + RENDER_TIMEOUT_S
+    plots, drawn = _drawn(driver)
+    while drawn < expected and time.monotonic() < deadline:
+        time.sleep(0.2)
+        plots, drawn = _drawn(driver)
+    return plots, drawn
+
+
 def test_report_draws_every_plot_without_errors(driver, tmp_path: Path) -> None:
     result = sample_run(gpus=2)
     page = write_html(result, tmp_path / "report.html", files=["run.json", "run.csv"])
@@ -70,11 +79,7 @@ def test_report_draws_every_plot_without_errors(driver, tmp_path: Path) -> None:
     expected = 2 * sum(len({c.config.direction for c in g.curves}) for g in result.gpus) + 1
 
     driver.get(page.as_uri())
-    deadline = time.monotonic() + RENDER_TIMEOUT_S
-    plots, drawn = _drawn(driver)
-    while drawn < expected and time.monotonic() < deadline:
-        time.sleep(0.2)
-        plots, drawn = _drawn(driver)
+    plots, drawn = _wait_drawn(driver, expected)
 
     ARTIFACTS.mkdir(exist_ok=True)
     height = driver.execute_script("return document.body.scrollHeight")
@@ -95,15 +100,6 @@ def test_report_draws_every_plot_without_errors(driver, tmp_path: Path) -> None:
     assert traces[0] == curves + 1
     assert driver.find_element("css selector", ".banner.simulated").is_displayed()
     assert driver.title.startswith("SIMULATED xferscope run")
-
-
-def _wait_drawn(driver, expected: int) -> tuple[int, int]:
-    deadline = time.monotonic() + RENDER_TIMEOUT_S
-    plots, drawn = _drawn(driver)
-    while drawn < expected and time.monotonic() < deadline:
-        time.sleep(0.2)
-        plots, drawn = _drawn(driver)
-    return plots, drawn
 
 
 def test_the_trace_page_draws_its_timeline(driver, tmp_path: Path) -> None:

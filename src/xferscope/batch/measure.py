@@ -118,11 +118,8 @@ def measure_cell(
             lambda n: batch.time(method, n)[0] * n, least_s=options.target_s / 4
         )
         n = plan.repeats_for(options.target_s, calibration.per_iteration_s)
-        host, device = [], []
-        for _ in range(options.trials):
-            h, d = batch.time(method, n)
-            host.append(h)
-            device.append(d)
+        trials = plan.run_trials(lambda: batch.time(method, n), options.trials)
+        host, device = [h for h, _ in trials], [d for _, d in trials]
         return "complete", None, tuple(host), tuple(device)
     except (AllocationError, EngineError) as exc:
         return "failed", str(exc), (), ()

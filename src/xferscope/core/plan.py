@@ -143,3 +143,17 @@ def run_trials(
     while more is not None and (most is None or len(results) < most) and more(results):
         results.append(trial())
     return results
+
+
+def timed_trials(
+    run: Callable[[int], float], target_s: float, trials: int, warmup_s: float = 0.0
+) -> tuple[list[float], int]:
+    """The calibrate-then-trials method for a `run(n)` that returns the seconds of n iterations:
+    a calibration run of at least a quarter of `target_s`, `warmup_s` more (clocks settle),
+    then `trials` trials of about `target_s` each. Returns the seconds per iteration of each
+    trial and the iterations per trial."""
+    calibration = calibrate(run, least_s=target_s / 4)
+    if warmup_s > 0:
+        run(repeats_for(warmup_s, calibration.per_iteration_s))
+    n = repeats_for(target_s, calibration.per_iteration_s)
+    return run_trials(lambda: run(n) / n, trials), n

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..gemm.cpu_worker import beaten
+from ..gemm.records import ELEMENT_BYTES
 from .engine import compute_capability
 from .errors import AllocationError, EngineError
 from .native import engine_module
@@ -28,7 +29,6 @@ PEAK_FLOPS = {
     "bf16": 690e12,
     "fp8": 1250e12,
 }
-_BYTES = {name: (inb, outb) for name, inb, outb, *_ in _e.GEMM_PRECISIONS}
 LAUNCH_S = 6e-6
 
 
@@ -47,7 +47,7 @@ class SimulatedGemm:
         self._engine = engine
         self.spec = spec
         p = spec["precision"]
-        inb, outb = _BYTES[p]
+        inb, outb = ELEMENT_BYTES[p]
         one = (spec["m"] * spec["k"] + spec["k"] * spec["n"]) * inb + 2 * spec["m"] * spec[
             "n"
         ] * outb
@@ -103,7 +103,7 @@ class SimulatedGemm:
                 "tiled transfers split op(B)'s columns: they need op(B) = B (nn or tn)"
             )
         m, n, k = self.spec["m"], self.spec["n"], self.spec["k"]
-        inb, outb = _BYTES[self.spec["precision"]]
+        inb, outb = ELEMENT_BYTES[self.spec["precision"]]
         up = (m * k + k * n) * inb / (55e9 if pinned else 10e9)
         down = m * n * outb / (55e9 if pinned else 20e9)
         compute = self._per_gemm
@@ -123,7 +123,7 @@ class SimulatedGemm:
         big = self.spec
         if not (0 < m <= big["m"] and 0 < n <= big["n"] and 0 < k <= big["k"]):
             raise EngineError("a padded GEMM's shape must fit in the GEMM it is padded to")
-        inb, outb = _BYTES[big["precision"]]
+        inb, outb = ELEMENT_BYTES[big["precision"]]
         copies = 2 * ((m * k + k * n) * inb + m * n * outb) / 3e12
         noise = 1.0 + abs(float(self._engine.rng.normal(0.0, self._engine.noise)))
         seconds = float(iterations * (self._per_gemm + copies + 3 * LAUNCH_S) * noise)

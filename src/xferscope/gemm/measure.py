@@ -83,9 +83,7 @@ def _padded(
         def run(n: int) -> float:
             return g.time_padded(shape.m, shape.n, shape.k, n)
 
-        calibration = plan.calibrate(run, least_s=options.target_s / 4)
-        n = plan.repeats_for(options.target_s, calibration.per_iteration_s)
-        seconds = plan.run_trials(lambda: run(n) / n, options.trials)
+        seconds, n = plan.timed_trials(run, options.target_s, options.trials)
         return record | {"seconds": seconds, "iterations": n}
     except (AllocationError, EngineError) as exc:
         return record | {"error": str(exc)}
@@ -115,11 +113,10 @@ def _measure_point(engine: Engine, options: GemmOptions, precision: str, shape: 
         return replace(point, status="failed", error=str(exc))
     try:
         point = replace(point, algorithm=dict(g.algorithm), copies=int(g.copies))
-        # warm-up and calibration: a run long enough to trust, then trials of the target time
-        calibration = plan.calibrate(g.time, least_s=options.target_s / 4)
-        g.time(plan.repeats_for(options.warmup_s, calibration.per_iteration_s))
-        iterations = plan.repeats_for(options.target_s, calibration.per_iteration_s)
-        seconds = plan.run_trials(lambda: g.time(iterations) / iterations, options.trials)
+        # calibration, warm-up, then trials of the target time
+        seconds, iterations = plan.timed_trials(
+            g.time, options.target_s, options.trials, options.warmup_s
+        )
         v = g.verify(options.samples)
         verification = {
             "ok": bool(v.ok),
@@ -159,9 +156,7 @@ def _with_transfers(g: Any, options: GemmOptions, memory: str, tiles: int) -> di
         return float(g.time_with_transfers(pinned, tiles, streams, n, False)[0])
 
     try:
-        calibration = plan.calibrate(run, least_s=options.target_s / 4)
-        n = plan.repeats_for(options.target_s, calibration.per_iteration_s)
-        seconds = plan.run_trials(lambda: run(n) / n, min(options.trials, 3))
+        seconds, n = plan.timed_trials(run, options.target_s, min(options.trials, 3))
         _, delivered = g.time_with_transfers(pinned, tiles, streams, 1)
         return record | {"seconds": seconds, "iterations": n, "delivered": bool(delivered)}
     except (AllocationError, EngineError) as exc:

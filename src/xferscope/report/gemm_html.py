@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from urllib.parse import quote
 
 import plotly.graph_objects as go
 
 from ..core.units import format_flops
 from ..gemm.records import GemmResult, classes
-from .html import _e, _findings_section, _plot_div, _table, page
+from .html import _e, _findings_section, _plot_div, _table, files_beside, page
 from .style import SIMULATED
 
 
@@ -193,8 +192,7 @@ def _cpu(result: GemmResult) -> str:
 
 
 def _footer(result: GemmResult, files: Sequence[str]) -> str:
-    links = "".join(f'<li><a href="{_e(quote(name))}">{_e(name)}</a></li>' for name in files)
-    where = f"<p>The other files sit beside this page:</p><ul>{links}</ul>" if files else ""
+    where = files_beside(files, "study")
     return (
         f"<footer>{where}<p>Written by xferscope {_e(result.tool_version)}. TFLOP/s means 10¹² "
         "floating-point operations per second (2 M N K per GEMM).</p></footer>"

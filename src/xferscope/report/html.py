@@ -851,11 +851,16 @@ def _multi_section(result: RunResult) -> str:
 # ---- footer ----------------------------------------------------------------------------------
 
 
-def _footer(result: RunResult, files: Sequence[str]) -> str:
+def files_beside(files: Sequence[str], what: str = "run") -> str:
+    """The links to a result's other files, which sit beside its page."""
+    if not files:
+        return ""
     links = "".join(f'<li><a href="{_e(quote(name))}">{_e(name)}</a></li>' for name in files)
-    where = (
-        f"<p>The other files of this run sit beside this page:</p><ul>{links}</ul>" if files else ""
-    )
+    return f"<p>The other files of this {what} sit beside this page:</p><ul>{links}</ul>"
+
+
+def _footer(result: RunResult, files: Sequence[str]) -> str:
+    where = files_beside(files)
     return (
         f"<footer>{where}<p>Written by xferscope {_e(result.tool_version)}. GB/s means 10⁹ "
         "bytes per second; KiB, MiB and GiB are 2¹⁰, 2²⁰ and 2³⁰ bytes. Hover a plot for "

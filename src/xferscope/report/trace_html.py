@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 
 from ..core.units import format_bytes, format_rate, format_seconds
 from ..trace.document import TraceResult
-from .html import _e, _findings_section, _plot_div, _table, page
+from .html import _e, _findings_section, _plot_div, _table, files_beside, page
 
 MOST_SPANS = 20_000  # spans drawn; beyond, the longest are kept
 COLORS = {
@@ -68,7 +68,7 @@ def render_trace_html(result: TraceResult, files: Sequence[str] = ()) -> str:
             ["", "num", "num", "num", "num", "num", "num"],
         )
         + "</section>",
-        "<footer>" + "".join(f'<a href="{_e(f)}">{_e(f)}</a> ' for f in files) + "</footer>",
+        f"<footer>{files_beside(files, 'trace')}</footer>",
     ]
     return page(f"xferscope trace: {command}", body)
 
