@@ -232,3 +232,22 @@ def test_ctrl_c_goes_to_the_program_and_its_status_comes_back(tmp_path):
     _, err = proc.communicate(timeout=10)
     assert time.monotonic() - start < 3
     assert proc.returncode == 130, err
+
+
+def test_a_stop_during_the_calibration_keeps_the_trace_unpriced(capsys, tmp_path, monkeypatch):
+    from xferscope.cli import trace as trace_cli
+    from xferscope.core import interrupt
+    from xferscope.core.simulate import SimulatedEngine
+
+    def stopped(engine, device, progress=None):
+        interrupt.request()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(trace_cli, "run_traced", _fake_run(tmp_path))
+    monkeypatch.setattr(trace_cli.common, "open_engine", lambda simulate: SimulatedEngine())
+    monkeypatch.setattr(trace_cli, "calibrate", stopped)
+    code, _, err = run(capsys, "trace", "--reference", "measure", "-o", str(tmp_path), "--", "x")
+    assert code == 130 and "its fixes not priced" in err
+    (directory,) = tmp_path.glob("trace-*")
+    doc = json.loads((directory / "trace-summary.json").read_text())
+    assert doc["summary"]["reference"] is None and len(doc["copies"]) == 42

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from .. import __version__
-from ..core import machine
+from ..core import interrupt, machine
 from ..core.errors import OptionError, XferscopeError
 from ..report.trace_tables import print_trace
 from ..trace.analyze import analyze
@@ -38,6 +38,7 @@ from .common import (
     DocumentKind,
     HistorySaver,
     _history_file,
+    begin_measuring,
     check_history,
     deliver,
     history_options,
@@ -105,6 +106,7 @@ def trace_command(**kw: Any) -> None:
         Destination.prepare(kw["out"], "trace", trace_named(kw), False) as dest,
     ):
         created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        begin_measuring()  # a stop after the program ends cuts the pricing, not the trace
         ran = run_traced(command, Path(scratch), kw["limit"])
         trace = read_trace(ran.files)
         if not ran.files or not (trace.copies or trace.intervals or trace.calls):
@@ -144,6 +146,8 @@ def trace_command(**kw: Any) -> None:
         delivery = deliver(outputs, dest, lambda: print_trace(result, stdout), saver)
     if ran.signal:
         stderr.print(f"the program ended on {ran.signal}; its trace up to then is kept")
+    if interrupt.requested():
+        sys.exit(interrupt.exit_status())
     if not delivery.ok or saver.failed:
         sys.exit(1 if ran.exit_status == 0 else ran.exit_status)
     sys.exit(ran.exit_status)
@@ -170,7 +174,9 @@ def _reference(kw: dict[str, Any], trace: Any) -> tuple[Reference | None, Any]:
         return calibrate(engine, device), engine
     except XferscopeError as exc:
         stderr.print(f"no reference rates: {exc}")
-        return None, engine
+    except KeyboardInterrupt:
+        stderr.print("the calibration was interrupted: the trace is kept, its fixes not priced")
+    return None, engine
 
 
 def _machine(engine: Any, kw: dict[str, Any]) -> dict[str, Any]:

@@ -90,7 +90,8 @@ def from_history(path: Path, uuid: str) -> Reference | None:
 
 
 def calibrate(engine: Engine, device: int, progress: Progress = QUIET) -> Reference:
-    """A short sweep of cudaMemcpy from pageable and pinned memory, both ways (about 10 s)."""
+    """A short sweep of cudaMemcpy from pageable and pinned memory, both ways (about 10 s).
+    Raises KeyboardInterrupt when a stop cut it short."""
     from ..sweep.measure import run_sweep
     from ..sweep.options import SweepOptions
 
@@ -108,4 +109,6 @@ def calibrate(engine: Engine, device: int, progress: Progress = QUIET) -> Refere
         verify=False,
     )
     result = run_sweep(engine, options, progress)
+    if result.interrupted:
+        raise KeyboardInterrupt  # a partial sweep would price the fixes with missing sizes
     return from_curves("a calibration sweep made for this trace", result.curves)
