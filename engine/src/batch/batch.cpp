@@ -156,7 +156,11 @@ struct Batch::Impl {
     char* p = nullptr;
     allocate_device(p, pieces.size() * sizeof(kernels::Piece));
     table = reinterpret_cast<kernels::Piece*>(p);
-    XFS_CUDA_CALL(cudaMemcpy(table, pieces.data(), pieces.size() * sizeof(kernels::Piece), cudaMemcpyHostToDevice));
+    // on the batch's stream, and waited for: a plain cudaMemcpy from pageable memory may return
+    // before its DMA lands, and the batch's stream does not wait for the legacy one
+    XFS_CUDA_CALL(cudaMemcpyAsync(table, pieces.data(), pieces.size() * sizeof(kernels::Piece),
+                                  cudaMemcpyHostToDevice, stream));
+    XFS_CUDA_CALL(cudaStreamSynchronize(stream));
   }
   void prepare_graph() {
     if (graph) return;
@@ -285,13 +289,16 @@ std::int64_t Batch::verify(const std::string& method) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
     pattern[i] = static_cast<unsigned char>(x >> 24);
   }
+  // on the batch's own stream: it does not wait for the legacy default stream, so a plain
+  // cudaMemset there could clear a destination after the batch had filled it
   if (b.up()) {
     std::memcpy(b.host, pattern.data(), b.span);
-    XFS_CUDA_CALL(cudaMemset(b.device, 0, b.span));
+    XFS_CUDA_CALL(cudaMemsetAsync(b.device, 0, b.span, b.stream));
   } else {
-    XFS_CUDA_CALL(cudaMemcpy(b.device, pattern.data(), b.span, cudaMemcpyHostToDevice));
+    XFS_CUDA_CALL(cudaMemcpyAsync(b.device, pattern.data(), b.span, cudaMemcpyHostToDevice, b.stream));
     std::memset(b.host, 0, b.span);
   }
+  XFS_CUDA_CALL(cudaStreamSynchronize(b.stream));
   b.run(method);
   XFS_CUDA_CALL(cudaStreamSynchronize(b.stream));
   std::vector<unsigned char> arrived(b.span);
