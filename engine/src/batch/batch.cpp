@@ -28,7 +28,8 @@ int driver_version() {
 
 bool pageable_access(int device) {
   int v = 0;
-  if (cudaDeviceGetAttribute(&v, cudaDevAttrPageableMemoryAccess, device) != cudaSuccess) cudaGetLastError();
+  if (cudaDeviceGetAttribute(&v, cudaDevAttrPageableMemoryAccess, device) != cudaSuccess)
+    cudaGetLastError();
   return v != 0;
 }
 
@@ -42,7 +43,7 @@ cudaMemcpySrcAccessOrder order_of(const std::string& method) {
 
 const std::vector<std::string>& methods() {
   static const std::vector<std::string> all = {"loop", "batch-stream", "batch-call", "batch-any",
-                                               "pack", "kernel", "graph"};
+                                               "pack", "kernel",       "graph"};
   return all;
 }
 
@@ -51,14 +52,15 @@ std::string refusal(const BatchSpec& s, const std::string& method, int driver, b
     return "unknown method '" + method + "'";
   }
   if (s.direction != "h2d" && s.direction != "d2h") return "direction must be h2d or d2h";
-  if (s.memory != "pinned" && s.memory != "pageable") return "host memory must be pinned or pageable";
+  if (s.memory != "pinned" && s.memory != "pageable")
+    return "host memory must be pinned or pageable";
   if (s.sizes.empty()) return "a batch needs at least one copy";
   if (std::find(s.sizes.begin(), s.sizes.end(), std::size_t{0}) != s.sizes.end()) {
     return "every copy needs at least one byte";
   }
   if (method.rfind("batch-", 0) == 0 && driver < kBatchApiVersion) {
-    return "cudaMemcpyBatchAsync needs a CUDA 12.8 driver or newer; this one is " + std::to_string(driver / 1000) +
-           "." + std::to_string(driver % 1000 / 10);
+    return "cudaMemcpyBatchAsync needs a CUDA 12.8 driver or newer; this one is " +
+           std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10);
   }
   if (method == "kernel" && s.memory == "pageable" && !pageable) {
     return "a GPU kernel cannot reach pageable host memory on this system (no HMM or ATS)";
@@ -142,14 +144,16 @@ struct Batch::Impl {
     for (std::size_t i = 0; i < s.sizes.size(); ++i) {
       char* d = device + offsets[i];
       char* staging = device_staging + staged[i];
-      table.push_back(up() ? kernels::Piece{staging, d, s.sizes[i]} : kernels::Piece{d, staging, s.sizes[i]});
+      table.push_back(up() ? kernels::Piece{staging, d, s.sizes[i]}
+                           : kernels::Piece{d, staging, s.sizes[i]});
     }
     upload_table(scatter, table);
   }
   void prepare_direct() {
     if (direct) return;
     std::vector<kernels::Piece> table;
-    for (std::size_t i = 0; i < s.sizes.size(); ++i) table.push_back({srcs[i], dsts[i], s.sizes[i]});
+    for (std::size_t i = 0; i < s.sizes.size(); ++i)
+      table.push_back({srcs[i], dsts[i], s.sizes[i]});
     upload_table(direct, table);
   }
   void upload_table(kernels::Piece*& table, const std::vector<kernels::Piece>& pieces) {
@@ -167,7 +171,8 @@ struct Batch::Impl {
     cudaGraph_t g = nullptr;
     XFS_CUDA_CALL(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     for (std::size_t i = 0; i < s.sizes.size(); ++i) {
-      const cudaError_t status = cudaMemcpyAsync(dsts[i], srcs[i], s.sizes[i], cudaMemcpyDefault, stream);
+      const cudaError_t status =
+          cudaMemcpyAsync(dsts[i], srcs[i], s.sizes[i], cudaMemcpyDefault, stream);
       if (status != cudaSuccess) {
         cudaStreamEndCapture(stream, &g);
         if (g) cudaGraphDestroy(g);
@@ -194,19 +199,24 @@ struct Batch::Impl {
       attr.dstLocHint.type = up() ? cudaMemLocationTypeDevice : cudaMemLocationTypeHost;
       attr.dstLocHint.id = up() ? s.device : 0;
       std::size_t index = 0;
-      XFS_CUDA_CALL(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), s.sizes.data(), n, &attr, &index, 1, stream));
+      XFS_CUDA_CALL(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), s.sizes.data(), n, &attr, &index,
+                                         1, stream));
     } else if (method == "pack") {
       prepare_pack();
       if (up()) {
         XFS_CUDA_CALL(cudaStreamSynchronize(stream));  // the last batch's copy has read the staging
-        for (std::size_t i = 0; i < n; ++i) std::memcpy(host_staging + staged[i], host + offsets[i], s.sizes[i]);
-        XFS_CUDA_CALL(cudaMemcpyAsync(device_staging, host_staging, total, cudaMemcpyHostToDevice, stream));
+        for (std::size_t i = 0; i < n; ++i)
+          std::memcpy(host_staging + staged[i], host + offsets[i], s.sizes[i]);
+        XFS_CUDA_CALL(
+            cudaMemcpyAsync(device_staging, host_staging, total, cudaMemcpyHostToDevice, stream));
         kernels::copy(scatter, n, stream);
       } else {
         kernels::copy(scatter, n, stream);
-        XFS_CUDA_CALL(cudaMemcpyAsync(host_staging, device_staging, total, cudaMemcpyDeviceToHost, stream));
+        XFS_CUDA_CALL(
+            cudaMemcpyAsync(host_staging, device_staging, total, cudaMemcpyDeviceToHost, stream));
         XFS_CUDA_CALL(cudaStreamSynchronize(stream));
-        for (std::size_t i = 0; i < n; ++i) std::memcpy(host + offsets[i], host_staging + staged[i], s.sizes[i]);
+        for (std::size_t i = 0; i < n; ++i)
+          std::memcpy(host + offsets[i], host_staging + staged[i], s.sizes[i]);
       }
     } else if (method == "kernel") {
       prepare_direct();
@@ -222,8 +232,8 @@ struct Batch::Impl {
   void release() noexcept {
     if (stream.get()) cudaStreamSynchronize(stream);
     if (graph) cudaGraphExecDestroy(graph);
-    for (void* p : {static_cast<void*>(device), static_cast<void*>(device_staging), static_cast<void*>(scatter),
-                    static_cast<void*>(direct)}) {
+    for (void* p : {static_cast<void*>(device), static_cast<void*>(device_staging),
+                    static_cast<void*>(scatter), static_cast<void*>(direct)}) {
       if (p) cudaFree(p);
     }
     if (host_staging) cudaFreeHost(host_staging);
@@ -295,7 +305,8 @@ std::int64_t Batch::verify(const std::string& method) {
     std::memcpy(b.host, pattern.data(), b.span);
     XFS_CUDA_CALL(cudaMemsetAsync(b.device, 0, b.span, b.stream));
   } else {
-    XFS_CUDA_CALL(cudaMemcpyAsync(b.device, pattern.data(), b.span, cudaMemcpyHostToDevice, b.stream));
+    XFS_CUDA_CALL(
+        cudaMemcpyAsync(b.device, pattern.data(), b.span, cudaMemcpyHostToDevice, b.stream));
     std::memset(b.host, 0, b.span);
   }
   XFS_CUDA_CALL(cudaStreamSynchronize(b.stream));
@@ -309,7 +320,9 @@ std::int64_t Batch::verify(const std::string& method) {
   }
   std::int64_t wrong = 0;
   for (std::size_t i = 0; i < b.s.sizes.size(); ++i) {
-    if (std::memcmp(arrived.data() + b.offsets[i], pattern.data() + b.offsets[i], b.s.sizes[i]) != 0) ++wrong;
+    if (std::memcmp(arrived.data() + b.offsets[i], pattern.data() + b.offsets[i], b.s.sizes[i]) !=
+        0)
+      ++wrong;
   }
   return wrong;
 }

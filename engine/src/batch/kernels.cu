@@ -16,7 +16,8 @@ __global__ void copy_table(const Piece* pieces, std::size_t count) {
     const Piece piece = pieces[p];
     const auto* src = static_cast<const unsigned char*>(piece.src);
     auto* dst = static_cast<unsigned char*>(piece.dst);
-    const bool wide = ((reinterpret_cast<std::uintptr_t>(src) | reinterpret_cast<std::uintptr_t>(dst)) & 15) == 0;
+    const bool wide =
+        ((reinterpret_cast<std::uintptr_t>(src) | reinterpret_cast<std::uintptr_t>(dst)) & 15) == 0;
     std::size_t done = 0;
     if (wide) {
       const std::size_t words = piece.bytes / 16;

@@ -1,5 +1,7 @@
 // One GEMM through cuBLASLt: its descriptors, the heuristic's algorithm, device buffers (in
 // rotated copies for small shapes), event timing and the sampled double-precision check.
+#include "xferscope/gemm.hpp"
+
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -13,7 +15,6 @@
 #include "gemm/lt.hpp"
 #include "xferscope/detail/handles.hpp"
 #include "xferscope/error.hpp"
-#include "xferscope/gemm.hpp"
 
 namespace xferscope::gemm {
 
@@ -31,12 +32,15 @@ struct Types {
 
 Types types_of(const std::string& p) {
   using kernels::Type;
-  if (p == "fp64") return {Type::f64, Type::f64, CUDA_R_64F, CUDA_R_64F, CUBLAS_COMPUTE_64F, CUDA_R_64F};
-  if (p == "fp32") return {Type::f32, Type::f32, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, CUDA_R_32F};
+  if (p == "fp64")
+    return {Type::f64, Type::f64, CUDA_R_64F, CUDA_R_64F, CUBLAS_COMPUTE_64F, CUDA_R_64F};
+  if (p == "fp32")
+    return {Type::f32, Type::f32, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F, CUDA_R_32F};
   if (p == "tf32") {
     return {Type::f32, Type::f32, CUDA_R_32F, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, CUDA_R_32F};
   }
-  if (p == "fp16") return {Type::f16, Type::f16, CUDA_R_16F, CUDA_R_16F, CUBLAS_COMPUTE_32F, CUDA_R_32F};
+  if (p == "fp16")
+    return {Type::f16, Type::f16, CUDA_R_16F, CUDA_R_16F, CUBLAS_COMPUTE_32F, CUDA_R_32F};
   if (p == "bf16") {
     return {Type::bf16, Type::bf16, CUDA_R_16BF, CUDA_R_16BF, CUBLAS_COMPUTE_32F, CUDA_R_32F};
   }
@@ -67,7 +71,8 @@ std::string refusal(const GemmSpec& s, int compute_capability) {
   const PrecisionInfo* p = find(s.precision);
   if (!p) {
     std::string names;
-    for (const PrecisionInfo& q : precisions()) names += (names.empty() ? "" : ", ") + std::string(q.name);
+    for (const PrecisionInfo& q : precisions())
+      names += (names.empty() ? "" : ", ") + std::string(q.name);
     return "precision '" + s.precision + "' is not one of " + names;
   }
   const std::int64_t most = (std::int64_t{1} << 31) - 1;
@@ -95,8 +100,9 @@ std::size_t Gemm::bytes_needed(const GemmSpec& s, int copies) {
   const PrecisionInfo* p = find(s.precision);
   const std::size_t in = p ? static_cast<std::size_t>(p->input_bytes) : 4;
   const std::size_t out = p ? static_cast<std::size_t>(p->output_bytes) : 4;
-  const std::size_t one = (static_cast<std::size_t>(s.m) * s.k + static_cast<std::size_t>(s.k) * s.n) * in +
-                          2 * static_cast<std::size_t>(s.m) * s.n * out;  // C and D
+  const std::size_t one =
+      (static_cast<std::size_t>(s.m) * s.k + static_cast<std::size_t>(s.k) * s.n) * in +
+      2 * static_cast<std::size_t>(s.m) * s.n * out;  // C and D
   return one * static_cast<std::size_t>(copies) + kWorkspaceBytes;
 }
 
@@ -110,7 +116,7 @@ struct Gemm::Impl {
   cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, c_layout = nullptr;
   cublasLtMatmulPreference_t preference = nullptr;
   cublasLtMatmulHeuristicResult_t heuristic{};
-  int rank = 0, candidates = 0;  // the algorithm kept: its place in the list, how many were timed
+  int rank = 0, candidates = 0;   // the algorithm kept: its place in the list, how many were timed
   std::vector<void*> a, b, c, d;  // one per copy; D = alpha op(A) op(B) + beta C, C unchanged
   void* workspace = nullptr;
   float* scales = nullptr;  // fp8: the scales of A and B (1.0)
@@ -143,7 +149,8 @@ struct Gemm::Impl {
   void* small[3] = {nullptr, nullptr, nullptr};
   std::int64_t small_shape[3] = {0, 0, 0};
 
-  Impl(const GemmSpec& spec, int copies_) : l(lt()), s(spec), t(types_of(spec.precision)), copies(copies_) {}
+  Impl(const GemmSpec& spec, int copies_)
+      : l(lt()), s(spec), t(types_of(spec.precision)), copies(copies_) {}
 
   std::size_t elements_a() const { return static_cast<std::size_t>(s.m) * s.k; }
   std::size_t elements_b() const { return static_cast<std::size_t>(s.k) * s.n; }
@@ -157,7 +164,8 @@ struct Gemm::Impl {
     if (status != cudaSuccess) {
       cudaGetLastError();
       p = nullptr;
-      throw AllocationError("device", bytes, std::string("GEMM ") + what + ": " + cudaGetErrorString(status));
+      throw AllocationError("device", bytes,
+                            std::string("GEMM ") + what + ": " + cudaGetErrorString(status));
     }
   }
 
@@ -219,8 +227,8 @@ struct Gemm::Impl {
                       static_cast<int>(found.size()), found.data(), &returned),
           "cublasLtMatmulAlgoGetHeuristic");
     if (returned < 1) {
-      throw BlasError("cuBLASLt has no algorithm for " + s.precision + " " + std::to_string(s.m) + "x" +
-                      std::to_string(s.n) + "x" + std::to_string(s.k));
+      throw BlasError("cuBLASLt has no algorithm for " + s.precision + " " + std::to_string(s.m) +
+                      "x" + std::to_string(s.n) + "x" + std::to_string(s.k));
     }
     // the algorithms that run, in the heuristic's order
     std::vector<int> runs;
@@ -250,7 +258,8 @@ struct Gemm::Impl {
         return static_cast<double>(ms);
       };
       const double once = time_of(runs[0], 1);
-      const int count = std::max(3, static_cast<int>(std::min(1000.0, 10.0 / std::max(once, 1e-3))));
+      const int count =
+          std::max(3, static_cast<int>(std::min(1000.0, 10.0 / std::max(once, 1e-3))));
       std::vector<double> total(runs.size(), 0.0);
       for (std::size_t j = 0; j < runs.size(); ++j) total[j] += time_of(runs[j], count);
       for (std::size_t j = runs.size(); j-- > 0;) total[j] += time_of(runs[j], count);
@@ -263,7 +272,9 @@ struct Gemm::Impl {
       candidates = static_cast<int>(runs.size());
     }
     heuristic = found[static_cast<std::size_t>(rank)];
-    check(last, ("cublasLtMatmul (each of the heuristic's " + std::to_string(returned) + " algorithms)").c_str());
+    check(last,
+          ("cublasLtMatmul (each of the heuristic's " + std::to_string(returned) + " algorithms)")
+              .c_str());
     XFS_CUDA_CALL(cudaStreamSynchronize(stream));
   }
 
@@ -311,8 +322,9 @@ struct Gemm::Impl {
     const float alpha32 = static_cast<float>(s.alpha), beta32 = static_cast<float>(s.beta);
     const void* alpha = t.scale == CUDA_R_64F ? static_cast<const void*>(&alpha64) : &alpha32;
     const void* beta = t.scale == CUDA_R_64F ? static_cast<const void*>(&beta64) : &beta32;
-    return l.matmul(handle, desc, alpha, a[copy], a_layout, b[copy], b_layout, beta, c[copy], c_layout,
-                    d[copy], c_layout, &heuristic.algo, workspace, kWorkspaceBytes, stream);
+    return l.matmul(handle, desc, alpha, a[copy], a_layout, b[copy], b_layout, beta, c[copy],
+                    c_layout, d[copy], c_layout, &heuristic.algo, workspace, kWorkspaceBytes,
+                    stream);
   }
 
   void run(int copy) { check(launch(copy), "cublasLtMatmul"); }
@@ -419,18 +431,18 @@ Gemm::Gemm(const GemmSpec& spec) {
   const std::string reason = refusal(spec, prop.major * 10 + prop.minor);
   if (!reason.empty()) throw UsageError(reason);
   const std::size_t one = bytes_needed(spec, 1) - kWorkspaceBytes;
-  copies_ = spec.rotation_bytes > one
-                ? static_cast<int>(std::min<std::size_t>(kMostCopies, (spec.rotation_bytes + one - 1) / one))
-                : 1;
+  copies_ = spec.rotation_bytes > one ? static_cast<int>(std::min<std::size_t>(
+                                            kMostCopies, (spec.rotation_bytes + one - 1) / one))
+                                      : 1;
   XFS_CUDA_CALL(cudaSetDevice(spec.device));
   std::size_t free = 0, total = 0;
   XFS_CUDA_CALL(cudaMemGetInfo(&free, &total));
   const std::size_t needed = bytes_needed(spec, copies_);
   if (needed > free) {
     throw AllocationError("device", needed,
-                          "the GEMM's matrices need " + std::to_string(needed >> 20) + " MiB and GPU " +
-                              std::to_string(spec.device) + " has " + std::to_string(free >> 20) +
-                              " MiB free");
+                          "the GEMM's matrices need " + std::to_string(needed >> 20) +
+                              " MiB and GPU " + std::to_string(spec.device) + " has " +
+                              std::to_string(free >> 20) + " MiB free");
   }
   impl_ = std::make_unique<Impl>(spec, copies_);
   try {
@@ -443,7 +455,8 @@ Gemm::Gemm(const GemmSpec& spec) {
   const cublasLtMatmulAlgo_t* algo = &impl_->heuristic.algo;
   std::size_t written = 0;
   l.algo_get(algo, CUBLASLT_ALGO_CONFIG_ID, &algorithm_.id, sizeof algorithm_.id, &written);
-  l.algo_get(algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &algorithm_.tile, sizeof algorithm_.tile, &written);
+  l.algo_get(algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &algorithm_.tile, sizeof algorithm_.tile,
+             &written);
   l.algo_get(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &algorithm_.stages, sizeof algorithm_.stages,
              &written);
   l.algo_get(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &algorithm_.split_k, sizeof algorithm_.split_k,
@@ -492,15 +505,17 @@ double Gemm::time_padded(std::int64_t m, std::int64_t n, std::int64_t k, std::in
     g.allocate(g.small[0], static_cast<std::size_t>(m * k) * in, "A (unpadded)");
     g.allocate(g.small[1], static_cast<std::size_t>(k * n) * in, "B (unpadded)");
     g.allocate(g.small[2], static_cast<std::size_t>(m * n) * out, "C (unpadded)");
-    kernels::fill(g.small[0], static_cast<std::size_t>(m * k), g.t.input, g.seed_of('a', 0), g.stream);
-    kernels::fill(g.small[1], static_cast<std::size_t>(k * n), g.t.input, g.seed_of('b', 0), g.stream);
+    kernels::fill(g.small[0], static_cast<std::size_t>(m * k), g.t.input, g.seed_of('a', 0),
+                  g.stream);
+    kernels::fill(g.small[1], static_cast<std::size_t>(k * n), g.t.input, g.seed_of('b', 0),
+                  g.stream);
   }
   XFS_CUDA_CALL(cudaEventRecord(g.start, g.stream));
   for (std::int64_t i = 0; i < iterations; ++i) {
-    XFS_CUDA_CALL(cudaMemcpy2DAsync(g.a[0], pa_rows * in, g.small[0], a_rows * in, a_rows * in, a_cols,
-                                    cudaMemcpyDeviceToDevice, g.stream));
-    XFS_CUDA_CALL(cudaMemcpy2DAsync(g.b[0], pb_rows * in, g.small[1], b_rows * in, b_rows * in, b_cols,
-                                    cudaMemcpyDeviceToDevice, g.stream));
+    XFS_CUDA_CALL(cudaMemcpy2DAsync(g.a[0], pa_rows * in, g.small[0], a_rows * in, a_rows * in,
+                                    a_cols, cudaMemcpyDeviceToDevice, g.stream));
+    XFS_CUDA_CALL(cudaMemcpy2DAsync(g.b[0], pb_rows * in, g.small[1], b_rows * in, b_rows * in,
+                                    b_cols, cudaMemcpyDeviceToDevice, g.stream));
     g.run(0);
     XFS_CUDA_CALL(cudaMemcpy2DAsync(g.small[2], m * out, g.d[0], g.s.m * out, m * out, n,
                                     cudaMemcpyDeviceToDevice, g.stream));
@@ -540,14 +555,16 @@ TransferTiming Gemm::time_with_transfers(bool pinned, int tiles, int streams,
     const std::int64_t width = g.tiles[0].width;
     for (int j = 0; j < tiles; ++j) {
       const std::int64_t column = j * width;
-      const Impl::Tile& tile = std::min(width, g.s.n - column) == width ? g.tiles[0] : g.tiles.back();
+      const Impl::Tile& tile =
+          std::min(width, g.s.n - column) == width ? g.tiles[0] : g.tiles.back();
       cudaStream_t on = g.streams[static_cast<std::size_t>(j % streams)];
       XFS_CUDA_CALL(cudaStreamWaitEvent(on, g.a_ready, 0));
       XFS_CUDA_CALL(cudaMemcpyAsync(static_cast<char*>(g.b[0]) + column * g.s.k * in,
                                     static_cast<char*>(h.b) + column * g.s.k * in,
                                     static_cast<std::size_t>(tile.width * g.s.k) * in,
                                     cudaMemcpyHostToDevice, on));
-      check(g.launch_tile(tile, column, on, g.stream_workspaces[static_cast<std::size_t>(j % streams)]),
+      check(g.launch_tile(tile, column, on,
+                          g.stream_workspaces[static_cast<std::size_t>(j % streams)]),
             "cublasLtMatmul(tile)");
       XFS_CUDA_CALL(cudaMemcpyAsync(static_cast<char*>(h.d) + column * g.s.m * out,
                                     static_cast<char*>(g.d[0]) + column * g.s.m * out,
@@ -578,9 +595,22 @@ GemmVerification Gemm::verify(int samples, bool inject_fault) {
   g.run(0);
   // a gross error: as large as the dot product can be
   if (inject_fault) kernels::corrupt(g.d[0], g.t.output, 0, static_cast<double>(g.s.k), g.stream);
-  kernels::CheckArgs args{g.a[0], g.b[0], g.d[0], g.t.input, g.t.output, g.s.m, g.s.n, g.s.k,
-                          g.s.trans_a, g.s.trans_b, g.s.alpha, g.s.beta, g.seed_of('A', 0),
-                          g.seed_of('B', 0), g.seed_of('C', 0), g.s.seed ^ 0xC0FFEEull};
+  kernels::CheckArgs args{g.a[0],
+                          g.b[0],
+                          g.d[0],
+                          g.t.input,
+                          g.t.output,
+                          g.s.m,
+                          g.s.n,
+                          g.s.k,
+                          g.s.trans_a,
+                          g.s.trans_b,
+                          g.s.alpha,
+                          g.s.beta,
+                          g.seed_of('A', 0),
+                          g.seed_of('B', 0),
+                          g.seed_of('C', 0),
+                          g.s.seed ^ 0xC0FFEEull};
   kernels::check(args, samples, g.check_out, g.stream);
   std::vector<double> out(4 * static_cast<std::size_t>(samples));
   XFS_CUDA_CALL(cudaMemcpyAsync(out.data(), g.check_out, out.size() * sizeof(double),

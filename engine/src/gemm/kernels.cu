@@ -53,8 +53,8 @@ __device__ double load(const void* data, Type type, std::size_t i) {
 
 __global__ void fill_kernel(void* data, std::size_t count, Type type, std::uint64_t seed) {
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
-       i < count; i += stride) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < count;
+       i += stride) {
     store(data, type, i, generate(type, seed, i));
   }
 }

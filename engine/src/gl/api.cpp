@@ -17,8 +17,8 @@ void* open_library(const char* variable, const char* fallback, const char* packa
   const char* name = chosen && *chosen ? chosen : fallback;
   void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL);
   if (!handle) {
-    throw GlUnavailable(std::string("cannot load ") + name + " (Debian/Ubuntu package " +
-                        package + "; with the NVIDIA driver's EGL vendor file in " +
+    throw GlUnavailable(std::string("cannot load ") + name + " (Debian/Ubuntu package " + package +
+                        "; with the NVIDIA driver's EGL vendor file in " +
                         "/usr/share/glvnd/egl_vendor.d or $__EGL_VENDOR_LIBRARY_FILENAMES)");
   }
   return handle;

@@ -86,8 +86,8 @@ constexpr GLenum GL_SYNC_GPU_COMMANDS_COMPLETE = 0x9117, GL_ALREADY_SIGNALED = 0
 constexpr GLbitfield GL_SYNC_FLUSH_COMMANDS_BIT = 0x0001;
 constexpr GLbitfield GL_COLOR_BUFFER_BIT = 0x4000;
 constexpr GLenum GL_POINTS = 0x0000;
-constexpr GLenum GL_FRAGMENT_SHADER = 0x8B30, GL_VERTEX_SHADER = 0x8B31,
-                 GL_COMPILE_STATUS = 0x8B81, GL_LINK_STATUS = 0x8B82;
+constexpr GLenum GL_FRAGMENT_SHADER = 0x8B30, GL_VERTEX_SHADER = 0x8B31, GL_COMPILE_STATUS = 0x8B81,
+                 GL_LINK_STATUS = 0x8B82;
 constexpr GLenum GL_CLAMP_READ_COLOR = 0x891C, GL_FALSE_ENUM = 0;
 constexpr GLenum GL_RGBA8_ENUM = 0x8058;
 
@@ -128,8 +128,7 @@ struct Api {
   void (*glGenTextures)(GLsizei, GLuint*);
   void (*glDeleteTextures)(GLsizei, const GLuint*);
   void (*glBindTexture)(GLenum, GLuint);
-  void (*glTexImage2D)(GLenum, GLint, GLint, GLsizei, GLsizei, GLint, GLenum, GLenum,
-                       const void*);
+  void (*glTexImage2D)(GLenum, GLint, GLint, GLsizei, GLsizei, GLint, GLenum, GLenum, const void*);
   void (*glTexSubImage2D)(GLenum, GLint, GLint, GLint, GLsizei, GLsizei, GLenum, GLenum,
                           const void*);
   void (*glTextureSubImage2D)(GLuint, GLint, GLint, GLint, GLsizei, GLsizei, GLenum, GLenum,

@@ -13,14 +13,12 @@ namespace {
 
 std::string egl_error(const Api& a) {
   const EGLint e = a.eglGetError();
-  static const char* const names[] = {"EGL_SUCCESS",       "EGL_NOT_INITIALIZED",
-                                      "EGL_BAD_ACCESS",    "EGL_BAD_ALLOC",
-                                      "EGL_BAD_ATTRIBUTE", "EGL_BAD_CONFIG",
-                                      "EGL_BAD_CONTEXT",   "EGL_BAD_CURRENT_SURFACE",
-                                      "EGL_BAD_DISPLAY",   "EGL_BAD_MATCH",
-                                      "EGL_BAD_NATIVE_PIXMAP", "EGL_BAD_NATIVE_WINDOW",
-                                      "EGL_BAD_PARAMETER", "EGL_BAD_SURFACE",
-                                      "EGL_CONTEXT_LOST"};
+  static const char* const names[] = {
+      "EGL_SUCCESS",       "EGL_NOT_INITIALIZED",     "EGL_BAD_ACCESS",
+      "EGL_BAD_ALLOC",     "EGL_BAD_ATTRIBUTE",       "EGL_BAD_CONFIG",
+      "EGL_BAD_CONTEXT",   "EGL_BAD_CURRENT_SURFACE", "EGL_BAD_DISPLAY",
+      "EGL_BAD_MATCH",     "EGL_BAD_NATIVE_PIXMAP",   "EGL_BAD_NATIVE_WINDOW",
+      "EGL_BAD_PARAMETER", "EGL_BAD_SURFACE",         "EGL_CONTEXT_LOST"};
   if (e >= EGL_SUCCESS && e < EGL_SUCCESS + 15) return names[e - EGL_SUCCESS];
   return "EGL error " + std::to_string(e);
 }
@@ -48,13 +46,12 @@ Context::Context(int cuda_device) {
   }
   a.eglGetError();  // devices without the attribute leave an error behind
   if (info_.egl_device < 0) {
-    throw GlUnavailable("none of the " + std::to_string(count) +
-                        " EGL devices is CUDA device " + std::to_string(cuda_device) +
-                        " (EGL_CUDA_DEVICE_NV)");
+    throw GlUnavailable("none of the " + std::to_string(count) + " EGL devices is CUDA device " +
+                        std::to_string(cuda_device) + " (EGL_CUDA_DEVICE_NV)");
   }
   try {
-    display_ = a.eglGetPlatformDisplayEXT(EGL_PLATFORM_DEVICE_EXT, devices[info_.egl_device],
-                                          nullptr);
+    display_ =
+        a.eglGetPlatformDisplayEXT(EGL_PLATFORM_DEVICE_EXT, devices[info_.egl_device], nullptr);
     EGLint major = 0, minor = 0;
     if (!display_ || !a.eglInitialize(display_, &major, &minor)) {
       display_ = nullptr;
@@ -68,17 +65,30 @@ Context::Context(int cuda_device) {
     if (!a.eglBindAPI(EGL_OPENGL_API)) {
       throw GlUnavailable("eglBindAPI(EGL_OPENGL_API) failed: " + egl_error(a));
     }
-    const EGLint config_attributes[] = {EGL_SURFACE_TYPE, EGL_PBUFFER_BIT, EGL_RED_SIZE, 8,
-                                        EGL_GREEN_SIZE, 8, EGL_BLUE_SIZE, 8, EGL_ALPHA_SIZE, 8,
-                                        EGL_RENDERABLE_TYPE, EGL_OPENGL_BIT, EGL_NONE};
+    const EGLint config_attributes[] = {EGL_SURFACE_TYPE,
+                                        EGL_PBUFFER_BIT,
+                                        EGL_RED_SIZE,
+                                        8,
+                                        EGL_GREEN_SIZE,
+                                        8,
+                                        EGL_BLUE_SIZE,
+                                        8,
+                                        EGL_ALPHA_SIZE,
+                                        8,
+                                        EGL_RENDERABLE_TYPE,
+                                        EGL_OPENGL_BIT,
+                                        EGL_NONE};
     EGLint configs = 0;
     if (!a.eglChooseConfig(display_, config_attributes, &config_, 1, &configs) || configs < 1) {
       throw GlUnavailable("no EGL config with an RGBA8 pbuffer and OpenGL: " + egl_error(a));
     }
-    const EGLint context_attributes[] = {EGL_CONTEXT_MAJOR_VERSION, 4,
-                                         EGL_CONTEXT_MINOR_VERSION, 5,
+    const EGLint context_attributes[] = {EGL_CONTEXT_MAJOR_VERSION,
+                                         4,
+                                         EGL_CONTEXT_MINOR_VERSION,
+                                         5,
                                          EGL_CONTEXT_OPENGL_PROFILE_MASK,
-                                         EGL_CONTEXT_OPENGL_COMPATIBILITY_PROFILE_BIT, EGL_NONE};
+                                         EGL_CONTEXT_OPENGL_COMPATIBILITY_PROFILE_BIT,
+                                         EGL_NONE};
     context_ = a.eglCreateContext(display_, config_, nullptr, context_attributes);
     if (!context_) {
       throw GlUnavailable("cannot create an OpenGL 4.5 compatibility context: " + egl_error(a));
@@ -121,8 +131,8 @@ Context::~Context() {
 void Context::make_current(void* surface) {
   const Api& a = api();
   void* chosen = surface ? surface : surface_;
-  if (a.eglGetCurrentContext() == context_ && a.eglGetCurrentSurface(0x3059 /*EGL_DRAW*/) ==
-                                                  chosen) {
+  if (a.eglGetCurrentContext() == context_ &&
+      a.eglGetCurrentSurface(0x3059 /*EGL_DRAW*/) == chosen) {
     return;
   }
   if (!a.eglMakeCurrent(display_, chosen, chosen, context_)) {

@@ -37,8 +37,8 @@ const T& lookup(const std::vector<T>& table, const std::string& name) {
 }
 
 GLenum usage_enum(const std::string& usage) {
-  static const GLenum values[9] = {GL_STREAM_DRAW, GL_STREAM_READ,  GL_STREAM_COPY,
-                                   GL_STATIC_DRAW, GL_STATIC_READ,  GL_STATIC_COPY,
+  static const GLenum values[9] = {GL_STREAM_DRAW,  GL_STREAM_READ,  GL_STREAM_COPY,
+                                   GL_STATIC_DRAW,  GL_STATIC_READ,  GL_STATIC_COPY,
                                    GL_DYNAMIC_DRAW, GL_DYNAMIC_READ, GL_DYNAMIC_COPY};
   for (int i = 0; i < 9; ++i) {
     if (usage == kUsages[i]) return values[i];
@@ -73,20 +73,20 @@ std::string component_type_name(GLint value) {
 // 10-bit one. Signed types stay non-negative so a loss shows as precision, not as clamping.
 void fill_component(std::uint8_t* p, const TypeInfo& type, std::uint64_t word) {
   switch (type.kind) {
-    case Kind::unsigned_int:
-      std::memcpy(p, &word, type.bytes);
-      break;
+    case Kind::unsigned_int: std::memcpy(p, &word, type.bytes); break;
     case Kind::signed_int:
       std::memcpy(p, &word, type.bytes);
       p[type.bytes - 1] &= 0x7F;
       break;
     case Kind::half: {
-      const std::uint16_t h = static_cast<std::uint16_t>(((1 + word % 14) << 10) | (word >> 20 & 0x3FF));
+      const std::uint16_t h =
+          static_cast<std::uint16_t>(((1 + word % 14) << 10) | (word >> 20 & 0x3FF));
       std::memcpy(p, &h, 2);
       break;
     }
     case Kind::floating: {
-      const std::uint32_t f = static_cast<std::uint32_t>(((100 + word % 27) << 23) | (word >> 20 & 0x7FFFFF));
+      const std::uint32_t f =
+          static_cast<std::uint32_t>(((100 + word % 27) << 23) | (word >> 20 & 0x7FFFFF));
       std::memcpy(p, &f, 4);
       break;
     }
@@ -112,9 +112,9 @@ struct Session::Impl {
   void* surface = nullptr;         // the pbuffer that is the default framebuffer
   void* base = nullptr;            // host allocations, page-aligned
   void* out_base = nullptr;
-  std::uint8_t* image = nullptr;   // the host image: base + row_offset
-  std::uint8_t* out = nullptr;     // where readbacks land
-  std::int64_t host_bytes = 0;     // row_stride * height
+  std::uint8_t* image = nullptr;           // the host image: base + row_offset
+  std::uint8_t* out = nullptr;             // where readbacks land
+  std::int64_t host_bytes = 0;             // row_stride * height
   std::vector<std::uint8_t> pixel_source;  // draw mode pixel: an RGBA8 frame
   cudaGraphicsResource* resource = nullptr;
   bool registered = false, out_registered = false;
@@ -129,8 +129,8 @@ struct Session::Impl {
         upload(s.op == "upload") {}
 
   std::string states() const {
-    return s.op + " " + std::to_string(s.width) + "x" + std::to_string(s.height) + " " +
-           s.method + " " + s.format + "/" + s.type + " -> " + s.internal_format;
+    return s.op + " " + std::to_string(s.width) + "x" + std::to_string(s.height) + " " + s.method +
+           " " + s.format + "/" + s.type + " -> " + s.internal_format;
   }
 
   void check(const char* call) const {
@@ -217,8 +217,7 @@ struct Session::Impl {
       a.glRenderbufferStorage(GL_RENDERBUFFER, GL_RGBA8_ENUM, 1, 1);
       a.glGenFramebuffers(1, &flush_fbo);
       a.glBindFramebuffer(GL_FRAMEBUFFER, flush_fbo);
-      a.glFramebufferRenderbuffer(GL_FRAMEBUFFER, GL_COLOR_ATTACHMENT0, GL_RENDERBUFFER,
-                                  flush_rb);
+      a.glFramebufferRenderbuffer(GL_FRAMEBUFFER, GL_COLOR_ATTACHMENT0, GL_RENDERBUFFER, flush_rb);
       a.glDrawBuffer(GL_COLOR_ATTACHMENT0);
     } else {
       a.glBindFramebuffer(GL_FRAMEBUFFER, 0);
@@ -261,9 +260,9 @@ struct Session::Impl {
       XFS_CUDA_CALL(cudaHostRegister(out - s.row_offset,
                                      static_cast<std::size_t>(s.row_offset + host_bytes), 0));
       out_registered = true;
-      XFS_CUDA_CALL(cudaGraphicsGLRegisterImage(&resource, texture, target,
-                                                upload ? cudaGraphicsRegisterFlagsWriteDiscard
-                                                       : cudaGraphicsRegisterFlagsReadOnly));
+      XFS_CUDA_CALL(cudaGraphicsGLRegisterImage(
+          &resource, texture, target,
+          upload ? cudaGraphicsRegisterFlagsWriteDiscard : cudaGraphicsRegisterFlagsReadOnly));
     }
     if (s.method == "persistent") {
       if (!context.info().buffer_storage) {
@@ -342,10 +341,10 @@ struct Session::Impl {
     if (s.method == "cuda_interop") {
       cudaArray_t array = map_texture(t);
       const auto start = Clock::now();
-      XFS_CUDA_CALL(cudaMemcpy2DToArray(array, 0, 0, image, static_cast<std::size_t>(s.row_stride()),
-                                        static_cast<std::size_t>(s.row_bytes()),
-                                        static_cast<std::size_t>(s.height),
-                                        cudaMemcpyHostToDevice));
+      XFS_CUDA_CALL(
+          cudaMemcpy2DToArray(array, 0, 0, image, static_cast<std::size_t>(s.row_stride()),
+                              static_cast<std::size_t>(s.row_bytes()),
+                              static_cast<std::size_t>(s.height), cudaMemcpyHostToDevice));
       t.call_s += since(start);
       unmap_texture(t);
       flush_point();
@@ -380,8 +379,7 @@ struct Session::Impl {
       a.glWindowPos2i(0, 0);
       a.glDrawPixels(s.width, s.height, format.value, type.value, source);
     } else if (s.method == "texsubimage_dsa") {
-      a.glTextureSubImage2D(texture, 0, 0, 0, s.width, s.height, format.value, type.value,
-                            source);
+      a.glTextureSubImage2D(texture, 0, 0, 0, s.width, s.height, format.value, type.value, source);
     } else {
       a.glTexSubImage2D(target, 0, 0, 0, s.width, s.height, format.value, type.value, source);
     }
@@ -411,8 +409,7 @@ struct Session::Impl {
     if (s.draw == "repeat") return;
     if (s.draw == "pixel") {
       a.glWindowPos2i(0, 0);
-      a.glDrawPixels(s.width, s.height, 0x1908 /*GL_RGBA*/, GL_UNSIGNED_BYTE,
-                     pixel_source.data());
+      a.glDrawPixels(s.width, s.height, 0x1908 /*GL_RGBA*/, GL_UNSIGNED_BYTE, pixel_source.data());
     } else {
       const float c = static_cast<float>(frame % 251) / 251.0f;
       a.glColor4f(c, 1.0f - c, 0.5f, 1.0f);

@@ -43,12 +43,12 @@ const std::vector<InternalInfo>& internal_formats() {
   return table;
 }
 
-const char* const kUploadMethods[5] = {"texsubimage", "texsubimage_dsa", "drawpixels",
-                                       "persistent", "cuda_interop"};
+const char* const kUploadMethods[5] = {"texsubimage", "texsubimage_dsa", "drawpixels", "persistent",
+                                       "cuda_interop"};
 const char* const kReadbackMethods[3] = {"readpixels", "gettexture", "cuda_interop"};
 const char* const kTargets[2] = {"2d", "rectangle"};
-const char* const kUsages[9] = {"stream_draw", "stream_read",  "stream_copy",
-                                "static_draw", "static_read",  "static_copy",
+const char* const kUsages[9] = {"stream_draw",  "stream_read",  "stream_copy",
+                                "static_draw",  "static_read",  "static_copy",
                                 "dynamic_draw", "dynamic_read", "dynamic_copy"};
 const char* const kDrawModes[3] = {"quad", "pixel", "repeat"};
 
@@ -64,8 +64,7 @@ const T* find(const std::vector<T>& table, const std::string& name) {
 
 template <std::size_t N>
 bool one_of(const char* const (&names)[N], const std::string& name) {
-  return std::any_of(std::begin(names), std::end(names),
-                     [&](const char* n) { return name == n; });
+  return std::any_of(std::begin(names), std::end(names), [&](const char* n) { return name == n; });
 }
 
 template <std::size_t N>
@@ -160,18 +159,14 @@ std::string refusal(const Scenario& s) {
     if (!upload && !s.fbo) return "cuda_interop reads the texture drawn into: it needs an FBO";
     if (internal->bits == 0 || internal->bits == 10 || internal->components == 3) {
       return "cuda_interop registers textures of 1, 2 or 4 whole components (r8, rg16f, rgba8, "
-             "rgba32f, rgba32ui, ...): not " + s.internal_format;
+             "rgba32f, rgba32ui, ...): not " +
+             s.internal_format;
     }
     bool kind = false;
     switch (internal->store) {
-      case Store::floating:
-        kind = type->kind == Kind::floating || type->kind == Kind::half;
-        break;
-      case Store::signed_integer:
-        kind = type->kind == Kind::signed_int;
-        break;
-      default:
-        kind = type->kind == Kind::unsigned_int;
+      case Store::floating: kind = type->kind == Kind::floating || type->kind == Kind::half; break;
+      case Store::signed_integer: kind = type->kind == Kind::signed_int; break;
+      default: kind = type->kind == Kind::unsigned_int;
     }
     const bool matches = format->components == internal->components &&
                          s.format.rfind("bgra", 0) != 0 && type->bytes * 8 == internal->bits &&
