@@ -2,7 +2,8 @@
 // of copy the trace's findings are about, times each kind itself with CUDA events, and prints
 // one JSON line: the calls, bytes and event-timed seconds per kind, so the trace can be checked
 // against the program's own account.
-//   copies [--small N] [--crash] [--fix pageable,repeat,small,unused|all] [--accuracy] [--no-events]
+//   copies [--small N] [--crash] [--fix pageable,repeat,small,unused|all] [--accuracy]
+//   [--no-events]
 //          [--driver]
 // --driver adds 10 uploads of 1 MiB through the driver API (cuMemcpyHtoD), as JAX makes them.
 // --accuracy makes only large asynchronous copies from pinned memory, whose event timing is the
@@ -23,17 +24,18 @@
 #include <string>
 #include <vector>
 
-#define CHECK(x)                                                                      \
-  do {                                                                                \
-    cudaError_t e = (x);                                                              \
-    if (e != cudaSuccess) {                                                           \
+#define CHECK(x)                                                                     \
+  do {                                                                               \
+    cudaError_t e = (x);                                                             \
+    if (e != cudaSuccess) {                                                          \
       std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
-      std::exit(2);                                                                   \
-    }                                                                                 \
+      std::exit(2);                                                                  \
+    }                                                                                \
   } while (0)
 
 __global__ void scale(float* x, std::size_t n) {
-  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) x[i] *= 1.0001f;
+  for (std::size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+    x[i] *= 1.0001f;
 }
 
 struct Tally {
@@ -46,8 +48,8 @@ cudaEvent_t t0, t1;
 bool events = true;
 
 // one copy, timed with events around it on its stream
-void timed(const char* kind, void* dst, const void* src, std::size_t bytes, cudaMemcpyKind dir, bool async,
-           cudaStream_t stream) {
+void timed(const char* kind, void* dst, const void* src, std::size_t bytes, cudaMemcpyKind dir,
+           bool async, cudaStream_t stream) {
   Tally& t = tally[kind];
   ++t.calls;
   t.bytes += static_cast<long long>(bytes);
@@ -96,7 +98,8 @@ int main(int argc, char** argv) {
     std::memcpy(&pageable[i], &x, 8);
   }
   auto fixes = [&](const char* what) {
-    return fix == "all" || ("," + fix + ",").find(std::string(",") + what + ",") != std::string::npos;
+    return fix == "all" ||
+           ("," + fix + ",").find(std::string(",") + what + ",") != std::string::npos;
   };
   char *pinned = nullptr, *unused = nullptr, *staging = nullptr;
   CHECK(cudaMallocHost(&pinned, big));
@@ -148,7 +151,8 @@ int main(int argc, char** argv) {
     std::memcpy(host, &i, sizeof i);  // new data each time: not a repeated upload
     timed("h2d", device, host, big, cudaMemcpyHostToDevice, false, stream);
   }
-  for (int i = 0; i < large; ++i) timed("d2h", host, device, big, cudaMemcpyDeviceToHost, false, stream);
+  for (int i = 0; i < large; ++i)
+    timed("d2h", host, device, big, cudaMemcpyDeviceToHost, false, stream);
   sections["pageable"] = since(mark);
   mark = std::chrono::steady_clock::now();
   // the same pinned buffer uploaded again and again (fixed: once)
@@ -163,13 +167,15 @@ int main(int argc, char** argv) {
     timed("h2d", device, pinned, piece * small, cudaMemcpyHostToDevice, false, stream);
   } else {
     for (int i = 0; i < small; ++i) {
-      timed("h2d", device + i * piece, pinned + (i * piece) % big, piece, cudaMemcpyHostToDevice, false, stream);
+      timed("h2d", device + (i * piece) % big, pinned + (i * piece) % big, piece,
+            cudaMemcpyHostToDevice, false, stream);
     }
   }
   sections["small"] = since(mark);
   if (driver) {
     for (int i = 0; i < 10; ++i) {
-      if (cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(device), pinned + (i << 20), 1u << 20) != CUDA_SUCCESS) {
+      if (cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(device), pinned + (i << 20), 1u << 20) !=
+          CUDA_SUCCESS) {
         std::fprintf(stderr, "cuMemcpyHtoD failed\n");
         return 2;
       }
@@ -181,7 +187,8 @@ int main(int argc, char** argv) {
   // kernels, and copies beside them or not
   for (int i = 0; i < 20; ++i) scale<<<264, 256, 0, stream>>>(work, big / sizeof(float));
   CHECK(cudaStreamSynchronize(stream));
-  const double phase_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - phase).count();
+  const double phase_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - phase).count();
   if (crash) std::abort();
   std::printf("{\"phase_s\":%.6f,\"sections\":{", phase_s);
   bool comma = false;
@@ -192,8 +199,8 @@ int main(int argc, char** argv) {
   std::printf("},");
   bool first = true;
   for (const auto& [kind, t] : tally) {
-    std::printf("%s\"%s\":{\"calls\":%ld,\"bytes\":%lld,\"seconds\":%.9f}", first ? "" : ",", kind.c_str(), t.calls,
-                t.bytes, t.seconds);
+    std::printf("%s\"%s\":{\"calls\":%ld,\"bytes\":%lld,\"seconds\":%.9f}", first ? "" : ",",
+                kind.c_str(), t.calls, t.bytes, t.seconds);
     first = false;
   }
   std::printf("}\n");

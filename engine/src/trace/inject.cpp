@@ -8,9 +8,11 @@
 //   pointers, a sampled hash of a host source (repeated uploads of identical data) and the
 //   caller's native return addresses (every call's for the first FRAMES_ALL, then one in
 //   FRAMES_EVERY); every host allocation or registration with its size and address.
-// Records beyond $XFERSCOPE_TRACE_LIMIT (per kind) are counted, not written, and a totals
-// line per kind at the end keeps the summary exact. Completed buffers are written at once and
-// CUPTI is flushed every second, so a crash keeps what came before it; SIGINT, SIGTERM and
+// A call's callback only fills a fixed record and queues it; a writer thread formats and writes
+// the queue (every 100 ms, or sooner when it grows), so the traced program's threads do not pay
+// for the text. Records beyond $XFERSCOPE_TRACE_LIMIT (per kind) are counted, not written, and a
+// totals line per kind at the end keeps the summary exact. Completed buffers are written at once
+// and CUPTI is flushed every second, so a crash keeps what came before it; SIGINT, SIGTERM and
 // crash signals flush first and then do what they would have done.
 #include <cupti.h>
 #include <dlfcn.h>
@@ -19,7 +21,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cinttypes>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -28,6 +32,8 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -37,6 +43,7 @@ constexpr int kFrames = 12;
 constexpr std::size_t kHashSamples = 256;   // 8-byte words read from a host source at most
 constexpr std::uint64_t kFramesAll = 1000;  // copy calls whose callers are all unwound
 constexpr std::uint64_t kFramesEvery = 64;  // ... then one in this many
+constexpr std::size_t kWakeWriter = 8192;   // queued calls that wake the writer early
 
 std::mutex out_mutex;
 FILE* out = nullptr;
@@ -56,8 +63,29 @@ thread_local bool in_runtime_call = false;  // a driver call made by a runtime c
 thread_local std::uint64_t entered[2] = {0, 0};  // when this thread entered a runtime / driver call
 thread_local unsigned thread_id = 0;
 std::atomic<std::uint64_t> unwound{0};
-// XFERSCOPE_TRACE_KNOBS (for measuring the library's own cost): noapi, nocall, noframes, nohash
-bool knob_api = true, knob_call = true, knob_frames = true, knob_hash = true, knob_activity = true;
+// XFERSCOPE_TRACE_KNOBS (for measuring the library's own cost): noapi, nocall, noframes, nohash,
+// noactivity, nodriver
+bool knob_api = true, knob_call = true, knob_frames = true, knob_hash = true, knob_activity = true,
+     knob_driver = true;
+
+// One API call as its callbacks saw it, formatted later by the writer thread.
+struct Call {
+  std::uint64_t start = 0, end = 0, hash = 0;
+  std::uintptr_t src = 0, dst = 0, frames[kFrames] = {};
+  std::size_t bytes = 0;
+  std::uint32_t correlation = 0, thread = 0, cbid = 0;
+  int kind = -1;
+  bool runtime = false, copy = false, hashed = false;
+  int frame_count = -1;  // -1: not unwound
+  std::string python;    // ,"py":"..." when read
+};
+// The queue of calls, never destroyed: the writer thread may still wait on it at exit.
+struct Queue {
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::vector<Call> calls;  // under mutex
+};
+Queue& queue = *new Queue;
 
 bool keep(Type type, std::uint64_t bytes, std::uint64_t ns) {
   Totals& t = totals[type];
@@ -177,6 +205,8 @@ void write_record(const CUpti_Activity* record) {
   line(buf);
 }
 
+void drain();
+
 void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::size_t* max_records) {
   *buffer = static_cast<std::uint8_t*>(std::aligned_alloc(8, kBufferBytes));
   *size = *buffer ? kBufferBytes : 0;
@@ -185,6 +215,7 @@ void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::si
 
 void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, std::size_t,
                                std::size_t valid) {
+  drain();
   {
     std::lock_guard<std::mutex> lock(out_mutex);
     CUpti_Activity* record = nullptr;
@@ -276,23 +307,30 @@ int write_python(char* buf, std::size_t size) {
   return used;
 }
 
-// What a copy call's entry learned, written with its exit.
-thread_local char pending[1024];
-thread_local bool has_pending = false;
+// What a copy call's entry learned, queued with its exit.
+thread_local Call pending;
 
-// the caller's return addresses, as ,"at":[...]; the first kFramesAll calls, then one in
-// kFramesEvery (unwinding is the costliest part of a record)
-int write_frames(char* buf, std::size_t size) {
+// the caller's return addresses: the first kFramesAll calls, then one in kFramesEvery
+// (unwinding is the costliest part of a record); -1 when not sampled
+int unwind(std::uintptr_t* into) {
   const std::uint64_t n = unwound.fetch_add(1, std::memory_order_relaxed);
-  if (!knob_frames || (n >= kFramesAll && n % kFramesEvery != 0)) return 0;
+  if (!knob_frames || (n >= kFramesAll && n % kFramesEvery != 0)) return -1;
   void* frames[kFrames + 3];
   const int count = backtrace(frames, kFrames + 3);
+  int kept = 0;
+  for (int i = 3; i < count; ++i)  // 0-2: here, CUPTI
+    into[kept++] = reinterpret_cast<std::uintptr_t>(frames[i]);
+  return kept;
+}
+
+// ,"at":[...] from unwound return addresses, remembering them to be named at the end
+// (under out_mutex)
+int write_frames(char* buf, std::size_t size, const std::uintptr_t* frames, int count) {
+  if (count < 0) return 0;
   int used = std::snprintf(buf, size, ",\"at\":[");
-  std::lock_guard<std::mutex> lock(out_mutex);
-  for (int i = 3; i < count && used + 24 < static_cast<int>(size); ++i) {  // 0-2: here, CUPTI
-    const auto a = reinterpret_cast<std::uintptr_t>(frames[i]);
-    frames_seen.insert(a);
-    used += std::snprintf(buf + used, size - used, "%s%" PRIuPTR, i > 3 ? "," : "", a);
+  for (int i = 0; i < count && used + 24 < static_cast<int>(size); ++i) {
+    frames_seen.insert(frames[i]);
+    used += std::snprintf(buf + used, size - used, "%s%" PRIuPTR, i ? "," : "", frames[i]);
   }
   used += std::snprintf(buf + used, size - used, "]");
   return used;
@@ -300,7 +338,7 @@ int write_frames(char* buf, std::size_t size) {
 
 // A copy call's entry (runtime, or driver as JAX makes them): its pointers, size, kind
 // (cudaMemcpyKind: 1 host to device, 2 device to host), a sampled hash of a host source and its
-// callers, into `pending` (no lock taken). False for any other call.
+// callers, into `pending` (no lock taken, nothing formatted). False for any other call.
 bool copy_entry(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   const void *dst = nullptr, *src = nullptr;
   std::size_t count = 0;
@@ -362,19 +400,20 @@ bool copy_entry(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_
       default: return false;
     }
   }
-  int used = std::snprintf(
-      pending, sizeof pending, "\"src\":%" PRIuPTR ",\"dst\":%" PRIuPTR ",\"b\":%zu,\"kind\":%d",
-      reinterpret_cast<std::uintptr_t>(src), reinterpret_cast<std::uintptr_t>(dst), count, kind);
+  pending.src = reinterpret_cast<std::uintptr_t>(src);
+  pending.dst = reinterpret_cast<std::uintptr_t>(dst);
+  pending.bytes = count;
+  pending.kind = kind;
   // only an explicit host-to-device source is host memory for certain: reading a device
   // address from the host would fault
-  if (knob_hash && kind == 1 && src && count) {
-    used += std::snprintf(pending + used, sizeof pending - used, ",\"h\":%" PRIu64,
-                          sampled_hash(src, count));
+  pending.hashed = knob_hash && kind == 1 && src && count;
+  if (pending.hashed) pending.hash = sampled_hash(src, count);
+  pending.frame_count = unwind(pending.frames);
+  pending.python.clear();
+  if (pending.frame_count >= 0) {
+    char py_text[768];
+    if (write_python(py_text, sizeof py_text)) pending.python = py_text;
   }
-  const bool sampled = unwound.load(std::memory_order_relaxed) < kFramesAll ||
-                       unwound.load(std::memory_order_relaxed) % kFramesEvery == 0;
-  used += write_frames(pending + used, sizeof pending - used);
-  if (knob_frames && sampled) write_python(pending + used, sizeof pending - used);
   return true;
 }
 
@@ -427,7 +466,10 @@ bool pin_record(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_
       buf, size, "{\"t\":\"pin\",\"how\":\"%s\",\"f\":\"%s\",\"p\":%" PRIuPTR ",\"b\":%zu,\"c\":%u",
       what, cb->functionName ? cb->functionName : "?", reinterpret_cast<std::uintptr_t>(ptr), bytes,
       cb->correlationId);
-  used += write_frames(buf + used, size - used);
+  std::uintptr_t frames[kFrames];
+  const int count = unwind(frames);
+  std::lock_guard<std::mutex> lock(out_mutex);
+  used += write_frames(buf + used, size - used, frames, count);
   std::snprintf(buf + used, size - used, "}");
   return true;
 }
@@ -443,34 +485,90 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
   cuptiGetTimestamp(&now);
   if (enter) {
     entered[runtime ? 0 : 1] = now;
-    has_pending = knob_call && copy_entry(domain, cbid, cb);
+    pending.copy = knob_call && copy_entry(domain, cbid, cb);
     return;
   }
   if (!thread_id) thread_id = static_cast<unsigned>(gettid());
-  char buf[2304];
-  int used = std::snprintf(buf, sizeof buf,
-                           "{\"t\":\"api\",\"rt\":%d,\"f\":\"%s\",\"st\":%" PRIu64
-                           ",\"en\":%" PRIu64 ",\"tid\":%u,\"c\":%u",
-                           runtime ? 1 : 0, api_name(domain, cbid).c_str(),
-                           entered[runtime ? 0 : 1], now, thread_id, cb->correlationId);
-  std::uint64_t copied = 0;
-  if (has_pending) {
-    used += std::snprintf(buf + used, sizeof buf - used, ",%s", pending);
-    has_pending = false;
-    copied = 1;
-  }
-  std::snprintf(buf + used, sizeof buf - used, "}");
   char pin[512];
-  const bool pinned = pin_record(domain, cbid, cb, pin, sizeof pin);
+  if (pin_record(domain, cbid, cb, pin, sizeof pin)) {
+    std::lock_guard<std::mutex> lock(out_mutex);
+    if (keep(kPin, 0, 0)) line(pin);
+  }
+  if (!knob_api && !pending.copy) return;
+  Call call;
+  if (pending.copy) {
+    call = std::move(pending);
+    pending.copy = false;
+  }
+  call.start = entered[runtime ? 0 : 1];
+  call.end = now;
+  call.correlation = cb->correlationId;
+  call.thread = thread_id;
+  call.cbid = cbid;
+  call.runtime = runtime;
+  std::size_t queued;
+  {
+    std::lock_guard<std::mutex> lock(queue.mutex);
+    queue.calls.push_back(std::move(call));
+    queued = queue.calls.size();
+  }
+  if (queued == kWakeWriter) queue.wake.notify_one();
+}
+
+// Format and write the queued calls (under out_mutex).
+void write_calls(const std::vector<Call>& calls) {
+  char buf[2304];
+  for (const Call& c : calls) {
+    if (c.copy) keep(kCall, 0, 0);
+    if (!knob_api || !keep(c.runtime ? kRuntime : kDriver, 0, c.end - c.start)) continue;
+    const CUpti_CallbackDomain domain =
+        c.runtime ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API;
+    int used = std::snprintf(buf, sizeof buf,
+                             "{\"t\":\"api\",\"rt\":%d,\"f\":\"%s\",\"st\":%" PRIu64
+                             ",\"en\":%" PRIu64 ",\"tid\":%u,\"c\":%u",
+                             c.runtime ? 1 : 0, api_name(domain, c.cbid).c_str(), c.start, c.end,
+                             c.thread, c.correlation);
+    if (c.copy) {
+      used += std::snprintf(buf + used, sizeof buf - used,
+                            ",\"src\":%" PRIuPTR ",\"dst\":%" PRIuPTR ",\"b\":%zu,\"kind\":%d",
+                            c.src, c.dst, c.bytes, c.kind);
+      if (c.hashed) used += std::snprintf(buf + used, sizeof buf - used, ",\"h\":%" PRIu64, c.hash);
+      used += write_frames(buf + used, sizeof buf - used, c.frames, c.frame_count);
+      if (!c.python.empty())
+        used += std::snprintf(buf + used, sizeof buf - used, "%s", c.python.c_str());
+    }
+    std::snprintf(buf + used, sizeof buf - used, "}");
+    line(buf);
+  }
+}
+
+// Take the queue and write it (from the writer thread, an activity buffer's completion, or the
+// end). The queue is taken under out_mutex, so the end never misses calls being written.
+void drain() {
   std::lock_guard<std::mutex> lock(out_mutex);
-  if (copied) keep(kCall, 0, 0);
-  if (knob_api && keep(runtime ? kRuntime : kDriver, 0, now - entered[runtime ? 0 : 1])) line(buf);
-  if (pinned && keep(kPin, 0, 0)) line(pin);
+  std::vector<Call> calls;
+  {
+    std::lock_guard<std::mutex> taken(queue.mutex);
+    calls.swap(queue.calls);
+  }
+  if (out) write_calls(calls);
+}
+
+void writer() {
+  while (!closed.load(std::memory_order_relaxed)) {
+    {
+      std::unique_lock<std::mutex> lock(queue.mutex);
+      queue.wake.wait_for(lock, std::chrono::milliseconds(100),
+                          [] { return queue.calls.size() >= kWakeWriter; });
+    }
+    if (!closed.load(std::memory_order_relaxed)) drain();
+  }
 }
 
 void finish() {
   if (closed.exchange(true)) return;
   cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  drain();
   std::lock_guard<std::mutex> lock(out_mutex);
   if (!out) return;
   char buf[1024];
@@ -547,6 +645,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
     knob_frames = knobs.find("noframes") == std::string::npos;
     knob_hash = knobs.find("nohash") == std::string::npos;
     knob_activity = knobs.find("noactivity") == std::string::npos;
+    knob_driver = knobs.find("nodriver") == std::string::npos;
   }
   const std::string path = std::string(dir) + "/trace-" + std::to_string(getpid()) + ".jsonl";
   out = std::fopen(path.c_str(), "w");
@@ -575,7 +674,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
       }
     }
     for (CUpti_CallbackId id = 1; id < CUPTI_DRIVER_TRACE_CBID_SIZE; ++id) {
-      if (interesting(api_name(CUPTI_CB_DOMAIN_DRIVER_API, id))) {
+      if (interesting(api_name(CUPTI_CB_DOMAIN_DRIVER_API, id)) && knob_driver) {
         cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
       }
     }
@@ -585,5 +684,6 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   if (!ok) line("{\"t\":\"warning\",\"m\":\"some CUPTI activity could not be enabled\"}");
   std::atexit(finish);
   chain_signals();
+  std::thread(writer).detach();
   return 1;
 }
