@@ -67,7 +67,8 @@ def main() -> None:
     args = parser.parse_args()
     build = Path(tempfile.mkdtemp()) / "copies"
     subprocess.run(
-        [shutil.which("nvcc") or "nvcc", "-O2", "-o", str(build), str(PROGRAM)], check=True
+        [shutil.which("nvcc") or "nvcc", "-O2", "-o", str(build), str(PROGRAM), "-lcuda"],
+        check=True,
     )
     program = str(build)
     engine = NativeEngine()
