@@ -89,10 +89,12 @@ class TransferHandle {
 // Owns a StagedCopier until close(), like TransferHandle.
 class CopierHandle {
  public:
-  CopierHandle(int device, int threads, std::size_t chunk_bytes, double target_bps) {
+  CopierHandle(int device, int threads, std::size_t chunk_bytes, double target_bps,
+               std::size_t direct_below) {
     xs::device_info(device);
     nb::gil_scoped_release release;
-    copier_ = std::make_unique<xs::StagedCopier>(device, threads, chunk_bytes, target_bps);
+    copier_ =
+        std::make_unique<xs::StagedCopier>(device, threads, chunk_bytes, target_bps, direct_below);
   }
   xs::StagedCopier& get() {
     if (!copier_) throw xs::UsageError("this staged copier is closed");
@@ -175,6 +177,7 @@ NB_MODULE(_engine, m) {
   limits["slot_alignment"] = xs::Limits::slot_alignment;
   limits["cache_line"] = xs::Limits::cache_line;
   limits["blocking_timeout_s"] = static_cast<double>(xs::Limits::blocking_timeout_ns) * 1e-9;
+  limits["staged_direct_below"] = xs::StagedCopier::kDirectBelow;
   m.attr("LIMITS") = limits;
   m.def(
       "refusal",
@@ -284,15 +287,18 @@ NB_MODULE(_engine, m) {
   nb::class_<xs::StagedPlan>(m, "StagedPlan", "What a staged copier chose, and why.")
       .def(
           "__init__",
-          [](xs::StagedPlan* p, int threads, std::size_t chunk, int buffers, double single,
-             double target, const std::string& explanation) {
-            new (p) xs::StagedPlan{threads, chunk, buffers, single, target, explanation};
+          [](xs::StagedPlan* p, int threads, std::size_t chunk, int buffers,
+             std::size_t direct_below, double single, double target,
+             const std::string& explanation) {
+            new (p)
+                xs::StagedPlan{threads, chunk, buffers, direct_below, single, target, explanation};
           },
-          "threads"_a, "chunk_bytes"_a, "buffers_per_thread"_a, "single_thread_copy_bps"_a,
-          "target_bps"_a, "explanation"_a)
+          "threads"_a, "chunk_bytes"_a, "buffers_per_thread"_a, "direct_below"_a,
+          "single_thread_copy_bps"_a, "target_bps"_a, "explanation"_a)
       .def_ro("threads", &xs::StagedPlan::threads)
       .def_ro("chunk_bytes", &xs::StagedPlan::chunk_bytes)
       .def_ro("buffers_per_thread", &xs::StagedPlan::buffers_per_thread)
+      .def_ro("direct_below", &xs::StagedPlan::direct_below)
       .def_ro("single_thread_copy_bps", &xs::StagedPlan::single_thread_copy_bps)
       .def_ro("target_bps", &xs::StagedPlan::target_bps)
       .def_ro("explanation", &xs::StagedPlan::explanation);
@@ -369,8 +375,9 @@ NB_MODULE(_engine, m) {
       .def("close", &TransferHandle::close);
 
   nb::class_<CopierHandle>(m, "StagedCopier")
-      .def(nb::init<int, int, std::size_t, double>(), "device"_a, "threads"_a = 0,
-           "chunk_bytes"_a = 0, "target_bps"_a = 0.0)
+      .def(nb::init<int, int, std::size_t, double, std::size_t>(), "device"_a, "threads"_a = 0,
+           "chunk_bytes"_a = 0, "target_bps"_a = 0.0,
+           "direct_below"_a = xs::StagedCopier::kDirectBelow)
       .def_prop_ro("plan", [](CopierHandle& h) { return h.get().plan(); })
       .def(
           "to_device",

@@ -23,8 +23,8 @@ DEVICE = 0x7F00_0000_0000  # a made-up device address: the simulated engine move
 class RecordingCopier(SimulatedCopier):
     """Remembers each copy the wrapper asks of the engine."""
 
-    def __init__(self, engine: SimulatedEngine) -> None:
-        super().__init__(engine)
+    def __init__(self, engine: SimulatedEngine, direct_below: int | None = None) -> None:
+        super().__init__(engine, direct_below)
         self.calls: list[tuple[str, int, int, int]] = []
 
     def to_device(self, device_destination: int, host_source: int, bytes: int) -> None:
@@ -42,9 +42,11 @@ class RecordingEngine(SimulatedEngine):
         self.made: list[tuple[int, int, int]] = []
         self.copiers: list[RecordingCopier] = []
 
-    def staged_copier(self, device: int, threads: int = 0, chunk_bytes: int = 0) -> Any:
+    def staged_copier(
+        self, device: int, threads: int = 0, chunk_bytes: int = 0, direct_below: int | None = None
+    ) -> Any:
         self.made.append((device, threads, chunk_bytes))
-        copier = RecordingCopier(self)
+        copier = RecordingCopier(self, direct_below)
         self.copiers.append(copier)
         return copier
 
@@ -266,7 +268,7 @@ def test_plan_is_a_frozen_dataclass_of_the_engines_plan(copier):
     plan = copier.plan
     assert isinstance(plan, StagedPlan)
     assert plan.to_dict() == SIMULATED_STAGED_PLAN
-    assert plan.staging_bytes == 8 * 2 * (4 << 20)
+    assert plan.staging_bytes == 8 * 3 * (4 << 20)
     with pytest.raises(dataclasses.FrozenInstanceError):
         plan.threads = 3  # type: ignore[misc]
 
@@ -274,7 +276,7 @@ def test_plan_is_a_frozen_dataclass_of_the_engines_plan(copier):
 def test_explain_mentions_threads_and_chunks(copier):
     text = copier.explain()
     assert "8 threads" in text and "4 MiB chunks" in text
-    assert "2 buffers per thread" in text and "64 MiB pinned" in text
+    assert "3 buffers per thread" in text and "96 MiB pinned" in text
     assert "17 GB/s" in text and "63 GB/s" in text
     assert SIMULATED_STAGED_PLAN["explanation"] in text
     assert "8 threads" in repr(copier)

@@ -17,7 +17,11 @@ namespace xferscope {
 struct StagedPlan {
   int threads = 0;
   std::size_t chunk_bytes = 0;
-  int buffers_per_thread = 2;
+  int buffers_per_thread = 3;
+  // Copies smaller than this are one plain cudaMemcpy on the calling thread: below it, handing
+  // the copy to the threads costs more than they save (on an H200 the staged copy took 36 us
+  // for 1 byte against cudaMemcpy's 5 us, and first won at 1-4 MiB).
+  std::size_t direct_below = 0;
   double single_thread_copy_bps = 0;  // measured host memcpy rate of one thread
   double target_bps = 0;              // the rate the threads are sized to feed
   std::string explanation;            // why these numbers, in a sentence a person can read
@@ -25,9 +29,13 @@ struct StagedPlan {
 
 class StagedCopier {
  public:
+  static constexpr std::size_t kDirectBelow = 2 << 20;  // the default direct_below
+
   // threads or chunk_bytes 0: chosen from a short measurement of this host's memcpy rate so
-  // the threads together feed `target_bps` (0: a PCIe Gen5 x16 link's 63 GB/s).
-  StagedCopier(int device, int threads = 0, std::size_t chunk_bytes = 0, double target_bps = 0);
+  // the threads together feed `target_bps` (0: a PCIe Gen5 x16 link's 63 GB/s). Copies below
+  // `direct_below` bytes are plain cudaMemcpy calls (0: every copy is staged).
+  StagedCopier(int device, int threads = 0, std::size_t chunk_bytes = 0, double target_bps = 0,
+               std::size_t direct_below = kDirectBelow);
   ~StagedCopier();
   StagedCopier(const StagedCopier&) = delete;
   StagedCopier& operator=(const StagedCopier&) = delete;
@@ -35,7 +43,8 @@ class StagedCopier {
   const StagedPlan& plan() const noexcept { return plan_; }
   // Both return once every byte has arrived. Any alignment, any size; safe to call from
   // several threads (the copies then run one after another). A copy smaller than threads x
-  // chunk_bytes is cut into smaller chunks, down to 256 KiB, so every thread takes part. A
+  // chunk_bytes is cut into smaller chunks, down to 256 KiB, so every thread takes part; one
+  // smaller than plan().direct_below is a plain cudaMemcpy on the calling thread. A
   // worker's error is thrown here with its type (CudaError, AllocationError, ...).
   void to_device(void* device_destination, const void* host_source, std::size_t bytes);
   void to_host(void* host_destination, const void* device_source, std::size_t bytes);

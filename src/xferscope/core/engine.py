@@ -125,6 +125,8 @@ class StagedPlan(Protocol):
     @property
     def buffers_per_thread(self) -> int: ...
     @property
+    def direct_below(self) -> int: ...
+    @property
     def single_thread_copy_bps(self) -> float: ...
     @property
     def target_bps(self) -> float: ...
@@ -260,7 +262,9 @@ class Engine(Protocol):
     def overlap_gpu(
         self, device: int, bytes: int, streams: int, chunks: int, work: int
     ) -> GpuOverlapResult: ...
-    def staged_copier(self, device: int, threads: int = 0, chunk_bytes: int = 0) -> Copier: ...
+    def staged_copier(
+        self, device: int, threads: int = 0, chunk_bytes: int = 0, direct_below: int | None = None
+    ) -> Copier: ...
     def gl_context(self, device: int) -> GlContext: ...
     def gemm(
         self,
@@ -421,11 +425,19 @@ class NativeEngine:
         with self._measuring():
             return self._engine.overlap_gpu(device, bytes, streams, chunks, work)  # type: ignore[no-any-return]
 
-    def staged_copier(self, device: int, threads: int = 0, chunk_bytes: int = 0) -> Copier:
+    def staged_copier(
+        self, device: int, threads: int = 0, chunk_bytes: int = 0, direct_below: int | None = None
+    ) -> Copier:
         """The engine's staged copier: .plan, .to_device(dst, src, n), .to_host(dst, src, n) on
-        raw addresses, .close(). xferscope.pageable.staged wraps it for NumPy arrays."""
+        raw addresses, .close(). xferscope.pageable.staged wraps it for NumPy arrays. Copies
+        under `direct_below` bytes are plain cudaMemcpy calls (None: the engine's default)."""
+        from . import cases  # loads the engine module: not before an engine is made
+
+        below = int(cases.LIMITS["staged_direct_below"]) if direct_below is None else direct_below
         with self._measuring():
-            return _NativeCopier(self._engine.StagedCopier(device, threads, chunk_bytes), self)
+            return _NativeCopier(
+                self._engine.StagedCopier(device, threads, chunk_bytes, 0.0, below), self
+            )
 
     def gemm(
         self,

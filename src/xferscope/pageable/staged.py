@@ -54,7 +54,8 @@ __all__ = ["StagedCopier", "StagedPlan", "copy_to_device", "copy_to_host"]
 class StagedPlan:
     """What a copier chose and why: `threads` host threads, each with `buffers_per_thread`
     pinned buffers of `chunk_bytes`, sized so that together they feed `target_bps`, given that
-    one thread alone copies `single_thread_copy_bps` on this host."""
+    one thread alone copies `single_thread_copy_bps` on this host; copies under
+    `direct_below` bytes are one plain cudaMemcpy instead (0: none)."""
 
     threads: int
     chunk_bytes: int
@@ -62,6 +63,7 @@ class StagedPlan:
     single_thread_copy_bps: float
     target_bps: float
     explanation: str
+    direct_below: int = 0
 
     @property
     def staging_bytes(self) -> int:
@@ -78,6 +80,7 @@ class StagedPlan:
             single_thread_copy_bps=float(plan.single_thread_copy_bps),
             target_bps=float(plan.target_bps),
             explanation=str(plan.explanation),
+            direct_below=int(plan.direct_below),
         )
 
     @classmethod
@@ -89,6 +92,7 @@ class StagedPlan:
             single_thread_copy_bps=float(d["single_thread_copy_bps"]),
             target_bps=float(d["target_bps"]),
             explanation=str(d["explanation"]),
+            direct_below=int(d.get("direct_below", 0)),  # recorded before it existed: none
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -99,6 +103,7 @@ class StagedPlan:
             "single_thread_copy_bps": self.single_thread_copy_bps,
             "target_bps": self.target_bps,
             "explanation": self.explanation,
+            "direct_below": self.direct_below,
         }
 
     def summary(self) -> str:
@@ -254,6 +259,8 @@ class StagedCopier:
     """Copies pageable host memory to and from one GPU through a pool of pinned buffers, with
     several host threads. Chunk size and thread count are chosen from a short measurement of
     this host's memcpy rate unless given; `plan` and `explain()` say what was chosen and why.
+    Copies under `direct_below` bytes (None: the engine's default, 2 MiB) are one plain
+    cudaMemcpy, which is faster there than handing them to the threads; 0 stages every copy.
 
     Use it as a context manager, or call `close()`, to free its threads and pinned memory at a
     point you choose. One copier runs one copy at a time (calls from several threads wait for
@@ -267,6 +274,7 @@ class StagedCopier:
         threads: int | None = None,
         chunk_bytes: int | None = None,
         engine: Engine | None = None,
+        direct_below: int | None = None,
     ) -> None:
         device = _count("device", device)
         if device < 0:
@@ -275,6 +283,11 @@ class StagedCopier:
             raise ValueError(f"threads {threads} is not a count of at least 1 (None: choose)")
         if chunk_bytes is not None and _count("chunk_bytes", chunk_bytes) < 1:
             raise ValueError(f"chunk_bytes {chunk_bytes} is not a size of at least 1 byte")
+        if direct_below is not None and _count("direct_below", direct_below) < 0:
+            raise ValueError(
+                f"direct_below {direct_below} is not a size in bytes (0: stage every copy; "
+                "None: the engine's default)"
+            )
         self._engine = engine if engine is not None else _default_engine()
         count = self._engine.device_count()
         if device >= count:
@@ -288,6 +301,7 @@ class StagedCopier:
             device,
             0 if threads is None else int(threads),
             0 if chunk_bytes is None else int(chunk_bytes),
+            None if direct_below is None else int(direct_below),
         )
         self.plan = StagedPlan.of(self._handle.plan)
 
