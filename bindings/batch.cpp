@@ -1,15 +1,21 @@
-// xferscope._engine's batch part (batch.hpp): the methods, their refusals, a batch handle.
+// xferscope._engine's batch part (batch.hpp, many.hpp): the methods, their refusals, a batch
+// handle; pointer kinds and the copier of xferscope.copy_many.
 #include "xferscope/batch.hpp"
 
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "xferscope/error.hpp"
+#include "xferscope/many.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -49,10 +55,97 @@ class BatchHandle {
   std::unique_ptr<batch::Batch> batch_;
 };
 
+using Addresses = nb::ndarray<const std::uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// A new 1-D NumPy array owning a copy of `values`.
+template <typename T>
+nb::ndarray<nb::numpy, T, nb::ndim<1>> array_of(std::vector<T> values) {
+  auto* owned = new std::vector<T>(std::move(values));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(owned->data(), {owned->size()}, owner);
+}
+
+class ManyHandle {
+ public:
+  explicit ManyHandle(int device) {
+    nb::gil_scoped_release release;
+    copier_ = std::make_unique<batch::ManyCopier>(device);
+  }
+  batch::ManyCopier& get() {
+    if (!copier_) throw xferscope::UsageError("this copier is closed");
+    return *copier_;
+  }
+  void close() {
+    nb::gil_scoped_release release;
+    copier_.reset();
+  }
+
+ private:
+  std::unique_ptr<batch::ManyCopier> copier_;
+};
+
 }  // namespace
 
 void bind_batch(nb::module_& m) {
+  m.def(
+      "classify_pointers",
+      [](Addresses addresses) {
+        std::vector<batch::PointerInfo> kinds;
+        {
+          nb::gil_scoped_release release;
+          static_assert(sizeof(std::uint64_t) == sizeof(std::uintptr_t));
+          kinds = batch::classify(reinterpret_cast<const std::uintptr_t*>(addresses.data()),
+                                  addresses.shape(0));
+        }
+        std::vector<std::int8_t> kind(kinds.size());
+        std::vector<std::int32_t> device(kinds.size());
+        std::vector<std::uint64_t> mapped(kinds.size());
+        for (std::size_t i = 0; i < kinds.size(); ++i) {
+          kind[i] = static_cast<std::int8_t>(kinds[i].kind);
+          device[i] = kinds[i].device;
+          mapped[i] = kinds[i].mapped;
+        }
+        return nb::make_tuple(array_of(std::move(kind)), array_of(std::move(device)),
+                              array_of(std::move(mapped)));
+      },
+      "addresses"_a,
+      "(kind, device, mapped) arrays for the addresses: kind 0 pageable, 1 pinned, 2 device, "
+      "3 managed; the GPU of device and managed memory (-1: none); the address pinned memory "
+      "has on the GPU (0: none).");
+  nb::class_<ManyHandle>(m, "ManyCopier", "Copies many of the caller's buffers at once.")
+      .def(nb::init<int>(), "device"_a)
+      .def_prop_ro("device", [](ManyHandle& h) { return h.get().device(); })
+      .def(
+          "copy",
+          [](ManyHandle& h, const std::string& method, bool upload, Addresses destinations,
+             Addresses sources, Addresses sizes, bool pinned, std::optional<Addresses> mapped) {
+            const std::size_t n = destinations.shape(0);
+            if (sources.shape(0) != n || sizes.shape(0) != n || (mapped && mapped->shape(0) != n)) {
+              throw xferscope::UsageError(
+                  "copy_many: the address and size arrays differ in length");
+            }
+            batch::ManyCopier& c = h.get();
+            nb::gil_scoped_release release;
+            c.copy(method, upload, reinterpret_cast<const std::uintptr_t*>(destinations.data()),
+                   reinterpret_cast<const std::uintptr_t*>(sources.data()),
+                   reinterpret_cast<const std::size_t*>(sizes.data()), n, pinned,
+                   mapped ? reinterpret_cast<const std::uintptr_t*>(mapped->data()) : nullptr);
+          },
+          "method"_a, "upload"_a, "destinations"_a, "sources"_a, "sizes"_a, "pinned"_a,
+          "mapped"_a = nb::none())
+      .def("close", &ManyHandle::close);
+
   m.attr("BATCH_METHODS") = nb::cast(batch::methods());
+  m.attr("COPY_MANY_METHODS") = nb::cast(batch::copy_many_methods());
+  m.def(
+      "copy_many_refusal",
+      [](const std::string& direction, const std::string& memory,
+         const std::vector<std::size_t>& sizes, const std::string& method, int driver_version) {
+        return batch::copy_many_refusal(spec_of(0, direction, memory, sizes, false, 0), method,
+                                        driver_version);
+      },
+      "direction"_a, "memory"_a, "sizes"_a, "method"_a, "driver_version"_a,
+      "Why copy_many cannot make this batch by `method`, or ''.");
   m.def(
       "batch_refusal",
       [](const std::string& direction, const std::string& memory,
@@ -75,24 +168,27 @@ void bind_batch(nb::module_& m) {
           "seed"_a = 0x5EED)
       .def(
           "time",
-          [](BatchHandle& h, const std::string& method, std::int64_t iterations) {
+          [](BatchHandle& h, const std::string& method, std::int64_t iterations,
+             bool as_copy_many) {
             batch::Batch& b = h.get();
             batch::BatchTiming t;
             {
               nb::gil_scoped_release release;
-              t = b.time(method, iterations);
+              t = b.time(method, iterations, as_copy_many);
             }
             return nb::make_tuple(t.host_s, t.device_s);
           },
-          "method"_a, "iterations"_a, "(host seconds, device seconds) per batch.")
+          "method"_a, "iterations"_a, "as_copy_many"_a = false,
+          "(host seconds, device seconds) per batch.")
       .def(
           "verify",
-          [](BatchHandle& h, const std::string& method) {
+          [](BatchHandle& h, const std::string& method, bool as_copy_many) {
             batch::Batch& b = h.get();
             nb::gil_scoped_release release;
-            return b.verify(method);
+            return b.verify(method, as_copy_many);
           },
-          "method"_a, "Copies that arrived wrong in one batch by `method`.")
+          "method"_a, "as_copy_many"_a = false,
+          "Copies that arrived wrong in one batch by `method`.")
       .def_prop_ro("bytes", [](BatchHandle& h) { return h.get().bytes(); })
       .def("close", &BatchHandle::close);
 }

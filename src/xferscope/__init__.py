@@ -6,9 +6,17 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 
-__all__ = ["StagedCopier", "StagedPlan", "__version__", "copy_to_device", "copy_to_host"]
+__all__ = [
+    "StagedCopier",
+    "StagedPlan",
+    "__version__",
+    "copy_many",
+    "copy_to_device",
+    "copy_to_host",
+]
 
 if TYPE_CHECKING:
+    from .batch.copy import copy_many
     from .pageable.staged import StagedCopier, StagedPlan, copy_to_device, copy_to_host
 else:
     # Hidden from type checkers: a module __getattr__ would make every unresolved submodule,
@@ -21,4 +29,8 @@ else:
             from .pageable import staged
 
             return getattr(staged, name)
+        if name == "copy_many":
+            from .batch.copy import copy_many
+
+            return copy_many
         raise AttributeError(f"module 'xferscope' has no attribute {name!r}")

@@ -35,6 +35,9 @@ struct BatchSpec {
 const std::vector<std::string>& methods();
 std::string refusal(const BatchSpec& spec, const std::string& method, int driver_version,
                     bool pageable_access);
+// The methods xferscope.copy_many makes (no graph), and why one cannot make this batch.
+const std::vector<std::string>& copy_many_methods();
+std::string copy_many_refusal(const BatchSpec& spec, const std::string& method, int driver_version);
 
 struct BatchTiming {
   double host_s = 0;    // per batch: first call to completion, host clock
@@ -48,11 +51,13 @@ class Batch {
   Batch(const Batch&) = delete;
   Batch& operator=(const Batch&) = delete;
 
-  // `iterations` batches made by `method`, back to back; the mean per batch.
-  BatchTiming time(const std::string& method, std::int64_t iterations);
+  // `iterations` batches made by `method`, back to back; the mean per batch. `as_copy_many`:
+  // each batch made as xferscope.copy_many makes it (many.hpp): the pointers' kinds looked up,
+  // the tables built and uploaded, and the batch waited for, every time.
+  BatchTiming time(const std::string& method, std::int64_t iterations, bool as_copy_many = false);
   // One batch by `method` into cleared destinations, then every byte compared with its source;
   // returns the number of copies that arrived wrong.
-  std::int64_t verify(const std::string& method);
+  std::int64_t verify(const std::string& method, bool as_copy_many = false);
   std::size_t bytes() const;  // the payload of one batch
 
  private:

@@ -43,6 +43,14 @@ class BatchOptions:
     trials: int = DEFAULT_TRIALS
     device: int = 0
     seed: int = 0x5EED
+    # each batch made as xferscope.copy_many makes it (its methods only): a calibration
+    as_copy_many: bool = False
+
+
+# `xferscope batch --calibrate`: the grid copy_many chooses from, quick trials
+CALIBRATION_COUNTS = (1, 4, 16, 64, 256, 1024)
+CALIBRATION_SIZES = (64, 1024, 4096, 16384, 65536, 262144, 1 << 20)
+CALIBRATION_TARGET_S = 0.005
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,15 +118,16 @@ class BatchResult:
 def measure_cell(
     batch: Any, options: BatchOptions, method: str
 ) -> tuple[str, str | None, tuple[float, ...], tuple[float, ...]]:
+    many = options.as_copy_many
     try:
-        wrong = batch.verify(method)
+        wrong = batch.verify(method, many)
         if wrong:
             return "unverified", f"{wrong} copies arrived wrong", (), ()
         calibration = plan.calibrate(
-            lambda n: batch.time(method, n)[0] * n, least_s=options.target_s / 4
+            lambda n: batch.time(method, n, many)[0] * n, least_s=options.target_s / 4
         )
         n = plan.repeats_for(options.target_s, calibration.per_iteration_s)
-        trials = plan.run_trials(lambda: batch.time(method, n), options.trials)
+        trials = plan.run_trials(lambda: batch.time(method, n, many), options.trials)
         host, device = [h for h, _ in trials], [d for _, d in trials]
         return "complete", None, tuple(host), tuple(device)
     except (AllocationError, EngineError) as exc:
@@ -157,8 +166,12 @@ def measure(engine: Engine, options: BatchOptions, progress: Progress = QUIET) -
                             continue
                         try:
                             for method in options.methods:
-                                reason = _e.batch_refusal(
-                                    direction, memory, sizes, method, driver, pageable
+                                reason = (
+                                    _e.copy_many_refusal(direction, memory, sizes, method, driver)
+                                    if options.as_copy_many
+                                    else _e.batch_refusal(
+                                        direction, memory, sizes, method, driver, pageable
+                                    )
                                 )
                                 if reason:
                                     cells.append(replace(base, method=method, error=reason))

@@ -6,7 +6,11 @@ from typing import Any
 
 import click
 
+from ..batch.copy import COPY_MANY_METHODS
 from ..batch.measure import (
+    CALIBRATION_COUNTS,
+    CALIBRATION_SIZES,
+    CALIBRATION_TARGET_S,
     DEFAULT_COUNTS,
     DEFAULT_TARGET_S,
     DEFAULT_TRIALS,
@@ -25,7 +29,7 @@ from ..core.units import parse_counts
 from ..report.batch_tables import print_batch
 from ..sweep.options import parse_list, parse_sizes
 from . import common
-from .app import cli, stdout
+from .app import cli, stderr, stdout
 from .common import (
     Bar,
     DocumentKind,
@@ -81,15 +85,41 @@ from .outputs import Destination, Named, Output, text
 @history_options
 @seed_option
 @output_options("batch", "PREFIX.png")
+@click.option(
+    "--calibrate",
+    is_flag=True,
+    help="Measure each batch as xferscope.copy_many makes it, over copy_many's grid (options "
+    "left at their defaults), and store the result: copy_many then picks the fastest method "
+    "for each count and size on this GPU.",
+)
 @click.option("--simulate", is_flag=True, help="Use the simulated engine (no GPU).")
-def batch_command(**kw: Any) -> None:
+@click.pass_context
+def batch_command(ctx: click.Context, /, **kw: Any) -> None:
     """N copies of S bytes, host to device and back, from pinned and pageable memory, by a loop
     of cudaMemcpyAsync, cudaMemcpyBatchAsync (each source access order), packing into one
     pinned buffer with a scatter kernel, an SM copy kernel over mapped memory, and a CUDA graph:
     each verified and timed; a map of which wins for each count and size."""
+    if kw["calibrate"]:
+        grid = {
+            "counts": ",".join(map(str, CALIBRATION_COUNTS)),
+            "sizes": ",".join(map(str, CALIBRATION_SIZES)),
+            "methods": ",".join(COPY_MANY_METHODS),
+            "target_time": CALIBRATION_TARGET_S,
+        }
+        for name, value in grid.items():
+            if ctx.get_parameter_source(name) is click.core.ParameterSource.DEFAULT:
+                kw[name] = value
     directions = parse_list("--direction", kw["direction"], ("h2d", "d2h"))
     memories = parse_list("--memory", kw["memory"], ("pinned", "pageable"))
     methods = parse_list("--methods", kw["methods"], METHODS)
+    if kw["calibrate"]:
+        extra = [m for m in methods if m not in COPY_MANY_METHODS]
+        if extra:
+            raise OptionError(
+                "--methods",
+                f"{', '.join(extra)}: with --calibrate only copy_many's methods "
+                f"({', '.join(COPY_MANY_METHODS)})",
+            )
     counts = parse_counts("--counts", kw["counts"], 1)
     if max(counts) > 65536:
         raise OptionError("--counts", f"{max(counts)} copies: at most 65536 per batch")
@@ -112,6 +142,7 @@ def batch_command(**kw: Any) -> None:
         trials=kw["trials"],
         device=device,
         seed=parse_seed(kw["seed"]),
+        as_copy_many=kw["calibrate"],
     )
     if history is not None:
         check_history(history)
@@ -127,12 +158,28 @@ def batch_command(**kw: Any) -> None:
         delivery = deliver(
             batch_outputs(result, dest), dest, lambda: print_batch(result, stdout), saver
         )
+        if kw["calibrate"]:
+            store_calibration(engine, device, result)
     finish(
         delivery,
         result.interrupted,
         verification_failed=any(c.status == "unverified" for c in result.cells),
         failed=saver.failed or any(c.status == "failed" for c in result.cells),
     )
+
+
+def store_calibration(engine: Any, device: int, result: BatchResult) -> None:
+    """Stores a complete calibration for copy_many; a partial one is never used."""
+    from ..batch.choose import gpu_key, save
+
+    if result.interrupted:
+        stderr.print("calibration interrupted: not stored (copy_many keeps what it used before)")
+        return
+    try:
+        path = save(result, gpu_key(engine.device_info(device)))
+    except OSError as exc:
+        raise OptionError("--calibrate", f"cannot store the calibration: {exc}") from None
+    stdout.print(f"calibration stored in {path}: xferscope.copy_many uses it on GPU {device}")
 
 
 def history_entry(result: BatchResult) -> Any:

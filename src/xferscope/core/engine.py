@@ -226,8 +226,27 @@ class Batch(Protocol):
 
     @property
     def bytes(self) -> int: ...
-    def time(self, method: str, iterations: int) -> tuple[float, float]: ...  # host, device s
-    def verify(self, method: str) -> int: ...  # copies that arrived wrong
+    # host, device s per batch; as_copy_many: made as xferscope.copy_many makes it
+    def time(
+        self, method: str, iterations: int, as_copy_many: bool = False
+    ) -> tuple[float, float]: ...
+    def verify(self, method: str, as_copy_many: bool = False) -> int: ...  # copies wrong
+    def close(self) -> None: ...
+
+
+class ManyCopier(Protocol):
+    """Copies many of the caller's buffers at once (many.hpp)."""
+
+    def copy(
+        self,
+        method: str,
+        upload: bool,
+        destinations: Any,  # 1-D uint64 arrays of addresses and sizes
+        sources: Any,
+        sizes: Any,
+        pinned: bool,
+        mapped: Any = None,
+    ) -> None: ...
     def close(self) -> None: ...
 
 
@@ -290,6 +309,9 @@ class Engine(Protocol):
         scattered: bool = False,
         seed: int = 0x5EED,
     ) -> Batch: ...
+    def many_copier(self, device: int) -> ManyCopier: ...
+    # (kind, device, mapped) per address: 0 pageable, 1 pinned, 2 device, 3 managed
+    def classify_pointers(self, addresses: Any) -> tuple[Any, Any, Any]: ...
     def clock(self) -> float: ...
 
 
@@ -302,7 +324,7 @@ def format_cuda_version(version: int) -> str:
 # are freed and the staged copier's threads joined before the interpreter finalizes, whatever
 # path (Ctrl-C, an error) left one open.
 _open_handles: weakref.WeakSet[
-    _NativeTransfer | _NativeCopier | _NativeGl | _NativeGemm | _NativeBatch
+    _NativeTransfer | _NativeCopier | _NativeGl | _NativeGemm | _NativeBatch | _NativeMany
 ] = weakref.WeakSet()
 
 
@@ -487,6 +509,16 @@ class NativeEngine:
             handle = self._engine.Batch(device, direction, memory, list(sizes), scattered, seed)
         return _NativeBatch(handle, self)
 
+    def many_copier(self, device: int) -> ManyCopier:
+        """The copier of xferscope.copy_many for `device` (many.hpp)."""
+        self.device_info(device)  # a clear NoDeviceError for a bad index
+        with self._measuring():
+            return _NativeMany(self._engine.ManyCopier(device), self)
+
+    def classify_pointers(self, addresses: Any) -> tuple[Any, Any, Any]:
+        """What memory each address lies in, as the driver sees it."""
+        return self._engine.classify_pointers(addresses)  # type: ignore[no-any-return]
+
     def gl_context(self, device: int) -> GlContext:
         """An OpenGL context on the EGL device that is CUDA device `device`."""
         self.device_info(device)  # a clear NoDeviceError for a bad index
@@ -654,14 +686,40 @@ class _NativeBatch:
     def bytes(self) -> int:
         return int(self._handle.bytes)
 
-    def time(self, method: str, iterations: int) -> tuple[float, float]:
+    def time(self, method: str, iterations: int, as_copy_many: bool = False) -> tuple[float, float]:
         with self._engine._measuring():
-            host, device = self._handle.time(method, iterations)
+            host, device = self._handle.time(method, iterations, as_copy_many)
         return float(host), float(device)
 
-    def verify(self, method: str) -> int:
+    def verify(self, method: str, as_copy_many: bool = False) -> int:
         with self._engine._measuring():
-            return int(self._handle.verify(method))
+            return int(self._handle.verify(method, as_copy_many))
+
+    def close(self) -> None:
+        self._handle.close()
+        _open_handles.discard(self)
+
+
+class _NativeMany:
+    """The native copier of copy_many with its errors translated; closed by close_native."""
+
+    def __init__(self, handle: Any, engine: NativeEngine) -> None:
+        self._handle = handle
+        self._engine = engine
+        _open_handles.add(self)
+
+    def copy(
+        self,
+        method: str,
+        upload: bool,
+        destinations: Any,
+        sources: Any,
+        sizes: Any,
+        pinned: bool,
+        mapped: Any = None,
+    ) -> None:
+        with self._engine._translated():  # the caller's data: copied even while stopping
+            self._handle.copy(method, upload, destinations, sources, sizes, pinned, mapped)
 
     def close(self) -> None:
         self._handle.close()

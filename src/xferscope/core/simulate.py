@@ -289,6 +289,7 @@ class SimulatedEngine:
         self.interrupt_after = interrupt_after
         self._devices = devices
         self.failing_devices = failing_devices
+        self.memory_ranges: list[tuple[int, int, int, int]] = []  # register_memory
         self.pace = pace
         self._now = 0.0
         self._trials = 0
@@ -360,6 +361,30 @@ class SimulatedEngine:
             raise EngineError(reason)
         spec = {"device": device, "direction": direction, "memory": memory, "sizes": list(sizes)}
         return SimulatedBatch(self, spec | {"scattered": scattered, "seed": seed})
+
+    def many_copier(self, device: int) -> Any:
+        """copy_many's simulated copier (simulate_batch.py)."""
+        from .simulate_batch import SimulatedManyCopier
+
+        self._gpu(device)
+        return SimulatedManyCopier(self, device)
+
+    def register_memory(self, address: int, size: int, kind: int, device: int = -1) -> None:
+        """Tells classify_pointers that [address, address + size) is memory of `kind` (1
+        pinned, 2 device, 3 managed; the rest is pageable), as the driver would know it."""
+        self.memory_ranges.append((address, size, kind, device))
+
+    def classify_pointers(self, addresses: Any) -> tuple[Any, Any, Any]:
+        addresses = np.asarray(addresses, dtype=np.uint64)
+        kind = np.zeros(len(addresses), dtype=np.int8)
+        device = np.full(len(addresses), -1, dtype=np.int32)
+        mapped = np.zeros(len(addresses), dtype=np.uint64)
+        for start, size, k, d in self.memory_ranges:
+            inside = (addresses >= start) & (addresses < start + size)
+            kind[inside], device[inside] = k, d
+            if k == 1:
+                mapped[inside] = addresses[inside]  # unified addressing: the same address
+        return kind, device, mapped
 
     def gl_context(self, device: int) -> Any:
         """The simulated GL (simulate_gl.py)."""

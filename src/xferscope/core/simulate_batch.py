@@ -28,6 +28,11 @@ ISSUE_S = {
 KERNEL_LAUNCH_S = 8e-5
 KERNEL_BPS = 20e9
 PACK_BPS = 10e9
+# copy_many's own work on top of a method: each pointer's kind looked up, a table uploaded for
+# the kernels, and the wait for the batch
+CLASSIFY_S = 0.1e-6
+TABLE_UPLOAD_S = 3e-6
+WAIT_S = 5e-6
 
 
 class SimulatedBatch:
@@ -53,25 +58,75 @@ class SimulatedBatch:
             return KERNEL_LAUNCH_S + total / KERNEL_BPS
         raise EngineError(f"unknown batch method '{method}'")
 
-    def _check(self, method: str) -> None:
+    def _check(self, method: str, as_copy_many: bool = False) -> None:
         s = self.spec
-        reason = _e.batch_refusal(
-            s["direction"], s["memory"], s["sizes"], method, self._engine.driver_version(), False
+        driver = self._engine.driver_version()
+        reason = (
+            _e.copy_many_refusal(s["direction"], s["memory"], s["sizes"], method, driver)
+            if as_copy_many
+            else _e.batch_refusal(s["direction"], s["memory"], s["sizes"], method, driver, False)
         )
         if reason:
             raise EngineError(reason)
 
-    def time(self, method: str, iterations: int) -> tuple[float, float]:
-        self._check(method)
+    def time(self, method: str, iterations: int, as_copy_many: bool = False) -> tuple[float, float]:
+        self._check(method, as_copy_many)
         noise = 1.0 + abs(float(self._engine.rng.normal(0.0, self._engine.noise)))
         seconds = self._seconds(method) * noise
+        if as_copy_many:
+            seconds += copy_many_overhead(method, len(self.spec["sizes"]))
         self._engine.advance(seconds * iterations)
-        return seconds, seconds * 0.98
+        return seconds, seconds if as_copy_many else seconds * 0.98
 
-    def verify(self, method: str) -> int:
-        self._check(method)
+    def verify(self, method: str, as_copy_many: bool = False) -> int:
+        self._check(method, as_copy_many)
         self._engine.advance(1e-4)
         return 1 if self._engine.corrupt else 0
 
     def close(self) -> None:
         pass
+
+
+def copy_many_overhead(method: str, count: int) -> float:
+    """copy_many's own seconds on top of `method` for `count` copies."""
+    return 2 * count * CLASSIFY_S + WAIT_S + (TABLE_UPLOAD_S if method in ("pack", "kernel") else 0)
+
+
+class SimulatedManyCopier:
+    """copy_many's copier: it moves no bytes, only advances the virtual clock by the model."""
+
+    def __init__(self, engine: SimulatedEngine, device: int) -> None:
+        self._engine = engine
+        self.device = device
+        self.calls: list[tuple[str, bool, int, bool]] = []  # method, upload, count, pinned
+        self._closed = False
+
+    def copy(
+        self,
+        method: str,
+        upload: bool,
+        destinations: Any,
+        sources: Any,
+        sizes: Any,
+        pinned: bool,
+        mapped: Any = None,
+    ) -> None:
+        if self._closed:
+            raise EngineError("this copier is closed")
+        sizes = [int(n) for n in sizes]
+        if not sizes:
+            return
+        memory = "pinned" if pinned else "pageable"
+        direction = "h2d" if upload else "d2h"
+        reason = _e.copy_many_refusal(
+            direction, memory, sizes, method, self._engine.driver_version()
+        )
+        if reason:
+            raise EngineError(reason)
+        spec = {"direction": direction, "memory": memory, "sizes": sizes}
+        seconds = SimulatedBatch(self._engine, spec)._seconds(method)
+        self._engine.advance(seconds + copy_many_overhead(method, len(sizes)))
+        self.calls.append((method, upload, len(sizes), pinned))
+
+    def close(self) -> None:
+        self._closed = True

@@ -1,0 +1,51 @@
+// Many copies of the caller's own buffers at once (xferscope.copy_many): the batch methods of
+// batch.hpp applied to lists of pointers, on one GPU, by a copier that keeps its stream,
+// staging and pointer tables between calls (they grow to the largest batch seen).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace xferscope::batch {
+
+// What memory an address lies in, as the CUDA driver sees it.
+enum class PointerKind : int { pageable = 0, pinned = 1, device = 2, managed = 3 };
+
+struct PointerInfo {
+  PointerKind kind = PointerKind::pageable;
+  int device = -1;                 // device and managed memory: the GPU it belongs to
+  std::uintptr_t mapped = 0;       // pinned memory: the address a kernel uses (0: not mapped)
+  std::uintptr_t range_start = 0;  // the allocation it lies in (0: unknown, pageable)
+  std::size_t range_bytes = 0;
+};
+
+// The kinds of `count` addresses. Addresses in an allocation already seen in this call are
+// answered from it, so a batch of pieces of a few large buffers costs a few driver queries.
+std::vector<PointerInfo> classify(const std::uintptr_t* addresses, std::size_t count);
+
+class ManyCopier {
+ public:
+  explicit ManyCopier(int device);
+  ~ManyCopier();
+  ManyCopier(const ManyCopier&) = delete;
+  ManyCopier& operator=(const ManyCopier&) = delete;
+
+  int device() const noexcept { return device_; }
+  // Copies piece i: sizes[i] bytes from sources[i] to destinations[i], all host to device
+  // (`upload`) or all device to host, by `method` (loop, batch-stream, batch-call, batch-any,
+  // pack, kernel); returns once every byte has landed. `pinned`: the host side is page-locked
+  // (kernel needs it, with `mapped_host`: the address each host piece has on the GPU).
+  void copy(const std::string& method, bool upload, const std::uintptr_t* destinations,
+            const std::uintptr_t* sources, const std::size_t* sizes, std::size_t count, bool pinned,
+            const std::uintptr_t* mapped_host);
+
+ private:
+  struct Impl;
+  int device_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace xferscope::batch

@@ -1,0 +1,269 @@
+// Many copies of the caller's buffers (many.hpp): pointer kinds from the driver, and the batch
+// methods over the caller's pointers, with staging and tables kept between calls.
+#include "xferscope/many.hpp"
+
+#include <cuda.h>  // the driver's pointer attributes (types only: the call is found at run time)
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <map>
+#include <numeric>
+
+#include "batch/kernels.hpp"
+#include "xferscope/detail/handles.hpp"
+#include "xferscope/error.hpp"
+
+namespace xferscope::batch {
+
+namespace {
+
+using GetAttributes = CUresult (*)(unsigned, CUpointer_attribute*, void**, CUdeviceptr);
+
+// cuPointerGetAttributes, found through the runtime (the engine links no driver library)
+GetAttributes get_attributes() {
+  static const GetAttributes found = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    if (cudaGetDriverEntryPointByVersion("cuPointerGetAttributes", &f, 12000, cudaEnableDefault,
+                                         &status) != cudaSuccess ||
+        status != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      f = nullptr;
+    }
+    return reinterpret_cast<GetAttributes>(f);
+  }();
+  return found;
+}
+
+PointerInfo query(std::uintptr_t address) {
+  PointerInfo info;
+  if (GetAttributes get = get_attributes()) {
+    CUpointer_attribute which[] = {
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE,      CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        CU_POINTER_ATTRIBUTE_IS_MANAGED,       CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
+        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    std::uint64_t values[6] = {};  // each attribute's value, at most 8 bytes
+    void* data[6];
+    for (int i = 0; i < 6; ++i) data[i] = &values[i];
+    if (get(6, which, data, static_cast<CUdeviceptr>(address)) != CUDA_SUCCESS) return info;
+    const auto type = static_cast<unsigned>(values[0]);
+    const bool managed = (values[2] & 0xff) != 0;
+    if (type == 0) return info;  // not known to CUDA: pageable
+    info.device = static_cast<int>(values[1]);
+    info.range_start = static_cast<std::uintptr_t>(values[4]);
+    info.range_bytes = static_cast<std::size_t>(values[5]);
+    if (managed) {
+      info.kind = PointerKind::managed;
+    } else if (type == CU_MEMORYTYPE_HOST) {
+      info.kind = PointerKind::pinned;
+      info.mapped = static_cast<std::uintptr_t>(values[3]);
+    } else {
+      info.kind = PointerKind::device;
+    }
+    return info;
+  }
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, reinterpret_cast<const void*>(address)) != cudaSuccess) {
+    cudaGetLastError();
+    return info;
+  }
+  switch (a.type) {
+    case cudaMemoryTypeHost:
+      info.kind = PointerKind::pinned;
+      info.mapped = reinterpret_cast<std::uintptr_t>(a.devicePointer);
+      break;
+    case cudaMemoryTypeDevice: info.kind = PointerKind::device; break;
+    case cudaMemoryTypeManaged: info.kind = PointerKind::managed; break;
+    default: return info;
+  }
+  info.device = a.device;
+  return info;
+}
+
+// Restores the calling thread's current GPU: a copy must not change it under the caller.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) {
+      cudaGetLastError();
+      previous_ = -1;
+    }
+    if (previous_ != device) XFS_CUDA_CALL(cudaSetDevice(device));
+  }
+  ~DeviceGuard() {
+    int now = -1;
+    if (previous_ >= 0 && cudaGetDevice(&now) == cudaSuccess && now != previous_)
+      cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+constexpr std::size_t kAlign = 256;
+std::size_t aligned(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+cudaMemcpySrcAccessOrder order_of(const std::string& method) {
+  if (method == "batch-call") return cudaMemcpySrcAccessOrderDuringApiCall;
+  if (method == "batch-any") return cudaMemcpySrcAccessOrderAny;
+  return cudaMemcpySrcAccessOrderStream;
+}
+
+}  // namespace
+
+std::vector<PointerInfo> classify(const std::uintptr_t* addresses, std::size_t count) {
+  std::vector<PointerInfo> kinds(count);
+  std::map<std::uintptr_t, PointerInfo> ranges;  // allocations seen, by start
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::uintptr_t a = addresses[i];
+    auto it = ranges.upper_bound(a);
+    if (it != ranges.begin()) {
+      const PointerInfo& r = std::prev(it)->second;
+      if (a < r.range_start + r.range_bytes) {
+        kinds[i] = r;
+        if (r.mapped) kinds[i].mapped = r.mapped + (a - r.range_start);
+        continue;
+      }
+    }
+    kinds[i] = query(a);
+    const PointerInfo& k = kinds[i];
+    if (k.range_start && k.range_bytes && a >= k.range_start) {
+      PointerInfo r = k;
+      if (r.mapped) r.mapped -= a - k.range_start;  // the mapped address of the range's start
+      ranges[k.range_start] = r;
+    }
+  }
+  return kinds;
+}
+
+struct ManyCopier::Impl {
+  detail::Stream stream;
+  char* host = nullptr;  // pinned: a table of pieces, then packed data
+  std::size_t host_bytes = 0;
+  char* device = nullptr;  // the same layout on the GPU
+  std::size_t device_bytes = 0;
+
+  void reserve(std::size_t bytes) {
+    if (bytes > host_bytes) {
+      if (host) cudaFreeHost(host);
+      host = nullptr;
+      host_bytes = 0;
+      if (cudaMallocHost(reinterpret_cast<void**>(&host), bytes) != cudaSuccess) {
+        cudaGetLastError();
+        host = nullptr;
+        throw AllocationError("pinned", bytes, "copy_many staging");
+      }
+      host_bytes = bytes;
+    }
+    if (bytes > device_bytes) {
+      if (device) cudaFree(device);
+      device = nullptr;
+      device_bytes = 0;
+      if (cudaMalloc(reinterpret_cast<void**>(&device), bytes) != cudaSuccess) {
+        cudaGetLastError();
+        device = nullptr;
+        throw AllocationError("device", bytes, "copy_many staging");
+      }
+      device_bytes = bytes;
+    }
+  }
+
+  ~Impl() {
+    if (stream.get()) cudaStreamSynchronize(stream);
+    if (host) cudaFreeHost(host);
+    if (device) cudaFree(device);
+  }
+};
+
+ManyCopier::ManyCopier(int device) : device_(device) {
+  DeviceGuard guard(device);
+  impl_ = std::make_unique<Impl>();
+  impl_->stream = detail::Stream::create();
+}
+
+ManyCopier::~ManyCopier() {
+  if (!impl_) return;
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) cudaGetLastError();
+  cudaSetDevice(device_);
+  impl_.reset();
+  if (previous >= 0) cudaSetDevice(previous);
+}
+
+void ManyCopier::copy(const std::string& method, bool upload, const std::uintptr_t* destinations,
+                      const std::uintptr_t* sources, const std::size_t* sizes, std::size_t count,
+                      bool pinned, const std::uintptr_t* mapped_host) {
+  if (count == 0) return;
+  DeviceGuard guard(device_);
+  Impl& m = *impl_;
+  cudaStream_t stream = m.stream;
+  auto dst = [&](std::size_t i) { return reinterpret_cast<void*>(destinations[i]); };
+  auto src = [&](std::size_t i) { return reinterpret_cast<const void*>(sources[i]); };
+  const std::size_t table_bytes = aligned(count * sizeof(kernels::Piece));
+  auto table = [&] { return reinterpret_cast<kernels::Piece*>(m.host); };
+  auto device_table = [&] { return reinterpret_cast<const kernels::Piece*>(m.device); };
+
+  if (method == "loop") {
+    for (std::size_t i = 0; i < count; ++i)
+      XFS_CUDA_CALL(cudaMemcpyAsync(dst(i), src(i), sizes[i], cudaMemcpyDefault, stream));
+  } else if (method.rfind("batch-", 0) == 0) {
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = order_of(method);
+    attr.srcLocHint.type = upload ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
+    attr.srcLocHint.id = upload ? 0 : device_;
+    attr.dstLocHint.type = upload ? cudaMemLocationTypeDevice : cudaMemLocationTypeHost;
+    attr.dstLocHint.id = upload ? device_ : 0;
+    std::size_t index = 0;
+    static_assert(sizeof(std::uintptr_t) == sizeof(void*), "addresses are pointers");
+    XFS_CUDA_CALL(cudaMemcpyBatchAsync(reinterpret_cast<void* const*>(destinations),
+                                       reinterpret_cast<const void* const*>(sources), sizes, count,
+                                       &attr, &index, 1, stream));
+  } else if (method == "pack") {
+    std::vector<std::size_t> at(count);
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      at[i] = total;
+      total += sizes[i];
+    }
+    m.reserve(table_bytes + total);
+    char* host_data = m.host + table_bytes;
+    char* device_data = m.device + table_bytes;
+    for (std::size_t i = 0; i < count; ++i) {
+      table()[i] = upload ? kernels::Piece{device_data + at[i], dst(i), sizes[i]}
+                          : kernels::Piece{src(i), device_data + at[i], sizes[i]};
+    }
+    if (upload) {
+      for (std::size_t i = 0; i < count; ++i) std::memcpy(host_data + at[i], src(i), sizes[i]);
+      XFS_CUDA_CALL(cudaMemcpyAsync(m.device, m.host, table_bytes + total, cudaMemcpyHostToDevice,
+                                    stream));  // table and data at once
+      kernels::copy(device_table(), count, stream);
+    } else {
+      XFS_CUDA_CALL(cudaMemcpyAsync(m.device, m.host, table_bytes, cudaMemcpyHostToDevice, stream));
+      kernels::copy(device_table(), count, stream);
+      XFS_CUDA_CALL(cudaMemcpyAsync(host_data, device_data, total, cudaMemcpyDeviceToHost, stream));
+      XFS_CUDA_CALL(cudaStreamSynchronize(stream));
+      for (std::size_t i = 0; i < count; ++i) std::memcpy(dst(i), host_data + at[i], sizes[i]);
+    }
+  } else if (method == "kernel") {
+    if (!pinned || !mapped_host) {
+      throw UsageError("the kernel method needs pinned host memory mapped into the GPU");
+    }
+    m.reserve(table_bytes);
+    for (std::size_t i = 0; i < count; ++i) {
+      if (!mapped_host[i]) throw UsageError("a host piece is not mapped into the GPU");
+      table()[i] =
+          upload ? kernels::Piece{reinterpret_cast<const void*>(mapped_host[i]), dst(i), sizes[i]}
+                 : kernels::Piece{src(i), reinterpret_cast<void*>(mapped_host[i]), sizes[i]};
+    }
+    XFS_CUDA_CALL(cudaMemcpyAsync(m.device, m.host, table_bytes, cudaMemcpyHostToDevice, stream));
+    kernels::copy(device_table(), count, stream);
+  } else {
+    throw UsageError("unknown copy_many method '" + method +
+                     "' (loop, batch-stream, batch-call, batch-any, pack, kernel)");
+  }
+  XFS_CUDA_CALL(cudaStreamSynchronize(stream));
+}
+
+}  // namespace xferscope::batch

@@ -1,0 +1,201 @@
+"""Which method copy_many uses for a batch: the one this machine measured fastest for the nearest
+count and size in its stored calibration (`xferscope batch --calibrate`), or, without one, a
+built-in rule drawn from an H200's measurements that never picks a method far slower than a loop
+of cudaMemcpyAsync."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.units import format_bytes
+from .measure import CLEAR_WIN, BatchResult, from_dict
+
+CALIBRATION_ENV = "XFERSCOPE_CALIBRATION"
+
+
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """What copy_many did with a batch, and why (explain())."""
+
+    method: str
+    direction: str  # h2d, d2h
+    memory: str  # pinned, pageable (the host side; pageable if any piece is)
+    count: int
+    bytes: int
+    device: int
+    source: str  # calibration, rule, asked
+    reason: str
+    # the nearest calibrated batch (count, size) and each method's seconds there
+    cell: tuple[int, int] | None = None
+    measured: dict[str, float] = field(default_factory=dict)
+
+    def explain(self) -> str:
+        size = format_bytes(self.bytes // max(self.count, 1))
+        head = (
+            f"{self.count} copies of {size} on average ({format_bytes(self.bytes)} in all), "
+            f"{self.direction} with {self.memory} host memory on GPU {self.device}: "
+            f"{self.method}, because {self.reason}."
+        )
+        if not self.measured:
+            return head
+        best = min(self.measured.values())
+        ranked = sorted(self.measured.items(), key=lambda kv: kv[1])
+        times = ", ".join(
+            f"{m} {s * 1e6:.1f} us" + ("" if s == best else f" ({s / best:.2f}x)")
+            for m, s in ranked
+        )
+        return f"{head} Measured here for that batch: {times}."
+
+
+# ---- the built-in rule ------------------------------------------------------------------------
+
+# From `xferscope batch` on an H200 (PCIe Gen5): for pinned memory one SM copy kernel over the
+# list beat the loop 30x at 1024 x 4 KiB and stayed ahead up to 64 KiB a copy;
+# cudaMemcpyBatchAsync beat the loop about 3x at 64 KiB; from pageable memory packing into one
+# pinned buffer won while the pieces were small. Past these sizes the copy engines' bandwidth
+# decides and every method is about the loop.
+RULE_KERNEL_MAX = 64 << 10
+RULE_BATCH_API_MAX = 256 << 10
+RULE_PACK_MAX = 256 << 10
+
+
+def rule(direction: str, memory: str, count: int, size: int, batch_api: bool) -> tuple[str, str]:
+    """(method, reason) without a calibration."""
+    if count < 2:
+        return "loop", "a single copy is one cudaMemcpyAsync (no calibration here)"
+    if memory == "pinned" and size <= RULE_KERNEL_MAX:
+        return "kernel", (
+            f"pieces of at most {format_bytes(RULE_KERNEL_MAX)} in pinned memory move fastest "
+            "by one SM copy kernel over the list (built-in rule: no calibration here; run "
+            "`xferscope batch --calibrate` to measure this machine)"
+        )
+    if memory == "pinned" and size <= RULE_BATCH_API_MAX and batch_api:
+        return "batch-stream", (
+            "pieces up to "
+            f"{format_bytes(RULE_BATCH_API_MAX)} in pinned memory go fastest as one "
+            "cudaMemcpyBatchAsync (built-in rule: no calibration here)"
+        )
+    if memory == "pageable" and size <= RULE_PACK_MAX:
+        return "pack", (
+            f"small pageable pieces (at most {format_bytes(RULE_PACK_MAX)}) are packed into one "
+            "pinned buffer and moved by one copy (built-in rule: no calibration here)"
+        )
+    return "loop", (
+        "pieces this large keep the copy engines busy whatever the method, and the loop costs "
+        "no extra work (built-in rule: no calibration here)"
+    )
+
+
+# ---- the stored calibration -------------------------------------------------------------------
+
+
+def calibration_dir() -> Path:
+    """$XFERSCOPE_CALIBRATION if set, else $XDG_DATA_HOME/xferscope/calibration (by default
+    ~/.local/share/xferscope/calibration)."""
+    if os.environ.get(CALIBRATION_ENV):
+        return Path(os.environ[CALIBRATION_ENV])
+    data = os.environ.get("XDG_DATA_HOME", "")
+    base = Path(data) if data and os.path.isabs(data) else Path.home() / ".local" / "share"
+    return base / "xferscope" / "calibration"
+
+
+def calibration_path(gpu_key: str) -> Path:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in gpu_key) or "gpu"
+    return calibration_dir() / f"copy-many-{safe}.json"
+
+
+def gpu_key(info: dict[str, Any]) -> str:
+    """What names a GPU for its calibration: its UUID, else its name and bus id."""
+    return str(info.get("uuid") or f"{info.get('name', 'gpu')}-{info.get('pci_bus_id', '')}")
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """The copy_many cells of a batch result: per (direction, memory, count, size), each method's
+    median seconds."""
+
+    path: Path
+    created: str
+    driver: str
+    cells: dict[tuple[str, str, int, int], dict[str, float]]
+
+    @classmethod
+    def of(cls, result: BatchResult, path: Path) -> Calibration:
+        cells: dict[tuple[str, str, int, int], dict[str, float]] = {}
+        for c in result.cells:
+            if c.seconds:
+                cells.setdefault((c.direction, c.memory, c.count, c.size), {})[c.method] = c.seconds
+        driver = str(result.machine.get("driver", result.machine.get("driver_version", "")))
+        return cls(path, result.created, driver, cells)
+
+    def nearest(self, direction: str, memory: str, count: int, size: int) -> tuple[int, int] | None:
+        """The calibrated (count, size) nearest this batch, on log scales."""
+        mine = [(n, s) for (d, m, n, s) in self.cells if (d, m) == (direction, memory)]
+        if not mine:
+            return None
+        return min(
+            mine,
+            key=lambda ns: (
+                abs(math.log2(ns[0] / max(count, 1))) + abs(math.log2(ns[1] / max(size, 1)))
+            ),
+        )
+
+    def choose(
+        self, direction: str, memory: str, count: int, size: int
+    ) -> tuple[str, str, tuple[int, int], dict[str, float]] | None:
+        """(method, reason, cell, seconds by method), or None when no cell is near."""
+        cell = self.nearest(direction, memory, count, size)
+        if cell is None:
+            return None
+        times = self.cells[(direction, memory, cell[0], cell[1])]
+        best = min(times, key=lambda m: times[m])
+        loop = times.get("loop")
+        if loop is not None and loop / times[best] < 1 + CLEAR_WIN:
+            best = "loop"  # within the noise of the loop: the loop stays
+        where = f"{cell[0]} x {format_bytes(cell[1])}"
+        gain = "" if best == "loop" or loop is None else f", {loop / times[best]:.1f}x the loop"
+        reason = (
+            f"it was the fastest for {where} when this machine was calibrated "
+            f"({self.created}{gain})"
+        )
+        return best, reason, cell, dict(times)
+
+
+_loaded: dict[Path, tuple[float, Calibration | None]] = {}
+
+
+def load(gpu: str) -> Calibration | None:
+    """This GPU's stored calibration, or None; read again when the file changes."""
+    path = calibration_path(gpu)
+    try:
+        mtime = path.stat().st_mtime
+    except OSError:
+        return None
+    cached = _loaded.get(path)
+    if cached and cached[0] == mtime:
+        return cached[1]
+    try:
+        calibration: Calibration | None = Calibration.of(
+            from_dict(json.loads(path.read_text())), path
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        calibration = None  # unreadable: the rule applies, and `batch --calibrate` rewrites it
+    _loaded[path] = (mtime, calibration)
+    return calibration
+
+
+def save(result: BatchResult, gpu: str) -> Path:
+    """Stores a calibration result for this GPU; returns where."""
+    from .measure import dumps_json
+
+    path = calibration_path(gpu)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_suffix(".tmp")
+    scratch.write_text(dumps_json(result))
+    scratch.replace(path)
+    return path

@@ -1,0 +1,244 @@
+"""Many copies between host memory and one GPU at once, by the method this machine measured
+fastest for their count and size:
+
+    import numpy as np, torch, xferscope
+
+    blocks = [torch.empty(4096, dtype=torch.uint8, device="cuda") for _ in range(1024)]
+    pinned = torch.empty(1024 * 4096, dtype=torch.uint8).pin_memory()
+    pieces = [pinned[i * 4096:(i + 1) * 4096] for i in range(1024)]
+    choice = xferscope.copy_many(list(zip(blocks, pieces)))     # (destination, source) pairs
+    print(choice.explain())
+
+Pairs are (destination, source) or (destination, source, nbytes); each end a NumPy array or
+another buffer-protocol object, a PyTorch tensor, a CuPy array, an object with
+__cuda_array_interface__ or __dlpack__, or an integer address (then nbytes is needed). For many
+pieces given as addresses, `copy_many(destinations=..., sources=..., sizes=...)` takes three
+arrays and skips the per-object work. All copies of a call go one way, host to GPU or GPU to
+host, on one GPU; the host side may be pinned or pageable. The call returns once every byte has
+arrived. Like the staged copy, it does not wait for work queued on other streams: synchronize
+first if a kernel still writes a source.
+
+The method: `xferscope batch --calibrate` measures every method over a grid of counts and sizes
+on this GPU and stores it; copy_many takes the fastest for the nearest count and size, and
+without a calibration follows a built-in rule. `method=` forces one of COPY_MANY_METHODS."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..core.engine import Engine
+from ..core.native import engine_module
+from .choose import Choice, gpu_key, load, rule
+from .resolve import Side, side
+
+_e = engine_module()
+COPY_MANY_METHODS: tuple[str, ...] = tuple(_e.COPY_MANY_METHODS)
+_KINDS = {0: "pageable", 1: "pinned", 2: "device", 3: "managed"}
+
+_engine: Engine | None = None
+_copiers: dict[tuple[int, int], Any] = {}
+_lock = threading.Lock()
+
+
+def _default_engine() -> Engine:
+    global _engine
+    if _engine is None:
+        from ..core.engine import NativeEngine
+
+        _engine = NativeEngine()
+    return _engine
+
+
+def _copier(engine: Engine, device: int) -> Any:
+    key = (id(engine), device)
+    with _lock:
+        copier = _copiers.get(key)
+        if copier is None:
+            copier = engine.many_copier(device)
+            _copiers[key] = copier
+        return copier
+
+
+def _pairs(pairs: Sequence[Any]) -> tuple[list[Side], list[Side], list[int]]:
+    destinations, sources, sizes = [], [], []
+    for i, pair in enumerate(pairs):
+        if not isinstance(pair, (tuple, list)) or len(pair) not in (2, 3):
+            raise TypeError(
+                f"pair {i} must be (destination, source) or (destination, source, nbytes), not "
+                f"{type(pair).__name__}"
+            )
+        d = side(pair[0], f"pair {i} destination")
+        s = side(pair[1], f"pair {i} source")
+        if len(pair) == 3:
+            n = pair[2]
+            if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+                raise ValueError(f"pair {i} nbytes {n!r} is not a size of at least 1 byte")
+            n = int(n)
+            for end, name in ((d, "destination"), (s, "source")):
+                if end.nbytes is not None and end.nbytes < n:
+                    raise ValueError(
+                        f"pair {i}: nbytes {n} is more than the {name} holds ({end.nbytes} bytes)"
+                    )
+        else:
+            if d.nbytes is None or s.nbytes is None:
+                raise TypeError(f"pair {i}: give nbytes as a third item for a raw address")
+            if d.nbytes != s.nbytes:
+                raise ValueError(
+                    f"pair {i}: the destination holds {d.nbytes} bytes and the source "
+                    f"{s.nbytes}; give nbytes as a third item to copy part of one"
+                )
+            n = s.nbytes
+            if n == 0:
+                raise ValueError(f"pair {i} is empty (0 bytes)")
+        destinations.append(d)
+        sources.append(s)
+        sizes.append(n)
+    return destinations, sources, sizes
+
+
+def _addresses(values: Any, name: str) -> np.ndarray:
+    try:
+        array = np.asarray(values)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a sequence of integers") from None
+    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+        raise TypeError(f"{name} must be a 1-D sequence of integers")
+    if array.size and int(array.min()) < 1:
+        raise ValueError(f"{name} holds {int(array.min())}: addresses and sizes are positive")
+    return np.ascontiguousarray(array, dtype=np.uint64)
+
+
+def copy_many(
+    pairs: Sequence[Any] | None = None,
+    *,
+    destinations: Any = None,
+    sources: Any = None,
+    sizes: Any = None,
+    device: int | None = None,
+    method: str | None = None,
+    engine: Engine | None = None,
+) -> Choice:
+    """Copies every pair, host to GPU or GPU to host, and returns what was done and why (a
+    Choice: .method, .explain()). TypeError and ValueError for bad buffers, each naming the pair;
+    xferscope's EngineError for the GPU side."""
+    if method is not None and method not in COPY_MANY_METHODS:
+        raise ValueError(f"method {method!r} is not one of {', '.join(COPY_MANY_METHODS)}")
+    keep: list[object] = []
+    if pairs is not None:
+        if destinations is not None or sources is not None or sizes is not None:
+            raise TypeError("give either pairs or destinations, sources and sizes, not both")
+        d_sides, s_sides, n_list = _pairs(pairs)
+        dst = np.fromiter((d.address for d in d_sides), np.uint64, len(d_sides))
+        src = np.fromiter((s.address for s in s_sides), np.uint64, len(s_sides))
+        nbytes = np.asarray(n_list, dtype=np.uint64)
+        keep = [d.keep for d in d_sides] + [s.keep for s in s_sides]
+        host_destinations = [d.keep for d in d_sides]
+    else:
+        if destinations is None or sources is None or sizes is None:
+            raise TypeError("give pairs, or all three of destinations, sources and sizes")
+        dst = _addresses(destinations, "destinations")
+        src = _addresses(sources, "sources")
+        nbytes = _addresses(sizes, "sizes")
+        if not len(dst) == len(src) == len(nbytes):
+            raise ValueError(
+                f"destinations, sources and sizes differ in length ({len(dst)}, {len(src)}, "
+                f"{len(nbytes)})"
+            )
+        host_destinations = []
+    count = len(nbytes)
+    engine = engine if engine is not None else _default_engine()
+    if count == 0:
+        return Choice("loop", "h2d", "pinned", 0, 0, device or 0, "asked", "there was nothing")
+    kinds, gpus, mapped = engine.classify_pointers(np.concatenate((dst, src)))
+    d_kind, s_kind = kinds[:count], kinds[count:]
+    d_gpu, s_gpu = gpus[:count], gpus[count:]
+    on_gpu_d = (d_kind == 2) | (d_kind == 3)
+    on_gpu_s = (s_kind == 2) | (s_kind == 3)
+    upload = bool(on_gpu_d[0]) and not bool(on_gpu_s[0])
+    same = np.nonzero(on_gpu_d == on_gpu_s)[0]  # checked for all pairs at once
+    if len(same):
+        i = int(same[0])
+        both = "GPU" if on_gpu_d[i] else "host"
+        raise ValueError(
+            f"pair {i}: both ends are {both} memory ({_KINDS[int(d_kind[i])]} and "
+            f"{_KINDS[int(s_kind[i])]}); copy_many copies between host memory and a GPU"
+        )
+    other_way = np.nonzero(on_gpu_d != upload)[0]
+    if len(other_way):
+        i = int(other_way[0])
+        raise ValueError(
+            f"pair {i} copies {'host to GPU' if on_gpu_d[i] else 'GPU to host'} while pair 0 "
+            f"copies {'host to GPU' if upload else 'GPU to host'}: one direction per call"
+        )
+    gpu_side = d_gpu if upload else s_gpu
+    target = int(gpu_side[0]) if device is None else device
+    wrong = np.nonzero(gpu_side != target)[0]
+    if len(wrong):
+        i = int(wrong[0])
+        raise ValueError(
+            f"pair {i}: its GPU buffer is on GPU {int(gpu_side[i])}, and this copy runs on GPU "
+            f"{target}; copy_many moves data between the host and one GPU at a time"
+        )
+    if not upload:
+        for i, owner in enumerate(host_destinations):
+            if isinstance(owner, np.ndarray) and not owner.flags.writeable:
+                raise ValueError(f"pair {i} destination is a read-only array")
+            if isinstance(owner, memoryview) and owner.readonly:
+                raise ValueError(f"pair {i} destination is read-only")
+    host_kind = s_kind if upload else d_kind
+    pinned = bool(np.all(host_kind == 1))
+    memory = "pinned" if pinned else "pageable"
+    direction = "h2d" if upload else "d2h"
+    total = int(nbytes.sum())
+    size = total // count
+    host_mapped = mapped[count:] if upload else mapped[:count]
+    choice = _choose(engine, target, direction, memory, count, total, size, method)
+    _copier(engine, target).copy(
+        choice.method, upload, dst, src, nbytes, pinned, host_mapped if pinned else None
+    )
+    del keep
+    return choice
+
+
+def _choose(
+    engine: Engine,
+    device: int,
+    direction: str,
+    memory: str,
+    count: int,
+    total: int,
+    size: int,
+    asked: str | None,
+) -> Choice:
+    sizes = [size] * min(count, 1)
+    driver = engine.driver_version()
+    if asked is not None:
+        reason = _e.copy_many_refusal(direction, memory, sizes, asked, driver)
+        if reason:
+            raise ValueError(f"method {asked!r} cannot make this batch: {reason}")
+        return Choice(asked, direction, memory, count, total, device, "asked", "it was asked for")
+    calibration = load(gpu_key(engine.device_info(device)))
+    if calibration is not None:
+        chosen = calibration.choose(direction, memory, count, size)
+        if chosen is not None:
+            method, reason, cell, times = chosen
+            if not _e.copy_many_refusal(direction, memory, sizes, method, driver):
+                return Choice(
+                    method,
+                    direction,
+                    memory,
+                    count,
+                    total,
+                    device,
+                    "calibration",
+                    reason,
+                    cell,
+                    times,
+                )
+    batch_api = not _e.copy_many_refusal(direction, memory, sizes, "batch-stream", driver)
+    method, reason = rule(direction, memory, count, size, batch_api)
+    return Choice(method, direction, memory, count, total, device, "rule", reason)

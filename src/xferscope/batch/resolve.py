@@ -1,0 +1,143 @@
+"""The caller's buffers as addresses and sizes, for copy_many: NumPy arrays and other objects with
+the buffer protocol, PyTorch tensors, CuPy arrays, objects with __cuda_array_interface__ or
+DLPack (__dlpack__), and raw integer addresses. Each bad buffer is one clear exception that
+names the pair and the side."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+# DLPack's device types
+_DL_CPU, _DL_CUDA, _DL_CUDA_HOST = 1, 2, 3
+
+
+@dataclass(frozen=True, slots=True)
+class Side:
+    """One end of a copy: its address, the bytes behind it (None: a raw address), whether the
+    object says it is GPU memory (None: it does not say), and the object that owns the memory,
+    held while the copy runs."""
+
+    address: int
+    nbytes: int | None
+    on_gpu: bool | None
+    keep: object = None
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = (("device_type", ctypes.c_int), ("device_id", ctypes.c_int))
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = (("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16))
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = (
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    )
+
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = (ctypes.py_object, ctypes.c_char_p)
+
+
+def _compact(shape: tuple[int, ...], strides: tuple[int, ...] | None, unit: int) -> bool:
+    """Whether `strides` (in units of `unit` bytes, None: compact) lay `shape` out row-major
+    without gaps."""
+    if strides is None or math.prod(shape) <= 1:
+        return True
+    step = unit
+    for n, s in zip(reversed(shape), reversed(strides), strict=True):
+        if n > 1 and s != step:
+            return False
+        step *= n
+    return True
+
+
+def _dlpack(obj: Any, where: str) -> Side:
+    device_type, _ = obj.__dlpack_device__()
+    if device_type == _DL_CPU:
+        return _host(np.from_dlpack(obj), where)
+    if device_type not in (_DL_CUDA, _DL_CUDA_HOST):
+        raise TypeError(f"{where} is DLPack memory of device type {device_type}, not CPU or CUDA")
+    capsule = obj.__dlpack__()
+    tensor = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
+    shape = tuple(tensor.shape[i] for i in range(tensor.ndim))
+    strides = tuple(tensor.strides[i] for i in range(tensor.ndim)) if tensor.strides else None
+    itemsize = max(1, tensor.dtype.bits * tensor.dtype.lanes // 8)
+    if not _compact(shape, strides, 1):
+        raise ValueError(f"{where} is not contiguous (shape {shape}, strides {strides})")
+    address = int(tensor.data or 0) + int(tensor.byte_offset)
+    return Side(address, math.prod(shape) * itemsize, device_type == _DL_CUDA, capsule)
+
+
+def _host(array: np.ndarray, where: str) -> Side:
+    if not array.flags.c_contiguous:
+        raise ValueError(
+            f"{where} is not C-contiguous (shape {array.shape}, strides {array.strides}); pass "
+            "np.ascontiguousarray(...)"
+        )
+    return Side(int(array.__array_interface__["data"][0]), int(array.nbytes), False, array)
+
+
+def side(obj: Any, where: str) -> Side:
+    """`obj` as one end of a copy; `where` names it in errors ('pair 3 destination')."""
+    if isinstance(obj, (int, np.integer)) and not isinstance(obj, bool):
+        address = int(obj)
+        if address <= 0:
+            raise ValueError(f"{where} address {address} is not a valid address")
+        return Side(address, None, None)
+    if isinstance(obj, np.ndarray):
+        return _host(obj, where)
+    module = type(obj).__module__
+    if module.startswith("torch") and hasattr(obj, "data_ptr"):
+        if not obj.is_contiguous():
+            raise ValueError(
+                f"{where} is a non-contiguous tensor (shape {tuple(obj.shape)}, strides "
+                f"{tuple(obj.stride())}); pass t.contiguous()"
+            )
+        return Side(int(obj.data_ptr()), obj.numel() * obj.element_size(), bool(obj.is_cuda), obj)
+    if module.startswith("cupy") and hasattr(obj, "data") and hasattr(obj, "flags"):
+        if not obj.flags.c_contiguous:
+            raise ValueError(
+                f"{where} is a non-contiguous CuPy array (shape {obj.shape}, strides "
+                f"{obj.strides}); pass cupy.ascontiguousarray(...)"
+            )
+        return Side(int(obj.data.ptr), int(obj.nbytes), True, obj)
+    if hasattr(obj, "__cuda_array_interface__"):
+        face = obj.__cuda_array_interface__
+        shape = tuple(int(n) for n in face["shape"])
+        itemsize = np.dtype(face["typestr"]).itemsize
+        strides = face.get("strides")
+        if not _compact(shape, None if strides is None else tuple(strides), itemsize):
+            raise ValueError(f"{where} is not contiguous (shape {shape}, strides {strides})")
+        return Side(int(face["data"][0] or 0), math.prod(shape) * itemsize, True, obj)
+    if hasattr(obj, "__dlpack_device__") and hasattr(obj, "__dlpack__"):
+        return _dlpack(obj, where)
+    if hasattr(obj, "__array_interface__"):
+        return _host(np.asarray(obj), where)
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        raise TypeError(
+            f"{where} must be a NumPy array, a PyTorch tensor, a CuPy array, an object with "
+            "__cuda_array_interface__, __dlpack__ or the buffer protocol, or an integer "
+            f"address, not {type(obj).__name__}"
+        ) from None
+    if not view.c_contiguous:
+        raise ValueError(f"{where} is not C-contiguous")
+    if view.nbytes == 0:
+        return Side(0, 0, False, view)
+    return _host(np.frombuffer(view, dtype=np.uint8), where)

@@ -1,0 +1,217 @@
+"""xferscope.copy_many without a GPU: the simulated engine stands in for the driver (it is told
+which addresses are pinned and device memory), so the resolution of buffers, the errors, the
+method chosen by rule and by a stored calibration, and `batch --calibrate` are checked here.
+tests/gpu/test_copy_many_gpu.py moves real bytes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from xferscope import cli, copy_many
+from xferscope.batch import choose
+from xferscope.batch.measure import (
+    CALIBRATION_COUNTS,
+    CALIBRATION_SIZES,
+    BatchOptions,
+    measure,
+)
+from xferscope.core.simulate import SimulatedEngine
+
+PINNED, DEVICE = 1, 2
+GPU_BASE = 0x7F00_0000_0000
+
+
+@pytest.fixture(autouse=True)
+def places(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("XFERSCOPE_HISTORY", str(tmp_path / "history.sqlite3"))
+    monkeypatch.setenv(choose.CALIBRATION_ENV, str(tmp_path / "calibration"))
+    return tmp_path / "calibration"
+
+
+class FakeGpuArray:
+    """GPU memory as a library would offer it: __cuda_array_interface__ over an address the
+    simulated driver knows as device memory."""
+
+    def __init__(self, address: int, nbytes: int, strides: tuple[int, ...] | None = None):
+        self.__cuda_array_interface__ = {
+            "data": (address, False),
+            "shape": (nbytes,) if strides is None else (nbytes // 2, 2),
+            "typestr": "|u1",
+            "strides": strides,
+            "version": 3,
+        }
+
+
+def engine_with(pinned: np.ndarray | None = None, devices: int = 1) -> SimulatedEngine:
+    engine = SimulatedEngine(devices=devices)
+    for d in range(devices):
+        engine.register_memory(GPU_BASE + d * (1 << 40), 1 << 40, DEVICE, d)
+    if pinned is not None:
+        engine.register_memory(int(pinned.__array_interface__["data"][0]), pinned.nbytes, PINNED)
+    return engine
+
+
+def gpu_blocks(count: int, size: int, device: int = 0) -> list[FakeGpuArray]:
+    return [FakeGpuArray(GPU_BASE + device * (1 << 40) + i * size, size) for i in range(count)]
+
+
+def test_pinned_small_pieces_go_by_the_kernel_under_the_rule():
+    host = np.random.default_rng(1).integers(1, 255, 1024 * 4096, dtype=np.uint8)
+    engine = engine_with(pinned=host)
+    pieces = [host[i * 4096 : (i + 1) * 4096] for i in range(1024)]
+    choice = copy_many(list(zip(gpu_blocks(1024, 4096), pieces, strict=True)), engine=engine)
+    assert (choice.method, choice.direction, choice.memory, choice.source) == (
+        "kernel",
+        "h2d",
+        "pinned",
+        "rule",
+    )
+    assert choice.count == 1024 and choice.bytes == 1024 * 4096
+    assert "xferscope batch --calibrate" in choice.explain()
+
+
+def test_pageable_pieces_are_packed_and_a_single_copy_is_the_loop():
+    host = np.ones(8 * 512, dtype=np.uint8)  # not registered: pageable
+    engine = engine_with()
+    pairs = [(host[i * 512 : (i + 1) * 512], g) for i, g in enumerate(gpu_blocks(8, 512))]
+    choice = copy_many(pairs, engine=engine)  # GPU to host
+    assert (choice.method, choice.direction, choice.memory) == ("pack", "d2h", "pageable")
+    assert copy_many(pairs[:1], engine=engine).method == "loop"
+
+
+def test_addresses_as_three_arrays():
+    host = np.ones(16 * 64, dtype=np.uint8)
+    engine = engine_with(pinned=host)
+    base = int(host.__array_interface__["data"][0])
+    choice = copy_many(
+        destinations=[GPU_BASE + 64 * i for i in range(16)],
+        sources=np.arange(16, dtype=np.uint64) * 64 + base,
+        sizes=[64] * 16,
+        engine=engine,
+    )
+    assert (choice.method, choice.count, choice.bytes) == ("kernel", 16, 1024)
+
+
+@pytest.mark.parametrize(
+    ("pairs", "error", "fragment"),
+    [
+        (lambda h, g: [(g[0], h[::2])], ValueError, "pair 0 source is not C-contiguous"),
+        (lambda h, g: [(g[0], h[:100])], ValueError, "holds 64 bytes and the source 100"),
+        (lambda h, g: [(GPU_BASE, h[:64])], TypeError, None),
+        (lambda h, g: [(GPU_BASE, int(h.ctypes.data))], TypeError, "give nbytes"),
+        (lambda h, g: [(h[:64], h[64:128])], ValueError, "both ends are host memory"),
+        (lambda h, g: [(g[0], h[:64]), (h[:64], g[1])], ValueError, "one direction per call"),
+        (lambda h, g: [(g[0], "text")], TypeError, "pair 0 source must be"),
+        (lambda h, g: [(g[0], h[:64], 0)], ValueError, "pair 0 nbytes 0"),
+        (lambda h, g: [(g[0], h[:64], 128)], ValueError, "more than the destination holds"),
+        (
+            lambda h, g: [(FakeGpuArray(GPU_BASE, 64, strides=(4, 1)), h[:64])],
+            ValueError,
+            "not contiguous",
+        ),
+    ],
+)
+def test_bad_buffers_are_one_clear_exception(pairs, error, fragment):
+    host = np.ones(4096, dtype=np.uint8)
+    engine = engine_with()
+    with pytest.raises(error) as raised:
+        copy_many(pairs(host, gpu_blocks(2, 64)), engine=engine)
+    assert fragment is None or fragment in str(raised.value)
+    assert "\n" not in str(raised.value)
+
+
+def test_a_buffer_on_another_gpu_is_refused():
+    host = np.ones(4096, dtype=np.uint8)
+    engine = engine_with(devices=2)
+    pairs = [(gpu_blocks(1, 64, 0)[0], host[:64]), (gpu_blocks(1, 64, 1)[0], host[64:128])]
+    with pytest.raises(ValueError, match="pair 1: its GPU buffer is on GPU 1"):
+        copy_many(pairs, engine=engine)
+    with pytest.raises(ValueError, match="on GPU 0, and this copy runs on GPU 1"):
+        copy_many(pairs[:1], device=1, engine=engine)
+
+
+def test_read_only_destinations_and_forced_methods():
+    host = np.ones(4096, dtype=np.uint8)
+    host.flags.writeable = False
+    engine = engine_with()
+    with pytest.raises(ValueError, match="pair 0 destination is a read-only array"):
+        copy_many([(host[:64], gpu_blocks(1, 64)[0])], engine=engine)
+    writable = np.ones(4096, dtype=np.uint8)
+    pairs = [(g, writable[i * 64 : (i + 1) * 64]) for i, g in enumerate(gpu_blocks(4, 64))]
+    with pytest.raises(ValueError, match="kernel needs pinned host memory"):
+        copy_many(pairs, method="kernel", engine=engine)
+    with pytest.raises(ValueError, match="method 'graph' is not one of"):
+        copy_many(pairs, method="graph", engine=engine)
+    choice = copy_many(pairs, method="batch-any", engine=engine)
+    assert (choice.method, choice.source) == ("batch-any", "asked")
+
+
+def test_dlpack_host_objects():
+    class OnlyDlpack:  # a host array known only through DLPack
+        def __init__(self, a: np.ndarray) -> None:
+            self.a = a
+
+        def __dlpack__(self, **kw):
+            return self.a.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    host = np.ones(256, dtype=np.uint8)
+    choice = copy_many(
+        [(gpu_blocks(1, 256)[0], OnlyDlpack(host))], engine=engine_with(), method="loop"
+    )
+    assert choice.bytes == 256
+
+
+def test_a_stored_calibration_decides_and_explains(places):
+    engine = engine_with()
+    options = BatchOptions(
+        counts=CALIBRATION_COUNTS,
+        sizes=CALIBRATION_SIZES,
+        methods=("loop", "batch-stream", "batch-call", "batch-any", "pack", "kernel"),
+        target_s=0.005,
+        as_copy_many=True,
+    )
+    result = measure(engine, options)
+    assert {c.status for c in result.cells} == {"complete", "skipped"}
+    path = choose.save(result, choose.gpu_key(engine.device_info(0)))
+    assert path.parent == places
+    host = np.ones(300 * 4000, dtype=np.uint8)
+    engine.register_memory(int(host.ctypes.data), host.nbytes, PINNED)
+    pairs = [(g, host[i * 4000 : (i + 1) * 4000]) for i, g in enumerate(gpu_blocks(300, 4000))]
+    choice = copy_many(pairs, engine=engine)
+    assert choice.source == "calibration" and choice.cell == (256, 4096)
+    best = min(choice.measured, key=lambda m: choice.measured[m])
+    assert choice.method == best and set(choice.measured) >= {"loop", "kernel"}
+    assert "Measured here for that batch" in choice.explain()
+
+
+def test_batch_calibrate_stores_what_copy_many_reads(capsys, tmp_path, places):
+    code = cli.main(["batch", "--simulate", "--calibrate", "--counts", "1,64", "--sizes",
+                     "4KiB", "-o", str(tmp_path / "out")])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    stored = list(places.glob("copy-many-*.json"))
+    assert len(stored) == 1 and "calibration stored in" in out
+    doc = json.loads(stored[0].read_text())
+    assert doc["options"]["as_copy_many"] is True
+    assert {c["method"] for c in doc["cells"]} == {
+        "loop", "batch-stream", "batch-call", "batch-any", "pack", "kernel",
+    }  # fmt: skip
+    code = cli.main(["batch", "--simulate", "--calibrate", "--methods", "graph"])
+    _, err = capsys.readouterr()
+    assert code != 0 and "--methods" in err and "graph" in err and len(err.splitlines()) == 1
+
+
+def test_an_unreadable_calibration_falls_back_to_the_rule(places):
+    engine = engine_with()
+    places.mkdir(parents=True)
+    choose.calibration_path(choose.gpu_key(engine.device_info(0))).write_text("{not json")
+    host = np.ones(4 * 64, dtype=np.uint8)
+    pairs = [(g, host[i * 64 : (i + 1) * 64]) for i, g in enumerate(gpu_blocks(4, 64))]
+    assert copy_many(pairs, engine=engine).source == "rule"
