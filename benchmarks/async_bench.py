@@ -28,16 +28,18 @@ HERE = Path(__file__).resolve().parent
 MIB = 1 << 20
 
 
-def api_bandwidth(engine: NativeEngine, direction: str, memory: str, mechanism: str) -> float:
-    """Bytes per second of 1 GiB copies at API time, through the product's sweep path, the
+def api_bandwidth(
+    engine: NativeEngine, direction: str, memory: str, mechanism: str, size: int = GiB
+) -> float:
+    """Bytes per second of copies of `size` at API time, through the product's sweep path, the
     staged copy and the driver measured alike."""
     options = SweepOptions(
         directions=(direction,),
         memories=(memory,),
         mechanisms=(mechanism,),
         timings=("api",),
-        sizes=(GiB,),
-        target_s=0.25,
+        sizes=(size,),
+        target_s=0.25 if size >= 64 * MIB else 0.05,
         trials=7,
         budget_s=None,
     )

@@ -1,0 +1,246 @@
+"""Batching benchmark (issue 13), in one run on one GPU:
+
+  copy_many_1024x4KiB_h2d_vs_loop  copy_many (its own choice) against a loop of cudaMemcpyAsync
+                                   of the same pinned pieces, both through copy_many's copier
+                                   (goal >= 3)
+  copy_many_vs_best_method         over the calibration grid (both directions, pinned and
+                                   pageable, 1-1024 copies of 64 B-1 MiB), the chosen method's
+                                   time against the fastest method forced on the same pieces;
+                                   the worst cell (goal >= 0.95)
+  staged_4KiB_vs_driver,           the staged copy against cudaMemcpy from pageable memory, API
+  staged_1B_vs_driver              time through the sweep; the worse direction (goal >= 0.95)
+  staged_1GiB_h2d_vs_pinned,       the staged copy of 1 GiB of pageable memory against
+  staged_1GiB_d2h_vs_pinned        cudaMemcpy of pinned memory (goal >= 0.95)
+
+and as figures the cudaMemcpyBatchAsync crossovers (the largest size up to which it beats the
+loop, per direction and count), the calibration's wall time, and 1024 PyTorch tensors copied
+by copy_many against PyTorch's own loop of copy_. The calibration is made first, in this run,
+into a scratch directory. Writes benchmarks/results/batch-<gpu>-<date>.json.
+
+    python3 benchmarks/batch_bench.py --commit $(git rev-parse HEAD) [--out benchmarks/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from async_bench import api_bandwidth
+from foundation import GiB, comparison, write_record
+from xferscope import copy_many
+from xferscope.batch import choose
+from xferscope.batch.copy import COPY_MANY_METHODS
+from xferscope.batch.measure import (
+    CALIBRATION_COUNTS,
+    CALIBRATION_SIZES,
+    CALIBRATION_TARGET_S,
+    BatchOptions,
+    crossovers,
+    measure,
+)
+from xferscope.core.engine import NativeEngine
+from xferscope.core.machine import collect
+
+HERE = Path(__file__).resolve().parent
+TRIALS = 5
+LEAST_S = 0.003  # each trial of each variant lasts at least this long
+
+
+def timed(call, reps: int) -> float:
+    start = time.perf_counter()
+    for _ in range(reps):
+        call()
+    return (time.perf_counter() - start) / reps
+
+
+def cell(direction: str, memory: str, count: int, size: int) -> dict:
+    """Every method forced and copy_many's own choice on the same pieces, trials interleaved;
+    the median seconds of each, and the data checked after copy_many's own choice."""
+    host = torch.randint(1, 255, (count * size,), dtype=torch.uint8)
+    if memory == "pinned":
+        host = host.pin_memory()
+    gpu = torch.zeros(count * size, dtype=torch.uint8, device="cuda")
+    h = host.data_ptr() + torch.arange(count, dtype=torch.int64).numpy() * size
+    g = gpu.data_ptr() + torch.arange(count, dtype=torch.int64).numpy() * size
+    dst, src = (g, h) if direction == "h2d" else (h, g)
+    if direction == "d2h":
+        gpu.copy_(host.to("cuda"))
+        host.zero_()
+        torch.cuda.synchronize()
+    sizes = [size] * count
+    variants = {m: m for m in COPY_MANY_METHODS}
+    variants["chosen"] = None
+    calls = {}
+    for name, method in variants.items():
+        try:
+            copy_many(destinations=dst, sources=src, sizes=sizes, method=method)
+        except ValueError:
+            continue  # refused (the kernel on pageable memory)
+        calls[name] = lambda method=method: copy_many(
+            destinations=dst, sources=src, sizes=sizes, method=method
+        )
+    if direction == "h2d":
+        assert torch.equal(gpu.cpu(), host), (direction, memory, count, size)
+    else:
+        assert torch.equal(host, gpu.cpu()), (direction, memory, count, size)
+    per_call = {n: timed(c, 3) for n, c in calls.items()}
+    reps = {n: max(1, int(LEAST_S / max(s, 1e-7))) for n, s in per_call.items()}
+    seconds: dict[str, list[float]] = {n: [] for n in calls}
+    for _ in range(TRIALS):
+        for n, c in calls.items():
+            seconds[n].append(timed(c, reps[n]))
+    chosen = copy_many(destinations=dst, sources=src, sizes=sizes)
+    median = {n: statistics.median(v) for n, v in seconds.items()}
+    forced = {n: s for n, s in median.items() if n != "chosen"}
+    best = min(forced, key=lambda n: forced[n])
+    return {
+        "direction": direction,
+        "memory": memory,
+        "count": count,
+        "size": size,
+        "chosen": chosen.method,
+        "seconds": {n: round(s, 9) for n, s in median.items()},
+        "best": best,
+        "chosen_vs_best": round(forced[best] / median["chosen"], 4),
+    }
+
+
+def tensors_vs_torch_loop() -> dict:
+    """1024 PyTorch tensors of 4 KiB: copy_many of the pairs against PyTorch's loop of
+    copy_(non_blocking=True) and a synchronize."""
+    host = [torch.randint(1, 255, (4096,), dtype=torch.uint8).pin_memory() for _ in range(1024)]
+    gpu = [torch.empty(4096, dtype=torch.uint8, device="cuda") for _ in range(1024)]
+    pairs = list(zip(gpu, host, strict=True))
+
+    def torch_loop() -> None:
+        for g, h in pairs:
+            g.copy_(h, non_blocking=True)
+        torch.cuda.synchronize()
+
+    def ours() -> None:
+        copy_many(pairs)
+
+    for f in (torch_loop, ours):
+        f()
+    t_torch = statistics.median(timed(torch_loop, 5) for _ in range(TRIALS))
+    t_ours = statistics.median(timed(ours, 5) for _ in range(TRIALS))
+    assert all(torch.equal(g.cpu(), h) for g, h in pairs[::97])
+    return {"torch_loop_s": round(t_torch, 7), "copy_many_pairs_s": round(t_ours, 7),
+            "ratio": round(t_torch / t_ours, 3)}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--commit", default=os.environ.get("XFERSCOPE_COMMIT", "unknown"))
+    parser.add_argument("--out", default=str(HERE / "results"))
+    args = parser.parse_args()
+    os.environ[choose.CALIBRATION_ENV] = tempfile.mkdtemp(prefix="xfs-calibration-")
+
+    engine = NativeEngine()
+    meta = collect(engine, [0])
+    start = time.perf_counter()
+    calibration = measure(
+        engine,
+        BatchOptions(
+            counts=CALIBRATION_COUNTS,
+            sizes=CALIBRATION_SIZES,
+            methods=COPY_MANY_METHODS,
+            target_s=CALIBRATION_TARGET_S,
+            as_copy_many=True,
+        ),
+    )
+    calibration_s = time.perf_counter() - start
+    assert not any(c.status in ("failed", "unverified") for c in calibration.cells)
+    choose.save(calibration, choose.gpu_key(engine.device_info(0)))
+
+    cells = [
+        cell(d, m, n, s)
+        for d in ("h2d", "d2h")
+        for m in ("pinned", "pageable")
+        for n in CALIBRATION_COUNTS
+        for s in CALIBRATION_SIZES
+    ]
+    worst = min(cells, key=lambda c: c["chosen_vs_best"])
+    headline = next(
+        c for c in cells if (c["direction"], c["memory"], c["count"], c["size"])
+        == ("h2d", "pinned", 1024, 4096)
+    )  # fmt: skip
+    comparisons = [
+        comparison(
+            "copy_many_1024x4KiB_h2d_vs_loop",
+            headline["seconds"]["chosen"],
+            headline["seconds"]["loop"],
+            "a loop of cudaMemcpyAsync of the same pinned pieces (copy_many's copier)",
+            "s",
+            False,
+            3.0,
+        ),
+        comparison(
+            "copy_many_vs_best_method",
+            worst["seconds"]["chosen"],
+            worst["seconds"][worst["best"]],
+            f"the fastest method forced, worst cell: {worst['direction']} {worst['memory']} "
+            f"{worst['count']} x {worst['size']} B ({worst['best']} against {worst['chosen']})",
+            "s",
+            False,
+            0.95,
+        ),
+    ]
+    staged_small = {}
+    for size, name in ((4096, "staged_4KiB_vs_driver"), (1, "staged_1B_vs_driver")):
+        ratios = {}
+        for direction in ("h2d", "d2h"):
+            staged = api_bandwidth(engine, direction, "pageable", "staged", size)
+            driver = api_bandwidth(engine, direction, "pageable", "memcpy", size)
+            ratios[direction] = (staged, driver)
+            staged_small[f"{name}_{direction}"] = round(staged / driver, 4)
+        d = min(ratios, key=lambda k: ratios[k][0] / ratios[k][1])
+        staged_bps, driver_bps = ratios[d]
+        comparisons.append(
+            comparison(
+                name,
+                size / staged_bps,
+                size / driver_bps,
+                f"cudaMemcpy from pageable memory, API time (the worse direction: {d})",
+                "s",
+                False,
+                0.95,
+            )
+        )
+    for direction in ("h2d", "d2h"):
+        comparisons.append(
+            comparison(
+                f"staged_1GiB_{direction}_vs_pinned",
+                api_bandwidth(engine, direction, "pageable", "staged", GiB) / 1e9,
+                api_bandwidth(engine, direction, "pinned", "memcpy", GiB) / 1e9,
+                "cudaMemcpy of pinned memory, 1 GiB, API time",
+                "GB/s",
+                True,
+                0.95,
+            )
+        )
+    figures = {
+        "calibration_wall_s": round(calibration_s, 1),
+        "batch_api_crossover_bytes": {
+            f"{d}_{m}_{n}": size
+            for (d, m, n), size in crossovers(calibration, "batch-stream").items()
+        },
+        "staged_small_ratios": staged_small,
+        "tensors_1024x4KiB_h2d": tensors_vs_torch_loop(),
+        "cells": cells,
+    }
+    write_record(
+        "batch", args.commit, meta, torch.cuda.device_count(), comparisons, figures, Path(args.out)
+    )
+
+
+if __name__ == "__main__":
+    main()
