@@ -215,3 +215,14 @@ def test_an_unreadable_calibration_falls_back_to_the_rule(places):
     host = np.ones(4 * 64, dtype=np.uint8)
     pairs = [(g, host[i * 64 : (i + 1) * 64]) for i, g in enumerate(gpu_blocks(4, 64))]
     assert copy_many(pairs, engine=engine).source == "rule"
+
+
+def test_a_closed_copier_is_made_again():
+    host = np.ones(4 * 64, dtype=np.uint8)
+    engine = engine_with(pinned=host)
+    pairs = [(g, host[i * 64 : (i + 1) * 64]) for i, g in enumerate(gpu_blocks(4, 64))]
+    copy_many(pairs, engine=engine)
+    from xferscope.batch.copy import _copier
+
+    _copier(engine, 0).close()  # as the CLI closes every handle at its end
+    assert copy_many(pairs, engine=engine).method == "kernel"

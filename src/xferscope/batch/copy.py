@@ -57,7 +57,7 @@ def _copier(engine: Engine, device: int) -> Any:
     key = (id(engine), device)
     with _lock:
         copier = _copiers.get(key)
-        if copier is None:
+        if copier is None or copier.closed:  # closed: by the engine at a command's end
             copier = engine.many_copier(device)
             _copiers[key] = copier
         return copier

@@ -237,6 +237,8 @@ class Batch(Protocol):
 class ManyCopier(Protocol):
     """Copies many of the caller's buffers at once (many.hpp)."""
 
+    closed: bool  # by close(), or by the engine closing its handles (the CLI does at its end)
+
     def copy(
         self,
         method: str,
@@ -706,6 +708,7 @@ class _NativeMany:
     def __init__(self, handle: Any, engine: NativeEngine) -> None:
         self._handle = handle
         self._engine = engine
+        self.closed = False
         _open_handles.add(self)
 
     def copy(
@@ -722,6 +725,7 @@ class _NativeMany:
             self._handle.copy(method, upload, destinations, sources, sizes, pinned, mapped)
 
     def close(self) -> None:
+        self.closed = True
         self._handle.close()
         _open_handles.discard(self)
 

@@ -99,7 +99,7 @@ class SimulatedManyCopier:
         self._engine = engine
         self.device = device
         self.calls: list[tuple[str, bool, int, bool]] = []  # method, upload, count, pinned
-        self._closed = False
+        self.closed = False
 
     def copy(
         self,
@@ -111,7 +111,7 @@ class SimulatedManyCopier:
         pinned: bool,
         mapped: Any = None,
     ) -> None:
-        if self._closed:
+        if self.closed:
             raise EngineError("this copier is closed")
         sizes = [int(n) for n in sizes]
         if not sizes:
@@ -129,4 +129,4 @@ class SimulatedManyCopier:
         self.calls.append((method, upload, len(sizes), pinned))
 
     def close(self) -> None:
-        self._closed = True
+        self.closed = True
