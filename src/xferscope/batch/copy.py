@@ -42,6 +42,18 @@ _KINDS = {0: "pageable", 1: "pinned", 2: "device", 3: "managed"}
 _engine: Engine | None = None
 _copiers: dict[tuple[int, int], Any] = {}
 _lock = threading.Lock()
+# per (engine, device): the GPU's calibration key and the driver version, asked once (the
+# device's facts take about a millisecond to gather, as long as a batch of small copies)
+_facts: dict[tuple[int, int], tuple[str, int]] = {}
+
+
+def _facts_of(engine: Engine, device: int) -> tuple[str, int]:
+    key = (id(engine), device)
+    facts = _facts.get(key)
+    if facts is None:
+        facts = (gpu_key(engine.device_info(device)), engine.driver_version())
+        _facts[key] = facts
+    return facts
 
 
 def _default_engine() -> Engine:
@@ -71,8 +83,8 @@ def _pairs(pairs: Sequence[Any]) -> tuple[list[Side], list[Side], list[int]]:
                 f"pair {i} must be (destination, source) or (destination, source, nbytes), not "
                 f"{type(pair).__name__}"
             )
-        d = side(pair[0], f"pair {i} destination")
-        s = side(pair[1], f"pair {i} source")
+        d = side(pair[0], i, "destination")
+        s = side(pair[1], i, "source")
         if len(pair) == 3:
             n = pair[2]
             if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
@@ -214,14 +226,14 @@ def _choose(
     size: int,
     asked: str | None,
 ) -> Choice:
-    sizes = [size] * min(count, 1)
-    driver = engine.driver_version()
+    sizes = [size]
+    gpu, driver = _facts_of(engine, device)
     if asked is not None:
         reason = _e.copy_many_refusal(direction, memory, sizes, asked, driver)
         if reason:
             raise ValueError(f"method {asked!r} cannot make this batch: {reason}")
         return Choice(asked, direction, memory, count, total, device, "asked", "it was asked for")
-    calibration = load(gpu_key(engine.device_info(device)))
+    calibration = load(gpu)
     if calibration is not None:
         chosen = calibration.choose(direction, memory, count, size)
         if chosen is not None:

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import math
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -16,16 +15,16 @@ import numpy as np
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST = 1, 2, 3
 
 
-@dataclass(frozen=True, slots=True)
-class Side:
-    """One end of a copy: its address, the bytes behind it (None: a raw address), whether the
-    object says it is GPU memory (None: it does not say), and the object that owns the memory,
-    held while the copy runs."""
+class Side(NamedTuple):
+    """One end of a copy: its address, the bytes behind it (None: a raw address), and the object
+    that owns the memory, held while the copy runs. (Which memory it is, the driver says.)"""
 
     address: int
     nbytes: int | None
-    on_gpu: bool | None
     keep: object = None
+
+
+_torch_types: set[type] = set()  # tensor classes seen: the first check of every object
 
 
 class _DLDevice(ctypes.Structure):
@@ -80,7 +79,7 @@ def _dlpack(obj: Any, where: str) -> Side:
     if not _compact(shape, strides, 1):
         raise ValueError(f"{where} is not contiguous (shape {shape}, strides {strides})")
     address = int(tensor.data or 0) + int(tensor.byte_offset)
-    return Side(address, math.prod(shape) * itemsize, device_type == _DL_CUDA, capsule)
+    return Side(address, math.prod(shape) * itemsize, capsule)
 
 
 def _host(array: np.ndarray, where: str) -> Side:
@@ -89,33 +88,42 @@ def _host(array: np.ndarray, where: str) -> Side:
             f"{where} is not C-contiguous (shape {array.shape}, strides {array.strides}); pass "
             "np.ascontiguousarray(...)"
         )
-    return Side(int(array.__array_interface__["data"][0]), int(array.nbytes), False, array)
+    return Side(int(array.__array_interface__["data"][0]), int(array.nbytes), array)
 
 
-def side(obj: Any, where: str) -> Side:
-    """`obj` as one end of a copy; `where` names it in errors ('pair 3 destination')."""
+def _tensor(obj: Any, index: int, role: str) -> Side:
+    if not obj.is_contiguous():
+        raise ValueError(
+            f"pair {index} {role} is a non-contiguous tensor (shape {tuple(obj.shape)}, strides "
+            f"{tuple(obj.stride())}); pass t.contiguous()"
+        )
+    return Side(obj.data_ptr(), obj.nbytes, obj)
+
+
+def side(obj: Any, index: int, role: str) -> Side:
+    """`obj` as one end of a copy, the `role` (destination, source) of pair `index`."""
+    kind = type(obj)
+    if kind in _torch_types:  # the common case first: tensors, a set lookup
+        return _tensor(obj, index, role)
+    where = f"pair {index} {role}"
     if isinstance(obj, (int, np.integer)) and not isinstance(obj, bool):
         address = int(obj)
         if address <= 0:
             raise ValueError(f"{where} address {address} is not a valid address")
-        return Side(address, None, None)
+        return Side(address, None)
     if isinstance(obj, np.ndarray):
         return _host(obj, where)
-    module = type(obj).__module__
-    if module.startswith("torch") and hasattr(obj, "data_ptr"):
-        if not obj.is_contiguous():
-            raise ValueError(
-                f"{where} is a non-contiguous tensor (shape {tuple(obj.shape)}, strides "
-                f"{tuple(obj.stride())}); pass t.contiguous()"
-            )
-        return Side(int(obj.data_ptr()), obj.numel() * obj.element_size(), bool(obj.is_cuda), obj)
+    module = kind.__module__
+    if module.startswith("torch") and hasattr(obj, "data_ptr") and hasattr(obj, "nbytes"):
+        _torch_types.add(kind)
+        return _tensor(obj, index, role)
     if module.startswith("cupy") and hasattr(obj, "data") and hasattr(obj, "flags"):
         if not obj.flags.c_contiguous:
             raise ValueError(
                 f"{where} is a non-contiguous CuPy array (shape {obj.shape}, strides "
                 f"{obj.strides}); pass cupy.ascontiguousarray(...)"
             )
-        return Side(int(obj.data.ptr), int(obj.nbytes), True, obj)
+        return Side(int(obj.data.ptr), int(obj.nbytes), obj)
     if hasattr(obj, "__cuda_array_interface__"):
         face = obj.__cuda_array_interface__
         shape = tuple(int(n) for n in face["shape"])
@@ -123,7 +131,7 @@ def side(obj: Any, where: str) -> Side:
         strides = face.get("strides")
         if not _compact(shape, None if strides is None else tuple(strides), itemsize):
             raise ValueError(f"{where} is not contiguous (shape {shape}, strides {strides})")
-        return Side(int(face["data"][0] or 0), math.prod(shape) * itemsize, True, obj)
+        return Side(int(face["data"][0] or 0), math.prod(shape) * itemsize, obj)
     if hasattr(obj, "__dlpack_device__") and hasattr(obj, "__dlpack__"):
         return _dlpack(obj, where)
     if hasattr(obj, "__array_interface__"):
@@ -139,5 +147,5 @@ def side(obj: Any, where: str) -> Side:
     if not view.c_contiguous:
         raise ValueError(f"{where} is not C-contiguous")
     if view.nbytes == 0:
-        return Side(0, 0, False, view)
+        return Side(0, 0, view)
     return _host(np.frombuffer(view, dtype=np.uint8), where)
