@@ -39,7 +39,7 @@ def api_bandwidth(
         mechanisms=(mechanism,),
         timings=("api",),
         sizes=(size,),
-        target_s=0.25 if size >= 64 * MIB else 0.05,
+        target_s=0.25,
         trials=7,
         budget_s=None,
     )

@@ -75,7 +75,7 @@ def cell(direction: str, memory: str, count: int, size: int) -> dict:
         gpu.copy_(host.to("cuda"))
         host.zero_()
         torch.cuda.synchronize()
-    sizes = [size] * count
+    sizes = torch.full((count,), size, dtype=torch.int64).numpy()
     variants = {m: m for m in COPY_MANY_METHODS}
     variants["chosen"] = None
     calls = {}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,8 @@ class Calibration:
     created: str
     driver: str
     cells: dict[tuple[str, str, int, int], dict[str, float]]
+    # answers already given, by (direction, memory, count, size): copy_many asks per call
+    _answers: dict[tuple[str, str, int, int], Any] = field(default_factory=dict, compare=False)
 
     @classmethod
     def of(cls, result: BatchResult, path: Path) -> Calibration:
@@ -149,6 +152,14 @@ class Calibration:
         self, direction: str, memory: str, count: int, size: int
     ) -> tuple[str, str, tuple[int, int], dict[str, float]] | None:
         """(method, reason, cell, seconds by method), or None when no cell is near."""
+        key = (direction, memory, count, size)
+        if key not in self._answers:
+            self._answers[key] = self._choose(direction, memory, count, size)
+        return self._answers[key]  # type: ignore[no-any-return]
+
+    def _choose(
+        self, direction: str, memory: str, count: int, size: int
+    ) -> tuple[str, str, tuple[int, int], dict[str, float]] | None:
         cell = self.nearest(direction, memory, count, size)
         if cell is None:
             return None
@@ -167,11 +178,24 @@ class Calibration:
 
 
 _loaded: dict[Path, tuple[float, Calibration | None]] = {}
+_looked: dict[str, tuple[float, Path, Calibration | None]] = {}  # by GPU: when, where, what
+LOOK_AGAIN_S = 1.0  # a stored calibration is looked for again at most this often
 
 
 def load(gpu: str) -> Calibration | None:
-    """This GPU's stored calibration, or None; read again when the file changes."""
+    """This GPU's stored calibration, or None; read again when the file changes (looked at
+    once a second at most: copy_many asks on every call)."""
+    now = time.monotonic()
+    seen = _looked.get(gpu)
+    if seen and now - seen[0] < LOOK_AGAIN_S and seen[1] == calibration_path(gpu):
+        return seen[2]
     path = calibration_path(gpu)
+    calibration = _read(path)
+    _looked[gpu] = (now, path, calibration)
+    return calibration
+
+
+def _read(path: Path) -> Calibration | None:
     try:
         mtime = path.stat().st_mtime
     except OSError:
@@ -198,4 +222,5 @@ def save(result: BatchResult, gpu: str) -> Path:
     scratch = path.with_suffix(".tmp")
     scratch.write_text(dumps_json(result))
     scratch.replace(path)
+    _looked.pop(gpu, None)  # this process uses it from its next copy
     return path
