@@ -223,4 +223,7 @@ def save(result: BatchResult, gpu: str) -> Path:
     scratch.write_text(dumps_json(result))
     scratch.replace(path)
     _looked.pop(gpu, None)  # this process uses it from its next copy
+    from . import copy
+
+    copy._decisions.clear()
     return path

@@ -25,6 +25,7 @@ without a calibration follows a built-in rule. `method=` forces one of COPY_MANY
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,7 +33,7 @@ import numpy as np
 
 from ..core.engine import Engine
 from ..core.native import engine_module
-from .choose import Choice, gpu_key, load, rule
+from .choose import LOOK_AGAIN_S, Choice, gpu_key, load, rule
 from .resolve import Side, side
 
 _e = engine_module()
@@ -216,7 +217,35 @@ def copy_many(
     return choice
 
 
+# decisions already made, by (engine, device, direction, memory, count, total): kept for as long
+# as a stored calibration is trusted without looking at its file again
+_decisions: dict[tuple[int, int, str, str, int, int], tuple[float, Choice]] = {}
+
+
 def _choose(
+    engine: Engine,
+    device: int,
+    direction: str,
+    memory: str,
+    count: int,
+    total: int,
+    size: int,
+    asked: str | None,
+) -> Choice:
+    if asked is not None:
+        return _decide(engine, device, direction, memory, count, total, size, asked)
+    key = (id(engine), device, direction, memory, count, total)
+    now = time.monotonic()
+    made = _decisions.get(key)
+    if made is None or now - made[0] >= LOOK_AGAIN_S:
+        if len(_decisions) > 4096:
+            _decisions.clear()
+        made = (now, _decide(engine, device, direction, memory, count, total, size, None))
+        _decisions[key] = made
+    return made[1]
+
+
+def _decide(
     engine: Engine,
     device: int,
     direction: str,
