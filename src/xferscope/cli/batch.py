@@ -11,6 +11,7 @@ from ..batch.measure import (
     CALIBRATION_COUNTS,
     CALIBRATION_SIZES,
     CALIBRATION_TARGET_S,
+    CALIBRATION_TRIALS,
     DEFAULT_COUNTS,
     DEFAULT_TARGET_S,
     DEFAULT_TRIALS,
@@ -105,6 +106,7 @@ def batch_command(ctx: click.Context, /, **kw: Any) -> None:
             "sizes": ",".join(map(str, CALIBRATION_SIZES)),
             "methods": ",".join(COPY_MANY_METHODS),
             "target_time": CALIBRATION_TARGET_S,
+            "trials": CALIBRATION_TRIALS,
         }
         for name, value in grid.items():
             if ctx.get_parameter_source(name) is click.core.ParameterSource.DEFAULT:
