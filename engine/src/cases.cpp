@@ -26,7 +26,8 @@ std::string refusal(Direction direction, MemoryKind memory, Mechanism mechanism,
   if (mechanism == Mechanism::staged && (!host || memory != MemoryKind::pageable)) {
     return "the staged copy moves pageable memory between the host and a GPU";
   }
-  if (direction == Direction::p2p && mechanism == Mechanism::memcpy) {
+  if (direction == Direction::p2p && mechanism != Mechanism::async &&
+      mechanism != Mechanism::kernel) {
     return "peer copies use the async or kernel mechanism";
   }
   if (direction == Direction::p2p && mechanism == Mechanism::kernel && !peer_access) {
@@ -42,8 +43,9 @@ bool blocks_for_device_timing(Direction direction, MemoryKind memory, Mechanism 
                               bool peer_access) noexcept {
   const bool pageable = host_side(direction) && memory == MemoryKind::pageable;
   const bool through_host = direction == Direction::p2p && !peer_access;
-  return (mechanism == Mechanism::async || mechanism == Mechanism::kernel) && !pageable &&
-         !through_host;
+  return (mechanism == Mechanism::async || mechanism == Mechanism::driver_async ||
+          mechanism == Mechanism::kernel) &&
+         !pageable && !through_host;
 }
 
 }  // namespace xferscope

@@ -9,6 +9,7 @@
 #include "kernels.hpp"
 #include "xferscope/cases.hpp"
 #include "xferscope/cpu_work.hpp"
+#include "xferscope/detail/driver.hpp"
 #include "xferscope/error.hpp"
 #include "xferscope/pattern.hpp"
 
@@ -56,6 +57,8 @@ std::string_view to_string(Mechanism mechanism) {
     case Mechanism::async: return "async";
     case Mechanism::kernel: return "kernel";
     case Mechanism::staged: return "staged";
+    case Mechanism::driver: return "driver";
+    case Mechanism::driver_async: return "driver-async";
   }
   return "unknown";
 }
@@ -134,7 +137,12 @@ Transfer::Transfer(const TransferSpec& spec) : spec_(spec) {
   // for them (fill, poison, compare): once a kernel has run on another stream, every synchronous
   // cudaMemcpy on the legacy stream costs about 1.1 us more (5.5 -> 6.6 us for 4 bytes on an
   // H200, driver 580), a cost of the engine's setup and not of the copy.
-  if (spec.mechanism != Mechanism::memcpy) stream_ = detail::Stream::create();
+  if (spec.mechanism != Mechanism::memcpy && spec.mechanism != Mechanism::driver) {
+    stream_ = detail::Stream::create();
+  }
+  if (spec.mechanism == Mechanism::driver || spec.mechanism == Mechanism::driver_async) {
+    detail::driver_copies();  // a driver without the entry points fails here, not mid-sweep
+  }
   start_ = detail::Event::create();
   stop_ = detail::Event::create();
   if (spec.mechanism == Mechanism::staged) {
@@ -256,7 +264,29 @@ void Transfer::run_iteration(std::size_t bytes, std::size_t offset, cudaStream_t
           staged_->to_host(destination, source, bytes);
         }
         break;
+      case Mechanism::driver:
+      case Mechanism::driver_async:
+        driver_copy(leg.kind, destination, source, bytes, stream);
+        break;
     }
+  }
+}
+
+// The driver API's copy for this leg: synchronous, or on `stream` for driver-async.
+void Transfer::driver_copy(cudaMemcpyKind kind, char* destination, const char* source,
+                           std::size_t bytes, cudaStream_t stream) {
+  const detail::DriverCopies& d = detail::driver_copies();
+  const auto to = reinterpret_cast<CUdeviceptr>(destination);
+  const auto from = reinterpret_cast<CUdeviceptr>(source);
+  const auto s = reinterpret_cast<CUstream>(stream);
+  if (spec_.mechanism == Mechanism::driver) {
+    if (kind == cudaMemcpyHostToDevice) XFS_DRIVER_CALL(d.htod(to, source, bytes));
+    if (kind == cudaMemcpyDeviceToHost) XFS_DRIVER_CALL(d.dtoh(destination, from, bytes));
+    if (kind == cudaMemcpyDeviceToDevice) XFS_DRIVER_CALL(d.dtod(to, from, bytes));
+  } else {
+    if (kind == cudaMemcpyHostToDevice) XFS_DRIVER_CALL(d.htod_async(to, source, bytes, s));
+    if (kind == cudaMemcpyDeviceToHost) XFS_DRIVER_CALL(d.dtoh_async(destination, from, bytes, s));
+    if (kind == cudaMemcpyDeviceToDevice) XFS_DRIVER_CALL(d.dtod_async(to, from, bytes, s));
   }
 }
 
@@ -282,8 +312,9 @@ TrialTiming Transfer::time(Timing timing, std::size_t bytes, std::int64_t iterat
 // NetPIPE's method: a host steady clock around N calls, each of which completes before the
 // next starts (cudaMemcpy does; the async and kernel mechanisms synchronise their stream).
 TrialTiming Transfer::time_api(std::size_t bytes, std::int64_t iterations) {
-  const bool synchronous =
-      spec_.mechanism == Mechanism::memcpy || spec_.mechanism == Mechanism::staged;
+  const bool synchronous = spec_.mechanism == Mechanism::memcpy ||
+                           spec_.mechanism == Mechanism::staged ||
+                           spec_.mechanism == Mechanism::driver;
   const auto begin = std::chrono::steady_clock::now();
   for (std::int64_t i = 0; i < iterations; ++i) {
     run_iteration(bytes, next_offset(bytes), stream_);

@@ -55,8 +55,8 @@ COMBINATIONS = list(cases.combinations())
 
 
 def test_the_matrix_is_complete():
-    # 5 directions x 6 memory kinds x 4 mechanisms x 2 timings, p2p twice (peer access on, off)
-    assert len(COMBINATIONS) == (4 + 2) * 6 * 4 * 2
+    # 5 directions x 6 memory kinds x 6 mechanisms x 2 timings, p2p twice (peer access on, off)
+    assert len(COMBINATIONS) == (4 + 2) * 6 * 6 * 2
     assert len(cases.table()) == sum(expected(*c) == "ok" for c in COMBINATIONS)
     keys = [c.key for c in cases.table()]
     assert len(set(keys)) == len(keys), "every case has its own key"
@@ -80,6 +80,7 @@ def test_the_simulated_engine_keeps_the_contract(combination):
         (("d2d", "pinned", "async", "api", True), "d2d and p2p copies move device memory"),
         (("h2d", "device", "async", "api", True), "device memory is for d2d and p2p"),
         (("p2p", "device", "memcpy", "device", True), "async or kernel mechanism"),
+        (("p2p", "device", "driver-async", "api", True), "async or kernel mechanism"),
         (("p2p", "device", "kernel", "device", False), "needs peer access"),
     ],
 )

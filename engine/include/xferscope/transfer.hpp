@@ -29,6 +29,8 @@ enum class Mechanism {
   async,   // cudaMemcpyAsync on a stream: the copy engines
   kernel,  // a copy kernel run by the SMs (of the source GPU, writing to the peer for p2p)
   staged,  // pageable memory through xferscope's pinned staging pool and host threads
+  driver,  // the driver API's synchronous cuMemcpyHtoD / DtoH / DtoD (NetPIPE's cuMemcpy module)
+  driver_async,  // cuMemcpyHtoDAsync / DtoHAsync / DtoDAsync on a stream
 };
 
 enum class Timing {
@@ -40,7 +42,8 @@ enum class Timing {
 inline constexpr Direction kAllDirections[] = {Direction::h2d, Direction::d2h, Direction::d2d,
                                                Direction::round_trip, Direction::p2p};
 inline constexpr Mechanism kAllMechanisms[] = {Mechanism::memcpy, Mechanism::async,
-                                               Mechanism::kernel, Mechanism::staged};
+                                               Mechanism::kernel, Mechanism::staged,
+                                               Mechanism::driver, Mechanism::driver_async};
 inline constexpr Timing kAllTimings[] = {Timing::api, Timing::device};
 
 std::string_view to_string(Direction direction);
@@ -146,6 +149,8 @@ class Transfer {
   std::size_t next_offset(std::size_t bytes);
   void run_iteration(std::size_t bytes, std::size_t offset, cudaStream_t stream);
   void wait(cudaStream_t stream);
+  void driver_copy(cudaMemcpyKind kind, char* destination, const char* source, std::size_t bytes,
+                   cudaStream_t stream);
   TrialTiming time_api(std::size_t bytes, std::int64_t iterations);
   TrialTiming time_device(std::size_t bytes, std::int64_t iterations);
   // The stream the engine's own work on `buffer` runs on: this transfer's stream on its GPU,

@@ -62,7 +62,15 @@ from .outputs import Destination, Maker, Named, Output, text
     show_default=True,
     help="memcpy (synchronous cudaMemcpy), async (cudaMemcpyAsync: copy engines), "
     "kernel (SM copy kernel), staged (pageable memory through xferscope's pinned staging "
-    "pool and host threads).",
+    "pool and host threads), driver (cuMemcpyHtoD/DtoH/DtoD), driver-async (their Async "
+    "forms).",
+)
+@click.option(
+    "--api",
+    default="runtime",
+    show_default=True,
+    help="runtime, driver, or both: driver measures memcpy and async by the driver API's "
+    "cuMemcpy calls instead (NetPIPE's cuMemcpy module); both draws them on the same curves.",
 )
 @click.option(
     "--timing",
@@ -239,7 +247,7 @@ def build_sweep_options(kw: dict[str, Any]) -> SweepOptions:
     return SweepOptions(
         directions=parse_list("--direction", kw["direction"], DIRECTIONS),
         memories=parse_list("--memory", kw["memory"], HOST_MEMORY),
-        mechanisms=parse_list("--mechanism", kw["mechanism"], MECHANISMS),
+        mechanisms=with_api(parse_list("--mechanism", kw["mechanism"], MECHANISMS), kw["api"]),
         timings=parse_list("--timing", kw["timing"], TIMINGS),
         devices=parse_devices("--device", kw["device"]),
         sizes=sizes,
@@ -271,3 +279,22 @@ def _print_sweep(result: SweepResult) -> None:
     from ..report.sweep_tables import print_report
 
     print_report(result, stdout)
+
+
+DRIVER_FORMS = {"memcpy": "driver", "async": "driver-async"}
+
+
+def with_api(mechanisms: tuple[str, ...], api: str) -> tuple[str, ...]:
+    """The mechanisms `--api` asks for: the runtime's, their driver-API forms, or both."""
+    apis = parse_list("--api", api, ("runtime", "driver"))
+    if "driver" in apis and not any(m in DRIVER_FORMS for m in mechanisms):
+        raise OptionError(
+            "--api", "driver needs --mechanism memcpy or async (the driver API's cuMemcpy forms)"
+        )
+    out: list[str] = []
+    for m in mechanisms:
+        if "runtime" in apis or m not in DRIVER_FORMS:
+            out.append(m)
+        if "driver" in apis and m in DRIVER_FORMS:
+            out.append(DRIVER_FORMS[m])
+    return tuple(dict.fromkeys(out))

@@ -54,6 +54,8 @@ _MECHANISM_TEXT = {
     "async": "cudaMemcpyAsync on a copy engine",
     "kernel": "an SM copy kernel",
     "staged": "xferscope's staged copy (host threads and a pinned pool)",
+    "driver": "the driver API's cuMemcpy",
+    "driver-async": "the driver API's cuMemcpyAsync on a copy engine",
 }
 _TIMING_TEXT = {
     "api": "API time (host clock around calls that complete)",

@@ -219,7 +219,7 @@ class SimulatedTransfer:
         issuing call; an asynchronous one runs under the CPU's work."""
         self._check(bytes)
         copy = self.per_copy_s("api", bytes) * self.copies_per_iteration
-        host_driven = self._mechanism in ("memcpy", "staged") or (
+        host_driven = self._mechanism in ("memcpy", "staged", "driver") or (
             self._memory == "pageable" and self.direction not in cases.DEVICE_DIRECTIONS
         )
         issue = copy if host_driven else 3e-6

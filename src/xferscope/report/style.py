@@ -66,6 +66,10 @@ LINE_STYLES: dict[tuple[str, str], tuple[Any, str]] = {
     ("kernel", "device"): ((0, (10, 3)), "longdash"),
     ("kernel", "api"): ((0, (3, 1, 1, 1, 1, 1)), "dashdot"),
     ("staged", "api"): ((0, (6, 1.5, 1, 1.5)), "5px,2px,1px,2px"),
+    ("driver", "api"): ((0, (2, 1)), "3px,1px"),
+    ("driver", "device"): ((0, (1, 3)), "1px,4px"),
+    ("driver-async", "device"): ((0, (4, 1, 1, 1)), "6px,1px,1px,1px"),
+    ("driver-async", "api"): ((0, (12, 2)), "12px,2px"),
 }
 # One marker per GPU, so the curves of several GPUs in one panel stay apart.
 MARKERS = (
