@@ -7,6 +7,7 @@
 
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <numeric>
 
 #include "batch/kernels.hpp"
@@ -139,6 +140,7 @@ std::vector<PointerInfo> classify(const std::uintptr_t* addresses, std::size_t c
 }
 
 struct ManyCopier::Impl {
+  std::mutex calls;  // one batch at a time: the staging and tables are shared
   detail::Stream stream;
   char* host = nullptr;  // pinned: a table of pieces, then packed data
   std::size_t host_bytes = 0;
@@ -196,8 +198,9 @@ void ManyCopier::copy(const std::string& method, bool upload, const std::uintptr
                       const std::uintptr_t* sources, const std::size_t* sizes, std::size_t count,
                       bool pinned, const std::uintptr_t* mapped_host) {
   if (count == 0) return;
-  DeviceGuard guard(device_);
   Impl& m = *impl_;
+  std::lock_guard<std::mutex> one_at_a_time(m.calls);
+  DeviceGuard guard(device_);
   cudaStream_t stream = m.stream;
   auto dst = [&](std::size_t i) { return reinterpret_cast<void*>(destinations[i]); };
   auto src = [&](std::size_t i) { return reinterpret_cast<const void*>(sources[i]); };
