@@ -10,6 +10,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "batch/batch_api.hpp"
 #include "batch/kernels.hpp"
 #include "xferscope/detail/handles.hpp"
 #include "xferscope/error.hpp"
@@ -34,12 +35,6 @@ bool pageable_access(int device) {
   return v != 0;
 }
 
-cudaMemcpySrcAccessOrder order_of(const std::string& method) {
-  if (method == "batch-call") return cudaMemcpySrcAccessOrderDuringApiCall;
-  if (method == "batch-any") return cudaMemcpySrcAccessOrderAny;
-  return cudaMemcpySrcAccessOrderStream;
-}
-
 }  // namespace
 
 const std::vector<std::string>& methods() {
@@ -49,8 +44,12 @@ const std::vector<std::string>& methods() {
 }
 
 const std::vector<std::string>& copy_many_methods() {
-  static const std::vector<std::string> all = {"loop",      "batch-stream", "batch-call",
-                                               "batch-any", "pack",         "kernel"};
+  static const std::vector<std::string> all = [] {
+    std::vector<std::string> m;
+    for (const std::string& method : methods())
+      if (method != "graph") m.push_back(method);  // a graph pays only when copies repeat
+    return m;
+  }();
   return all;
 }
 
@@ -233,15 +232,7 @@ struct Batch::Impl {
         XFS_CUDA_CALL(cudaMemcpyAsync(dsts[i], srcs[i], s.sizes[i], cudaMemcpyDefault, stream));
       }
     } else if (method.rfind("batch-", 0) == 0) {
-      cudaMemcpyAttributes attr{};
-      attr.srcAccessOrder = order_of(method);
-      attr.srcLocHint.type = up() ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
-      attr.srcLocHint.id = up() ? 0 : s.device;
-      attr.dstLocHint.type = up() ? cudaMemLocationTypeDevice : cudaMemLocationTypeHost;
-      attr.dstLocHint.id = up() ? s.device : 0;
-      std::size_t index = 0;
-      XFS_CUDA_CALL(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), s.sizes.data(), n, &attr, &index,
-                                         1, stream));
+      batch_api_copy(method, up(), s.device, dsts.data(), srcs.data(), s.sizes.data(), n, stream);
     } else if (method == "pack") {
       prepare_pack();
       if (up()) {

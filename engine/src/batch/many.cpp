@@ -10,6 +10,7 @@
 #include <mutex>
 #include <numeric>
 
+#include "batch/batch_api.hpp"
 #include "batch/kernels.hpp"
 #include "xferscope/detail/handles.hpp"
 #include "xferscope/error.hpp"
@@ -105,12 +106,6 @@ class DeviceGuard {
 
 constexpr std::size_t kAlign = 256;
 std::size_t aligned(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-cudaMemcpySrcAccessOrder order_of(const std::string& method) {
-  if (method == "batch-call") return cudaMemcpySrcAccessOrderDuringApiCall;
-  if (method == "batch-any") return cudaMemcpySrcAccessOrderAny;
-  return cudaMemcpySrcAccessOrderStream;
-}
 
 }  // namespace
 
@@ -212,17 +207,9 @@ void ManyCopier::copy(const std::string& method, bool upload, const std::uintptr
     for (std::size_t i = 0; i < count; ++i)
       XFS_CUDA_CALL(cudaMemcpyAsync(dst(i), src(i), sizes[i], cudaMemcpyDefault, stream));
   } else if (method.rfind("batch-", 0) == 0) {
-    cudaMemcpyAttributes attr{};
-    attr.srcAccessOrder = order_of(method);
-    attr.srcLocHint.type = upload ? cudaMemLocationTypeHost : cudaMemLocationTypeDevice;
-    attr.srcLocHint.id = upload ? 0 : device_;
-    attr.dstLocHint.type = upload ? cudaMemLocationTypeDevice : cudaMemLocationTypeHost;
-    attr.dstLocHint.id = upload ? device_ : 0;
-    std::size_t index = 0;
     static_assert(sizeof(std::uintptr_t) == sizeof(void*), "addresses are pointers");
-    XFS_CUDA_CALL(cudaMemcpyBatchAsync(reinterpret_cast<void* const*>(destinations),
-                                       reinterpret_cast<const void* const*>(sources), sizes, count,
-                                       &attr, &index, 1, stream));
+    batch_api_copy(method, upload, device_, reinterpret_cast<void* const*>(destinations),
+                   reinterpret_cast<const void* const*>(sources), sizes, count, stream);
   } else if (method == "pack") {
     std::vector<std::size_t> at(count);
     std::size_t total = 0;
