@@ -186,10 +186,10 @@ def load(gpu: str) -> Calibration | None:
     """This GPU's stored calibration, or None; read again when the file changes (looked at
     once a second at most: copy_many asks on every call)."""
     now = time.monotonic()
-    seen = _looked.get(gpu)
-    if seen and now - seen[0] < LOOK_AGAIN_S and seen[1] == calibration_path(gpu):
-        return seen[2]
     path = calibration_path(gpu)
+    seen = _looked.get(gpu)
+    if seen and now - seen[0] < LOOK_AGAIN_S and seen[1] == path:
+        return seen[2]
     calibration = _read(path)
     _looked[gpu] = (now, path, calibration)
     return calibration

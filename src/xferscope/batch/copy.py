@@ -207,9 +207,8 @@ def copy_many(
     memory = "pinned" if pinned else "pageable"
     direction = "h2d" if upload else "d2h"
     total = int(nbytes.sum())
-    size = total // count
     host_mapped = mapped[count:] if upload else mapped[:count]
-    choice = _choose(engine, target, direction, memory, count, total, size, method)
+    choice = _choose(engine, target, direction, memory, count, total, method)
     _copier(engine, target).copy(
         choice.method, upload, dst, src, nbytes, pinned, host_mapped if pinned else None
     )
@@ -229,57 +228,35 @@ def _choose(
     memory: str,
     count: int,
     total: int,
-    size: int,
     asked: str | None,
 ) -> Choice:
-    if asked is not None:
-        return _decide(engine, device, direction, memory, count, total, size, asked)
+    """The method `asked` for (if it can make the batch), else this shape's decision: made from
+    the calibration or the rule, and remembered for LOOK_AGAIN_S."""
     key = (id(engine), device, direction, memory, count, total)
     now = time.monotonic()
     made = _decisions.get(key)
-    if made is None or now - made[0] >= LOOK_AGAIN_S:
-        if len(_decisions) > 4096:
-            _decisions.clear()
-        made = (now, _decide(engine, device, direction, memory, count, total, size, None))
-        _decisions[key] = made
-    return made[1]
-
-
-def _decide(
-    engine: Engine,
-    device: int,
-    direction: str,
-    memory: str,
-    count: int,
-    total: int,
-    size: int,
-    asked: str | None,
-) -> Choice:
-    sizes = [size]
+    if asked is None and made is not None and now - made[0] < LOOK_AGAIN_S:
+        return made[1]
+    size = total // count
     gpu, driver = _facts_of(engine, device)
+    shape = (direction, memory, count, total, device)
+
+    def refused(method: str) -> str:
+        return str(_e.copy_many_refusal(direction, memory, [size], method, driver))
+
     if asked is not None:
-        reason = _e.copy_many_refusal(direction, memory, sizes, asked, driver)
-        if reason:
-            raise ValueError(f"method {asked!r} cannot make this batch: {reason}")
-        return Choice(asked, direction, memory, count, total, device, "asked", "it was asked for")
+        if refused(asked):
+            raise ValueError(f"method {asked!r} cannot make this batch: {refused(asked)}")
+        return Choice(asked, *shape, "asked", "it was asked for")
     calibration = load(gpu)
-    if calibration is not None:
-        chosen = calibration.choose(direction, memory, count, size)
-        if chosen is not None:
-            method, reason, cell, times = chosen
-            if not _e.copy_many_refusal(direction, memory, sizes, method, driver):
-                return Choice(
-                    method,
-                    direction,
-                    memory,
-                    count,
-                    total,
-                    device,
-                    "calibration",
-                    reason,
-                    cell,
-                    times,
-                )
-    batch_api = not _e.copy_many_refusal(direction, memory, sizes, "batch-stream", driver)
-    method, reason = rule(direction, memory, count, size, batch_api)
-    return Choice(method, direction, memory, count, total, device, "rule", reason)
+    chosen = calibration.choose(direction, memory, count, size) if calibration else None
+    if chosen is not None and not refused(chosen[0]):
+        method, reason, cell, times = chosen
+        choice = Choice(method, *shape, "calibration", reason, cell, times)
+    else:
+        method, reason = rule(direction, memory, count, size, not refused("batch-stream"))
+        choice = Choice(method, *shape, "rule", reason)
+    if len(_decisions) > 4096:
+        _decisions.clear()
+    _decisions[key] = (now, choice)
+    return choice
