@@ -226,3 +226,18 @@ def test_a_closed_copier_is_made_again():
 
     _copier(engine, 0).close()  # as the CLI closes every handle at its end
     assert copy_many(pairs, engine=engine).method == "kernel"
+
+
+def test_ctrl_c_during_calibrate_keeps_the_measured_and_stores_nothing(
+    capsys, tmp_path, places, monkeypatch
+):
+    monkeypatch.setattr(
+        "xferscope.cli.common.open_engine", lambda simulate: SimulatedEngine(interrupt_after=40)
+    )
+    code = cli.main(["batch", "--simulate", "--calibrate", "-o", str(tmp_path / "out")])
+    _, err = capsys.readouterr()
+    assert code == cli.EXIT_INTERRUPTED
+    (path,) = (tmp_path / "out").glob("batch-*/batch.json")
+    doc = json.loads(path.read_text())
+    assert doc["interrupted"] is True and any(c["status"] == "complete" for c in doc["cells"])
+    assert "not stored" in err and not list(places.glob("copy-many-*.json"))

@@ -41,15 +41,16 @@ COPY_MANY_METHODS: tuple[str, ...] = tuple(_e.COPY_MANY_METHODS)
 _KINDS = {0: "pageable", 1: "pinned", 2: "device", 3: "managed"}
 
 _engine: Engine | None = None
-_copiers: dict[tuple[int, int], Any] = {}
+# keyed by the engine itself, not its id: an id can be reused by a later engine
+_copiers: dict[tuple[Engine, int], Any] = {}
 _lock = threading.Lock()
 # per (engine, device): the GPU's calibration key and the driver version, asked once (the
 # device's facts take about a millisecond to gather, as long as a batch of small copies)
-_facts: dict[tuple[int, int], tuple[str, int]] = {}
+_facts: dict[tuple[Engine, int], tuple[str, int]] = {}
 
 
 def _facts_of(engine: Engine, device: int) -> tuple[str, int]:
-    key = (id(engine), device)
+    key = (engine, device)
     facts = _facts.get(key)
     if facts is None:
         facts = (gpu_key(engine.device_info(device)), engine.driver_version())
@@ -67,7 +68,7 @@ def _default_engine() -> Engine:
 
 
 def _copier(engine: Engine, device: int) -> Any:
-    key = (id(engine), device)
+    key = (engine, device)
     with _lock:
         copier = _copiers.get(key)
         if copier is None or copier.closed:  # closed: by the engine at a command's end
@@ -218,7 +219,7 @@ def copy_many(
 
 # decisions already made, by (engine, device, direction, memory, count, total): kept for as long
 # as a stored calibration is trusted without looking at its file again
-_decisions: dict[tuple[int, int, str, str, int, int], tuple[float, Choice]] = {}
+_decisions: dict[tuple[Engine, int, str, str, int, int], tuple[float, Choice]] = {}
 
 
 def _choose(
@@ -232,7 +233,7 @@ def _choose(
 ) -> Choice:
     """The method `asked` for (if it can make the batch), else this shape's decision: made from
     the calibration or the rule, and remembered for LOOK_AGAIN_S."""
-    key = (id(engine), device, direction, memory, count, total)
+    key = (engine, device, direction, memory, count, total)
     now = time.monotonic()
     made = _decisions.get(key)
     if asked is None and made is not None and now - made[0] < LOOK_AGAIN_S:
