@@ -77,14 +77,22 @@ __device__ void record_mismatch(unsigned long long* counters, unsigned long long
   atomicMin(&counters[1], offset);
 }
 
+// The pattern's 8 bytes from byte `offset` on, as one little-endian word.
+__device__ std::uint64_t pattern_at(std::uint64_t seed, std::size_t offset) {
+  const unsigned shift = 8 * static_cast<unsigned>(offset % 8);
+  const std::uint64_t low = pattern_word(seed, offset / 8);
+  if (shift == 0) return low;
+  return (low >> shift) | (pattern_word(seed, offset / 8 + 1) << (64 - shift));
+}
+
 __global__ void compare_kernel(const std::uint8_t* data, std::size_t bytes, std::uint64_t seed,
-                               unsigned long long* counters) {
+                               std::size_t pattern_offset, unsigned long long* counters) {
   const std::size_t words = bytes / 8;
   const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
   const std::size_t first = std::size_t{blockIdx.x} * blockDim.x + threadIdx.x;
   const auto* in = reinterpret_cast<const std::uint64_t*>(data);
   for (std::size_t i = first; i < words; i += stride) {
-    const std::uint64_t diff = in[i] ^ pattern_word(seed, i);
+    const std::uint64_t diff = in[i] ^ pattern_at(seed, pattern_offset + i * 8);
     if (diff != 0) {
       unsigned long long count = 0;
       int lowest = 8;
@@ -98,7 +106,7 @@ __global__ void compare_kernel(const std::uint8_t* data, std::size_t bytes, std:
     }
   }
   for (std::size_t j = words * 8 + first; j < bytes; j += stride) {
-    if (data[j] != pattern_byte(seed, j)) record_mismatch(counters, 1, j);
+    if (data[j] != pattern_byte(seed, pattern_offset + j)) record_mismatch(counters, 1, j);
   }
 }
 
@@ -160,12 +168,12 @@ void fill(void* destination, std::size_t bytes, std::uint64_t seed, bool complem
   check_launch();
 }
 
-void compare(const void* data, std::size_t bytes, std::uint64_t seed, unsigned long long* counters,
-             cudaStream_t stream) {
+void compare(const void* data, std::size_t bytes, std::uint64_t seed, std::size_t pattern_offset,
+             unsigned long long* counters, cudaStream_t stream) {
   const unsigned long long initial[2] = {0ull, ULLONG_MAX};
   XFS_CUDA_CALL(cudaMemcpyAsync(counters, initial, sizeof initial, cudaMemcpyHostToDevice, stream));
   compare_kernel<<<pattern_blocks(bytes), kPatternThreads, 0, stream>>>(
-      static_cast<const std::uint8_t*>(data), bytes, seed, counters);
+      static_cast<const std::uint8_t*>(data), bytes, seed, pattern_offset, counters);
   check_launch();
 }
 

@@ -21,11 +21,11 @@ void block_stream(const volatile std::int32_t* release, std::int32_t* timed_out,
 void fill(void* destination, std::size_t bytes, std::uint64_t seed, bool complement,
           cudaStream_t stream);
 
-// Counts the bytes of `data` that differ from the pattern and the offset of the first one.
-// `counters` is device memory for two values: [mismatched bytes, first mismatch offset]; it is
-// initialised here.
-void compare(const void* data, std::size_t bytes, std::uint64_t seed, unsigned long long* counters,
-             cudaStream_t stream);
+// Counts the bytes of `data` that differ from the pattern's bytes from `pattern_offset` on, and
+// the offset of the first one. `data` is 8-byte aligned. `counters` is device memory for two
+// values: [mismatched bytes, first mismatch offset]; it is initialised here.
+void compare(const void* data, std::size_t bytes, std::uint64_t seed, std::size_t pattern_offset,
+             unsigned long long* counters, cudaStream_t stream);
 
 // data[i] = f(data[i]) where f is `work` dependent fused multiply-adds: a kernel whose cost per
 // byte is a knob, for transfer-bound and compute-bound pipelines alike.

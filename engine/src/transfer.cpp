@@ -96,7 +96,12 @@ Transfer::Transfer(const TransferSpec& spec) : spec_(spec) {
   XFS_CUDA_CALL(cudaSetDevice(spec.device));
   XFS_CUDA_CALL(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, spec.device));
 
-  const std::size_t size = std::max(spec.capacity, spec.rotation_bytes);
+  if (spec.host_offset > Limits::most_offset || spec.device_offset > Limits::most_offset) {
+    throw UsageError("a copy's offset is 0.." + std::to_string(Limits::most_offset) + " bytes");
+  }
+  // Room for the offset past the last place a copy can start.
+  const std::size_t size =
+      std::max(spec.capacity, spec.rotation_bytes) + std::max(spec.host_offset, spec.device_offset);
   const MemoryKind host = host_side ? spec.host_memory : MemoryKind::device;
   auto add = [&](MemoryKind kind, int device) -> Buffer* {
     buffers_.push_back(Buffer::allocate(kind, size, device));
@@ -221,9 +226,14 @@ void Transfer::check_bytes(std::size_t bytes) const {
   }
 }
 
+std::size_t Transfer::misalignment(const Buffer& buffer) const noexcept {
+  return buffer.on_device() ? spec_.device_offset : spec_.host_offset;
+}
+
 std::size_t Transfer::slots(std::size_t bytes) const {
   if (!spec_.rotate || bytes < Limits::min_rotated_bytes) return 1;
-  const std::size_t size = legs_.front().source->size();
+  const std::size_t size =
+      legs_.front().source->size() - std::max(spec_.host_offset, spec_.device_offset);
   return (size - bytes) / round_up(bytes, Limits::slot_alignment) + 1;
 }
 
@@ -233,8 +243,10 @@ std::size_t Transfer::next_offset(std::size_t bytes) {
 
 void Transfer::run_iteration(std::size_t bytes, std::size_t offset, cudaStream_t stream) {
   for (const Leg& leg : legs_) {
-    char* destination = static_cast<char*>(leg.destination->data()) + offset;
-    const char* source = static_cast<const char*>(leg.source->data()) + offset;
+    const std::size_t to_offset = offset + misalignment(*leg.destination);
+    const std::size_t from_offset = offset + misalignment(*leg.source);
+    char* destination = static_cast<char*>(leg.destination->data()) + to_offset;
+    const char* source = static_cast<const char*>(leg.source->data()) + from_offset;
     const int to = leg.destination->device_index();
     const int from = leg.source->device_index();
     if (fail_next_copy_) {
@@ -253,9 +265,9 @@ void Transfer::run_iteration(std::size_t bytes, std::size_t offset, cudaStream_t
         }
         break;
       case Mechanism::kernel:
-        kernels::copy(static_cast<char*>(leg.destination->device()) + offset,
-                      static_cast<const char*>(leg.source->device()) + offset, bytes, sm_count_,
-                      stream);
+        kernels::copy(static_cast<char*>(leg.destination->device()) + to_offset,
+                      static_cast<const char*>(leg.source->device()) + from_offset, bytes,
+                      sm_count_, stream);
         break;
       case Mechanism::staged:
         if (leg.kind == cudaMemcpyHostToDevice) {
@@ -454,29 +466,33 @@ Verification Transfer::verify(std::size_t bytes, bool inject_fault) {
   XFS_CUDA_CALL(cudaSetDevice(spec_.device));
   // Poisoning every destination with the pattern's complement makes any byte a leg failed to
   // write differ from what is expected.
-  for (const Leg& leg : legs_) poison(*leg.destination, bytes);
+  for (const Leg& leg : legs_) poison(*leg.destination, bytes + misalignment(*leg.destination));
   run_iteration(bytes, 0, stream_);
   wait(stream_);
   Buffer& result = *legs_.back().destination;
-  if (inject_fault) flip_byte(result, bytes / 2);
+  const std::size_t at = misalignment(result);
+  if (inject_fault) flip_byte(result, at + bytes / 2);
 
   // Host destinations are brought to the GPU with a plain copy and checked there: reading
   // write-combined memory from the CPU would take seconds. A peer's memory is checked on the
-  // peer.
-  Buffer staged;
-  const void* checked = result.device();
-  if (!result.on_device()) {
-    staged = Buffer::allocate(MemoryKind::device, bytes, spec_.device);
-    XFS_CUDA_CALL(
-        cudaMemcpyAsync(staged.device(), result.host(), bytes, cudaMemcpyHostToDevice, stream_));
-    checked = staged.device();
-  }
+  // peer. A misaligned device destination is first copied to an aligned place, so the
+  // comparison reads whole words.
   const int checking_device = result.on_device() ? result.device_index() : spec_.device;
   const cudaStream_t stream = checking_device == spec_.device ? stream_ : kLegacyStream;
+  Buffer staged;
+  const void* checked = static_cast<const char*>(result.data()) + at;
+  if (!result.on_device() || at % 8 != 0) {
+    XFS_CUDA_CALL(cudaSetDevice(checking_device));
+    staged = Buffer::allocate(MemoryKind::device, bytes, checking_device);
+    XFS_CUDA_CALL(cudaMemcpyAsync(staged.device(), checked, bytes, cudaMemcpyDefault, stream));
+    checked = staged.device();
+  }
   Buffer counters =
       Buffer::allocate(MemoryKind::device, 2 * sizeof(unsigned long long), checking_device);
   auto* counter_words = static_cast<unsigned long long*>(counters.device());
-  kernels::compare(checked, bytes, seed_, counter_words, stream);
+  // The destination holds the pattern from where the first leg read its source.
+  kernels::compare(checked, bytes, seed_, misalignment(*legs_.front().source), counter_words,
+                   stream);
   unsigned long long host_counters[2] = {0, 0};
   XFS_CUDA_CALL(cudaMemcpyAsync(host_counters, counter_words, sizeof host_counters,
                                 cudaMemcpyDeviceToHost, stream));

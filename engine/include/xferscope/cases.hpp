@@ -39,6 +39,9 @@ struct Limits {
   static constexpr std::size_t min_rotated_bytes = 64 << 10;
   static constexpr std::size_t slot_alignment = 4096;  // rotated copies start page-aligned
   static constexpr std::size_t cache_line = 64;
+  // A transfer's copies may start this many bytes past the page-aligned place at most (host and
+  // device side apart): the alignment study's offsets 0..4095.
+  static constexpr std::size_t most_offset = 4095;
   // The blocking kernel gives up after this long, so a host that never releases it cannot hang
   // the GPU; a trial that hits it is marked blocking_timed_out.
   static constexpr std::uint64_t blocking_timeout_ns = 5'000'000'000ull;

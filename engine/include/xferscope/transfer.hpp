@@ -68,6 +68,10 @@ struct TransferSpec {
   bool peer_access = true;  // p2p: enable direct peer access (false: disable it, both ways)
   int staged_threads = 0;   // staged: host threads (0: chosen)
   std::size_t staged_chunk_bytes = 0;  // staged: chunk size (0: chosen)
+  // Every copy starts this many bytes past its page-aligned place in host memory and in device
+  // memory (0..Limits::most_offset): the cost of misaligned buffers.
+  std::size_t host_offset = 0;
+  std::size_t device_offset = 0;
 };
 
 struct TrialTiming {
@@ -146,6 +150,8 @@ class Transfer {
 
   void check_bytes(std::size_t bytes) const;
   std::size_t slots(std::size_t bytes) const;  // places a copy of `bytes` rotates through
+  // How far past its place a copy in `buffer` starts: the host or the device offset.
+  std::size_t misalignment(const Buffer& buffer) const noexcept;
   std::size_t next_offset(std::size_t bytes);
   void run_iteration(std::size_t bytes, std::size_t offset, cudaStream_t stream);
   void wait(cudaStream_t stream);

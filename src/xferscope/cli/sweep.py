@@ -6,10 +6,10 @@ from typing import Any
 
 import click
 
-from ..core import plan
+from ..core import cases, plan
 from ..core.cases import HOST_MEMORY, MECHANISMS, TIMINGS
 from ..core.errors import OptionError
-from ..core.units import format_bytes
+from ..core.units import format_bytes, parse_counts
 from ..sweep.options import (
     DIRECTIONS,
     SweepOptions,
@@ -39,6 +39,12 @@ from .common import (
 from .outputs import Destination, Maker, Named, Output, text
 
 # ---- sweep -------------------------------------------------------------------------------------
+
+# `--alignment`: offsets that are multiples of nothing (1), of 4 and 16 but not 64, of 64 but
+# not a page, and the last byte of a page; sizes from latency-bound to bandwidth-bound.
+ALIGNMENT_HOST_OFFSETS = (0, 1, 4, 16, 64, 512, 4095)
+ALIGNMENT_DEVICE_OFFSETS = (0, 1)
+ALIGNMENT_SIZES = (4096, 65536, 1 << 20, 16 << 20)
 
 
 @cli.command()
@@ -137,17 +143,52 @@ from .outputs import Destination, Maker, Named, Output, text
 @click.option(
     "--quick", is_flag=True, help="Short trials and a small budget: a first look in seconds."
 )
+@click.option(
+    "--host-offset",
+    default="0",
+    show_default=True,
+    help="Bytes past a page-aligned start at which every copy's host buffer begins, "
+    "comma-separated, 0 to 4095: one curve per offset (0, the aligned reference, always "
+    "included).",
+)
+@click.option(
+    "--device-offset",
+    default="0",
+    show_default=True,
+    help="The same for the device buffer: host and device offsets are measured in every "
+    "combination.",
+)
+@click.option(
+    "--alignment",
+    is_flag=True,
+    help=f"The alignment study: host offsets {','.join(map(str, ALIGNMENT_HOST_OFFSETS))} and "
+    f"device offsets {','.join(map(str, ALIGNMENT_DEVICE_OFFSETS))} (unless given), sizes "
+    f"{','.join(format_bytes(s) for s in ALIGNMENT_SIZES)} (unless given), and what "
+    "misalignment costs per size.",
+)
 @click.option("--no-verify", is_flag=True, help="Skip checking the destination after each size.")
 @seed_option
 @output_options("sweep", "PREFIX-bandwidth.png and PREFIX-latency.png")
 @click.option(
     "--simulate", is_flag=True, help="Use the simulated engine (no GPU; nothing is measured)."
 )
-def sweep(**kw: Any) -> None:
+@click.pass_context
+def sweep(ctx: click.Context, /, **kw: Any) -> None:
     """Bandwidth and latency against transfer size, one curve per configuration (NetPIPE's
     method: log-scale sizes, repeats sized to a target time, several trials per size)."""
     from ..sweep.measure import prepare_sweep, run_sweep
 
+    if kw["alignment"]:
+        preset = {
+            "host_offset": ",".join(map(str, ALIGNMENT_HOST_OFFSETS)),
+            "device_offset": ",".join(map(str, ALIGNMENT_DEVICE_OFFSETS)),
+        }
+        for name, value in preset.items():
+            if ctx.get_parameter_source(name) is click.core.ParameterSource.DEFAULT:
+                kw[name] = value
+        range_options = ("sizes", "min_size", "max_size", "steps", "perturbation")
+        if all(kw[name] is None for name in range_options):
+            kw["sizes"] = ",".join(map(str, ALIGNMENT_SIZES))
     options = build_sweep_options(kw)
     engine = common.open_engine(kw["simulate"])
     configs = prepare_sweep(engine, options)
@@ -260,7 +301,18 @@ def build_sweep_options(kw: dict[str, Any]) -> SweepOptions:
         cache=kw["cache"],
         verify=not kw["no_verify"],
         quick=quick,
+        host_offsets=parse_offsets("--host-offset", kw["host_offset"]),
+        device_offsets=parse_offsets("--device-offset", kw["device_offset"]),
     )
+
+
+def parse_offsets(option: str, text: str) -> tuple[int, ...]:
+    """Byte offsets 0..4095, with 0 (the aligned reference) always among them."""
+    most = int(cases.LIMITS["most_offset"])
+    offsets = parse_counts(option, text, 0)
+    if offsets[-1] > most:
+        raise OptionError(option, f"{offsets[-1]} is not an offset from 0 to {most} bytes")
+    return tuple(sorted({0, *offsets}))
 
 
 register(

@@ -271,6 +271,8 @@ class Engine(Protocol):
         rotate: bool = True,
         peer: int = -1,
         peer_access: bool = True,
+        host_offset: int = 0,
+        device_offset: int = 0,
     ) -> Transfer: ...
     def time_concurrently(
         self, transfers: Sequence[Transfer], bytes: int, iterations: int
@@ -406,6 +408,8 @@ class NativeEngine:
         rotate: bool = True,
         peer: int = -1,
         peer_access: bool = True,
+        host_offset: int = 0,
+        device_offset: int = 0,
     ) -> Transfer:
         with self._measuring():
             handle = self._engine.Transfer(
@@ -418,6 +422,8 @@ class NativeEngine:
                 rotate,
                 peer,
                 peer_access,
+                host_offset=host_offset,
+                device_offset=device_offset,
             )
         return _NativeTransfer(handle, self, device, direction, None if peer < 0 else peer)
 

@@ -149,8 +149,12 @@ class SimulatedTransfer:
         device: int = 0,
         peer_access: bool = True,
         peer: int | None = None,
+        host_offset: int = 0,
+        device_offset: int = 0,
     ) -> None:
         self._engine = engine
+        self._host_offset = host_offset
+        self._device_offset = device_offset
         self.peer = peer
         self._rotate = rotate
         self.device = device
@@ -159,7 +163,8 @@ class SimulatedTransfer:
         self._memory = memory
         self._mechanism = mechanism
         self._capacity = capacity
-        self._buffer_bytes = max(capacity, rotation_bytes)  # as the native engine sizes them
+        # as the native engine sizes them, less the room for the offset
+        self._buffer_bytes = max(capacity, rotation_bytes)
         self.copies_per_iteration = 2 if direction == "roundtrip" else 1
         self.blocks_for_device_timing = cases.blocks_for_device_timing(
             direction, memory, mechanism, peer_access
@@ -234,8 +239,18 @@ class SimulatedTransfer:
         )
 
     def per_copy_s(self, timing: str, size: int) -> float:
+        """The link model, and a model (not a measurement) of misaligned copies: the driver's
+        CPU copies of pageable memory slow down when the host side is not 16-byte aligned, and
+        a copy engine pays a little per copy for a start off a 64-byte line."""
         model = _model(self.direction, self._memory, self._mechanism, timing, self.peer_access)
-        return model.seconds(size)
+        seconds = model.seconds(size)
+        if self.direction in cases.DEVICE_DIRECTIONS:
+            return seconds
+        if self._memory == "pageable" and self._host_offset % 16:
+            seconds *= 1.12
+        if self._host_offset % 64 or self._device_offset % 64:
+            seconds += 0.3e-6
+        return seconds
 
     def _slots(self, size: int) -> int:
         """Places copies of `size` rotate through, as the native engine counts them."""
@@ -424,10 +439,15 @@ class SimulatedEngine:
         rotate: bool = True,
         peer: int = -1,
         peer_access: bool = True,
+        host_offset: int = 0,
+        device_offset: int = 0,
     ) -> SimulatedTransfer:
         interrupt.check()
         if capacity == 0:
             raise EngineError("a transfer needs a capacity of at least one byte")
+        most = int(cases.LIMITS["most_offset"])
+        if not (0 <= host_offset <= most and 0 <= device_offset <= most):
+            raise EngineError(f"a copy's offset is 0..{most} bytes")
         reason = cases.refusal(direction, memory, mechanism, None, peer_access)
         if reason:
             raise EngineError(reason)
@@ -453,6 +473,8 @@ class SimulatedEngine:
             device,
             peer_access,
             None if peer < 0 else peer,
+            host_offset,
+            device_offset,
         )
 
     def time_concurrently(

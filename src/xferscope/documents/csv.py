@@ -37,6 +37,8 @@ COLUMNS = (
     "cache_resident",
     "verified",
     "mismatched_bytes",
+    "host_offset",
+    "device_offset",
 )
 
 
@@ -84,6 +86,8 @@ def points_csv(curves: Iterable[Curve], simulated: bool) -> str:
                     int(p.cache_resident),
                     "skipped" if v is None else ("ok" if v.ok else "FAILED"),
                     "" if v is None else v.mismatched_bytes,
+                    c.host_offset,
+                    c.device_offset,
                 )
             )
     return out.getvalue()

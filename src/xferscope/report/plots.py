@@ -15,6 +15,7 @@ from matplotlib import ticker
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from ..sweep.alignment import COSTLY, Misalignment, misalignments
 from ..sweep.records import ESTIMATED, Curve, SweepResult
 from .style import SIMULATED, curve_style, legend_label, panels
 
@@ -76,11 +77,60 @@ def _axes(ax: Axes, title: str, ylabel: str) -> None:
 
 
 PLOTS = ("bandwidth", "latency")
+ALIGNMENT_PLOT = "alignment"
 
 
 def plot_names(result: SweepResult) -> tuple[str, ...]:
-    """The plots a result has: both, or none when no curve has a point."""
-    return PLOTS if any(c.points for c in result.curves) else ()
+    """The plots a result has: both, or none when no curve has a point; and the cost of
+    misalignment when misaligned curves were measured."""
+    if not any(c.points for c in result.curves):
+        return ()
+    return PLOTS + ((ALIGNMENT_PLOT,) if misalignments(result.curves) else ())
+
+
+def write_alignment_plot(result: SweepResult, path: Path) -> None:
+    """Time against page-aligned buffers per size, one panel per case, one line per pair of
+    offsets: how much a misaligned start costs, and at which sizes."""
+    by_case: dict[str, list[Misalignment]] = {}
+    for m in misalignments(result.curves):
+        by_case.setdefault(m.case, []).append(m)
+    columns = 1 if len(by_case) == 1 else 2
+    rows = -(-len(by_case) // columns)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(8.5 * columns, 4.6 * rows), dpi=110, squeeze=False
+    )
+    # colour: the host offset; line: the device offset
+    host_offsets = sorted({m.config.host_offset for ms in by_case.values() for m in ms})
+    device_offsets = sorted({m.config.device_offset for ms in by_case.values() for m in ms})
+    colours = plt.get_cmap("turbo")
+    dashes = ("-", "--", ":", "-.")
+    for ax, (case, members) in zip(axes.flat, by_case.items(), strict=False):
+        _axes(ax, case, "time against aligned buffers (%)")
+        ax.set_yscale("linear")
+        sizes = sorted({size for m in members for size, _ in m.costs})
+        ax.set_xticks(sizes, [_size_label(s, 0) for s in sizes])
+        ax.axhline(0, color="grey", linewidth=1)
+        ax.axhspan(-100 * COSTLY, 100 * COSTLY, color="grey", alpha=0.12, linewidth=0)
+        for m in members:
+            shade = host_offsets.index(m.config.host_offset) / max(1, len(host_offsets) - 1)
+            ax.plot(
+                [size for size, _ in m.costs],
+                [100 * cost for _, cost in m.costs],
+                marker="o",
+                markersize=3,
+                linewidth=1.3,
+                color=colours(0.1 + 0.8 * shade),
+                linestyle=dashes[device_offsets.index(m.config.device_offset) % len(dashes)],
+                label=m.config.offset_label.strip(),
+            )
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    for ax in list(axes.flat)[len(by_case) :]:
+        ax.set_visible(False)
+    fig.suptitle(
+        _title(result, "cost of misaligned buffers (grey: within the noise)"),
+        color="red" if result.simulated else "black",
+    )
+    save_png(fig, path)
 
 
 def physical_limit(machine: dict[str, Any], direction: str) -> tuple[float, str] | None:
@@ -95,8 +145,11 @@ def physical_limit(machine: dict[str, Any], direction: str) -> tuple[float, str]
 
 
 def write_plot(result: SweepResult, what: str, path: Path) -> None:
-    """Draws one of PLOTS ("bandwidth" or "latency" against size), one panel per direction
-    (report.style), and saves it at `path`."""
+    """Draws one of plot_names' plots ("bandwidth" or "latency" against size, one panel per
+    direction (report.style), or "alignment") and saves it at `path`."""
+    if what == ALIGNMENT_PLOT:
+        write_alignment_plot(result, path)
+        return
     groups = panels(result.curves)
     columns = 1 if len(groups) == 1 else 2
     rows = -(-len(groups) // columns)

@@ -116,10 +116,15 @@ def curve_style(config: CurveConfig) -> CurveStyle:
 
 def panels(curves: Sequence[Curve]) -> list[tuple[str, list[Curve]]]:
     """The curves with points, grouped into one panel per direction, in PANELS' order. Within a
-    panel no two curves look alike: each (memory, mechanism, timing, GPU) is one curve."""
+    panel no two curves look alike: each (memory, mechanism, timing, GPU) is one curve.
+    Misaligned copies (the alignment study) have a plot of their own."""
     out = []
     for direction, title in PANELS.items():
-        members = [c for c in curves if c.points and c.config.direction == direction]
+        members = [
+            c
+            for c in curves
+            if c.points and c.config.direction == direction and not c.config.offset_label
+        ]
         if members:
             out.append((title, members))
     return out

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..core.units import format_bytes, format_seconds
+from ..sweep.alignment import COSTLY, misalignments
 from ..sweep.records import CUT_SHORT, ESTIMATED, Curve, CurveConfig, Point, SweepResult
 from .style import print_findings, print_simulated
 
@@ -56,7 +57,10 @@ def _rate_cell(bytes_per_second: float) -> str:
 
 def _header(config: CurveConfig) -> str:
     gpu = f" gpu{config.device}" if config.device else ""
-    return f"{config.direction} {config.memory}{gpu}\n{config.mechanism} {config.timing}"
+    return (
+        f"{config.direction} {config.memory}{gpu}\n{config.mechanism} {config.timing}"
+        + config.offset_label
+    )
 
 
 def _share_of_limit(result: SweepResult, curve: Curve, bandwidth: float) -> str:
@@ -146,12 +150,41 @@ def points_table(curves: list[Curve]) -> Table:
     return table
 
 
+def alignment_table(result: SweepResult) -> Table | None:
+    """What misalignment costs: per misaligned curve and size, its time over the aligned
+    curve's; None without misaligned curves."""
+    rows = misalignments(result.curves)
+    if not rows:
+        return None
+    table = Table(
+        title="Misalignment: time against page-aligned buffers, per size", title_justify="left"
+    )
+    table.add_column("case")
+    table.add_column("offsets")
+    sizes = sorted({size for m in rows for size, _ in m.costs})
+    for size in sizes:
+        table.add_column(format_bytes(size), justify="right")
+    for m in rows:
+        costs = dict(m.costs)
+        cells = []
+        for size in sizes:
+            cost = costs.get(size)
+            text = "" if cost is None else f"{cost:+.0%}"
+            cells.append(f"[red]{text}[/red]" if cost is not None and cost > COSTLY else text)
+        table.add_row(m.case, m.config.offset_label.strip(), *cells)
+    table.caption = f"red: more than {COSTLY:.0%} slower"
+    return table
+
+
 def print_report(result: SweepResult, console: Console) -> None:
     if result.simulated:
         print_simulated(console)
     for table in points_tables(result):
         console.print(table)
     console.print(summary_table(result))
+    misaligned = alignment_table(result)
+    if misaligned is not None:
+        console.print(misaligned)
     print_findings(result.findings, console)
     if result.simulated:
         print_simulated(console)

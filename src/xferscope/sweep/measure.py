@@ -18,6 +18,7 @@ from ..core.findings import INFO, WARNING, Finding, corrupted, failed, finding
 from ..core.progress import QUIET, Progress
 from ..core.stats import relative_noise
 from ..core.units import format_bytes, format_rate
+from .alignment import alignment_findings
 from .options import SweepOptions
 from .records import (
     CUT_SHORT,
@@ -180,6 +181,8 @@ def measure_curve(
             max(sizes),
             options.rotation_bytes if options.cache == "cold" else 0,
             rotate=options.cache == "cold",
+            host_offset=config.host_offset,
+            device_offset=config.device_offset,
         )
         try:
             transfer.fill(options.seed)
@@ -313,7 +316,7 @@ def _findings(curves: list[Curve], skipped: list[str], options: SweepOptions) ->
                     fix="raise --budget",
                 )
             )
-    return found
+    return found + alignment_findings(curves)
 
 
 def prepare_sweep(engine: Engine, options: SweepOptions) -> list[CurveConfig]:

@@ -83,6 +83,9 @@ class SweepOptions:
     # copy reuses one place, as a loop over one buffer does (its points are cache-resident).
     cache: str = "cold"
     quick: bool = False
+    # the alignment study: one curve per (host offset, device offset) pair of each case
+    host_offsets: tuple[int, ...] = (0,)
+    device_offsets: tuple[int, ...] = (0,)
 
     def __post_init__(self) -> None:
         if not self.sizes or min(self.sizes) < 1:
@@ -98,6 +101,13 @@ class SweepOptions:
             positive_float("--budget", self.budget_s)
         if self.cache not in CACHE_STATES:
             raise OptionError("--cache", f"'{self.cache}' is not one of {', '.join(CACHE_STATES)}")
+        most = int(cases.LIMITS["most_offset"])
+        for option, offsets in (
+            ("--host-offset", self.host_offsets),
+            ("--device-offset", self.device_offsets),
+        ):
+            if not offsets or any(not 0 <= o <= most for o in offsets):
+                raise OptionError(option, f"give offsets in bytes from 0 to {most}")
         if not 0 < self.noise_bound < 1:
             raise OptionError(
                 "--noise-bound", f"{self.noise_bound} is not a fraction between 0 and 1"
@@ -131,9 +141,21 @@ class SweepOptions:
                             if reason:
                                 skip(reason, direction, memory, mechanism, timing)
                                 continue
-                            config = CurveConfig(device, direction, memory, mechanism, timing)
-                            if config not in configs:
-                                configs.append(config)
+                            # Device-to-device copies have no host side to misalign.
+                            hosts = (0,) if device_side else self.host_offsets
+                            for host_offset in hosts:
+                                for device_offset in self.device_offsets:
+                                    config = CurveConfig(
+                                        device,
+                                        direction,
+                                        memory,
+                                        mechanism,
+                                        timing,
+                                        host_offset,
+                                        device_offset,
+                                    )
+                                    if config not in configs:
+                                        configs.append(config)
         return configs, skipped
 
     def to_dict(self) -> dict[str, Any]:

@@ -9,7 +9,7 @@ Schema history (bump SCHEMA_VERSION on any change a reader must know about):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..core import stats
@@ -40,12 +40,29 @@ class CurveConfig:
     memory: str  # pageable, pinned, wc, registered, mapped; "device" for d2d
     mechanism: str  # memcpy, async, kernel
     timing: str  # api, device
+    # every copy starts this many bytes past a page-aligned place, host and device side
+    host_offset: int = 0
+    device_offset: int = 0
 
     @property
     def label(self) -> str:
-        return f"{self.direction} {self.memory} {self.mechanism} {self.timing}" + (
-            f" gpu{self.device}" if self.device else ""
+        return (
+            f"{self.direction} {self.memory} {self.mechanism} {self.timing}"
+            + self.offset_label
+            + (f" gpu{self.device}" if self.device else "")
         )
+
+    @property
+    def offset_label(self) -> str:
+        """' host+1 device+0' for misaligned copies, '' for aligned ones."""
+        if not (self.host_offset or self.device_offset):
+            return ""
+        return f" host+{self.host_offset} device+{self.device_offset}"
+
+    @property
+    def aligned(self) -> CurveConfig:
+        """The same curve with both offsets 0: what misalignment is measured against."""
+        return replace(self, host_offset=0, device_offset=0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +234,11 @@ def curve_to_dict(c: Curve) -> dict[str, Any]:
             "memory": c.config.memory,
             "mechanism": c.config.mechanism,
             "timing": c.config.timing,
+            **(
+                {"host_offset": c.config.host_offset, "device_offset": c.config.device_offset}
+                if c.config.offset_label
+                else {}
+            ),
         },
         "label": c.config.label,
         "status": c.status,
@@ -240,6 +262,8 @@ def curve_from(c: Field) -> Curve:
             memory=config["memory"].string(),
             mechanism=config["mechanism"].string(),
             timing=config["timing"].string(),
+            host_offset=config.get("host_offset", 0).integer(),
+            device_offset=config.get("device_offset", 0).integer(),
         ),
         points=points,
         status=c["status"].string(),
