@@ -157,6 +157,7 @@ void translate_cuda_error(const std::exception_ptr& error, void* type) {
 void bind_gl(nb::module_& m);     // bindings/gl.cpp
 void bind_gemm(nb::module_& m);   // bindings/gemm.cpp
 void bind_batch(nb::module_& m);  // bindings/batch.cpp
+void bind_pitch(nb::module_& m);  // bindings/pitch.cpp
 
 NB_MODULE(_engine, m) {
   m.doc() = "xferscope native measurement engine";
@@ -458,4 +459,5 @@ NB_MODULE(_engine, m) {
   bind_gl(m);
   bind_gemm(m);
   bind_batch(m);
+  bind_pitch(m);
 }

@@ -234,6 +234,20 @@ class Batch(Protocol):
     def close(self) -> None: ...
 
 
+class Pitched(Protocol):
+    """Rows of bytes between host and device memory, by one of several methods (pitch.hpp)."""
+
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def device_pitch(self) -> int: ...
+    @property
+    def depth(self) -> int: ...  # 3d: slices
+    def time(self, method: str, iterations: int) -> tuple[float, float]: ...  # host, device s
+    def verify(self, method: str) -> tuple[int, int]: ...  # wrong rows, overwritten gap bytes
+    def close(self) -> None: ...
+
+
 class ManyCopier(Protocol):
     """Copies many of the caller's buffers at once (many.hpp)."""
 
@@ -313,6 +327,17 @@ class Engine(Protocol):
         scattered: bool = False,
         seed: int = 0x5EED,
     ) -> Batch: ...
+    def pitched(
+        self,
+        device: int,
+        direction: str,
+        memory: str,
+        width: int,
+        rows: int,
+        host_pitch: int,
+        pitched: bool = True,
+        seed: int = 0x5EED,
+    ) -> Pitched: ...
     def many_copier(self, device: int) -> ManyCopier: ...
     # (kind, device, mapped) per address: 0 pageable, 1 pinned, 2 device, 3 managed
     def classify_pointers(self, addresses: Any) -> tuple[Any, Any, Any]: ...
@@ -328,7 +353,13 @@ def format_cuda_version(version: int) -> str:
 # are freed and the staged copier's threads joined before the interpreter finalizes, whatever
 # path (Ctrl-C, an error) left one open.
 _open_handles: weakref.WeakSet[
-    _NativeTransfer | _NativeCopier | _NativeGl | _NativeGemm | _NativeBatch | _NativeMany
+    _NativeTransfer
+    | _NativeCopier
+    | _NativeGl
+    | _NativeGemm
+    | _NativeBatch
+    | _NativeMany
+    | _NativePitched
 ] = weakref.WeakSet()
 
 
@@ -517,6 +548,25 @@ class NativeEngine:
             handle = self._engine.Batch(device, direction, memory, list(sizes), scattered, seed)
         return _NativeBatch(handle, self)
 
+    def pitched(
+        self,
+        device: int,
+        direction: str,
+        memory: str,
+        width: int,
+        rows: int,
+        host_pitch: int,
+        pitched: bool = True,
+        seed: int = 0x5EED,
+    ) -> Pitched:
+        """Buffers for a 2D copy (pitch.hpp)."""
+        self.device_info(device)  # a clear NoDeviceError for a bad index
+        with self._measuring():
+            handle = self._engine.Pitched(
+                device, direction, memory, width, rows, host_pitch, pitched, seed
+            )
+        return _NativePitched(handle, self)
+
     def many_copier(self, device: int) -> ManyCopier:
         """The copier of xferscope.copy_many for `device` (many.hpp)."""
         self.device_info(device)  # a clear NoDeviceError for a bad index
@@ -702,6 +752,41 @@ class _NativeBatch:
     def verify(self, method: str, as_copy_many: bool = False) -> int:
         with self._engine._measuring():
             return int(self._handle.verify(method, as_copy_many))
+
+    def close(self) -> None:
+        self._handle.close()
+        _open_handles.discard(self)
+
+
+class _NativePitched:
+    """A native 2D copy with its errors translated; closed by close_native if left open."""
+
+    def __init__(self, handle: Any, engine: NativeEngine) -> None:
+        self._handle = handle
+        self._engine = engine
+        _open_handles.add(self)
+
+    @property
+    def bytes(self) -> int:
+        return int(self._handle.bytes)
+
+    @property
+    def device_pitch(self) -> int:
+        return int(self._handle.device_pitch)
+
+    @property
+    def depth(self) -> int:
+        return int(self._handle.depth)
+
+    def time(self, method: str, iterations: int) -> tuple[float, float]:
+        with self._engine._measuring():
+            host, device = self._handle.time(method, iterations)
+        return float(host), float(device)
+
+    def verify(self, method: str) -> tuple[int, int]:
+        with self._engine._measuring():
+            v = self._handle.verify(method)
+        return int(v.wrong_rows), int(v.gap_bytes)
 
     def close(self) -> None:
         self._handle.close()

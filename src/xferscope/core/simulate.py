@@ -377,6 +377,34 @@ class SimulatedEngine:
         spec = {"device": device, "direction": direction, "memory": memory, "sizes": list(sizes)}
         return SimulatedBatch(self, spec | {"scattered": scattered, "seed": seed})
 
+    def pitched(
+        self,
+        device: int,
+        direction: str,
+        memory: str,
+        width: int,
+        rows: int,
+        host_pitch: int,
+        pitched: bool = True,
+        seed: int = 0x5EED,
+    ) -> Any:
+        """The simulated 2D copy (simulate_pitch.py)."""
+        from .simulate_pitch import SimulatedPitched
+
+        interrupt.check()
+        self._gpu(device)
+        if device in self.failing_devices:
+            raise LAUNCH_FAILURE
+        reason = engine_module().pitch_refusal(
+            direction, memory, width, rows, host_pitch, pitched, "2d"
+        )
+        if reason:
+            raise EngineError(reason)
+        spec = {"device": device, "direction": direction, "memory": memory, "width": width}
+        return SimulatedPitched(
+            self, spec | {"rows": rows, "host_pitch": host_pitch, "pitched": pitched, "seed": seed}
+        )
+
     def many_copier(self, device: int) -> Any:
         """copy_many's simulated copier (simulate_batch.py)."""
         from .simulate_batch import SimulatedManyCopier

@@ -1,0 +1,194 @@
+"""`xferscope pitch`: 2D and 3D copies by row width and pitch, every method, where they fall."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..core.errors import OptionError
+from ..core.units import format_bytes, parse_counts
+from ..pitch.measure import (
+    DEFAULT_HOST_PITCHES,
+    DEFAULT_TARGET_S,
+    DEFAULT_TOTAL,
+    DEFAULT_TRIALS,
+    DEFAULT_WIDTHS,
+    LAYOUTS,
+    METHODS,
+    SCHEMA_NAME,
+    PitchOptions,
+    PitchResult,
+    dumps_csv,
+    dumps_json,
+    from_dict,
+    measure,
+    to_dict,
+)
+from ..report.pitch_tables import print_pitch
+from ..sweep.options import parse_list, parse_size_option, parse_sizes
+from . import common
+from .app import cli, stdout
+from .common import (
+    Bar,
+    DocumentKind,
+    HistorySaver,
+    _history_file,
+    begin_measuring,
+    check_history,
+    deliver,
+    finish,
+    history_options,
+    nothing_measured,
+    output_options,
+    parse_seed,
+    prepare_renderers,
+    progress_bar,
+    register,
+    resolve_devices,
+    seed_option,
+)
+from .outputs import Destination, Named, Output, text
+
+MOST_TOTAL = 1 << 30
+
+
+@cli.command("pitch")
+@click.option("--direction", default="h2d,d2h", show_default=True, help="h2d, d2h.")
+@click.option("--memory", default="pinned,pageable", show_default=True, help="pinned, pageable.")
+@click.option(
+    "--layout",
+    default=",".join(LAYOUTS),
+    show_default=True,
+    help="Device rows: pitched (cudaMallocPitch) or packed (rows back to back).",
+)
+@click.option(
+    "--total",
+    default=format_bytes(DEFAULT_TOTAL).replace(" ", ""),
+    show_default=True,
+    help="Bytes per copy, the same at every width (rows = total / width).",
+)
+@click.option(
+    "--widths",
+    default=",".join(format_bytes(w).replace(" ", "") for w in DEFAULT_WIDTHS),
+    show_default=True,
+    help="Row widths in bytes (at most --total).",
+)
+@click.option(
+    "--host-pitch",
+    default=",".join(map(str, DEFAULT_HOST_PITCHES)),
+    show_default=True,
+    help="Host rows this many widths apart (1: back to back; 2: half of each row copied).",
+)
+@click.option("--methods", default=",".join(METHODS), show_default=True, help="Methods to compare.")
+@click.option(
+    "--target-time",
+    default=DEFAULT_TARGET_S,
+    show_default=True,
+    type=float,
+    help="Seconds a trial lasts.",
+)
+@click.option(
+    "--trials", default=DEFAULT_TRIALS, show_default=True, type=int, help="Trials per cell."
+)
+@click.option("-g", "--device", default="0", show_default=True, help="GPU index.")
+@history_options
+@seed_option
+@output_options("pitch", "PREFIX.png")
+@click.option("--simulate", is_flag=True, help="Use the simulated engine (no GPU).")
+def pitch_command(**kw: Any) -> None:
+    """The same bytes as rows of W bytes, W from 1 B to the whole, between host rows a pitch
+    apart (pinned or pageable) and pitched or packed device rows: by cudaMemcpy2D,
+    cudaMemcpy2DAsync, cudaMemcpy3DAsync, a loop of cudaMemcpyAsync, packing plus one copy and
+    a kernel, or one copy of the span plus a kernel, each verified and timed; the widths where
+    each method's rate falls (the cliffs), and where another beats the 2D copy."""
+    directions = parse_list("--direction", kw["direction"], ("h2d", "d2h"))
+    memories = parse_list("--memory", kw["memory"], ("pinned", "pageable"))
+    layouts = parse_list("--layout", kw["layout"], LAYOUTS)
+    methods = parse_list("--methods", kw["methods"], METHODS)
+    total = parse_size_option("--total", kw["total"])
+    if total > MOST_TOTAL:
+        raise OptionError("--total", f"{format_bytes(total)}: at most {format_bytes(MOST_TOTAL)}")
+    widths = parse_sizes("--widths", kw["widths"])
+    if max(widths) > total:
+        raise OptionError(
+            "--widths", f"{format_bytes(max(widths))} is wider than --total {format_bytes(total)}"
+        )
+    pitches = parse_counts("--host-pitch", kw["host_pitch"], 1)
+    if max(pitches) > 64:
+        raise OptionError("--host-pitch", f"{max(pitches)}: at most 64 widths apart")
+    if not 1e-3 <= kw["target_time"] <= 60:
+        raise OptionError("--target-time", f"{kw['target_time']} is not a number from 0.001 to 60")
+    if not 1 <= kw["trials"] <= 100:
+        raise OptionError("--trials", f"{kw['trials']} is not a count from 1 to 100")
+    history = None if kw["no_history"] else _history_file(kw["history_path"])
+    engine = common.open_engine(kw["simulate"])
+    (device,) = resolve_devices(engine, kw["device"], one=True)
+    options = PitchOptions(
+        directions=directions,
+        memories=memories,
+        layouts=layouts,
+        total=total,
+        widths=widths,
+        host_pitches=pitches,
+        methods=methods,
+        target_s=kw["target_time"],
+        trials=kw["trials"],
+        device=device,
+        seed=parse_seed(kw["seed"]),
+    )
+    if history is not None:
+        check_history(history)
+    prepare_renderers()
+    with Destination.prepare(kw["out"], "pitch", pitch_named(kw), kw["force"]) as dest:
+        begin_measuring()
+        steps = len(directions) * len(memories) * len(layouts) * len(pitches) * len(widths)
+        with progress_bar() as bar:
+            result = measure(engine, options, Bar(bar, steps))
+        if not any(c.status != "skipped" for c in result.cells):
+            nothing_measured(dest)
+        saver = HistorySaver(history, lambda: history_entry(result), "result")
+        delivery = deliver(
+            pitch_outputs(result, dest), dest, lambda: print_pitch(result, stdout), saver
+        )
+    finish(
+        delivery,
+        result.interrupted,
+        verification_failed=any(c.status == "unverified" for c in result.cells),
+        failed=saver.failed or any(c.status == "failed" for c in result.cells),
+    )
+
+
+def history_entry(result: PitchResult) -> Any:
+    from ..run.history import Entry
+
+    return Entry("pitch", to_dict(result), "pitch", not result.interrupted, result)
+
+
+def pitch_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
+    kw = kw or {}
+    return {
+        "json": Named("--json", kw.get("json_path"), "pitch.json"),
+        "csv": Named("--csv", kw.get("csv_path"), "pitch.csv"),
+        "plot": Named("--plot", kw.get("plot_prefix"), "pitch", (".png",)),
+    }
+
+
+def pitch_outputs(result: PitchResult, dest: Destination) -> list[Output]:
+    from ..report import pitch_plots
+
+    return [
+        dest.output("json", text(lambda: dumps_json(result))),
+        dest.output("csv", text(lambda: dumps_csv(result))),
+        dest.output(
+            "plot", lambda path, _w: pitch_plots.plot_pitch(result, path), ".png", render=True
+        ),
+    ]
+
+
+register(
+    SCHEMA_NAME,
+    DocumentKind(
+        "pitch", from_dict, lambda r: print_pitch(r, stdout), lambda: pitch_named(), pitch_outputs
+    ),
+)
