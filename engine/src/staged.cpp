@@ -182,9 +182,29 @@ void StagedCopier::to_host(void* host_destination, const void* device_source, st
        bytes});
 }
 
+namespace {
+
+// Whether the caller's host range is already page-locked (cudaHostAlloc or cudaHostRegister):
+// then the copy engines read or write it directly, and staging it would only add a host copy.
+bool already_pinned(const char* host, std::size_t bytes) {
+  for (const char* p : {host, host + bytes - 1}) {
+    cudaPointerAttributes a = {};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    if (a.type != cudaMemoryTypeHost) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 void StagedCopier::run(const Job& request) {
   if (request.bytes == 0) return;
-  if (request.bytes < plan_.direct_below) {  // the plain call is faster: no hand-over
+  const char* host = request.upload ? request.source : request.destination;
+  // the plain call is faster for small copies (no hand-over) and for pinned memory
+  if (request.bytes < plan_.direct_below || already_pinned(host, request.bytes)) {
     XFS_CUDA_CALL(cudaMemcpy(request.destination, request.source, request.bytes,
                              request.upload ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
     return;

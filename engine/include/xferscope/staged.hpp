@@ -33,7 +33,8 @@ class StagedCopier {
 
   // threads or chunk_bytes 0: chosen from a short measurement of this host's memcpy rate so
   // the threads together feed `target_bps` (0: a PCIe Gen5 x16 link's 63 GB/s). Copies below
-  // `direct_below` bytes are plain cudaMemcpy calls (0: every copy is staged).
+  // `direct_below` bytes are plain cudaMemcpy calls (0: every copy of pageable memory is
+  // staged).
   StagedCopier(int device, int threads = 0, std::size_t chunk_bytes = 0, double target_bps = 0,
                std::size_t direct_below = kDirectBelow);
   ~StagedCopier();
@@ -44,8 +45,9 @@ class StagedCopier {
   // Both return once every byte has arrived. Any alignment, any size; safe to call from
   // several threads (the copies then run one after another). A copy smaller than threads x
   // chunk_bytes is cut into smaller chunks, down to 256 KiB, so every thread takes part; one
-  // smaller than plan().direct_below is a plain cudaMemcpy on the calling thread. A
-  // worker's error is thrown here with its type (CudaError, AllocationError, ...).
+  // smaller than plan().direct_below, or whose host side is already pinned (cudaHostAlloc,
+  // cudaHostRegister), is a plain cudaMemcpy on the calling thread. A worker's error is thrown
+  // here with its type (CudaError, AllocationError, ...).
   void to_device(void* device_destination, const void* host_source, std::size_t bytes);
   void to_host(void* host_destination, const void* device_source, std::size_t bytes);
 

@@ -261,6 +261,9 @@ class StagedCopier:
     this host's memcpy rate unless given; `plan` and `explain()` say what was chosen and why.
     Copies under `direct_below` bytes (None: the engine's default, 2 MiB) are one plain
     cudaMemcpy, which is faster there than handing them to the threads; 0 stages every copy.
+    Host memory that is already pinned (cudaHostAlloc, cudaHostRegister, torch's
+    pin_memory()) is never staged: the copy engines reach it directly, so it is one plain
+    cudaMemcpy whatever its size.
 
     Use it as a context manager, or call `close()`, to free its threads and pinned memory at a
     point you choose. One copier runs one copy at a time (calls from several threads wait for
