@@ -98,3 +98,46 @@ def test_alignment_preset_end_to_end(capsys, tmp_path, monkeypatch):
     code = cli.main(["sweep", "--simulate", "--host-offset", "4096"])
     _, err = capsys.readouterr()
     assert code != 0 and len(err.strip().splitlines()) == 1 and "--host-offset" in err
+
+
+def test_rounds_pool_their_trials_in_alternating_order():
+    engine = SimulatedEngine(noise=0.0)
+    seen = []
+    real = engine.open_transfer
+
+    def spy(*args, **kw):
+        seen.append((args[1], kw.get("host_offset", 0)))
+        return real(*args, **kw)
+
+    engine.open_transfer = spy  # type: ignore[method-assign]
+    options = SweepOptions(
+        directions=("h2d",), memories=("pinned",), sizes=(4096,), target_s=0.01, trials=2,
+        max_trials=2, host_offsets=(0, 1), rounds=2,
+    )  # fmt: skip
+    result = run_sweep(engine, options)
+    assert seen == [("h2d", 0), ("h2d", 1), ("h2d", 1), ("h2d", 0)]
+    assert [len(c.points[0].samples_s) for c in result.curves] == [4, 4]
+    assert [c.config.host_offset for c in result.curves] == [0, 1]
+    with pytest.raises(OptionError, match="--rounds"):
+        SweepOptions(rounds=0)
+
+
+def test_a_cost_within_the_trials_spread_is_not_a_warning():
+    from dataclasses import replace
+
+    result = _sweep(directions=("h2d",), memories=("pageable",), host_offsets=(0, 1))
+    aligned, misaligned = result.curves
+    assert [f.severity for f in alignment_findings(result.curves)] == ["warning"]
+
+    # the same medians, but each curve's trials now reach past the other's
+    def spread(curve, low, high):
+        points = tuple(
+            replace(p, samples_s=(p.median_s * low, p.median_s, p.median_s * high))
+            for p in curve.points
+        )
+        return replace(curve, points=points)
+
+    noisy = [spread(aligned, 0.8, 1.4), spread(misaligned, 0.7, 1.2)]
+    (m,) = misalignments(noisy)
+    assert m.clear == frozenset() and m.worst[1] > COSTLY
+    assert [f.severity for f in alignment_findings(noisy)] == ["info"]

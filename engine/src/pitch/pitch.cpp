@@ -62,7 +62,8 @@ struct Pitched::Impl {
   Buffer host;        // the rows, host_pitch apart
   Buffer host_dense;  // contiguous: the same bytes packed
   Buffer staging;     // pack: pinned, packed
-  Buffer scratch;     // pack (pitched): the packed rows on the GPU; span: the host span there
+  Buffer scratch;     // pack (pitched): the packed rows on the GPU
+  Buffer landing;     // span: the host span on the GPU, gaps included
   void* device = nullptr;
   detail::Stream stream;
   detail::Event start, stop;
@@ -120,8 +121,8 @@ struct Pitched::Impl {
     } else if (method == "pack" && !staging.size()) {
       staging = Buffer::allocate(MemoryKind::pinned, bytes(), s.device);
       if (s.pitched) scratch = Buffer::allocate(MemoryKind::device, bytes(), s.device);
-    } else if (method == "span" && !scratch.size()) {
-      scratch = Buffer::allocate(MemoryKind::device, span, s.device);
+    } else if (method == "span" && !landing.size()) {
+      landing = Buffer::allocate(MemoryKind::device, span, s.device);
     }
   }
 
@@ -164,8 +165,8 @@ struct Pitched::Impl {
         for (std::size_t r = 0; r < s.rows; ++r) std::memcpy(h() + r * hp, packed + r * w, w);
       }
     } else if (method == "span") {
-      XFS_CUDA_CALL(cudaMemcpyAsync(scratch.device(), h(), span, cudaMemcpyHostToDevice, st));
-      kernels::copy_rows(device, dpitch, scratch.device(), hp, w, s.rows, sm_count, st);
+      XFS_CUDA_CALL(cudaMemcpyAsync(landing.device(), h(), span, cudaMemcpyHostToDevice, st));
+      kernels::copy_rows(device, dpitch, landing.device(), hp, w, s.rows, sm_count, st);
     } else {
       throw UsageError("unknown 2D copy method '" + method + "'");
     }

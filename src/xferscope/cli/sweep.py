@@ -166,6 +166,13 @@ ALIGNMENT_SIZES = (4096, 65536, 1 << 20, 16 << 20)
     f"{','.join(format_bytes(s) for s in ALIGNMENT_SIZES)} (unless given), and what "
     "misalignment costs per size.",
 )
+@click.option(
+    "--rounds",
+    default=None,
+    type=int,
+    help="Measure every curve this many times, in alternating order, and pool the trials, so "
+    "drift during the run falls on every curve alike [default: 1; 2 with --alignment].",
+)
 @click.option("--no-verify", is_flag=True, help="Skip checking the destination after each size.")
 @seed_option
 @output_options("sweep", "PREFIX-bandwidth.png and PREFIX-latency.png")
@@ -196,7 +203,8 @@ def sweep(ctx: click.Context, /, **kw: Any) -> None:
     with Destination.prepare(kw["out"], "sweep", sweep_named(kw), kw["force"]) as dest:
         begin_measuring()
         with progress_bar() as progress:
-            result = run_sweep(engine, options, Bar(progress, len(configs) * len(options.sizes)))
+            steps = len(configs) * len(options.sizes) * options.rounds
+            result = run_sweep(engine, options, Bar(progress, steps))
         if result.interrupted and not sweep_measured(result):
             nothing_measured(dest)
         delivery = deliver(sweep_outputs(result, dest), dest, lambda: _print_sweep(result))
@@ -301,6 +309,7 @@ def build_sweep_options(kw: dict[str, Any]) -> SweepOptions:
         cache=kw["cache"],
         verify=not kw["no_verify"],
         quick=quick,
+        rounds=kw["rounds"] if kw["rounds"] is not None else (2 if kw["alignment"] else 1),
         host_offsets=parse_offsets("--host-offset", kw["host_offset"]),
         device_offsets=parse_offsets("--device-offset", kw["device_offset"]),
     )

@@ -169,10 +169,16 @@ def alignment_table(result: SweepResult) -> Table | None:
         cells = []
         for size in sizes:
             cost = costs.get(size)
-            text = "" if cost is None else f"{cost:+.0%}"
-            cells.append(f"[red]{text}[/red]" if cost is not None and cost > COSTLY else text)
+            if cost is None:
+                cells.append("")
+                continue
+            text = f"{cost:+.0%}" + ("" if size in m.clear else "~")
+            cells.append(f"[red]{text}[/red]" if m.costly(size, cost) else text)
         table.add_row(m.case, m.config.offset_label.strip(), *cells)
-    table.caption = f"red: more than {COSTLY:.0%} slower"
+    table.caption = (
+        f"red: more than {COSTLY:.0%} slower, beyond the noise   ~: the trials of the two "
+        "curves overlap (within the noise)"
+    )
     return table
 
 

@@ -8,7 +8,7 @@ time, the trials (more while the spread is above the bound), then verification.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import __version__
 from ..core import machine, plan
@@ -319,6 +319,38 @@ def _findings(curves: list[Curve], skipped: list[str], options: SweepOptions) ->
     return found + alignment_findings(curves)
 
 
+def pool(first: Curve, second: Curve) -> Curve:
+    """One curve from two rounds of it: each size's trials together (the second round's
+    repeat count and verification, unless the first's failed), the worse status."""
+    earlier = {p.bytes: p for p in first.points}
+    points = []
+    for p in second.points:
+        e = earlier.pop(p.bytes, None)
+        if e is None:
+            points.append(p)
+            continue
+        failed = e.verification is not None and not e.verification.ok
+        points.append(
+            replace(
+                p,
+                samples_s=e.samples_s + p.samples_s,
+                verification=e.verification if failed else p.verification,
+                blocking_timed_out=e.blocking_timed_out or p.blocking_timed_out,
+                status=p.status if e.status == MEASURED else e.status,
+            )
+        )
+    points += earlier.values()
+    order = ("complete", "interrupted", "failed")
+    worse = max(first.status, second.status, key=lambda s: order.index(s) if s in order else 1)
+    return replace(
+        second,
+        points=tuple(sorted(points, key=lambda p: p.bytes)),
+        status=worse,
+        error=second.error or first.error,
+        wall_s=first.wall_s + second.wall_s,
+    )
+
+
 def prepare_sweep(engine: Engine, options: SweepOptions) -> list[CurveConfig]:
     """The curves to measure, after every check that can refuse the options (GPUs, memory):
     the CLI calls it before it makes any output directory."""
@@ -337,14 +369,21 @@ def run_sweep(engine: Engine, options: SweepOptions, progress: Progress = QUIET)
     created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     meta = machine.collect(engine, list(options.devices))
     start = engine.clock()
-    curves: list[Curve] = []
+    measured: dict[CurveConfig, Curve] = {}
     interrupted = False
-    for config in configs:
-        run = measure_curve(engine, config, options, progress)
-        curves.append(run.curve)
-        interrupted = run.interrupted
+    # Rounds alternate the order and pool their trials, so drift during the run (caches and
+    # the driver warming up, other load) falls on every curve alike.
+    for round_ in range(options.rounds):
+        for config in configs if round_ % 2 == 0 else reversed(configs):
+            run = measure_curve(engine, config, options, progress)
+            earlier = measured.get(config)
+            measured[config] = run.curve if earlier is None else pool(earlier, run.curve)
+            interrupted = run.interrupted
+            if interrupted:
+                break
         if interrupted:
             break
+    curves = [measured[c] for c in configs if c in measured]
     return SweepResult(
         tool_version=__version__,
         created=created,

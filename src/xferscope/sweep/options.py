@@ -86,6 +86,8 @@ class SweepOptions:
     # the alignment study: one curve per (host offset, device offset) pair of each case
     host_offsets: tuple[int, ...] = (0,)
     device_offsets: tuple[int, ...] = (0,)
+    # every curve measured this many times, in alternating order, its trials pooled
+    rounds: int = 1
 
     def __post_init__(self) -> None:
         if not self.sizes or min(self.sizes) < 1:
@@ -101,6 +103,8 @@ class SweepOptions:
             positive_float("--budget", self.budget_s)
         if self.cache not in CACHE_STATES:
             raise OptionError("--cache", f"'{self.cache}' is not one of {', '.join(CACHE_STATES)}")
+        if not 1 <= self.rounds <= 10:
+            raise OptionError("--rounds", f"{self.rounds} is not a count from 1 to 10")
         most = int(cases.LIMITS["most_offset"])
         for option, offsets in (
             ("--host-offset", self.host_offsets),
