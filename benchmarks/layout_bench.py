@@ -197,9 +197,7 @@ def main() -> None:
             rounds=2,
         ),
     )
-    rates = {
-        (c.config.direction, c.config.mechanism): c.points[0].bandwidth for c in driver.curves
-    }
+    rates = {(c.config.direction, c.config.mechanism): c.points[0].bandwidth for c in driver.curves}
     for direction in ("h2d", "d2h"):
         comparisons.append(
             comparison(
