@@ -54,8 +54,8 @@ class TransferHandle {
   TransferHandle(int device, const std::string& direction, const std::string& memory,
                  const std::string& mechanism, std::size_t capacity, std::size_t rotation_bytes,
                  bool rotate, int peer, bool peer_access, int staged_threads,
-                 std::size_t staged_chunk_bytes, std::size_t host_offset,
-                 std::size_t device_offset) {
+                 std::size_t staged_chunk_bytes, std::size_t host_offset, std::size_t device_offset,
+                 std::size_t staged_direct_below) {
     xs::TransferSpec spec;
     spec.device = device;
     spec.direction = xs::direction_from_string(direction);
@@ -68,6 +68,7 @@ class TransferHandle {
     spec.peer_access = peer_access;
     spec.staged_threads = staged_threads;
     spec.staged_chunk_bytes = staged_chunk_bytes;
+    spec.staged_direct_below = staged_direct_below;
     spec.host_offset = host_offset;
     spec.device_offset = device_offset;
     xs::device_info(device);  // a clear NoDeviceError for a bad index, before any allocation
@@ -326,11 +327,12 @@ NB_MODULE(_engine, m) {
   // ---- measuring ----
   nb::class_<TransferHandle>(m, "Transfer")
       .def(nb::init<int, const std::string&, const std::string&, const std::string&, std::size_t,
-                    std::size_t, bool, int, bool, int, std::size_t, std::size_t, std::size_t>(),
+                    std::size_t, bool, int, bool, int, std::size_t, std::size_t, std::size_t,
+                    std::size_t>(),
            "device"_a, "direction"_a, "memory"_a, "mechanism"_a, "capacity"_a,
            "rotation_bytes"_a = 0, "rotate"_a = true, "peer"_a = -1, "peer_access"_a = true,
            "staged_threads"_a = 0, "staged_chunk_bytes"_a = 0, "host_offset"_a = 0,
-           "device_offset"_a = 0)
+           "device_offset"_a = 0, "staged_direct_below"_a = xs::StagedCopier::kDirectBelow)
       .def_prop_ro("copies_per_iteration",
                    [](TransferHandle& h) { return h.get().copies_per_iteration(); })
       .def_prop_ro("blocks_for_device_timing",

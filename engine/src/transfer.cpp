@@ -151,7 +151,8 @@ Transfer::Transfer(const TransferSpec& spec) : spec_(spec) {
   start_ = detail::Event::create();
   stop_ = detail::Event::create();
   if (spec.mechanism == Mechanism::staged) {
-    staged_ = std::make_unique<StagedCopier>(gpu, spec.staged_threads, spec.staged_chunk_bytes);
+    staged_ = std::make_unique<StagedCopier>(gpu, spec.staged_threads, spec.staged_chunk_bytes, 0.0,
+                                             spec.staged_direct_below);
     XFS_CUDA_CALL(cudaSetDevice(gpu));
   }
   fill(0x5eed);

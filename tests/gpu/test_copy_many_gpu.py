@@ -114,6 +114,17 @@ def test_batch_calibrate_then_copy_many_uses_it(native_engine, places, tmp_path,
     assert choice.source == "calibration" and choice.cell == (256, 4096)
     assert choice.method != "loop"  # 256 small pinned copies: a loop never wins on an H200
     assert torch.equal(gpu.cpu(), host)
+    # the staged copy's plain-call threshold, measured in the same calibration
+    calibration = choose.load(choose.gpu_key(native_engine.device_info(0)))
+    assert calibration is not None and calibration.direct_below is not None
+    with StagedCopier() as copier:
+        assert copier.plan.direct_below == calibration.direct_below
+        assert "measured on this GPU" in copier.explain()
+        print(f"calibrated: plain cudaMemcpy below {calibration.direct_below} B")
+        data = np.random.default_rng(9).integers(1, 255, 24 << 20, dtype=np.uint8)
+        big = torch.zeros(24 << 20, dtype=torch.uint8, device="cuda")
+        copier.to_device(big.data_ptr(), data)
+        assert np.array_equal(big.cpu().numpy(), data)
 
 
 def test_staged_small_copies_are_the_plain_call_and_correct(native_engine):

@@ -17,7 +17,9 @@ from xferscope.batch.measure import (
     CALIBRATION_COUNTS,
     CALIBRATION_SIZES,
     BatchOptions,
+    from_dict,
     measure,
+    to_dict,
 )
 from xferscope.core.simulate import SimulatedEngine
 
@@ -241,3 +243,56 @@ def test_ctrl_c_during_calibrate_keeps_the_measured_and_stores_nothing(
     doc = json.loads(path.read_text())
     assert doc["interrupted"] is True and any(c["status"] == "complete" for c in doc["cells"])
     assert "not stored" in err and not list(places.glob("copy-many-*.json"))
+
+
+def _staged_point(direction, size, plain, staged):
+    from xferscope.batch.measure import StagedPoint
+
+    return StagedPoint(direction, size, (plain,) * 3, (staged,) * 3)
+
+
+def test_the_plain_call_threshold_loses_least_in_both_directions():
+    from xferscope.batch.measure import direct_below
+
+    mib = 1 << 20
+    # plain wins below 2 MiB up and below 4 MiB down; one threshold for both
+    points = tuple(
+        _staged_point(d, s, plain=1.0 if s < edge else 2.0, staged=2.0 if s < edge else 1.0)
+        for d, edge in (("h2d", 2 * mib), ("d2h", 4 * mib))
+        for s in (mib, 2 * mib, 4 * mib, 8 * mib)
+    )
+    assert direct_below(points) in (2 * mib, 4 * mib)
+    always_staged = tuple(_staged_point("h2d", s, 2.0, 1.0) for s in (mib, 2 * mib))
+    assert direct_below(always_staged) == mib  # staged from the smallest size measured
+    never = tuple(_staged_point("h2d", s, 1.0, 2.0) for s in (mib, 2 * mib))
+    assert direct_below(never) == 4 * mib
+    assert direct_below(()) is None
+
+
+def test_calibrate_measures_where_the_staged_copy_pays_and_the_copier_uses_it(places):
+    from xferscope.batch.measure import STAGED_SIZES, direct_below
+    from xferscope.pageable.staged import StagedCopier
+
+    engine = engine_with()
+    before = StagedCopier(engine=engine)
+    assert before.plan.direct_below == 2 << 20 and "built in" in before.explain()
+    before.close()
+    result = measure(
+        engine,
+        BatchOptions(counts=(1, 4), sizes=(4096,), target_s=0.002, trials=2, as_copy_many=True),
+    )
+    assert {p.size for p in result.staged} == set(STAGED_SIZES)
+    assert {p.direction for p in result.staged} == {"h2d", "d2h"}
+    threshold = direct_below(result.staged)
+    assert threshold is not None
+    doc = json.loads(json.dumps(to_dict(result)))
+    assert doc["staged"]["direct_below"] == threshold
+    assert from_dict(doc).staged == result.staged
+    choose.save(result, choose.gpu_key(engine.device_info(0)))
+    after = StagedCopier(engine=engine)
+    assert after.plan.direct_below == threshold
+    assert "measured on this GPU" in after.explain()
+    after.close()
+    asked = StagedCopier(engine=engine, direct_below=123)
+    assert asked.plan.direct_below == 123 and "asked for" in asked.explain()
+    asked.close()

@@ -68,6 +68,8 @@ struct TransferSpec {
   bool peer_access = true;  // p2p: enable direct peer access (false: disable it, both ways)
   int staged_threads = 0;   // staged: host threads (0: chosen)
   std::size_t staged_chunk_bytes = 0;  // staged: chunk size (0: chosen)
+  // staged: copies under this many bytes are one plain cudaMemcpy (0: every copy staged)
+  std::size_t staged_direct_below = StagedCopier::kDirectBelow;
   // Every copy starts this many bytes past its page-aligned place in host memory and in device
   // memory (0..Limits::most_offset): the cost of misaligned buffers.
   std::size_t host_offset = 0;

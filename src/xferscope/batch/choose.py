@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.units import format_bytes
-from .measure import CLEAR_WIN, BatchResult, from_dict
+from .measure import CLEAR_WIN, BatchResult, direct_below, from_dict
 
 CALIBRATION_ENV = "XFERSCOPE_CALIBRATION"
 
@@ -124,6 +124,8 @@ class Calibration:
     created: str
     driver: str
     cells: dict[tuple[str, str, int, int], dict[str, float]]
+    # copy_to_device/copy_to_host: plain cudaMemcpy under this many bytes (None: not measured)
+    direct_below: int | None = None
     # answers already given, by (direction, memory, count, size): copy_many asks per call
     _answers: dict[tuple[str, str, int, int], Any] = field(default_factory=dict, compare=False)
 
@@ -134,7 +136,7 @@ class Calibration:
             if c.seconds:
                 cells.setdefault((c.direction, c.memory, c.count, c.size), {})[c.method] = c.seconds
         driver = str(result.machine.get("driver", result.machine.get("driver_version", "")))
-        return cls(path, result.created, driver, cells)
+        return cls(path, result.created, driver, cells, direct_below(result.staged))
 
     def nearest(self, direction: str, memory: str, count: int, size: int) -> tuple[int, int] | None:
         """The calibrated (count, size) nearest this batch, on log scales."""

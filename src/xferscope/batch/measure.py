@@ -8,6 +8,7 @@ writes first, and where cudaMemcpyBatchAsync starts and stops beating it."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -86,6 +87,48 @@ class Cell:
         }
 
 
+# copy_to_device and copy_to_host (the staged copy): where it starts to beat one plain
+# cudaMemcpy of pageable memory, measured by `batch --calibrate`
+STAGED_SIZES = tuple(1 << k for k in range(18, 26))  # 256 KiB .. 32 MiB
+
+
+@dataclass(frozen=True, slots=True)
+class StagedPoint:
+    """One size of pageable memory: a plain cudaMemcpy's and the staged copy's seconds per
+    copy, each trial, API time."""
+
+    direction: str
+    size: int
+    plain_s: tuple[float, ...]
+    staged_s: tuple[float, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "direction": self.direction,
+            "size": self.size,
+            "plain_s": list(self.plain_s),
+            "staged_s": list(self.staged_s),
+        }
+
+
+def direct_below(points: tuple[StagedPoint, ...]) -> int | None:
+    """The size under which copy_to_device and copy_to_host make one plain cudaMemcpy: the
+    threshold that loses least against the faster of the two at every measured size, both
+    directions together (ties: the larger, the simpler call); None without points."""
+    if not points:
+        return None
+    sizes = sorted({p.size for p in points})
+    plain = {(p.direction, p.size): stats.median(p.plain_s) for p in points}
+    staged = {(p.direction, p.size): stats.median(p.staged_s) for p in points}
+
+    def loss(threshold: int) -> float:
+        return sum(
+            (plain[k] if k[1] < threshold else staged[k]) / min(plain[k], staged[k]) for k in plain
+        )
+
+    return min([0, *sizes, 2 * sizes[-1]], key=lambda t: (round(loss(t), 6), -t))
+
+
 @dataclass(frozen=True, slots=True)
 class BatchResult:
     tool_version: str
@@ -97,6 +140,7 @@ class BatchResult:
     wall_s: float
     cells: tuple[Cell, ...]
     findings: tuple[Finding, ...] = field(default=())
+    staged: tuple[StagedPoint, ...] = ()  # a calibration's staged-copy crossover
 
     def winners(self) -> dict[tuple[str, str, int, int], tuple[Cell, float | None]]:
         """Per (direction, memory, count, size): the fastest verified method and how many times
@@ -141,6 +185,7 @@ def measure(engine: Engine, options: BatchOptions, progress: Progress = QUIET) -
     driver = engine.driver_version()
     pageable = bool(engine.device_info(options.device).get("pageable_memory_access"))
     cells: list[Cell] = []
+    staged: tuple[StagedPoint, ...] = ()
     interrupted = False
     try:
         for direction in options.directions:
@@ -191,6 +236,8 @@ def measure(engine: Engine, options: BatchOptions, progress: Progress = QUIET) -
                         finally:
                             batch.close()
                         progress.step(f"{direction} {memory} {count} x {size} B")
+        if options.as_copy_many:
+            staged = measure_staged(engine, options, progress)
     except KeyboardInterrupt:
         interrupted = True
     result = BatchResult(
@@ -202,8 +249,59 @@ def measure(engine: Engine, options: BatchOptions, progress: Progress = QUIET) -
         interrupted,
         engine.clock() - start,
         tuple(cells),
+        staged=staged,
     )
     return replace(result, findings=tuple(findings(result)))
+
+
+def _api_seconds(transfer: Any, size: int, iterations: int) -> float:
+    return float(transfer.time("api", size, iterations).seconds)
+
+
+def measure_staged(
+    engine: Engine, options: BatchOptions, progress: Progress = QUIET
+) -> tuple[StagedPoint, ...]:
+    """Pageable copies of STAGED_SIZES by one plain cudaMemcpy and by the staged copy (every
+    copy staged), trials alternated, each verified: where copy_to_device and copy_to_host
+    should switch. An error leaves the crossover unmeasured (the built-in one stays)."""
+    points: list[StagedPoint] = []
+    most = max(STAGED_SIZES)
+    for direction in options.directions:
+        progress.begin(f"{direction} staged copy against cudaMemcpy")
+        try:
+            plain = engine.open_transfer(
+                options.device, direction, "pageable", "memcpy", most, plan.ROTATION_BYTES
+            )
+            staged = engine.open_transfer(
+                options.device, direction, "pageable", "staged", most, plan.ROTATION_BYTES,
+                staged_direct_below=0,
+            )  # fmt: skip
+        except (AllocationError, EngineError):
+            return ()
+        try:
+            for t in (plain, staged):
+                t.fill(options.seed)
+            for size in STAGED_SIZES:
+                if not (plain.verify(size).ok and staged.verify(size).ok):
+                    return ()
+                calibration = plan.calibrate(
+                    functools.partial(_api_seconds, staged, size), least_s=options.target_s / 4
+                )
+                n = plan.repeats_for(options.target_s, calibration.per_iteration_s)
+                times: dict[str, list[float]] = {"plain": [], "staged": []}
+                for _ in range(options.trials):
+                    times["plain"].append(plain.time("api", size, n).seconds / n)
+                    times["staged"].append(staged.time("api", size, n).seconds / n)
+                points.append(
+                    StagedPoint(direction, size, tuple(times["plain"]), tuple(times["staged"]))
+                )
+                progress.step(f"{direction} staged against cudaMemcpy, {size} B")
+        except EngineError:
+            return ()
+        finally:
+            plain.close()
+            staged.close()
+    return tuple(points)
 
 
 def _options_dict(options: BatchOptions) -> dict[str, Any]:
@@ -301,6 +399,16 @@ def to_dict(result: BatchResult) -> dict[str, Any]:
             }
             for (d, m, n, s), (best, gain) in result.winners().items()
         ],
+        **(
+            {
+                "staged": {
+                    "points": [p.to_dict() for p in result.staged],
+                    "direct_below": direct_below(result.staged),
+                }
+            }
+            if result.staged
+            else {}
+        ),
     }
 
 
@@ -324,7 +432,16 @@ def from_dict(d: dict[str, Any]) -> BatchResult:
         )
         for c in r["cells"].items()
     )
-    return BatchResult(**header_fields(r), cells=cells)
+    staged = tuple(
+        StagedPoint(
+            p["direction"].string(),
+            p["size"].integer(),
+            p["plain_s"].numbers(),
+            p["staged_s"].numbers(),
+        )
+        for p in r.get("staged", {}).get("points", []).items()
+    )
+    return BatchResult(**header_fields(r), cells=cells, staged=staged)
 
 
 def dumps_json(result: BatchResult) -> str:

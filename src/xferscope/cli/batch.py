@@ -17,6 +17,7 @@ from ..batch.measure import (
     DEFAULT_TRIALS,
     METHODS,
     SCHEMA_NAME,
+    STAGED_SIZES,
     BatchOptions,
     BatchResult,
     dumps_csv,
@@ -152,6 +153,8 @@ def batch_command(ctx: click.Context, /, **kw: Any) -> None:
     with Destination.prepare(kw["out"], "batch", batch_named(kw), kw["force"]) as dest:
         begin_measuring()
         steps = len(directions) * len(memories) * len(counts) * len(sizes)
+        if kw["calibrate"]:
+            steps += len(directions) * len(STAGED_SIZES)
         with progress_bar() as bar:
             result = measure(engine, options, Bar(bar, steps))
         if not any(c.status != "skipped" for c in result.cells):

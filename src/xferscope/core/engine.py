@@ -287,6 +287,7 @@ class Engine(Protocol):
         peer_access: bool = True,
         host_offset: int = 0,
         device_offset: int = 0,
+        staged_direct_below: int | None = None,  # None: the engine's default
     ) -> Transfer: ...
     def time_concurrently(
         self, transfers: Sequence[Transfer], bytes: int, iterations: int
@@ -441,7 +442,15 @@ class NativeEngine:
         peer_access: bool = True,
         host_offset: int = 0,
         device_offset: int = 0,
+        staged_direct_below: int | None = None,
     ) -> Transfer:
+        from . import cases  # loads the engine module: not before an engine is made
+
+        below = (
+            int(cases.LIMITS["staged_direct_below"])
+            if staged_direct_below is None
+            else staged_direct_below
+        )
         with self._measuring():
             handle = self._engine.Transfer(
                 device,
@@ -455,6 +464,7 @@ class NativeEngine:
                 peer_access,
                 host_offset=host_offset,
                 device_offset=device_offset,
+                staged_direct_below=below,
             )
         return _NativeTransfer(handle, self, device, direction, None if peer < 0 else peer)
 

@@ -151,8 +151,10 @@ class SimulatedTransfer:
         peer: int | None = None,
         host_offset: int = 0,
         device_offset: int = 0,
+        staged_direct_below: int | None = None,
     ) -> None:
         self._engine = engine
+        self._staged_direct_below = staged_direct_below
         self._host_offset = host_offset
         self._device_offset = device_offset
         self.peer = peer
@@ -243,6 +245,8 @@ class SimulatedTransfer:
         CPU copies of pageable memory slow down when the host side is not 16-byte aligned, and
         a copy engine pays a little per copy for a start off a 64-byte line."""
         model = _model(self.direction, self._memory, self._mechanism, timing, self.peer_access)
+        if self._mechanism == "staged" and self._staged_direct_below is not None:
+            model = _staged_model(self.direction, timing, self._staged_direct_below)
         seconds = model.seconds(size)
         if self.direction in cases.DEVICE_DIRECTIONS:
             return seconds
@@ -469,6 +473,7 @@ class SimulatedEngine:
         peer_access: bool = True,
         host_offset: int = 0,
         device_offset: int = 0,
+        staged_direct_below: int | None = None,
     ) -> SimulatedTransfer:
         interrupt.check()
         if capacity == 0:
@@ -503,6 +508,7 @@ class SimulatedEngine:
             None if peer < 0 else peer,
             host_offset,
             device_offset,
+            staged_direct_below,
         )
 
     def time_concurrently(

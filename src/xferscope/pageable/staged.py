@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from ..core.engine import Engine
-from ..core.errors import EngineError, NoDeviceError
+from ..core.errors import EngineError, NoDeviceError, XferscopeError
 from ..core.units import format_bytes, format_rate
 
 __all__ = ["StagedCopier", "StagedPlan", "copy_to_device", "copy_to_host"]
@@ -255,6 +255,26 @@ def _default_engine() -> Engine:
     return NativeEngine()
 
 
+def _calibrated_direct_below(engine: Engine, device: int) -> tuple[int | None, str]:
+    """The plain-call threshold `xferscope batch --calibrate` measured on this GPU, or None
+    (the engine's built-in 2 MiB), with the reason either way."""
+    from ..batch import choose
+
+    try:
+        calibration = choose.load(choose.gpu_key(engine.device_info(device)))
+    except XferscopeError:
+        calibration = None
+    if calibration is None or calibration.direct_below is None:
+        return None, (
+            "built in: on an H200 the plain call was faster below 2 MiB; "
+            "`xferscope batch --calibrate` measures this GPU"
+        )
+    return calibration.direct_below, (
+        f"measured on this GPU by `xferscope batch --calibrate` ({calibration.created}): "
+        "the plain call was faster below, the staged copy from there up"
+    )
+
+
 class StagedCopier:
     """Copies pageable host memory to and from one GPU through a pool of pinned buffers, with
     several host threads. Chunk size and thread count are chosen from a short measurement of
@@ -300,6 +320,10 @@ class StagedCopier:
             )
         self.device = device
         self._lock = threading.Lock()
+        # why copies under plan.direct_below are one plain cudaMemcpy
+        self.direct_below_reason = "asked for"
+        if direct_below is None:
+            direct_below, self.direct_below_reason = _calibrated_direct_below(self._engine, device)
         self._handle: Any = self._engine.staged_copier(
             device,
             0 if threads is None else int(threads),
@@ -343,7 +367,14 @@ class StagedCopier:
             f"Staged copier for GPU {self.device}: {p.summary()}. "
             f"One host thread copies {format_rate(p.single_thread_copy_bps)} here, and the "
             f"threads are sized to feed {format_rate(p.target_bps)} together. "
-            f"Engine's reasoning: {p.explanation}."
+            f"Engine's reasoning: {p.explanation}. "
+            + (
+                f"Copies under {format_bytes(p.direct_below)} are one plain cudaMemcpy "
+                f"({self.direct_below_reason}). "
+                if p.direct_below
+                else "Every copy of pageable memory is staged. "
+            )
+            + "Host memory that is already pinned is always one plain cudaMemcpy."
         )
 
     @property
