@@ -132,9 +132,9 @@ def test_staged_small_copies_are_the_plain_call_and_correct(native_engine):
     gpu = torch.zeros(8 << 20, dtype=torch.uint8, device="cuda")
     back = np.zeros_like(host)
     with StagedCopier() as copier:
-        assert copier.plan.direct_below == 2 << 20
+        assert copier.plan.direct_below == 1 << 20
         assert "plain cudaMemcpy" in copier.explain()
-        for n in (1, 4096, (2 << 20) - 1, 2 << 20, 8 << 20):
+        for n in (1, 4096, (1 << 20) - 1, 1 << 20, 8 << 20):
             back[:] = 0
             copier.to_device(gpu, host, n)
             copier.to_host(back, gpu, n)

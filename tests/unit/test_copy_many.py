@@ -275,7 +275,7 @@ def test_calibrate_measures_where_the_staged_copy_pays_and_the_copier_uses_it(pl
 
     engine = engine_with()
     before = StagedCopier(engine=engine)
-    assert before.plan.direct_below == 2 << 20 and "built in" in before.explain()
+    assert before.plan.direct_below == 1 << 20 and "built in" in before.explain()
     before.close()
     result = measure(
         engine,

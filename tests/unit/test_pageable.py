@@ -84,8 +84,8 @@ def model(size: int) -> dict[str, tuple[float, float]]:
     gb = size / 1e9
     pinned = 6.6e-6 + size / 55.4e9
     plain = 6.6e-6 + 2e-6 + size / 10.5e9
-    # the staged copier makes copies under 2 MiB one plain call
-    staged = plain if size < 2 << 20 else 40e-6 + size / 52e9
+    # the staged copier makes copies under 1 MiB one plain call
+    staged = plain if size < 1 << 20 else 40e-6 + size / 52e9
     return {
         "pageable": (0.0, plain),
         "pinned": (0.316 * gb + size / 12.7e9 + 0.0624 * gb, pinned),

@@ -257,7 +257,7 @@ def _default_engine() -> Engine:
 
 def _calibrated_direct_below(engine: Engine, device: int) -> tuple[int | None, str]:
     """The plain-call threshold `xferscope batch --calibrate` measured on this GPU, or None
-    (the engine's built-in 2 MiB), with the reason either way."""
+    (the engine's built-in 1 MiB), with the reason either way."""
     from ..batch import choose
 
     try:
@@ -266,7 +266,7 @@ def _calibrated_direct_below(engine: Engine, device: int) -> tuple[int | None, s
         calibration = None
     if calibration is None or calibration.direct_below is None:
         return None, (
-            "built in: on an H200 the plain call was faster below 2 MiB; "
+            "built in: on an H200 the plain call was faster below 1 MiB; "
             "`xferscope batch --calibrate` measures this GPU"
         )
     return calibration.direct_below, (
@@ -279,7 +279,7 @@ class StagedCopier:
     """Copies pageable host memory to and from one GPU through a pool of pinned buffers, with
     several host threads. Chunk size and thread count are chosen from a short measurement of
     this host's memcpy rate unless given; `plan` and `explain()` say what was chosen and why.
-    Copies under `direct_below` bytes (None: the engine's default, 2 MiB) are one plain
+    Copies under `direct_below` bytes (None: this GPU's calibration, else the engine's default, 1 MiB) are one plain
     cudaMemcpy, which is faster there than handing them to the threads; 0 stages every copy.
     Host memory that is already pinned (cudaHostAlloc, cudaHostRegister, torch's
     pin_memory()) is never staged: the copy engines reach it directly, so it is one plain
