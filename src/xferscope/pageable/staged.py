@@ -279,8 +279,9 @@ class StagedCopier:
     """Copies pageable host memory to and from one GPU through a pool of pinned buffers, with
     several host threads. Chunk size and thread count are chosen from a short measurement of
     this host's memcpy rate unless given; `plan` and `explain()` say what was chosen and why.
-    Copies under `direct_below` bytes (None: this GPU's calibration, else the engine's default, 1 MiB) are one plain
-    cudaMemcpy, which is faster there than handing them to the threads; 0 stages every copy.
+    Copies under `direct_below` bytes are one plain cudaMemcpy, which is faster there than
+    handing them to the threads (None: the threshold `xferscope batch --calibrate` measured on
+    this GPU, else the engine's default, 1 MiB; 0 stages every copy).
     Host memory that is already pinned (cudaHostAlloc, cudaHostRegister, torch's
     pin_memory()) is never staged: the copy engines reach it directly, so it is one plain
     cudaMemcpy whatever its size.
