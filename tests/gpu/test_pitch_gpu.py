@@ -42,7 +42,7 @@ def test_every_method_places_every_row(native_engine, direction, memory, pitched
                 p.close()
 
 
-def test_the_cli_runs_on_the_gpu(tmp_path, capsys, monkeypatch):
+def test_the_cli_runs_on_the_gpu(native_engine, tmp_path, capsys, monkeypatch):
     from xferscope import cli
 
     monkeypatch.setenv("XFERSCOPE_HISTORY", str(tmp_path / "h.sqlite3"))
