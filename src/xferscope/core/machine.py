@@ -67,7 +67,7 @@ def gpu_record(engine: Engine, index: int, process_cpus: str = "") -> dict[str, 
         facts: dict[str, Any] = {
             "pcie_generation": SIMULATED_LINK["generation"],
             "pcie_generation_max": SIMULATED_LINK["generation"],
-            "pcie_width": SIMULATED_LINK["width"],
+            "pcie_width": info.get("pcie_width", SIMULATED_LINK["width"]),
             "pcie_width_max": SIMULATED_LINK["width"],
         }
         # The modelled GPU is well placed: near whatever CPUs this process runs on.

@@ -62,4 +62,25 @@ def gpu_facts(uuid: str) -> dict[str, Any]:
         "power_w": (lambda mw: None if mw is None else mw / 1000)(
             _query(nvml.nvmlDeviceGetPowerUsage, handle)
         ),
+        # health counters for a fleet's thresholds (DCGM's PCIe plugin checks the same)
+        "serial": _text(_query(nvml.nvmlDeviceGetSerial, handle)),
+        "pcie_replay_count": _query(nvml.nvmlDeviceGetPcieReplayCounter, handle),
+        "ecc_uncorrected_volatile": _query(
+            nvml.nvmlDeviceGetTotalEccErrors,
+            handle,
+            nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+            nvml.NVML_VOLATILE_ECC,
+        ),
+        "ecc_corrected_volatile": _query(
+            nvml.nvmlDeviceGetTotalEccErrors,
+            handle,
+            nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+            nvml.NVML_VOLATILE_ECC,
+        ),
     }
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)

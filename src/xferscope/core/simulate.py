@@ -250,6 +250,7 @@ class SimulatedTransfer:
         seconds = model.seconds(size)
         if self.direction in cases.DEVICE_DIRECTIONS:
             return seconds
+        seconds *= 16 / max(1, self._engine.link_width)  # a link trained down
         if self._memory == "pageable" and self._host_offset % 16:
             seconds *= 1.12
         if self._host_offset % 64 or self._device_offset % 64:
@@ -301,8 +302,11 @@ class SimulatedEngine:
         devices: int = 1,
         failing_devices: tuple[int, ...] = (),
         pace: float = 0.0,
+        link_width: int = 16,
     ) -> None:
         self.rng = np.random.default_rng(seed)
+        # lanes the simulated PCIe link trained to (of 16): host copies slow down in proportion
+        self.link_width = link_width
         self.noise = noise
         self.corrupt = corrupt
         self.interrupt_after = interrupt_after
@@ -449,7 +453,10 @@ class SimulatedEngine:
         return self._devices
 
     def device_info(self, index: int) -> dict[str, Any]:
-        return dict(SIMULATED_GPU, index=index)
+        info = dict(SIMULATED_GPU, index=index)
+        if self.link_width != 16:
+            info["pcie_width"] = self.link_width
+        return info
 
     def memory_info(self, index: int) -> tuple[int, int]:
         return SIMULATED_MEMORY_BYTES - (1 << 30), SIMULATED_MEMORY_BYTES
