@@ -454,6 +454,9 @@ class SimulatedEngine:
 
     def device_info(self, index: int) -> dict[str, Any]:
         info = dict(SIMULATED_GPU, index=index)
+        if index:  # every simulated GPU has a UUID and bus id of its own
+            info["uuid"] = f"{info['uuid'][:-12]}{index:012x}"
+            info["pci_bus_id"] = f"0000:{index:02x}:00.0"
         if self.link_width != 16:
             info["pcie_width"] = self.link_width
         return info

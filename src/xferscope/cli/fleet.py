@@ -1,0 +1,280 @@
+"""`xferscope fleet`: every GPU of every node at once under MPI, the fleet's statistics, its
+outliers with their likely cause, and pass/fail thresholds for a scheduler's health check."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import click
+
+from .. import __version__
+from ..core.errors import OptionError, XferscopeError
+from ..fleet import thresholds as limits
+from ..fleet.records import (
+    SCHEMA_NAME,
+    TIMED_OUT,
+    FleetResult,
+    RankReport,
+    dumps_csv,
+    dumps_json,
+    from_dict,
+    prometheus_text,
+    to_dict,
+)
+from ..fleet.run import (
+    FleetOptions,
+    assemble,
+    host_name,
+    measure_rank,
+    now,
+    open_comm,
+    timed_out,
+)
+from ..report.fleet_tables import print_fleet
+from ..sweep.options import parse_list
+from . import common
+from .app import cli, stderr, stdout
+from .common import (
+    DocumentKind,
+    HistorySaver,
+    _history_file,
+    check_history,
+    deliver,
+    history_options,
+    parse_seed,
+    register,
+    seed_option,
+)
+from .outputs import Destination, Named, Output, text
+
+# Simulated fleets for tests: which ranks are slow (a link trained to x8), fail, hang, have no
+# GPU, or report another version; read only with --simulate.
+TEST_VARIABLE = "XFERSCOPE_FLEET_TEST"
+
+
+@cli.command("fleet")
+@click.option(
+    "--cases",
+    default="",
+    help="Transfer cases to check, comma-separated keys from `xferscope cases` "
+    "(h2d_pinned_async_device, ...) [default: the `run --quick` set].",
+)
+@click.option(
+    "--ranks-per",
+    type=click.Choice(["gpu", "node"]),
+    default="gpu",
+    show_default=True,
+    help="gpu: one rank per GPU, each on its node-local GPU, pinned to its NUMA node; node: one "
+    "rank per node, checking every GPU in turn.",
+)
+@click.option(
+    "--thresholds",
+    "thresholds_path",
+    default=None,
+    help=f"A TOML file of pass/fail limits ({', '.join(limits.KEYS)}); each defaults to what "
+    "the GPU's own link allows.",
+)
+@click.option(
+    "--timeout",
+    default=300.0,
+    show_default=True,
+    type=float,
+    help="Seconds rank 0 waits for every report; a rank that has not reported is marked "
+    "timed out and the rest of the fleet still reports.",
+)
+@click.option(
+    "--prometheus",
+    "prometheus_prefix",
+    default=None,
+    help="Prefix of the Prometheus textfiles, one per node: PREFIX-<host>.prom (replaced each "
+    "run) [default: in the result directory].",
+)
+@click.option("-o", "--out", default="xferscope-results", show_default=True,
+              help="Directory in which the files go to a new directory of their own, "
+              "fleet-<time>.")  # fmt: skip
+@click.option("--json", "json_path", default=None, help="Write the fleet document here.")
+@click.option("--csv", "csv_path", default=None, help="Write one row per GPU and metric here.")
+@click.option("--force", is_flag=True, help="Replace files that --json or --csv name.")
+@history_options
+@seed_option
+@click.option("--simulate", is_flag=True, help="Every rank uses the simulated engine (no GPU).")
+def fleet_command(**kw: Any) -> None:
+    """Every GPU of the fleet at once, under MPI (mpirun or srun, one rank per GPU): each rank
+    checks its GPU (the `run --quick` set or named cases) and rank 0 gathers one document with
+    the fleet's median and spread per metric, every GPU's robust z-score, the outliers named
+    by node, GPU, bus id and UUID with their likely cause, and each GPU against pass/fail
+    thresholds. Exits 1 when any GPU fails, for a scheduler's health check."""
+    comm = open_comm()
+    # Rank 0 checks the options and its outputs before anyone measures; every rank learns the
+    # verdict, so a bad option is one line from rank 0 and no rank measures in vain.
+    setup: dict[str, Any] = {}
+    dest = None
+    if comm.rank == 0:
+        try:
+            setup = {"options": _options(kw)}
+            history = None if kw["no_history"] else _history_file(kw["history_path"])
+            if history is not None:
+                check_history(history)
+            dest = Destination.prepare(kw["out"], "fleet", fleet_named(kw), kw["force"])
+            setup["history"] = None if history is None else str(history)
+        except XferscopeError as exc:
+            setup = {"error": str(exc), "code": exc.exit_code}
+        except click.ClickException as exc:
+            setup = {"error": exc.format_message(), "code": 2}
+    setup = comm.bcast(setup)
+    if "error" in setup:
+        if comm.rank == 0:
+            click.echo(f"Error: {setup['error']}", err=True)
+        comm.finalize()
+        sys.exit(setup["code"])
+    options: FleetOptions = setup["options"]
+    start = time.monotonic()
+    created = now()
+    engine = _engine(kw["simulate"], comm.rank, comm.local_size)
+    host = host_name()
+    reports = measure_rank(engine, comm.rank, comm.local_rank, options, host)
+    mine = [_test_version(kw["simulate"], comm.rank, r).to_dict() for r in reports]
+    _test_hang(kw["simulate"], comm.rank)
+    if comm.rank != 0:
+        comm.send_report({"rank": comm.rank, "host": host, "reports": mine})
+        comm.finalize()
+        return
+    assert dest is not None
+    gather_start = time.monotonic()
+    arrived = comm.collect({"rank": 0, "host": host, "reports": mine}, start + options.timeout_s)
+    gather_s = time.monotonic() - gather_start
+    all_reports: list[RankReport] = []
+    for rank in range(comm.size):
+        got = arrived.get(rank)
+        if got is None:
+            all_reports.append(timed_out(rank, None))
+        else:
+            all_reports += [RankReport.from_dict(r) for r in got["reports"]]
+    result = assemble(
+        all_reports, options, kw["simulate"], created, gather_s, time.monotonic() - start
+    )
+    history = setup.get("history")
+    saver = HistorySaver(
+        None if history is None else _history_path(history), lambda: history_entry(result), "fleet"
+    )
+    with dest:
+        delivery = deliver(fleet_outputs(result, dest), dest, lambda: print_fleet(result, stdout),
+                           saver)  # fmt: skip
+    hung = [r for r in result.ranks if r.status == TIMED_OUT]
+    code = 0 if result.passed and delivery.ok and not saver.failed else 1
+    if hung:
+        stderr.print(
+            f"{len(hung)} rank(s) sent nothing in {options.timeout_s:g} s: ending them "
+            "(MPI_Abort) so the job does not wait forever"
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        comm.abort(code or 1)
+    comm.finalize()
+    sys.exit(code)
+
+
+def _history_path(text_path: str) -> Any:
+    from pathlib import Path
+
+    return Path(text_path)
+
+
+def _options(kw: dict[str, Any]) -> FleetOptions:
+    from ..core import cases
+
+    chosen: tuple[str, ...] = ()
+    if kw["cases"].strip():
+        keys = tuple(c.key for c in cases.table() if c.direction != "p2p")
+        chosen = parse_list("--cases", kw["cases"], keys)
+    if not 1 <= kw["timeout"] <= 86400:
+        raise OptionError("--timeout", f"{kw['timeout']} is not a number of seconds, 1 to 86400")
+    given = limits.load(kw["thresholds_path"])
+    return FleetOptions(
+        cases=chosen,
+        timeout_s=kw["timeout"],
+        thresholds=tuple(sorted(given.items())),
+        seed=parse_seed(kw["seed"]),
+        ranks_per=kw["ranks_per"],
+    )
+
+
+def _test_plan() -> dict[str, Any]:
+    try:
+        plan = json.loads(os.environ.get(TEST_VARIABLE, "") or "{}")
+    except ValueError:
+        return {}
+    return plan if isinstance(plan, dict) else {}
+
+
+def _engine(simulate: bool, rank: int, gpus: int) -> Any:
+    """The native engine, or a simulated node of `gpus` GPUs (one per node-local rank)."""
+    if not simulate:
+        return common.open_engine(False)
+    from ..core.simulate import SimulatedEngine
+
+    plan = _test_plan()
+    return SimulatedEngine(
+        seed=1 + rank,
+        devices=0 if rank in plan.get("no_gpu", []) else gpus,
+        link_width=8 if rank in plan.get("slow", []) else 16,
+        failing_devices=tuple(range(gpus)) if rank in plan.get("fail", []) else (),
+    )
+
+
+def _test_version(simulate: bool, rank: int, report: RankReport) -> RankReport:
+    from dataclasses import replace
+
+    versions = _test_plan().get("version", {}) if simulate else {}
+    return replace(report, version=versions.get(str(rank), report.version))
+
+
+def _test_hang(simulate: bool, rank: int) -> None:
+    if simulate and rank in _test_plan().get("hang", []):
+        time.sleep(3600)
+
+
+def history_entry(result: FleetResult) -> Any:
+    from ..run.history import Entry
+
+    return Entry("fleet", to_dict(result), "fleet", not result.interrupted, result)
+
+
+def fleet_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
+    kw = kw or {}
+    return {
+        "json": Named("--json", kw.get("json_path"), "fleet.json"),
+        "csv": Named("--csv", kw.get("csv_path"), "fleet.csv"),
+        "prometheus": Named(
+            "--prometheus", kw.get("prometheus_prefix"), "prometheus", (".prom",), replace=True
+        ),
+    }
+
+
+def fleet_outputs(result: FleetResult, dest: Destination) -> list[Output]:
+    hosts = sorted({r.host for r in result.ranks if r.host != "?"})
+
+    def prom(host: str) -> Output:
+        return dest.output(
+            "prometheus", text(lambda: prometheus_text(result, host)), f"-{host}.prom"
+        )
+
+    return [
+        dest.output("json", text(lambda: dumps_json(result))),
+        dest.output("csv", text(lambda: dumps_csv(result))),
+        *(prom(h) for h in hosts),
+    ]
+
+
+register(
+    SCHEMA_NAME,
+    DocumentKind(
+        "fleet", from_dict, lambda r: print_fleet(r, stdout), lambda: fleet_named(), fleet_outputs
+    ),
+)
+
+__all__ = ["__version__", "fleet_command"]

@@ -1,0 +1,1 @@
+"""`xferscope fleet`: many GPUs and nodes at once under MPI."""
