@@ -1,0 +1,87 @@
+"""Fleet benchmark (issue 14), on one host of several GPUs:
+
+  fleet_quick_wall_s      `mpirun -np <GPUs> xferscope fleet` with the default checks (the
+                          `run --quick` set), wall time of the whole job (goal <= 30 s for 2)
+  fleet_gather_64_s       64 simulated ranks (mpirun --oversubscribe): the time rank 0 spends
+                          gathering their reports, and the size of one report
+  fleet_pair_vs_torch     the NCCL pair bandwidth against torch.distributed send/recv: not
+                          measured yet (the NCCL pair check is not built)
+
+Writes benchmarks/results/fleet-<gpu>x<n>-<date>.json.
+
+    python3 benchmarks/fleet_bench.py --commit $(git rev-parse HEAD) [--out benchmarks/results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from foundation import write_record
+from xferscope.core.engine import NativeEngine
+from xferscope.core.machine import collect
+
+HERE = Path(__file__).resolve().parent
+ENV = dict(
+    os.environ,
+    OMPI_ALLOW_RUN_AS_ROOT="1",
+    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+    NCCL_NVLS_ENABLE="0",
+    TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
+    NVSHMEM_DISABLE_NVLS="1",
+)
+
+
+def fleet(ranks: int, *args: str) -> tuple[dict, float]:
+    """One `xferscope fleet` job of `ranks` ranks: its document and wall time."""
+    scratch = Path(tempfile.mkdtemp(prefix="xfs-fleet-"))
+    command = ["mpirun", "-np", str(ranks), *(["--oversubscribe"] if ranks > 8 else []),
+               sys.executable, "-m", "xferscope", "fleet", "--no-history", "-o",
+               str(scratch / "out"), "--json", str(scratch / "f.json"), *args]  # fmt: skip
+    start = time.perf_counter()
+    done = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=600)
+    wall = time.perf_counter() - start
+    print(done.stdout[-4000:], done.stderr[-2000:])
+    return json.loads((scratch / "f.json").read_text()), wall
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--commit", default=os.environ.get("XFERSCOPE_COMMIT", "unknown"))
+    parser.add_argument("--out", default=str(HERE / "results"))
+    args = parser.parse_args()
+    engine = NativeEngine()
+    gpus = engine.device_count()
+    meta = collect(engine, list(range(gpus)))
+    real, wall = fleet(gpus)
+    simulated, _ = fleet(64, "--simulate")
+    figures = {
+        "fleet_quick_wall_s": round(wall, 2),
+        "fleet_quick_ranks": gpus,
+        "fleet_quick_passed": real["passed"],
+        "fleet_quick_statuses": [r["status"] for r in real["ranks"]],
+        "fleet_quick_h2d_gbps": [
+            round(r["metrics"].get("h2d/pinned/async/device/bandwidth", 0) / 1e9, 2)
+            for r in real["ranks"]
+        ],
+        "fleet_quick_d2h_gbps": [
+            round(r["metrics"].get("d2h/pinned/async/device/bandwidth", 0) / 1e9, 2)
+            for r in real["ranks"]
+        ],
+        "fleet_gather_64_s": round(simulated["gather_s"], 4),
+        "fleet_report_bytes": len(json.dumps(simulated["ranks"][0])),
+        "fleet_64_statuses_complete": sum(r["status"] == "complete" for r in simulated["ranks"]),
+        "fleet_pair_vs_torch": "not measured: the NCCL pair check is not built yet",
+    }
+    write_record("fleet", args.commit, meta, gpus, [], figures, Path(args.out))
+
+
+if __name__ == "__main__":
+    main()
