@@ -4,8 +4,9 @@
                           `run --quick` set), wall time of the whole job (goal <= 30 s for 2)
   fleet_gather_64_s       64 simulated ranks (mpirun --oversubscribe): the time rank 0 spends
                           gathering their reports, and the size of one report
-  fleet_pair_vs_torch     the NCCL pair bandwidth against torch.distributed send/recv: not
-                          measured yet (the NCCL pair check is not built)
+  fleet_pair_vs_torch     the fleet's NCCL pair bandwidth (64 MiB messages, both directions,
+                          their mean) against torch.distributed's NCCL send/recv of the same
+                          messages timed alike (fleet_torch_peer.py, same host) (goal >= 0.98)
 
 Writes benchmarks/results/fleet-<gpu>x<n>-<date>.json.
 
@@ -24,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from foundation import write_record
+from foundation import comparison, write_record
 from xferscope.core.engine import NativeEngine
 from xferscope.core.machine import collect
 
@@ -62,6 +63,29 @@ def main() -> None:
     meta = collect(engine, list(range(gpus)))
     real, wall = fleet(gpus)
     simulated, _ = fleet(64, "--simulate")
+    ours = [p["bandwidth_bps"] for p in real["pairs"] if p["bandwidth_bps"]]
+    done = subprocess.run(
+        ["mpirun", "-np", "2", sys.executable, str(HERE / "fleet_torch_peer.py")],
+        env=ENV, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    print(done.stdout, done.stderr[-2000:])
+    theirs = [
+        float(line.split()[3]) for line in done.stdout.splitlines() if line.startswith("PAIR")
+    ]
+    comparisons = []
+    if ours and theirs:
+        comparisons.append(
+            comparison(
+                "fleet_pair_vs_torch",
+                sum(ours) / len(ours) / 1e9,
+                sum(theirs) / len(theirs) / 1e9,
+                "torch.distributed NCCL send/recv, 64 MiB, 20 messages after a barrier, "
+                "receiver's CUDA events, mean of both directions",
+                "GB/s",
+                True,
+                0.98,
+            )
+        )
     figures = {
         "fleet_quick_wall_s": round(wall, 2),
         "fleet_quick_ranks": gpus,
@@ -78,9 +102,10 @@ def main() -> None:
         "fleet_gather_64_s": round(simulated["gather_s"], 4),
         "fleet_report_bytes": len(json.dumps(simulated["ranks"][0])),
         "fleet_64_statuses_complete": sum(r["status"] == "complete" for r in simulated["ranks"]),
-        "fleet_pair_vs_torch": "not measured: the NCCL pair check is not built yet",
+        "fleet_pairs": real["pairs"],
+        "fleet_pairs_note": real["pairs_note"],
     }
-    write_record("fleet", args.commit, meta, gpus, [], figures, Path(args.out))
+    write_record("fleet", args.commit, meta, gpus, comparisons, figures, Path(args.out))
 
 
 if __name__ == "__main__":

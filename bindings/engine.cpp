@@ -159,6 +159,7 @@ void bind_gl(nb::module_& m);     // bindings/gl.cpp
 void bind_gemm(nb::module_& m);   // bindings/gemm.cpp
 void bind_batch(nb::module_& m);  // bindings/batch.cpp
 void bind_pitch(nb::module_& m);  // bindings/pitch.cpp
+void bind_pairs(nb::module_& m);  // bindings/pairs.cpp
 
 NB_MODULE(_engine, m) {
   m.doc() = "xferscope native measurement engine";
@@ -462,4 +463,5 @@ NB_MODULE(_engine, m) {
   bind_gemm(m);
   bind_batch(m);
   bind_pitch(m);
+  bind_pairs(m);
 }

@@ -210,3 +210,33 @@ def test_without_mpi4py_it_says_how_to_launch(monkeypatch, capsys):
     code = cli.main(["fleet", "--simulate"])
     err = capsys.readouterr().err
     assert code != 0 and "mpirun -np" in err and len(err.strip().splitlines()) == 1
+
+
+@needs_mpi
+def test_every_pair_through_nccl_both_ways(tmp_path):
+    done, _ = fleet(tmp_path, 3, {})
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads((tmp_path / "f.json").read_text())
+    pairs = {(p["source"], p["destination"]): p for p in doc["pairs"]}
+    assert set(pairs) == {(a, b) for a in range(3) for b in range(3) if a != b}
+    for p in pairs.values():
+        assert p["kind"] == "intra-node" and p["verified"] is True
+        assert p["bandwidth_bps"] == pytest.approx(370e9 * (64 << 20) / ((64 << 20) + 9e-6 * 370e9),
+                                                   rel=0.05)  # fmt: skip
+        assert p["latency_s"] == pytest.approx(9e-6 + 8 / 370e9, rel=0.05)
+    assert "GPU to GPU through NCCL" in done.stdout
+    done, _ = fleet(tmp_path, 2, {}, "--pairs", "none", "--force")
+    doc = json.loads((tmp_path / "f.json").read_text())
+    assert doc["pairs"] == [] and "--pairs none" in doc["pairs_note"]
+
+
+def test_pair_plans():
+    from xferscope.fleet.pairs import PairResult, plan, slow_pairs
+
+    assert plan(1, "auto") == [] and plan(4, "none") == []
+    assert plan(3, "auto") == [(0, 1), (0, 2), (1, 2)]
+    ring = plan(20, "auto")
+    assert len(ring) == 20 and (0, 19) in ring and (0, 1) in ring
+    results = [PairResult(a, b, "intra-node", 370e9, 9e-6, True) for a, b in plan(4, "all")]
+    results.append(PairResult(3, 0, "intra-node", 100e9, 9e-6, True))
+    assert [(p.source, p.destination) for p, _ in slow_pairs(results)] == [(3, 0)]

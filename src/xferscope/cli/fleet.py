@@ -7,14 +7,17 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 import click
 
 from .. import __version__
 from ..core.errors import OptionError, XferscopeError
+from ..fleet import pairs as fleet_pairs
 from ..fleet import thresholds as limits
 from ..fleet.records import (
+    COMPLETE,
     SCHEMA_NAME,
     TIMED_OUT,
     FleetResult,
@@ -26,6 +29,7 @@ from ..fleet.records import (
     to_dict,
 )
 from ..fleet.run import (
+    PAIRS_TAG,
     FleetOptions,
     assemble,
     host_name,
@@ -70,6 +74,14 @@ TEST_VARIABLE = "XFERSCOPE_FLEET_TEST"
     show_default=True,
     help="gpu: one rank per GPU, each on its node-local GPU, pinned to its NUMA node; node: one "
     "rank per node, checking every GPU in turn.",
+)
+@click.option(
+    "--pairs",
+    type=click.Choice(["auto", "all", "ring", "none"]),
+    default="auto",
+    show_default=True,
+    help="GPU to GPU through NCCL between the ranks: every pair, each rank with the next (a "
+    "ring), or none; auto: every pair up to 16 ranks, then a ring.",
 )
 @click.option(
     "--thresholds",
@@ -141,6 +153,10 @@ def fleet_command(**kw: Any) -> None:
     _test_hang(kw["simulate"], comm.rank)
     if comm.rank != 0:
         comm.send_report({"rank": comm.rank, "host": host, "reports": mine})
+        pair_plan = comm.bcast(None)  # never sent when a rank hung: MPI_Abort ends this one
+        if pair_plan.get("pairs"):
+            parts = _pair_parts(engine, comm, reports, pair_plan)
+            comm.send_report({"rank": comm.rank, "parts": parts}, tag=PAIRS_TAG)
         comm.finalize()
         return
     assert dest is not None
@@ -154,9 +170,11 @@ def fleet_command(**kw: Any) -> None:
             all_reports.append(timed_out(rank, None))
         else:
             all_reports += [RankReport.from_dict(r) for r in got["reports"]]
+    pair_results, note, stuck = _pairs(engine, comm, options, all_reports, reports)
     result = assemble(
         all_reports, options, kw["simulate"], created, gather_s, time.monotonic() - start
     )
+    result = replace(result, pairs=tuple(pair_results), pairs_note=note)
     history = setup.get("history")
     saver = HistorySaver(
         None if history is None else _history_path(history), lambda: history_entry(result), "fleet"
@@ -166,16 +184,72 @@ def fleet_command(**kw: Any) -> None:
                            saver)  # fmt: skip
     hung = [r for r in result.ranks if r.status == TIMED_OUT]
     code = 0 if result.passed and delivery.ok and not saver.failed else 1
-    if hung:
+    if hung or stuck:
         stderr.print(
-            f"{len(hung)} rank(s) sent nothing in {options.timeout_s:g} s: ending them "
-            "(MPI_Abort) so the job does not wait forever"
+            f"{len(hung) or 'a'} rank(s) sent nothing in {options.timeout_s:g} s: ending every "
+            "rank (MPI_Abort) so the job does not wait forever"
         )
         sys.stdout.flush()
         sys.stderr.flush()
         comm.abort(code or 1)
     comm.finalize()
     sys.exit(code)
+
+
+def _pair_parts(
+    engine: Any, comm: Any, reports: list[RankReport], pair_plan: dict[str, Any]
+) -> dict[str, Any]:
+    """This rank's part of the pair phase, or the error that stopped it."""
+    try:
+        return {
+            "parts": fleet_pairs.measure(
+                engine,
+                comm.rank,
+                comm.size,
+                reports[0].device,
+                pair_plan["id"],
+                [(int(a), int(b)) for a, b in pair_plan["pairs"]],
+            )
+        }
+    except XferscopeError as exc:
+        return {"error": str(exc)}
+
+
+def _pairs(
+    engine: Any, comm: Any, options: FleetOptions, everyone: list[RankReport],
+    mine: list[RankReport],
+) -> tuple[list[Any], str, bool]:  # fmt: skip
+    """Rank 0: GPU to GPU between the ranks through NCCL, when every rank reported a GPU:
+    (results, why not where they were not measured, whether a rank got stuck in it)."""
+    pairs = fleet_pairs.plan(comm.size, options.pairs)
+    if any(r.status == TIMED_OUT for r in everyone):
+        return [], "not measured: a rank sent no report", False  # no bcast: it would hang
+    reason = ""
+    if not pairs:
+        reason = "not measured: " + ("one rank" if comm.size < 2 else "--pairs none")
+    elif options.ranks_per != "gpu":
+        reason, pairs = "not measured: pairs need one rank per GPU", []
+    elif any(r.status != COMPLETE for r in everyone):
+        reason, pairs = "not measured: a GPU failed its checks", []
+    unique_id = b""
+    if pairs:
+        try:
+            unique_id = engine.nccl_unique_id()
+        except XferscopeError as exc:
+            reason, pairs = f"not measured: {exc}", []
+    comm.bcast({"pairs": pairs, "id": unique_id})
+    if not pairs:
+        return [], reason, False
+    deadline = time.monotonic() + options.timeout_s
+    own = _pair_parts(engine, comm, mine, {"pairs": pairs, "id": unique_id})
+    arrived = comm.collect({"rank": 0, "parts": own}, deadline, tag=PAIRS_TAG)
+    errors = [f"rank {r}: {a['parts']['error']}" for r, a in arrived.items()
+              if "error" in a["parts"]]  # fmt: skip
+    parts = [p for a in arrived.values() for p in a["parts"].get("parts", [])]
+    hosts = {r.rank: r.host for r in everyone}
+    missing = [r for r in range(comm.size) if r not in arrived]
+    note = "; ".join(errors + [f"rank {r} sent no pair results" for r in missing])
+    return fleet_pairs.merge(parts, hosts), note, bool(missing)
 
 
 def _history_path(text_path: str) -> Any:
@@ -200,6 +274,7 @@ def _options(kw: dict[str, Any]) -> FleetOptions:
         thresholds=tuple(sorted(given.items())),
         seed=parse_seed(kw["seed"]),
         ranks_per=kw["ranks_per"],
+        pairs=kw["pairs"],
     )
 
 

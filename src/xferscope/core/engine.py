@@ -24,6 +24,7 @@ from .errors import (
     EngineError,
     GlError,
     GlUnavailableError,
+    NcclError,
     NoDeviceError,
     OptionError,
 )
@@ -248,6 +249,15 @@ class Pitched(Protocol):
     def close(self) -> None: ...
 
 
+class PairComm(Protocol):
+    """An NCCL communicator over a fleet's ranks (pairs.hpp)."""
+
+    def stream(self, source: int, destination: int, bytes: int, iterations: int) -> float: ...
+    def ping_pong(self, a: int, b: int, bytes: int, iterations: int) -> float: ...
+    def mismatches(self, bytes: int) -> int: ...
+    def close(self) -> None: ...
+
+
 class ManyCopier(Protocol):
     """Copies many of the caller's buffers at once (many.hpp)."""
 
@@ -340,6 +350,10 @@ class Engine(Protocol):
         seed: int = 0x5EED,
     ) -> Pitched: ...
     def many_copier(self, device: int) -> ManyCopier: ...
+    def nccl_unique_id(self) -> bytes: ...
+    def pair_comm(
+        self, unique_id: bytes, ranks: int, rank: int, device: int, capacity: int
+    ) -> PairComm: ...
     # (kind, device, mapped) per address: 0 pageable, 1 pinned, 2 device, 3 managed
     def classify_pointers(self, addresses: Any) -> tuple[Any, Any, Any]: ...
     def clock(self) -> float: ...
@@ -361,6 +375,7 @@ _open_handles: weakref.WeakSet[
     | _NativeBatch
     | _NativeMany
     | _NativePitched
+    | _NativePairComm
 ] = weakref.WeakSet()
 
 
@@ -402,6 +417,8 @@ class NativeEngine:
             raise GlError(str(exc)) from None
         except e.BlasError as exc:
             raise BlasError(str(exc)) from None
+        except e.NcclError as exc:
+            raise NcclError(str(exc)) from None
 
     @contextmanager
     def _measuring(self) -> Iterator[None]:
@@ -557,6 +574,20 @@ class NativeEngine:
         with self._measuring():
             handle = self._engine.Batch(device, direction, memory, list(sizes), scattered, seed)
         return _NativeBatch(handle, self)
+
+    def nccl_unique_id(self) -> bytes:
+        _find_nccl()
+        with self._translated():
+            return bytes(self._engine.nccl_unique_id())
+
+    def pair_comm(
+        self, unique_id: bytes, ranks: int, rank: int, device: int, capacity: int
+    ) -> PairComm:
+        """Joins the fleet's NCCL communicator (pairs.hpp); every rank calls it together."""
+        _find_nccl()
+        with self._measuring():
+            handle = self._engine.PairComm(unique_id, ranks, rank, device, capacity)
+        return _NativePairComm(handle, self)
 
     def pitched(
         self,
@@ -762,6 +793,46 @@ class _NativeBatch:
     def verify(self, method: str, as_copy_many: bool = False) -> int:
         with self._engine._measuring():
             return int(self._handle.verify(method, as_copy_many))
+
+    def close(self) -> None:
+        self._handle.close()
+        _open_handles.discard(self)
+
+
+def _find_nccl() -> None:
+    """Points the engine at the libnccl of the nvidia-nccl wheel (PyTorch installs one) when
+    $XFERSCOPE_LIBNCCL names none and the loader path may not hold it."""
+    if os.environ.get("XFERSCOPE_LIBNCCL"):
+        return
+    import importlib.util
+
+    spec = importlib.util.find_spec("nvidia.nccl") if importlib.util.find_spec("nvidia") else None
+    for place in (spec.submodule_search_locations or []) if spec else []:
+        candidate = os.path.join(place, "lib", "libnccl.so.2")
+        if os.path.exists(candidate):
+            os.environ["XFERSCOPE_LIBNCCL"] = candidate
+            return
+
+
+class _NativePairComm:
+    """A native NCCL communicator with its errors translated; closed by close_native."""
+
+    def __init__(self, handle: Any, engine: NativeEngine) -> None:
+        self._handle = handle
+        self._engine = engine
+        _open_handles.add(self)
+
+    def stream(self, source: int, destination: int, bytes: int, iterations: int) -> float:
+        with self._engine._measuring():
+            return float(self._handle.stream(source, destination, bytes, iterations))
+
+    def ping_pong(self, a: int, b: int, bytes: int, iterations: int) -> float:
+        with self._engine._measuring():
+            return float(self._handle.ping_pong(a, b, bytes, iterations))
+
+    def mismatches(self, bytes: int) -> int:
+        with self._engine._measuring():
+            return int(self._handle.mismatches(bytes))
 
     def close(self) -> None:
         self._handle.close()

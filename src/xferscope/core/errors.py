@@ -51,6 +51,10 @@ class GlError(EngineError):
     scenarios still run."""
 
 
+class NcclError(EngineError):
+    """NCCL is missing (the message says where to get it) or one of its calls failed."""
+
+
 class BlasError(EngineError):
     """cuBLASLt is missing (the message says where to get it) or refused a GEMM (the message
     names the call and cuBLAS's status)."""

@@ -147,14 +147,12 @@ class FleetResult:
     gather_s: float
     wall_s: float
     interrupted: bool = False
+    pairs: tuple[Any, ...] = ()  # fleet.pairs.PairResult, both directions of each pair
+    pairs_note: str = ""  # why pairs were not measured, where they were not
 
     @property
     def failed(self) -> list[RankReport]:
         return [r for r in self.ranks if r.status != COMPLETE]
-
-    @property
-    def passed(self) -> bool:
-        return not self.failed and all(v.passed for v in self.verdicts)
 
     def report(self, rank: int) -> RankReport:
         return next(r for r in self.ranks if r.rank == rank)
@@ -182,7 +180,20 @@ class FleetResult:
             for v in self.verdicts
             if not v.passed
         ]
+        out += [
+            finding("pair_corrupted", ERROR, f"{p.source}->{p.destination}", "data arrived wrong")
+            for p in self.pairs
+            if p.verified is False
+        ]
         return out
+
+    @property
+    def passed(self) -> bool:
+        return (
+            not self.failed
+            and all(v.passed for v in self.verdicts)
+            and all(p.verified is not False for p in self.pairs)
+        )
 
 
 def to_dict(result: FleetResult) -> dict[str, Any]:
@@ -202,6 +213,8 @@ def to_dict(result: FleetResult) -> dict[str, Any]:
         "stats": [s.to_dict() for s in result.stats],
         "outliers": [o.to_dict() for o in result.outliers],
         "verdicts": [v.to_dict() for v in result.verdicts],
+        "pairs": [p.to_dict() for p in result.pairs],
+        "pairs_note": result.pairs_note,
     }
 
 
@@ -211,6 +224,7 @@ def dumps_json(result: FleetResult) -> str:
 
 def from_dict(d: dict[str, Any]) -> FleetResult:
     from ..documents.reader import check_schema
+    from .pairs import PairResult
 
     check_schema(d, SCHEMA_NAME, SCHEMA_VERSION)
     return FleetResult(
@@ -241,6 +255,8 @@ def from_dict(d: dict[str, Any]) -> FleetResult:
         gather_s=float(d.get("gather_s", 0.0)),
         wall_s=float(d.get("wall_s", 0.0)),
         interrupted=bool(d.get("interrupted", False)),
+        pairs=tuple(PairResult.from_dict(p) for p in d.get("pairs", [])),
+        pairs_note=str(d.get("pairs_note", "")),
     )
 
 

@@ -29,6 +29,7 @@ LAUNCH_HELP = (
     "with mpi4py installed (pip install mpi4py)"
 )
 REPORT_TAG = 71
+PAIRS_TAG = 72
 # The GPU facts a report carries: enough to find the GPU and judge its link and health.
 GPU_FACTS = (
     "name",
@@ -60,6 +61,7 @@ class FleetOptions:
     thresholds: tuple[tuple[str, float], ...] = ()  # given in a file
     seed: int = 0x5EED
     ranks_per: str = "gpu"  # gpu: one rank per GPU; node: one rank per node, every GPU
+    pairs: str = "auto"  # all, ring, none; auto: all up to 16 ranks, then a ring
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -68,6 +70,7 @@ class FleetOptions:
             "thresholds": dict(self.thresholds),
             "seed": self.seed,
             "ranks_per": self.ranks_per,
+            "pairs": self.pairs,
         }
 
 
@@ -92,18 +95,20 @@ class Comm:
     def bcast(self, value: Any) -> Any:
         return self.world.bcast(value, root=0)
 
-    def send_report(self, report: dict[str, Any]) -> None:
-        self.world.send(report, dest=0, tag=REPORT_TAG)
+    def send_report(self, report: dict[str, Any], tag: int = REPORT_TAG) -> None:
+        self.world.send(report, dest=0, tag=tag)
 
-    def collect(self, mine: dict[str, Any], deadline: float) -> dict[int, dict[str, Any]]:
+    def collect(
+        self, mine: dict[str, Any], deadline: float, tag: int = REPORT_TAG
+    ) -> dict[int, dict[str, Any]]:
         """Rank 0: every report that arrives before `deadline` (time.monotonic()), its own
         included. Probes instead of blocking, so a rank that never sends cannot hold it."""
         reports = {0: mine}
         pending = set(range(1, self.size))
         while pending and time.monotonic() < deadline:
             for source in sorted(pending):
-                if self.world.Iprobe(source=source, tag=REPORT_TAG):
-                    reports[source] = self.world.recv(source=source, tag=REPORT_TAG)
+                if self.world.Iprobe(source=source, tag=tag):
+                    reports[source] = self.world.recv(source=source, tag=tag)
                     pending.discard(source)
             if pending:
                 time.sleep(0.002)

@@ -69,5 +69,47 @@ def print_fleet(result: FleetResult, console: Console) -> None:
             verdict = "[green]PASS[/green]"
         table.add_row(str(r.rank), escape(r.label), g.get("name", ""), link, *values, verdict)
     console.print(table)
+    print_pairs(result, console)
     if result.simulated:
         print_simulated(console)
+
+
+def print_pairs(result: FleetResult, console: Console) -> None:
+    """The pair matrix: GB/s from each rank (rows) to each other (columns), and latency."""
+    from ..fleet.pairs import slow_pairs
+
+    if not result.pairs:
+        if result.pairs_note:
+            console.print(f"GPU to GPU through NCCL: {escape(result.pairs_note)}")
+        return
+    ranks = sorted({p.source for p in result.pairs} | {p.destination for p in result.pairs})
+    cell = {(p.source, p.destination): p for p in result.pairs}
+    table = Table(
+        title="GPU to GPU through NCCL: GB/s from row to column (64 MiB messages), one-way "
+        "latency in µs (8 B ping-pong)",
+        title_justify="left",
+    )
+    table.add_column("from \\ to", justify="right")
+    for r in ranks:
+        table.add_column(f"rank {r}", justify="right")
+    for a in ranks:
+        row = []
+        for b in ranks:
+            p = cell.get((a, b))
+            if p is None or p.bandwidth_bps is None:
+                row.append("")
+                continue
+            text = f"{p.bandwidth_bps / 1e9:.0f}"
+            if p.latency_s is not None:
+                text += f" / {p.latency_s * 1e6:.1f}"
+            row.append(text if p.verified else f"[red]{text} WRONG DATA[/red]")
+        table.add_row(f"rank {a}", *row)
+    console.print(table)
+    for p, median in slow_pairs(list(result.pairs)):
+        console.print(
+            f"[yellow]slow pair: rank {p.source} -> {p.destination} "
+            f"{(p.bandwidth_bps or 0) / 1e9:.0f} GB/s against the {p.kind} median "
+            f"{median / 1e9:.0f}[/yellow]"
+        )
+    if result.pairs_note:
+        console.print(f"GPU to GPU through NCCL: {escape(result.pairs_note)}")
