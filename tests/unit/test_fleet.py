@@ -240,3 +240,20 @@ def test_pair_plans():
     results = [PairResult(a, b, "intra-node", 370e9, 9e-6, True) for a, b in plan(4, "all")]
     results.append(PairResult(3, 0, "intra-node", 100e9, 9e-6, True))
     assert [(p.source, p.destination) for p, _ in slow_pairs(results)] == [(3, 0)]
+
+
+def test_the_html_page_puts_outliers_first_and_links_every_gpu():
+    from xferscope.fleet.pairs import PairResult
+    from xferscope.report.fleet_html import render_fleet_html
+
+    reports = [report(r, 55e9) for r in range(4)] + [report(4, 20e9, pcie_width=4)]
+    result = assemble(reports, FleetOptions(), True, "2026-11-23T00:00:00+00:00", 0.1, 2.0)
+    pairs = tuple(PairResult(a, b, "intra-node", 340e9, 7e-6, True) for a in range(2)
+                  for b in range(2) if a != b)  # fmt: skip
+    from dataclasses import replace
+
+    page = render_fleet_html(replace(result, pairs=pairs))
+    assert page.index("Outliers") < page.index("Every GPU against the fleet")
+    assert 'href="#rank-4-gpu-0"' in page and 'id="rank-4-gpu-0"' in page
+    assert "trained down to x4 of x16" in page and "SIMULATED" in page
+    assert "340.0" in page

@@ -110,6 +110,7 @@ TEST_VARIABLE = "XFERSCOPE_FLEET_TEST"
               "fleet-<time>.")  # fmt: skip
 @click.option("--json", "json_path", default=None, help="Write the fleet document here.")
 @click.option("--csv", "csv_path", default=None, help="Write one row per GPU and metric here.")
+@click.option("--html", "html_path", default=None, help="Write the fleet's HTML page here.")
 @click.option("--force", is_flag=True, help="Replace files that --json or --csv name.")
 @history_options
 @seed_option
@@ -324,6 +325,7 @@ def fleet_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
     return {
         "json": Named("--json", kw.get("json_path"), "fleet.json"),
         "csv": Named("--csv", kw.get("csv_path"), "fleet.csv"),
+        "html": Named("--html", kw.get("html_path"), "fleet.html"),
         "prometheus": Named(
             "--prometheus", kw.get("prometheus_prefix"), "prometheus", (".prom",), replace=True
         ),
@@ -338,10 +340,16 @@ def fleet_outputs(result: FleetResult, dest: Destination) -> list[Output]:
             "prometheus", text(lambda: prometheus_text(result, host)), f"-{host}.prom"
         )
 
+    def page(path: Any, _written: Any) -> None:
+        from ..report.fleet_html import write_fleet_html
+
+        write_fleet_html(result, path)
+
     return [
         dest.output("json", text(lambda: dumps_json(result))),
         dest.output("csv", text(lambda: dumps_csv(result))),
         *(prom(h) for h in hosts),
+        dest.output("html", page, render=True, urgent=True),
     ]
 
 
