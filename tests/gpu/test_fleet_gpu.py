@@ -36,3 +36,7 @@ def test_one_rank_per_gpu(native_engine, tmp_path):
     for r in doc["ranks"]:
         assert r["metrics"]["h2d/pinned/async/device/bandwidth"] > 20e9
     assert doc["passed"] == (done.returncode == 0)
+    if gpus > 1:  # every pair of GPUs through NCCL, both ways, data checked
+        pairs = {(p["source"], p["destination"]): p for p in doc["pairs"]}
+        assert len(pairs) == gpus * (gpus - 1), doc["pairs_note"]
+        assert all(p["verified"] and p["bandwidth_bps"] > 10e9 for p in pairs.values())
