@@ -176,6 +176,9 @@ def fleet_command(**kw: Any) -> None:
         all_reports, options, kw["simulate"], created, gather_s, time.monotonic() - start
     )
     result = replace(result, pairs=tuple(pair_results), pairs_note=note)
+    for r in result.ranks:  # what keeps a rank out of the fleet: one line each, on rank 0
+        if r.status in (NO_GPU, TIMED_OUT) or (r.error and "xferscope" in r.error):
+            stderr.print(f"rank {r.rank} ({r.host}): {r.status}: {r.error}")
     history = setup.get("history")
     saver = HistorySaver(
         None if history is None else _history_path(history), lambda: history_entry(result), "fleet"
