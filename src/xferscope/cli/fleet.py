@@ -18,6 +18,7 @@ from ..fleet import pairs as fleet_pairs
 from ..fleet import thresholds as limits
 from ..fleet.records import (
     COMPLETE,
+    NO_GPU,
     SCHEMA_NAME,
     TIMED_OUT,
     FleetResult,
