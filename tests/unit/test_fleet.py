@@ -149,6 +149,13 @@ def test_four_ranks_one_slow_one_failing(tmp_path):
     assert verdicts == {0: True, 1: True, 2: False, 3: False}
     assert list((tmp_path / "out").rglob("prometheus-*.prom"))
     assert "Outliers" in done.stdout and "PCIe link trained down" in done.stdout
+    # every GPU that completed has its own run report beside the fleet's page, linked from it
+    (page,) = (tmp_path / "out").rglob("fleet.html")
+    for r in doc["ranks"]:
+        if r["status"] == "complete":
+            assert (page.parent / r["report_path"]).is_file(), r["report_path"]
+            assert (page.parent / r["report_path"]).with_name("run.json").is_file()
+            assert f'href="{r["report_path"]}"' in page.read_text()
 
 
 @needs_mpi

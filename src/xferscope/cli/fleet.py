@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import click
@@ -135,6 +136,7 @@ def fleet_command(**kw: Any) -> None:
                 check_history(history)
             dest = Destination.prepare(kw["out"], "fleet", fleet_named(kw), kw["force"])
             setup["history"] = None if history is None else str(history)
+            setup["directory"] = None if dest.directory is None else str(dest.directory)
         except XferscopeError as exc:
             setup = {"error": str(exc), "code": exc.exit_code}
         except click.ClickException as exc:
@@ -150,7 +152,8 @@ def fleet_command(**kw: Any) -> None:
     created = now()
     engine = _engine(kw["simulate"], comm.rank, comm.local_size)
     host = host_name()
-    reports = measure_rank(engine, comm.rank, comm.local_rank, options, host)
+    keep = None if setup.get("directory") is None else _keeper(Path(setup["directory"]))
+    reports = measure_rank(engine, comm.rank, comm.local_rank, options, host, keep)
     mine = [_test_version(kw["simulate"], comm.rank, r).to_dict() for r in reports]
     _test_hang(kw["simulate"], comm.rank)
     if comm.rank != 0:
@@ -199,6 +202,33 @@ def fleet_command(**kw: Any) -> None:
         comm.abort(code or 1)
     comm.finalize()
     sys.exit(code)
+
+
+GPU_REPORTS = "gpus"  # each GPU's own run report: <fleet directory>/gpus/<host>-gpu<N>/
+
+
+def _keeper(directory: Path) -> Any:
+    """Writes a GPU's own `run` report (run.json, CSVs, report.html) beside the fleet's files,
+    from the rank that measured it (on a shared file system, all in one place; else each node
+    keeps its own GPUs'); returns its path relative to the fleet's directory, "" on failure."""
+
+    def keep(report: RankReport, result: Any) -> str:
+        from .outputs import Delivery
+        from .run import run_named, run_outputs
+
+        name = f"{report.host}-gpu{report.device}"
+        try:
+            dest = Destination.prepare(str(directory / GPU_REPORTS), name, run_named(), stamp=False)
+            delivery = Delivery(
+                [o for o in run_outputs(result, dest) if not o.path.name.endswith(".png")]
+            )
+            delivery.write_data()
+            delivery.render()
+        except (XferscopeError, OSError):
+            return ""
+        return f"{GPU_REPORTS}/{name}/report.html" if delivery.ok else ""
+
+    return keep
 
 
 def _pair_parts(
@@ -257,9 +287,7 @@ def _pairs(
     return fleet_pairs.merge(parts, hosts), note, bool(missing)
 
 
-def _history_path(text_path: str) -> Any:
-    from pathlib import Path
-
+def _history_path(text_path: str) -> Path:
     return Path(text_path)
 
 

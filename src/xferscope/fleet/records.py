@@ -36,6 +36,7 @@ class RankReport:
     metrics: dict[str, float] = field(default_factory=dict)  # fleet metric name -> value
     findings: tuple[dict[str, Any], ...] = ()  # code, severity, message, cause, fix
     wall_s: float = 0.0
+    report_path: str = ""  # the GPU's own run report, relative to the fleet's directory
 
     @property
     def label(self) -> str:
@@ -56,6 +57,7 @@ class RankReport:
             "metrics": self.metrics,
             "findings": list(self.findings),
             "wall_s": self.wall_s,
+            "report_path": self.report_path,
         }
 
     @classmethod
@@ -72,6 +74,7 @@ class RankReport:
             metrics={str(k): float(v) for k, v in (d.get("metrics") or {}).items()},
             findings=tuple(d.get("findings") or ()),
             wall_s=float(d.get("wall_s", 0.0)),
+            report_path=str(d.get("report_path", "")),
         )
 
 

@@ -158,7 +158,12 @@ def headline(metrics: dict[str, Any]) -> dict[str, float]:
 
 
 def measure_rank(
-    engine: Engine, comm_rank: int, local_rank: int, options: FleetOptions, host: str
+    engine: Engine,
+    comm_rank: int,
+    local_rank: int,
+    options: FleetOptions,
+    host: str,
+    keep: Any = None,
 ) -> list[RankReport]:
     """This rank's GPU (one rank per GPU: the node-local rank's GPU; one per node: all of
     them), checked; one report per GPU."""
@@ -182,11 +187,14 @@ def measure_rank(
         ]
     else:
         devices = [local_rank]
-    return [check_gpu(engine, replace(base, device=d), options) for d in devices]
+    return [check_gpu(engine, replace(base, device=d), options, keep) for d in devices]
 
 
-def check_gpu(engine: Engine, base: RankReport, options: FleetOptions) -> RankReport:
-    """One GPU's checks: the `run --quick` investigation, or the named cases."""
+def check_gpu(
+    engine: Engine, base: RankReport, options: FleetOptions, keep: Any = None
+) -> RankReport:
+    """One GPU's checks: the `run --quick` investigation, or the named cases. `keep(report,
+    result)` writes the investigation's own report and returns its path ("" for none)."""
     from ..run.investigate import RunOptions, run_investigation
     from ..run.metrics import run_metrics
 
@@ -217,7 +225,7 @@ def check_gpu(engine: Engine, base: RankReport, options: FleetOptions) -> RankRe
             gpu = {k: v for k, v in result.machine["gpus"][0].items() if k in GPU_FACTS}
     except XferscopeError as exc:
         return replace(base, status=FAILED, error=str(exc), wall_s=time.perf_counter() - start)
-    return replace(
+    report = replace(
         base,
         status=status,
         error=error,
@@ -226,6 +234,9 @@ def check_gpu(engine: Engine, base: RankReport, options: FleetOptions) -> RankRe
         findings=tuple(findings),
         wall_s=time.perf_counter() - start,
     )
+    if keep is not None and not options.cases:
+        report = replace(report, report_path=keep(report, result))
+    return report
 
 
 def measure_cases(

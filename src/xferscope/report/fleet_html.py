@@ -129,9 +129,10 @@ def _gpu_section(result: FleetResult, r: RankReport) -> str:
             "PASS" if verdict is None or verdict.passed else "FAIL: " + "; ".join(verdict.failures)
         )
     )
+    own = f' <a href="{_e(r.report_path)}">its own report</a>' if r.report_path else ""
     return (
         f'<section id="{_anchor(r)}"><h3>rank {r.rank}: {_e(r.label)}</h3>'
-        f'<p><b>{_e(status)}</b></p><dl class="facts">{facts}</dl>{figures}'
+        f'<p><b>{_e(status)}</b>{own}</p><dl class="facts">{facts}</dl>{figures}'
         + (f"<ul>{findings}</ul>" if findings else "")
         + "</section>"
     )
