@@ -692,12 +692,14 @@ class _NativeTransfer:
 
 
 PACE_VARIABLE = "XFERSCOPE_SIMULATE_PACE"
+GPUS_VARIABLE = "XFERSCOPE_SIMULATE_GPUS"
 
 
 def open_engine(simulate: bool = False) -> Engine:
     """The native engine, or the simulated one. $XFERSCOPE_SIMULATE_PACE (a number, 0 or more)
     makes the simulated engine take that share of its modelled time in real time, so its
-    progress can be watched and interrupted (tests do)."""
+    progress can be watched and interrupted (tests do); $XFERSCOPE_SIMULATE_GPUS (1 to 64)
+    gives it that many GPUs, all peers of each other (an 8-GPU node in CI)."""
     if simulate:
         from .simulate import SimulatedEngine
 
@@ -708,7 +710,10 @@ def open_engine(simulate: bool = False) -> Engine:
             pace = -1.0
         if not 0 <= pace < 1e3:  # also refuses nan and inf
             raise OptionError(PACE_VARIABLE, f"'{text}' is not a number from 0 to 1000")
-        return SimulatedEngine(pace=pace)
+        gpus = os.environ.get(GPUS_VARIABLE, "1").strip() or "1"
+        if not gpus.isdigit() or not 1 <= int(gpus) <= 64:
+            raise OptionError(GPUS_VARIABLE, f"'{gpus}' is not a count of GPUs from 1 to 64")
+        return SimulatedEngine(pace=pace, devices=int(gpus))
     return NativeEngine()
 
 

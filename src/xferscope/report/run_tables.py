@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -125,4 +126,6 @@ def print_run(result: RunResult, console: Console) -> None:
     if not result.complete:
         console.print("[bold yellow]INCOMPLETE: not every GPU was fully measured[/bold yellow]")
     console.print(headline_table(result))
+    for note in result.notes:
+        console.print(f"note: {escape(note)}")
     print_findings(result.findings, console)

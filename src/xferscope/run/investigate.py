@@ -25,6 +25,7 @@ from ..gl.check import gl_check
 from ..sweep.measure import measure_curve
 from ..sweep.options import SweepOptions
 from ..sweep.records import CurveConfig
+from .metrics import HEADLINE_CURVES
 from .records import Concurrent, GpuSection, OverlapPoint, PinningCost, RunResult, Stream
 
 MIB = 1 << 20
@@ -61,10 +62,12 @@ QUICK_PLAN = RunPlan(
 HOST_KINDS = ("pageable", "pinned", "wc", "registered")
 
 
-def gpu_curves(device: int) -> list[CurveConfig]:
+def gpu_curves(device: int, scope: str = "full") -> list[CurveConfig]:
     """What an application sees (cudaMemcpy, API time) and what the link does (copy engines,
     device time) for every host kind and direction; device-to-device; SM copy kernels; the
-    staged copy of pageable memory."""
+    staged copy of pageable memory. The headline scope: the headline curves only."""
+    if scope == "headline":
+        return [CurveConfig(device, *key) for key in HEADLINE_CURVES]
     configs = [
         CurveConfig(device, direction, memory, mechanism, timing)
         for direction in ("h2d", "d2h")
@@ -98,6 +101,13 @@ class Interrupted(Exception):
         self.section = section
 
 
+# `run --quick` on more GPUs than this measures every check on the first GPU only and the
+# headline curves on the others, so 8 GPUs fit in a minute (the simulated H200 model: 99 s
+# with every check on every GPU, 11 s a GPU; the GPUs of one node are alike, and what differs
+# between them - a link trained down, a slow copy engine - shows in the headline).
+QUICK_FULL_GPUS_UP_TO = 2
+
+
 @dataclass(frozen=True, slots=True)
 class RunOptions:
     devices: tuple[int, ...]
@@ -107,6 +117,11 @@ class RunOptions:
     @property
     def plan(self) -> RunPlan:
         return QUICK_PLAN if self.quick else DEFAULT_PLAN
+
+    def scope(self, device: int) -> str:
+        """full: every check on `device`; headline: its headline curves only."""
+        many = self.quick and len(self.devices) > QUICK_FULL_GPUS_UP_TO
+        return "headline" if many and device != self.devices[0] else "full"
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -120,10 +135,14 @@ class RunOptions:
 def steps(options: RunOptions) -> int:
     """Progress units: one per curve size, per concurrent measurement, per pinning run, per
     overlap measurement, per GL check and per GEMM check."""
-    per_gpu = len(gpu_curves(0)) * len(options.plan.sizes) + 5
+    sizes = len(options.plan.sizes)
+    per_gpu = {
+        "full": len(gpu_curves(0)) * sizes + 5,
+        "headline": len(gpu_curves(0, "headline")) * sizes + 1,
+    }
     n = len(options.devices)
     multi = (3 * n * (n - 1) + n * (n - 1) // 2 + 3) if n > 1 else 0
-    return per_gpu * n + multi
+    return sum(per_gpu[options.scope(d)] for d in options.devices) + multi
 
 
 # ---- concurrent streams ------------------------------------------------------------------------
@@ -260,9 +279,10 @@ def investigate_gpu(
         budget_s=p.curve_budget_s,
         seed=options.seed,
     )
-    section = GpuSection(device, "complete", None, (), (), None)
+    scope = options.scope(device)
+    section = GpuSection(device, "complete", None, (), (), None, scope=scope)
     try:
-        for config in gpu_curves(device):
+        for config in gpu_curves(device, scope):
             run = measure_curve(engine, config, sweep, progress)
             section = replace(section, curves=(*section.curves, run.curve))
             if run.interrupted:
@@ -279,6 +299,8 @@ def investigate_gpu(
         )
         section = replace(section, concurrent=(bidirectional,))
         progress.step(f"gpu{device} H2D while D2H")
+        if scope == "headline":
+            return section
         costs = engine.measure_pinning(device, p.pinning_bytes)
         section = replace(section, pinning=PinningCost.of(device, p.pinning_bytes, costs))
         progress.step(f"gpu{device} pinning costs")
@@ -413,5 +435,19 @@ def run_investigation(engine: Engine, options: RunOptions, progress: Progress = 
         interrupted=interrupted,
         wall_s=engine.clock() - start,
         elapsed_s=time.perf_counter() - real_start,
+        notes=scope_notes(options),
     )
     return replace(result, findings=tuple(diagnose(result)))
+
+
+def scope_notes(options: RunOptions) -> tuple[str, ...]:
+    """What a quick run on many GPUs left out, in a sentence."""
+    headline = [d for d in options.devices if options.scope(d) == "headline"]
+    if not headline:
+        return ()
+    return (
+        f"--quick on {len(options.devices)} GPUs: every check on GPU {options.devices[0]}; on "
+        f"GPU{'s' if len(headline) > 1 else ''} {', '.join(map(str, headline))} the headline "
+        "curves (pinned and pageable both ways, device to device) and H2D beside D2H only. "
+        "Without --quick every GPU gets every check.",
+    )

@@ -131,6 +131,9 @@ class GpuSection:
     overlap: tuple[OverlapPoint, ...] = ()
     gl: GlCheck | None = None
     gemm: GemmCheck | None = None
+    # full: every check; headline: the headline curves and H2D beside D2H only (`run --quick`
+    # on many GPUs measures every check on the first GPU, the headline on the others)
+    scope: str = "full"
 
     def curve(self, direction: str, memory: str, mechanism: str, timing: str) -> Curve | None:
         return next(
@@ -285,6 +288,7 @@ def run_to_dict(r: RunResult) -> dict[str, Any]:
                 ],
                 "gl": None if g.gl is None else g.gl.to_dict(),
                 "gemm": None if g.gemm is None else g.gemm.to_dict(),
+                **({} if g.scope == "full" else {"scope": g.scope}),
             }
             for g in r.gpus
         ],
@@ -326,6 +330,7 @@ def _gpu_from(g: Field) -> GpuSection:
         ),
         gl=GlCheck.read(g.get("gl")),
         gemm=GemmCheck.read(g.get("gemm")),
+        scope=g.get("scope", "full").string(),
     )
 
 
