@@ -368,14 +368,7 @@ def format_cuda_version(version: int) -> str:
 # are freed and the staged copier's threads joined before the interpreter finalizes, whatever
 # path (Ctrl-C, an error) left one open.
 _open_handles: weakref.WeakSet[
-    _NativeTransfer
-    | _NativeCopier
-    | _NativeGl
-    | _NativeGemm
-    | _NativeBatch
-    | _NativeMany
-    | _NativePitched
-    | _NativePairComm
+    _NativeTransfer | _NativeCopier | _NativeGl | _NativeGemm | _NativeHandle | _NativeMany
 ] = weakref.WeakSet()
 
 
@@ -778,30 +771,38 @@ class _NativeGl:
         _open_handles.discard(self)
 
 
-class _NativeBatch:
-    """A native batch with its errors translated; closed by close_native if left open."""
+class _NativeHandle:
+    """A native object with its errors translated, closed by close_native if left open: the
+    one place the engine's simple handles (batch, 2D copy, NCCL communicator) are kept."""
 
     def __init__(self, handle: Any, engine: NativeEngine) -> None:
         self._handle = handle
         self._engine = engine
         _open_handles.add(self)
 
+    def _measure(self, method: str, *args: Any) -> Any:
+        """The handle's `method`, refused after a stop, its errors translated."""
+        with self._engine._measuring():
+            return getattr(self._handle, method)(*args)
+
+    def close(self) -> None:
+        self._handle.close()
+        _open_handles.discard(self)
+
+
+class _NativeBatch(_NativeHandle):
+    """A native batch (batch.hpp)."""
+
     @property
     def bytes(self) -> int:
         return int(self._handle.bytes)
 
     def time(self, method: str, iterations: int, as_copy_many: bool = False) -> tuple[float, float]:
-        with self._engine._measuring():
-            host, device = self._handle.time(method, iterations, as_copy_many)
+        host, device = self._measure("time", method, iterations, as_copy_many)
         return float(host), float(device)
 
     def verify(self, method: str, as_copy_many: bool = False) -> int:
-        with self._engine._measuring():
-            return int(self._handle.verify(method, as_copy_many))
-
-    def close(self) -> None:
-        self._handle.close()
-        _open_handles.discard(self)
+        return int(self._measure("verify", method, as_copy_many))
 
 
 def _find_nccl() -> None:
@@ -819,38 +820,21 @@ def _find_nccl() -> None:
             return
 
 
-class _NativePairComm:
-    """A native NCCL communicator with its errors translated; closed by close_native."""
-
-    def __init__(self, handle: Any, engine: NativeEngine) -> None:
-        self._handle = handle
-        self._engine = engine
-        _open_handles.add(self)
+class _NativePairComm(_NativeHandle):
+    """A native NCCL communicator (pairs.hpp)."""
 
     def stream(self, source: int, destination: int, bytes: int, iterations: int) -> float:
-        with self._engine._measuring():
-            return float(self._handle.stream(source, destination, bytes, iterations))
+        return float(self._measure("stream", source, destination, bytes, iterations))
 
     def ping_pong(self, a: int, b: int, bytes: int, iterations: int) -> float:
-        with self._engine._measuring():
-            return float(self._handle.ping_pong(a, b, bytes, iterations))
+        return float(self._measure("ping_pong", a, b, bytes, iterations))
 
     def mismatches(self, bytes: int) -> int:
-        with self._engine._measuring():
-            return int(self._handle.mismatches(bytes))
-
-    def close(self) -> None:
-        self._handle.close()
-        _open_handles.discard(self)
+        return int(self._measure("mismatches", bytes))
 
 
-class _NativePitched:
-    """A native 2D copy with its errors translated; closed by close_native if left open."""
-
-    def __init__(self, handle: Any, engine: NativeEngine) -> None:
-        self._handle = handle
-        self._engine = engine
-        _open_handles.add(self)
+class _NativePitched(_NativeHandle):
+    """A native 2D copy (pitch.hpp)."""
 
     @property
     def bytes(self) -> int:
@@ -865,18 +849,12 @@ class _NativePitched:
         return int(self._handle.depth)
 
     def time(self, method: str, iterations: int) -> tuple[float, float]:
-        with self._engine._measuring():
-            host, device = self._handle.time(method, iterations)
+        host, device = self._measure("time", method, iterations)
         return float(host), float(device)
 
     def verify(self, method: str) -> tuple[int, int]:
-        with self._engine._measuring():
-            v = self._handle.verify(method)
+        v = self._measure("verify", method)
         return int(v.wrong_rows), int(v.gap_bytes)
-
-    def close(self) -> None:
-        self._handle.close()
-        _open_handles.discard(self)
 
 
 class _NativeMany:
