@@ -445,9 +445,9 @@ def from_dict(d: dict[str, Any]) -> BatchResult:
 
 
 def dumps_json(result: BatchResult) -> str:
-    import json
+    from ..documents.envelope import dumps_document
 
-    return json.dumps(to_dict(result), indent=1, allow_nan=False) + "\n"
+    return dumps_document(to_dict(result))
 
 
 def dumps_csv(result: BatchResult) -> str:

@@ -10,6 +10,14 @@ from ..core.findings import read_findings
 from .reader import Field
 
 
+def dumps_document(document: dict[str, Any]) -> str:
+    """A result document as the JSON file of every command that writes one: compact
+    indentation, no NaN or infinity (strict JSON readers refuse them), a final newline."""
+    import json
+
+    return json.dumps(document, indent=1, allow_nan=False) + "\n"
+
+
 def document_header(name: str, version: int, result: Any) -> dict[str, Any]:
     """The fields every xferscope result document opens with (sweep, overlap, pageable)."""
     return {

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -222,7 +221,9 @@ def to_dict(result: FleetResult) -> dict[str, Any]:
 
 
 def dumps_json(result: FleetResult) -> str:
-    return json.dumps(to_dict(result), indent=1, allow_nan=False) + "\n"
+    from ..documents.envelope import dumps_document
+
+    return dumps_document(to_dict(result))
 
 
 def from_dict(d: dict[str, Any]) -> FleetResult:

@@ -461,9 +461,9 @@ def from_dict(d: dict[str, Any]) -> PitchResult:
 
 
 def dumps_json(result: PitchResult) -> str:
-    import json
+    from ..documents.envelope import dumps_document
 
-    return json.dumps(to_dict(result), indent=1, allow_nan=False) + "\n"
+    return dumps_document(to_dict(result))
 
 
 CSV_COLUMNS = (

@@ -169,7 +169,9 @@ def from_dict(d: dict[str, Any]) -> TraceResult:
 
 
 def dumps_json(result: TraceResult) -> str:
-    return json.dumps(to_dict(result), indent=1, allow_nan=False) + "\n"
+    from ..documents.envelope import dumps_document
+
+    return dumps_document(to_dict(result))
 
 
 CSV_COLUMNS = (
