@@ -451,16 +451,11 @@ def dumps_json(result: BatchResult) -> str:
 
 
 def dumps_csv(result: BatchResult) -> str:
-    import csv
-    import io
+    from ..documents.envelope import dumps_table
 
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(
-        ("direction", "memory", "count", "size", "method", "status", "host_s", "device_s", "error")
-    )
-    for c in result.cells:
-        writer.writerow(
+    return dumps_table(
+        ("direction", "memory", "count", "size", "method", "status", "host_s", "device_s", "error"),
+        (
             (
                 c.direction,
                 c.memory,
@@ -472,5 +467,6 @@ def dumps_csv(result: BatchResult) -> str:
                 "" if not c.device_s else f"{stats.median(c.device_s):.6g}",
                 c.error or "",
             )
-        )
-    return out.getvalue()
+            for c in result.cells
+        ),
+    )

@@ -188,18 +188,11 @@ def store_calibration(engine: Any, device: int, result: BatchResult) -> None:
 
 
 def history_entry(result: BatchResult) -> Any:
-    from ..run.history import Entry
-
-    return Entry("batch", to_dict(result), "batch", not result.interrupted, result)
+    return common.history_entry("batch", to_dict(result), result)
 
 
 def batch_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
-    kw = kw or {}
-    return {
-        "json": Named("--json", kw.get("json_path"), "batch.json"),
-        "csv": Named("--csv", kw.get("csv_path"), "batch.csv"),
-        "plot": Named("--plot", kw.get("plot_prefix"), "batch", (".png",)),
-    }
+    return common.result_files("batch", kw)
 
 
 def batch_outputs(result: BatchResult, dest: Destination) -> list[Output]:

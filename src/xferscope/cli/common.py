@@ -199,6 +199,26 @@ def finish(
         sys.exit(1)
 
 
+def result_files(
+    name: str, kw: dict[str, Any] | None = None, plot_suffixes: tuple[str, ...] = (".png",)
+) -> dict[str, Named]:
+    """The files of a command that writes one result: NAME.json, NAME.csv and its plots, each
+    where its option puts it (kw None: the default names)."""
+    kw = kw or {}
+    return {
+        "json": Named("--json", kw.get("json_path"), f"{name}.json"),
+        "csv": Named("--csv", kw.get("csv_path"), f"{name}.csv"),
+        "plot": Named("--plot", kw.get("plot_prefix"), name, plot_suffixes),
+    }
+
+
+def history_entry(kind: str, document: dict[str, Any], result: Any, mode: str = "") -> Any:
+    """The history's row of a command's result, complete unless it was interrupted."""
+    from ..run.history import Entry
+
+    return Entry(kind, document, mode or kind, not result.interrupted, result)
+
+
 @dataclass(frozen=True, slots=True)
 class DocumentKind:
     """A kind of result document and how to show and write it again: `xferscope report` draws

@@ -347,9 +347,7 @@ def _test_hang(simulate: bool, rank: int) -> None:
 
 
 def history_entry(result: FleetResult) -> Any:
-    from ..run.history import Entry
-
-    return Entry("fleet", to_dict(result), "fleet", not result.interrupted, result)
+    return common.history_entry("fleet", to_dict(result), result)
 
 
 def fleet_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:

@@ -256,19 +256,11 @@ def _pad(text: str) -> int:
 
 
 def history_entry(result: GemmResult) -> Any:
-    from ..run.history import Entry
-
-    return Entry("gemm", to_dict(result), "gemm", not result.interrupted, result)
+    return common.history_entry("gemm", to_dict(result), result)
 
 
 def gemm_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
-    kw = kw or {}
-    return {
-        "json": Named("--json", kw.get("json_path"), "gemm.json"),
-        "csv": Named("--csv", kw.get("csv_path"), "gemm.csv"),
-        "plot": Named("--plot", kw.get("plot_prefix"), "gemm", (".png",)),
-        "html": Named("--out", None, "report.html"),
-    }
+    return common.result_files("gemm", kw) | {"html": Named("--out", None, "report.html")}
 
 
 def gemm_outputs(result: GemmResult, dest: Destination) -> list[Output]:

@@ -244,19 +244,12 @@ def gl_command(ctx: click.Context, /, **kw: Any) -> None:
 
 
 def history_entry(result: GlResult) -> Any:
-    from ..run.history import Entry
-
     mode = str(result.options.get("preset") or "gl")
-    return Entry("gl", to_dict(result), mode, not result.interrupted, result)
+    return common.history_entry("gl", to_dict(result), result, mode)
 
 
 def gl_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
-    kw = kw or {}
-    return {
-        "json": Named("--json", kw.get("json_path"), "gl.json"),
-        "csv": Named("--csv", kw.get("csv_path"), "gl.csv"),
-        "plot": Named("--plot", kw.get("plot_prefix"), "gl", ("-rates.png", "-async.png")),
-    }
+    return common.result_files("gl", kw, ("-rates.png", "-async.png"))
 
 
 def gl_outputs(result: GlResult, dest: Destination) -> list[Output]:

@@ -160,18 +160,11 @@ def pitch_command(**kw: Any) -> None:
 
 
 def history_entry(result: PitchResult) -> Any:
-    from ..run.history import Entry
-
-    return Entry("pitch", to_dict(result), "pitch", not result.interrupted, result)
+    return common.history_entry("pitch", to_dict(result), result)
 
 
 def pitch_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
-    kw = kw or {}
-    return {
-        "json": Named("--json", kw.get("json_path"), "pitch.json"),
-        "csv": Named("--csv", kw.get("csv_path"), "pitch.csv"),
-        "plot": Named("--plot", kw.get("plot_prefix"), "pitch", (".png",)),
-    }
+    return common.result_files("pitch", kw)
 
 
 def pitch_outputs(result: PitchResult, dest: Destination) -> list[Output]:

@@ -186,9 +186,7 @@ def _machine(engine: Any, kw: dict[str, Any]) -> dict[str, Any]:
 
 
 def history_entry(result: TraceResult) -> Any:
-    from ..run.history import Entry
-
-    return Entry("trace", to_dict(result), "trace", not result.interrupted, result)
+    return common.history_entry("trace", to_dict(result), result)
 
 
 def trace_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:

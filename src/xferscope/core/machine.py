@@ -29,6 +29,18 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpus_of(cpulist: str | None) -> set[int]:
+    """The CPUs of a cpulist ("0-15,32-47"), as the kernel writes them."""
+    cpus: set[int] = set()
+    for part in (cpulist or "").split(","):
+        if "-" in part:
+            low, high = part.split("-")
+            cpus.update(range(int(low), int(high) + 1))
+        elif part.strip():
+            cpus.add(int(part))
+    return cpus
+
+
 def process_cpus() -> str:
     """The CPUs this process may run on, as a cpulist ("0-15,32-47")."""
     cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []

@@ -4,6 +4,7 @@ its findings, the machine and the options."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ..core.findings import read_findings
@@ -16,6 +17,18 @@ def dumps_document(document: dict[str, Any]) -> str:
     import json
 
     return json.dumps(document, indent=1, allow_nan=False) + "\n"
+
+
+def dumps_table(columns: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """A command's CSV: a header row, then one row per record, Unix line ends."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows(rows)
+    return out.getvalue()
 
 
 def document_header(name: str, version: int, result: Any) -> dict[str, Any]:

@@ -5,8 +5,6 @@ kilobytes, so a thousand nodes gather in seconds."""
 
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -282,20 +280,20 @@ CSV_COLUMNS = (
 
 def dumps_csv(result: FleetResult) -> str:
     """One row per GPU and metric (a GPU without metrics: one row with its status)."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
+    from ..documents.envelope import dumps_table
+
     stats = {s.name: s for s in result.stats}
     outliers = {(o.rank, o.metric) for o in result.outliers}
     passed = {v.rank: v.passed for v in result.verdicts}
+    rows: list[tuple[object, ...]] = []
     for r in result.ranks:
         base = (r.rank, r.host, r.device, r.gpu.get("pci_bus_id", ""), r.gpu.get("uuid", ""))
         verdict = "" if r.rank not in passed else int(passed[r.rank])
         if not r.metrics:
-            writer.writerow((*base, r.status, "", "", "", "", "", verdict))
+            rows.append((*base, r.status, "", "", "", "", "", verdict))
         for name, value in sorted(r.metrics.items()):
             s = stats.get(name)
-            writer.writerow(
+            rows.append(
                 (
                     *base,
                     r.status,
@@ -307,7 +305,7 @@ def dumps_csv(result: FleetResult) -> str:
                     verdict,
                 )
             )
-    return out.getvalue()
+    return dumps_table(CSV_COLUMNS, rows)
 
 
 def prometheus_text(result: FleetResult, host: str) -> str:

@@ -141,9 +141,7 @@ def pin_to_gpu(gpu: dict[str, Any]) -> None:
     cpus = gpu.get("cpu_affinity")
     if not cpus or not hasattr(os, "sched_setaffinity"):
         return
-    from ..run.diagnose import _cpus
-
-    wanted = _cpus(str(cpus)) & os.sched_getaffinity(0)
+    wanted = machine.cpus_of(str(cpus)) & os.sched_getaffinity(0)
     if wanted:
         os.sched_setaffinity(0, wanted)
 

@@ -484,14 +484,11 @@ CSV_COLUMNS = (
 
 
 def dumps_csv(result: PitchResult) -> str:
-    import csv
-    import io
+    from ..documents.envelope import dumps_table
 
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for c in result.cells:
-        writer.writerow(
+    return dumps_table(
+        CSV_COLUMNS,
+        (
             (
                 c.direction,
                 c.memory,
@@ -507,5 +504,6 @@ def dumps_csv(result: PitchResult) -> str:
                 "" if not c.rate else f"{c.rate / 1e9:.6g}",
                 c.error or "",
             )
-        )
-    return out.getvalue()
+            for c in result.cells
+        ),
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..core import machine
 from ..core.findings import (
     CORRUPTED_CAUSE,
     CORRUPTED_FIX,
@@ -225,22 +226,11 @@ def link_downtrained(result: RunResult) -> Iterator[Finding]:
         )
 
 
-def _cpus(text: str | None) -> set[int]:
-    cpus: set[int] = set()
-    for part in (text or "").split(","):
-        if "-" in part:
-            low, high = part.split("-")
-            cpus.update(range(int(low), int(high) + 1))
-        elif part.strip():
-            cpus.add(int(part))
-    return cpus
-
-
 def numa_affinity(result: RunResult) -> Iterator[Finding]:
-    process = _cpus(result.machine.get("host", {}).get("process_cpus"))
+    process = machine.cpus_of(result.machine.get("host", {}).get("process_cpus"))
     for gpu in result.gpus:
         facts = _gpu_facts(result, gpu.index)
-        local = _cpus(facts.get("cpu_affinity"))
+        local = machine.cpus_of(facts.get("cpu_affinity"))
         if not process or not local or process <= local:
             continue
         node = facts.get("numa_node")
