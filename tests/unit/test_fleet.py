@@ -264,3 +264,25 @@ def test_the_html_page_puts_outliers_first_and_links_every_gpu():
     assert 'href="#rank-4-gpu-0"' in page and 'id="rank-4-gpu-0"' in page
     assert "trained down to x4 of x16" in page and "SIMULATED" in page
     assert "340.0" in page
+
+
+@needs_mpi
+def test_ctrl_c_keeps_what_was_measured_marked_interrupted(tmp_path):
+    import signal
+
+    env = dict(os.environ, XFERSCOPE_SIMULATE_PACE="5", OMPI_ALLOW_RUN_AS_ROOT="1",
+               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")  # fmt: skip
+    job = subprocess.Popen(
+        [MPIRUN, "-np", "2", sys.executable, "-m", "xferscope", "fleet", "--simulate",
+         "--no-history", "-o", str(tmp_path / "out"), "--json", str(tmp_path / "f.json")],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(12)  # well after start-up; the paced quick checks take about a minute
+    job.send_signal(signal.SIGINT)
+    _, err = job.communicate(timeout=120)
+    assert job.returncode != 0
+    doc = json.loads((tmp_path / "f.json").read_text())
+    assert doc["interrupted"] is True and doc["passed"] is False
+    assert {r["error"] for r in doc["ranks"]} == {"interrupted"}
+    assert doc["pairs_note"] == "not measured: interrupted" and "marked incomplete" in err

@@ -21,9 +21,9 @@ from .app import EXIT_VERIFICATION_FAILED, stderr
 from .outputs import Delivery, Destination, Named, Output
 
 
-def open_engine(simulate: bool) -> Engine:
+def open_engine(simulate: bool, **simulated: Any) -> Engine:
     """The engine a command measures with (tests put a simulated one of their own here)."""
-    return core_engine.open_engine(simulate)
+    return core_engine.open_engine(simulate, **simulated)
 
 
 # ---- shared options and checks --------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from .. import __version__
+from ..core import interrupt
 from ..core.errors import OptionError, XferscopeError
 from ..fleet import pairs as fleet_pairs
 from ..fleet import thresholds as limits
@@ -48,6 +49,7 @@ from .common import (
     DocumentKind,
     HistorySaver,
     _history_file,
+    begin_measuring,
     check_history,
     deliver,
     history_options,
@@ -148,6 +150,7 @@ def fleet_command(**kw: Any) -> None:
         comm.finalize()
         sys.exit(setup["code"])
     options: FleetOptions = setup["options"]
+    begin_measuring()  # Ctrl-C (mpirun forwards it to every rank) keeps what was measured
     start = time.monotonic()
     created = now()
     engine = _engine(kw["simulate"], comm.rank, comm.local_size)
@@ -179,7 +182,9 @@ def fleet_command(**kw: Any) -> None:
     result = assemble(
         all_reports, options, kw["simulate"], created, gather_s, time.monotonic() - start
     )
-    result = replace(result, pairs=tuple(pair_results), pairs_note=note)
+    result = replace(
+        result, pairs=tuple(pair_results), pairs_note=note, interrupted=interrupt.requested()
+    )
     for r in result.ranks:  # what keeps a rank out of the fleet: one line each, on rank 0
         if r.status in (NO_GPU, TIMED_OUT) or (r.error and "xferscope" in r.error):
             stderr.print(f"rank {r.rank} ({r.host}): {r.status}: {r.error}")
@@ -192,6 +197,9 @@ def fleet_command(**kw: Any) -> None:
                            saver)  # fmt: skip
     hung = [r for r in result.ranks if r.status == TIMED_OUT]
     code = 0 if result.passed and delivery.ok and not saver.failed else 1
+    if result.interrupted:
+        stderr.print("interrupted: the files hold what was measured, marked incomplete")
+        code = interrupt.exit_status()
     if hung or stuck:
         stderr.print(
             f"{len(hung) or 'a'} rank(s) sent nothing in {options.timeout_s:g} s: ending every "
@@ -260,7 +268,9 @@ def _pairs(
     if any(r.status == TIMED_OUT for r in everyone):
         return [], "not measured: a rank sent no report", False  # no bcast: it would hang
     reason = ""
-    if not pairs:
+    if interrupt.requested():
+        reason, pairs = "not measured: interrupted", []
+    elif not pairs:
         reason = "not measured: " + ("one rank" if comm.size < 2 else "--pairs none")
     elif options.ranks_per != "gpu":
         reason, pairs = "not measured: pairs need one rank per GPU", []
@@ -323,10 +333,9 @@ def _engine(simulate: bool, rank: int, gpus: int) -> Any:
     """The native engine, or a simulated node of `gpus` GPUs (one per node-local rank)."""
     if not simulate:
         return common.open_engine(False)
-    from ..core.simulate import SimulatedEngine
-
     plan = _test_plan()
-    return SimulatedEngine(
+    return common.open_engine(
+        True,
         seed=1 + rank,
         devices=0 if rank in plan.get("no_gpu", []) else gpus,
         link_width=8 if rank in plan.get("slow", []) else 16,

@@ -688,11 +688,12 @@ PACE_VARIABLE = "XFERSCOPE_SIMULATE_PACE"
 GPUS_VARIABLE = "XFERSCOPE_SIMULATE_GPUS"
 
 
-def open_engine(simulate: bool = False) -> Engine:
+def open_engine(simulate: bool = False, **simulated: Any) -> Engine:
     """The native engine, or the simulated one. $XFERSCOPE_SIMULATE_PACE (a number, 0 or more)
     makes the simulated engine take that share of its modelled time in real time, so its
     progress can be watched and interrupted (tests do); $XFERSCOPE_SIMULATE_GPUS (1 to 64)
-    gives it that many GPUs, all peers of each other (an 8-GPU node in CI)."""
+    gives it that many GPUs, all peers of each other (an 8-GPU node in CI). `simulated` sets
+    the simulated engine's other parameters (a fleet's ranks: their seed, a slow link, ...)."""
     if simulate:
         from .simulate import SimulatedEngine
 
@@ -706,7 +707,7 @@ def open_engine(simulate: bool = False) -> Engine:
         gpus = os.environ.get(GPUS_VARIABLE, "1").strip() or "1"
         if not gpus.isdigit() or not 1 <= int(gpus) <= 64:
             raise OptionError(GPUS_VARIABLE, f"'{gpus}' is not a count of GPUs from 1 to 64")
-        return SimulatedEngine(pace=pace, devices=int(gpus))
+        return SimulatedEngine(**({"pace": pace, "devices": int(gpus)} | simulated))
     return NativeEngine()
 
 

@@ -223,6 +223,8 @@ def check_gpu(
             gpu = {k: v for k, v in result.machine["gpus"][0].items() if k in GPU_FACTS}
     except XferscopeError as exc:
         return replace(base, status=FAILED, error=str(exc), wall_s=time.perf_counter() - start)
+    except KeyboardInterrupt:  # still reported, so rank 0 does not wait for this rank
+        return replace(base, status=FAILED, error="interrupted", wall_s=time.perf_counter() - start)
     report = replace(
         base,
         status=status,
