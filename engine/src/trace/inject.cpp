@@ -64,7 +64,10 @@ thread_local std::uint64_t entered[2] = {0, 0};  // when this thread entered a r
 thread_local unsigned thread_id = 0;
 std::atomic<std::uint64_t> unwound{0};
 // XFERSCOPE_TRACE_KNOBS (for measuring the library's own cost): noapi, nocall, noframes, nohash,
-// noactivity, nodriver
+// noactivity, nodriver, noruntime, nosubscribe, nokernel; CUPTI's own settings: hostbuf (its
+// device-side records in pinned host memory), nothreadbuf (one activity buffer, not per thread)
+std::string knobs;
+bool knob(const char* name) { return knobs.find(name) != std::string::npos; }
 bool knob_api = true, knob_call = true, knob_frames = true, knob_hash = true, knob_activity = true,
      knob_driver = true;
 
@@ -639,13 +642,13 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   if (!dir) return 0;
   if (const char* l = std::getenv("XFERSCOPE_TRACE_LIMIT")) limit = std::strtoull(l, nullptr, 10);
   if (const char* k = std::getenv("XFERSCOPE_TRACE_KNOBS")) {
-    const std::string knobs = k;
-    knob_api = knobs.find("noapi") == std::string::npos;
-    knob_call = knobs.find("nocall") == std::string::npos;
-    knob_frames = knobs.find("noframes") == std::string::npos;
-    knob_hash = knobs.find("nohash") == std::string::npos;
-    knob_activity = knobs.find("noactivity") == std::string::npos;
-    knob_driver = knobs.find("nodriver") == std::string::npos;
+    knobs = k;
+    knob_api = !knob("noapi");
+    knob_call = !knob("nocall");
+    knob_frames = !knob("noframes");
+    knob_hash = !knob("nohash");
+    knob_activity = !knob("noactivity");
+    knob_driver = !knob("nodriver");
   }
   const std::string path = std::string(dir) + "/trace-" + std::to_string(getpid()) + ".jsonl";
   out = std::fopen(path.c_str(), "w");
@@ -658,18 +661,30 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
                 getpid(), getppid(), now, limit);
   line(buf);
   std::fflush(out);
+  if (knob("hostbuf")) {
+    std::uint8_t on = 1;
+    std::size_t size = sizeof on;
+    cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED, &size, &on);
+  }
+  if (knob("nothreadbuf")) {
+    std::uint8_t off = 0;
+    std::size_t size = sizeof off;
+    cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER, &size, &off);
+  }
   bool ok = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) == CUPTI_SUCCESS;
   for (CUpti_ActivityKind kind :
        {CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET,
         CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL}) {
+    if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && knob("nokernel")) continue;
     if (knob_activity) ok = cuptiActivityEnable(kind) == CUPTI_SUCCESS && ok;
   }
   cuptiActivityFlushPeriod(1000);
   CUpti_SubscriberHandle subscriber;
-  if (cuptiSubscribe(&subscriber, on_api, nullptr) == CUPTI_SUCCESS) {
+  if (knob("nosubscribe")) {
+  } else if (cuptiSubscribe(&subscriber, on_api, nullptr) == CUPTI_SUCCESS) {
     // only the calls that copy, set, synchronize or pin: every other call runs untouched
     for (CUpti_CallbackId id = 1; id < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++id) {
-      if (interesting(api_name(CUPTI_CB_DOMAIN_RUNTIME_API, id))) {
+      if (interesting(api_name(CUPTI_CB_DOMAIN_RUNTIME_API, id)) && !knob("noruntime")) {
         cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id);
       }
     }
