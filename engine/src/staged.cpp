@@ -174,12 +174,13 @@ StagedCopier::~StagedCopier() {
 }
 
 void StagedCopier::to_device(void* device_destination, const void* host_source, std::size_t bytes) {
-  run({true, static_cast<char*>(device_destination), static_cast<const char*>(host_source), bytes});
+  single(true, static_cast<char*>(device_destination),
+         reinterpret_cast<std::uintptr_t>(host_source), bytes);
 }
 
 void StagedCopier::to_host(void* host_destination, const void* device_source, std::size_t bytes) {
-  run({false, static_cast<char*>(host_destination), static_cast<const char*>(device_source),
-       bytes});
+  single(false, static_cast<char*>(const_cast<void*>(device_source)),
+         reinterpret_cast<std::uintptr_t>(host_destination), bytes);
 }
 
 namespace {
@@ -198,19 +199,55 @@ bool already_pinned(const char* host, std::size_t bytes) {
   return true;
 }
 
+// Each piece's offset in the device range, and their total.
+std::vector<std::size_t> starts_of(const std::size_t* sizes, std::size_t count,
+                                   std::size_t& total) {
+  std::vector<std::size_t> starts(count);
+  total = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    starts[i] = total;
+    total += sizes[i];
+  }
+  return starts;
+}
+
 }  // namespace
 
-void StagedCopier::run(const Job& request) {
-  if (request.bytes == 0) return;
-  const char* host = request.upload ? request.source : request.destination;
+void StagedCopier::single(bool upload, char* device, std::uintptr_t host, std::size_t bytes) {
+  if (bytes == 0) return;
   // the plain call is faster for small copies (no hand-over) and for pinned memory
-  if (request.bytes < plan_.direct_below || already_pinned(host, request.bytes)) {
-    XFS_CUDA_CALL(cudaMemcpy(request.destination, request.source, request.bytes,
-                             request.upload ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost));
+  if (bytes < plan_.direct_below || already_pinned(reinterpret_cast<const char*>(host), bytes)) {
+    void* h = reinterpret_cast<void*>(host);
+    XFS_CUDA_CALL(upload ? cudaMemcpy(device, h, bytes, cudaMemcpyHostToDevice)
+                         : cudaMemcpy(h, device, bytes, cudaMemcpyDeviceToHost));
     return;
   }
+  const std::size_t start = 0;
+  run({upload, device, &host, &bytes, &start, 1, bytes, 0});
+}
+
+void StagedCopier::gather_to_device(void* device_destination, const void* const* host_sources,
+                                    const std::size_t* sizes, std::size_t count) {
+  std::size_t total = 0;
+  const std::vector<std::size_t> starts = starts_of(sizes, count, total);
+  static_assert(sizeof(std::uintptr_t) == sizeof(void*), "addresses are pointers");
+  run({true, static_cast<char*>(device_destination),
+       reinterpret_cast<const std::uintptr_t*>(host_sources), sizes, starts.data(), count, total,
+       0});
+}
+
+void StagedCopier::scatter_to_host(void* const* host_destinations, const void* device_source,
+                                   const std::size_t* sizes, std::size_t count) {
+  std::size_t total = 0;
+  const std::vector<std::size_t> starts = starts_of(sizes, count, total);
+  run({false, static_cast<char*>(const_cast<void*>(device_source)),
+       reinterpret_cast<const std::uintptr_t*>(host_destinations), sizes, starts.data(), count,
+       total, 0});
+}
+
+void StagedCopier::run(Job job) {
+  if (job.bytes == 0) return;
   std::lock_guard<std::mutex> one_at_a_time(calls_);
-  Job job = request;
   const std::size_t share = (job.bytes + plan_.threads - 1) / plan_.threads;
   job.chunk = std::clamp<std::size_t>((share + kChunkGrain - 1) / kChunkGrain * kChunkGrain,
                                       kSmallestChunk, plan_.chunk_bytes);
@@ -271,21 +308,37 @@ void StagedCopier::copy_chunks(Worker& worker, int index, const Job& job) {
   };
   const int buffers =
       job.upload ? std::min(kUploadBuffers, plan_.buffers_per_thread) : plan_.buffers_per_thread;
+  // bytes [at, at + n) of the host side, piece by piece, into staging (up) or out of it (down)
+  auto host_part = [&](std::size_t at, std::size_t n, char* staging) {
+    std::size_t i = static_cast<std::size_t>(
+        std::upper_bound(job.starts, job.starts + job.pieces, at) - job.starts - 1);
+    for (std::size_t done = 0; done < n; ++i) {
+      const std::size_t inside = at + done - job.starts[i];
+      const std::size_t part = std::min(job.sizes[i] - inside, n - done);
+      char* host = reinterpret_cast<char*>(job.host[i]) + inside;
+      if (job.upload) {
+        // cached stores: the copy engine then reads much of the chunk from the host's caches
+        // (streaming stores here held an H200 to 41 GB/s, against 50 GB/s)
+        std::memcpy(staging + done, host, part);
+      } else {
+        copy_streaming(host, staging + done, part);
+      }
+      done += part;
+    }
+  };
   if (job.upload) {
     int slot = 0;
     for (std::size_t c = index; c < count; c += stride, slot = (slot + 1) % buffers) {
       XFS_CUDA_CALL(cudaEventSynchronize(worker.ready[slot]));
-      void* staging = worker.staging[slot].host();
-      // cached stores: the copy engine then reads much of the chunk from the host's caches
-      // (streaming stores here held an H200 to 41 GB/s, against 50 GB/s)
-      std::memcpy(staging, job.source + offset(c), length(c));
-      XFS_CUDA_CALL(cudaMemcpyAsync(job.destination + offset(c), staging, length(c),
+      char* staging = static_cast<char*>(worker.staging[slot].host());
+      host_part(offset(c), length(c), staging);
+      XFS_CUDA_CALL(cudaMemcpyAsync(job.device + offset(c), staging, length(c),
                                     cudaMemcpyHostToDevice, worker.stream));
       XFS_CUDA_CALL(cudaEventRecord(worker.ready[slot], worker.stream));
     }
   } else {
     auto queue = [&](std::size_t c, int slot) {
-      XFS_CUDA_CALL(cudaMemcpyAsync(worker.staging[slot].host(), job.source + offset(c), length(c),
+      XFS_CUDA_CALL(cudaMemcpyAsync(worker.staging[slot].host(), job.device + offset(c), length(c),
                                     cudaMemcpyDeviceToHost, worker.stream));
       XFS_CUDA_CALL(cudaEventRecord(worker.ready[slot], worker.stream));
     };
@@ -295,7 +348,7 @@ void StagedCopier::copy_chunks(Worker& worker, int index, const Job& job) {
     for (; c < count; c += stride, slot = (slot + 1) % buffers) {
       if (c + stride < count) queue(c + stride, (slot + 1) % buffers);
       XFS_CUDA_CALL(cudaEventSynchronize(worker.ready[slot]));
-      copy_streaming(job.destination + offset(c), worker.staging[slot].host(), length(c));
+      host_part(offset(c), length(c), static_cast<char*>(worker.staging[slot].host()));
     }
   }
   XFS_CUDA_CALL(cudaStreamSynchronize(worker.stream));

@@ -39,6 +39,8 @@ def host_pieces(pinned: bool, seed: int = 1) -> list:
 def test_every_method_delivers_every_byte_both_ways(native_engine, pinned, method):
     if method == "kernel" and not pinned:
         pytest.skip("the kernel needs pinned memory")
+    if method == "staged" and pinned:
+        pytest.skip("the staged copy is for pageable memory")
     up = host_pieces(pinned)
     gpu = [torch.zeros(n, dtype=torch.uint8, device="cuda") for n in SIZES]
     torch.cuda.synchronize()
@@ -53,6 +55,21 @@ def test_every_method_delivers_every_byte_both_ways(native_engine, pinned, metho
     assert choice.direction == "d2h"
     for g, h in zip(gpu, down, strict=True):
         assert torch.equal(g.cpu(), h)
+
+
+def test_staged_batches_cross_chunks_and_pieces(native_engine):
+    # pieces of odd sizes, so chunks (4 MiB and their smaller first ones) start and end inside
+    # pieces and span many of them; about 96 MiB each way, every byte checked
+    rng = np.random.default_rng(5)
+    sizes = [int(n) for n in rng.integers(1, 2 << 20, 96)]
+    up = [torch.from_numpy(rng.integers(0, 256, n, dtype=np.uint8)) for n in sizes]
+    gpu = [torch.zeros(n, dtype=torch.uint8, device="cuda") for n in sizes]
+    torch.cuda.synchronize()
+    assert copy_many(list(zip(gpu, up, strict=True))).method == "staged"  # the rule's choice
+    assert all(torch.equal(g.cpu(), h) for g, h in zip(gpu, up, strict=True))
+    down = [torch.zeros(n, dtype=torch.uint8) for n in sizes]
+    copy_many(list(zip(down, gpu, strict=True)), method="staged")
+    assert all(torch.equal(g.cpu(), h) for g, h in zip(gpu, down, strict=True))
 
 
 def test_numpy_cupy_dlpack_and_addresses(native_engine):

@@ -31,7 +31,17 @@ def test_each_cell_is_measured_or_refused_with_the_engines_reason():
     refused = {(c.memory, c.method): c.error for c in result.cells if c.status == "skipped"}
     assert "no HMM or ATS" in refused[("pageable", "kernel")]
     assert "need pinned host memory" in refused[("pageable", "graph")]
-    assert all(c.status == "complete" for c in result.cells if c.memory == "pinned")
+    assert "for pageable host memory" in refused[("pinned", "staged")]
+    assert all(
+        c.status == "complete"
+        for c in result.cells
+        if c.memory == "pinned" and c.method != "staged"
+    )
+    assert all(
+        c.status == "complete"
+        for c in result.cells
+        if c.method == "staged" and c.memory == "pageable"
+    )
     winners = result.winners()
     best, gain = winners[("h2d", "pinned", 256, 4096)]
     assert best.method != "loop" and gain > 3

@@ -85,6 +85,25 @@ def test_pageable_pieces_are_packed_and_a_single_copy_is_the_loop():
     assert copy_many(pairs[:1], engine=engine).method == "loop"
 
 
+def test_large_pageable_batches_go_through_the_staged_copy():
+    size = choose.RULE_STAGED_FROM // 64
+    host = np.ones(64 * size, dtype=np.uint8)  # pageable
+    engine = engine_with()
+    up = [(g, host[i * size : (i + 1) * size]) for i, g in enumerate(gpu_blocks(64, size))]
+    choice = copy_many(up, engine=engine)
+    assert (choice.method, choice.memory, choice.source) == ("staged", "pageable", "rule")
+    assert "staged copy" in choice.explain()
+    # one piece short of the threshold: packed on one thread
+    assert copy_many(up[:63], engine=engine).method == "pack"
+    # pinned memory never goes through staging: the engine refuses it, the rule never asks
+    pinned = np.ones(64 * size, dtype=np.uint8)
+    engine = engine_with(pinned=pinned)
+    pairs = [(g, pinned[i * size : (i + 1) * size]) for i, g in enumerate(gpu_blocks(64, size))]
+    assert copy_many(pairs, engine=engine).method != "staged"
+    with pytest.raises(ValueError, match="staged copy is for pageable host memory"):
+        copy_many(pairs, engine=engine, method="staged")
+
+
 def test_addresses_as_three_arrays():
     host = np.ones(16 * 64, dtype=np.uint8)
     engine = engine_with(pinned=host)
@@ -203,7 +222,7 @@ def test_batch_calibrate_stores_what_copy_many_reads(capsys, tmp_path, places):
     doc = json.loads(stored[0].read_text())
     assert doc["options"]["as_copy_many"] is True
     assert {c["method"] for c in doc["cells"]} == {
-        "loop", "batch-stream", "batch-call", "batch-any", "pack", "kernel",
+        "loop", "batch-stream", "batch-call", "batch-any", "pack", "staged", "kernel",
     }  # fmt: skip
     code = cli.main(["batch", "--simulate", "--calibrate", "--methods", "graph"])
     _, err = capsys.readouterr()

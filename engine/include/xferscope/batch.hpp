@@ -5,6 +5,10 @@
 //   batch        one cudaMemcpyBatchAsync, with a source access order (stream, during_call, any)
 //   pack         the pieces packed into one pinned staging buffer by the CPU, one copy, and a
 //                scatter kernel on the GPU (for readback: a gather kernel, one copy, unpacked)
+//   staged       pageable memory only: the staged copy's threads pack the pieces chunk by chunk
+//                into pinned buffers while the copy engine moves the chunks before, and a
+//                scatter kernel on the GPU (readback: gather kernel, chunks out to the pieces);
+//                timed on the host, as its threads work on streams of their own
 //   kernel       one SM copy kernel over the list of pointers, reading or writing pinned host
 //                memory mapped into the GPU
 //   graph        a CUDA graph of the loop's copies, captured once and launched

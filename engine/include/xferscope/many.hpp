@@ -36,9 +36,9 @@ class ManyCopier {
   int device() const noexcept { return device_; }
   // Copies piece i: sizes[i] bytes from sources[i] to destinations[i], all host to device
   // (`upload`) or all device to host, by `method` (loop, batch-stream, batch-call, batch-any,
-  // pack, kernel); returns once every byte has landed. `pinned`: the host side is page-locked
-  // (kernel needs it, with `mapped_host`: the address each host piece has on the GPU). Calls
-  // from several threads run one after another.
+  // pack, staged, kernel); returns once every byte has landed. `pinned`: the host side is
+  // page-locked (kernel needs it, with `mapped_host`: the address each host piece has on the GPU).
+  // Calls from several threads run one after another.
   void copy(const std::string& method, bool upload, const std::uintptr_t* destinations,
             const std::uintptr_t* sources, const std::size_t* sizes, std::size_t count, bool pinned,
             const std::uintptr_t* mapped_host);

@@ -53,18 +53,34 @@ class StagedCopier {
   // here with its type (CudaError, AllocationError, ...).
   void to_device(void* device_destination, const void* host_source, std::size_t bytes);
   void to_host(void* host_destination, const void* device_source, std::size_t bytes);
+  // Many host pieces at once (copy_many's staged method): `count` pieces of sizes[i] bytes at
+  // host[i], one after another in a contiguous device range, gathered into it or scattered
+  // from it. The threads fill (or empty) each chunk of staging from whichever pieces it spans,
+  // so a batch of small pieces moves in as few large DMAs as one large copy. Always staged,
+  // whatever the total or the host memory's kind.
+  void gather_to_device(void* device_destination, const void* const* host_sources,
+                        const std::size_t* sizes, std::size_t count);
+  void scatter_to_host(void* const* host_destinations, const void* device_source,
+                       const std::size_t* sizes, std::size_t count);
 
  private:
   struct Worker;
   struct Job {
     bool upload = true;
-    char* destination = nullptr;
-    const char* source = nullptr;
-    std::size_t bytes = 0;
+    char* device = nullptr;  // the contiguous device range
+    // the host side: `pieces` ranges, piece i at host[i] with sizes[i] bytes, at offset
+    // starts[i] of the device range (one piece for to_device and to_host)
+    const std::uintptr_t* host = nullptr;
+    const std::size_t* sizes = nullptr;
+    const std::size_t* starts = nullptr;
+    std::size_t pieces = 0;
+    std::size_t bytes = 0;  // the sum of sizes
     std::size_t chunk = 0;  // this copy's chunk size, at most plan_.chunk_bytes
   };
 
-  void run(const Job& job);
+  // one contiguous host range: a plain cudaMemcpy when small or already pinned, else staged
+  void single(bool upload, char* device, std::uintptr_t host, std::size_t bytes);
+  void run(Job job);     // staged by the threads; returns when every byte has arrived
   void work(int index);  // a worker thread's loop
   void stop() noexcept;  // ends and joins the worker threads
   void copy_chunks(Worker& worker, int index, const Job& job);

@@ -14,6 +14,7 @@
 #include "batch/kernels.hpp"
 #include "xferscope/detail/handles.hpp"
 #include "xferscope/error.hpp"
+#include "xferscope/staged.hpp"
 
 namespace xferscope::batch {
 
@@ -142,7 +143,10 @@ struct ManyCopier::Impl {
   char* device = nullptr;  // the same layout on the GPU
   std::size_t device_bytes = 0;
 
-  void reserve(std::size_t bytes) {
+  std::unique_ptr<StagedCopier> staged;  // the staged method's threads: made on first use
+
+  void reserve(std::size_t bytes) { reserve(bytes, bytes); }
+  void reserve(std::size_t bytes, std::size_t on_device) {
     if (bytes > host_bytes) {
       if (host) cudaFreeHost(host);
       host = nullptr;
@@ -154,20 +158,21 @@ struct ManyCopier::Impl {
       }
       host_bytes = bytes;
     }
-    if (bytes > device_bytes) {
+    if (on_device > device_bytes) {
       if (device) cudaFree(device);
       device = nullptr;
       device_bytes = 0;
-      if (cudaMalloc(reinterpret_cast<void**>(&device), bytes) != cudaSuccess) {
+      if (cudaMalloc(reinterpret_cast<void**>(&device), on_device) != cudaSuccess) {
         cudaGetLastError();
         device = nullptr;
-        throw AllocationError("device", bytes, "copy_many staging");
+        throw AllocationError("device", on_device, "copy_many staging");
       }
-      device_bytes = bytes;
+      device_bytes = on_device;
     }
   }
 
   ~Impl() {
+    staged.reset();
     if (stream.get()) cudaStreamSynchronize(stream);
     if (host) cudaFreeHost(host);
     if (device) cudaFree(device);
@@ -210,21 +215,31 @@ void ManyCopier::copy(const std::string& method, bool upload, const std::uintptr
     static_assert(sizeof(std::uintptr_t) == sizeof(void*), "addresses are pointers");
     batch_api_copy(method, upload, device_, reinterpret_cast<void* const*>(destinations),
                    reinterpret_cast<const void* const*>(sources), sizes, count, stream);
-  } else if (method == "pack") {
+  } else if (method == "pack" || method == "staged") {
+    // the pieces one after another in a device buffer after the table, which a kernel scatters
+    // (or first gathers): packed by this thread through one pinned buffer, or staged by the
+    // staged copier's threads in chunks while the copy engine moves the chunks before
+    const bool staged = method == "staged";
     std::vector<std::size_t> at(count);
     std::size_t total = 0;
     for (std::size_t i = 0; i < count; ++i) {
       at[i] = total;
       total += sizes[i];
     }
-    m.reserve(table_bytes + total);
+    m.reserve(table_bytes + (staged ? 0 : total), table_bytes + total);
     char* host_data = m.host + table_bytes;
     char* device_data = m.device + table_bytes;
     for (std::size_t i = 0; i < count; ++i) {
       table()[i] = upload ? kernels::Piece{device_data + at[i], dst(i), sizes[i]}
                           : kernels::Piece{src(i), device_data + at[i], sizes[i]};
     }
-    if (upload) {
+    if (staged && !m.staged) m.staged = std::make_unique<StagedCopier>(device_);
+    if (upload && staged) {
+      XFS_CUDA_CALL(cudaMemcpyAsync(m.device, m.host, table_bytes, cudaMemcpyHostToDevice, stream));
+      m.staged->gather_to_device(device_data, reinterpret_cast<const void* const*>(sources), sizes,
+                                 count);  // returns once the data is on the GPU
+      kernels::copy(device_table(), count, stream);
+    } else if (upload) {
       for (std::size_t i = 0; i < count; ++i) std::memcpy(host_data + at[i], src(i), sizes[i]);
       XFS_CUDA_CALL(cudaMemcpyAsync(m.device, m.host, table_bytes + total, cudaMemcpyHostToDevice,
                                     stream));  // table and data at once
@@ -232,9 +247,16 @@ void ManyCopier::copy(const std::string& method, bool upload, const std::uintptr
     } else {
       XFS_CUDA_CALL(cudaMemcpyAsync(m.device, m.host, table_bytes, cudaMemcpyHostToDevice, stream));
       kernels::copy(device_table(), count, stream);
-      XFS_CUDA_CALL(cudaMemcpyAsync(host_data, device_data, total, cudaMemcpyDeviceToHost, stream));
-      XFS_CUDA_CALL(cudaStreamSynchronize(stream));
-      for (std::size_t i = 0; i < count; ++i) std::memcpy(dst(i), host_data + at[i], sizes[i]);
+      if (staged) {
+        XFS_CUDA_CALL(cudaStreamSynchronize(stream));  // gathered: the threads read it back
+        m.staged->scatter_to_host(reinterpret_cast<void* const*>(destinations), device_data, sizes,
+                                  count);
+      } else {
+        XFS_CUDA_CALL(
+            cudaMemcpyAsync(host_data, device_data, total, cudaMemcpyDeviceToHost, stream));
+        XFS_CUDA_CALL(cudaStreamSynchronize(stream));
+        for (std::size_t i = 0; i < count; ++i) std::memcpy(dst(i), host_data + at[i], sizes[i]);
+      }
     }
   } else if (method == "kernel") {
     if (!pinned || !mapped_host) {
@@ -251,7 +273,7 @@ void ManyCopier::copy(const std::string& method, bool upload, const std::uintptr
     kernels::copy(device_table(), count, stream);
   } else {
     throw UsageError("unknown copy_many method '" + method +
-                     "' (loop, batch-stream, batch-call, batch-any, pack, kernel)");
+                     "' (loop, batch-stream, batch-call, batch-any, pack, staged, kernel)");
   }
   XFS_CUDA_CALL(cudaStreamSynchronize(stream));
 }

@@ -64,7 +64,7 @@ class SimulatedCopier:
     def _copy(self, direction: str, bytes: int) -> None:
         if self._closed:
             raise EngineError("this staged copier is closed")
-        model = _staged_model(direction, "api", int(self.plan.direct_below))
+        model = staged_model(direction, "api", int(self.plan.direct_below))
         self._engine.advance(model.seconds(bytes))
 
     def to_device(self, device_destination: int, host_source: int, bytes: int) -> None:
@@ -91,7 +91,7 @@ class LinkModel:
         return self.latency_s + size / self.bandwidth
 
 
-def _staged_model(direction: str, timing: str, direct_below: int) -> LinkModel:
+def staged_model(direction: str, timing: str, direct_below: int) -> LinkModel:
     """Host threads through a pinned pool (52 GB/s up, 49 down on an H200, 40 us to hand a copy
     over), and the plain pageable call below `direct_below`, as the engine's copier does."""
     return LinkModel(
@@ -113,7 +113,7 @@ def _model(
         bandwidth = 38e9 if not peer_access else (372e9 if mechanism == "kernel" else 395e9)
         return LinkModel(2.5e-6 if timing == "api" else 1.6e-6, bandwidth)
     if mechanism == "staged":
-        return _staged_model(direction, timing, int(cases.LIMITS["staged_direct_below"]))
+        return staged_model(direction, timing, int(cases.LIMITS["staged_direct_below"]))
     pageable = memory == "pageable"
     bandwidth = (10.5e9 if direction == "h2d" else 20e9) if pageable else 55.4e9
     if mechanism == "kernel":
@@ -246,7 +246,7 @@ class SimulatedTransfer:
         a copy engine pays a little per copy for a start off a 64-byte line."""
         model = _model(self.direction, self._memory, self._mechanism, timing, self.peer_access)
         if self._mechanism == "staged" and self._staged_direct_below is not None:
-            model = _staged_model(self.direction, timing, self._staged_direct_below)
+            model = staged_model(self.direction, timing, self._staged_direct_below)
         seconds = model.seconds(size)
         if self.direction in cases.DEVICE_DIRECTIONS:
             return seconds
