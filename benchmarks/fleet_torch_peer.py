@@ -1,7 +1,7 @@
-"""The peer of fleet_bench.py's pair figure, run under `mpirun -np 2`: torch.distributed's NCCL
-send/recv of 64 MiB messages between the two ranks, both directions, timed as `xferscope fleet`
-times its own (3 messages to warm up, a barrier, then 20 messages between CUDA events on the
-receiver). Each receiver prints `PAIR <source> <destination> <bytes per second>`."""
+"""The peer of fleet_bench.py's pair figures, run under `mpirun -np N`: torch.distributed's NCCL
+send/recv of 64 MiB messages between every ordered pair of ranks, one pair at a time, timed as
+`xferscope fleet` times its own (3 messages to warm up, a barrier, then 20 messages between CUDA
+events on the receiver). Each receiver prints `PAIR <source> <destination> <bytes per second>`."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ def main() -> None:
     dist.init_process_group("nccl", rank=rank, world_size=size, device_id=device)
     buf = torch.randint(0, 255, (BYTES,), dtype=torch.uint8, device=device)
     start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for source, destination in ((0, 1), (1, 0)):
+    pairs = [(a, b) for a in range(size) for b in range(size) if a != b]
+    for source, destination in pairs:
         for n, timed in ((3, False), (ITERATIONS, True)):
             dist.barrier()
             start.record()

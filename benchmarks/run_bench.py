@@ -1,7 +1,9 @@
-"""`xferscope run` benchmark (issue 3), measured in one run on the same machine: wall times of
-the default and --quick runs, the run's headline H2D/D2H/D2D figures against PyTorch, and with
-two GPUs its peer-to-peer copy against PyTorch's copy between them. Writes
-benchmarks/results/run-<gpu>-<date>.json as ../shared/BENCHMARKS.md says.
+"""`xferscope run` benchmark (issues 3 and 15), measured in one run on the same machine: wall
+times of the default and --quick runs, the run's headline H2D/D2H/D2D figures against PyTorch,
+and with several GPUs every ordered pair's peer-to-peer copy (copy engines, peer access) against
+PyTorch's copy between the same two GPUs, with the all-GPUs-to-host figures. Writes
+benchmarks/results/run-<gpu>-<date>.json (run-<gpu>x<n>-... with n GPUs) as
+../shared/BENCHMARKS.md says.
 
     python3 benchmarks/run_bench.py --commit $(git rev-parse HEAD) [--out benchmarks/results]
 """
@@ -56,23 +58,28 @@ def headline(doc: dict, direction: str, memory: str) -> tuple[float, int]:
     raise LookupError(f"no {direction} {memory} curve")
 
 
-def torch_p2p_seconds(size: int, copies: int = 40) -> float:
-    """Median per-copy time of PyTorch copying GPU 0 -> GPU 1, host-timed around both GPUs'
+QUICK_GOAL_8_GPUS_S = 60.0  # issue 15: `run --quick` on 8 GPUs
+
+
+def torch_p2p_seconds(size: int, a: int = 0, b: int = 1, copies: int = 40) -> float:
+    """Median per-copy time of PyTorch copying GPU a -> GPU b, host-timed around both GPUs'
     synchronisation (CUDA events cannot span two devices)."""
-    src = torch.randint(0, 256, (size,), dtype=torch.uint8, device="cuda:0")
-    dst = torch.empty(size, dtype=torch.uint8, device="cuda:1")
+    src = torch.randint(0, 256, (size,), dtype=torch.uint8, device=f"cuda:{a}")
+    dst = torch.empty(size, dtype=torch.uint8, device=f"cuda:{b}")
     for _ in range(3):
         dst.copy_(src)
-    torch.cuda.synchronize(0)
-    torch.cuda.synchronize(1)
+    torch.cuda.synchronize(a)
+    torch.cuda.synchronize(b)
     samples = []
     for _ in range(TRIALS):
         begin = time.perf_counter()
         for _ in range(copies):
             dst.copy_(src)
-        torch.cuda.synchronize(0)
-        torch.cuda.synchronize(1)
+        torch.cuda.synchronize(a)
+        torch.cuda.synchronize(b)
         samples.append((time.perf_counter() - begin) / copies)
+    del src, dst
+    torch.cuda.empty_cache()
     return statistics.median(samples)
 
 
@@ -111,26 +118,45 @@ def main() -> None:
             )
         )
     if gpus >= 2:
-        p2p = next(c for c in doc["multi"] if c["label"] == "0-1/async/peer/one_way")
-        stream = p2p["streams"][0]
-        peer = stream["bytes"] / torch_p2p_seconds(stream["bytes"]) / 1e9
-        comparisons.append(
-            comparison(
-                "p2p_write_ce_vs_torch",
-                stream["bandwidth_gbps"],
-                peer,
-                "torch copy_ cuda:0 -> cuda:1",
-                "GB/s",
-                True,
-                0.98,
-            )
-        )
+        # every ordered pair the run measured by copy engines with peer access, against
+        # PyTorch's copy between the same GPUs (0 -> 1 keeps its name from two-GPU records)
+        ratios = {}
         for c in doc["multi"]:
-            if c["status"] == "complete" and c["label"].startswith(("0-1/", "all_gpus/")):
+            label = c["label"]
+            if c["kind"] != "p2p" or not label.endswith("/async/peer/one_way"):
+                continue
+            if c["status"] != "complete":
+                figures[f"p2p_{label.split('/')[0]}_status"] = c["status"]
+                continue
+            a, b = (int(x) for x in label.split("/")[0].split("-"))
+            stream = c["streams"][0]
+            peer = stream["bytes"] / torch_p2p_seconds(stream["bytes"], a, b) / 1e9
+            name = "p2p_write_ce_vs_torch" if (a, b) == (0, 1) else f"p2p_{a}to{b}_ce_vs_torch"
+            comparisons.append(
+                comparison(
+                    name,
+                    stream["bandwidth_gbps"],
+                    peer,
+                    f"torch copy_ cuda:{a} -> cuda:{b}",
+                    "GB/s",
+                    True,
+                    0.98,
+                )
+            )
+            ratios[f"{a}-{b}"] = round(stream["bandwidth_gbps"] / peer, 4)
+        figures["p2p_pairs_vs_torch"] = ratios
+        if ratios:
+            figures["p2p_worst_pair_vs_torch"] = min(ratios.values())
+        for c in doc["multi"]:
+            if c["status"] == "complete" and (
+                gpus > 2 or c["label"].startswith(("0-1/", "all_gpus/"))
+            ):
                 key = "p2p_" if c["kind"] == "p2p" else ""
                 figures[key + c["label"].replace("/", "_") + "_gbps"] = round(
                     c["total_bandwidth_gbps"], 2
                 )
+        if gpus >= 8:
+            figures["run_quick_within_60s"] = quick_wall <= QUICK_GOAL_8_GPUS_S
     findings = [f"{f['severity']}: {f['message']}" for f in doc["findings"]]
     write_record(
         "run",
