@@ -1,6 +1,12 @@
 """Trace benchmark (issue 12), on one GPU in one run, with tests/trace_programs/copies.cu:
   trace_wall_vs_untraced   the program's wall time untraced / traced, on a transfer-heavy run
-                           (30,000 small copies plus large ones), runs alternated (goal >= 0.95)
+                           (30,000 small copies plus large ones), runs alternated (goal >= 0.95);
+                           beside it, alternated with them, the least a CUPTI tracer of every
+                           copy's GPU time costs (the injection with only CUPTI's memcpy activity:
+                           no callbacks, nothing of ours) and, where installed, Nsight Systems
+                           (`nsys profile -t cuda`), each as wall time and as the program's own
+                           time from its first copy to its last (phase_s, which leaves out each
+                           tool's start and finish)
   trace_total_vs_events    the trace's per-kind GPU totals against the program's own CUDA-event
                            timing of the same copies (goal >= 0.98)
   and for each finding the saving the trace predicted against the saving measured by running
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -59,6 +66,45 @@ def traced(argv: list[str]) -> tuple[float, Path]:
     return ran.wall_s, scratch
 
 
+def traced_own(argv: list[str], knobs: str = "") -> tuple[float, Path, dict]:
+    """traced(), with the program's own JSON line (its output is caught on our stdout's file
+    descriptor, which the child inherits) and injection knobs (XFERSCOPE_TRACE_KNOBS)."""
+    sys.stdout.flush()
+    kept = os.dup(1)
+    os.environ["XFERSCOPE_TRACE_KNOBS"] = knobs
+    try:
+        with tempfile.TemporaryFile() as caught:
+            os.dup2(caught.fileno(), 1)
+            try:
+                wall, scratch = traced(argv)
+            finally:
+                os.dup2(kept, 1)
+            caught.seek(0)
+            text = caught.read().decode(errors="replace")
+    finally:
+        os.close(kept)
+        del os.environ["XFERSCOPE_TRACE_KNOBS"]
+    return wall, scratch, own(text)
+
+
+def nsys(argv: list[str]) -> tuple[float, dict] | None:
+    """Nsight Systems tracing CUDA only (no sampling, no context switches), if installed."""
+    tool = shutil.which("nsys")
+    if tool is None:
+        return None
+    scratch = Path(tempfile.mkdtemp(prefix="xfs-nsys-"))
+    command = [tool, "profile", "--trace=cuda", "--sample=none", "--cpuctxsw=none",
+               "--force-overwrite=true", "-o", str(scratch / "report"), *argv]  # fmt: skip
+    start = time.perf_counter()
+    proc = subprocess.run(command, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    shutil.rmtree(scratch, ignore_errors=True)
+    if proc.returncode != 0:
+        print(f"nsys failed ({proc.returncode}): {proc.stderr[-500:]}", file=sys.stderr)
+        return None
+    return wall, own(proc.stdout)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--commit", required=True)
@@ -75,16 +121,36 @@ def main() -> None:
     meta = collect(engine, [0])
     comparisons, figures = [], {}
 
-    # 1. overhead on a transfer-heavy run, alternated
-    walls: dict[str, list[float]] = {"plain": [], "traced": []}
+    # 1. overhead on a transfer-heavy run, alternated: untraced, traced, CUPTI's floor, nsys
+    walls: dict[str, list[float]] = {"plain": [], "traced": [], "cupti_floor": []}
+    phases: dict[str, list[float]] = {k: [] for k in walls}
+    small: dict[str, list[float]] = {k: [] for k in walls}
+    has_nsys = nsys([program, "--small", "10", "--no-events"]) is not None  # and its warm-up
+    if has_nsys:
+        for d in (walls, phases, small):
+            d["nsys"] = []
     plain([program, *HEAVY])  # warm-up: the driver's caches
+
+    def note(variant: str, wall: float, mine: dict) -> None:
+        walls[variant].append(wall)
+        phases[variant].append(mine["phase_s"])
+        small[variant].append(mine["sections"]["small"])
+
     for _ in range(args.runs):
-        walls["plain"].append(plain([program, *HEAVY])[0])
-        wall, scratch = traced([program, *HEAVY])
-        walls["traced"].append(wall)
+        note("plain", *plain([program, *HEAVY]))
+        wall, scratch, mine = traced_own([program, *HEAVY])
+        note("traced", wall, mine)
         figures["heavy_copies_traced"] = len(read_trace(scratch.glob("trace-*.jsonl")).copies)
         shutil.rmtree(scratch)
-    untraced, with_trace = statistics.median(walls["plain"]), statistics.median(walls["traced"])
+        wall, scratch, mine = traced_own([program, *HEAVY], "nosubscribe")
+        note("cupti_floor", wall, mine)
+        shutil.rmtree(scratch)
+        if has_nsys:
+            ran = nsys([program, *HEAVY])
+            if ran is not None:
+                note("nsys", *ran)
+    median = {k: statistics.median(v) for k, v in walls.items() if v}
+    untraced, with_trace = median["plain"], median["traced"]
     comparisons.append(
         comparison(
             "trace_wall_vs_untraced",
@@ -97,6 +163,22 @@ def main() -> None:
         )
     )
     figures["heavy_wall_s"] = {k: [round(v, 4) for v in vs] for k, vs in walls.items()}
+    figures["heavy_phase_s"] = {k: [round(v, 4) for v in vs] for k, vs in phases.items()}
+    figures["heavy_small_copies_s"] = {k: [round(v, 4) for v in vs] for k, vs in small.items()}
+    for variant in median:
+        if variant == "plain":
+            continue
+        figures[f"{variant}_wall_vs_untraced"] = round(untraced / median[variant], 4)
+        figures[f"{variant}_phase_vs_untraced"] = round(
+            statistics.median(phases["plain"]) / statistics.median(phases[variant]), 4
+        )
+        # per small copy, what each adds (the program's own timing of its 30,000 copies)
+        figures[f"{variant}_us_per_small_copy"] = round(
+            (statistics.median(small[variant]) - statistics.median(small["plain"]))
+            / int(HEAVY[1])
+            * 1e6,
+            3,
+        )
 
     # 2. accuracy against the program's own events
     scratch = Path(tempfile.mkdtemp(prefix="xfs-bench-"))
