@@ -17,6 +17,7 @@
 
 #include "xferscope/buffer.hpp"
 #include "xferscope/detail/handles.hpp"
+#include "xferscope/detail/pieces.hpp"
 #include "xferscope/error.hpp"
 
 namespace xferscope {
@@ -310,21 +311,18 @@ void StagedCopier::copy_chunks(Worker& worker, int index, const Job& job) {
       job.upload ? std::min(kUploadBuffers, plan_.buffers_per_thread) : plan_.buffers_per_thread;
   // bytes [at, at + n) of the host side, piece by piece, into staging (up) or out of it (down)
   auto host_part = [&](std::size_t at, std::size_t n, char* staging) {
-    std::size_t i = static_cast<std::size_t>(
-        std::upper_bound(job.starts, job.starts + job.pieces, at) - job.starts - 1);
-    for (std::size_t done = 0; done < n; ++i) {
-      const std::size_t inside = at + done - job.starts[i];
-      const std::size_t part = std::min(job.sizes[i] - inside, n - done);
-      char* host = reinterpret_cast<char*>(job.host[i]) + inside;
-      if (job.upload) {
-        // cached stores: the copy engine then reads much of the chunk from the host's caches
-        // (streaming stores here held an H200 to 41 GB/s, against 50 GB/s)
-        std::memcpy(staging + done, host, part);
-      } else {
-        copy_streaming(host, staging + done, part);
-      }
-      done += part;
-    }
+    detail::for_each_part(job.starts, job.sizes, job.pieces, at, n,
+                          [&](std::size_t i, std::size_t inside, std::size_t done, std::size_t m) {
+                            char* host = reinterpret_cast<char*>(job.host[i]) + inside;
+                            if (job.upload) {
+                              // cached stores: the copy engine then reads much of the chunk
+                              // from the host's caches (streaming stores here held an H200 to
+                              // 41 GB/s, against 50 GB/s)
+                              std::memcpy(staging + done, host, m);
+                            } else {
+                              copy_streaming(host, staging + done, m);
+                            }
+                          });
   };
   if (job.upload) {
     int slot = 0;

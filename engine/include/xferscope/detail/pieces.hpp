@@ -1,0 +1,31 @@
+// Walking a range of the concatenation of many pieces: what the staged copy's threads do for
+// each chunk of a batch of host pieces. Header-only and free of CUDA, so a host test checks it.
+// Internal to the engine.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+
+namespace xferscope::detail {
+
+// Bytes [at, at + n) of pieces laid one after another (piece i is sizes[i] bytes long and starts
+// at starts[i] = sizes[0] + ... + sizes[i - 1]), as runs inside single pieces: calls
+// part(i, inside, done, bytes) for each, where `inside` is the run's offset in piece i and
+// `done` its offset from `at`. Empty pieces are passed over; the range must lie within the
+// pieces' total.
+template <class Part>
+void for_each_part(const std::size_t* starts, const std::size_t* sizes, std::size_t count,
+                   std::size_t at, std::size_t n, Part&& part) {
+  // the last piece starting at or before `at` (an empty piece there is skipped below)
+  std::size_t i = static_cast<std::size_t>(std::upper_bound(starts, starts + count, at) - starts);
+  i = i == 0 ? 0 : i - 1;
+  for (std::size_t done = 0; done < n && i < count; ++i) {
+    const std::size_t inside = at + done - starts[i];
+    if (inside >= sizes[i]) continue;  // empty, or ends before the range (only the first)
+    const std::size_t bytes = std::min(sizes[i] - inside, n - done);
+    part(i, inside, done, bytes);
+    done += bytes;
+  }
+}
+
+}  // namespace xferscope::detail
