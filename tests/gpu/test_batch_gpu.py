@@ -38,3 +38,19 @@ def test_a_kernel_beats_a_loop_of_small_copies(native_engine):
         assert kernel * 3 < loop
     finally:
         b.close()
+
+
+def test_a_mix_of_sizes_runs_verified_end_to_end(native_engine, tmp_path, capsys, monkeypatch):
+    import json
+
+    from xferscope import cli
+
+    monkeypatch.setenv("XFERSCOPE_HISTORY", str(tmp_path / "history.sqlite3"))
+    code = cli.main(["batch", "--counts", "16,256", "--size-mix", "lognormal:8KiB:2",
+                     "--target-time", "0.002", "--trials", "1", "-o", str(tmp_path)])  # fmt: skip
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    (doc,) = (json.loads(p.read_text()) for p in tmp_path.glob("batch-*/batch.json"))
+    statuses = {c["method"]: c["status"] for c in doc["cells"] if c["status"] != "skipped"}
+    assert statuses and set(statuses.values()) == {"complete"}, statuses
+    assert "staged" in statuses

@@ -19,6 +19,8 @@ from ..core.errors import AllocationError, EngineError
 from ..core.findings import INFO, Finding
 from ..core.native import engine_module
 from ..core.progress import QUIET, Progress
+from ..core.units import format_bytes
+from .mix import parse_size_mix
 
 SCHEMA_NAME = "xferscope-batch"
 SCHEMA_VERSION = 1
@@ -46,6 +48,8 @@ class BatchOptions:
     seed: int = 0x5EED
     # each batch made as xferscope.copy_many makes it (its methods only): a calibration
     as_copy_many: bool = False
+    # sizes drawn per batch instead of `sizes` (mix.py's spec: lognormal:..., uniform:..., file:...)
+    size_mix: str = ""
 
 
 # `xferscope batch --calibrate`: the grid copy_many chooses from, quick trials
@@ -68,10 +72,28 @@ class Cell:
     error: str | None = None
     host_s: tuple[float, ...] = ()  # per batch, each trial
     device_s: tuple[float, ...] = ()
+    # mixed sizes (--size-mix): what they were drawn from, and the batch's bytes; `size` is then
+    # the mix's mean, the same for every count
+    mix: str = ""
+    mixed_bytes: int = 0
 
     @property
     def seconds(self) -> float | None:
         return stats.median(self.host_s) if self.host_s and self.status == "complete" else None
+
+    @property
+    def bytes(self) -> int:
+        """The bytes one batch moves."""
+        return self.mixed_bytes if self.mix else self.count * self.size
+
+    @property
+    def what(self) -> str:
+        """The batch in words: "64 copies of 4 KiB", or "64 copies of lognormal 4 KiB s=1 (avg
+        6 KiB)"."""
+        if self.mix:
+            average = format_bytes(self.mixed_bytes // max(self.count, 1))
+            return f"{self.count} copies of {self.mix} (avg {average})"
+        return f"{self.count} copies of {format_bytes(self.size)}"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,6 +106,7 @@ class Cell:
             "error": self.error,
             "host_s": list(self.host_s),
             "device_s": list(self.device_s),
+            **({"mix": self.mix, "bytes": self.mixed_bytes} if self.mix else {}),
         }
 
 
@@ -142,6 +165,11 @@ class BatchResult:
     findings: tuple[Finding, ...] = field(default=())
     staged: tuple[StagedPoint, ...] = ()  # a calibration's staged-copy crossover
 
+    def size_label(self, size: int) -> str:
+        """A size column's heading: the size, or the mix its batches' sizes were drawn from."""
+        mix = next((c.mix for c in self.cells if c.size == size and c.mix), "")
+        return f"{mix}, mean {format_bytes(size)}" if mix else format_bytes(size)
+
     def winners(self) -> dict[tuple[str, str, int, int], tuple[Cell, float | None]]:
         """Per (direction, memory, count, size): the fastest verified method and how many times
         as fast as the loop it is (None without a loop to compare)."""
@@ -187,14 +215,18 @@ def measure(engine: Engine, options: BatchOptions, progress: Progress = QUIET) -
     cells: list[Cell] = []
     staged: tuple[StagedPoint, ...] = ()
     interrupted = False
+    mix = parse_size_mix(options.size_mix) if options.size_mix else None
+    axis = (mix.mean(),) if mix else options.sizes
     try:
         for direction in options.directions:
             for memory in options.memories:
                 progress.begin(f"{direction} {memory}")
                 for count in options.counts:
-                    for size in options.sizes:
-                        sizes = [size] * count
+                    for size in axis:
+                        sizes = mix.draw(count, options.seed) if mix else [size] * count
                         base = Cell(direction, memory, count, size, "", "skipped")
+                        if mix:
+                            base = replace(base, mix=mix.label, mixed_bytes=sum(sizes))
                         try:
                             batch = engine.batch(
                                 options.device,
@@ -235,7 +267,7 @@ def measure(engine: Engine, options: BatchOptions, progress: Progress = QUIET) -
                                 )
                         finally:
                             batch.close()
-                        progress.step(f"{direction} {memory} {count} x {size} B")
+                        progress.step(f"{direction} {memory} {base.what}")
         if options.as_copy_many:
             staged = measure_staged(engine, options, progress)
     except KeyboardInterrupt:
@@ -342,7 +374,7 @@ def findings(result: BatchResult) -> list[Finding]:
             mine = {k: v for k, v in winners.items() if k[:2] == (direction, memory)}
             if not mine:
                 continue
-            key, (best, gain) = max(mine.items(), key=lambda kv: kv[1][1] or 0.0)
+            _, (best, gain) = max(mine.items(), key=lambda kv: kv[1][1] or 0.0)
             if gain:
                 out.append(
                     Finding(
@@ -352,12 +384,13 @@ def findings(result: BatchResult) -> list[Finding]:
                         f"{direction} {memory}",
                         gain,
                         None,
-                        f"{direction} from {memory} memory: {key[2]} copies of {key[3]} B are "
+                        f"{direction} from {memory} memory: {best.what} are "
                         f"{gain:.1f}x as fast by {best.method} as by a loop of cudaMemcpyAsync "
                         f"({(best.seconds or 0) * 1e6:.0f} us a batch)",
                     )
                 )
-    for (direction, memory, count), size in crossovers(result).items():
+    mixed = any(c.mix for c in result.cells)  # one column of mixed sizes: no size to cross at
+    for (direction, memory, count), size in ({} if mixed else crossovers(result)).items():
         if count < 4:
             continue
         out.append(
@@ -429,6 +462,8 @@ def from_dict(d: dict[str, Any]) -> BatchResult:
             c["error"].optional_string(),
             c["host_s"].numbers(),
             c["device_s"].numbers(),
+            c.get("mix", "").string(),
+            c.get("bytes", 0).integer(),
         )
         for c in r["cells"].items()
     )
@@ -450,11 +485,17 @@ def dumps_json(result: BatchResult) -> str:
     return dumps_document(to_dict(result))
 
 
+CSV_COLUMNS = (
+    "direction", "memory", "count", "size", "method", "status", "host_s", "device_s", "error",
+    "bytes", "mix",
+)  # fmt: skip
+
+
 def dumps_csv(result: BatchResult) -> str:
     from ..documents.envelope import dumps_table
 
     return dumps_table(
-        ("direction", "memory", "count", "size", "method", "status", "host_s", "device_s", "error"),
+        CSV_COLUMNS,
         (
             (
                 c.direction,
@@ -466,6 +507,8 @@ def dumps_csv(result: BatchResult) -> str:
                 "" if not c.host_s else f"{stats.median(c.host_s):.6g}",
                 "" if not c.device_s else f"{stats.median(c.device_s):.6g}",
                 c.error or "",
+                c.bytes,
+                c.mix,
             )
             for c in result.cells
         ),

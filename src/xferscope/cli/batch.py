@@ -26,6 +26,7 @@ from ..batch.measure import (
     measure,
     to_dict,
 )
+from ..batch.mix import parse_size_mix
 from ..core.errors import OptionError
 from ..core.units import parse_counts
 from ..report.batch_tables import print_batch
@@ -68,6 +69,14 @@ from .outputs import Destination, Named, Output, text
     default="64,512,4KiB,32KiB,256KiB,1MiB",
     show_default=True,
     help="Bytes per copy.",
+)
+@click.option(
+    "--size-mix",
+    default=None,
+    metavar="SPEC",
+    help="Mixed sizes instead of --sizes: each batch of N copies draws N sizes from "
+    "lognormal:MEDIAN:SIGMA, uniform:MIN:MAX or file:PATH (sizes such as 4KiB, one or more a "
+    "line), with the seed.",
 )
 @click.option("--methods", default=",".join(METHODS), show_default=True, help="Methods to compare.")
 @click.option(
@@ -127,6 +136,13 @@ def batch_command(ctx: click.Context, /, **kw: Any) -> None:
     if max(counts) > 65536:
         raise OptionError("--counts", f"{max(counts)} copies: at most 65536 per batch")
     sizes = parse_sizes("--sizes", kw["sizes"])
+    if kw["size_mix"] is not None:
+        if kw["calibrate"]:
+            raise OptionError("--size-mix", "not with --calibrate (its grid is of fixed sizes)")
+        if ctx.get_parameter_source("sizes") is not click.core.ParameterSource.DEFAULT:
+            raise OptionError("--size-mix", "give --sizes or --size-mix, not both")
+        parse_size_mix(kw["size_mix"])  # a bad spec or file: one line, before any measuring
+        sizes = ()
     if not 1e-3 <= kw["target_time"] <= 60:
         raise OptionError("--target-time", f"{kw['target_time']} is not a number from 0.001 to 60")
     if not 1 <= kw["trials"] <= 100:
@@ -146,13 +162,14 @@ def batch_command(ctx: click.Context, /, **kw: Any) -> None:
         device=device,
         seed=parse_seed(kw["seed"]),
         as_copy_many=kw["calibrate"],
+        size_mix=kw["size_mix"] or "",
     )
     if history is not None:
         check_history(history)
     prepare_renderers()
     with Destination.prepare(kw["out"], "batch", batch_named(kw), kw["force"]) as dest:
         begin_measuring()
-        steps = len(directions) * len(memories) * len(counts) * len(sizes)
+        steps = len(directions) * len(memories) * len(counts) * max(len(sizes), 1)
         if kw["calibrate"]:
             steps += len(directions) * len(STAGED_SIZES)
         with progress_bar() as bar:

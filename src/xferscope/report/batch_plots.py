@@ -14,7 +14,6 @@ from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
 
 from ..batch.measure import METHODS, BatchResult
-from ..core.units import format_bytes
 from .plots import save_png
 from .style import SIMULATED
 
@@ -45,7 +44,7 @@ def plot_batch(result: BatchResult, path: Path) -> None:
         ax.imshow(
             grid, cmap=cmap, vmin=-0.5, vmax=len(METHODS) - 0.5, aspect="auto", origin="lower"
         )
-        ax.set_xticks(range(len(sizes)), [format_bytes(s) for s in sizes], fontsize=8)
+        ax.set_xticks(range(len(sizes)), [result.size_label(s) for s in sizes], fontsize=8)
         ax.set_yticks(range(len(counts)), [str(n) for n in counts], fontsize=8)
         ax.set_xlabel("bytes per copy")
         ax.set_ylabel("copies per batch")

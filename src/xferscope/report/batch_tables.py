@@ -7,7 +7,6 @@ from rich.console import Console
 from rich.table import Table
 
 from ..batch.measure import BatchResult
-from ..core.units import format_bytes
 from .style import print_findings, print_simulated
 
 
@@ -24,7 +23,7 @@ def print_batch(result: BatchResult, console: Console) -> None:
         )
         table.add_column("copies", justify="right")
         for s in sizes:
-            table.add_column(format_bytes(s), justify="right")
+            table.add_column(result.size_label(s), justify="right")
         for n in sorted({k[2] for k in winners if k[:2] == (direction, memory)}):
             cells = []
             for s in sizes:
@@ -43,7 +42,5 @@ def print_batch(result: BatchResult, console: Console) -> None:
             console.print(f"  {reason}")
     bad = [c for c in result.cells if c.status in ("failed", "unverified")]
     for c in bad[:10]:
-        console.print(
-            f"[red]{c.direction} {c.memory} {c.count} x {c.size} B {c.method}: {c.error}[/red]"
-        )
+        console.print(f"[red]{c.direction} {c.memory} {c.what} {c.method}: {c.error}[/red]")
     print_findings(result.findings, console)
