@@ -42,6 +42,7 @@ from xferscope.batch import choose
 from xferscope.batch.copy import COPY_MANY_METHODS
 from xferscope.batch.measure import (
     CALIBRATION_COUNTS,
+    CALIBRATION_DIRECTIONS,
     CALIBRATION_SIZES,
     CALIBRATION_TARGET_S,
     CALIBRATION_TRIALS,
@@ -165,6 +166,7 @@ def main() -> None:
     calibration = measure(
         engine,
         BatchOptions(
+            directions=CALIBRATION_DIRECTIONS,
             counts=CALIBRATION_COUNTS,
             sizes=CALIBRATION_SIZES,
             methods=COPY_MANY_METHODS,

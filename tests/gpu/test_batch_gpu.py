@@ -1,5 +1,6 @@
-"""Every batch method on a real GPU: each delivers every byte, both ways, contiguous and
-scattered, and the SM copy kernel beats a loop of cudaMemcpyAsync on 1024 copies of 4 KiB.
+"""Every batch method on a real GPU: each delivers every byte, both ways and within the GPU,
+contiguous and scattered, and the SM copy kernel beats a loop of cudaMemcpyAsync on 1024 copies
+of 4 KiB.
 Skipped without a GPU."""
 
 from __future__ import annotations
@@ -11,8 +12,11 @@ from xferscope.core.native import engine_module
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("direction", ["h2d", "d2h"])
-@pytest.mark.parametrize("memory", ["pinned", "pageable"])
+@pytest.mark.parametrize(
+    ("direction", "memory"),
+    [("h2d", "pinned"), ("h2d", "pageable"), ("d2h", "pinned"), ("d2h", "pageable"),
+     ("d2d", "device")],
+)  # fmt: skip
 @pytest.mark.parametrize("scattered", [False, True])
 def test_every_method_delivers_every_byte(native_engine, direction, memory, scattered):
     e = engine_module()

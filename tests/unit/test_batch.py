@@ -32,6 +32,11 @@ def test_each_cell_is_measured_or_refused_with_the_engines_reason():
     assert "no HMM or ATS" in refused[("pageable", "kernel")]
     assert "need pinned host memory" in refused[("pageable", "graph")]
     assert "for pageable host memory" in refused[("pinned", "staged")]
+    assert "to or from host memory" in refused[("device", "pack")]
+    assert "to or from host memory" in refused[("device", "staged")]
+    d2d = {c.method for c in result.cells if c.direction == "d2d" and c.status == "complete"}
+    assert d2d == {"loop", "batch-stream", "batch-call", "batch-any", "kernel", "graph"}
+    assert {c.memory for c in result.cells if c.direction == "d2d"} == {"device"}
     assert all(
         c.status == "complete"
         for c in result.cells
@@ -70,6 +75,7 @@ def test_the_command_writes_its_map(capsys, tmp_path):
         (["--counts", "100000"], "--counts: 100000 copies: at most 65536"),
         (["--sizes", "big"], "--sizes"),
         (["--direction", "sideways"], "--direction"),
+        (["--calibrate", "--direction", "d2d"], "--direction: d2d: with --calibrate only"),
     ],
 )
 def test_bad_input_is_one_line(capsys, tmp_path, args, fragment):

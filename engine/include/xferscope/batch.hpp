@@ -1,6 +1,6 @@
 // Many small copies at once (`xferscope batch`, issue 13): N copies of given sizes between host
-// memory (pinned or pageable) and one GPU, contiguous or scattered, made by one of several
-// methods, each verified:
+// memory (pinned or pageable) and one GPU, or between two buffers of one GPU, contiguous or
+// scattered, made by one of several methods, each verified:
 //   loop         a cudaMemcpyAsync per copy
 //   batch        one cudaMemcpyBatchAsync, with a source access order (stream, during_call, any)
 //   pack         the pieces packed into one pinned staging buffer by the CPU, one copy, and a
@@ -26,8 +26,8 @@ namespace xferscope::batch {
 
 struct BatchSpec {
   int device = 0;
-  std::string direction = "h2d";   // h2d, d2h
-  std::string memory = "pinned";   // pinned, pageable (host side)
+  std::string direction = "h2d";   // h2d, d2h, d2d
+  std::string memory = "pinned";   // pinned, pageable (host side); d2d: device
   std::vector<std::size_t> sizes;  // one per copy
   bool scattered = false;          // each piece followed by a gap as large as itself
   std::uint64_t seed = 0x5EED;

@@ -58,6 +58,7 @@ std::string copy_many_refusal(const BatchSpec& s, const std::string& method, int
       copy_many_methods().end()) {
     return "copy_many makes no " + method + " (a graph pays only when the same copies repeat)";
   }
+  if (s.direction == "d2d") return "copy_many copies between host memory and a GPU";
   if (method == "kernel" && s.memory != "pinned") {
     return "copy_many's kernel needs pinned host memory mapped into the GPU";
   }
@@ -68,8 +69,11 @@ std::string refusal(const BatchSpec& s, const std::string& method, int driver, b
   if (std::find(methods().begin(), methods().end(), method) == methods().end()) {
     return "unknown method '" + method + "'";
   }
-  if (s.direction != "h2d" && s.direction != "d2h") return "direction must be h2d or d2h";
-  if (s.memory != "pinned" && s.memory != "pageable")
+  if (s.direction != "h2d" && s.direction != "d2h" && s.direction != "d2d")
+    return "direction must be h2d, d2h or d2d";
+  if (s.direction == "d2d" && s.memory != "device")
+    return "a device-to-device batch has device memory at both ends (memory 'device')";
+  if (s.direction != "d2d" && s.memory != "pinned" && s.memory != "pageable")
     return "host memory must be pinned or pageable";
   if (s.sizes.empty()) return "a batch needs at least one copy";
   if (std::find(s.sizes.begin(), s.sizes.end(), std::size_t{0}) != s.sizes.end()) {
@@ -85,6 +89,9 @@ std::string refusal(const BatchSpec& s, const std::string& method, int driver, b
   if (method == "graph" && s.memory == "pageable") {
     return "a CUDA graph's copies need pinned host memory";
   }
+  if ((method == "pack" || method == "staged") && s.direction == "d2d") {
+    return "packing through host staging is for copies to or from host memory";
+  }
   if (method == "staged" && s.memory == "pinned") {
     return "the staged copy is for pageable host memory (pinned memory goes to the copy engines "
            "directly)";
@@ -96,7 +103,7 @@ struct Batch::Impl {
   BatchSpec s;
   std::vector<std::size_t> offsets, staged;  // each piece's place in the buffers, in staging
   std::size_t span = 0, total = 0;
-  char* host = nullptr;  // pinned or pageable
+  char* host = nullptr;  // pinned or pageable; d2d: the source's device memory
   char* device = nullptr;
   char* host_staging = nullptr;  // pack: pinned
   char* device_staging = nullptr;
@@ -110,6 +117,7 @@ struct Batch::Impl {
   detail::Event start, stop;
 
   bool up() const { return s.direction == "h2d"; }
+  bool d2d() const { return s.direction == "d2d"; }
 
   void allocate_device(char*& p, std::size_t bytes) {
     if (cudaMalloc(reinterpret_cast<void**>(&p), bytes) != cudaSuccess) {
@@ -141,7 +149,9 @@ struct Batch::Impl {
     }
     span = at;
     total = packed;
-    if (s.memory == "pinned") {
+    if (d2d()) {
+      allocate_device(host, span);
+    } else if (s.memory == "pinned") {
       allocate_pinned(host, span);
     } else {
       host = static_cast<char*>(std::aligned_alloc(4096, (span + 4095) / 4096 * 4096));
@@ -152,8 +162,9 @@ struct Batch::Impl {
     for (std::size_t i = 0; i < s.sizes.size(); ++i) {
       char* h = host + offsets[i];
       char* d = device + offsets[i];
-      dsts.push_back(up() ? static_cast<void*>(d) : h);
-      srcs.push_back(up() ? static_cast<const void*>(h) : d);
+      // d2d: from the first device buffer (`host`) to the second
+      dsts.push_back(up() || d2d() ? static_cast<void*>(d) : h);
+      srcs.push_back(up() || d2d() ? static_cast<const void*>(h) : d);
     }
   }
 
@@ -236,7 +247,8 @@ struct Batch::Impl {
         XFS_CUDA_CALL(cudaMemcpyAsync(dsts[i], srcs[i], s.sizes[i], cudaMemcpyDefault, stream));
       }
     } else if (method.rfind("batch-", 0) == 0) {
-      batch_api_copy(method, up(), s.device, dsts.data(), srcs.data(), s.sizes.data(), n, stream);
+      batch_api_copy(method, up(), !up() && !d2d(), s.device, dsts.data(), srcs.data(),
+                     s.sizes.data(), n, stream);
     } else if (method == "pack") {
       prepare_pack();
       if (up()) {
@@ -277,7 +289,9 @@ struct Batch::Impl {
     }
     if (host_staging) cudaFreeHost(host_staging);
     if (host) {
-      if (s.memory == "pinned") {
+      if (d2d()) {
+        cudaFree(host);
+      } else if (s.memory == "pinned") {
         cudaFreeHost(host);
       } else {
         std::free(host);
@@ -353,7 +367,11 @@ std::int64_t Batch::verify(const std::string& method, bool as_copy_many) {
   }
   // on the batch's own stream: it does not wait for the legacy default stream, so a plain
   // cudaMemset there could clear a destination after the batch had filled it
-  if (b.up()) {
+  if (b.d2d()) {
+    XFS_CUDA_CALL(
+        cudaMemcpyAsync(b.host, pattern.data(), b.span, cudaMemcpyHostToDevice, b.stream));
+    XFS_CUDA_CALL(cudaMemsetAsync(b.device, 0, b.span, b.stream));
+  } else if (b.up()) {
     std::memcpy(b.host, pattern.data(), b.span);
     XFS_CUDA_CALL(cudaMemsetAsync(b.device, 0, b.span, b.stream));
   } else {
@@ -369,7 +387,7 @@ std::int64_t Batch::verify(const std::string& method, bool as_copy_many) {
   }
   XFS_CUDA_CALL(cudaStreamSynchronize(b.stream));
   std::vector<unsigned char> arrived(b.span);
-  if (b.up()) {
+  if (b.up() || b.d2d()) {
     XFS_CUDA_CALL(cudaMemcpy(arrived.data(), b.device, b.span, cudaMemcpyDeviceToHost));
   } else {
     std::memcpy(arrived.data(), b.host, b.span);

@@ -36,7 +36,7 @@ CLEAR_WIN = 0.03  # a method must beat the loop by more than this to be called t
 
 @dataclass(frozen=True, slots=True)
 class BatchOptions:
-    directions: tuple[str, ...] = ("h2d", "d2h")
+    directions: tuple[str, ...] = ("h2d", "d2h", "d2d")
     memories: tuple[str, ...] = ("pinned", "pageable")
     counts: tuple[int, ...] = DEFAULT_COUNTS
     sizes: tuple[int, ...] = DEFAULT_SIZES
@@ -53,6 +53,7 @@ class BatchOptions:
 
 
 # `xferscope batch --calibrate`: the grid copy_many chooses from, quick trials
+CALIBRATION_DIRECTIONS = ("h2d", "d2h")  # copy_many's: between host memory and a GPU
 CALIBRATION_COUNTS = (1, 4, 16, 64, 256, 1024)
 CALIBRATION_SIZES = (64, 1024, 4096, 16384, 65536, 262144, 1 << 20)
 CALIBRATION_TARGET_S = 0.005
@@ -188,6 +189,11 @@ class BatchResult:
         return out
 
 
+def memories_for(direction: str, memories: tuple[str, ...]) -> tuple[str, ...]:
+    """The memories a direction's batches run from: the host's, or the device's for d2d."""
+    return ("device",) if direction == "d2d" else memories
+
+
 def measure_cell(
     batch: Any, options: BatchOptions, method: str
 ) -> tuple[str, str | None, tuple[float, ...], tuple[float, ...]]:
@@ -219,7 +225,7 @@ def measure(engine: Engine, options: BatchOptions, progress: Progress = QUIET) -
     axis = (mix.mean(),) if mix else options.sizes
     try:
         for direction in options.directions:
-            for memory in options.memories:
+            for memory in memories_for(direction, options.memories):
                 progress.begin(f"{direction} {memory}")
                 for count in options.counts:
                     for size in axis:
@@ -298,7 +304,7 @@ def measure_staged(
     should switch. An error leaves the crossover unmeasured (the built-in one stays)."""
     points: list[StagedPoint] = []
     most = max(STAGED_SIZES)
-    for direction in options.directions:
+    for direction in (d for d in options.directions if d in CALIBRATION_DIRECTIONS):
         progress.begin(f"{direction} staged copy against cudaMemcpy")
         try:
             plain = engine.open_transfer(

@@ -9,6 +9,7 @@ import click
 from ..batch.copy import COPY_MANY_METHODS
 from ..batch.measure import (
     CALIBRATION_COUNTS,
+    CALIBRATION_DIRECTIONS,
     CALIBRATION_SIZES,
     CALIBRATION_TARGET_S,
     CALIBRATION_TRIALS,
@@ -24,6 +25,7 @@ from ..batch.measure import (
     dumps_json,
     from_dict,
     measure,
+    memories_for,
     to_dict,
 )
 from ..batch.mix import parse_size_mix
@@ -56,8 +58,18 @@ from .outputs import Destination, Named, Output, text
 
 
 @cli.command("batch")
-@click.option("--direction", default="h2d,d2h", show_default=True, help="h2d, d2h.")
-@click.option("--memory", default="pinned,pageable", show_default=True, help="pinned, pageable.")
+@click.option(
+    "--direction",
+    default="h2d,d2h,d2d",
+    show_default=True,
+    help="h2d, d2h, d2d (between two buffers of the GPU).",
+)
+@click.option(
+    "--memory",
+    default="pinned,pageable",
+    show_default=True,
+    help="Host memory: pinned, pageable (d2d batches are device memory at both ends).",
+)
 @click.option(
     "--counts",
     default=",".join(map(str, DEFAULT_COUNTS)),
@@ -106,22 +118,26 @@ from .outputs import Destination, Named, Output, text
 @click.option("--simulate", is_flag=True, help="Use the simulated engine (no GPU).")
 @click.pass_context
 def batch_command(ctx: click.Context, /, **kw: Any) -> None:
-    """N copies of S bytes, host to device and back, from pinned and pageable memory, by a loop
-    of cudaMemcpyAsync, cudaMemcpyBatchAsync (each source access order), packing into one
-    pinned buffer with a scatter kernel, an SM copy kernel over mapped memory, and a CUDA graph:
-    each verified and timed; a map of which wins for each count and size."""
+    """N copies of S bytes, host to device and back (pinned and pageable memory) and within the
+    GPU, by a loop of cudaMemcpyAsync, cudaMemcpyBatchAsync (each source access order), packing
+    into one pinned buffer with a scatter kernel, the staged copy's threads (pageable memory),
+    an SM copy kernel over the pointers, and a CUDA graph: each verified and timed; a map of
+    which wins for each count and size."""
     if kw["calibrate"]:
         grid = {
             "counts": ",".join(map(str, CALIBRATION_COUNTS)),
             "sizes": ",".join(map(str, CALIBRATION_SIZES)),
             "methods": ",".join(COPY_MANY_METHODS),
             "target_time": CALIBRATION_TARGET_S,
+            "direction": ",".join(CALIBRATION_DIRECTIONS),
             "trials": CALIBRATION_TRIALS,
         }
         for name, value in grid.items():
             if ctx.get_parameter_source(name) is click.core.ParameterSource.DEFAULT:
                 kw[name] = value
-    directions = parse_list("--direction", kw["direction"], ("h2d", "d2h"))
+    directions = parse_list("--direction", kw["direction"], ("h2d", "d2h", "d2d"))
+    if kw["calibrate"] and "d2d" in directions:
+        raise OptionError("--direction", "d2d: with --calibrate only h2d and d2h (copy_many's)")
     memories = parse_list("--memory", kw["memory"], ("pinned", "pageable"))
     methods = parse_list("--methods", kw["methods"], METHODS)
     if kw["calibrate"]:
@@ -169,7 +185,8 @@ def batch_command(ctx: click.Context, /, **kw: Any) -> None:
     prepare_renderers()
     with Destination.prepare(kw["out"], "batch", batch_named(kw), kw["force"]) as dest:
         begin_measuring()
-        steps = len(directions) * len(memories) * len(counts) * max(len(sizes), 1)
+        steps = sum(len(memories_for(d, memories)) for d in directions)
+        steps *= len(counts) * max(len(sizes), 1)
         if kw["calibrate"]:
             steps += len(directions) * len(STAGED_SIZES)
         with progress_bar() as bar:

@@ -1,7 +1,8 @@
 """The simulated engine's batch of copies: the engine's own refusals (batch_refusal, with the
 model's driver and no GPU access to pageable memory), and a model of an H200 as measured there:
 a cudaMemcpyAsync costs about 2.3 us of issue, cudaMemcpyBatchAsync about 0.7 us a copy, the SM
-copy kernel about 80 us for a launch over the pointer list plus its bytes at 20 GB/s, packing
+copy kernel about 80 us for a launch over the pointer list plus its bytes at 20 GB/s (1.2 TB/s
+within the GPU, as d2d copies run), packing
 about 10 GB/s of CPU memcpy plus one copy and a kernel, the staged method the staged copy's
 model (its threads' rate and hand-over) plus a kernel; pinned copies at 55 GB/s, pageable at
 10 (up) and 5 (down)."""
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 _e = engine_module()
 PINNED_BPS = 55e9
 PAGEABLE_BPS = {"h2d": 10e9, "d2h": 5e9}
+DEVICE_BPS = 1.2e12  # a copy within the GPU's memory (it reads and writes HBM)
 ISSUE_S = {
     "loop": 2.3e-6,
     "graph": 2.25e-6,
@@ -48,7 +50,10 @@ class SimulatedBatch:
         sizes: list[int] = list(s["sizes"])
         n = len(sizes)
         total = float(self.bytes)
-        bps = PINNED_BPS if s["memory"] == "pinned" else PAGEABLE_BPS[s["direction"]]
+        if s["direction"] == "d2d":
+            bps = DEVICE_BPS
+        else:
+            bps = PINNED_BPS if s["memory"] == "pinned" else PAGEABLE_BPS[s["direction"]]
         if method in ISSUE_S:
             per = ISSUE_S[method] + (2e-6 if s["memory"] == "pageable" else 0.0)
             return sum(max(per, b / bps + 1e-6) for b in sizes) + (
@@ -61,7 +66,7 @@ class SimulatedBatch:
 
             return staged_model(s["direction"], "api", 0).seconds(int(total)) + SCATTER_S
         if method == "kernel":
-            return KERNEL_LAUNCH_S + total / KERNEL_BPS
+            return KERNEL_LAUNCH_S + total / (DEVICE_BPS if s["direction"] == "d2d" else KERNEL_BPS)
         raise EngineError(f"unknown batch method '{method}'")
 
     def _check(self, method: str, as_copy_many: bool = False) -> None:
