@@ -151,3 +151,16 @@ def test_the_gemm_page_draws_its_chart(driver, tmp_path: Path) -> None:
     driver.get(page.as_uri())
     assert _wait_drawn(driver, 1) == (1, 1)
     assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def test_the_batch_page_draws_its_maps(driver, tmp_path: Path) -> None:
+    from xferscope.batch.measure import BatchOptions, measure
+    from xferscope.core.simulate import SimulatedEngine
+    from xferscope.report.batch_html import render_batch_html
+
+    result = measure(SimulatedEngine(), BatchOptions(counts=(1, 256), sizes=(64, 65536)))
+    page = tmp_path / "batch.html"
+    page.write_text(render_batch_html(result), encoding="utf-8")
+    driver.get(page.as_uri())
+    assert _wait_drawn(driver, 5) == (5, 5)  # h2d and d2h, pinned and pageable, and d2d
+    assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []

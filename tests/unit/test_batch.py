@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from xferscope import cli
-from xferscope.batch.measure import BatchOptions, from_dict, measure, to_dict
+from xferscope.batch.measure import (
+    BatchOptions,
+    crossover_line,
+    crossovers,
+    from_dict,
+    measure,
+    to_dict,
+)
 from xferscope.core.simulate import SimulatedEngine
 
 
@@ -62,9 +69,14 @@ def test_the_command_writes_its_map(capsys, tmp_path):
     flat = " ".join(out.split())
     assert "fastest method" in flat and "cudaMemcpyBatchAsync" in flat
     (directory,) = tmp_path.glob("batch-*")
-    assert {p.name for p in directory.iterdir()} == {"batch.json", "batch.csv", "batch.png"}
+    assert {p.name for p in directory.iterdir()} == {
+        "batch.json", "batch.csv", "batch.png", "report.html",
+    }  # fmt: skip
     doc = json.loads((directory / "batch.json").read_text())
     assert doc["schema"] == "xferscope-batch" and doc["winners"]
+    page = (directory / "report.html").read_text()
+    assert page.count('class="plotly-graph-div"') == 5  # a map per direction and memory
+    assert "Every batch" in page and "batch.json" in page  # the table, the files beside
 
 
 @pytest.mark.parametrize(
@@ -81,6 +93,25 @@ def test_the_command_writes_its_map(capsys, tmp_path):
 def test_bad_input_is_one_line(capsys, tmp_path, args, fragment):
     code, _, err = run(capsys, "batch", "--simulate", *args, "-o", str(tmp_path))
     assert code == 2 and fragment in err and "Traceback" not in err
+
+
+def test_the_crossover_line_steps_down_each_row_at_its_edge():
+    result = measure(
+        SimulatedEngine(),
+        BatchOptions(counts=(1, 64, 1024), sizes=(64, 4096, 1 << 20), directions=("h2d",),
+                     memories=("pinned",), methods=("loop", "batch-any")),
+    )  # fmt: skip
+    # the model: one copy never gains; 64 copies gain up to 4 KiB; 1024 copies at every size
+    assert crossovers(result) == {
+        ("h2d", "pinned", 1): None, ("h2d", "pinned", 64): 4096, ("h2d", "pinned", 1024): 1 << 20,
+    }  # fmt: skip
+    xs, ys = crossover_line(result, "h2d", "pinned", [1, 64, 1024], [64, 4096, 1 << 20])
+    assert xs == [-0.5, -0.5, 1.5, 1.5, 2.5, 2.5]  # left of the first, after 4 KiB, after all
+    assert ys == [-0.5, 0.5, 0.5, 1.5, 1.5, 2.5]
+    # a row without a crossover breaks the line rather than slanting across it
+    xs, ys = crossover_line(result, "h2d", "pinned", [1, 2, 64], [64, 4096, 1 << 20])
+    assert xs == [-0.5, -0.5, None, 1.5, 1.5] and ys == [-0.5, 0.5, None, 1.5, 2.5]
+    assert crossover_line(result, "d2h", "pinned", [1], [64]) == ([], [])
 
 
 def test_the_batch_api_crossover_is_where_it_stops_beating_the_loop():

@@ -372,6 +372,35 @@ def crossovers(
     return out
 
 
+def crossover_line(
+    result: BatchResult,
+    direction: str,
+    memory: str,
+    counts: list[int],
+    sizes: list[int],
+    method: str = "batch-any",
+) -> tuple[list[float | None], list[float | None]]:
+    """The line a map of counts (rows 0, 1, ...) against sizes (columns) draws where `method`
+    stops beating the loop: a step down each row at the edge of the last size it wins (left of
+    the first column where it never does), None between rows it has nothing for. Empty when the
+    batches have mixed sizes (one column: no size to cross at)."""
+    if any(c.mix for c in result.cells):
+        return [], []
+    reach = crossovers(result, method)
+    xs: list[float | None] = []
+    ys: list[float | None] = []
+    for row, count in enumerate(counts):
+        if (direction, memory, count) not in reach:
+            xs.append(None)
+            ys.append(None)
+            continue
+        limit = reach[(direction, memory, count)]
+        edge = -0.5 if limit is None else sizes.index(limit) + 0.5
+        xs += [edge, edge]
+        ys += [row - 0.5, row + 0.5]
+    return (xs, ys) if any(x is not None for x in xs) else ([], [])
+
+
 def findings(result: BatchResult) -> list[Finding]:
     out = []
     winners = result.winners()

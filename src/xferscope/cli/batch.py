@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import click
@@ -182,7 +184,7 @@ def batch_command(ctx: click.Context, /, **kw: Any) -> None:
     )
     if history is not None:
         check_history(history)
-    prepare_renderers()
+    prepare_renderers(html=True)
     with Destination.prepare(kw["out"], "batch", batch_named(kw), kw["force"]) as dest:
         begin_measuring()
         steps = sum(len(memories_for(d, memories)) for d in directions)
@@ -226,11 +228,17 @@ def history_entry(result: BatchResult) -> Any:
 
 
 def batch_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
-    return common.result_files("batch", kw)
+    return common.result_files("batch", kw) | {"html": Named("--out", None, "report.html")}
 
 
 def batch_outputs(result: BatchResult, dest: Destination) -> list[Output]:
     from ..report import batch_plots
+
+    def page(path: Path, written: Sequence[Path]) -> None:
+        from ..report.batch_html import render_batch_html
+
+        names = [p.name for p in written if p.parent == path.parent]
+        path.write_text(render_batch_html(result, names), encoding="utf-8")
 
     return [
         dest.output("json", text(lambda: dumps_json(result))),
@@ -238,6 +246,7 @@ def batch_outputs(result: BatchResult, dest: Destination) -> list[Output]:
         dest.output(
             "plot", lambda path, _w: batch_plots.plot_batch(result, path), ".png", render=True
         ),
+        dest.output("html", page, render=True, urgent=True),
     ]
 
 

@@ -5,15 +5,17 @@ fast as a loop of cudaMemcpyAsync it was."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt
 from matplotlib.colors import ListedColormap
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from ..batch.measure import METHODS, BatchResult
+from ..batch.measure import METHODS, BatchResult, crossover_line
 from .plots import save_png
 from .style import SIMULATED
 
@@ -44,6 +46,11 @@ def plot_batch(result: BatchResult, path: Path) -> None:
         ax.imshow(
             grid, cmap=cmap, vmin=-0.5, vmax=len(METHODS) - 0.5, aspect="auto", origin="lower"
         )
+        xs, ys = crossover_line(result, direction, memory, counts, sizes)
+        if xs:
+            nan = float("nan")
+            ax.plot([nan if x is None else x for x in xs], [nan if y is None else y for y in ys],
+                    color="black", linestyle="--", linewidth=2)  # fmt: skip
         ax.set_xticks(range(len(sizes)), [result.size_label(s) for s in sizes], fontsize=8)
         ax.set_yticks(range(len(counts)), [str(n) for n in counts], fontsize=8)
         ax.set_xlabel("bytes per copy")
@@ -51,12 +58,12 @@ def plot_batch(result: BatchResult, path: Path) -> None:
         ax.set_title(f"{direction} {memory}: fastest method (x: against the loop)", fontsize=10)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
-    fig.legend(
-        handles=[Patch(color=cmap(i), label=m) for i, m in enumerate(METHODS)],
-        loc="lower center",
-        ncols=len(METHODS),
-        fontsize=8,
-    )
+    handles: list[Any] = [Patch(color=cmap(i), label=m) for i, m in enumerate(METHODS)]
+    if not any(c.mix for c in result.cells):
+        handles.append(
+            Line2D([], [], color="black", linestyle="--", label="batch API beats the loop (left)")
+        )
+    fig.legend(handles=handles, loc="lower center", ncols=min(len(handles), 5), fontsize=8)
     gpu = next((g.get("name") for g in result.machine.get("gpus", [])), "?")
     title = f"xferscope batch on {gpu}"
     if result.simulated:
