@@ -1,5 +1,6 @@
 """Issue 15's preparation on the CPU: `run --quick` on a simulated 8-GPU node fits a minute of
-modelled time (every check on the first GPU, the headline on the others, the whole peer matrix),
+modelled time (every check on the first GPU, the headline on the others, the whole peer matrix
+by copy engines),
 and every output holds all eight GPUs."""
 
 from __future__ import annotations
@@ -21,6 +22,12 @@ def test_quick_on_eight_gpus_fits_a_minute_of_modelled_time():
     assert len(result.gpus[0].curves) > len(result.gpus[1].curves) == 5
     one_way = [c for c in result.multi if c.kind == "p2p" and c.label.endswith("one_way")]
     assert len({c.label.split("/")[0] for c in one_way}) == 8 * 7  # every ordered pair
+    # every pair by copy engines with peer access; the SM kernel and no-peer copies only for
+    # the pairs of the fully checked GPU 0 (14 of the 56)
+    assert sum(c.label.endswith("/async/peer/one_way") for c in one_way) == 56
+    others = {c.label.split("/")[0] for c in one_way if "/async/peer/" not in c.label}
+    assert len(others) == 14 and all("0" in pair.split("-") for pair in others)
+    assert sum(c.kind == "p2p" and c.label.endswith("/both") for c in result.multi) == 28
     assert "--quick on 8 GPUs" in result.notes[0]
     back = run_from_dict(json.loads(json.dumps(run_to_dict(result))))
     assert [g.scope for g in back.gpus] == [g.scope for g in result.gpus]
