@@ -70,6 +70,24 @@ def test_bad_specs_are_one_clear_error(spec, fragment):
     assert str(caught.value).startswith("--size-mix: ") and fragment in str(caught.value)
 
 
+def test_a_traces_copies_csv_gives_its_bytes_column(tmp_path):
+    # the columns `xferscope trace` writes (copies.csv), abridged
+    trace = tmp_path / "copies.csv"
+    trace.write_text(
+        "pid,direction,src,dst,bytes,start_ns,end_ns\n"
+        "41,h2d,pinned,device,4096,10,20\n41,h2d,pinned,device,4096,30,40\n"
+        "41,d2h,device,pageable,67108864,50,900\n"
+    )
+    mix = parse_size_mix(f"file:{trace}")
+    assert mix.values == (4096, 4096, 64 << 20) and mix.label == "copies.csv (3 sizes)"
+    trace.write_text("pid,direction,bytes\n41,h2d,many\n")
+    with pytest.raises(OptionError, match=r"copies\.csv row 2: 'many' is not a byte count"):
+        parse_size_mix(f"file:{trace}")
+    trace.write_text("pid,direction,bytes\n")
+    with pytest.raises(OptionError, match="holds no sizes in its bytes column"):
+        parse_size_mix(f"file:{trace}")
+
+
 def test_bad_files_name_the_line(tmp_path):
     empty = tmp_path / "empty.txt"
     empty.write_text("# nothing\n\n")

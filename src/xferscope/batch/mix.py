@@ -6,10 +6,14 @@ pieces and a run can be repeated.
     lognormal:MEDIAN:SIGMA   sizes around MEDIAN, spread by SIGMA (the log's standard deviation)
     uniform:MIN:MAX          every size from MIN to MAX equally likely
     file:PATH                sizes from PATH (one or more per line, commas or spaces between,
-                             units allowed, # comments), drawn with replacement"""
+                             units allowed, # comments), or from its `bytes` column when it is
+                             a CSV with a header, such as the copies.csv `xferscope trace`
+                             writes; drawn with replacement"""
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 import re
 from dataclasses import dataclass
@@ -107,6 +111,9 @@ def _read_sizes(path: Path) -> tuple[int, ...]:
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or "not a text file"
         raise OptionError(OPTION, f"cannot read {str(path)!r}: {reason}") from None
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    if "bytes" in [field.strip() for field in first.split(",")]:
+        return _csv_sizes(path, text)
     sizes = []
     for number, line in enumerate(text.splitlines(), 1):
         for token in re.split(r"[,\s]+", line.split("#", 1)[0].strip()):
@@ -114,4 +121,19 @@ def _read_sizes(path: Path) -> tuple[int, ...]:
                 sizes.append(_size(token, f"{path.name} line {number}:"))
     if not sizes:
         raise OptionError(OPTION, f"{str(path)!r} holds no sizes")
+    return tuple(sizes)
+
+
+def _csv_sizes(path: Path, text: str) -> tuple[int, ...]:
+    """The `bytes` column of a CSV with a header (a trace's copies.csv), every row that holds a
+    size of at least a byte."""
+    sizes = []
+    for number, row in enumerate(csv.DictReader(io.StringIO(text)), 2):
+        value = (row.get("bytes") or "").strip()
+        if not value:
+            continue
+        size = _size(value, f"{path.name} row {number}:")
+        sizes.append(size)
+    if not sizes:
+        raise OptionError(OPTION, f"{str(path)!r} holds no sizes in its bytes column")
     return tuple(sizes)
