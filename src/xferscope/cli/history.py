@@ -137,11 +137,11 @@ def load_result(ref: str, history: Path) -> tuple[DocumentKind, Any, str]:
 )
 def report_command(ref: str, history_path: str | None, out: str) -> None:
     """Show and write a result again: an entry of the history (its id, from `xferscope history`)
-    or the JSON file of any result (run, sweep, overlap, pageable, gl). Prints its tables and writes
-    its files (JSON, CSV, PNG and, for a run, the HTML report) to a new directory under --out,
-    never over an earlier one."""
+    or the JSON file of any result (run, sweep, overlap, pageable, gl, gemm, batch, pitch, trace,
+    fleet). Prints its tables and writes its files (JSON, CSV, PNG and, where the command has one,
+    the HTML report) to a new directory under --out, never over an earlier one."""
     kind, result, name = load_result(ref, _history_file(history_path))
-    prepare_renderers(html=kind.name in ("run", "gemm", "trace"))
+    prepare_renderers(html="html" in kind.named())
     with Destination.prepare(out, name, kind.named(), stamp=False) as dest:
         delivery = deliver(kind.outputs(result, dest), dest, lambda: kind.show(result))
     finish(delivery, interrupted=None, verification_failed=False, failed=False)
