@@ -90,7 +90,7 @@ from .outputs import Destination, Named, Output, text
     metavar="SPEC",
     help="Mixed sizes instead of --sizes: each batch of N copies draws N sizes from "
     "lognormal:MEDIAN:SIGMA, uniform:MIN:MAX or file:PATH (sizes such as 4KiB, one or more a "
-    "line), with the seed.",
+    "line; or a CSV's bytes column, such as the copies.csv of xferscope trace), with the seed.",
 )
 @click.option("--methods", default=",".join(METHODS), show_default=True, help="Methods to compare.")
 @click.option(
