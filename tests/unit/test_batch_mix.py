@@ -124,6 +124,7 @@ def test_the_command_labels_the_mix_in_every_output(capsys, tmp_path):
     doc = json.loads((directory / "batch.json").read_text())
     assert doc["options"]["size_mix"] == "lognormal:4KiB:1.5"
     assert all(c["mix"] == "lognormal 4 KiB s=1.5" and c["bytes"] > 0 for c in doc["cells"])
+    assert all(w["mix"] == "lognormal 4 KiB s=1.5" for w in doc["winners"])
     rows = list(csv.DictReader(io.StringIO((directory / "batch.csv").read_text())))
     assert {r["mix"] for r in rows} == {"lognormal 4 KiB s=1.5"}
     assert all(int(r["bytes"]) > 0 for r in rows)

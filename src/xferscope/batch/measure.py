@@ -464,6 +464,7 @@ def to_dict(result: BatchResult) -> dict[str, Any]:
                 "method": best.method,
                 "seconds": best.seconds,
                 "vs_loop": gain,
+                **({"mix": best.mix} if best.mix else {}),
             }
             for (d, m, n, s), (best, gain) in result.winners().items()
         ],
