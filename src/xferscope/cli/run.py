@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..core.errors import OptionError
 from ..run.records import GpuSection, RunResult, run_from_dict
 from ..sweep.records import SweepResult
 from . import common
@@ -139,9 +140,19 @@ DEFAULT_S = 65  # `run` on one H200 (the same file: 65.5 s)
 )
 @seed_option
 @click.option(
+    "--resume",
+    "resume_ref",
+    default=None,
+    metavar="RUN",
+    help="Continue an interrupted run (its run.json or directory) on the same GPUs: what it "
+    "completed is kept, the rest measured now, into a new run directory.",
+)
+@click.option(
     "--simulate", is_flag=True, help="Use the simulated engine (no GPU; nothing is measured)."
 )
+@click.pass_context
 def run(
+    ctx: click.Context,
     device: str | None,
     quick: bool,
     out: str,
@@ -149,25 +160,45 @@ def run(
     no_history: bool,
     prometheus_path: str | None,
     seed: str,
+    resume_ref: str | None,
     simulate: bool,
 ) -> None:
     """Investigate every GPU: curves for every host memory kind, both directions, API and
     device time; device-to-device; copy engines against SM copies; H2D while D2H runs; pinning
     costs; with several GPUs the peer-to-peer matrix and all GPUs to the host at once. Then a
     diagnosis, an HTML report, and the run added to the history."""
+    from ..run import resume
     from ..run.investigate import RunOptions, run_investigation, steps
 
     seed_value = parse_seed(seed)
+    earlier = None
+    if resume_ref is not None:
+        given = [
+            f"{flag}" for name, flag in (("device", "-g"), ("quick", "--quick"), ("seed", "--seed"))
+            if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+        ]  # fmt: skip
+        if given:
+            raise OptionError(
+                "--resume",
+                f"it continues the run's own GPUs, mode and seed; leave out {', '.join(given)}",
+            )
+        earlier = resume.load_interrupted(resume_ref)
     history = None if no_history else _history_file(history_path)
     engine = common.open_engine(simulate)
-    options = RunOptions(devices=resolve_devices(engine, device), quick=quick, seed=seed_value)
+    if earlier is not None:
+        options = resume.options_of(earlier)
+        resume.check_same_gpus(engine, earlier, options.devices)
+    else:
+        options = RunOptions(devices=resolve_devices(engine, device), quick=quick, seed=seed_value)
     if history is not None:
         check_history(history)
     prepare_renderers(html=True)
     with Destination.prepare(out, "run", run_named(prometheus_path)) as dest:
         begin_measuring()
         with progress_bar() as progress:
-            result = run_investigation(engine, options, Bar(progress, steps(options)))
+            result = run_investigation(
+                engine, options, Bar(progress, steps(options, earlier)), earlier
+            )
         if not result.measured:
             nothing_measured(dest)
         _deliver_run(result, dest, history)

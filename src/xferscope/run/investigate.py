@@ -145,9 +145,10 @@ class RunOptions:
         }
 
 
-def steps(options: RunOptions) -> int:
+def steps(options: RunOptions, earlier: RunResult | None = None) -> int:
     """Progress units: one per curve size, per concurrent measurement, per pinning run, per
-    overlap measurement, per GL check and per GEMM check."""
+    overlap measurement, per GL check and per GEMM check; less the GPUs an interrupted run
+    being continued completed (`earlier`)."""
     sizes = len(options.plan.sizes)
     per_gpu = {
         "full": len(gpu_curves(0)) * sizes + 5,
@@ -157,7 +158,8 @@ def steps(options: RunOptions) -> int:
     pairs = [(a, b) for a in options.devices for b in options.devices if a != b]
     one_way = sum(len(options.pair_modes(a, b, True)) for a, b in pairs)
     multi = (one_way + n * (n - 1) // 2 + 3) if n > 1 else 0
-    return sum(per_gpu[options.scope(d)] for d in options.devices) + multi
+    kept, _ = completed(earlier)
+    return sum(per_gpu[options.scope(d)] for d in options.devices if d not in kept) + multi
 
 
 # ---- concurrent streams ------------------------------------------------------------------------
@@ -348,13 +350,21 @@ def investigate_multi(
     progress: Progress,
     healthy: Callable[[int], bool],
     results: list[Concurrent],
+    done: dict[str, Concurrent] | None = None,
 ) -> None:
     """The peer-to-peer matrix (copy engines and SMs, peer access on and off, one direction and
     both) and every GPU to and from the host at once, appended to `results` as they are
-    measured, so Ctrl-C keeps what was done."""
+    measured, so Ctrl-C keeps what was done. `done`: measurements an earlier, interrupted run
+    completed, by label, kept instead of measured again (--resume)."""
     p = options.plan
     size = p.stream_bytes
     gpus = [d for d in devices if healthy(d)]
+    done = done or {}
+
+    def measured(*args: Any, **kw: Any) -> Concurrent:
+        label = args[2]
+        return done[label] if label in done else concurrent(*args, **kw)
+
     for src in gpus:
         for dst in gpus:
             if src == dst:
@@ -363,7 +373,7 @@ def investigate_multi(
             for mechanism, peer_access in options.pair_modes(src, dst, access):
                 label = f"{src}-{dst}/{mechanism}/{'peer' if peer_access else 'nopeer'}/one_way"
                 results.append(
-                    concurrent(
+                    measured(
                         engine,
                         "p2p",
                         label,
@@ -378,7 +388,7 @@ def investigate_multi(
             if access and src < dst:
                 label = f"{src}-{dst}/async/peer/both"
                 results.append(
-                    concurrent(
+                    measured(
                         engine,
                         "p2p",
                         label,
@@ -395,14 +405,21 @@ def investigate_multi(
                 progress.step(label)
     for name, directions in (("h2d", ("h2d",)), ("d2h", ("d2h",)), ("both", ("h2d", "d2h"))):
         specs = [(d, direction, f"{direction} gpu{d}") for d in gpus for direction in directions]
-        results.append(concurrent(engine, "all_gpus_host", f"all_gpus/{name}", specs, size, p))
+        results.append(measured(engine, "all_gpus_host", f"all_gpus/{name}", specs, size, p))
         progress.step(f"all GPUs {name}")
 
 
 # ---- the run -----------------------------------------------------------------------------------
 
 
-def run_investigation(engine: Engine, options: RunOptions, progress: Progress = QUIET) -> RunResult:
+def run_investigation(
+    engine: Engine,
+    options: RunOptions,
+    progress: Progress = QUIET,
+    earlier: RunResult | None = None,
+) -> RunResult:
+    """The run. `earlier`: an interrupted run of the same options on the same GPUs, continued
+    (--resume): what it completed is kept, the rest measured now."""
     from .diagnose import diagnose
 
     created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
@@ -410,8 +427,14 @@ def run_investigation(engine: Engine, options: RunOptions, progress: Progress = 
     sections: list[GpuSection] = []
     multi: list[Concurrent] = []
     interrupted = False
+    kept, done = completed(earlier)
+    before_s = earlier.wall_s if earlier else 0.0
+    before_real_s = (earlier.elapsed_s or 0.0) if earlier else 0.0
     try:
         for device in options.devices:
+            if device in kept:
+                sections.append(kept[device])
+                continue
             try:
                 sections.append(investigate_gpu(engine, device, options, progress))
             except Interrupted as stop:
@@ -426,12 +449,15 @@ def run_investigation(engine: Engine, options: RunOptions, progress: Progress = 
                 progress,
                 lambda d: status.get(d) == "complete",
                 multi,
+                done,
             )
     except KeyboardInterrupt:
         interrupted = True
-        done = {s.index for s in sections}
+        reached = {s.index for s in sections}
         sections += [
-            GpuSection(d, "not_run", None, (), (), None) for d in options.devices if d not in done
+            GpuSection(d, "not_run", None, (), (), None)
+            for d in options.devices
+            if d not in reached
         ]
     # Read after measuring: an idle GPU may have trained its link down to save power, and
     # clock throttling shows while it is busy.
@@ -447,11 +473,27 @@ def run_investigation(engine: Engine, options: RunOptions, progress: Progress = 
         multi=tuple(multi),
         findings=(),
         interrupted=interrupted,
-        wall_s=engine.clock() - start,
-        elapsed_s=time.perf_counter() - real_start,
-        notes=scope_notes(options),
+        wall_s=engine.clock() - start + before_s,
+        elapsed_s=time.perf_counter() - real_start + before_real_s,
+        notes=scope_notes(options) + resumed_notes(earlier, options),
     )
     return replace(result, findings=tuple(diagnose(result)))
+
+
+def completed(earlier: RunResult | None) -> tuple[dict[int, GpuSection], dict[str, Concurrent]]:
+    """What an interrupted run completed: its GPU sections by index and its several-GPU
+    measurements by label."""
+    if earlier is None:
+        return {}, {}
+    kept = {g.index: g for g in earlier.gpus if g.status == "complete"}
+    done = {c.label: c for c in earlier.multi if c.status == "complete"}
+    return kept, done
+
+
+def resumed_notes(earlier: RunResult | None, options: RunOptions) -> tuple[str, ...]:
+    from .resume import resumed_note
+
+    return () if earlier is None else (resumed_note(earlier, options),)
 
 
 def scope_notes(options: RunOptions) -> tuple[str, ...]:
