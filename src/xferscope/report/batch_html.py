@@ -13,8 +13,7 @@ import plotly.graph_objects as go
 
 from ..batch.measure import METHODS, BatchResult, Cell, crossover_line
 from ..core.units import format_rate, format_seconds
-from .html import _e, _findings_section, _plot_div, _table, files_beside, page
-from .style import SIMULATED
+from .html import _e, _findings_section, _plot_div, _table, banners, files_beside, page
 
 # one colour per method, in METHODS' order (matplotlib's tab10, as batch.png has them)
 _COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -27,11 +26,10 @@ def render_batch_html(result: BatchResult, files: Sequence[str] = ()) -> str:
         title = "SIMULATED " + title
     body = [
         _header(result),
-        f'<div class="banner simulated">{_e(SIMULATED)}</div>' if result.simulated else "",
-        '<div class="banner incomplete">INTERRUPTED: the batches not measured are missing, not '
-        "zeros.</div>"
-        if result.interrupted
-        else "",
+        banners(
+            result.simulated,
+            ["interrupted before every batch ran"] if result.interrupted else [],
+        ),
         _maps(result),
         _findings_section(result.findings),
         _cells(result),

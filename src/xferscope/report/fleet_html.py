@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from ..core.units import format_rate, format_seconds
 from ..fleet.records import COMPLETE, FleetResult, RankReport
-from .html import _Html, _table, page
+from .html import _Html, _table, banners, page
 
 
 def _e(value: object) -> str:
@@ -147,11 +147,9 @@ def render_fleet_html(result: FleetResult) -> str:
         f"{_e(result.created)}; reports gathered in {result.gather_s:.2f} s, "
         f"{result.wall_s:.1f} s in all</p>"
     )
-    banner = (
-        '<div class="banner simulated">SIMULATED: these figures come from a link model, not '
-        "from a GPU</div>"
-        if result.simulated
-        else ""
+    banner = banners(
+        result.simulated,
+        ["interrupted: the GPUs marked so reported what they had"] if result.interrupted else [],
     )
     by_rank = {r.rank: r for r in result.ranks}
     outliers = _table(

@@ -13,8 +13,7 @@ import plotly.graph_objects as go
 
 from ..core.units import format_flops
 from ..gemm.records import GemmResult, classes
-from .html import _e, _findings_section, _plot_div, _table, files_beside, page
-from .style import SIMULATED
+from .html import _e, _findings_section, _plot_div, _table, banners, files_beside, page
 
 
 def render_gemm_html(result: GemmResult, files: Sequence[str] = ()) -> str:
@@ -24,11 +23,10 @@ def render_gemm_html(result: GemmResult, files: Sequence[str] = ()) -> str:
         title = "SIMULATED " + title
     body = [
         _header(result),
-        f'<div class="banner simulated">{_e(SIMULATED)}</div>' if result.simulated else "",
-        '<div class="banner incomplete">INTERRUPTED: the GEMMs not measured are missing, not '
-        "zeros.</div>"
-        if result.interrupted
-        else "",
+        banners(
+            result.simulated,
+            ["interrupted before every GEMM ran"] if result.interrupted else [],
+        ),
         _findings_section(result.findings),
         _throughput(result),
         _points(result),

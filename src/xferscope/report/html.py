@@ -218,18 +218,23 @@ def _header(result: RunResult) -> str:
     )
 
 
-def _banners(result: RunResult) -> str:
+def banners(simulated: bool, incomplete: Sequence[str]) -> str:
+    """The page's warnings, every command's alike: SIMULATED, and INCOMPLETE with its reasons."""
     out = []
-    if result.simulated:
+    if simulated:
         out.append(f'<div class="banner simulated">{_e(SIMULATED)}</div>')
+    if incomplete:
+        text = "INCOMPLETE: " + "; ".join(incomplete) + ". Missing figures are not zeros."
+        out.append(f'<div class="banner incomplete">{_e(text)}</div>')
+    return "".join(out)
+
+
+def _banners(result: RunResult) -> str:
     reasons = []
     if result.interrupted:
         reasons.append("interrupted before every measurement ran")
     reasons += [f"GPU {g.index} {g.status}" for g in result.gpus if g.status != "complete"]
-    if reasons:
-        text = "INCOMPLETE: " + "; ".join(reasons) + ". Missing figures are not zeros."
-        out.append(f'<div class="banner incomplete">{_e(text)}</div>')
-    return "".join(out)
+    return banners(result.simulated, reasons)
 
 
 def _severity_class(severity: str) -> str:
