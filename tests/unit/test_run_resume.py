@@ -94,6 +94,13 @@ def test_the_command_resumes_into_a_new_directory(interrupted, tmp_path, monkeyp
     # a complete run has nothing to resume
     code = cli.main(["run", "--simulate", "--resume", str(doc), "-o", str(out)])
     assert code == 2 and "is complete: there is nothing to resume" in capsys.readouterr().err
+    # by its id in the history: the resumed run was added there, complete
+    from xferscope.run.history import History
+
+    with History(tmp_path / "history.sqlite3", readonly=True) as history:
+        last = history.list(1)[0].id
+    code = cli.main(["run", "--simulate", "--resume", str(last), "-o", str(out)])
+    assert code == 2 and f"run {last} is complete" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

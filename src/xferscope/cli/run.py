@@ -144,8 +144,8 @@ DEFAULT_S = 65  # `run` on one H200 (the same file: 65.5 s)
     "resume_ref",
     default=None,
     metavar="RUN",
-    help="Continue an interrupted run (its run.json or directory) on the same GPUs: what it "
-    "completed is kept, the rest measured now, into a new run directory.",
+    help="Continue an interrupted run (its id in the history, its run.json or its directory) on "
+    "the same GPUs: what it completed is kept, the rest measured now, into a new run directory.",
 )
 @click.option(
     "--simulate", is_flag=True, help="Use the simulated engine (no GPU; nothing is measured)."
@@ -182,7 +182,7 @@ def run(
                 "--resume",
                 f"it continues the run's own GPUs, mode and seed; leave out {', '.join(given)}",
             )
-        earlier = resume.load_interrupted(resume_ref)
+        earlier = resume.load_interrupted(resume_ref, _history_file(history_path))
     history = None if no_history else _history_file(history_path)
     engine = common.open_engine(simulate)
     if earlier is not None:

@@ -15,8 +15,20 @@ from .records import RunResult, run_from_dict
 OPTION = "--resume"
 
 
-def load_interrupted(ref: str) -> RunResult:
-    """The run to continue: its run.json, or the directory that holds it."""
+def load_interrupted(ref: str, history_path: Path | None = None) -> RunResult:
+    """The run to continue: its id in the history at `history_path` (a whole number; an
+    interrupted run is kept there too), its run.json, or the directory that holds it."""
+    if ref.strip().isdigit() and history_path is not None:
+        from .history import History, HistoryError
+
+        try:
+            with History(history_path, readonly=True) as history:
+                earlier = history.get(int(ref))
+        except HistoryError as exc:
+            raise OptionError(OPTION, str(exc)) from None
+        if not earlier.interrupted:
+            raise OptionError(OPTION, f"run {ref.strip()} is complete: there is nothing to resume")
+        return earlier
     path = Path(ref).expanduser()
     if path.is_dir():
         path = path / "run.json"
