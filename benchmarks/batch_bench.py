@@ -265,6 +265,16 @@ def main() -> None:
             for (d, m, n), size in crossovers(calibration, "batch-stream").items()
         },
         "staged_small_ratios": staged_small,
+        # large pageable batches: the method chosen, and how many times the loop's speed
+        "pageable_large_vs_loop": {
+            f"{c['direction']}_{c['count']}x{c['size']}": {
+                "chosen": c["chosen"],
+                "vs_loop": round(c["seconds"]["loop"] / c["seconds"]["chosen"], 2),
+                "chosen_gbps": round(c["count"] * c["size"] / c["seconds"]["chosen"] / 1e9, 2),
+            }
+            for c in cells
+            if c["memory"] == "pageable" and c["count"] * c["size"] >= 64 << 20
+        },
         "tensors_1024x4KiB_h2d": tensors_vs_torch_loop(),
         "grid": cells,
     }
