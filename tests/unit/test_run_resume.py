@@ -130,3 +130,19 @@ def test_bad_resumes_are_one_line(interrupted, tmp_path):
     earlier = load_interrupted(str(path))
     with pytest.raises(OptionError, match="not the GPU that run began on"):
         check_same_gpus(SimulatedEngine(devices=2), earlier, (0, 1, 2))
+
+
+def test_a_run_stopped_among_the_peer_measurements_keeps_those_done():
+    options = RunOptions(devices=(0, 1, 2), quick=True)
+    total = steps(options)
+    earlier = run_investigation(SimulatedEngine(devices=3), options, StopAt(total - 5))
+    assert earlier.interrupted and all(g.status == "complete" for g in earlier.gpus)
+    done = [c for c in earlier.multi if c.status == "complete"]
+    assert done
+    count = Count()
+    result = run_investigation(SimulatedEngine(devices=3), options, count, earlier)
+    assert not result.interrupted and result.gpus == earlier.gpus
+    labels = [c.label for c in result.multi]
+    assert len(labels) == len(set(labels)) and set(labels) > {c.label for c in done}
+    assert [c for c in result.multi if c.label in {d.label for d in done}] == done  # kept
+    assert count.steps == steps(options, earlier)  # every step still reported, GPUs aside
