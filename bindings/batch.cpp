@@ -137,6 +137,8 @@ void bind_batch(nb::module_& m) {
 
   m.attr("BATCH_METHODS") = nb::cast(batch::methods());
   m.attr("COPY_MANY_METHODS") = nb::cast(batch::copy_many_methods());
+  m.def("batch_host_timed", &batch::host_timed, "method"_a,
+        "Whether a batch method's device time is its host time (its own streams).");
   m.def(
       "copy_many_refusal",
       [](const std::string& direction, const std::string& memory,

@@ -42,6 +42,9 @@ std::string refusal(const BatchSpec& spec, const std::string& method, int driver
 // The methods xferscope.copy_many makes (no graph), and why one cannot make this batch.
 const std::vector<std::string>& copy_many_methods();
 std::string copy_many_refusal(const BatchSpec& spec, const std::string& method, int driver_version);
+// Whether a method's device time is its host time: its work runs on streams of its own (the
+// staged copy's threads), so events around the batch's stream would time nothing.
+bool host_timed(const std::string& method);
 
 struct BatchTiming {
   double host_s = 0;    // per batch: first call to completion, host clock

@@ -53,6 +53,8 @@ const std::vector<std::string>& copy_many_methods() {
   return all;
 }
 
+bool host_timed(const std::string& method) { return method == "staged"; }
+
 std::string copy_many_refusal(const BatchSpec& s, const std::string& method, int driver) {
   if (std::find(copy_many_methods().begin(), copy_many_methods().end(), method) ==
       copy_many_methods().end()) {

@@ -126,6 +126,38 @@ struct PairComm::Impl {
           "ncclRecv");
     check(*n, n->group_end(), "ncclGroupEnd");
   }
+  void send(int peer, std::size_t bytes) {
+    check(*n, n->send(send_buf, bytes, kUint8, peer, comm, stream), "ncclSend");
+  }
+  void recv(int peer, std::size_t bytes) {
+    check(*n, n->recv(recv_buf, bytes, kUint8, peer, comm, stream), "ncclRecv");
+  }
+
+  // A measurement between ranks a and b (`what` names it in the error for bad arguments): on
+  // either rank, a handshake with the other, then `iterations` rounds of `round(peer)` between
+  // the events; the GPU time of them all. Other ranks take no part (an empty timing).
+  template <class Round>
+  PairTiming timed(const char* what, int a, int b, std::size_t bytes, std::int64_t iterations,
+                   Round round) {
+    PairTiming t;
+    if (rank != a && rank != b) return t;
+    if (bytes == 0 || bytes > capacity || iterations < 1 || a == b) {
+      throw UsageError(std::string(what) + " needs 1.." + std::to_string(capacity) +
+                       " bytes, an iteration and two different ranks");
+    }
+    XFS_CUDA_CALL(cudaSetDevice(device));
+    const int peer = rank == a ? b : a;
+    handshake(peer, true);
+    XFS_CUDA_CALL(cudaEventRecord(start, stream));
+    for (std::int64_t i = 0; i < iterations; ++i) round(peer);
+    XFS_CUDA_CALL(cudaEventRecord(stop, stream));
+    XFS_CUDA_CALL(cudaEventSynchronize(stop));
+    float ms = 0;
+    XFS_CUDA_CALL(cudaEventElapsedTime(&ms, start, stop));
+    t.seconds = ms * 1e-3;
+    t.iterations = iterations;
+    return t;
+  }
 };
 
 PairComm::PairComm(const std::vector<std::uint8_t>& id, int ranks, int rank, int device,
@@ -169,60 +201,26 @@ int PairComm::rank() const noexcept { return impl_->rank; }
 
 PairTiming PairComm::stream(int from, int to, std::size_t bytes, std::int64_t iterations) {
   Impl& p = *impl_;
-  PairTiming t;
-  if (p.rank != from && p.rank != to) return t;
-  if (bytes == 0 || bytes > p.capacity || iterations < 1 || from == to) {
-    throw UsageError("a stream needs 1.." + std::to_string(p.capacity) +
-                     " bytes, an iteration and two different ranks");
-  }
-  XFS_CUDA_CALL(cudaSetDevice(p.device));
-  const int peer = p.rank == from ? to : from;
-  p.handshake(peer, true);
-  XFS_CUDA_CALL(cudaEventRecord(p.start, p.stream));
-  for (std::int64_t i = 0; i < iterations; ++i) {
+  return p.timed("a stream", from, to, bytes, iterations, [&](int peer) {
     if (p.rank == from) {
-      check(*p.n, p.n->send(p.send_buf, bytes, kUint8, peer, p.comm, p.stream), "ncclSend");
+      p.send(peer, bytes);
     } else {
-      check(*p.n, p.n->recv(p.recv_buf, bytes, kUint8, peer, p.comm, p.stream), "ncclRecv");
+      p.recv(peer, bytes);
     }
-  }
-  XFS_CUDA_CALL(cudaEventRecord(p.stop, p.stream));
-  XFS_CUDA_CALL(cudaEventSynchronize(p.stop));
-  float ms = 0;
-  XFS_CUDA_CALL(cudaEventElapsedTime(&ms, p.start, p.stop));
-  t.seconds = ms * 1e-3;
-  t.iterations = iterations;
-  return t;
+  });
 }
 
 PairTiming PairComm::ping_pong(int a, int b, std::size_t bytes, std::int64_t iterations) {
   Impl& p = *impl_;
-  PairTiming t;
-  if (p.rank != a && p.rank != b) return t;
-  if (bytes == 0 || bytes > p.capacity || iterations < 1 || a == b) {
-    throw UsageError("a ping-pong needs 1.." + std::to_string(p.capacity) +
-                     " bytes, an iteration and two different ranks");
-  }
-  XFS_CUDA_CALL(cudaSetDevice(p.device));
-  const int peer = p.rank == a ? b : a;
-  p.handshake(peer, true);
-  XFS_CUDA_CALL(cudaEventRecord(p.start, p.stream));
-  for (std::int64_t i = 0; i < iterations; ++i) {
+  return p.timed("a ping-pong", a, b, bytes, iterations, [&](int peer) {
     if (p.rank == a) {
-      check(*p.n, p.n->send(p.send_buf, bytes, kUint8, peer, p.comm, p.stream), "ncclSend");
-      check(*p.n, p.n->recv(p.recv_buf, bytes, kUint8, peer, p.comm, p.stream), "ncclRecv");
+      p.send(peer, bytes);
+      p.recv(peer, bytes);
     } else {
-      check(*p.n, p.n->recv(p.recv_buf, bytes, kUint8, peer, p.comm, p.stream), "ncclRecv");
-      check(*p.n, p.n->send(p.send_buf, bytes, kUint8, peer, p.comm, p.stream), "ncclSend");
+      p.recv(peer, bytes);
+      p.send(peer, bytes);
     }
-  }
-  XFS_CUDA_CALL(cudaEventRecord(p.stop, p.stream));
-  XFS_CUDA_CALL(cudaEventSynchronize(p.stop));
-  float ms = 0;
-  XFS_CUDA_CALL(cudaEventElapsedTime(&ms, p.start, p.stop));
-  t.seconds = ms * 1e-3;
-  t.iterations = iterations;
-  return t;
+  });
 }
 
 std::uint64_t PairComm::mismatches(std::size_t bytes) {

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import click
@@ -56,7 +54,7 @@ from .common import (
     resolve_devices,
     seed_option,
 )
-from .outputs import Destination, Named, Output, text
+from .outputs import Destination, Named, Output, page, text
 
 
 @cli.command("batch")
@@ -233,12 +231,7 @@ def batch_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
 
 def batch_outputs(result: BatchResult, dest: Destination) -> list[Output]:
     from ..report import batch_plots
-
-    def page(path: Path, written: Sequence[Path]) -> None:
-        from ..report.batch_html import render_batch_html
-
-        names = [p.name for p in written if p.parent == path.parent]
-        path.write_text(render_batch_html(result, names), encoding="utf-8")
+    from ..report.batch_html import render_batch_html
 
     return [
         dest.output("json", text(lambda: dumps_json(result))),
@@ -246,7 +239,9 @@ def batch_outputs(result: BatchResult, dest: Destination) -> list[Output]:
         dest.output(
             "plot", lambda path, _w: batch_plots.plot_batch(result, path), ".png", render=True
         ),
-        dest.output("html", page, render=True, urgent=True),
+        dest.output(
+            "html", page(lambda names: render_batch_html(result, names)), render=True, urgent=True
+        ),
     ]
 
 

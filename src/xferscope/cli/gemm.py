@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import click
@@ -54,7 +52,7 @@ from .common import (
     resolve_devices,
     seed_option,
 )
-from .outputs import Destination, Named, Output, text
+from .outputs import Destination, Named, Output, page, text
 
 LAYOUTS = {"nn": (False, False), "nt": (False, True), "tn": (True, False), "tt": (True, True)}
 
@@ -277,13 +275,13 @@ def gemm_outputs(result: GemmResult, dest: Destination) -> list[Output]:
             )
         )
 
-    def page(path: Path, written: Sequence[Path]) -> None:
-        from ..report.gemm_html import render_gemm_html
+    from ..report.gemm_html import render_gemm_html
 
-        names = [p.name for p in written if p.parent == path.parent]
-        path.write_text(render_gemm_html(result, names), encoding="utf-8")
-
-    outputs.append(dest.output("html", page, render=True, urgent=True))
+    outputs.append(
+        dest.output(
+            "html", page(lambda names: render_gemm_html(result, names)), render=True, urgent=True
+        )
+    )
     return outputs
 
 

@@ -170,6 +170,17 @@ def text(content: Callable[[], str]) -> Maker:
     return make
 
 
+def page(render: Callable[[list[str]], str]) -> Maker:
+    """A Maker for a command's HTML page: `render` gets the names of the files written beside
+    it (earlier outputs in the same directory), which the page links."""
+
+    def make(path: Path, written: Sequence[Path]) -> None:
+        names = [p.name for p in written if p.parent == path.parent]
+        path.write_text(render(names), encoding="utf-8")
+
+    return make
+
+
 @dataclass
 class Delivery:
     """Writes a command's outputs in the order the module's docstring gives, and says what

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -30,7 +29,7 @@ from .common import (
     resolve_devices,
     seed_option,
 )
-from .outputs import Destination, Maker, Named, Output, text
+from .outputs import Destination, Maker, Named, Output, page, text
 
 # ---- run ---------------------------------------------------------------------------------------
 
@@ -81,11 +80,11 @@ def run_outputs(result: RunResult, dest: Destination) -> list[Output]:
             for what in plots.plot_names(view)
         ]
 
-    def page(path: Path, written: Sequence[Path]) -> None:
-        names = [p.name for p in written if p.parent == path.parent]
-        path.write_text(render_html(result, names), encoding="utf-8")
-
-    outputs.append(dest.output("html", page, render=True, urgent=True))
+    outputs.append(
+        dest.output(
+            "html", page(lambda names: render_html(result, names)), render=True, urgent=True
+        )
+    )
     return outputs
 
 

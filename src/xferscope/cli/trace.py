@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import sys
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,7 @@ from .common import (
     prepare_renderers,
     register,
 )
-from .outputs import Destination, Named, Output, text
+from .outputs import Destination, Named, Output, page, text
 
 REFERENCES = ("auto", "history", "measure", "none")
 
@@ -201,16 +200,14 @@ def trace_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
 
 
 def trace_outputs(result: TraceResult, dest: Destination) -> list[Output]:
-    def page(path: Path, written: Sequence[Path]) -> None:
-        from ..report.trace_html import render_trace_html
-
-        names = [p.name for p in written if p.parent == path.parent]
-        path.write_text(render_trace_html(result, names), encoding="utf-8")
+    from ..report.trace_html import render_trace_html
 
     return [
         dest.output("json", text(lambda: dumps_json(result))),
         dest.output("csv", text(lambda: dumps_csv(result))),
-        dest.output("html", page, render=True, urgent=True),
+        dest.output(
+            "html", page(lambda names: render_trace_html(result, names)), render=True, urgent=True
+        ),
     ]
 
 

@@ -389,10 +389,7 @@ class SimulatedEngine:
         """The simulated GEMM (simulate_gemm.py)."""
         from .simulate_gemm import simulated_gemm
 
-        interrupt.check()
-        self._gpu(device)
-        if device in self.failing_devices:
-            raise LAUNCH_FAILURE
+        self._launch(device)
         return simulated_gemm(
             self, device, precision, m, n, k, trans_a, trans_b, rotation_bytes, tune
         )
@@ -409,10 +406,7 @@ class SimulatedEngine:
         """The simulated batch of copies (simulate_batch.py)."""
         from .simulate_batch import SimulatedBatch
 
-        interrupt.check()
-        self._gpu(device)
-        if device in self.failing_devices:
-            raise LAUNCH_FAILURE
+        self._launch(device)
         reason = engine_module().batch_refusal(direction, memory, list(sizes), "loop", 13000, False)
         if reason:
             raise EngineError(reason)
@@ -433,10 +427,7 @@ class SimulatedEngine:
         """The simulated 2D copy (simulate_pitch.py)."""
         from .simulate_pitch import SimulatedPitched
 
-        interrupt.check()
-        self._gpu(device)
-        if device in self.failing_devices:
-            raise LAUNCH_FAILURE
+        self._launch(device)
         reason = engine_module().pitch_refusal(
             direction, memory, width, rows, host_pitch, pitched, "2d"
         )
@@ -453,10 +444,7 @@ class SimulatedEngine:
     def pair_comm(self, unique_id: bytes, ranks: int, rank: int, device: int, capacity: int) -> Any:
         """A modelled NCCL communicator: NVLink 4 between two H200s (370 GB/s one way, 9 us
         a message), whatever the ranks."""
-        interrupt.check()
-        self._gpu(device)
-        if device in self.failing_devices:
-            raise LAUNCH_FAILURE
+        self._launch(device)
         return SimulatedPairComm(self, rank, capacity)
 
     def many_copier(self, device: int) -> Any:
@@ -494,6 +482,14 @@ class SimulatedEngine:
         """NoDeviceError for an index the model has no GPU at."""
         if not 0 <= device < self._devices:
             raise NoDeviceError(f"GPU index {device} out of range: {self._devices} GPU(s)")
+
+    def _launch(self, device: int) -> None:
+        """What opening work on a GPU meets first: a pending Ctrl-C, a GPU that is not there,
+        and a GPU the test made fail."""
+        interrupt.check()
+        self._gpu(device)
+        if device in self.failing_devices:
+            raise LAUNCH_FAILURE
 
     def device_count(self) -> int:
         return self._devices

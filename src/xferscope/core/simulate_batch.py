@@ -87,8 +87,10 @@ class SimulatedBatch:
         if as_copy_many:
             seconds += copy_many_overhead(method, len(self.spec["sizes"]))
         self._engine.advance(seconds * iterations)
-        # copy_many and the staged method are timed on the host (the engine's rule)
-        return seconds, seconds if as_copy_many or method == "staged" else seconds * 0.98
+        # copy_many and the methods on streams of their own are timed on the host (the engine's
+        # rule)
+        host_timed = as_copy_many or _e.batch_host_timed(method)
+        return seconds, seconds if host_timed else seconds * 0.98
 
     def verify(self, method: str, as_copy_many: bool = False) -> int:
         self._check(method, as_copy_many)

@@ -14,10 +14,7 @@ import plotly.graph_objects as go
 from ..batch.measure import METHODS, BatchResult, Cell, crossover_line
 from ..core.units import format_rate, format_seconds
 from .html import _e, _findings_section, _plot_div, _table, banners, files_beside, page
-
-# one colour per method, in METHODS' order (matplotlib's tab10, as batch.png has them)
-_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-            "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
+from .style import category_colour
 
 
 def render_batch_html(result: BatchResult, files: Sequence[str] = ()) -> str:
@@ -82,7 +79,8 @@ def _maps(result: BatchResult) -> str:
         by_cell.setdefault((c.direction, c.memory, c.count, c.size), []).append(c)
     mixed = any(c.mix for c in result.cells)
     n = len(METHODS)
-    scale = [[(i + j) / n, _COLOURS[i % len(_COLOURS)]] for i in range(n) for j in (0, 1)]
+    # one colour per method, in METHODS' order, as batch.png has them
+    scale = [[(i + j) / n, category_colour(i)] for i in range(n) for j in (0, 1)]
     parts = []
     for direction, memory in dict.fromkeys((k[0], k[1]) for k in winners):
         keys = [k for k in winners if k[:2] == (direction, memory)]

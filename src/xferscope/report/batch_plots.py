@@ -17,7 +17,7 @@ from matplotlib.patches import Patch
 
 from ..batch.measure import METHODS, BatchResult, crossover_line
 from .plots import save_png
-from .style import SIMULATED
+from .style import SIMULATED, category_colour
 
 
 def plot_batch(result: BatchResult, path: Path) -> None:
@@ -27,8 +27,7 @@ def plot_batch(result: BatchResult, path: Path) -> None:
         return
     counts = sorted({k[2] for k in winners})
     sizes = sorted({k[3] for k in winners})
-    tab10 = plt.get_cmap("tab10")
-    cmap = ListedColormap([tab10(i) for i in range(len(METHODS))])
+    cmap = ListedColormap([category_colour(i) for i in range(len(METHODS))])
     columns = min(2, len(panels))
     rows = -(-len(panels) // columns)
     fig, axes = plt.subplots(

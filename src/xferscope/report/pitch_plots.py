@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 from ..core.units import format_bytes
 from ..pitch.measure import METHODS, PitchResult, group_label
 from .plots import save_png
-from .style import SIMULATED
+from .style import SIMULATED, category_colour
 
 
 def plot_pitch(result: PitchResult, path: Path) -> None:
@@ -26,8 +26,7 @@ def plot_pitch(result: PitchResult, path: Path) -> None:
     fig, axes = plt.subplots(
         rows, columns, figsize=(7.5 * columns, 4.8 * rows), dpi=110, squeeze=False
     )
-    tab10 = plt.get_cmap("tab10")
-    colours = {m: tab10(i) for i, m in enumerate(METHODS)}
+    colours = {m: category_colour(i) for i, m in enumerate(METHODS)}
     drops = {(c.group, c.method): c.drops for c in result.cliffs()}
     for ax, group in zip(axes.flat, groups, strict=False):
         cells = [c for c in result.cells if c.group == group and c.rate]

@@ -48,6 +48,16 @@ def print_findings(findings: Sequence[Finding], console: Console) -> None:
 
 # ---- curves ------------------------------------------------------------------------------------
 
+# matplotlib's tab10 hues as hex, which plotly draws the same: a category's colour by its index,
+# alike in a PNG and on an HTML page.
+CATEGORY_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                    "#7f7f7f", "#bcbd22", "#17becf")  # fmt: skip
+
+
+def category_colour(index: int) -> str:
+    return CATEGORY_COLOURS[index % len(CATEGORY_COLOURS)]
+
+
 # One colour per memory kind (matplotlib's tab10 hues, which plotly draws the same).
 MEMORY_COLOURS = {
     "pageable": "#d62728",  # red
