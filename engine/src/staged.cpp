@@ -200,16 +200,11 @@ bool already_pinned(const char* host, std::size_t bytes) {
   return true;
 }
 
-// Each piece's offset in the device range, and their total.
-std::vector<std::size_t> starts_of(const std::size_t* sizes, std::size_t count,
-                                   std::size_t& total) {
-  std::vector<std::size_t> starts(count);
-  total = 0;
-  for (std::size_t i = 0; i < count; ++i) {
-    starts[i] = total;
-    total += sizes[i];
-  }
-  return starts;
+// The device range that pieces at `offsets` span: where the furthest one ends.
+std::size_t span_of(const std::size_t* sizes, const std::size_t* offsets, std::size_t count) {
+  std::size_t end = 0;
+  for (std::size_t i = 0; i < count; ++i) end = std::max(end, offsets[i] + sizes[i]);
+  return end;
 }
 
 }  // namespace
@@ -228,30 +223,30 @@ void StagedCopier::single(bool upload, char* device, std::uintptr_t host, std::s
 }
 
 void StagedCopier::gather_to_device(void* device_destination, const void* const* host_sources,
-                                    const std::size_t* sizes, std::size_t count) {
-  std::size_t total = 0;
-  const std::vector<std::size_t> starts = starts_of(sizes, count, total);
+                                    const std::size_t* sizes, const std::size_t* offsets,
+                                    std::size_t count) {
   static_assert(sizeof(std::uintptr_t) == sizeof(void*), "addresses are pointers");
   run({true, static_cast<char*>(device_destination),
-       reinterpret_cast<const std::uintptr_t*>(host_sources), sizes, starts.data(), count, total,
-       0});
+       reinterpret_cast<const std::uintptr_t*>(host_sources), sizes, offsets, count,
+       span_of(sizes, offsets, count), 0});
 }
 
 void StagedCopier::scatter_to_host(void* const* host_destinations, const void* device_source,
-                                   const std::size_t* sizes, std::size_t count) {
-  std::size_t total = 0;
-  const std::vector<std::size_t> starts = starts_of(sizes, count, total);
+                                   const std::size_t* sizes, const std::size_t* offsets,
+                                   std::size_t count) {
   run({false, static_cast<char*>(const_cast<void*>(device_source)),
-       reinterpret_cast<const std::uintptr_t*>(host_destinations), sizes, starts.data(), count,
-       total, 0});
+       reinterpret_cast<const std::uintptr_t*>(host_destinations), sizes, offsets, count,
+       span_of(sizes, offsets, count), 0});
 }
 
 void StagedCopier::run(Job job) {
   if (job.bytes == 0) return;
   std::lock_guard<std::mutex> one_at_a_time(calls_);
   const std::size_t share = (job.bytes + plan_.threads - 1) / plan_.threads;
-  job.chunk = std::clamp<std::size_t>((share + kChunkGrain - 1) / kChunkGrain * kChunkGrain,
-                                      kSmallestChunk, plan_.chunk_bytes);
+  // at least kSmallestChunk, never more than a staging buffer holds (which may be less)
+  job.chunk =
+      std::min(std::max((share + kChunkGrain - 1) / kChunkGrain * kChunkGrain, kSmallestChunk),
+               plan_.chunk_bytes);
   std::unique_lock<std::mutex> lock(mutex_);
   job_ = job;
   finished_ = 0;
@@ -279,6 +274,9 @@ void StagedCopier::work(int index) {
       copy_chunks(*workers_[index], index, job);
     } catch (...) {
       error = std::current_exception();
+      // what this thread queued before the error must not still run once the caller has the
+      // error back (and may free its buffers)
+      if (cudaStreamSynchronize(workers_[index]->stream) != cudaSuccess) cudaGetLastError();
     }
     {
       std::lock_guard<std::mutex> lock(mutex_);

@@ -156,3 +156,32 @@ def test_staged_small_copies_are_the_plain_call_and_correct(native_engine):
             copier.to_device(gpu, host, n)
             copier.to_host(back, gpu, n)
             assert np.array_equal(back[:n], host[:n]) and not back[n:].any()
+
+
+@pytest.mark.parametrize("method", COPY_MANY_METHODS)
+def test_misaligned_device_pieces_and_large_ones(native_engine, method):
+    # device pieces at odd places of one buffer (each misaligned differently), two longer than a
+    # kernel table's 1 MiB part; every byte arrives and the bytes between them stay untouched
+    pinned = method != "staged"
+    rng = np.random.default_rng(9)
+    sizes = [3, 17, (1 << 20) + 5, 4096 + 9, (3 << 20) + 1, 33, 64]
+    offsets, at = [], 1
+    for n in sizes:
+        offsets.append(at)
+        at += n + 7
+    whole = torch.full((at,), 0xAB, dtype=torch.uint8, device="cuda")
+    views = [whole[o : o + n] for o, n in zip(offsets, sizes, strict=True)]
+    up = [torch.from_numpy(rng.integers(0, 256, n, dtype=np.uint8)) for n in sizes]
+    if pinned:
+        up = [u.pin_memory() for u in up]
+    torch.cuda.synchronize()
+    copy_many(list(zip(views, up, strict=True)), method=method)
+    expected = np.full(at, 0xAB, dtype=np.uint8)
+    for o, n, u in zip(offsets, sizes, up, strict=True):
+        expected[o : o + n] = u.numpy()
+    assert np.array_equal(whole.cpu().numpy(), expected)
+    down = [torch.zeros(n, dtype=torch.uint8) for n in sizes]
+    if pinned:
+        down = [d.pin_memory() for d in down]
+    copy_many(list(zip(down, views, strict=True)), method=method)
+    assert all(torch.equal(d, u) for d, u in zip(down, up, strict=True))

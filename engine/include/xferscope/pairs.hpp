@@ -35,7 +35,7 @@ struct PairTiming {
 class PairComm {
  public:
   // Joins the communicator of `ranks` ranks as `rank`, on GPU `device`, with buffers of
-  // `capacity` bytes (filled with the pattern of `seed` on the sender's side).
+  // `capacity` bytes (each rank sends a pattern of its own).
   PairComm(const std::vector<std::uint8_t>& id, int ranks, int rank, int device,
            std::size_t capacity, const std::string& library = "");
   ~PairComm();
@@ -49,7 +49,10 @@ class PairComm {
   // `iterations` round trips of `bytes` between `a` and `b`; the time of all of them.
   PairTiming ping_pong(int a, int b, std::size_t bytes, std::int64_t iterations);
   // The receiver's buffer after a stream: how many of its first `bytes` differ from the
-  // pattern the sender sent (0 when the data arrived whole).
+  // pattern the sender sent (0 when the data arrived whole). The buffer is refilled with the
+  // pattern's complement before each measurement, so only what that stream delivered counts.
+  // A stream or ping-pong whose other rank is gone (an NCCL error, or no progress for two
+  // minutes) aborts the communicator and throws NcclError; so does every later one.
   std::uint64_t mismatches(std::size_t bytes);
   int rank() const noexcept;
 

@@ -54,14 +54,15 @@ class StagedCopier {
   void to_device(void* device_destination, const void* host_source, std::size_t bytes);
   void to_host(void* host_destination, const void* device_source, std::size_t bytes);
   // Many host pieces at once (copy_many's staged method): `count` pieces of sizes[i] bytes at
-  // host[i], one after another in a contiguous device range, gathered into it or scattered
-  // from it. The threads fill (or empty) each chunk of staging from whichever pieces it spans,
-  // so a batch of small pieces moves in as few large DMAs as one large copy. Always staged,
-  // whatever the total or the host memory's kind.
+  // host[i], piece i at offsets[i] of a device range (rising, not overlapping; gaps between
+  // pieces are padding, moved but not read), gathered into it or scattered from it. The threads
+  // fill (or empty) each chunk of staging from whichever pieces it spans, so a batch of small
+  // pieces moves in as few large DMAs as one large copy. Always staged, whatever the total or
+  // the host memory's kind.
   void gather_to_device(void* device_destination, const void* const* host_sources,
-                        const std::size_t* sizes, std::size_t count);
+                        const std::size_t* sizes, const std::size_t* offsets, std::size_t count);
   void scatter_to_host(void* const* host_destinations, const void* device_source,
-                       const std::size_t* sizes, std::size_t count);
+                       const std::size_t* sizes, const std::size_t* offsets, std::size_t count);
 
  private:
   struct Worker;
@@ -74,7 +75,7 @@ class StagedCopier {
     const std::size_t* sizes = nullptr;
     const std::size_t* starts = nullptr;
     std::size_t pieces = 0;
-    std::size_t bytes = 0;  // the sum of sizes
+    std::size_t bytes = 0;  // the device range's length: the last piece's end
     std::size_t chunk = 0;  // this copy's chunk size, at most plan_.chunk_bytes
   };
 

@@ -104,13 +104,15 @@ std::string refusal(const BatchSpec& s, const std::string& method, int driver, b
 struct Batch::Impl {
   BatchSpec s;
   std::vector<std::size_t> offsets, staged;  // each piece's place in the buffers, in staging
-  std::size_t span = 0, total = 0;
-  char* host = nullptr;  // pinned or pageable; d2d: the source's device memory
+  std::size_t span = 0, total = 0;           // the buffers' span; the bytes a batch moves
+  std::size_t packed_span = 0;               // pack's staging, with each piece's alignment padding
+  char* host = nullptr;                      // pinned or pageable; d2d: the source's device memory
   char* device = nullptr;
   char* host_staging = nullptr;  // pack: pinned
   char* device_staging = nullptr;
   kernels::Piece* scatter = nullptr;  // device tables: pack's scatter or gather, the SM copy
   kernels::Piece* direct = nullptr;
+  std::size_t scatter_entries = 0, direct_entries = 0;  // large pieces are cut into parts
   std::vector<void*> dsts;
   std::vector<const void*> srcs;
   cudaGraphExec_t graph = nullptr;
@@ -144,13 +146,16 @@ struct Batch::Impl {
     std::size_t at = 0, packed = 0;
     for (std::size_t size : s.sizes) {
       offsets.push_back(at);
+      // in pack's staging, as far past 16 bytes as the device end (which starts at `at`)
+      packed = kernels::packed_at(packed, reinterpret_cast<const void*>(at));
       staged.push_back(packed);
       // 256-byte aligned starts, as cudaMalloc gives; a scattered piece leaves a gap its size
       at += (size + 255) / 256 * 256 * (s.scattered ? 2 : 1);
       packed += size;
+      total += size;
     }
     span = at;
-    total = packed;
+    packed_span = packed;
     if (d2d()) {
       allocate_device(host, span);
     } else if (s.memory == "pinned") {
@@ -173,23 +178,28 @@ struct Batch::Impl {
   // pack's staging buffers and tables, the SM copy's table: made on first use
   void prepare_pack() {
     if (host_staging) return;
-    allocate_pinned(host_staging, total);
-    allocate_device(device_staging, total);
+    allocate_pinned(host_staging, packed_span);
+    allocate_device(device_staging, packed_span);
     std::vector<kernels::Piece> table;
     for (std::size_t i = 0; i < s.sizes.size(); ++i) {
       char* d = device + offsets[i];
       char* staging = device_staging + staged[i];
-      table.push_back(up() ? kernels::Piece{staging, d, s.sizes[i]}
-                           : kernels::Piece{d, staging, s.sizes[i]});
+      if (up()) {
+        kernels::add(table, staging, d, s.sizes[i]);
+      } else {
+        kernels::add(table, d, staging, s.sizes[i]);
+      }
     }
     upload_table(scatter, table);
+    scatter_entries = table.size();
   }
   void prepare_direct() {
     if (direct) return;
     std::vector<kernels::Piece> table;
     for (std::size_t i = 0; i < s.sizes.size(); ++i)
-      table.push_back({srcs[i], dsts[i], s.sizes[i]});
+      kernels::add(table, srcs[i], dsts[i], s.sizes[i]);
     upload_table(direct, table);
+    direct_entries = table.size();
   }
   void upload_table(kernels::Piece*& table, const std::vector<kernels::Piece>& pieces) {
     char* p = nullptr;
@@ -257,13 +267,13 @@ struct Batch::Impl {
         XFS_CUDA_CALL(cudaStreamSynchronize(stream));  // the last batch's copy has read the staging
         for (std::size_t i = 0; i < n; ++i)
           std::memcpy(host_staging + staged[i], host + offsets[i], s.sizes[i]);
-        XFS_CUDA_CALL(
-            cudaMemcpyAsync(device_staging, host_staging, total, cudaMemcpyHostToDevice, stream));
-        kernels::copy(scatter, n, stream);
+        XFS_CUDA_CALL(cudaMemcpyAsync(device_staging, host_staging, packed_span,
+                                      cudaMemcpyHostToDevice, stream));
+        kernels::copy(scatter, scatter_entries, stream);
       } else {
-        kernels::copy(scatter, n, stream);
-        XFS_CUDA_CALL(
-            cudaMemcpyAsync(host_staging, device_staging, total, cudaMemcpyDeviceToHost, stream));
+        kernels::copy(scatter, scatter_entries, stream);
+        XFS_CUDA_CALL(cudaMemcpyAsync(host_staging, device_staging, packed_span,
+                                      cudaMemcpyDeviceToHost, stream));
         XFS_CUDA_CALL(cudaStreamSynchronize(stream));
         for (std::size_t i = 0; i < n; ++i)
           std::memcpy(host + offsets[i], host_staging + staged[i], s.sizes[i]);
@@ -272,7 +282,7 @@ struct Batch::Impl {
       run_as_copy_many(method);  // the staged copier's threads; back once the batch has landed
     } else if (method == "kernel") {
       prepare_direct();
-      kernels::copy(direct, n, stream);
+      kernels::copy(direct, direct_entries, stream);
     } else if (method == "graph") {
       prepare_graph();
       XFS_CUDA_CALL(cudaGraphLaunch(graph, stream));
@@ -282,6 +292,7 @@ struct Batch::Impl {
   }
 
   void release() noexcept {
+    detail::DeviceGuard guard(s.device, std::nothrow);
     copier.reset();
     if (stream.get()) cudaStreamSynchronize(stream);
     if (graph) cudaGraphExecDestroy(graph);
@@ -327,6 +338,7 @@ BatchTiming Batch::time(const std::string& method, std::int64_t iterations, bool
       as_copy_many ? copy_many_refusal(b.s, method, driver_version())
                    : refusal(b.s, method, driver_version(), pageable_access(b.s.device));
   if (!reason.empty()) throw UsageError(reason);
+  if (iterations < 1) throw UsageError("a trial needs at least one iteration");
   XFS_CUDA_CALL(cudaSetDevice(b.s.device));
   XFS_CUDA_CALL(cudaStreamSynchronize(b.stream));
   const auto t0 = std::chrono::steady_clock::now();

@@ -1,5 +1,6 @@
 // The batch methods' GPU kernels: copies over a table of (source, destination, bytes), one
-// block per copy, 16-byte words where both ends allow it, else bytes.
+// block per copy, 16-byte words where both ends are equally misaligned (after a head of bytes up
+// to the next 16-byte boundary), else bytes.
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
@@ -16,15 +17,18 @@ __global__ void copy_table(const Piece* pieces, std::size_t count) {
     const Piece piece = pieces[p];
     const auto* src = static_cast<const unsigned char*>(piece.src);
     auto* dst = static_cast<unsigned char*>(piece.dst);
-    const bool wide =
-        ((reinterpret_cast<std::uintptr_t>(src) | reinterpret_cast<std::uintptr_t>(dst)) & 15) == 0;
+    const auto s_at = reinterpret_cast<std::uintptr_t>(src);
+    const auto d_at = reinterpret_cast<std::uintptr_t>(dst);
     std::size_t done = 0;
-    if (wide) {
-      const std::size_t words = piece.bytes / 16;
-      const auto* s = reinterpret_cast<const uint4*>(src);
-      auto* d = reinterpret_cast<uint4*>(dst);
+    if (((s_at ^ d_at) & 15) == 0) {
+      const std::size_t head_bytes = (16 - (d_at & 15)) & 15;
+      const std::size_t head = head_bytes < piece.bytes ? head_bytes : piece.bytes;
+      if (threadIdx.x < head) dst[threadIdx.x] = src[threadIdx.x];
+      const std::size_t words = (piece.bytes - head) / 16;
+      const auto* s = reinterpret_cast<const uint4*>(src + head);
+      auto* d = reinterpret_cast<uint4*>(dst + head);
       for (std::size_t i = threadIdx.x; i < words; i += blockDim.x) d[i] = s[i];
-      done = words * 16;
+      done = head + words * 16;
     }
     for (std::size_t i = done + threadIdx.x; i < piece.bytes; i += blockDim.x) dst[i] = src[i];
   }

@@ -83,28 +83,6 @@ PointerInfo query(std::uintptr_t address) {
   return info;
 }
 
-// Restores the calling thread's current GPU: a copy must not change it under the caller.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device) {
-    if (cudaGetDevice(&previous_) != cudaSuccess) {
-      cudaGetLastError();
-      previous_ = -1;
-    }
-    if (previous_ != device) XFS_CUDA_CALL(cudaSetDevice(device));
-  }
-  ~DeviceGuard() {
-    int now = -1;
-    if (previous_ >= 0 && cudaGetDevice(&now) == cudaSuccess && now != previous_)
-      cudaSetDevice(previous_);
-  }
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = -1;
-};
-
 constexpr std::size_t kAlign = 256;
 std::size_t aligned(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -180,18 +158,15 @@ struct ManyCopier::Impl {
 };
 
 ManyCopier::ManyCopier(int device) : device_(device) {
-  DeviceGuard guard(device);
+  detail::DeviceGuard guard(device);
   impl_ = std::make_unique<Impl>();
   impl_->stream = detail::Stream::create();
 }
 
 ManyCopier::~ManyCopier() {
   if (!impl_) return;
-  int previous = -1;
-  if (cudaGetDevice(&previous) != cudaSuccess) cudaGetLastError();
-  cudaSetDevice(device_);
+  detail::DeviceGuard guard(device_, std::nothrow);
   impl_.reset();
-  if (previous >= 0) cudaSetDevice(previous);
 }
 
 void ManyCopier::copy(const std::string& method, bool upload, const std::uintptr_t* destinations,
@@ -200,12 +175,27 @@ void ManyCopier::copy(const std::string& method, bool upload, const std::uintptr
   if (count == 0) return;
   Impl& m = *impl_;
   std::lock_guard<std::mutex> one_at_a_time(m.calls);
-  DeviceGuard guard(device_);
+  detail::DeviceGuard guard(device_);
   cudaStream_t stream = m.stream;
+  // whatever happens, the stream is idle on return: nothing queued still reads the caller's
+  // buffers or this copier's table and staging, which the next call writes
+  struct Drain {
+    cudaStream_t stream;
+    ~Drain() {
+      if (cudaStreamSynchronize(stream) != cudaSuccess) cudaGetLastError();
+    }
+  } drain{stream};
   auto dst = [&](std::size_t i) { return reinterpret_cast<void*>(destinations[i]); };
   auto src = [&](std::size_t i) { return reinterpret_cast<const void*>(sources[i]); };
-  const std::size_t table_bytes = aligned(count * sizeof(kernels::Piece));
-  auto table = [&] { return reinterpret_cast<kernels::Piece*>(m.host); };
+  // a kernel's table (large pieces cut into parts) in pinned memory, `extra` bytes of packed
+  // data after it (and `on_device` of them on the GPU); the device table's size in bytes
+  std::vector<kernels::Piece> table;
+  auto place_table = [&](std::size_t extra, std::size_t on_device) {
+    const std::size_t table_bytes = aligned(table.size() * sizeof(kernels::Piece));
+    m.reserve(table_bytes + extra, table_bytes + on_device);
+    std::memcpy(m.host, table.data(), table.size() * sizeof(kernels::Piece));
+    return table_bytes;
+  };
   auto device_table = [&] { return reinterpret_cast<const kernels::Piece*>(m.device); };
 
   if (method == "loop") {
@@ -218,39 +208,48 @@ void ManyCopier::copy(const std::string& method, bool upload, const std::uintptr
   } else if (method == "pack" || method == "staged") {
     // the pieces one after another in a device buffer after the table, which a kernel scatters
     // (or first gathers): packed by this thread through one pinned buffer, or staged by the
-    // staged copier's threads in chunks while the copy engine moves the chunks before
+    // staged copier's threads in chunks while the copy engine moves the chunks before. Each
+    // piece starts as far past 16 bytes as its device end, so the kernel moves 16-byte words.
     const bool staged = method == "staged";
     std::vector<std::size_t> at(count);
-    std::size_t total = 0;
+    std::size_t total = 0, entries = 0;
     for (std::size_t i = 0; i < count; ++i) {
-      at[i] = total;
-      total += sizes[i];
+      at[i] = kernels::packed_at(total, upload ? dst(i) : src(i));
+      total = at[i] + sizes[i];
+      entries += kernels::parts(sizes[i]);
     }
+    // the device data's address is the table's size past m.device: known before the table
+    const std::size_t table_bytes = aligned(entries * sizeof(kernels::Piece));
     m.reserve(table_bytes + (staged ? 0 : total), table_bytes + total);
     char* host_data = m.host + table_bytes;
     char* device_data = m.device + table_bytes;
+    table.reserve(entries);
     for (std::size_t i = 0; i < count; ++i) {
-      table()[i] = upload ? kernels::Piece{device_data + at[i], dst(i), sizes[i]}
-                          : kernels::Piece{src(i), device_data + at[i], sizes[i]};
+      if (upload) {
+        kernels::add(table, device_data + at[i], dst(i), sizes[i]);
+      } else {
+        kernels::add(table, src(i), device_data + at[i], sizes[i]);
+      }
     }
+    place_table(staged ? 0 : total, total);
     if (staged && !m.staged) m.staged = std::make_unique<StagedCopier>(device_);
     if (upload && staged) {
       XFS_CUDA_CALL(cudaMemcpyAsync(m.device, m.host, table_bytes, cudaMemcpyHostToDevice, stream));
       m.staged->gather_to_device(device_data, reinterpret_cast<const void* const*>(sources), sizes,
-                                 count);  // returns once the data is on the GPU
-      kernels::copy(device_table(), count, stream);
+                                 at.data(), count);  // returns once the data is on the GPU
+      kernels::copy(device_table(), table.size(), stream);
     } else if (upload) {
       for (std::size_t i = 0; i < count; ++i) std::memcpy(host_data + at[i], src(i), sizes[i]);
       XFS_CUDA_CALL(cudaMemcpyAsync(m.device, m.host, table_bytes + total, cudaMemcpyHostToDevice,
                                     stream));  // table and data at once
-      kernels::copy(device_table(), count, stream);
+      kernels::copy(device_table(), table.size(), stream);
     } else {
       XFS_CUDA_CALL(cudaMemcpyAsync(m.device, m.host, table_bytes, cudaMemcpyHostToDevice, stream));
-      kernels::copy(device_table(), count, stream);
+      kernels::copy(device_table(), table.size(), stream);
       if (staged) {
         XFS_CUDA_CALL(cudaStreamSynchronize(stream));  // gathered: the threads read it back
         m.staged->scatter_to_host(reinterpret_cast<void* const*>(destinations), device_data, sizes,
-                                  count);
+                                  at.data(), count);
       } else {
         XFS_CUDA_CALL(
             cudaMemcpyAsync(host_data, device_data, total, cudaMemcpyDeviceToHost, stream));
@@ -262,15 +261,18 @@ void ManyCopier::copy(const std::string& method, bool upload, const std::uintptr
     if (!pinned || !mapped_host) {
       throw UsageError("the kernel method needs pinned host memory mapped into the GPU");
     }
-    m.reserve(table_bytes);
     for (std::size_t i = 0; i < count; ++i) {
       if (!mapped_host[i]) throw UsageError("a host piece is not mapped into the GPU");
-      table()[i] =
-          upload ? kernels::Piece{reinterpret_cast<const void*>(mapped_host[i]), dst(i), sizes[i]}
-                 : kernels::Piece{src(i), reinterpret_cast<void*>(mapped_host[i]), sizes[i]};
+      const std::uintptr_t mapped = mapped_host[i];
+      if (upload) {
+        kernels::add(table, reinterpret_cast<const void*>(mapped), dst(i), sizes[i]);
+      } else {
+        kernels::add(table, src(i), reinterpret_cast<void*>(mapped), sizes[i]);
+      }
     }
+    const std::size_t table_bytes = place_table(0, 0);
     XFS_CUDA_CALL(cudaMemcpyAsync(m.device, m.host, table_bytes, cudaMemcpyHostToDevice, stream));
-    kernels::copy(device_table(), count, stream);
+    kernels::copy(device_table(), table.size(), stream);
   } else {
     throw UsageError("unknown copy_many method '" + method +
                      "' (loop, batch-stream, batch-call, batch-any, pack, staged, kernel)");

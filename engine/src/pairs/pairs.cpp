@@ -5,9 +5,11 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "kernels.hpp"
 #include "xferscope/detail/handles.hpp"
@@ -22,13 +24,20 @@ using ncclCommRaw = void*;
 struct ncclUniqueIdRaw {
   char internal[kUniqueIdBytes];
 };
-constexpr int kUint8 = 1;  // ncclUint8
+constexpr int kUint8 = 1;              // ncclUint8
+constexpr ncclResult kInProgress = 7;  // ncclInProgress: not an error
+// A measurement that makes no progress this long means the other rank is gone (it died, or
+// stopped): the communicator is aborted rather than waited on for ever. 64 MiB x 20 messages
+// take under a second on any link NCCL uses.
+constexpr double kStallSeconds = 120;
 
 struct Nccl {
   ncclResult (*get_version)(int*) = nullptr;
   ncclResult (*get_unique_id)(ncclUniqueIdRaw*) = nullptr;
   ncclResult (*init_rank)(ncclCommRaw*, int, ncclUniqueIdRaw, int) = nullptr;
   ncclResult (*destroy)(ncclCommRaw) = nullptr;
+  ncclResult (*abort)(ncclCommRaw) = nullptr;
+  ncclResult (*async_error)(ncclCommRaw, ncclResult*) = nullptr;
   ncclResult (*send)(const void*, std::size_t, int, int, ncclCommRaw, cudaStream_t) = nullptr;
   ncclResult (*recv)(void*, std::size_t, int, int, ncclCommRaw, cudaStream_t) = nullptr;
   ncclResult (*group_start)() = nullptr;
@@ -67,6 +76,8 @@ Nccl load(const std::string& library) {
   resolve(n.get_unique_id, handle, "ncclGetUniqueId", missing);
   resolve(n.init_rank, handle, "ncclCommInitRank", missing);
   resolve(n.destroy, handle, "ncclCommDestroy", missing);
+  resolve(n.abort, handle, "ncclCommAbort", missing);
+  resolve(n.async_error, handle, "ncclCommGetAsyncError", missing);
   resolve(n.send, handle, "ncclSend", missing);
   resolve(n.recv, handle, "ncclRecv", missing);
   resolve(n.group_start, handle, "ncclGroupStart", missing);
@@ -111,19 +122,33 @@ struct PairComm::Impl {
   ncclCommRaw comm = nullptr;
   int rank = 0, device = 0;
   std::size_t capacity = 0;
-  std::uint64_t seed = 0x5EED;
   void* send_buf = nullptr;
   void* recv_buf = nullptr;
+  void* shake = nullptr;   // the handshake's byte lands here, not in the data a check reads
+  int received_from = -1;  // the other rank of the last measurement
+  std::string aborted;     // why the communicator was aborted, if it was
   detail::Stream stream;
   detail::Event start, stop;
 
-  void handshake(int peer, bool first) {
+  // Each rank sends its own pattern, so data from the wrong rank does not pass the check.
+  static std::uint64_t seed_of(int r) {
+    return 0x5EED + 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(r + 1);
+  }
+
+  ~Impl() {
+    detail::DeviceGuard guard(device, std::nothrow);
+    if (stream.get()) cudaStreamSynchronize(stream);
+    if (comm) n->destroy(comm);
+    for (void* p : {send_buf, recv_buf, shake}) {
+      if (p) cudaFree(p);
+    }
+  }
+
+  void handshake(int peer) {
     // one byte each way, in a group: both streams pass it together
     check(*n, n->group_start(), "ncclGroupStart");
     check(*n, n->send(send_buf, 1, kUint8, peer, comm, stream), "ncclSend");
-    check(*n,
-          n->recv(static_cast<char*>(recv_buf) + (first ? 0 : 1), 1, kUint8, peer, comm, stream),
-          "ncclRecv");
+    check(*n, n->recv(shake, 1, kUint8, peer, comm, stream), "ncclRecv");
     check(*n, n->group_end(), "ncclGroupEnd");
   }
   void send(int peer, std::size_t bytes) {
@@ -133,9 +158,41 @@ struct PairComm::Impl {
     check(*n, n->recv(recv_buf, bytes, kUint8, peer, comm, stream), "ncclRecv");
   }
 
+  // Waits for `done` while watching the communicator: an NCCL error, or no progress for
+  // kStallSeconds, aborts it (the other rank is gone) and throws.
+  void wait(cudaEvent_t done) {
+    const auto begun = std::chrono::steady_clock::now();
+    for (;;) {
+      const cudaError_t status = cudaEventQuery(done);
+      if (status == cudaSuccess) return;
+      if (status != cudaErrorNotReady) XFS_CUDA_CALL(status);
+      ncclResult r = 0;
+      const ncclResult asked = n->async_error(comm, &r);
+      std::string why;
+      if (asked != 0) {
+        why = std::string("ncclCommGetAsyncError failed: ") + n->error_string(asked);
+      } else if (r != 0 && r != kInProgress) {
+        why = std::string("NCCL failed during the transfer: ") + n->error_string(r);
+      } else if (std::chrono::duration<double>(std::chrono::steady_clock::now() - begun).count() >
+                 kStallSeconds) {
+        why = "no progress in " + std::to_string(static_cast<int>(kStallSeconds)) +
+              " s: the other rank has stopped";
+      }
+      if (!why.empty()) {
+        n->abort(comm);  // ends the stuck operations, so the stream drains
+        comm = nullptr;
+        aborted = why;
+        throw NcclError(why + " (the communicator was aborted)");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+
   // A measurement between ranks a and b (`what` names it in the error for bad arguments): on
-  // either rank, a handshake with the other, then `iterations` rounds of `round(peer)` between
-  // the events; the GPU time of them all. Other ranks take no part (an empty timing).
+  // either rank, its receive buffer refilled with the complement of the other's pattern (so a
+  // check reads only what this measurement delivered), a handshake with the other, then
+  // `iterations` rounds of `round(peer)` between the events; the GPU time of them all. Other
+  // ranks take no part (an empty timing).
   template <class Round>
   PairTiming timed(const char* what, int a, int b, std::size_t bytes, std::int64_t iterations,
                    Round round) {
@@ -145,13 +202,16 @@ struct PairComm::Impl {
       throw UsageError(std::string(what) + " needs 1.." + std::to_string(capacity) +
                        " bytes, an iteration and two different ranks");
     }
+    if (!comm) throw NcclError("the NCCL communicator was aborted earlier: " + aborted);
     XFS_CUDA_CALL(cudaSetDevice(device));
     const int peer = rank == a ? b : a;
-    handshake(peer, true);
+    kernels::fill(recv_buf, capacity, seed_of(peer), true, stream);
+    received_from = peer;
+    handshake(peer);
     XFS_CUDA_CALL(cudaEventRecord(start, stream));
     for (std::int64_t i = 0; i < iterations; ++i) round(peer);
     XFS_CUDA_CALL(cudaEventRecord(stop, stream));
-    XFS_CUDA_CALL(cudaEventSynchronize(stop));
+    wait(stop);
     float ms = 0;
     XFS_CUDA_CALL(cudaEventElapsedTime(&ms, start, stop));
     t.seconds = ms * 1e-3;
@@ -165,7 +225,7 @@ PairComm::PairComm(const std::vector<std::uint8_t>& id, int ranks, int rank, int
     : impl_(std::make_unique<Impl>()) {
   if (id.size() != kUniqueIdBytes) throw UsageError("an NCCL unique id is 128 bytes");
   if (capacity < 2) throw UsageError("a pair's buffers need at least 2 bytes");
-  Impl& p = *impl_;
+  Impl& p = *impl_;  // its destructor frees whatever was made, also when this throws
   p.n = &nccl(library);
   p.rank = rank;
   p.device = device;
@@ -174,28 +234,22 @@ PairComm::PairComm(const std::vector<std::uint8_t>& id, int ranks, int rank, int
   p.stream = detail::Stream::create();
   p.start = detail::Event::create();
   p.stop = detail::Event::create();
-  if (cudaMalloc(&p.send_buf, capacity) != cudaSuccess ||
-      cudaMalloc(&p.recv_buf, capacity) != cudaSuccess) {
-    cudaGetLastError();
-    if (p.send_buf) cudaFree(p.send_buf);
-    throw AllocationError("device", 2 * capacity, "NCCL pair buffers");
+  for (auto [buffer, bytes] : {std::pair{&p.send_buf, capacity}, std::pair{&p.recv_buf, capacity},
+                               std::pair{&p.shake, std::size_t{1}}}) {
+    if (cudaMalloc(buffer, bytes) != cudaSuccess) {
+      cudaGetLastError();
+      *buffer = nullptr;
+      throw AllocationError("device", 2 * capacity + 1, "NCCL pair buffers");
+    }
   }
-  kernels::fill(p.send_buf, capacity, p.seed, false, p.stream);
-  kernels::fill(p.recv_buf, capacity, p.seed, true, p.stream);
+  kernels::fill(p.send_buf, capacity, Impl::seed_of(rank), false, p.stream);
   XFS_CUDA_CALL(cudaStreamSynchronize(p.stream));
   ncclUniqueIdRaw raw{};
   std::memcpy(raw.internal, id.data(), kUniqueIdBytes);
   check(*p.n, p.n->init_rank(&p.comm, ranks, raw, rank), "ncclCommInitRank");
 }
 
-PairComm::~PairComm() {
-  Impl& p = *impl_;
-  cudaSetDevice(p.device);
-  if (p.stream.get()) cudaStreamSynchronize(p.stream);
-  if (p.comm) p.n->destroy(p.comm);
-  if (p.send_buf) cudaFree(p.send_buf);
-  if (p.recv_buf) cudaFree(p.recv_buf);
-}
+PairComm::~PairComm() = default;  // Impl's destructor frees everything
 
 int PairComm::rank() const noexcept { return impl_->rank; }
 
@@ -226,17 +280,19 @@ PairTiming PairComm::ping_pong(int a, int b, std::size_t bytes, std::int64_t ite
 std::uint64_t PairComm::mismatches(std::size_t bytes) {
   Impl& p = *impl_;
   if (bytes == 0 || bytes > p.capacity) throw UsageError("bytes outside the buffers");
+  if (p.received_from < 0) throw UsageError("nothing was received yet");
   XFS_CUDA_CALL(cudaSetDevice(p.device));
   void* counters = nullptr;
   XFS_CUDA_CALL(cudaMalloc(&counters, 2 * sizeof(unsigned long long)));
-  kernels::compare(p.recv_buf, bytes, p.seed, 0, static_cast<unsigned long long*>(counters),
-                   p.stream);
+  struct Free {
+    void* p;
+    ~Free() { cudaFree(p); }
+  } free_counters{counters};
+  kernels::compare(p.recv_buf, bytes, Impl::seed_of(p.received_from), 0,
+                   static_cast<unsigned long long*>(counters), p.stream);
   unsigned long long host[2] = {0, 0};
-  const cudaError_t status =
-      cudaMemcpyAsync(host, counters, sizeof host, cudaMemcpyDeviceToHost, p.stream);
-  cudaStreamSynchronize(p.stream);
-  cudaFree(counters);
-  XFS_CUDA_CALL(status);
+  XFS_CUDA_CALL(cudaMemcpyAsync(host, counters, sizeof host, cudaMemcpyDeviceToHost, p.stream));
+  XFS_CUDA_CALL(cudaStreamSynchronize(p.stream));
   return host[0];
 }
 

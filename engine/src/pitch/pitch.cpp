@@ -179,6 +179,7 @@ struct Pitched::Impl {
   }
 
   void release() noexcept {
+    detail::DeviceGuard guard(s.device, std::nothrow);
     if (stream.get()) cudaStreamSynchronize(stream);
     cudaStreamSynchronize(cudaStreamLegacy);
     if (device) cudaFree(device);

@@ -20,7 +20,12 @@ first if a kernel still writes a source.
 
 The method: `xferscope batch --calibrate` measures every method over a grid of counts and sizes
 on this GPU and stores it; copy_many takes the fastest for the nearest count and size, and
-without a calibration follows a built-in rule. `method=` forces one of COPY_MANY_METHODS."""
+without a calibration follows a built-in rule. `method=` forces one of COPY_MANY_METHODS.
+
+Memory kept for later calls: pack and staged stage the whole batch in memory of the GPU (a 1 GiB
+batch keeps 1 GiB there, grown to the largest batch so far, until the engine is closed), pack as
+much again in pinned host memory, and staged the staged copier's pinned chunks (threads x 3 x
+chunk, 192 MiB at most)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,11 @@
 // Owners of CUDA streams and events: destroyed on every path out, an exception included, so a
-// constructor that throws halfway leaks nothing. Internal to the engine.
+// constructor that throws halfway leaks nothing; and a scope on a GPU that gives the caller's
+// current GPU back. Internal to the engine.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <new>
 #include <utility>
 
 #include "xferscope/error.hpp"
@@ -77,6 +79,35 @@ class Event {
     }
   }
   cudaEvent_t event_ = nullptr;
+};
+
+// Makes `device` the calling thread's current GPU for a scope and gives the caller's back after:
+// an engine call must not change it under the caller. The std::nothrow form, for destructors and
+// cleanup, swallows a failure to switch.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) : DeviceGuard(device, std::nothrow) {
+    if (!switched_) XFS_CUDA_CALL(cudaSetDevice(device));
+  }
+  DeviceGuard(int device, std::nothrow_t) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) {
+      cudaGetLastError();
+      previous_ = -1;
+    }
+    switched_ = previous_ == device || cudaSetDevice(device) == cudaSuccess;
+    if (!switched_) cudaGetLastError();
+  }
+  ~DeviceGuard() {
+    int now = -1;
+    if (previous_ >= 0 && cudaGetDevice(&now) == cudaSuccess && now != previous_)
+      cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+  bool switched_ = false;
 };
 
 }  // namespace xferscope::detail

@@ -8,11 +8,10 @@
 
 namespace xferscope::detail {
 
-// Bytes [at, at + n) of pieces laid one after another (piece i is sizes[i] bytes long and starts
-// at starts[i] = sizes[0] + ... + sizes[i - 1]), as runs inside single pieces: calls
-// part(i, inside, done, bytes) for each, where `inside` is the run's offset in piece i and
-// `done` its offset from `at`. Empty pieces are passed over; the range must lie within the
-// pieces' total.
+// Bytes [at, at + n) of a range in which piece i (sizes[i] bytes) starts at starts[i], as runs
+// inside single pieces: calls part(i, inside, done, bytes) for each, where `inside` is the run's
+// offset in piece i and `done` its offset from `at`. The starts rise and pieces do not overlap;
+// gaps between pieces (padding that keeps a piece's alignment) and empty pieces are passed over.
 template <class Part>
 void for_each_part(const std::size_t* starts, const std::size_t* sizes, std::size_t count,
                    std::size_t at, std::size_t n, Part&& part) {
@@ -20,6 +19,10 @@ void for_each_part(const std::size_t* starts, const std::size_t* sizes, std::siz
   std::size_t i = static_cast<std::size_t>(std::upper_bound(starts, starts + count, at) - starts);
   i = i == 0 ? 0 : i - 1;
   for (std::size_t done = 0; done < n && i < count; ++i) {
+    if (at + done < starts[i]) {  // a gap before piece i
+      done += std::min(starts[i] - (at + done), n - done);
+      if (done == n) break;
+    }
     const std::size_t inside = at + done - starts[i];
     if (inside >= sizes[i]) continue;  // empty, or ends before the range (only the first)
     const std::size_t bytes = std::min(sizes[i] - inside, n - done);
