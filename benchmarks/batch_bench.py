@@ -126,8 +126,11 @@ def cell(direction: str, memory: str, count: int, size: int) -> dict:
         "size": size,
         "chosen": chosen.method,
         # below the goal, every trial's seconds, for the reader to judge the spread
-        **({"trials_s": {n: [round(x, 9) for x in v] for n, v in seconds.items()}}
-           if ratio < 0.95 else {}),  # fmt: skip
+        **(
+            {"trials_s": {n: [round(x, 9) for x in v] for n, v in seconds.items()}}
+            if ratio < 0.95
+            else {}
+        ),
         "seconds": {n: round(s, 9) for n, s in median.items()},
         "best": best,
         # the method chosen against the best, each forced and timed alike, interleaved,
