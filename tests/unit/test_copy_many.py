@@ -315,3 +315,21 @@ def test_calibrate_measures_where_the_staged_copy_pays_and_the_copier_uses_it(pl
     asked = StagedCopier(engine=engine, direct_below=123)
     assert asked.plan.direct_below == 123 and "asked for" in asked.explain()
     asked.close()
+
+
+def test_the_staged_copy_is_not_chosen_for_small_batches_even_when_calibrated_fastest():
+    # calibration times calls back to back; spaced apart, the staged threads' wake-up loses
+    # below RULE_STAGED_FROM in all (H200), so there the next fastest method is chosen
+    times = {"loop": 190e-6, "pack": 180e-6, "staged": 150e-6}
+    calibration = choose.Calibration(
+        Path("c.json"),
+        "2026-11-23",
+        "13.0",
+        {("d2h", "pageable", 16, 64 << 10): dict(times), ("d2h", "pageable", 64, 1 << 20): times},
+    )
+    method, reason, cell, _ = calibration.choose("d2h", "pageable", 16, 64 << 10)
+    assert method == "pack" and cell == (16, 64 << 10)
+    assert "staged copy timed faster" in reason and "4 MiB" in reason
+    large = calibration.choose("d2h", "pageable", 64, 1 << 20)
+    assert large is not None and large[0] == "staged"
+    assert "staged copy timed faster" not in large[1]

@@ -66,6 +66,11 @@ RULE_PACK_MAX = 256 << 10
 # From pageable memory the staged copy's threads reached 46-51 GB/s for 1 GiB on an H200 and beat
 # one cudaMemcpy from 1 MiB, while packing on one thread ran at about 10 GB/s (5.8 GB/s for 1024 x
 # 1 MiB, slower than the loop's 8.4): batches of pageable pieces this large in all are staged.
+# Below it the staged copy is not chosen even where a calibration timed it fastest: calibration
+# times calls back to back, and with 2 ms between calls (as a program makes them) its threads'
+# wake-up cost it on an H200 at 1 MiB in all: 346-433 us against the loop's 235-276 (h2d 16 x
+# 64 KiB, h2d and d2h 4 x 256 KiB), while at 4 MiB it still won (d2h 16 x 256 KiB: 457 us against
+# 663).
 RULE_STAGED_FROM = 4 << 20
 
 
@@ -176,7 +181,9 @@ class Calibration:
         if cell is None:
             return None
         times = self.cells[(direction, memory, cell[0], cell[1])]
-        best = min(times, key=lambda m: times[m])
+        small = count * size < RULE_STAGED_FROM
+        allowed = {m: t for m, t in times.items() if not (small and m == "staged")} or times
+        best = min(allowed, key=lambda m: allowed[m])
         loop = times.get("loop")
         if loop is not None and loop / times[best] < 1 + CLEAR_WIN:
             best = "loop"  # within the noise of the loop: the loop stays
@@ -186,6 +193,11 @@ class Calibration:
             f"it was the fastest for {where} when this machine was calibrated "
             f"({self.created}{gain})"
         )
+        if len(allowed) < len(times) and min(times, key=lambda m: times[m]) == "staged":
+            reason += (
+                f"; the staged copy timed faster, but below {format_bytes(RULE_STAGED_FROM)} in "
+                "all its threads' wake-up costs more than it saves when calls are apart"
+            )
         return best, reason, cell, dict(times)
 
 
