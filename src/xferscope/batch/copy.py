@@ -225,6 +225,9 @@ def copy_many(
 # decisions already made, by (engine, device, direction, memory, count, total): kept for as long
 # as a stored calibration is trusted without looking at its file again
 _decisions: dict[tuple[Engine, int, str, str, int, int], tuple[float, Choice]] = {}
+# methods asked for and allowed, by the same key and the method: a refusal depends on the shape
+# and the driver only, so it is checked once
+_forced: dict[tuple[tuple[Engine, int, str, str, int, int], str], Choice] = {}
 
 
 def _choose(
@@ -239,6 +242,8 @@ def _choose(
     """The method `asked` for (if it can make the batch), else this shape's decision: made from
     the calibration or the rule, and remembered for LOOK_AGAIN_S."""
     key = (engine, device, direction, memory, count, total)
+    if asked is not None and (forced := _forced.get((key, asked))) is not None:
+        return forced  # a forced method is checked once per shape
     now = time.monotonic()
     made = _decisions.get(key)
     if asked is None and made is not None and now - made[0] < LOOK_AGAIN_S:
@@ -253,7 +258,10 @@ def _choose(
     if asked is not None:
         if refused(asked):
             raise ValueError(f"method {asked!r} cannot make this batch: {refused(asked)}")
-        return Choice(asked, *shape, "asked", "it was asked for")
+        if len(_forced) > 4096:
+            _forced.clear()
+        _forced[(key, asked)] = Choice(asked, *shape, "asked", "it was asked for")
+        return _forced[(key, asked)]
     calibration = load(gpu)
     chosen = calibration.choose(direction, memory, count, size) if calibration else None
     if chosen is not None and not refused(chosen[0]):
