@@ -123,6 +123,15 @@ struct Batch::Impl {
   bool up() const { return s.direction == "h2d"; }
   bool d2d() const { return s.direction == "d2d"; }
 
+  // A method this batch cannot be made by (as copy_many makes it, or as the batch study does)
+  // is a UsageError with the reason.
+  void refuse(const std::string& method, bool as_copy_many) const {
+    const std::string reason =
+        as_copy_many ? copy_many_refusal(s, method, driver_version())
+                     : refusal(s, method, driver_version(), pageable_access(s.device));
+    if (!reason.empty()) throw UsageError(reason);
+  }
+
   void allocate_device(char*& p, std::size_t bytes) {
     if (cudaMalloc(reinterpret_cast<void**>(&p), bytes) != cudaSuccess) {
       cudaGetLastError();
@@ -334,10 +343,7 @@ std::size_t Batch::bytes() const { return impl_->total; }
 
 BatchTiming Batch::time(const std::string& method, std::int64_t iterations, bool as_copy_many) {
   Impl& b = *impl_;
-  const std::string reason =
-      as_copy_many ? copy_many_refusal(b.s, method, driver_version())
-                   : refusal(b.s, method, driver_version(), pageable_access(b.s.device));
-  if (!reason.empty()) throw UsageError(reason);
+  b.refuse(method, as_copy_many);
   if (iterations < 1) throw UsageError("a trial needs at least one iteration");
   XFS_CUDA_CALL(cudaSetDevice(b.s.device));
   XFS_CUDA_CALL(cudaStreamSynchronize(b.stream));
@@ -366,10 +372,7 @@ BatchTiming Batch::time(const std::string& method, std::int64_t iterations, bool
 
 std::int64_t Batch::verify(const std::string& method, bool as_copy_many) {
   Impl& b = *impl_;
-  const std::string reason =
-      as_copy_many ? copy_many_refusal(b.s, method, driver_version())
-                   : refusal(b.s, method, driver_version(), pageable_access(b.s.device));
-  if (!reason.empty()) throw UsageError(reason);
+  b.refuse(method, as_copy_many);
   XFS_CUDA_CALL(cudaSetDevice(b.s.device));
   XFS_CUDA_CALL(cudaStreamSynchronize(b.stream));
   // a pattern over the whole span: the sources get it, the destinations are cleared

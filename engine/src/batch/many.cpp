@@ -187,14 +187,10 @@ void ManyCopier::copy(const std::string& method, bool upload, const std::uintptr
   } drain{stream};
   auto dst = [&](std::size_t i) { return reinterpret_cast<void*>(destinations[i]); };
   auto src = [&](std::size_t i) { return reinterpret_cast<const void*>(sources[i]); };
-  // a kernel's table (large pieces cut into parts) in pinned memory, `extra` bytes of packed
-  // data after it (and `on_device` of them on the GPU); the device table's size in bytes
+  // a kernel's table (large pieces cut into parts), copied to the start of the pinned staging
   std::vector<kernels::Piece> table;
-  auto place_table = [&](std::size_t extra, std::size_t on_device) {
-    const std::size_t table_bytes = aligned(table.size() * sizeof(kernels::Piece));
-    m.reserve(table_bytes + extra, table_bytes + on_device);
+  auto place_table = [&] {
     std::memcpy(m.host, table.data(), table.size() * sizeof(kernels::Piece));
-    return table_bytes;
   };
   auto device_table = [&] { return reinterpret_cast<const kernels::Piece*>(m.device); };
 
@@ -231,7 +227,7 @@ void ManyCopier::copy(const std::string& method, bool upload, const std::uintptr
         kernels::add(table, src(i), device_data + at[i], sizes[i]);
       }
     }
-    place_table(staged ? 0 : total, total);
+    place_table();
     if (staged && !m.staged) m.staged = std::make_unique<StagedCopier>(device_);
     if (upload && staged) {
       XFS_CUDA_CALL(cudaMemcpyAsync(m.device, m.host, table_bytes, cudaMemcpyHostToDevice, stream));
@@ -270,7 +266,9 @@ void ManyCopier::copy(const std::string& method, bool upload, const std::uintptr
         kernels::add(table, src(i), reinterpret_cast<void*>(mapped), sizes[i]);
       }
     }
-    const std::size_t table_bytes = place_table(0, 0);
+    const std::size_t table_bytes = aligned(table.size() * sizeof(kernels::Piece));
+    m.reserve(table_bytes);
+    place_table();
     XFS_CUDA_CALL(cudaMemcpyAsync(m.device, m.host, table_bytes, cudaMemcpyHostToDevice, stream));
     kernels::copy(device_table(), table.size(), stream);
   } else {

@@ -222,12 +222,10 @@ def copy_many(
     return choice
 
 
-# decisions already made, by (engine, device, direction, memory, count, total): kept for as long
-# as a stored calibration is trusted without looking at its file again
-_decisions: dict[tuple[Engine, int, str, str, int, int], tuple[float, Choice]] = {}
-# methods asked for and allowed, by the same key and the method: a refusal depends on the shape
-# and the driver only, so it is checked once
-_forced: dict[tuple[tuple[Engine, int, str, str, int, int], str], Choice] = {}
+# decisions already made, by (engine, device, direction, memory, count, total, method asked):
+# a choice is kept for as long as a stored calibration is trusted without looking at its file
+# again; a method asked for and allowed for good (a refusal depends on the shape and the driver)
+_decisions: dict[tuple[Engine, int, str, str, int, int, str | None], tuple[float, Choice]] = {}
 
 
 def _choose(
@@ -241,12 +239,10 @@ def _choose(
 ) -> Choice:
     """The method `asked` for (if it can make the batch), else this shape's decision: made from
     the calibration or the rule, and remembered for LOOK_AGAIN_S."""
-    key = (engine, device, direction, memory, count, total)
-    if asked is not None and (forced := _forced.get((key, asked))) is not None:
-        return forced  # a forced method is checked once per shape
+    key = (engine, device, direction, memory, count, total, asked)
     now = time.monotonic()
     made = _decisions.get(key)
-    if asked is None and made is not None and now - made[0] < LOOK_AGAIN_S:
+    if made is not None and (asked is not None or now - made[0] < LOOK_AGAIN_S):
         return made[1]
     size = total // count
     gpu, driver = _facts_of(engine, device)
@@ -258,18 +254,16 @@ def _choose(
     if asked is not None:
         if refused(asked):
             raise ValueError(f"method {asked!r} cannot make this batch: {refused(asked)}")
-        if len(_forced) > 4096:
-            _forced.clear()
-        _forced[(key, asked)] = Choice(asked, *shape, "asked", "it was asked for")
-        return _forced[(key, asked)]
-    calibration = load(gpu)
-    chosen = calibration.choose(direction, memory, count, size) if calibration else None
-    if chosen is not None and not refused(chosen[0]):
-        method, reason, cell, times = chosen
-        choice = Choice(method, *shape, "calibration", reason, cell, times)
+        choice = Choice(asked, *shape, "asked", "it was asked for")
     else:
-        method, reason = rule(direction, memory, count, size, not refused("batch-stream"))
-        choice = Choice(method, *shape, "rule", reason)
+        calibration = load(gpu)
+        chosen = calibration.choose(direction, memory, count, size) if calibration else None
+        if chosen is not None and not refused(chosen[0]):
+            method, reason, cell, times = chosen
+            choice = Choice(method, *shape, "calibration", reason, cell, times)
+        else:
+            method, reason = rule(direction, memory, count, size, not refused("batch-stream"))
+            choice = Choice(method, *shape, "rule", reason)
     if len(_decisions) > 4096:
         _decisions.clear()
     _decisions[key] = (now, choice)

@@ -19,8 +19,6 @@ from .style import category_colour
 
 def render_batch_html(result: BatchResult, files: Sequence[str] = ()) -> str:
     title = f"xferscope batch on GPU {result.options.get('device', 0)}, {result.created}"
-    if result.simulated:
-        title = "SIMULATED " + title
     body = [
         _header(result),
         banners(
@@ -35,7 +33,7 @@ def render_batch_html(result: BatchResult, files: Sequence[str] = ()) -> str:
         "batch's completion (the median of the trials); GB/s means 10⁹ bytes per second.</p>"
         "</footer>",
     ]
-    return page(title, body)
+    return page(title, body, result.simulated)
 
 
 def _header(result: BatchResult) -> str:

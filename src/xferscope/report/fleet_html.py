@@ -185,8 +185,7 @@ def render_fleet_html(result: FleetResult) -> str:
         "<h2>GPU to GPU</h2>" + _pair_map(result),
         "<h2>Every GPU</h2>" + "".join(_gpu_section(result, r) for r in result.ranks),
     ]
-    title = ("SIMULATED " if result.simulated else "") + f"xferscope fleet, {result.created}"
-    return page(title, body)
+    return page(f"xferscope fleet, {result.created}", body, result.simulated)
 
 
 def write_fleet_html(result: FleetResult, path: Path) -> None:

@@ -19,8 +19,6 @@ from .html import _e, _findings_section, _plot_div, _table, banners, files_besid
 def render_gemm_html(result: GemmResult, files: Sequence[str] = ()) -> str:
     gpu = result.gpu.get("name", "?")
     title = f"xferscope gemm on GPU {result.device} ({gpu}), {result.created}"
-    if result.simulated:
-        title = "SIMULATED " + title
     body = [
         _header(result),
         banners(
@@ -34,7 +32,7 @@ def render_gemm_html(result: GemmResult, files: Sequence[str] = ()) -> str:
         _cpu(result),
         _footer(result, files),
     ]
-    return page(title, body)
+    return page(title, body, result.simulated)
 
 
 def _header(result: GemmResult) -> str:

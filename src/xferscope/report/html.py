@@ -132,14 +132,14 @@ def render_html(result: RunResult, files: Sequence[str] = ()) -> str:
     ]
     host = result.machine.get("host", {}).get("hostname", "")
     title = "xferscope run" + (f" on {host}" if host else "") + f", {result.created}"
-    if result.simulated:
+    return page(title, body, result.simulated)
+
+
+def page(title: str, body: Sequence[str], simulated: bool = False) -> str:
+    """A whole report page: its title (marked SIMULATED for the simulated engine's results), the
+    style, plotly.js inline (the page works offline) and the body's parts."""
+    if simulated:
         title = "SIMULATED " + title
-    return page(title, body)
-
-
-def page(title: str, body: Sequence[str]) -> str:
-    """A whole report page: its title, the style, plotly.js inline (the page works offline) and
-    the body's parts."""
     return "\n".join(
         [
             "<!DOCTYPE html>",
