@@ -29,7 +29,12 @@ MIB = 1 << 20
 
 
 def api_bandwidth(
-    engine: NativeEngine, direction: str, memory: str, mechanism: str, size: int = GiB
+    engine: NativeEngine,
+    direction: str,
+    memory: str,
+    mechanism: str,
+    size: int = GiB,
+    target_s: float = 0.25,
 ) -> float:
     """Bytes per second of copies of `size` at API time, through the product's sweep path, the
     staged copy and the driver measured alike."""
@@ -39,7 +44,7 @@ def api_bandwidth(
         mechanisms=(mechanism,),
         timings=("api",),
         sizes=(size,),
-        target_s=0.25,
+        target_s=target_s,
         trials=7,
         budget_s=None,
     )

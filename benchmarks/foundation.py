@@ -152,8 +152,9 @@ def comparison(
     ratio = ours_value / peer_value if higher_is_better else peer_value / ours_value
     return {
         "name": name,
-        "ours": round(ours_value, 4),
-        "peer": round(peer_value, 4),
+        # six significant figures: seconds of a small copy are millionths
+        "ours": float(f"{ours_value:.6g}"),
+        "peer": float(f"{peer_value:.6g}"),
         "peer_name": peer_name,
         "unit": unit,
         "higher_is_better": higher_is_better,

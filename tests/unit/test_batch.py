@@ -97,19 +97,19 @@ def test_bad_input_is_one_line(capsys, tmp_path, args, fragment):
 
 def test_the_crossover_line_steps_down_each_row_at_its_edge():
     result = measure(
-        SimulatedEngine(),
-        BatchOptions(counts=(1, 64, 1024), sizes=(64, 4096, 1 << 20), directions=("h2d",),
+        SimulatedEngine(noise=0.0),  # the model's own seconds: 1024 x 64 KiB wins by 4.5%
+        BatchOptions(counts=(1, 64, 1024), sizes=(64, 4096, 65536), directions=("h2d",),
                      memories=("pinned",), methods=("loop", "batch-any")),
     )  # fmt: skip
     # the model: one copy never gains; 64 copies gain up to 4 KiB; 1024 copies at every size
     assert crossovers(result) == {
-        ("h2d", "pinned", 1): None, ("h2d", "pinned", 64): 4096, ("h2d", "pinned", 1024): 1 << 20,
+        ("h2d", "pinned", 1): None, ("h2d", "pinned", 64): 4096, ("h2d", "pinned", 1024): 65536,
     }  # fmt: skip
-    xs, ys = crossover_line(result, "h2d", "pinned", [1, 64, 1024], [64, 4096, 1 << 20])
+    xs, ys = crossover_line(result, "h2d", "pinned", [1, 64, 1024], [64, 4096, 65536])
     assert xs == [-0.5, -0.5, 1.5, 1.5, 2.5, 2.5]  # left of the first, after 4 KiB, after all
     assert ys == [-0.5, 0.5, 0.5, 1.5, 1.5, 2.5]
     # a row without a crossover breaks the line rather than slanting across it
-    xs, ys = crossover_line(result, "h2d", "pinned", [1, 2, 64], [64, 4096, 1 << 20])
+    xs, ys = crossover_line(result, "h2d", "pinned", [1, 2, 64], [64, 4096, 65536])
     assert xs == [-0.5, -0.5, None, 1.5, 1.5] and ys == [-0.5, 0.5, None, 1.5, 2.5]
     assert crossover_line(result, "d2h", "pinned", [1], [64]) == ([], [])
 
@@ -135,3 +135,57 @@ def test_the_batch_api_crossover_is_where_it_stops_beating_the_loop():
         BatchOptions(counts=(1,), sizes=(64,), memories=("pinned",), directions=("h2d",)),
     )
     assert crossovers(replace(result, cells=cells)) == {("h2d", "pinned", 64): 4096}
+
+
+class _Recorder:
+    """A batch whose methods take fixed seconds and record the order they ran in."""
+
+    def __init__(self, stop_after: int | None = None) -> None:
+        self.timed: list[str] = []
+        self.stop_after = stop_after
+
+    def verify(self, method: str, many: bool) -> int:
+        return 0
+
+    def time(self, method: str, n: int, many: bool) -> tuple[float, float]:
+        self.timed.append(method)
+        if self.stop_after is not None and len(self.timed) > self.stop_after:
+            raise KeyboardInterrupt
+        return {"loop": 2e-3, "pack": 1e-3}[method], 1e-3
+
+
+def test_a_cells_methods_take_turns_trial_by_trial():
+    from xferscope.batch.measure import measure_methods
+
+    batch = _Recorder()
+    options = BatchOptions(target_s=1e-3, trials=4)
+    out, stopped = measure_methods(batch, options, ["loop", "pack"])
+    assert not stopped
+    trials = batch.timed[-8:]  # after each method's calibration runs
+    assert trials == ["loop", "pack", "pack", "loop", "loop", "pack", "pack", "loop"]
+    assert out["loop"][0] == "complete" and len(out["loop"][2]) == 4
+    assert out["pack"][2] == (1e-3,) * 4
+
+
+def test_ctrl_c_during_a_cells_trials_keeps_the_trials_done():
+    from xferscope.batch.measure import measure_methods
+
+    probe = _Recorder()
+    measure_methods(probe, BatchOptions(target_s=1e-3, trials=1), ["loop", "pack"])
+    calibration_runs = len(probe.timed) - 2
+    batch = _Recorder(stop_after=calibration_runs + 3)  # the 4th trial run is interrupted
+    out, stopped = measure_methods(batch, BatchOptions(target_s=1e-3, trials=4), ["loop", "pack"])
+    assert stopped  # the trials ran loop, pack, pack, then Ctrl-C in loop's second
+    assert len(out["loop"][2]) == 1 and len(out["pack"][2]) == 2
+
+
+def test_rotated_starts_each_trial_one_further():
+    from xferscope.core.plan import rotated
+
+    assert [rotated(["a", "b", "c"], t) for t in range(4)] == [
+        ["a", "b", "c"],
+        ["b", "c", "a"],
+        ["c", "a", "b"],
+        ["a", "b", "c"],
+    ]
+    assert rotated([], 3) == []

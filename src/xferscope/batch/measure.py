@@ -194,23 +194,55 @@ def memories_for(direction: str, memories: tuple[str, ...]) -> tuple[str, ...]:
     return ("device",) if direction == "d2d" else memories
 
 
-def measure_cell(
-    batch: Any, options: BatchOptions, method: str
-) -> tuple[str, str | None, tuple[float, ...], tuple[float, ...]]:
+# a method's outcome in one cell: status, error, host seconds, device seconds (per trial)
+Outcome = tuple[str, str | None, tuple[float, ...], tuple[float, ...]]
+
+
+def _seconds_of(batch: Any, method: str, many: bool, n: int) -> float:
+    """The seconds n iterations of a batch's method take (calibration's run)."""
+    return float(batch.time(method, n, many)[0]) * n
+
+
+def measure_methods(
+    batch: Any, options: BatchOptions, methods: list[str]
+) -> tuple[dict[str, Outcome], bool]:
+    """Each method verified and its repeats calibrated, then the trials interleaved, each trial
+    starting at the next method (plan.rotated): the methods of a cell are compared with each
+    other, and drift over a cell's seconds (pageable copies vary 5-30% from one trial to the
+    next) must fall on all alike, not on whichever ran last. Returns the outcomes and whether a
+    Ctrl-C stopped it (the trials done are kept)."""
     many = options.as_copy_many
+    out: dict[str, Outcome] = {}
+    repeats: dict[str, int] = {}
+    for method in methods:
+        try:
+            wrong = batch.verify(method, many)
+            if wrong:
+                out[method] = ("unverified", f"{wrong} copies arrived wrong", (), ())
+                continue
+            calibration = plan.calibrate(
+                functools.partial(_seconds_of, batch, method, many), least_s=options.target_s / 4
+            )
+            repeats[method] = plan.repeats_for(options.target_s, calibration.per_iteration_s)
+        except (AllocationError, EngineError) as exc:
+            out[method] = ("failed", str(exc), (), ())
+    trials: dict[str, list[tuple[float, float]]] = {m: [] for m in repeats}
+    interrupted = False
     try:
-        wrong = batch.verify(method, many)
-        if wrong:
-            return "unverified", f"{wrong} copies arrived wrong", (), ()
-        calibration = plan.calibrate(
-            lambda n: batch.time(method, n, many)[0] * n, least_s=options.target_s / 4
-        )
-        n = plan.repeats_for(options.target_s, calibration.per_iteration_s)
-        trials = plan.run_trials(lambda: batch.time(method, n, many), options.trials)
-        host, device = [h for h, _ in trials], [d for _, d in trials]
-        return "complete", None, tuple(host), tuple(device)
-    except (AllocationError, EngineError) as exc:
-        return "failed", str(exc), (), ()
+        for t in range(options.trials):
+            for method in plan.rotated(list(repeats), t):
+                if method in out:
+                    continue  # failed in an earlier trial
+                try:
+                    trials[method].append(batch.time(method, repeats[method], many))
+                except (AllocationError, EngineError) as exc:
+                    out[method] = ("failed", str(exc), (), ())
+    except KeyboardInterrupt:
+        interrupted = True
+    for method, done in trials.items():
+        if method not in out and done:
+            out[method] = ("complete", None, tuple(h for h, _ in done), tuple(d for _, d in done))
+    return {m: out[m] for m in methods if m in out}, interrupted
 
 
 def measure(engine: Engine, options: BatchOptions, progress: Progress = QUIET) -> BatchResult:
@@ -249,28 +281,38 @@ def measure(engine: Engine, options: BatchOptions, progress: Progress = QUIET) -
                             ]
                             continue
                         try:
-                            for method in options.methods:
-                                reason = (
-                                    _e.copy_many_refusal(direction, memory, sizes, method, driver)
+                            refused = {
+                                m: (
+                                    _e.copy_many_refusal(direction, memory, sizes, m, driver)
                                     if options.as_copy_many
                                     else _e.batch_refusal(
-                                        direction, memory, sizes, method, driver, pageable
+                                        direction, memory, sizes, m, driver, pageable
                                     )
                                 )
-                                if reason:
-                                    cells.append(replace(base, method=method, error=reason))
-                                    continue
-                                status, error, host, device = measure_cell(batch, options, method)
-                                cells.append(
-                                    replace(
-                                        base,
-                                        method=method,
-                                        status=status,
-                                        error=error,
-                                        host_s=host,
-                                        device_s=device,
+                                for m in options.methods
+                            }
+                            measured, stopped = measure_methods(
+                                batch, options, [m for m in options.methods if not refused[m]]
+                            )
+                            for method in options.methods:
+                                if refused[method]:
+                                    cells.append(
+                                        replace(base, method=method, error=refused[method])
                                     )
-                                )
+                                elif method in measured:
+                                    status, error, host, device = measured[method]
+                                    cells.append(
+                                        replace(
+                                            base,
+                                            method=method,
+                                            status=status,
+                                            error=error,
+                                            host_s=host,
+                                            device_s=device,
+                                        )
+                                    )
+                            if stopped:
+                                raise KeyboardInterrupt
                         finally:
                             batch.close()
                         progress.step(f"{direction} {memory} {base.what}")

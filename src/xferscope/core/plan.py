@@ -9,7 +9,7 @@ point that still does not fit is cut short and labelled.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -143,6 +143,14 @@ def run_trials(
     while more is not None and (most is None or len(results) < most) and more(results):
         results.append(trial())
     return results
+
+
+def rotated(names: Sequence[T], trial: int) -> list[T]:
+    """The order of `names` in trial `trial` when several things are timed trial by trial:
+    each trial starts one further along, so no one's place in a trial (what ran just before it,
+    how long a helper thread slept) favours it, and drift between trials falls on all alike."""
+    k = trial % len(names) if names else 0
+    return [*names[k:], *names[:k]]
 
 
 def timed_trials(
