@@ -56,7 +56,7 @@ from xferscope.core.machine import collect
 
 HERE = Path(__file__).resolve().parent
 TRIALS = 5
-PAGEABLE_TRIALS = 9  # pageable copies vary more from trial to trial
+PAGEABLE_TRIALS = 15  # pageable copies vary more from trial to trial (5-30%)
 SMALL_ROUNDS = 7  # staged against cudaMemcpy at 1 B and 4 KiB: alternated runs of each
 SMALL_TARGET_S = 0.05  # seconds a trial of those runs lasts (7 trials a run)
 LEAST_S = 0.003  # each trial of each variant lasts at least this long
