@@ -104,11 +104,12 @@ def cell(direction: str, memory: str, count: int, size: int) -> dict:
     seconds: dict[str, list[float]] = {n: [] for n in calls}
     names = list(calls)
     for t in range(TRIALS if memory == "pinned" else PAGEABLE_TRIALS):
-        # each trial starts at another variant: a variant's place in the trial (what ran just
-        # before it, how long the staged copy's threads slept) must not favour it (in a fixed
-        # order, copy_many's own choice ran right after the same method forced, and took a median
-        # 0.92 of its time)
-        for n in plan.rotated(names, t):
+        # each trial in an order of its own: a variant's place in the trial (what ran just before
+        # it, how long the staged copy's threads slept) must not favour it. In a fixed order
+        # copy_many's own choice ran right after the same method forced and took a median 0.92 of
+        # its time; in a rotated one each variant still followed the same other, and the staged
+        # copy forced (after packing) took 1.25x the time of copy_many's choice of it
+        for n in plan.trial_order(names, t):
             seconds[n].append(timed(calls[n], reps[n]))
     chosen = copy_many(destinations=dst, sources=src, sizes=sizes)
     median = {n: statistics.median(v) for n, v in seconds.items()}
@@ -250,7 +251,7 @@ def main() -> None:
             # size ran slower) must fall on both alike
             runs: dict[str, list[float]] = {"memcpy": [], "staged": []}
             for r in range(SMALL_ROUNDS):
-                for mechanism in plan.rotated(list(runs), r):
+                for mechanism in plan.trial_order(list(runs), r):
                     runs[mechanism].append(
                         api_bandwidth(
                             engine, direction, "pageable", mechanism, size, SMALL_TARGET_S

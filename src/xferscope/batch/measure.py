@@ -208,11 +208,11 @@ def _seconds_of(batch: Any, method: str, many: bool, n: int) -> float:
 def measure_methods(
     batch: Any, options: BatchOptions, methods: list[str]
 ) -> tuple[dict[str, Outcome], bool]:
-    """Each method verified and its repeats calibrated, then the trials interleaved, each trial
-    starting at the next method (plan.rotated): the methods of a cell are compared with each
-    other, and drift over a cell's seconds (pageable copies vary 5-30% from one trial to the
-    next) must fall on all alike, not on whichever ran last. Returns the outcomes and whether a
-    Ctrl-C stopped it (the trials done are kept)."""
+    """Each method verified and its repeats calibrated, then the trials interleaved, each in an
+    order of its own (plan.trial_order): the methods of a cell are compared with each other, so
+    neither what ran just before a method nor drift over the cell's seconds (pageable copies vary
+    5-30% from one trial to the next) may favour one. Returns the outcomes and whether a Ctrl-C
+    stopped it (the trials done are kept)."""
     many = options.as_copy_many
     out: dict[str, Outcome] = {}
     repeats: dict[str, int] = {}
@@ -232,7 +232,7 @@ def measure_methods(
     interrupted = False
     try:
         for t in range(options.trials):
-            for method in plan.rotated(list(repeats), t):
+            for method in plan.trial_order(list(repeats), t, options.seed):
                 if method in out:
                     continue  # failed in an earlier trial
                 try:
