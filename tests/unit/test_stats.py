@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from xferscope.core.stats import median, relative_noise, relative_range
+from xferscope.core.stats import median, relative_noise, relative_range, settle
 
 
 def test_median() -> None:
@@ -69,3 +69,13 @@ def test_relative_range_hand_computed() -> None:
 
 def test_relative_range_with_a_zero_median_is_zero() -> None:
     assert relative_range([0.0, 0.0, 1.0]) == 0.0
+
+
+def test_settle_takes_the_simplest_method_within_the_margin() -> None:
+    order = ("loop", "batch", "kernel")
+    assert settle({"loop": 1.02, "batch": 1.01, "kernel": 1.0}, order) == "loop"
+    assert settle({"loop": 1.2, "batch": 1.02, "kernel": 1.0}, order) == "batch"
+    assert settle({"loop": 1.2, "batch": 1.05, "kernel": 1.0}, order) == "kernel"
+    # a name the order does not know wins only as the fastest
+    assert settle({"loop": 1.0, "other": 0.99}, order) == "loop"
+    assert settle({"loop": 1.0, "other": 0.5}, order) == "other"

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core import stats
 from ..core.units import format_bytes
-from .measure import CLEAR_WIN, BatchResult, direct_below, from_dict
+from .measure import SIMPLEST_FIRST, BatchResult, direct_below, from_dict
 
 CALIBRATION_ENV = "XFERSCOPE_CALIBRATION"
 
@@ -183,16 +184,22 @@ class Calibration:
         times = self.cells[(direction, memory, cell[0], cell[1])]
         small = count * size < RULE_STAGED_FROM
         allowed = {m: t for m, t in times.items() if not (small and m == "staged")} or times
-        best = min(allowed, key=lambda m: allowed[m])
+        best = stats.settle(allowed, SIMPLEST_FIRST)
+        fastest = min(allowed, key=lambda m: allowed[m])
         loop = times.get("loop")
-        if loop is not None and loop / times[best] < 1 + CLEAR_WIN:
-            best = "loop"  # within the noise of the loop: the loop stays
         where = f"{cell[0]} x {format_bytes(cell[1])}"
         gain = "" if best == "loop" or loop is None else f", {loop / times[best]:.1f}x the loop"
-        reason = (
-            f"it was the fastest for {where} when this machine was calibrated "
-            f"({self.created}{gain})"
-        )
+        if best == fastest:
+            reason = (
+                f"it was the fastest for {where} when this machine was calibrated "
+                f"({self.created}{gain})"
+            )
+        else:
+            reason = (
+                f"it came within {stats.CLEAR_WIN:.0%} of the fastest ({fastest}) for {where} "
+                f"when this machine was calibrated ({self.created}{gain}), and takes less of the "
+                "machine"
+            )
         if len(allowed) < len(times) and min(times, key=lambda m: times[m]) == "staged":
             reason += (
                 f"; the staged copy timed faster, but below {format_bytes(RULE_STAGED_FROM)} in "

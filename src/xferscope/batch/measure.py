@@ -31,7 +31,12 @@ DEFAULT_COUNTS = (1, 4, 16, 64, 256, 1024)
 DEFAULT_SIZES = (64, 512, 4096, 32768, 262144, 1 << 20)
 DEFAULT_TARGET_S = 0.02
 DEFAULT_TRIALS = 3
-CLEAR_WIN = 0.03  # a method must beat the loop by more than this to be called the winner
+# Where methods come within stats.CLEAR_WIN of each other, the first of these wins: the copy
+# engines alone first, then packing (one host thread and a scatter kernel), the SM copy kernel
+# (the GPU's SMs for the whole copy, which a program's own kernels want) and the staged copy
+# (host threads and a kernel).
+SIMPLEST_FIRST = ("loop", "graph", "batch-stream", "batch-call", "batch-any", "pack", "kernel",
+                  "staged")  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,19 +179,19 @@ class BatchResult:
         return f"{mix}, mean {format_bytes(size)}" if mix else format_bytes(size)
 
     def winners(self) -> dict[tuple[str, str, int, int], tuple[Cell, float | None]]:
-        """Per (direction, memory, count, size): the fastest verified method and how many times
-        as fast as the loop it is (None without a loop to compare)."""
+        """Per (direction, memory, count, size): the fastest verified method (the simplest of
+        those within stats.CLEAR_WIN of it) and how many times as fast as the loop it is (None
+        without a loop to compare)."""
         groups: dict[tuple[str, str, int, int], list[Cell]] = {}
         for c in self.cells:
             if c.seconds:
                 groups.setdefault((c.direction, c.memory, c.count, c.size), []).append(c)
         out = {}
         for key, cells in groups.items():
-            best = min(cells, key=lambda c: c.seconds or 0.0)
-            loop = next((c for c in cells if c.method == "loop"), None)
+            by = {c.method: c for c in cells}
+            best = by[stats.settle({m: c.seconds or 0.0 for m, c in by.items()}, SIMPLEST_FIRST)]
+            loop = by.get("loop")
             gain = (loop.seconds or 0.0) / (best.seconds or 1.0) if loop else None
-            if loop is not None and gain is not None and gain < 1 + CLEAR_WIN:
-                best, gain = loop, 1.0  # within the noise of the loop: the loop stays
             out[key] = (best, gain)
         return out
 

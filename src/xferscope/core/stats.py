@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 # 1.4826 * MAD estimates the standard deviation of normally distributed samples while ignoring
 # outliers (a robust coefficient of variation once divided by the median).
@@ -31,3 +31,21 @@ def relative_range(values: Sequence[float]) -> float:
         return 0.0
     mid = median(values)
     return (max(values) - min(values)) / mid if mid > 0 else 0.0
+
+
+# A method must beat a simpler one by more than this to be called the winner over it: the median
+# seconds of methods this close swap places from one run to the next.
+CLEAR_WIN = 0.03
+
+
+def settle(seconds: Mapping[str, float], simplest_first: Sequence[str]) -> str:
+    """The winner among methods timed alike (median seconds by name): the first in
+    `simplest_first` within CLEAR_WIN of the fastest, else the fastest. A method that takes more
+    of the machine (the host's threads, the GPU's SMs, a second copy) wins only where it clearly
+    wins; names missing from `simplest_first` come after it, fastest first."""
+    fastest = min(seconds, key=lambda m: seconds[m])
+    limit = seconds[fastest] * (1 + CLEAR_WIN)
+    for method in simplest_first:
+        if method in seconds and seconds[method] <= limit:
+            return method
+    return fastest

@@ -35,7 +35,6 @@ DEFAULT_HOST_PITCHES = (2,)  # host rows twice their width apart: half of each r
 DEFAULT_TARGET_S = 0.02
 DEFAULT_TRIALS = 3
 CLIFF = 0.5  # a rate below half of the next wider row's, or of a contiguous copy's
-CLEAR_WIN = 0.03  # a method must beat cudaMemcpy2DAsync by more than this to be the winner
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,18 +151,17 @@ class PitchResult:
 
     def winners(self) -> dict[tuple[str, str, str, int, int], Cell]:
         """Per (group, width): the fastest verified method other than the contiguous reference;
-        cudaMemcpy2DAsync unless another beats it by more than CLEAR_WIN."""
+        cudaMemcpy2DAsync unless another beats it by more than stats.CLEAR_WIN."""
         by: dict[tuple[str, str, str, int, int], list[Cell]] = {}
         for c in self.cells:
             if c.seconds and c.method != "contiguous":
                 by.setdefault((*c.group, c.width), []).append(c)
         out = {}
         for key, cells in by.items():
-            best = min(cells, key=lambda c: c.seconds or 0.0)
-            plain = next((c for c in cells if c.method == "2d-async"), None)
-            if plain is not None and (plain.seconds or 0) <= (best.seconds or 0) * (1 + CLEAR_WIN):
-                best = plain
-            out[key] = best
+            named = {c.method: c for c in cells}
+            out[key] = named[
+                stats.settle({m: c.seconds or 0.0 for m, c in named.items()}, ("2d-async",))
+            ]
         return out
 
     def cliffs(self) -> list[Cliff]:
