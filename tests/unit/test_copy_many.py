@@ -336,8 +336,9 @@ def test_the_staged_copy_is_not_chosen_for_small_batches_even_when_calibrated_fa
 
 
 def test_a_method_that_takes_more_of_the_machine_must_clearly_win():
-    # H200, h2d pinned 64 x 256 KiB: the SM kernel timed 352 us against cudaMemcpyBatchAsync's
-    # 363 in calibration and lost 417 to 376 in the benchmark; within 3% the copy engines stay
+    # methods this close swap places from run to run (H200, h2d pinned 64 x 256 KiB: the SM
+    # kernel timed 352 us against cudaMemcpyBatchAsync's 363 in calibration, then lost 417 to 376
+    # in the benchmark); within 3% of the fastest the copy engines stay
     close = {"loop": 475e-6, "batch-stream": 362e-6, "kernel": 352e-6, "pack": 2.7e-3}
     clear = {"loop": 475e-6, "batch-stream": 362e-6, "kernel": 300e-6}
     calibration = choose.Calibration(
