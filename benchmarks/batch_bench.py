@@ -202,12 +202,12 @@ def main() -> None:
         for n in CALIBRATION_COUNTS
         for s in CALIBRATION_SIZES
     ]
-    calibrated = {
-        (c.direction, c.memory, c.count, c.size): {} for c in calibration.cells if c.seconds
-    }
+    calibrated: dict[tuple, dict[str, float]] = {}
     for c in calibration.cells:
         if c.seconds:
-            calibrated[(c.direction, c.memory, c.count, c.size)][c.method] = round(c.seconds, 9)
+            calibrated.setdefault((c.direction, c.memory, c.count, c.size), {})[c.method] = round(
+                c.seconds, 9
+            )
     for c in cells:
         if c["chosen_vs_best"] < 0.95:  # below the goal: what the calibration had timed there
             c["calibration_s"] = calibrated.get(

@@ -181,6 +181,18 @@ def test_ctrl_c_during_a_cells_trials_keeps_the_trials_done():
     assert len(out["loop"][2]) + len(out["pack"][2]) == 3
 
 
+def test_methods_a_ctrl_c_cut_short_are_marked_interrupted_not_complete():
+    from xferscope.batch.measure import measure_methods
+
+    probe = _Recorder()
+    measure_methods(probe, BatchOptions(target_s=1e-3, trials=1), ["loop", "pack"])
+    batch = _Recorder(stop_after=len(probe.timed) - 2 + 3)
+    out, stopped = measure_methods(batch, BatchOptions(target_s=1e-3, trials=4), ["loop", "pack"])
+    assert stopped and {o[0] for o in out.values()} == {"interrupted"}
+    out, stopped = measure_methods(_Recorder(), BatchOptions(target_s=1e-3, trials=4), ["loop"])
+    assert not stopped and out["loop"][0] == "complete"
+
+
 def test_each_trial_has_an_order_of_its_own_and_the_same_one_again():
     from xferscope.core.plan import trial_order
 

@@ -252,8 +252,9 @@ def test_a_closed_copier_is_made_again():
 def test_ctrl_c_during_calibrate_keeps_the_measured_and_stores_nothing(
     capsys, tmp_path, places, monkeypatch
 ):
+    # the Ctrl-C comes in the second cell: the first one's trials (9 per method) are all done
     monkeypatch.setattr(
-        "xferscope.cli.common.open_engine", lambda simulate: SimulatedEngine(interrupt_after=40)
+        "xferscope.cli.common.open_engine", lambda simulate: SimulatedEngine(interrupt_after=100)
     )
     code = cli.main(["batch", "--simulate", "--calibrate", "-o", str(tmp_path / "out")])
     _, err = capsys.readouterr()

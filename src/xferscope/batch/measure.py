@@ -217,7 +217,7 @@ def measure_methods(
     order of its own (plan.trial_order): the methods of a cell are compared with each other, so
     neither what ran just before a method nor drift over the cell's seconds (pageable copies vary
     5-30% from one trial to the next) may favour one. Returns the outcomes and whether a Ctrl-C
-    stopped it (the trials done are kept)."""
+    stopped it (the trials done are kept, the methods marked interrupted)."""
     many = options.as_copy_many
     out: dict[str, Outcome] = {}
     repeats: dict[str, int] = {}
@@ -247,9 +247,10 @@ def measure_methods(
     except KeyboardInterrupt:
         interrupted = True
     for method, done in trials.items():
-        if method not in out and done:
-            out[method] = ("complete", None, tuple(h for h, _ in done), tuple(d for _, d in done))
-    return {m: out[m] for m in methods if m in out}, interrupted
+        if method not in out:  # fewer trials than asked: kept, but not a median to compare
+            status = "complete" if len(done) == options.trials else "interrupted"
+            out[method] = (status, None, tuple(h for h, _ in done), tuple(d for _, d in done))
+    return out, interrupted
 
 
 def measure(engine: Engine, options: BatchOptions, progress: Progress = QUIET) -> BatchResult:
