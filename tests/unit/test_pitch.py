@@ -10,6 +10,7 @@ import json
 import pytest
 
 from xferscope import cli
+from xferscope.core.errors import EngineError
 from xferscope.core.native import engine_module
 from xferscope.core.simulate import SimulatedEngine
 from xferscope.core.simulate_pitch import slices_of
@@ -21,6 +22,7 @@ from xferscope.pitch.measure import (
     dumps_csv,
     from_dict,
     measure,
+    measure_cells,
     to_dict,
 )
 
@@ -121,3 +123,36 @@ def test_bad_input_is_one_line(capsys, args, option):
     code = cli.main(["pitch", "--simulate", *args])
     _, err = capsys.readouterr()
     assert code != 0 and len(err.strip().splitlines()) == 1 and option in err, err
+
+
+class _Recorder:
+    """A pitched layout that records its timed trials (100 copies each at 100 us a copy, after
+    calibrating with 1 and 25); `slow` takes 1 s a copy, `bad` fails in its second trial."""
+
+    def __init__(self) -> None:
+        self.timed: list[str] = []
+
+    def verify(self, method: str) -> tuple[int, int]:
+        return (0, 0)
+
+    def time(self, method: str, n: int) -> tuple[float, float]:
+        per = 1.0 if method == "slow" else 1e-4
+        if n >= 100:
+            self.timed.append(method)
+        if method == "bad" and self.timed.count("bad") == 2:
+            raise EngineError("lost")
+        return per, per
+
+
+def test_methods_trials_are_interleaved_each_in_an_order_of_its_own():
+    layout = _Recorder()
+    options = PitchOptions(target_s=0.01, trials=6)
+    fields = measure_cells(layout, options, ["2d", "loop", "pack", "slow", "bad"])
+    assert list(fields) == ["2d", "loop", "pack", "slow", "bad"]
+    assert [len(fields[m]["host_s"]) for m in ("2d", "loop", "pack")] == [6, 6, 6]
+    assert fields["slow"]["host_s"] == (1.0,)  # seconds a copy: one trial
+    assert fields["bad"] == {"status": "failed", "error": "lost"}
+    timed = [m for m in layout.timed if m != "bad"]
+    trials = [timed[i : i + 3] for i in range(0, len(timed), 3)]
+    assert len(trials) == 6 and all(sorted(t) == ["2d", "loop", "pack"] for t in trials)
+    assert len({tuple(t) for t in trials}) > 1  # not one fixed order

@@ -350,8 +350,9 @@ def measure_staged(
     engine: Engine, options: BatchOptions, progress: Progress = QUIET
 ) -> tuple[StagedPoint, ...]:
     """Pageable copies of STAGED_SIZES by one plain cudaMemcpy and by the staged copy (every
-    copy staged), trials alternated, each verified: where copy_to_device and copy_to_host
-    should switch. An error leaves the crossover unmeasured (the built-in one stays)."""
+    copy staged), trials interleaved in plan.trial_order, each verified: where copy_to_device
+    and copy_to_host should switch. An error leaves the crossover unmeasured (the built-in one
+    stays)."""
     points: list[StagedPoint] = []
     most = max(STAGED_SIZES)
     for direction in (d for d in options.directions if d in CALIBRATION_DIRECTIONS):
@@ -377,9 +378,10 @@ def measure_staged(
                 )
                 n = plan.repeats_for(options.target_s, calibration.per_iteration_s)
                 times: dict[str, list[float]] = {"plain": [], "staged": []}
-                for _ in range(options.trials):
-                    times["plain"].append(plain.time("api", size, n).seconds / n)
-                    times["staged"].append(staged.time("api", size, n).seconds / n)
+                both = {"plain": plain, "staged": staged}
+                for trial in range(options.trials):
+                    for name in plan.trial_order(list(both), trial, options.seed):
+                        times[name].append(both[name].time("api", size, n).seconds / n)
                 points.append(
                     StagedPoint(direction, size, tuple(times["plain"]), tuple(times["staged"]))
                 )

@@ -189,8 +189,9 @@ class PitchResult:
         return out
 
 
-def measure_cell(pitched: Any, options: PitchOptions, method: str) -> dict[str, Any]:
-    """One method on one layout: verified, calibrated, then timed."""
+def _prepare(pitched: Any, options: PitchOptions, method: str) -> tuple[int, int] | dict[str, Any]:
+    """One method on one layout verified and calibrated: its (iterations per trial, trials),
+    or the cell's fields when it cannot be timed."""
     try:
         wrong_rows, gap_bytes = pitched.verify(method)
         if wrong_rows or gap_bytes:
@@ -201,17 +202,45 @@ def measure_cell(pitched: Any, options: PitchOptions, method: str) -> dict[str, 
         calibration = plan.calibrate(
             lambda n: pitched.time(method, n)[0] * n, least_s=options.target_s / 4
         )
-        n = plan.repeats_for(options.target_s, calibration.per_iteration_s)
-        # a copy that takes seconds: one trial says as much as three
-        trials = 1 if calibration.per_iteration_s > 10 * options.target_s else options.trials
-        timings = plan.run_trials(lambda: pitched.time(method, n), trials)
-        return {
-            "status": "complete",
-            "host_s": tuple(h for h, _ in timings),
-            "device_s": tuple(d for _, d in timings),
-        }
     except (AllocationError, EngineError) as exc:
         return {"status": "failed", "error": str(exc)}
+    n = plan.repeats_for(options.target_s, calibration.per_iteration_s)
+    # a copy that takes seconds: one trial says as much as three
+    return n, 1 if calibration.per_iteration_s > 10 * options.target_s else options.trials
+
+
+def measure_cells(pitched: Any, options: PitchOptions, methods: list[str]) -> dict[str, Any]:
+    """Several methods on one layout, each verified and calibrated, then their trials
+    interleaved, each trial in an order of its own (plan.trial_order), so that drift and the
+    method run just before fall on all alike. Per method, the cell's fields."""
+    out: dict[str, dict[str, Any]] = {}
+    repeats: dict[str, tuple[int, int]] = {}
+    for method in methods:
+        prepared = _prepare(pitched, options, method)
+        if isinstance(prepared, dict):
+            out[method] = prepared
+        else:
+            repeats[method] = prepared
+    timings: dict[str, list[tuple[float, float]]] = {m: [] for m in repeats}
+    for t in range(max((k for _, k in repeats.values()), default=0)):
+        for method in plan.trial_order(list(repeats), t, options.seed):
+            n, trials = repeats[method]
+            if method in out or t >= trials:
+                continue
+            try:
+                timings[method].append(pitched.time(method, n))
+            except (AllocationError, EngineError) as exc:
+                out[method] = {"status": "failed", "error": str(exc)}
+    for method, done in timings.items():
+        out.setdefault(
+            method,
+            {
+                "status": "complete",
+                "host_s": tuple(h for h, _ in done),
+                "device_s": tuple(d for _, d in done),
+            },
+        )
+    return {m: out[m] for m in methods}
 
 
 def measure(engine: Engine, options: PitchOptions, progress: Progress = QUIET) -> PitchResult:
@@ -270,14 +299,14 @@ def _measure_width(
     out = []
     try:
         base = replace(base, device_pitch=pitched.device_pitch)
+        refusals = {
+            m: _e.pitch_refusal(direction, memory, width, rows, host_pitch, layout == "pitched", m)
+            for m in methods
+        }
+        measured = measure_cells(pitched, options, [m for m in methods if not refusals[m]])
         for method in methods:
-            reason = _e.pitch_refusal(
-                direction, memory, width, rows, host_pitch, layout == "pitched", method
-            )
-            if reason:
-                out.append(replace(base, method=method, error=reason))
-                continue
-            out.append(replace(base, method=method, **measure_cell(pitched, options, method)))
+            fields = {"error": refusals[method]} if refusals[method] else measured[method]
+            out.append(replace(base, method=method, **fields))
     finally:
         pitched.close()
     return out
