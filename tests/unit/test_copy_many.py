@@ -118,6 +118,30 @@ def test_addresses_as_three_arrays():
 
 
 @pytest.mark.parametrize(
+    ("destinations", "sources", "sizes", "error", "fragment"),
+    [
+        ([GPU_BASE], [0], [64], ValueError, "sources holds 0: addresses and sizes are positive"),
+        (
+            np.array([GPU_BASE, -64], dtype=np.int64),
+            [1 << 20, 2 << 20],
+            [64, 64],
+            ValueError,
+            "destinations holds -64",
+        ),
+        ([GPU_BASE], [1 << 20], np.array([-1]), ValueError, "sizes holds -1"),
+        ([GPU_BASE], [1 << 20], [64, 64], ValueError, "differ in length (1, 1, 2)"),
+        ([[GPU_BASE]], [1 << 20], [64], TypeError, "destinations must be a 1-D sequence"),
+        ([GPU_BASE], ["x"], [64], TypeError, "sources must be a 1-D sequence of integers"),
+        ([GPU_BASE], [1 << 20], [6.5], TypeError, "sizes must be a 1-D sequence of integers"),
+    ],
+)
+def test_bad_address_arrays_are_one_clear_exception(destinations, sources, sizes, error, fragment):
+    with pytest.raises(error) as raised:
+        copy_many(destinations=destinations, sources=sources, sizes=sizes, engine=engine_with())
+    assert fragment in str(raised.value)
+
+
+@pytest.mark.parametrize(
     ("pairs", "error", "fragment"),
     [
         (lambda h, g: [(g[0], h[::2])], ValueError, "pair 0 source is not C-contiguous"),

@@ -119,16 +119,31 @@ def _pairs(pairs: Sequence[Any]) -> tuple[list[Side], list[Side], list[int]]:
     return destinations, sources, sizes
 
 
+_LARGEST = np.uint64((1 << 63) - 2)  # an address or size above this is negative or absurd
+
+
 def _addresses(values: Any, name: str) -> np.ndarray:
+    """`values` as a C-contiguous uint64 array; whether each is positive is checked later, for
+    all three arrays at once (_check_positive)."""
+    if type(values) is np.ndarray and values.ndim == 1 and values.dtype.kind in "iu":
+        return np.ascontiguousarray(values, dtype=np.uint64)  # the common case, fast
     try:
         array = np.asarray(values)
     except (TypeError, ValueError):
         raise TypeError(f"{name} must be a sequence of integers") from None
     if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
         raise TypeError(f"{name} must be a 1-D sequence of integers")
-    if array.size and int(array.min()) < 1:
-        raise ValueError(f"{name} holds {int(array.min())}: addresses and sizes are positive")
     return np.ascontiguousarray(array, dtype=np.uint64)
+
+
+def _check_positive(given: dict[str, Any], arrays: np.ndarray) -> None:
+    """ValueError naming the first of destinations, sources and sizes (concatenated in
+    `arrays`, each of len(arrays) // 3) that holds a value below 1: one pass over all three."""
+    bad = arrays - np.uint64(1) > _LARGEST  # 0 wraps round, negatives are huge
+    if np.count_nonzero(bad):
+        name = list(given)[int(np.flatnonzero(bad)[0]) // (len(arrays) // 3)]
+        value = int(np.asarray(given[name]).min())
+        raise ValueError(f"{name} holds {value}: addresses and sizes are positive")
 
 
 def copy_many(
@@ -154,6 +169,7 @@ def copy_many(
         dst = np.fromiter((d.address for d in d_sides), np.uint64, len(d_sides))
         src = np.fromiter((s.address for s in s_sides), np.uint64, len(s_sides))
         nbytes = np.asarray(n_list, dtype=np.uint64)
+        addresses = np.concatenate((dst, src))
         keep = [d.keep for d in d_sides] + [s.keep for s in s_sides]
         host_destinations = [d.keep for d in d_sides]
     else:
@@ -167,37 +183,28 @@ def copy_many(
                 f"destinations, sources and sizes differ in length ({len(dst)}, {len(src)}, "
                 f"{len(nbytes)})"
             )
+        all_three = np.concatenate((dst, src, nbytes))
+        given = {"destinations": destinations, "sources": sources, "sizes": sizes}
+        _check_positive(given, all_three)
+        addresses = all_three[: 2 * len(dst)]
         host_destinations = []
     count = len(nbytes)
     engine = engine if engine is not None else _default_engine()
     if count == 0:
         return Choice("loop", "h2d", "pinned", 0, 0, device or 0, "asked", "there was nothing")
-    kinds, gpus, mapped = engine.classify_pointers(np.concatenate((dst, src)))
-    d_kind, s_kind = kinds[:count], kinds[count:]
-    d_gpu, s_gpu = gpus[:count], gpus[count:]
-    on_gpu_d = (d_kind == 2) | (d_kind == 3)
-    on_gpu_s = (s_kind == 2) | (s_kind == 3)
-    upload = bool(on_gpu_d[0]) and not bool(on_gpu_s[0])
-    same = np.nonzero(on_gpu_d == on_gpu_s)[0]  # checked for all pairs at once
-    if len(same):
-        i = int(same[0])
-        both = "GPU" if on_gpu_d[i] else "host"
-        raise ValueError(
-            f"pair {i}: both ends are {both} memory ({_KINDS[int(d_kind[i])]} and "
-            f"{_KINDS[int(s_kind[i])]}); copy_many copies between host memory and a GPU"
-        )
-    other_way = np.nonzero(on_gpu_d != upload)[0]
-    if len(other_way):
-        i = int(other_way[0])
-        raise ValueError(
-            f"pair {i} copies {'host to GPU' if on_gpu_d[i] else 'GPU to host'} while pair 0 "
-            f"copies {'host to GPU' if upload else 'GPU to host'}: one direction per call"
-        )
-    gpu_side = d_gpu if upload else s_gpu
+    kinds, gpus, mapped = engine.classify_pointers(addresses)
+    on_gpu = kinds >= 2  # device or managed memory
+    upload = bool(on_gpu[0]) and not bool(on_gpu[count])
+    # the common case in two counts; the error's pair found only when there is one
+    if (
+        np.count_nonzero(on_gpu[:count]) != upload * count
+        or np.count_nonzero(on_gpu[count:]) != (not upload) * count
+    ):
+        _refuse_directions(kinds, on_gpu, count, upload)
+    gpu_side = gpus[:count] if upload else gpus[count:]
     target = int(gpu_side[0]) if device is None else device
-    wrong = np.nonzero(gpu_side != target)[0]
-    if len(wrong):
-        i = int(wrong[0])
+    if np.count_nonzero(gpu_side != target):
+        i = int(np.flatnonzero(gpu_side != target)[0])
         raise ValueError(
             f"pair {i}: its GPU buffer is on GPU {int(gpu_side[i])}, and this copy runs on GPU "
             f"{target}; copy_many moves data between the host and one GPU at a time"
@@ -208,8 +215,8 @@ def copy_many(
                 raise ValueError(f"pair {i} destination is a read-only array")
             if isinstance(owner, memoryview) and owner.readonly:
                 raise ValueError(f"pair {i} destination is read-only")
-    host_kind = s_kind if upload else d_kind
-    pinned = bool(np.all(host_kind == 1))
+    host_kind = kinds[count:] if upload else kinds[:count]
+    pinned = np.count_nonzero(host_kind == 1) == count
     memory = "pinned" if pinned else "pageable"
     direction = "h2d" if upload else "d2h"
     total = int(nbytes.sum())
@@ -220,6 +227,25 @@ def copy_many(
     )
     del keep
     return choice
+
+
+def _refuse_directions(kinds: np.ndarray, on_gpu: np.ndarray, count: int, upload: bool) -> None:
+    """The ValueError for the first pair whose ends are both on one side, or that goes the
+    other way from pair 0."""
+    on_gpu_d, on_gpu_s = on_gpu[:count], on_gpu[count:]
+    same = np.flatnonzero(on_gpu_d == on_gpu_s)
+    if len(same):
+        i = int(same[0])
+        both = "GPU" if on_gpu_d[i] else "host"
+        raise ValueError(
+            f"pair {i}: both ends are {both} memory ({_KINDS[int(kinds[i])]} and "
+            f"{_KINDS[int(kinds[count + i])]}); copy_many copies between host memory and a GPU"
+        )
+    i = int(np.flatnonzero(on_gpu_d != upload)[0])
+    raise ValueError(
+        f"pair {i} copies {'host to GPU' if on_gpu_d[i] else 'GPU to host'} while pair 0 "
+        f"copies {'host to GPU' if upload else 'GPU to host'}: one direction per call"
+    )
 
 
 # decisions already made, by (engine, device, direction, memory, count, total, method asked):
