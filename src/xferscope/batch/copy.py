@@ -216,7 +216,7 @@ def copy_many(
             if isinstance(owner, memoryview) and owner.readonly:
                 raise ValueError(f"pair {i} destination is read-only")
     host_kind = kinds[count:] if upload else kinds[:count]
-    pinned = np.count_nonzero(host_kind == 1) == count
+    pinned = bool(np.count_nonzero(host_kind == 1) == count)
     memory = "pinned" if pinned else "pageable"
     direction = "h2d" if upload else "d2h"
     total = int(nbytes.sum())
