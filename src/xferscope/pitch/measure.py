@@ -3,7 +3,8 @@ rows a pitch apart (pinned or pageable) and device rows that are pitched (cudaMa
 packed, by cudaMemcpy2D, cudaMemcpy2DAsync, cudaMemcpy3DAsync, a loop of cudaMemcpyAsync,
 packing on the CPU plus one copy and a kernel, or one copy of the host span plus a kernel, each
 verified and timed NetPIPE's way (a calibration run, trials of a target time, the median; host
-time per copy, first call to completion, and device time). The result names the cliffs: the
+time per copy, first call to completion, and device time), the trials of a width's methods
+interleaved. The result names the cliffs: the
 widths where a method's rate falls, and where packing starts to beat the 2D copy."""
 
 from __future__ import annotations
