@@ -199,8 +199,9 @@ void ManyCopier::copy(const std::string& method, bool upload, const std::uintptr
       XFS_CUDA_CALL(cudaMemcpyAsync(dst(i), src(i), sizes[i], cudaMemcpyDefault, stream));
   } else if (method.rfind("batch-", 0) == 0) {
     static_assert(sizeof(std::uintptr_t) == sizeof(void*), "addresses are pointers");
-    batch_api_copy(method, upload, !upload, device_, reinterpret_cast<void* const*>(destinations),
-                   reinterpret_cast<const void* const*>(sources), sizes, count, stream);
+    batch_api_copy_grouped(method, upload, !upload, device_,
+                           reinterpret_cast<void* const*>(destinations),
+                           reinterpret_cast<const void* const*>(sources), sizes, count, stream);
   } else if (method == "pack" || method == "staged") {
     // the pieces one after another in a device buffer after the table, which a kernel scatters
     // (or first gathers): packed by this thread through one pinned buffer, or staged by the
