@@ -199,9 +199,13 @@ void ManyCopier::copy(const std::string& method, bool upload, const std::uintptr
       XFS_CUDA_CALL(cudaMemcpyAsync(dst(i), src(i), sizes[i], cudaMemcpyDefault, stream));
   } else if (method.rfind("batch-", 0) == 0) {
     static_assert(sizeof(std::uintptr_t) == sizeof(void*), "addresses are pointers");
-    batch_api_copy_grouped(method, upload, !upload, device_,
-                           reinterpret_cast<void* const*>(destinations),
-                           reinterpret_cast<const void* const*>(sources), sizes, count, stream);
+    auto* d = reinterpret_cast<void* const*>(destinations);
+    auto* s = reinterpret_cast<const void* const*>(sources);
+    if (batch_api_grouped(upload, pinned, count)) {
+      batch_api_copy_grouped(method, upload, !upload, device_, d, s, sizes, count, stream);
+    } else {
+      batch_api_copy(method, upload, !upload, device_, d, s, sizes, count, stream);
+    }
   } else if (method == "pack" || method == "staged") {
     // the pieces one after another in a device buffer after the table, which a kernel scatters
     // (or first gathers): packed by this thread through one pinned buffer, or staged by the
