@@ -2,7 +2,9 @@
 compiled into a small host program with the system's C++ compiler and checked against one flat
 buffer: every range, over pieces of random sizes and empty ones, packed or with gaps between them
 (the padding that keeps each piece's alignment), comes out byte for byte, in order, once; a gap's
-bytes are left alone. (The GPU test of copy_many's staged method moves real bytes.)"""
+bytes are left alone. And the groups in which copy_many hands cudaMemcpyBatchAsync its pieces:
+each piece once, in order, 32 first, then twice as many each time. (The GPU tests of copy_many
+move real bytes.)"""
 
 from __future__ import annotations
 
@@ -68,6 +70,21 @@ int main() {
         std::printf("FAIL trial %d at %zu n %zu\n", trial, at, n);
         return 1;
       }
+    }
+  }
+  // copy_many's groups: every piece once, in order, 32 first, then twice as many each time
+  for (std::size_t count = 0; count <= 3000; ++count) {
+    std::size_t next = 0, expected = xferscope::detail::kFirstGroup, groups = 0;
+    bool ok = true;
+    xferscope::detail::for_each_group(count, [&](std::size_t start, std::size_t n) {
+      ok = ok && start == next && n > 0 && (n == expected || start + n == count);
+      next = start + n;
+      expected *= 2;
+      ++groups;
+    });
+    if (!ok || next != count || (count == 1024 && groups != 6)) {
+      std::printf("FAIL groups of %zu\n", count);
+      return 1;
     }
   }
   std::printf("OK %ld\n", ranges);

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <string>
 
+#include "xferscope/detail/pieces.hpp"
 #include "xferscope/error.hpp"
 
 namespace xferscope::batch {
@@ -30,16 +31,15 @@ inline void batch_api_copy(const std::string& method, bool from_host, bool to_ho
       cudaMemcpyBatchAsync(destinations, sources, sizes, count, &attr, &index, 1, stream));
 }
 
-// copy_many's form: the same pieces in calls of kFirstGroup entries, then twice as many each
-// time, so the copy engine starts on the first pieces while the host still hands over the rest.
-// The driver takes 0.5-1 us a piece before any copy of a call starts, and each call costs more
-// on the way down. On an H200 (copy_many, pinned memory, medians of 7 trials, one call against
+// copy_many's form: the same pieces in calls of detail::kFirstGroup entries, then twice as many
+// each time, so the copy engine starts on the first pieces while the host still hands over the
+// rest. The driver takes 0.5-1 us a piece before any copy of a call starts, and each call costs
+// more on the way down. On an H200 (copy_many, pinned memory, medians of 7 trials, one call against
 // groups): uploads 1024 x 4 KiB 1410 -> 560 us, 1024 x 256 KiB 5385 -> 4912 us, every one of 15
 // shapes (64-1024 pieces of 64 B-1 MiB) faster; downloads of 1024 pieces 454 -> 444 us (64 B),
 // 5380 -> 4940 us (256 KiB), but of 256 x 64 B 122 -> 216 us and of 64 x 1 MiB 1255 -> 1281 us.
 // So grouped: pinned uploads, and pinned downloads of kGroupedDownloadsFrom pieces or more.
 // Pageable memory (not measured grouped) keeps one call.
-constexpr std::size_t kFirstGroup = 32;
 constexpr std::size_t kGroupedDownloadsFrom = 1024;
 
 inline bool batch_api_grouped(bool upload, bool pinned, std::size_t count) {
@@ -50,11 +50,10 @@ inline void batch_api_copy_grouped(const std::string& method, bool from_host, bo
                                    int device, void* const* destinations,
                                    const void* const* sources, const std::size_t* sizes,
                                    std::size_t count, cudaStream_t stream) {
-  for (std::size_t done = 0, group = kFirstGroup; done < count; done += group, group *= 2) {
-    group = std::min(group, count - done);
-    batch_api_copy(method, from_host, to_host, device, destinations + done, sources + done,
-                   sizes + done, group, stream);
-  }
+  detail::for_each_group(count, [&](std::size_t start, std::size_t n) {
+    batch_api_copy(method, from_host, to_host, device, destinations + start, sources + start,
+                   sizes + start, n, stream);
+  });
 }
 
 }  // namespace xferscope::batch

@@ -1,5 +1,6 @@
 // Walking a range of the concatenation of many pieces: what the staged copy's threads do for
-// each chunk of a batch of host pieces. Header-only and free of CUDA, so a host test checks it.
+// each chunk of a batch of host pieces; and the groups copy_many hands cudaMemcpyBatchAsync.
+// Header-only and free of CUDA, so a host test checks it.
 // Internal to the engine.
 #pragma once
 
@@ -28,6 +29,19 @@ void for_each_part(const std::size_t* starts, const std::size_t* sizes, std::siz
     const std::size_t bytes = std::min(sizes[i] - inside, n - done);
     part(i, inside, done, bytes);
     done += bytes;
+  }
+}
+
+// copy_many's cudaMemcpyBatchAsync in several calls (batch/batch_api.hpp): pieces [0, count) as
+// group(start, n) runs, kFirstGroup pieces first, then twice as many each time, in order, each
+// piece once.
+constexpr std::size_t kFirstGroup = 32;
+
+template <class Group>
+void for_each_group(std::size_t count, Group&& group) {
+  for (std::size_t start = 0, n = kFirstGroup; start < count; start += n, n *= 2) {
+    n = std::min(n, count - start);
+    group(start, n);
   }
 }
 
