@@ -188,3 +188,27 @@ def test_fit_trials_estimate_only_when_nothing_fits(remaining_s: float) -> None:
     budget = fit_trials(7, 0.25, remaining_s)
     assert budget.estimate_only
     assert budget.trials == 0
+
+
+def test_interleave_runs_each_name_its_trials_stops_a_failure_and_keeps_a_ctrl_c():
+    ran: list[str] = []
+
+    def run(name: str) -> str:
+        ran.append(name)
+        if name == "bad" and ran.count("bad") == 2:
+            raise ValueError("lost")
+        if len(ran) == 11 and stop:
+            raise KeyboardInterrupt
+        return name
+
+    stop = False
+    results, failed, interrupted = plan.interleave(
+        run, {"a": 3, "b": 3, "one": 1, "bad": 3}, 5, (ValueError,)
+    )
+    assert [len(results[n]) for n in ("a", "b", "one", "bad")] == [3, 3, 1, 1]
+    assert failed == {"bad": "lost"} and not interrupted
+    assert sorted(ran[:4]) == ["a", "b", "bad", "one"]  # each trial holds every name still running
+    ran.clear()
+    stop = True
+    results, failed, interrupted = plan.interleave(run, {"a": 9, "b": 9}, 5)
+    assert interrupted and sum(len(v) for v in results.values()) == 10  # the trials done, kept

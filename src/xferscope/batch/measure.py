@@ -233,21 +233,16 @@ def measure_methods(
             repeats[method] = plan.repeats_for(options.target_s, calibration.per_iteration_s)
         except (AllocationError, EngineError) as exc:
             out[method] = ("failed", str(exc), (), ())
-    trials: dict[str, list[tuple[float, float]]] = {m: [] for m in repeats}
-    interrupted = False
-    try:
-        for t in range(options.trials):
-            for method in plan.trial_order(list(repeats), t, options.seed):
-                if method in out:
-                    continue  # failed in an earlier trial
-                try:
-                    trials[method].append(batch.time(method, repeats[method], many))
-                except (AllocationError, EngineError) as exc:
-                    out[method] = ("failed", str(exc), (), ())
-    except KeyboardInterrupt:
-        interrupted = True
+    trials, failed, interrupted = plan.interleave(
+        lambda m: batch.time(m, repeats[m], many),
+        dict.fromkeys(repeats, options.trials),
+        options.seed,
+        (AllocationError, EngineError),
+    )
     for method, done in trials.items():
-        if method not in out:  # fewer trials than asked: kept, but not a median to compare
+        if method in failed:
+            out[method] = ("failed", failed[method], (), ())
+        else:  # fewer trials than asked: kept, but not a median to compare
             status = "complete" if len(done) == options.trials else "interrupted"
             out[method] = (status, None, tuple(h for h, _ in done), tuple(d for _, d in done))
     return out, interrupted
@@ -346,6 +341,10 @@ def _api_seconds(transfer: Any, size: int, iterations: int) -> float:
     return float(transfer.time("api", size, iterations).seconds)
 
 
+def _per_copy(transfers: dict[str, Any], size: int, iterations: int, name: str) -> float:
+    return _api_seconds(transfers[name], size, iterations) / iterations
+
+
 def measure_staged(
     engine: Engine, options: BatchOptions, progress: Progress = QUIET
 ) -> tuple[StagedPoint, ...]:
@@ -367,6 +366,7 @@ def measure_staged(
             )  # fmt: skip
         except (AllocationError, EngineError):
             return ()
+        both = {"plain": plain, "staged": staged}
         try:
             for t in (plain, staged):
                 t.fill(options.seed)
@@ -377,11 +377,13 @@ def measure_staged(
                     functools.partial(_api_seconds, staged, size), least_s=options.target_s / 4
                 )
                 n = plan.repeats_for(options.target_s, calibration.per_iteration_s)
-                times: dict[str, list[float]] = {"plain": [], "staged": []}
-                both = {"plain": plain, "staged": staged}
-                for trial in range(options.trials):
-                    for name in plan.trial_order(list(both), trial, options.seed):
-                        times[name].append(both[name].time("api", size, n).seconds / n)
+                times, _, stopped = plan.interleave(
+                    functools.partial(_per_copy, both, size, n),
+                    dict.fromkeys(both, options.trials),
+                    options.seed,
+                )
+                if stopped:
+                    raise KeyboardInterrupt
                 points.append(
                     StagedPoint(direction, size, tuple(times["plain"]), tuple(times["staged"]))
                 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -156,6 +156,32 @@ def trial_order(names: Sequence[T], trial: int, seed: int = 0) -> list[T]:
     order = list(names)
     random.Random(seed * 1_000_003 + trial).shuffle(order)
     return order
+
+
+def interleave(
+    run: Callable[[str], T],
+    trials: Mapping[str, int],
+    seed: int = 0,
+    errors: tuple[type[BaseException], ...] = (),
+) -> tuple[dict[str, list[T]], dict[str, str], bool]:
+    """Several things timed trial by trial: in trial t, `run(name)` for each name with more than
+    t `trials`, in trial_order. A name whose run raises one of `errors` runs no more (its message
+    kept, its trials dropped by the caller or not); a Ctrl-C stops them all. Returns each name's
+    results, the failures' messages, and whether a Ctrl-C stopped it (the results kept)."""
+    results: dict[str, list[T]] = {name: [] for name in trials}
+    failed: dict[str, str] = {}
+    try:
+        for t in range(max(trials.values(), default=0)):
+            for name in trial_order(list(trials), t, seed):
+                if name in failed or t >= trials[name]:
+                    continue
+                try:
+                    results[name].append(run(name))
+                except errors as exc:
+                    failed[name] = str(exc)
+    except KeyboardInterrupt:
+        return results, failed, True
+    return results, failed, False
 
 
 def timed_trials(

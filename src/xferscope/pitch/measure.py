@@ -222,24 +222,23 @@ def measure_cells(pitched: Any, options: PitchOptions, methods: list[str]) -> di
             out[method] = prepared
         else:
             repeats[method] = prepared
-    timings: dict[str, list[tuple[float, float]]] = {m: [] for m in repeats}
-    for t in range(max((k for _, k in repeats.values()), default=0)):
-        for method in plan.trial_order(list(repeats), t, options.seed):
-            n, trials = repeats[method]
-            if method in out or t >= trials:
-                continue
-            try:
-                timings[method].append(pitched.time(method, n))
-            except (AllocationError, EngineError) as exc:
-                out[method] = {"status": "failed", "error": str(exc)}
+    timings, failed, stopped = plan.interleave(
+        lambda m: pitched.time(m, repeats[m][0]),
+        {m: k for m, (_, k) in repeats.items()},
+        options.seed,
+        (AllocationError, EngineError),
+    )
+    if stopped:
+        raise KeyboardInterrupt  # the width is left out, as before its trials were interleaved
     for method, done in timings.items():
-        out.setdefault(
-            method,
-            {
+        out[method] = (
+            {"status": "failed", "error": failed[method]}
+            if method in failed
+            else {
                 "status": "complete",
                 "host_s": tuple(h for h, _ in done),
                 "device_s": tuple(d for _, d in done),
-            },
+            }
         )
     return {m: out[m] for m in methods}
 
