@@ -147,7 +147,8 @@ class _Recorder:
 def test_methods_trials_are_interleaved_each_in_an_order_of_its_own():
     layout = _Recorder()
     options = PitchOptions(target_s=0.01, trials=6)
-    fields = measure_cells(layout, options, ["2d", "loop", "pack", "slow", "bad"])
+    fields, stopped = measure_cells(layout, options, ["2d", "loop", "pack", "slow", "bad"])
+    assert not stopped
     assert list(fields) == ["2d", "loop", "pack", "slow", "bad"]
     assert [len(fields[m]["host_s"]) for m in ("2d", "loop", "pack")] == [6, 6, 6]
     assert fields["slow"]["host_s"] == (1.0,)  # seconds a copy: one trial
@@ -156,3 +157,11 @@ def test_methods_trials_are_interleaved_each_in_an_order_of_its_own():
     trials = [timed[i : i + 3] for i in range(0, len(timed), 3)]
     assert len(trials) == 6 and all(sorted(t) == ["2d", "loop", "pack"] for t in trials)
     assert len({tuple(t) for t in trials}) > 1  # not one fixed order
+
+
+def test_a_ctrl_c_mid_width_keeps_its_trials_marked_interrupted():
+    result = measure(SimulatedEngine(noise=0.0, interrupt_after=60), SMALL)
+    assert result.interrupted
+    cut = [c for c in result.cells if c.status == "interrupted"]
+    assert cut and all(c.host_s and c.seconds is None for c in cut)  # kept, not a median
+    assert all(len(c.host_s) == SMALL.trials for c in result.cells if c.status == "complete")

@@ -210,10 +210,13 @@ def _prepare(pitched: Any, options: PitchOptions, method: str) -> tuple[int, int
     return n, 1 if calibration.per_iteration_s > 10 * options.target_s else options.trials
 
 
-def measure_cells(pitched: Any, options: PitchOptions, methods: list[str]) -> dict[str, Any]:
+def measure_cells(
+    pitched: Any, options: PitchOptions, methods: list[str]
+) -> tuple[dict[str, Any], bool]:
     """Several methods on one layout, each verified and calibrated, then their trials
     interleaved, each trial in an order of its own (plan.trial_order), so that drift and the
-    method run just before fall on all alike. Per method, the cell's fields."""
+    method run just before fall on all alike. Per method, the cell's fields; and whether a
+    Ctrl-C stopped it (a method short of its trials is marked interrupted, its trials kept)."""
     out: dict[str, dict[str, Any]] = {}
     repeats: dict[str, tuple[int, int]] = {}
     for method in methods:
@@ -228,19 +231,17 @@ def measure_cells(pitched: Any, options: PitchOptions, methods: list[str]) -> di
         options.seed,
         (AllocationError, EngineError),
     )
-    if stopped:
-        raise KeyboardInterrupt  # the width is left out, as before its trials were interleaved
     for method, done in timings.items():
         out[method] = (
             {"status": "failed", "error": failed[method]}
             if method in failed
             else {
-                "status": "complete",
+                "status": "complete" if len(done) == repeats[method][1] else "interrupted",
                 "host_s": tuple(h for h, _ in done),
                 "device_s": tuple(d for _, d in done),
             }
         )
-    return {m: out[m] for m in methods}
+    return {m: out[m] for m in methods}, stopped
 
 
 def measure(engine: Engine, options: PitchOptions, progress: Progress = QUIET) -> PitchResult:
@@ -255,9 +256,12 @@ def measure(engine: Engine, options: PitchOptions, progress: Progress = QUIET) -
                     for factor in options.host_pitches:
                         progress.begin(group_label((direction, memory, layout, factor)))
                         for i, width in enumerate(sorted(options.widths, reverse=True)):
-                            cells += _measure_width(
+                            done, stopped = _measure_width(
                                 engine, options, direction, memory, layout, factor, width, i == 0
                             )
+                            cells += done
+                            if stopped:
+                                raise KeyboardInterrupt
                             progress.step(f"{direction} {memory} {layout} {format_bytes(width)}")
     except KeyboardInterrupt:
         interrupted = True
@@ -283,8 +287,9 @@ def _measure_width(
     factor: int,
     width: int,
     first: bool,
-) -> list[Cell]:
-    """Every method at one width; the contiguous reference only at the group's first."""
+) -> tuple[list[Cell], bool]:
+    """Every method at one width; the contiguous reference only at the group's first. And
+    whether a Ctrl-C stopped it (the cells hold the trials done)."""
     rows = max(1, options.total // width)
     host_pitch = width * factor
     base = Cell(direction, memory, layout, factor, width, rows, "", "skipped")
@@ -295,7 +300,7 @@ def _measure_width(
             options.seed,
         )  # fmt: skip
     except (AllocationError, EngineError) as exc:
-        return [replace(base, method=m, status="failed", error=str(exc)) for m in methods]
+        return [replace(base, method=m, status="failed", error=str(exc)) for m in methods], False
     out = []
     try:
         base = replace(base, device_pitch=pitched.device_pitch)
@@ -303,13 +308,13 @@ def _measure_width(
             m: _e.pitch_refusal(direction, memory, width, rows, host_pitch, layout == "pitched", m)
             for m in methods
         }
-        measured = measure_cells(pitched, options, [m for m in methods if not refusals[m]])
+        measured, stopped = measure_cells(pitched, options, [m for m in methods if not refusals[m]])
         for method in methods:
             fields = {"error": refusals[method]} if refusals[method] else measured[method]
             out.append(replace(base, method=method, **fields))
     finally:
         pitched.close()
-    return out
+    return out, stopped
 
 
 METHOD_NAMES = {
