@@ -266,6 +266,20 @@ def test_the_html_page_puts_outliers_first_and_links_every_gpu():
     assert "340.0" in page
 
 
+def test_html_links_each_gpu_report_or_its_undrawn_run_json():
+    from dataclasses import replace
+
+    from xferscope.report.fleet_html import render_fleet_html
+
+    drawn = replace(report(0, 55e9), report_path="gpus/vm-gpu0/report.html")
+    undrawn = replace(report(1, 55e9), report_path="gpus/vm-gpu1/run.json")
+    page = render_fleet_html(
+        assemble([drawn, undrawn], FleetOptions(), True, "2026-11-23T00:00:00+00:00", 0.1, 2.0)
+    )
+    assert '<a href="gpus/vm-gpu0/report.html">its own report</a>' in page
+    assert '<a href="gpus/vm-gpu1/run.json">its own run.json</a> (not drawn: interrupted)' in page
+
+
 @needs_mpi
 def test_ctrl_c_keeps_what_was_measured_marked_interrupted(tmp_path):
     import signal
@@ -279,10 +293,16 @@ def test_ctrl_c_keeps_what_was_measured_marked_interrupted(tmp_path):
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     time.sleep(12)  # well after start-up; the paced quick checks take about a minute
+    # Open MPI passes the Ctrl-C on as SIGTERM and kills every rank 1 s later: the files must be
+    # written by then (the old keeper drew each GPU's report first, 0.8 s, and lost the race).
     job.send_signal(signal.SIGINT)
     _, err = job.communicate(timeout=120)
     assert job.returncode != 0
+    assert (tmp_path / "f.json").exists(), err
     doc = json.loads((tmp_path / "f.json").read_text())
     assert doc["interrupted"] is True and doc["passed"] is False
     assert {r["error"] for r in doc["ranks"]} == {"interrupted"}
     assert doc["pairs_note"] == "not measured: interrupted" and "marked incomplete" in err
+    gpus = list((tmp_path / "out").glob("fleet-*/gpus/*"))
+    assert len(gpus) == 2 and all((g / "run.json").exists() for g in gpus)
+    assert {r["report_path"].rsplit("/", 1)[-1] for r in doc["ranks"]} == {"run.json"}

@@ -267,6 +267,26 @@ def test_delivery_writes_data_before_renderings(tmp_path):
     assert [p.name for p in delivery.written] == ["b.json", "a.png"]
 
 
+@pytest.mark.parametrize("draw", [True, False])
+def test_after_a_signal_drawing_is_begun_only_where_allowed(tmp_path, draw):
+    from xferscope.core import interrupt
+
+    def write(path: Path, _written) -> None:
+        path.write_text("x")
+
+    named = {"a": Named("--a", None, "a.png"), "b": Named("--b", None, "b.json")}
+    with interrupt.handling(), Destination.prepare(str(tmp_path), "t", named) as dest:
+        delivery = Delivery(
+            [dest.output("a", write, render=True), dest.output("b", write)],
+            draw_after_signal=draw,
+        )
+        interrupt.request()
+        delivery.write_data()
+        delivery.render()
+    assert [p.name for p in delivery.written] == (["b.json", "a.png"] if draw else ["b.json"])
+    assert [p.name for p in delivery.skipped] == ([] if draw else ["a.png"])
+
+
 def test_an_empty_name_is_refused(tmp_path):
     with pytest.raises(Exception, match="--json: give a file name"):
         Destination.prepare(str(tmp_path), "t", {"json": Named("--json", " ")})

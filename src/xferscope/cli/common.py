@@ -164,10 +164,12 @@ def deliver(
     dest: Destination,
     show: Callable[[], None],
     history: Callable[[], None] | None = None,
+    draw_after_signal: bool = True,
 ) -> Delivery:
     """Writes the data files, runs `history` (adding the run to it), prints the report with
-    `show`, draws the renderings and says where everything went (outputs.py)."""
-    delivery = Delivery(outputs)
+    `show`, draws the renderings (after a signal only if `draw_after_signal`) and says where
+    everything went (outputs.py)."""
+    delivery = Delivery(outputs, draw_after_signal=draw_after_signal)
     delivery.write_data()
     if history is not None:
         history()

@@ -191,6 +191,9 @@ class Delivery:
     failures: list[str] = field(default_factory=list)  # one line each
     notes: list[str] = field(default_factory=list)  # files that went elsewhere than asked
     skipped: list[Path] = field(default_factory=list)  # renderings cut short by a signal
+    # False: after a signal no rendering is begun (under mpirun, which kills every rank 1 s after
+    # it passes Ctrl-C on, the grace would outlast the process and hold up its last words).
+    draw_after_signal: bool = True
 
     def write_data(self) -> None:
         """The data files, in the order given. Signals wait (interrupt.record_only)."""
@@ -202,6 +205,9 @@ class Delivery:
     def render(self) -> None:
         """The renderings; after a signal the urgent ones first, within interrupt.GRACE_S."""
         renders = [o for o in self.outputs if o.render]
+        if interrupt.requested() and not self.draw_after_signal:
+            self.skipped += [o.path for o in renders]
+            return
         if interrupt.requested():
             renders.sort(key=lambda o: not o.urgent)
         try:

@@ -129,7 +129,11 @@ def _gpu_section(result: FleetResult, r: RankReport) -> str:
             "PASS" if verdict is None or verdict.passed else "FAIL: " + "; ".join(verdict.failures)
         )
     )
-    own = f' <a href="{_e(r.report_path)}">its own report</a>' if r.report_path else ""
+    own = ""
+    if r.report_path.endswith(".json"):  # interrupted: data only, `xferscope report` draws it
+        own = f' <a href="{_e(r.report_path)}">its own run.json</a> (not drawn: interrupted)'
+    elif r.report_path:
+        own = f' <a href="{_e(r.report_path)}">its own report</a>'
     return (
         f'<section id="{_anchor(r)}"><h3>rank {r.rank}: {_e(r.label)}</h3>'
         f'<p><b>{_e(status)}</b>{own}</p><dl class="facts">{facts}</dl>{figures}'
