@@ -296,7 +296,11 @@ def test_ctrl_c_keeps_what_was_measured_marked_interrupted(tmp_path):
     # Open MPI passes the Ctrl-C on as SIGTERM and kills every rank 1 s later: the files must be
     # written by then (the old keeper drew each GPU's report first, 0.8 s, and lost the race).
     job.send_signal(signal.SIGINT)
-    _, err = job.communicate(timeout=120)
+    try:
+        _, err = job.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        pytest.fail("mpirun did not end 120 s after Ctrl-C: " + job.communicate()[1][-3000:])
     assert job.returncode != 0
     assert (tmp_path / "f.json").exists(), err
     doc = json.loads((tmp_path / "f.json").read_text())

@@ -150,6 +150,8 @@ def fleet_command(**kw: Any) -> None:
         comm.finalize()
         sys.exit(setup["code"])
     options: FleetOptions = setup["options"]
+    # Loaded before measuring: after a signal mpirun leaves 1 s for writing the data files.
+    common.prepare_renderers(html=True)
     begin_measuring()  # Ctrl-C (mpirun forwards it to every rank) keeps what was measured
     start = time.monotonic()
     created = now()
@@ -220,8 +222,6 @@ def _keeper(directory: Path) -> Any:
     from the rank that measured it (on a shared file system, all in one place; else each node
     keeps its own GPUs'); returns its path relative to the fleet's directory, "" on failure.
     After a signal it writes the data files only, and returns run.json's path."""
-    # run_outputs' own imports (matplotlib, plotly: 0.6 s) load now, not after a signal.
-    from ..report import html, plots  # noqa: F401
     from .outputs import Delivery
     from .run import run_named, run_outputs
 
