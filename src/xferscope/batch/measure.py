@@ -242,8 +242,8 @@ def measure_methods(
     for method, done in trials.items():
         if method in failed:
             out[method] = ("failed", failed[method], (), ())
-        else:  # fewer trials than asked: kept, but not a median to compare
-            status = "complete" if len(done) == options.trials else "interrupted"
+        else:
+            status = plan.trials_status(done, options.trials)
             out[method] = (status, None, tuple(h for h, _ in done), tuple(d for _, d in done))
     return out, interrupted
 

@@ -205,10 +205,10 @@ class Delivery:
     def render(self) -> None:
         """The renderings; after a signal the urgent ones first, within interrupt.GRACE_S."""
         renders = [o for o in self.outputs if o.render]
-        if interrupt.requested() and not self.draw_after_signal:
-            self.skipped += [o.path for o in renders]
-            return
         if interrupt.requested():
+            if not self.draw_after_signal:
+                self.skipped += [o.path for o in renders]
+                return
             renders.sort(key=lambda o: not o.urgent)
         try:
             with interrupt.rendering():

@@ -184,6 +184,12 @@ def interleave(
     return results, failed, False
 
 
+def trials_status(done: Sequence[object], wanted: int) -> str:
+    """ "complete" for a thing that ran all its `wanted` trials, else "interrupted" (a Ctrl-C
+    came first): its trials are kept, but too few for a median to compare."""
+    return "complete" if len(done) == wanted else "interrupted"
+
+
 def timed_trials(
     run: Callable[[int], float], target_s: float, trials: int, warmup_s: float = 0.0
 ) -> tuple[list[float], int]:

@@ -236,7 +236,7 @@ def measure_cells(
             {"status": "failed", "error": failed[method]}
             if method in failed
             else {
-                "status": "complete" if len(done) == repeats[method][1] else "interrupted",
+                "status": plan.trials_status(done, repeats[method][1]),
                 "host_s": tuple(h for h, _ in done),
                 "device_s": tuple(d for _, d in done),
             }
