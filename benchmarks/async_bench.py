@@ -8,8 +8,6 @@ benchmarks/results/async-<gpu>-<date>.json as ../shared/BENCHMARKS.md says.
 
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -17,7 +15,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from foundation import GiB, comparison, write_record
+from foundation import GiB, bench_parser, comparison, write_record
 from xferscope.core.engine import NativeEngine
 from xferscope.core.machine import collect
 from xferscope.pageable.staged import StagedPlan
@@ -54,6 +52,22 @@ def api_bandwidth(
     return point.bandwidth
 
 
+def staged_vs_pinned(engine: NativeEngine, direction: str, staged_bps: float | None = None) -> dict:
+    """The staged copy of 1 GiB of pageable memory (`staged_bps`, or measured now) against
+    cudaMemcpy of pinned memory, API time both: issue 13's staged_1GiB_<direction>_vs_pinned."""
+    if staged_bps is None:
+        staged_bps = api_bandwidth(engine, direction, "pageable", "staged", GiB)
+    return comparison(
+        f"staged_1GiB_{direction}_vs_pinned",
+        staged_bps / 1e9,
+        api_bandwidth(engine, direction, "pinned", "memcpy", GiB) / 1e9,
+        "cudaMemcpy of pinned memory, 1 GiB, API time",
+        "GB/s",
+        True,
+        0.95,
+    )
+
+
 def overlap_efficiency(engine: NativeEngine, memory: str, size: int = 256 * MIB) -> float:
     """Share of CPU work of half the copy's time that was hidden behind a D2H readback."""
     t = engine.open_transfer(0, "d2h", memory, "async", size, 0)
@@ -68,9 +82,7 @@ def overlap_efficiency(engine: NativeEngine, memory: str, size: int = 256 * MIB)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--commit", default=os.environ.get("XFERSCOPE_COMMIT", "unknown"))
-    parser.add_argument("--out", default=str(HERE / "results"))
+    parser = bench_parser(__doc__)
     args = parser.parse_args()
 
     engine = NativeEngine()

@@ -29,7 +29,6 @@ benchmarks/results/batch-<gpu>-<date>.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -41,8 +40,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from async_bench import api_bandwidth
-from foundation import GiB, comparison, write_record
+from async_bench import api_bandwidth, staged_vs_pinned
+from foundation import bench_parser, comparison, write_record
 from xferscope import copy_many
 from xferscope.batch import choose
 from xferscope.batch.copy import COPY_MANY_METHODS
@@ -206,9 +205,7 @@ def calibrate(engine: NativeEngine, directory: Path) -> tuple[BatchResult, float
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--commit", default=os.environ.get("XFERSCOPE_COMMIT", "unknown"))
-    parser.add_argument("--out", default=str(HERE / "results"))
+    parser = bench_parser(__doc__)
     parser.add_argument("--calibration", help="directory of the calibration (made if absent)")
     parser.add_argument("--calibrate-only", action="store_true")
     args = parser.parse_args()
@@ -309,18 +306,7 @@ def main() -> None:
             )
             | {"ratio": round(ratio, 4)}
         )
-    for direction in ("h2d", "d2h"):
-        comparisons.append(
-            comparison(
-                f"staged_1GiB_{direction}_vs_pinned",
-                api_bandwidth(engine, direction, "pageable", "staged", GiB) / 1e9,
-                api_bandwidth(engine, direction, "pinned", "memcpy", GiB) / 1e9,
-                "cudaMemcpy of pinned memory, 1 GiB, API time",
-                "GB/s",
-                True,
-                0.95,
-            )
-        )
+    comparisons += [staged_vs_pinned(engine, direction) for direction in ("h2d", "d2h")]
     figures = {
         "calibration_wall_s": round(calibration_s, 1),
         "cells_chosen_within_5pct_of_best": sum(c["chosen_vs_best"] >= 0.95 for c in cells),

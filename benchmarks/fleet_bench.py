@@ -16,7 +16,6 @@ Writes benchmarks/results/fleet-<gpu>x<n>-<date>.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -26,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from foundation import comparison, write_record
+from foundation import bench_parser, comparison, write_record
 from xferscope.core.engine import NativeEngine
 from xferscope.core.machine import collect
 
@@ -55,9 +54,7 @@ def fleet(ranks: int, *args: str) -> tuple[dict, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--commit", default=os.environ.get("XFERSCOPE_COMMIT", "unknown"))
-    parser.add_argument("--out", default=str(HERE / "results"))
+    parser = bench_parser(__doc__)
     args = parser.parse_args()
     engine = NativeEngine()
     gpus = engine.device_count()

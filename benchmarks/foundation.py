@@ -140,6 +140,15 @@ def default_sweep_wall_s(keep: Path | None) -> tuple[float, dict]:
         return wall, json.loads(path.read_text())
 
 
+def bench_parser(doc: str | None) -> argparse.ArgumentParser:
+    """A benchmark's command line: the first line of its docstring as the description, --commit
+    (the sha the numbers come from; $XFERSCOPE_COMMIT) and --out (benchmarks/results/)."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    parser.add_argument("--commit", default=os.environ.get("XFERSCOPE_COMMIT", "unknown"))
+    parser.add_argument("--out", default=str(HERE / "results"))
+    return parser
+
+
 def comparison(
     name: str,
     ours_value: float,
@@ -211,9 +220,7 @@ def write_record(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--commit", default=os.environ.get("XFERSCOPE_COMMIT", "unknown"))
-    parser.add_argument("--out", default=str(HERE / "results"))
+    parser = bench_parser(__doc__)
     parser.add_argument(
         "--keep-sweep",
         type=Path,

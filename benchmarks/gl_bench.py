@@ -9,15 +9,13 @@ survey's own document beside it (gl-survey-<gpu>-<date>.json).
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
-import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from foundation import comparison, gpu_tag, write_record
+from foundation import bench_parser, comparison, gpu_tag, write_record
 from xferscope.core.engine import NativeEngine
 from xferscope.core.machine import collect
 from xferscope.core.units import parse_size
@@ -42,11 +40,9 @@ def find(result: GlResult, label: str) -> ScenarioResult | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--commit", default=os.environ.get("XFERSCOPE_COMMIT", "unknown"))
+    parser = bench_parser(__doc__)
     parser.add_argument("--bytes", default="1GiB", help="bytes per scenario")
     parser.add_argument("--limit", type=float, default=20.0, help="seconds per scenario")
-    parser.add_argument("--out", default=str(HERE / "results"))
     args = parser.parse_args()
 
     engine = NativeEngine()

@@ -21,9 +21,7 @@ align-<gpu>-<date>.json.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -34,7 +32,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from foundation import comparison, gpu_tag, write_record
+from foundation import bench_parser, comparison, gpu_tag, write_record
 from xferscope.core.engine import NativeEngine
 from xferscope.core.machine import collect
 from xferscope.documents import json as sweep_json
@@ -109,9 +107,7 @@ def torch_misaligned_rate(offset: int, size: int = 16 * MiB, reps: int = 7) -> f
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--commit", default=os.environ.get("XFERSCOPE_COMMIT", "unknown"))
-    parser.add_argument("--out", default=str(HERE / "results"))
+    parser = bench_parser(__doc__)
     args = parser.parse_args()
     out = Path(args.out)
     engine = NativeEngine()

@@ -13,7 +13,6 @@ against PyTorch's pinned copy measured in the same round (goal 0.99).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -25,7 +24,7 @@ from xferscope.core.machine import collect, pci_locality, process_cpus
 from xferscope.core.units import parse_size
 
 sys.path.insert(0, str(Path(__file__).parent))
-from foundation import comparison, write_record
+from foundation import bench_parser, comparison, write_record
 
 KINDS = ("pinned", "wc", "registered", "mapped")
 ROTATION = 256 << 20
@@ -65,11 +64,9 @@ def torch_bandwidth(direction: str, size: int) -> float | None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = bench_parser(__doc__)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--size", default="1GiB")
-    parser.add_argument("--commit", default=os.environ.get("XFERSCOPE_COMMIT", "unknown"))
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results"))
     args = parser.parse_args()
     size = parse_size(args.size)
     engine = NativeEngine()

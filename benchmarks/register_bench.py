@@ -22,7 +22,6 @@ cudaMemcpy of pinned memory. Writes benchmarks/results/register-<gpu>-<date>.jso
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import ctypes.util
 import glob
@@ -38,8 +37,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from async_bench import api_bandwidth
-from foundation import GiB, comparison, write_record
+from async_bench import api_bandwidth, staged_vs_pinned
+from foundation import GiB, bench_parser, comparison, write_record
 from xferscope.core.engine import NativeEngine
 from xferscope.core.machine import collect
 
@@ -157,9 +156,7 @@ def host_memcpy_gbps(source: np.ndarray, threads: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--commit", default=os.environ.get("XFERSCOPE_COMMIT", "unknown"))
-    parser.add_argument("--out", default=str(HERE / "results"))
+    parser = bench_parser(__doc__)
     args = parser.parse_args()
 
     engine = NativeEngine()
@@ -192,7 +189,7 @@ def main() -> None:
     comparisons = []
     staged = {}
     for direction in ("h2d", "d2h"):
-        staged[direction] = api_bandwidth(engine, direction, "pageable", "staged", GiB) / 1e9
+        staged[direction] = api_bandwidth(engine, direction, "pageable", "staged", GiB)
         best = max(
             (k for k in pipelines if k.startswith(direction)),
             key=lambda k: float(pipelines[k]["gbps"]),  # type: ignore[arg-type]
@@ -200,7 +197,7 @@ def main() -> None:
         comparisons.append(
             comparison(
                 f"staged_1GiB_{direction}_vs_register_in_place",
-                staged[direction],
+                staged[direction] / 1e9,
                 float(pipelines[best]["gbps"]),  # type: ignore[arg-type]
                 f"cudaHostRegister of the pageable buffer in {CHUNK >> 20} MiB chunks, each "
                 f"copied once registered, then unregistered; the best of {THREADS} threads "
@@ -210,17 +207,7 @@ def main() -> None:
                 1.0,
             )
         )
-        comparisons.append(
-            comparison(
-                f"staged_1GiB_{direction}_vs_pinned",
-                staged[direction],
-                api_bandwidth(engine, direction, "pinned", "memcpy", GiB) / 1e9,
-                "cudaMemcpy of pinned memory, 1 GiB, API time",
-                "GB/s",
-                True,
-                0.95,
-            )
-        )
+        comparisons.append(staged_vs_pinned(engine, direction, staged[direction]))
     figures = {
         "register_1GiB_s": round(statistics.median(r for r, _ in whole), 5),
         "unregister_1GiB_s": round(statistics.median(u for _, u in whole), 5),

@@ -15,9 +15,7 @@ default run's figures, and its wall time, from that document.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -28,7 +26,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from foundation import TRIALS, GiB, comparison, torch_copy_seconds, write_record
+from foundation import TRIALS, GiB, bench_parser, comparison, torch_copy_seconds, write_record
 
 HERE = Path(__file__).resolve().parent
 
@@ -89,9 +87,7 @@ def torch_p2p_seconds(size: int, a: int = 0, b: int = 1, copies: int = 40) -> fl
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--commit", default=os.environ.get("XFERSCOPE_COMMIT", "unknown"))
-    parser.add_argument("--out", default=str(HERE / "results"))
+    parser = bench_parser(__doc__)
     parser.add_argument("--keep", type=Path, default=None, help="keep the runs' files here")
     parser.add_argument(
         "--default-run",
