@@ -201,10 +201,6 @@ def memories_for(direction: str, memories: tuple[str, ...]) -> tuple[str, ...]:
     return ("device",) if direction == "d2d" else memories
 
 
-# a method's outcome in one cell: status, error, host seconds, device seconds (per trial)
-Outcome = tuple[str, str | None, tuple[float, ...], tuple[float, ...]]
-
-
 def _seconds_of(batch: Any, method: str, many: bool, n: int) -> float:
     """The seconds n iterations of a batch's method take (calibration's run)."""
     return float(batch.time(method, n, many)[0]) * n
@@ -212,14 +208,14 @@ def _seconds_of(batch: Any, method: str, many: bool, n: int) -> float:
 
 def measure_methods(
     batch: Any, options: BatchOptions, methods: list[str]
-) -> tuple[dict[str, Outcome], bool]:
+) -> tuple[dict[str, plan.Outcome], bool]:
     """Each method verified and its repeats calibrated, then the trials interleaved, each in an
     order of its own (plan.trial_order): the methods of a cell are compared with each other, so
     neither what ran just before a method nor drift over the cell's seconds (pageable copies vary
     5-30% from one trial to the next) may favour one. Returns the outcomes and whether a Ctrl-C
     stopped it (the trials done are kept, the methods marked interrupted)."""
     many = options.as_copy_many
-    out: dict[str, Outcome] = {}
+    out: dict[str, plan.Outcome] = {}
     repeats: dict[str, int] = {}
     for method in methods:
         try:
@@ -233,19 +229,13 @@ def measure_methods(
             repeats[method] = plan.repeats_for(options.target_s, calibration.per_iteration_s)
         except (AllocationError, EngineError) as exc:
             out[method] = ("failed", str(exc), (), ())
-    trials, failed, interrupted = plan.interleave(
+    timed, interrupted = plan.timed_outcomes(
         lambda m: batch.time(m, repeats[m], many),
         dict.fromkeys(repeats, options.trials),
         options.seed,
         (AllocationError, EngineError),
     )
-    for method, done in trials.items():
-        if method in failed:
-            out[method] = ("failed", failed[method], (), ())
-        else:
-            status = plan.trials_status(done, options.trials)
-            out[method] = (status, None, tuple(h for h, _ in done), tuple(d for _, d in done))
-    return out, interrupted
+    return out | timed, interrupted
 
 
 def measure(engine: Engine, options: BatchOptions, progress: Progress = QUIET) -> BatchResult:

@@ -190,6 +190,30 @@ def trials_status(done: Sequence[object], wanted: int) -> str:
     return "complete" if len(done) == wanted else "interrupted"
 
 
+# a timed thing's outcome: status, error, host seconds, device seconds (one of each per trial)
+Outcome = tuple[str, str | None, tuple[float, ...], tuple[float, ...]]
+
+
+def timed_outcomes(
+    run: Callable[[str], tuple[float, float]],
+    trials: Mapping[str, int],
+    seed: int = 0,
+    errors: tuple[type[BaseException], ...] = (),
+) -> tuple[dict[str, Outcome], bool]:
+    """Things timed by `run` (host and device seconds of a trial) interleaved as `interleave`
+    runs them, each one's outcome: "failed" with the message of the error that stopped it, else
+    trials_status with its trials' host and device seconds. And whether a Ctrl-C stopped them."""
+    results, failed, stopped = interleave(run, trials, seed, errors)
+    out: dict[str, Outcome] = {}
+    for name, done in results.items():
+        if name in failed:
+            out[name] = ("failed", failed[name], (), ())
+        else:
+            host, device = tuple(h for h, _ in done), tuple(d for _, d in done)
+            out[name] = (trials_status(done, trials[name]), None, host, device)
+    return out, stopped
+
+
 def timed_trials(
     run: Callable[[int], float], target_s: float, trials: int, warmup_s: float = 0.0
 ) -> tuple[list[float], int]:

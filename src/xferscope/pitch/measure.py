@@ -225,21 +225,17 @@ def measure_cells(
             out[method] = prepared
         else:
             repeats[method] = prepared
-    timings, failed, stopped = plan.interleave(
+    timed, stopped = plan.timed_outcomes(
         lambda m: pitched.time(m, repeats[m][0]),
         {m: k for m, (_, k) in repeats.items()},
         options.seed,
         (AllocationError, EngineError),
     )
-    for method, done in timings.items():
+    for method, (status, error, host, device) in timed.items():
         out[method] = (
-            {"status": "failed", "error": failed[method]}
-            if method in failed
-            else {
-                "status": plan.trials_status(done, repeats[method][1]),
-                "host_s": tuple(h for h, _ in done),
-                "device_s": tuple(d for _, d in done),
-            }
+            {"status": status, "error": error}
+            if error is not None
+            else {"status": status, "host_s": host, "device_s": device}
         )
     return {m: out[m] for m in methods}, stopped
 
