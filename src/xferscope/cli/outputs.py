@@ -19,6 +19,7 @@ where each file went.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -107,8 +108,18 @@ class Destination:
             )
         places: dict[str, Place] = {}
         try:
+            claimed: dict[Path, str] = {}
             for role, spec in named.items():
-                places[role] = cls._place(spec, directory, force)
+                places[role] = place = cls._place(spec, directory, force)
+                for suffix in spec.suffixes:
+                    path = files.target(Path(f"{place.path}{suffix}")).absolute()
+                    if path in claimed:
+                        raise OptionError(
+                            spec.option,
+                            f"'{path}' is also where {claimed[path]} writes; give each file "
+                            "a name of its own",
+                        )
+                    claimed[path] = spec.option
         except BaseException:
             if directory is not None:
                 files.remove_if_empty(directory)
@@ -120,17 +131,27 @@ class Destination:
         if spec.value is None:
             assert directory is not None and spec.default is not None
             return Place(directory / spec.default, "--out", False, True)
+        what = "a file name" if spec.suffixes == ("",) else "a prefix for the file names"
+        if spec.value.endswith(("/", os.sep)):
+            raise OptionError(
+                spec.option, f"'{spec.value}' names a directory; give {what} in it instead"
+            )
         path = Path(spec.value).expanduser()
         for suffix in spec.suffixes:
             target = Path(f"{path}{suffix}")
-            if target.is_dir():
-                raise OptionError(spec.option, f"'{target}' is a directory; give a file name")
+            kind = files.special(target)
+            if kind is not None:
+                raise OptionError(
+                    spec.option,
+                    f"'{target}' is {kind}, not a regular file; give {what} "
+                    "(only regular files are written)",
+                )
             if target.exists() and not (force or spec.replace):
                 raise OptionError(
                     spec.option,
                     f"'{target}' exists; give another name, or --force to replace it",
                 )
-        files.probe(spec.option, path.parent, path)
+            files.probe(spec.option, files.target(target).parent, target)
         return Place(path, spec.option, True, force or spec.replace)
 
     def output(

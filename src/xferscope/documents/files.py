@@ -9,6 +9,10 @@ before anything is measured.
   location that cannot be written fails before measuring, with the path the user gave.
 - `new_directory` makes a directory of its own for one result (name, name-2, name-3, ...), by
   mkdir(2), which two processes cannot both win.
+- Only regular files are ever written or replaced. A path that is a FIFO, a device, a socket or
+  a directory is refused (`special`); a symlink is followed and its target written, atomically,
+  in the target's directory (`target`), so the link stays a link and node_exporter's directory
+  keeps whatever links its owner made.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,7 +44,53 @@ def reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
 
 
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISLNK, "a symbolic link that leads nowhere a file can be (a loop)"),
+)
+
+
+def special(path: Path) -> str | None:
+    """What `path` is when it exists and is not a regular file once symlinks are followed ("a
+    FIFO", "a directory", ...); None for a regular file or a free name."""
+    try:
+        mode = os.lstat(target(path)).st_mode
+    except OSError:  # nothing there, or a parent that is no directory: `probe` says which
+        return None
+    for test, kind in _KINDS:
+        if test(mode):
+            return kind
+    return None
+
+
+def target(path: Path) -> Path:
+    """Where writing `path` lands: the file a symlink leads to (the link itself is never
+    replaced), else `path` itself."""
+    path = Path(path)
+    if not path.is_symlink():
+        return path
+    return Path(os.path.realpath(path))
+
+
+class NotRegularFile(OSError):
+    """A path exists and is not a regular file: it is never replaced by one."""
+
+    def __init__(self, path: Path, kind: str) -> None:
+        super().__init__(errno.EINVAL, f"it is {kind}, not a regular file", str(path))
+
+
+def _check_regular(path: Path) -> None:
+    kind = special(path)
+    if kind is not None:
+        raise NotRegularFile(path, kind)
+
+
 def _publish(temp: Path, path: Path, overwrite: bool) -> None:
+    _check_regular(path)  # again: it may have been made one while the command measured
     if overwrite:
         os.replace(temp, path)
         return
@@ -62,8 +113,10 @@ def _publish(temp: Path, path: Path, overwrite: bool) -> None:
 def atomic_path(path: Path, *, overwrite: bool = True, mode: int | None = None) -> Iterator[Path]:
     """Yields a temporary path beside `path` for a writer that wants a file name (matplotlib's
     savefig); publishes it at `path` when the block ends without an exception. The file gets
-    `mode`, by default what the umask allows (mkstemp alone would make it private)."""
-    path = Path(path)
+    `mode`, by default what the umask allows (mkstemp alone would make it private). A symlink
+    at `path` is followed; a path that is not a regular file raises NotRegularFile."""
+    path = target(Path(path))
+    _check_regular(path)
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     temp = Path(name)
     try:

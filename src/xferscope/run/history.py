@@ -31,6 +31,7 @@ from typing import Any
 
 from ..core.errors import XferscopeError
 from ..core.findings import ERROR, WARNING
+from ..documents.files import special
 from ..documents.reader import SchemaError
 from .records import RunResult, run_from_dict, run_to_dict
 
@@ -161,8 +162,9 @@ class History:
 
     def _connect(self) -> sqlite3.Connection:
         path = self.path
-        if path.is_dir():
-            raise HistoryError(f"history {path} is a directory, not a file")
+        kind = special(path)
+        if kind is not None:
+            raise HistoryError(f"history {path} is {kind}, not a regular file")
         if self.readonly:
             if not path.exists():
                 raise HistoryError(f"no history at {path}: no run has been recorded there")

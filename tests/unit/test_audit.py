@@ -1,0 +1,111 @@
+"""The second audit's defects, each reproduced as the audit wrote it: nothing destroyed, nothing
+lost, every bad input one clear line. Each test failed before its fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from xferscope.documents import files
+
+from .test_cli import assert_one_line_error, run
+
+SWEEP = ["sweep", "--simulate", "--quick", "--sizes", "1MiB", "-d", "h2d", "-m", "pinned"]
+RUN = ["run", "--simulate", "--quick", "--no-history"]
+
+
+@pytest.fixture(autouse=True)
+def own_history(tmp_path, monkeypatch):
+    monkeypatch.setenv("XFERSCOPE_HISTORY", str(tmp_path / "history.sqlite3"))
+    monkeypatch.chdir(tmp_path)
+
+
+# ---- 1. writing a file never replaces what is not a regular file --------------------------------
+
+
+def test_a_fifo_is_refused_before_measuring_and_stays_a_fifo(capsys, tmp_path):
+    fifo = tmp_path / "metrics.prom"
+    os.mkfifo(fifo)
+    code, _, err = run(capsys, *RUN, "-o", str(tmp_path / "r"), "--prometheus", str(fifo))
+    assert code == 2
+    assert_one_line_error(code, err, "--prometheus", "is a FIFO", "not a regular file")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())
+
+
+@pytest.mark.parametrize("option", ["--json", "--csv"])
+def test_a_device_node_is_refused_even_with_force(capsys, tmp_path, option):
+    code, _, err = run(capsys, *SWEEP, "-o", str(tmp_path), option, os.devnull, "--force")
+    assert_one_line_error(code, err, option, "is a character device")
+    assert code == 2
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+
+
+def test_a_symlink_is_written_through_to_its_target_and_stays_a_link(capsys, tmp_path):
+    real = tmp_path / "exporter" / "xferscope.prom"
+    real.parent.mkdir()
+    real.write_text("old\n")
+    link = tmp_path / "link.prom"
+    link.symlink_to(real)
+    code, _, err = run(capsys, *RUN, "-o", str(tmp_path / "r"), "--prometheus", str(link))
+    assert code == 0, err
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert "xferscope_" in real.read_text()
+    # the temporary file was made beside the target, and none is left
+    assert sorted(p.name for p in real.parent.iterdir()) == ["xferscope.prom"]
+
+
+def test_a_dangling_symlink_gets_its_target_made(tmp_path):
+    link = tmp_path / "out.json"
+    link.symlink_to(tmp_path / "made.json")
+    files.atomic_write(link, "{}")
+    assert link.is_symlink() and (tmp_path / "made.json").read_text() == "{}"
+
+
+def test_a_symlink_loop_is_refused(capsys, tmp_path):
+    (tmp_path / "a.json").symlink_to(tmp_path / "b.json")
+    (tmp_path / "b.json").symlink_to(tmp_path / "a.json")
+    code, _, err = run(capsys, *SWEEP, "--json", str(tmp_path / "a.json"), "--force")
+    assert_one_line_error(code, err, "--json", "loop")
+
+
+def test_a_path_made_special_while_measuring_is_not_replaced(tmp_path):
+    fifo = tmp_path / "late.json"
+    os.mkfifo(fifo)
+    with pytest.raises(files.NotRegularFile, match="FIFO"):
+        files.atomic_write(fifo, "{}")
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert [p.name for p in tmp_path.iterdir()] == ["late.json"]
+
+
+def test_a_history_that_is_a_fifo_is_refused_not_waited_on(capsys, tmp_path):
+    fifo = tmp_path / "history.fifo"
+    os.mkfifo(fifo)
+    code, _, err = run(capsys, *RUN[:-1], "-o", str(tmp_path), "--history", str(fifo))
+    assert_one_line_error(code, err, "--history", "is a FIFO")
+    assert code == 2
+
+
+# ---- 12. messages that mislead ----------------------------------------------------------------
+
+
+def test_two_options_naming_one_file_are_refused(capsys, tmp_path):
+    same = str(tmp_path / "x")
+    code, _, err = run(capsys, *SWEEP, "--json", same, "--csv", same)
+    assert_one_line_error(code, err, "--csv", "also where --json writes")
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("value", ["plots/", "{tmp}/"])
+def test_a_plot_prefix_naming_a_directory_is_refused(capsys, tmp_path, value):
+    code, _, err = run(capsys, *SWEEP, "--plot", value.format(tmp=tmp_path))
+    assert_one_line_error(code, err, "--plot", "names a directory", "prefix")
+    assert not list(tmp_path.glob("*.png"))
+
+
+def _json(path: Path) -> dict[str, object]:
+    return json.loads(path.read_text())  # type: ignore[no-any-return]
