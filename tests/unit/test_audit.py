@@ -109,3 +109,53 @@ def test_a_plot_prefix_naming_a_directory_is_refused(capsys, tmp_path, value):
 
 def _json(path: Path) -> dict[str, object]:
     return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+
+# ---- 2. fleet: options first, and a missing MPI library is one line ------------------------------
+
+
+@pytest.fixture
+def mpi4py_without_library(monkeypatch):
+    """mpi4py 4 installed where no libmpi is: importing MPI raises RuntimeError."""
+    import sys
+    import types
+
+    package = types.ModuleType("mpi4py")
+
+    def missing(name: str) -> object:
+        raise RuntimeError("cannot load MPI library")
+
+    package.__getattr__ = missing  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "mpi4py", package)
+    monkeypatch.delitem(sys.modules, "mpi4py.MPI", raising=False)
+
+
+def test_fleet_without_an_mpi_library_is_one_line_naming_what_to_install(
+    capsys, mpi4py_without_library
+):
+    code, _, err = run(capsys, "fleet", "--simulate")
+    assert_one_line_error(code, err, "no MPI library", "Open MPI", "MPICH")
+    assert code == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--thresholds", "missing.toml"], "--thresholds"),
+        (["--timeout", "0"], "--timeout"),
+        (["--cases", "nope"], "--cases"),
+        (["--seed", "-1"], "--seed"),
+    ],
+)
+def test_fleet_checks_its_options_before_opening_mpi(
+    capsys, mpi4py_without_library, args, fragment
+):
+    code, _, err = run(capsys, "fleet", "--simulate", *args)
+    assert_one_line_error(code, err, fragment)
+    assert code == 2
+
+
+def test_fleet_ranks_other_than_zero_stay_silent_on_a_bad_option(capsys, monkeypatch):
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "3")
+    code, _, err = run(capsys, "fleet", "--simulate", "--timeout", "0")
+    assert code == 2 and err == ""

@@ -36,6 +36,7 @@ from ..fleet.run import (
     FleetOptions,
     assemble,
     host_name,
+    launch_rank,
     measure_rank,
     now,
     open_comm,
@@ -125,14 +126,22 @@ def fleet_command(**kw: Any) -> None:
     the fleet's median and spread per metric, every GPU's robust z-score, the outliers named
     by node, GPU, bus id and UUID with their likely cause, and each GPU against pass/fail
     thresholds. Exits 1 when any GPU fails, for a scheduler's health check."""
+    # Every rank checks the options before MPI is opened (a bad option never waits on MPI,
+    # nor on a missing MPI library); the launcher's rank 0 says why, in one line.
+    try:
+        options = _options(kw)
+    except XferscopeError as exc:
+        if launch_rank() != 0:
+            sys.exit(exc.exit_code)
+        raise
     comm = open_comm()
-    # Rank 0 checks the options and its outputs before anyone measures; every rank learns the
-    # verdict, so a bad option is one line from rank 0 and no rank measures in vain.
+    # Rank 0 checks its outputs before anyone measures; every rank learns the verdict, so a
+    # bad destination is one line from rank 0 and no rank measures in vain.
     setup: dict[str, Any] = {}
     dest = None
     if comm.rank == 0:
         try:
-            setup = {"options": _options(kw)}
+            setup = {"options": options}
             history = None if kw["no_history"] else _history_file(kw["history_path"])
             if history is not None:
                 check_history(history)
@@ -149,7 +158,7 @@ def fleet_command(**kw: Any) -> None:
             click.echo(f"Error: {setup['error']}", err=True)
         comm.finalize()
         sys.exit(setup["code"])
-    options: FleetOptions = setup["options"]
+    options = setup["options"]
     # Loaded before measuring: after a signal mpirun leaves 1 s for writing the data files.
     common.prepare_renderers(html=True)
     begin_measuring()  # Ctrl-C (mpirun forwards it to every rank) keeps what was measured
