@@ -159,3 +159,27 @@ def test_fleet_ranks_other_than_zero_stay_silent_on_a_bad_option(capsys, monkeyp
     monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "3")
     code, _, err = run(capsys, "fleet", "--simulate", "--timeout", "0")
     assert code == 2 and err == ""
+
+
+# ---- 3. no GPU: the error says that --simulate shows what the command does -------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["run"], ["info"], ["sweep"], ["gl"], ["gemm"], ["batch"], ["pitch"], ["pageable"],
+     ["overlap", "cpu"], ["overlap", "gpu"], ["overlap", "buffers"]],
+)  # fmt: skip
+def test_no_gpu_points_at_simulate(capsys, monkeypatch, command):
+    from xferscope.cli import common
+    from xferscope.core.errors import NoDeviceError
+
+    def no_driver(simulate: bool, **_: object) -> object:
+        if simulate:
+            raise AssertionError("only the real engine is asked for here")
+        raise NoDeviceError("no CUDA device: no NVIDIA driver is loaded on this machine")
+
+    monkeypatch.setattr(common, "open_engine", no_driver)
+    code, _, err = run(capsys, *command)
+    simulated = " ".join(["xferscope", *command, "--simulate"])
+    assert_one_line_error(code, err, "no NVIDIA driver", f"`{simulated}` shows what it does")
+    assert code == 1

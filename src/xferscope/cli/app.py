@@ -11,7 +11,7 @@ from rich.console import Console
 from .. import __version__
 from ..core import interrupt
 from ..core.engine import close_native
-from ..core.errors import XferscopeError
+from ..core.errors import NoDeviceError, XferscopeError
 
 EXIT_INTERRUPTED = 130
 EXIT_VERIFICATION_FAILED = 3
@@ -55,8 +55,32 @@ def _main(argv: list[str] | None) -> int:
         click.echo(f"Error: {exc.format_message()}", err=True)  # one line: never wrapped
         return 2
     except XferscopeError as exc:
-        click.echo(f"Error: {exc}", err=True)
+        message = str(exc)
+        if isinstance(exc, NoDeviceError) and "index" not in message:
+            simulated = _simulated_form(argv)
+            if simulated:
+                message += f"; `{simulated}` shows what it does on a simulated GPU"
+        click.echo(f"Error: {message}", err=True)
         return exc.exit_code
     except SystemExit as exc:
         return int(exc.code or 0)
     return 0
+
+
+def _simulated_form(argv: list[str] | None) -> str | None:
+    """`xferscope <command> --simulate` when the command that ran has --simulate, else None."""
+    args = sys.argv[1:] if argv is None else argv
+    command: click.Command = cli
+    names: list[str] = []
+    for arg in args:
+        if not isinstance(command, click.Group):
+            break
+        if arg.startswith("-"):
+            continue
+        sub = command.commands.get(arg)
+        if sub is None:
+            break
+        command, names = sub, [*names, arg]
+    if not any(p.name == "simulate" for p in command.params):
+        return None
+    return " ".join(["xferscope", *names, "--simulate"])
