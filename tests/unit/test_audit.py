@@ -183,3 +183,98 @@ def test_no_gpu_points_at_simulate(capsys, monkeypatch, command):
     simulated = " ".join(["xferscope", *command, "--simulate"])
     assert_one_line_error(code, err, "no NVIDIA driver", f"`{simulated}` shows what it does")
     assert code == 1
+
+
+# ---- 4. scalars checked up front; a document with NaN in it is still written ------------------
+
+
+@pytest.mark.parametrize(("option", "value"), [("--alpha", "nan"), ("--alpha", "inf"),
+                                               ("--beta", "nan"), ("--beta", "-inf")])  # fmt: skip
+def test_gemm_scalars_are_checked_before_measuring(capsys, tmp_path, option, value):
+    code, _, err = run(capsys, "gemm", "--simulate", "--quick", "-o", str(tmp_path), option, value)
+    assert_one_line_error(code, err, option, f"'{value}'")
+    assert code == 2
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_document_with_non_finite_numbers_is_written_with_nulls():
+    from xferscope.documents.envelope import dumps_document
+
+    text = dumps_document({"a": float("nan"), "b": [1.0, float("inf"), {"c": -float("inf")}]})
+    assert json.loads(text) == {"a": None, "b": [1.0, None, {"c": None}]}
+
+
+def test_a_data_file_that_cannot_be_made_costs_no_other_file(tmp_path):
+    from xferscope.cli.outputs import Delivery, Output, text
+
+    def broken() -> str:
+        raise ValueError("Out of range float values are not JSON compliant")
+
+    outputs = [
+        Output(tmp_path / "a.json", text(broken), "--json", False),
+        Output(tmp_path / "a.csv", text(lambda: "x\n"), "--csv", False),
+    ]
+    delivery = Delivery(outputs)
+    delivery.write_data()
+    assert (tmp_path / "a.csv").read_text() == "x\n"
+    assert delivery.failures == [
+        f"cannot write {tmp_path / 'a.json'}: ValueError: Out of range float values are not "
+        "JSON compliant"
+    ]
+
+
+# ---- 11. one rule per kind of option, in one place ----------------------------------------------
+
+TRIALS_COMMANDS = [["sweep"], ["gemm"], ["batch"], ["pitch"], ["overlap", "cpu"],
+                   ["overlap", "buffers"]]  # fmt: skip
+TARGET_COMMANDS = [["sweep"], ["gemm"], ["batch"], ["pitch"]]
+
+
+@pytest.mark.parametrize("command", TRIALS_COMMANDS)
+@pytest.mark.parametrize("value", ["0", "99999999999999999999", "1.5", "nan", "-3"])
+def test_trials_mean_the_same_everywhere(capsys, command, value):
+    code, _, err = run(capsys, *command, "--simulate", "--trials", value)
+    assert_one_line_error(code, err, f"--trials: '{value}' is not a count from 1 to 1000")
+    assert code == 2
+
+
+@pytest.mark.parametrize("command", TARGET_COMMANDS)
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "61"])
+def test_target_time_means_the_same_everywhere(capsys, command, value):
+    code, _, err = run(capsys, *command, "--simulate", "--target-time", value)
+    assert_one_line_error(
+        code, err, f"--target-time: '{value}' is not a number of seconds from 0.001 to 60"
+    )
+    assert code == 2
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["overlap", "cpu", "--simulate", "--work", "1e9"], "--work"),
+        (["gemm", "--simulate", "--pad", "0"], "--pad: '0' is not a power of two"),
+        (["gemm", "--simulate", "--cpu-sizes", "64"], "--cpu-sizes: measures the CPU"),
+        (["gemm", "--simulate", "--ladder", "64"], "--ladder: measures the CPU"),
+        (["trace", "-g", "abc", "--", "true"], "--device: 'abc' is not a GPU index"),
+        (["history", "-n", "99999999999999999999"], "--limit: '99999999999999999999'"),
+        (["compare", "a.json", "b.json", "--threshold", "nan"], "--threshold: 'nan'"),
+        (
+            ["sweep", "--simulate", "--noise-bound", "0"],
+            "'0' is not a fraction above 0 and below 1",
+        ),
+        (["sweep", "--simulate", "--budget", "-1"], "--budget: '-1'"),
+        (["fleet", "--simulate", "--timeout", "inf"], "--timeout: 'inf'"),
+    ],
+)
+def test_limits_the_audit_found_missing(capsys, args, fragment):
+    code, _, err = run(capsys, *args)
+    assert_one_line_error(code, err, fragment)
+    assert code == 2
+
+
+def test_the_options_dataclass_keeps_the_same_rule():
+    from xferscope.core.errors import OptionError
+    from xferscope.sweep.options import SweepOptions
+
+    with pytest.raises(OptionError, match="--trials: '5000' is not a count from 1 to 1000"):
+        SweepOptions(trials=5000, max_trials=6000)

@@ -52,7 +52,7 @@ def assert_one_line_error(code: int, err: str, *fragments: str) -> None:
         (["--timing", "sundial"], ["--timing", "api, device"]),
         (["--memory", "pageable", "--mechanism", "kernel"], ["--mechanism", "no curve can run"]),
         (["--trials", "0"], ["--trials"]),
-        (["--trials", "many"], ["--trials", "integer"]),
+        (["--trials", "many"], ["--trials", "'many' is not a count from 1 to 1000"]),
         (["--max-trials", "2"], ["--max-trials", "fewer than --trials"]),
         (["--target-time", "0"], ["--target-time"]),
         (["--target-time", "nan"], ["--target-time"]),

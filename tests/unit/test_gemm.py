@@ -91,7 +91,7 @@ def test_the_engine_refuses_what_cannot_run():
             "--shapes-file: cannot read /nonexistent/shapes",
         ),
         (["--trans", "xy"], "--trans: unknown value 'xy'"),
-        (["--samples", "1"], "--samples: 1 is not a count from 2 to 4096"),
+        (["--samples", "1"], "--samples: '1' is not a count from 2 to 4096"),
         (["--precision", "fp8", "--sizes", "8136"], "nothing in this plan can run: fp8 GEMMs need"),
     ],
 )

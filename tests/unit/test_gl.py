@@ -157,7 +157,7 @@ def test_the_survey_preset_plans_every_group_the_paper_reports_on():
         (["--op", "upload", "--method", "readpixels"], "--method: unknown value 'readpixels'"),
         (["--work", "soon"], "--work: 'soon' is not a time"),
         (["--bytes", "lots"], "--bytes: 'lots'"),
-        (["--limit", "0"], "--limit: 0.0 is not a number of seconds above 0"),
+        (["--limit", "0"], "--limit: '0' is not a number of seconds above 0"),
         (["--survey", "--format", "bgra"], "--survey runs its own scenarios"),
         (["--op", "readback", "--method", "gettexture", "--fbo", "off"], "no scenario of these"),
         (["--device", "3"], "--device"),

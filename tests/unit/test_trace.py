@@ -197,7 +197,7 @@ def test_a_program_without_cuda_says_so_and_keeps_its_status(capsys, tmp_path):
         ([], "COMMAND: give the program to trace after --"),
         (["--export", "pdf", "--", "true"], "--export: 'pdf' is not chrome-trace"),
         (["--reference", "guess", "--", "true"], "--reference: 'guess' is not one of"),
-        (["--limit", "0", "--", "true"], "--limit: 0 is not a count"),
+        (["--limit", "0", "--", "true"], "--limit: '0' is not a count"),
         (["-o", "/proc/none", "--", "true"], "--out"),
     ],
 )

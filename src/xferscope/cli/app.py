@@ -12,6 +12,7 @@ from .. import __version__
 from ..core import interrupt
 from ..core.engine import close_native
 from ..core.errors import NoDeviceError, XferscopeError
+from ..core.machine import launch_rank
 
 EXIT_INTERRUPTED = 130
 EXIT_VERIFICATION_FAILED = 3
@@ -52,7 +53,7 @@ def _main(argv: list[str] | None) -> int:
         stderr.print("interrupted")
         return interrupt.exit_status()
     except click.ClickException as exc:
-        click.echo(f"Error: {exc.format_message()}", err=True)  # one line: never wrapped
+        _error(argv, exc.format_message())
         return 2
     except XferscopeError as exc:
         message = str(exc)
@@ -60,15 +61,27 @@ def _main(argv: list[str] | None) -> int:
             simulated = _simulated_form(argv)
             if simulated:
                 message += f"; `{simulated}` shows what it does on a simulated GPU"
-        click.echo(f"Error: {message}", err=True)
+        _error(argv, message)
         return exc.exit_code
     except SystemExit as exc:
         return int(exc.code or 0)
     return 0
 
 
-def _simulated_form(argv: list[str] | None) -> str | None:
-    """`xferscope <command> --simulate` when the command that ran has --simulate, else None."""
+def _error(argv: list[str] | None, message: str) -> None:
+    """The one place an error is printed: one line, never wrapped. Under a launcher (mpirun,
+    srun) only rank 0 of `xferscope fleet` speaks: every rank refuses the same options."""
+    if launch_rank() != 0 and _command_path(argv)[:1] == ["fleet"]:
+        return
+    click.echo(f"Error: {message}", err=True)
+
+
+def _command_path(argv: list[str] | None) -> list[str]:
+    """The names of the command (and subcommand) that ran: ["overlap", "cpu"]."""
+    return _resolve(argv)[1]
+
+
+def _resolve(argv: list[str] | None) -> tuple[click.Command, list[str]]:
     args = sys.argv[1:] if argv is None else argv
     command: click.Command = cli
     names: list[str] = []
@@ -81,6 +94,12 @@ def _simulated_form(argv: list[str] | None) -> str | None:
         if sub is None:
             break
         command, names = sub, [*names, arg]
+    return command, names
+
+
+def _simulated_form(argv: list[str] | None) -> str | None:
+    """`xferscope <command> --simulate` when the command that ran has --simulate, else None."""
+    command, names = _resolve(argv)
     if not any(p.name == "simulate" for p in command.params):
         return None
     return " ".join(["xferscope", *names, "--simulate"])

@@ -29,6 +29,7 @@ from ..batch.measure import (
     to_dict,
 )
 from ..batch.mix import parse_size_mix
+from ..core import limits
 from ..core.errors import OptionError
 from ..core.units import parse_counts
 from ..report.batch_tables import print_batch
@@ -55,6 +56,7 @@ from .common import (
     seed_option,
 )
 from .outputs import Destination, Named, Output, page, text
+from .params import Bounded
 
 
 @cli.command("batch")
@@ -98,11 +100,15 @@ from .outputs import Destination, Named, Output, page, text
     "--target-time",
     default=DEFAULT_TARGET_S,
     show_default=True,
-    type=float,
+    type=Bounded(limits.TARGET_TIME),
     help="Seconds a trial lasts.",
 )
 @click.option(
-    "--trials", default=DEFAULT_TRIALS, show_default=True, type=int, help="Trials per cell."
+    "--trials",
+    default=DEFAULT_TRIALS,
+    show_default=True,
+    type=Bounded(limits.TRIALS),
+    help="Trials per cell.",
 )
 @click.option("-g", "--device", default="0", show_default=True, help="GPU index.")
 @history_options
@@ -159,10 +165,6 @@ def batch_command(ctx: click.Context, /, **kw: Any) -> None:
             raise OptionError("--size-mix", "give --sizes or --size-mix, not both")
         parse_size_mix(kw["size_mix"])  # a bad spec or file: one line, before any measuring
         sizes = ()
-    if not 1e-3 <= kw["target_time"] <= 60:
-        raise OptionError("--target-time", f"{kw['target_time']} is not a number from 0.001 to 60")
-    if not 1 <= kw["trials"] <= 100:
-        raise OptionError("--trials", f"{kw['trials']} is not a count from 1 to 100")
     history = None if kw["no_history"] else _history_file(kw["history_path"])
     engine = common.open_engine(kw["simulate"])
     (device,) = resolve_devices(engine, kw["device"], one=True)

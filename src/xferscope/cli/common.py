@@ -16,7 +16,7 @@ from ..core import engine as core_engine
 from ..core import interrupt
 from ..core.engine import Engine, check_device
 from ..core.errors import OptionError
-from ..sweep.options import parse_devices
+from ..sweep.options import parse_device, parse_devices
 from .app import EXIT_VERIFICATION_FAILED, stderr
 from .outputs import Delivery, Destination, Named, Output
 
@@ -94,10 +94,12 @@ def resolve_devices(
     None (the option not given) means `default`, or every GPU; `one` asks for exactly one."""
     if text is None:
         devices = default if default is not None else tuple(range(engine.device_count()))
+        if one and len(devices) != 1:
+            raise OptionError("--device", "give one GPU index; this runs on one GPU")
+    elif one:
+        devices = (parse_device("--device", text),)
     else:
         devices = parse_devices("--device", text)
-    if one and len(devices) != 1:
-        raise OptionError("--device", f"'{text}': give one GPU index; this runs on one GPU")
     for index in devices:
         check_device(engine, index)
     return devices

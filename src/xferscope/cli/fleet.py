@@ -14,10 +14,10 @@ from typing import Any
 import click
 
 from .. import __version__
-from ..core import interrupt
-from ..core.errors import OptionError, XferscopeError
+from ..core import interrupt, limits
+from ..core.errors import XferscopeError
 from ..fleet import pairs as fleet_pairs
-from ..fleet import thresholds as limits
+from ..fleet import thresholds as fleet_thresholds
 from ..fleet.records import (
     COMPLETE,
     NO_GPU,
@@ -36,7 +36,6 @@ from ..fleet.run import (
     FleetOptions,
     assemble,
     host_name,
-    launch_rank,
     measure_rank,
     now,
     open_comm,
@@ -59,6 +58,7 @@ from .common import (
     seed_option,
 )
 from .outputs import Destination, Named, Output, text
+from .params import Bounded
 
 # Simulated fleets for tests: which ranks are slow (a link trained to x8), fail, hang, have no
 # GPU, or report another version; read only with --simulate.
@@ -92,14 +92,14 @@ TEST_VARIABLE = "XFERSCOPE_FLEET_TEST"
     "--thresholds",
     "thresholds_path",
     default=None,
-    help=f"A TOML file of pass/fail limits ({', '.join(limits.KEYS)}); each defaults to what "
-    "the GPU's own link allows.",
+    help=f"A TOML file of pass/fail limits ({', '.join(fleet_thresholds.KEYS)}); each "
+    "defaults to what the GPU's own link allows.",
 )
 @click.option(
     "--timeout",
     default=300.0,
     show_default=True,
-    type=float,
+    type=Bounded(limits.TIMEOUT),
     help="Seconds rank 0 waits for every report; a rank that has not reported is marked "
     "timed out and the rest of the fleet still reports.",
 )
@@ -127,13 +127,8 @@ def fleet_command(**kw: Any) -> None:
     by node, GPU, bus id and UUID with their likely cause, and each GPU against pass/fail
     thresholds. Exits 1 when any GPU fails, for a scheduler's health check."""
     # Every rank checks the options before MPI is opened (a bad option never waits on MPI,
-    # nor on a missing MPI library); the launcher's rank 0 says why, in one line.
-    try:
-        options = _options(kw)
-    except XferscopeError as exc:
-        if launch_rank() != 0:
-            sys.exit(exc.exit_code)
-        raise
+    # nor on a missing MPI library); the launcher's rank 0 says why, in one line (app.main).
+    options = _options(kw)
     comm = open_comm()
     # Rank 0 checks its outputs before anyone measures; every rank learns the verdict, so a
     # bad destination is one line from rank 0 and no rank measures in vain.
@@ -323,9 +318,7 @@ def _options(kw: dict[str, Any]) -> FleetOptions:
     if kw["cases"].strip():
         keys = tuple(c.key for c in cases.table() if c.direction != "p2p")
         chosen = parse_list("--cases", kw["cases"], keys)
-    if not 1 <= kw["timeout"] <= 86400:
-        raise OptionError("--timeout", f"{kw['timeout']} is not a number of seconds, 1 to 86400")
-    given = limits.load(kw["thresholds_path"])
+    given = fleet_thresholds.load(kw["thresholds_path"])
     return FleetOptions(
         cases=chosen,
         timeout_s=kw["timeout"],

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from ..core import limits
 from ..core.errors import OptionError
 from ..core.units import parse_counts
 from ..gemm.cpu import check_blas, thread_counts, usable_cores
@@ -53,14 +54,9 @@ from .common import (
     seed_option,
 )
 from .outputs import Destination, Named, Output, page, text
+from .params import Bounded
 
 LAYOUTS = {"nn": (False, False), "nt": (False, True), "tn": (True, False), "tt": (True, True)}
-
-
-def _number(option: str, value: float, low: float, high: float) -> float:
-    if not low <= value <= high:
-        raise OptionError(option, f"{value} is not a number from {low:g} to {high:g}")
-    return value
 
 
 @cli.command("gemm")
@@ -81,23 +77,27 @@ def _number(option: str, value: float, low: float, high: float) -> float:
 )
 @click.option("--shapes-file", default=None, help="A file of shapes, one M N K per line.")
 @click.option("--trans", default=None, help="op(A) op(B): nn, nt, tn or tt [default: nn; fp8 tn].")
-@click.option("--alpha", default=1.0, show_default=True, type=float, help="alpha.")
-@click.option("--beta", default=0.0, show_default=True, type=float, help="beta.")
+@click.option("--alpha", default=1.0, show_default=True, type=Bounded(limits.SCALAR), help="alpha.")
+@click.option("--beta", default=0.0, show_default=True, type=Bounded(limits.SCALAR), help="beta.")
 @click.option(
     "--target-time",
     default=DEFAULT_TARGET_S,
     show_default=True,
-    type=float,
+    type=Bounded(limits.TARGET_TIME),
     help="Seconds one trial lasts.",
 )
 @click.option(
-    "--trials", default=DEFAULT_TRIALS, show_default=True, type=int, help="Trials per GEMM."
+    "--trials",
+    default=DEFAULT_TRIALS,
+    show_default=True,
+    type=Bounded(limits.TRIALS),
+    help="Trials per GEMM.",
 )
 @click.option(
     "--samples",
     default=DEFAULT_SAMPLES,
     show_default=True,
-    type=int,
+    type=Bounded(limits.SAMPLES),
     help="Outputs checked against a double-precision reference (2-4096).",
 )
 @click.option(
@@ -107,8 +107,20 @@ def _number(option: str, value: float, low: float, high: float) -> float:
     help="Also time each GEMM with A and B uploaded and C downloaded, from pinned and/or "
     "pageable memory (none: compute only), in sequence and in tiles over streams.",
 )
-@click.option("--tiles", default=8, show_default=True, type=int, help="Column tiles of B and C.")
-@click.option("--streams", default=3, show_default=True, type=int, help="Streams for the tiles.")
+@click.option(
+    "--tiles",
+    default=8,
+    show_default=True,
+    type=Bounded(limits.TILES),
+    help="Column tiles of B and C.",
+)
+@click.option(
+    "--streams",
+    default=3,
+    show_default=True,
+    type=Bounded(limits.STREAMS),
+    help="Streams for the tiles.",
+)
 @click.option(
     "--cpu",
     "cpu_threads",
@@ -135,7 +147,7 @@ def _number(option: str, value: float, low: float, high: float) -> float:
     "--tune",
     default=DEFAULT_TUNE,
     show_default=True,
-    type=int,
+    type=Bounded(limits.TUNE),
     help="Time this many of cuBLASLt's heuristic algorithms for each GEMM and keep the fastest "
     "(0: the heuristic's first choice).",
 )
@@ -164,13 +176,7 @@ def gemm_command(**kw: Any) -> None:
     if kw["trans"]:
         (layout,) = parse_list("--trans", kw["trans"], tuple(LAYOUTS))[:1]
         trans_a, trans_b = LAYOUTS[layout]
-    target = (
-        QUICK_TARGET_S if kw["quick"] else _number("--target-time", kw["target_time"], 1e-3, 60)
-    )
-    if not 1 <= kw["trials"] <= 1000:
-        raise OptionError("--trials", f"{kw['trials']} is not a count from 1 to 1000")
-    if not 2 <= kw["samples"] <= 4096:
-        raise OptionError("--samples", f"{kw['samples']} is not a count from 2 to 4096")
+    target = QUICK_TARGET_S if kw["quick"] else kw["target_time"]
     cpu_threads: tuple[int, ...] = ()
     if kw["cpu_threads"]:
         cores = len(usable_cores())
@@ -182,6 +188,9 @@ def gemm_command(**kw: Any) -> None:
                 raise OptionError(
                     "--cpu", f"{max(cpu_threads)} threads: this process may use {cores} cores"
                 )
+    for option, given in (("--cpu-sizes", kw["cpu_sizes"]), ("--ladder", kw["ladder"])):
+        if given is not None and not cpu_threads:
+            raise OptionError(option, "measures the CPU: give it with --cpu")
     cpu_shapes = parse_sizes("--cpu-sizes", kw["cpu_sizes"]) if kw["cpu_sizes"] else None
     ladder: tuple[int, ...] = LADDER
     if kw["ladder"]:
@@ -190,12 +199,6 @@ def gemm_command(**kw: Any) -> None:
     transfers = parse_list("--transfers", kw["transfers"], ("pinned", "pageable", "none"))
     if "none" in transfers and len(transfers) > 1:
         raise OptionError("--transfers", "none cannot be listed with pinned or pageable")
-    if not 0 <= kw["tune"] <= 8:
-        raise OptionError("--tune", f"{kw['tune']} is not a count from 0 to 8")
-    if not 1 <= kw["tiles"] <= 1024:
-        raise OptionError("--tiles", f"{kw['tiles']} is not a count from 1 to 1024")
-    if not 1 <= kw["streams"] <= 64:
-        raise OptionError("--streams", f"{kw['streams']} is not a count from 1 to 64")
     history = None if kw["no_history"] else _history_file(kw["history_path"])
     engine = common.open_engine(kw["simulate"])
     (device,) = resolve_devices(engine, kw["device"], one=True)
@@ -246,7 +249,7 @@ def gemm_command(**kw: Any) -> None:
 
 def _pad(text: str) -> int:
     value = text.strip().lower()
-    if value in ("off", "0", "none"):
+    if value in ("off", "none"):
         return 0
     if not value.isdigit() or int(value) < 2 or int(value) & (int(value) - 1) or int(value) > 4096:
         raise OptionError("--pad", f"'{text}' is not a power of two from 2 to 4096, or off")

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from ..core import limits
 from ..core.errors import OptionError
 from ..gl.measure import (
     SCHEMA_NAME,
@@ -56,6 +57,7 @@ from .common import (
     seed_option,
 )
 from .outputs import Destination, Named, Output, text
+from .params import Bounded
 
 # The state options: --survey runs its own scenarios, so none of these may come with it.
 STATE_OPTIONS = (
@@ -160,7 +162,7 @@ def _listing(values: tuple[str, ...] | tuple[int, ...]) -> str:
     "--limit",
     default=DEFAULT_LIMIT_S,
     show_default=True,
-    type=float,
+    type=Bounded(limits.GL_LIMIT),
     help="Seconds a scenario may take; a longer one is estimated from its first 10 frames.",
 )
 @click.option("--log-frames", is_flag=True, help="Keep every frame's blocking times (JSON).")

@@ -4,7 +4,6 @@ runs compared metric by metric."""
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,8 @@ from typing import Any
 import click
 from rich.table import Table
 
-from ..core.errors import OptionError, XferscopeError
+from ..core import limits
+from ..core.errors import XferscopeError
 from .app import cli, stdout
 from .common import (
     KINDS,
@@ -24,6 +24,7 @@ from .common import (
     prepare_renderers,
 )
 from .outputs import Destination
+from .params import Bounded
 
 # ---- history, report, compare ------------------------------------------------------------------
 
@@ -35,7 +36,7 @@ from .outputs import Destination
     "--limit",
     default=20,
     show_default=True,
-    type=click.IntRange(min=1),
+    type=Bounded(limits.ROWS),
     help="How many runs, newest first.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
@@ -148,9 +149,7 @@ def report_command(ref: str, history_path: str | None, out: str) -> None:
 
 
 def parse_threshold(value: float) -> float:
-    if not math.isfinite(value) or not 0 <= value <= 10:
-        raise OptionError("--threshold", f"{value} is not a fraction from 0 to 10 (0.05 is 5%)")
-    return value
+    return limits.THRESHOLD.check("--threshold", value)
 
 
 @cli.command("compare")
@@ -161,7 +160,7 @@ def parse_threshold(value: float) -> float:
     "--threshold",
     default=0.05,
     show_default=True,
-    type=float,
+    type=Bounded(limits.THRESHOLD),
     help="Exit non-zero when a metric is SLOWER by more than this fraction (0 to 10).",
 )
 @click.option("--all", "all_rows", is_flag=True, help="List every metric, SAME ones too.")

@@ -269,6 +269,11 @@ class Delivery:
                 if rescued is not None:
                     message += f"; saved it as {rescued} instead"
             self.failures.append(message)
+        except Exception as exc:
+            if output.render:
+                raise  # render() says what a drawing library's error cost
+            # A data file whose content cannot be made: one line, and the others still written.
+            self.failures.append(f"cannot write {output.path}: {type(exc).__name__}: {exc}")
 
     def _publish(self, output: Output, path: Path) -> None:
         with files.atomic_path(path, overwrite=output.replace, mode=output.mode) as temp:

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import click
 
+from ..core import limits
 from ..core.cases import HOST_MEMORY, MECHANISMS
 from ..core.engine import Engine
 from ..core.errors import OptionError, XferscopeError
@@ -18,6 +19,7 @@ from ..core.units import (  # noqa: F401
     parse_seconds,
     parse_seconds_list,
 )
+from ..documents.envelope import dumps_document
 from ..overlap import (
     BUFFERS_SCHEMA,
     CPU_DIRECTIONS,
@@ -54,16 +56,11 @@ from .common import (
     resolve_devices,
 )
 from .outputs import Destination, Named, Output, text
+from .params import Bounded
 
 R = TypeVar("R", OverlapCpuResult, RotationResult, GpuOverlapResult)
 
 # ---- parsing -----------------------------------------------------------------------------------
-
-
-def parse_count(option: str, value: int, least: int = 1) -> int:
-    if value < least:
-        raise OptionError(option, f"{value} is not a count of at least {least}")
-    return value
 
 
 # ---- outputs ----------------------------------------------------------------------------------
@@ -84,14 +81,11 @@ def overlap_named(kind: str, kw: dict[str, Any] | None = None) -> dict[str, Name
 
 def overlap_outputs(result: AnyResult, dest: Destination) -> list[Output]:
     """JSON, CSV and the experiment's plot."""
-    import json
 
     from ..report import overlap_plots
 
     outputs = [
-        dest.output(
-            "json", text(lambda: json.dumps(result.to_dict(), indent=2, allow_nan=False) + "\n")
-        ),
+        dest.output("json", text(lambda: dumps_document(result.to_dict(), indent=2))),
         dest.output("csv", text(result.to_csv)),
     ]
     suffix = overlap_plots.plot_suffix(result)
@@ -221,7 +215,7 @@ def overlap() -> None:
     "--trials",
     default=5,
     show_default=True,
-    type=int,
+    type=Bounded(limits.TRIALS),
     help="Trials per work value; the row is the trial of median total.",
 )
 @_common("cpu")
@@ -238,8 +232,12 @@ def cpu_command(**kw: Any) -> None:
     if len(mechanism) != 1:
         raise OptionError("--mechanism", f"give one of {', '.join(MECHANISMS)}")
     size = parse_size_option("--size", kw["size"])
-    works = None if kw["work"] is None else parse_seconds_list("--work", kw["work"])
-    trials = parse_count("--trials", kw["trials"])
+    works = None
+    if kw["work"] is not None:
+        works = parse_seconds_list("--work", kw["work"])
+        for work in works:
+            limits.WORK.check("--work", work)
+    trials = kw["trials"]
     engine, device = _open(kw)
     check_cpu_plan(engine, device, direction[0], memories, mechanism[0], size, works, trials)
     points = len({0.0, *works}) if works is not None else len(DEFAULT_WORK_FACTORS)
@@ -285,12 +283,18 @@ def cpu_command(**kw: Any) -> None:
     show_default=True,
     help="Bytes per chunk (and per buffer), comma-separated.",
 )
-@click.option("--chunks", default=64, show_default=True, type=int, help="Chunks in the stream.")
+@click.option(
+    "--chunks",
+    default=64,
+    show_default=True,
+    type=Bounded(limits.CHUNKS),
+    help="Chunks in the stream.",
+)
 @click.option(
     "--trials",
     default=3,
     show_default=True,
-    type=int,
+    type=Bounded(limits.TRIALS),
     help="Streams per point; the row is the one of median total.",
 )
 @click.option(
@@ -311,8 +315,7 @@ def buffers_command(**kw: Any) -> None:
         raise OptionError(
             "--chunk-sizes", f"{chunk_sizes[0]} bytes is too small: a chunk is at least 8 bytes"
         )
-    chunks = parse_count("--chunks", kw["chunks"])
-    trials = parse_count("--trials", kw["trials"])
+    chunks, trials = kw["chunks"], kw["trials"]
     max_pinned = (
         None if kw["max_pinned"] is None else parse_size_option("--max-pinned", kw["max_pinned"])
     )
@@ -350,7 +353,7 @@ def buffers_command(**kw: Any) -> None:
     "--chunks-per-stream",
     default=DEFAULT_CHUNKS_PER_STREAM,
     show_default=True,
-    type=int,
+    type=Bounded(limits.CHUNKS),
     help="Chunks per stream: the array goes in K x this many pieces.",
 )
 @click.option(
@@ -368,9 +371,9 @@ def gpu_command(**kw: Any) -> None:
     size = parse_size_option("--size", kw["size"])
     if size % 4:
         raise OptionError("--size", f"{size} bytes is not a multiple of 4 (the array is floats)")
-    streams = parse_counts("--streams", kw["streams"], 1)
-    chunks_per_stream = parse_count("--chunks-per-stream", kw["chunks_per_stream"])
-    works = parse_counts("--work", kw["work"], 0)
+    streams = tuple(map(int, limits.STREAMS.parse_all("--streams", kw["streams"])))
+    chunks_per_stream = kw["chunks_per_stream"]
+    works = tuple(map(int, limits.GPU_WORK.parse_all("--work", kw["work"])))
     engine, device = _open(kw)
     check_gpu_plan(engine, device, size, streams, chunks_per_stream, works)
     _experiment(

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from ..core.errors import OptionError
+from ..core import limits
 from ..pageable.measure import (
     DEFAULT_REPEATS,
     DEFAULT_SENDS,
@@ -40,17 +40,12 @@ from .common import (
     resolve_devices,
 )
 from .outputs import Destination, Maker, Named, Output, text
+from .params import Bounded
 
 
 def parse_sends(option: str, text: str) -> tuple[int, ...]:
-    """Comma-separated whole numbers of sends, each at least 1; sorted, without duplicates."""
-    items = [item.strip() for item in text.split(",") if item.strip()]
-    if not items:
-        raise OptionError(option, "give one or more numbers of sends, such as 1,10,100")
-    for item in items:
-        if not item.isdigit() or int(item) < 1:
-            raise OptionError(option, f"'{item}' is not a whole number of sends of at least 1")
-    return tuple(sorted({int(item) for item in items}))
+    """Comma-separated numbers of sends, each in limits.SENDS; sorted, without duplicates."""
+    return tuple(map(int, limits.SENDS.parse_all(option, text)))
 
 
 @cli.command("pageable")
@@ -71,7 +66,7 @@ def parse_sends(option: str, text: str) -> tuple[int, ...]:
     "--repeats",
     default=DEFAULT_REPEATS,
     show_default=True,
-    type=int,
+    type=Bounded(limits.TRIALS),
     help="Measurements of each cost; the median is used.",
 )
 @output_options("pageable", "PREFIX-<size>.png for each size")
@@ -88,8 +83,6 @@ def pageable_command(
     size."""
     size_list = parse_sizes("--sizes", sizes)
     send_list = parse_sends("--sends", sends)
-    if repeats < 1:
-        raise OptionError("--repeats", f"{repeats} is not a count of at least 1")
     engine = common.open_engine(simulate)
     (index,) = resolve_devices(engine, device, one=True)
     check_memory(engine, index, size_list)

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from ..core import limits
 from ..core.errors import OptionError
 from ..core.units import format_bytes, parse_counts
 from ..pitch.measure import (
@@ -49,6 +50,7 @@ from .common import (
     seed_option,
 )
 from .outputs import Destination, Named, Output, text
+from .params import Bounded
 
 MOST_TOTAL = 1 << 30
 
@@ -85,11 +87,15 @@ MOST_TOTAL = 1 << 30
     "--target-time",
     default=DEFAULT_TARGET_S,
     show_default=True,
-    type=float,
+    type=Bounded(limits.TARGET_TIME),
     help="Seconds a trial lasts.",
 )
 @click.option(
-    "--trials", default=DEFAULT_TRIALS, show_default=True, type=int, help="Trials per cell."
+    "--trials",
+    default=DEFAULT_TRIALS,
+    show_default=True,
+    type=Bounded(limits.TRIALS),
+    help="Trials per cell.",
 )
 @click.option("-g", "--device", default="0", show_default=True, help="GPU index.")
 @history_options
@@ -117,10 +123,6 @@ def pitch_command(**kw: Any) -> None:
     pitches = parse_counts("--host-pitch", kw["host_pitch"], 1)
     if max(pitches) > 64:
         raise OptionError("--host-pitch", f"{max(pitches)}: at most 64 widths apart")
-    if not 1e-3 <= kw["target_time"] <= 60:
-        raise OptionError("--target-time", f"{kw['target_time']} is not a number from 0.001 to 60")
-    if not 1 <= kw["trials"] <= 100:
-        raise OptionError("--trials", f"{kw['trials']} is not a count from 1 to 100")
     history = None if kw["no_history"] else _history_file(kw["history_path"])
     engine = common.open_engine(kw["simulate"])
     (device,) = resolve_devices(engine, kw["device"], one=True)

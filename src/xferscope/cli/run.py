@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 
 from ..core.errors import OptionError
+from ..documents.envelope import dumps_document
 from ..run.records import GpuSection, RunResult, run_from_dict
 from ..sweep.records import SweepResult
 from . import common
@@ -58,9 +58,7 @@ def run_outputs(result: RunResult, dest: Destination) -> list[Output]:
     from ..run.records import run_to_dict
 
     outputs = [
-        dest.output(
-            "json", text(lambda: json.dumps(run_to_dict(result), indent=2, allow_nan=False) + "\n")
-        ),
+        dest.output("json", text(lambda: dumps_document(run_to_dict(result), indent=2))),
         dest.output("points", text(lambda: run_points_csv(result))),
         dest.output("metrics", text(lambda: run_metrics_csv(result))),
     ]

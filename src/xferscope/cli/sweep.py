@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from ..core import cases, plan
+from ..core import cases, limits, plan
 from ..core.cases import HOST_MEMORY, MECHANISMS, TIMINGS
 from ..core.errors import OptionError
 from ..core.units import format_bytes, parse_counts
@@ -37,6 +37,7 @@ from .common import (
     seed_option,
 )
 from .outputs import Destination, Maker, Named, Output, text
+from .params import Bounded
 
 # ---- sweep -------------------------------------------------------------------------------------
 
@@ -93,7 +94,9 @@ ALIGNMENT_SIZES = (4096, 65536, 1 << 20, 16 << 20)
 )
 @click.option("--min-size", default=None, help="Smallest size of the range [default: 1].")
 @click.option("--max-size", default=None, help="Largest size of the range [default: 1GiB].")
-@click.option("--steps", default=None, type=int, help="Sizes per doubling [default: 1].")
+@click.option(
+    "--steps", default=None, type=Bounded(limits.STEPS), help="Sizes per doubling [default: 1]."
+)
 @click.option(
     "--perturbation",
     default=None,
@@ -102,7 +105,7 @@ ALIGNMENT_SIZES = (4096, 65536, 1 << 20, 16 << 20)
 @click.option(
     "--target-time",
     default=None,
-    type=float,
+    type=Bounded(limits.TARGET_TIME),
     help=f"Seconds one trial lasts [default: {plan.DEFAULT_TARGET_S}; "
     f"{plan.QUICK_TARGET_S} with --quick].",
 )
@@ -110,23 +113,26 @@ ALIGNMENT_SIZES = (4096, 65536, 1 << 20, 16 << 20)
     "--trials",
     default=plan.DEFAULT_TRIALS,
     show_default=True,
-    type=int,
+    type=Bounded(limits.TRIALS),
     help="Trials per size (more, up to --max-trials, while noisier than --noise-bound).",
 )
 @click.option(
-    "--max-trials", default=None, type=int, help="Most trials per size [default: 2 x --trials]."
+    "--max-trials",
+    default=None,
+    type=Bounded(limits.TRIALS),
+    help="Most trials per size [default: 2 x --trials].",
 )
 @click.option(
     "--noise-bound",
     default=plan.DEFAULT_NOISE_BOUND,
     show_default=True,
-    type=float,
+    type=Bounded(limits.NOISE_BOUND),
     help="Relative noise (1.4826 MAD / median) under which a size needs no more trials.",
 )
 @click.option(
     "--budget",
     default=None,
-    type=float,
+    type=Bounded(limits.BUDGET),
     help=f"Most seconds one curve may take; trials shorten to fit and sizes that still "
     f"do not fit are cut short and labelled. 0 = no limit "
     f"[default: {plan.DEFAULT_BUDGET_S:g}; {plan.QUICK_BUDGET_S:g} with --quick].",
@@ -169,7 +175,7 @@ ALIGNMENT_SIZES = (4096, 65536, 1 << 20, 16 << 20)
 @click.option(
     "--rounds",
     default=None,
-    type=int,
+    type=Bounded(limits.ROUNDS),
     help="Measure every curve this many times, in alternating order, and pool the trials, so "
     "drift during the run falls on every curve alike [default: 1; 2 with --alignment].",
 )
@@ -273,8 +279,6 @@ def build_sweep_options(kw: dict[str, Any]) -> SweepOptions:
                 "--max-size", f"{format_bytes(high)} is smaller than --min-size {format_bytes(low)}"
             )
         steps = 1 if kw["steps"] is None else kw["steps"]
-        if steps < 1:
-            raise OptionError("--steps", f"{steps} is not a count of at least 1")
         perturbation = 0
         if kw["perturbation"] not in (None, "0"):
             perturbation = parse_size_option("--perturbation", kw["perturbation"])
@@ -290,8 +294,6 @@ def build_sweep_options(kw: dict[str, Any]) -> SweepOptions:
         if kw["budget"] is not None
         else (plan.QUICK_BUDGET_S if quick else plan.DEFAULT_BUDGET_S)
     )
-    if budget < 0 or budget != budget:
-        raise OptionError("--budget", f"{budget} is not a number of seconds (0 = no limit)")
     trials = kw["trials"]
     return SweepOptions(
         directions=parse_list("--direction", kw["direction"], DIRECTIONS),

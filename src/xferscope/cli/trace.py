@@ -12,9 +12,10 @@ from typing import Any
 import click
 
 from .. import __version__
-from ..core import interrupt, machine
+from ..core import interrupt, limits, machine
 from ..core.errors import OptionError, XferscopeError
 from ..report.trace_tables import print_trace
+from ..sweep.options import parse_device
 from ..trace.analyze import analyze
 from ..trace.document import (
     SCHEMA_NAME,
@@ -45,6 +46,7 @@ from .common import (
     register,
 )
 from .outputs import Destination, Named, Output, page, text
+from .params import Bounded
 
 REFERENCES = ("auto", "history", "measure", "none")
 
@@ -64,7 +66,7 @@ REFERENCES = ("auto", "history", "measure", "none")
     "--limit",
     default=DEFAULT_LIMIT,
     show_default=True,
-    type=int,
+    type=Bounded(limits.ROWS),
     help="Records of each kind kept; beyond, only counted (the totals stay exact).",
 )
 @click.option(
@@ -93,8 +95,7 @@ def trace_command(**kw: Any) -> None:
         )
     if kw["export"] not in (None, "chrome-trace"):
         raise OptionError("--export", f"'{kw['export']}' is not chrome-trace")
-    if kw["limit"] < 1:
-        raise OptionError("--limit", f"{kw['limit']} is not a count of 1 or more")
+    kw["device"] = str(parse_device("--device", kw["device"]))
     history = None if kw["no_history"] else _history_file(kw["history_path"])
     if history is not None:
         check_history(history)

@@ -13,6 +13,19 @@ from . import links, nvml
 from .engine import Engine, format_cuda_version
 from .simulate import SIMULATED_LINK
 
+# Where launchers put a process's rank before MPI is opened: Open MPI, PMIx, MPICH/Hydra, Slurm.
+RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
+
+
+def launch_rank() -> int:
+    """This process's rank as its launcher (mpirun, srun) announced it, 0 when started alone:
+    which rank speaks for all when `xferscope fleet` refuses an option before opening MPI."""
+    for name in RANK_VARIABLES:
+        value = os.environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
+
 
 def _read(path: Path) -> str | None:
     try:

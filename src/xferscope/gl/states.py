@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..core import limits
 from ..core.errors import OptionError
 from ..core.native import engine_module
 from ..core.units import parse_seconds_list
@@ -157,8 +158,7 @@ def parse_options(
         if method
         else tuple(m for m in ("texsubimage", "readpixels") if m in accepted)
     )
-    if not limit > 0:
-        raise OptionError("--limit", f"{limit} is not a number of seconds above 0")
+    limits.GL_LIMIT.check("--limit", limit)
     total = QUICK_BYTES if quick else DEFAULT_BYTES
     if bytes_text:
         total = parse_size_option("--bytes", bytes_text)

@@ -26,7 +26,6 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from ..core.errors import AllocationError, OptionError, XferscopeError
 from ..core.findings import Finding, corrupted
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
-from ..documents.envelope import document_header, header_fields
+from ..documents.envelope import document_header, dumps_document, header_fields
 from ..documents.reader import Field, check_schema
 from ..run.records import PINNING_KEYS
 from .staged import StagedPlan
@@ -438,7 +437,7 @@ def from_dict(d: dict[str, Any]) -> PageableResult:
 
 
 def dumps_json(result: PageableResult) -> str:
-    return json.dumps(to_dict(result), indent=2, allow_nan=False) + "\n"
+    return dumps_document(to_dict(result), indent=2)
 
 
 CSV_COLUMNS = (

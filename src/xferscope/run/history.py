@@ -31,6 +31,7 @@ from typing import Any
 
 from ..core.errors import XferscopeError
 from ..core.findings import ERROR, WARNING
+from ..documents.envelope import dumps_document
 from ..documents.files import special
 from ..documents.reader import SchemaError
 from .records import RunResult, run_from_dict, run_to_dict
@@ -278,7 +279,7 @@ class History:
         grow)."""
         entry = result if isinstance(result, Entry) else run_entry(result)
         try:
-            document = json.dumps(entry.document, allow_nan=False)
+            document = dumps_document(entry.document, indent=None)
         except (TypeError, ValueError) as exc:
             raise HistoryError(
                 f"cannot add the {entry.kind} to history {self.path}: it is not valid JSON ({exc})"

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..core import cases, plan
+from ..core import cases, limits, plan
 from ..core.errors import OptionError
 from ..core.units import SIZE_HELP, parse_size
 from .records import CurveConfig
@@ -56,11 +55,12 @@ def parse_devices(option: str, text: str) -> tuple[int, ...]:
     return tuple(dict.fromkeys(devices))
 
 
-def positive_float(option: str, value: float, allow_zero: bool = False) -> float:
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        bound = "0 or more" if allow_zero else "more than 0"
-        raise OptionError(option, f"{value} is not a number of seconds {bound}")
-    return value
+def parse_device(option: str, text: str) -> int:
+    """One GPU index: parse_devices' rule, for the commands that run on one GPU."""
+    devices = parse_devices(option, text)
+    if len(devices) != 1:
+        raise OptionError(option, f"'{text}': give one GPU index; this runs on one GPU")
+    return devices[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,19 +92,18 @@ class SweepOptions:
     def __post_init__(self) -> None:
         if not self.sizes or min(self.sizes) < 1:
             raise OptionError("--sizes", "give one or more sizes of at least 1 byte")
-        if self.trials < 1:
-            raise OptionError("--trials", f"{self.trials} is not a count of at least 1")
+        limits.TRIALS.check("--trials", self.trials)
+        limits.TRIALS.check("--max-trials", self.max_trials)
         if self.max_trials < self.trials:
             raise OptionError(
                 "--max-trials", f"{self.max_trials} is fewer than --trials {self.trials}"
             )
-        positive_float("--target-time", self.target_s)
+        limits.TARGET_TIME.check("--target-time", self.target_s)
         if self.budget_s is not None:
-            positive_float("--budget", self.budget_s)
+            limits.BUDGET.check("--budget", self.budget_s)
         if self.cache not in CACHE_STATES:
             raise OptionError("--cache", f"'{self.cache}' is not one of {', '.join(CACHE_STATES)}")
-        if not 1 <= self.rounds <= 10:
-            raise OptionError("--rounds", f"{self.rounds} is not a count from 1 to 10")
+        limits.ROUNDS.check("--rounds", self.rounds)
         most = int(cases.LIMITS["most_offset"])
         for option, offsets in (
             ("--host-offset", self.host_offsets),
@@ -112,10 +111,7 @@ class SweepOptions:
         ):
             if not offsets or any(not 0 <= o <= most for o in offsets):
                 raise OptionError(option, f"give offsets in bytes from 0 to {most}")
-        if not 0 < self.noise_bound < 1:
-            raise OptionError(
-                "--noise-bound", f"{self.noise_bound} is not a fraction between 0 and 1"
-            )
+        limits.NOISE_BOUND.check("--noise-bound", self.noise_bound)
 
     def configs(self) -> tuple[list[CurveConfig], list[str]]:
         """Every curve the options ask for, and a note for each combination that cannot run.
@@ -170,6 +166,7 @@ class SweepOptions:
 __all__ = [
     "DIRECTIONS",
     "SweepOptions",
+    "parse_device",
     "parse_devices",
     "parse_list",
     "parse_size_option",

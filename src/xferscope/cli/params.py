@@ -1,0 +1,39 @@
+"""Click's side of core/limits.py: a parameter type per range, so a numeric option is parsed and
+checked as it is read, with the one message every command gives."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..core.limits import Range
+
+
+def option_name(param: click.Parameter | None) -> str:
+    """The option as a person types it: its longest name (--target-time, not -t)."""
+    if param is None:
+        return "value"
+    names = [n for n in getattr(param, "opts", ()) if n.startswith("-")]
+    return max(names, key=len) if names else (param.name or "value").upper()
+
+
+class Bounded(click.ParamType):  # type: ignore[type-arg]
+    """A number within a core.limits.Range; counts come back as int, the rest as float."""
+
+    def __init__(self, bounds: Range) -> None:
+        self.bounds = bounds
+        self.name = "integer" if bounds.kind == "count" else "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        option = option_name(param)
+        if isinstance(value, bool):
+            value = str(value)
+        if isinstance(value, (int, float)):
+            self.bounds.check(option, value)
+        else:
+            value = self.bounds.parse(option, str(value))
+        return int(value) if self.bounds.kind == "count" else float(value)
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return "N" if self.bounds.kind == "count" else "X"
