@@ -70,6 +70,15 @@ void bind_gemm(nb::module_& m) {
       },
       "precision"_a, "m"_a, "n"_a, "k"_a, "trans_a"_a, "trans_b"_a, "compute_capability"_a = -1,
       "Why the engine cannot run this GEMM, or ''.");
+  m.def(
+      "gemm_bytes_needed",
+      [](const std::string& precision, std::int64_t m_, std::int64_t n, std::int64_t k,
+         int copies) {
+        return gemm::Gemm::bytes_needed(
+            spec_of(0, precision, m_, n, k, false, false, 1.0, 0.0, 0, 0), copies);
+      },
+      "precision"_a, "m"_a, "n"_a, "k"_a, "copies"_a = 1,
+      "Device memory a GEMM holds: A, B, C and D `copies` times, and the workspace.");
   m.def("cublaslt_version", &gemm::cublaslt_version);
 
   nb::class_<gemm::GemmVerification>(m, "GemmVerification",

@@ -278,3 +278,217 @@ def test_the_options_dataclass_keeps_the_same_rule():
 
     with pytest.raises(OptionError, match="--trials: '5000' is not a count from 1 to 1000"):
         SweepOptions(trials=5000, max_trials=6000)
+
+
+# ---- 5. a plan is bounded by what can be measured and written; signals work while writing -------
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--steps", "200"], "--steps"),
+        (["--steps", "256", "-d", "h2d,d2h,d2d", "-m", "pinned,pageable,wc"], "--steps"),
+        (["--sizes", ",".join(str(n) for n in range(1, 12_002))], "--sizes"),
+    ],
+)
+def test_a_sweep_too_large_to_measure_is_refused_with_its_size(capsys, tmp_path, args, option):
+    code, _, err = run(capsys, "sweep", "--simulate", "--quick", "-o", str(tmp_path), *args)
+    assert_one_line_error(code, err, option, "this plan has", "points", "at most 10000")
+    assert code == 2 and not list(tmp_path.iterdir())
+
+
+def test_steps_beyond_the_limit_are_refused(capsys):
+    code, _, err = run(capsys, "sweep", "--simulate", "--steps", "100000")
+    assert_one_line_error(code, err, "--steps: '100000' is not a count from 1 to 256")
+
+
+def test_gemm_ranges_are_bounded_before_they_are_expanded(capsys):
+    code, _, err = run(capsys, "gemm", "--simulate", "--sizes", "1:2000000000:1")
+    assert_one_line_error(code, err, "--sizes", "this plan has 2000000000 points")
+
+
+def test_a_signal_while_writing_after_an_earlier_one_stops_the_writing(tmp_path):
+    from xferscope.cli.outputs import Delivery, Output, text
+    from xferscope.core import interrupt
+
+    def second_signal() -> str:
+        interrupt._handler(2, None)  # what a second Ctrl-C does while the CSV is written
+        return "never written"
+
+    (tmp_path / "a.csv").write_text("earlier\n")
+    with interrupt.handling():
+        interrupt.record_only()
+        interrupt.request()  # the first Ctrl-C, while measuring
+        delivery = Delivery(
+            [
+                Output(tmp_path / "a.json", text(lambda: "{}"), "--json", False),
+                Output(tmp_path / "a.csv", text(second_signal), "--csv", True),
+                Output(tmp_path / "b.csv", text(lambda: "x"), "--csv", False),
+            ]
+        )
+        delivery.write_data()
+    assert (tmp_path / "a.json").read_text() == "{}"
+    assert (tmp_path / "a.csv").read_text() == "earlier\n"  # the cut file is not replaced
+    assert delivery.unwritten == [tmp_path / "a.csv", tmp_path / "b.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.csv", "a.json"]
+    assert not delivery.ok
+
+
+def test_signals_before_writing_never_cut_it(tmp_path):
+    from xferscope.cli.outputs import Delivery, Output, text
+    from xferscope.core import interrupt
+
+    with interrupt.handling():
+        interrupt.record_only()
+        interrupt.request()
+        interrupt.request()  # two Ctrl-C while measuring
+        delivery = Delivery([Output(tmp_path / "a.json", text(lambda: "{}"), "--json", False)])
+        delivery.write_data()
+    assert (tmp_path / "a.json").read_text() == "{}" and delivery.ok
+
+
+# ---- 6. batch --calibrate: the store is checked first; a part of the grid is never stored --------
+
+
+def test_calibrate_checks_where_it_stores_before_measuring(capsys, tmp_path, monkeypatch):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    monkeypatch.setenv("XFERSCOPE_CALIBRATION", str(blocker / "calibration"))
+    code, _, err = run(capsys, "batch", "--simulate", "--calibrate", "-o", str(tmp_path / "o"))
+    assert_one_line_error(code, err, "--calibrate")
+    assert code == 2 and not (tmp_path / "o").exists()
+
+
+def test_a_partial_calibration_is_never_stored(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("XFERSCOPE_CALIBRATION", str(tmp_path / "cal"))
+    code, _, err = run(capsys, "batch", "--simulate", "--calibrate", "--counts", "4",
+                       "-o", str(tmp_path / "o"))  # fmt: skip
+    assert code == 0, err
+    assert "--counts given" in err and "calibration not stored" in err
+    assert not list((tmp_path / "cal").glob("*.json"))
+
+
+def test_a_calibration_from_another_gpu_or_partial_decides_nothing(tmp_path, monkeypatch):
+    from xferscope.batch import choose
+    from xferscope.batch.measure import BatchOptions, dumps_json, measure
+    from xferscope.core.simulate import SimulatedEngine
+
+    monkeypatch.setenv("XFERSCOPE_CALIBRATION", str(tmp_path))
+    engine = SimulatedEngine()
+    whole = measure(engine, BatchOptions(counts=choose.CALIBRATION_COUNTS,
+                                         sizes=choose.CALIBRATION_SIZES, target_s=0.002,
+                                         trials=1, as_copy_many=True))  # fmt: skip
+    real_gpu = "GPU-12345678-aaaa-bbbb-cccc-0123456789ab"
+    # the simulated GPU's whole calibration, copied to where a real GPU's would be
+    choose.calibration_path(real_gpu).parent.mkdir(parents=True, exist_ok=True)
+    choose.calibration_path(real_gpu).write_text(dumps_json(whole))
+    assert choose._read(choose.calibration_path(real_gpu), real_gpu) is None
+    simulated = choose.gpu_key(engine.device_info(0))
+    path = choose.save(whole, simulated)
+    assert choose._read(path, simulated) is not None
+    part = measure(engine, BatchOptions(counts=(4,), sizes=(4096,), target_s=0.002, trials=1,
+                                        as_copy_many=True))  # fmt: skip
+    with pytest.raises(ValueError, match="unmeasured"):
+        choose.save(part, simulated)
+
+
+# ---- 7, 8, 10. nothing can run: exit 2 before measuring, or 1 with an Error line -----------------
+
+
+def test_pitch_with_no_runnable_cell_is_refused_up_front(capsys, tmp_path):
+    code, _, err = run(capsys, "pitch", "--simulate", "--methods", "span", "--direction", "d2h",
+                       "-o", str(tmp_path))  # fmt: skip
+    assert_one_line_error(code, err, "--methods", "nothing in this plan can run")
+    assert code == 2 and not list(tmp_path.iterdir())
+
+
+def test_gl_where_every_scenario_fails_exits_1_saying_so(capsys, tmp_path):
+    code, out, err = run(capsys, "gl", "--simulate", "--quick", "--format", "rgba_integer",
+                         "--type", "float", "-o", str(tmp_path), "--no-history")  # fmt: skip
+    assert code == 1
+    assert "Error: every scenario failed" in err
+    assert "the other scenarios ran" not in out + err
+
+
+def test_gemm_shape_larger_than_the_gpu_is_refused_up_front(capsys, tmp_path):
+    code, _, err = run(capsys, "gemm", "--simulate", "--sizes", "1000000", "-o", str(tmp_path))
+    assert_one_line_error(code, err, "--sizes: '1000000'", "in all")
+    assert code == 2 and not list(tmp_path.iterdir())
+
+
+# ---- 9. hostile input files ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", [["report"], ["compare", "{path}"]])
+def test_deeply_nested_json_is_one_line(capsys, tmp_path, command):
+    path = tmp_path / "deep.json"
+    path.write_text('{"schema": "xferscope-run", "x": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    args = [a.format(path=path) for a in command]
+    code, _, err = run(capsys, *args, str(path))
+    assert_one_line_error(code, err, "nested too deeply")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["report", "{fifo}"],
+        ["gemm", "--simulate", "--shapes-file", "{fifo}"],
+        ["fleet", "--simulate", "--thresholds", "{fifo}"],
+        ["batch", "--simulate", "--size-mix", "file:{fifo}"],
+    ],
+)
+def test_an_input_file_that_is_a_fifo_is_refused_not_waited_on(capsys, tmp_path, args):
+    fifo = tmp_path / "input"
+    os.mkfifo(fifo)
+    code, _, err = run(capsys, *[a.format(fifo=fifo) for a in args])
+    assert_one_line_error(code, err, "FIFO")
+
+
+def test_report_of_a_nan_says_nan(capsys, tmp_path):
+    path = tmp_path / "nan.json"
+    code, _, _ = run(capsys, *SWEEP, "--json", str(path))
+    assert code == 0
+    path.write_text(path.read_text().replace('"wall_s": ', '"wall_s": NaN, "old": ', 1))
+    code, _, err = run(capsys, "report", str(path), "-o", str(tmp_path))
+    assert_one_line_error(code, err, "expected a finite number, found NaN")
+
+
+# ---- 12. messages that mislead (continued) --------------------------------------------------------
+
+
+def test_compare_of_two_kinds_does_not_offer_force(capsys, tmp_path):
+    run_json, gemm_json = tmp_path / "run.json", tmp_path / "gemm.json"
+    assert run(capsys, *RUN, "-o", str(tmp_path / "r"))[0] == 0
+    assert run(capsys, "gemm", "--simulate", "--quick", "--no-history", "--sizes", "256",
+               "--precision", "fp32", "--json", str(gemm_json), "-o", str(tmp_path))[0] == 0  # fmt: skip
+    (found,) = (tmp_path / "r").glob("run-*/run.json")
+    run_json.write_text(found.read_text())
+    for extra in ([], ["--force"]):
+        code, _, err = run(capsys, "compare", str(run_json), str(gemm_json), *extra)
+        assert_one_line_error(code, err, "one kind")
+        assert "--force" not in err
+
+
+def test_sizes_too_large_blame_the_option_given(capsys):
+    code, _, err = run(capsys, "sweep", "--simulate", "--sizes", "64TiB")
+    assert_one_line_error(code, err, "--sizes")
+    assert "--max-size" not in err
+
+
+# ---- 13. a Ctrl-C in the middle of a size keeps that size's trials ------------------------------
+
+
+def test_pageable_interrupted_mid_size_keeps_what_was_measured(capsys, tmp_path, monkeypatch):
+    from xferscope.core.simulate import SimulatedEngine
+
+    monkeypatch.setattr(
+        "xferscope.cli.common.open_engine", lambda s, **k: SimulatedEngine(interrupt_after=7)
+    )
+    code, _, err = run(capsys, "pageable", "--simulate", "--sizes", "1MiB,1GiB", "--sends",
+                       "1,10", "-o", str(tmp_path))  # fmt: skip
+    assert code == 130, err
+    (doc,) = tmp_path.glob("pageable-*/pageable.json")
+    data = _json(doc)
+    assert data["interrupted"] is True
+    (size,) = data["sizes"]  # type: ignore[misc]
+    assert size["bytes"] == 1 << 30 and size["samples"]["staged_copy_s"]

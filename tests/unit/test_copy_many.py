@@ -238,11 +238,16 @@ def test_a_stored_calibration_decides_and_explains(places):
 
 def test_batch_calibrate_stores_what_copy_many_reads(capsys, tmp_path, places):
     code = cli.main(["batch", "--simulate", "--calibrate", "--counts", "1,64", "--sizes",
-                     "4KiB", "-o", str(tmp_path / "out")])  # fmt: skip
+                     "4KiB", "-o", str(tmp_path / "part")])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "--counts, --sizes given" in err and "calibration not stored" in err
+    assert not list(places.glob("copy-many-*.json"))  # a part of the grid is never stored
+    code = cli.main(["batch", "--simulate", "--calibrate", "-o", str(tmp_path / "out")])
     out, err = capsys.readouterr()
     assert code == 0, err
     stored = list(places.glob("copy-many-*.json"))
-    assert len(stored) == 1 and "calibration stored in" in out
+    assert len(stored) == 1 and "calibration stored in" in out and "simulated GPU" in out
     doc = json.loads(stored[0].read_text())
     assert doc["options"]["as_copy_many"] is True
     assert {c["method"] for c in doc["cells"]} == {
@@ -323,7 +328,13 @@ def test_calibrate_measures_where_the_staged_copy_pays_and_the_copier_uses_it(pl
     before.close()
     result = measure(
         engine,
-        BatchOptions(counts=(1, 4), sizes=(4096,), target_s=0.002, trials=2, as_copy_many=True),
+        BatchOptions(
+            counts=CALIBRATION_COUNTS,
+            sizes=CALIBRATION_SIZES,
+            target_s=0.002,
+            trials=2,
+            as_copy_many=True,
+        ),
     )
     assert {p.size for p in result.staged} == set(STAGED_SIZES)
     assert {p.direction for p in result.staged} == {"h2d", "d2h"}

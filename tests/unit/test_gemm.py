@@ -137,9 +137,20 @@ def test_a_wrong_result_fails_verification_and_exits_3(capsys, tmp_path, monkeyp
     assert "FAILED" in out and "differ from the double-precision reference" in out
 
 
-def test_a_shape_too_large_says_what_it_needs_and_the_rest_runs(capsys, tmp_path):
+def test_a_shape_larger_than_the_gpu_is_refused_before_measuring(capsys, tmp_path):
     code, _, err = run(
         capsys, *QUICK, "-o", str(tmp_path), "--precision", "fp64", "--sizes", "1024,200000"
+    )
+    assert code == 2 and err.startswith("Error: --sizes: '200000'") and "in all" in err
+    assert len(err.splitlines()) == 1 and not list(tmp_path.iterdir())
+
+
+def test_a_shape_too_large_for_the_free_memory_says_what_it_needs_and_the_rest_runs(
+    capsys, tmp_path
+):
+    # 66200^2 fp64 needs 140.3 GB: under the simulated GPU's 141 GB, over its 139.9 GB free
+    code, _, err = run(
+        capsys, *QUICK, "-o", str(tmp_path), "--precision", "fp64", "--sizes", "1024,66200"
     )
     assert code == 1, err
     doc = _document(tmp_path)

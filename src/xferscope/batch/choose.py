@@ -15,7 +15,16 @@ from typing import Any
 
 from ..core import stats
 from ..core.units import format_bytes
-from .measure import SIMPLEST_FIRST, BatchResult, direct_below, from_dict
+from ..documents.files import atomic_write, read_text
+from .measure import (
+    CALIBRATION_COUNTS,
+    CALIBRATION_DIRECTIONS,
+    CALIBRATION_SIZES,
+    SIMPLEST_FIRST,
+    BatchResult,
+    direct_below,
+    from_dict,
+)
 
 CALIBRATION_ENV = "XFERSCOPE_CALIBRATION"
 
@@ -121,6 +130,39 @@ def calibration_dir() -> Path:
     return base / "xferscope" / "calibration"
 
 
+CALIBRATION_MEMORIES = ("pinned", "pageable")
+
+
+def unusable(result: BatchResult) -> str | None:
+    """Why a batch result must not be copy_many's calibration (None: it may be): an
+    interrupted one, or one that leaves cells of the calibration grid unmeasured. (A simulated
+    one is the simulated GPU's: a calibration only ever decides for the GPU it was measured on,
+    `measured_on`.)"""
+    if result.interrupted:
+        return "it was interrupted"
+    measured = {(c.direction, c.memory, c.count, c.size) for c in result.cells if c.seconds}
+    grid = [
+        (d, m, n, s)
+        for d in CALIBRATION_DIRECTIONS
+        for m in CALIBRATION_MEMORIES
+        for n in CALIBRATION_COUNTS
+        for s in CALIBRATION_SIZES
+    ]
+    missing = [cell for cell in grid if cell not in measured]
+    if missing:
+        return (
+            f"{len(missing)} of the grid's {len(grid)} cells are unmeasured (copy_many's grid "
+            "is measured whole: leave --counts, --sizes, --memory, --direction and --methods "
+            "at their defaults)"
+        )
+    return None
+
+
+def measured_on(result: BatchResult, gpu: str) -> bool:
+    """Whether `result` was measured on the GPU `gpu` names (gpu_key)."""
+    return any(gpu_key(g) == gpu for g in result.machine.get("gpus", []))
+
+
 def calibration_path(gpu_key: str) -> Path:
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in gpu_key) or "gpu"
     return calibration_dir() / f"copy-many-{safe}.json"
@@ -221,12 +263,12 @@ def load(gpu: str) -> Calibration | None:
     seen = _looked.get(gpu)
     if seen and now - seen[0] < LOOK_AGAIN_S and seen[1] == path:
         return seen[2]
-    calibration = _read(path)
+    calibration = _read(path, gpu)
     _looked[gpu] = (now, path, calibration)
     return calibration
 
 
-def _read(path: Path) -> Calibration | None:
+def _read(path: Path, gpu: str) -> Calibration | None:
     try:
         mtime = path.stat().st_mtime
     except OSError:
@@ -235,10 +277,13 @@ def _read(path: Path) -> Calibration | None:
     if cached and cached[0] == mtime:
         return cached[1]
     try:
-        calibration: Calibration | None = Calibration.of(
-            from_dict(json.loads(path.read_text())), path
-        )
-    except (OSError, ValueError, KeyError, TypeError):
+        result = from_dict(json.loads(read_text(path)))
+        calibration: Calibration | None = None
+        # A file copied from elsewhere, stored by hand or by an older version: only a whole
+        # calibration measured on this very GPU decides.
+        if unusable(result) is None and measured_on(result, gpu):
+            calibration = Calibration.of(result, path)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         calibration = None  # unreadable: the rule applies, and `batch --calibrate` rewrites it
     _loaded[path] = (mtime, calibration)
     return calibration
@@ -248,11 +293,12 @@ def save(result: BatchResult, gpu: str) -> Path:
     """Stores a calibration result for this GPU; returns where."""
     from .measure import dumps_json
 
+    reason = unusable(result)
+    if reason is not None:
+        raise ValueError(f"a calibration that copy_many cannot use: {reason}")
     path = calibration_path(gpu)
     path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_suffix(".tmp")
-    scratch.write_text(dumps_json(result))
-    scratch.replace(path)
+    atomic_write(path, dumps_json(result))
     _looked.pop(gpu, None)  # this process uses it from its next copy
     from . import copy
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..core.errors import OptionError
 from ..core.units import format_bytes, parse_size
+from ..documents.files import read_text
 
 OPTION = "--size-mix"
 ACCEPTED = "lognormal:MEDIAN:SIGMA, uniform:MIN:MAX or file:PATH (sizes such as 4KiB)"
@@ -107,7 +108,7 @@ def parse_size_mix(text: str) -> SizeMix:
 
 def _read_sizes(path: Path) -> tuple[int, ...]:
     try:
-        text = path.read_text()
+        text = read_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or "not a text file"
         raise OptionError(OPTION, f"cannot read {str(path)!r}: {reason}") from None

@@ -129,6 +129,7 @@ def batch_command(ctx: click.Context, /, **kw: Any) -> None:
     into one pinned buffer with a scatter kernel, the staged copy's threads (pageable memory),
     an SM copy kernel over the pointers, and a CUDA graph: each verified and timed; a map of
     which wins for each count and size."""
+    partial: list[str] = []  # options that leave part of copy_many's grid unmeasured
     if kw["calibrate"]:
         grid = {
             "counts": ",".join(map(str, CALIBRATION_COUNTS)),
@@ -141,6 +142,10 @@ def batch_command(ctx: click.Context, /, **kw: Any) -> None:
         for name, value in grid.items():
             if ctx.get_parameter_source(name) is click.core.ParameterSource.DEFAULT:
                 kw[name] = value
+            elif name in ("counts", "sizes", "methods", "direction"):
+                partial.append(f"--{name}")
+        if ctx.get_parameter_source("memory") is not click.core.ParameterSource.DEFAULT:
+            partial.append("--memory")
     directions = parse_list("--direction", kw["direction"], ("h2d", "d2h", "d2d"))
     if kw["calibrate"] and "d2d" in directions:
         raise OptionError("--direction", "d2d: with --calibrate only h2d and d2h (copy_many's)")
@@ -184,6 +189,14 @@ def batch_command(ctx: click.Context, /, **kw: Any) -> None:
     )
     if history is not None:
         check_history(history)
+    if kw["calibrate"]:
+        check_calibration_store(engine, device)
+        if partial:
+            stderr.print(
+                f"{', '.join(partial)} given: this measures part of copy_many's grid, which is "
+                "written with the other files but not stored as its calibration",
+                soft_wrap=True,
+            )
     prepare_renderers(html=True)
     with Destination.prepare(kw["out"], "batch", batch_named(kw), kw["force"]) as dest:
         begin_measuring()
@@ -199,28 +212,48 @@ def batch_command(ctx: click.Context, /, **kw: Any) -> None:
         delivery = deliver(
             batch_outputs(result, dest), dest, lambda: print_batch(result, stdout), saver
         )
-        if kw["calibrate"]:
-            store_calibration(engine, device, result)
+        stored = store_calibration(engine, device, result) if kw["calibrate"] else True
     finish(
         delivery,
         result.interrupted,
         verification_failed=any(c.status == "unverified" for c in result.cells),
-        failed=saver.failed or any(c.status == "failed" for c in result.cells),
+        failed=saver.failed or not stored or any(c.status == "failed" for c in result.cells),
     )
 
 
-def store_calibration(engine: Any, device: int, result: BatchResult) -> None:
-    """Stores a complete calibration for copy_many; a partial one is never used."""
-    from ..batch.choose import gpu_key, save
+def check_calibration_store(engine: Any, device: int) -> None:
+    """Before measuring: where the calibration will be stored can be written."""
+    from ..batch.choose import calibration_path, gpu_key
+    from ..documents import files
 
-    if result.interrupted:
-        stderr.print("calibration interrupted: not stored (copy_many keeps what it used before)")
-        return
+    path = calibration_path(gpu_key(engine.device_info(device)))
+    kind = files.special(path)
+    if kind is not None:
+        raise OptionError("--calibrate", f"cannot store the calibration: {path} is {kind}")
+    files.probe("--calibrate", files.target(path).parent, path)
+
+
+def store_calibration(engine: Any, device: int, result: BatchResult) -> bool:
+    """Stores a complete, measured calibration for copy_many (any other is never used, and
+    says why); False when storing it failed (its files are written all the same)."""
+    from ..batch.choose import gpu_key, save, unusable
+    from ..documents.files import reason as os_reason
+
+    reason = unusable(result)
+    if reason is not None:
+        stderr.print(
+            f"calibration not stored: {reason}; copy_many keeps what it used before",
+            soft_wrap=True,
+        )
+        return True
     try:
         path = save(result, gpu_key(engine.device_info(device)))
     except OSError as exc:
-        raise OptionError("--calibrate", f"cannot store the calibration: {exc}") from None
-    stdout.print(f"calibration stored in {path}: xferscope.copy_many uses it on GPU {device}")
+        click.echo(f"Error: cannot store the calibration: {os_reason(exc)}", err=True)
+        return False
+    which = "the simulated GPU" if result.simulated else f"GPU {device}"
+    stdout.print(f"calibration stored in {path}: xferscope.copy_many uses it on {which}")
+    return True
 
 
 def history_entry(result: BatchResult) -> Any:

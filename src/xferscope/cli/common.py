@@ -155,10 +155,14 @@ def begin_measuring() -> None:
 
 
 def nothing_measured(dest: Destination) -> NoReturn:
-    """A signal came before the first measurement: no files, no directory."""
+    """Nothing was measured: no files, no directory. After a signal, exits as interrupted;
+    without one (a plan no check refused, of which nothing could run), exits 1."""
     dest.discard()
-    stderr.print("interrupted before anything was measured; nothing written")
-    sys.exit(interrupt.exit_status())
+    if interrupt.requested():
+        stderr.print("interrupted before anything was measured; nothing written")
+        sys.exit(interrupt.exit_status())
+    click.echo("Error: nothing in this plan could be measured; nothing written", err=True)
+    sys.exit(1)
 
 
 def deliver(

@@ -237,11 +237,16 @@ def gl_command(ctx: click.Context, /, **kw: Any) -> None:
             nothing_measured(dest)
         saver = HistorySaver(history, lambda: history_entry(result), "result")
         delivery = deliver(gl_outputs(result, dest), dest, lambda: print_gl(result, stdout), saver)
+    none_ran = all(s.status == "failed" for s in result.scenarios)
+    if none_ran:
+        click.echo(
+            "Error: every scenario failed (the warnings say why); nothing measured", err=True
+        )
     finish(
         delivery,
         result.interrupted,
         verification_failed=False,  # a GL mismatch is a finding (down-conversion), not a fault
-        failed=saver.failed,
+        failed=saver.failed or none_ran,
     )
 
 

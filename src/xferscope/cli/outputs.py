@@ -212,16 +212,24 @@ class Delivery:
     failures: list[str] = field(default_factory=list)  # one line each
     notes: list[str] = field(default_factory=list)  # files that went elsewhere than asked
     skipped: list[Path] = field(default_factory=list)  # renderings cut short by a signal
+    unwritten: list[Path] = field(default_factory=list)  # data files a second signal cut
     # False: after a signal no rendering is begun (under mpirun, which kills every rank 1 s after
     # it passes Ctrl-C on, the grace would outlast the process and hold up its last words).
     draw_after_signal: bool = True
 
     def write_data(self) -> None:
-        """The data files, in the order given. Signals wait (interrupt.record_only)."""
+        """The data files, in the order given, each whole after a first signal; a second one
+        stops writing (interrupt.writing) and the files not yet written are named."""
         interrupt.record_only()
-        for output in self.outputs:
-            if not output.render:
-                self._write(output)
+        data = [o for o in self.outputs if not o.render]
+        done = 0
+        try:
+            with interrupt.writing():
+                for output in data:
+                    self._write(output)
+                    done += 1
+        except KeyboardInterrupt:
+            self.unwritten += [o.path for o in data[done:]]
 
     def render(self) -> None:
         """The renderings; after a signal the urgent ones first, within interrupt.GRACE_S."""
@@ -292,7 +300,7 @@ class Delivery:
 
     @property
     def ok(self) -> bool:
-        return not self.failures
+        return not self.failures and not self.unwritten
 
     def summary(self, console: Console, directory: Path | None, again: str | None) -> None:
         """What was written where, what could not be, and what Ctrl-C left undrawn (with the
@@ -303,6 +311,12 @@ class Delivery:
             console.print(f"wrote {names}" + (f" in {directory}" if inside else ""), soft_wrap=True)
         for note in self.notes:
             console.print(f"note: {note}", soft_wrap=True)
+        if self.unwritten:
+            console.print(
+                "not written (a second signal stopped the writing): "
+                + ", ".join(str(p) for p in self.unwritten),
+                soft_wrap=True,
+            )
         if self.skipped:
             line = "not drawn (interrupted): " + ", ".join(p.name for p in self.skipped)
             if again:

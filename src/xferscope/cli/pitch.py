@@ -20,6 +20,7 @@ from ..pitch.measure import (
     SCHEMA_NAME,
     PitchOptions,
     PitchResult,
+    check_plan,
     dumps_csv,
     dumps_json,
     from_dict,
@@ -139,6 +140,7 @@ def pitch_command(**kw: Any) -> None:
         device=device,
         seed=parse_seed(kw["seed"]),
     )
+    check_plan(options)
     if history is not None:
         check_history(history)
     prepare_renderers()

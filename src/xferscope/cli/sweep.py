@@ -204,7 +204,9 @@ def sweep(ctx: click.Context, /, **kw: Any) -> None:
             kw["sizes"] = ",".join(map(str, ALIGNMENT_SIZES))
     options = build_sweep_options(kw)
     engine = common.open_engine(kw["simulate"])
-    configs = prepare_sweep(engine, options)
+    sizes_from = "--sizes" if kw["sizes"] is not None else "--max-size"
+    blame = "--steps" if kw["steps"] is not None else sizes_from
+    configs = prepare_sweep(engine, options, sizes_from, blame)
     prepare_renderers()
     with Destination.prepare(kw["out"], "sweep", sweep_named(kw), kw["force"]) as dest:
         begin_measuring()

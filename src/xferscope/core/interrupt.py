@@ -5,10 +5,13 @@ A command's life has phases, and a signal does in each what that phase can affor
   starting   (parsing options, opening the engine) the signal raises KeyboardInterrupt at once:
              nothing is measured yet, and leaving fast is all that matters.
   measuring  (after `record_only()`) the handler records the signal and returns. Engines call
-  and        `check()` before every measuring call and raise KeyboardInterrupt there, where the
-  writing    measuring loops expect it and keep what was measured, so a result is never half-built
-             by an exception landing in its bookkeeping; the data files (JSON, CSV, the history)
-             are then written whole, whatever arrives meanwhile.
+             `check()` before every measuring call and raise KeyboardInterrupt there, where the
+             measuring loops expect it and keep what was measured, so a result is never
+             half-built by an exception landing in its bookkeeping.
+  writing    (inside `writing()`) the data files (JSON, CSV, the history) are written whole
+             after a first signal; a signal arriving while writing after an earlier one cuts
+             the file being written (its temporary file is removed, whatever was at its path
+             stays) and the ones after it.
   rendering  (inside `rendering()`) PNG and HTML files get at most GRACE_S after the first
              signal (SIGALRM raises `Deadline` then), and a second signal cuts them at once: a
              plot can always be drawn again from the JSON, so it never holds the exit up.
@@ -33,7 +36,7 @@ HANDLED = (signal.SIGINT, signal.SIGTERM)
 GRACE_S = 0.8
 RETRY_S = 0.05  # how soon a cut that Python dropped is raised again
 
-_STARTING, _RECORDING, _RENDERING = "starting", "recording", "rendering"
+_STARTING, _RECORDING, _WRITING, _RENDERING = "starting", "recording", "writing", "rendering"
 
 _received: list[int] = []  # signal numbers, in the order they arrived
 _first_at: float | None = None  # time.monotonic() of the first
@@ -54,7 +57,7 @@ def _note(signum: int) -> None:
 
 def _handler(signum: int, _frame: FrameType | None) -> None:
     _note(signum)
-    if _mode == _STARTING:
+    if _mode == _STARTING or (_mode == _WRITING and len(_received) > 1):
         raise KeyboardInterrupt
     if _mode == _RENDERING:
         if len(_received) > 1:
@@ -173,3 +176,17 @@ def rendering() -> Iterator[None]:
         if _installed:
             signal.setitimer(signal.ITIMER_REAL, 0)
         sys.unraisablehook = hook
+
+
+@contextlib.contextmanager
+def writing() -> Iterator[None]:
+    """The writing phase: see the module's docstring. A signal that arrives while writing,
+    after an earlier one (while measuring or writing), raises KeyboardInterrupt; the signals
+    that came before writing began never cut it, however many."""
+    global _mode
+    previous = _mode
+    _mode = _WRITING
+    try:
+        yield
+    finally:
+        _mode = previous

@@ -129,3 +129,22 @@ SAMPLES = Range("count", 2, 4096)
 TUNE = Range("count", 0, 8)
 TILES = Range("count", 1, 1024)
 STREAMS = Range("count", 1, 64)
+
+
+# ---- plans ------------------------------------------------------------------------------------
+
+# The most points (sizes x curves x rounds, shapes x precisions, ...) one command plans: a
+# sweep of that many points writes about 7 MB of JSON in a second or two, and any more could
+# not be measured in a working day.
+MOST_POINTS = 10_000
+
+
+def check_plan(option: str, points: int, detail: str, advice: str) -> None:
+    """Refuses a plan of more than MOST_POINTS points before anything is measured, with the
+    estimate (`detail`, such as '4 curves x 30001 sizes') and what would shrink it."""
+    if points > MOST_POINTS:
+        raise OptionError(
+            option,
+            f"this plan has {points} points ({detail}); one run measures at most {MOST_POINTS}: "
+            f"{advice}",
+        )

@@ -146,6 +146,18 @@ def run_trials(
     return results
 
 
+def trials_until_stopped(trial: Callable[[], T], count: int) -> tuple[list[T], bool]:
+    """`count` trials, or those done when a Ctrl-C (KeyboardInterrupt) stopped them: (the
+    results, whether it did). A measurement that must keep what a stop leaves uses it."""
+    results: list[T] = []
+    try:
+        for _ in range(count):
+            results.append(trial())
+    except KeyboardInterrupt:
+        return results, True
+    return results, False
+
+
 def trial_order(names: Sequence[T], trial: int, seed: int = 0) -> list[T]:
     """The order of `names` in trial `trial` when several things are timed trial by trial: a
     permutation drawn afresh for each trial (seeded, so a run can be repeated). Neither a

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..gemm.cpu_worker import beaten
-from ..gemm.records import ELEMENT_BYTES
+from ..gemm.records import ELEMENT_BYTES, bytes_needed
 from .engine import compute_capability
 from .errors import AllocationError, EngineError
 from .native import engine_module
@@ -47,13 +47,11 @@ class SimulatedGemm:
         self._engine = engine
         self.spec = spec
         p = spec["precision"]
-        inb, outb = ELEMENT_BYTES[p]
-        one = (spec["m"] * spec["k"] + spec["k"] * spec["n"]) * inb + 2 * spec["m"] * spec[
-            "n"
-        ] * outb
+        dims = (p, spec["m"], spec["n"], spec["k"])
+        one = bytes_needed(*dims, 1) - bytes_needed(*dims, 0)  # the engine's rule
         rotation = int(spec["rotation_bytes"])
         self.copies = min(64, max(1, -(-rotation // one))) if rotation > one else 1
-        self.footprint_bytes = one * self.copies + (32 << 20)
+        self.footprint_bytes = bytes_needed(*dims, self.copies)
         free, _ = engine.memory_info(spec["device"])
         if self.footprint_bytes > free:
             raise AllocationError(

@@ -83,6 +83,25 @@ class NotRegularFile(OSError):
         super().__init__(errno.EINVAL, f"it is {kind}, not a regular file", str(path))
 
 
+# The largest input file an option names (a list of shapes or sizes, thresholds).
+MOST_INPUT_BYTES = 64 << 20
+
+
+def read_text(path: Path, most_bytes: int = MOST_INPUT_BYTES) -> str:
+    """A file named on the command line, as UTF-8 text. Raises OSError (its strerror says why)
+    for a path that is not a regular file (a FIFO would wait forever, /dev/zero never end) or
+    holds more than `most_bytes`, and UnicodeDecodeError for one that is not text."""
+    path = Path(path)
+    kind = special(path)
+    if kind is not None:
+        raise NotRegularFile(path, kind)
+    with open(path, "rb") as handle:
+        data = handle.read(most_bytes + 1)
+    if len(data) > most_bytes:
+        raise OSError(errno.EFBIG, f"it holds more than {most_bytes} bytes", str(path))
+    return data.decode("utf-8")
+
+
 def _check_regular(path: Path) -> None:
     kind = special(path)
     if kind is not None:

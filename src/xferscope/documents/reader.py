@@ -15,6 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import XferscopeError
+from .files import read_text
+
+# The largest document read back: far above any result xferscope writes (a full sweep is
+# about 7 MB), and small enough to hold in memory.
+MOST_DOCUMENT_BYTES = 1 << 30
 
 
 class SchemaError(ValueError):
@@ -29,7 +34,7 @@ class DocumentError(XferscopeError):
 def read_document(path: Path) -> dict[str, Any]:
     """The JSON object in `path`; a DocumentError naming the file if there is none."""
     try:
-        raw = path.read_text(encoding="utf-8")
+        raw = read_text(path, MOST_DOCUMENT_BYTES)
     except FileNotFoundError as exc:
         raise DocumentError(f"{path}: no such file (and not a run id)") from exc
     except IsADirectoryError as exc:
@@ -44,6 +49,10 @@ def read_document(path: Path) -> dict[str, Any]:
         raise DocumentError(
             f"{path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from exc
+    except RecursionError:
+        raise DocumentError(
+            f"{path} is not an xferscope result (its JSON is nested too deeply to read)"
+        ) from None
     if not isinstance(document, dict):
         raise DocumentError(f"{path} is not an xferscope result (its JSON is not an object)")
     return document
@@ -73,6 +82,8 @@ _KINDS = {
 
 
 def _kind(value: object) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else "an infinity"
     return _KINDS.get(type(value), type(value).__name__)
 
 

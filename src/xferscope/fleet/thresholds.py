@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import OptionError
+from ..documents.files import read_text
 from .records import COMPLETE, RankReport, Verdict
 
 if sys.version_info >= (3, 11):
@@ -50,9 +51,11 @@ def load(path: str | None) -> dict[str, float]:
     if path is None:
         return {}
     try:
-        data = tomllib.loads(Path(path).read_text())
+        data = tomllib.loads(read_text(Path(path)))
     except OSError as exc:
         raise OptionError("--thresholds", f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise OptionError("--thresholds", f"{path} is not a text file, so not TOML") from None
     except tomllib.TOMLDecodeError as exc:
         raise OptionError("--thresholds", f"{path} is not TOML: {exc}") from None
     out: dict[str, float] = {}

@@ -21,9 +21,10 @@ from ..core import machine, plan
 from ..core.engine import Engine, compute_capability
 from ..core.errors import AllocationError, EngineError, OptionError
 from ..core.progress import QUIET, Progress
+from ..core.units import format_bytes
 from .cpu import CpuPoint, measure_cpu, run_worker
 from .findings import findings
-from .records import ROTATION_BYTES, GemmOptions, GemmPoint, GemmResult, _e
+from .records import ROTATION_BYTES, GemmOptions, GemmPoint, GemmResult, _e, bytes_needed
 from .shapes import Shape
 
 # The offload ladder's trials: short, as its GEMMs are small and many.
@@ -305,3 +306,14 @@ def check_plan(engine: Engine, options: GemmOptions) -> None:
     ]
     if all(reasons):
         raise OptionError("--precision", f"nothing in this plan can run: {reasons[0]}")
+    _, total = engine.memory_info(options.device)
+    for precision in options.precisions:
+        for shape in options.shapes:
+            needed = bytes_needed(precision, shape.m, shape.n, shape.k)
+            if needed > total:
+                raise OptionError(
+                    "--sizes" if shape.m == shape.n == shape.k else "--shapes",
+                    f"'{shape.label}': a {precision} GEMM of this shape needs "
+                    f"{format_bytes(needed)} of device memory, and GPU {options.device} has "
+                    f"{format_bytes(total)} in all",
+                )

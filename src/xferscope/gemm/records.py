@@ -33,6 +33,14 @@ _e = engine_module()
 PRECISIONS: tuple[str, ...] = tuple(p[0] for p in _e.GEMM_PRECISIONS)
 # bytes of one element of A and B, and of C, per precision (the engine's table)
 ELEMENT_BYTES: dict[str, tuple[int, int]] = {p[0]: (p[1], p[2]) for p in _e.GEMM_PRECISIONS}
+
+
+def bytes_needed(precision: str, m: int, n: int, k: int, copies: int = 1) -> int:
+    """Device memory a GEMM holds: A, B, C and D `copies` times and the workspace (the
+    engine's rule, for both engines and the plan's check)."""
+    return int(_e.gemm_bytes_needed(precision, m, n, k, copies))
+
+
 DEFAULT_TARGET_S = 0.1
 QUICK_TARGET_S = 0.02
 DEFAULT_TRIALS = 5

@@ -8,8 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core import limits
 from ..core.errors import OptionError
 from ..core.units import alignment_class
+from ..documents.files import read_text
 
 MOST_DIMENSION = (1 << 31) - 1
 PRESETS = {
@@ -61,6 +63,9 @@ def parse_sizes(option: str, text: str) -> tuple[Shape, ...]:
             first, last, step = (_dimension(option, p, item) for p in parts)
             if last < first:
                 raise OptionError(option, f"'{item}': the last size is below the first")
+            limits.check_plan(
+                option, (last - first) // step + 1, f"'{item}'", "a larger STEP or a shorter range"
+            )
             shapes += [Shape(n, n, n) for n in range(first, last + 1, step)]
         else:
             n = _dimension(option, item, item)
@@ -91,7 +96,7 @@ def read_shapes(option: str, path_text: str) -> tuple[Shape, ...]:
     """A file of GEMMs, one per line as M N K (or MxNxK, M,N,K); '#' starts a comment."""
     path = Path(path_text).expanduser()
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = read_text(path).splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         reason = getattr(exc, "strerror", None) or str(exc)
         raise OptionError(option, f"cannot read {path}: {reason}") from None

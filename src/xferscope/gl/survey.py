@@ -70,6 +70,11 @@ def _downconversion(s: ScenarioResult) -> tuple[str, str]:
 
 
 def _per_scenario(result: GlResult) -> Iterator[Finding]:
+    others = (
+        "the other scenarios ran"
+        if any(s.status != "failed" for s in result.scenarios)
+        else "no scenario of this run could be measured"
+    )
     for s in result.scenarios:
         v = s.verification
         if s.status == "failed":
@@ -82,7 +87,7 @@ def _per_scenario(result: GlResult) -> Iterator[Finding]:
                 None,
                 f"{s.label}: {s.error}",
                 "the GL refused these states or ran out of memory",
-                "change the state the error names; the other scenarios ran",
+                f"change the state the error names; {others}",
             )
         elif v is not None and not v["ok"]:
             cause, fix = _downconversion(s)

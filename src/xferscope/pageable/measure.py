@@ -103,8 +103,10 @@ class SizeResult:
         return stats.median(dict(self.pinning)[key])
 
     def strategies(self, staged_setup_s: float) -> tuple[Strategy, ...]:
+        """Every way of sending this size that was measured (a Ctrl-C may have left the
+        staged copy's trials out)."""
         m = self.median
-        return (
+        ways = (
             Strategy("pageable", 0.0, m("pageable_copy_s"), ()),
             Strategy(
                 "pinned",
@@ -125,10 +127,11 @@ class SizeResult:
             Strategy(
                 "staged",
                 staged_setup_s,
-                stats.median(self.staged_copy_s),
+                stats.median(self.staged_copy_s) if self.staged_copy_s else math.nan,
                 (("make and close the copier", staged_setup_s),),
             ),
         )
+        return ways if self.staged_copy_s else ways[:-1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,28 +244,44 @@ def _staged_setup(engine: Engine, device: int, repeats: int) -> tuple[dict[str, 
 
 def _staged_copies(
     engine: Engine, device: int, size: int, repeats: int, seed: int
-) -> tuple[list[float], int, bool]:
+) -> tuple[list[float], int, bool | None, bool]:
     """Per-copy seconds of staged uploads of one pageable buffer (the same one each time, as
-    sending one buffer k times does): a warm-up that sizes the trials, then `repeats` trials."""
-    transfer = engine.open_transfer(device, "h2d", "pageable", "staged", size, 0, rotate=False)
+    sending one buffer k times does): a warm-up that sizes the trials, then `repeats` trials;
+    and whether a Ctrl-C stopped them (the trials done are kept, unverified)."""
     try:
-        transfer.fill(seed)
-        copies = transfer.copies_per_iteration
-        calibration = plan.calibrate(lambda n: transfer.time("api", size, n).seconds)
-        iterations = plan.repeats_for(STAGED_TRIAL_S, calibration.per_iteration_s)
-        samples = plan.run_trials(
+        transfer = engine.open_transfer(device, "h2d", "pageable", "staged", size, 0, rotate=False)
+    except KeyboardInterrupt:
+        return [], 0, None, True
+    iterations, samples = 0, []
+    try:
+        try:
+            transfer.fill(seed)
+            copies = transfer.copies_per_iteration
+            calibration = plan.calibrate(lambda n: transfer.time("api", size, n).seconds)
+            iterations = plan.repeats_for(STAGED_TRIAL_S, calibration.per_iteration_s)
+        except KeyboardInterrupt:
+            return [], 0, None, True
+        samples, stopped = plan.trials_until_stopped(
             lambda: transfer.time("api", size, iterations).seconds / (iterations * copies),
             repeats,
         )
-        verified = transfer.verify(size).ok
+        verified = None
+        if not stopped:
+            try:
+                verified = transfer.verify(size).ok
+            except KeyboardInterrupt:
+                stopped = True
     finally:
         transfer.close()
-    return samples, iterations, verified
+    return samples, iterations, verified, stopped
 
 
-def _pinning(engine: Engine, device: int, size: int, repeats: int) -> dict[str, list[float]]:
-    runs = plan.run_trials(lambda: engine.measure_pinning(device, size), repeats)
-    return {key: [float(getattr(costs, key)) for costs in runs] for key in PINNING_KEYS}
+def _pinning(
+    engine: Engine, device: int, size: int, repeats: int
+) -> tuple[dict[str, list[float]], bool]:
+    """Each pinning cost, one sample per repeat, and whether a Ctrl-C stopped them."""
+    runs, stopped = plan.trials_until_stopped(lambda: engine.measure_pinning(device, size), repeats)
+    return {key: [float(getattr(costs, key)) for costs in runs] for key in PINNING_KEYS}, stopped
 
 
 def _cannot_pin(size: int, device: int, exc: AllocationError) -> XferscopeError:
@@ -306,12 +325,31 @@ def measure(
         for size in sorted(set(sizes), reverse=True):
             progress.begin(f"{format_bytes(size)}: allocate, pin, register, copy")
             try:
-                pinning = _pinning(engine, device, size, repeats)
+                pinning, stopped = _pinning(engine, device, size, repeats)
             except AllocationError as exc:
                 raise _cannot_pin(size, device, exc) from None
             progress.step(f"{format_bytes(size)}: pinning costs measured")
-            staged, iterations, verified = _staged_copies(engine, device, size, repeats, seed)
-            progress.step(f"{format_bytes(size)}: staged copies measured")
+            staged: list[float] = []
+            iterations, verified = 0, None
+            if not stopped:
+                staged, iterations, verified, stopped = _staged_copies(
+                    engine, device, size, repeats, seed
+                )
+                progress.step(f"{format_bytes(size)}: staged copies measured")
+            if stopped:
+                # A Ctrl-C in the middle of a size keeps its trials done: a cost measured
+                # at least once is a cost measured.
+                if pinning[PINNING_KEYS[0]]:
+                    results.append(
+                        SizeResult(
+                            bytes=size,
+                            pinning=tuple((k, tuple(v)) for k, v in pinning.items()),
+                            staged_copy_s=tuple(staged),
+                            staged_iterations=iterations,
+                            staged_verified=None,
+                        )
+                    )
+                raise KeyboardInterrupt
             if not verified:
                 found.append(
                     corrupted(

@@ -17,7 +17,7 @@ from typing import Any
 from .. import __version__
 from ..core import machine, plan, stats
 from ..core.engine import Engine
-from ..core.errors import AllocationError, EngineError
+from ..core.errors import AllocationError, EngineError, OptionError
 from ..core.findings import INFO, WARNING, Finding, corrupted, finding
 from ..core.native import engine_module
 from ..core.progress import QUIET, Progress
@@ -238,6 +238,21 @@ def measure_cells(
             else {"status": status, "host_s": host, "device_s": device}
         )
     return {m: out[m] for m in methods}, stopped
+
+
+def check_plan(options: PitchOptions) -> None:
+    """Refuses, before measuring, a plan of which no cell can run, with the engine's reason."""
+    reasons = [
+        str(_e.pitch_refusal(d, m, w, max(1, options.total // w), w * f, layout == "pitched", me))
+        for d in options.directions
+        for m in options.memories
+        for layout in options.layouts
+        for f in options.host_pitches
+        for w in options.widths
+        for me in options.methods
+    ]
+    if all(reasons):
+        raise OptionError("--methods", f"nothing in this plan can run: {reasons[0]}")
 
 
 def measure(engine: Engine, options: PitchOptions, progress: Progress = QUIET) -> PitchResult:

@@ -200,12 +200,13 @@ def compare(
     real (SLOWER) yet smaller than what is worth failing a build for.
     """
     reason = incomparable(a, b)
+    if isinstance(a, GemmResult) != isinstance(b, GemmResult):
+        # Different kinds share no figure: --force cannot help, so it is not offered.
+        raise Incomparable(f"{reason}: compare reads two results of one kind")
     if reason is not None and not force:
         raise Incomparable(
             f"{reason}: their figures cannot be compared; --force compares them anyway"
         )
-    if isinstance(a, GemmResult) != isinstance(b, GemmResult):
-        raise Incomparable(f"{reason}: compare reads two results of one kind")
     metrics_a, metrics_b = result_metrics(a), result_metrics(b)
     rows = tuple(
         compare_metric(m, metrics_b[name]) for name, m in metrics_a.items() if name in metrics_b

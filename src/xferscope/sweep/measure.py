@@ -11,7 +11,7 @@ import datetime as dt
 from dataclasses import dataclass, replace
 
 from .. import __version__
-from ..core import machine, plan
+from ..core import limits, machine, plan
 from ..core.engine import Engine, Transfer, check_device
 from ..core.errors import AllocationError, EngineError, OptionError, XferscopeError
 from ..core.findings import INFO, WARNING, Finding, corrupted, failed, finding
@@ -222,8 +222,11 @@ def measure_curve(
     return CurveRun(finish(), interrupted, failure)
 
 
-def check_memory(engine: Engine, options: SweepOptions, configs: list[CurveConfig]) -> None:
-    """Refuses, before anything runs, sizes that cannot fit in device or host memory."""
+def check_memory(
+    engine: Engine, options: SweepOptions, configs: list[CurveConfig], option: str = "--sizes"
+) -> None:
+    """Refuses, before anything runs, sizes that cannot fit in device or host memory, naming
+    `option`, the one that gave the sizes."""
     largest = max(options.sizes)
     per_buffer = max(largest, options.rotation_bytes if options.cache == "cold" else 0)
     for device in {c.device for c in configs}:
@@ -235,7 +238,7 @@ def check_memory(engine: Engine, options: SweepOptions, configs: list[CurveConfi
         need = device_buffers * per_buffer + largest
         if need > free:
             raise OptionError(
-                "--max-size",
+                option,
                 f"{format_bytes(largest)} needs {format_bytes(need)} of device memory on GPU "
                 f"{device}, but {format_bytes(free)} is free",
             )
@@ -246,7 +249,7 @@ def check_memory(engine: Engine, options: SweepOptions, configs: list[CurveConfi
     need = host_buffers * per_buffer
     if available is not None and need > available:
         raise OptionError(
-            "--max-size",
+            option,
             f"{format_bytes(largest)} needs {format_bytes(need)} of host memory, but "
             f"this machine has {format_bytes(available)}",
         )
@@ -351,15 +354,25 @@ def pool(first: Curve, second: Curve) -> Curve:
     )
 
 
-def prepare_sweep(engine: Engine, options: SweepOptions) -> list[CurveConfig]:
-    """The curves to measure, after every check that can refuse the options (GPUs, memory):
-    the CLI calls it before it makes any output directory."""
+def prepare_sweep(
+    engine: Engine, options: SweepOptions, sizes_from: str = "--sizes", blame: str = "--sizes"
+) -> list[CurveConfig]:
+    """The curves to measure, after every check that can refuse the options (GPUs, memory, for
+    which `sizes_from` is named, and a plan too large to measure and write, for which `blame`
+    is): the CLI calls it before it makes any output directory."""
     configs, skipped = options.configs()
     if not configs:
         raise OptionError("--mechanism", "no curve can run: " + "; ".join(skipped))
+    curves, sizes, rounds = len(configs), len(options.sizes), options.rounds
+    limits.check_plan(
+        blame,
+        curves * sizes * rounds,
+        f"{curves} curves x {sizes} sizes x {rounds} rounds",
+        "fewer --steps or sizes, a narrower range, fewer curves or rounds",
+    )
     for device in options.devices:
         check_device(engine, device)
-    check_memory(engine, options, configs)
+    check_memory(engine, options, configs, sizes_from)
     return configs
 
 
