@@ -453,14 +453,15 @@ def test_report_of_a_nan_says_nan(capsys, tmp_path):
     assert_one_line_error(code, err, "expected a finite number, found NaN")
 
 
-# ---- 12. messages that mislead (continued) --------------------------------------------------------
+# ---- 12. messages that mislead (continued) ----------------------------------------------------
 
 
 def test_compare_of_two_kinds_does_not_offer_force(capsys, tmp_path):
     run_json, gemm_json = tmp_path / "run.json", tmp_path / "gemm.json"
     assert run(capsys, *RUN, "-o", str(tmp_path / "r"))[0] == 0
-    assert run(capsys, "gemm", "--simulate", "--quick", "--no-history", "--sizes", "256",
-               "--precision", "fp32", "--json", str(gemm_json), "-o", str(tmp_path))[0] == 0  # fmt: skip
+    gemm = ["gemm", "--simulate", "--quick", "--no-history", "--sizes", "256", "--precision",
+            "fp32", "--json", str(gemm_json), "-o", str(tmp_path)]  # fmt: skip
+    assert run(capsys, *gemm)[0] == 0
     (found,) = (tmp_path / "r").glob("run-*/run.json")
     run_json.write_text(found.read_text())
     for extra in ([], ["--force"]):
