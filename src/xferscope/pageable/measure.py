@@ -252,7 +252,7 @@ def _staged_copies(
         transfer = engine.open_transfer(device, "h2d", "pageable", "staged", size, 0, rotate=False)
     except KeyboardInterrupt:
         return [], 0, None, True
-    iterations, samples = 0, []
+    iterations, samples = 0, list[float]()
     try:
         try:
             transfer.fill(seed)
