@@ -493,3 +493,90 @@ def test_pageable_interrupted_mid_size_keeps_what_was_measured(capsys, tmp_path,
     assert data["interrupted"] is True
     (size,) = data["sizes"]  # type: ignore[misc]
     assert size["bytes"] == 1 << 30 and size["samples"]["staged_copy_s"]
+
+
+# ---- 14. what a newcomer trips on -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "kind"),
+    [
+        (SWEEP, "sweep"),
+        (["overlap", "cpu", "--simulate", "--size", "1MiB", "--trials", "1", "--work", "0,1ms"],
+         "overlap-cpu"),
+        (["overlap", "buffers", "--simulate", "--buffers", "1,2", "--chunk-sizes", "1MiB",
+          "--chunks", "4", "--trials", "1"], "overlap-buffers"),
+        (["overlap", "gpu", "--simulate", "--size", "4MiB", "--streams", "1,2"], "overlap-gpu"),
+        (["pageable", "--simulate", "--sizes", "1MiB", "--sends", "1,10"], "pageable"),
+    ],
+)  # fmt: skip
+def test_every_measuring_command_adds_to_the_history(capsys, tmp_path, args, kind):
+    code, _, err = run(capsys, *args, "-o", str(tmp_path))
+    assert code == 0, err
+    assert "saved as run 1" in err
+    code, out, _ = run(capsys, "history", "--json")
+    assert json.loads(out)[0]["kind"] == kind
+    code, _, err = run(capsys, "report", "1", "-o", str(tmp_path / "again"))
+    assert code == 0, err
+    code, _, err = run(capsys, *args, "-o", str(tmp_path), "--no-history")
+    assert code == 0 and "saved as" not in err
+
+
+def _commands() -> list[list[str]]:
+    import click
+
+    from xferscope.cli import cli
+
+    found = []
+    for name, command in sorted(cli.commands.items()):
+        if isinstance(command, click.Group):
+            found += [[name, sub] for sub in sorted(command.commands)]
+        found.append([name])
+    return found
+
+
+def test_the_command_list_gives_whole_sentences(capsys):
+    code, out, _ = run(capsys, "--help")
+    assert code == 0
+    listed = out.split("Commands:")[1]
+    assert "..." not in listed
+    assert len([line for line in listed.splitlines() if line.strip()]) == len(
+        [c for c in _commands() if len(c) == 1]
+    )
+
+
+@pytest.mark.parametrize("command", _commands())
+def test_every_help_ends_with_examples_that_parse(capsys, command):
+    import shlex
+
+    from xferscope.cli import cli
+
+    code, out, _ = run(capsys, *command, "--help")
+    assert code == 0 and "Examples:" in out
+    examples = [line.strip() for line in out.split("Examples:")[1].splitlines() if line.strip()]
+    assert examples
+    for example in examples:
+        words = shlex.split(example, comments=True)
+        words = words[words.index("xferscope") + 1 :]
+        target = cli
+        for word in command:
+            target = target.commands[word]  # type: ignore[attr-defined]
+        assert words[: len(command)] == command, example
+        # parses every option as the command would (types and ranges), without running it
+        target.make_context(command[-1], words[len(command) :])
+
+
+def test_the_pageable_warning_names_how_each_figure_was_timed(capsys, tmp_path):
+    code, out, _ = run(capsys, *RUN, "-o", str(tmp_path))
+    assert code == 0
+    warning = next(line for line in out.splitlines() if "from pageable memory reaches" in line)
+    assert "by cudaMemcpy" in warning and "API time" in warning + out
+
+
+def test_the_readme_lists_the_mechanisms_help_lists(capsys):
+    from xferscope.core.cases import MECHANISMS
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| `--mechanism`"))
+    for mechanism in MECHANISMS:
+        assert f"`{mechanism}`" in row, mechanism

@@ -111,7 +111,7 @@ def test_perturbation_adds_neighbours(capsys, tmp_path):
 def test_sizes_beyond_host_memory_are_refused(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr("xferscope.core.machine.host_memory_total", lambda: 1 << 30)
     code, _, err = run(capsys, "sweep", *SMALL, "--sizes=4GiB", "-d", "h2d", "-o", str(tmp_path))
-    assert_one_line_error(code, err, "--max-size", "host memory")
+    assert_one_line_error(code, err, "--sizes", "host memory")
 
 
 @pytest.mark.parametrize("option", ["--json", "--csv", "--plot"])

@@ -241,17 +241,28 @@ def test_writers_leave_no_temporary_files(tmp_path: Path) -> None:
     assert (tmp_path / "out.csv").read_text() == export_csv.dumps(result)
 
 
-def test_a_failed_write_keeps_the_earlier_file(tmp_path: Path) -> None:
+def test_a_failed_write_keeps_the_earlier_file(tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / "out.json"
     write_json(golden_result(), path)
     before = path.read_text()
+
+    def disk_full(*_args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("xferscope.documents.files.os.fsync", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        write_json(replace(golden_result(), wall_s=1.0), path)
+    assert path.read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_a_nan_is_written_as_null_and_the_rest_kept(tmp_path: Path) -> None:
     h2d = golden_result().curves[0]
     broken_point = replace(h2d.points[0], samples_s=(math.nan, 1e-6))
     broken = replace(golden_result(), curves=(replace(h2d, points=(broken_point,)),))
-    with pytest.raises(ValueError):  # NaN is not JSON
-        write_json(broken, path)
-    assert path.read_text() == before
-    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+    write_json(broken, tmp_path / "out.json")  # before: ValueError, and nothing kept
+    doc = json.loads((tmp_path / "out.json").read_text())
+    assert doc["curves"][0]["points"][0]["samples_s"] == [None, 1e-6]
 
 
 # ---- plots -------------------------------------------------------------------------------------

@@ -248,9 +248,9 @@ def test_interruption_in_the_first_curve() -> None:
 def test_a_size_beyond_memory_is_refused_before_measuring() -> None:
     engine = SimulatedEngine(seed=3)
     recorder = Recorder()
-    with pytest.raises(OptionError, match="--max-size") as caught:
+    with pytest.raises(OptionError, match="--sizes") as caught:
         run_sweep(engine, small_options(sizes=(1, 200 * 10**9)), recorder)
-    assert caught.value.option == "--max-size"
+    assert caught.value.option == "--sizes"
     assert "device memory" in str(caught.value)
     assert engine.clock() == 0.0
     assert recorder.begun == []

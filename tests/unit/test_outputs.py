@@ -33,9 +33,10 @@ COMMANDS = {
 
 
 @pytest.fixture(autouse=True)
-def own_history(tmp_path, monkeypatch):
-    monkeypatch.setenv("XFERSCOPE_HISTORY", str(tmp_path / "history.sqlite3"))
-    return tmp_path / "history.sqlite3"
+def own_history(tmp_path_factory, monkeypatch):
+    path = tmp_path_factory.mktemp("history") / "history.sqlite3"  # not in the results' place
+    monkeypatch.setenv("XFERSCOPE_HISTORY", str(path))
+    return path
 
 
 @pytest.fixture

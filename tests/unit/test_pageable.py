@@ -314,17 +314,20 @@ def test_a_size_that_cannot_be_pinned_is_one_line(capsys, tmp_path, monkeypatch)
 
 def test_ctrl_c_keeps_the_sizes_measured(capsys, tmp_path, monkeypatch):
     # Each size takes 9 engine calls (3 pinning measurements, fill, warm-up, 3 trials, verify),
-    # largest first: interrupting at the 12th keeps 16 MiB and loses 1 MiB.
+    # largest first: interrupting at the 12th keeps 16 MiB whole and 1 MiB's pinning costs.
     monkeypatch.setattr(ENGINE, lambda simulate: SimulatedEngine(interrupt_after=12))
     code, _, err = run(capsys, *SMALL, "-o", str(tmp_path))
     assert code == cli.EXIT_INTERRUPTED
     assert "interrupted" in err
     doc = json.loads(next(tmp_path.glob("*/*.json")).read_text())
-    assert doc["interrupted"] is True and [s["bytes"] for s in doc["sizes"]] == [16 * MiB]
+    assert doc["interrupted"] is True and [s["bytes"] for s in doc["sizes"]] == [MiB, 16 * MiB]
+    part, whole = doc["sizes"]
+    assert part["samples"]["staged_copy_s"] == [] and part["samples"]["host_alloc_s"]
+    assert len(whole["samples"]["staged_copy_s"]) == 3
 
 
 def test_ctrl_c_before_any_size_writes_nothing(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(ENGINE, lambda simulate: SimulatedEngine(interrupt_after=1))
+    monkeypatch.setattr(ENGINE, lambda simulate: SimulatedEngine(interrupt_after=0))
     code, _, err = run(capsys, *SMALL, "-o", str(tmp_path))
     assert code == cli.EXIT_INTERRUPTED and "nothing written" in err
     assert not list(tmp_path.glob("*"))

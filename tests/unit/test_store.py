@@ -297,7 +297,7 @@ def test_interrupted_append_is_rolled_back(db, monkeypatch):
 def test_unserialisable_run_is_a_clear_error(db):
     ids = _two_runs(db)
     bad = dataclasses.replace(sample_run(gpus=1), wall_s=float("nan"))
-    with History(db) as history, pytest.raises(HistoryError, match="not valid JSON"):
+    with History(db) as history, pytest.raises(HistoryError, match="cannot add the run"):
         history.append(bad)
     _assert_intact(db, ids)
 

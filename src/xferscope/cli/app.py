@@ -28,6 +28,13 @@ def cli() -> None:
     """Measure how fast data moves between host memory and NVIDIA GPUs, and why."""
 
 
+def described(short: str, *examples: str) -> dict[str, str]:
+    """A command's line in `xferscope --help` (a whole sentence, never cut) and the examples
+    its own --help ends with: the keywords of its decorator."""
+    lines = "\n".join(f"  {example}" for example in examples)
+    return {"short_help": short, "epilog": f"\b\nExamples:\n{lines}"}
+
+
 # ---- entry point -------------------------------------------------------------------------------
 
 

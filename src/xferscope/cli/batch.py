@@ -35,7 +35,7 @@ from ..core.units import parse_counts
 from ..report.batch_tables import print_batch
 from ..sweep.options import parse_list, parse_sizes
 from . import common
-from .app import cli, stderr, stdout
+from .app import cli, described, stderr, stdout
 from .common import (
     Bar,
     DocumentKind,
@@ -59,7 +59,15 @@ from .outputs import Destination, Named, Output, page, text
 from .params import Bounded
 
 
-@cli.command("batch")
+@cli.command(
+    "batch",
+    **described(
+        "Many small copies: which way of batching them is fastest.",
+        "xferscope batch --counts 1,16,256,1024 --sizes 64,4KiB,64KiB,1MiB",
+        "xferscope batch --counts 64,1024 --size-mix lognormal:16KiB:1.5",
+        "xferscope batch --calibrate    # what xferscope.copy_many picks on this GPU",
+    ),
+)
 @click.option(
     "--direction",
     default="h2d,d2h,d2d",

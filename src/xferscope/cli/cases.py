@@ -14,7 +14,7 @@ from ..core.engine import Engine
 from ..core.errors import XferscopeError
 from ..run.investigate import RUN_CASES
 from . import common
-from .app import cli, stdout
+from .app import cli, described, stdout
 
 
 def _used_by(key: str) -> list[str]:
@@ -77,7 +77,14 @@ def listing(engine: Engine) -> dict[str, Any]:
     }
 
 
-@cli.command(name="cases")
+@cli.command(
+    name="cases",
+    **described(
+        "Every transfer case and whether this machine can run it.",
+        "xferscope cases",
+        "xferscope cases --json",
+    ),
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
 @click.option("--simulate", is_flag=True, help="Check the waivers on the simulated machine.")
 def cases_command(as_json: bool, simulate: bool) -> None:

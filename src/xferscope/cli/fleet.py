@@ -44,7 +44,7 @@ from ..fleet.run import (
 from ..report.fleet_tables import print_fleet
 from ..sweep.options import parse_list
 from . import common
-from .app import cli, stderr, stdout
+from .app import cli, described, stderr, stdout
 from .common import (
     DocumentKind,
     HistorySaver,
@@ -65,7 +65,14 @@ from .params import Bounded
 TEST_VARIABLE = "XFERSCOPE_FLEET_TEST"
 
 
-@cli.command("fleet")
+@cli.command(
+    "fleet",
+    **described(
+        "Every GPU of every node at once under MPI; the outliers.",
+        "mpirun -np 8 xferscope fleet",
+        "mpirun -np 16 --map-by ppr:8:node xferscope fleet --thresholds health.toml",
+    ),
+)
 @click.option(
     "--cases",
     default="",

@@ -33,7 +33,7 @@ from ..gemm.shapes import Shape, parse_shapes, parse_sizes, read_shapes
 from ..report.gemm_tables import print_gemm
 from ..sweep.options import parse_list
 from . import common  # looked up at run time, so tests can replace open_engine
-from .app import cli, stdout
+from .app import cli, described, stdout
 from .common import (
     Bar,
     DocumentKind,
@@ -59,7 +59,15 @@ from .params import Bounded
 LAYOUTS = {"nn": (False, False), "nt": (False, True), "tn": (True, False), "tt": (True, True)}
 
 
-@cli.command("gemm")
+@cli.command(
+    "gemm",
+    **described(
+        "GEMM speed in every precision, with and without transfers.",
+        "xferscope gemm",
+        "xferscope gemm --precision bf16,fp8 --sizes 1024:8192:1024",
+        "xferscope gemm --shapes 4096x1024x8192 --transfers pinned,pageable --cpu auto",
+    ),
+)
 @click.option(
     "--precision",
     default="fp64,fp32,tf32,bf16",

@@ -36,7 +36,7 @@ from ..gl.states import (
 )
 from ..report.gl_tables import print_gl
 from . import common  # looked up at run time, so tests can replace open_engine
-from .app import cli, stdout
+from .app import cli, described, stdout
 from .common import (
     Bar,
     DocumentKind,
@@ -82,7 +82,14 @@ def _listing(values: tuple[str, ...] | tuple[int, ...]) -> str:
     return ", ".join(str(v) for v in values)
 
 
-@cli.command("gl")
+@cli.command(
+    "gl",
+    **described(
+        "OpenGL uploads and readbacks (seed 000's explorer).",
+        "xferscope gl --survey",
+        "xferscope gl --op readback --size 512,1024 --pbos 1,2,4 --type float --internal rgba32f",
+    ),
+)
 @click.option("--op", default="upload,readback", show_default=True, help="upload, readback.")
 @click.option("--size", default="2048", show_default=True, help="Pixel sizes: N (square) or WxH.")
 @click.option(

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from ..core import limits
 from ..core.errors import XferscopeError
-from .app import cli, stdout
+from .app import cli, described, stdout
 from .common import (
     KINDS,
     DocumentKind,
@@ -29,7 +29,14 @@ from .params import Bounded
 # ---- history, report, compare ------------------------------------------------------------------
 
 
-@cli.command("history")
+@cli.command(
+    "history",
+    **described(
+        "List the results in the history, newest first.",
+        "xferscope history",
+        "xferscope history -n 5 --json",
+    ),
+)
 @_history_option
 @click.option(
     "-n",
@@ -126,7 +133,14 @@ def load_result(ref: str, history: Path) -> tuple[DocumentKind, Any, str]:
     return kind, result, name
 
 
-@cli.command("report")
+@cli.command(
+    "report",
+    **described(
+        "Show and write a result again, from the history or its JSON.",
+        "xferscope report 42",
+        "xferscope report xferscope-results/sweep-20261124-101500/sweep.json",
+    ),
+)
 @click.argument("ref", metavar="RESULT")
 @_history_option
 @click.option(
@@ -152,7 +166,14 @@ def parse_threshold(value: float) -> float:
     return limits.THRESHOLD.check("--threshold", value)
 
 
-@cli.command("compare")
+@cli.command(
+    "compare",
+    **described(
+        "Compare two results metric by metric, weighed by their noise.",
+        "xferscope compare 41 42",
+        "xferscope compare before/run.json after/run.json --threshold 0.03",
+    ),
+)
 @click.argument("run_a", metavar="A")
 @click.argument("run_b", metavar="B")
 @_history_option

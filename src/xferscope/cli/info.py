@@ -9,13 +9,19 @@ import click
 from ..core.engine import Engine
 from ..report.info_table import print_info
 from . import common
-from .app import cli, stdout
+from .app import cli, described, stdout
 from .common import resolve_devices
 
 # ---- info --------------------------------------------------------------------------------------
 
 
-@cli.command()
+@cli.command(
+    **described(
+        "The GPUs and their links: PCIe, NUMA node, clocks, memory.",
+        "xferscope info",
+        "xferscope info --json",
+    )
+)
 @click.option("-g", "--device", default=None, help="GPU indices, comma-separated [default: all].")
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON.")
 @click.option("--simulate", is_flag=True, help="Describe the simulated GPU instead.")

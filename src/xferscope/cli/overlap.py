@@ -41,13 +41,17 @@ from ..overlap import (
 from ..report.overlap_tables import print_overlap
 from ..sweep.options import parse_list, parse_size_option, parse_sizes
 from . import common  # looked up at run time, so tests can replace open_engine
-from .app import cli, stdout
+from .app import cli, described, stdout
 from .common import (
     Bar,
     DocumentKind,
+    HistorySaver,
+    _history_file,
     begin_measuring,
+    check_history,
     deliver,
     finish,
+    history_options,
     nothing_measured,
     output_options,
     prepare_renderers,
@@ -103,6 +107,7 @@ def _common(kind: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
 
     def decorate(function: Callable[..., None]) -> Callable[..., None]:
         function = output_options(f"overlap-{kind}", f"PREFIX{PLOT_SUFFIXES[kind]}")(function)
+        function = history_options(function)
         function = click.option(
             "--simulate",
             is_flag=True,
@@ -127,6 +132,9 @@ def _experiment(kind: str, kw: dict[str, Any], total: int, run: Callable[[Progre
     """Measures as every command does (cli.py): the files' places checked first, Ctrl-C keeps
     what was measured, the data written before the plot; exits 130 after Ctrl-C, 3 when
     verification failed, 1 when a part could not run."""
+    history = None if kw["no_history"] else _history_file(kw["history_path"])
+    if history is not None:
+        check_history(history)
     prepare_renderers()
     with Destination.prepare(
         kw["out"], f"overlap-{kind}", overlap_named(kind, kw), kw["force"]
@@ -140,14 +148,19 @@ def _experiment(kind: str, kw: dict[str, Any], total: int, run: Callable[[Progre
             if result.failures:
                 failure = result.failures[0]
                 raise XferscopeError(f"{failure.what}: {failure.error}")
+        saver = HistorySaver(
+            history,
+            lambda: common.history_entry(f"overlap-{kind}", result.to_dict(), result),
+            "result",
+        )
         delivery = deliver(
-            overlap_outputs(result, dest), dest, lambda: print_overlap(result, stdout)
+            overlap_outputs(result, dest), dest, lambda: print_overlap(result, stdout), saver
         )
     finish(
         delivery,
         result.interrupted,
         verification_failed=not result.valid,
-        failed=bool(result.failures),
+        failed=saver.failed or bool(result.failures),
     )
 
 
@@ -172,7 +185,15 @@ _register("gpu", GPU_SCHEMA, GpuOverlapResult.from_dict)
 # ---- the group ---------------------------------------------------------------------------------
 
 
-@cli.group("overlap")
+@cli.group(
+    "overlap",
+    **described(
+        "How much of a copy hides under other work (cpu, buffers, gpu).",
+        "xferscope overlap cpu --memory pinned,pageable --size 256MiB",
+        "xferscope overlap buffers --buffers 1,2,4 --chunk-sizes 4MiB",
+        "xferscope overlap gpu --streams 1,2,4,8 --work 1,1000",
+    ),
+)
 def overlap() -> None:
     """How much of a copy hides under other work: CPU work during one asynchronous copy (cpu),
     a stream of chunks through N pinned buffers in rotation (buffers), and H2D, a kernel and
@@ -182,7 +203,14 @@ def overlap() -> None:
 # ---- overlap cpu -------------------------------------------------------------------------------
 
 
-@overlap.command("cpu", short_help="CPU work under one asynchronous copy (seed 000, Table 1).")
+@overlap.command(
+    "cpu",
+    **described(
+        "CPU work under one asynchronous copy (seed 000, Table 1).",
+        "xferscope overlap cpu",
+        "xferscope overlap cpu -d d2h -m pinned,pageable --size 64MiB --work 0,1ms,5ms",
+    ),
+)
 @click.option(
     "-d",
     "--direction",
@@ -262,7 +290,14 @@ def cpu_command(**kw: Any) -> None:
 # ---- overlap buffers ---------------------------------------------------------------------------
 
 
-@overlap.command("buffers", short_help="A stream of chunks through N rotating pinned buffers.")
+@overlap.command(
+    "buffers",
+    **described(
+        "A stream of chunks through N rotating pinned buffers.",
+        "xferscope overlap buffers",
+        "xferscope overlap buffers -d d2h --buffers 1,2,4 --chunk-sizes 4MiB",
+    ),
+)
 @click.option(
     "-d",
     "--direction",
@@ -336,7 +371,14 @@ def buffers_command(**kw: Any) -> None:
 # ---- overlap gpu -------------------------------------------------------------------------------
 
 
-@overlap.command("gpu", short_help="H2D, a kernel and D2H pipelined over K streams.")
+@overlap.command(
+    "gpu",
+    **described(
+        "H2D, a kernel and D2H pipelined over K streams.",
+        "xferscope overlap gpu",
+        "xferscope overlap gpu --size 256MiB --streams 1,2,4,8 --work 1,1000",
+    ),
+)
 @click.option(
     "--size",
     default="1GiB",

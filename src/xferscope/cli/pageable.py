@@ -25,13 +25,17 @@ from ..pageable.measure import (
 from ..report.pageable_tables import print_pageable
 from ..sweep.options import parse_sizes
 from . import common  # looked up at run time, so tests can replace open_engine
-from .app import cli, stdout
+from .app import cli, described, stdout
 from .common import (
     Bar,
     DocumentKind,
+    HistorySaver,
+    _history_file,
     begin_measuring,
+    check_history,
     deliver,
     finish,
+    history_options,
     nothing_measured,
     output_options,
     prepare_renderers,
@@ -48,7 +52,14 @@ def parse_sends(option: str, text: str) -> tuple[int, ...]:
     return tuple(map(int, limits.SENDS.parse_all(option, text)))
 
 
-@cli.command("pageable")
+@cli.command(
+    "pageable",
+    **described(
+        "Which way of sending a pageable buffer k times is cheapest.",
+        "xferscope pageable",
+        "xferscope pageable --sizes 64MiB --sends 1,10,100",
+    ),
+)
 @click.option(
     "--sizes",
     default=",".join(size_tag(s) for s in DEFAULT_SIZES),
@@ -70,6 +81,7 @@ def parse_sends(option: str, text: str) -> tuple[int, ...]:
     help="Measurements of each cost; the median is used.",
 )
 @output_options("pageable", "PREFIX-<size>.png for each size")
+@history_options
 @click.option(
     "--simulate", is_flag=True, help="Use the simulated engine (no GPU; nothing is measured)."
 )
@@ -83,9 +95,12 @@ def pageable_command(
     size."""
     size_list = parse_sizes("--sizes", sizes)
     send_list = parse_sends("--sends", sends)
+    history = None if kw["no_history"] else _history_file(kw["history_path"])
     engine = common.open_engine(simulate)
     (index,) = resolve_devices(engine, device, one=True)
     check_memory(engine, index, size_list)
+    if history is not None:
+        check_history(history)
     prepare_renderers()
     named = pageable_named(kw, size_list)
     with Destination.prepare(kw["out"], "pageable", named, kw["force"]) as dest:
@@ -96,15 +111,22 @@ def pageable_command(
             )
         if not result.sizes:
             nothing_measured(dest)
+        saver = HistorySaver(history, lambda: history_entry(result), "result")
         delivery = deliver(
-            pageable_outputs(result, dest), dest, lambda: print_pageable(result, stdout)
+            pageable_outputs(result, dest), dest, lambda: print_pageable(result, stdout), saver
         )
     finish(
         delivery,
         result.interrupted,
         verification_failed=any(r.staged_verified is False for r in result.sizes),
-        failed=False,
+        failed=saver.failed,
     )
+
+
+def history_entry(result: PageableResult) -> Any:
+    from ..pageable.measure import to_dict
+
+    return common.history_entry("pageable", to_dict(result), result)
 
 
 def pageable_named(

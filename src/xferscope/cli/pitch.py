@@ -30,7 +30,7 @@ from ..pitch.measure import (
 from ..report.pitch_tables import print_pitch
 from ..sweep.options import parse_list, parse_size_option, parse_sizes
 from . import common
-from .app import cli, stdout
+from .app import cli, described, stdout
 from .common import (
     Bar,
     DocumentKind,
@@ -56,7 +56,14 @@ from .params import Bounded
 MOST_TOTAL = 1 << 30
 
 
-@cli.command("pitch")
+@cli.command(
+    "pitch",
+    **described(
+        "2D and 3D copies: rows of W bytes, by every method.",
+        "xferscope pitch",
+        "xferscope pitch --memory pinned --layout pitched --widths 1,16,256,4KiB --host-pitch 1,4",
+    ),
+)
 @click.option("--direction", default="h2d,d2h", show_default=True, help="h2d, d2h.")
 @click.option("--memory", default="pinned,pageable", show_default=True, help="pinned, pageable.")
 @click.option(

@@ -11,7 +11,7 @@ from ..documents.envelope import dumps_document
 from ..run.records import GpuSection, RunResult, run_from_dict
 from ..sweep.records import SweepResult
 from . import common
-from .app import cli, stderr, stdout
+from .app import cli, described, stderr, stdout
 from .common import (
     Bar,
     DocumentKind,
@@ -105,7 +105,14 @@ QUICK_S = 14  # `run --quick` on one H200 (benchmarks/results/run-h200-20261121.
 DEFAULT_S = 65  # `run` on one H200 (the same file: 65.5 s)
 
 
-@cli.command()
+@cli.command(
+    **described(
+        "Start here: every GPU investigated, what is slow, why, the fix.",
+        "xferscope run",
+        "xferscope run --quick -g 0",
+        "xferscope run --quick --prometheus /var/lib/node_exporter/xferscope.prom",
+    )
+)
 @click.option("-g", "--device", default=None, help="GPU indices, comma-separated [default: all].")
 @click.option(
     "--quick",

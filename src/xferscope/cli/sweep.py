@@ -21,13 +21,17 @@ from ..sweep.options import (
 from ..sweep.records import SCHEMA_NAME as SWEEP_SCHEMA
 from ..sweep.records import SweepResult, from_dict
 from . import common
-from .app import cli, stdout
+from .app import cli, described, stdout
 from .common import (
     Bar,
     DocumentKind,
+    HistorySaver,
+    _history_file,
     begin_measuring,
+    check_history,
     deliver,
     finish,
+    history_options,
     nothing_measured,
     output_options,
     parse_seed,
@@ -48,7 +52,14 @@ ALIGNMENT_DEVICE_OFFSETS = (0, 1)
 ALIGNMENT_SIZES = (4096, 65536, 1 << 20, 16 << 20)
 
 
-@cli.command()
+@cli.command(
+    **described(
+        "Bandwidth and latency against size, one curve per configuration.",
+        "xferscope sweep --min-size 1MiB --max-size 1GiB --csv seed002.csv --plot seed002",
+        "xferscope sweep --mechanism async --timing device -m pageable,pinned,wc,registered",
+        "xferscope sweep -d roundtrip -m pageable,pinned --max-size 64MiB --perturbation 3",
+    )
+)
 @click.option(
     "-d",
     "--direction",
@@ -182,6 +193,7 @@ ALIGNMENT_SIZES = (4096, 65536, 1 << 20, 16 << 20)
 @click.option("--no-verify", is_flag=True, help="Skip checking the destination after each size.")
 @seed_option
 @output_options("sweep", "PREFIX-bandwidth.png and PREFIX-latency.png")
+@history_options
 @click.option(
     "--simulate", is_flag=True, help="Use the simulated engine (no GPU; nothing is measured)."
 )
@@ -203,10 +215,13 @@ def sweep(ctx: click.Context, /, **kw: Any) -> None:
         if all(kw[name] is None for name in range_options):
             kw["sizes"] = ",".join(map(str, ALIGNMENT_SIZES))
     options = build_sweep_options(kw)
+    history = None if kw["no_history"] else _history_file(kw["history_path"])
     engine = common.open_engine(kw["simulate"])
     sizes_from = "--sizes" if kw["sizes"] is not None else "--max-size"
     blame = "--steps" if kw["steps"] is not None else sizes_from
     configs = prepare_sweep(engine, options, sizes_from, blame)
+    if history is not None:
+        check_history(history)
     prepare_renderers()
     with Destination.prepare(kw["out"], "sweep", sweep_named(kw), kw["force"]) as dest:
         begin_measuring()
@@ -215,7 +230,8 @@ def sweep(ctx: click.Context, /, **kw: Any) -> None:
             result = run_sweep(engine, options, Bar(progress, steps))
         if result.interrupted and not sweep_measured(result):
             nothing_measured(dest)
-        delivery = deliver(sweep_outputs(result, dest), dest, lambda: _print_sweep(result))
+        saver = HistorySaver(history, lambda: history_entry(result), "result")
+        delivery = deliver(sweep_outputs(result, dest), dest, lambda: _print_sweep(result), saver)
     finish(
         delivery,
         result.interrupted,
@@ -224,8 +240,14 @@ def sweep(ctx: click.Context, /, **kw: Any) -> None:
             for c in result.curves
             for p in c.points
         ),
-        failed=any(c.status == "failed" for c in result.curves),
+        failed=saver.failed or any(c.status == "failed" for c in result.curves),
     )
+
+
+def history_entry(result: SweepResult) -> Any:
+    from ..sweep.records import to_dict
+
+    return common.history_entry("sweep", to_dict(result), result)
 
 
 def sweep_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:

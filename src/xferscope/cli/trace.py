@@ -33,7 +33,7 @@ from ..trace.records import read_trace
 from ..trace.reference import Reference, calibrate, from_history
 from ..trace.runner import DEFAULT_LIMIT, run_traced
 from . import common
-from .app import cli, stderr, stdout
+from .app import cli, described, stderr, stdout
 from .common import (
     DocumentKind,
     HistorySaver,
@@ -53,6 +53,11 @@ REFERENCES = ("auto", "history", "measure", "none")
 
 @cli.command(
     "trace",
+    **described(
+        "Run a program and show what its data transfers cost, and the fix.",
+        "xferscope trace -- ./my_app --input data.bin",
+        "xferscope trace --export chrome-trace -- python3 train.py",
+    ),
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )
 @click.option(

@@ -156,9 +156,10 @@ def pageable_slow(result: RunResult) -> Iterator[Finding]:
                 _figure(gpu.index, direction, "pageable", "memcpy", "api"),
                 pageable,
                 pinned,
-                f"GPU {gpu.index}: {name} from pageable memory reaches {format_rate(pageable)}, "
-                f"{pinned / pageable:.1f}x slower than from pinned memory "
-                f"({format_rate(pinned)})",
+                f"GPU {gpu.index}: {name} from pageable memory reaches {format_rate(pageable)} "
+                f"by cudaMemcpy, {pinned / pageable:.1f}x slower than from pinned memory "
+                f"({format_rate(pinned)} by cudaMemcpy; both as an application times them, "
+                "API time)",
                 "the driver copies pageable memory through its own small pinned buffers, one "
                 "chunk at a time",
                 "allocate transfer buffers with cudaMallocHost (torch: pin_memory=True) or pin "
