@@ -495,7 +495,7 @@ def test_pageable_interrupted_mid_size_keeps_what_was_measured(capsys, tmp_path,
     assert size["bytes"] == 1 << 30 and size["samples"]["staged_copy_s"]
 
 
-# ---- 14. what a newcomer trips on -----------------------------------------------------------------
+# ---- 14. what a newcomer trips on --------------------------------------------------------
 
 
 @pytest.mark.parametrize(
