@@ -282,9 +282,16 @@ def check_history(path: Path) -> None:
     """Before measuring: the history can be written. One that exists is opened and its write
     lock taken and let go (a lock held by another process is fine: it is waited for after
     measuring); for a new one, its directory is probed. Nothing is created but the directory."""
-    from ..documents.files import probe
+    from ..documents.files import probe, special
     from ..run.history import History, HistoryError, HistoryLocked
 
+    kind = special(path)
+    if kind is not None:
+        raise OptionError(
+            "--history",
+            f"{path} is {kind}, not a regular file; give another file with --history, or "
+            "--no-history",
+        )
     if not path.exists():
         probe("--history", path.parent, path)
         return

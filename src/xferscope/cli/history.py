@@ -13,6 +13,7 @@ from rich.table import Table
 
 from ..core import limits
 from ..core.errors import XferscopeError
+from ..documents.files import special
 from .app import cli, described, stdout
 from .common import (
     KINDS,
@@ -53,7 +54,7 @@ def history_command(history_path: str | None, limit: int, as_json: bool) -> None
     from ..run.history import History
 
     path = _history_file(history_path)
-    if not path.exists():
+    if not path.exists() and special(path) is None:
         raise XferscopeError(f"no history at {path} yet: `xferscope run` starts it")
     with History(path, readonly=True) as history:
         runs = history.list(limit)

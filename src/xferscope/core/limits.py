@@ -91,6 +91,9 @@ class Range:
         return tuple(sorted({self.parse(option, item) for item in items}))
 
 
+# The largest size in bytes any option accepts: more memory than any machine holds.
+MOST_BYTES = 1 << 50
+
 # ---- the ranges, by kind of option --------------------------------------------------------------
 
 # How many trials a measurement repeats, in every command that repeats one.

@@ -7,6 +7,7 @@ import math
 import re
 
 from .errors import OptionError
+from .limits import MOST_BYTES
 
 _BINARY = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
@@ -37,6 +38,10 @@ def parse_size(text: str) -> int:
     value = number * factor
     if not math.isfinite(value) or value != int(value):
         raise ValueError(f"'{text}' is not a whole number of bytes")
+    if value > MOST_BYTES:
+        raise ValueError(
+            f"'{text}' is more than {format_bytes(MOST_BYTES)}, more than any machine holds"
+        )
     return int(value)
 
 

@@ -68,6 +68,12 @@ class HistoryError(XferscopeError):
     """The run history cannot be read or written. The message names the file."""
 
 
+class HistoryPathError(HistoryError):
+    """The history's path is no regular file (a FIFO, a directory, a device): bad input."""
+
+    exit_code = 2
+
+
 class HistoryLocked(HistoryError):
     """Another process holds the history's lock (it is writing): try again later."""
 
@@ -165,7 +171,7 @@ class History:
         path = self.path
         kind = special(path)
         if kind is not None:
-            raise HistoryError(f"history {path} is {kind}, not a regular file")
+            raise HistoryPathError(f"--history: {path} is {kind}, not a regular file")
         if self.readonly:
             if not path.exists():
                 raise HistoryError(f"no history at {path}: no run has been recorded there")
