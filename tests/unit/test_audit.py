@@ -580,3 +580,13 @@ def test_the_readme_lists_the_mechanisms_help_lists(capsys):
     row = next(line for line in readme.splitlines() if line.startswith("| `--mechanism`"))
     for mechanism in MECHANISMS:
         assert f"`{mechanism}`" in row, mechanism
+
+
+def test_a_missing_plotting_library_is_one_line_before_measuring(capsys, tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "plotly", None)  # import plotly raises ImportError
+    monkeypatch.delitem(sys.modules, "xferscope.report.html", raising=False)
+    code, _, err = run(capsys, *RUN, "-o", str(tmp_path))
+    assert_one_line_error(code, err, "plotly is not installed", "pip install plotly")
+    assert not list(tmp_path.iterdir())

@@ -15,7 +15,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from ..core import engine as core_engine
 from ..core import interrupt
 from ..core.engine import Engine, check_device
-from ..core.errors import OptionError
+from ..core.errors import OptionError, XferscopeError
 from ..sweep.options import parse_device, parse_devices
 from .app import EXIT_VERIFICATION_FAILED, stderr
 from .outputs import Delivery, Destination, Named, Output
@@ -141,12 +141,19 @@ def prepare_renderers(html: bool = False) -> None:
     """Imports matplotlib (and plotly for the HTML report) before measuring: they take a second
     to load, which would otherwise delay the results, and a Ctrl-C landing inside an import
     leaves a module half-made."""
-    from ..report import plots  # noqa: F401  (imported for its side effect: matplotlib loaded)
+    try:
+        from ..report import plots  # noqa: F401  (imported for its side effect: matplotlib loaded)
 
-    if html:
-        from ..report import html as page
+        if html:
+            from ..report import html as page
 
-        page.prepare()
+            page.prepare()
+    except ImportError as exc:  # installed without its dependencies (pip --no-deps)
+        name = (exc.name or "a plotting library").split(".")[0]
+        raise XferscopeError(
+            f"{name} is not installed, and xferscope draws its plots with it: "
+            f"pip install {name}"
+        ) from None
 
 
 def begin_measuring() -> None:
