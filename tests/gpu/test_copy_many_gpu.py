@@ -117,7 +117,14 @@ def test_pointer_kinds_as_the_driver_sees_them(native_engine):
     assert mapped[0] != 0 and mapped[1] == mapped[0] + 4096
 
 
-def test_batch_calibrate_then_copy_many_uses_it(native_engine, places, tmp_path, capsys):
+def test_batch_calibrate_then_copy_many_uses_it(
+    native_engine, places, tmp_path, capsys, monkeypatch
+):
+    # A whole calibration takes minutes: this one's grid is made the whole grid, so that it
+    # is stored (a part of the real grid never is).
+    monkeypatch.setattr(choose, "CALIBRATION_COUNTS", (1, 256))
+    monkeypatch.setattr(choose, "CALIBRATION_SIZES", (4096,))
+    monkeypatch.setattr(choose, "CALIBRATION_MEMORIES", ("pinned",))
     code = cli.main(["batch", "--calibrate", "--counts", "1,256", "--sizes", "4KiB",
                      "--memory", "pinned", "-o", str(tmp_path / "out")])  # fmt: skip
     _, err = capsys.readouterr()

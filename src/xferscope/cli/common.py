@@ -151,8 +151,7 @@ def prepare_renderers(html: bool = False) -> None:
     except ImportError as exc:  # installed without its dependencies (pip --no-deps)
         name = (exc.name or "a plotting library").split(".")[0]
         raise XferscopeError(
-            f"{name} is not installed, and xferscope draws its plots with it: "
-            f"pip install {name}"
+            f"{name} is not installed, and xferscope draws its plots with it: pip install {name}"
         ) from None
 
 
