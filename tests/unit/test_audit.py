@@ -590,3 +590,29 @@ def test_a_missing_plotting_library_is_one_line_before_measuring(capsys, tmp_pat
     code, _, err = run(capsys, *RUN, "-o", str(tmp_path))
     assert_one_line_error(code, err, "plotly is not installed", "pip install plotly")
     assert not list(tmp_path.iterdir())
+
+
+# ---- found again, with cases the audit did not list --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["run", "--simulate", "--resume", "99999999999999999999"], "no run 99999999999999999999"),
+        (["report", "99999999999999999999"], "no run 99999999999999999999"),
+        (["sweep", "--simulate", "-o", ""], "--out: give a directory, not an empty string"),
+        (["sweep", "--simulate", "-o", os.devnull], "is a character device, not a directory"),
+        (["gl", "--simulate", "--work", "1e999"], "not a finite time"),
+    ],
+)
+def test_more_bad_input_is_one_line(capsys, tmp_path, args, fragment):
+    run(capsys, "sweep", *SWEEP[1:], "-o", str(tmp_path))  # a history with one entry
+    code, _, err = run(capsys, *args)
+    assert_one_line_error(code, err, fragment)
+
+
+def test_out_naming_a_file_is_refused_and_the_file_kept(capsys, tmp_path):
+    (tmp_path / "afile").write_text("keep")
+    code, _, err = run(capsys, *SWEEP, "-o", str(tmp_path / "afile"))
+    assert_one_line_error(code, err, "--out", "is a file, not a directory")
+    assert (tmp_path / "afile").read_text() == "keep"

@@ -100,6 +100,8 @@ class Destination:
         for spec in named.values():
             if spec.value is not None and not spec.value.strip():
                 raise OptionError(spec.option, "give a file name, not an empty string")
+        if not out.strip():
+            raise OptionError("--out", "give a directory, not an empty string")
         directory = None
         if any(spec.value is None for spec in named.values()):
             parent = Path(out).expanduser()

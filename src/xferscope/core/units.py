@@ -102,7 +102,7 @@ def parse_seconds(option: str, text: str) -> float:
         raise OptionError(option, f"'{text.strip()}' is not {TIME_HELP}")
     value = float(match.group(1)) * _SECONDS[match.group(2).lower()]
     if not math.isfinite(value) or value < 0:
-        raise OptionError(option, f"'{text.strip()}' is not a time of 0 or more")
+        raise OptionError(option, f"'{text.strip()}' is not a finite time of 0 or more")
     return value
 
 

@@ -167,6 +167,10 @@ def probe(option: str, directory: Path, target: Path | None = None) -> Path:
     an OptionError naming `option` and the file the user gave (`target`, else the directory)
     if either fails."""
     where = "" if target is None else f" for '{target}'"
+    kind = special(directory)
+    if directory.exists() and kind != "a directory":
+        what = kind or "a file"
+        raise OptionError(option, f"'{directory}' is {what}, not a directory{where}")
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -349,6 +349,8 @@ class History:
 
     def document(self, run_id: int) -> tuple[str, dict[str, Any]]:
         """The kind and JSON document stored under `run_id`."""
+        if not 0 < run_id < 1 << 63:  # SQLite's ids; a larger number is none of them
+            raise HistoryError(f"no run {run_id} in {self.path}")
         try:
             row = self._db.execute(
                 f"SELECT {self._kind}, document FROM runs WHERE id = ?", (run_id,)
