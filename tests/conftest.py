@@ -54,6 +54,23 @@ def own_places(request, tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture
+def mpi4py_without_library(monkeypatch):
+    """mpi4py 4 installed where no libmpi is: importing its MPI raises RuntimeError. (MPI can
+    be opened once per process, so in-process tests of `fleet` stop there too.)"""
+    import sys
+    import types
+
+    package = types.ModuleType("mpi4py")
+
+    def missing(name: str) -> object:
+        raise RuntimeError("cannot load MPI library")
+
+    package.__getattr__ = missing  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "mpi4py", package)
+    monkeypatch.delitem(sys.modules, "mpi4py.MPI", raising=False)
+
+
+@pytest.fixture
 def sim() -> SimulatedEngine:
     return SimulatedEngine(seed=7)
 

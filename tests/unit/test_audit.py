@@ -114,22 +114,6 @@ def _json(path: Path) -> dict[str, object]:
 # ---- 2. fleet: options first, and a missing MPI library is one line ------------------------------
 
 
-@pytest.fixture
-def mpi4py_without_library(monkeypatch):
-    """mpi4py 4 installed where no libmpi is: importing MPI raises RuntimeError."""
-    import sys
-    import types
-
-    package = types.ModuleType("mpi4py")
-
-    def missing(name: str) -> object:
-        raise RuntimeError("cannot load MPI library")
-
-    package.__getattr__ = missing  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "mpi4py", package)
-    monkeypatch.delitem(sys.modules, "mpi4py.MPI", raising=False)
-
-
 def test_fleet_without_an_mpi_library_is_one_line_naming_what_to_install(
     capsys, mpi4py_without_library
 ):

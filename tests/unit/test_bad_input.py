@@ -87,20 +87,9 @@ def no_drawing(monkeypatch):
 
 
 @pytest.fixture(autouse=True)
-def no_mpi(monkeypatch):
-    """MPI can be opened once per process: `fleet` with acceptable options stops at opening it
-    here (tests/unit/test_fleet.py runs it under mpirun)."""
-    import sys
-    import types
-
-    package = types.ModuleType("mpi4py")
-
-    def missing(name: str) -> object:
-        raise RuntimeError("cannot load MPI library (in this test)")
-
-    package.__getattr__ = missing  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "mpi4py", package)
-    monkeypatch.delitem(sys.modules, "mpi4py.MPI", raising=False)
+def no_mpi(mpi4py_without_library):
+    """`fleet` with acceptable options stops at opening MPI here, which can be opened once per
+    process (tests/unit/test_fleet.py runs it under mpirun)."""
 
 
 def _run(capsys: pytest.CaptureFixture[str], args: list[str]) -> tuple[int, str, str]:

@@ -119,7 +119,7 @@ def test_unwritable_output_is_refused_before_measuring(capsys, tmp_path, option)
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     code, _, err = run(capsys, "sweep", *SMALL, "-o", str(tmp_path), option, str(blocker / "out"))
-    assert_one_line_error(code, err, option, "cannot")
+    assert_one_line_error(code, err, option, "is a file, not a directory")
 
 
 def test_output_that_is_a_directory_is_refused(capsys, tmp_path):

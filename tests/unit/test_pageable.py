@@ -295,7 +295,7 @@ def test_unwritable_output_is_refused_before_measuring(capsys, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     code, _, err = run(capsys, *SMALL, "--csv", str(blocker / "r.csv"), "-o", str(tmp_path))
-    assert_one_line_error(code, err, "--csv", "cannot")
+    assert_one_line_error(code, err, "--csv", "is a file, not a directory")
 
 
 class CannotPin(SimulatedEngine):

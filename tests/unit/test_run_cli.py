@@ -441,7 +441,7 @@ def test_a_lock_released_while_waiting_is_taken(capsys, tmp_path, history, monke
     [
         (["--device", "5"], ["--device", "no GPU with index 5"]),
         (["--device", "0,x"], ["--device", "'x'"]),
-        (["--prometheus", "{tmp}/a-file/x.prom"], ["--prometheus", "cannot create directory"]),
+        (["--prometheus", "{tmp}/a-file/x.prom"], ["--prometheus", "is a file, not a directory"]),
         (["--prometheus", "{tmp}"], ["--prometheus", "is a directory"]),
         (["--seed", "abc"], ["--seed"]),
         (["--bogus"], ["No such option", "--bogus"]),

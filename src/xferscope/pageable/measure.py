@@ -336,21 +336,7 @@ def measure(
                     engine, device, size, repeats, seed
                 )
                 progress.step(f"{format_bytes(size)}: staged copies measured")
-            if stopped:
-                # A Ctrl-C in the middle of a size keeps its trials done: a cost measured
-                # at least once is a cost measured.
-                if pinning[PINNING_KEYS[0]]:
-                    results.append(
-                        SizeResult(
-                            bytes=size,
-                            pinning=tuple((k, tuple(v)) for k, v in pinning.items()),
-                            staged_copy_s=tuple(staged),
-                            staged_iterations=iterations,
-                            staged_verified=None,
-                        )
-                    )
-                raise KeyboardInterrupt
-            if not verified:
+            if verified is False:
                 found.append(
                     corrupted(
                         f"{format_bytes(size)} staged",
@@ -358,15 +344,20 @@ def measure(
                         "source; its times are invalid",
                     )
                 )
-            results.append(
-                SizeResult(
-                    bytes=size,
-                    pinning=tuple((k, tuple(v)) for k, v in pinning.items()),
-                    staged_copy_s=tuple(staged),
-                    staged_iterations=iterations,
-                    staged_verified=verified,
+            # A Ctrl-C in the middle of a size keeps its trials done (verified None): a cost
+            # measured at least once is a cost measured.
+            if pinning[PINNING_KEYS[0]]:
+                results.append(
+                    SizeResult(
+                        bytes=size,
+                        pinning=tuple((k, tuple(v)) for k, v in pinning.items()),
+                        staged_copy_s=tuple(staged),
+                        staged_iterations=iterations,
+                        staged_verified=verified,
+                    )
                 )
-            )
+            if stopped:
+                raise KeyboardInterrupt
     except KeyboardInterrupt:
         interrupted = True
     return PageableResult(
