@@ -479,6 +479,21 @@ def test_pageable_interrupted_mid_size_keeps_what_was_measured(capsys, tmp_path,
     assert size["bytes"] == 1 << 30 and size["samples"]["staged_copy_s"]
 
 
+def test_a_size_cut_before_its_staged_copies_is_tabled_without_them(capsys, tmp_path, monkeypatch):
+    from xferscope.core.simulate import SimulatedEngine
+
+    monkeypatch.setattr(
+        "xferscope.cli.common.open_engine", lambda s, **k: SimulatedEngine(interrupt_after=3)
+    )
+    code, out, _ = run(capsys, "pageable", "--simulate", "--sizes", "1GiB", "--sends", "1,10",
+                       "-o", str(tmp_path))  # fmt: skip
+    assert code == 130
+    header = next(line for line in out.splitlines() if "fastest" in line)
+    assert "staged" not in header and "registered" in header
+    row = next(line for line in out.splitlines() if line.strip("│ ").startswith("10 "))
+    assert row.rstrip(" │").split("│")[-1].strip() in ("pageable", "pinned", "registered")
+
+
 # ---- 14. what a newcomer trips on --------------------------------------------------------
 
 

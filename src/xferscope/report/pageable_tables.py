@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..core.units import format_bytes, format_rate, format_seconds
-from ..pageable.measure import STRATEGIES, PageableResult, cheaper_from, crossovers, fastest
+from ..pageable.measure import PageableResult, cheaper_from, crossovers, fastest
 from .style import print_findings, print_simulated
 
 
@@ -52,8 +52,8 @@ def print_pageable(result: PageableResult, console: Console) -> None:
             title=f"{format_bytes(size.bytes)}: total time of k sends", title_justify="left"
         )
         totals.add_column("k", justify="right")
-        for name in STRATEGIES:
-            totals.add_column(name, justify="right")
+        for s in strategies:  # those measured: a Ctrl-C may have left the staged copy out
+            totals.add_column(s.name, justify="right")
         totals.add_column("fastest")
         for k in result.sends:
             best = fastest(strategies, k)
