@@ -23,6 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from foundation import comparison, gpu_tag, write_record
+from xferscope.core.cases import DEFAULT_SEED
 from xferscope.core.engine import NativeEngine
 from xferscope.core.machine import collect
 from xferscope.gemm.check import gemm_check
@@ -87,7 +88,9 @@ def vs_torch(engine: NativeEngine, precision: str, rounds: int) -> tuple[float, 
     """Median TFLOP/s of ours and of torch at N^3, interleaved round by round."""
     options = GemmOptions(precisions=(precision,), shapes=(Shape(N, N, N),))
     trans_a, trans_b = options.layout(precision)
-    g = engine.gemm(0, precision, N, N, N, trans_a, trans_b, 1.0, 0.0, 0x5EED, 0, options.tune)
+    g = engine.gemm(
+        0, precision, N, N, N, trans_a, trans_b, 1.0, 0.0, DEFAULT_SEED, 0, options.tune
+    )
     fn = torch_gemm(precision, N)
     try:
         assert g.verify(256).ok, f"{precision}: our GEMM is wrong"

@@ -20,7 +20,8 @@ from xferscope.core.engine import NativeEngine
 from xferscope.core.machine import collect
 from xferscope.core.units import parse_size
 from xferscope.gl.check import gl_check
-from xferscope.gl.measure import GlResult, ScenarioResult, dumps_json, measure
+from xferscope.gl.measure import measure
+from xferscope.gl.records import GlResult, ScenarioResult, dumps_json
 from xferscope.gl.states import GlOptions
 from xferscope.gl.survey import survey
 

@@ -167,7 +167,7 @@ void bind_batch(nb::module_& m) {
             new (h) BatchHandle(spec_of(device, direction, memory, sizes, scattered, seed));
           },
           "device"_a, "direction"_a, "memory"_a, "sizes"_a, "scattered"_a = false,
-          "seed"_a = 0x5EED)
+          "seed"_a = xferscope::Limits::default_seed)
       .def(
           "time",
           [](BatchHandle& h, const std::string& method, std::int64_t iterations,

@@ -186,6 +186,7 @@ NB_MODULE(_engine, m) {
   limits["blocking_timeout_s"] = static_cast<double>(xs::Limits::blocking_timeout_ns) * 1e-9;
   limits["staged_direct_below"] = xs::StagedCopier::kDirectBelow;
   m.attr("LIMITS") = limits;
+  m.attr("DEFAULT_SEED") = xs::Limits::default_seed;
   m.def(
       "refusal",
       [](const std::string& direction, const std::string& memory, const std::string& mechanism,

@@ -107,7 +107,8 @@ void bind_gemm(nb::module_& m) {
                                        seed, rotation_bytes, tune));
           },
           "device"_a, "precision"_a, "m"_a, "n"_a, "k"_a, "trans_a"_a = false, "trans_b"_a = false,
-          "alpha"_a = 1.0, "beta"_a = 0.0, "seed"_a = 0x5EED, "rotation_bytes"_a = 0, "tune"_a = 0)
+          "alpha"_a = 1.0, "beta"_a = 0.0, "seed"_a = xferscope::Limits::default_seed,
+          "rotation_bytes"_a = 0, "tune"_a = 0)
       .def(
           "time",
           [](GemmHandle& h, std::int64_t iterations) {

@@ -124,7 +124,8 @@ void bind_gl(nb::module_& m) {
           "op"_a, "width"_a, "height"_a, "alignment"_a = 4, "row_offset"_a = 0,
           "method"_a = "texsubimage", "format"_a = "rgba", "type"_a = "ubyte",
           "internal_format"_a = "rgba8", "target"_a = "2d", "fbo"_a = true, "shader"_a = false,
-          "pbos"_a = 0, "usage"_a = "none", "draw"_a = "quad", "seed"_a = 0x5EED)
+          "pbos"_a = 0, "usage"_a = "none", "draw"_a = "quad",
+          "seed"_a = xferscope::Limits::default_seed)
       .def_ro("op", &gl::Scenario::op)
       .def_ro("width", &gl::Scenario::width)
       .def_ro("height", &gl::Scenario::height)

@@ -79,7 +79,7 @@ void bind_pitch(nb::module_& m) {
                 spec_of(device, direction, memory, width, rows, host_pitch, pitched, seed));
           },
           "device"_a, "direction"_a, "memory"_a, "width"_a, "rows"_a, "host_pitch"_a,
-          "pitched"_a = true, "seed"_a = 0x5EED)
+          "pitched"_a = true, "seed"_a = xferscope::Limits::default_seed)
       .def(
           "time",
           [](PitchedHandle& h, const std::string& method, std::int64_t iterations) {

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from xferscope.core import machine
-from xferscope.core.simulate import SimulatedEngine
+from xferscope.core.engine.simulated import SimulatedEngine
 
 FIXED_HOST = {
     "hostname": "test-host",

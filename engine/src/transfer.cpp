@@ -155,7 +155,7 @@ Transfer::Transfer(const TransferSpec& spec) : spec_(spec) {
                                              spec.staged_direct_below);
     XFS_CUDA_CALL(cudaSetDevice(gpu));
   }
-  fill(0x5eed);
+  fill(Limits::default_seed);
 }
 
 // The members free the staged copier, the events, the stream and the buffers, in that order.

@@ -136,7 +136,7 @@ def test_the_trace_page_draws_its_timeline(driver, tmp_path: Path) -> None:
 
 
 def test_the_gemm_page_draws_its_chart(driver, tmp_path: Path) -> None:
-    from xferscope.core.simulate import SimulatedEngine
+    from xferscope.core.engine.simulated import SimulatedEngine
     from xferscope.gemm.measure import measure
     from xferscope.gemm.records import GemmOptions
     from xferscope.gemm.shapes import parse_sizes
@@ -155,7 +155,7 @@ def test_the_gemm_page_draws_its_chart(driver, tmp_path: Path) -> None:
 
 def test_the_batch_page_draws_its_maps(driver, tmp_path: Path) -> None:
     from xferscope.batch.measure import BatchOptions, measure
-    from xferscope.core.simulate import SimulatedEngine
+    from xferscope.core.engine.simulated import SimulatedEngine
     from xferscope.report.batch_html import render_batch_html
 
     result = measure(SimulatedEngine(), BatchOptions(counts=(1, 256), sizes=(64, 65536)))

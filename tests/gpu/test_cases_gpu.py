@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from xferscope.core import cases
+from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.core.errors import CudaError
-from xferscope.core.simulate import SimulatedEngine
 
 from ..unit.test_cases import COMBINATIONS, expected, outcome
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from xferscope.core.native import engine_module
+from xferscope.core.compiled import engine_module
 from xferscope.pitch.measure import METHODS
 
 pytestmark = pytest.mark.gpu

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.core.findings import ERROR, OK, WARNING, Finding
-from xferscope.core.simulate import SimulatedEngine
 from xferscope.run.records import (
     Concurrent,
     GpuSection,

@@ -11,8 +11,8 @@ import pytest
 
 from xferscope import cli
 from xferscope.cli.sweep import parse_offsets
+from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.core.errors import OptionError
-from xferscope.core.simulate import SimulatedEngine
 from xferscope.documents import csv as csv_export
 from xferscope.sweep.alignment import COSTLY, alignment_findings, misalignments
 from xferscope.sweep.measure import run_sweep

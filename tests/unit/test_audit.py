@@ -355,7 +355,7 @@ def test_a_partial_calibration_is_never_stored(capsys, tmp_path, monkeypatch):
 def test_a_calibration_from_another_gpu_or_partial_decides_nothing(tmp_path, monkeypatch):
     from xferscope.batch import choose
     from xferscope.batch.measure import BatchOptions, dumps_json, measure
-    from xferscope.core.simulate import SimulatedEngine
+    from xferscope.core.engine.simulated import SimulatedEngine
 
     monkeypatch.setenv("XFERSCOPE_CALIBRATION", str(tmp_path))
     engine = SimulatedEngine()
@@ -464,7 +464,7 @@ def test_sizes_too_large_blame_the_option_given(capsys):
 
 
 def test_pageable_interrupted_mid_size_keeps_what_was_measured(capsys, tmp_path, monkeypatch):
-    from xferscope.core.simulate import SimulatedEngine
+    from xferscope.core.engine.simulated import SimulatedEngine
 
     monkeypatch.setattr(
         "xferscope.cli.common.open_engine", lambda s, **k: SimulatedEngine(interrupt_after=7)
@@ -480,7 +480,7 @@ def test_pageable_interrupted_mid_size_keeps_what_was_measured(capsys, tmp_path,
 
 
 def test_a_size_cut_before_its_staged_copies_is_tabled_without_them(capsys, tmp_path, monkeypatch):
-    from xferscope.core.simulate import SimulatedEngine
+    from xferscope.core.engine.simulated import SimulatedEngine
 
     monkeypatch.setattr(
         "xferscope.cli.common.open_engine", lambda s, **k: SimulatedEngine(interrupt_after=3)

@@ -17,7 +17,7 @@ from xferscope.batch.measure import (
     measure,
     to_dict,
 )
-from xferscope.core.simulate import SimulatedEngine
+from xferscope.core.engine.simulated import SimulatedEngine
 
 
 @pytest.fixture(autouse=True)

@@ -15,8 +15,8 @@ import pytest
 from xferscope import cli
 from xferscope.batch.measure import BatchOptions, from_dict, measure, to_dict
 from xferscope.batch.mix import LARGEST, parse_size_mix
+from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.core.errors import OptionError
-from xferscope.core.simulate import SimulatedEngine
 
 
 @pytest.fixture(autouse=True)

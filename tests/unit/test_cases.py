@@ -11,8 +11,8 @@ import pytest
 
 from xferscope import _engine
 from xferscope.core import cases, engine
+from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.core.errors import EngineError
-from xferscope.core.simulate import SimulatedEngine
 from xferscope.sweep.options import SweepOptions
 
 SIZE = 4096

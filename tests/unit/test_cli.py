@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from xferscope import cli
-from xferscope.core.simulate import SimulatedEngine
+from xferscope.core.engine.simulated import SimulatedEngine
 
 # Where every command gets its engine: tests put a simulated one of their own there.
 ENGINE = "xferscope.cli.common.open_engine"

@@ -11,8 +11,8 @@ from collections.abc import Callable
 import pytest
 from rich.console import Console
 
+from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.core.errors import XferscopeError
-from xferscope.core.simulate import SimulatedEngine
 from xferscope.documents.reader import DocumentError
 from xferscope.run.compare import (
     FASTER,

@@ -21,7 +21,7 @@ from xferscope.batch.measure import (
     measure,
     to_dict,
 )
-from xferscope.core.simulate import SimulatedEngine
+from xferscope.core.engine.simulated import SimulatedEngine
 
 PINNED, DEVICE = 1, 2
 GPU_BASE = 0x7F00_0000_0000

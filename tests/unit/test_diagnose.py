@@ -10,9 +10,9 @@ from dataclasses import replace
 
 import pytest
 
+from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.core.findings import ERROR, INFO, OK, SEVERITIES, WARNING
 from xferscope.core.links import pcie_peak
-from xferscope.core.simulate import SimulatedEngine
 from xferscope.run import diagnose
 from xferscope.run.diagnose import RULES
 from xferscope.run.investigate import RunOptions, gpu_curves, run_investigation

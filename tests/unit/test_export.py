@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.core.findings import WARNING, Finding, corrupted, finding
-from xferscope.core.simulate import SimulatedEngine
 from xferscope.documents import csv as export_csv
 from xferscope.documents import json as export_json
 from xferscope.documents.csv import write_csv

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from xferscope import _engine, cli
-from xferscope.core.simulate import SimulatedEngine
+from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.core.units import alignment_class
 from xferscope.documents.reader import Field
 from xferscope.gemm import measure as gm

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from xferscope import _engine, cli
-from xferscope.core.simulate import SimulatedEngine
+from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.gl import measure as gl_measure
+from xferscope.gl import records as gl_records
 from xferscope.gl import states
 from xferscope.gl.survey import comparisons, survey
 
@@ -269,7 +270,7 @@ def test_the_document_reads_back_and_report_draws_it_again(capsys, tmp_path):
     assert run(capsys, *QUICK, "-o", str(tmp_path / "a"), "--pbos", "0,2", "--work", "1ms")[0] == 0
     (path,) = (tmp_path / "a").glob("gl-*/gl.json")
     doc = json.loads(path.read_text())
-    again = gl_measure.to_dict(gl_measure.from_dict(doc))
+    again = gl_records.to_dict(gl_records.from_dict(doc))
     assert again == doc
     code, out, err = run(capsys, "report", str(path), "-o", str(tmp_path / "b"))
     assert code == 0, err

@@ -1,8 +1,9 @@
 """Golden files for every document a command writes: run (JSON, points and metrics CSV,
-Prometheus textfile), overlap cpu, buffers and gpu (JSON, CSV), pageable (JSON, CSV) and compare
-(JSON); the sweep's are in test_export.py. Each is made by the simulated engine with a fixed
-seed, on the fixed host of conftest.py, with the creation time fixed: any change to a format
-shows here. Set XFERSCOPE_UPDATE_GOLDEN=1 to rewrite them after an intended change."""
+Prometheus textfile), overlap cpu, buffers and gpu, pageable, gl, gemm, batch, pitch, trace
+(JSON, CSV), fleet (JSON, CSV, a node's Prometheus textfile) and compare (JSON); the sweep's are
+in test_export.py. Each is made by the simulated engine with a fixed seed, on the fixed host of
+conftest.py, with the creation time fixed: any change to a format shows here. Set
+XFERSCOPE_UPDATE_GOLDEN=1 to rewrite them after an intended change."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from xferscope.core.simulate import SimulatedEngine
+from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.documents.csv import run_metrics_csv, run_points_csv
 from xferscope.documents.prometheus import render_prometheus
 from xferscope.overlap import measure_overlap_cpu, measure_overlap_gpu, measure_rotation
@@ -91,7 +92,8 @@ def test_the_golden_documents_read_back():
 
     from .test_export import GOLDEN
 
-    names = ["run", "sweep", "overlap-cpu", "overlap-buffers", "overlap-gpu", "pageable"]
+    names = ["run", "sweep", "overlap-cpu", "overlap-buffers", "overlap-gpu", "pageable", "gl",
+             "gemm", "batch", "pitch", "trace", "fleet"]  # fmt: skip
     for name in names:
         document = read_document(GOLDEN / f"{name}.json")
         kind = KINDS[document["schema"]]
@@ -101,6 +103,7 @@ def test_the_golden_documents_read_back():
 
 def test_gl_documents_match_golden():
     from xferscope.gl import measure as gl_measure
+    from xferscope.gl import records as gl_records
     from xferscope.gl.states import GlOptions
 
     options = GlOptions(
@@ -112,5 +115,83 @@ def test_gl_documents_match_golden():
         bytes=1 << 24,
     )
     result = _fixed(gl_measure.measure(SimulatedEngine(seed=11), options))
-    _check_golden("gl.json", gl_measure.dumps_json(result))
-    _check_golden("gl.csv", gl_measure.dumps_csv(result))
+    _check_golden("gl.json", gl_records.dumps_json(result))
+    _check_golden("gl.csv", gl_records.dumps_csv(result))
+
+
+# ---- gemm, batch, pitch, trace, fleet ------------------------------------------------------------
+
+
+def test_gemm_documents_match_golden():
+    from xferscope.gemm.measure import measure
+    from xferscope.gemm.records import GemmOptions, dumps_csv, dumps_json
+    from xferscope.gemm.shapes import Shape
+
+    options = GemmOptions(
+        precisions=("fp32", "bf16"),
+        shapes=(Shape(256, 256, 256), Shape(1000, 1000, 1000), Shape(128, 512, 64)),
+        target_s=0.01,
+        trials=3,
+        samples=16,
+        transfers=("pinned",),
+    )
+    result = _fixed(measure(SimulatedEngine(seed=11), options))
+    _check_golden("gemm.json", dumps_json(result))
+    _check_golden("gemm.csv", dumps_csv(result))
+
+
+def test_batch_documents_match_golden():
+    from xferscope.batch.measure import BatchOptions, dumps_csv, dumps_json, measure
+
+    options = BatchOptions(counts=(1, 16), sizes=(4096, 1 << 20), target_s=0.002, trials=3)
+    result = _fixed(measure(SimulatedEngine(seed=11), options))
+    _check_golden("batch.json", dumps_json(result))
+    _check_golden("batch.csv", dumps_csv(result))
+
+
+def test_pitch_documents_match_golden():
+    from xferscope.pitch.measure import PitchOptions, dumps_csv, dumps_json, measure
+
+    options = PitchOptions(
+        total=1 << 20, widths=(64, 4096, 1 << 20), target_s=0.002, trials=3, memories=("pinned",)
+    )
+    result = _fixed(measure(SimulatedEngine(seed=11), options))
+    _check_golden("pitch.json", dumps_json(result))
+    _check_golden("pitch.csv", dumps_csv(result))
+
+
+def test_fleet_documents_match_golden():
+    from xferscope.fleet.records import dumps_csv, dumps_json, prometheus_text
+    from xferscope.fleet.run import FleetOptions, assemble
+
+    from .test_fleet import GPU, report
+
+    reports = [report(r, 55e9 * (1 + 0.001 * r)) for r in range(6)]
+    reports[4] = report(4, 27e9, pcie_width=8)
+    result = assemble(reports, FleetOptions(), True, CREATED, 0.1, 2.0)
+    _check_golden("fleet.json", dumps_json(result))
+    _check_golden("fleet.csv", dumps_csv(result))
+    _check_golden("fleet-node1.prom", prometheus_text(result, "node1"))
+    assert GPU["uuid"] in dumps_json(result)
+
+
+def test_trace_documents_match_golden(capsys, tmp_path, monkeypatch):
+    import datetime as dt
+    import types
+
+    from xferscope import cli
+    from xferscope.cli import trace as trace_cli
+
+    from .test_trace import _fake_run
+
+    fixed = dt.datetime(2026, 11, 22, 12, 0, 0, tzinfo=dt.timezone.utc)
+    clock = types.SimpleNamespace(
+        datetime=types.SimpleNamespace(now=lambda *a: fixed), timezone=dt.timezone
+    )
+    monkeypatch.setattr(trace_cli, "dt", clock)
+    monkeypatch.setattr(trace_cli, "run_traced", _fake_run(tmp_path))
+    args = ["trace", "--reference", "none", "--no-history", "-o", str(tmp_path), "--", "x"]
+    assert cli.main(args) == 0, capsys.readouterr().err
+    (directory,) = tmp_path.glob("trace-*")
+    _check_golden("trace.json", (directory / "trace-summary.json").read_text())
+    _check_golden("trace.csv", (directory / "copies.csv").read_text())

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from xferscope.core import interrupt
-from xferscope.core.simulate import SimulatedEngine
+from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.run.history import History
 from xferscope.run.investigate import gpu_curves
 

@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
+from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.core.findings import ERROR, WARNING
-from xferscope.core.simulate import SimulatedEngine
 from xferscope.run import investigate
 from xferscope.run.investigate import (
     DEFAULT_PLAN,

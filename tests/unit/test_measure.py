@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from xferscope.core import interrupt
+from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.core.errors import OptionError
-from xferscope.core.simulate import SimulatedEngine
 from xferscope.core.units import format_bytes
 from xferscope.sweep.measure import run_sweep
 from xferscope.sweep.options import SweepOptions

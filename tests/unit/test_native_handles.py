@@ -7,7 +7,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from types import SimpleNamespace
 
-from xferscope.core import engine as native
+from xferscope.core.engine import native
 
 
 class Guard:

@@ -9,8 +9,8 @@ import pytest
 
 from xferscope import cli as cli_module
 from xferscope.cli import overlap as cli_overlap
+from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.core.errors import OptionError
-from xferscope.core.simulate import SimulatedEngine
 from xferscope.overlap import (
     BUFFERS_SCHEMA,
     CPU_SCHEMA,

@@ -13,8 +13,8 @@ import pytest
 
 from tests.unit.test_cli import ENGINE, assert_one_line_error, run
 from xferscope import cli
+from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.core.errors import AllocationError
-from xferscope.core.simulate import SimulatedEngine
 from xferscope.documents.reader import SchemaError
 from xferscope.pageable import measure as pageable
 from xferscope.pageable.measure import (

@@ -10,10 +10,10 @@ import json
 import pytest
 
 from xferscope import cli
+from xferscope.core.compiled import engine_module
+from xferscope.core.engine.simulated import SimulatedEngine
+from xferscope.core.engine.simulated_pitch import slices_of
 from xferscope.core.errors import EngineError
-from xferscope.core.native import engine_module
-from xferscope.core.simulate import SimulatedEngine
-from xferscope.core.simulate_pitch import slices_of
 from xferscope.pitch.measure import (
     CLIFF,
     Cell,

@@ -17,7 +17,7 @@ import pytest
 
 from xferscope import cli
 from xferscope.cli import run as run_command
-from xferscope.core.simulate import SimulatedEngine
+from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.run.history import History
 
 from .test_cli import ENGINE, assert_one_line_error, run

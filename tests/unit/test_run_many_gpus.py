@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 from xferscope import cli
-from xferscope.core.simulate import SimulatedEngine
+from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.run.investigate import RunOptions, run_investigation, steps
 from xferscope.run.records import run_from_dict, run_to_dict
 

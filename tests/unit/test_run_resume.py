@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from xferscope import cli
+from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.core.errors import OptionError
-from xferscope.core.simulate import SimulatedEngine
 from xferscope.run.investigate import RunOptions, gpu_curves, run_investigation, steps
 from xferscope.run.records import run_from_dict, run_to_dict
 from xferscope.run.resume import check_same_gpus, load_interrupted, options_of

@@ -12,8 +12,8 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
+from xferscope.core.engine.simulated import SIMULATED_STAGED_PLAN, SimulatedCopier, SimulatedEngine
 from xferscope.core.errors import CudaError, EngineError, NoDeviceError
-from xferscope.core.simulate import SIMULATED_STAGED_PLAN, SimulatedCopier, SimulatedEngine
 from xferscope.pageable import staged
 from xferscope.pageable.staged import StagedCopier, StagedPlan
 
@@ -317,7 +317,7 @@ def test_close_is_idempotent_and_later_copies_fail(engine):
 def test_the_native_copier_translates_engine_errors():
     """NativeEngine wraps the native copier so its CUDA errors become xferscope errors."""
     from xferscope import _engine
-    from xferscope.core.engine import NativeEngine, _NativeCopier
+    from xferscope.core.engine.native import NativeEngine, _NativeCopier
 
     class FailingHandle:
         plan: ClassVar[dict[str, int]] = {"threads": 2}

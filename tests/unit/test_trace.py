@@ -237,7 +237,7 @@ def test_ctrl_c_goes_to_the_program_and_its_status_comes_back(tmp_path):
 def test_a_stop_during_the_calibration_keeps_the_trace_unpriced(capsys, tmp_path, monkeypatch):
     from xferscope.cli import trace as trace_cli
     from xferscope.core import interrupt
-    from xferscope.core.simulate import SimulatedEngine
+    from xferscope.core.engine.simulated import SimulatedEngine
 
     def stopped(engine, device, progress=None):
         interrupt.request()

@@ -45,6 +45,9 @@ struct Limits {
   // The blocking kernel gives up after this long, so a host that never releases it cannot hang
   // the GPU; a trial that hits it is marked blocking_timed_out.
   static constexpr std::uint64_t blocking_timeout_ns = 5'000'000'000ull;
+  // The data pattern's seed when none is given: every command and handle starts from it, so a
+  // run can be repeated byte for byte.
+  static constexpr std::uint64_t default_seed = 0x5EED;
 };
 
 }  // namespace xferscope

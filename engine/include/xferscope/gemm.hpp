@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "xferscope/cases.hpp"
+
 namespace xferscope::gemm {
 
 // cuBLASLt cannot be loaded, or it refused a GEMM; the message names the library or the call.
@@ -35,7 +37,7 @@ struct GemmSpec {
   std::int64_t m = 1024, n = 1024, k = 1024;
   bool trans_a = false, trans_b = false;  // op(X) = X^T
   double alpha = 1.0, beta = 0.0;
-  std::uint64_t seed = 0x5EED;
+  std::uint64_t seed = Limits::default_seed;
   // Inputs are rotated through copies until they span this many bytes, so a small GEMM does
   // not find its inputs in L2 from the last call; 0: one copy.
   std::size_t rotation_bytes = 0;

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "xferscope/cases.hpp"
+
 namespace xferscope::gl {
 
 // A GL library or an EGL device context cannot be had (the message names the library and the
@@ -81,7 +83,7 @@ struct Scenario {
   int pbos = 0;                // 0: client memory; N: N pixel buffer objects in rotation
   std::string usage = "none";  // the PBOs' usage hint when pbos > 0
   std::string draw = "quad";   // readback: what each frame draws (quad, pixel, repeat)
-  std::uint64_t seed = 0x5EED;
+  std::uint64_t seed = Limits::default_seed;
 
   std::int64_t pixel_bytes() const;  // one pixel in host memory
   std::int64_t row_bytes() const;    // one row's payload, padding excluded

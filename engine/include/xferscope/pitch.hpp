@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "xferscope/cases.hpp"
+
 namespace xferscope::pitch {
 
 struct PitchSpec {
@@ -30,7 +32,7 @@ struct PitchSpec {
   std::size_t rows = 0;
   std::size_t host_pitch = 0;  // bytes from one host row to the next, at least `width`
   bool pitched = true;         // device rows: cudaMallocPitch's pitch, or packed (pitch = width)
-  std::uint64_t seed = 0x5EED;
+  std::uint64_t seed = Limits::default_seed;
 };
 
 const std::vector<std::string>& methods();

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "kernels.hpp"
+#include "xferscope/cases.hpp"
 #include "xferscope/detail/handles.hpp"
 #include "xferscope/error.hpp"
 
@@ -132,7 +133,7 @@ struct PairComm::Impl {
 
   // Each rank sends its own pattern, so data from the wrong rank does not pass the check.
   static std::uint64_t seed_of(int r) {
-    return 0x5EED + 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(r + 1);
+    return Limits::default_seed + 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(r + 1);
   }
 
   ~Impl() {

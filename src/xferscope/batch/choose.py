@@ -250,6 +250,9 @@ class Calibration:
         return best, reason, cell, dict(times)
 
 
+# copy_many's decisions, by (engine, GPU, direction, memory, count, bytes, method asked): when
+# each was made and what; forgotten when a calibration is stored.
+DECISIONS: dict[tuple[Any, ...], tuple[float, Choice]] = {}
 _loaded: dict[Path, tuple[float, Calibration | None]] = {}
 _looked: dict[str, tuple[float, Path, Calibration | None]] = {}  # by GPU: when, where, what
 LOOK_AGAIN_S = 1.0  # a stored calibration is looked for again at most this often
@@ -300,7 +303,5 @@ def save(result: BatchResult, gpu: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, dumps_json(result))
     _looked.pop(gpu, None)  # this process uses it from its next copy
-    from . import copy
-
-    copy._decisions.clear()
+    DECISIONS.clear()
     return path

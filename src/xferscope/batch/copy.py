@@ -36,9 +36,9 @@ from typing import Any
 
 import numpy as np
 
+from ..core.compiled import engine_module
 from ..core.engine import Engine
-from ..core.native import engine_module
-from .choose import LOOK_AGAIN_S, Choice, gpu_key, load, rule
+from .choose import DECISIONS, LOOK_AGAIN_S, Choice, gpu_key, load, rule
 from .resolve import Side, side
 
 _e = engine_module()
@@ -251,7 +251,6 @@ def _refuse_directions(kinds: np.ndarray, on_gpu: np.ndarray, count: int, upload
 # decisions already made, by (engine, device, direction, memory, count, total, method asked):
 # a choice is kept for as long as a stored calibration is trusted without looking at its file
 # again; a method asked for and allowed for good (a refusal depends on the shape and the driver)
-_decisions: dict[tuple[Engine, int, str, str, int, int, str | None], tuple[float, Choice]] = {}
 
 
 def _choose(
@@ -267,7 +266,7 @@ def _choose(
     the calibration or the rule, and remembered for LOOK_AGAIN_S."""
     key = (engine, device, direction, memory, count, total, asked)
     now = time.monotonic()
-    made = _decisions.get(key)
+    made = DECISIONS.get(key)
     if made is not None and (asked is not None or now - made[0] < LOOK_AGAIN_S):
         return made[1]
     size = total // count
@@ -290,7 +289,7 @@ def _choose(
         else:
             method, reason = rule(direction, memory, count, size, not refused("batch-stream"))
             choice = Choice(method, *shape, "rule", reason)
-    if len(_decisions) > 4096:
-        _decisions.clear()
-    _decisions[key] = (now, choice)
+    if len(DECISIONS) > 4096:
+        DECISIONS.clear()
+    DECISIONS[key] = (now, choice)
     return choice

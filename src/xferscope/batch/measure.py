@@ -12,14 +12,15 @@ import functools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .. import __version__
 from ..core import machine, plan, stats
+from ..core.cases import DEFAULT_SEED
+from ..core.compiled import engine_module
 from ..core.engine import Engine
 from ..core.errors import AllocationError, EngineError
 from ..core.findings import INFO, Finding
-from ..core.native import engine_module
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
+from ..core.version import __version__
 from .mix import parse_size_mix
 
 SCHEMA_NAME = "xferscope-batch"
@@ -50,7 +51,7 @@ class BatchOptions:
     target_s: float = DEFAULT_TARGET_S
     trials: int = DEFAULT_TRIALS
     device: int = 0
-    seed: int = 0x5EED
+    seed: int = DEFAULT_SEED
     # each batch made as xferscope.copy_many makes it (its methods only): a calibration
     as_copy_many: bool = False
     # sizes drawn per batch instead of `sizes` (mix.py's spec: lognormal:..., uniform:..., file:...)

@@ -8,11 +8,11 @@ import sys
 import click
 from rich.console import Console
 
-from .. import __version__
 from ..core import interrupt
 from ..core.engine import close_native
 from ..core.errors import NoDeviceError, XferscopeError
 from ..core.machine import launch_rank
+from ..core.version import __version__
 
 EXIT_INTERRUPTED = 130
 EXIT_VERIFICATION_FAILED = 3

@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..core import engine as core_engine
 from ..core import interrupt
+from ..core.cases import DEFAULT_SEED
 from ..core.engine import Engine, check_device
 from ..core.errors import OptionError, XferscopeError
 from ..sweep.options import parse_device, parse_devices
@@ -47,7 +48,7 @@ def parse_seed(value: str | int) -> int:
 def seed_option(function: Any) -> Any:
     return click.option(
         "--seed",
-        default=str(0x5EED),
+        default=str(DEFAULT_SEED),
         show_default=True,
         help="Seed of the data pattern: 0 to 2^64 - 1.",
     )(function)

@@ -13,9 +13,9 @@ from typing import Any
 
 import click
 
-from .. import __version__
 from ..core import interrupt, limits
 from ..core.errors import XferscopeError
+from ..core.version import __version__
 from ..fleet import pairs as fleet_pairs
 from ..fleet import thresholds as fleet_thresholds
 from ..fleet.records import (

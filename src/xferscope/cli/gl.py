@@ -8,17 +8,8 @@ import click
 
 from ..core import limits
 from ..core.errors import OptionError
-from ..gl.measure import (
-    SCHEMA_NAME,
-    GlResult,
-    check_plan,
-    dumps_csv,
-    dumps_json,
-    from_dict,
-    measure,
-    steps,
-    to_dict,
-)
+from ..gl.measure import check_plan, measure, steps
+from ..gl.records import SCHEMA_NAME, GlResult, dumps_csv, dumps_json, from_dict, to_dict
 from ..gl.states import (
     ALIGNMENTS,
     DEFAULT_LIMIT_S,

@@ -11,9 +11,9 @@ from typing import Any
 
 import click
 
-from .. import __version__
 from ..core import interrupt, limits, machine
 from ..core.errors import OptionError, XferscopeError
+from ..core.version import __version__
 from ..report.trace_tables import print_trace
 from ..sweep.options import parse_device
 from ..trace.analyze import analyze

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from .native import engine_module
+from .compiled import engine_module
 
 _engine = engine_module()  # the rules live in the engine; it imports without a GPU or driver
 
@@ -31,6 +31,8 @@ MECHANISMS: tuple[str, ...] = tuple(_engine.MECHANISMS)
 TIMINGS: tuple[str, ...] = tuple(_engine.TIMINGS)
 # most_held_copies, min_rotated_bytes, slot_alignment, cache_line, blocking_timeout_s
 LIMITS: Mapping[str, float] = dict(_engine.LIMITS)
+# The data pattern's seed when none is given (cases.hpp's Limits::default_seed).
+DEFAULT_SEED: int = int(_engine.DEFAULT_SEED)
 
 DEVICE_DIRECTIONS = ("d2d", "p2p")  # copy device memory; the others move host memory
 

@@ -8,10 +8,10 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
 from . import links, nvml
 from .engine import Engine, format_cuda_version
-from .simulate import SIMULATED_LINK
+from .engine.simulated import SIMULATED_LINK
+from .version import __version__
 
 # Where launchers put a process's rank before MPI is opened: Open MPI, PMIx, MPICH/Hydra, Slurm.
 RANK_VARIABLES = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")

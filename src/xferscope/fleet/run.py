@@ -12,10 +12,11 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .. import __version__
 from ..core import machine, plan
+from ..core.cases import DEFAULT_SEED
 from ..core.engine import Engine
 from ..core.errors import XferscopeError
+from ..core.version import __version__
 from ..sweep.measure import measure_curve
 from ..sweep.options import SweepOptions
 from ..sweep.records import CurveConfig
@@ -59,7 +60,7 @@ class FleetOptions:
     cases: tuple[str, ...] = ()  # named transfer cases; () = the `run --quick` set
     timeout_s: float = 300.0  # rank 0 waits this long for every report, from the start
     thresholds: tuple[tuple[str, float], ...] = ()  # given in a file
-    seed: int = 0x5EED
+    seed: int = DEFAULT_SEED
     ranks_per: str = "gpu"  # gpu: one rank per GPU; node: one rank per node, every GPU
     pairs: str = "auto"  # all, ring, none; auto: all up to 16 ranks, then a ring
 

@@ -16,12 +16,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from .. import __version__
 from ..core import machine, plan
 from ..core.engine import Engine, compute_capability
 from ..core.errors import AllocationError, EngineError, OptionError
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
+from ..core.version import __version__
 from .cpu import CpuPoint, measure_cpu, run_worker
 from .findings import findings
 from .records import ROTATION_BYTES, GemmOptions, GemmPoint, GemmResult, _e, bytes_needed
@@ -235,7 +235,7 @@ def cpu_worker(engine: Engine) -> Callable[[dict[str, Any], int], Iterator[dict[
     """Who runs the CPU's GEMMs: worker processes through NumPy's BLAS, or, for the simulated
     engine, its model of a CPU (so a simulated run gives the same figures everywhere)."""
     if engine.simulated:
-        from ..core.simulate_gemm import simulated_cpu_worker
+        from ..core.engine.simulated_gemm import simulated_cpu_worker
 
         return simulated_cpu_worker
     return run_worker

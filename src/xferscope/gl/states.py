@@ -11,8 +11,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..core import limits
+from ..core.cases import DEFAULT_SEED
+from ..core.compiled import engine_module
 from ..core.errors import OptionError
-from ..core.native import engine_module
 from ..core.units import parse_seconds_list
 from ..sweep.options import parse_list, parse_size_option
 
@@ -117,7 +118,7 @@ class GlOptions:
     log_frames: bool = False
     baseline: bool = True  # CUDA pinned memcpy of the same bytes
     device: int = 0
-    seed: int = 0x5EED
+    seed: int = DEFAULT_SEED
     preset: str | None = None
     extra: tuple[dict[str, Any], ...] = field(default=())  # a preset's own scenarios
 

@@ -17,7 +17,7 @@ from ..core.units import format_rate
 from .states import STATE_FIELDS
 
 if TYPE_CHECKING:
-    from .measure import GlResult, ScenarioResult
+    from .records import GlResult, ScenarioResult
 
 # Two states' rates differ enough to say so when one is this many times the other.
 NOTABLE_RATIO = 1.10

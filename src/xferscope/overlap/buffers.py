@@ -9,13 +9,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import __version__
 from ..core import engine, machine, plan, stats
 from ..core.engine import Engine, check_device
 from ..core.errors import AllocationError, EngineError, OptionError
 from ..core.findings import Finding, corrupted, failed
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
+from ..core.version import __version__
 from ..documents.reader import Field
 from .common import (
     Failure,

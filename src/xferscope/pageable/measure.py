@@ -31,13 +31,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import __version__
 from ..core import machine, plan, stats
+from ..core.cases import DEFAULT_SEED
 from ..core.engine import Engine, check_device
 from ..core.errors import AllocationError, OptionError, XferscopeError
 from ..core.findings import Finding, corrupted
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
+from ..core.version import __version__
 from ..documents.envelope import document_header, dumps_document, header_fields
 from ..documents.reader import Field, check_schema
 from ..run.records import PINNING_KEYS
@@ -297,7 +298,7 @@ def measure(
     sends: Sequence[int] = DEFAULT_SENDS,
     device: int = 0,
     repeats: int = DEFAULT_REPEATS,
-    seed: int = 0x5EED,
+    seed: int = DEFAULT_SEED,
     progress: Progress = QUIET,
 ) -> PageableResult:
     """Measures every cost for each size, largest first (an allocation that fails, fails

@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 import matplotlib.pyplot as plt
 
-from ..gl.measure import GlResult
+from ..gl.records import GlResult
 from .plots import save_png
 from .style import SIMULATED
 

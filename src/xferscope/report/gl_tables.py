@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..core.units import format_bytes, format_rate, format_seconds
-from ..gl.measure import GlResult, ScenarioResult, hidden
+from ..gl.records import GlResult, ScenarioResult, hidden
 from .style import print_findings, print_simulated
 
 MOST_REFUSALS_SHOWN = 8

@@ -15,11 +15,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from .. import __version__
 from ..core import cases, machine, plan
+from ..core.cases import DEFAULT_SEED
 from ..core.engine import Engine, Transfer
 from ..core.errors import AllocationError, CudaError, EngineError
 from ..core.progress import QUIET, Progress
+from ..core.version import __version__
 from ..gemm.check import gemm_check
 from ..gl.check import gl_check
 from ..sweep.measure import measure_curve
@@ -114,7 +115,7 @@ QUICK_FULL_GPUS_UP_TO = 2
 class RunOptions:
     devices: tuple[int, ...]
     quick: bool = False
-    seed: int = 0x5EED
+    seed: int = DEFAULT_SEED
 
     @property
     def plan(self) -> RunPlan:
@@ -491,9 +492,26 @@ def completed(earlier: RunResult | None) -> tuple[dict[int, GpuSection], dict[st
 
 
 def resumed_notes(earlier: RunResult | None, options: RunOptions) -> tuple[str, ...]:
-    from .resume import resumed_note
-
+    """What a resumed run says of its two parts (none for a run started afresh)."""
     return () if earlier is None else (resumed_note(earlier, options),)
+
+
+def resumed_note(earlier: RunResult, options: RunOptions) -> str:
+    kept = [g.index for g in earlier.gpus if g.status == "complete"]
+    several = sum(c.status == "complete" for c in earlier.multi)
+    parts = []
+    if kept:
+        parts.append(f"GPU{'s' if len(kept) > 1 else ''} {', '.join(map(str, kept))}")
+    if several:
+        parts.append(f"{several} of the several-GPU measurements")
+    what = " and ".join(parts) or "nothing"
+    rest = [d for d in options.devices if d not in kept]
+    plural = "s" if len(rest) > 1 else ""
+    again = f"; GPU{plural} {', '.join(map(str, rest))} measured now" if rest else ""
+    return (
+        f"Resumed: {what} from the interrupted run of {earlier.created}{again}. The wall time "
+        "adds both parts."
+    )
 
 
 def scope_notes(options: RunOptions) -> tuple[str, ...]:

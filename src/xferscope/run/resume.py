@@ -75,21 +75,3 @@ def check_same_gpus(engine: Engine, earlier: RunResult, devices: tuple[int, ...]
                 f"GPU {device} is not the GPU that run began on ({then.get(device)}); a run "
                 "continues only on its own GPUs",
             )
-
-
-def resumed_note(earlier: RunResult, options: RunOptions) -> str:
-    kept = [g.index for g in earlier.gpus if g.status == "complete"]
-    several = sum(c.status == "complete" for c in earlier.multi)
-    parts = []
-    if kept:
-        parts.append(f"GPU{'s' if len(kept) > 1 else ''} {', '.join(map(str, kept))}")
-    if several:
-        parts.append(f"{several} of the several-GPU measurements")
-    what = " and ".join(parts) or "nothing"
-    rest = [d for d in options.devices if d not in kept]
-    plural = "s" if len(rest) > 1 else ""
-    again = f"; GPU{plural} {', '.join(map(str, rest))} measured now" if rest else ""
-    return (
-        f"Resumed: {what} from the interrupted run of {earlier.created}{again}. The wall time "
-        "adds both parts."
-    )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, replace
 
-from .. import __version__
 from ..core import limits, machine, plan
 from ..core.engine import Engine, Transfer, check_device
 from ..core.errors import AllocationError, EngineError, OptionError, XferscopeError
@@ -18,6 +17,7 @@ from ..core.findings import INFO, WARNING, Finding, corrupted, failed, finding
 from ..core.progress import QUIET, Progress
 from ..core.stats import relative_noise
 from ..core.units import format_bytes, format_rate
+from ..core.version import __version__
 from .alignment import alignment_findings
 from .options import SweepOptions
 from .records import (

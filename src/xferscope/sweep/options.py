@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..core import cases, limits, plan
+from ..core.cases import DEFAULT_SEED
 from ..core.errors import OptionError
 from ..core.units import SIZE_HELP, parse_size
 from .records import CurveConfig
@@ -76,7 +77,7 @@ class SweepOptions:
     max_trials: int = 2 * plan.DEFAULT_TRIALS
     noise_bound: float = plan.DEFAULT_NOISE_BOUND
     budget_s: float | None = plan.DEFAULT_BUDGET_S  # per curve; None = no limit
-    seed: int = 0x5EED
+    seed: int = DEFAULT_SEED
     verify: bool = True
     rotation_bytes: int = plan.ROTATION_BYTES
     # cold: copies of 64 KiB and more rotate through buffers larger than the caches; warm: every

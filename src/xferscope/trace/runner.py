@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.compiled import engine_module
 from ..core.errors import OptionError, XferscopeError
-from ..core.native import engine_module
 
 LIBRARY = "libxferscope_inject.so"
 DEFAULT_LIMIT = 1_000_000  # records of each kind written; beyond, counted

@@ -6,19 +6,17 @@ and a model of an H200's cuBLASLt as measured there at 8192^3 (fp64 54, fp32 51,
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from ..gemm.cpu_worker import beaten
-from ..gemm.records import ELEMENT_BYTES, bytes_needed
-from .engine import compute_capability
-from .errors import AllocationError, EngineError
-from .native import engine_module
-from .units import alignment_class
-
-if TYPE_CHECKING:
-    from .simulate import SimulatedEngine
+from ...gemm.cpu_worker import beaten
+from ...gemm.records import ELEMENT_BYTES, bytes_needed
+from ..compiled import engine_module
+from ..errors import AllocationError, EngineError
+from ..units import alignment_class
+from .devices import compute_capability
+from .simulated_link import SimulatedHost
 
 _e = engine_module()
 PEAK_FLOPS = {
@@ -43,7 +41,7 @@ def efficiency(precision: str, m: int, n: int, k: int) -> float:
 
 
 class SimulatedGemm:
-    def __init__(self, engine: SimulatedEngine, spec: dict[str, Any]) -> None:
+    def __init__(self, engine: SimulatedHost, spec: dict[str, Any]) -> None:
         self._engine = engine
         self.spec = spec
         p = spec["precision"]
@@ -162,7 +160,7 @@ def simulated_cpu_worker(spec: dict[str, Any], threads: int) -> Iterator[dict[st
 
 
 def simulated_gemm(
-    engine: SimulatedEngine,
+    engine: SimulatedHost,
     device: int,
     precision: str,
     m: int,

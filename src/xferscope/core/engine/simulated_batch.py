@@ -9,13 +9,11 @@ model (its threads' rate and hand-over) plus a kernel; pinned copies at 55 GB/s,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .errors import EngineError
-from .native import engine_module
-
-if TYPE_CHECKING:
-    from .simulate import SimulatedEngine
+from ..compiled import engine_module
+from ..errors import EngineError
+from .simulated_link import SimulatedHost, staged_model
 
 _e = engine_module()
 PINNED_BPS = 55e9
@@ -40,7 +38,7 @@ WAIT_S = 5e-6
 
 
 class SimulatedBatch:
-    def __init__(self, engine: SimulatedEngine, spec: dict[str, Any]) -> None:
+    def __init__(self, engine: SimulatedHost, spec: dict[str, Any]) -> None:
         self._engine = engine
         self.spec = spec
         self.bytes = sum(spec["sizes"])
@@ -62,8 +60,6 @@ class SimulatedBatch:
         if method == "pack":
             return total / PACK_BPS + total / PINNED_BPS + 1.5e-5 + 0.05e-6 * n
         if method == "staged":
-            from .simulate import staged_model
-
             return staged_model(s["direction"], "api", 0).seconds(int(total)) + SCATTER_S
         if method == "kernel":
             return KERNEL_LAUNCH_S + total / (DEVICE_BPS if s["direction"] == "d2d" else KERNEL_BPS)
@@ -113,7 +109,7 @@ def copy_many_overhead(method: str, count: int) -> float:
 class SimulatedManyCopier:
     """copy_many's copier: it moves no bytes, only advances the virtual clock by the model."""
 
-    def __init__(self, engine: SimulatedEngine, device: int) -> None:
+    def __init__(self, engine: SimulatedHost, device: int) -> None:
         self._engine = engine
         self.device = device
         self.calls: list[tuple[str, bool, int, bool]] = []  # method, upload, count, pinned

@@ -1,11 +1,7 @@
-"""The engine protocol every command drives, and its native implementation over
-xferscope._engine.
-
-The simulated engine (simulate.py) implements the same protocol and returns the same result
-classes (the engine's, read-only) so that planning, statistics, records, exporters and the CLI
-run in CI without a GPU. Which combinations an engine accepts is the case table's to say
-(cases.py): both engines ask it.
-"""
+"""The native engine over the compiled module (xferscope._engine): every handle it opens, each
+closed by close_native() whatever path left it open. Translates the module's exceptions into
+xferscope's one-line errors; every measuring call first looks whether a stop was requested
+(interrupt.check)."""
 
 from __future__ import annotations
 
@@ -14,10 +10,11 @@ import time
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any
 
-from . import interrupt
-from .errors import (
+from .. import interrupt
+from ..compiled import engine_module
+from ..errors import (
     AllocationError,
     BlasError,
     CudaError,
@@ -26,343 +23,26 @@ from .errors import (
     GlUnavailableError,
     NcclError,
     NoDeviceError,
-    OptionError,
 )
-from .native import engine_module, result  # noqa: F401  (result: part of this module's API)
-
-# The result classes of the engine (xferscope._engine), read-only, made by both engines. The
-# protocols below give their fields to the type checker; a unit test holds them to the classes.
-
-
-class TrialTiming(Protocol):
-    @property
-    def seconds(self) -> float: ...  # all iterations together
-    @property
-    def iterations(self) -> int: ...
-    @property
-    def copies_per_iteration(self) -> int: ...
-    @property
-    def blocking_kernel(self) -> bool: ...  # held behind the blocking kernel
-    @property
-    def blocking_timed_out(self) -> bool: ...  # the kernel gave up: the figure is suspect
-    @property
-    def footprint_bytes(self) -> int: ...  # distinct bytes the copies touched in one buffer
-
-
-class Verification(Protocol):
-    @property
-    def ok(self) -> bool: ...
-    @property
-    def bytes_checked(self) -> int: ...
-    @property
-    def mismatched_bytes(self) -> int: ...
-    @property
-    def first_mismatch(self) -> int: ...  # byte offset, -1 when none
-
-
-class OverlapSample(Protocol):
-    @property
-    def issue_s(self) -> float: ...  # blocked in the issuing call
-    @property
-    def work_s(self) -> float: ...  # CPU work done meanwhile
-    @property
-    def wait_s(self) -> float: ...  # blocked waiting after the work
-    @property
-    def total_s(self) -> float: ...
-
-
-class RotationResult(Protocol):
-    @property
-    def total_s(self) -> float: ...
-    @property
-    def copy_s(self) -> float: ...
-    @property
-    def consume_s(self) -> float: ...
-    @property
-    def wait_s(self) -> float: ...
-    @property
-    def mismatched_chunks(self) -> int: ...
-
-
-class GpuOverlapResult(Protocol):
-    @property
-    def h2d_s(self) -> float: ...
-    @property
-    def kernel_s(self) -> float: ...
-    @property
-    def d2h_s(self) -> float: ...
-    @property
-    def sequential_s(self) -> float: ...
-    @property
-    def pipelined_s(self) -> float: ...
-    @property
-    def verified(self) -> bool: ...
-
-
-class PinningCosts(Protocol):
-    @property
-    def host_alloc_s(self) -> float: ...
-    @property
-    def host_free_s(self) -> float: ...
-    @property
-    def register_s(self) -> float: ...
-    @property
-    def unregister_s(self) -> float: ...
-    @property
-    def pageable_copy_s(self) -> float: ...
-    @property
-    def pinned_copy_s(self) -> float: ...
-    @property
-    def registered_copy_s(self) -> float: ...
-    @property
-    def host_copy_s(self) -> float: ...
-
-
-class StagedPlan(Protocol):
-    @property
-    def threads(self) -> int: ...
-    @property
-    def chunk_bytes(self) -> int: ...
-    @property
-    def buffers_per_thread(self) -> int: ...
-    @property
-    def direct_below(self) -> int: ...
-    @property
-    def single_thread_copy_bps(self) -> float: ...
-    @property
-    def target_bps(self) -> float: ...
-    @property
-    def explanation(self) -> str: ...
-
-
-RESULT_CLASSES = (
-    "TrialTiming",
-    "Verification",
-    "OverlapSample",
-    "RotationResult",
-    "GpuOverlapResult",
-    "PinningCosts",
-    "StagedPlan",
+from .protocols import (
+    Batch,
+    Copier,
+    Gemm,
+    GemmVerification,
+    GlContext,
+    GlSession,
+    GpuOverlapResult,
+    ManyCopier,
+    OverlapSample,
+    PairComm,
+    PinningCosts,
+    Pitched,
+    RotationResult,
+    StagedPlan,
+    Transfer,
+    TrialTiming,
+    Verification,
 )
-
-
-class Transfer(Protocol):
-    device: int
-    direction: str
-    peer: int | None  # the other GPU of a p2p transfer
-    copies_per_iteration: int
-    blocks_for_device_timing: bool
-
-    def fill(self, seed: int) -> None: ...
-    def time(self, timing: str, bytes: int, iterations: int) -> TrialTiming: ...
-    def overlap_cpu(self, bytes: int, work_s: float) -> OverlapSample: ...
-    @property
-    def staged_plan(self) -> StagedPlan | None: ...
-    def verify(self, bytes: int, inject_fault: bool = False) -> Verification: ...
-    def inject_copy_failure(self) -> None: ...
-    def close(self) -> None: ...
-
-
-class Copier(Protocol):
-    plan: StagedPlan
-
-    def to_device(self, device_destination: int, host_source: int, bytes: int) -> None: ...
-    def to_host(self, host_destination: int, device_source: int, bytes: int) -> None: ...
-    def close(self) -> None: ...
-
-
-class GlSession(Protocol):
-    """One GL scenario's objects (gl.hpp's Session): verify a test frame, run frames."""
-
-    @property
-    def scenario(self) -> Any: ...  # the engine's GlScenario, normalised
-    def verify(self) -> Any: ...  # GlVerification
-    def run(self, frames: int, work_s: float = 0.0, log: bool = False) -> Any: ...  # GlRunTiming
-    def close(self) -> None: ...
-
-
-class GlContext(Protocol):
-    """An OpenGL context on the GPU's EGL device."""
-
-    def info(self) -> dict[str, Any]: ...
-    def session(self, scenario: Any) -> GlSession: ...
-    def close(self) -> None: ...
-
-
-class GemmVerification(Protocol):
-    @property
-    def ok(self) -> bool: ...
-    @property
-    def samples(self) -> int: ...
-    @property
-    def failures(self) -> int: ...
-    @property
-    def worst_error(self) -> float: ...  # |C - reference| / sum |a b|, the largest sampled
-    @property
-    def worst_row(self) -> int: ...
-    @property
-    def worst_column(self) -> int: ...
-
-
-class Gemm(Protocol):
-    """One GEMM's matrices and algorithm on a GPU (gemm.hpp)."""
-
-    @property
-    def algorithm(self) -> dict[str, Any]: ...
-    @property
-    def copies(self) -> int: ...
-    @property
-    def footprint_bytes(self) -> int: ...
-    def time(self, iterations: int) -> float: ...
-    def verify(self, samples: int = 256, inject_fault: bool = False) -> GemmVerification: ...
-    def time_with_transfers(
-        self, pinned: bool, tiles: int, streams: int, iterations: int, check_delivery: bool = True
-    ) -> tuple[float, bool]: ...  # seconds, whether C arrived whole (when checked)
-    def time_padded(self, m: int, n: int, k: int, iterations: int) -> float: ...
-    def close(self) -> None: ...
-
-
-class Batch(Protocol):
-    """N copies between host memory and a GPU, made by one of several methods (batch.hpp)."""
-
-    @property
-    def bytes(self) -> int: ...
-    # host, device s per batch; as_copy_many: made as xferscope.copy_many makes it
-    def time(
-        self, method: str, iterations: int, as_copy_many: bool = False
-    ) -> tuple[float, float]: ...
-    def verify(self, method: str, as_copy_many: bool = False) -> int: ...  # copies wrong
-    def close(self) -> None: ...
-
-
-class Pitched(Protocol):
-    """Rows of bytes between host and device memory, by one of several methods (pitch.hpp)."""
-
-    @property
-    def bytes(self) -> int: ...
-    @property
-    def device_pitch(self) -> int: ...
-    @property
-    def depth(self) -> int: ...  # 3d: slices
-    def time(self, method: str, iterations: int) -> tuple[float, float]: ...  # host, device s
-    def verify(self, method: str) -> tuple[int, int]: ...  # wrong rows, overwritten gap bytes
-    def close(self) -> None: ...
-
-
-class PairComm(Protocol):
-    """An NCCL communicator over a fleet's ranks (pairs.hpp)."""
-
-    def stream(self, source: int, destination: int, bytes: int, iterations: int) -> float: ...
-    def ping_pong(self, a: int, b: int, bytes: int, iterations: int) -> float: ...
-    def mismatches(self, bytes: int) -> int: ...
-    def close(self) -> None: ...
-
-
-class ManyCopier(Protocol):
-    """Copies many of the caller's buffers at once (many.hpp)."""
-
-    closed: bool  # by close(), or by the engine closing its handles (the CLI does at its end)
-
-    def copy(
-        self,
-        method: str,
-        upload: bool,
-        destinations: Any,  # 1-D uint64 arrays of addresses and sizes
-        sources: Any,
-        sizes: Any,
-        pinned: bool,
-        mapped: Any = None,
-    ) -> None: ...
-    def close(self) -> None: ...
-
-
-class Engine(Protocol):
-    simulated: bool
-
-    def device_count(self) -> int: ...
-    def device_info(self, index: int) -> dict[str, Any]: ...
-    def memory_info(self, index: int) -> tuple[int, int]: ...
-    def runtime_version(self) -> int: ...
-    def driver_version(self) -> int: ...
-    def open_transfer(
-        self,
-        device: int,
-        direction: str,
-        memory: str,
-        mechanism: str,
-        capacity: int,
-        rotation_bytes: int,
-        rotate: bool = True,
-        peer: int = -1,
-        peer_access: bool = True,
-        host_offset: int = 0,
-        device_offset: int = 0,
-        staged_direct_below: int | None = None,  # None: the engine's default
-    ) -> Transfer: ...
-    def time_concurrently(
-        self, transfers: Sequence[Transfer], bytes: int, iterations: int
-    ) -> tuple[list[float], bool]: ...
-    def measure_pinning(self, device: int, bytes: int) -> PinningCosts: ...
-    def can_access_peer(self, device: int, peer: int) -> bool: ...
-    def rotate_buffers(
-        self, device: int, upload: bool, buffers: int, chunk_bytes: int, chunks: int
-    ) -> RotationResult: ...
-    def overlap_gpu(
-        self, device: int, bytes: int, streams: int, chunks: int, work: int
-    ) -> GpuOverlapResult: ...
-    def staged_copier(
-        self, device: int, threads: int = 0, chunk_bytes: int = 0, direct_below: int | None = None
-    ) -> Copier: ...
-    def gl_context(self, device: int) -> GlContext: ...
-    def gemm(
-        self,
-        device: int,
-        precision: str,
-        m: int,
-        n: int,
-        k: int,
-        trans_a: bool = False,
-        trans_b: bool = False,
-        alpha: float = 1.0,
-        beta: float = 0.0,
-        seed: int = 0x5EED,
-        rotation_bytes: int = 0,
-        tune: int = 0,  # time this many of the heuristic's algorithms and keep the fastest
-    ) -> Gemm: ...
-    def batch(
-        self,
-        device: int,
-        direction: str,
-        memory: str,
-        sizes: list[int],
-        scattered: bool = False,
-        seed: int = 0x5EED,
-    ) -> Batch: ...
-    def pitched(
-        self,
-        device: int,
-        direction: str,
-        memory: str,
-        width: int,
-        rows: int,
-        host_pitch: int,
-        pitched: bool = True,
-        seed: int = 0x5EED,
-    ) -> Pitched: ...
-    def many_copier(self, device: int) -> ManyCopier: ...
-    def nccl_unique_id(self) -> bytes: ...
-    def pair_comm(
-        self, unique_id: bytes, ranks: int, rank: int, device: int, capacity: int
-    ) -> PairComm: ...
-    # (kind, device, mapped) per address: 0 pageable, 1 pinned, 2 device, 3 managed
-    def classify_pointers(self, addresses: Any) -> tuple[Any, Any, Any]: ...
-    def clock(self) -> float: ...
-
-
-def format_cuda_version(version: int) -> str:
-    """12040 -> '12.4'."""
-    return f"{version // 1000}.{version % 1000 // 10}" if version else "none"
-
 
 # Every native transfer and copier not yet closed. close_native() closes them, so their buffers
 # are freed and the staged copier's threads joined before the interpreter finalizes, whatever
@@ -386,6 +66,10 @@ class NativeEngine:
 
     def __init__(self) -> None:
         self._engine = engine_module()
+
+    def _seed(self, seed: int | None) -> int:
+        """The seed given, else the engine's default (cases.hpp; core.cases.DEFAULT_SEED)."""
+        return int(self._engine.DEFAULT_SEED) if seed is None else seed
 
     @contextmanager
     def _translated(self) -> Iterator[None]:
@@ -454,7 +138,7 @@ class NativeEngine:
         device_offset: int = 0,
         staged_direct_below: int | None = None,
     ) -> Transfer:
-        from . import cases  # loads the engine module: not before an engine is made
+        from .. import cases  # loads the engine module: not before an engine is made
 
         below = (
             int(cases.LIMITS["staged_direct_below"])
@@ -512,7 +196,7 @@ class NativeEngine:
         """The engine's staged copier: .plan, .to_device(dst, src, n), .to_host(dst, src, n) on
         raw addresses, .close(). xferscope.pageable.staged wraps it for NumPy arrays. Copies
         under `direct_below` bytes are plain cudaMemcpy calls (None: the engine's default)."""
-        from . import cases  # loads the engine module: not before an engine is made
+        from .. import cases  # loads the engine module: not before an engine is made
 
         below = int(cases.LIMITS["staged_direct_below"]) if direct_below is None else direct_below
         with self._measuring():
@@ -531,7 +215,7 @@ class NativeEngine:
         trans_b: bool = False,
         alpha: float = 1.0,
         beta: float = 0.0,
-        seed: int = 0x5EED,
+        seed: int | None = None,
         rotation_bytes: int = 0,
         tune: int = 0,
     ) -> Gemm:
@@ -547,7 +231,7 @@ class NativeEngine:
                 trans_b,
                 alpha,
                 beta,
-                seed,
+                self._seed(seed),
                 rotation_bytes,
                 tune,
             )
@@ -560,12 +244,14 @@ class NativeEngine:
         memory: str,
         sizes: list[int],
         scattered: bool = False,
-        seed: int = 0x5EED,
+        seed: int | None = None,
     ) -> Batch:
         """Buffers for a batch of copies (batch.hpp)."""
         self.device_info(device)  # a clear NoDeviceError for a bad index
         with self._measuring():
-            handle = self._engine.Batch(device, direction, memory, list(sizes), scattered, seed)
+            handle = self._engine.Batch(
+                device, direction, memory, list(sizes), scattered, self._seed(seed)
+            )
         return _NativeBatch(handle, self)
 
     def nccl_unique_id(self) -> bytes:
@@ -591,13 +277,13 @@ class NativeEngine:
         rows: int,
         host_pitch: int,
         pitched: bool = True,
-        seed: int = 0x5EED,
+        seed: int | None = None,
     ) -> Pitched:
         """Buffers for a 2D copy (pitch.hpp)."""
         self.device_info(device)  # a clear NoDeviceError for a bad index
         with self._measuring():
             handle = self._engine.Pitched(
-                device, direction, memory, width, rows, host_pitch, pitched, seed
+                device, direction, memory, width, rows, host_pitch, pitched, self._seed(seed)
             )
         return _NativePitched(handle, self)
 
@@ -682,46 +368,6 @@ class _NativeTransfer:
     def close(self) -> None:
         self._handle.close()
         _open_handles.discard(self)
-
-
-PACE_VARIABLE = "XFERSCOPE_SIMULATE_PACE"
-GPUS_VARIABLE = "XFERSCOPE_SIMULATE_GPUS"
-
-
-def open_engine(simulate: bool = False, **simulated: Any) -> Engine:
-    """The native engine, or the simulated one. $XFERSCOPE_SIMULATE_PACE (a number, 0 or more)
-    makes the simulated engine take that share of its modelled time in real time, so its
-    progress can be watched and interrupted (tests do); $XFERSCOPE_SIMULATE_GPUS (1 to 64)
-    gives it that many GPUs, all peers of each other (an 8-GPU node in CI). `simulated` sets
-    the simulated engine's other parameters (a fleet's ranks: their seed, a slow link, ...)."""
-    if simulate:
-        from .simulate import SimulatedEngine
-
-        text = os.environ.get(PACE_VARIABLE, "0").strip() or "0"
-        try:
-            pace = float(text)
-        except ValueError:
-            pace = -1.0
-        if not 0 <= pace < 1e3:  # also refuses nan and inf
-            raise OptionError(PACE_VARIABLE, f"'{text}' is not a number from 0 to 1000")
-        gpus = os.environ.get(GPUS_VARIABLE, "1").strip() or "1"
-        if not gpus.isdigit() or not 1 <= int(gpus) <= 64:
-            raise OptionError(GPUS_VARIABLE, f"'{gpus}' is not a count of GPUs from 1 to 64")
-        return SimulatedEngine(**({"pace": pace, "devices": int(gpus)} | simulated))
-    return NativeEngine()
-
-
-def compute_capability(engine: Engine, device: int) -> int:
-    """The GPU's compute capability as major * 10 + minor (9.0 -> 90), as the engine's rules
-    take it."""
-    major, minor = str(engine.device_info(device)["compute_capability"]).split(".")
-    return int(major) * 10 + int(minor)
-
-
-def check_device(engine: Engine, device: int, option: str = "--device") -> None:
-    count = engine.device_count()
-    if not 0 <= device < count:
-        raise OptionError(option, f"no GPU with index {device}; this machine has 0..{count - 1}")
 
 
 class _NativeGlSession:

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from . import cases, interrupt
-from .errors import AllocationError, CudaError, EngineError, NoDeviceError
-from .native import engine_module, result
+from .. import cases, interrupt
+from ..cases import DEFAULT_SEED
+from ..compiled import engine_module, result
+from ..errors import AllocationError, CudaError, EngineError, NoDeviceError
+from .simulated_link import _model, _round_up, staged_model
 
 SIMULATED_MEMORY_BYTES = 141 * 10**9
 SIMULATED_GPU: dict[str, Any] = {
@@ -75,59 +76,6 @@ class SimulatedCopier:
 
     def close(self) -> None:
         self._closed = True
-
-
-@dataclass(frozen=True, slots=True)
-class LinkModel:
-    latency_s: float
-    bandwidth: float  # bytes per second
-    # copies under `below_bytes` follow `below` instead (the staged copy's plain call)
-    below_bytes: int = 0
-    below: LinkModel | None = None
-
-    def seconds(self, size: int) -> float:
-        if self.below is not None and size < self.below_bytes:
-            return self.below.seconds(size)
-        return self.latency_s + size / self.bandwidth
-
-
-def staged_model(direction: str, timing: str, direct_below: int) -> LinkModel:
-    """Host threads through a pinned pool (52 GB/s up, 49 down on an H200, 40 us to hand a copy
-    over), and the plain pageable call below `direct_below`, as the engine's copier does."""
-    return LinkModel(
-        40e-6,
-        52e9 if direction == "h2d" else 49e9,
-        direct_below,
-        _model(direction, "pageable", "memcpy", timing),
-    )
-
-
-# Shaped after the anchors measured on H200 machines: fast pinned copies, pageable copies that
-# the driver stages, synchronous calls that cost more than device time.
-def _model(
-    direction: str, memory: str, mechanism: str, timing: str, peer_access: bool = True
-) -> LinkModel:
-    if direction == "d2d":
-        return LinkModel(2.5e-6 if timing == "api" else 1.5e-6, 2.1e12)
-    if direction == "p2p":  # NVLink 4: 395 GB/s by copy engine, 372 by SMs, 38 through the host
-        bandwidth = 38e9 if not peer_access else (372e9 if mechanism == "kernel" else 395e9)
-        return LinkModel(2.5e-6 if timing == "api" else 1.6e-6, bandwidth)
-    if mechanism == "staged":
-        return staged_model(direction, timing, int(cases.LIMITS["staged_direct_below"]))
-    pageable = memory == "pageable"
-    bandwidth = (10.5e9 if direction == "h2d" else 20e9) if pageable else 55.4e9
-    if mechanism == "kernel":
-        bandwidth = min(bandwidth, 52e9)
-    if memory == "wc" and direction == "d2h":
-        bandwidth = 50e9
-    latency = {"api": 6.6e-6, "device": 1.8e-6}[timing]
-    if pageable:
-        latency += 2e-6
-    return LinkModel(latency, bandwidth)
-
-
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
 
 
 # What a GPU fallen off the bus answers.
@@ -382,12 +330,12 @@ class SimulatedEngine:
         trans_b: bool = False,
         alpha: float = 1.0,
         beta: float = 0.0,
-        seed: int = 0x5EED,
+        seed: int | None = None,
         rotation_bytes: int = 0,
         tune: int = 0,
     ) -> Any:
-        """The simulated GEMM (simulate_gemm.py)."""
-        from .simulate_gemm import simulated_gemm
+        """The simulated GEMM (simulated_gemm.py)."""
+        from .simulated_gemm import simulated_gemm
 
         self._launch(device)
         return simulated_gemm(
@@ -401,17 +349,19 @@ class SimulatedEngine:
         memory: str,
         sizes: list[int],
         scattered: bool = False,
-        seed: int = 0x5EED,
+        seed: int | None = None,
     ) -> Any:
-        """The simulated batch of copies (simulate_batch.py)."""
-        from .simulate_batch import SimulatedBatch
+        """The simulated batch of copies (simulated_batch.py)."""
+        from .simulated_batch import SimulatedBatch
 
         self._launch(device)
         reason = engine_module().batch_refusal(direction, memory, list(sizes), "loop", 13000, False)
         if reason:
             raise EngineError(reason)
         spec = {"device": device, "direction": direction, "memory": memory, "sizes": list(sizes)}
-        return SimulatedBatch(self, spec | {"scattered": scattered, "seed": seed})
+        return SimulatedBatch(
+            self, spec | {"scattered": scattered, "seed": DEFAULT_SEED if seed is None else seed}
+        )
 
     def pitched(
         self,
@@ -422,10 +372,10 @@ class SimulatedEngine:
         rows: int,
         host_pitch: int,
         pitched: bool = True,
-        seed: int = 0x5EED,
+        seed: int | None = None,
     ) -> Any:
-        """The simulated 2D copy (simulate_pitch.py)."""
-        from .simulate_pitch import SimulatedPitched
+        """The simulated 2D copy (simulated_pitch.py)."""
+        from .simulated_pitch import SimulatedPitched
 
         self._launch(device)
         reason = engine_module().pitch_refusal(
@@ -435,7 +385,14 @@ class SimulatedEngine:
             raise EngineError(reason)
         spec = {"device": device, "direction": direction, "memory": memory, "width": width}
         return SimulatedPitched(
-            self, spec | {"rows": rows, "host_pitch": host_pitch, "pitched": pitched, "seed": seed}
+            self,
+            spec
+            | {
+                "rows": rows,
+                "host_pitch": host_pitch,
+                "pitched": pitched,
+                "seed": DEFAULT_SEED if seed is None else seed,
+            },
         )
 
     def nccl_unique_id(self) -> bytes:
@@ -448,8 +405,8 @@ class SimulatedEngine:
         return SimulatedPairComm(self, rank, capacity)
 
     def many_copier(self, device: int) -> Any:
-        """copy_many's simulated copier (simulate_batch.py)."""
-        from .simulate_batch import SimulatedManyCopier
+        """copy_many's simulated copier (simulated_batch.py)."""
+        from .simulated_batch import SimulatedManyCopier
 
         self._gpu(device)
         return SimulatedManyCopier(self, device)
@@ -472,8 +429,8 @@ class SimulatedEngine:
         return kind, device, mapped
 
     def gl_context(self, device: int) -> Any:
-        """The simulated GL (simulate_gl.py)."""
-        from .simulate_gl import SimulatedGl
+        """The simulated GL (simulated_gl.py)."""
+        from .simulated_gl import SimulatedGl
 
         self._gpu(device)
         return SimulatedGl(self, device)

@@ -6,13 +6,11 @@ driver does: the stored bits decide whether the test frame survives."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .errors import GlError
-from .native import engine_module
-
-if TYPE_CHECKING:
-    from .simulate import SimulatedEngine
+from ..compiled import engine_module
+from ..errors import GlError
+from .simulated_link import SimulatedHost
 
 _e = engine_module()
 _TYPES = {name: (bytes_, kind) for name, _, bytes_, kind in _e.GL_TYPES}
@@ -94,7 +92,7 @@ def rate(s: Any) -> float:
 
 
 class SimulatedGlSession:
-    def __init__(self, engine: SimulatedEngine, scenario: Any) -> None:
+    def __init__(self, engine: SimulatedHost, scenario: Any) -> None:
         self._engine = engine
         self.scenario = _e.gl_normalised(scenario)
         reason = _e.gl_refusal(self.scenario)
@@ -166,7 +164,7 @@ class SimulatedGlSession:
 
 
 class SimulatedGl:
-    def __init__(self, engine: SimulatedEngine, device: int) -> None:
+    def __init__(self, engine: SimulatedHost, device: int) -> None:
         self._engine = engine
         self._device = device
 

@@ -6,14 +6,12 @@ kernel. Pinned memory moves at 55 GB/s, pageable at 10 (up) and 5 (down), as on 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .errors import EngineError
-from .native import engine_module
-from .simulate_batch import PAGEABLE_BPS, PINNED_BPS
-
-if TYPE_CHECKING:
-    from .simulate import SimulatedEngine
+from ..compiled import engine_module
+from ..errors import EngineError
+from .simulated_batch import PAGEABLE_BPS, PINNED_BPS
+from .simulated_link import SimulatedHost
 
 _e = engine_module()
 ROW_S = 2.5e-9  # a copy engine's least time per row
@@ -38,7 +36,7 @@ def slices_of(rows: int) -> int:
 
 
 class SimulatedPitched:
-    def __init__(self, engine: SimulatedEngine, spec: dict[str, Any]) -> None:
+    def __init__(self, engine: SimulatedHost, spec: dict[str, Any]) -> None:
         self._engine = engine
         self.spec = spec
         self.bytes = spec["width"] * spec["rows"]

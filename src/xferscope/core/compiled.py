@@ -14,7 +14,7 @@ def engine_module() -> Any:
     """The compiled engine module, loaded on first use: importing xferscope needs neither a
     GPU nor a driver, and loads no native code until something asks for it."""
     try:
-        from .. import _engine  # type: ignore[attr-defined]  # built by CMake
+        from .. import _engine  # type: ignore[attr-defined]  # built by CMake, a leaf module
     except ImportError as exc:  # pragma: no cover - only a broken install gets here
         raise NoDeviceError(f"the native engine is not built ({exc}); reinstall xferscope") from exc
     return _engine

@@ -1,0 +1,93 @@
+"""The engine every command drives: its protocol (protocols.py), the native implementation
+over the compiled module (native.py; core/compiled.py loads the module), the simulated one that
+runs everything without a GPU (simulated*.py: a link model with the same result classes), and
+`open_engine`, which picks one. Which combinations an engine accepts is the case table's to say
+(core/cases.py): both engines ask it."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..compiled import engine_module, result
+from ..errors import OptionError
+from .devices import check_device, compute_capability, format_cuda_version
+from .native import NativeEngine, close_native
+from .protocols import (
+    RESULT_CLASSES,
+    Batch,
+    Copier,
+    Engine,
+    Gemm,
+    GemmVerification,
+    GlContext,
+    GlSession,
+    GpuOverlapResult,
+    ManyCopier,
+    OverlapSample,
+    PairComm,
+    PinningCosts,
+    Pitched,
+    RotationResult,
+    StagedPlan,
+    Transfer,
+    TrialTiming,
+    Verification,
+)
+
+__all__ = [
+    "RESULT_CLASSES",
+    "Batch",
+    "Copier",
+    "Engine",
+    "Gemm",
+    "GemmVerification",
+    "GlContext",
+    "GlSession",
+    "GpuOverlapResult",
+    "ManyCopier",
+    "NativeEngine",
+    "OverlapSample",
+    "PairComm",
+    "PinningCosts",
+    "Pitched",
+    "RotationResult",
+    "StagedPlan",
+    "Transfer",
+    "TrialTiming",
+    "Verification",
+    "check_device",
+    "close_native",
+    "compute_capability",
+    "engine_module",
+    "format_cuda_version",
+    "open_engine",
+    "result",
+]
+
+
+PACE_VARIABLE = "XFERSCOPE_SIMULATE_PACE"
+GPUS_VARIABLE = "XFERSCOPE_SIMULATE_GPUS"
+
+
+def open_engine(simulate: bool = False, **simulated: Any) -> Engine:
+    """The native engine, or the simulated one. $XFERSCOPE_SIMULATE_PACE (a number, 0 or more)
+    makes the simulated engine take that share of its modelled time in real time, so its
+    progress can be watched and interrupted (tests do); $XFERSCOPE_SIMULATE_GPUS (1 to 64)
+    gives it that many GPUs, all peers of each other (an 8-GPU node in CI). `simulated` sets
+    the simulated engine's other parameters (a fleet's ranks: their seed, a slow link, ...)."""
+    if simulate:
+        from .simulated import SimulatedEngine  # loaded when asked for: it needs NumPy
+
+        text = os.environ.get(PACE_VARIABLE, "0").strip() or "0"
+        try:
+            pace = float(text)
+        except ValueError:
+            pace = -1.0
+        if not 0 <= pace < 1e3:  # also refuses nan and inf
+            raise OptionError(PACE_VARIABLE, f"'{text}' is not a number from 0 to 1000")
+        gpus = os.environ.get(GPUS_VARIABLE, "1").strip() or "1"
+        if not gpus.isdigit() or not 1 <= int(gpus) <= 64:
+            raise OptionError(GPUS_VARIABLE, f"'{gpus}' is not a count of GPUs from 1 to 64")
+        return SimulatedEngine(**({"pace": pace, "devices": int(gpus)} | simulated))
+    return NativeEngine()

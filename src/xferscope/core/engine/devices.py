@@ -1,0 +1,31 @@
+"""Facts about an engine's GPUs that every layer asks the same way: the CUDA version as text,
+the compute capability as the engine's rules take it, and the one check of a GPU index."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ..errors import OptionError
+from .protocols import Engine
+
+
+class _Facts(Protocol):
+    def device_info(self, index: int) -> dict[str, Any]: ...
+
+
+def format_cuda_version(version: int) -> str:
+    """12040 -> '12.4'."""
+    return f"{version // 1000}.{version % 1000 // 10}" if version else "none"
+
+
+def compute_capability(engine: _Facts, device: int) -> int:
+    """The GPU's compute capability as major * 10 + minor (9.0 -> 90), as the engine's rules
+    take it."""
+    major, minor = str(engine.device_info(device)["compute_capability"]).split(".")
+    return int(major) * 10 + int(minor)
+
+
+def check_device(engine: Engine, device: int, option: str = "--device") -> None:
+    count = engine.device_count()
+    if not 0 <= device < count:
+        raise OptionError(option, f"no GPU with index {device}; this machine has 0..{count - 1}")
