@@ -87,7 +87,7 @@ def test_pageable_documents_match_golden():
 
 def test_the_golden_documents_read_back():
     """Every golden JSON is what its reader expects, at the current schema version."""
-    from xferscope.cli.common import KINDS  # every document kind, registered by the CLI
+    from xferscope.cli.measured import KINDS  # every document kind, registered by the CLI
     from xferscope.documents.reader import read_document
 
     from .test_export import GOLDEN

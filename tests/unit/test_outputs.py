@@ -95,7 +95,7 @@ def test_a_named_file_that_exists_is_never_replaced_unasked(capsys, tmp_path, op
 
 def test_a_file_made_while_measuring_is_not_replaced(capsys, tmp_path, monkeypatch):
     target = tmp_path / "r.json"
-    from xferscope.sweep import measure
+    from xferscope.cli import sweep as measure  # where the command finds run_sweep
 
     real = measure.run_sweep
 

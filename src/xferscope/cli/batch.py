@@ -30,31 +30,15 @@ from ..batch.measure import (
 )
 from ..batch.mix import parse_size_mix
 from ..core import limits
+from ..core.engine import Engine
 from ..core.errors import OptionError
 from ..core.units import parse_counts
 from ..report.batch_tables import print_batch
 from ..sweep.options import parse_list, parse_sizes
 from . import common
 from .app import cli, described, stderr, stdout
-from .common import (
-    Bar,
-    DocumentKind,
-    HistorySaver,
-    _history_file,
-    begin_measuring,
-    check_history,
-    deliver,
-    finish,
-    history_options,
-    nothing_measured,
-    output_options,
-    parse_seed,
-    prepare_renderers,
-    progress_bar,
-    register,
-    resolve_devices,
-    seed_option,
-)
+from .common import history_options, output_options, parse_seed, resolve_devices, seed_option
+from .measured import DocumentKind, Measurement, register, run_measurement
 from .outputs import Destination, Named, Output, page, text
 from .params import Bounded
 
@@ -178,26 +162,27 @@ def batch_command(ctx: click.Context, /, **kw: Any) -> None:
             raise OptionError("--size-mix", "give --sizes or --size-mix, not both")
         parse_size_mix(kw["size_mix"])  # a bad spec or file: one line, before any measuring
         sizes = ()
-    history = None if kw["no_history"] else _history_file(kw["history_path"])
-    engine = common.open_engine(kw["simulate"])
-    (device,) = resolve_devices(engine, kw["device"], one=True)
-    options = BatchOptions(
-        directions=directions,
-        memories=memories,
-        counts=counts,
-        sizes=sizes,
-        methods=methods,
-        scattered=kw["scattered"],
-        target_s=kw["target_time"],
-        trials=kw["trials"],
-        device=device,
-        seed=parse_seed(kw["seed"]),
-        as_copy_many=kw["calibrate"],
-        size_mix=kw["size_mix"] or "",
-    )
-    if history is not None:
-        check_history(history)
-    if kw["calibrate"]:
+
+    def plan(engine: Engine) -> Measurement[BatchResult]:
+        (device,) = resolve_devices(engine, kw["device"], one=True)
+        options = BatchOptions(
+            directions=directions,
+            memories=memories,
+            counts=counts,
+            sizes=sizes,
+            methods=methods,
+            scattered=kw["scattered"],
+            target_s=kw["target_time"],
+            trials=kw["trials"],
+            device=device,
+            seed=parse_seed(kw["seed"]),
+            as_copy_many=kw["calibrate"],
+            size_mix=kw["size_mix"] or "",
+        )
+        steps = sum(len(memories_for(d, memories)) for d in directions)
+        steps *= len(counts) * max(len(sizes), 1)
+        if not kw["calibrate"]:
+            return Measurement(lambda bar: measure(engine, options, bar), steps)
         check_calibration_store(engine, device)
         if partial:
             stderr.print(
@@ -205,28 +190,14 @@ def batch_command(ctx: click.Context, /, **kw: Any) -> None:
                 "written with the other files but not stored as its calibration",
                 soft_wrap=True,
             )
-    prepare_renderers(html=True)
-    with Destination.prepare(kw["out"], "batch", batch_named(kw), kw["force"]) as dest:
-        begin_measuring()
-        steps = sum(len(memories_for(d, memories)) for d in directions)
-        steps *= len(counts) * max(len(sizes), 1)
-        if kw["calibrate"]:
-            steps += len(directions) * len(STAGED_SIZES)
-        with progress_bar() as bar:
-            result = measure(engine, options, Bar(bar, steps))
-        if not any(c.status != "skipped" for c in result.cells):
-            nothing_measured(dest)
-        saver = HistorySaver(history, lambda: history_entry(result), "result")
-        delivery = deliver(
-            batch_outputs(result, dest), dest, lambda: print_batch(result, stdout), saver
+        steps += len(directions) * len(STAGED_SIZES)
+        return Measurement(
+            lambda bar: measure(engine, options, bar),
+            steps,
+            lambda result, _delivery, _dest: store_calibration(engine, device, result),
         )
-        stored = store_calibration(engine, device, result) if kw["calibrate"] else True
-    finish(
-        delivery,
-        result.interrupted,
-        verification_failed=any(c.status == "unverified" for c in result.cells),
-        failed=saver.failed or not stored or any(c.status == "failed" for c in result.cells),
-    )
+
+    run_measurement(BATCH, kw, plan)
 
 
 def check_calibration_store(engine: Any, device: int) -> None:
@@ -264,10 +235,6 @@ def store_calibration(engine: Any, device: int, result: BatchResult) -> bool:
     return True
 
 
-def history_entry(result: BatchResult) -> Any:
-    return common.history_entry("batch", to_dict(result), result)
-
-
 def batch_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
     return common.result_files("batch", kw) | {"html": Named("--out", None, "report.html")}
 
@@ -288,9 +255,16 @@ def batch_outputs(result: BatchResult, dest: Destination) -> list[Output]:
     ]
 
 
-register(
-    SCHEMA_NAME,
-    DocumentKind(
-        "batch", from_dict, lambda r: print_batch(r, stdout), lambda: batch_named(), batch_outputs
-    ),
+BATCH: DocumentKind[BatchResult] = DocumentKind(
+    "batch",
+    from_dict,
+    lambda r: print_batch(r, stdout),
+    batch_named,
+    batch_outputs,
+    document=to_dict,
+    measured=lambda r: any(c.status != "skipped" for c in r.cells),
+    failed=lambda r: any(c.status == "failed" for c in r.cells),
+    unverified=lambda r: any(c.status == "unverified" for c in r.cells),
+    html=True,
 )
+register(SCHEMA_NAME, BATCH)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -161,14 +160,15 @@ def begin_measuring() -> None:
     interrupt.record_only()
 
 
-def nothing_measured(dest: Destination) -> NoReturn:
+def nothing_measured(dest: Destination, why: str | None = None) -> NoReturn:
     """Nothing was measured: no files, no directory. After a signal, exits as interrupted;
-    without one (a plan no check refused, of which nothing could run), exits 1."""
+    without one (a plan no check refused, of which nothing could run), exits 1 saying `why`."""
     dest.discard()
     if interrupt.requested():
         stderr.print("interrupted before anything was measured; nothing written")
         sys.exit(interrupt.exit_status())
-    click.echo("Error: nothing in this plan could be measured; nothing written", err=True)
+    why = why or "nothing in this plan could be measured"
+    click.echo(f"Error: {why}; nothing written", err=True)
     sys.exit(1)
 
 
@@ -225,32 +225,6 @@ def result_files(
         "csv": Named("--csv", kw.get("csv_path"), f"{name}.csv"),
         "plot": Named("--plot", kw.get("plot_prefix"), name, plot_suffixes),
     }
-
-
-def history_entry(kind: str, document: dict[str, Any], result: Any, mode: str = "") -> Any:
-    """The history's row of a command's result, complete unless it was interrupted."""
-    from ..run.history import Entry
-
-    return Entry(kind, document, mode or kind, not result.interrupted, result)
-
-
-@dataclass(frozen=True, slots=True)
-class DocumentKind:
-    """A kind of result document and how to show and write it again: `xferscope report` draws
-    any of them from its JSON. Each command module registers its own."""
-
-    name: str  # the directory prefix: sweep, run, overlap-cpu, ...
-    load: Callable[[dict[str, Any]], Any]
-    show: Callable[[Any], None]
-    named: Callable[[], dict[str, Named]]  # the files, all at their default names
-    outputs: Callable[[Any, Destination], list[Output]]
-
-
-KINDS: dict[str, DocumentKind] = {}  # by schema name
-
-
-def register(schema: str, kind: DocumentKind) -> None:
-    KINDS[schema] = kind
 
 
 def _history_option(function: Any) -> Any:

@@ -46,7 +46,6 @@ from ..sweep.options import parse_list
 from . import common
 from .app import cli, described, stderr, stdout
 from .common import (
-    DocumentKind,
     HistorySaver,
     _history_file,
     begin_measuring,
@@ -54,9 +53,9 @@ from .common import (
     deliver,
     history_options,
     parse_seed,
-    register,
     seed_option,
 )
+from .measured import DocumentKind, entry, register
 from .outputs import Destination, Named, Output, text
 from .params import Bounded
 
@@ -203,7 +202,7 @@ def fleet_command(**kw: Any) -> None:
             stderr.print(f"rank {r.rank} ({r.host}): {r.status}: {r.error}")
     history = setup.get("history")
     saver = HistorySaver(
-        None if history is None else _history_path(history), lambda: history_entry(result), "fleet"
+        None if history is None else _history_path(history), lambda: entry(FLEET, result), "fleet"
     )
     with dest:
         delivery = deliver(fleet_outputs(result, dest), dest, lambda: print_fleet(result, stdout),
@@ -370,10 +369,6 @@ def _test_hang(simulate: bool, rank: int) -> None:
         time.sleep(3600)
 
 
-def history_entry(result: FleetResult) -> Any:
-    return common.history_entry("fleet", to_dict(result), result)
-
-
 def fleet_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
     kw = kw or {}
     return {
@@ -407,11 +402,16 @@ def fleet_outputs(result: FleetResult, dest: Destination) -> list[Output]:
     ]
 
 
-register(
-    SCHEMA_NAME,
-    DocumentKind(
-        "fleet", from_dict, lambda r: print_fleet(r, stdout), lambda: fleet_named(), fleet_outputs
-    ),
+FLEET: DocumentKind[FleetResult] = DocumentKind(
+    "fleet",
+    from_dict,
+    lambda r: print_fleet(r, stdout),
+    fleet_named,
+    fleet_outputs,
+    document=to_dict,
+    html=True,
+    draw_after_signal=False,  # mpirun kills every rank 1 s after it passes Ctrl-C on
 )
+register(SCHEMA_NAME, FLEET)
 
 __all__ = ["__version__", "fleet_command"]

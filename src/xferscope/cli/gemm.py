@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from ..core import limits
+from ..core.engine import Engine
 from ..core.errors import OptionError
 from ..core.units import parse_counts
 from ..gemm.cpu import check_blas, thread_counts, usable_cores
@@ -34,25 +35,8 @@ from ..report.gemm_tables import print_gemm
 from ..sweep.options import parse_list
 from . import common  # looked up at run time, so tests can replace open_engine
 from .app import cli, described, stdout
-from .common import (
-    Bar,
-    DocumentKind,
-    HistorySaver,
-    _history_file,
-    begin_measuring,
-    check_history,
-    deliver,
-    finish,
-    history_options,
-    nothing_measured,
-    output_options,
-    parse_seed,
-    prepare_renderers,
-    progress_bar,
-    register,
-    resolve_devices,
-    seed_option,
-)
+from .common import history_options, output_options, parse_seed, resolve_devices, seed_option
+from .measured import DocumentKind, Measurement, register, run_measurement
 from .outputs import Destination, Named, Output, page, text
 from .params import Bounded
 
@@ -207,52 +191,36 @@ def gemm_command(**kw: Any) -> None:
     transfers = parse_list("--transfers", kw["transfers"], ("pinned", "pageable", "none"))
     if "none" in transfers and len(transfers) > 1:
         raise OptionError("--transfers", "none cannot be listed with pinned or pageable")
-    history = None if kw["no_history"] else _history_file(kw["history_path"])
-    engine = common.open_engine(kw["simulate"])
-    (device,) = resolve_devices(engine, kw["device"], one=True)
-    options = GemmOptions(
-        precisions=precisions,
-        shapes=tuple(dict.fromkeys(shapes)),
-        trans_a=trans_a,
-        trans_b=trans_b,
-        alpha=kw["alpha"],
-        beta=kw["beta"],
-        target_s=target,
-        trials=kw["trials"],
-        samples=kw["samples"],
-        device=device,
-        seed=parse_seed(kw["seed"]),
-        cpu_threads=cpu_threads,
-        cpu_shapes=cpu_shapes,
-        transfers=tuple(t for t in transfers if t != "none"),
-        tiles=kw["tiles"],
-        streams=kw["streams"],
-        pad=pad,
-        ladder=ladder,
-        tune=kw["tune"],
-    )
-    check_plan(engine, options)
-    if cpu_threads and not engine.simulated:
-        check_blas()
-    if history is not None:
-        check_history(history)
-    prepare_renderers(html=True)
-    with Destination.prepare(kw["out"], "gemm", gemm_named(kw), kw["force"]) as dest:
-        begin_measuring()
-        with progress_bar() as bar:
-            result = measure(engine, options, Bar(bar, steps(options)))
-        if not any(p.status != "skipped" for p in result.points):
-            nothing_measured(dest)
-        saver = HistorySaver(history, lambda: history_entry(result), "result")
-        delivery = deliver(
-            gemm_outputs(result, dest), dest, lambda: print_gemm(result, stdout), saver
+
+    def plan(engine: Engine) -> Measurement[GemmResult]:
+        (device,) = resolve_devices(engine, kw["device"], one=True)
+        options = GemmOptions(
+            precisions=precisions,
+            shapes=tuple(dict.fromkeys(shapes)),
+            trans_a=trans_a,
+            trans_b=trans_b,
+            alpha=kw["alpha"],
+            beta=kw["beta"],
+            target_s=target,
+            trials=kw["trials"],
+            samples=kw["samples"],
+            device=device,
+            seed=parse_seed(kw["seed"]),
+            cpu_threads=cpu_threads,
+            cpu_shapes=cpu_shapes,
+            transfers=tuple(t for t in transfers if t != "none"),
+            tiles=kw["tiles"],
+            streams=kw["streams"],
+            pad=pad,
+            ladder=ladder,
+            tune=kw["tune"],
         )
-    finish(
-        delivery,
-        result.interrupted,
-        verification_failed=any(p.verified is False for p in result.points),
-        failed=saver.failed or any(p.status == "failed" for p in result.points),
-    )
+        check_plan(engine, options)
+        if cpu_threads and not engine.simulated:
+            check_blas()
+        return Measurement(lambda bar: measure(engine, options, bar), steps(options))
+
+    run_measurement(GEMM, kw, plan)
 
 
 def _pad(text: str) -> int:
@@ -262,10 +230,6 @@ def _pad(text: str) -> int:
     if not value.isdigit() or int(value) < 2 or int(value) & (int(value) - 1) or int(value) > 4096:
         raise OptionError("--pad", f"'{text}' is not a power of two from 2 to 4096, or off")
     return int(value)
-
-
-def history_entry(result: GemmResult) -> Any:
-    return common.history_entry("gemm", to_dict(result), result)
 
 
 def gemm_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
@@ -296,9 +260,16 @@ def gemm_outputs(result: GemmResult, dest: Destination) -> list[Output]:
     return outputs
 
 
-register(
-    SCHEMA_NAME,
-    DocumentKind(
-        "gemm", from_dict, lambda r: print_gemm(r, stdout), lambda: gemm_named(), gemm_outputs
-    ),
+GEMM: DocumentKind[GemmResult] = DocumentKind(
+    "gemm",
+    from_dict,
+    lambda r: print_gemm(r, stdout),
+    gemm_named,
+    gemm_outputs,
+    document=to_dict,
+    measured=lambda r: any(p.status != "skipped" for p in r.points),
+    failed=lambda r: any(p.status == "failed" for p in r.points),
+    unverified=lambda r: any(p.verified is False for p in r.points),
+    html=True,
 )
+register(SCHEMA_NAME, GEMM)

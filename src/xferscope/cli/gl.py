@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from ..core import limits
+from ..core.engine import Engine
 from ..core.errors import OptionError
 from ..gl.measure import check_plan, measure, steps
 from ..gl.records import SCHEMA_NAME, GlResult, dumps_csv, dumps_json, from_dict, to_dict
@@ -28,25 +29,8 @@ from ..gl.states import (
 from ..report.gl_tables import print_gl
 from . import common  # looked up at run time, so tests can replace open_engine
 from .app import cli, described, stdout
-from .common import (
-    Bar,
-    DocumentKind,
-    HistorySaver,
-    _history_file,
-    begin_measuring,
-    check_history,
-    deliver,
-    finish,
-    history_options,
-    nothing_measured,
-    output_options,
-    parse_seed,
-    prepare_renderers,
-    progress_bar,
-    register,
-    resolve_devices,
-    seed_option,
-)
+from .common import history_options, output_options, parse_seed, resolve_devices, seed_option
+from .measured import DocumentKind, Measurement, register, run_measurement
 from .outputs import Destination, Named, Output, text
 from .params import Bounded
 
@@ -195,62 +179,38 @@ def gl_command(ctx: click.Context, /, **kw: Any) -> None:
     if kw["survey"] and given:
         flag = "--" + given[0].replace("_", "-")
         raise OptionError(flag, "--survey runs its own scenarios; leave the state options out")
-    history = None if kw["no_history"] else _history_file(kw["history_path"])
-    engine = common.open_engine(kw["simulate"])
-    (device,) = resolve_devices(engine, kw["device"], one=True)
-    states = {name: kw[name] for name in STATE_OPTIONS}
-    options: GlOptions = parse_options(
-        **states,
-        work=kw["work"],
-        bytes_text=kw["bytes_text"],
-        limit=kw["limit"],
-        quick=kw["quick"],
-        log_frames=kw["log_frames"],
-        baseline=not kw["no_baseline"],
-        device=device,
-        seed=parse_seed(kw["seed"]),
-    )
-    if kw["survey"]:
-        options = GlOptions(
-            ops=(),
-            bytes=options.bytes,
-            limit_s=options.limit_s,
-            log_frames=options.log_frames,
-            baseline=options.baseline,
+
+    def plan(engine: Engine) -> Measurement[GlResult]:
+        (device,) = resolve_devices(engine, kw["device"], one=True)
+        states = {name: kw[name] for name in STATE_OPTIONS}
+        options: GlOptions = parse_options(
+            **states,
+            work=kw["work"],
+            bytes_text=kw["bytes_text"],
+            limit=kw["limit"],
+            quick=kw["quick"],
+            log_frames=kw["log_frames"],
+            baseline=not kw["no_baseline"],
             device=device,
-            seed=options.seed,
-            work=options.work,
-            preset="survey",
-            extra=survey(),
+            seed=parse_seed(kw["seed"]),
         )
-    scenarios, _ = check_plan(options)
-    if history is not None:
-        check_history(history)
-    prepare_renderers()
-    with Destination.prepare(kw["out"], "gl", gl_named(kw), kw["force"]) as dest:
-        begin_measuring()
-        with progress_bar() as bar:
-            result = measure(engine, options, Bar(bar, steps(options, scenarios)))
-        if not result.scenarios:
-            nothing_measured(dest)
-        saver = HistorySaver(history, lambda: history_entry(result), "result")
-        delivery = deliver(gl_outputs(result, dest), dest, lambda: print_gl(result, stdout), saver)
-    none_ran = all(s.status == "failed" for s in result.scenarios)
-    if none_ran:
-        click.echo(
-            "Error: every scenario failed (the warnings say why); nothing measured", err=True
-        )
-    finish(
-        delivery,
-        result.interrupted,
-        verification_failed=False,  # a GL mismatch is a finding (down-conversion), not a fault
-        failed=saver.failed or none_ran,
-    )
+        if kw["survey"]:
+            options = GlOptions(
+                ops=(),
+                bytes=options.bytes,
+                limit_s=options.limit_s,
+                log_frames=options.log_frames,
+                baseline=options.baseline,
+                device=device,
+                seed=options.seed,
+                work=options.work,
+                preset="survey",
+                extra=survey(),
+            )
+        scenarios, _ = check_plan(options)
+        return Measurement(lambda bar: measure(engine, options, bar), steps(options, scenarios))
 
-
-def history_entry(result: GlResult) -> Any:
-    mode = str(result.options.get("preset") or "gl")
-    return common.history_entry("gl", to_dict(result), result, mode)
+    run_measurement(GL, kw, plan)
 
 
 def gl_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
@@ -285,7 +245,22 @@ def gl_outputs(result: GlResult, dest: Destination) -> list[Output]:
     return outputs
 
 
-register(
-    SCHEMA_NAME,
-    DocumentKind("gl", from_dict, lambda r: print_gl(r, stdout), lambda: gl_named(), gl_outputs),
+def _none_ran(result: GlResult) -> str | None:
+    if result.scenarios and all(s.status == "failed" for s in result.scenarios):
+        return "every scenario failed (the warnings say why); nothing measured"
+    return None
+
+
+GL: DocumentKind[GlResult] = DocumentKind(
+    "gl",
+    from_dict,
+    lambda r: print_gl(r, stdout),
+    gl_named,
+    gl_outputs,
+    document=to_dict,
+    measured=lambda r: bool(r.scenarios),
+    failure=_none_ran,
+    # a GL mismatch is a finding (down-conversion), not a fault: it never sets the exit status
+    mode=lambda r: str(r.options.get("preset") or "gl"),
 )
+register(SCHEMA_NAME, GL)

@@ -15,15 +15,8 @@ from ..core import limits
 from ..core.errors import XferscopeError
 from ..documents.files import special
 from .app import cli, described, stdout
-from .common import (
-    KINDS,
-    DocumentKind,
-    _history_file,
-    _history_option,
-    deliver,
-    finish,
-    prepare_renderers,
-)
+from .common import _history_file, _history_option, deliver, finish, prepare_renderers
+from .measured import KINDS, DocumentKind
 from .outputs import Destination
 from .params import Bounded
 
@@ -98,7 +91,7 @@ def history_command(history_path: str | None, limit: int, as_json: bool) -> None
     stdout.print(table)
 
 
-def load_result(ref: str, history: Path) -> tuple[DocumentKind, Any, str]:
+def load_result(ref: str, history: Path) -> tuple[DocumentKind[Any], Any, str]:
     """What `xferscope report` draws: a run id from the history, or any result's JSON file. Its
     kind, the result, and a name for its directory."""
     from ..documents.reader import SchemaError, read_document
@@ -157,8 +150,8 @@ def report_command(ref: str, history_path: str | None, out: str) -> None:
     fleet). Prints its tables and writes its files (JSON, CSV, PNG and, where the command has one,
     the HTML report) to a new directory under --out, never over an earlier one."""
     kind, result, name = load_result(ref, _history_file(history_path))
-    prepare_renderers(html="html" in kind.named())
-    with Destination.prepare(out, name, kind.named(), stamp=False) as dest:
+    prepare_renderers(html="html" in kind.named(None))
+    with Destination.prepare(out, name, kind.named(None), stamp=False) as dest:
         delivery = deliver(kind.outputs(result, dest), dest, lambda: kind.show(result))
     finish(delivery, interrupted=None, verification_failed=False, failed=False)
 

@@ -11,8 +11,7 @@ import click
 from ..core import limits
 from ..core.cases import HOST_MEMORY, MECHANISMS
 from ..core.engine import Engine
-from ..core.errors import OptionError, XferscopeError
-from ..core.progress import Progress
+from ..core.errors import OptionError
 from ..core.units import (  # noqa: F401
     TIME_HELP,
     parse_counts,
@@ -40,25 +39,9 @@ from ..overlap import (
 )
 from ..report.overlap_tables import print_overlap
 from ..sweep.options import parse_list, parse_size_option, parse_sizes
-from . import common  # looked up at run time, so tests can replace open_engine
 from .app import cli, described, stdout
-from .common import (
-    Bar,
-    DocumentKind,
-    HistorySaver,
-    _history_file,
-    begin_measuring,
-    check_history,
-    deliver,
-    finish,
-    history_options,
-    nothing_measured,
-    output_options,
-    prepare_renderers,
-    progress_bar,
-    register,
-    resolve_devices,
-)
+from .common import history_options, output_options, resolve_devices
+from .measured import DocumentKind, Measurement, register, run_measurement
 from .outputs import Destination, Named, Output, text
 from .params import Bounded
 
@@ -123,63 +106,48 @@ def _common(kind: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
 # ---- running -----------------------------------------------------------------------------------
 
 
-def _open(kw: dict[str, Any]) -> tuple[Engine, int]:
-    engine = common.open_engine(kw["simulate"])
-    return engine, resolve_devices(engine, kw["device"], one=True)[0]
+def _experiment(
+    kind: str, kw: dict[str, Any], plan: Callable[[Engine, int], Measurement[R]]
+) -> None:
+    """Measures as every command does (measured.run_measurement) on the GPU -g names."""
+
+    def planned(engine: Engine) -> Measurement[R]:
+        return plan(engine, resolve_devices(engine, kw["device"], one=True)[0])
+
+    run_measurement(KINDS_OF[kind], kw, planned)
 
 
-def _experiment(kind: str, kw: dict[str, Any], total: int, run: Callable[[Progress], R]) -> None:
-    """Measures as every command does (cli.py): the files' places checked first, Ctrl-C keeps
-    what was measured, the data written before the plot; exits 130 after Ctrl-C, 3 when
-    verification failed, 1 when a part could not run."""
-    history = None if kw["no_history"] else _history_file(kw["history_path"])
-    if history is not None:
-        check_history(history)
-    prepare_renderers()
-    with Destination.prepare(
-        kw["out"], f"overlap-{kind}", overlap_named(kind, kw), kw["force"]
-    ) as dest:
-        begin_measuring()
-        with progress_bar() as progress:
-            result = run(Bar(progress, total))
-        if not result.measured:
-            if result.interrupted:
-                nothing_measured(dest)
-            if result.failures:
-                failure = result.failures[0]
-                raise XferscopeError(f"{failure.what}: {failure.error}")
-        saver = HistorySaver(
-            history,
-            lambda: common.history_entry(f"overlap-{kind}", result.to_dict(), result),
-            "result",
-        )
-        delivery = deliver(
-            overlap_outputs(result, dest), dest, lambda: print_overlap(result, stdout), saver
-        )
-    finish(
-        delivery,
-        result.interrupted,
-        verification_failed=not result.valid,
-        failed=saver.failed or bool(result.failures),
+def _first_failure(result: AnyResult) -> str | None:
+    if result.failures:
+        failure = result.failures[0]
+        return f"{failure.what}: {failure.error}"
+    return None
+
+
+def _kind(kind: str, load: Callable[[dict[str, Any]], AnyResult]) -> DocumentKind[Any]:
+    return DocumentKind(
+        f"overlap-{kind}",
+        load,
+        lambda r: print_overlap(r, stdout),
+        lambda kw: overlap_named(kind, kw),
+        overlap_outputs,
+        document=lambda r: r.to_dict(),
+        # a part that failed leaves the rest to report; nothing at all is an error, or a stop
+        measured=lambda r: r.measured or (not r.interrupted and not r.failures),
+        failed=lambda r: bool(r.failures),
+        unverified=lambda r: not r.valid,
+        why_nothing=_first_failure,
     )
 
 
-def _register(kind: str, schema: str, load: Callable[[dict[str, Any]], AnyResult]) -> None:
-    register(
-        schema,
-        DocumentKind(
-            f"overlap-{kind}",
-            load,
-            lambda r: print_overlap(r, stdout),
-            lambda: overlap_named(kind),
-            overlap_outputs,
-        ),
-    )
-
-
-_register("cpu", CPU_SCHEMA, OverlapCpuResult.from_dict)
-_register("buffers", BUFFERS_SCHEMA, RotationResult.from_dict)
-_register("gpu", GPU_SCHEMA, GpuOverlapResult.from_dict)
+KINDS_OF = {
+    "cpu": _kind("cpu", OverlapCpuResult.from_dict),
+    "buffers": _kind("buffers", RotationResult.from_dict),
+    "gpu": _kind("gpu", GpuOverlapResult.from_dict),
+}
+register(CPU_SCHEMA, KINDS_OF["cpu"])
+register(BUFFERS_SCHEMA, KINDS_OF["buffers"])
+register(GPU_SCHEMA, KINDS_OF["gpu"])
 
 
 # ---- the group ---------------------------------------------------------------------------------
@@ -266,25 +234,26 @@ def cpu_command(**kw: Any) -> None:
         for work in works:
             limits.WORK.check("--work", work)
     trials = kw["trials"]
-    engine, device = _open(kw)
-    check_cpu_plan(engine, device, direction[0], memories, mechanism[0], size, works, trials)
     points = len({0.0, *works}) if works is not None else len(DEFAULT_WORK_FACTORS)
-    _experiment(
-        "cpu",
-        kw,
-        len(memories) * points,
-        lambda progress: measure_overlap_cpu(
-            engine,
-            device,
-            direction[0],
-            memories,
-            mechanism[0],
-            size,
-            works,
-            trials,
-            progress=progress,
-        ),
-    )
+
+    def plan(engine: Engine, device: int) -> Measurement[OverlapCpuResult]:
+        check_cpu_plan(engine, device, direction[0], memories, mechanism[0], size, works, trials)
+        return Measurement(
+            lambda progress: measure_overlap_cpu(
+                engine,
+                device,
+                direction[0],
+                memories,
+                mechanism[0],
+                size,
+                works,
+                trials,
+                progress=progress,
+            ),
+            len(memories) * points,
+        )
+
+    _experiment("cpu", kw, plan)
 
 
 # ---- overlap buffers ---------------------------------------------------------------------------
@@ -354,18 +323,27 @@ def buffers_command(**kw: Any) -> None:
     max_pinned = (
         None if kw["max_pinned"] is None else parse_size_option("--max-pinned", kw["max_pinned"])
     )
-    engine, device = _open(kw)
-    check_rotation_plan(
-        engine, device, directions, buffers, chunk_sizes, chunks, trials, max_pinned
-    )
-    _experiment(
-        "buffers",
-        kw,
-        len(directions) * len(buffers) * len(chunk_sizes),
-        lambda progress: measure_rotation(
-            engine, device, directions, buffers, chunk_sizes, chunks, trials, max_pinned, progress
-        ),
-    )
+
+    def plan(engine: Engine, device: int) -> Measurement[RotationResult]:
+        check_rotation_plan(
+            engine, device, directions, buffers, chunk_sizes, chunks, trials, max_pinned
+        )
+        return Measurement(
+            lambda progress: measure_rotation(
+                engine,
+                device,
+                directions,
+                buffers,
+                chunk_sizes,
+                chunks,
+                trials,
+                max_pinned,
+                progress,
+            ),
+            len(directions) * len(buffers) * len(chunk_sizes),
+        )
+
+    _experiment("buffers", kw, plan)
 
 
 # ---- overlap gpu -------------------------------------------------------------------------------
@@ -416,13 +394,14 @@ def gpu_command(**kw: Any) -> None:
     streams = tuple(map(int, limits.STREAMS.parse_all("--streams", kw["streams"])))
     chunks_per_stream = kw["chunks_per_stream"]
     works = tuple(map(int, limits.GPU_WORK.parse_all("--work", kw["work"])))
-    engine, device = _open(kw)
-    check_gpu_plan(engine, device, size, streams, chunks_per_stream, works)
-    _experiment(
-        "gpu",
-        kw,
-        len(works) * len(streams),
-        lambda progress: measure_overlap_gpu(
-            engine, device, size, streams, chunks_per_stream, works, progress
-        ),
-    )
+
+    def plan(engine: Engine, device: int) -> Measurement[GpuOverlapResult]:
+        check_gpu_plan(engine, device, size, streams, chunks_per_stream, works)
+        return Measurement(
+            lambda progress: measure_overlap_gpu(
+                engine, device, size, streams, chunks_per_stream, works, progress
+            ),
+            len(works) * len(streams),
+        )
+
+    _experiment("gpu", kw, plan)

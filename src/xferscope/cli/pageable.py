@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from ..core import limits
+from ..core.engine import Engine
 from ..pageable.measure import (
     DEFAULT_REPEATS,
     DEFAULT_SENDS,
@@ -21,28 +22,13 @@ from ..pageable.measure import (
     measure,
     size_tag,
     steps,
+    to_dict,
 )
 from ..report.pageable_tables import print_pageable
 from ..sweep.options import parse_sizes
-from . import common  # looked up at run time, so tests can replace open_engine
 from .app import cli, described, stdout
-from .common import (
-    Bar,
-    DocumentKind,
-    HistorySaver,
-    _history_file,
-    begin_measuring,
-    check_history,
-    deliver,
-    finish,
-    history_options,
-    nothing_measured,
-    output_options,
-    prepare_renderers,
-    progress_bar,
-    register,
-    resolve_devices,
-)
+from .common import history_options, output_options, resolve_devices
+from .measured import DocumentKind, Measurement, register, run_measurement
 from .outputs import Destination, Maker, Named, Output, text
 from .params import Bounded
 
@@ -95,45 +81,23 @@ def pageable_command(
     size."""
     size_list = parse_sizes("--sizes", sizes)
     send_list = parse_sends("--sends", sends)
-    history = None if kw["no_history"] else _history_file(kw["history_path"])
-    engine = common.open_engine(simulate)
-    (index,) = resolve_devices(engine, device, one=True)
-    check_memory(engine, index, size_list)
-    if history is not None:
-        check_history(history)
-    prepare_renderers()
-    named = pageable_named(kw, size_list)
-    with Destination.prepare(kw["out"], "pageable", named, kw["force"]) as dest:
-        begin_measuring()
-        with progress_bar() as bar:
-            result = measure(
-                engine, size_list, send_list, index, repeats, progress=Bar(bar, steps(size_list))
-            )
-        if not result.sizes:
-            nothing_measured(dest)
-        saver = HistorySaver(history, lambda: history_entry(result), "result")
-        delivery = deliver(
-            pageable_outputs(result, dest), dest, lambda: print_pageable(result, stdout), saver
+    kw.update(simulate=simulate, size_list=size_list)  # the plots' names come from the sizes
+
+    def plan(engine: Engine) -> Measurement[PageableResult]:
+        (index,) = resolve_devices(engine, device, one=True)
+        check_memory(engine, index, size_list)
+        return Measurement(
+            lambda bar: measure(engine, size_list, send_list, index, repeats, progress=bar),
+            steps(size_list),
         )
-    finish(
-        delivery,
-        result.interrupted,
-        verification_failed=any(r.staged_verified is False for r in result.sizes),
-        failed=saver.failed,
-    )
+
+    run_measurement(PAGEABLE, kw, plan)
 
 
-def history_entry(result: PageableResult) -> Any:
-    from ..pageable.measure import to_dict
-
-    return common.history_entry("pageable", to_dict(result), result)
-
-
-def pageable_named(
-    kw: dict[str, Any] | None = None, sizes: tuple[int, ...] = ()
-) -> dict[str, Named]:
-    """The files: where the options put them (kw None: the default names)."""
+def pageable_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
+    """The files: where the options put them, a plot per size (kw None: the default names)."""
     kw = kw or {}
+    sizes: tuple[int, ...] = kw.get("size_list", ())
     return {
         "json": Named("--json", kw.get("json_path"), "pageable.json"),
         "csv": Named("--csv", kw.get("csv_path"), "pageable.csv"),
@@ -162,13 +126,14 @@ def pageable_outputs(result: PageableResult, dest: Destination) -> list[Output]:
     return outputs
 
 
-register(
-    SCHEMA_NAME,
-    DocumentKind(
-        "pageable",
-        from_dict,
-        lambda r: print_pageable(r, stdout),
-        lambda: pageable_named(),
-        pageable_outputs,
-    ),
+PAGEABLE: DocumentKind[PageableResult] = DocumentKind(
+    "pageable",
+    from_dict,
+    lambda r: print_pageable(r, stdout),
+    pageable_named,
+    pageable_outputs,
+    document=to_dict,
+    measured=lambda r: bool(r.sizes),
+    unverified=lambda r: any(s.staged_verified is False for s in r.sizes),
 )
+register(SCHEMA_NAME, PAGEABLE)

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from ..core import limits
+from ..core.engine import Engine
 from ..core.errors import OptionError
 from ..core.units import format_bytes, parse_counts
 from ..pitch.measure import (
@@ -31,25 +32,8 @@ from ..report.pitch_tables import print_pitch
 from ..sweep.options import parse_list, parse_size_option, parse_sizes
 from . import common
 from .app import cli, described, stdout
-from .common import (
-    Bar,
-    DocumentKind,
-    HistorySaver,
-    _history_file,
-    begin_measuring,
-    check_history,
-    deliver,
-    finish,
-    history_options,
-    nothing_measured,
-    output_options,
-    parse_seed,
-    prepare_renderers,
-    progress_bar,
-    register,
-    resolve_devices,
-    seed_option,
-)
+from .common import history_options, output_options, parse_seed, resolve_devices, seed_option
+from .measured import DocumentKind, Measurement, register, run_measurement
 from .outputs import Destination, Named, Output, text
 from .params import Bounded
 
@@ -131,47 +115,27 @@ def pitch_command(**kw: Any) -> None:
     pitches = parse_counts("--host-pitch", kw["host_pitch"], 1)
     if max(pitches) > 64:
         raise OptionError("--host-pitch", f"{max(pitches)}: at most 64 widths apart")
-    history = None if kw["no_history"] else _history_file(kw["history_path"])
-    engine = common.open_engine(kw["simulate"])
-    (device,) = resolve_devices(engine, kw["device"], one=True)
-    options = PitchOptions(
-        directions=directions,
-        memories=memories,
-        layouts=layouts,
-        total=total,
-        widths=widths,
-        host_pitches=pitches,
-        methods=methods,
-        target_s=kw["target_time"],
-        trials=kw["trials"],
-        device=device,
-        seed=parse_seed(kw["seed"]),
-    )
-    check_plan(options)
-    if history is not None:
-        check_history(history)
-    prepare_renderers()
-    with Destination.prepare(kw["out"], "pitch", pitch_named(kw), kw["force"]) as dest:
-        begin_measuring()
-        steps = len(directions) * len(memories) * len(layouts) * len(pitches) * len(widths)
-        with progress_bar() as bar:
-            result = measure(engine, options, Bar(bar, steps))
-        if not any(c.status != "skipped" for c in result.cells):
-            nothing_measured(dest)
-        saver = HistorySaver(history, lambda: history_entry(result), "result")
-        delivery = deliver(
-            pitch_outputs(result, dest), dest, lambda: print_pitch(result, stdout), saver
+
+    def plan(engine: Engine) -> Measurement[PitchResult]:
+        (device,) = resolve_devices(engine, kw["device"], one=True)
+        options = PitchOptions(
+            directions=directions,
+            memories=memories,
+            layouts=layouts,
+            total=total,
+            widths=widths,
+            host_pitches=pitches,
+            methods=methods,
+            target_s=kw["target_time"],
+            trials=kw["trials"],
+            device=device,
+            seed=parse_seed(kw["seed"]),
         )
-    finish(
-        delivery,
-        result.interrupted,
-        verification_failed=any(c.status == "unverified" for c in result.cells),
-        failed=saver.failed or any(c.status == "failed" for c in result.cells),
-    )
+        check_plan(options)
+        steps = len(directions) * len(memories) * len(layouts) * len(pitches) * len(widths)
+        return Measurement(lambda progress: measure(engine, options, progress), steps)
 
-
-def history_entry(result: PitchResult) -> Any:
-    return common.history_entry("pitch", to_dict(result), result)
+    run_measurement(PITCH, kw, plan)
 
 
 def pitch_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
@@ -190,9 +154,15 @@ def pitch_outputs(result: PitchResult, dest: Destination) -> list[Output]:
     ]
 
 
-register(
-    SCHEMA_NAME,
-    DocumentKind(
-        "pitch", from_dict, lambda r: print_pitch(r, stdout), lambda: pitch_named(), pitch_outputs
-    ),
+PITCH: DocumentKind[PitchResult] = DocumentKind(
+    "pitch",
+    from_dict,
+    lambda r: print_pitch(r, stdout),
+    pitch_named,
+    pitch_outputs,
+    document=to_dict,
+    measured=lambda r: any(c.status != "skipped" for c in r.cells),
+    failed=lambda r: any(c.status == "failed" for c in r.cells),
+    unverified=lambda r: any(c.status == "unverified" for c in r.cells),
 )
+register(SCHEMA_NAME, PITCH)

@@ -2,34 +2,17 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
+from ..core.engine import Engine
 from ..core.errors import OptionError
 from ..documents.envelope import dumps_document
-from ..run.records import GpuSection, RunResult, run_from_dict
+from ..run.records import GpuSection, RunResult, run_from_dict, run_to_dict
 from ..sweep.records import SweepResult
-from . import common
 from .app import cli, described, stderr, stdout
-from .common import (
-    Bar,
-    DocumentKind,
-    HistorySaver,
-    _history_file,
-    begin_measuring,
-    check_history,
-    deliver,
-    finish,
-    nothing_measured,
-    parse_seed,
-    prepare_renderers,
-    progress_bar,
-    register,
-    resolve_devices,
-    seed_option,
-)
-from .outputs import Destination, Maker, Named, Output, page, text
+from .common import _history_file, parse_seed, resolve_devices, seed_option
+from .measured import DocumentKind, Measurement, register, run_measurement
+from .outputs import Delivery, Destination, Maker, Named, Output, page, text
 
 # ---- run ---------------------------------------------------------------------------------------
 
@@ -187,54 +170,49 @@ def run(
                 f"it continues the run's own GPUs, mode and seed; leave out {', '.join(given)}",
             )
         earlier = resume.load_interrupted(resume_ref, _history_file(history_path))
-    history = None if no_history else _history_file(history_path)
-    engine = common.open_engine(simulate)
-    if earlier is not None:
-        options = resume.options_of(earlier)
-        resume.check_same_gpus(engine, earlier, options.devices)
-    else:
-        options = RunOptions(devices=resolve_devices(engine, device), quick=quick, seed=seed_value)
-    if history is not None:
-        check_history(history)
-    prepare_renderers(html=True)
-    with Destination.prepare(out, "run", run_named(prometheus_path)) as dest:
-        begin_measuring()
-        with progress_bar() as progress:
-            result = run_investigation(
-                engine, options, Bar(progress, steps(options, earlier)), earlier
+
+    def plan(engine: Engine) -> Measurement[RunResult]:
+        if earlier is not None:
+            options = resume.options_of(earlier)
+            resume.check_same_gpus(engine, earlier, options.devices)
+        else:
+            options = RunOptions(
+                devices=resolve_devices(engine, device), quick=quick, seed=seed_value
             )
-        if not result.measured:
-            nothing_measured(dest)
-        _deliver_run(result, dest, history)
+        return Measurement(
+            lambda bar: run_investigation(engine, options, bar, earlier),
+            steps(options, earlier),
+            _say_where_the_report_is,
+        )
+
+    kw = {"simulate": simulate, "out": out, "history_path": history_path,
+          "no_history": no_history, "prometheus_path": prometheus_path}  # fmt: skip
+    run_measurement(RUN, kw, plan)
 
 
-def _deliver_run(result: RunResult, dest: Destination, history: Path | None) -> None:
-    from ..report.run_tables import print_run
-    from ..run.history import run_entry
-
-    saver = HistorySaver(history, lambda: run_entry(result))
-    delivery = deliver(run_outputs(result, dest), dest, lambda: print_run(result, stdout), saver)
+def _say_where_the_report_is(_result: RunResult, delivery: Delivery, dest: Destination) -> bool:
     page = dest.places["html"].path
     if page in delivery.written:
         stderr.print(f"report: {page}", soft_wrap=True)
-    finish(
-        delivery,
-        result.interrupted,
-        verification_failed=any(f.code == "verification_failed" for f in result.findings),
-        failed=saver.failed or any(g.status == "failed" for g in result.gpus),
-    )
+    return True
 
 
-register(
-    "xferscope-run",
-    DocumentKind(
-        "run",
-        lambda d: run_from_dict(d),
-        lambda r: _print_run(r),
-        lambda: run_named(),
-        run_outputs,
-    ),
+RUN: DocumentKind[RunResult] = DocumentKind(
+    "run",
+    run_from_dict,
+    lambda r: _print_run(r),
+    lambda kw: run_named((kw or {}).get("prometheus_path")),
+    run_outputs,
+    document=run_to_dict,
+    measured=lambda r: bool(r.measured),
+    failed=lambda r: any(g.status == "failed" for g in r.gpus),
+    unverified=lambda r: any(f.code == "verification_failed" for f in r.findings),
+    mode=lambda r: r.mode,
+    complete=lambda r: r.complete,
+    html=True,
+    noun="run",
 )
+register("xferscope-run", RUN)
 
 
 def _print_run(result: RunResult) -> None:

@@ -8,8 +8,10 @@ import click
 
 from ..core import cases, limits, plan
 from ..core.cases import HOST_MEMORY, MECHANISMS, TIMINGS
+from ..core.engine import Engine
 from ..core.errors import OptionError
 from ..core.units import format_bytes, parse_counts
+from ..sweep.measure import prepare_sweep, run_sweep
 from ..sweep.options import (
     DIRECTIONS,
     SweepOptions,
@@ -19,27 +21,10 @@ from ..sweep.options import (
     parse_sizes,
 )
 from ..sweep.records import SCHEMA_NAME as SWEEP_SCHEMA
-from ..sweep.records import SweepResult, from_dict
-from . import common
+from ..sweep.records import SweepResult, from_dict, to_dict
 from .app import cli, described, stdout
-from .common import (
-    Bar,
-    DocumentKind,
-    HistorySaver,
-    _history_file,
-    begin_measuring,
-    check_history,
-    deliver,
-    finish,
-    history_options,
-    nothing_measured,
-    output_options,
-    parse_seed,
-    prepare_renderers,
-    progress_bar,
-    register,
-    seed_option,
-)
+from .common import history_options, output_options, parse_seed, seed_option
+from .measured import DocumentKind, Measurement, register, run_measurement
 from .outputs import Destination, Maker, Named, Output, text
 from .params import Bounded
 
@@ -201,8 +186,6 @@ ALIGNMENT_SIZES = (4096, 65536, 1 << 20, 16 << 20)
 def sweep(ctx: click.Context, /, **kw: Any) -> None:
     """Bandwidth and latency against transfer size, one curve per configuration (NetPIPE's
     method: log-scale sizes, repeats sized to a target time, several trials per size)."""
-    from ..sweep.measure import prepare_sweep, run_sweep
-
     if kw["alignment"]:
         preset = {
             "host_offset": ",".join(map(str, ALIGNMENT_HOST_OFFSETS)),
@@ -215,39 +198,15 @@ def sweep(ctx: click.Context, /, **kw: Any) -> None:
         if all(kw[name] is None for name in range_options):
             kw["sizes"] = ",".join(map(str, ALIGNMENT_SIZES))
     options = build_sweep_options(kw)
-    history = None if kw["no_history"] else _history_file(kw["history_path"])
-    engine = common.open_engine(kw["simulate"])
     sizes_from = "--sizes" if kw["sizes"] is not None else "--max-size"
     blame = "--steps" if kw["steps"] is not None else sizes_from
-    configs = prepare_sweep(engine, options, sizes_from, blame)
-    if history is not None:
-        check_history(history)
-    prepare_renderers()
-    with Destination.prepare(kw["out"], "sweep", sweep_named(kw), kw["force"]) as dest:
-        begin_measuring()
-        with progress_bar() as progress:
-            steps = len(configs) * len(options.sizes) * options.rounds
-            result = run_sweep(engine, options, Bar(progress, steps))
-        if result.interrupted and not sweep_measured(result):
-            nothing_measured(dest)
-        saver = HistorySaver(history, lambda: history_entry(result), "result")
-        delivery = deliver(sweep_outputs(result, dest), dest, lambda: _print_sweep(result), saver)
-    finish(
-        delivery,
-        result.interrupted,
-        verification_failed=any(
-            p.verification is not None and not p.verification.ok
-            for c in result.curves
-            for p in c.points
-        ),
-        failed=saver.failed or any(c.status == "failed" for c in result.curves),
-    )
 
+    def plan(engine: Engine) -> Measurement[SweepResult]:
+        planned = prepare_sweep(engine, options, sizes_from, blame)
+        steps = len(planned.configs) * len(options.sizes) * options.rounds
+        return Measurement(lambda bar: run_sweep(engine, options, bar, planned), steps)
 
-def history_entry(result: SweepResult) -> Any:
-    from ..sweep.records import to_dict
-
-    return common.history_entry("sweep", to_dict(result), result)
+    run_measurement(SWEEP, kw, plan)
 
 
 def sweep_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
@@ -350,16 +309,27 @@ def parse_offsets(option: str, text: str) -> tuple[int, ...]:
     return tuple(sorted({0, *offsets}))
 
 
-register(
-    SWEEP_SCHEMA,
-    DocumentKind(
-        "sweep",
-        from_dict,
-        lambda r: _print_sweep(r),
-        lambda: sweep_named(),
-        sweep_outputs,
-    ),
+def _unverified(result: SweepResult) -> bool:
+    return any(
+        p.verification is not None and not p.verification.ok
+        for c in result.curves
+        for p in c.points
+    )
+
+
+SWEEP: DocumentKind[SweepResult] = DocumentKind(
+    "sweep",
+    from_dict,
+    lambda r: _print_sweep(r),
+    sweep_named,
+    sweep_outputs,
+    document=to_dict,
+    # a sweep cut short before its first point is nothing; one whose curves all failed says so
+    measured=lambda r: sweep_measured(r) or not r.interrupted,
+    failed=lambda r: any(c.status == "failed" for c in r.curves),
+    unverified=_unverified,
 )
+register(SWEEP_SCHEMA, SWEEP)
 
 
 def _print_sweep(result: SweepResult) -> None:

@@ -35,7 +35,6 @@ from ..trace.runner import DEFAULT_LIMIT, run_traced
 from . import common
 from .app import cli, described, stderr, stdout
 from .common import (
-    DocumentKind,
     HistorySaver,
     _history_file,
     begin_measuring,
@@ -43,8 +42,8 @@ from .common import (
     deliver,
     history_options,
     prepare_renderers,
-    register,
 )
+from .measured import DocumentKind, entry, register
 from .outputs import Destination, Named, Output, page, text
 from .params import Bounded
 
@@ -144,7 +143,7 @@ def trace_command(**kw: Any) -> None:
             copies=tuple(copy_dict(trace, c) for c in trace.copies),
             findings=tuple(findings_of(analysis)),
         )
-        saver = HistorySaver(history, lambda: history_entry(result), "trace")
+        saver = HistorySaver(history, lambda: entry(TRACE, result), "trace")
         outputs = trace_outputs(result, dest)
         if kw["export"]:
             outputs.append(dest.output("chrome", text(lambda: chrome_trace(trace))))
@@ -190,10 +189,6 @@ def _machine(engine: Any, kw: dict[str, Any]) -> dict[str, Any]:
     return machine.collect(engine, [int(kw["device"])])
 
 
-def history_entry(result: TraceResult) -> Any:
-    return common.history_entry("trace", to_dict(result), result)
-
-
 def trace_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
     named = {
         "json": Named("--out", None, "trace-summary.json"),
@@ -217,9 +212,13 @@ def trace_outputs(result: TraceResult, dest: Destination) -> list[Output]:
     ]
 
 
-register(
-    SCHEMA_NAME,
-    DocumentKind(
-        "trace", from_dict, lambda r: print_trace(r, stdout), lambda: trace_named(), trace_outputs
-    ),
+TRACE: DocumentKind[TraceResult] = DocumentKind(
+    "trace",
+    from_dict,
+    lambda r: print_trace(r, stdout),
+    trace_named,
+    trace_outputs,
+    document=to_dict,
+    html=True,
 )
+register(SCHEMA_NAME, TRACE)

@@ -354,9 +354,17 @@ def pool(first: Curve, second: Curve) -> Curve:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class SweepPlan:
+    """The curves a sweep measures and the combinations it skips, with why."""
+
+    configs: list[CurveConfig]
+    skipped: list[str]
+
+
 def prepare_sweep(
     engine: Engine, options: SweepOptions, sizes_from: str = "--sizes", blame: str = "--sizes"
-) -> list[CurveConfig]:
+) -> SweepPlan:
     """The curves to measure, after every check that can refuse the options (GPUs, memory, for
     which `sizes_from` is named, and a plan too large to measure and write, for which `blame`
     is): the CLI calls it before it makes any output directory."""
@@ -373,12 +381,19 @@ def prepare_sweep(
     for device in options.devices:
         check_device(engine, device)
     check_memory(engine, options, configs, sizes_from)
-    return configs
+    return SweepPlan(configs, skipped)
 
 
-def run_sweep(engine: Engine, options: SweepOptions, progress: Progress = QUIET) -> SweepResult:
-    configs = prepare_sweep(engine, options)
-    _, skipped = options.configs()
+def run_sweep(
+    engine: Engine,
+    options: SweepOptions,
+    progress: Progress = QUIET,
+    planned: SweepPlan | None = None,
+) -> SweepResult:
+    """Measures every curve of the plan (made here when not given: the CLI prepares it once,
+    before any output directory exists)."""
+    plan = planned or prepare_sweep(engine, options)
+    configs, skipped = plan.configs, plan.skipped
     created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     meta = machine.collect(engine, list(options.devices))
     start = engine.clock()
