@@ -112,19 +112,19 @@ def test_the_trace_page_draws_its_timeline(driver, tmp_path: Path) -> None:
     trace = read_trace([Path(__file__).parent.parent / "data" / "trace" / "copies-small20.jsonl"])
     analysis = analyze(trace, 0.7, None)
     result = TraceResult(
-        "test",
-        "2026-11-23T00:00:00+00:00",
-        False,
-        {},
-        {"command": ["copies"]},
-        False,
-        0.7,
         0,
         None,
         trace.processes,
         summary_dict(analysis, trace, None),
         tuple(copy_dict(trace, c) for c in trace.copies),
-        tuple(findings_of(analysis)),
+        tool_version="test",
+        created="2026-11-23T00:00:00+00:00",
+        simulated=False,
+        machine={},
+        options={"command": ["copies"]},
+        interrupted=False,
+        wall_s=0.7,
+        findings=tuple(findings_of(analysis)),
     )
     page = tmp_path / "trace.html"
     page.write_text(render_trace_html(result), encoding="utf-8")

@@ -188,7 +188,7 @@ def test_trace_documents_match_golden(capsys, tmp_path, monkeypatch):
     clock = types.SimpleNamespace(
         datetime=types.SimpleNamespace(now=lambda *a: fixed), timezone=dt.timezone
     )
-    monkeypatch.setattr(trace_cli, "dt", clock)
+    monkeypatch.setattr("xferscope.documents.envelope.dt", clock)
     monkeypatch.setattr(trace_cli, "run_traced", _fake_run(tmp_path))
     args = ["trace", "--reference", "none", "--no-history", "-o", str(tmp_path), "--", "x"]
     assert cli.main(args) == 0, capsys.readouterr().err

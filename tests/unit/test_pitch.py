@@ -91,7 +91,10 @@ def test_a_wrong_row_marks_the_cell_unverified():
 def test_rate_is_payload_over_host_time():
     c = Cell("h2d", "pinned", "pitched", 2, 4, 1000, "2d", "complete", host_s=(1e-3, 2e-3, 3e-3))
     assert c.rate == pytest.approx(4000 / 2e-3)
-    result = PitchResult("0", "", True, {}, {}, False, 0.0, (c,))
+    result = PitchResult(
+        (c,), tool_version="0", created="", simulated=True, machine={}, options={},
+        interrupted=False, wall_s=0.0,
+    )  # fmt: skip
     assert result.reference(c.group) is None
 
 

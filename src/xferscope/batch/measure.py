@@ -7,9 +7,8 @@ writes first, and where cudaMemcpyBatchAsync starts and stops beating it."""
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..core import machine, plan, stats
@@ -20,7 +19,7 @@ from ..core.errors import AllocationError, EngineError
 from ..core.findings import INFO, Finding
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
-from ..core.version import __version__
+from ..documents.envelope import Envelope, now
 from .mix import parse_size_mix
 
 SCHEMA_NAME = "xferscope-batch"
@@ -162,16 +161,8 @@ def direct_below(points: tuple[StagedPoint, ...]) -> int | None:
 
 
 @dataclass(frozen=True, slots=True)
-class BatchResult:
-    tool_version: str
-    created: str
-    simulated: bool
-    machine: dict[str, Any]
-    options: dict[str, Any]
-    interrupted: bool
-    wall_s: float
+class BatchResult(Envelope):
     cells: tuple[Cell, ...]
-    findings: tuple[Finding, ...] = field(default=())
     staged: tuple[StagedPoint, ...] = ()  # a calibration's staged-copy crossover
 
     def size_label(self, size: int) -> str:
@@ -240,7 +231,7 @@ def measure_methods(
 
 
 def measure(engine: Engine, options: BatchOptions, progress: Progress = QUIET) -> BatchResult:
-    created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    created = now()
     start = engine.clock()
     driver = engine.driver_version()
     pageable = bool(engine.device_info(options.device).get("pageable_memory_access"))
@@ -315,15 +306,14 @@ def measure(engine: Engine, options: BatchOptions, progress: Progress = QUIET) -
     except KeyboardInterrupt:
         interrupted = True
     result = BatchResult(
-        __version__,
-        created,
-        engine.simulated,
-        machine.collect(engine, [options.device]),
-        _options_dict(options),
-        interrupted,
-        engine.clock() - start,
         tuple(cells),
         staged=staged,
+        created=created,
+        simulated=engine.simulated,
+        machine=machine.collect(engine, [options.device]),
+        options=_options_dict(options),
+        interrupted=interrupted,
+        wall_s=engine.clock() - start,
     )
     return replace(result, findings=tuple(findings(result)))
 

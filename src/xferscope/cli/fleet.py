@@ -16,6 +16,7 @@ import click
 from ..core import interrupt, limits
 from ..core.errors import XferscopeError
 from ..core.version import __version__
+from ..documents.envelope import now
 from ..fleet import pairs as fleet_pairs
 from ..fleet import thresholds as fleet_thresholds
 from ..fleet.records import (
@@ -37,7 +38,6 @@ from ..fleet.run import (
     assemble,
     host_name,
     measure_rank,
-    now,
     open_comm,
     timed_out,
 )

@@ -3,7 +3,6 @@ would save on this machine."""
 
 from __future__ import annotations
 
-import datetime as dt
 import sys
 import tempfile
 from pathlib import Path
@@ -13,7 +12,7 @@ import click
 
 from ..core import interrupt, limits, machine
 from ..core.errors import OptionError, XferscopeError
-from ..core.version import __version__
+from ..documents.envelope import now
 from ..report.trace_tables import print_trace
 from ..sweep.options import parse_device
 from ..trace.analyze import analyze
@@ -109,7 +108,7 @@ def trace_command(**kw: Any) -> None:
         tempfile.TemporaryDirectory(prefix="xferscope-trace-") as scratch,
         Destination.prepare(kw["out"], "trace", trace_named(kw), False) as dest,
     ):
-        created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        created = now()
         begin_measuring()  # a stop after the program ends cuts the pricing, not the trace
         ran = run_traced(command, Path(scratch), kw["limit"])
         trace = read_trace(ran.files)
@@ -123,7 +122,6 @@ def trace_command(**kw: Any) -> None:
         reference, engine = _reference(kw, trace)
         analysis = analyze(trace, ran.wall_s, reference)
         result = TraceResult(
-            tool_version=__version__,
             created=created,
             simulated=False,
             machine=_machine(engine, kw),

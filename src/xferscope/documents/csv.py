@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import csv
-import io
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from ..run.metrics import run_metrics
 from ..run.records import RunResult
 from ..sweep.records import Curve, SweepResult
+from .envelope import dumps_table
 
 COLUMNS = (
     "simulated",
@@ -52,45 +51,45 @@ def dumps(result: SweepResult) -> str:
 
 def points_csv(curves: Iterable[Curve], simulated: bool) -> str:
     """One row per point of every curve."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(COLUMNS)
-    for curve in curves:
-        c = curve.config
-        for p in curve.points:
-            v = p.verification
-            writer.writerow(
-                (
-                    int(simulated),
-                    c.device,
-                    c.direction,
-                    c.memory,
-                    c.mechanism,
-                    c.timing,
-                    p.bytes,
-                    len(p.samples_s),
-                    p.iterations,
-                    p.copies_per_iteration,
-                    _number(p.min_s),
-                    _number(p.median_s),
-                    _number(p.max_s),
-                    _number(p.rel_noise),
-                    _number(p.median_s * 1e6),
-                    _number(p.bandwidth / 1e9),
-                    _number(p.peak_bandwidth / 1e9),
-                    p.status,
-                    p.stopped_by,
-                    _number(p.target_s),
-                    int(p.blocking_kernel),
-                    int(p.blocking_timed_out),
-                    int(p.cache_resident),
-                    "skipped" if v is None else ("ok" if v.ok else "FAILED"),
-                    "" if v is None else v.mismatched_bytes,
-                    c.host_offset,
-                    c.device_offset,
+
+    def rows() -> Iterator[Sequence[object]]:
+        for curve in curves:
+            c = curve.config
+            for p in curve.points:
+                v = p.verification
+                yield (
+                    (
+                        int(simulated),
+                        c.device,
+                        c.direction,
+                        c.memory,
+                        c.mechanism,
+                        c.timing,
+                        p.bytes,
+                        len(p.samples_s),
+                        p.iterations,
+                        p.copies_per_iteration,
+                        _number(p.min_s),
+                        _number(p.median_s),
+                        _number(p.max_s),
+                        _number(p.rel_noise),
+                        _number(p.median_s * 1e6),
+                        _number(p.bandwidth / 1e9),
+                        _number(p.peak_bandwidth / 1e9),
+                        p.status,
+                        p.stopped_by,
+                        _number(p.target_s),
+                        int(p.blocking_kernel),
+                        int(p.blocking_timed_out),
+                        int(p.cache_resident),
+                        "skipped" if v is None else ("ok" if v.ok else "FAILED"),
+                        "" if v is None else v.mismatched_bytes,
+                        c.host_offset,
+                        c.device_offset,
+                    )
                 )
-            )
-    return out.getvalue()
+
+    return dumps_table(COLUMNS, rows())
 
 
 def write_csv(result: SweepResult, path: Path) -> None:
@@ -105,21 +104,22 @@ def run_points_csv(result: RunResult) -> str:
 
 def run_metrics_csv(result: RunResult) -> str:
     """Every named figure of a run: one row each, SI units."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(
-        ("simulated", "metric", "value", "unit", "higher_is_better", "rel_noise", "headline")
-    )
-    for m in run_metrics(result).values():
-        writer.writerow(
-            (
-                int(result.simulated),
-                m.name,
-                _number(m.value),
-                m.unit,
-                int(m.higher_is_better),
-                _number(m.rel_noise),
-                int(m.headline),
+
+    def rows() -> Iterator[Sequence[object]]:
+        for m in run_metrics(result).values():
+            yield (
+                (
+                    int(result.simulated),
+                    m.name,
+                    _number(m.value),
+                    m.unit,
+                    int(m.higher_is_better),
+                    _number(m.rel_noise),
+                    int(m.headline),
+                )
             )
-        )
-    return out.getvalue()
+
+    return dumps_table(
+        ("simulated", "metric", "value", "unit", "higher_is_better", "rel_noise", "headline"),
+        rows(),
+    )

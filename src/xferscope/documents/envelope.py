@@ -1,14 +1,44 @@
-"""The envelope every result document opens with (sweep, overlap, pageable): schema name and
-version, tool version, creation time, whether it is simulated or interrupted, its wall time,
-its findings, the machine and the options."""
+"""The envelope every result opens with, as a record and in its document: the tool's version,
+the creation time, whether it is simulated or interrupted, its wall time, its options, and (for
+the results measured on one machine) the machine and the findings. Every result record extends
+`Stamp` or `Envelope`, so a header field is declared once and the version filled in once; the
+document's header is written by `document_header` and read by `header_fields`."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from ..core.findings import read_findings
+from ..core.findings import Finding, read_findings
+from ..core.version import __version__
 from .reader import Field
+
+
+def now() -> str:
+    """A result's creation time: now, in UTC, to the second (ISO 8601)."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stamp:
+    """What every result says of itself (keyword fields, after a record's own)."""
+
+    created: str  # ISO 8601, UTC: when the measurement began (`now()`)
+    simulated: bool
+    options: dict[str, Any]
+    interrupted: bool
+    wall_s: float  # by the engine's clock: modelled time for a simulated result
+    tool_version: str = __version__
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Envelope(Stamp):
+    """A result measured on one machine: that machine's facts and what was found."""
+
+    machine: dict[str, Any]
+    findings: tuple[Finding, ...] = ()
 
 
 def dumps_document(document: dict[str, Any], indent: int | None = 1) -> str:

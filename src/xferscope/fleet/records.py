@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..documents.envelope import Stamp
+
 SCHEMA_NAME = "xferscope-fleet"
 SCHEMA_VERSION = 1
 
@@ -134,19 +136,13 @@ class Verdict:
 
 
 @dataclass(frozen=True, slots=True)
-class FleetResult:
-    tool_version: str
-    created: str
-    simulated: bool
-    options: dict[str, Any]
+class FleetResult(Stamp):
     ranks: tuple[RankReport, ...]
     stats: tuple[MetricStats, ...]
     outliers: tuple[Outlier, ...]
     verdicts: tuple[Verdict, ...]
     thresholds: dict[str, Any]
     gather_s: float
-    wall_s: float
-    interrupted: bool = False
     pairs: tuple[Any, ...] = ()  # fleet.pairs.PairResult, both directions of each pair
     pairs_note: str = ""  # why pairs were not measured, where they were not
 

@@ -5,7 +5,6 @@ is marked timed out and the rest of the fleet still reports."""
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import socket
 import time
@@ -329,7 +328,6 @@ def assemble(
     stats = fleet_stats.fleet_stats(checked)
     given = dict(options.thresholds)
     return FleetResult(
-        tool_version=__version__,
         created=created,
         simulated=simulated,
         options=options.to_dict(),
@@ -340,11 +338,8 @@ def assemble(
         thresholds=given,
         gather_s=gather_s,
         wall_s=wall_s,
+        interrupted=False,
     )
-
-
-def now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def host_name() -> str:

@@ -11,7 +11,6 @@ small to large sizes until the GPU with its transfers beats the CPU on all its c
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
@@ -21,7 +20,7 @@ from ..core.engine import Engine, compute_capability
 from ..core.errors import AllocationError, EngineError, OptionError
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
-from ..core.version import __version__
+from ..documents.envelope import now
 from .cpu import CpuPoint, measure_cpu, run_worker
 from .findings import findings
 from .records import ROTATION_BYTES, GemmOptions, GemmPoint, GemmResult, _e, bytes_needed
@@ -167,7 +166,7 @@ def _with_transfers(g: Any, options: GemmOptions, memory: str, tiles: int) -> di
 def measure(engine: Engine, options: GemmOptions, progress: Progress = QUIET) -> GemmResult:
     """Every precision and shape; refusals are skipped points with their reasons. Ctrl-C keeps
     the points measured."""
-    created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    created = now()
     start = engine.clock()
     capability = compute_capability(engine, options.device)
     points: list[GemmPoint] = []
@@ -214,7 +213,6 @@ def measure(engine: Engine, options: GemmOptions, progress: Progress = QUIET) ->
         except RuntimeError as exc:
             blas["error"] = str(exc)
     result = GemmResult(
-        tool_version=__version__,
         created=created,
         simulated=engine.simulated,
         machine=machine.collect(engine, [options.device]),

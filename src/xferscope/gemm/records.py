@@ -6,17 +6,21 @@ gemm/findings.py."""
 
 from __future__ import annotations
 
-import csv
-import io
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..core import stats
 from ..core.cases import DEFAULT_SEED
 from ..core.compiled import engine_module
-from ..core.findings import Finding
-from ..documents.envelope import document_header, dumps_document, header_fields
+from ..documents.envelope import (
+    Envelope,
+    document_header,
+    dumps_document,
+    dumps_table,
+    header_fields,
+)
 from ..documents.reader import Field, check_schema
 from .cpu import DTYPES as CPU_DTYPES
 from .cpu import CpuPoint
@@ -256,18 +260,10 @@ class GemmPoint:
 
 
 @dataclass(frozen=True, slots=True)
-class GemmResult:
-    tool_version: str
-    created: str
-    simulated: bool
-    machine: dict[str, Any]
-    options: dict[str, Any]
+class GemmResult(Envelope):
     device: int
     blas: dict[str, Any]  # the library and its version
     points: tuple[GemmPoint, ...]
-    interrupted: bool
-    wall_s: float
-    findings: tuple[Finding, ...] = field(default=())
     cpu: tuple[CpuPoint, ...] = ()
     cpu_blas: dict[str, Any] | None = None
     ladder: tuple[GemmPoint, ...] = ()  # the offload ladder's GPU points
@@ -441,46 +437,45 @@ CSV_COLUMNS = (
 
 
 def dumps_csv(result: GemmResult) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for p in result.points:
-        v = p.verification or {}
-        a = p.algorithm or {}
-        writer.writerow(
-            (
-                int(result.simulated),
-                result.device,
-                p.precision,
-                p.m,
-                p.n,
-                p.k,
-                int(p.trans_a),
-                int(p.trans_b),
-                p.alignment,
-                p.status,
-                "" if p.median_s is None else f"{p.median_s:.6g}",
-                "" if p.flops is None else f"{p.flops / 1e12:.6g}",
-                f"{p.spread:.4f}",
-                "" if p.verified is None else int(p.verified),
-                "" if not v else f"{v['worst_error']:.3g}",
-                a.get("id", ""),
-                a.get("tile", ""),
-                p.copies,
-                *(
-                    ""
-                    if (rate := p.transfer_flops(memory, tiled)) is None
-                    else f"{rate / 1e12:.6g}"
-                    for memory in ("pinned", "pageable")
-                    for tiled in (False, True)
-                ),
-                *("" if share is None else f"{share:.4f}" for share in result.shares(p)),
-                "" if not p.padded else f"{p.padded['m']}x{p.padded['n']}x{p.padded['k']}",
-                "" if p.pad_gain is None else f"{p.pad_gain:.4f}",
-                p.error or "",
+    def rows() -> Iterator[Sequence[object]]:
+        for p in result.points:
+            v = p.verification or {}
+            a = p.algorithm or {}
+            yield (
+                (
+                    int(result.simulated),
+                    result.device,
+                    p.precision,
+                    p.m,
+                    p.n,
+                    p.k,
+                    int(p.trans_a),
+                    int(p.trans_b),
+                    p.alignment,
+                    p.status,
+                    "" if p.median_s is None else f"{p.median_s:.6g}",
+                    "" if p.flops is None else f"{p.flops / 1e12:.6g}",
+                    f"{p.spread:.4f}",
+                    "" if p.verified is None else int(p.verified),
+                    "" if not v else f"{v['worst_error']:.3g}",
+                    a.get("id", ""),
+                    a.get("tile", ""),
+                    p.copies,
+                    *(
+                        ""
+                        if (rate := p.transfer_flops(memory, tiled)) is None
+                        else f"{rate / 1e12:.6g}"
+                        for memory in ("pinned", "pageable")
+                        for tiled in (False, True)
+                    ),
+                    *("" if share is None else f"{share:.4f}" for share in result.shares(p)),
+                    "" if not p.padded else f"{p.padded['m']}x{p.padded['n']}x{p.padded['k']}",
+                    "" if p.pad_gain is None else f"{p.pad_gain:.4f}",
+                    p.error or "",
+                )
             )
-        )
-    return out.getvalue()
+
+    return dumps_table(CSV_COLUMNS, rows())
 
 
 def steps(options: GemmOptions) -> int:

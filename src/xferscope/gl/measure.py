@@ -8,7 +8,6 @@ record and its JSON and CSV forms are in records.py."""
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from collections.abc import Sequence
 from dataclasses import replace
@@ -18,7 +17,7 @@ from ..core import machine, plan, stats
 from ..core.engine import Engine, GlContext
 from ..core.errors import AllocationError, EngineError, GlError, XferscopeError
 from ..core.progress import QUIET, Progress
-from ..core.version import __version__
+from ..documents.envelope import now
 from .records import Baseline, FrameTimes, GlResult, ScenarioResult
 from .states import (
     AUTO_WORK_SHARES,
@@ -189,7 +188,7 @@ def measure(engine: Engine, options: GlOptions, progress: Progress = QUIET) -> G
     from .survey import findings
 
     scenarios, refused = plan_scenarios(options)
-    created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    created = now()
     start = engine.clock()
     context = engine.gl_context(options.device)
     results: list[ScenarioResult] = []
@@ -212,7 +211,6 @@ def measure(engine: Engine, options: GlOptions, progress: Progress = QUIET) -> G
     finally:
         context.close()
     result = GlResult(
-        tool_version=__version__,
         created=created,
         simulated=engine.simulated,
         machine=machine.collect(engine, [options.device]),

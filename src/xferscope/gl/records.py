@@ -3,14 +3,18 @@ schema xferscope-gl."""
 
 from __future__ import annotations
 
-import csv
-import io
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..core import stats
-from ..core.findings import Finding
-from ..documents.envelope import document_header, dumps_document, header_fields
+from ..documents.envelope import (
+    Envelope,
+    document_header,
+    dumps_document,
+    dumps_table,
+    header_fields,
+)
 from ..documents.reader import Field, check_schema
 from .states import STATE_FIELDS
 
@@ -185,20 +189,12 @@ class Baseline:
 
 
 @dataclass(frozen=True, slots=True)
-class GlResult:
-    tool_version: str
-    created: str
-    simulated: bool
-    machine: dict[str, Any]
-    options: dict[str, Any]
+class GlResult(Envelope):
     device: int
     gl: dict[str, Any]  # vendor, renderer, version, EGL device ...
     scenarios: tuple[ScenarioResult, ...]
     refused: tuple[tuple[str, str], ...]  # (label, reason)
     baselines: tuple[Baseline, ...]
-    interrupted: bool
-    wall_s: float
-    findings: tuple[Finding, ...] = field(default=())
 
     def baseline(self, op: str, bytes: int) -> Baseline | None:
         return next((b for b in self.baselines if b.op == op and b.bytes == bytes), None)
@@ -267,39 +263,41 @@ CSV_COLUMNS = (
 
 def dumps_csv(result: GlResult) -> str:
     """One row per scenario (its rate, work 0) and one per amount of CPU work."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for s in result.scenarios:
-        v = s.verification or {}
-        loops: list[tuple[FrameTimes | None, float | None]] = [(s.timing, None)]
-        loops += [(p, None if s.timing is None else hidden(s.timing, p)) for p in s.asynchronous]
-        for t, share in loops:
-            writer.writerow(
-                (
-                    int(result.simulated),
-                    result.device,
-                    *(
-                        int(x) if isinstance(x, bool) else x
-                        for x in (s.states[f] for f in STATE_FIELDS)
-                    ),
-                    s.status,
-                    "" if s.verified is None else int(s.verified),
-                    v.get("actual_internal_format", ""),
-                    "" if t is None else t.work_per_frame_s,
-                    "" if t is None else t.frames,
-                    "" if t is None else t.bytes,
-                    "" if t is None else f"{t.seconds:.6g}",
-                    ""
-                    if t is None
-                    else f"{((s.rate or 0.0) if t is s.timing else t.rate) / 1e9:.6g}",
-                    f"{s.spread:.4f}" if t is s.timing else "",
-                    "" if t is None else f"{t.call_s:.6g}",
-                    "" if t is None else f"{t.map_s:.6g}",
-                    "" if t is None else f"{t.work_s:.6g}",
-                    "" if share is None else f"{share:.4f}",
-                    "" if s.estimated_s is None else f"{s.estimated_s:.4g}",
-                    s.error or "",
+
+    def rows() -> Iterator[Sequence[object]]:
+        for s in result.scenarios:
+            v = s.verification or {}
+            loops: list[tuple[FrameTimes | None, float | None]] = [(s.timing, None)]
+            loops += [
+                (p, None if s.timing is None else hidden(s.timing, p)) for p in s.asynchronous
+            ]
+            for t, share in loops:
+                yield (
+                    (
+                        int(result.simulated),
+                        result.device,
+                        *(
+                            int(x) if isinstance(x, bool) else x
+                            for x in (s.states[f] for f in STATE_FIELDS)
+                        ),
+                        s.status,
+                        "" if s.verified is None else int(s.verified),
+                        v.get("actual_internal_format", ""),
+                        "" if t is None else t.work_per_frame_s,
+                        "" if t is None else t.frames,
+                        "" if t is None else t.bytes,
+                        "" if t is None else f"{t.seconds:.6g}",
+                        ""
+                        if t is None
+                        else f"{((s.rate or 0.0) if t is s.timing else t.rate) / 1e9:.6g}",
+                        f"{s.spread:.4f}" if t is s.timing else "",
+                        "" if t is None else f"{t.call_s:.6g}",
+                        "" if t is None else f"{t.map_s:.6g}",
+                        "" if t is None else f"{t.work_s:.6g}",
+                        "" if share is None else f"{share:.4f}",
+                        "" if s.estimated_s is None else f"{s.estimated_s:.4g}",
+                        s.error or "",
+                    )
                 )
-            )
-    return out.getvalue()
+
+    return dumps_table(CSV_COLUMNS, rows())

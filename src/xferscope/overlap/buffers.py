@@ -3,10 +3,8 @@ CPU consumes (readback) or produces (upload) the others: seed 000's pixel buffer
 
 from __future__ import annotations
 
-import csv
-import io
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..core import engine, machine, plan, stats
@@ -15,7 +13,7 @@ from ..core.errors import AllocationError, EngineError, OptionError
 from ..core.findings import Finding, corrupted, failed
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
-from ..core.version import __version__
+from ..documents.envelope import Envelope, dumps_table, now
 from ..documents.reader import Field
 from .common import (
     Failure,
@@ -23,7 +21,6 @@ from .common import (
     _fields,
     _header,
     _header_fields,
-    _now,
     _number,
     check_device_memory,
     check_host_memory,
@@ -97,19 +94,11 @@ class RotationPoint:
 
 
 @dataclass(frozen=True, slots=True)
-class RotationResult:
-    tool_version: str
-    created: str
-    simulated: bool
-    machine: dict[str, Any]
-    options: dict[str, Any]
+class RotationResult(Envelope):
     device: int
     chunks: int
     points: tuple[RotationPoint, ...]
-    interrupted: bool
-    wall_s: float
     failures: tuple[Failure, ...] = ()
-    findings: tuple[Finding, ...] = field(default=())
 
     @property
     def measured(self) -> bool:
@@ -176,9 +165,33 @@ class RotationResult:
         )
 
     def to_csv(self) -> str:
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(
+        def rows() -> Iterator[Sequence[object]]:
+            for p in self.points:
+                s = p.typical
+                yield (
+                    (
+                        int(self.simulated),
+                        self.device,
+                        p.direction,
+                        p.buffers,
+                        p.chunk_bytes,
+                        p.chunks,
+                        p.pinned_bytes,
+                        len(p.samples),
+                        _number(s.total_s),
+                        _number(s.copy_s),
+                        _number(s.consume_s),
+                        _number(s.wait_s),
+                        _number(p.ideal_s),
+                        _number(p.efficiency),
+                        _number(p.rate / 1e9),
+                        _number(p.rel_noise),
+                        p.mismatched_chunks,
+                        int(p.valid),
+                    )
+                )
+
+        return dumps_table(
             (
                 "simulated",
                 "device",
@@ -198,33 +211,9 @@ class RotationResult:
                 "rel_noise",
                 "mismatched_chunks",
                 "valid",
-            )
+            ),
+            rows(),
         )
-        for p in self.points:
-            s = p.typical
-            writer.writerow(
-                (
-                    int(self.simulated),
-                    self.device,
-                    p.direction,
-                    p.buffers,
-                    p.chunk_bytes,
-                    p.chunks,
-                    p.pinned_bytes,
-                    len(p.samples),
-                    _number(s.total_s),
-                    _number(s.copy_s),
-                    _number(s.consume_s),
-                    _number(s.wait_s),
-                    _number(p.ideal_s),
-                    _number(p.efficiency),
-                    _number(p.rate / 1e9),
-                    _number(p.rel_noise),
-                    p.mismatched_chunks,
-                    int(p.valid),
-                )
-            )
-        return out.getvalue()
 
 
 def check_rotation_plan(
@@ -293,7 +282,7 @@ def measure_rotation(
         engine, device, directions, buffers_list, chunk_sizes, chunks, trials, max_pinned
     )
 
-    created = _now()
+    created = now()
     meta = machine.collect(engine, [device])
     start = engine.clock()
     points: list[RotationPoint] = []
@@ -323,7 +312,6 @@ def measure_rotation(
     except KeyboardInterrupt:
         interrupted = True
     result = RotationResult(
-        tool_version=__version__,
         created=created,
         simulated=engine.simulated,
         machine=meta,

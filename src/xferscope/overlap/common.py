@@ -9,7 +9,6 @@ bump SCHEMA_VERSION on any change a reader must know about):
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,10 +28,6 @@ OLDEST_SCHEMA_VERSION = 1  # still read
 # Pinned pages cannot be swapped or moved: a plan that pins more than this share of the
 # machine's memory is refused, whatever --max-pinned says.
 PINNED_SHARE = 0.5
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _number(value: float | None) -> str:

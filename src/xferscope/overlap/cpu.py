@@ -4,11 +4,9 @@ added, until the work outlasts the copy."""
 
 from __future__ import annotations
 
-import csv
-import io
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..core import cases, engine, machine, plan, stats
@@ -18,7 +16,7 @@ from ..core.errors import AllocationError, EngineError, OptionError
 from ..core.findings import INFO, Finding, corrupted, failed, finding
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes, format_seconds
-from ..core.version import __version__
+from ..documents.envelope import Envelope, dumps_table, now
 from ..documents.reader import Field
 from ..sweep.records import Verification, verification_from, verification_of
 from .common import (
@@ -27,7 +25,6 @@ from .common import (
     _fields,
     _header,
     _header_fields,
-    _now,
     _number,
     check_device_memory,
     check_host_memory,
@@ -121,21 +118,13 @@ class CpuSeries:
 
 
 @dataclass(frozen=True, slots=True)
-class OverlapCpuResult:
-    tool_version: str
-    created: str  # ISO 8601, UTC
-    simulated: bool
-    machine: dict[str, Any]
-    options: dict[str, Any]
+class OverlapCpuResult(Envelope):
     device: int
     direction: str
     mechanism: str
     bytes: int
     series: tuple[CpuSeries, ...]
-    interrupted: bool
-    wall_s: float
     failures: tuple[Failure, ...] = ()
-    findings: tuple[Finding, ...] = field(default=())
 
     @property
     def measured(self) -> bool:
@@ -173,9 +162,33 @@ class OverlapCpuResult:
         )
 
     def to_csv(self) -> str:
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(
+        def rows() -> Iterator[Sequence[object]]:
+            for s in self.series:
+                verified = _verified(s.verification)
+                for p in s.points:
+                    yield (
+                        (
+                            int(self.simulated),
+                            self.device,
+                            self.direction,
+                            s.memory,
+                            self.mechanism,
+                            self.bytes,
+                            _number(p.requested_work_s),
+                            len(p.samples),
+                            _number(p.issue_s),
+                            _number(p.work_s),
+                            _number(p.wait_s),
+                            _number(p.total_s),
+                            _number(self.rate(p) / 1e9),
+                            _number(s.efficiency(p)),
+                            _number(s.ideal(p)),
+                            _number(p.rel_noise),
+                            verified,
+                        )
+                    )
+
+        return dumps_table(
             (
                 "simulated",
                 "device",
@@ -194,33 +207,9 @@ class OverlapCpuResult:
                 "ideal_efficiency",
                 "rel_noise",
                 "verified",
-            )
+            ),
+            rows(),
         )
-        for s in self.series:
-            verified = _verified(s.verification)
-            for p in s.points:
-                writer.writerow(
-                    (
-                        int(self.simulated),
-                        self.device,
-                        self.direction,
-                        s.memory,
-                        self.mechanism,
-                        self.bytes,
-                        _number(p.requested_work_s),
-                        len(p.samples),
-                        _number(p.issue_s),
-                        _number(p.work_s),
-                        _number(p.wait_s),
-                        _number(p.total_s),
-                        _number(self.rate(p) / 1e9),
-                        _number(s.efficiency(p)),
-                        _number(s.ideal(p)),
-                        _number(p.rel_noise),
-                        verified,
-                    )
-                )
-        return out.getvalue()
 
 
 def _verified(v: Verification | None) -> str:
@@ -302,7 +291,7 @@ def measure_overlap_cpu(
         engine, device, direction, memories, mechanism, size, works, trials
     )
 
-    created = _now()
+    created = now()
     meta = machine.collect(engine, [device])
     start = engine.clock()
     series: list[CpuSeries] = []
@@ -328,7 +317,6 @@ def measure_overlap_cpu(
         if interrupted:
             break
     result = OverlapCpuResult(
-        tool_version=__version__,
         created=created,
         simulated=engine.simulated,
         machine=meta,

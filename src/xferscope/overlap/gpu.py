@@ -3,10 +3,8 @@ chunks over K streams, against the bound the stage times allow."""
 
 from __future__ import annotations
 
-import csv
-import io
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..core import machine
@@ -15,7 +13,7 @@ from ..core.errors import AllocationError, EngineError, OptionError
 from ..core.findings import Finding, corrupted, failed
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
-from ..core.version import __version__
+from ..documents.envelope import Envelope, dumps_table, now
 from ..documents.reader import Field
 from .common import (
     Failure,
@@ -23,7 +21,6 @@ from .common import (
     _fields,
     _header,
     _header_fields,
-    _now,
     _number,
     check_device_memory,
     check_host_memory,
@@ -73,20 +70,12 @@ class GpuPoint:
 
 
 @dataclass(frozen=True, slots=True)
-class GpuOverlapResult:
-    tool_version: str
-    created: str
-    simulated: bool
-    machine: dict[str, Any]
-    options: dict[str, Any]
+class GpuOverlapResult(Envelope):
     device: int
     bytes: int
     chunks_per_stream: int
     points: tuple[GpuPoint, ...]
-    interrupted: bool
-    wall_s: float
     failures: tuple[Failure, ...] = ()
-    findings: tuple[Finding, ...] = field(default=())
 
     @property
     def measured(self) -> bool:
@@ -144,9 +133,30 @@ class GpuOverlapResult:
         )
 
     def to_csv(self) -> str:
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(
+        def rows() -> Iterator[Sequence[object]]:
+            for p in self.points:
+                yield (
+                    (
+                        int(self.simulated),
+                        self.device,
+                        self.bytes,
+                        p.work,
+                        p.streams,
+                        p.chunks,
+                        _number(p.h2d_s),
+                        _number(p.kernel_s),
+                        _number(p.d2h_s),
+                        _number(p.sequential_s),
+                        _number(p.pipelined_s),
+                        _number(p.speedup),
+                        _number(p.bound),
+                        _number(p.fraction),
+                        p.limiting_stage,
+                        "ok" if p.verified else "FAILED",
+                    )
+                )
+
+        return dumps_table(
             (
                 "simulated",
                 "device",
@@ -164,30 +174,9 @@ class GpuOverlapResult:
                 "fraction",
                 "limiting_stage",
                 "verified",
-            )
+            ),
+            rows(),
         )
-        for p in self.points:
-            writer.writerow(
-                (
-                    int(self.simulated),
-                    self.device,
-                    self.bytes,
-                    p.work,
-                    p.streams,
-                    p.chunks,
-                    _number(p.h2d_s),
-                    _number(p.kernel_s),
-                    _number(p.d2h_s),
-                    _number(p.sequential_s),
-                    _number(p.pipelined_s),
-                    _number(p.speedup),
-                    _number(p.bound),
-                    _number(p.fraction),
-                    p.limiting_stage,
-                    "ok" if p.verified else "FAILED",
-                )
-            )
-        return out.getvalue()
 
 
 def check_gpu_plan(
@@ -239,7 +228,7 @@ def measure_overlap_gpu(
     """
     check_gpu_plan(engine, device, bytes, streams_list, chunks_per_stream, works)
 
-    created = _now()
+    created = now()
     meta = machine.collect(engine, [device])
     start = engine.clock()
     points: list[GpuPoint] = []
@@ -271,7 +260,6 @@ def measure_overlap_gpu(
     except KeyboardInterrupt:
         interrupted = True
     result = GpuOverlapResult(
-        tool_version=__version__,
         created=created,
         simulated=engine.simulated,
         machine=meta,

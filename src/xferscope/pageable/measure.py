@@ -23,12 +23,9 @@ staged copier does, overlapped with the DMA.
 
 from __future__ import annotations
 
-import csv
-import datetime as dt
-import io
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..core import machine, plan, stats
@@ -38,8 +35,14 @@ from ..core.errors import AllocationError, OptionError, XferscopeError
 from ..core.findings import Finding, corrupted
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
-from ..core.version import __version__
-from ..documents.envelope import document_header, dumps_document, header_fields
+from ..documents.envelope import (
+    Envelope,
+    document_header,
+    dumps_document,
+    dumps_table,
+    header_fields,
+    now,
+)
 from ..documents.reader import Field, check_schema
 from ..run.records import PINNING_KEYS
 from .staged import StagedPlan
@@ -136,21 +139,13 @@ class SizeResult:
 
 
 @dataclass(frozen=True, slots=True)
-class PageableResult:
-    tool_version: str
-    created: str  # ISO 8601, UTC
-    simulated: bool
-    machine: dict[str, Any]
-    options: dict[str, Any]
+class PageableResult(Envelope):
     device: int
     direction: str  # h2d: measure_pinning times uploads
     staged_plan: dict[str, Any] | None
     staged_setup_s: tuple[float, ...]  # creating and closing a staged copier, each repeat
     sizes: tuple[SizeResult, ...]
     sends: tuple[int, ...]
-    interrupted: bool
-    wall_s: float
-    findings: tuple[Finding, ...] = field(default=())
 
     @property
     def staged_setup_median_s(self) -> float:
@@ -311,7 +306,7 @@ def measure(
         raise OptionError("--repeats", f"{repeats} is not a count of at least 1")
     check_device(engine, device)
     check_memory(engine, device, sizes)
-    created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    created = now()
     meta = machine.collect(engine, [device])
     start = engine.clock()
     results: list[SizeResult] = []
@@ -362,7 +357,6 @@ def measure(
     except KeyboardInterrupt:
         interrupted = True
     return PageableResult(
-        tool_version=__version__,
         created=created,
         simulated=engine.simulated,
         machine=meta,
@@ -486,31 +480,31 @@ CSV_COLUMNS = (
 
 def dumps_csv(result: PageableResult) -> str:
     """One row per size, number of sends and strategy."""
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for r in result.sizes:
-        strategies = result.strategies(r)
-        pageable = strategies[0]
-        for k in result.sends:
-            best = fastest(strategies, k).name
-            for s in strategies:
-                beats = "" if s is pageable else cheaper_from(s, pageable)
-                writer.writerow(
-                    (
-                        int(result.simulated),
-                        result.device,
-                        r.bytes,
-                        k,
-                        s.name,
-                        f"{s.setup_s:.9g}",
-                        f"{s.per_send_s:.9g}",
-                        f"{s.total_s(k):.9g}",
-                        int(s.name == best),
-                        "" if beats is None else beats,
+
+    def rows() -> Iterator[Sequence[object]]:
+        for r in result.sizes:
+            strategies = result.strategies(r)
+            pageable = strategies[0]
+            for k in result.sends:
+                best = fastest(strategies, k).name
+                for s in strategies:
+                    beats = "" if s is pageable else cheaper_from(s, pageable)
+                    yield (
+                        (
+                            int(result.simulated),
+                            result.device,
+                            r.bytes,
+                            k,
+                            s.name,
+                            f"{s.setup_s:.9g}",
+                            f"{s.per_send_s:.9g}",
+                            f"{s.total_s(k):.9g}",
+                            int(s.name == best),
+                            "" if beats is None else beats,
+                        )
                     )
-                )
-    return out.getvalue()
+
+    return dumps_table(CSV_COLUMNS, rows())
 
 
 def size_tag(size: int) -> str:

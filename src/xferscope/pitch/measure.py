@@ -9,9 +9,8 @@ widths where a method's rate falls, and where packing starts to beat the 2D copy
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..core import machine, plan, stats
@@ -22,7 +21,7 @@ from ..core.errors import AllocationError, EngineError, OptionError
 from ..core.findings import INFO, WARNING, Finding, corrupted, finding
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
-from ..core.version import __version__
+from ..documents.envelope import Envelope, now
 
 SCHEMA_NAME = "xferscope-pitch"
 SCHEMA_VERSION = 1
@@ -130,16 +129,8 @@ class Cliff:
 
 
 @dataclass(frozen=True, slots=True)
-class PitchResult:
-    tool_version: str
-    created: str
-    simulated: bool
-    machine: dict[str, Any]
-    options: dict[str, Any]
-    interrupted: bool
-    wall_s: float
+class PitchResult(Envelope):
     cells: tuple[Cell, ...]
-    findings: tuple[Finding, ...] = field(default=())
 
     def groups(self) -> list[tuple[str, str, str, int]]:
         return list(dict.fromkeys(c.group for c in self.cells))
@@ -257,7 +248,7 @@ def check_plan(options: PitchOptions) -> None:
 
 
 def measure(engine: Engine, options: PitchOptions, progress: Progress = QUIET) -> PitchResult:
-    created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    created = now()
     start = engine.clock()
     cells: list[Cell] = []
     interrupted = False
@@ -278,14 +269,13 @@ def measure(engine: Engine, options: PitchOptions, progress: Progress = QUIET) -
     except KeyboardInterrupt:
         interrupted = True
     result = PitchResult(
-        __version__,
-        created,
-        engine.simulated,
-        machine.collect(engine, [options.device]),
-        asdict(options),
-        interrupted,
-        engine.clock() - start,
         tuple(cells),
+        created=created,
+        simulated=engine.simulated,
+        machine=machine.collect(engine, [options.device]),
+        options=asdict(options),
+        interrupted=interrupted,
+        wall_s=engine.clock() - start,
     )
     return replace(result, findings=tuple(findings(result)))
 

@@ -8,7 +8,6 @@ host at once. Python orchestrates; every timed loop runs in the engine.
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 import time
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from ..core.cases import DEFAULT_SEED
 from ..core.engine import Engine, Transfer
 from ..core.errors import AllocationError, CudaError, EngineError
 from ..core.progress import QUIET, Progress
-from ..core.version import __version__
+from ..documents.envelope import now
 from ..gemm.check import gemm_check
 from ..gl.check import gl_check
 from ..sweep.measure import measure_curve
@@ -423,7 +422,7 @@ def run_investigation(
     (--resume): what it completed is kept, the rest measured now."""
     from .diagnose import diagnose
 
-    created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    created = now()
     start, real_start = engine.clock(), time.perf_counter()
     sections: list[GpuSection] = []
     multi: list[Concurrent] = []
@@ -464,7 +463,6 @@ def run_investigation(
     # clock throttling shows while it is busy.
     meta = machine.collect(engine, list(options.devices))
     result = RunResult(
-        tool_version=__version__,
         created=created,
         simulated=engine.simulated,
         mode=options.plan.mode,

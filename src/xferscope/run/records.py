@@ -15,6 +15,7 @@ from typing import Any
 
 from ..core import stats
 from ..core.findings import Finding
+from ..documents.envelope import Envelope
 from ..documents.reader import Field, check_schema
 from ..gemm.check import GemmCheck
 from ..gl.check import GlCheck
@@ -148,18 +149,10 @@ class GpuSection:
 
 
 @dataclass(frozen=True, slots=True)
-class RunResult:
-    tool_version: str
-    created: str  # ISO 8601, UTC
-    simulated: bool
+class RunResult(Envelope):
     mode: str  # default, quick
-    machine: dict[str, Any]
-    options: dict[str, Any]
     gpus: tuple[GpuSection, ...]
     multi: tuple[Concurrent, ...]  # peer-to-peer matrix and all GPUs to and from the host
-    findings: tuple[Finding, ...]
-    interrupted: bool
-    wall_s: float  # by the engine's clock: modelled time for a simulated run
     notes: tuple[str, ...] = field(default=())
     elapsed_s: float | None = None  # real seconds, by the host's clock
 

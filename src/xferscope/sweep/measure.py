@@ -7,7 +7,6 @@ time, the trials (more while the spread is above the bound), then verification.
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass, replace
 
 from ..core import limits, machine, plan
@@ -17,7 +16,7 @@ from ..core.findings import INFO, WARNING, Finding, corrupted, failed, finding
 from ..core.progress import QUIET, Progress
 from ..core.stats import relative_noise
 from ..core.units import format_bytes, format_rate
-from ..core.version import __version__
+from ..documents.envelope import now
 from .alignment import alignment_findings
 from .options import SweepOptions
 from .records import (
@@ -394,7 +393,7 @@ def run_sweep(
     before any output directory exists)."""
     plan = planned or prepare_sweep(engine, options)
     configs, skipped = plan.configs, plan.skipped
-    created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    created = now()
     meta = machine.collect(engine, list(options.devices))
     start = engine.clock()
     measured: dict[CurveConfig, Curve] = {}
@@ -413,7 +412,6 @@ def run_sweep(
             break
     curves = [measured[c] for c in configs if c in measured]
     return SweepResult(
-        tool_version=__version__,
         created=created,
         simulated=engine.simulated,
         machine=meta,

@@ -9,12 +9,11 @@ Schema history (bump SCHEMA_VERSION on any change a reader must know about):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..core import stats
-from ..core.findings import Finding
-from ..documents.envelope import document_header, header_fields
+from ..documents.envelope import Envelope, document_header, header_fields
 from ..documents.reader import Field, SchemaError, check_schema
 
 SCHEMA_NAME = "xferscope-sweep"
@@ -145,16 +144,8 @@ class Curve:
 
 
 @dataclass(frozen=True, slots=True)
-class SweepResult:
-    tool_version: str
-    created: str  # ISO 8601, UTC
-    simulated: bool
-    machine: dict[str, Any]
-    options: dict[str, Any]
+class SweepResult(Envelope):
     curves: tuple[Curve, ...]
-    interrupted: bool
-    wall_s: float
-    findings: tuple[Finding, ...] = field(default=())
 
 
 # ---- JSON form -------------------------------------------------------------------------------

@@ -4,14 +4,13 @@ them."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..core.findings import INFO, WARNING, Finding
-from ..documents.envelope import document_header, header_fields
+from ..documents.envelope import Envelope, document_header, dumps_table, header_fields
 from ..documents.reader import Field, check_schema
 from .analyze import Analysis, Fix, Group, KindRow
 from .records import Copy, Trace
@@ -26,20 +25,12 @@ WORTH = 0.01  # a fix saving this share of the program's time is a warning, not 
 
 
 @dataclass(frozen=True, slots=True)
-class TraceResult:
-    tool_version: str
-    created: str
-    simulated: bool
-    machine: dict[str, Any]
-    options: dict[str, Any]  # command, limit, reference
-    interrupted: bool
-    wall_s: float  # the program's wall time, traced
+class TraceResult(Envelope):
     returncode: int
     signal: str | None
     processes: tuple[dict[str, Any], ...]
     summary: dict[str, Any]  # table, groups, fixes, reference, totals, notes
     copies: tuple[dict[str, Any], ...]  # every copy kept, as copy_dict writes it
-    findings: tuple[Finding, ...] = field(default=())
 
 
 def copy_dict(trace: Trace, c: Copy) -> dict[str, Any]:
@@ -193,12 +184,11 @@ CSV_COLUMNS = (
 
 
 def dumps_csv(result: TraceResult) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_COLUMNS)
-    for c in result.copies:
-        writer.writerow(["" if c.get(k) is None else c[k] for k in CSV_COLUMNS])
-    return out.getvalue()
+    def rows() -> Iterator[Sequence[object]]:
+        for c in result.copies:
+            yield (["" if c.get(k) is None else c[k] for k in CSV_COLUMNS])
+
+    return dumps_table(CSV_COLUMNS, rows())
 
 
 def chrome_trace(trace: Trace) -> str:
