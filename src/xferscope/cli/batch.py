@@ -37,8 +37,9 @@ from ..report.batch_tables import print_batch
 from ..sweep.options import parse_list, parse_sizes
 from . import common
 from .app import cli, described, stderr, stdout
-from .common import history_options, output_options, parse_seed, resolve_devices, seed_option
+from .common import parse_seed, resolve_devices
 from .measured import DocumentKind, Measurement, register, run_measurement
+from .options import measured_options
 from .outputs import Destination, Named, Output, page, text
 from .params import Bounded
 
@@ -102,10 +103,7 @@ from .params import Bounded
     type=Bounded(limits.TRIALS),
     help="Trials per cell.",
 )
-@click.option("-g", "--device", default="0", show_default=True, help="GPU index.")
-@history_options
-@seed_option
-@output_options("batch", "PREFIX.png")
+@measured_options("batch", "PREFIX.png")
 @click.option(
     "--calibrate",
     is_flag=True,
@@ -113,7 +111,6 @@ from .params import Bounded
     "left at their defaults), and store the result: copy_many then picks the fastest method "
     "for each count and size on this GPU.",
 )
-@click.option("--simulate", is_flag=True, help="Use the simulated engine (no GPU).")
 @click.pass_context
 def batch_command(ctx: click.Context, /, **kw: Any) -> None:
     """N copies of S bytes, host to device and back (pinned and pageable memory) and within the

@@ -13,7 +13,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..core import engine as core_engine
 from ..core import interrupt
-from ..core.cases import DEFAULT_SEED
 from ..core.engine import Engine, check_device
 from ..core.errors import OptionError, XferscopeError
 from ..sweep.options import parse_device, parse_devices
@@ -42,49 +41,6 @@ def parse_seed(value: str | int) -> int:
     if not 0 <= seed <= SEED_MAX:
         raise OptionError("--seed", f"'{text}' is not a whole number from 0 to {SEED_MAX}")
     return seed
-
-
-def seed_option(function: Any) -> Any:
-    return click.option(
-        "--seed",
-        default=str(DEFAULT_SEED),
-        show_default=True,
-        help="Seed of the data pattern: 0 to 2^64 - 1.",
-    )(function)
-
-
-def output_options(name: str, plots: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """The output options of the commands that write one result: -o, --json, --csv, --plot and
-    --force (a result's files go to a new directory of its own, NAME-<time>, under --out)."""
-
-    def decorate(function: Callable[..., None]) -> Callable[..., None]:
-        for option in reversed(
-            [
-                click.option(
-                    "-o",
-                    "--out",
-                    default="xferscope-results",
-                    show_default=True,
-                    help=f"Directory in which the files go to a new directory of their "
-                    f"own, {name}-<time>.",
-                ),
-                click.option(
-                    "--json", "json_path", default=None, help="Write the JSON result here instead."
-                ),
-                click.option("--csv", "csv_path", default=None, help="Write the CSV here instead."),
-                click.option("--plot", "plot_prefix", default=None, help=f"Write {plots} instead."),
-                click.option(
-                    "--force",
-                    is_flag=True,
-                    help="Replace files that --json, --csv or --plot name if they exist "
-                    "(by default an existing file is never replaced).",
-                ),
-            ]
-        ):
-            function = option(function)
-        return function
-
-    return decorate
 
 
 def resolve_devices(
@@ -227,16 +183,6 @@ def result_files(
     }
 
 
-def _history_option(function: Any) -> Any:
-    return click.option(
-        "--history",
-        "history_path",
-        default=None,
-        help="SQLite run history [default: $XFERSCOPE_HISTORY or "
-        "~/.local/share/xferscope/history.sqlite3].",
-    )(function)
-
-
 def _history_file(history_path: str | None) -> Path:
     from ..run.history import default_path
 
@@ -249,14 +195,6 @@ def _history_file(history_path: str | None) -> Path:
 
 HISTORY_WAIT_S = 60.0  # how long a command waits for another writer's lock on the history
 HISTORY_POLL_S = 0.25  # how often it looks whether Ctrl-C was pressed meanwhile
-
-
-def history_options(function: Any) -> Any:
-    """--history and --no-history."""
-    function = click.option(
-        "--no-history", is_flag=True, help="Do not add this result to the history."
-    )(function)
-    return _history_option(function)
 
 
 def check_history(path: Path) -> None:

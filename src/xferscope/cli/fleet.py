@@ -51,11 +51,10 @@ from .common import (
     begin_measuring,
     check_history,
     deliver,
-    history_options,
     parse_seed,
-    seed_option,
 )
 from .measured import DocumentKind, entry, register
+from .options import history_options, seed_option
 from .outputs import Destination, Named, Output, text
 from .params import Bounded
 

@@ -35,8 +35,9 @@ from ..report.gemm_tables import print_gemm
 from ..sweep.options import parse_list
 from . import common  # looked up at run time, so tests can replace open_engine
 from .app import cli, described, stdout
-from .common import history_options, output_options, parse_seed, resolve_devices, seed_option
+from .common import parse_seed, resolve_devices
 from .measured import DocumentKind, Measurement, register, run_measurement
+from .options import measured_options
 from .outputs import Destination, Named, Output, page, text
 from .params import Bounded
 
@@ -144,11 +145,7 @@ LAYOUTS = {"nn": (False, False), "nt": (False, True), "tn": (True, False), "tt":
     "(0: the heuristic's first choice).",
 )
 @click.option("--quick", is_flag=True, help=f"{QUICK_TARGET_S:g} s trials: a first look.")
-@click.option("-g", "--device", default="0", show_default=True, help="GPU index.")
-@history_options
-@seed_option
-@output_options("gemm", "PREFIX.png")
-@click.option("--simulate", is_flag=True, help="Use the simulated engine (no GPU).")
+@measured_options("gemm", "PREFIX.png")
 def gemm_command(**kw: Any) -> None:
     """GEMM through cuBLASLt in every precision (seed 003's study): throughput of each shape,
     timed on the GPU with random inputs and verified against a double-precision reference, and

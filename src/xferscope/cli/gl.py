@@ -29,8 +29,9 @@ from ..gl.states import (
 from ..report.gl_tables import print_gl
 from . import common  # looked up at run time, so tests can replace open_engine
 from .app import cli, described, stdout
-from .common import history_options, output_options, parse_seed, resolve_devices, seed_option
+from .common import parse_seed, resolve_devices
 from .measured import DocumentKind, Measurement, register, run_measurement
+from .options import measured_options
 from .outputs import Destination, Named, Output, text
 from .params import Bounded
 
@@ -156,11 +157,7 @@ def _listing(values: tuple[str, ...] | tuple[int, ...]) -> str:
 )
 @click.option("--quick", is_flag=True, help="512 MiB per scenario: a first look.")
 @click.option("--no-baseline", is_flag=True, help="Skip CUDA pinned memcpy of the same bytes.")
-@click.option("-g", "--device", default="0", show_default=True, help="GPU index (CUDA's).")
-@history_options
-@seed_option
-@output_options("gl", "PREFIX-rates.png and PREFIX-async.png")
-@click.option("--simulate", is_flag=True, help="Use the simulated engine (no GPU).")
+@measured_options("gl", "PREFIX-rates.png and PREFIX-async.png", gpu="GPU index (CUDA's).")
 @click.pass_context
 def gl_command(ctx: click.Context, /, **kw: Any) -> None:
     """Upload pixel data to a GPU through OpenGL and read it back, headless (EGL), under every

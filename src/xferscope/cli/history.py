@@ -15,8 +15,9 @@ from ..core import limits
 from ..core.errors import XferscopeError
 from ..documents.files import special
 from .app import cli, described, stdout
-from .common import _history_file, _history_option, deliver, finish, prepare_renderers
+from .common import _history_file, deliver, finish, prepare_renderers
 from .measured import KINDS, DocumentKind
+from .options import _history_option
 from .outputs import Destination
 from .params import Bounded
 

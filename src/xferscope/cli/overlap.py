@@ -40,8 +40,9 @@ from ..overlap import (
 from ..report.overlap_tables import print_overlap
 from ..sweep.options import parse_list, parse_size_option, parse_sizes
 from .app import cli, described, stdout
-from .common import history_options, output_options, resolve_devices
+from .common import resolve_devices
 from .measured import DocumentKind, Measurement, register, run_measurement
+from .options import measured_options
 from .outputs import Destination, Named, Output, text
 from .params import Bounded
 
@@ -86,21 +87,8 @@ def overlap_outputs(result: AnyResult, dest: Destination) -> list[Output]:
 
 
 def _common(kind: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """The options every overlap command shares: GPU, simulation and outputs."""
-
-    def decorate(function: Callable[..., None]) -> Callable[..., None]:
-        function = output_options(f"overlap-{kind}", f"PREFIX{PLOT_SUFFIXES[kind]}")(function)
-        function = history_options(function)
-        function = click.option(
-            "--simulate",
-            is_flag=True,
-            help="Use the simulated engine (no GPU; nothing is measured).",
-        )(function)
-        return click.option("-g", "--device", default="0", show_default=True, help="GPU index.")(
-            function
-        )
-
-    return decorate
+    """The options every overlap command shares: GPU, simulation, history and outputs."""
+    return measured_options(f"overlap-{kind}", f"PREFIX{PLOT_SUFFIXES[kind]}", seed=False)
 
 
 # ---- running -----------------------------------------------------------------------------------

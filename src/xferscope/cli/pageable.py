@@ -27,8 +27,9 @@ from ..pageable.measure import (
 from ..report.pageable_tables import print_pageable
 from ..sweep.options import parse_sizes
 from .app import cli, described, stdout
-from .common import history_options, output_options, resolve_devices
+from .common import resolve_devices
 from .measured import DocumentKind, Measurement, register, run_measurement
+from .options import measured_options
 from .outputs import Destination, Maker, Named, Output, text
 from .params import Bounded
 
@@ -66,11 +67,7 @@ def parse_sends(option: str, text: str) -> tuple[int, ...]:
     type=Bounded(limits.TRIALS),
     help="Measurements of each cost; the median is used.",
 )
-@output_options("pageable", "PREFIX-<size>.png for each size")
-@history_options
-@click.option(
-    "--simulate", is_flag=True, help="Use the simulated engine (no GPU; nothing is measured)."
-)
+@measured_options("pageable", "PREFIX-<size>.png for each size", seed=False, gpu=None)
 def pageable_command(
     sizes: str, sends: str, device: str, repeats: int, simulate: bool, **kw: Any
 ) -> None:

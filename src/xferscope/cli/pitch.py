@@ -32,8 +32,9 @@ from ..report.pitch_tables import print_pitch
 from ..sweep.options import parse_list, parse_size_option, parse_sizes
 from . import common
 from .app import cli, described, stdout
-from .common import history_options, output_options, parse_seed, resolve_devices, seed_option
+from .common import parse_seed, resolve_devices
 from .measured import DocumentKind, Measurement, register, run_measurement
+from .options import measured_options
 from .outputs import Destination, Named, Output, text
 from .params import Bounded
 
@@ -89,11 +90,7 @@ MOST_TOTAL = 1 << 30
     type=Bounded(limits.TRIALS),
     help="Trials per cell.",
 )
-@click.option("-g", "--device", default="0", show_default=True, help="GPU index.")
-@history_options
-@seed_option
-@output_options("pitch", "PREFIX.png")
-@click.option("--simulate", is_flag=True, help="Use the simulated engine (no GPU).")
+@measured_options("pitch", "PREFIX.png")
 def pitch_command(**kw: Any) -> None:
     """The same bytes as rows of W bytes, W from 1 B to the whole, between host rows a pitch
     apart (pinned or pageable) and pitched or packed device rows: by cudaMemcpy2D,

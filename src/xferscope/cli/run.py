@@ -10,8 +10,9 @@ from ..documents.envelope import dumps_document
 from ..run.records import GpuSection, RunResult, run_from_dict, run_to_dict
 from ..sweep.records import SweepResult
 from .app import cli, described, stderr, stdout
-from .common import _history_file, parse_seed, resolve_devices, seed_option
+from .common import _history_file, parse_seed, resolve_devices
 from .measured import DocumentKind, Measurement, register, run_measurement
+from .options import seed_option
 from .outputs import Delivery, Destination, Maker, Named, Output, page, text
 
 # ---- run ---------------------------------------------------------------------------------------

@@ -23,8 +23,9 @@ from ..sweep.options import (
 from ..sweep.records import SCHEMA_NAME as SWEEP_SCHEMA
 from ..sweep.records import SweepResult, from_dict, to_dict
 from .app import cli, described, stdout
-from .common import history_options, output_options, parse_seed, seed_option
+from .common import parse_seed
 from .measured import DocumentKind, Measurement, register, run_measurement
+from .options import measured_options
 from .outputs import Destination, Maker, Named, Output, text
 from .params import Bounded
 
@@ -176,12 +177,7 @@ ALIGNMENT_SIZES = (4096, 65536, 1 << 20, 16 << 20)
     "drift during the run falls on every curve alike [default: 1; 2 with --alignment].",
 )
 @click.option("--no-verify", is_flag=True, help="Skip checking the destination after each size.")
-@seed_option
-@output_options("sweep", "PREFIX-bandwidth.png and PREFIX-latency.png")
-@history_options
-@click.option(
-    "--simulate", is_flag=True, help="Use the simulated engine (no GPU; nothing is measured)."
-)
+@measured_options("sweep", "PREFIX-bandwidth.png and PREFIX-latency.png", gpu=None)
 @click.pass_context
 def sweep(ctx: click.Context, /, **kw: Any) -> None:
     """Bandwidth and latency against transfer size, one curve per configuration (NetPIPE's

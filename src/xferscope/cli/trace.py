@@ -39,10 +39,10 @@ from .common import (
     begin_measuring,
     check_history,
     deliver,
-    history_options,
     prepare_renderers,
 )
 from .measured import DocumentKind, entry, register
+from .options import history_options
 from .outputs import Destination, Named, Output, page, text
 from .params import Bounded
 

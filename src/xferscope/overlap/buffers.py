@@ -15,10 +15,10 @@ from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
 from ..documents.envelope import Envelope, dumps_table, now
 from ..documents.reader import Field
+from ..documents.records import from_plain, to_plain
 from .common import (
     Failure,
     _check_schema,
-    _fields,
     _header,
     _header_fields,
     _number,
@@ -115,11 +115,7 @@ class RotationResult(Envelope):
             "chunks": self.chunks,
             "points": [
                 {
-                    "direction": p.direction,
-                    "buffers": p.buffers,
-                    "chunk_bytes": p.chunk_bytes,
-                    "chunks": p.chunks,
-                    "samples": [_fields(s) for s in p.samples],
+                    **to_plain(p),
                     # Derived, for readers that do not want to recompute; ignored when loading.
                     "summary": {
                         "total_s": p.total_s,
@@ -143,25 +139,7 @@ class RotationResult(Envelope):
             **_header_fields(r),
             device=r["device"].integer(),
             chunks=r["chunks"].integer(),
-            points=tuple(
-                RotationPoint(
-                    direction=p["direction"].string(),
-                    buffers=p["buffers"].integer(),
-                    chunk_bytes=p["chunk_bytes"].integer(),
-                    chunks=p["chunks"].integer(),
-                    samples=tuple(
-                        RotationSample(
-                            total_s=s["total_s"].number(),
-                            copy_s=s["copy_s"].number(),
-                            consume_s=s["consume_s"].number(),
-                            wait_s=s["wait_s"].number(),
-                            mismatched_chunks=s["mismatched_chunks"].integer(),
-                        )
-                        for s in p["samples"].items()
-                    ),
-                )
-                for p in r["points"].items()
-            ),
+            points=tuple(from_plain(RotationPoint, p) for p in r["points"].items()),
         )
 
     def to_csv(self) -> str:

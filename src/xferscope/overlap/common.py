@@ -85,10 +85,6 @@ def _check_schema(d: dict[str, Any], name: str) -> None:
     check_schema(d, name, SCHEMA_VERSION, OLDEST_SCHEMA_VERSION)
 
 
-def _fields(record: Any) -> dict[str, Any]:
-    return {name: getattr(record, name) for name in record.__slots__}
-
-
 R = TypeVar("R", bound="DataclassInstance")
 
 

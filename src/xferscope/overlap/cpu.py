@@ -18,11 +18,11 @@ from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes, format_seconds
 from ..documents.envelope import Envelope, dumps_table, now
 from ..documents.reader import Field
+from ..documents.records import from_plain, to_plain
 from ..sweep.records import Verification, verification_from, verification_of
 from .common import (
     Failure,
     _check_schema,
-    _fields,
     _header,
     _header_fields,
     _number,
@@ -442,16 +442,16 @@ def _series_to_dict(result: OverlapCpuResult, s: CpuSeries) -> dict[str, Any]:
         "memory": s.memory,
         "status": s.status,
         "error": s.error,
-        "warmup": None if s.warmup is None else _fields(s.warmup),
-        "verification": None if v is None else _fields(v),
+        "warmup": None if s.warmup is None else to_plain(s.warmup),
+        "verification": None if v is None else to_plain(v),
         "t0_s": s.t0_s,  # derived
         "points": [
             {
                 "requested_work_s": p.requested_work_s,
-                "samples": [_fields(x) for x in p.samples],
+                "samples": [to_plain(x) for x in p.samples],
                 # Derived, for readers that do not want to recompute; ignored when loading.
                 "summary": {
-                    **_fields(p.typical),
+                    **to_plain(p.typical),
                     "trials": len(p.samples),
                     "rate_gbps": result.rate(p) / 1e9,
                     "efficiency": s.efficiency(p),
@@ -464,26 +464,12 @@ def _series_to_dict(result: OverlapCpuResult, s: CpuSeries) -> dict[str, Any]:
     }
 
 
-def _sample_from(x: Field) -> CpuSample:
-    return CpuSample(
-        issue_s=x["issue_s"].number(),
-        work_s=x["work_s"].number(),
-        wait_s=x["wait_s"].number(),
-        total_s=x["total_s"].number(),
-    )
-
-
 def _series_from(d: Field) -> CpuSeries:
     warmup = d.get("warmup")
     return CpuSeries(
         memory=d["memory"].string(),
-        points=tuple(
-            CpuPoint(
-                p["requested_work_s"].number(), tuple(_sample_from(x) for x in p["samples"].items())
-            )
-            for p in d["points"].items()
-        ),
-        warmup=None if warmup.null else _sample_from(warmup),
+        points=tuple(from_plain(CpuPoint, p) for p in d["points"].items()),
+        warmup=None if warmup.null else from_plain(CpuSample, warmup),
         verification=verification_from(d.get("verification")),
         status=d["status"].string(),
         error=d.get("error").optional_string(),

@@ -15,10 +15,10 @@ from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
 from ..documents.envelope import Envelope, dumps_table, now
 from ..documents.reader import Field
+from ..documents.records import from_plain, to_plain
 from .common import (
     Failure,
     _check_schema,
-    _fields,
     _header,
     _header_fields,
     _number,
@@ -93,7 +93,7 @@ class GpuOverlapResult(Envelope):
             "chunks_per_stream": self.chunks_per_stream,
             "points": [
                 {
-                    **_fields(p),
+                    **to_plain(p),
                     # Derived, for readers that do not want to recompute; ignored when loading.
                     "summary": {
                         "speedup": p.speedup,
@@ -116,20 +116,7 @@ class GpuOverlapResult(Envelope):
             device=r["device"].integer(),
             bytes=r["bytes"].integer(),
             chunks_per_stream=r["chunks_per_stream"].integer(),
-            points=tuple(
-                GpuPoint(
-                    work=p["work"].integer(),
-                    streams=p["streams"].integer(),
-                    chunks=p["chunks"].integer(),
-                    h2d_s=p["h2d_s"].number(),
-                    kernel_s=p["kernel_s"].number(),
-                    d2h_s=p["d2h_s"].number(),
-                    sequential_s=p["sequential_s"].number(),
-                    pipelined_s=p["pipelined_s"].number(),
-                    verified=p["verified"].boolean(),
-                )
-                for p in r["points"].items()
-            ),
+            points=tuple(from_plain(GpuPoint, p) for p in r["points"].items()),
         )
 
     def to_csv(self) -> str:
