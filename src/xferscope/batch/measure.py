@@ -8,7 +8,7 @@ writes first, and where cudaMemcpyBatchAsync starts and stops beating it."""
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..core import machine, plan, stats
@@ -20,6 +20,7 @@ from ..core.findings import INFO, Finding
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
 from ..documents.envelope import Envelope, now
+from ..documents.records import KEY, OMIT_DEFAULT, from_plain, to_plain
 from .mix import parse_size_mix
 
 SCHEMA_NAME = "xferscope-batch"
@@ -82,8 +83,8 @@ class Cell:
     device_s: tuple[float, ...] = ()
     # mixed sizes (--size-mix): what they were drawn from, and the batch's bytes; `size` is then
     # the mix's mean, the same for every count
-    mix: str = ""
-    mixed_bytes: int = 0
+    mix: str = field(default="", metadata={OMIT_DEFAULT: True})
+    mixed_bytes: int = field(default=0, metadata={OMIT_DEFAULT: True, KEY: "bytes"})
 
     @property
     def seconds(self) -> float | None:
@@ -102,20 +103,6 @@ class Cell:
             average = format_bytes(self.mixed_bytes // max(self.count, 1))
             return f"{self.count} copies of {self.mix} (avg {average})"
         return f"{self.count} copies of {format_bytes(self.size)}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "direction": self.direction,
-            "memory": self.memory,
-            "count": self.count,
-            "size": self.size,
-            "method": self.method,
-            "status": self.status,
-            "error": self.error,
-            "host_s": list(self.host_s),
-            "device_s": list(self.device_s),
-            **({"mix": self.mix, "bytes": self.mixed_bytes} if self.mix else {}),
-        }
 
 
 # copy_to_device and copy_to_host (the staged copy): where it starts to beat one plain
@@ -489,7 +476,7 @@ def to_dict(result: BatchResult) -> dict[str, Any]:
     from ..documents.envelope import document_header
 
     return document_header(SCHEMA_NAME, SCHEMA_VERSION, result) | {
-        "cells": [c.to_dict() for c in result.cells],
+        "cells": [to_plain(c) for c in result.cells],
         "winners": [
             {
                 "direction": d,
@@ -522,22 +509,7 @@ def from_dict(d: dict[str, Any]) -> BatchResult:
 
     check_schema(d, SCHEMA_NAME, SCHEMA_VERSION)
     r = Field(d)
-    cells = tuple(
-        Cell(
-            c["direction"].string(),
-            c["memory"].string(),
-            c["count"].integer(),
-            c["size"].integer(),
-            c["method"].string(),
-            c["status"].string(),
-            c["error"].optional_string(),
-            c["host_s"].numbers(),
-            c["device_s"].numbers(),
-            c.get("mix", "").string(),
-            c.get("bytes", 0).integer(),
-        )
-        for c in r["cells"].items()
-    )
+    cells = tuple(from_plain(Cell, c) for c in r["cells"].items())
     staged = tuple(
         StagedPoint(
             p["direction"].string(),

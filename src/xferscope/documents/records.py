@@ -2,7 +2,10 @@
 a dict of its fields, in their order (nested records and tuples of them too), and `from_plain`
 reads one back through the field reader (reader.Field), by each field's type, with its error
 messages naming the field. Adding a field to such a record is one edit. What a document adds
-for its readers (derived summaries) is written beside the fields and ignored when loading."""
+for its readers (derived summaries) is written beside the fields and ignored when loading.
+
+A field's metadata may give its name in the document (`KEY`) and say that it is left out when
+it holds its default (`OMIT_DEFAULT`; read back as the default when absent)."""
 
 from __future__ import annotations
 
@@ -14,11 +17,19 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 from .reader import Field, SchemaError
 
 T = TypeVar("T")
+KEY = "document_key"
+OMIT_DEFAULT = "omit_default"
 
 
 def to_plain(record: Any) -> dict[str, Any]:
     """A record's fields as a dict, nested records and tuples made plain."""
-    return {f.name: _plain(getattr(record, f.name)) for f in dataclasses.fields(record)}
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        if f.metadata.get(OMIT_DEFAULT) and value == f.default:
+            continue
+        out[f.metadata.get(KEY, f.name)] = _plain(value)
+    return out
 
 
 def _plain(value: Any) -> Any:
@@ -32,11 +43,12 @@ def _plain(value: Any) -> Any:
 def from_plain(cls: type[T], d: Field) -> T:
     """The record of class `cls` a document holds at `d`: every field read by its type."""
     hints = _hints(cls)
-    values = {
-        f.name: _read(hints[f.name], d[f.name])
-        for f in dataclasses.fields(cls)  # type: ignore[arg-type]
-        if f.init
-    }
+    values = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        key = f.metadata.get(KEY, f.name)
+        if f.metadata.get(OMIT_DEFAULT) and key not in d:
+            continue
+        values[f.name] = _read(hints[f.name], d[key])
     return cls(**values)
 
 

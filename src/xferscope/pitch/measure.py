@@ -22,6 +22,7 @@ from ..core.findings import INFO, WARNING, Finding, corrupted, finding
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
 from ..documents.envelope import Envelope, now
+from ..documents.records import from_plain, to_plain
 
 SCHEMA_NAME = "xferscope-pitch"
 SCHEMA_VERSION = 1
@@ -83,22 +84,6 @@ class Cell:
         """Bytes per second of payload, host time."""
         s = self.seconds
         return self.width * self.rows / s if s else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "direction": self.direction,
-            "memory": self.memory,
-            "layout": self.layout,
-            "host_pitch": self.host_pitch,
-            "width": self.width,
-            "rows": self.rows,
-            "method": self.method,
-            "status": self.status,
-            "error": self.error,
-            "device_pitch": self.device_pitch,
-            "host_s": list(self.host_s),
-            "device_s": list(self.device_s),
-        }
 
 
 def group_label(group: tuple[str, str, str, int]) -> str:
@@ -450,7 +435,7 @@ def to_dict(result: PitchResult) -> dict[str, Any]:
     from ..documents.envelope import document_header
 
     return document_header(SCHEMA_NAME, SCHEMA_VERSION, result) | {
-        "cells": [c.to_dict() for c in result.cells],
+        "cells": [to_plain(c) for c in result.cells],
         "winners": [
             {
                 "direction": d,
@@ -474,23 +459,7 @@ def from_dict(d: dict[str, Any]) -> PitchResult:
 
     check_schema(d, SCHEMA_NAME, SCHEMA_VERSION)
     r = Field(d)
-    cells = tuple(
-        Cell(
-            c["direction"].string(),
-            c["memory"].string(),
-            c["layout"].string(),
-            c["host_pitch"].integer(),
-            c["width"].integer(),
-            c["rows"].integer(),
-            c["method"].string(),
-            c["status"].string(),
-            c["error"].optional_string(),
-            c["device_pitch"].integer(),
-            c["host_s"].numbers(),
-            c["device_s"].numbers(),
-        )
-        for c in r["cells"].items()
-    )
+    cells = tuple(from_plain(Cell, c) for c in r["cells"].items())
     return PitchResult(**header_fields(r), cells=cells)
 
 
