@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from xferscope.report.html import write_html
+from xferscope.report.run_html import write_html
 
 from ..unit.run_samples import sample_run
 

@@ -585,7 +585,7 @@ def test_a_missing_plotting_library_is_one_line_before_measuring(capsys, tmp_pat
     import sys
 
     monkeypatch.setitem(sys.modules, "plotly", None)  # import plotly raises ImportError
-    monkeypatch.delitem(sys.modules, "xferscope.report.html", raising=False)
+    monkeypatch.delitem(sys.modules, "xferscope.report.page", raising=False)
     code, _, err = run(capsys, *RUN, "-o", str(tmp_path))
     assert_one_line_error(code, err, "plotly is not installed", "pip install plotly")
     assert not list(tmp_path.iterdir())

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from xferscope.core.findings import ERROR, INFO, OK, WARNING, Finding
-from xferscope.report.html import render_html, write_html
+from xferscope.report.run_html import render_html, write_html
 from xferscope.report.style import SIMULATED as SIMULATED_BANNER
 from xferscope.run.records import Concurrent, RunResult
 

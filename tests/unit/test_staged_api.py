@@ -12,7 +12,8 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from xferscope.core.engine.simulated import SIMULATED_STAGED_PLAN, SimulatedCopier, SimulatedEngine
+from xferscope.core.engine.simulated import SimulatedEngine
+from xferscope.core.engine.simulated_handles import SIMULATED_STAGED_PLAN, SimulatedCopier
 from xferscope.core.errors import CudaError, EngineError, NoDeviceError
 from xferscope.pageable import staged
 from xferscope.pageable.staged import StagedCopier, StagedPlan

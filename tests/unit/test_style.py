@@ -9,7 +9,7 @@ import re
 
 from xferscope.core import cases
 from xferscope.core.engine.simulated import SimulatedEngine
-from xferscope.report.html import render_html
+from xferscope.report.run_html import render_html
 from xferscope.report.style import LINE_STYLES, MEMORY_COLOURS, curve_style, panels
 from xferscope.run.investigate import RunOptions, run_investigation
 from xferscope.sweep.measure import run_sweep

@@ -101,7 +101,7 @@ def prepare_renderers(html: bool = False) -> None:
         from ..report import plots  # noqa: F401  (imported for its side effect: matplotlib loaded)
 
         if html:
-            from ..report import html as page
+            from ..report import page
 
             page.prepare()
     except ImportError as exc:  # installed without its dependencies (pip --no-deps)

@@ -38,7 +38,7 @@ def run_outputs(result: RunResult, dest: Destination) -> list[Output]:
     from ..documents.csv import run_metrics_csv, run_points_csv
     from ..documents.prometheus import file_mode, render_prometheus
     from ..report import plots
-    from ..report.html import render_html
+    from ..report.run_html import render_html
     from ..run.records import run_to_dict
 
     outputs = [

@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 
 from ..batch.measure import METHODS, BatchResult, Cell, crossover_line
 from ..core.units import format_rate, format_seconds
-from .html import _e, _findings_section, _plot_div, _table, banners, files_beside, page
+from .page import banners, escape, files_beside, findings_section, page, plot_div, table
 from .style import category_colour
 
 
@@ -26,10 +26,10 @@ def render_batch_html(result: BatchResult, files: Sequence[str] = ()) -> str:
             ["interrupted before every batch ran"] if result.interrupted else [],
         ),
         _maps(result),
-        _findings_section(result.findings),
+        findings_section(result.findings),
         _cells(result),
         f"<footer>{files_beside(files, 'study')}<p>Written by xferscope "
-        f"{_e(result.tool_version)}. Times are per batch, host time from the first call to the "
+        f"{escape(result.tool_version)}. Times are per batch, host time from the first call to the "
         "batch's completion (the median of the trials); GB/s means 10⁹ bytes per second.</p>"
         "</footer>",
     ]
@@ -49,7 +49,7 @@ def _header(result: BatchResult) -> str:
         ("wall time", format_seconds(result.wall_s)),
         ("options", ", ".join(f"{k}={json.dumps(v)}" for k, v in result.options.items())),
     ]
-    items = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in facts)
+    items = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in facts)
     return (
         f'<header><h1>xferscope batch</h1><dl class="facts">{items}</dl>'
         "<p>N copies of S bytes by every method the engine has, each verified byte for byte, "
@@ -153,8 +153,8 @@ def _maps(result: BatchResult) -> str:
             },
         )
         parts.append(
-            f"<h3>{_e(direction)} from {_e(memory)} memory</h3>"
-            + _plot_div(f"batch-{direction}-{memory}", fig)
+            f"<h3>{escape(direction)} from {escape(memory)} memory</h3>"
+            + plot_div(f"batch-{direction}-{memory}", fig)
         )
     if not parts:
         return ""
@@ -191,7 +191,7 @@ def _cells(result: BatchResult) -> str:
         )
     return (
         "<section><h2>Every batch</h2>"
-        + _table(
+        + table(
             ["direction", "memory", "copies", "size", "method", "status", "time", "rate", "note"],
             rows,
             ["", "", "num", "num", "", "", "num", "num", ""],

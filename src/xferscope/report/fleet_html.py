@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from ..core.units import format_rate, format_seconds
 from ..fleet.records import COMPLETE, FleetResult, RankReport
-from .html import _Html, _table, banners, page
+from .page import Html, banners, page, table
 
 
 def _e(value: object) -> str:
@@ -26,8 +26,8 @@ def _anchor(r: RankReport) -> str:
     return f"rank-{r.rank}-gpu-{r.device}"
 
 
-def _link(r: RankReport) -> _Html:
-    return _Html(f'<a href="#{_anchor(r)}">{_e(r.label)}</a>')
+def _link(r: RankReport) -> Html:
+    return Html(f'<a href="#{_anchor(r)}">{_e(r.label)}</a>')
 
 
 def _heatmap(result: FleetResult) -> str:
@@ -107,10 +107,10 @@ def _pair_map(result: FleetResult) -> str:
         ]
         for p in result.pairs
     ]
-    table = _table(
+    markup = table(
         ["pair", "kind", "GB/s", "latency (µs)", "data verified"], rows, ["", "", "num", "num"]
     )
-    return str(fig.to_html(full_html=False, include_plotlyjs=False)) + table
+    return str(fig.to_html(full_html=False, include_plotlyjs=False)) + markup
 
 
 def _gpu_section(result: FleetResult, r: RankReport) -> str:
@@ -118,7 +118,7 @@ def _gpu_section(result: FleetResult, r: RankReport) -> str:
     facts = "".join(
         f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in r.gpu.items() if v not in (None, "")
     )
-    figures = _table(
+    figures = table(
         ["metric", "value"], [[m, _value(m, v)] for m, v in sorted(r.metrics.items())], ["", "num"]
     )
     findings = "".join(f"<li>{_e(f.get('message', ''))}</li>" for f in r.findings)
@@ -156,7 +156,7 @@ def render_fleet_html(result: FleetResult) -> str:
         ["interrupted: the GPUs marked so reported what they had"] if result.interrupted else [],
     )
     by_rank = {r.rank: r for r in result.ranks}
-    outliers = _table(
+    outliers = table(
         ["GPU", "metric", "value", "fleet median", "z", "likely cause"],
         [
             [
@@ -171,7 +171,7 @@ def render_fleet_html(result: FleetResult) -> str:
         ],
         ["", "", "num", "num", "num"],
     )
-    failures = _table(
+    failures = table(
         ["GPU", "status", "why"],
         [
             [_link(r), r.status, r.error or "; ".join(v.failures)]

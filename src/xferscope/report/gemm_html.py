@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 
 from ..core.units import format_flops
 from ..gemm.records import GemmResult, classes
-from .html import _e, _findings_section, _plot_div, _table, banners, files_beside, page
+from .page import banners, escape, files_beside, findings_section, page, plot_div, table
 
 
 def render_gemm_html(result: GemmResult, files: Sequence[str] = ()) -> str:
@@ -25,7 +25,7 @@ def render_gemm_html(result: GemmResult, files: Sequence[str] = ()) -> str:
             result.simulated,
             ["interrupted before every GEMM ran"] if result.interrupted else [],
         ),
-        _findings_section(result.findings),
+        findings_section(result.findings),
         _throughput(result),
         _points(result),
         _classes(result),
@@ -49,7 +49,7 @@ def _header(result: GemmResult) -> str:
         ("xferscope", result.tool_version),
         ("options", ", ".join(f"{k}={json.dumps(v)}" for k, v in result.options.items())),
     ]
-    items = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in facts)
+    items = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in facts)
     return (
         "<header><h1>xferscope gemm</h1>"
         f'<dl class="facts">{items}</dl>'
@@ -97,7 +97,7 @@ def _throughput(result: GemmResult) -> str:
         xaxis_title="size (cube root of M N K)",
         yaxis={"type": "log", "title": "TFLOP/s"},
     )
-    return "<section><h2>Throughput against size</h2>" + _plot_div("gemm", fig) + "</section>"
+    return "<section><h2>Throughput against size</h2>" + plot_div("gemm", fig) + "</section>"
 
 
 def _points(result: GemmResult) -> str:
@@ -122,10 +122,10 @@ def _points(result: GemmResult) -> str:
             ]
         )
     skipped = sorted({f"{p.precision}: {p.error}" for p in result.points if p.status == "skipped"})
-    notes = "".join(f"<li>{_e(s)}</li>" for s in skipped)
+    notes = "".join(f"<li>{escape(s)}</li>" for s in skipped)
     return (
         "<section><h2>Every GEMM</h2>"
-        + _table(
+        + table(
             [
                 "precision",
                 "shape",
@@ -151,9 +151,9 @@ def _classes(result: GemmResult) -> str:
     for precision in result.precisions:
         rows = classes(result, precision)
         if len(rows) > 1:
-            parts.append(f"<h3>{_e(precision)}</h3>")
+            parts.append(f"<h3>{escape(precision)}</h3>")
             parts.append(
-                _table(
+                table(
                     ["divisible by", "mean throughput", "shapes"],
                     [[c, format_flops(f), n] for c, f, n in rows],
                     ["num", "num", "num"],
@@ -176,8 +176,8 @@ def _cpu(result: GemmResult) -> str:
         for c in sorted(done, key=lambda c: (c.role, c.precision, c.shape.flops, c.threads))
     ]
     return (
-        f"<section><h2>CPU ({_e(blas.get('internal_api'))} {_e(blas.get('version'))})</h2>"
-        + _table(
+        f"<section><h2>CPU ({escape(blas.get('internal_api'))} {escape(blas.get('version'))})</h2>"
+        + table(
             ["precision", "shape", "threads", "part", "throughput"],
             rows,
             ["", "num", "num", "", "num"],
@@ -190,6 +190,6 @@ def _cpu(result: GemmResult) -> str:
 def _footer(result: GemmResult, files: Sequence[str]) -> str:
     where = files_beside(files, "study")
     return (
-        f"<footer>{where}<p>Written by xferscope {_e(result.tool_version)}. TFLOP/s means 10¹² "
+        f"<footer>{where}<p>Written by xferscope {escape(result.tool_version)}. TFLOP/s means 10¹² "
         "floating-point operations per second (2 M N K per GEMM).</p></footer>"
     )

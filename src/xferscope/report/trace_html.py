@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 
 from ..core.units import format_bytes, format_rate, format_seconds
 from ..trace.document import TraceResult
-from .html import _e, _findings_section, _plot_div, _table, files_beside, page
+from .page import escape, files_beside, findings_section, page, plot_div, table
 
 MOST_SPANS = 20_000  # spans drawn; beyond, the longest are kept
 COLORS = {
@@ -28,12 +28,13 @@ def render_trace_html(result: TraceResult, files: Sequence[str] = ()) -> str:
     ended = f"ended on {result.signal}" if result.signal else f"exit status {result.returncode}"
     rates = (s.get("reference") or {}).get("source") or "no reference rates"
     body = [
-        f"<header><h1>xferscope trace</h1><p><code>{_e(command)}</code>: "
-        f"{result.wall_s:.3g} s, {_e(ended)}. This machine's rates: {_e(rates)}.</p></header>",
-        _findings_section(result.findings),
+        f"<header><h1>xferscope trace</h1><p><code>{escape(command)}</code>: "
+        f"{result.wall_s:.3g} s, {escape(ended)}. This machine's rates: {escape(rates)}.</p>"
+        "</header>",
+        findings_section(result.findings),
         _timeline(result),
         "<section><h2>GPU activities (seed 001's table)</h2>"
-        + _table(
+        + table(
             ["Time(%)", "Time", "Calls", "Avg", "Min", "Max", "Name"],
             [
                 [
@@ -51,7 +52,7 @@ def render_trace_html(result: TraceResult, files: Sequence[str] = ()) -> str:
         )
         + "</section>",
         "<section><h2>Copies by direction and host memory</h2>"
-        + _table(
+        + table(
             ["copies", "calls", "bytes", "GPU time", "rate", "of this machine", "host blocked"],
             [
                 [
@@ -122,4 +123,4 @@ def _timeline(result: TraceResult) -> str:
         margin={"l": 140, "r": 20, "t": 30, "b": 50},
         xaxis_title="ms since the first copy or kernel (drag to zoom, double-click to reset)",
     )
-    return "<section><h2>Timeline</h2>" + _plot_div("timeline", fig) + "</section>"
+    return "<section><h2>Timeline</h2>" + plot_div("timeline", fig) + "</section>"

@@ -17,6 +17,7 @@ class SimulatedHost(Protocol):
     rng: Any  # numpy.random.Generator
     noise: float
     corrupt: bool
+    link_width: int
 
     def advance(self, seconds: float) -> None: ...
     def driver_version(self) -> int: ...
