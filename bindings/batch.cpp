@@ -14,12 +14,15 @@
 #include <string>
 #include <vector>
 
+#include "handle.hpp"
 #include "xferscope/error.hpp"
 #include "xferscope/many.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 namespace batch = xferscope::batch;
+using BatchHandle = xferscope::bindings::Handle<batch::Batch>;
+using ManyHandle = xferscope::bindings::Handle<batch::ManyCopier>;
 
 namespace {
 
@@ -36,25 +39,6 @@ batch::BatchSpec spec_of(int device, const std::string& direction, const std::st
   return s;
 }
 
-class BatchHandle {
- public:
-  explicit BatchHandle(const batch::BatchSpec& spec) {
-    nb::gil_scoped_release release;
-    batch_ = std::make_unique<batch::Batch>(spec);
-  }
-  batch::Batch& get() {
-    if (!batch_) throw xferscope::UsageError("this batch is closed");
-    return *batch_;
-  }
-  void close() {
-    nb::gil_scoped_release release;
-    batch_.reset();
-  }
-
- private:
-  std::unique_ptr<batch::Batch> batch_;
-};
-
 using Addresses = nb::ndarray<const std::uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
 
 // A new 1-D NumPy array owning a copy of `values`.
@@ -64,25 +48,6 @@ nb::ndarray<nb::numpy, T, nb::ndim<1>> array_of(std::vector<T> values) {
   nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
   return nb::ndarray<nb::numpy, T, nb::ndim<1>>(owned->data(), {owned->size()}, owner);
 }
-
-class ManyHandle {
- public:
-  explicit ManyHandle(int device) {
-    nb::gil_scoped_release release;
-    copier_ = std::make_unique<batch::ManyCopier>(device);
-  }
-  batch::ManyCopier& get() {
-    if (!copier_) throw xferscope::UsageError("this copier is closed");
-    return *copier_;
-  }
-  void close() {
-    nb::gil_scoped_release release;
-    copier_.reset();
-  }
-
- private:
-  std::unique_ptr<batch::ManyCopier> copier_;
-};
 
 }  // namespace
 
@@ -113,7 +78,10 @@ void bind_batch(nb::module_& m) {
       "3 managed; the GPU of device and managed memory (-1: none); the address pinned memory "
       "has on the GPU (0: none).");
   nb::class_<ManyHandle>(m, "ManyCopier", "Copies many of the caller's buffers at once.")
-      .def(nb::init<int>(), "device"_a)
+      .def(
+          "__init__",
+          [](ManyHandle* h, int device) { new (h) ManyHandle("copier", nullptr, device); },
+          "device"_a)
       .def_prop_ro("device", [](ManyHandle& h) { return h.get().device(); })
       .def(
           "copy",
@@ -164,7 +132,8 @@ void bind_batch(nb::module_& m) {
           "__init__",
           [](BatchHandle* h, int device, const std::string& direction, const std::string& memory,
              const std::vector<std::size_t>& sizes, bool scattered, std::uint64_t seed) {
-            new (h) BatchHandle(spec_of(device, direction, memory, sizes, scattered, seed));
+            new (h) BatchHandle("batch", nullptr,
+                                spec_of(device, direction, memory, sizes, scattered, seed));
           },
           "device"_a, "direction"_a, "memory"_a, "sizes"_a, "scattered"_a = false,
           "seed"_a = xferscope::Limits::default_seed)

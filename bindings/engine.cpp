@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "handle.hpp"
 #include "xferscope/cases.hpp"
 #include "xferscope/device.hpp"
 #include "xferscope/error.hpp"
@@ -25,93 +26,10 @@
 namespace nb = nanobind;
 using namespace nb::literals;
 namespace xs = xferscope;
+using TransferHandle = xs::bindings::Handle<xs::Transfer>;
+using CopierHandle = xs::bindings::Handle<xs::StagedCopier>;
 
 namespace {
-
-// Releases the GIL around freeing native resources, unless the interpreter is finalizing: there
-// a release and re-acquire aborts the process ("PyThreadState_Get: ... finalizing"), and no
-// other Python thread can run anyway. The CLI closes everything before it exits; this keeps a
-// library user's leftover transfer or copier from crashing the interpreter's teardown.
-class ReleaseUnlessFinalizing {
- public:
-  ReleaseUnlessFinalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-    const bool finalizing = Py_IsFinalizing();
-#else
-    const bool finalizing = _Py_IsFinalizing();
-#endif
-    if (!finalizing) release_.emplace();
-  }
-
- private:
-  std::optional<nb::gil_scoped_release> release_;
-};
-
-// Owns a Transfer until close(), so Python frees pinned and device memory at a point it
-// chooses (a `with` block) rather than whenever the garbage collector runs.
-class TransferHandle {
- public:
-  TransferHandle(int device, const std::string& direction, const std::string& memory,
-                 const std::string& mechanism, std::size_t capacity, std::size_t rotation_bytes,
-                 bool rotate, int peer, bool peer_access, int staged_threads,
-                 std::size_t staged_chunk_bytes, std::size_t host_offset, std::size_t device_offset,
-                 std::size_t staged_direct_below) {
-    xs::TransferSpec spec;
-    spec.device = device;
-    spec.direction = xs::direction_from_string(direction);
-    spec.host_memory = xs::memory_kind_from_string(memory);
-    spec.mechanism = xs::mechanism_from_string(mechanism);
-    spec.capacity = capacity;
-    spec.rotation_bytes = rotation_bytes;
-    spec.rotate = rotate;
-    spec.peer = peer;
-    spec.peer_access = peer_access;
-    spec.staged_threads = staged_threads;
-    spec.staged_chunk_bytes = staged_chunk_bytes;
-    spec.staged_direct_below = staged_direct_below;
-    spec.host_offset = host_offset;
-    spec.device_offset = device_offset;
-    xs::device_info(device);  // a clear NoDeviceError for a bad index, before any allocation
-    nb::gil_scoped_release release;
-    transfer_ = std::make_unique<xs::Transfer>(spec);
-  }
-
-  xs::Transfer& get() {
-    if (!transfer_) throw xs::UsageError("this transfer is closed");
-    return *transfer_;
-  }
-
-  void close() {
-    ReleaseUnlessFinalizing release;
-    transfer_.reset();
-  }
-
- private:
-  std::unique_ptr<xs::Transfer> transfer_;
-};
-
-// Owns a StagedCopier until close(), like TransferHandle.
-class CopierHandle {
- public:
-  CopierHandle(int device, int threads, std::size_t chunk_bytes, double target_bps,
-               std::size_t direct_below) {
-    xs::device_info(device);
-    nb::gil_scoped_release release;
-    copier_ =
-        std::make_unique<xs::StagedCopier>(device, threads, chunk_bytes, target_bps, direct_below);
-  }
-  xs::StagedCopier& get() {
-    if (!copier_) throw xs::UsageError("this staged copier is closed");
-    return *copier_;
-  }
-  void close() {
-    ReleaseUnlessFinalizing release;
-    copier_.reset();
-  }
-
- private:
-  std::unique_ptr<xs::StagedCopier> copier_;
-};
 
 nb::dict to_dict(const xs::DeviceInfo& info) {
   nb::dict d;
@@ -328,13 +246,35 @@ NB_MODULE(_engine, m) {
 
   // ---- measuring ----
   nb::class_<TransferHandle>(m, "Transfer")
-      .def(nb::init<int, const std::string&, const std::string&, const std::string&, std::size_t,
-                    std::size_t, bool, int, bool, int, std::size_t, std::size_t, std::size_t,
-                    std::size_t>(),
-           "device"_a, "direction"_a, "memory"_a, "mechanism"_a, "capacity"_a,
-           "rotation_bytes"_a = 0, "rotate"_a = true, "peer"_a = -1, "peer_access"_a = true,
-           "staged_threads"_a = 0, "staged_chunk_bytes"_a = 0, "host_offset"_a = 0,
-           "device_offset"_a = 0, "staged_direct_below"_a = xs::StagedCopier::kDirectBelow)
+      .def(
+          "__init__",
+          [](TransferHandle* h, int device, const std::string& direction, const std::string& memory,
+             const std::string& mechanism, std::size_t capacity, std::size_t rotation_bytes,
+             bool rotate, int peer, bool peer_access, int staged_threads,
+             std::size_t staged_chunk_bytes, std::size_t host_offset, std::size_t device_offset,
+             std::size_t staged_direct_below) {
+            xs::TransferSpec spec;
+            spec.device = device;
+            spec.direction = xs::direction_from_string(direction);
+            spec.host_memory = xs::memory_kind_from_string(memory);
+            spec.mechanism = xs::mechanism_from_string(mechanism);
+            spec.capacity = capacity;
+            spec.rotation_bytes = rotation_bytes;
+            spec.rotate = rotate;
+            spec.peer = peer;
+            spec.peer_access = peer_access;
+            spec.staged_threads = staged_threads;
+            spec.staged_chunk_bytes = staged_chunk_bytes;
+            spec.staged_direct_below = staged_direct_below;
+            spec.host_offset = host_offset;
+            spec.device_offset = device_offset;
+            xs::device_info(device);  // a clear NoDeviceError for a bad index, before allocating
+            new (h) TransferHandle("transfer", nullptr, spec);
+          },
+          "device"_a, "direction"_a, "memory"_a, "mechanism"_a, "capacity"_a,
+          "rotation_bytes"_a = 0, "rotate"_a = true, "peer"_a = -1, "peer_access"_a = true,
+          "staged_threads"_a = 0, "staged_chunk_bytes"_a = 0, "host_offset"_a = 0,
+          "device_offset"_a = 0, "staged_direct_below"_a = xs::StagedCopier::kDirectBelow)
       .def_prop_ro("copies_per_iteration",
                    [](TransferHandle& h) { return h.get().copies_per_iteration(); })
       .def_prop_ro("blocks_for_device_timing",
@@ -385,9 +325,16 @@ NB_MODULE(_engine, m) {
       .def("close", &TransferHandle::close);
 
   nb::class_<CopierHandle>(m, "StagedCopier")
-      .def(nb::init<int, int, std::size_t, double, std::size_t>(), "device"_a, "threads"_a = 0,
-           "chunk_bytes"_a = 0, "target_bps"_a = 0.0,
-           "direct_below"_a = xs::StagedCopier::kDirectBelow)
+      .def(
+          "__init__",
+          [](CopierHandle* h, int device, int threads, std::size_t chunk_bytes, double target_bps,
+             std::size_t direct_below) {
+            xs::device_info(device);
+            new (h) CopierHandle("staged copier", nullptr, device, threads, chunk_bytes, target_bps,
+                                 direct_below);
+          },
+          "device"_a, "threads"_a = 0, "chunk_bytes"_a = 0, "target_bps"_a = 0.0,
+          "direct_below"_a = xs::StagedCopier::kDirectBelow)
       .def_prop_ro("plan", [](CopierHandle& h) { return h.get().plan(); })
       .def(
           "to_device",

@@ -8,32 +8,15 @@
 #include <memory>
 #include <string>
 
+#include "handle.hpp"
 #include "xferscope/error.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 namespace gemm = xferscope::gemm;
+using GemmHandle = xferscope::bindings::Handle<gemm::Gemm>;
 
 namespace {
-
-class GemmHandle {
- public:
-  explicit GemmHandle(const gemm::GemmSpec& spec) {
-    nb::gil_scoped_release release;
-    gemm_ = std::make_unique<gemm::Gemm>(spec);
-  }
-  gemm::Gemm& get() {
-    if (!gemm_) throw xferscope::UsageError("this GEMM is closed");
-    return *gemm_;
-  }
-  void close() {
-    nb::gil_scoped_release release;
-    gemm_.reset();
-  }
-
- private:
-  std::unique_ptr<gemm::Gemm> gemm_;
-};
 
 gemm::GemmSpec spec_of(int device, const std::string& precision, std::int64_t m, std::int64_t n,
                        std::int64_t k, bool trans_a, bool trans_b, double alpha, double beta,
@@ -103,7 +86,8 @@ void bind_gemm(nb::module_& m) {
           [](GemmHandle* h, int device, const std::string& precision, std::int64_t m_,
              std::int64_t n, std::int64_t k, bool trans_a, bool trans_b, double alpha, double beta,
              std::uint64_t seed, std::size_t rotation_bytes, int tune) {
-            new (h) GemmHandle(spec_of(device, precision, m_, n, k, trans_a, trans_b, alpha, beta,
+            new (h) GemmHandle("GEMM", nullptr,
+                               spec_of(device, precision, m_, n, k, trans_a, trans_b, alpha, beta,
                                        seed, rotation_bytes, tune));
           },
           "device"_a, "precision"_a, "m"_a, "n"_a, "k"_a, "trans_a"_a = false, "trans_b"_a = false,

@@ -9,51 +9,15 @@
 #include <memory>
 #include <string>
 
+#include "handle.hpp"
+
 namespace nb = nanobind;
 using namespace nb::literals;
 namespace gl = xferscope::gl;
+using ContextHandle = xferscope::bindings::Handle<gl::Context, gl::GlError>;
+using SessionHandle = xferscope::bindings::Handle<gl::Session, gl::GlError>;
 
 namespace {
-
-class SessionHandle;
-
-class ContextHandle {
- public:
-  explicit ContextHandle(int cuda_device) {
-    nb::gil_scoped_release release;
-    context_ = std::make_shared<gl::Context>(cuda_device);
-  }
-  std::shared_ptr<gl::Context> get() const {
-    if (!context_) throw gl::GlError("this GL context is closed");
-    return context_;
-  }
-  void close() { context_.reset(); }
-
- private:
-  std::shared_ptr<gl::Context> context_;
-};
-
-class SessionHandle {
- public:
-  SessionHandle(const ContextHandle& context, const gl::Scenario& scenario)
-      : context_(context.get()) {
-    nb::gil_scoped_release release;
-    session_ = std::make_unique<gl::Session>(*context_, scenario);
-  }
-  gl::Session& get() {
-    if (!session_) throw gl::GlError("this GL scenario is closed");
-    return *session_;
-  }
-  void close() {
-    nb::gil_scoped_release release;
-    session_.reset();
-    context_.reset();
-  }
-
- private:
-  std::shared_ptr<gl::Context> context_;
-  std::unique_ptr<gl::Session> session_;
-};
 
 template <std::size_t N>
 nb::tuple words(const char* const (&names)[N]) {
@@ -204,10 +168,15 @@ void bind_gl(nb::module_& m) {
       .def_ro("log", &gl::RunTiming::log);
 
   nb::class_<ContextHandle>(m, "GlContext", "An OpenGL context on the EGL device of a GPU.")
-      .def(nb::init<int>(), "cuda_device"_a)
+      .def(
+          "__init__",
+          [](ContextHandle* h, int cuda_device) {
+            new (h) ContextHandle("GL context", nullptr, cuda_device);
+          },
+          "cuda_device"_a)
       .def("info",
            [](ContextHandle& h) {
-             const gl::Info& i = h.get()->info();
+             const gl::Info& i = h.get().info();
              nb::dict d;
              d["cuda_device"] = i.cuda_device;
              d["egl_device"] = i.egl_device;
@@ -224,7 +193,14 @@ void bind_gl(nb::module_& m) {
            })
       .def("close", &ContextHandle::close);
   nb::class_<SessionHandle>(m, "GlSession", "One scenario's GL objects and host image.")
-      .def(nb::init<const ContextHandle&, const gl::Scenario&>(), "context"_a, "scenario"_a)
+      .def(
+          "__init__",
+          [](SessionHandle* h, const ContextHandle& context, const gl::Scenario& scenario) {
+            // The scenario's GL objects live in the context: it stays until they are freed.
+            std::shared_ptr<gl::Context> shared = context.share();
+            new (h) SessionHandle("GL scenario", shared, *shared, scenario);
+          },
+          "context"_a, "scenario"_a)
       .def_prop_ro("scenario", [](SessionHandle& h) { return h.get().scenario(); })
       .def("verify",
            [](SessionHandle& h) {

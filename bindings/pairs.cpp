@@ -10,37 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "handle.hpp"
 #include "xferscope/error.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 namespace pairs = xferscope::pairs;
+using PairHandle = xferscope::bindings::Handle<pairs::PairComm>;
 
-namespace {
-
-class PairHandle {
- public:
-  PairHandle(const nb::bytes& id, int ranks, int rank, int device, std::size_t capacity,
-             const std::string& library) {
-    std::vector<std::uint8_t> raw(static_cast<const std::uint8_t*>(id.data()),
-                                  static_cast<const std::uint8_t*>(id.data()) + id.size());
-    nb::gil_scoped_release release;
-    comm_ = std::make_unique<pairs::PairComm>(raw, ranks, rank, device, capacity, library);
-  }
-  pairs::PairComm& get() {
-    if (!comm_) throw xferscope::UsageError("this NCCL communicator is closed");
-    return *comm_;
-  }
-  void close() {
-    nb::gil_scoped_release release;
-    comm_.reset();
-  }
-
- private:
-  std::unique_ptr<pairs::PairComm> comm_;
-};
-
-}  // namespace
+namespace {}  // namespace
 
 void bind_pairs(nb::module_& m) {
   nb::exception<pairs::NcclError>(m, "NcclError", PyExc_RuntimeError);
@@ -53,8 +31,16 @@ void bind_pairs(nb::module_& m) {
       "library"_a = "", "A new NCCL unique id (128 bytes), for rank 0 to hand to every rank.");
   m.def("nccl_version", &pairs::nccl_version, "library"_a = "");
   nb::class_<PairHandle>(m, "PairComm", "An NCCL communicator over the fleet's ranks.")
-      .def(nb::init<const nb::bytes&, int, int, int, std::size_t, const std::string&>(), "id"_a,
-           "ranks"_a, "rank"_a, "device"_a, "capacity"_a, "library"_a = "")
+      .def(
+          "__init__",
+          [](PairHandle* h, const nb::bytes& id, int ranks, int rank, int device,
+             std::size_t capacity, const std::string& library) {
+            std::vector<std::uint8_t> raw(static_cast<const std::uint8_t*>(id.data()),
+                                          static_cast<const std::uint8_t*>(id.data()) + id.size());
+            new (h) PairHandle("NCCL communicator", nullptr, raw, ranks, rank, device, capacity,
+                               library);
+          },
+          "id"_a, "ranks"_a, "rank"_a, "device"_a, "capacity"_a, "library"_a = "")
       .def(
           "stream",
           [](PairHandle& h, int from, int to, std::size_t bytes, std::int64_t iterations) {

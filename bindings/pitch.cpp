@@ -9,11 +9,13 @@
 #include <memory>
 #include <string>
 
+#include "handle.hpp"
 #include "xferscope/error.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 namespace pitch = xferscope::pitch;
+using PitchedHandle = xferscope::bindings::Handle<pitch::Pitched>;
 
 namespace {
 
@@ -31,25 +33,6 @@ pitch::PitchSpec spec_of(int device, const std::string& direction, const std::st
   s.seed = seed;
   return s;
 }
-
-class PitchedHandle {
- public:
-  explicit PitchedHandle(const pitch::PitchSpec& spec) {
-    nb::gil_scoped_release release;
-    pitched_ = std::make_unique<pitch::Pitched>(spec);
-  }
-  pitch::Pitched& get() {
-    if (!pitched_) throw xferscope::UsageError("this 2D copy is closed");
-    return *pitched_;
-  }
-  void close() {
-    nb::gil_scoped_release release;
-    pitched_.reset();
-  }
-
- private:
-  std::unique_ptr<pitch::Pitched> pitched_;
-};
 
 }  // namespace
 
@@ -76,6 +59,7 @@ void bind_pitch(nb::module_& m) {
              std::size_t width, std::size_t rows, std::size_t host_pitch, bool pitched,
              std::uint64_t seed) {
             new (h) PitchedHandle(
+                "2D copy", nullptr,
                 spec_of(device, direction, memory, width, rows, host_pitch, pitched, seed));
           },
           "device"_a, "direction"_a, "memory"_a, "width"_a, "rows"_a, "host_pitch"_a,
