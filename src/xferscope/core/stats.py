@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
 
 # 1.4826 * MAD estimates the standard deviation of normally distributed samples while ignoring
 # outliers (a robust coefficient of variation once divided by the median).
@@ -12,6 +15,13 @@ _MAD_TO_SIGMA = 1.4826
 
 def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
+
+
+def typical(samples: Sequence[T], key: Callable[[T], float]) -> T:
+    """The sample of median `key` (the lower middle one of an even count): a real trial, whose
+    parts add up as measured, where an average of each part would not."""
+    ordered = sorted(samples, key=key)
+    return ordered[(len(ordered) - 1) // 2]
 
 
 def relative_noise(values: Sequence[float]) -> float:

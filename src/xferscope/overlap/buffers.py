@@ -51,8 +51,7 @@ class RotationPoint:
     @property
     def typical(self) -> RotationSample:
         """The trial with the median total (the lower middle one of an even count)."""
-        ordered = sorted(self.samples, key=lambda s: s.total_s)
-        return ordered[(len(ordered) - 1) // 2]
+        return stats.typical(self.samples, lambda s: s.total_s)
 
     @property
     def total_s(self) -> float:

@@ -58,8 +58,7 @@ class CpuPoint:
     def typical(self) -> CpuSample:
         """The trial with the median total (the lower middle one of an even count), so that
         its issue + work + wait add up to its total as in seed 000's table."""
-        ordered = sorted(self.samples, key=lambda s: s.total_s)
-        return ordered[(len(ordered) - 1) // 2]
+        return stats.typical(self.samples, lambda s: s.total_s)
 
     @property
     def issue_s(self) -> float:

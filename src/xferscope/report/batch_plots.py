@@ -17,7 +17,7 @@ from matplotlib.patches import Patch
 
 from ..batch.measure import METHODS, BatchResult, crossover_line
 from .plots import save_png
-from .style import SIMULATED, category_colour
+from .style import category_colour, plot_title
 
 
 def plot_batch(result: BatchResult, path: Path) -> None:
@@ -64,9 +64,6 @@ def plot_batch(result: BatchResult, path: Path) -> None:
         )
     fig.legend(handles=handles, loc="lower center", ncols=min(len(handles), 5), fontsize=8)
     gpu = next((g.get("name") for g in result.machine.get("gpus", [])), "?")
-    title = f"xferscope batch on {gpu}"
-    if result.simulated:
-        title = SIMULATED + "\n" + title
-    fig.suptitle(title, fontsize=11)
+    fig.suptitle(plot_title(f"xferscope batch on {gpu}", result), fontsize=11)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     save_png(fig, path)

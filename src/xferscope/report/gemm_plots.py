@@ -16,7 +16,7 @@ from matplotlib.ticker import ScalarFormatter
 
 from ..gemm.records import GemmResult
 from .plots import save_png
-from .style import SIMULATED
+from .style import plot_title
 
 MARKERS = {256: "*", 128: "P", 64: "o", 32: "s", 16: "D", 8: "^", 4: "v", 2: "<", 1: "x"}
 
@@ -32,12 +32,7 @@ def plot_gemm(result: GemmResult, path: Path) -> None:
     if ladder:
         _ladder(result, axes[0][-1])
     gpu = result.gpu.get("name", "?")
-    title = f"xferscope gemm on GPU {result.device} ({gpu})"
-    if result.simulated:
-        title = SIMULATED + "\n" + title
-    if result.interrupted:
-        title += " (interrupted)"
-    fig.suptitle(title, fontsize=11)
+    fig.suptitle(plot_title(f"xferscope gemm on GPU {result.device} ({gpu})", result), fontsize=11)
     save_png(fig, path)
 
 

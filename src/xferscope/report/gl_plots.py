@@ -15,19 +15,14 @@ import matplotlib.pyplot as plt
 
 from ..gl.records import GlResult
 from .plots import save_png
-from .style import SIMULATED
+from .style import plot_title
 
 OPS = (("upload", "tab:blue"), ("readback", "tab:orange"))
 
 
 def _title(result: GlResult, what: str) -> str:
     renderer = result.gl.get("renderer", "?")
-    title = f"xferscope gl: {what} on GPU {result.device} ({renderer})"
-    if result.simulated:
-        title = SIMULATED + "\n" + title
-    if result.interrupted:
-        title += " (interrupted)"
-    return title
+    return plot_title(f"xferscope gl: {what} on GPU {result.device} ({renderer})", result)
 
 
 def plot_rates(result: GlResult, path: Path) -> None:

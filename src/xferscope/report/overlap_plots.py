@@ -13,22 +13,11 @@ from matplotlib.figure import Figure
 
 from ..core.units import format_bytes
 from ..overlap import AnyResult, GpuOverlapResult, OverlapCpuResult, RotationResult
-from .plots import save_png
-from .style import SIMULATED
-
-
-def _title(result: AnyResult, what: str) -> str:
-    gpus = ", ".join(sorted({g.get("name", "?") for g in result.machine.get("gpus", [])}))
-    title = f"xferscope: {what}" + (f" on {gpus}" if gpus else "")
-    if result.simulated:
-        title = SIMULATED + "\n" + title
-    if result.interrupted:
-        title += " (interrupted)"
-    return title
+from .plots import machine_title, save_png
 
 
 def _finish(fig: Figure, result: AnyResult, what: str, path: Path) -> None:
-    fig.suptitle(_title(result, what), color="red" if result.simulated else "black")
+    fig.suptitle(machine_title(result, what), color="red" if result.simulated else "black")
     save_png(fig, path)
 
 

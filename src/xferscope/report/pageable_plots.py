@@ -14,7 +14,7 @@ import numpy as np
 from ..core.units import format_bytes
 from ..pageable.measure import PageableResult, SizeResult, crossovers, size_tag
 from .plots import save_png
-from .style import SIMULATED
+from .style import plot_title
 
 _STYLE = {
     "pageable": ("tab:red", "o"),
@@ -29,15 +29,11 @@ def _title(result: PageableResult, size: SizeResult) -> str:
         (g.get("name") for g in result.machine.get("gpus", []) if g.get("index") == result.device),
         None,
     )
-    title = (
+    return plot_title(
         f"xferscope: sending a pageable {format_bytes(size.bytes)} buffer to GPU "
-        f"{result.device}{f' ({gpu})' if gpu else ''} k times, every setup counted"
+        f"{result.device}{f' ({gpu})' if gpu else ''} k times, every setup counted",
+        result,
     )
-    if result.simulated:
-        title = SIMULATED + "\n" + title
-    if result.interrupted:
-        title += " (interrupted)"
-    return title
 
 
 def plot_size(result: PageableResult, size: SizeResult, path: Path) -> None:

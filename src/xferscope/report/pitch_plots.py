@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 from ..core.units import format_bytes
 from ..pitch.measure import METHODS, PitchResult, group_label
 from .plots import save_png
-from .style import SIMULATED, category_colour
+from .style import category_colour, plot_title
 
 
 def plot_pitch(result: PitchResult, path: Path) -> None:
@@ -67,8 +67,6 @@ def plot_pitch(result: PitchResult, path: Path) -> None:
     for ax in list(axes.flat)[len(groups) :]:
         ax.axis("off")
     title = "xferscope pitch: 2D and 3D copies by row width (red v: the rate halves)"
-    if result.simulated:
-        title = SIMULATED + "\n" + title
-    fig.suptitle(title, color="red" if result.simulated else "black")
+    fig.suptitle(plot_title(title, result), color="red" if result.simulated else "black")
     fig.tight_layout(rect=(0, 0, 1, 0.97 if rows > 1 else 0.92))
     save_png(fig, path)

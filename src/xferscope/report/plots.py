@@ -17,17 +17,13 @@ from matplotlib.figure import Figure
 
 from ..sweep.alignment import COSTLY, Misalignment, misalignments
 from ..sweep.records import ESTIMATED, Curve, SweepResult
-from .style import SIMULATED, curve_style, legend_label, panels
+from .style import curve_style, legend_label, panels, plot_title
 
 
-def _title(result: SweepResult, what: str) -> str:
+def machine_title(result: Any, what: str) -> str:
+    """A plot's title naming what it shows and the GPUs of the result's machine."""
     gpus = ", ".join(sorted({g.get("name", "?") for g in result.machine.get("gpus", [])}))
-    title = f"xferscope: {what}" + (f" on {gpus}" if gpus else "")
-    if result.simulated:
-        title = SIMULATED + "\n" + title
-    if result.interrupted:
-        title += " (interrupted)"
-    return title
+    return plot_title(f"xferscope: {what}" + (f" on {gpus}" if gpus else ""), result)
 
 
 def _plot(ax: Axes, curve: Curve, values: list[float]) -> None:
@@ -127,7 +123,7 @@ def write_alignment_plot(result: SweepResult, path: Path) -> None:
     for ax in list(axes.flat)[len(by_case) :]:
         ax.set_visible(False)
     fig.suptitle(
-        _title(result, "cost of misaligned buffers (grey: within the noise)"),
+        machine_title(result, "cost of misaligned buffers (grey: within the noise)"),
         color="red" if result.simulated else "black",
     )
     save_png(fig, path)
@@ -179,7 +175,9 @@ def write_plot(result: SweepResult, what: str, path: Path) -> None:
         ax.legend(fontsize=7, loc="best", handlelength=4)
     for ax in list(axes.flat)[len(groups) :]:
         ax.set_visible(False)
-    fig.suptitle(_title(result, f"{what} vs size"), color="red" if result.simulated else "black")
+    fig.suptitle(
+        machine_title(result, f"{what} vs size"), color="red" if result.simulated else "black"
+    )
     save_png(fig, path)
 
 

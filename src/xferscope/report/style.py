@@ -144,3 +144,11 @@ def legend_label(config: CurveConfig) -> str:
     """A curve's name within its direction's panel: 'pinned async device (gpu1)'."""
     gpu = f" (gpu{config.device})" if config.device else ""
     return f"{config.memory} {config.mechanism} {config.timing}{gpu}"
+
+
+def plot_title(text: str, result: Any) -> str:
+    """A plot's title, every command's alike: SIMULATED above it for the simulated engine's
+    results, "(interrupted)" after it for a result cut short."""
+    if getattr(result, "interrupted", False):
+        text += " (interrupted)"
+    return f"{SIMULATED}\n{text}" if result.simulated else text
