@@ -32,9 +32,8 @@ from ..batch.mix import parse_size_mix
 from ..core import limits
 from ..core.engine import Engine
 from ..core.errors import OptionError
-from ..core.units import parse_counts
+from ..core.units import parse_counts, parse_list, parse_sizes
 from ..report.batch_tables import print_batch
-from ..sweep.options import parse_list, parse_sizes
 from . import common
 from .app import cli, described, stderr, stdout
 from .common import parse_seed, resolve_devices

@@ -15,7 +15,7 @@ from ..core import engine as core_engine
 from ..core import interrupt
 from ..core.engine import Engine, check_device
 from ..core.errors import OptionError, XferscopeError
-from ..sweep.options import parse_device, parse_devices
+from ..core.units import parse_device, parse_devices
 from .app import EXIT_VERIFICATION_FAILED, stderr
 from .outputs import Delivery, Destination, Named, Output
 

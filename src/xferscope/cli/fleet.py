@@ -15,6 +15,7 @@ import click
 
 from ..core import interrupt, limits
 from ..core.errors import XferscopeError
+from ..core.units import parse_list
 from ..core.version import __version__
 from ..documents.envelope import now
 from ..fleet import pairs as fleet_pairs
@@ -42,7 +43,6 @@ from ..fleet.run import (
     timed_out,
 )
 from ..report.fleet_tables import print_fleet
-from ..sweep.options import parse_list
 from . import common
 from .app import cli, described, stderr, stdout
 from .common import (

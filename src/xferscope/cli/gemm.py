@@ -9,7 +9,7 @@ import click
 from ..core import limits
 from ..core.engine import Engine
 from ..core.errors import OptionError
-from ..core.units import parse_counts
+from ..core.units import parse_counts, parse_list
 from ..gemm.cpu import check_blas, thread_counts, usable_cores
 from ..gemm.measure import check_plan, measure
 from ..gemm.records import (
@@ -32,7 +32,6 @@ from ..gemm.records import (
 )
 from ..gemm.shapes import Shape, parse_shapes, parse_sizes, read_shapes
 from ..report.gemm_tables import print_gemm
-from ..sweep.options import parse_list
 from . import common  # looked up at run time, so tests can replace open_engine
 from .app import cli, described, stdout
 from .common import parse_seed, resolve_devices

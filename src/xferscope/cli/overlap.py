@@ -15,8 +15,11 @@ from ..core.errors import OptionError
 from ..core.units import (  # noqa: F401
     TIME_HELP,
     parse_counts,
+    parse_list,
     parse_seconds,
     parse_seconds_list,
+    parse_size_option,
+    parse_sizes,
 )
 from ..documents.envelope import dumps_document
 from ..overlap import (
@@ -38,7 +41,6 @@ from ..overlap import (
     measure_rotation,
 )
 from ..report.overlap_tables import print_overlap
-from ..sweep.options import parse_list, parse_size_option, parse_sizes
 from .app import cli, described, stdout
 from .common import resolve_devices
 from .measured import DocumentKind, Measurement, register, run_measurement

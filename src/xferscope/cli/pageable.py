@@ -8,6 +8,7 @@ import click
 
 from ..core import limits
 from ..core.engine import Engine
+from ..core.units import parse_sizes
 from ..pageable.measure import (
     DEFAULT_REPEATS,
     DEFAULT_SENDS,
@@ -25,7 +26,6 @@ from ..pageable.measure import (
     to_dict,
 )
 from ..report.pageable_tables import print_pageable
-from ..sweep.options import parse_sizes
 from .app import cli, described, stdout
 from .common import resolve_devices
 from .measured import DocumentKind, Measurement, register, run_measurement

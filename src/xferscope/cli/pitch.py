@@ -9,7 +9,7 @@ import click
 from ..core import limits
 from ..core.engine import Engine
 from ..core.errors import OptionError
-from ..core.units import format_bytes, parse_counts
+from ..core.units import format_bytes, parse_counts, parse_list, parse_size_option, parse_sizes
 from ..pitch.measure import (
     DEFAULT_HOST_PITCHES,
     DEFAULT_TARGET_S,
@@ -29,7 +29,6 @@ from ..pitch.measure import (
     to_dict,
 )
 from ..report.pitch_tables import print_pitch
-from ..sweep.options import parse_list, parse_size_option, parse_sizes
 from . import common
 from .app import cli, described, stdout
 from .common import parse_seed, resolve_devices

@@ -10,16 +10,16 @@ from ..core import cases, limits, plan
 from ..core.cases import HOST_MEMORY, MECHANISMS, TIMINGS
 from ..core.engine import Engine
 from ..core.errors import OptionError
-from ..core.units import format_bytes, parse_counts
-from ..sweep.measure import prepare_sweep, run_sweep
-from ..sweep.options import (
-    DIRECTIONS,
-    SweepOptions,
+from ..core.units import (
+    format_bytes,
+    parse_counts,
     parse_devices,
     parse_list,
     parse_size_option,
     parse_sizes,
 )
+from ..sweep.measure import prepare_sweep, run_sweep
+from ..sweep.options import DIRECTIONS, SweepOptions
 from ..sweep.records import SCHEMA_NAME as SWEEP_SCHEMA
 from ..sweep.records import SweepResult, from_dict, to_dict
 from .app import cli, described, stdout

@@ -12,9 +12,9 @@ import click
 
 from ..core import interrupt, limits, machine
 from ..core.errors import OptionError, XferscopeError
+from ..core.units import parse_device
 from ..documents.envelope import now
 from ..report.trace_tables import print_trace
-from ..sweep.options import parse_device
 from ..trace.analyze import analyze
 from ..trace.document import (
     SCHEMA_NAME,

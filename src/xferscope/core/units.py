@@ -124,3 +124,54 @@ def parse_counts(option: str, text: str, least: int) -> tuple[int, ...]:
             raise OptionError(option, f"'{item}' is not a whole number of at least {least}")
         values.add(int(item))
     return tuple(sorted(values))
+
+
+# ---- lists, sizes and GPUs, the one rule each for every option -----------------------------
+
+
+def parse_list(option: str, text: str, accepted: tuple[str, ...]) -> tuple[str, ...]:
+    """A comma-separated list of names from `accepted`, duplicates dropped, order kept."""
+    items = [item.strip().lower() for item in text.split(",") if item.strip()]
+    if not items:
+        raise OptionError(option, f"give one or more of {', '.join(accepted)}")
+    for item in items:
+        if item not in accepted:
+            raise OptionError(option, f"unknown value '{item}' (accepted: {', '.join(accepted)})")
+    return tuple(dict.fromkeys(items))
+
+
+def parse_size_option(option: str, text: str) -> int:
+    try:
+        size = parse_size(text)
+    except ValueError as exc:
+        raise OptionError(option, str(exc)) from None
+    if size < 1:
+        raise OptionError(option, f"'{text}' is not a size of at least 1 byte")
+    return size
+
+
+def parse_sizes(option: str, text: str) -> tuple[int, ...]:
+    items = [item for item in text.split(",") if item.strip()]
+    if not items:
+        raise OptionError(option, f"give one or more sizes, each {SIZE_HELP}")
+    return tuple(sorted({parse_size_option(option, item) for item in items}))
+
+
+def parse_devices(option: str, text: str) -> tuple[int, ...]:
+    """GPU indices, comma-separated: the one rule for every command's -g/--device."""
+    if not text.strip():
+        raise OptionError(option, "give one or more GPU indices (0, 1, ...), comma-separated")
+    devices: list[int] = []
+    for item in (i.strip() for i in text.split(",")):
+        if not item.isdigit():
+            raise OptionError(option, f"'{item}' is not a GPU index (0, 1, ...)")
+        devices.append(int(item))
+    return tuple(dict.fromkeys(devices))
+
+
+def parse_device(option: str, text: str) -> int:
+    """One GPU index: parse_devices' rule, for the commands that run on one GPU."""
+    devices = parse_devices(option, text)
+    if len(devices) != 1:
+        raise OptionError(option, f"'{text}': give one GPU index; this runs on one GPU")
+    return devices[0]

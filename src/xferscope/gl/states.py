@@ -14,8 +14,7 @@ from ..core import limits
 from ..core.cases import DEFAULT_SEED
 from ..core.compiled import engine_module
 from ..core.errors import OptionError
-from ..core.units import parse_seconds_list
-from ..sweep.options import parse_list, parse_size_option
+from ..core.units import parse_list, parse_seconds_list, parse_size_option
 
 _e = engine_module()
 
