@@ -120,14 +120,6 @@ class StagedPoint:
     plain_s: tuple[float, ...]
     staged_s: tuple[float, ...]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "direction": self.direction,
-            "size": self.size,
-            "plain_s": list(self.plain_s),
-            "staged_s": list(self.staged_s),
-        }
-
 
 def direct_below(points: tuple[StagedPoint, ...]) -> int | None:
     """The size under which copy_to_device and copy_to_host make one plain cudaMemcpy: the
@@ -493,7 +485,7 @@ def to_dict(result: BatchResult) -> dict[str, Any]:
         **(
             {
                 "staged": {
-                    "points": [p.to_dict() for p in result.staged],
+                    "points": [to_plain(p) for p in result.staged],
                     "direct_below": direct_below(result.staged),
                 }
             }
@@ -511,13 +503,7 @@ def from_dict(d: dict[str, Any]) -> BatchResult:
     r = Field(d)
     cells = tuple(from_plain(Cell, c) for c in r["cells"].items())
     staged = tuple(
-        StagedPoint(
-            p["direction"].string(),
-            p["size"].integer(),
-            p["plain_s"].numbers(),
-            p["staged_s"].numbers(),
-        )
-        for p in r.get("staged", {}).get("points", []).items()
+        from_plain(StagedPoint, p) for p in r.get("staged", {}).get("points", []).items()
     )
     return BatchResult(**header_fields(r), cells=cells, staged=staged)
 
