@@ -16,6 +16,7 @@ from ..documents.envelope import (
     header_fields,
 )
 from ..documents.reader import Field, check_schema
+from ..documents.records import from_plain
 from .states import STATE_FIELDS
 
 SCHEMA_NAME = "xferscope-gl"
@@ -60,16 +61,7 @@ class FrameTimes:
 
     @classmethod
     def read(cls, x: Field) -> FrameTimes:
-        return cls(
-            work_per_frame_s=x["work_per_frame_s"].number(),
-            frames=x["frames"].integer(),
-            bytes=x["bytes"].integer(),
-            seconds=x["seconds"].number(),
-            call_s=x["call_s"].number(),
-            map_s=x["map_s"].number(),
-            work_s=x["work_s"].number(),
-            log=tuple(tuple(f.numbers()) for f in x["log"].items()),  # type: ignore[misc]
-        )
+        return from_plain(cls, x)  # its fields by their types; `rate` is derived
 
 
 def hidden(base: FrameTimes, point: FrameTimes) -> float | None:
