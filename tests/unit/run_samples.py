@@ -67,7 +67,7 @@ def sample_run(
                         "bidirectional",
                         "async",
                         None,
-                        (
+                        streams=(
                             _stream("h2d", index, "h2d", 256 * MIB / 51.5e9),
                             _stream("d2h", index, "d2h", 256 * MIB / 50.9e9),
                         ),
@@ -86,7 +86,7 @@ def sample_run(
                 "0-1/async/peer/one_way",
                 "async",
                 True,
-                (_stream("gpu0->gpu1", 0, "p2p", 256 * MIB / 395e9, 1),),
+                streams=(_stream("gpu0->gpu1", 0, "p2p", 256 * MIB / 395e9, 1),),
             )
         )
         multi.append(
@@ -95,7 +95,9 @@ def sample_run(
                 "all_gpus/h2d",
                 "async",
                 None,
-                tuple(_stream(f"h2d gpu{i}", i, "h2d", 256 * MIB / 33e9) for i in range(gpus)),
+                streams=tuple(
+                    _stream(f"h2d gpu{i}", i, "h2d", 256 * MIB / 33e9) for i in range(gpus)
+                ),
             )
         )
     findings = (

@@ -162,7 +162,8 @@ def _asymmetric(one, two):
 def _collapsed(one, two):
     streams = (_stream("h2d", "h2d", 28.9e9, 55e9), _stream("d2h", "d2h", 28.9e9, 55e9))
     return with_section(
-        one, concurrent=(Concurrent("bidirectional", "bidirectional", "async", None, streams),)
+        one,
+        concurrent=(Concurrent("bidirectional", "bidirectional", "async", None, streams=streams),),
     )
 
 
@@ -495,7 +496,7 @@ def test_normal_bidirectional_does_not_collapse(one):
 
 def test_all_gpus_below_one_gpu_alone_collapses(two):
     streams = tuple(_stream(f"h2d gpu{i}", "h2d", 20e9, 55e9, i) for i in (0, 1))
-    collapsed = Concurrent("all_gpus_host", "all_gpus/h2d", "async", None, streams)
+    collapsed = Concurrent("all_gpus_host", "all_gpus/h2d", "async", None, streams=streams)
     multi = tuple(collapsed if c.label == "all_gpus/h2d" else c for c in two.multi)
     (f,) = findings(diagnose.concurrency_collapse, replace(two, multi=multi))
     assert f.gpu is None and f.figure == "multi/all_gpus/h2d/total_bandwidth"
@@ -504,8 +505,10 @@ def test_all_gpus_below_one_gpu_alone_collapses(two):
 
 def test_failed_or_single_stream_measurements_are_not_judged(one):
     streams = (_stream("h2d", "h2d", 10e9, 55e9), _stream("d2h", "d2h", 10e9, 55e9))
-    failed = Concurrent("bidirectional", "bidirectional", "async", None, streams, "failed", "x")
-    single = Concurrent("bidirectional", "bidirectional", "async", None, streams[:1])
+    failed = Concurrent(
+        "bidirectional", "bidirectional", "async", None, "failed", "x", streams=streams
+    )
+    single = Concurrent("bidirectional", "bidirectional", "async", None, streams=streams[:1])
     for c in (failed, single):
         assert findings(diagnose.concurrency_collapse, with_section(one, concurrent=(c,))) == []
 

@@ -175,7 +175,9 @@ def test_one_matrix_per_mechanism_access_and_direction(two_gpus: RunResult) -> N
         dataclasses.replace(p2p, label="1-0/async/peer/one_way"),
         dataclasses.replace(p2p, label="0-1/kernel/peer/one_way", mechanism="kernel"),
         dataclasses.replace(p2p, label="0-1/async/nopeer/both", peer_access=False),
-        Concurrent("p2p", "1-0/async/peer/one_way/x", "async", True, (), "failed", "no <P2P>"),
+        Concurrent(
+            "p2p", "1-0/async/peer/one_way/x", "async", True, "failed", "no <P2P>", streams=()
+        ),
     )
     body = _body(render_html(dataclasses.replace(two_gpus, multi=two_gpus.multi + extra)))
     assert body.count('id="plot-p2p-') == 3

@@ -11,6 +11,7 @@ from xferscope import cli as cli_module
 from xferscope.cli import overlap as cli_overlap
 from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.core.errors import OptionError
+from xferscope.documents.reader import SchemaError
 from xferscope.overlap import (
     BUFFERS_SCHEMA,
     CPU_SCHEMA,
@@ -28,7 +29,6 @@ from xferscope.overlap import (
     measure_rotation,
     rotation_verdict,
 )
-from xferscope.sweep.records import SchemaError
 
 from .test_cli import ENGINE, assert_one_line_error, run
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from xferscope.core.findings import Finding, finding
+from xferscope.documents.reader import SchemaError
 from xferscope.sweep import records
 from xferscope.sweep.records import (
     CUT_SHORT,
@@ -173,14 +174,14 @@ def test_from_dict_ignores_the_derived_summary() -> None:
 def test_from_dict_rejects_another_schema() -> None:
     d = records.to_dict(make_result())
     d["schema"] = "something-else"
-    with pytest.raises(records.SchemaError, match="something-else"):
+    with pytest.raises(SchemaError, match="something-else"):
         records.from_dict(d)
 
 
 def test_from_dict_rejects_a_missing_schema() -> None:
     d = records.to_dict(make_result())
     del d["schema"]
-    with pytest.raises(records.SchemaError):
+    with pytest.raises(SchemaError):
         records.from_dict(d)
 
 
@@ -188,12 +189,12 @@ def test_from_dict_rejects_a_missing_schema() -> None:
 def test_from_dict_rejects_another_schema_version(version: object) -> None:
     d = records.to_dict(make_result())
     d["schema_version"] = version
-    with pytest.raises(records.SchemaError, match="version"):
+    with pytest.raises(SchemaError, match="version"):
         records.from_dict(d)
 
 
 def test_schema_error_is_a_value_error() -> None:
-    assert issubclass(records.SchemaError, ValueError)
+    assert issubclass(SchemaError, ValueError)
 
 
 # ---- derived properties ------------------------------------------------------------------------

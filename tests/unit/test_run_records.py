@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from xferscope.documents.reader import SchemaError
 from xferscope.run.metrics import run_metrics
 from xferscope.run.records import run_from_dict, run_to_dict
-from xferscope.sweep.records import SchemaError
 
 from .run_samples import sample_run
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ..core.findings import Finding, read_findings
@@ -39,6 +39,10 @@ class Envelope(Stamp):
 
     machine: dict[str, Any]
     findings: tuple[Finding, ...] = ()
+
+
+# The envelope's fields: the header of a result's document (document_header, header_fields).
+ENVELOPE_FIELDS = frozenset(f.name for f in fields(Envelope))
 
 
 def dumps_document(document: dict[str, Any], indent: int | None = 1) -> str:

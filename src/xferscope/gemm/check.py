@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.engine import Engine
-from ..documents.reader import Field
 from .cpu import usable_cores
 from .measure import measure
 from .records import PRECISIONS, GemmOptions
@@ -33,25 +32,6 @@ class GemmCheck:
     # transfers beats the CPU on all its threads and on one (None: not within the ladder)
     break_even: dict[str, Any] | None = None
     wall_s: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "points": [dict(p) for p in self.points],
-            "break_even": self.break_even,
-            "wall_s": self.wall_s,
-        }
-
-    @classmethod
-    def read(cls, x: Field) -> GemmCheck | None:
-        if x.null:
-            return None
-        return cls(
-            status=x["status"].string(),
-            points=tuple(p.object() for p in x["points"].items()),
-            break_even=None if x["break_even"].null else x["break_even"].object(),
-            wall_s=x["wall_s"].number(),
-        )
 
 
 def gemm_check(engine: Engine, device: int) -> GemmCheck:

@@ -5,11 +5,9 @@ each op. Well within 10 s on a GPU; where GL is missing it says why and the run 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ..core.engine import Engine
 from ..core.errors import GlUnavailableError
-from ..documents.reader import Field
 from .measure import measure
 from .states import GlOptions
 
@@ -27,33 +25,6 @@ class GlCheck:
     readback_label: str | None = None
     readback_rate: float | None = None
     unverified: tuple[str, ...] = ()  # paths whose test frame did not survive
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "reason": self.reason,
-            "renderer": self.renderer,
-            "upload_label": self.upload_label,
-            "upload_rate": self.upload_rate,
-            "readback_label": self.readback_label,
-            "readback_rate": self.readback_rate,
-            "unverified": list(self.unverified),
-        }
-
-    @classmethod
-    def read(cls, x: Field) -> GlCheck | None:
-        if x.null:
-            return None
-        return cls(
-            status=x["status"].string(),
-            reason=x["reason"].optional_string(),
-            renderer=x["renderer"].optional_string(),
-            upload_label=x["upload_label"].optional_string(),
-            upload_rate=x["upload_rate"].optional_number(),
-            readback_label=x["readback_label"].optional_string(),
-            readback_rate=x["readback_rate"].optional_number(),
-            unverified=x["unverified"].strings(),
-        )
 
 
 CHECK_BYTES = 256 << 20

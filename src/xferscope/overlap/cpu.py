@@ -19,7 +19,7 @@ from ..core.units import format_bytes, format_seconds
 from ..documents.envelope import Envelope, dumps_table, now
 from ..documents.reader import Field
 from ..documents.records import from_plain, to_plain
-from ..sweep.records import Verification, verification_from, verification_of
+from ..sweep.records import Verification, verification_of
 from .common import (
     Failure,
     _check_schema,
@@ -469,7 +469,9 @@ def _series_from(d: Field) -> CpuSeries:
         memory=d["memory"].string(),
         points=tuple(from_plain(CpuPoint, p) for p in d["points"].items()),
         warmup=None if warmup.null else from_plain(CpuSample, warmup),
-        verification=verification_from(d.get("verification")),
+        verification=None
+        if d.get("verification").null
+        else from_plain(Verification, d["verification"]),
         status=d["status"].string(),
         error=d.get("error").optional_string(),
     )

@@ -258,9 +258,9 @@ def concurrent(
                 _open(engine, device, direction, mechanism, size, peer, peer_access is not False)
             )
         streams = measure_streams(engine, transfers, [s[2] for s in specs], size, plan_)
-        return Concurrent(kind, label, mechanism, peer_access, streams)
+        return Concurrent(kind, label, mechanism, peer_access, streams=streams)
     except (AllocationError, EngineError) as exc:
-        return Concurrent(kind, label, mechanism, peer_access, (), "failed", str(exc))
+        return Concurrent(kind, label, mechanism, peer_access, "failed", str(exc), streams=())
     finally:
         for t in transfers:
             t.close()

@@ -11,15 +11,14 @@ Schema history (bump RUN_SCHEMA_VERSION on any change a reader must know about):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ..core import stats
-from ..core.findings import Finding
 from ..documents.envelope import Envelope
-from ..documents.reader import Field, check_schema
+from ..documents.records import OMIT_DEFAULT, Derived, read_result, result_document
 from ..gemm.check import GemmCheck
 from ..gl.check import GlCheck
-from ..sweep.records import Curve, curve_from, curve_to_dict
+from ..sweep.records import Curve
 
 RUN_SCHEMA_NAME = "xferscope-run"
 RUN_SCHEMA_VERSION = 1
@@ -36,6 +35,9 @@ class Stream:
     bytes: int  # per copy
     samples_s: tuple[float, ...]  # per-copy time of each trial, concurrently
     alone_s: float | None  # median per-copy time of the same stream measured alone
+    DERIVED: ClassVar[tuple[Derived, ...]] = (
+        Derived("bandwidth_gbps", lambda s: s.bandwidth / 1e9),
+    )
 
     @property
     def bandwidth(self) -> float:
@@ -59,13 +61,29 @@ class Concurrent:
     label: str
     mechanism: str  # async (copy engines) or kernel (SMs)
     peer_access: bool | None  # p2p only
-    streams: tuple[Stream, ...]
     status: str = "complete"  # complete, failed
     error: str | None = None
+    streams: tuple[Stream, ...] = field(kw_only=True)
+    DERIVED: ClassVar[tuple[Derived, ...]] = (
+        Derived("total_bandwidth_gbps", lambda c: c.total_bandwidth / 1e9 if c.streams else None),
+    )
 
     @property
     def total_bandwidth(self) -> float:
         return sum(s.bandwidth for s in self.streams)
+
+
+# The engine's pinning costs (measure_pinning's keys), in the order they are reported.
+PINNING_KEYS = (
+    "host_alloc_s",
+    "host_free_s",
+    "register_s",
+    "unregister_s",
+    "pageable_copy_s",
+    "pinned_copy_s",
+    "registered_copy_s",
+    "host_copy_s",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +100,10 @@ class PinningCost:
     pinned_copy_s: float  # one H2D copy from pinned memory
     registered_copy_s: float  # one H2D copy from registered memory
     host_copy_s: float = 0.0  # memcpy of pageable data into the pinned buffer, once
+    DERIVED: ClassVar[tuple[Derived, ...]] = (
+        Derived("alloc_break_even", lambda p: p.alloc_break_even),
+        Derived("register_break_even", lambda p: p.register_break_even),
+    )
 
     @classmethod
     def of(cls, device: int, bytes: int, costs: Any) -> PinningCost:
@@ -114,6 +136,7 @@ class OverlapPoint:
     work_s: float  # the CPU work done while it ran
     issue_s: float  # blocked in the issuing call
     total_s: float  # issue, work and wait together
+    DERIVED: ClassVar[tuple[Derived, ...]] = (Derived("hidden", lambda o: o.hidden),)
 
     @property
     def hidden(self) -> float:
@@ -134,7 +157,7 @@ class GpuSection:
     gemm: GemmCheck | None = None
     # full: every check; headline: the headline curves and H2D beside D2H only (`run --quick`
     # on many GPUs measures every check on the first GPU, the headline on the others)
-    scope: str = "full"
+    scope: str = field(default="full", metadata={OMIT_DEFAULT: True})
 
     def curve(self, direction: str, memory: str, mechanism: str, timing: str) -> Curve | None:
         return next(
@@ -155,6 +178,7 @@ class RunResult(Envelope):
     multi: tuple[Concurrent, ...]  # peer-to-peer matrix and all GPUs to and from the host
     notes: tuple[str, ...] = field(default=())
     elapsed_s: float | None = None  # real seconds, by the host's clock
+    DERIVED: ClassVar[tuple[Derived, ...]] = (Derived("complete", lambda r: r.complete),)
 
     @property
     def measured(self) -> bool:
@@ -171,178 +195,31 @@ class RunResult(Envelope):
 
 # ---- JSON form -------------------------------------------------------------------------------
 
-
-def _stream_to_dict(s: Stream) -> dict[str, Any]:
-    return {
-        "label": s.label,
-        "device": s.device,
-        "direction": s.direction,
-        "peer": s.peer,
-        "bytes": s.bytes,
-        "samples_s": list(s.samples_s),
-        "alone_s": s.alone_s,
-        "bandwidth_gbps": s.bandwidth / 1e9,  # derived; ignored when loading
-    }
-
-
-def _concurrent_to_dict(c: Concurrent) -> dict[str, Any]:
-    return {
-        "kind": c.kind,
-        "label": c.label,
-        "mechanism": c.mechanism,
-        "peer_access": c.peer_access,
-        "status": c.status,
-        "error": c.error,
-        "streams": [_stream_to_dict(s) for s in c.streams],
-        "total_bandwidth_gbps": c.total_bandwidth / 1e9 if c.streams else None,
-    }
-
-
-def _concurrent_from(d: Field) -> Concurrent:
-    return Concurrent(
-        kind=d["kind"].string(),
-        label=d["label"].string(),
-        mechanism=d["mechanism"].string(),
-        peer_access=d["peer_access"].optional_boolean(),
-        status=d["status"].string(),
-        error=d["error"].optional_string(),
-        streams=tuple(
-            Stream(
-                label=s["label"].string(),
-                device=s["device"].integer(),
-                direction=s["direction"].string(),
-                peer=s["peer"].optional_integer(),
-                bytes=s["bytes"].integer(),
-                samples_s=s["samples_s"].numbers(),
-                alone_s=s["alone_s"].optional_number(),
-            )
-            for s in d["streams"].items()
-        ),
-    )
-
-
-# The engine's pinning costs (measure_pinning's keys), in the order they are reported.
-PINNING_KEYS = (
-    "host_alloc_s",
-    "host_free_s",
-    "register_s",
-    "unregister_s",
-    "pageable_copy_s",
-    "pinned_copy_s",
-    "registered_copy_s",
-    "host_copy_s",
-)
-_PINNING_FIELDS = ("device", "bytes", *PINNING_KEYS)
-_OVERLAP_FIELDS = (
-    "device",
-    "direction",
-    "memory",
-    "bytes",
-    "alone_s",
-    "work_s",
-    "issue_s",
-    "total_s",
+# The run document's header, in the order it has always had; the GPUs and the measurements on
+# several GPUs follow.
+_HEADER = (
+    "schema",
+    "schema_version",
+    "tool_version",
+    "created",
+    "simulated",
+    "mode",
+    "interrupted",
+    "complete",
+    "wall_s",
+    "elapsed_s",
+    "notes",
+    "machine",
+    "options",
+    "findings",
 )
 
 
 def run_to_dict(r: RunResult) -> dict[str, Any]:
-    return {
-        "schema": RUN_SCHEMA_NAME,
-        "schema_version": RUN_SCHEMA_VERSION,
-        "tool_version": r.tool_version,
-        "created": r.created,
-        "simulated": r.simulated,
-        "mode": r.mode,
-        "interrupted": r.interrupted,
-        "complete": r.complete,
-        "wall_s": r.wall_s,
-        "elapsed_s": r.elapsed_s,
-        "notes": list(r.notes),
-        "machine": r.machine,
-        "options": r.options,
-        "findings": [x.to_dict() for x in r.findings],
-        "gpus": [
-            {
-                "index": g.index,
-                "status": g.status,
-                "error": g.error,
-                "curves": [curve_to_dict(c) for c in g.curves],
-                "concurrent": [_concurrent_to_dict(c) for c in g.concurrent],
-                "pinning": None
-                if g.pinning is None
-                else {f: getattr(g.pinning, f) for f in _PINNING_FIELDS}
-                | {
-                    "alloc_break_even": g.pinning.alloc_break_even,
-                    "register_break_even": g.pinning.register_break_even,
-                },
-                "overlap": [
-                    {f: getattr(o, f) for f in _OVERLAP_FIELDS} | {"hidden": o.hidden}
-                    for o in g.overlap
-                ],
-                "gl": None if g.gl is None else g.gl.to_dict(),
-                "gemm": None if g.gemm is None else g.gemm.to_dict(),
-                **({} if g.scope == "full" else {"scope": g.scope}),
-            }
-            for g in r.gpus
-        ],
-        "multi": [_concurrent_to_dict(c) for c in r.multi],
-    }
-
-
-def _pinning_from(p: Field) -> PinningCost | None:
-    if p.null:
-        return None
-    optional = {"host_copy_s"}  # added later: 0 when absent
-    return PinningCost(
-        device=p["device"].integer(),
-        bytes=p["bytes"].integer(),
-        **{
-            f: p.get(f, 0.0).number() if f in optional else p[f].number()
-            for f in _PINNING_FIELDS[2:]
-        },
-    )
-
-
-def _gpu_from(g: Field) -> GpuSection:
-    return GpuSection(
-        index=g["index"].integer(),
-        status=g["status"].string(),
-        error=g["error"].optional_string(),
-        curves=tuple(curve_from(c) for c in g["curves"].items()),
-        concurrent=tuple(_concurrent_from(c) for c in g["concurrent"].items()),
-        pinning=_pinning_from(g["pinning"]),
-        overlap=tuple(
-            OverlapPoint(
-                device=o["device"].integer(),
-                direction=o["direction"].string(),
-                memory=o["memory"].string(),
-                bytes=o["bytes"].integer(),
-                **{f: o[f].number() for f in _OVERLAP_FIELDS[4:]},
-            )
-            for o in g.get("overlap", []).items()
-        ),
-        gl=GlCheck.read(g.get("gl")),
-        gemm=GemmCheck.read(g.get("gemm")),
-        scope=g.get("scope", "full").string(),
-    )
+    d = result_document(RUN_SCHEMA_NAME, RUN_SCHEMA_VERSION, r)
+    return {k: d[k] for k in _HEADER} | {k: v for k, v in d.items() if k not in _HEADER}
 
 
 def run_from_dict(d: dict[str, Any]) -> RunResult:
     """A run document read back; SchemaError names the field that is wrong."""
-    check_schema(d, RUN_SCHEMA_NAME, RUN_SCHEMA_VERSION)
-    r = Field(d)
-    return RunResult(
-        tool_version=r["tool_version"].string(),
-        created=r["created"].string(),
-        simulated=r["simulated"].boolean(),
-        mode=r["mode"].string(),
-        machine=r["machine"].object(),
-        options=r["options"].object(),
-        gpus=tuple(_gpu_from(g) for g in r["gpus"].items()),
-        multi=tuple(_concurrent_from(c) for c in r["multi"].items()),
-        findings=tuple(Finding.read(x) for x in r["findings"].items()),
-        interrupted=r["interrupted"].boolean(),
-        wall_s=r["wall_s"].number(),
-        notes=r.get("notes", []).strings(),
-        elapsed_s=r.get("elapsed_s").optional_number(),
-    )
+    return read_result(RunResult, d, RUN_SCHEMA_NAME, RUN_SCHEMA_VERSION)

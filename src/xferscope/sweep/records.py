@@ -9,12 +9,12 @@ Schema history (bump SCHEMA_VERSION on any change a reader must know about):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
 from ..core import stats
-from ..documents.envelope import Envelope, document_header, header_fields
-from ..documents.reader import Field, SchemaError, check_schema
+from ..documents.envelope import Envelope
+from ..documents.records import NON_EMPTY, OMIT_WHEN, Derived, read_result, result_document
 
 SCHEMA_NAME = "xferscope-sweep"
 SCHEMA_VERSION = 2
@@ -39,9 +39,10 @@ class CurveConfig:
     memory: str  # pageable, pinned, wc, registered, mapped; "device" for d2d
     mechanism: str  # memcpy, async, kernel
     timing: str  # api, device
-    # every copy starts this many bytes past a page-aligned place, host and device side
-    host_offset: int = 0
-    device_offset: int = 0
+    # every copy starts this many bytes past a page-aligned place, host and device side (in
+    # the document only for a misaligned curve)
+    host_offset: int = field(default=0, metadata={OMIT_WHEN: lambda c: not c.offset_label})
+    device_offset: int = field(default=0, metadata={OMIT_WHEN: lambda c: not c.offset_label})
 
     @property
     def label(self) -> str:
@@ -87,7 +88,7 @@ class Point:
     bytes: int
     iterations: int  # per trial
     copies_per_iteration: int  # 2 for a round trip
-    samples_s: tuple[float, ...]  # per-copy time of each trial
+    samples_s: tuple[float, ...] = field(metadata={NON_EMPTY: True})  # per-copy time per trial
     warmup_s: float  # per-copy time of the warm-up (calibration) run, kept apart
     target_s: float  # the trial length aimed at
     status: str
@@ -97,6 +98,22 @@ class Point:
     footprint_bytes: int
     cache_resident: bool  # the copies' working set could sit in the GPU L2
     verification: Verification | None
+    # Derived, for readers that do not want to recompute; ignored when loading.
+    DERIVED: ClassVar[tuple[Derived, ...]] = (
+        Derived(
+            "summary",
+            lambda p: {
+                "trials": len(p.samples_s),
+                "min_s": p.min_s,
+                "median_s": p.median_s,
+                "max_s": p.max_s,
+                "rel_noise": p.rel_noise,
+                "latency_us": p.median_s * 1e6,
+                "bandwidth_gbps": p.bandwidth / 1e9,
+                "peak_bandwidth_gbps": p.peak_bandwidth / 1e9,
+            },
+        ),
+    )
 
     @property
     def min_s(self) -> float:
@@ -129,15 +146,16 @@ class Point:
         return not self.blocking_timed_out and (self.verification is None or self.verification.ok)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Curve:
     config: CurveConfig
-    points: tuple[Point, ...]
     status: str  # complete, interrupted, failed
     error: str | None = None
     budget_s: float | None = None
     requested_target_s: float = 0.0
     wall_s: float = 0.0
+    points: tuple[Point, ...]
+    DERIVED: ClassVar[tuple[Derived, ...]] = (Derived("label", lambda c: c.config.label, "config"),)
 
     def point(self, size: int) -> Point | None:
         return next((p for p in self.points if p.bytes == size), None)
@@ -151,129 +169,10 @@ class SweepResult(Envelope):
 # ---- JSON form -------------------------------------------------------------------------------
 
 
-def _point_to_dict(p: Point) -> dict[str, Any]:
-    v = p.verification
-    return {
-        "bytes": p.bytes,
-        "iterations": p.iterations,
-        "copies_per_iteration": p.copies_per_iteration,
-        "samples_s": list(p.samples_s),
-        "warmup_s": p.warmup_s,
-        "target_s": p.target_s,
-        "status": p.status,
-        "stopped_by": p.stopped_by,
-        "blocking_kernel": p.blocking_kernel,
-        "blocking_timed_out": p.blocking_timed_out,
-        "footprint_bytes": p.footprint_bytes,
-        "cache_resident": p.cache_resident,
-        "verification": None
-        if v is None
-        else {
-            "ok": v.ok,
-            "bytes_checked": v.bytes_checked,
-            "mismatched_bytes": v.mismatched_bytes,
-            "first_mismatch": v.first_mismatch,
-        },
-        # Derived, for readers that do not want to recompute; ignored when loading.
-        "summary": {
-            "trials": len(p.samples_s),
-            "min_s": p.min_s,
-            "median_s": p.median_s,
-            "max_s": p.max_s,
-            "rel_noise": p.rel_noise,
-            "latency_us": p.median_s * 1e6,
-            "bandwidth_gbps": p.bandwidth / 1e9,
-            "peak_bandwidth_gbps": p.peak_bandwidth / 1e9,
-        },
-    }
-
-
-def verification_from(v: Field) -> Verification | None:
-    if v.null:
-        return None
-    return Verification(
-        ok=v["ok"].boolean(),
-        bytes_checked=v["bytes_checked"].integer(),
-        mismatched_bytes=v["mismatched_bytes"].integer(),
-        first_mismatch=v["first_mismatch"].optional_integer(),
-    )
-
-
-def _point_from(d: Field) -> Point:
-    return Point(
-        bytes=d["bytes"].integer(),
-        iterations=d["iterations"].integer(),
-        copies_per_iteration=d["copies_per_iteration"].integer(),
-        samples_s=d["samples_s"].numbers(),
-        warmup_s=d["warmup_s"].number(),
-        target_s=d["target_s"].number(),
-        status=d["status"].string(),
-        stopped_by=d["stopped_by"].string(),
-        blocking_kernel=d["blocking_kernel"].boolean(),
-        blocking_timed_out=d["blocking_timed_out"].boolean(),
-        footprint_bytes=d["footprint_bytes"].integer(),
-        cache_resident=d["cache_resident"].boolean(),
-        verification=verification_from(d.get("verification")),
-    )
-
-
-def curve_to_dict(c: Curve) -> dict[str, Any]:
-    return {
-        "config": {
-            "device": c.config.device,
-            "direction": c.config.direction,
-            "memory": c.config.memory,
-            "mechanism": c.config.mechanism,
-            "timing": c.config.timing,
-            **(
-                {"host_offset": c.config.host_offset, "device_offset": c.config.device_offset}
-                if c.config.offset_label
-                else {}
-            ),
-        },
-        "label": c.config.label,
-        "status": c.status,
-        "error": c.error,
-        "budget_s": c.budget_s,
-        "requested_target_s": c.requested_target_s,
-        "wall_s": c.wall_s,
-        "points": [_point_to_dict(p) for p in c.points],
-    }
-
-
-def curve_from(c: Field) -> Curve:
-    config = c["config"]
-    points = tuple(_point_from(p) for p in c["points"].items())
-    if not all(p.samples_s for p in points):
-        raise SchemaError(f"{c.path}.points: a point has no samples")
-    return Curve(
-        config=CurveConfig(
-            device=config["device"].integer(),
-            direction=config["direction"].string(),
-            memory=config["memory"].string(),
-            mechanism=config["mechanism"].string(),
-            timing=config["timing"].string(),
-            host_offset=config.get("host_offset", 0).integer(),
-            device_offset=config.get("device_offset", 0).integer(),
-        ),
-        points=points,
-        status=c["status"].string(),
-        error=c.get("error").optional_string(),
-        budget_s=c.get("budget_s").optional_number(),
-        requested_target_s=c.get("requested_target_s", 0.0).number(),
-        wall_s=c.get("wall_s", 0.0).number(),
-    )
-
-
 def to_dict(result: SweepResult) -> dict[str, Any]:
-    return document_header(SCHEMA_NAME, SCHEMA_VERSION, result) | {
-        "curves": [curve_to_dict(c) for c in result.curves]
-    }
+    return result_document(SCHEMA_NAME, SCHEMA_VERSION, result)
 
 
 def from_dict(d: dict[str, Any]) -> SweepResult:
     """A sweep document read back; SchemaError names the field that is wrong."""
-    check_schema(d, SCHEMA_NAME, SCHEMA_VERSION, OLDEST_SCHEMA_VERSION)
-    root = Field(d)
-    curves = tuple(curve_from(c) for c in root["curves"].items())
-    return SweepResult(curves=curves, **header_fields(root))
+    return read_result(SweepResult, d, SCHEMA_NAME, SCHEMA_VERSION, OLDEST_SCHEMA_VERSION)
