@@ -19,8 +19,18 @@ from ..core.errors import AllocationError, EngineError
 from ..core.findings import INFO, Finding
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
-from ..documents.envelope import Envelope, now
-from ..documents.records import KEY, OMIT_DEFAULT, from_plain, to_plain
+from ..documents.envelope import Envelope, document_header, dumps_document, header_fields, now
+from ..documents.reader import Field, check_schema
+from ..documents.records import (
+    KEY,
+    OMIT_DEFAULT,
+    Column,
+    attribute_columns,
+    dumps_columns,
+    from_plain,
+    median_text,
+    to_plain,
+)
 from .mix import parse_size_mix
 
 SCHEMA_NAME = "xferscope-batch"
@@ -465,8 +475,6 @@ def findings(result: BatchResult) -> list[Finding]:
 
 
 def to_dict(result: BatchResult) -> dict[str, Any]:
-    from ..documents.envelope import document_header
-
     return document_header(SCHEMA_NAME, SCHEMA_VERSION, result) | {
         "cells": [to_plain(c) for c in result.cells],
         "winners": [
@@ -496,9 +504,6 @@ def to_dict(result: BatchResult) -> dict[str, Any]:
 
 
 def from_dict(d: dict[str, Any]) -> BatchResult:
-    from ..documents.envelope import header_fields
-    from ..documents.reader import Field, check_schema
-
     check_schema(d, SCHEMA_NAME, SCHEMA_VERSION)
     r = Field(d)
     cells = tuple(from_plain(Cell, c) for c in r["cells"].items())
@@ -509,36 +514,17 @@ def from_dict(d: dict[str, Any]) -> BatchResult:
 
 
 def dumps_json(result: BatchResult) -> str:
-    from ..documents.envelope import dumps_document
-
     return dumps_document(to_dict(result))
 
 
-CSV_COLUMNS = (
-    "direction", "memory", "count", "size", "method", "status", "host_s", "device_s", "error",
-    "bytes", "mix",
-)  # fmt: skip
+CSV_COLUMNS: tuple[Column[Cell], ...] = (
+    *attribute_columns("direction", "memory", "count", "size", "method", "status"),
+    Column("host_s", lambda c: median_text(c.host_s)),
+    Column("device_s", lambda c: median_text(c.device_s)),
+    Column("error", lambda c: c.error or ""),
+    *attribute_columns("bytes", "mix"),
+)
 
 
 def dumps_csv(result: BatchResult) -> str:
-    from ..documents.envelope import dumps_table
-
-    return dumps_table(
-        CSV_COLUMNS,
-        (
-            (
-                c.direction,
-                c.memory,
-                c.count,
-                c.size,
-                c.method,
-                c.status,
-                "" if not c.host_s else f"{stats.median(c.host_s):.6g}",
-                "" if not c.device_s else f"{stats.median(c.device_s):.6g}",
-                c.error or "",
-                c.bytes,
-                c.mix,
-            )
-            for c in result.cells
-        ),
-    )
+    return dumps_columns(CSV_COLUMNS, result.cells)

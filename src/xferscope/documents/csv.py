@@ -2,47 +2,68 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable
 from pathlib import Path
+from typing import NamedTuple
 
-from ..run.metrics import run_metrics
+from ..run.metrics import Metric, run_metrics
 from ..run.records import RunResult
-from ..sweep.records import Curve, SweepResult
-from .envelope import dumps_table
+from ..sweep.records import Curve, CurveConfig, Point, SweepResult
+from .records import Column, dumps_columns
 
-COLUMNS = (
-    "simulated",
-    "device",
-    "direction",
-    "memory",
-    "mechanism",
-    "timing",
-    "bytes",
-    "trials",
-    "iterations",
-    "copies_per_iteration",
-    "min_s",
-    "median_s",
-    "max_s",
-    "rel_noise",
-    "latency_us",
-    "bandwidth_gbps",
-    "peak_bandwidth_gbps",
-    "status",
-    "stopped_by",
-    "target_s",
-    "blocking_kernel",
-    "blocking_timed_out",
-    "cache_resident",
-    "verified",
-    "mismatched_bytes",
-    "host_offset",
-    "device_offset",
-)
+CONFIG_COLUMNS = ("device", "direction", "memory", "mechanism", "timing")
+
+
+class _Row(NamedTuple):
+    simulated: bool
+    config: CurveConfig
+    point: Point
 
 
 def _number(value: float) -> str:
     return f"{value:.9g}"
+
+
+def _config_column(name: str) -> Column[_Row]:
+    return Column(name, lambda r: getattr(r.config, name))
+
+
+def _verified(p: Point) -> str:
+    v = p.verification
+    return "skipped" if v is None else ("ok" if v.ok else "FAILED")
+
+
+_COLUMNS: tuple[Column[_Row], ...] = (
+    Column("simulated", lambda r: int(r.simulated)),
+    *(_config_column(n) for n in CONFIG_COLUMNS),
+    Column("bytes", lambda r: r.point.bytes),
+    Column("trials", lambda r: len(r.point.samples_s)),
+    Column("iterations", lambda r: r.point.iterations),
+    Column("copies_per_iteration", lambda r: r.point.copies_per_iteration),
+    Column("min_s", lambda r: _number(r.point.min_s)),
+    Column("median_s", lambda r: _number(r.point.median_s)),
+    Column("max_s", lambda r: _number(r.point.max_s)),
+    Column("rel_noise", lambda r: _number(r.point.rel_noise)),
+    Column("latency_us", lambda r: _number(r.point.median_s * 1e6)),
+    Column("bandwidth_gbps", lambda r: _number(r.point.bandwidth / 1e9)),
+    Column("peak_bandwidth_gbps", lambda r: _number(r.point.peak_bandwidth / 1e9)),
+    Column("status", lambda r: r.point.status),
+    Column("stopped_by", lambda r: r.point.stopped_by),
+    Column("target_s", lambda r: _number(r.point.target_s)),
+    Column("blocking_kernel", lambda r: int(r.point.blocking_kernel)),
+    Column("blocking_timed_out", lambda r: int(r.point.blocking_timed_out)),
+    Column("cache_resident", lambda r: int(r.point.cache_resident)),
+    Column("verified", lambda r: _verified(r.point)),
+    Column(
+        "mismatched_bytes",
+        lambda r: "" if r.point.verification is None else r.point.verification.mismatched_bytes,
+    ),
+    Column("host_offset", lambda r: r.config.host_offset),
+    Column("device_offset", lambda r: r.config.device_offset),
+)
+
+
+COLUMNS = tuple(c.name for c in _COLUMNS)
 
 
 def dumps(result: SweepResult) -> str:
@@ -51,45 +72,8 @@ def dumps(result: SweepResult) -> str:
 
 def points_csv(curves: Iterable[Curve], simulated: bool) -> str:
     """One row per point of every curve."""
-
-    def rows() -> Iterator[Sequence[object]]:
-        for curve in curves:
-            c = curve.config
-            for p in curve.points:
-                v = p.verification
-                yield (
-                    (
-                        int(simulated),
-                        c.device,
-                        c.direction,
-                        c.memory,
-                        c.mechanism,
-                        c.timing,
-                        p.bytes,
-                        len(p.samples_s),
-                        p.iterations,
-                        p.copies_per_iteration,
-                        _number(p.min_s),
-                        _number(p.median_s),
-                        _number(p.max_s),
-                        _number(p.rel_noise),
-                        _number(p.median_s * 1e6),
-                        _number(p.bandwidth / 1e9),
-                        _number(p.peak_bandwidth / 1e9),
-                        p.status,
-                        p.stopped_by,
-                        _number(p.target_s),
-                        int(p.blocking_kernel),
-                        int(p.blocking_timed_out),
-                        int(p.cache_resident),
-                        "skipped" if v is None else ("ok" if v.ok else "FAILED"),
-                        "" if v is None else v.mismatched_bytes,
-                        c.host_offset,
-                        c.device_offset,
-                    )
-                )
-
-    return dumps_table(COLUMNS, rows())
+    rows = (_Row(simulated, c.config, p) for c in curves for p in c.points)
+    return dumps_columns(_COLUMNS, rows)
 
 
 def write_csv(result: SweepResult, path: Path) -> None:
@@ -104,22 +88,14 @@ def run_points_csv(result: RunResult) -> str:
 
 def run_metrics_csv(result: RunResult) -> str:
     """Every named figure of a run: one row each, SI units."""
-
-    def rows() -> Iterator[Sequence[object]]:
-        for m in run_metrics(result).values():
-            yield (
-                (
-                    int(result.simulated),
-                    m.name,
-                    _number(m.value),
-                    m.unit,
-                    int(m.higher_is_better),
-                    _number(m.rel_noise),
-                    int(m.headline),
-                )
-            )
-
-    return dumps_table(
-        ("simulated", "metric", "value", "unit", "higher_is_better", "rel_noise", "headline"),
-        rows(),
+    simulated = int(result.simulated)
+    columns: tuple[Column[Metric], ...] = (
+        Column("simulated", lambda m: simulated),
+        Column("metric", lambda m: m.name),
+        Column("value", lambda m: _number(m.value)),
+        Column("unit", lambda m: m.unit),
+        Column("higher_is_better", lambda m: int(m.higher_is_better)),
+        Column("rel_noise", lambda m: _number(m.rel_noise)),
+        Column("headline", lambda m: int(m.headline)),
     )
+    return dumps_columns(columns, run_metrics(result).values())

@@ -17,11 +17,13 @@ they are ignored when loading."""
 from __future__ import annotations
 
 import dataclasses
+import operator
 import types
 import typing
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, TypeVar, Union, get_args, get_origin, get_type_hints
 
+from ..core import stats
 from .envelope import ENVELOPE_FIELDS, document_header, dumps_table, header_fields
 from .reader import Field, SchemaError, check_schema
 
@@ -162,3 +164,13 @@ class Column(Generic[R]):
 def dumps_columns(columns: Sequence[Column[R]], rows: Iterable[R]) -> str:
     """A CSV with one row per record, its columns declared once."""
     return dumps_table([c.name for c in columns], ([c.value(r) for c in columns] for r in rows))
+
+
+def attribute_columns(*names: str) -> tuple[Column[Any], ...]:
+    """Columns that are a record's attributes of the same names, as they are."""
+    return tuple(Column(name, operator.attrgetter(name)) for name in names)
+
+
+def median_text(samples: Sequence[float]) -> str:
+    """The median of a record's trials in a CSV cell (empty when there were none)."""
+    return "" if not samples else f"{stats.median(samples):.6g}"

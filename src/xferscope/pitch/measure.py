@@ -21,8 +21,16 @@ from ..core.errors import AllocationError, EngineError, OptionError
 from ..core.findings import INFO, WARNING, Finding, corrupted, finding
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
-from ..documents.envelope import Envelope, now
-from ..documents.records import from_plain, to_plain
+from ..documents.envelope import Envelope, document_header, dumps_document, header_fields, now
+from ..documents.reader import Field, check_schema
+from ..documents.records import (
+    Column,
+    attribute_columns,
+    dumps_columns,
+    from_plain,
+    median_text,
+    to_plain,
+)
 
 SCHEMA_NAME = "xferscope-pitch"
 SCHEMA_VERSION = 1
@@ -432,8 +440,6 @@ def _beaten_findings(
 
 
 def to_dict(result: PitchResult) -> dict[str, Any]:
-    from ..documents.envelope import document_header
-
     return document_header(SCHEMA_NAME, SCHEMA_VERSION, result) | {
         "cells": [to_plain(c) for c in result.cells],
         "winners": [
@@ -454,9 +460,6 @@ def to_dict(result: PitchResult) -> dict[str, Any]:
 
 
 def from_dict(d: dict[str, Any]) -> PitchResult:
-    from ..documents.envelope import header_fields
-    from ..documents.reader import Field, check_schema
-
     check_schema(d, SCHEMA_NAME, SCHEMA_VERSION)
     r = Field(d)
     cells = tuple(from_plain(Cell, c) for c in r["cells"].items())
@@ -464,49 +467,27 @@ def from_dict(d: dict[str, Any]) -> PitchResult:
 
 
 def dumps_json(result: PitchResult) -> str:
-    from ..documents.envelope import dumps_document
-
     return dumps_document(to_dict(result))
 
 
-CSV_COLUMNS = (
-    "direction",
-    "memory",
-    "layout",
-    "host_pitch",
-    "width",
-    "rows",
-    "device_pitch",
-    "method",
-    "status",
-    "host_s",
-    "device_s",
-    "bandwidth_gbps",
-    "error",
+CSV_COLUMNS: tuple[Column[Cell], ...] = (
+    *attribute_columns(
+        "direction",
+        "memory",
+        "layout",
+        "host_pitch",
+        "width",
+        "rows",
+        "device_pitch",
+        "method",
+        "status",
+    ),
+    Column("host_s", lambda c: median_text(c.host_s)),
+    Column("device_s", lambda c: median_text(c.device_s)),
+    Column("bandwidth_gbps", lambda c: "" if not c.rate else f"{c.rate / 1e9:.6g}"),
+    Column("error", lambda c: c.error or ""),
 )
 
 
 def dumps_csv(result: PitchResult) -> str:
-    from ..documents.envelope import dumps_table
-
-    return dumps_table(
-        CSV_COLUMNS,
-        (
-            (
-                c.direction,
-                c.memory,
-                c.layout,
-                c.host_pitch,
-                c.width,
-                c.rows,
-                c.device_pitch,
-                c.method,
-                c.status,
-                "" if not c.host_s else f"{stats.median(c.host_s):.6g}",
-                "" if not c.device_s else f"{stats.median(c.device_s):.6g}",
-                "" if not c.rate else f"{c.rate / 1e9:.6g}",
-                c.error or "",
-            )
-            for c in result.cells
-        ),
-    )
+    return dumps_columns(CSV_COLUMNS, result.cells)

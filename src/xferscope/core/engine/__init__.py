@@ -11,51 +11,14 @@ from typing import Any
 
 from ..compiled import engine_module, result
 from ..errors import OptionError
+from . import protocols
 from .devices import check_device, compute_capability, format_cuda_version
 from .native import NativeEngine, close_native
-from .protocols import (
-    RESULT_CLASSES,
-    Batch,
-    Copier,
-    Engine,
-    Gemm,
-    GemmVerification,
-    GlContext,
-    GlSession,
-    GpuOverlapResult,
-    ManyCopier,
-    OverlapSample,
-    PairComm,
-    PinningCosts,
-    Pitched,
-    RotationResult,
-    StagedPlan,
-    Transfer,
-    TrialTiming,
-    Verification,
-)
+from .protocols import *  # noqa: F403 (the Protocols are this package's types)
 
 __all__ = [
-    "RESULT_CLASSES",
-    "Batch",
-    "Copier",
-    "Engine",
-    "Gemm",
-    "GemmVerification",
-    "GlContext",
-    "GlSession",
-    "GpuOverlapResult",
-    "ManyCopier",
+    *protocols.__all__,
     "NativeEngine",
-    "OverlapSample",
-    "PairComm",
-    "PinningCosts",
-    "Pitched",
-    "RotationResult",
-    "StagedPlan",
-    "Transfer",
-    "TrialTiming",
-    "Verification",
     "check_device",
     "close_native",
     "compute_capability",
@@ -70,7 +33,7 @@ PACE_VARIABLE = "XFERSCOPE_SIMULATE_PACE"
 GPUS_VARIABLE = "XFERSCOPE_SIMULATE_GPUS"
 
 
-def open_engine(simulate: bool = False, **simulated: Any) -> Engine:
+def open_engine(simulate: bool = False, **simulated: Any) -> protocols.Engine:
     """The native engine, or the simulated one. $XFERSCOPE_SIMULATE_PACE (a number, 0 or more)
     makes the simulated engine take that share of its modelled time in real time, so its
     progress can be watched and interrupted (tests do); $XFERSCOPE_SIMULATE_GPUS (1 to 64)

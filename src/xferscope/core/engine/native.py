@@ -47,9 +47,7 @@ from .protocols import (
 # Every native transfer and copier not yet closed. close_native() closes them, so their buffers
 # are freed and the staged copier's threads joined before the interpreter finalizes, whatever
 # path (Ctrl-C, an error) left one open.
-_open_handles: weakref.WeakSet[
-    _NativeTransfer | _NativeCopier | _NativeGl | _NativeGemm | _NativeHandle | _NativeMany
-] = weakref.WeakSet()
+_open_handles: weakref.WeakSet[_NativeHandle] = weakref.WeakSet()
 
 
 def close_native() -> None:
@@ -307,56 +305,64 @@ class NativeEngine:
         return time.perf_counter()
 
 
-class _NativeCopier:
-    """The native staged copier with its errors translated."""
+class _NativeHandle:
+    """A native object with its errors translated, closed by close_native if left open: the
+    one base of every handle the native engine opens."""
+
+    _tracked = True  # closed by close_native (a GL session is closed with its context)
 
     def __init__(self, handle: Any, engine: NativeEngine) -> None:
         self._handle = handle
         self._engine = engine
-        self.plan: StagedPlan = handle.plan
-        _open_handles.add(self)
+        if self._tracked:
+            _open_handles.add(self)
 
-    def to_device(self, device_destination: int, host_source: int, bytes: int) -> None:
+    def _measure(self, method: str, *args: Any) -> Any:
+        """The handle's `method`, refused after a stop, its errors translated."""
         with self._engine._measuring():
-            self._handle.to_device(device_destination, host_source, bytes)
-
-    def to_host(self, host_destination: int, device_source: int, bytes: int) -> None:
-        with self._engine._measuring():
-            self._handle.to_host(host_destination, device_source, bytes)
+            return getattr(self._handle, method)(*args)
 
     def close(self) -> None:
         self._handle.close()
         _open_handles.discard(self)
 
 
-class _NativeTransfer:
+class _NativeCopier(_NativeHandle):
+    """The native staged copier."""
+
+    def __init__(self, handle: Any, engine: NativeEngine) -> None:
+        super().__init__(handle, engine)
+        self.plan: StagedPlan = handle.plan
+
+    def to_device(self, device_destination: int, host_source: int, bytes: int) -> None:
+        self._measure("to_device", device_destination, host_source, bytes)
+
+    def to_host(self, host_destination: int, device_source: int, bytes: int) -> None:
+        self._measure("to_host", host_destination, device_source, bytes)
+
+
+class _NativeTransfer(_NativeHandle):
     def __init__(
         self, handle: Any, engine: NativeEngine, device: int, direction: str, peer: int | None
     ) -> None:
-        self._handle = handle
-        self._engine = engine
+        super().__init__(handle, engine)
         self.device = device
         self.direction = direction
         self.peer = peer
         self.copies_per_iteration = int(handle.copies_per_iteration)
         self.blocks_for_device_timing = bool(handle.blocks_for_device_timing)
-        _open_handles.add(self)
 
     def fill(self, seed: int) -> None:
-        with self._engine._measuring():
-            self._handle.fill(seed)
+        self._measure("fill", seed)
 
     def time(self, timing: str, bytes: int, iterations: int) -> TrialTiming:
-        with self._engine._measuring():
-            return self._handle.time(timing, bytes, iterations)  # type: ignore[no-any-return]
+        return self._measure("time", timing, bytes, iterations)  # type: ignore[no-any-return]
 
     def verify(self, bytes: int, inject_fault: bool = False) -> Verification:
-        with self._engine._measuring():
-            return self._handle.verify(bytes, inject_fault)  # type: ignore[no-any-return]
+        return self._measure("verify", bytes, inject_fault)  # type: ignore[no-any-return]
 
     def overlap_cpu(self, bytes: int, work_s: float) -> OverlapSample:
-        with self._engine._measuring():
-            return self._handle.overlap_cpu(bytes, work_s)  # type: ignore[no-any-return]
+        return self._measure("overlap_cpu", bytes, work_s)  # type: ignore[no-any-return]
 
     def inject_copy_failure(self) -> None:
         self._handle.inject_copy_failure()
@@ -365,38 +371,31 @@ class _NativeTransfer:
     def staged_plan(self) -> StagedPlan | None:
         return self._handle.staged_plan  # type: ignore[no-any-return]
 
-    def close(self) -> None:
-        self._handle.close()
-        _open_handles.discard(self)
 
+class _NativeGlSession(_NativeHandle):
+    _tracked = False
 
-class _NativeGlSession:
     def __init__(self, handle: Any, engine: NativeEngine) -> None:
-        self._handle = handle
-        self._engine = engine
+        super().__init__(handle, engine)
         self.scenario = handle.scenario
 
     def verify(self) -> Any:
-        with self._engine._measuring():
-            return self._handle.verify()
+        return self._measure("verify")
 
     def run(self, frames: int, work_s: float = 0.0, log: bool = False) -> Any:
-        with self._engine._measuring():
-            return self._handle.run(frames, work_s, log)
+        return self._measure("run", frames, work_s, log)
 
     def close(self) -> None:
         with self._engine._translated():
             self._handle.close()
 
 
-class _NativeGl:
+class _NativeGl(_NativeHandle):
     """The native GL context; its sessions are closed with it (close_native closes both)."""
 
     def __init__(self, handle: Any, engine: NativeEngine) -> None:
-        self._handle = handle
-        self._engine = engine
+        super().__init__(handle, engine)
         self._sessions: list[_NativeGlSession] = []
-        _open_handles.add(self)
 
     def info(self) -> dict[str, Any]:
         with self._engine._translated():
@@ -414,27 +413,7 @@ class _NativeGl:
         for s in self._sessions:
             s.close()
         self._sessions = []
-        self._handle.close()
-        _open_handles.discard(self)
-
-
-class _NativeHandle:
-    """A native object with its errors translated, closed by close_native if left open: the
-    one place the engine's simple handles (batch, 2D copy, NCCL communicator) are kept."""
-
-    def __init__(self, handle: Any, engine: NativeEngine) -> None:
-        self._handle = handle
-        self._engine = engine
-        _open_handles.add(self)
-
-    def _measure(self, method: str, *args: Any) -> Any:
-        """The handle's `method`, refused after a stop, its errors translated."""
-        with self._engine._measuring():
-            return getattr(self._handle, method)(*args)
-
-    def close(self) -> None:
-        self._handle.close()
-        _open_handles.discard(self)
+        super().close()
 
 
 class _NativeBatch(_NativeHandle):
@@ -504,14 +483,12 @@ class _NativePitched(_NativeHandle):
         return int(v.wrong_rows), int(v.gap_bytes)
 
 
-class _NativeMany:
-    """The native copier of copy_many with its errors translated; closed by close_native."""
+class _NativeMany(_NativeHandle):
+    """The native copier of copy_many."""
 
     def __init__(self, handle: Any, engine: NativeEngine) -> None:
-        self._handle = handle
-        self._engine = engine
+        super().__init__(handle, engine)
         self.closed = False
-        _open_handles.add(self)
 
     def copy(
         self,
@@ -528,42 +505,31 @@ class _NativeMany:
 
     def close(self) -> None:
         self.closed = True
-        self._handle.close()
-        _open_handles.discard(self)
+        super().close()
 
 
-class _NativeGemm:
-    """A native GEMM with its errors translated; closed by close_native if left open."""
+class _NativeGemm(_NativeHandle):
+    """A native GEMM."""
 
     def __init__(self, handle: Any, engine: NativeEngine) -> None:
-        self._handle = handle
-        self._engine = engine
+        super().__init__(handle, engine)
         self.algorithm: dict[str, Any] = dict(handle.algorithm)
         self.copies = int(handle.copies)
         self.footprint_bytes = int(handle.footprint_bytes)
-        _open_handles.add(self)
 
     def time(self, iterations: int) -> float:
-        with self._engine._measuring():
-            return float(self._handle.time(iterations))
+        return float(self._measure("time", iterations))
 
     def verify(self, samples: int = 256, inject_fault: bool = False) -> GemmVerification:
-        with self._engine._measuring():
-            return self._handle.verify(samples, inject_fault)  # type: ignore[no-any-return]
+        return self._measure("verify", samples, inject_fault)  # type: ignore[no-any-return]
 
     def time_with_transfers(
         self, pinned: bool, tiles: int, streams: int, iterations: int, check_delivery: bool = True
     ) -> tuple[float, bool]:
-        with self._engine._measuring():
-            seconds, delivered = self._handle.time_with_transfers(
-                pinned, tiles, streams, iterations, check_delivery
-            )
+        seconds, delivered = self._measure(
+            "time_with_transfers", pinned, tiles, streams, iterations, check_delivery
+        )
         return float(seconds), bool(delivered)
 
     def time_padded(self, m: int, n: int, k: int, iterations: int) -> float:
-        with self._engine._measuring():
-            return float(self._handle.time_padded(m, n, k, iterations))
-
-    def close(self) -> None:
-        self._handle.close()
-        _open_handles.discard(self)
+        return float(self._measure("time_padded", m, n, k, iterations))

@@ -11,6 +11,29 @@ from typing import Any, Protocol
 # protocols below give their fields to the type checker; a unit test holds them to the classes.
 
 
+__all__ = [
+    "RESULT_CLASSES",
+    "Batch",
+    "Copier",
+    "Engine",
+    "Gemm",
+    "GemmVerification",
+    "GlContext",
+    "GlSession",
+    "GpuOverlapResult",
+    "ManyCopier",
+    "OverlapSample",
+    "PairComm",
+    "PinningCosts",
+    "Pitched",
+    "RotationResult",
+    "StagedPlan",
+    "Transfer",
+    "TrialTiming",
+    "Verification",
+]
+
+
 class TrialTiming(Protocol):
     @property
     def seconds(self) -> float: ...  # all iterations together
