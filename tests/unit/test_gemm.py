@@ -13,6 +13,7 @@ from xferscope import _engine, cli
 from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.core.units import alignment_class
 from xferscope.documents.reader import Field
+from xferscope.documents.records import from_plain
 from xferscope.gemm import measure as gm
 from xferscope.gemm import records as gr
 from xferscope.gemm.shapes import Shape, parse_shapes, parse_sizes, read_shapes
@@ -242,7 +243,7 @@ def test_transfers_in_sequence_and_tiles_and_where_the_gpu_pays(capsys, tmp_path
     forms = {(t["memory"], t["tiles"]) for t in big["transfers"]}
     assert forms == {("pinned", 1), ("pinned", 8), ("pageable", 1), ("pageable", 8)}
     assert all(t["delivered"] and t["seconds"] for t in big["transfers"])
-    point = gr.GemmPoint.read(Field(big))
+    point = from_plain(gr.GemmPoint, Field(big))
     assert point.transfer_flops("pinned", True) > point.transfer_flops("pinned", False)
     assert point.transfer_flops("pageable") < point.transfer_flops("pinned") < point.flops
     codes = {f["code"] for f in doc["findings"]}
@@ -308,7 +309,9 @@ def test_the_offload_ladder_finds_where_the_gpu_beats_the_cpu(capsys, tmp_path):
     ladder = [c for c in doc["cpu"] if c["role"] == "ladder"]
     assert ladder and {c["threads"] for c in ladder} == {1}
     # the CPU stops after the first size at which the GPU with its transfers beats it
-    gpu = {p["m"]: gr.GemmPoint.read(Field(p)).transfer_flops("pinned") for p in doc["ladder"]}
+    gpu = {
+        p["m"]: from_plain(gr.GemmPoint, Field(p)).transfer_flops("pinned") for p in doc["ladder"]
+    }
     beaten = [
         c["m"]
         for c in ladder

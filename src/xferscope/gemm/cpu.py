@@ -14,14 +14,14 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from ..core import interrupt, stats
 from ..core.cases import DEFAULT_SEED
 from ..core.compiled import engine_module
 from ..core.errors import OptionError, XferscopeError
 from ..core.progress import QUIET, Progress
-from ..documents.reader import Field
+from ..documents.records import Derived
 from .shapes import Shape
 
 _e = engine_module()
@@ -56,6 +56,10 @@ class CpuPoint:
     seconds: tuple[float, ...] = ()
     verified: bool | None = None
     role: str = "scaling"  # scaling: seed 003's Figure 9; ladder: the offload ladder
+    # Derived, for readers; ignored when loading.
+    DERIVED: ClassVar[tuple[Derived, ...]] = (
+        Derived("tflops", lambda c: None if c.flops is None else c.flops / 1e12),
+    )
 
     @property
     def shape(self) -> Shape:
@@ -64,36 +68,6 @@ class CpuPoint:
     @property
     def flops(self) -> float | None:
         return self.shape.flops / stats.median(self.seconds) if self.seconds else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "precision": self.precision,
-            "m": self.m,
-            "n": self.n,
-            "k": self.k,
-            "threads": self.threads,
-            "status": self.status,
-            "error": self.error,
-            "seconds": list(self.seconds),
-            "verified": self.verified,
-            "role": self.role,
-            "tflops": None if self.flops is None else self.flops / 1e12,
-        }
-
-    @classmethod
-    def read(cls, x: Field) -> CpuPoint:
-        return cls(
-            precision=x["precision"].string(),
-            m=x["m"].integer(),
-            n=x["n"].integer(),
-            k=x["k"].integer(),
-            threads=x["threads"].integer(),
-            status=x["status"].string(),
-            error=x["error"].optional_string(),
-            seconds=x["seconds"].numbers(),
-            verified=x["verified"].optional_boolean(),
-            role=x["role"].string() if "role" in x else "scaling",
-        )
 
 
 # The BLAS's thread-count variables, set for each worker process.

@@ -7,21 +7,21 @@ gemm/findings.py."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
 
 from ..core import stats
 from ..core.cases import DEFAULT_SEED
 from ..core.compiled import engine_module
-from ..documents.envelope import (
-    Envelope,
-    document_header,
-    dumps_document,
-    dumps_table,
-    header_fields,
+from ..documents.envelope import Envelope, dumps_document
+from ..documents.records import (
+    Column,
+    Derived,
+    dumps_columns,
+    read_result,
+    result_document,
+    to_plain,
 )
-from ..documents.reader import Field, check_schema
 from .cpu import DTYPES as CPU_DTYPES
 from .cpu import CpuPoint
 from .peak import Peak, peak
@@ -85,6 +85,10 @@ LADDER: tuple[int, ...] = (
 )
 
 
+def _triples(shapes: tuple[Shape, ...]) -> list[list[int]]:
+    return [[s.m, s.n, s.k] for s in shapes]
+
+
 @dataclass(frozen=True, slots=True)
 class GemmOptions:
     precisions: tuple[str, ...]
@@ -118,13 +122,11 @@ class GemmOptions:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["shapes"] = [[s.m, s.n, s.k] for s in self.shapes]
-        d["cpu_shapes"] = (
-            None if self.cpu_shapes is None else [[s.m, s.n, s.k] for s in self.cpu_shapes]
-        )
-        d["ladder"] = list(self.ladder)
-        return d
+        """The options in the result's document: their fields, each shape as [M, N, K]."""
+        return to_plain(self) | {
+            "shapes": _triples(self.shapes),
+            "cpu_shapes": None if self.cpu_shapes is None else _triples(self.cpu_shapes),
+        }
 
     @property
     def cpu_scaling_shapes(self) -> tuple[Shape, ...]:
@@ -166,6 +168,13 @@ class GemmPoint:
     transfers: tuple[dict[str, Any], ...] = ()
     # padded: {m, n, k (the padded shape), seconds (per GEMM with its copies), iterations, error}
     padded: dict[str, Any] | None = None
+    # Derived, for readers; ignored when loading (a study point's shares: to_dict).
+    DERIVED: ClassVar[tuple[Derived, ...]] = (
+        Derived("alignment", lambda p: p.alignment),
+        Derived("tflops", lambda p: None if p.flops is None else p.flops / 1e12),
+        Derived("spread", lambda p: p.spread),
+        Derived("pad_gain", lambda p: p.pad_gain),
+    )
 
     @property
     def shape(self) -> Shape:
@@ -214,59 +223,20 @@ class GemmPoint:
         t = self.median_s
         return t / stats.median(padded["seconds"]) if t and padded.get("seconds") else None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "precision": self.precision,
-            "m": self.m,
-            "n": self.n,
-            "k": self.k,
-            "trans_a": self.trans_a,
-            "trans_b": self.trans_b,
-            "status": self.status,
-            "error": self.error,
-            "seconds": list(self.seconds),
-            "iterations": self.iterations,
-            "verification": self.verification,
-            "algorithm": self.algorithm,
-            "copies": self.copies,
-            "transfers": [dict(t) for t in self.transfers],
-            "padded": self.padded,
-            # derived, for readers; ignored when loading
-            "alignment": self.alignment,
-            "tflops": None if self.flops is None else self.flops / 1e12,
-            "spread": self.spread,
-            "pad_gain": self.pad_gain,
-        }
-
-    @classmethod
-    def read(cls, x: Field) -> GemmPoint:
-        return cls(
-            precision=x["precision"].string(),
-            m=x["m"].integer(),
-            n=x["n"].integer(),
-            k=x["k"].integer(),
-            trans_a=x["trans_a"].boolean(),
-            trans_b=x["trans_b"].boolean(),
-            status=x["status"].string(),
-            error=x["error"].optional_string(),
-            seconds=x["seconds"].numbers(),
-            iterations=x["iterations"].integer(),
-            verification=None if x["verification"].null else x["verification"].object(),
-            algorithm=None if x["algorithm"].null else x["algorithm"].object(),
-            copies=x["copies"].integer(),
-            transfers=tuple(t.object() for t in x["transfers"].items()),
-            padded=None if "padded" not in x or x["padded"].null else x["padded"].object(),
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class GemmResult(Envelope):
     device: int
     blas: dict[str, Any]  # the library and its version
     points: tuple[GemmPoint, ...]
-    cpu: tuple[CpuPoint, ...] = ()
-    cpu_blas: dict[str, Any] | None = None
     ladder: tuple[GemmPoint, ...] = ()  # the offload ladder's GPU points
+    cpu_blas: dict[str, Any] | None = None
+    cpu: tuple[CpuPoint, ...] = ()
+    # Derived, for readers; ignored when loading.
+    DERIVED: ClassVar[tuple[Derived, ...]] = (
+        Derived("peak", lambda r: _peaks(r), "ladder"),
+        Derived("classes", lambda r: _classes(r)),
+    )
 
     def measured(self, precision: str) -> list[GemmPoint]:
         return [p for p in self.points if p.precision == precision and p.flops and p.verified]
@@ -359,123 +329,104 @@ def classes(result: GemmResult, precision: str) -> list[tuple[int, float, int]]:
 # ---- documents ---------------------------------------------------------------------------------
 
 
-def _point_dict(result: GemmResult, p: GemmPoint) -> dict[str, Any]:
-    of_peak, of_best = result.shares(p)
-    return p.to_dict() | {"share_of_peak": of_peak, "share_of_best": of_best}
-
-
-def to_dict(result: GemmResult) -> dict[str, Any]:
-    precisions = result.precisions
-    return document_header(SCHEMA_NAME, SCHEMA_VERSION, result) | {
-        "device": result.device,
-        "blas": result.blas,
-        "points": [_point_dict(result, p) for p in result.points],
-        "ladder": [p.to_dict() for p in result.ladder],
-        "peak": {
-            precision: None if (top := result.peak(precision)) is None else top.to_dict()
-            for precision in precisions
-        },
-        "cpu_blas": result.cpu_blas,
-        "cpu": [c.to_dict() for c in result.cpu],
-        "classes": {
-            precision: [
-                {"alignment": c, "mean_tflops": f / 1e12, "points": n}
-                for c, f, n in classes(result, precision)
-            ]
-            for precision in precisions
-        },
+def _peaks(result: GemmResult) -> dict[str, Any]:
+    """The GPU's peak in each precision the result measured (null where it is not known)."""
+    return {
+        precision: None if (top := result.peak(precision)) is None else top.to_dict()
+        for precision in result.precisions
     }
 
 
+def _classes(result: GemmResult) -> dict[str, Any]:
+    """Seed 003's Table III in each precision the result measured (classes())."""
+    return {
+        precision: [
+            {"alignment": c, "mean_tflops": f / 1e12, "points": n}
+            for c, f, n in classes(result, precision)
+        ]
+        for precision in result.precisions
+    }
+
+
+def to_dict(result: GemmResult) -> dict[str, Any]:
+    """The result's document: its fields and derived entries, each study point's with its
+    shares of the GPU's peak and of the best in its precision (which the whole result, not the
+    point, knows: GemmResult.shares)."""
+    d = result_document(SCHEMA_NAME, SCHEMA_VERSION, result)
+    for p, point in zip(result.points, d["points"], strict=True):
+        point["share_of_peak"], point["share_of_best"] = result.shares(p)
+    return d
+
+
 def from_dict(d: dict[str, Any]) -> GemmResult:
-    check_schema(d, SCHEMA_NAME, SCHEMA_VERSION, oldest=1)
-    r = Field(d)
-    return GemmResult(
-        **header_fields(r),
-        device=r["device"].integer(),
-        blas=r["blas"].object(),
-        points=tuple(GemmPoint.read(p) for p in r["points"].items()),
-        cpu=tuple(CpuPoint.read(c) for c in r["cpu"].items()),
-        cpu_blas=None if r["cpu_blas"].null else r["cpu_blas"].object(),
-        ladder=tuple(GemmPoint.read(p) for p in r["ladder"].items()) if "ladder" in r else (),
-    )
+    """A gemm document read back; SchemaError names the field that is wrong."""
+    return read_result(GemmResult, d, SCHEMA_NAME, SCHEMA_VERSION, oldest=1)
 
 
 def dumps_json(result: GemmResult) -> str:
     return dumps_document(to_dict(result), indent=2)
 
 
-CSV_COLUMNS = (
-    "simulated",
-    "device",
-    "precision",
-    "m",
-    "n",
-    "k",
-    "trans_a",
-    "trans_b",
-    "alignment",
-    "status",
-    "median_s",
-    "tflops",
-    "spread",
-    "verified",
-    "worst_error",
-    "algorithm_id",
-    "tile",
-    "copies",
-    "pinned_sequence_tflops",
-    "pinned_tiled_tflops",
-    "pageable_sequence_tflops",
-    "pageable_tiled_tflops",
-    "share_of_peak",
-    "share_of_best",
-    "padded_shape",
-    "pad_gain",
-    "error",
+class _Row(NamedTuple):
+    """A row of the CSV: a study point of a result."""
+
+    result: GemmResult
+    point: GemmPoint
+
+
+def _point_column(name: str) -> Column[_Row]:
+    return Column(name, lambda r: getattr(r.point, name))
+
+
+def _text(value: float | None, spec: str = ".6g", scale: float = 1.0) -> str:
+    """A figure in a CSV cell: empty when there is none."""
+    return "" if value is None else format(value / scale, spec)
+
+
+def _transfer_column(memory: str, tiled: bool) -> Column[_Row]:
+    """FLOP/s with the data moved from `memory` and back, in sequence or tiled."""
+    name = f"{memory}_{'tiled' if tiled else 'sequence'}_tflops"
+    return Column(name, lambda r: _text(r.point.transfer_flops(memory, tiled), scale=1e12))
+
+
+def _padded_shape(p: GemmPoint) -> str:
+    return "" if not p.padded else f"{p.padded['m']}x{p.padded['n']}x{p.padded['k']}"
+
+
+CSV_COLUMNS: tuple[Column[_Row], ...] = (
+    Column("simulated", lambda r: int(r.result.simulated)),
+    Column("device", lambda r: r.result.device),
+    *(_point_column(name) for name in ("precision", "m", "n", "k")),
+    Column("trans_a", lambda r: int(r.point.trans_a)),
+    Column("trans_b", lambda r: int(r.point.trans_b)),
+    *(_point_column(name) for name in ("alignment", "status")),
+    Column("median_s", lambda r: _text(r.point.median_s)),
+    Column("tflops", lambda r: _text(r.point.flops, scale=1e12)),
+    Column("spread", lambda r: f"{r.point.spread:.4f}"),
+    Column("verified", lambda r: "" if r.point.verified is None else int(r.point.verified)),
+    Column(
+        "worst_error",
+        lambda r: "" if not r.point.verification else f"{r.point.verification['worst_error']:.3g}",
+    ),
+    Column("algorithm_id", lambda r: (r.point.algorithm or {}).get("id", "")),
+    Column("tile", lambda r: (r.point.algorithm or {}).get("tile", "")),
+    _point_column("copies"),
+    *(
+        _transfer_column(memory, tiled)
+        for memory in ("pinned", "pageable")
+        for tiled in (False, True)
+    ),
+    Column("share_of_peak", lambda r: _text(r.result.shares(r.point)[0], ".4f")),
+    Column("share_of_best", lambda r: _text(r.result.shares(r.point)[1], ".4f")),
+    Column("padded_shape", lambda r: _padded_shape(r.point)),
+    Column("pad_gain", lambda r: _text(r.point.pad_gain, ".4f")),
+    Column("error", lambda r: r.point.error or ""),
 )
 
 
 def dumps_csv(result: GemmResult) -> str:
-    def rows() -> Iterator[Sequence[object]]:
-        for p in result.points:
-            v = p.verification or {}
-            a = p.algorithm or {}
-            yield (
-                (
-                    int(result.simulated),
-                    result.device,
-                    p.precision,
-                    p.m,
-                    p.n,
-                    p.k,
-                    int(p.trans_a),
-                    int(p.trans_b),
-                    p.alignment,
-                    p.status,
-                    "" if p.median_s is None else f"{p.median_s:.6g}",
-                    "" if p.flops is None else f"{p.flops / 1e12:.6g}",
-                    f"{p.spread:.4f}",
-                    "" if p.verified is None else int(p.verified),
-                    "" if not v else f"{v['worst_error']:.3g}",
-                    a.get("id", ""),
-                    a.get("tile", ""),
-                    p.copies,
-                    *(
-                        ""
-                        if (rate := p.transfer_flops(memory, tiled)) is None
-                        else f"{rate / 1e12:.6g}"
-                        for memory in ("pinned", "pageable")
-                        for tiled in (False, True)
-                    ),
-                    *("" if share is None else f"{share:.4f}" for share in result.shares(p)),
-                    "" if not p.padded else f"{p.padded['m']}x{p.padded['n']}x{p.padded['k']}",
-                    "" if p.pad_gain is None else f"{p.pad_gain:.4f}",
-                    p.error or "",
-                )
-            )
-
-    return dumps_table(CSV_COLUMNS, rows())
+    """One row per study point."""
+    return dumps_columns(CSV_COLUMNS, (_Row(result, p) for p in result.points))
 
 
 def steps(options: GemmOptions) -> int:

@@ -18,7 +18,7 @@ from ..core.engine import Engine, GlContext
 from ..core.errors import AllocationError, EngineError, GlError, XferscopeError
 from ..core.progress import QUIET, Progress
 from ..documents.envelope import now
-from .records import Baseline, FrameTimes, GlResult, ScenarioResult
+from .records import Baseline, FrameTimes, GlResult, Refusal, ScenarioResult
 from .states import (
     AUTO_WORK_SHARES,
     LIMITER_FRAMES,
@@ -218,7 +218,7 @@ def measure(engine: Engine, options: GlOptions, progress: Progress = QUIET) -> G
         device=options.device,
         gl=info,
         scenarios=tuple(results),
-        refused=tuple(refused),
+        refused=tuple(Refusal(name, why) for name, why in refused),
         baselines=tuple(baselines),
         interrupted=interrupted,
         wall_s=engine.clock() - start,

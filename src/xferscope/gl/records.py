@@ -1,22 +1,15 @@
-"""The GL result record (its scenarios, frame loops and baseline) and its JSON and CSV forms,
-schema xferscope-gl."""
+"""The GL result record (its scenarios, frame loops, refusals and baselines) and its JSON and CSV
+forms, schema xferscope-gl."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, NamedTuple
 
 from ..core import stats
-from ..documents.envelope import (
-    Envelope,
-    document_header,
-    dumps_document,
-    dumps_table,
-    header_fields,
-)
-from ..documents.reader import Field, check_schema
-from ..documents.records import from_plain
+from ..documents.envelope import Envelope, dumps_document
+from ..documents.records import Column, Derived, dumps_columns, read_result, result_document
 from .states import STATE_FIELDS
 
 SCHEMA_NAME = "xferscope-gl"
@@ -37,6 +30,8 @@ class FrameTimes:
     map_s: float  # blocked mapping PBOs or waiting on fences (map blocking)
     work_s: float  # dummy CPU work done
     log: tuple[tuple[float, float, float], ...] = ()  # per frame (call, map, work), on request
+    # Derived, for readers; ignored when loading.
+    DERIVED: ClassVar[tuple[Derived, ...]] = (Derived("rate", lambda t: t.rate, "work_s"),)
 
     @property
     def rate(self) -> float:
@@ -45,23 +40,6 @@ class FrameTimes:
     @property
     def blocking_s(self) -> float:
         return self.call_s + self.map_s
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "work_per_frame_s": self.work_per_frame_s,
-            "frames": self.frames,
-            "bytes": self.bytes,
-            "seconds": self.seconds,
-            "call_s": self.call_s,
-            "map_s": self.map_s,
-            "work_s": self.work_s,
-            "rate": self.rate,
-            "log": [list(x) for x in self.log],
-        }
-
-    @classmethod
-    def read(cls, x: Field) -> FrameTimes:
-        return from_plain(cls, x)  # its fields by their types; `rate` is derived
 
 
 def hidden(base: FrameTimes, point: FrameTimes) -> float | None:
@@ -86,8 +64,15 @@ class ScenarioResult:
     verification: dict[str, Any] | None = None
     timing: FrameTimes | None = None  # all frames together, or the limiter's 10 (estimated)
     estimated_s: float | None = None  # the whole scenario's estimated time when cut
-    asynchronous: tuple[FrameTimes, ...] = ()  # CPU work per frame, least first
     trial_rates: tuple[float, ...] = ()  # bytes per second of each trial
+    # CPU work per frame, least first (in the document each with its hidden share: to_dict)
+    asynchronous: tuple[FrameTimes, ...] = ()
+    # Derived, for readers; ignored when loading.
+    DERIVED: ClassVar[tuple[Derived, ...]] = (
+        Derived("rate", lambda s: s.rate, "trial_rates"),
+        Derived("spread", lambda s: s.spread, "trial_rates"),
+        Derived("hidden_share", lambda s: s.hidden_share()),
+    )
 
     @property
     def rate(self) -> float | None:
@@ -112,50 +97,18 @@ class ScenarioResult:
     def op(self) -> str:
         return str(self.states["op"])
 
+    def share_hidden(self, loop: FrameTimes) -> float | None:
+        """The share of one of its asynchronous loops' CPU work the transfer hid (hidden(), set
+        against the scenario's timing; None without one)."""
+        return None if self.timing is None else hidden(self.timing, loop)
+
     def hidden_share(self) -> float | None:
         """The share hidden of the largest CPU work not longer than the transfer itself."""
         if self.timing is None or not self.asynchronous:
             return None
         frame_s = self.timing.seconds / max(1, self.timing.frames)
         fitting = [p for p in self.asynchronous if 0 < p.work_per_frame_s <= frame_s * 1.001]
-        return hidden(self.timing, fitting[-1]) if fitting else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "label": self.label,
-            "states": self.states,
-            "frame_bytes": self.frame_bytes,
-            "status": self.status,
-            "error": self.error,
-            "verification": self.verification,
-            "timing": None if self.timing is None else self.timing.to_dict(),
-            "estimated_s": self.estimated_s,
-            "trial_rates": list(self.trial_rates),
-            "rate": self.rate,
-            "spread": self.spread,
-            "asynchronous": [
-                p.to_dict()
-                | {"hidden_share": None if self.timing is None else hidden(self.timing, p)}
-                for p in self.asynchronous
-            ],
-            "hidden_share": self.hidden_share(),
-        }
-
-    @classmethod
-    def read(cls, x: Field) -> ScenarioResult:
-        timing = x["timing"]
-        return cls(
-            label=x["label"].string(),
-            states=x["states"].object(),
-            frame_bytes=x["frame_bytes"].integer(),
-            status=x["status"].string(),
-            error=x["error"].optional_string(),
-            verification=None if x["verification"].null else x["verification"].object(),
-            timing=None if timing.null else FrameTimes.read(timing),
-            estimated_s=x["estimated_s"].optional_number(),
-            asynchronous=tuple(FrameTimes.read(p) for p in x["asynchronous"].items()),
-            trial_rates=x["trial_rates"].numbers(),
-        )
+        return self.share_hidden(fitting[-1]) if fitting else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,17 +120,13 @@ class Baseline:
     rate: float | None
     error: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"op": self.op, "bytes": self.bytes, "rate": self.rate, "error": self.error}
 
-    @classmethod
-    def read(cls, x: Field) -> Baseline:
-        return cls(
-            x["op"].string(),
-            x["bytes"].integer(),
-            x["rate"].optional_number(),
-            x["error"].optional_string(),
-        )
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A scenario of the plan that cannot run, and why (the engine's rules)."""
+
+    label: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,8 +134,10 @@ class GlResult(Envelope):
     device: int
     gl: dict[str, Any]  # vendor, renderer, version, EGL device ...
     scenarios: tuple[ScenarioResult, ...]
-    refused: tuple[tuple[str, str], ...]  # (label, reason)
+    refused: tuple[Refusal, ...]
     baselines: tuple[Baseline, ...]
+    # Derived, for readers; ignored when loading.
+    DERIVED: ClassVar[tuple[Derived, ...]] = (Derived("best", lambda r: _best(r)),)
 
     def baseline(self, op: str, bytes: int) -> Baseline | None:
         return next((b for b in self.baselines if b.op == op and b.bytes == bytes), None)
@@ -197,99 +148,109 @@ class GlResult(Envelope):
         return max(done, key=lambda s: s.rate or 0.0, default=None)
 
 
-def to_dict(result: GlResult) -> dict[str, Any]:
-    return document_header(SCHEMA_NAME, SCHEMA_VERSION, result) | {
-        "device": result.device,
-        "gl": result.gl,
-        "scenarios": [s.to_dict() for s in result.scenarios],
-        "refused": [{"label": name, "reason": why} for name, why in result.refused],
-        "baselines": [b.to_dict() for b in result.baselines],
-        "best": {
-            op: None
-            if (b := result.best(op)) is None
-            else {"label": b.label, "states": b.states, "rate": b.rate}
-            for op in ("upload", "readback")
-        },
+# ---- documents ---------------------------------------------------------------------------------
+
+
+def _best(result: GlResult) -> dict[str, Any]:
+    """The fastest scenario of each op: its label, states and rate (null: none)."""
+    return {
+        op: None
+        if (b := result.best(op)) is None
+        else {"label": b.label, "states": b.states, "rate": b.rate}
+        for op in ("upload", "readback")
     }
+
+
+def to_dict(result: GlResult) -> dict[str, Any]:
+    """The result's document: its fields and derived entries, each asynchronous loop's with the
+    share of its CPU work hidden (which its scenario, not the loop, knows)."""
+    d = result_document(SCHEMA_NAME, SCHEMA_VERSION, result)
+    for s, scenario in zip(result.scenarios, d["scenarios"], strict=True):
+        for p, loop in zip(s.asynchronous, scenario["asynchronous"], strict=True):
+            loop["hidden_share"] = s.share_hidden(p)
+    return d
 
 
 def from_dict(d: dict[str, Any]) -> GlResult:
     """A gl document read back; SchemaError names the field that is wrong."""
-    check_schema(d, SCHEMA_NAME, SCHEMA_VERSION)
-    r = Field(d)
-    return GlResult(
-        **header_fields(r),
-        device=r["device"].integer(),
-        gl=r["gl"].object(),
-        scenarios=tuple(ScenarioResult.read(s) for s in r["scenarios"].items()),
-        refused=tuple((x["label"].string(), x["reason"].string()) for x in r["refused"].items()),
-        baselines=tuple(Baseline.read(b) for b in r["baselines"].items()),
-    )
+    return read_result(GlResult, d, SCHEMA_NAME, SCHEMA_VERSION)
 
 
 def dumps_json(result: GlResult) -> str:
     return dumps_document(to_dict(result), indent=2)
 
 
-CSV_COLUMNS = (
-    "simulated",
-    "device",
-    *STATE_FIELDS,
-    "status",
-    "verified",
-    "actual_internal_format",
-    "work_per_frame_s",
-    "frames",
-    "bytes",
-    "seconds",
-    "rate_gbps",
-    "spread",
-    "call_s",
-    "map_s",
-    "work_s",
-    "hidden_share",
-    "estimated_s",
-    "error",
+class _Row(NamedTuple):
+    """A row of the CSV: a scenario's frames together (`loop` its timing, None when it failed
+    before), or one of its asynchronous loops."""
+
+    result: GlResult
+    scenario: ScenarioResult
+    loop: FrameTimes | None
+    asynchronous: bool
+
+
+def _state_column(name: str) -> Column[_Row]:
+    def value(r: _Row) -> object:
+        x = r.scenario.states[name]
+        return int(x) if isinstance(x, bool) else x
+
+    return Column(name, value)
+
+
+def _loop_column(name: str, value: Callable[[FrameTimes], object]) -> Column[_Row]:
+    """A figure of the row's frame loop (empty when there is none)."""
+    return Column(name, lambda r: "" if r.loop is None else value(r.loop))
+
+
+def _rate_gbps(r: _Row) -> str:
+    """The loop's rate; on the scenario's row, the scenario's (its trials' median)."""
+    if r.loop is None:
+        return ""
+    rate = r.loop.rate if r.asynchronous else (r.scenario.rate or 0.0)
+    return f"{rate / 1e9:.6g}"
+
+
+def _hidden(r: _Row) -> float | None:
+    """The share of an asynchronous loop's CPU work hidden (none on the scenario's row)."""
+    return r.scenario.share_hidden(r.loop) if r.asynchronous and r.loop is not None else None
+
+
+def _text(value: float | None, spec: str) -> str:
+    return "" if value is None else format(value, spec)
+
+
+CSV_COLUMNS: tuple[Column[_Row], ...] = (
+    Column("simulated", lambda r: int(r.result.simulated)),
+    Column("device", lambda r: r.result.device),
+    *(_state_column(name) for name in STATE_FIELDS),
+    Column("status", lambda r: r.scenario.status),
+    Column("verified", lambda r: "" if r.scenario.verified is None else int(r.scenario.verified)),
+    Column(
+        "actual_internal_format",
+        lambda r: (r.scenario.verification or {}).get("actual_internal_format", ""),
+    ),
+    _loop_column("work_per_frame_s", lambda t: t.work_per_frame_s),
+    _loop_column("frames", lambda t: t.frames),
+    _loop_column("bytes", lambda t: t.bytes),
+    _loop_column("seconds", lambda t: f"{t.seconds:.6g}"),
+    Column("rate_gbps", _rate_gbps),
+    Column("spread", lambda r: "" if r.asynchronous else f"{r.scenario.spread:.4f}"),
+    _loop_column("call_s", lambda t: f"{t.call_s:.6g}"),
+    _loop_column("map_s", lambda t: f"{t.map_s:.6g}"),
+    _loop_column("work_s", lambda t: f"{t.work_s:.6g}"),
+    Column("hidden_share", lambda r: _text(_hidden(r), ".4f")),
+    Column("estimated_s", lambda r: _text(r.scenario.estimated_s, ".4g")),
+    Column("error", lambda r: r.scenario.error or ""),
 )
+
+
+def _rows(result: GlResult) -> Iterator[_Row]:
+    for s in result.scenarios:
+        yield _Row(result, s, s.timing, False)
+        yield from (_Row(result, s, p, True) for p in s.asynchronous)
 
 
 def dumps_csv(result: GlResult) -> str:
     """One row per scenario (its rate, work 0) and one per amount of CPU work."""
-
-    def rows() -> Iterator[Sequence[object]]:
-        for s in result.scenarios:
-            v = s.verification or {}
-            loops: list[tuple[FrameTimes | None, float | None]] = [(s.timing, None)]
-            loops += [
-                (p, None if s.timing is None else hidden(s.timing, p)) for p in s.asynchronous
-            ]
-            for t, share in loops:
-                yield (
-                    (
-                        int(result.simulated),
-                        result.device,
-                        *(
-                            int(x) if isinstance(x, bool) else x
-                            for x in (s.states[f] for f in STATE_FIELDS)
-                        ),
-                        s.status,
-                        "" if s.verified is None else int(s.verified),
-                        v.get("actual_internal_format", ""),
-                        "" if t is None else t.work_per_frame_s,
-                        "" if t is None else t.frames,
-                        "" if t is None else t.bytes,
-                        "" if t is None else f"{t.seconds:.6g}",
-                        ""
-                        if t is None
-                        else f"{((s.rate or 0.0) if t is s.timing else t.rate) / 1e9:.6g}",
-                        f"{s.spread:.4f}" if t is s.timing else "",
-                        "" if t is None else f"{t.call_s:.6g}",
-                        "" if t is None else f"{t.map_s:.6g}",
-                        "" if t is None else f"{t.work_s:.6g}",
-                        "" if share is None else f"{share:.4f}",
-                        "" if s.estimated_s is None else f"{s.estimated_s:.4g}",
-                        s.error or "",
-                    )
-                )
-
-    return dumps_table(CSV_COLUMNS, rows())
+    return dumps_columns(CSV_COLUMNS, _rows(result))

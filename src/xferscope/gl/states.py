@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..core import limits
@@ -15,6 +15,7 @@ from ..core.cases import DEFAULT_SEED
 from ..core.compiled import engine_module
 from ..core.errors import OptionError
 from ..core.units import parse_list, parse_seconds_list, parse_size_option
+from ..documents.records import to_plain
 
 _e = engine_module()
 
@@ -122,10 +123,8 @@ class GlOptions:
     extra: tuple[dict[str, Any], ...] = field(default=())  # a preset's own scenarios
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["sizes"] = [f"{w}x{h}" for w, h in self.sizes]
-        d["work"] = self.work if isinstance(self.work, str) else list(self.work)
-        return d
+        """The options in the result's document: their fields, each size as 'WxH'."""
+        return to_plain(self) | {"sizes": [f"{w}x{h}" for w, h in self.sizes]}
 
 
 def parse_options(

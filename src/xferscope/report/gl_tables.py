@@ -73,8 +73,8 @@ def print_gl(result: GlResult, console: Console) -> None:
             _print_async(s, console)
     if result.refused:
         console.print(f"{len(result.refused)} combination(s) cannot run and were skipped:")
-        for name, why in result.refused[:MOST_REFUSALS_SHOWN]:
-            console.print(f"  {name}: {why}")
+        for r in result.refused[:MOST_REFUSALS_SHOWN]:
+            console.print(f"  {r.label}: {r.reason}")
         if len(result.refused) > MOST_REFUSALS_SHOWN:
             console.print(f"  ... and {len(result.refused) - MOST_REFUSALS_SHOWN} more (JSON)")
     print_findings(result.findings, console)
