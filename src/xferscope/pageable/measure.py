@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, NamedTuple
 
 from ..core import machine, plan, stats
 from ..core.cases import DEFAULT_SEED
@@ -35,16 +35,15 @@ from ..core.errors import AllocationError, OptionError, XferscopeError
 from ..core.findings import Finding, corrupted
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
-from ..documents.envelope import (
-    Envelope,
-    document_header,
-    dumps_document,
-    dumps_table,
-    header_fields,
-    now,
+from ..documents.envelope import Envelope, dumps_document, now
+from ..documents.records import (
+    Column,
+    Derived,
+    dumps_columns,
+    read_result,
+    result_document,
+    to_plain,
 )
-from ..documents.reader import Field, check_schema
-from ..run.records import PINNING_KEYS
 from .staged import StagedPlan
 
 SCHEMA_NAME = "xferscope-pageable"
@@ -86,6 +85,7 @@ class Crossover:
     before: str
     after: str
     sends: float
+    DERIVED: ClassVar[tuple[Derived, ...]] = (Derived("from_send", lambda c: c.from_send),)
 
     @property
     def from_send(self) -> int:
@@ -93,18 +93,46 @@ class Crossover:
         return max(1, math.floor(self.sends) + 1)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Samples:
+    """The raw samples of each cost of one size (seconds): the engine's measure_pinning costs
+    by their keys (run.records.PINNING_KEYS), one per repeat, then the staged copies'."""
+
+    host_alloc_s: tuple[float, ...]
+    host_free_s: tuple[float, ...]
+    register_s: tuple[float, ...]
+    unregister_s: tuple[float, ...]
+    pageable_copy_s: tuple[float, ...]
+    pinned_copy_s: tuple[float, ...]
+    registered_copy_s: tuple[float, ...]
+    host_copy_s: tuple[float, ...]
+    staged_copy_s: tuple[float, ...]  # per copy, one per trial
+
+
+# The pinning costs a size measures: every sample but the staged copies'.
+_PINNING = tuple(f.name for f in fields(Samples) if f.name != "staged_copy_s")
+
+
 @dataclass(frozen=True, slots=True)
 class SizeResult:
     """What was measured for one size: the raw samples of each cost (seconds)."""
 
     bytes: int
-    pinning: tuple[tuple[str, tuple[float, ...]], ...]  # measure_pinning key -> its samples
-    staged_copy_s: tuple[float, ...]  # per copy, one per trial
+    samples: Samples
     staged_iterations: int  # copies per trial
     staged_verified: bool | None  # the staged copy's destination checked; None: not checked
 
+    @property
+    def pinning(self) -> tuple[tuple[str, tuple[float, ...]], ...]:
+        """Each measure_pinning key and its samples."""
+        return tuple((key, getattr(self.samples, key)) for key in _PINNING)
+
+    @property
+    def staged_copy_s(self) -> tuple[float, ...]:
+        return self.samples.staged_copy_s
+
     def median(self, key: str) -> float:
-        return stats.median(dict(self.pinning)[key])
+        return stats.median(getattr(self.samples, key))
 
     def strategies(self, staged_setup_s: float) -> tuple[Strategy, ...]:
         """Every way of sending this size that was measured (a Ctrl-C may have left the
@@ -144,8 +172,8 @@ class PageableResult(Envelope):
     direction: str  # h2d: measure_pinning times uploads
     staged_plan: dict[str, Any] | None
     staged_setup_s: tuple[float, ...]  # creating and closing a staged copier, each repeat
-    sizes: tuple[SizeResult, ...]
     sends: tuple[int, ...]
+    sizes: tuple[SizeResult, ...]
 
     @property
     def staged_setup_median_s(self) -> float:
@@ -277,7 +305,7 @@ def _pinning(
 ) -> tuple[dict[str, list[float]], bool]:
     """Each pinning cost, one sample per repeat, and whether a Ctrl-C stopped them."""
     runs, stopped = plan.trials_until_stopped(lambda: engine.measure_pinning(device, size), repeats)
-    return {key: [float(getattr(costs, key)) for costs in runs] for key in PINNING_KEYS}, stopped
+    return {key: [float(getattr(costs, key)) for costs in runs] for key in _PINNING}, stopped
 
 
 def _cannot_pin(size: int, device: int, exc: AllocationError) -> XferscopeError:
@@ -342,12 +370,13 @@ def measure(
                 )
             # A Ctrl-C in the middle of a size keeps its trials done (verified None): a cost
             # measured at least once is a cost measured.
-            if pinning[PINNING_KEYS[0]]:
+            if pinning[_PINNING[0]]:
                 results.append(
                     SizeResult(
                         bytes=size,
-                        pinning=tuple((k, tuple(v)) for k, v in pinning.items()),
-                        staged_copy_s=tuple(staged),
+                        samples=Samples(
+                            **{k: tuple(v) for k, v in pinning.items()}, staged_copy_s=tuple(staged)
+                        ),
                         staged_iterations=iterations,
                         staged_verified=verified,
                     )
@@ -371,8 +400,8 @@ def measure(
         direction="h2d",
         staged_plan=staged_plan,
         staged_setup_s=tuple(setup),
-        sizes=tuple(sorted(results, key=lambda r: r.bytes)),
         sends=tuple(sorted(set(sends))),
+        sizes=tuple(sorted(results, key=lambda r: r.bytes)),
         interrupted=interrupted,
         wall_s=engine.clock() - start,
         findings=tuple(found),
@@ -392,18 +421,13 @@ def _strategy_dict(s: Strategy, size: int) -> dict[str, Any]:
     }
 
 
-def _size_to_dict(result: PageableResult, r: SizeResult) -> dict[str, Any]:
+def _implied(result: PageableResult, r: SizeResult) -> dict[str, Any]:
+    """What a size's costs imply at the result's sends: its entries in the document after its
+    fields. Derived, for readers that do not want to recompute; ignored when loading. (Not the
+    size's DERIVED: they need the result's sends and staged setup too.)"""
     strategies = result.strategies(r)
     by_name = {s.name: s for s in strategies}
     return {
-        "bytes": r.bytes,
-        "samples": {
-            **{k: list(v) for k, v in r.pinning},
-            "staged_copy_s": list(r.staged_copy_s),
-        },
-        "staged_iterations": r.staged_iterations,
-        "staged_verified": r.staged_verified,
-        # Derived, for readers that do not want to recompute; ignored when loading.
         "strategies": [_strategy_dict(s, r.bytes) for s in strategies],
         "totals": [
             {
@@ -413,10 +437,7 @@ def _size_to_dict(result: PageableResult, r: SizeResult) -> dict[str, Any]:
             }
             for k in result.sends
         ],
-        "crossovers": [
-            {"before": c.before, "after": c.after, "sends": c.sends, "from_send": c.from_send}
-            for c in crossovers(strategies)
-        ],
+        "crossovers": [to_plain(c) for c in crossovers(strategies)],
         "cheaper_than_pageable_from": {
             s.name: cheaper_from(s, by_name["pageable"]) for s in strategies if s.name != "pageable"
         },
@@ -424,87 +445,65 @@ def _size_to_dict(result: PageableResult, r: SizeResult) -> dict[str, Any]:
 
 
 def to_dict(result: PageableResult) -> dict[str, Any]:
-    return document_header(SCHEMA_NAME, SCHEMA_VERSION, result) | {
-        "device": result.device,
-        "direction": result.direction,
-        "staged_plan": result.staged_plan,
-        "staged_setup_s": list(result.staged_setup_s),
-        "sends": list(result.sends),
-        "sizes": [_size_to_dict(result, r) for r in result.sizes],
-    }
+    document = result_document(SCHEMA_NAME, SCHEMA_VERSION, result)
+    document["sizes"] = [
+        size | _implied(result, r) for size, r in zip(document["sizes"], result.sizes, strict=True)
+    ]
+    return document
 
 
 def from_dict(d: dict[str, Any]) -> PageableResult:
     """A pageable document read back; SchemaError names the field that is wrong."""
-    check_schema(d, SCHEMA_NAME, SCHEMA_VERSION, OLDEST_SCHEMA_VERSION)
-    r = Field(d)
-    sizes = tuple(
-        SizeResult(
-            bytes=s["bytes"].integer(),
-            pinning=tuple((k, s["samples"][k].numbers()) for k in PINNING_KEYS),
-            staged_copy_s=s["samples"]["staged_copy_s"].numbers(),
-            staged_iterations=s["staged_iterations"].integer(),
-            staged_verified=s["staged_verified"].optional_boolean(),
-        )
-        for s in r["sizes"].items()
-    )
-    plan_field = r["staged_plan"]
-    return PageableResult(
-        **header_fields(r),
-        device=r["device"].integer(),
-        direction=r["direction"].string(),
-        staged_plan=None if plan_field.null else plan_field.object(),
-        staged_setup_s=r["staged_setup_s"].numbers(),
-        sizes=sizes,
-        sends=r["sends"].integers(),
-    )
+    return read_result(PageableResult, d, SCHEMA_NAME, SCHEMA_VERSION, OLDEST_SCHEMA_VERSION)
 
 
 def dumps_json(result: PageableResult) -> str:
     return dumps_document(to_dict(result), indent=2)
 
 
-CSV_COLUMNS = (
-    "simulated",
-    "device",
-    "bytes",
-    "sends",
-    "strategy",
-    "setup_s",
-    "per_send_s",
-    "total_s",
-    "fastest",
-    "cheaper_than_pageable_from",
+class _Row(NamedTuple):
+    """A CSV row: one strategy of one size at one number of sends."""
+
+    result: PageableResult
+    size: SizeResult
+    sends: int
+    strategy: Strategy
+    fastest: str  # the cheapest strategy's name at these sends
+    pageable: Strategy  # what `cheaper_than_pageable_from` compares with
+
+
+def _cheaper_than_pageable(r: _Row) -> object:
+    beats = None if r.strategy is r.pageable else cheaper_from(r.strategy, r.pageable)
+    return "" if beats is None else beats
+
+
+_COLUMNS: tuple[Column[_Row], ...] = (
+    Column("simulated", lambda r: int(r.result.simulated)),
+    Column("device", lambda r: r.result.device),
+    Column("bytes", lambda r: r.size.bytes),
+    Column("sends", lambda r: r.sends),
+    Column("strategy", lambda r: r.strategy.name),
+    Column("setup_s", lambda r: f"{r.strategy.setup_s:.9g}"),
+    Column("per_send_s", lambda r: f"{r.strategy.per_send_s:.9g}"),
+    Column("total_s", lambda r: f"{r.strategy.total_s(r.sends):.9g}"),
+    Column("fastest", lambda r: int(r.strategy.name == r.fastest)),
+    Column("cheaper_than_pageable_from", _cheaper_than_pageable),
 )
+CSV_COLUMNS = tuple(c.name for c in _COLUMNS)
+
+
+def _rows(result: PageableResult) -> Iterator[_Row]:
+    for r in result.sizes:
+        strategies = result.strategies(r)
+        for k in result.sends:
+            best = fastest(strategies, k).name
+            for s in strategies:
+                yield _Row(result, r, k, s, best, strategies[0])
 
 
 def dumps_csv(result: PageableResult) -> str:
     """One row per size, number of sends and strategy."""
-
-    def rows() -> Iterator[Sequence[object]]:
-        for r in result.sizes:
-            strategies = result.strategies(r)
-            pageable = strategies[0]
-            for k in result.sends:
-                best = fastest(strategies, k).name
-                for s in strategies:
-                    beats = "" if s is pageable else cheaper_from(s, pageable)
-                    yield (
-                        (
-                            int(result.simulated),
-                            result.device,
-                            r.bytes,
-                            k,
-                            s.name,
-                            f"{s.setup_s:.9g}",
-                            f"{s.per_send_s:.9g}",
-                            f"{s.total_s(k):.9g}",
-                            int(s.name == best),
-                            "" if beats is None else beats,
-                        )
-                    )
-
-    return dumps_table(CSV_COLUMNS, rows())
+    return dumps_columns(_COLUMNS, _rows(result))
 
 
 def size_tag(size: int) -> str:

@@ -46,6 +46,8 @@ import numpy as np
 from ..core.engine import Engine
 from ..core.errors import EngineError, NoDeviceError, XferscopeError
 from ..core.units import format_bytes, format_rate
+from ..documents.reader import Field
+from ..documents.records import from_plain, to_plain
 
 __all__ = ["StagedCopier", "StagedPlan", "copy_to_device", "copy_to_host"]
 
@@ -85,26 +87,11 @@ class StagedPlan:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StagedPlan:
-        return cls(
-            threads=int(d["threads"]),
-            chunk_bytes=int(d["chunk_bytes"]),
-            buffers_per_thread=int(d["buffers_per_thread"]),
-            single_thread_copy_bps=float(d["single_thread_copy_bps"]),
-            target_bps=float(d["target_bps"]),
-            explanation=str(d["explanation"]),
-            direct_below=int(d.get("direct_below", 0)),  # recorded before it existed: none
-        )
+        """A plan as to_dict writes it; one recorded before direct_below existed has none (0)."""
+        return from_plain(cls, Field(d))
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "threads": self.threads,
-            "chunk_bytes": self.chunk_bytes,
-            "buffers_per_thread": self.buffers_per_thread,
-            "single_thread_copy_bps": self.single_thread_copy_bps,
-            "target_bps": self.target_bps,
-            "explanation": self.explanation,
-            "direct_below": self.direct_below,
-        }
+        return to_plain(self)
 
     def summary(self) -> str:
         """One line: '8 threads, 4 MiB chunks, 2 buffers per thread (64 MiB pinned)'."""

@@ -12,10 +12,11 @@ import bisect
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import ClassVar
 
 from ..core import stats
 from ..core.units import format_bytes
+from ..documents.records import KEY, Derived
 from .records import NVPROF_NAMES, Copy, Interval, Trace
 from .reference import Reference
 
@@ -30,13 +31,14 @@ ASYNC_ISSUE_S = 5e-6  # an asynchronous copy call costs the host about this (whe
 class KindRow:
     """One line of seed 001's table."""
 
-    name: str
+    name: str = field(metadata={KEY: "kind"})
     calls: int
     total_s: float
     avg_s: float
     min_s: float
     max_s: float
-    share: float  # of the GPU time of every copy, memset and kernel
+    # of the GPU time of every copy, memset and kernel
+    share: float = field(metadata={KEY: "time_share"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +53,11 @@ class Group:
     expected_s: float | None  # what this machine takes for the same copies
     blocked_s: float  # host time inside the calls that waited for their copy
     overlapped_s: float  # copy time during which a kernel ran on the same GPU
+    # Derived, for readers that do not want to recompute.
+    DERIVED: ClassVar[tuple[Derived, ...]] = (
+        Derived("rate_bps", lambda g: g.rate, "gpu_s"),
+        Derived("of_reach", lambda g: g.of_reach, "expected_s"),
+    )
 
     @property
     def rate(self) -> float:
@@ -75,20 +82,6 @@ class Fix:
     saving_s: float
     fix: str
     detail: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "code": self.code,
-            "title": self.title,
-            "calls": self.calls,
-            "bytes": self.bytes,
-            "sizes": self.sizes,
-            "where": list(self.where),
-            "cost_s": self.cost_s,
-            "saving_s": self.saving_s,
-            "fix": self.fix,
-            "detail": self.detail,
-        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,13 +5,12 @@ them."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..core.findings import INFO, WARNING, Finding
-from ..documents.envelope import Envelope, document_header, dumps_table, header_fields
-from ..documents.reader import Field, check_schema
+from ..documents.envelope import Envelope, dumps_document
+from ..documents.records import Column, dumps_columns, read_result, result_document, to_plain
 from .analyze import Analysis, Fix, Group, KindRow
 from .records import Copy, Trace
 
@@ -78,34 +77,9 @@ def summary_dict(
     analysis: Analysis, trace: Trace, reference: dict[str, Any] | None
 ) -> dict[str, Any]:
     return {
-        "table": [
-            {
-                "kind": r.name,
-                "calls": r.calls,
-                "total_s": r.total_s,
-                "avg_s": r.avg_s,
-                "min_s": r.min_s,
-                "max_s": r.max_s,
-                "time_share": r.share,
-            }
-            for r in analysis.table
-        ],
-        "groups": [
-            {
-                "direction": g.direction,
-                "memory": g.memory,
-                "calls": g.calls,
-                "bytes": g.bytes,
-                "gpu_s": g.gpu_s,
-                "rate_bps": g.rate,
-                "expected_s": g.expected_s,
-                "of_reach": g.of_reach,
-                "blocked_s": g.blocked_s,
-                "overlapped_s": g.overlapped_s,
-            }
-            for g in analysis.groups
-        ],
-        "fixes": [f.to_dict() for f in analysis.fixes],
+        "table": [to_plain(r) for r in analysis.table],
+        "groups": [to_plain(g) for g in analysis.groups],
+        "fixes": [to_plain(f) for f in analysis.fixes],
         "saving_s": analysis.saving_s,
         "copy_gpu_s": analysis.copy_gpu_s,
         "kernels": len(trace.kernels()),
@@ -137,58 +111,47 @@ def summary_dict(
 
 
 def to_dict(result: TraceResult) -> dict[str, Any]:
-    return document_header(SCHEMA_NAME, SCHEMA_VERSION, result) | {
-        "returncode": result.returncode,
-        "signal": result.signal,
-        "processes": list(result.processes),
-        "summary": result.summary,
-        "copies": list(result.copies),
-    }
+    return result_document(SCHEMA_NAME, SCHEMA_VERSION, result)
 
 
 def from_dict(d: dict[str, Any]) -> TraceResult:
-    check_schema(d, SCHEMA_NAME, SCHEMA_VERSION)
-    r = Field(d)
-    return TraceResult(
-        **header_fields(r),
-        returncode=r["returncode"].integer(),
-        signal=r["signal"].optional_string(),
-        processes=tuple(p.object() for p in r["processes"].items()),
-        summary=r["summary"].object(),
-        copies=tuple(c.object() for c in r["copies"].items()),
-    )
+    """A trace document read back; SchemaError names the field that is wrong."""
+    return read_result(TraceResult, d, SCHEMA_NAME, SCHEMA_VERSION)
 
 
 def dumps_json(result: TraceResult) -> str:
-    from ..documents.envelope import dumps_document
-
     return dumps_document(to_dict(result))
 
 
-CSV_COLUMNS = (
-    "pid",
-    "direction",
-    "src",
-    "dst",
-    "bytes",
-    "start_ns",
-    "end_ns",
-    "device",
-    "stream",
-    "async",
-    "function",
-    "call_s",
-    "thread",
-    "where",
+def _copy_column(key: str) -> Column[dict[str, Any]]:
+    return Column(key, lambda c: "" if c.get(key) is None else c[key])
+
+
+# One row per copy: its entries in the document (copy_dict), null as an empty cell.
+_COLUMNS: tuple[Column[dict[str, Any]], ...] = tuple(
+    _copy_column(key)
+    for key in (
+        "pid",
+        "direction",
+        "src",
+        "dst",
+        "bytes",
+        "start_ns",
+        "end_ns",
+        "device",
+        "stream",
+        "async",
+        "function",
+        "call_s",
+        "thread",
+        "where",
+    )
 )
+CSV_COLUMNS = tuple(c.name for c in _COLUMNS)
 
 
 def dumps_csv(result: TraceResult) -> str:
-    def rows() -> Iterator[Sequence[object]]:
-        for c in result.copies:
-            yield (["" if c.get(k) is None else c[k] for k in CSV_COLUMNS])
-
-    return dumps_table(CSV_COLUMNS, rows())
+    return dumps_columns(_COLUMNS, result.copies)
 
 
 def chrome_trace(trace: Trace) -> str:
