@@ -7,10 +7,10 @@ it) are judged against their own kind's median."""
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass
 from typing import Any
 
 from ..core.engine import Engine
+from .records import PairResult
 
 PAIR_BYTES = 64 << 20  # nccl-tests' large end: the link's bandwidth, not its latency
 PAIR_ITERATIONS = 20
@@ -69,37 +69,6 @@ def measure(
     finally:
         comm.close()
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class PairResult:
-    source: int
-    destination: int
-    kind: str  # intra-node, inter-node
-    bandwidth_bps: float | None
-    latency_s: float | None
-    verified: bool | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "destination": self.destination,
-            "kind": self.kind,
-            "bandwidth_bps": self.bandwidth_bps,
-            "latency_s": self.latency_s,
-            "verified": self.verified,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> PairResult:
-        return cls(
-            int(d["source"]),
-            int(d["destination"]),
-            str(d["kind"]),
-            d.get("bandwidth_bps"),
-            d.get("latency_s"),
-            d.get("verified"),
-        )
 
 
 def merge(parts: list[dict[str, Any]], hosts: dict[int, str]) -> list[PairResult]:

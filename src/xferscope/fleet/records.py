@@ -1,14 +1,19 @@
 """What `xferscope fleet` gathers and writes: one small report per rank (its GPU's facts, the
 headline metrics of its checks, its findings), and the fleet document rank 0 builds from them
-(statistics per metric, outliers, threshold verdicts). Every rank's report stays a few
-kilobytes, so a thousand nodes gather in seconds."""
+(statistics per metric, outliers, threshold verdicts, GPU to GPU pairs). Every rank's report
+stays a few kilobytes, so a thousand nodes gather in seconds. Each record is written and read
+from its fields (documents.records); the fleet document's header is its own (no machine), and
+its statistics' z-scores are keyed by rank, written as strings (JSON's keys)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, NamedTuple
 
 from ..documents.envelope import Stamp
+from ..documents.reader import Field, SchemaError, check_schema
+from ..documents.records import KEY, Column, Derived, dumps_columns, from_plain, to_plain
 
 SCHEMA_NAME = "xferscope-fleet"
 SCHEMA_VERSION = 1
@@ -44,37 +49,12 @@ class RankReport:
         return f"{self.host} gpu{self.device}" + (f" ({bus})" if bus else "")
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "host": self.host,
-            "local_rank": self.local_rank,
-            "device": self.device,
-            "status": self.status,
-            "version": self.version,
-            "error": self.error,
-            "gpu": self.gpu,
-            "metrics": self.metrics,
-            "findings": list(self.findings),
-            "wall_s": self.wall_s,
-            "report_path": self.report_path,
-        }
+        """The report as a rank sends it to rank 0."""
+        return to_plain(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RankReport:
-        return cls(
-            rank=int(d["rank"]),
-            host=str(d["host"]),
-            local_rank=int(d.get("local_rank", 0)),
-            device=int(d.get("device", -1)),
-            status=str(d["status"]),
-            version=str(d.get("version", "")),
-            error=d.get("error"),
-            gpu=dict(d.get("gpu") or {}),
-            metrics={str(k): float(v) for k, v in (d.get("metrics") or {}).items()},
-            findings=tuple(d.get("findings") or ()),
-            wall_s=float(d.get("wall_s", 0.0)),
-            report_path=str(d.get("report_path", "")),
-        )
+        return from_plain(cls, Field(d))
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,21 +66,22 @@ class MetricStats:
     higher_is_better: bool
     median: float
     mad: float  # median absolute deviation
-    minimum: float
-    maximum: float
+    minimum: float = field(metadata={KEY: "min"})
+    maximum: float = field(metadata={KEY: "max"})
     z: dict[int, float]  # rank -> robust z-score (0.6745 (x - median) / MAD)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "unit": self.unit,
-            "higher_is_better": self.higher_is_better,
-            "median": self.median,
-            "mad": self.mad,
-            "min": self.minimum,
-            "max": self.maximum,
-            "z": {str(k): v for k, v in self.z.items()},
-        }
+
+def _metric_stats(d: Field) -> MetricStats:
+    """A metric's statistics read back, their z-scores keyed by rank again."""
+    z = d["z"]
+    by_rank: dict[int, float] = {}
+    for key in z.object():
+        try:
+            rank = int(key)
+        except ValueError:
+            raise SchemaError(f"{z.path}: {key!r} is not a rank") from None
+        by_rank[rank] = z[key].number()
+    return from_plain(MetricStats, d, z=by_rank)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,16 +93,6 @@ class Outlier:
     z: float
     cause: str  # the likely cause, from the rank's own diagnosis and facts
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "rank": self.rank,
-            "metric": self.metric,
-            "value": self.value,
-            "median": self.median,
-            "z": self.z,
-            "cause": self.cause,
-        }
-
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
@@ -131,20 +102,30 @@ class Verdict:
     passed: bool
     failures: tuple[str, ...]  # one sentence per threshold missed
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "passed": self.passed, "failures": list(self.failures)}
-
 
 @dataclass(frozen=True, slots=True)
+class PairResult:
+    """One direction of a pair of ranks, GPU to GPU (fleet.pairs measures them)."""
+
+    source: int
+    destination: int
+    kind: str  # intra-node, inter-node
+    bandwidth_bps: float | None
+    latency_s: float | None
+    verified: bool | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FleetResult(Stamp):
+    gather_s: float
+    thresholds: dict[str, Any]
     ranks: tuple[RankReport, ...]
     stats: tuple[MetricStats, ...]
     outliers: tuple[Outlier, ...]
     verdicts: tuple[Verdict, ...]
-    thresholds: dict[str, Any]
-    gather_s: float
-    pairs: tuple[Any, ...] = ()  # fleet.pairs.PairResult, both directions of each pair
+    pairs: tuple[PairResult, ...] = ()  # both directions of each pair
     pairs_note: str = ""  # why pairs were not measured, where they were not
+    DERIVED: ClassVar[tuple[Derived, ...]] = (Derived("passed", lambda r: r.passed),)
 
     @property
     def failed(self) -> list[RankReport]:
@@ -192,26 +173,27 @@ class FleetResult(Stamp):
         )
 
 
+# ---- JSON form -------------------------------------------------------------------------------
+
+# The fleet document's header after its schema, in the order it has always had: the stamp's
+# fields (no machine, no findings), the verdict and the time the gathering took. The fleet's
+# own records follow.
+_HEADER = (
+    "tool_version",
+    "created",
+    "simulated",
+    "interrupted",
+    "options",
+    "passed",
+    "gather_s",
+    "wall_s",
+)
+
+
 def to_dict(result: FleetResult) -> dict[str, Any]:
-    return {
-        "schema": SCHEMA_NAME,
-        "schema_version": SCHEMA_VERSION,
-        "tool_version": result.tool_version,
-        "created": result.created,
-        "simulated": result.simulated,
-        "interrupted": result.interrupted,
-        "options": result.options,
-        "passed": result.passed,
-        "gather_s": result.gather_s,
-        "wall_s": result.wall_s,
-        "thresholds": result.thresholds,
-        "ranks": [r.to_dict() for r in result.ranks],
-        "stats": [s.to_dict() for s in result.stats],
-        "outliers": [o.to_dict() for o in result.outliers],
-        "verdicts": [v.to_dict() for v in result.verdicts],
-        "pairs": [p.to_dict() for p in result.pairs],
-        "pairs_note": result.pairs_note,
-    }
+    d = to_plain(result)
+    header = {k: d.pop(k) for k in _HEADER}
+    return {"schema": SCHEMA_NAME, "schema_version": SCHEMA_VERSION, **header, **d}
 
 
 def dumps_json(result: FleetResult) -> str:
@@ -221,87 +203,61 @@ def dumps_json(result: FleetResult) -> str:
 
 
 def from_dict(d: dict[str, Any]) -> FleetResult:
-    from ..documents.reader import check_schema
-    from .pairs import PairResult
-
+    """A fleet document read back; SchemaError names the field that is wrong."""
     check_schema(d, SCHEMA_NAME, SCHEMA_VERSION)
-    return FleetResult(
-        tool_version=str(d["tool_version"]),
-        created=str(d["created"]),
-        simulated=bool(d["simulated"]),
-        options=dict(d.get("options") or {}),
-        ranks=tuple(RankReport.from_dict(r) for r in d["ranks"]),
-        stats=tuple(
-            MetricStats(
-                s["name"],
-                s["unit"],
-                bool(s["higher_is_better"]),
-                float(s["median"]),
-                float(s["mad"]),
-                float(s["min"]),
-                float(s["max"]),
-                {int(k): float(v) for k, v in s["z"].items()},
-            )
-            for s in d.get("stats", [])
-        ),
-        outliers=tuple(Outlier(**o) for o in d.get("outliers", [])),
-        verdicts=tuple(
-            Verdict(int(v["rank"]), bool(v["passed"]), tuple(v["failures"]))
-            for v in d.get("verdicts", [])
-        ),
-        thresholds=dict(d.get("thresholds") or {}),
-        gather_s=float(d.get("gather_s", 0.0)),
-        wall_s=float(d.get("wall_s", 0.0)),
-        interrupted=bool(d.get("interrupted", False)),
-        pairs=tuple(PairResult.from_dict(p) for p in d.get("pairs", [])),
-        pairs_note=str(d.get("pairs_note", "")),
-    )
+    root = Field(d)
+    stats = tuple(_metric_stats(s) for s in root["stats"].items())
+    return from_plain(FleetResult, root, stats=stats)
 
 
-CSV_COLUMNS = (
-    "rank",
-    "host",
-    "device",
-    "pci_bus_id",
-    "uuid",
-    "status",
-    "metric",
-    "value",
-    "fleet_median",
-    "z",
-    "outlier",
-    "passed",
+# ---- CSV --------------------------------------------------------------------------------------
+
+
+class _Row(NamedTuple):
+    """A GPU and one of its metrics (none: a GPU without metrics, whose row has its status)."""
+
+    report: RankReport
+    metric: str | None
+    stats: MetricStats | None  # the metric's over the fleet
+    outlier: bool
+    passed: bool | None  # its verdict (none: not judged)
+
+
+def _rows(result: FleetResult) -> Iterator[_Row]:
+    stats = {s.name: s for s in result.stats}
+    outliers = {(o.rank, o.metric) for o in result.outliers}
+    passed = {v.rank: v.passed for v in result.verdicts}
+    for r in result.ranks:
+        names: list[str | None] = [*sorted(r.metrics)] or [None]
+        for name in names:
+            s = None if name is None else stats.get(name)
+            yield _Row(r, name, s, (r.rank, name) in outliers, passed.get(r.rank))
+
+
+def _z(row: _Row) -> str:
+    s, rank = row.stats, row.report.rank
+    return "" if s is None or rank not in s.z else f"{s.z[rank]:.3f}"
+
+
+_CSV: tuple[Column[_Row], ...] = (
+    Column("rank", lambda r: r.report.rank),
+    Column("host", lambda r: r.report.host),
+    Column("device", lambda r: r.report.device),
+    Column("pci_bus_id", lambda r: r.report.gpu.get("pci_bus_id", "")),
+    Column("uuid", lambda r: r.report.gpu.get("uuid", "")),
+    Column("status", lambda r: r.report.status),
+    Column("metric", lambda r: r.metric or ""),
+    Column("value", lambda r: "" if r.metric is None else f"{r.report.metrics[r.metric]:.9g}"),
+    Column("fleet_median", lambda r: "" if r.stats is None else f"{r.stats.median:.9g}"),
+    Column("z", _z),
+    Column("outlier", lambda r: "" if r.metric is None else int(r.outlier)),
+    Column("passed", lambda r: "" if r.passed is None else int(r.passed)),
 )
 
 
 def dumps_csv(result: FleetResult) -> str:
     """One row per GPU and metric (a GPU without metrics: one row with its status)."""
-    from ..documents.envelope import dumps_table
-
-    stats = {s.name: s for s in result.stats}
-    outliers = {(o.rank, o.metric) for o in result.outliers}
-    passed = {v.rank: v.passed for v in result.verdicts}
-    rows: list[tuple[object, ...]] = []
-    for r in result.ranks:
-        base = (r.rank, r.host, r.device, r.gpu.get("pci_bus_id", ""), r.gpu.get("uuid", ""))
-        verdict = "" if r.rank not in passed else int(passed[r.rank])
-        if not r.metrics:
-            rows.append((*base, r.status, "", "", "", "", "", verdict))
-        for name, value in sorted(r.metrics.items()):
-            s = stats.get(name)
-            rows.append(
-                (
-                    *base,
-                    r.status,
-                    name,
-                    f"{value:.9g}",
-                    "" if s is None else f"{s.median:.9g}",
-                    "" if s is None or r.rank not in s.z else f"{s.z[r.rank]:.3f}",
-                    int((r.rank, name) in outliers),
-                    verdict,
-                )
-            )
-    return dumps_table(CSV_COLUMNS, rows)
+    return dumps_columns(_CSV, _rows(result))
 
 
 def prometheus_text(result: FleetResult, host: str) -> str:

@@ -11,9 +11,8 @@ from .buffers import (
     measure_rotation,
     rotation_verdict,
 )
-from .common import Failure
+from .common import CPU_DIRECTIONS, Failure
 from .cpu import (
-    CPU_DIRECTIONS,
     CPU_SCHEMA,
     DEFAULT_WORK_FACTORS,
     CpuPoint,

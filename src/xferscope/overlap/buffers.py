@@ -3,30 +3,34 @@ CPU consumes (readback) or produces (upload) the others: seed 000's pixel buffer
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar, NamedTuple
 
-from ..core import engine, machine, plan, stats
+from ..core import plan
 from ..core.engine import Engine, check_device
-from ..core.errors import AllocationError, EngineError, OptionError
+from ..core.errors import OptionError
 from ..core.findings import Finding, corrupted, failed
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
-from ..documents.envelope import Envelope, dumps_table, now
-from ..documents.reader import Field
-from ..documents.records import from_plain, to_plain
+from ..documents.records import NON_EMPTY, Column, Derived, dumps_columns
 from .common import (
-    Failure,
-    _check_schema,
-    _header,
-    _header_fields,
-    _number,
+    HEAD,
+    Measuring,
+    OverlapResult,
+    Points,
+    Trials,
+    as_is,
+    check_count,
     check_device_memory,
+    check_direction,
     check_host_memory,
+    check_values,
+    figure,
+    figures,
+    from_engine,
     with_findings,
 )
-from .cpu import CPU_DIRECTIONS
 
 BUFFERS_SCHEMA = "xferscope-overlap-buffers"
 
@@ -41,21 +45,27 @@ class RotationSample:
 
 
 @dataclass(frozen=True, slots=True)
-class RotationPoint:
+class RotationPoint(Trials[RotationSample]):
     direction: str  # d2h: readback, the CPU checksums; h2d: upload, the CPU writes each chunk
     buffers: int
     chunk_bytes: int
     chunks: int
-    samples: tuple[RotationSample, ...]
-
-    @property
-    def typical(self) -> RotationSample:
-        """The trial with the median total (the lower middle one of an even count)."""
-        return stats.typical(self.samples, lambda s: s.total_s)
-
-    @property
-    def total_s(self) -> float:
-        return self.typical.total_s
+    samples: tuple[RotationSample, ...] = field(metadata={NON_EMPTY: True})
+    # Derived, for readers that do not want to recompute; ignored when loading.
+    DERIVED: ClassVar[tuple[Derived, ...]] = (
+        Derived(
+            "summary",
+            lambda p: {
+                "total_s": p.total_s,
+                "ideal_s": p.ideal_s,
+                "efficiency": p.efficiency,
+                "rate_gbps": p.rate / 1e9,
+                "pinned_bytes": p.pinned_bytes,
+                "rel_noise": p.rel_noise,
+                "valid": p.valid,
+            },
+        ),
+    )
 
     @property
     def ideal_s(self) -> float:
@@ -80,10 +90,6 @@ class RotationPoint:
         return self.buffers * self.chunk_bytes
 
     @property
-    def rel_noise(self) -> float:
-        return stats.relative_noise([s.total_s for s in self.samples])
-
-    @property
     def mismatched_chunks(self) -> int:
         return max(s.mismatched_chunks for s in self.samples)
 
@@ -92,105 +98,32 @@ class RotationPoint:
         return self.mismatched_chunks == 0
 
 
-@dataclass(frozen=True, slots=True)
-class RotationResult(Envelope):
-    device: int
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RotationResult(OverlapResult, Points):
     chunks: int
     points: tuple[RotationPoint, ...]
-    failures: tuple[Failure, ...] = ()
-
-    @property
-    def measured(self) -> bool:
-        return bool(self.points)
-
-    @property
-    def valid(self) -> bool:
-        return all(p.valid for p in self.points)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            **_header(BUFFERS_SCHEMA, self),
-            "device": self.device,
-            "chunks": self.chunks,
-            "points": [
-                {
-                    **to_plain(p),
-                    # Derived, for readers that do not want to recompute; ignored when loading.
-                    "summary": {
-                        "total_s": p.total_s,
-                        "ideal_s": p.ideal_s,
-                        "efficiency": p.efficiency,
-                        "rate_gbps": p.rate / 1e9,
-                        "pinned_bytes": p.pinned_bytes,
-                        "rel_noise": p.rel_noise,
-                        "valid": p.valid,
-                    },
-                }
-                for p in self.points
-            ],
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RotationResult:
-        _check_schema(d, BUFFERS_SCHEMA)
-        r = Field(d)
-        return cls(
-            **_header_fields(r),
-            device=r["device"].integer(),
-            chunks=r["chunks"].integer(),
-            points=tuple(from_plain(RotationPoint, p) for p in r["points"].items()),
-        )
+    SCHEMA = BUFFERS_SCHEMA
 
     def to_csv(self) -> str:
-        def rows() -> Iterator[Sequence[object]]:
-            for p in self.points:
-                s = p.typical
-                yield (
-                    (
-                        int(self.simulated),
-                        self.device,
-                        p.direction,
-                        p.buffers,
-                        p.chunk_bytes,
-                        p.chunks,
-                        p.pinned_bytes,
-                        len(p.samples),
-                        _number(s.total_s),
-                        _number(s.copy_s),
-                        _number(s.consume_s),
-                        _number(s.wait_s),
-                        _number(p.ideal_s),
-                        _number(p.efficiency),
-                        _number(p.rate / 1e9),
-                        _number(p.rel_noise),
-                        p.mismatched_chunks,
-                        int(p.valid),
-                    )
-                )
+        return dumps_columns(_CSV, (_Row(self, p) for p in self.points))
 
-        return dumps_table(
-            (
-                "simulated",
-                "device",
-                "direction",
-                "buffers",
-                "chunk_bytes",
-                "chunks",
-                "pinned_bytes",
-                "trials",
-                "total_s",
-                "copy_s",
-                "consume_s",
-                "wait_s",
-                "ideal_s",
-                "efficiency",
-                "rate_gbps",
-                "rel_noise",
-                "mismatched_chunks",
-                "valid",
-            ),
-            rows(),
-        )
+
+class _Row(NamedTuple):
+    result: RotationResult
+    point: RotationPoint
+
+
+_CSV: tuple[Column[_Row], ...] = (
+    *HEAD,
+    *as_is("point", "direction", "buffers", "chunk_bytes", "chunks", "pinned_bytes"),
+    Column("trials", lambda r: len(r.point.samples)),
+    *figures("point.typical", "total_s", "copy_s", "consume_s", "wait_s"),
+    *figures("point", "ideal_s", "efficiency"),
+    Column("rate_gbps", lambda r: figure(r.point.rate / 1e9)),
+    *figures("point", "rel_noise"),
+    *as_is("point", "mismatched_chunks"),
+    Column("valid", lambda r: int(r.point.valid)),
+)
 
 
 def check_rotation_plan(
@@ -206,20 +139,13 @@ def check_rotation_plan(
     """Refuses, before anything runs, values measure_rotation cannot use and plans that pin more
     memory than --max-pinned or than PINNED_SHARE of the machine's."""
     for direction in directions:
-        if direction not in CPU_DIRECTIONS:
-            raise OptionError(
-                "--direction", f"'{direction}' is not one of {', '.join(CPU_DIRECTIONS)}"
-            )
+        check_direction(direction)
     if not directions:
         raise OptionError("--direction", "give d2h, h2d or both")
-    if not buffers_list or min(buffers_list) < 1:
-        raise OptionError("--buffers", "give one or more buffer counts of at least 1")
-    if not chunk_sizes or min(chunk_sizes) < 8:
-        raise OptionError("--chunk-sizes", "give one or more chunk sizes of at least 8 bytes")
-    if chunks < 1:
-        raise OptionError("--chunks", f"{chunks} is not a count of at least 1")
-    if trials < 1:
-        raise OptionError("--trials", f"{trials} is not a count of at least 1")
+    check_values("--buffers", buffers_list, 1, "buffer counts of at least 1")
+    check_values("--chunk-sizes", chunk_sizes, 8, "chunk sizes of at least 8 bytes")
+    check_count("--chunks", chunks)
+    check_count("--trials", trials)
     check_device(engine, device)
     most = max(buffers_list) * max(chunk_sizes)
     what = f"{max(buffers_list)} buffers of {format_bytes(max(chunk_sizes))}"
@@ -259,66 +185,38 @@ def measure_rotation(
         engine, device, directions, buffers_list, chunk_sizes, chunks, trials, max_pinned
     )
 
-    created = now()
-    meta = machine.collect(engine, [device])
-    start = engine.clock()
+    run = Measuring(engine, device)
     points: list[RotationPoint] = []
-    failures: list[Failure] = []
-    interrupted = False
-    try:
+    with run.until_interrupted():
         for direction in dict.fromkeys(directions):
             for chunk_bytes in sorted(set(chunk_sizes)):
                 for buffers in sorted(set(buffers_list)):
                     label = f"{direction} {buffers} x {format_bytes(chunk_bytes)}"
-                    try:
-                        upload = direction == "h2d"
+                    upload = direction == "h2d"
 
-                        def stream(
-                            upload: bool = upload, buffers: int = buffers, chunk: int = chunk_bytes
-                        ) -> RotationSample:
-                            raw = engine.rotate_buffers(device, upload, buffers, chunk, chunks)
-                            return _rotation_sample(raw)
+                    def stream(
+                        upload: bool = upload, buffers: int = buffers, chunk: int = chunk_bytes
+                    ) -> RotationSample:
+                        raw = engine.rotate_buffers(device, upload, buffers, chunk, chunks)
+                        return from_engine(RotationSample, raw)
 
-                        samples = tuple(plan.run_trials(stream, trials))
-                    except (AllocationError, EngineError) as exc:
-                        failures.append(Failure(label, str(exc)))
+                    samples = run.attempt(label, plan.run_trials, stream, trials)
+                    if samples is None:
                         continue
-                    point = RotationPoint(direction, buffers, chunk_bytes, chunks, samples)
+                    point = RotationPoint(direction, buffers, chunk_bytes, chunks, tuple(samples))
                     points.append(point)
                     progress.step(f"{label}: efficiency {point.efficiency:.2f}")
-    except KeyboardInterrupt:
-        interrupted = True
-    result = RotationResult(
-        created=created,
-        simulated=engine.simulated,
-        machine=meta,
-        options={
-            "device": device,
-            "directions": list(directions),
-            "buffers": list(buffers_list),
-            "chunk_sizes": list(chunk_sizes),
-            "chunks": chunks,
-            "trials": trials,
-            "max_pinned": max_pinned,
-        },
-        device=device,
-        chunks=chunks,
-        points=tuple(points),
-        interrupted=interrupted,
-        wall_s=engine.clock() - start,
-        failures=tuple(failures),
-    )
+    options = {
+        "device": device,
+        "directions": list(directions),
+        "buffers": list(buffers_list),
+        "chunk_sizes": list(chunk_sizes),
+        "chunks": chunks,
+        "trials": trials,
+        "max_pinned": max_pinned,
+    }
+    result = run.result(RotationResult, options, chunks=chunks, points=tuple(points))
     return with_findings(result, _rotation_findings(result))
-
-
-def _rotation_sample(raw: engine.RotationResult) -> RotationSample:
-    return RotationSample(
-        total_s=raw.total_s,
-        copy_s=raw.copy_s,
-        consume_s=raw.consume_s,
-        wait_s=raw.wait_s,
-        mismatched_chunks=raw.mismatched_chunks,
-    )
 
 
 def _rotation_findings(result: RotationResult) -> list[Finding]:

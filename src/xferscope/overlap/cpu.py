@@ -5,34 +5,38 @@ added, until the work outlasts the copy."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NamedTuple
 
-from ..core import cases, engine, machine, plan, stats
+from ..core import cases, plan
 from ..core.cases import DEFAULT_SEED
 from ..core.engine import Engine, check_device
 from ..core.errors import AllocationError, EngineError, OptionError
 from ..core.findings import INFO, Finding, corrupted, failed, finding
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes, format_seconds
-from ..documents.envelope import Envelope, dumps_table, now
-from ..documents.reader import Field
-from ..documents.records import from_plain, to_plain
+from ..documents.records import NON_EMPTY, Column, Derived, dumps_columns, to_plain
 from ..sweep.records import Verification, verification_of
 from .common import (
+    HEAD,
     Failure,
-    _check_schema,
-    _header,
-    _header_fields,
-    _number,
+    Measuring,
+    OverlapResult,
+    Trials,
+    Typical,
+    as_is,
+    check_count,
     check_device_memory,
+    check_direction,
     check_host_memory,
+    figure,
+    figures,
+    from_engine,
     with_findings,
 )
 
 CPU_SCHEMA = "xferscope-overlap-cpu"
-CPU_DIRECTIONS = ("h2d", "d2h")
 # Seed 000 swept the dummy work from none to beyond the transfer time: multiples of the time
 # the copy takes alone (T0).
 DEFAULT_WORK_FACTORS = (0.0, 0.125, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
@@ -50,47 +54,29 @@ class CpuSample:
 
 
 @dataclass(frozen=True, slots=True)
-class CpuPoint:
+class CpuPoint(Trials[CpuSample]):
+    """One W: its figures are its typical trial's, whose issue + work + wait add up to its total
+    as in seed 000's table."""
+
     requested_work_s: float  # W asked for; the calibrated loop's measured time is in samples
-    samples: tuple[CpuSample, ...]
+    samples: tuple[CpuSample, ...] = field(metadata={NON_EMPTY: True})
 
-    @property
-    def typical(self) -> CpuSample:
-        """The trial with the median total (the lower middle one of an even count), so that
-        its issue + work + wait add up to its total as in seed 000's table."""
-        return stats.typical(self.samples, lambda s: s.total_s)
-
-    @property
-    def issue_s(self) -> float:
-        return self.typical.issue_s
-
-    @property
-    def work_s(self) -> float:
-        return self.typical.work_s
-
-    @property
-    def wait_s(self) -> float:
-        return self.typical.wait_s
-
-    @property
-    def total_s(self) -> float:
-        return self.typical.total_s
-
-    @property
-    def rel_noise(self) -> float:
-        return stats.relative_noise([s.total_s for s in self.samples])
+    issue_s = Typical()
+    work_s = Typical()
+    wait_s = Typical()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CpuSeries:
     """One host memory kind: the copy alone (W = 0, whose total is T0), then each W."""
 
     memory: str
-    points: tuple[CpuPoint, ...]  # points[0] is the copy alone
-    warmup: CpuSample | None  # the first call, kept apart: it faults in the pages
-    verification: Verification | None
     status: str  # complete, interrupted, failed
     error: str | None = None
+    warmup: CpuSample | None = None  # the first call, kept apart: it faults in the pages
+    verification: Verification | None = None
+    points: tuple[CpuPoint, ...]  # points[0] is the copy alone
+    DERIVED: ClassVar[tuple[Derived, ...]] = (Derived("t0_s", lambda s: s.t0_s, "verification"),)
 
     @property
     def t0_s(self) -> float | None:
@@ -116,14 +102,13 @@ class CpuSeries:
         return self.verification is None or self.verification.ok
 
 
-@dataclass(frozen=True, slots=True)
-class OverlapCpuResult(Envelope):
-    device: int
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OverlapCpuResult(OverlapResult):
     direction: str
     mechanism: str
     bytes: int
     series: tuple[CpuSeries, ...]
-    failures: tuple[Failure, ...] = ()
+    SCHEMA = CPU_SCHEMA
 
     @property
     def measured(self) -> bool:
@@ -137,86 +122,55 @@ class OverlapCpuResult(Envelope):
         """Bytes per second over the whole iteration, work included, as seed 000's rate."""
         return self.bytes / point.total_s
 
-    def to_dict(self) -> dict[str, Any]:
+    def summary(self, series: CpuSeries, point: CpuPoint) -> dict[str, Any]:
+        """A point's typical trial and figures, as its document adds them for readers that do
+        not want to recompute (ignored when loading): its series' T0 and the result's size
+        take part, so they are added to the document here rather than as the point's DERIVED."""
         return {
-            **_header(CPU_SCHEMA, self),
-            "device": self.device,
-            "direction": self.direction,
-            "mechanism": self.mechanism,
-            "bytes": self.bytes,
-            "series": [_series_to_dict(self, s) for s in self.series],
+            **to_plain(point.typical),
+            "trials": len(point.samples),
+            "rate_gbps": self.rate(point) / 1e9,
+            "efficiency": series.efficiency(point),
+            "ideal_efficiency": series.ideal(point),
+            "rel_noise": point.rel_noise,
         }
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> OverlapCpuResult:
-        _check_schema(d, CPU_SCHEMA)
-        r = Field(d)
-        return cls(
-            **_header_fields(r),
-            device=r["device"].integer(),
-            direction=r["direction"].string(),
-            mechanism=r["mechanism"].string(),
-            bytes=r["bytes"].integer(),
-            series=tuple(_series_from(s) for s in r["series"].items()),
-        )
+    def to_dict(self) -> dict[str, Any]:
+        document = OverlapResult.to_dict(self)
+        for s, series in zip(self.series, document["series"], strict=True):
+            for p, point in zip(s.points, series["points"], strict=True):
+                point["summary"] = self.summary(s, p)
+        return document
 
     def to_csv(self) -> str:
-        def rows() -> Iterator[Sequence[object]]:
-            for s in self.series:
-                verified = _verified(s.verification)
-                for p in s.points:
-                    yield (
-                        (
-                            int(self.simulated),
-                            self.device,
-                            self.direction,
-                            s.memory,
-                            self.mechanism,
-                            self.bytes,
-                            _number(p.requested_work_s),
-                            len(p.samples),
-                            _number(p.issue_s),
-                            _number(p.work_s),
-                            _number(p.wait_s),
-                            _number(p.total_s),
-                            _number(self.rate(p) / 1e9),
-                            _number(s.efficiency(p)),
-                            _number(s.ideal(p)),
-                            _number(p.rel_noise),
-                            verified,
-                        )
-                    )
+        rows = (_Row(self, s, p) for s in self.series for p in s.points)
+        return dumps_columns(_CSV, rows)
 
-        return dumps_table(
-            (
-                "simulated",
-                "device",
-                "direction",
-                "memory",
-                "mechanism",
-                "bytes",
-                "requested_work_s",
-                "trials",
-                "issue_s",
-                "work_s",
-                "wait_s",
-                "total_s",
-                "rate_gbps",
-                "efficiency",
-                "ideal_efficiency",
-                "rel_noise",
-                "verified",
-            ),
-            rows(),
-        )
+
+class _Row(NamedTuple):
+    result: OverlapCpuResult
+    series: CpuSeries
+    point: CpuPoint
 
 
 def _verified(v: Verification | None) -> str:
     return "skipped" if v is None else ("ok" if v.ok else "FAILED")
 
 
-def _sample(raw: engine.OverlapSample) -> CpuSample:
-    return CpuSample(issue_s=raw.issue_s, work_s=raw.work_s, wait_s=raw.wait_s, total_s=raw.total_s)
+_CSV: tuple[Column[_Row], ...] = (
+    *HEAD,
+    *as_is("result", "direction"),
+    *as_is("series", "memory"),
+    *as_is("result", "mechanism", "bytes"),
+    *figures("point", "requested_work_s"),
+    Column("trials", lambda r: len(r.point.samples)),
+    *figures("point", "issue_s", "work_s", "wait_s", "total_s"),
+    Column("rate_gbps", lambda r: figure(r.result.rate(r.point) / 1e9)),
+    Column("efficiency", lambda r: figure(r.series.efficiency(r.point))),
+    Column("ideal_efficiency", lambda r: figure(r.series.ideal(r.point))),
+    *figures("point", "rel_noise"),
+    Column("verified", lambda r: _verified(r.series.verification)),
+)
 
 
 def default_works(t0_s: float) -> list[float]:
@@ -235,10 +189,8 @@ def check_cpu_plan(
 ) -> tuple[list[str], list[str]]:
     """Refuses, before anything runs, values measure_overlap_cpu cannot use. Returns the memory
     kinds that can run and a note for each combination that cannot."""
-    if direction not in CPU_DIRECTIONS:
-        raise OptionError("--direction", f"'{direction}' is not one of {', '.join(CPU_DIRECTIONS)}")
-    if trials < 1:
-        raise OptionError("--trials", f"{trials} is not a count of at least 1")
+    check_direction(direction)
+    check_count("--trials", trials)
     if size < 1:
         raise OptionError("--size", f"{size} is not a size of at least 1 byte")
     if works is not None:
@@ -290,62 +242,41 @@ def measure_overlap_cpu(
         engine, device, direction, memories, mechanism, size, works, trials
     )
 
-    created = now()
-    meta = machine.collect(engine, [device])
-    start = engine.clock()
+    run = Measuring(engine, device)
     series: list[CpuSeries] = []
-    failures: list[Failure] = []
-    interrupted = False
     for memory in runnable:
-        one, failure, interrupted = _cpu_series(
-            engine,
-            device,
-            direction,
-            memory,
-            mechanism,
-            size,
-            works,
-            trials,
-            seed,
-            verify,
-            progress,
+        series.append(
+            _cpu_series(
+                run, direction, memory, mechanism, size, works, trials, seed, verify, progress
+            )
         )
-        series.append(one)
-        if failure is not None:
-            failures.append(failure)
-        if interrupted:
+        if run.interrupted:
             break
-    result = OverlapCpuResult(
-        created=created,
-        simulated=engine.simulated,
-        machine=meta,
-        options={
-            "device": device,
-            "direction": direction,
-            "memories": list(memories),
-            "mechanism": mechanism,
-            "bytes": size,
-            "works_s": None if works is None else list(works),
-            "work_factors": list(DEFAULT_WORK_FACTORS) if works is None else None,
-            "trials": trials,
-            "seed": seed,
-            "verify": verify,
-        },
-        device=device,
+    options = {
+        "device": device,
+        "direction": direction,
+        "memories": list(memories),
+        "mechanism": mechanism,
+        "bytes": size,
+        "works_s": None if works is None else list(works),
+        "work_factors": list(DEFAULT_WORK_FACTORS) if works is None else None,
+        "trials": trials,
+        "seed": seed,
+        "verify": verify,
+    }
+    result = run.result(
+        OverlapCpuResult,
+        options,
         direction=direction,
         mechanism=mechanism,
         bytes=size,
         series=tuple(series),
-        interrupted=interrupted,
-        wall_s=engine.clock() - start,
-        failures=tuple(failures),
     )
     return with_findings(result, _cpu_findings(result, skipped))
 
 
 def _cpu_series(
-    engine: Engine,
-    device: int,
+    run: Measuring,
     direction: str,
     memory: str,
     mechanism: str,
@@ -355,24 +286,27 @@ def _cpu_series(
     seed: int,
     verify: bool,
     progress: Progress,
-) -> tuple[CpuSeries, Failure | None, bool]:
+) -> CpuSeries:
+    """One memory kind's series; a failure is kept in `run`, a Ctrl-C marks `run` interrupted."""
     label = f"{direction} {memory} {mechanism}"
     points: list[CpuPoint] = []
     warmup: CpuSample | None = None
     verification: Verification | None = None
-    status, error, interrupted = "complete", None, False
+    status, error = "complete", None
     try:
-        transfer = engine.open_transfer(device, direction, memory, mechanism, size, 0, rotate=False)
+        transfer = run.engine.open_transfer(
+            run.device, direction, memory, mechanism, size, 0, rotate=False
+        )
         try:
             transfer.fill(seed)
-            warmup = _sample(transfer.overlap_cpu(size, 0.0))
+            warmup = from_engine(CpuSample, transfer.overlap_cpu(size, 0.0))
 
             def point(work: float) -> CpuPoint:
-                samples = tuple(
-                    plan.run_trials(lambda: _sample(transfer.overlap_cpu(size, work)), trials)
+                samples = plan.run_trials(
+                    lambda: from_engine(CpuSample, transfer.overlap_cpu(size, work)), trials
                 )
                 progress.step(f"{label}  W = {format_seconds(work)}")
-                return CpuPoint(work, samples)
+                return CpuPoint(work, tuple(samples))
 
             points.append(point(0.0))
             t0 = points[0].total_s
@@ -384,12 +318,18 @@ def _cpu_series(
         finally:
             transfer.close()
     except KeyboardInterrupt:
-        status, interrupted = "interrupted", True
+        status, run.interrupted = "interrupted", True
     except (AllocationError, EngineError) as exc:
         status, error = "failed", str(exc)
-    series = CpuSeries(memory, tuple(points), warmup, verification, status, error)
-    failure = None if error is None else Failure(label, error)
-    return series, failure, interrupted
+        run.failures.append(Failure(label, error))
+    return CpuSeries(
+        memory=memory,
+        status=status,
+        error=error,
+        warmup=warmup,
+        verification=verification,
+        points=tuple(points),
+    )
 
 
 def _cpu_findings(result: OverlapCpuResult, skipped: list[str]) -> list[Finding]:
@@ -433,45 +373,3 @@ def cpu_verdict(result: OverlapCpuResult) -> str:
         parts.append(text)
     head = f"{result.direction} {format_bytes(result.bytes)} {result.mechanism}: "
     return head + ("; ".join(parts) if parts else "nothing was measured")
-
-
-def _series_to_dict(result: OverlapCpuResult, s: CpuSeries) -> dict[str, Any]:
-    v = s.verification
-    return {
-        "memory": s.memory,
-        "status": s.status,
-        "error": s.error,
-        "warmup": None if s.warmup is None else to_plain(s.warmup),
-        "verification": None if v is None else to_plain(v),
-        "t0_s": s.t0_s,  # derived
-        "points": [
-            {
-                "requested_work_s": p.requested_work_s,
-                "samples": [to_plain(x) for x in p.samples],
-                # Derived, for readers that do not want to recompute; ignored when loading.
-                "summary": {
-                    **to_plain(p.typical),
-                    "trials": len(p.samples),
-                    "rate_gbps": result.rate(p) / 1e9,
-                    "efficiency": s.efficiency(p),
-                    "ideal_efficiency": s.ideal(p),
-                    "rel_noise": p.rel_noise,
-                },
-            }
-            for p in s.points
-        ],
-    }
-
-
-def _series_from(d: Field) -> CpuSeries:
-    warmup = d.get("warmup")
-    return CpuSeries(
-        memory=d["memory"].string(),
-        points=tuple(from_plain(CpuPoint, p) for p in d["points"].items()),
-        warmup=None if warmup.null else from_plain(CpuSample, warmup),
-        verification=None
-        if d.get("verification").null
-        else from_plain(Verification, d["verification"]),
-        status=d["status"].string(),
-        error=d.get("error").optional_string(),
-    )

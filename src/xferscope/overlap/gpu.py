@@ -3,27 +3,28 @@ chunks over K streams, against the bound the stage times allow."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar, NamedTuple
 
-from ..core import machine
 from ..core.engine import Engine, check_device
-from ..core.errors import AllocationError, EngineError, OptionError
+from ..core.errors import OptionError
 from ..core.findings import Finding, corrupted, failed
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
-from ..documents.envelope import Envelope, dumps_table, now
-from ..documents.reader import Field
-from ..documents.records import from_plain, to_plain
+from ..documents.records import Column, Derived, dumps_columns
 from .common import (
-    Failure,
-    _check_schema,
-    _header,
-    _header_fields,
-    _number,
+    HEAD,
+    Measuring,
+    OverlapResult,
+    Points,
+    as_is,
+    check_count,
     check_device_memory,
     check_host_memory,
+    check_values,
+    figures,
+    from_engine,
     with_findings,
 )
 
@@ -43,6 +44,19 @@ class GpuPoint:
     sequential_s: float
     pipelined_s: float
     verified: bool  # the pipelined run produced the sequential run's bytes
+    # Derived, for readers that do not want to recompute; ignored when loading.
+    DERIVED: ClassVar[tuple[Derived, ...]] = (
+        Derived(
+            "summary",
+            lambda p: {
+                "speedup": p.speedup,
+                "bound": p.bound,
+                "fraction": p.fraction,
+                "limiting_stage": p.limiting_stage,
+                "valid": p.valid,
+            },
+        ),
+    )
 
     @property
     def speedup(self) -> float:
@@ -69,101 +83,31 @@ class GpuPoint:
         return self.verified
 
 
-@dataclass(frozen=True, slots=True)
-class GpuOverlapResult(Envelope):
-    device: int
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuOverlapResult(OverlapResult, Points):
     bytes: int
     chunks_per_stream: int
     points: tuple[GpuPoint, ...]
-    failures: tuple[Failure, ...] = ()
-
-    @property
-    def measured(self) -> bool:
-        return bool(self.points)
-
-    @property
-    def valid(self) -> bool:
-        return all(p.valid for p in self.points)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            **_header(GPU_SCHEMA, self),
-            "device": self.device,
-            "bytes": self.bytes,
-            "chunks_per_stream": self.chunks_per_stream,
-            "points": [
-                {
-                    **to_plain(p),
-                    # Derived, for readers that do not want to recompute; ignored when loading.
-                    "summary": {
-                        "speedup": p.speedup,
-                        "bound": p.bound,
-                        "fraction": p.fraction,
-                        "limiting_stage": p.limiting_stage,
-                        "valid": p.valid,
-                    },
-                }
-                for p in self.points
-            ],
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> GpuOverlapResult:
-        _check_schema(d, GPU_SCHEMA)
-        r = Field(d)
-        return cls(
-            **_header_fields(r),
-            device=r["device"].integer(),
-            bytes=r["bytes"].integer(),
-            chunks_per_stream=r["chunks_per_stream"].integer(),
-            points=tuple(from_plain(GpuPoint, p) for p in r["points"].items()),
-        )
+    SCHEMA = GPU_SCHEMA
 
     def to_csv(self) -> str:
-        def rows() -> Iterator[Sequence[object]]:
-            for p in self.points:
-                yield (
-                    (
-                        int(self.simulated),
-                        self.device,
-                        self.bytes,
-                        p.work,
-                        p.streams,
-                        p.chunks,
-                        _number(p.h2d_s),
-                        _number(p.kernel_s),
-                        _number(p.d2h_s),
-                        _number(p.sequential_s),
-                        _number(p.pipelined_s),
-                        _number(p.speedup),
-                        _number(p.bound),
-                        _number(p.fraction),
-                        p.limiting_stage,
-                        "ok" if p.verified else "FAILED",
-                    )
-                )
+        return dumps_columns(_CSV, (_Row(self, p) for p in self.points))
 
-        return dumps_table(
-            (
-                "simulated",
-                "device",
-                "bytes",
-                "work",
-                "streams",
-                "chunks",
-                "h2d_s",
-                "kernel_s",
-                "d2h_s",
-                "sequential_s",
-                "pipelined_s",
-                "speedup",
-                "bound",
-                "fraction",
-                "limiting_stage",
-                "verified",
-            ),
-            rows(),
-        )
+
+class _Row(NamedTuple):
+    result: GpuOverlapResult
+    point: GpuPoint
+
+
+_STAGES = ("h2d_s", "kernel_s", "d2h_s", "sequential_s", "pipelined_s")
+_CSV: tuple[Column[_Row], ...] = (
+    *HEAD,
+    *as_is("result", "bytes"),
+    *as_is("point", "work", "streams", "chunks"),
+    *figures("point", *_STAGES, "speedup", "bound", "fraction"),
+    *as_is("point", "limiting_stage"),
+    Column("verified", lambda r: "ok" if r.point.verified else "FAILED"),
+)
 
 
 def check_gpu_plan(
@@ -177,20 +121,15 @@ def check_gpu_plan(
     """Refuses, before anything runs, values measure_overlap_gpu cannot use."""
     if bytes < 4 or bytes % 4:
         raise OptionError("--size", f"{bytes} bytes is not a whole number of 4-byte floats")
-    if not streams_list or min(streams_list) < 1:
-        raise OptionError("--streams", "give one or more stream counts of at least 1")
-    if chunks_per_stream < 1:
-        raise OptionError(
-            "--chunks-per-stream", f"{chunks_per_stream} is not a count of at least 1"
-        )
+    check_values("--streams", streams_list, 1, "stream counts of at least 1")
+    check_count("--chunks-per-stream", chunks_per_stream)
     if max(streams_list) * chunks_per_stream > bytes // 4:
         raise OptionError(
             "--chunks-per-stream",
             f"{max(streams_list)} streams x {chunks_per_stream} chunks is more chunks than the "
             f"{bytes // 4} floats of --size",
         )
-    if not works or min(works) < 0:
-        raise OptionError("--work", "give one or more FMA counts per element, 0 or more")
+    check_values("--work", works, 0, "FMA counts per element, 0 or more")
     check_device(engine, device)
     # Input, sequential output and pipelined output are pinned; the array lives on the GPU.
     check_host_memory("--size", 3 * bytes, f"an array of {format_bytes(bytes)} (3 pinned copies)")
@@ -215,55 +154,32 @@ def measure_overlap_gpu(
     """
     check_gpu_plan(engine, device, bytes, streams_list, chunks_per_stream, works)
 
-    created = now()
-    meta = machine.collect(engine, [device])
-    start = engine.clock()
+    run = Measuring(engine, device)
     points: list[GpuPoint] = []
-    failures: list[Failure] = []
-    interrupted = False
-    try:
+    with run.until_interrupted():
         for work in dict.fromkeys(works):
             for streams in sorted(set(streams_list)):
                 chunks = streams * chunks_per_stream
                 label = f"work {work}, {streams} stream{'s' if streams > 1 else ''}"
-                try:
-                    raw = engine.overlap_gpu(device, bytes, streams, chunks, work)
-                except (AllocationError, EngineError) as exc:
-                    failures.append(Failure(label, str(exc)))
+                raw = run.attempt(label, engine.overlap_gpu, device, bytes, streams, chunks, work)
+                if raw is None:
                     continue
-                point = GpuPoint(
-                    work=work,
-                    streams=streams,
-                    chunks=chunks,
-                    h2d_s=raw.h2d_s,
-                    kernel_s=raw.kernel_s,
-                    d2h_s=raw.d2h_s,
-                    sequential_s=raw.sequential_s,
-                    pipelined_s=raw.pipelined_s,
-                    verified=raw.verified,
-                )
+                point = from_engine(GpuPoint, raw, work=work, streams=streams, chunks=chunks)
                 points.append(point)
                 progress.step(f"{label}: speedup {point.speedup:.2f}x of {point.bound:.2f}x")
-    except KeyboardInterrupt:
-        interrupted = True
-    result = GpuOverlapResult(
-        created=created,
-        simulated=engine.simulated,
-        machine=meta,
-        options={
-            "device": device,
-            "bytes": bytes,
-            "streams": list(streams_list),
-            "chunks_per_stream": chunks_per_stream,
-            "works": list(works),
-        },
-        device=device,
+    options = {
+        "device": device,
+        "bytes": bytes,
+        "streams": list(streams_list),
+        "chunks_per_stream": chunks_per_stream,
+        "works": list(works),
+    }
+    result = run.result(
+        GpuOverlapResult,
+        options,
         bytes=bytes,
         chunks_per_stream=chunks_per_stream,
         points=tuple(points),
-        interrupted=interrupted,
-        wall_s=engine.clock() - start,
-        failures=tuple(failures),
     )
     return with_findings(result, _gpu_findings(result))
 
