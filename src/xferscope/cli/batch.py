@@ -29,18 +29,25 @@ from ..batch.measure import (
     to_dict,
 )
 from ..batch.mix import parse_size_mix
-from ..core import limits
 from ..core.engine import Engine
 from ..core.errors import OptionError
-from ..core.units import parse_counts, parse_list, parse_sizes
+from ..core.units import parse_counts, parse_sizes
 from ..report.batch_tables import print_batch
 from . import common
 from .app import cli, described, stderr, stdout
 from .common import parse_seed, resolve_devices
 from .measured import DocumentKind, Measurement, register, run_measurement
-from .options import measured_options
-from .outputs import Destination, Named, Output, page, text
-from .params import Bounded
+from .options import (
+    direction_option,
+    flag,
+    measured_options,
+    memory_option,
+    methods_option,
+    option,
+    target_time_option,
+    trials_option,
+)
+from .outputs import Destination, Named, Output, text
 
 
 @cli.command(
@@ -52,60 +59,30 @@ from .params import Bounded
         "xferscope batch --calibrate    # what xferscope.copy_many picks on this GPU",
     ),
 )
-@click.option(
-    "--direction",
-    default="h2d,d2h,d2d",
-    show_default=True,
-    help="h2d, d2h, d2d (between two buffers of the GPU).",
+@direction_option(
+    ("h2d", "d2h", "d2d"), "h2d,d2h,d2d", "h2d, d2h, d2d (between two buffers of the GPU)."
 )
-@click.option(
-    "--memory",
-    default="pinned,pageable",
-    show_default=True,
-    help="Host memory: pinned, pageable (d2d batches are device memory at both ends).",
+@memory_option(
+    ("pinned", "pageable"),
+    "pinned,pageable",
+    "Host memory: pinned, pageable (d2d batches are device memory at both ends).",
 )
-@click.option(
-    "--counts",
-    default=",".join(map(str, DEFAULT_COUNTS)),
-    show_default=True,
-    help="Copies per batch.",
-)
-@click.option(
-    "--sizes",
-    default="64,512,4KiB,32KiB,256KiB,1MiB",
-    show_default=True,
-    help="Bytes per copy.",
-)
-@click.option(
+@option("--counts", default=",".join(map(str, DEFAULT_COUNTS)), help="Copies per batch.")
+@option("--sizes", default="64,512,4KiB,32KiB,256KiB,1MiB", help="Bytes per copy.")
+@option(
     "--size-mix",
-    default=None,
     metavar="SPEC",
     help="Mixed sizes instead of --sizes: each batch of N copies draws N sizes from "
     "lognormal:MEDIAN:SIGMA, uniform:MIN:MAX or file:PATH (sizes such as 4KiB, one or more a "
     "line; or a CSV's bytes column, such as the copies.csv of xferscope trace), with the seed.",
 )
-@click.option("--methods", default=",".join(METHODS), show_default=True, help="Methods to compare.")
-@click.option(
-    "--scattered", is_flag=True, help="Leave a gap after each piece (scattered addresses)."
-)
-@click.option(
-    "--target-time",
-    default=DEFAULT_TARGET_S,
-    show_default=True,
-    type=Bounded(limits.TARGET_TIME),
-    help="Seconds a trial lasts.",
-)
-@click.option(
-    "--trials",
-    default=DEFAULT_TRIALS,
-    show_default=True,
-    type=Bounded(limits.TRIALS),
-    help="Trials per cell.",
-)
+@methods_option(METHODS)
+@flag("--scattered", help="Leave a gap after each piece (scattered addresses).")
+@target_time_option(DEFAULT_TARGET_S, "Seconds a trial lasts.")
+@trials_option(DEFAULT_TRIALS, "Trials per cell.")
 @measured_options("batch", "PREFIX.png")
-@click.option(
+@flag(
     "--calibrate",
-    is_flag=True,
     help="Measure each batch as xferscope.copy_many makes it, over copy_many's grid (options "
     "left at their defaults), and store the result: copy_many then picks the fastest method "
     "for each count and size on this GPU.",
@@ -122,9 +99,9 @@ def batch_command(ctx: click.Context, /, **kw: Any) -> None:
         grid = {
             "counts": ",".join(map(str, CALIBRATION_COUNTS)),
             "sizes": ",".join(map(str, CALIBRATION_SIZES)),
-            "methods": ",".join(COPY_MANY_METHODS),
+            "methods": COPY_MANY_METHODS,
             "target_time": CALIBRATION_TARGET_S,
-            "direction": ",".join(CALIBRATION_DIRECTIONS),
+            "direction": CALIBRATION_DIRECTIONS,
             "trials": CALIBRATION_TRIALS,
         }
         for name, value in grid.items():
@@ -134,12 +111,10 @@ def batch_command(ctx: click.Context, /, **kw: Any) -> None:
                 partial.append(f"--{name}")
         if ctx.get_parameter_source("memory") is not click.core.ParameterSource.DEFAULT:
             partial.append("--memory")
-    directions = parse_list("--direction", kw["direction"], ("h2d", "d2h", "d2d"))
-    if kw["calibrate"] and "d2d" in directions:
-        raise OptionError("--direction", "d2d: with --calibrate only h2d and d2h (copy_many's)")
-    memories = parse_list("--memory", kw["memory"], ("pinned", "pageable"))
-    methods = parse_list("--methods", kw["methods"], METHODS)
+    directions, memories, methods = kw["direction"], kw["memory"], kw["methods"]
     if kw["calibrate"]:
+        if "d2d" in directions:
+            raise OptionError("--direction", "d2d: with --calibrate only h2d and d2h (copy_many's)")
         extra = [m for m in methods if m not in COPY_MANY_METHODS]
         if extra:
             raise OptionError(
@@ -245,9 +220,7 @@ def batch_outputs(result: BatchResult, dest: Destination) -> list[Output]:
         dest.output(
             "plot", lambda path, _w: batch_plots.plot_batch(result, path), ".png", render=True
         ),
-        dest.output(
-            "html", page(lambda names: render_batch_html(result, names)), render=True, urgent=True
-        ),
+        dest.html(lambda names: render_batch_html(result, names)),
     ]
 
 

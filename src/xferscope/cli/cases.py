@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import click
 from rich.table import Table
 
 from ..core import cases
@@ -15,6 +14,7 @@ from ..core.errors import XferscopeError
 from ..run.investigate import RUN_CASES
 from . import common
 from .app import cli, described, stdout
+from .options import json_flag, simulate_option
 
 
 def _used_by(key: str) -> list[str]:
@@ -85,8 +85,8 @@ def listing(engine: Engine) -> dict[str, Any]:
         "xferscope cases --json",
     ),
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
-@click.option("--simulate", is_flag=True, help="Check the waivers on the simulated machine.")
+@json_flag("the table")
+@simulate_option("Check the waivers on the simulated machine.")
 def cases_command(as_json: bool, simulate: bool) -> None:
     """Every case (direction, memory, mechanism, timing) and experiment xferscope measures: its
     key, what it measures, which commands use it, and whether this machine waives it."""

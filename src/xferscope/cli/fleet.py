@@ -14,8 +14,8 @@ from typing import Any
 import click
 
 from ..core import interrupt, limits
+from ..core.cases import table
 from ..core.errors import XferscopeError
-from ..core.units import parse_list
 from ..core.version import __version__
 from ..documents.envelope import now
 from ..fleet import pairs as fleet_pairs
@@ -54,13 +54,23 @@ from .common import (
     parse_seed,
 )
 from .measured import DocumentKind, entry, register
-from .options import history_options, seed_option
+from .options import (
+    flag,
+    history_options,
+    names_option,
+    option,
+    out_option,
+    seed_option,
+    simulate_option,
+)
 from .outputs import Destination, Named, Output, text
-from .params import Bounded
 
 # Simulated fleets for tests: which ranks are slow (a link trained to x8), fail, hang, have no
 # GPU, or report another version; read only with --simulate.
 TEST_VARIABLE = "XFERSCOPE_FLEET_TEST"
+
+# What --cases takes: every transfer case a GPU checks on its own (p2p needs a second GPU).
+FLEET_CASES = tuple(c.key for c in table() if c.direction != "p2p")
 
 
 @cli.command(
@@ -71,60 +81,54 @@ TEST_VARIABLE = "XFERSCOPE_FLEET_TEST"
         "mpirun -np 16 --map-by ppr:8:node xferscope fleet --thresholds health.toml",
     ),
 )
-@click.option(
+@names_option(
     "--cases",
-    default="",
+    accepted=FLEET_CASES,
+    blank=(),
     help="Transfer cases to check, comma-separated keys from `xferscope cases` "
     "(h2d_pinned_async_device, ...) [default: the `run --quick` set].",
 )
-@click.option(
+@option(
     "--ranks-per",
     type=click.Choice(["gpu", "node"]),
     default="gpu",
-    show_default=True,
     help="gpu: one rank per GPU, each on its node-local GPU, pinned to its NUMA node; node: one "
     "rank per node, checking every GPU in turn.",
 )
-@click.option(
+@option(
     "--pairs",
     type=click.Choice(["auto", "all", "ring", "none"]),
     default="auto",
-    show_default=True,
     help="GPU to GPU through NCCL between the ranks: every pair, each rank with the next (a "
     "ring), or none; auto: every pair up to 16 ranks, then a ring.",
 )
-@click.option(
+@option(
     "--thresholds",
     "thresholds_path",
-    default=None,
     help=f"A TOML file of pass/fail limits ({', '.join(fleet_thresholds.KEYS)}); each "
     "defaults to what the GPU's own link allows.",
 )
-@click.option(
+@option(
     "--timeout",
     default=300.0,
-    show_default=True,
-    type=Bounded(limits.TIMEOUT),
+    bounds=limits.TIMEOUT,
     help="Seconds rank 0 waits for every report; a rank that has not reported is marked "
     "timed out and the rest of the fleet still reports.",
 )
-@click.option(
+@option(
     "--prometheus",
     "prometheus_prefix",
-    default=None,
     help="Prefix of the Prometheus textfiles, one per node: PREFIX-<host>.prom (replaced each "
     "run) [default: in the result directory].",
 )
-@click.option("-o", "--out", default="xferscope-results", show_default=True,
-              help="Directory in which the files go to a new directory of their own, "
-              "fleet-<time>.")  # fmt: skip
-@click.option("--json", "json_path", default=None, help="Write the fleet document here.")
-@click.option("--csv", "csv_path", default=None, help="Write one row per GPU and metric here.")
-@click.option("--html", "html_path", default=None, help="Write the fleet's HTML page here.")
-@click.option("--force", is_flag=True, help="Replace files that --json or --csv name.")
+@out_option("fleet")
+@option("--json", "json_path", help="Write the fleet document here.")
+@option("--csv", "csv_path", help="Write one row per GPU and metric here.")
+@option("--html", "html_path", help="Write the fleet's HTML page here.")
+@flag("--force", help="Replace files that --json or --csv name.")
 @history_options
 @seed_option
-@click.option("--simulate", is_flag=True, help="Every rank uses the simulated engine (no GPU).")
+@simulate_option("Every rank uses the simulated engine (no GPU).")
 def fleet_command(**kw: Any) -> None:
     """Every GPU of the fleet at once, under MPI (mpirun or srun, one rank per GPU): each rank
     checks its GPU (the `run --quick` set or named cases) and rank 0 gathers one document with
@@ -317,15 +321,9 @@ def _history_path(text_path: str) -> Path:
 
 
 def _options(kw: dict[str, Any]) -> FleetOptions:
-    from ..core import cases
-
-    chosen: tuple[str, ...] = ()
-    if kw["cases"].strip():
-        keys = tuple(c.key for c in cases.table() if c.direction != "p2p")
-        chosen = parse_list("--cases", kw["cases"], keys)
     given = fleet_thresholds.load(kw["thresholds_path"])
     return FleetOptions(
-        cases=chosen,
+        cases=kw["cases"] or (),
         timeout_s=kw["timeout"],
         thresholds=tuple(sorted(given.items())),
         seed=parse_seed(kw["seed"]),

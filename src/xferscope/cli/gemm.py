@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import click
-
 from ..core import limits
 from ..core.engine import Engine
 from ..core.errors import OptionError
-from ..core.units import parse_counts, parse_list
+from ..core.units import parse_counts
 from ..gemm.cpu import check_blas, thread_counts, usable_cores
 from ..gemm.measure import check_plan, measure
 from ..gemm.records import (
@@ -36,9 +34,15 @@ from . import common  # looked up at run time, so tests can replace open_engine
 from .app import cli, described, stdout
 from .common import parse_seed, resolve_devices
 from .measured import DocumentKind, Measurement, register, run_measurement
-from .options import measured_options
-from .outputs import Destination, Named, Output, page, text
-from .params import Bounded
+from .options import (
+    flag,
+    measured_options,
+    names_option,
+    option,
+    target_time_option,
+    trials_option,
+)
+from .outputs import Destination, Named, Output, text
 
 LAYOUTS = {"nn": (False, False), "nt": (False, True), "tn": (True, False), "tt": (True, True)}
 
@@ -52,105 +56,78 @@ LAYOUTS = {"nn": (False, False), "nt": (False, True), "tn": (True, False), "tt":
         "xferscope gemm --shapes 4096x1024x8192 --transfers pinned,pageable --cpu auto",
     ),
 )
-@click.option(
+@names_option(
     "--precision",
+    accepted=PRECISIONS,
     default="fp64,fp32,tf32,bf16",
-    show_default=True,
     help=f"{', '.join(PRECISIONS)} (fp8 runs as TN, its cuBLASLt layout).",
 )
-@click.option(
+@option(
     "--sizes",
-    default=None,
     help="Square sizes: N, FIRST:LAST:STEP, or presets seed003 (8128-8180 by 8), sizes "
     "(1024-8192) [default: seed003].",
 )
-@click.option(
-    "--shapes", default=None, help="M x N x K shapes, such as 4096x1024x8192,128x4096x4096."
+@option("--shapes", help="M x N x K shapes, such as 4096x1024x8192,128x4096x4096.")
+@option("--shapes-file", help="A file of shapes, one M N K per line.")
+@names_option(
+    "--trans",
+    accepted=tuple(LAYOUTS),
+    blank=(),
+    help="op(A) op(B): nn, nt, tn or tt [default: nn; fp8 tn].",
 )
-@click.option("--shapes-file", default=None, help="A file of shapes, one M N K per line.")
-@click.option("--trans", default=None, help="op(A) op(B): nn, nt, tn or tt [default: nn; fp8 tn].")
-@click.option("--alpha", default=1.0, show_default=True, type=Bounded(limits.SCALAR), help="alpha.")
-@click.option("--beta", default=0.0, show_default=True, type=Bounded(limits.SCALAR), help="beta.")
-@click.option(
-    "--target-time",
-    default=DEFAULT_TARGET_S,
-    show_default=True,
-    type=Bounded(limits.TARGET_TIME),
-    help="Seconds one trial lasts.",
-)
-@click.option(
-    "--trials",
-    default=DEFAULT_TRIALS,
-    show_default=True,
-    type=Bounded(limits.TRIALS),
-    help="Trials per GEMM.",
-)
-@click.option(
+@option("--alpha", default=1.0, bounds=limits.SCALAR, help="alpha.")
+@option("--beta", default=0.0, bounds=limits.SCALAR, help="beta.")
+@target_time_option(DEFAULT_TARGET_S, "Seconds one trial lasts.")
+@trials_option(DEFAULT_TRIALS, "Trials per GEMM.")
+@option(
     "--samples",
     default=DEFAULT_SAMPLES,
-    show_default=True,
-    type=Bounded(limits.SAMPLES),
+    bounds=limits.SAMPLES,
     help="Outputs checked against a double-precision reference (2-4096).",
 )
-@click.option(
+@names_option(
     "--transfers",
+    accepted=("pinned", "pageable", "none"),
     default="pinned",
-    show_default=True,
     help="Also time each GEMM with A and B uploaded and C downloaded, from pinned and/or "
     "pageable memory (none: compute only), in sequence and in tiles over streams.",
 )
-@click.option(
-    "--tiles",
-    default=8,
-    show_default=True,
-    type=Bounded(limits.TILES),
-    help="Column tiles of B and C.",
-)
-@click.option(
-    "--streams",
-    default=3,
-    show_default=True,
-    type=Bounded(limits.STREAMS),
-    help="Streams for the tiles.",
-)
-@click.option(
+@option("--tiles", default=8, bounds=limits.TILES, help="Column tiles of B and C.")
+@option("--streams", default=3, bounds=limits.STREAMS, help="Streams for the tiles.")
+@option(
     "--cpu",
     "cpu_threads",
-    default=None,
     help="Also run the GEMMs on the CPU through NumPy's BLAS: thread counts, or auto (1, 2, 4, "
     "... every core), threads pinned.",
 )
-@click.option("--cpu-sizes", default=None, help="Sizes for the CPU's scaling [default: the GPU's].")
-@click.option(
+@option("--cpu-sizes", help="Sizes for the CPU's scaling [default: the GPU's].")
+@option(
     "--ladder",
-    default=None,
     help="Sizes of the offload ladder run with --cpu: the GPU with its transfers against the "
     f"CPU on one and on all threads, to find where offloading pays [default: "
     f"{LADDER[0]}-{LADDER[-1]}, steps of 1.5x].",
 )
-@click.option(
+@option(
     "--pad",
     default=str(DEFAULT_PAD),
-    show_default=True,
     help="Also time each shape whose alignment class is below this power of two padded to its "
     "multiples, the copies in and out included (off: never).",
 )
-@click.option(
+@option(
     "--tune",
     default=DEFAULT_TUNE,
-    show_default=True,
-    type=Bounded(limits.TUNE),
+    bounds=limits.TUNE,
     help="Time this many of cuBLASLt's heuristic algorithms for each GEMM and keep the fastest "
     "(0: the heuristic's first choice).",
 )
-@click.option("--quick", is_flag=True, help=f"{QUICK_TARGET_S:g} s trials: a first look.")
+@flag("--quick", help=f"{QUICK_TARGET_S:g} s trials: a first look.")
 @measured_options("gemm", "PREFIX.png")
 def gemm_command(**kw: Any) -> None:
     """GEMM through cuBLASLt in every precision (seed 003's study): throughput of each shape,
     timed on the GPU with random inputs and verified against a double-precision reference, and
     the mean per alignment class (the largest power of two dividing M, N and K), seed 003's
     Table III for this GPU."""
-    precisions = parse_list("--precision", kw["precision"], PRECISIONS)
+    precisions = kw["precision"]
     shapes: tuple[Shape, ...] = ()
     if kw["sizes"]:
         shapes += parse_sizes("--sizes", kw["sizes"])
@@ -162,8 +139,7 @@ def gemm_command(**kw: Any) -> None:
         shapes = parse_sizes("--sizes", "seed003")
     trans_a = trans_b = None
     if kw["trans"]:
-        (layout,) = parse_list("--trans", kw["trans"], tuple(LAYOUTS))[:1]
-        trans_a, trans_b = LAYOUTS[layout]
+        trans_a, trans_b = LAYOUTS[kw["trans"][0]]
     target = QUICK_TARGET_S if kw["quick"] else kw["target_time"]
     cpu_threads: tuple[int, ...] = ()
     if kw["cpu_threads"]:
@@ -176,15 +152,15 @@ def gemm_command(**kw: Any) -> None:
                 raise OptionError(
                     "--cpu", f"{max(cpu_threads)} threads: this process may use {cores} cores"
                 )
-    for option, given in (("--cpu-sizes", kw["cpu_sizes"]), ("--ladder", kw["ladder"])):
+    for name, given in (("--cpu-sizes", kw["cpu_sizes"]), ("--ladder", kw["ladder"])):
         if given is not None and not cpu_threads:
-            raise OptionError(option, "measures the CPU: give it with --cpu")
+            raise OptionError(name, "measures the CPU: give it with --cpu")
     cpu_shapes = parse_sizes("--cpu-sizes", kw["cpu_sizes"]) if kw["cpu_sizes"] else None
     ladder: tuple[int, ...] = LADDER
     if kw["ladder"]:
         ladder = tuple(sorted({s.m for s in parse_sizes("--ladder", kw["ladder"])}))
     pad = _pad(kw["pad"])
-    transfers = parse_list("--transfers", kw["transfers"], ("pinned", "pageable", "none"))
+    transfers = kw["transfers"]
     if "none" in transfers and len(transfers) > 1:
         raise OptionError("--transfers", "none cannot be listed with pinned or pageable")
 
@@ -248,11 +224,7 @@ def gemm_outputs(result: GemmResult, dest: Destination) -> list[Output]:
 
     from ..report.gemm_html import render_gemm_html
 
-    outputs.append(
-        dest.output(
-            "html", page(lambda names: render_gemm_html(result, names)), render=True, urgent=True
-        )
-    )
+    outputs.append(dest.html(lambda names: render_gemm_html(result, names)))
     return outputs
 
 

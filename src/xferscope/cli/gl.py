@@ -31,9 +31,8 @@ from . import common  # looked up at run time, so tests can replace open_engine
 from .app import cli, described, stdout
 from .common import parse_seed, resolve_devices
 from .measured import DocumentKind, Measurement, register, run_measurement
-from .options import measured_options
+from .options import flag, measured_options, option
 from .outputs import Destination, Named, Output, text
-from .params import Bounded
 
 # The state options: --survey runs its own scenarios, so none of these may come with it.
 STATE_OPTIONS = (
@@ -66,97 +65,78 @@ def _listing(values: tuple[str, ...] | tuple[int, ...]) -> str:
         "xferscope gl --op readback --size 512,1024 --pbos 1,2,4 --type float --internal rgba32f",
     ),
 )
-@click.option("--op", default="upload,readback", show_default=True, help="upload, readback.")
-@click.option("--size", default="2048", show_default=True, help="Pixel sizes: N (square) or WxH.")
-@click.option(
-    "--alignment",
-    default="4",
-    show_default=True,
-    help=f"GL_UNPACK/PACK_ALIGNMENT: {_listing(ALIGNMENTS)}.",
-)
-@click.option(
+@option("--op", default="upload,readback", help="upload, readback.")
+@option("--size", default="2048", help="Pixel sizes: N (square) or WxH.")
+@option("--alignment", default="4", help=f"GL_UNPACK/PACK_ALIGNMENT: {_listing(ALIGNMENTS)}.")
+@option(
     "--row-offset",
     default="0",
-    show_default=True,
     help="Bytes from a page boundary to the image in host memory (0-4095).",
 )
-@click.option(
+@option(
     "--method",
-    default=None,
     help=f"Upload: {_listing(UPLOAD_METHODS)}; readback: {_listing(READBACK_METHODS)} "
     "[default: texsubimage, readpixels].",
 )
-@click.option("--format", default="rgba", show_default=True, help=f"{_listing(FORMATS)}.")
-@click.option("--type", default="ubyte", show_default=True, help=f"{_listing(TYPES)}.")
-@click.option(
+@option("--format", default="rgba", help=f"{_listing(FORMATS)}.")
+@option("--type", default="ubyte", help=f"{_listing(TYPES)}.")
+@option(
     "--internal",
     default="rgba8",
-    show_default=True,
     help=f"Internal format: {_listing(INTERNAL_FORMATS)} (none: the default framebuffer).",
 )
-@click.option("--target", default="2d", show_default=True, help=f"{_listing(TARGETS)}.")
-@click.option(
+@option("--target", default="2d", help=f"{_listing(TARGETS)}.")
+@option(
     "--fbo",
     default="on",
-    show_default=True,
     help="on: a texture-attached framebuffer object; off: the pbuffer's default framebuffer.",
 )
-@click.option(
-    "--shader",
-    default="off",
-    show_default=True,
-    help="on: a pass-through fragment shader; off: the fixed function.",
+@option(
+    "--shader", default="off", help="on: a pass-through fragment shader; off: the fixed function."
 )
-@click.option(
+@option(
     "--pbos",
     default="0",
-    show_default=True,
     help=f"Pixel buffer objects in rotation, 0-{MAX_PBOS} (0: client memory).",
 )
-@click.option(
+@option(
     "--pbo-usage",
     "usage",
     default="none",
-    show_default=True,
     help=f"The PBOs' usage hint: {_listing(USAGES)} (none: stream_draw for uploads, "
     "stream_read for readbacks).",
 )
-@click.option(
+@option(
     "--draw",
     default="quad",
-    show_default=True,
     help=f"What each readback frame draws: {_listing(DRAW_MODES)} (pixel: a full-window "
     "DrawPixels, upload traffic contending with the readback; repeat: nothing, the same frame "
     "read again).",
 )
-@click.option(
+@option(
     "--work",
-    default=None,
     help="Asynchronous mode: CPU work per frame, such as 0,1ms,5ms, or auto (0 to twice the "
     "frame's transfer time).",
 )
-@click.option(
+@option(
     "--bytes",
     "bytes_text",
-    default=None,
     help="Bytes each scenario moves [default: 6.25GiB, the paper's; 512MiB with --quick].",
 )
-@click.option(
+@option(
     "--limit",
     default=DEFAULT_LIMIT_S,
-    show_default=True,
-    type=Bounded(limits.GL_LIMIT),
+    bounds=limits.GL_LIMIT,
     help="Seconds a scenario may take; a longer one is estimated from its first 10 frames.",
 )
-@click.option("--log-frames", is_flag=True, help="Keep every frame's blocking times (JSON).")
-@click.option(
+@flag("--log-frames", help="Keep every frame's blocking times (JSON).")
+@flag(
     "--survey",
-    is_flag=True,
     help="Run the groups seed 000 reports on (PBOs, methods, formats and types, padding, sizes, "
     "GetTexImage, PBO counts with CPU work) and state the findings for this GPU.",
 )
-@click.option("--quick", is_flag=True, help="512 MiB per scenario: a first look.")
-@click.option("--no-baseline", is_flag=True, help="Skip CUDA pinned memcpy of the same bytes.")
+@flag("--quick", help="512 MiB per scenario: a first look.")
+@flag("--no-baseline", help="Skip CUDA pinned memcpy of the same bytes.")
 @measured_options("gl", "PREFIX-rates.png and PREFIX-async.png", gpu="GPU index (CUDA's).")
 @click.pass_context
 def gl_command(ctx: click.Context, /, **kw: Any) -> None:

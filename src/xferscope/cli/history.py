@@ -17,9 +17,8 @@ from ..documents.files import special
 from .app import cli, described, stdout
 from .common import _history_file, deliver, finish, prepare_renderers
 from .measured import KINDS, DocumentKind
-from .options import _history_option
+from .options import flag, history_option, json_flag, option, out_option
 from .outputs import Destination
-from .params import Bounded
 
 # ---- history, report, compare ------------------------------------------------------------------
 
@@ -32,16 +31,9 @@ from .params import Bounded
         "xferscope history -n 5 --json",
     ),
 )
-@_history_option
-@click.option(
-    "-n",
-    "--limit",
-    default=20,
-    show_default=True,
-    type=Bounded(limits.ROWS),
-    help="How many runs, newest first.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
+@history_option
+@option("-n", "--limit", default=20, bounds=limits.ROWS, help="How many runs, newest first.")
+@json_flag("the list")
 def history_command(history_path: str | None, limit: int, as_json: bool) -> None:
     """List the runs in the history."""
     from ..report.sweep_tables import format_duration
@@ -137,14 +129,8 @@ def load_result(ref: str, history: Path) -> tuple[DocumentKind[Any], Any, str]:
     ),
 )
 @click.argument("ref", metavar="RESULT")
-@_history_option
-@click.option(
-    "-o",
-    "--out",
-    default="xferscope-results",
-    show_default=True,
-    help="Directory in which the result's files go to a new directory of their own.",
-)
+@history_option
+@out_option(help="Directory in which the result's files go to a new directory of their own.")
 def report_command(ref: str, history_path: str | None, out: str) -> None:
     """Show and write a result again: an entry of the history (its id, from `xferscope history`)
     or the JSON file of any result (run, sweep, overlap, pageable, gl, gemm, batch, pitch, trace,
@@ -157,10 +143,6 @@ def report_command(ref: str, history_path: str | None, out: str) -> None:
     finish(delivery, interrupted=None, verification_failed=False, failed=False)
 
 
-def parse_threshold(value: float) -> float:
-    return limits.THRESHOLD.check("--threshold", value)
-
-
 @cli.command(
     "compare",
     **described(
@@ -171,22 +153,20 @@ def parse_threshold(value: float) -> float:
 )
 @click.argument("run_a", metavar="A")
 @click.argument("run_b", metavar="B")
-@_history_option
-@click.option(
+@history_option
+@option(
     "--threshold",
     default=0.05,
-    show_default=True,
-    type=Bounded(limits.THRESHOLD),
+    bounds=limits.THRESHOLD,
     help="Exit non-zero when a metric is SLOWER by more than this fraction (0 to 10).",
 )
-@click.option("--all", "all_rows", is_flag=True, help="List every metric, SAME ones too.")
-@click.option(
+@flag("--all", "all_rows", help="List every metric, SAME ones too.")
+@flag(
     "--force",
-    is_flag=True,
-    help="Compare a simulated run with a measured one, or "
-    "runs on different GPU models; every verdict then says so.",
+    help="Compare a simulated run with a measured one, or runs on different GPU models; every "
+    "verdict then says so.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
+@json_flag("the comparison")
 def compare_command(
     run_a: str,
     run_b: str,
@@ -202,7 +182,6 @@ def compare_command(
     when anything is slower beyond --threshold, so it can gate a nightly check."""
     from ..run.compare import compare, load_run, render, to_dict
 
-    threshold = parse_threshold(threshold)
     path = _history_file(history_path)
     a, b = load_run(run_a, path), load_run(run_b, path)
     comparison = compare(a, b, threshold, force)

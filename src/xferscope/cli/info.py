@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 
-import click
-
 from ..core.engine import Engine
 from ..report.info_table import print_info
 from . import common
 from .app import cli, described, stdout
 from .common import resolve_devices
+from .options import gpus_option, json_flag, simulate_option
 
 # ---- info --------------------------------------------------------------------------------------
 
@@ -22,9 +21,9 @@ from .common import resolve_devices
         "xferscope info --json",
     )
 )
-@click.option("-g", "--device", default=None, help="GPU indices, comma-separated [default: all].")
-@click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON.")
-@click.option("--simulate", is_flag=True, help="Describe the simulated GPU instead.")
+@gpus_option
+@json_flag("the facts")
+@simulate_option("Describe the simulated GPU instead.")
 def info(device: str | None, as_json: bool, simulate: bool) -> None:
     """GPUs, their PCIe links (current against max, with the theoretical peak), driver and
     runtime versions, NUMA node and CPU affinity."""

@@ -170,6 +170,11 @@ class Destination:
             Path(f"{place.path}{suffix}"), make, place.option, place.replace, render, urgent, mode
         )
 
+    def html(self, render: Callable[[list[str]], str]) -> Output:
+        """The command's HTML report (its place "html"): a page that links the files written
+        before it, drawn with the renderings and first among them after a Ctrl-C."""
+        return self.output("html", page(render), render=True, urgent=True)
+
     def discard(self) -> None:
         """Nothing was measured: removes the command's directory if it is still empty."""
         if self.directory is not None:

@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import click
-
 from ..core import limits
 from ..core.cases import HOST_MEMORY, MECHANISMS
 from ..core.engine import Engine
@@ -15,7 +13,6 @@ from ..core.errors import OptionError
 from ..core.units import (  # noqa: F401
     TIME_HELP,
     parse_counts,
-    parse_list,
     parse_seconds,
     parse_seconds_list,
     parse_size_option,
@@ -44,9 +41,15 @@ from ..report.overlap_tables import print_overlap
 from .app import cli, described, stdout
 from .common import resolve_devices
 from .measured import DocumentKind, Measurement, register, run_measurement
-from .options import measured_options
+from .options import (
+    direction_option,
+    measured_options,
+    mechanism_option,
+    memory_option,
+    option,
+    trials_option,
+)
 from .outputs import Destination, Named, Output, text
-from .params import Bounded
 
 R = TypeVar("R", OverlapCpuResult, RotationResult, GpuOverlapResult)
 
@@ -169,52 +172,36 @@ def overlap() -> None:
         "xferscope overlap cpu -d d2h -m pinned,pageable --size 64MiB --work 0,1ms,5ms",
     ),
 )
-@click.option(
-    "-d",
-    "--direction",
-    default="d2h",
-    show_default=True,
-    help="h2d or d2h (d2h is seed 000's asynchronous readback).",
+@direction_option(
+    CPU_DIRECTIONS, "d2h", "h2d or d2h (d2h is seed 000's asynchronous readback).", short=True
 )
-@click.option(
-    "-m",
-    "--memory",
-    default="pinned,pageable",
-    show_default=True,
-    help=f"Host memory kinds, comma-separated, one series each: {', '.join(HOST_MEMORY)}.",
+@memory_option(
+    HOST_MEMORY,
+    "pinned,pageable",
+    f"Host memory kinds, comma-separated, one series each: {', '.join(HOST_MEMORY)}.",
+    short=True,
 )
-@click.option(
-    "--mechanism",
-    default="async",
-    show_default=True,
-    help="async (cudaMemcpyAsync), kernel (SM copy kernel), memcpy (synchronous "
+@mechanism_option(
+    "async",
+    "async (cudaMemcpyAsync), kernel (SM copy kernel), memcpy (synchronous "
     "cudaMemcpy), staged (pageable memory through xferscope's pinned pool).",
 )
-@click.option("--size", default="256MiB", show_default=True, help="Bytes per copy.")
-@click.option(
+@option("--size", default="256MiB", help="Bytes per copy.")
+@option(
     "--work",
-    default=None,
     help="CPU work per copy, comma-separated times (0,1ms,2ms) [default: T0 x 0, 1/8, "
     "1/4, 1/2, 3/4, 1, 5/4, 3/2, 2, where T0 is the copy alone].",
 )
-@click.option(
-    "--trials",
-    default=5,
-    show_default=True,
-    type=Bounded(limits.TRIALS),
-    help="Trials per work value; the row is the trial of median total.",
-)
+@trials_option(5, "Trials per work value; the row is the trial of median total.")
 @_common("cpu")
 def cpu_command(**kw: Any) -> None:
     """Issue a copy asynchronously, run W of calibrated CPU work, then wait (seed 000's
     asynchronous mode). Reports the time blocked in the issuing call, the work, the time
     blocked waiting, the total and rate, and the share of the work hidden (ideal 1 until the
     work outlasts the copy)."""
-    direction = parse_list("--direction", kw["direction"], CPU_DIRECTIONS)
+    direction, memories, mechanism = kw["direction"], kw["memory"], kw["mechanism"]
     if len(direction) != 1:
         raise OptionError("--direction", "give one direction, h2d or d2h")
-    memories = parse_list("--memory", kw["memory"], HOST_MEMORY)
-    mechanism = parse_list("--mechanism", kw["mechanism"], MECHANISMS)
     if len(mechanism) != 1:
         raise OptionError("--mechanism", f"give one of {', '.join(MECHANISMS)}")
     size = parse_size_option("--size", kw["size"])
@@ -257,43 +244,27 @@ def cpu_command(**kw: Any) -> None:
         "xferscope overlap buffers -d d2h --buffers 1,2,4 --chunk-sizes 4MiB",
     ),
 )
-@click.option(
-    "-d",
-    "--direction",
-    default="d2h,h2d",
-    show_default=True,
-    help="d2h (readback: the CPU checksums each chunk), h2d (upload: the CPU writes "
-    "each chunk), or both.",
+@direction_option(
+    CPU_DIRECTIONS,
+    "d2h,h2d",
+    "d2h (readback: the CPU checksums each chunk), h2d (upload: the CPU writes each chunk), "
+    "or both.",
+    short=True,
 )
-@click.option(
+@option(
     "--buffers",
     default="1,2,3,4,6,8",
-    show_default=True,
     help="Numbers of pinned buffers in rotation (N), comma-separated.",
 )
-@click.option(
+@option(
     "--chunk-sizes",
     default="1MiB,4MiB,16MiB",
-    show_default=True,
     help="Bytes per chunk (and per buffer), comma-separated.",
 )
-@click.option(
-    "--chunks",
-    default=64,
-    show_default=True,
-    type=Bounded(limits.CHUNKS),
-    help="Chunks in the stream.",
-)
-@click.option(
-    "--trials",
-    default=3,
-    show_default=True,
-    type=Bounded(limits.TRIALS),
-    help="Streams per point; the row is the one of median total.",
-)
-@click.option(
+@option("--chunks", default=64, bounds=limits.CHUNKS, help="Chunks in the stream.")
+@trials_option(3, "Streams per point; the row is the one of median total.")
+@option(
     "--max-pinned",
-    default=None,
     help="Refuse a plan that pins more than this (buffers x chunk size) [default: "
     "half of the machine's memory, which is also the most allowed].",
 )
@@ -302,7 +273,7 @@ def buffers_command(**kw: Any) -> None:
     """A stream of chunks through N pinned buffers used in rotation while the CPU consumes
     (readback) or produces (upload) the others: seed 000's pixel buffer objects in rotation.
     Efficiency = ideal / total, with ideal = chunks x max(copy, CPU) + min(copy, CPU)."""
-    directions = parse_list("--direction", kw["direction"], CPU_DIRECTIONS)
+    directions = kw["direction"]
     buffers = parse_counts("--buffers", kw["buffers"], 1)
     chunk_sizes = parse_sizes("--chunk-sizes", kw["chunk_sizes"])
     if chunk_sizes[0] < 8:
@@ -347,29 +318,17 @@ def buffers_command(**kw: Any) -> None:
         "xferscope overlap gpu --size 256MiB --streams 1,2,4,8 --work 1,1000",
     ),
 )
-@click.option(
-    "--size",
-    default="1GiB",
-    show_default=True,
-    help="Bytes of the array of floats (a multiple of 4).",
-)
-@click.option(
-    "--streams",
-    default="1,2,3,4,5,6,7,8",
-    show_default=True,
-    help="Stream counts K, comma-separated.",
-)
-@click.option(
+@option("--size", default="1GiB", help="Bytes of the array of floats (a multiple of 4).")
+@option("--streams", default="1,2,3,4,5,6,7,8", help="Stream counts K, comma-separated.")
+@option(
     "--chunks-per-stream",
     default=DEFAULT_CHUNKS_PER_STREAM,
-    show_default=True,
-    type=Bounded(limits.CHUNKS),
+    bounds=limits.CHUNKS,
     help="Chunks per stream: the array goes in K x this many pieces.",
 )
-@click.option(
+@option(
     "--work",
     default="1",
-    show_default=True,
     help="Kernel FMAs per element, comma-separated: small is transfer-bound, large "
     "(thousands) compute-bound.",
 )

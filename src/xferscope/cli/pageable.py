@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import click
-
 from ..core import limits
 from ..core.engine import Engine
 from ..core.units import parse_sizes
@@ -29,9 +27,8 @@ from ..report.pageable_tables import print_pageable
 from .app import cli, described, stdout
 from .common import resolve_devices
 from .measured import DocumentKind, Measurement, register, run_measurement
-from .options import measured_options
+from .options import gpu_option, measured_options, option
 from .outputs import Destination, Maker, Named, Output, text
-from .params import Bounded
 
 
 def parse_sends(option: str, text: str) -> tuple[int, ...]:
@@ -47,24 +44,21 @@ def parse_sends(option: str, text: str) -> tuple[int, ...]:
         "xferscope pageable --sizes 64MiB --sends 1,10,100",
     ),
 )
-@click.option(
+@option(
     "--sizes",
     default=",".join(size_tag(s) for s in DEFAULT_SIZES),
-    show_default=True,
     help="Buffer sizes, comma-separated.",
 )
-@click.option(
+@option(
     "--sends",
     default=",".join(str(k) for k in DEFAULT_SENDS),
-    show_default=True,
     help="Numbers of sends of the same buffer to tabulate, comma-separated.",
 )
-@click.option("-g", "--device", default="0", show_default=True, help="GPU index.")
-@click.option(
+@gpu_option()
+@option(
     "--repeats",
     default=DEFAULT_REPEATS,
-    show_default=True,
-    type=Bounded(limits.TRIALS),
+    bounds=limits.TRIALS,
     help="Measurements of each cost; the median is used.",
 )
 @measured_options("pageable", "PREFIX-<size>.png for each size", seed=False, gpu=None)

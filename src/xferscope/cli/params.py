@@ -1,5 +1,5 @@
-"""Click's side of core/limits.py: a parameter type per range, so a numeric option is parsed and
-checked as it is read, with the one message every command gives."""
+"""Click's side of core/limits.py and core/units.py: a parameter type per kind of value, so an
+option is parsed and checked as it is read, with the one message every command gives."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from ..core.limits import Range
+from ..core.units import parse_list
 
 
 def option_name(param: click.Parameter | None) -> str:
@@ -37,3 +38,21 @@ class Bounded(click.ParamType):  # type: ignore[type-arg]
 
     def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
         return "N" if self.bounds.kind == "count" else "X"
+
+
+class Names(click.ParamType):  # type: ignore[type-arg]
+    """A comma-separated list of names from `accepted`, by core.units.parse_list's rule: a
+    tuple, duplicates dropped, order kept. `blank`, where given, is what an empty value means
+    (else an empty value is refused)."""
+
+    name = "text"  # shown as TEXT, as any list of words
+
+    def __init__(self, accepted: tuple[str, ...], blank: tuple[str, ...] | None = None) -> None:
+        self.accepted = accepted
+        self.blank = blank
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        text = ",".join(value) if isinstance(value, (tuple, list)) else str(value)
+        if self.blank is not None and not text.strip():
+            return self.blank
+        return parse_list(option_name(param), text, self.accepted)

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import click
-
-from ..core import limits
 from ..core.engine import Engine
 from ..core.errors import OptionError
-from ..core.units import format_bytes, parse_counts, parse_list, parse_size_option, parse_sizes
+from ..core.units import format_bytes, parse_counts, parse_size_option, parse_sizes
 from ..pitch.measure import (
     DEFAULT_HOST_PITCHES,
     DEFAULT_TARGET_S,
@@ -33,9 +30,17 @@ from . import common
 from .app import cli, described, stdout
 from .common import parse_seed, resolve_devices
 from .measured import DocumentKind, Measurement, register, run_measurement
-from .options import measured_options
+from .options import (
+    direction_option,
+    measured_options,
+    memory_option,
+    methods_option,
+    names_option,
+    option,
+    target_time_option,
+    trials_option,
+)
 from .outputs import Destination, Named, Output, text
-from .params import Bounded
 
 MOST_TOTAL = 1 << 30
 
@@ -48,47 +53,32 @@ MOST_TOTAL = 1 << 30
         "xferscope pitch --memory pinned --layout pitched --widths 1,16,256,4KiB --host-pitch 1,4",
     ),
 )
-@click.option("--direction", default="h2d,d2h", show_default=True, help="h2d, d2h.")
-@click.option("--memory", default="pinned,pageable", show_default=True, help="pinned, pageable.")
-@click.option(
+@direction_option(("h2d", "d2h"), "h2d,d2h", "h2d, d2h.")
+@memory_option(("pinned", "pageable"), "pinned,pageable", "pinned, pageable.")
+@names_option(
     "--layout",
+    accepted=LAYOUTS,
     default=",".join(LAYOUTS),
-    show_default=True,
     help="Device rows: pitched (cudaMallocPitch) or packed (rows back to back).",
 )
-@click.option(
+@option(
     "--total",
     default=format_bytes(DEFAULT_TOTAL).replace(" ", ""),
-    show_default=True,
     help="Bytes per copy, the same at every width (rows = total / width).",
 )
-@click.option(
+@option(
     "--widths",
     default=",".join(format_bytes(w).replace(" ", "") for w in DEFAULT_WIDTHS),
-    show_default=True,
     help="Row widths in bytes (at most --total).",
 )
-@click.option(
+@option(
     "--host-pitch",
     default=",".join(map(str, DEFAULT_HOST_PITCHES)),
-    show_default=True,
     help="Host rows this many widths apart (1: back to back; 2: half of each row copied).",
 )
-@click.option("--methods", default=",".join(METHODS), show_default=True, help="Methods to compare.")
-@click.option(
-    "--target-time",
-    default=DEFAULT_TARGET_S,
-    show_default=True,
-    type=Bounded(limits.TARGET_TIME),
-    help="Seconds a trial lasts.",
-)
-@click.option(
-    "--trials",
-    default=DEFAULT_TRIALS,
-    show_default=True,
-    type=Bounded(limits.TRIALS),
-    help="Trials per cell.",
-)
+@methods_option(METHODS)
+@target_time_option(DEFAULT_TARGET_S, "Seconds a trial lasts.")
+@trials_option(DEFAULT_TRIALS, "Trials per cell.")
 @measured_options("pitch", "PREFIX.png")
 def pitch_command(**kw: Any) -> None:
     """The same bytes as rows of W bytes, W from 1 B to the whole, between host rows a pitch
@@ -96,10 +86,7 @@ def pitch_command(**kw: Any) -> None:
     cudaMemcpy2DAsync, cudaMemcpy3DAsync, a loop of cudaMemcpyAsync, packing plus one copy and
     a kernel, or one copy of the span plus a kernel, each verified and timed; the widths where
     each method's rate falls (the cliffs), and where another beats the 2D copy."""
-    directions = parse_list("--direction", kw["direction"], ("h2d", "d2h"))
-    memories = parse_list("--memory", kw["memory"], ("pinned", "pageable"))
-    layouts = parse_list("--layout", kw["layout"], LAYOUTS)
-    methods = parse_list("--methods", kw["methods"], METHODS)
+    directions, memories, layouts = kw["direction"], kw["memory"], kw["layout"]
     total = parse_size_option("--total", kw["total"])
     if total > MOST_TOTAL:
         raise OptionError("--total", f"{format_bytes(total)}: at most {format_bytes(MOST_TOTAL)}")
@@ -121,7 +108,7 @@ def pitch_command(**kw: Any) -> None:
             total=total,
             widths=widths,
             host_pitches=pitches,
-            methods=methods,
+            methods=kw["methods"],
             target_s=kw["target_time"],
             trials=kw["trials"],
             device=device,

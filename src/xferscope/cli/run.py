@@ -12,8 +12,16 @@ from ..sweep.records import SweepResult
 from .app import cli, described, stderr, stdout
 from .common import _history_file, parse_seed, resolve_devices
 from .measured import DocumentKind, Measurement, register, run_measurement
-from .options import seed_option
-from .outputs import Delivery, Destination, Maker, Named, Output, page, text
+from .options import (
+    flag,
+    gpus_option,
+    history_options,
+    option,
+    out_option,
+    seed_option,
+    simulate_option,
+)
+from .outputs import Delivery, Destination, Maker, Named, Output, text
 
 # ---- run ---------------------------------------------------------------------------------------
 
@@ -62,11 +70,7 @@ def run_outputs(result: RunResult, dest: Destination) -> list[Output]:
             for what in plots.plot_names(view)
         ]
 
-    outputs.append(
-        dest.output(
-            "html", page(lambda names: render_html(result, names)), render=True, urgent=True
-        )
-    )
+    outputs.append(dest.html(lambda names: render_html(result, names)))
     return outputs
 
 
@@ -97,47 +101,29 @@ DEFAULT_S = 65  # `run` on one H200 (the same file: 65.5 s)
         "xferscope run --quick --prometheus /var/lib/node_exporter/xferscope.prom",
     )
 )
-@click.option("-g", "--device", default=None, help="GPU indices, comma-separated [default: all].")
-@click.option(
+@gpus_option
+@flag(
     "--quick",
-    is_flag=True,
     help=f"A first look in about {QUICK_S} s per GPU "
     f"(the full run takes about {DEFAULT_S} s per GPU).",
 )
-@click.option(
-    "-o",
-    "--out",
-    default="xferscope-results",
-    show_default=True,
-    help="Directory in which each run gets its own directory, run-<time>.",
-)
-@click.option(
-    "--history",
-    "history_path",
-    default=None,
-    help="SQLite run history [default: $XFERSCOPE_HISTORY or "
-    "~/.local/share/xferscope/history.sqlite3].",
-)
-@click.option("--no-history", is_flag=True, help="Do not add this run to the history.")
-@click.option(
+@out_option(help="Directory in which each run gets its own directory, run-<time>.")
+@history_options
+@option(
     "--prometheus",
     "prometheus_path",
-    default=None,
     help="Also write the headline figures here, in node_exporter's textfile format (replaced "
     "atomically each run).",
 )
 @seed_option
-@click.option(
+@option(
     "--resume",
     "resume_ref",
-    default=None,
     metavar="RUN",
     help="Continue an interrupted run (its id in the history, its run.json or its directory) on "
     "the same GPUs: what it completed is kept, the rest measured now, into a new run directory.",
 )
-@click.option(
-    "--simulate", is_flag=True, help="Use the simulated engine (no GPU; nothing is measured)."
-)
+@simulate_option()
 @click.pass_context
 def run(
     ctx: click.Context,

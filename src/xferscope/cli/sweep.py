@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ..core import cases, limits, plan
-from ..core.cases import HOST_MEMORY, MECHANISMS, TIMINGS
+from ..core.cases import HOST_MEMORY, TIMINGS
 from ..core.engine import Engine
 from ..core.errors import OptionError
 from ..core.units import (
@@ -25,9 +25,19 @@ from ..sweep.records import SweepResult, from_dict, to_dict
 from .app import cli, described, stdout
 from .common import parse_seed
 from .measured import DocumentKind, Measurement, register, run_measurement
-from .options import measured_options
+from .options import (
+    direction_option,
+    flag,
+    gpu_option,
+    measured_options,
+    mechanism_option,
+    memory_option,
+    names_option,
+    option,
+    target_time_option,
+    trials_option,
+)
 from .outputs import Destination, Maker, Named, Output, text
-from .params import Bounded
 
 # ---- sweep -------------------------------------------------------------------------------------
 
@@ -36,6 +46,7 @@ from .params import Bounded
 ALIGNMENT_HOST_OFFSETS = (0, 1, 4, 16, 64, 512, 4095)
 ALIGNMENT_DEVICE_OFFSETS = (0, 1)
 ALIGNMENT_SIZES = (4096, 65536, 1 << 20, 16 << 20)
+APIS = ("runtime", "driver")  # `--api`: the CUDA runtime's copies, the driver API's, or both
 
 
 @cli.command(
@@ -46,137 +57,104 @@ ALIGNMENT_SIZES = (4096, 65536, 1 << 20, 16 << 20)
         "xferscope sweep -d roundtrip -m pageable,pinned --max-size 64MiB --perturbation 3",
     )
 )
-@click.option(
-    "-d",
-    "--direction",
-    default="h2d,d2h",
-    show_default=True,
-    help=f"Directions, comma-separated: {', '.join(DIRECTIONS)}.",
+@direction_option(
+    DIRECTIONS, "h2d,d2h", f"Directions, comma-separated: {', '.join(DIRECTIONS)}.", short=True
 )
-@click.option(
-    "-m",
-    "--memory",
-    default="pageable,pinned",
-    show_default=True,
-    help=f"Host memory kinds: {', '.join(HOST_MEMORY)} (d2d always uses device memory).",
+@memory_option(
+    HOST_MEMORY,
+    "pageable,pinned",
+    f"Host memory kinds: {', '.join(HOST_MEMORY)} (d2d always uses device memory).",
+    short=True,
 )
-@click.option(
-    "--mechanism",
-    default="memcpy",
-    show_default=True,
-    help="memcpy (synchronous cudaMemcpy), async (cudaMemcpyAsync: copy engines), "
+@mechanism_option(
+    "memcpy",
+    "memcpy (synchronous cudaMemcpy), async (cudaMemcpyAsync: copy engines), "
     "kernel (SM copy kernel), staged (pageable memory through xferscope's pinned staging "
     "pool and host threads), driver (cuMemcpyHtoD/DtoH/DtoD), driver-async (their Async "
     "forms).",
 )
-@click.option(
+@names_option(
     "--api",
+    accepted=APIS,
     default="runtime",
-    show_default=True,
     help="runtime, driver, or both: driver measures memcpy and async by the driver API's "
     "cuMemcpy calls instead (NetPIPE's cuMemcpy module); both draws them on the same curves.",
 )
-@click.option(
+@names_option(
     "--timing",
+    accepted=TIMINGS,
     default="api",
-    show_default=True,
     help="api (host clock around calls that complete, as an application sees them), "
     "device (CUDA events around copies held behind a blocking kernel).",
 )
-@click.option(
-    "-g", "--device", default="0", show_default=True, help="GPU indices, comma-separated."
-)
-@click.option(
-    "--sizes", default=None, help="Explicit sizes, comma-separated (overrides the range)."
-)
-@click.option("--min-size", default=None, help="Smallest size of the range [default: 1].")
-@click.option("--max-size", default=None, help="Largest size of the range [default: 1GiB].")
-@click.option(
-    "--steps", default=None, type=Bounded(limits.STEPS), help="Sizes per doubling [default: 1]."
-)
-@click.option(
+@gpu_option("GPU indices, comma-separated.")
+@option("--sizes", help="Explicit sizes, comma-separated (overrides the range).")
+@option("--min-size", help="Smallest size of the range [default: 1].")
+@option("--max-size", help="Largest size of the range [default: 1GiB].")
+@option("--steps", bounds=limits.STEPS, help="Sizes per doubling [default: 1].")
+@option(
     "--perturbation",
-    default=None,
     help="NetPIPE's p: also measure c-p and c+p bytes around each size c [default: 0].",
 )
-@click.option(
-    "--target-time",
-    default=None,
-    type=Bounded(limits.TARGET_TIME),
-    help=f"Seconds one trial lasts [default: {plan.DEFAULT_TARGET_S}; "
+@target_time_option(
+    None,
+    f"Seconds one trial lasts [default: {plan.DEFAULT_TARGET_S}; "
     f"{plan.QUICK_TARGET_S} with --quick].",
 )
-@click.option(
-    "--trials",
-    default=plan.DEFAULT_TRIALS,
-    show_default=True,
-    type=Bounded(limits.TRIALS),
-    help="Trials per size (more, up to --max-trials, while noisier than --noise-bound).",
+@trials_option(
+    plan.DEFAULT_TRIALS,
+    "Trials per size (more, up to --max-trials, while noisier than --noise-bound).",
 )
-@click.option(
-    "--max-trials",
-    default=None,
-    type=Bounded(limits.TRIALS),
-    help="Most trials per size [default: 2 x --trials].",
-)
-@click.option(
+@option("--max-trials", bounds=limits.TRIALS, help="Most trials per size [default: 2 x --trials].")
+@option(
     "--noise-bound",
     default=plan.DEFAULT_NOISE_BOUND,
-    show_default=True,
-    type=Bounded(limits.NOISE_BOUND),
+    bounds=limits.NOISE_BOUND,
     help="Relative noise (1.4826 MAD / median) under which a size needs no more trials.",
 )
-@click.option(
+@option(
     "--budget",
-    default=None,
-    type=Bounded(limits.BUDGET),
+    bounds=limits.BUDGET,
     help=f"Most seconds one curve may take; trials shorten to fit and sizes that still "
     f"do not fit are cut short and labelled. 0 = no limit "
     f"[default: {plan.DEFAULT_BUDGET_S:g}; {plan.QUICK_BUDGET_S:g} with --quick].",
 )
-@click.option(
+@option(
     "--cache",
     type=click.Choice(["cold", "warm"]),
     default="cold",
-    show_default=True,
     help="cold: copies of 64 KiB and more rotate through buffers larger than the GPU and CPU "
     "caches; warm: every copy reuses one buffer, as a loop over one array does (labelled "
     "cache-resident).",
 )
-@click.option(
-    "--quick", is_flag=True, help="Short trials and a small budget: a first look in seconds."
-)
-@click.option(
+@flag("--quick", help="Short trials and a small budget: a first look in seconds.")
+@option(
     "--host-offset",
     default="0",
-    show_default=True,
     help="Bytes past a page-aligned start at which every copy's host buffer begins, "
     "comma-separated, 0 to 4095: one curve per offset (0, the aligned reference, always "
     "included).",
 )
-@click.option(
+@option(
     "--device-offset",
     default="0",
-    show_default=True,
     help="The same for the device buffer: host and device offsets are measured in every "
     "combination.",
 )
-@click.option(
+@flag(
     "--alignment",
-    is_flag=True,
     help=f"The alignment study: host offsets {','.join(map(str, ALIGNMENT_HOST_OFFSETS))} and "
     f"device offsets {','.join(map(str, ALIGNMENT_DEVICE_OFFSETS))} (unless given), sizes "
     f"{','.join(format_bytes(s) for s in ALIGNMENT_SIZES)} (unless given), and what "
     "misalignment costs per size.",
 )
-@click.option(
+@option(
     "--rounds",
-    default=None,
-    type=Bounded(limits.ROUNDS),
+    bounds=limits.ROUNDS,
     help="Measure every curve this many times, in alternating order, and pool the trials, so "
     "drift during the run falls on every curve alike [default: 1; 2 with --alignment].",
 )
-@click.option("--no-verify", is_flag=True, help="Skip checking the destination after each size.")
+@flag("--no-verify", help="Skip checking the destination after each size.")
 @measured_options("sweep", "PREFIX-bandwidth.png and PREFIX-latency.png", gpu=None)
 @click.pass_context
 def sweep(ctx: click.Context, /, **kw: Any) -> None:
@@ -275,10 +253,10 @@ def build_sweep_options(kw: dict[str, Any]) -> SweepOptions:
     )
     trials = kw["trials"]
     return SweepOptions(
-        directions=parse_list("--direction", kw["direction"], DIRECTIONS),
-        memories=parse_list("--memory", kw["memory"], HOST_MEMORY),
-        mechanisms=with_api(parse_list("--mechanism", kw["mechanism"], MECHANISMS), kw["api"]),
-        timings=parse_list("--timing", kw["timing"], TIMINGS),
+        directions=kw["direction"],
+        memories=kw["memory"],
+        mechanisms=with_api(kw["mechanism"], kw["api"]),
+        timings=kw["timing"],
         devices=parse_devices("--device", kw["device"]),
         sizes=sizes,
         target_s=target,
@@ -337,9 +315,10 @@ def _print_sweep(result: SweepResult) -> None:
 DRIVER_FORMS = {"memcpy": "driver", "async": "driver-async"}
 
 
-def with_api(mechanisms: tuple[str, ...], api: str) -> tuple[str, ...]:
-    """The mechanisms `--api` asks for: the runtime's, their driver-API forms, or both."""
-    apis = parse_list("--api", api, ("runtime", "driver"))
+def with_api(mechanisms: tuple[str, ...], api: str | tuple[str, ...]) -> tuple[str, ...]:
+    """The mechanisms `--api` asks for (its names, or their text): the runtime's, their
+    driver-API forms, or both."""
+    apis = parse_list("--api", api, APIS) if isinstance(api, str) else api
     if "driver" in apis and not any(m in DRIVER_FORMS for m in mechanisms):
         raise OptionError(
             "--api", "driver needs --mechanism memcpy or async (the driver API's cuMemcpy forms)"

@@ -42,9 +42,8 @@ from .common import (
     prepare_renderers,
 )
 from .measured import DocumentKind, entry, register
-from .options import history_options
-from .outputs import Destination, Named, Output, page, text
-from .params import Bounded
+from .options import gpu_option, history_options, option, out_option
+from .outputs import Destination, Named, Output, text
 
 REFERENCES = ("auto", "history", "measure", "none")
 
@@ -58,33 +57,24 @@ REFERENCES = ("auto", "history", "measure", "none")
     ),
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )
-@click.option(
+@option(
     "--reference",
     default="auto",
-    show_default=True,
     help="This machine's copy rates that price the fixes: history (the newest `xferscope run` "
     "of this GPU), measure (a 10 s sweep after the program), auto (history, else measure), none.",
 )
-@click.option(
+@option(
     "--limit",
     default=DEFAULT_LIMIT,
-    show_default=True,
-    type=Bounded(limits.ROWS),
+    bounds=limits.ROWS,
     help="Records of each kind kept; beyond, only counted (the totals stay exact).",
 )
-@click.option(
+@option(
     "--export",
-    default=None,
     help="Also write chrome-trace: trace.json, which the Perfetto UI and chrome://tracing open.",
 )
-@click.option("-g", "--device", default="0", show_default=True, help="GPU the reference is for.")
-@click.option(
-    "-o",
-    "--out",
-    default="xferscope-results",
-    show_default=True,
-    help="Directory in which the files go to a new directory of their own, trace-<time>.",
-)
+@gpu_option("GPU the reference is for.")
+@out_option("trace")
 @history_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def trace_command(**kw: Any) -> None:
@@ -204,9 +194,7 @@ def trace_outputs(result: TraceResult, dest: Destination) -> list[Output]:
     return [
         dest.output("json", text(lambda: dumps_json(result))),
         dest.output("csv", text(lambda: dumps_csv(result))),
-        dest.output(
-            "html", page(lambda names: render_trace_html(result, names)), render=True, urgent=True
-        ),
+        dest.html(lambda names: render_trace_html(result, names)),
     ]
 
 
