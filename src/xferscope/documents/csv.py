@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..run.metrics import Metric, run_metrics
 from ..run.records import RunResult
@@ -28,6 +28,13 @@ def _config_column(name: str) -> Column[_Row]:
     return Column(name, lambda r: getattr(r.config, name))
 
 
+def _point_column(name: str, form: Callable[[Any], object] = lambda v: v) -> Column[_Row]:
+    """A column of a point's attribute (`trials`: its number of samples), in `form`."""
+    if name == "trials":
+        return Column(name, lambda r: form(len(r.point.samples_s)))
+    return Column(name, lambda r: form(getattr(r.point, name)))
+
+
 def _verified(p: Point) -> str:
     v = p.verification
     return "skipped" if v is None else ("ok" if v.ok else "FAILED")
@@ -36,23 +43,14 @@ def _verified(p: Point) -> str:
 _COLUMNS: tuple[Column[_Row], ...] = (
     Column("simulated", lambda r: int(r.simulated)),
     *(_config_column(n) for n in CONFIG_COLUMNS),
-    Column("bytes", lambda r: r.point.bytes),
-    Column("trials", lambda r: len(r.point.samples_s)),
-    Column("iterations", lambda r: r.point.iterations),
-    Column("copies_per_iteration", lambda r: r.point.copies_per_iteration),
-    Column("min_s", lambda r: _number(r.point.min_s)),
-    Column("median_s", lambda r: _number(r.point.median_s)),
-    Column("max_s", lambda r: _number(r.point.max_s)),
-    Column("rel_noise", lambda r: _number(r.point.rel_noise)),
+    *(_point_column(n) for n in ("bytes", "trials", "iterations", "copies_per_iteration")),
+    *(_point_column(n, _number) for n in ("min_s", "median_s", "max_s", "rel_noise")),
     Column("latency_us", lambda r: _number(r.point.median_s * 1e6)),
     Column("bandwidth_gbps", lambda r: _number(r.point.bandwidth / 1e9)),
     Column("peak_bandwidth_gbps", lambda r: _number(r.point.peak_bandwidth / 1e9)),
-    Column("status", lambda r: r.point.status),
-    Column("stopped_by", lambda r: r.point.stopped_by),
-    Column("target_s", lambda r: _number(r.point.target_s)),
-    Column("blocking_kernel", lambda r: int(r.point.blocking_kernel)),
-    Column("blocking_timed_out", lambda r: int(r.point.blocking_timed_out)),
-    Column("cache_resident", lambda r: int(r.point.cache_resident)),
+    *(_point_column(n) for n in ("status", "stopped_by")),
+    _point_column("target_s", _number),
+    *(_point_column(n, int) for n in ("blocking_kernel", "blocking_timed_out", "cache_resident")),
     Column("verified", lambda r: _verified(r.point)),
     Column(
         "mismatched_bytes",
