@@ -3,6 +3,7 @@
 // touches the GPU so a long trial never holds the interpreter. Results cross as read-only
 // classes (the simulated engine builds the same ones), errors keep their types, and the rules
 // of valid measurements (cases.hpp) and the engine's limits are exported, never retyped.
+#include <cuda_runtime_api.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -105,6 +106,8 @@ NB_MODULE(_engine, m) {
   limits["staged_direct_below"] = xs::StagedCopier::kDirectBelow;
   m.attr("LIMITS") = limits;
   m.attr("DEFAULT_SEED") = xs::Limits::default_seed;
+  // the CUDA this engine was built with (13000 for 13.0): the major names the libraries it opens
+  m.attr("CUDA_BUILT") = CUDART_VERSION;
   m.def(
       "refusal",
       [](const std::string& direction, const std::string& memory, const std::string& mechanism,

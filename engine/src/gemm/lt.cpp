@@ -1,5 +1,6 @@
-// Opens libcublasLt on first use: $XFERSCOPE_LIBCUBLASLT, then the soname of the cuBLAS this
-// engine was built against, then the toolkit's default place.
+// Opens libcublasLt on first use: $XFERSCOPE_LIBCUBLASLT (which xferscope sets to the library
+// cuda-pathfinder finds: NVIDIA's wheels, the loader path, the toolkit), then the soname of the
+// CUDA major this engine was built with, then the toolkit's default place.
 #include "gemm/lt.hpp"
 
 #include <dlfcn.h>
@@ -8,6 +9,7 @@
 #include <mutex>
 #include <vector>
 
+#include "dynlib.hpp"
 #include "xferscope/gemm.hpp"
 
 namespace xferscope::gemm {
@@ -19,37 +21,23 @@ struct Loaded {
   std::string error;
 };
 
-template <typename F>
-void resolve(F& slot, void* handle, const char* name, std::string& missing) {
-  slot = reinterpret_cast<F>(dlsym(handle, name));
-  if (!slot && missing.empty()) missing = name;
-}
-
 Loaded load() {
   Loaded out;
-  const std::string soname = "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR);
-  std::vector<std::string> candidates;
-  if (const char* chosen = std::getenv("XFERSCOPE_LIBCUBLASLT"); chosen && *chosen) {
-    candidates.emplace_back(chosen);
-  }
-  candidates.push_back(soname);
-  candidates.push_back("/usr/local/cuda/lib64/" + soname);
-  void* handle = nullptr;
-  for (const std::string& name : candidates) {
-    handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle) {
-      out.lt.path = name;
-      break;
-    }
-  }
-  if (!handle) {
-    out.error = "cannot load " + soname + " (cuBLAS " + std::to_string(CUBLAS_VER_MAJOR) +
-                ": the CUDA toolkit's lib64 on the loader path, or `pip install nvidia-cublas`" +
-                "; $XFERSCOPE_LIBCUBLASLT names the file)";
+  const std::string major = std::to_string(kCublasMajor);
+  const std::string soname = "libcublasLt.so." + major;
+  const char* chosen = std::getenv("XFERSCOPE_LIBCUBLASLT");
+  const dynlib::Opened opened = dynlib::open_first(
+      {chosen ? chosen : "", soname, "/usr/local/cuda/lib64/" + soname}, RTLD_NOW | RTLD_LOCAL);
+  if (!opened.handle) {
+    out.error =
+        "cannot load " + soname + " (cuBLAS " + major + "); $XFERSCOPE_LIBCUBLASLT names the file";
     return out;
   }
+  out.lt.path = opened.path;
+  void* handle = opened.handle;
   std::string missing;
   Lt& l = out.lt;
+  using dynlib::resolve;
   resolve(l.create, handle, "cublasLtCreate", missing);
   resolve(l.destroy, handle, "cublasLtDestroy", missing);
   resolve(l.get_version, handle, "cublasLtGetVersion", missing);

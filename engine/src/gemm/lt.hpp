@@ -1,28 +1,28 @@
-// cuBLASLt's entry points, loaded at run time (its header gives the types; the library is
-// opened on first use). Internal to the engine.
+// cuBLASLt's entry points, loaded at run time (lt_abi.hpp gives the types; the library is opened
+// on first use). Internal to the engine.
 #pragma once
 
-#include <cublasLt.h>
-
 #include <string>
+
+#include "gemm/lt_abi.hpp"
 
 namespace xferscope::gemm {
 
 struct Lt {
-  decltype(&cublasLtCreate) create;
-  decltype(&cublasLtDestroy) destroy;
-  decltype(&cublasLtGetVersion) get_version;
-  decltype(&cublasLtMatmulDescCreate) desc_create;
-  decltype(&cublasLtMatmulDescDestroy) desc_destroy;
-  decltype(&cublasLtMatmulDescSetAttribute) desc_set;
-  decltype(&cublasLtMatrixLayoutCreate) layout_create;
-  decltype(&cublasLtMatrixLayoutDestroy) layout_destroy;
-  decltype(&cublasLtMatmulPreferenceCreate) preference_create;
-  decltype(&cublasLtMatmulPreferenceDestroy) preference_destroy;
-  decltype(&cublasLtMatmulPreferenceSetAttribute) preference_set;
-  decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic;
-  decltype(&cublasLtMatmulAlgoConfigGetAttribute) algo_get;
-  decltype(&cublasLtMatmul) matmul;
+  lt_api::Create* create;
+  lt_api::Destroy* destroy;
+  lt_api::GetVersion* get_version;
+  lt_api::DescCreate* desc_create;
+  lt_api::DescDestroy* desc_destroy;
+  lt_api::DescSet* desc_set;
+  lt_api::LayoutCreate* layout_create;
+  lt_api::LayoutDestroy* layout_destroy;
+  lt_api::PreferenceCreate* preference_create;
+  lt_api::PreferenceDestroy* preference_destroy;
+  lt_api::PreferenceSet* preference_set;
+  lt_api::Heuristic* heuristic;
+  lt_api::AlgoGet* algo_get;
+  lt_api::Matmul* matmul;
   std::string path;  // the file loaded
 };
 

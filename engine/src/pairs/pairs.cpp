@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "dynlib.hpp"
 #include "kernels.hpp"
 #include "xferscope/cases.hpp"
 #include "xferscope/detail/handles.hpp"
@@ -47,25 +48,13 @@ struct Nccl {
   std::string error;
 };
 
-template <typename F>
-void resolve(F& slot, void* handle, const char* name, std::string& missing) {
-  slot = reinterpret_cast<F>(dlsym(handle, name));
-  if (!slot && missing.empty()) missing = name;
-}
-
 Nccl load(const std::string& library) {
   Nccl n;
-  std::vector<std::string> candidates;
-  if (!library.empty()) candidates.push_back(library);
-  if (const char* chosen = std::getenv("XFERSCOPE_LIBNCCL"); chosen && *chosen) {
-    candidates.emplace_back(chosen);
-  }
-  candidates.insert(candidates.end(), {"libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2",
-                                       "/usr/local/cuda/lib/libnccl.so.2"});
-  void* handle = nullptr;
-  for (const std::string& name : candidates) {
-    if ((handle = dlopen(name.c_str(), RTLD_NOW | RTLD_GLOBAL))) break;
-  }
+  const char* chosen = std::getenv("XFERSCOPE_LIBNCCL");
+  void* handle = dynlib::open_first({library, chosen ? chosen : "", "libnccl.so.2",
+                                     "/usr/local/cuda/lib64/libnccl.so.2"},
+                                    RTLD_NOW | RTLD_GLOBAL)
+                     .handle;
   if (!handle) {
     n.error =
         "cannot load libnccl.so.2 (NCCL 2: `pip install nvidia-nccl-cu13`, or the loader path; "
@@ -73,6 +62,7 @@ Nccl load(const std::string& library) {
     return n;
   }
   std::string missing;
+  using dynlib::resolve;
   resolve(n.get_version, handle, "ncclGetVersion", missing);
   resolve(n.get_unique_id, handle, "ncclGetUniqueId", missing);
   resolve(n.init_rank, handle, "ncclCommInitRank", missing);

@@ -2,8 +2,7 @@
 // method's staging made on first use.
 #include "xferscope/pitch.hpp"
 
-#include <cuda_runtime_api.h>
-#include <driver_functions.h>  // make_cudaPitchedPtr, make_cudaExtent
+#include <cuda_runtime.h>  // make_cudaPitchedPtr, make_cudaExtent
 
 #include <algorithm>
 #include <chrono>

@@ -14,6 +14,10 @@
 // totals line per kind at the end keeps the summary exact. Completed buffers are written at once
 // and CUPTI is flushed every second, so a crash keeps what came before it; SIGINT, SIGTERM and
 // crash signals flush first and then do what they would have done.
+// libcupti is opened at run time, not linked: $XFERSCOPE_LIBCUPTI (which `xferscope trace` sets
+// to the one cuda-pathfinder finds: NVIDIA's wheels, the loader path, the toolkit), else the
+// soname of the CUDA major it was built with; without it the program runs untraced, with a
+// warning in its records.
 #include <cupti.h>
 #include <dlfcn.h>
 #include <execinfo.h>
@@ -36,7 +40,39 @@
 #include <utility>
 #include <vector>
 
+#include "dynlib.hpp"
+
 namespace {
+
+// The CUPTI entry points used, resolved from the libcupti opened at initialization.
+// clang-format off
+#define XFS_CUPTI_ENTRIES(X)                                                                  \
+  X(cuptiActivityEnable) X(cuptiActivityFlushAll) X(cuptiActivityFlushPeriod)               \
+  X(cuptiActivityGetNextRecord) X(cuptiActivityGetNumDroppedRecords)                        \
+  X(cuptiActivityRegisterCallbacks) X(cuptiActivitySetAttribute) X(cuptiEnableCallback)     \
+  X(cuptiGetCallbackName) X(cuptiGetTimestamp) X(cuptiSubscribe)
+// clang-format on
+struct Cupti {
+#define XFS_CUPTI_SLOT(name) decltype(&::name) name = nullptr;
+  XFS_CUPTI_ENTRIES(XFS_CUPTI_SLOT)
+#undef XFS_CUPTI_SLOT
+};
+Cupti cupti;
+
+// Opens libcupti and resolves every entry point; the reason it could not, else empty.
+std::string open_cupti() {
+  const std::string soname = "libcupti.so." + std::to_string(CUDA_VERSION / 1000);
+  const char* chosen = std::getenv("XFERSCOPE_LIBCUPTI");
+  const xferscope::dynlib::Opened opened =
+      xferscope::dynlib::open_first({chosen ? chosen : "", soname}, RTLD_NOW | RTLD_LOCAL);
+  if (!opened.handle) return "cannot load " + soname + " ($XFERSCOPE_LIBCUPTI names the file)";
+  std::string missing;
+#define XFS_CUPTI_RESOLVE(name) \
+  xferscope::dynlib::resolve(cupti.name, opened.handle, #name, missing);
+  XFS_CUPTI_ENTRIES(XFS_CUPTI_RESOLVE)
+#undef XFS_CUPTI_RESOLVE
+  return missing.empty() ? "" : opened.path + " lacks " + missing;
+}
 
 constexpr std::size_t kBufferBytes = 8u << 20;
 constexpr int kFrames = 12;
@@ -123,7 +159,7 @@ const std::string& api_name(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) 
   if (cbid >= table.size()) table.resize(cbid + 1);
   if (table[cbid].empty()) {
     const char* name = nullptr;
-    cuptiGetCallbackName(domain, cbid, &name);
+    cupti.cuptiGetCallbackName(domain, cbid, &name);
     table[cbid] = name ? name : "?";
   }
   return table[cbid];
@@ -222,10 +258,10 @@ void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, s
   {
     std::lock_guard<std::mutex> lock(out_mutex);
     CUpti_Activity* record = nullptr;
-    while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS)
+    while (cupti.cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS)
       write_record(record);
     std::size_t dropped = 0;
-    cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped);
+    cupti.cuptiActivityGetNumDroppedRecords(nullptr, 0, &dropped);
     if (dropped) {
       char buf[96];
       std::snprintf(buf, sizeof buf, "{\"t\":\"dropped\",\"n\":%zu}", dropped);
@@ -485,7 +521,7 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
   if (runtime) in_runtime_call = enter;
   if (closed.load(std::memory_order_relaxed)) return;
   std::uint64_t now = 0;
-  cuptiGetTimestamp(&now);
+  cupti.cuptiGetTimestamp(&now);
   if (enter) {
     entered[runtime ? 0 : 1] = now;
     pending.copy = knob_call && copy_entry(domain, cbid, cb);
@@ -570,7 +606,7 @@ void writer() {
 
 void finish() {
   if (closed.exchange(true)) return;
-  cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  cupti.cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   drain();
   std::lock_guard<std::mutex> lock(out_mutex);
   if (!out) return;
@@ -597,7 +633,7 @@ void finish() {
     line(buf);
   }
   std::uint64_t now = 0;
-  cuptiGetTimestamp(&now);
+  cupti.cuptiGetTimestamp(&now);
   std::snprintf(buf, sizeof buf, "{\"t\":\"end\",\"ts\":%" PRIu64 "}", now);
   line(buf);
   std::fclose(out);
@@ -653,8 +689,14 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   const std::string path = std::string(dir) + "/trace-" + std::to_string(getpid()) + ".jsonl";
   out = std::fopen(path.c_str(), "w");
   if (!out) return 0;
+  if (const std::string failed = open_cupti(); !failed.empty()) {
+    line(("{\"t\":\"warning\",\"m\":\"not traced: " + escaped(failed.c_str()) + "\"}").c_str());
+    std::fclose(out);
+    out = nullptr;
+    return 1;
+  }
   std::uint64_t now = 0;
-  cuptiGetTimestamp(&now);
+  cupti.cuptiGetTimestamp(&now);
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "{\"t\":\"start\",\"pid\":%d,\"ppid\":%d,\"ts\":%" PRIu64 ",\"limit\":%" PRIu64 "}",
@@ -664,33 +706,35 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   if (knob("hostbuf")) {
     std::uint8_t on = 1;
     std::size_t size = sizeof on;
-    cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED, &size, &on);
+    cupti.cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED, &size,
+                                    &on);
   }
   if (knob("nothreadbuf")) {
     std::uint8_t off = 0;
     std::size_t size = sizeof off;
-    cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER, &size, &off);
+    cupti.cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER, &size, &off);
   }
-  bool ok = cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) == CUPTI_SUCCESS;
+  bool ok =
+      cupti.cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) == CUPTI_SUCCESS;
   for (CUpti_ActivityKind kind :
        {CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET,
         CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL}) {
     if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && knob("nokernel")) continue;
-    if (knob_activity) ok = cuptiActivityEnable(kind) == CUPTI_SUCCESS && ok;
+    if (knob_activity) ok = cupti.cuptiActivityEnable(kind) == CUPTI_SUCCESS && ok;
   }
-  cuptiActivityFlushPeriod(1000);
+  cupti.cuptiActivityFlushPeriod(1000);
   CUpti_SubscriberHandle subscriber;
   if (knob("nosubscribe")) {
-  } else if (cuptiSubscribe(&subscriber, on_api, nullptr) == CUPTI_SUCCESS) {
+  } else if (cupti.cuptiSubscribe(&subscriber, on_api, nullptr) == CUPTI_SUCCESS) {
     // only the calls that copy, set, synchronize or pin: every other call runs untouched
     for (CUpti_CallbackId id = 1; id < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++id) {
       if (interesting(api_name(CUPTI_CB_DOMAIN_RUNTIME_API, id)) && !knob("noruntime")) {
-        cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id);
+        cupti.cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id);
       }
     }
     for (CUpti_CallbackId id = 1; id < CUPTI_DRIVER_TRACE_CBID_SIZE; ++id) {
       if (interesting(api_name(CUPTI_CB_DOMAIN_DRIVER_API, id)) && knob_driver) {
-        cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
+        cupti.cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
       }
     }
   } else {

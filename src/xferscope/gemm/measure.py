@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from ..core import machine, plan
+from ..core import libraries, machine, plan
 from ..core.engine import Engine, compute_capability
-from ..core.errors import AllocationError, EngineError, OptionError
+from ..core.errors import AllocationError, BlasError, EngineError, OptionError
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
 from ..documents.envelope import now
@@ -297,7 +297,10 @@ def measure_ladder(
 
 
 def check_plan(engine: Engine, options: GemmOptions) -> None:
-    """Refuses, before measuring, a plan of which nothing can run, naming why."""
+    """Refuses, before measuring, a plan of which nothing can run, naming why; and says which
+    package to install when cuBLASLt is missing."""
+    if not engine.simulated:
+        libraries.point_engine_at("cublasLt", BlasError)
     capability = compute_capability(engine, options.device)
     reasons = [
         refusal(options, p, s, capability) for p in options.precisions for s in options.shapes

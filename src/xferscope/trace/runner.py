@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core import libraries
 from ..core.compiled import engine_module
 from ..core.errors import OptionError, XferscopeError
 
@@ -33,8 +34,7 @@ def injection_library() -> Path:
     path = here / LIBRARY
     if not path.exists():
         raise TraceError(
-            f"the CUPTI injection library {LIBRARY} is not beside {here}; reinstall xferscope "
-            "with the CUDA toolkit (CUPTI) present"
+            f"the CUPTI injection library {LIBRARY} is not beside {here}; reinstall xferscope"
         )
     return path
 
@@ -86,6 +86,7 @@ def run_traced(command: Sequence[str], directory: Path, limit: int = DEFAULT_LIM
     env = dict(os.environ)
     env |= {
         "CUDA_INJECTION64_PATH": str(library),
+        "XFERSCOPE_LIBCUPTI": libraries.find("cupti", TraceError),
         "XFERSCOPE_TRACE_DIR": str(directory),
         "XFERSCOPE_TRACE_LIMIT": str(limit),
     }

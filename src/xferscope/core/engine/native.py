@@ -5,14 +5,13 @@ xferscope's one-line errors; every measuring call first looks whether a stop was
 
 from __future__ import annotations
 
-import os
 import time
 import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from .. import interrupt
+from .. import interrupt, libraries
 from ..compiled import engine_module
 from ..errors import (
     AllocationError,
@@ -218,6 +217,7 @@ class NativeEngine:
         tune: int = 0,
     ) -> Gemm:
         """One GEMM through cuBLASLt, its inputs random on the GPU."""
+        libraries.point_engine_at("cublasLt", BlasError)
         with self._measuring():
             handle = self._engine.Gemm(
                 device,
@@ -253,7 +253,7 @@ class NativeEngine:
         return _NativeBatch(handle, self)
 
     def nccl_unique_id(self) -> bytes:
-        _find_nccl()
+        libraries.point_engine_at("nccl", NcclError)
         with self._translated():
             return bytes(self._engine.nccl_unique_id())
 
@@ -261,7 +261,7 @@ class NativeEngine:
         self, unique_id: bytes, ranks: int, rank: int, device: int, capacity: int
     ) -> PairComm:
         """Joins the fleet's NCCL communicator (pairs.hpp); every rank calls it together."""
-        _find_nccl()
+        libraries.point_engine_at("nccl", NcclError)
         with self._measuring():
             handle = self._engine.PairComm(unique_id, ranks, rank, device, capacity)
         return _NativePairComm(handle, self)
@@ -429,21 +429,6 @@ class _NativeBatch(_NativeHandle):
 
     def verify(self, method: str, as_copy_many: bool = False) -> int:
         return int(self._measure("verify", method, as_copy_many))
-
-
-def _find_nccl() -> None:
-    """Points the engine at the libnccl of the nvidia-nccl wheel (PyTorch installs one) when
-    $XFERSCOPE_LIBNCCL names none and the loader path may not hold it."""
-    if os.environ.get("XFERSCOPE_LIBNCCL"):
-        return
-    import importlib.util
-
-    spec = importlib.util.find_spec("nvidia.nccl") if importlib.util.find_spec("nvidia") else None
-    for place in (spec.submodule_search_locations or []) if spec else []:
-        candidate = os.path.join(place, "lib", "libnccl.so.2")
-        if os.path.exists(candidate):
-            os.environ["XFERSCOPE_LIBNCCL"] = candidate
-            return
 
 
 class _NativePairComm(_NativeHandle):
