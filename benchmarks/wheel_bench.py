@@ -59,16 +59,22 @@ def xferscope(build: Path, *args: str, check: bool = True) -> subprocess.Complet
     )
 
 
-def engine_of(build: Path) -> dict:
-    """Where a build's engine module is and the CUDA it was built with, as it loads."""
-    code = (
-        "import json; from xferscope.core.compiled import engine_module as m; "
-        "print(json.dumps({'module': m().__file__, 'cuda_built': int(m().CUDA_BUILT)}))"
-    )
+def python_json(build: Path, code: str) -> dict:
+    """What `code` prints as JSON, run by Python with `build` first on the module path (its
+    error's end where it fails)."""
     out = subprocess.run(
         [sys.executable, "-c", code], env=_env(build), capture_output=True, text=True
     )
     return json.loads(out.stdout) if out.returncode == 0 else {"error": out.stderr.strip()[-300:]}
+
+
+def engine_of(build: Path) -> dict:
+    """Where a build's engine module is and the CUDA it was built with, as it loads."""
+    return python_json(
+        build,
+        "import json; from xferscope.core.compiled import engine_module as m; "
+        "print(json.dumps({'module': m().__file__, 'cuda_built': int(m().CUDA_BUILT)}))",
+    )
 
 
 def quick_run(build: Path) -> dict[str, float]:
@@ -79,27 +85,23 @@ def quick_run(build: Path) -> dict[str, float]:
     return {name: headline(doc, d, m)[0] for d, m, name in HEADLINES}
 
 
-def gemm_from(build: Path) -> dict:
+def result_of(build: Path, document: str, command: str, *args: str) -> tuple[str, dict]:
+    """`xferscope COMMAND -o TMP ARGS` by `build`: its output and the result document matching
+    `document` under TMP, or an {exit, error} in its place when it failed."""
     with tempfile.TemporaryDirectory() as tmp:
-        ran = xferscope(
-            build,
-            "gemm",
-            "--precision",
-            "bf16",
-            "--sizes",
-            "4096",
-            "--no-history",
-            "-o",
-            tmp,
-            check=False,
-        )
-        found = list(Path(tmp).glob("gemm-*/gemm.json"))
+        ran = xferscope(build, command, "--no-history", "-o", tmp, *args, check=False)
+        found = list(Path(tmp).glob(document))
         if ran.returncode != 0 or not found:
-            return {"exit": ran.returncode, "error": ran.stderr.strip()[-400:]}
-        doc = json.loads(found[0].read_text())
+            return ran.stdout, {"exit": ran.returncode, "error": ran.stderr.strip()[-400:]}
+        return ran.stdout, json.loads(found[0].read_text())
+
+
+def gemm_from(build: Path) -> dict:
+    _, doc = result_of(build, "gemm-*/gemm.json", "gemm", "--precision", "bf16", "--sizes", "4096")
+    if "error" in doc:
+        return doc
     point = doc["points"][0]
     return {
-        "exit": ran.returncode,
         "blas": doc["blas"],
         "tflops": point.get("tflops"),
         "status": point.get("status"),
@@ -108,30 +110,23 @@ def gemm_from(build: Path) -> dict:
 
 
 def trace_from(build: Path) -> dict:
-    with tempfile.TemporaryDirectory() as tmp:
-        ran = xferscope(
-            build,
-            "trace",
-            "--reference",
-            "none",
-            "--no-history",
-            "-o",
-            tmp,
-            "--",
-            sys.executable,
-            str(PROGRAM),
-            check=False,
-        )
-        found = list(Path(tmp).glob("trace-*/trace-summary.json"))
-        if ran.returncode != 0 or not found:
-            return {"exit": ran.returncode, "error": ran.stderr.strip()[-400:]}
-        doc = json.loads(found[0].read_text())
-    moved = json.loads(next(x for x in ran.stdout.splitlines() if x.startswith("{")))
+    out, doc = result_of(
+        build,
+        "trace-*/trace-summary.json",
+        "trace",
+        "--reference",
+        "none",
+        "--",
+        sys.executable,
+        str(PROGRAM),
+    )
+    if "error" in doc:
+        return doc
+    moved = json.loads(next(x for x in out.splitlines() if x.startswith("{")))
     traced = {
         d: sum(c["bytes"] for c in doc["copies"] if c["direction"] == d) for d in ("h2d", "d2h")
     }
     return {
-        "exit": ran.returncode,
         "program_bytes": moved,
         "traced_bytes": traced,
         "all_bytes_traced": traced == moved,
@@ -140,14 +135,12 @@ def trace_from(build: Path) -> dict:
 
 
 def libraries_from(build: Path) -> dict:
-    code = (
+    """The cuBLASLt and CUPTI files the build finds."""
+    return python_json(
+        build,
         "import json; from xferscope.core import libraries as l; "
-        "print(json.dumps({n: l.find(n) for n in ('cublasLt', 'cupti')}))"
+        "print(json.dumps({n: l.find(n) for n in ('cublasLt', 'cupti')}))",
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=_env(build), capture_output=True, text=True
-    )
-    return json.loads(out.stdout) if out.returncode == 0 else {"error": out.stderr.strip()[-300:]}
 
 
 def main() -> None:

@@ -9,7 +9,6 @@ import os
 import sys
 from typing import Any
 
-import xferscope_toolchain as tc
 from scikit_build_core import build as _build
 from scikit_build_core.build import (  # noqa: F401 (hooks passed on as they are)
     build_sdist,
@@ -17,6 +16,8 @@ from scikit_build_core.build import (  # noqa: F401 (hooks passed on as they are
     prepare_metadata_for_build_editable,
     prepare_metadata_for_build_wheel,
 )
+
+import xferscope_toolchain as tc
 
 
 def _refuse(exc: tc.BuildRefused) -> None:
