@@ -91,7 +91,7 @@ def test_each_fix_is_priced_and_they_come_largest_first():
         "small_copies",
     } <= set(fixes)
     savings = [f.saving_s for f in analysis.fixes]
-    assert savings == sorted(savings, reverse=True)
+    assert None not in savings and savings == sorted(savings, reverse=True)
     pageable = fixes["pageable_copies"]
     assert pageable.calls == 16 and pageable.bytes == 16 * (64 << 20)
     # priced against this machine's pinned curve: 64 MiB at 1.25 ms up and 1.3 ms down
@@ -99,13 +99,18 @@ def test_each_fix_is_priced_and_they_come_largest_first():
     unused = fixes["pinned_unused"]
     assert unused.calls == 1 and unused.bytes == 32 << 20  # the 64 MiB buffer was used
     assert fixes["small_copies"].calls == 20
-    assert all(f.fix and f.saving_s >= 0 for f in analysis.fixes)
-    # without this machine's curves the fixes that need them are not priced
-    unpriced = {f.code: f for f in an.analyze(trace, 0.7, None).fixes}
-    assert (
-        unpriced["pageable_copies"].saving_s == 0
-        and "no measured curve" in unpriced["pageable_copies"].detail
-    )
+    assert all(f.fix and f.saving_s is not None and f.saving_s >= 0 for f in analysis.fixes)
+    # without this machine's curves the fixes that need them say they are not priced, why, and
+    # how to price them, and come after the priced ones, the costliest first
+    fixes = an.analyze(trace, 0.7, None).fixes
+    unpriced = {f.code: f for f in fixes if f.saving_s is None}
+    assert set(unpriced) == {"pageable_copies", "small_copies"}
+    for f in unpriced.values():
+        assert f.unpriced.startswith("not priced: ") and "--reference measure" in f.unpriced
+    order = [f.saving_s is None for f in fixes]
+    assert order == sorted(order)
+    costs = [f.cost_s for f in fixes if f.saving_s is None]
+    assert costs == sorted(costs, reverse=True)
 
 
 def test_reference_interpolates_on_log_axes():

@@ -37,10 +37,14 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "dynlib.hpp"
+#include "trace/pystack.hpp"
+
+namespace pystack = xferscope::pystack;
 
 namespace {
 
@@ -100,12 +104,13 @@ thread_local std::uint64_t entered[2] = {0, 0};  // when this thread entered a r
 thread_local unsigned thread_id = 0;
 std::atomic<std::uint64_t> unwound{0};
 // XFERSCOPE_TRACE_KNOBS (for measuring the library's own cost): noapi, nocall, noframes, nohash,
-// noactivity, nodriver, noruntime, nosubscribe, nokernel; CUPTI's own settings: hostbuf (its
-// device-side records in pinned host memory), nothreadbuf (one activity buffer, not per thread)
+// nopython, noactivity, nodriver, noruntime, nosubscribe, nokernel; CUPTI's own settings: hostbuf
+// (its device-side records in pinned host memory), nothreadbuf (one activity buffer, not per
+// thread)
 std::string knobs;
 bool knob(const char* name) { return knobs.find(name) != std::string::npos; }
 bool knob_api = true, knob_call = true, knob_frames = true, knob_hash = true, knob_activity = true,
-     knob_driver = true;
+     knob_driver = true, knob_python = true;
 
 // One API call as its callbacks saw it, formatted later by the writer thread.
 struct Call {
@@ -115,8 +120,8 @@ struct Call {
   std::uint32_t correlation = 0, thread = 0, cbid = 0;
   int kind = -1;
   bool runtime = false, copy = false, hashed = false;
-  int frame_count = -1;  // -1: not unwound
-  std::string python;    // ,"py":"..." when read
+  int frame_count = -1;      // -1: not unwound
+  std::uint32_t python = 0;  // its Python stack's id, 0: none
 };
 // The queue of calls, never destroyed: the writer thread may still wait on it at exit.
 struct Queue {
@@ -287,63 +292,68 @@ std::uint64_t sampled_hash(const void* src, std::size_t bytes) {
   return h;
 }
 
-// The Python stack of a copy made from Python (PyTorch, CuPy, JAX): the program's own lines,
-// read through the interpreter's C API when this thread holds the GIL; resolved on first use.
-struct PythonApi {
-  int (*is_initialized)() = nullptr;
-  int (*gil_held)() = nullptr;
-  void* (*frame)() = nullptr;
-  int (*line)(void*) = nullptr;
-  void* (*code)(void*) = nullptr;
-  void* (*back)(void*) = nullptr;
-  void* (*attr)(void*, const char*) = nullptr;
-  const char* (*utf8)(void*) = nullptr;
-  void (*decref)(void*) = nullptr;
-  bool ready = false;
+// The Python stacks of copies and pinnings made from Python (pystack.hpp): captured for every
+// call, the same chain named once and written as a "pystack" line; a call carries its id.
+struct PythonStacks {
+  std::mutex mutex;
+  pystack::Api api;
+  std::atomic<int> walks{0};   // walks made; the first kCheckedWalks read through the pipe
+  std::atomic<bool> on{true};  // false once a walk found what it did not expect
+  std::unordered_map<std::uint64_t, std::uint32_t> ids;  // chain -> id, under mutex
+  std::vector<std::string> definitions;                  // to be written, under mutex
 };
-PythonApi py;
-std::once_flag py_once;
-constexpr int kPythonFrames = 3;
+PythonStacks& stacks = *new PythonStacks;  // never destroyed: threads may still use it at exit
+std::once_flag stacks_once;
 
-void resolve_python() {
-  auto get = [](const char* name) { return dlsym(RTLD_DEFAULT, name); };
-  py.is_initialized = reinterpret_cast<int (*)()>(get("Py_IsInitialized"));
-  py.gil_held = reinterpret_cast<int (*)()>(get("PyGILState_Check"));
-  py.frame = reinterpret_cast<void* (*)()>(get("PyEval_GetFrame"));
-  py.line = reinterpret_cast<int (*)(void*)>(get("PyFrame_GetLineNumber"));
-  py.code = reinterpret_cast<void* (*)(void*)>(get("PyFrame_GetCode"));
-  py.back = reinterpret_cast<void* (*)(void*)>(get("PyFrame_GetBack"));
-  py.attr = reinterpret_cast<void* (*)(void*, const char*)>(get("PyObject_GetAttrString"));
-  py.utf8 = reinterpret_cast<const char* (*)(void*)>(get("PyUnicode_AsUTF8"));
-  py.decref = reinterpret_cast<void (*)(void*)>(get("Py_DecRef"));
-  py.ready = py.is_initialized && py.gil_held && py.frame && py.line && py.code && py.back &&
-             py.attr && py.utf8 && py.decref;
+// The JSON of a named chain: [["file",line,"function"],...], innermost first.
+std::string stack_json(const pystack::Frame* frames, int count, bool checked) {
+  std::string text = "[";
+  for (int i = 0; i < count; ++i) {
+    const pystack::Named n = pystack::name(stacks.api, checked, frames[i]);
+    text += (i ? ",[\"" : "[\"") + escaped(n.file.c_str()) + "\"," + std::to_string(n.line) +
+            ",\"" + escaped(n.function.c_str()) + "\"]";
+  }
+  return text + "]";
 }
 
-// ,"py":"file:line|file:line" (innermost first), or nothing
-int write_python(char* buf, std::size_t size) {
-  std::call_once(py_once, resolve_python);
-  if (!py.ready || !py.is_initialized() || !py.gil_held()) return 0;
-  void* frame = py.frame();  // borrowed
-  if (!frame) return 0;
-  int used = std::snprintf(buf, size, ",\"py\":\"");
-  void* owned = nullptr;  // a frame from PyFrame_GetBack is a new reference
-  for (int i = 0; frame && i < kPythonFrames && used + 64 < static_cast<int>(size); ++i) {
-    void* code = py.code(frame);
-    void* file = code ? py.attr(code, "co_filename") : nullptr;
-    const char* name = file ? py.utf8(file) : nullptr;
-    used += std::snprintf(buf + used, size - used, "%s%.180s:%d", i ? "|" : "",
-                          escaped(name).c_str(), py.line(frame));
-    if (file) py.decref(file);
-    if (code) py.decref(code);
-    void* next = py.back(frame);
-    if (owned) py.decref(owned);
-    owned = next;
-    frame = next;
+// The id of the calling thread's Python stack (0: none), its definition queued when new.
+std::uint32_t python_stack() {
+  if (!knob_python || !stacks.on.load(std::memory_order_relaxed)) return 0;
+  std::call_once(stacks_once, [] { stacks.api = pystack::resolve(); });
+  if (!stacks.api.layout) return 0;
+  const bool checked = stacks.walks.load(std::memory_order_relaxed) < pystack::kCheckedWalks;
+  std::unique_lock<std::mutex> lock(stacks.mutex, std::defer_lock);
+  if (checked) lock.lock();  // the pipe is shared
+  pystack::Frame frames[pystack::kMaxFrames];
+  const int count = pystack::capture(stacks.api, checked, frames, pystack::kMaxFrames);
+  stacks.walks.fetch_add(1, std::memory_order_relaxed);
+  if (count < 0) {
+    stacks.on.store(false);
+    return 0;
   }
-  if (owned) py.decref(owned);
-  used += std::snprintf(buf + used, size - used, "\"");
-  return used;
+  if (count == 0) return 0;
+  std::uint64_t key = 1469598103934665603ull;
+  for (int i = 0; i < count; ++i) {
+    key = (key ^ reinterpret_cast<std::uintptr_t>(frames[i].code)) * 1099511628211ull;
+    key = (key ^ static_cast<std::uint64_t>(frames[i].offset)) * 1099511628211ull;
+  }
+  if (!checked) lock.lock();
+  auto [at, added] = stacks.ids.try_emplace(key, static_cast<std::uint32_t>(stacks.ids.size() + 1));
+  if (added) {
+    stacks.definitions.push_back("{\"t\":\"pystack\",\"id\":" + std::to_string(at->second) +
+                                 ",\"f\":" + stack_json(frames, count, checked) + "}");
+  }
+  return at->second;
+}
+
+// Writes the stacks named since the last call (under out_mutex).
+void write_stacks() {
+  std::vector<std::string> definitions;
+  {
+    std::lock_guard<std::mutex> lock(stacks.mutex);
+    definitions.swap(stacks.definitions);
+  }
+  for (const std::string& d : definitions) line(d.c_str());
 }
 
 // What a copy call's entry learned, queued with its exit.
@@ -448,11 +458,7 @@ bool copy_entry(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_
   pending.hashed = knob_hash && kind == 1 && src && count;
   if (pending.hashed) pending.hash = sampled_hash(src, count);
   pending.frame_count = unwind(pending.frames);
-  pending.python.clear();
-  if (pending.frame_count >= 0) {
-    char py_text[768];
-    if (write_python(py_text, sizeof py_text)) pending.python = py_text;
-  }
+  pending.python = python_stack();
   return true;
 }
 
@@ -507,7 +513,10 @@ bool pin_record(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_
       cb->correlationId);
   std::uintptr_t frames[kFrames];
   const int count = unwind(frames);
+  if (const std::uint32_t py = python_stack())
+    used += std::snprintf(buf + used, size - used, ",\"py\":%u", py);
   std::lock_guard<std::mutex> lock(out_mutex);
+  write_stacks();
   used += write_frames(buf + used, size - used, frames, count);
   std::snprintf(buf + used, size - used, "}");
   return true;
@@ -573,8 +582,7 @@ void write_calls(const std::vector<Call>& calls) {
                             c.src, c.dst, c.bytes, c.kind);
       if (c.hashed) used += std::snprintf(buf + used, sizeof buf - used, ",\"h\":%" PRIu64, c.hash);
       used += write_frames(buf + used, sizeof buf - used, c.frames, c.frame_count);
-      if (!c.python.empty())
-        used += std::snprintf(buf + used, sizeof buf - used, "%s", c.python.c_str());
+      if (c.python) used += std::snprintf(buf + used, sizeof buf - used, ",\"py\":%u", c.python);
     }
     std::snprintf(buf + used, sizeof buf - used, "}");
     line(buf);
@@ -590,7 +598,9 @@ void drain() {
     std::lock_guard<std::mutex> taken(queue.mutex);
     calls.swap(queue.calls);
   }
-  if (out) write_calls(calls);
+  if (!out) return;
+  write_stacks();  // before the calls that name them
+  write_calls(calls);
 }
 
 void writer() {
@@ -670,6 +680,25 @@ void chain_signals() {
 
 }  // namespace
 
+// The calling thread's Python stack as the trace names it, for tests/unit/test_pystack.py, which
+// calls it through ctypes with the GIL released (CDLL) and held (PyDLL). `checked`: read through
+// the pipe, as the first walks do. The JSON's length, 0 for no stack, -1 when it could not be
+// read or does not fit.
+extern "C" __attribute__((visibility("default"))) int xferscope_python_stack(char* buf,
+                                                                             std::size_t size,
+                                                                             int checked) {
+  std::call_once(stacks_once, [] { stacks.api = pystack::resolve(); });
+  if (!stacks.api.layout) return -1;
+  std::lock_guard<std::mutex> lock(stacks.mutex);
+  pystack::Frame frames[pystack::kMaxFrames];
+  const int count = pystack::capture(stacks.api, checked != 0, frames, pystack::kMaxFrames);
+  if (count <= 0) return count;
+  const std::string text = stack_json(frames, count, checked != 0);
+  if (text.size() + 1 > size) return -1;
+  std::memcpy(buf, text.c_str(), text.size() + 1);
+  return static_cast<int>(text.size());
+}
+
 extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   static bool done = false;
   if (done) return 1;
@@ -685,6 +714,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
     knob_hash = !knob("nohash");
     knob_activity = !knob("noactivity");
     knob_driver = !knob("nodriver");
+    knob_python = !knob("nopython");
   }
   const std::string path = std::string(dir) + "/trace-" + std::to_string(getpid()) + ".jsonl";
   out = std::fopen(path.c_str(), "w");

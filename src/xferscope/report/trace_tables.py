@@ -4,7 +4,10 @@ and the fixes, priced, the largest saving first."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..core.units import format_bytes, format_rate, format_seconds
@@ -68,21 +71,40 @@ def print_trace(result: TraceResult, console: Console) -> None:
     if fixes:
         console.print("[bold]what to change, the largest saving first[/bold]")
     for f in fixes:
-        share = f["saving_s"] / result.wall_s if result.wall_s else 0.0
-        console.print(
-            f"  [bold]{format_seconds(f['saving_s'])}[/bold] ({share:.1%}) {f['title']}: "
-            f"{f['calls']} calls, {f['sizes']}, cost {format_seconds(f['cost_s'])}"
-        )
-        for w in f["where"]:
-            console.print(f"      at {w}")
-        console.print(f"      fix: {f['fix']}")
-        if f.get("detail"):
-            console.print(f"      [dim]{f['detail']}[/dim]")
+        said = f"{f['title']}: {f['calls']} calls, {f['sizes']}, cost {format_seconds(f['cost_s'])}"
+        if f.get("saving_s") is None:
+            console.print(f"  [bold]not priced[/bold] {said}")
+        else:
+            share = f["saving_s"] / result.wall_s if result.wall_s else 0.0
+            console.print(f"  [bold]{format_seconds(f['saving_s'])}[/bold] ({share:.1%}) {said}")
+        for line in place_lines(f):
+            console.print(f"      {line}")
+        console.print(f"      fix: {escape(f['fix'])}")
+        for note in (f.get("unpriced"), f.get("detail")):
+            if note:
+                console.print(f"      [dim]{escape(note)}[/dim]")
     if fixes:
         total = s.get("saving_s", 0.0)
         share = total / result.wall_s if result.wall_s else 0.0
         console.print(
-            f"together about {format_seconds(total)}, {share:.1%} of the run (fixes can overlap)"
+            f"together about {format_seconds(total)}, {share:.1%} of the run, for the fixes "
+            "priced (fixes can overlap)"
         )
     for note in (*s.get("notes", []), *s.get("warnings", [])):
         console.print(f"[yellow]note:[/yellow] {note}")
+
+
+def place_lines(fix: dict[str, Any]) -> list[str]:
+    """Where a fix's calls were made, a line each: the program's line, its calls and cost, and
+    the native caller beside it (a version 1 document lists places as text)."""
+    if "places" not in fix:
+        return [f"at {escape(w)}" for w in fix.get("where", [])]
+    out = []
+    for p in fix["places"]:
+        native = (
+            f" [dim]via {p['native']}[/dim]"
+            if p.get("native") and p["native"] != p["where"]
+            else ""
+        )
+        out.append(f"at {p['where']}: {p['calls']} calls, {format_seconds(p['cost_s'])}{native}")
+    return out

@@ -17,7 +17,7 @@ from typing import ClassVar
 from ..core import stats
 from ..core.units import format_bytes
 from ..documents.records import KEY, Derived
-from .records import NVPROF_NAMES, Copy, Interval, Trace
+from .records import NVPROF_NAMES, Copy, Interval, Pin, Trace, framework
 from .reference import Reference
 
 SMALL_BYTES = 256 << 10  # copies this small pay their fixed cost more than their bytes
@@ -69,19 +69,40 @@ class Group:
 
 
 @dataclass(frozen=True, slots=True)
+class Place:
+    """A line of the program that made some of a finding's calls: the innermost frame of its
+    own Python code (`file:line (function)`), else its native caller."""
+
+    where: str
+    calls: int
+    bytes: int
+    cost_s: float
+    stack: tuple[str, ...] = ()  # the Python stack there, innermost first
+    native: str | None = None  # the native caller, where one was unwound
+
+
+@dataclass(frozen=True, slots=True)
 class Fix:
-    """A finding, priced: what the calls are, what they cost, what to do and what it saves."""
+    """A finding, priced: what the calls are, what they cost, what to do and what it saves; or,
+    where it cannot be priced, why not and how to price it."""
 
     code: str
     title: str
     calls: int
     bytes: int
     sizes: str  # the sizes, in words
-    where: tuple[str, ...]  # source locations, most frequent first
+    places: tuple[Place, ...]  # the lines that made the calls, the costliest first
     cost_s: float
-    saving_s: float
+    saving_s: float | None  # None: not priced (`unpriced` says why)
     fix: str
     detail: str = ""
+    unpriced: str = ""
+    framework: str | None = None  # PyTorch, CuPy, JAX, Numba: the fix is said in its words
+
+    @property
+    def where(self) -> tuple[str, ...]:
+        """The places, the costliest first, with their calls."""
+        return tuple(f"{p.where} ({p.calls}x)" for p in self.places)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +117,8 @@ class Analysis:
 
     @property
     def saving_s(self) -> float:
-        return sum(f.saving_s for f in self.fixes)
+        """What the priced fixes save together."""
+        return sum(f.saving_s or 0.0 for f in self.fixes)
 
 
 # ---- the summary --------------------------------------------------------------------------------
@@ -218,9 +240,104 @@ def sizes_text(copies: Sequence[Copy]) -> str:
     return f"{format_bytes(sizes[0])} to {format_bytes(sizes[-1])} (median {middle})"
 
 
-def _where(trace: Trace, items: Iterable[Copy]) -> tuple[str, ...]:
-    counts = Counter(w for x in items if (w := trace.where(x.frames, x.python)))
-    return tuple(f"{w} ({n}x)" for w, n in counts.most_common(3))
+MOST_PLACES = 12  # lines kept per finding, the costliest
+
+
+def _places(trace: Trace, items: Iterable[Copy | Pin]) -> tuple[Place, ...]:
+    """The calls grouped by the line that made them, the costliest first."""
+    by: dict[str, list[Copy | Pin]] = defaultdict(list)
+    for x in items:
+        by[trace.where(x.frames, x.python) or "(no caller recorded)"].append(x)
+    places = []
+    for where, xs in by.items():
+        with_stack = next((x for x in xs if x.python), None)
+        places.append(
+            Place(
+                where,
+                len(xs),
+                sum(x.bytes for x in xs),
+                sum(_host_cost(x) if isinstance(x, Copy) else x.seconds or 0.0 for x in xs),
+                tuple(str(f) for f in with_stack.python) if with_stack else (),
+                next((n for x in xs if (n := trace.native(x.frames))), None),
+            )
+        )
+    return tuple(sorted(places, key=lambda p: (-p.cost_s, -p.calls))[:MOST_PLACES])
+
+
+def _framework(items: Iterable[Copy | Pin]) -> str | None:
+    """The framework most of the calls went through, if any."""
+    counts = Counter(f for x in items if (f := framework(x.python)))
+    return counts.most_common(1)[0][0] if counts else None
+
+
+# What to do, in the words of the framework the calls went through (None: CUDA's own).
+ADVICE: dict[str, dict[str | None, str]] = {
+    "pageable_copies": {
+        None: "pin the host buffers once (cudaHostRegister or cudaMallocHost), or copy through "
+        "xferscope's staged copy (xferscope.copy_to_device)",
+        "PyTorch": "pin the host tensors once: `pin_memory=True` in the DataLoader, or "
+        "`tensor.pin_memory()` for a tensor made once; then `.to(device, non_blocking=True)`",
+        "CuPy": "allocate the host arrays pinned, with `cupyx.empty_pinned` (or "
+        "`cupyx.zeros_pinned`), and copy them with `cupy.asarray` or `ndarray.set`",
+        "JAX": "put the host arrays in pinned host memory (`jax.device_put(x, "
+        "sharding.with_memory_kind('pinned_host'))`) before moving them to the device",
+        "Numba": "allocate the host arrays pinned (`cuda.pinned_array`, or `with "
+        "cuda.pinned(array):`) before `cuda.to_device`",
+    },
+    "synchronous_copies": {
+        None: "issue them with cudaMemcpyAsync on a stream and synchronize only where the data "
+        "is needed; the host works meanwhile",
+        "PyTorch": "copy with `.to(device, non_blocking=True)` from pinned memory, and read "
+        "results back with `.to('cpu', non_blocking=True)` into pinned memory, synchronizing "
+        "(`torch.cuda.current_stream().synchronize()`) only where the value is used: `.item()`, "
+        "`.cpu()` and `.tolist()` each wait for the GPU",
+        "CuPy": "copy on a stream (`cupy.cuda.Stream(non_blocking=True)`) with "
+        "`ndarray.set(..., stream=s)` and `ndarray.get(stream=s, out=pinned)`, then "
+        "`s.synchronize()` only where the data is needed",
+    },
+    "small_copies": {
+        None: "gather them into one buffer and copy once (cudaMemcpyBatchAsync on CUDA 12.8+, or "
+        "a pinned staging buffer and one copy), then scatter on the GPU; xferscope.copy_many "
+        "makes the batch by the method measured fastest here",
+        "PyTorch": "make small constant tensors once, on the GPU, outside the loop "
+        "(`torch.tensor(values, device=device)` copies from the host each time it runs); copy "
+        "many small tensors as one (`torch.cat` on the host, one `.to(device)`, then split), or "
+        "with xferscope.copy_many",
+        "CuPy": "build small arrays once, or concatenate them on the host and copy once "
+        "(`cupy.asarray(numpy.concatenate(...))`), or use xferscope.copy_many",
+    },
+    "copies_not_overlapped": {
+        None: "issue the copies of the next batch on their own stream from pinned memory while "
+        "the current batch's kernels run (double buffering)",
+        "PyTorch": "copy the next batch on a side stream while this one computes: `s = "
+        "torch.cuda.Stream()`; `with torch.cuda.stream(s): nxt = batch.to(device, "
+        "non_blocking=True)` (from pinned memory), then "
+        "`torch.cuda.current_stream().wait_stream(s)` before using it",
+        "CuPy": "copy the next batch on its own stream (`cupy.cuda.Stream(non_blocking=True)`) "
+        "from pinned memory (`cupyx.empty_pinned`) while the current one computes",
+    },
+    "repeated_uploads": {
+        None: "keep the data on the GPU and upload it once (cache the device copy)",
+        "PyTorch": "move the tensor to the GPU once, outside the loop, and keep the device "
+        "tensor (or register it as a module buffer)",
+        "CuPy": "keep the `cupy.ndarray` instead of converting the NumPy array again",
+    },
+    "slow_copies": {
+        None: "look for copies that run at once with others (same direction), a buffer on the "
+        "far NUMA node (`xferscope run` says), or a GPU link trained down",
+    },
+    "pinned_unused": {
+        None: "do not pin it (pinned memory is taken from the OS for as long as it lives)",
+        "PyTorch": "do not pin tensors that are never copied (`pin_memory()`, or "
+        "`pin_memory=True` for a DataLoader whose batches stay on the host)",
+    },
+}
+# Why a fix could not be priced without this machine's curves, and how to price it.
+NO_CURVES = (
+    "this machine's copy rates were not measured (--reference none, or no curve in the "
+    "history); trace with --reference measure (a 10 s sweep after the program), or run "
+    "`xferscope run` once so the history has them"
+)
 
 
 def _host_cost(c: Copy) -> float:
@@ -234,21 +351,25 @@ def _fix(
     trace: Trace,
     copies: Sequence[Copy],
     cost: float,
-    saving: float,
-    fix: str,
+    saving: float | None,
     detail: str = "",
+    unpriced: str = "",
 ) -> Fix:
+    used = _framework(copies)
+    advice = ADVICE[code]
     return Fix(
         code,
         title,
         len(copies),
         sum(c.bytes for c in copies),
         sizes_text(copies),
-        _where(trace, copies),
+        _places(trace, copies),
         cost,
-        max(0.0, saving),
-        fix,
+        None if saving is None else max(0.0, saving),
+        advice.get(used, advice[None]),
         detail,
+        unpriced,
+        used,
     )
 
 
@@ -266,11 +387,9 @@ def pageable_fix(trace: Trace, reference: Reference | None) -> Fix | None:
         trace,
         copies,
         cost,
-        cost - pinned if pinned is not None else 0.0,
-        "pin the host buffers once (cudaHostRegister or cudaMallocHost; in PyTorch "
-        "tensor.pin_memory(), in CuPy cupyx.empty_pinned), or copy through xferscope's staged "
-        "copy (xferscope.copy_to_device)",
-        "" if pinned is not None else "no measured curve for pinned copies to price it",
+        None if pinned is None else cost - pinned,
+        "" if pinned is None else "priced by this machine's pinned copies of the same sizes",
+        "" if pinned is not None else f"not priced: {NO_CURVES}",
     )
 
 
@@ -296,8 +415,6 @@ def sync_fix(trace: Trace) -> Fix | None:
         copies,
         cost,
         cost - issue * len(copies),
-        "issue them with cudaMemcpyAsync on a stream (non_blocking=True in PyTorch) and "
-        "synchronize only where the data is needed; the host works meanwhile",
         "the saving is host time freed for other work while the copies run",
     )
 
@@ -328,9 +445,15 @@ def batch_fix(trace: Trace, reference: Reference | None) -> Fix | None:
         current = [c] if c.bytes <= SMALL_BYTES and c.direction in ("h2d", "d2h") else []
     if len(current) >= BATCH_MIN:
         runs.append(current)
-    if not runs or reference is None:
+    if not runs:
         return None
     copies = [c for run in runs for c in run]
+    title = f"runs of many small copies ({len(runs)} runs of {BATCH_MIN} or more)"
+    if reference is None:
+        cost = sum(_host_cost(c) for c in copies)
+        return _fix(
+            "small_copies", title, trace, copies, cost, None, unpriced=f"not priced: {NO_CURVES}"
+        )
     # what they cost: as traced, or what this machine takes for them untraced if less (a
     # traced call carries the tracing's own microsecond or so)
     cost = min(sum(_host_cost(c) for c in copies), expected(reference, copies) or float("inf"))
@@ -340,16 +463,13 @@ def batch_fix(trace: Trace, reference: Reference | None) -> Fix | None:
         one += t or 0.0
     return _fix(
         "small_copies",
-        f"runs of many small copies ({len(runs)} runs of {BATCH_MIN} or more)",
+        title,
         trace,
         copies,
         cost,
         cost - one,
-        "gather them into one buffer and copy once (cudaMemcpyBatchAsync on CUDA 12.8+, or a "
-        "pinned staging buffer and one copy), then scatter on the GPU; xferscope.copy_many "
-        "makes the batch by the method measured fastest here, and `xferscope batch --size-mix "
-        "file:copies.csv` compares the methods on these very sizes",
-        "the saving prices each run as one copy of all its bytes on this machine",
+        "the saving prices each run as one copy of all its bytes on this machine; `xferscope "
+        "batch --size-mix file:copies.csv` compares the ways of batching on these very sizes",
     )
 
 
@@ -379,8 +499,6 @@ def overlap_fix(trace: Trace) -> Fix | None:
         alone,
         cost,
         min(cost, free_kernel_s),
-        "issue the copies of the next batch on their own stream from pinned memory while the "
-        "current batch's kernels run (double buffering)",
         "at most: the saving is bounded by the kernels' time free of copies, and needs work "
         "that does not depend on the copy",
     )
@@ -408,8 +526,6 @@ def slow_fix(trace: Trace, reference: Reference | None) -> Fix | None:
         slow,
         sum(_host_cost(c) for c in slow),
         excess,
-        "look for copies that run at once with others (same direction), a buffer on the far "
-        "NUMA node (`xferscope run` says), or a GPU link trained down",
     )
 
 
@@ -433,7 +549,6 @@ def repeat_fix(trace: Trace) -> Fix | None:
         repeats,
         cost,
         cost,
-        "keep the data on the GPU and upload it once (cache the device copy)",
         "identical content is judged from up to 256 words sampled across each buffer and its size",
     )
 
@@ -456,19 +571,26 @@ def unused_pin_fix(trace: Trace) -> Fix | None:
     if not idle or any(c.src_ptr is None for c in trace.copies if c.call):
         return None  # without every copy's pointers, an unused buffer cannot be told
     cost = sum(p.seconds or 0.0 for p in idle)
-    where = Counter(w for p in idle if (w := trace.where(p.frames)))
+    used_framework = _framework(idle)
+    advice = ADVICE["pinned_unused"]
     return Fix(
         "pinned_unused",
         "host memory pinned but never copied from or to",
         len(idle),
         sum(p.bytes for p in idle),
         ", ".join(sorted({format_bytes(p.bytes) for p in idle})),
-        tuple(f"{w} ({n}x)" for w, n in where.most_common(3)),
+        _places(trace, idle),
         cost,
         cost,
-        "do not pin it (pinned memory is taken from the OS for as long as it lives)",
+        advice.get(used_framework, advice[None]),
         f"{format_bytes(sum(p.bytes for p in idle))} held pinned",
+        framework=used_framework,
     )
+
+
+def _order(f: Fix) -> tuple[bool, float]:
+    """Priced fixes first, the largest saving first; then the others, the costliest first."""
+    return (f.saving_s is None, -(f.cost_s if f.saving_s is None else f.saving_s))
 
 
 def analyze(trace: Trace, wall_s: float, reference: Reference | None) -> Analysis:
@@ -496,7 +618,7 @@ def analyze(trace: Trace, wall_s: float, reference: Reference | None) -> Analysi
     return Analysis(
         tuple(seed001_table(trace)),
         tuple(groups(trace, reference)),
-        tuple(sorted(fixes, key=lambda f: -f.saving_s)),
+        tuple(sorted(fixes, key=_order)),
         wall_s,
         None if reference is None else reference.source,
         sum(c.seconds for c in trace.copies),

@@ -15,9 +15,14 @@ from .analyze import Analysis, Fix, Group, KindRow
 from .records import Copy, Trace
 
 SCHEMA_NAME = "xferscope-trace"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+OLDEST_VERSION = 1
 # Schema history (bump SCHEMA_VERSION on any change a reader must know about):
 #   1  first version.
+#   2  a copy's "where" is its line of the program's own Python code where there is one, with
+#      "python" (its Python stack) and "native" (its native caller) beside it; a fix lists
+#      "places" (per line: calls, bytes, cost, stack) instead of "where", and a fix that could
+#      not be priced has "saving_s": null and says why in "unpriced". Version 1 still reads.
 
 MOST_SPANS = 20_000  # kernels and memsets kept for the timeline (the longest)
 WORTH = 0.01  # a fix saving this share of the program's time is a warning, not a note
@@ -48,14 +53,24 @@ def copy_dict(trace: Trace, c: Copy) -> dict[str, Any]:
         "call_s": None if c.call is None else c.call.seconds,
         "thread": None if c.call is None else c.call.thread,
         "where": trace.where(c.frames, c.python),
+        "python": [str(f) for f in c.python],
+        "native": trace.native(c.frames),
     }
 
 
 def findings_of(analysis: Analysis) -> list[Finding]:
     out = []
     for f in analysis.fixes:
-        share = f.saving_s / analysis.wall_s if analysis.wall_s > 0 else 0.0
-        where = f" at {f.where[0]}" if f.where else ""
+        where = f" at {f.places[0].where}" if f.places else ""
+        said = f"{f.title}: {f.calls} calls ({f.sizes}){where} cost {f.cost_s * 1e3:.3g} ms"
+        if f.saving_s is None:
+            share = f.cost_s / analysis.wall_s if analysis.wall_s > 0 else 0.0
+            message = f"{said}; {f.unpriced}"
+        else:
+            share = f.saving_s / analysis.wall_s if analysis.wall_s > 0 else 0.0
+            message = (
+                f"{said}; the fix saves about {f.saving_s * 1e3:.3g} ms ({share:.1%} of the run)"
+            )
         out.append(
             Finding(
                 f"trace_{f.code}",
@@ -64,8 +79,7 @@ def findings_of(analysis: Analysis) -> list[Finding]:
                 f.code,
                 f.saving_s,
                 f.cost_s,
-                f"{f.title}: {f.calls} calls ({f.sizes}){where} cost {f.cost_s * 1e3:.3g} ms; "
-                f"the fix saves about {f.saving_s * 1e3:.3g} ms ({share:.1%} of the run)",
+                message,
                 f.detail,
                 f.fix,
             )
@@ -116,7 +130,7 @@ def to_dict(result: TraceResult) -> dict[str, Any]:
 
 def from_dict(d: dict[str, Any]) -> TraceResult:
     """A trace document read back; SchemaError names the field that is wrong."""
-    return read_result(TraceResult, d, SCHEMA_NAME, SCHEMA_VERSION)
+    return read_result(TraceResult, d, SCHEMA_NAME, SCHEMA_VERSION, OLDEST_VERSION)
 
 
 def dumps_json(result: TraceResult) -> str:
@@ -145,6 +159,7 @@ _COLUMNS: tuple[Column[dict[str, Any]], ...] = tuple(
         "call_s",
         "thread",
         "where",
+        "native",
     )
 )
 CSV_COLUMNS = tuple(c.name for c in _COLUMNS)

@@ -7,9 +7,10 @@ beyond the limit were only counted."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,8 +63,50 @@ CUDA_LIBRARIES = (
 )
 
 
-# Python frames in these are the library's own, not the program's
-PYTHON_LIBRARIES = ("/torch/", "/cupy/", "/jax/", "/jaxlib/", "/numba/")
+# Python frames in these are libraries', not the program's own code: installed packages, the
+# standard library, frozen modules
+PYTHON_LIBRARIES = ("/site-packages/", "/dist-packages/", "<frozen ")
+STDLIB = re.compile(r"/lib/python3\.\d+/")
+# the frameworks whose copies a program makes, known by their packages' frames
+FRAMEWORKS = {"torch": "PyTorch", "cupy": "CuPy", "cupyx": "CuPy", "jax": "JAX",
+              "jaxlib": "JAX", "numba": "Numba"}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class PyFrame:
+    """One Python frame of the code that made a call."""
+
+    file: str
+    line: int
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line} ({self.function})"
+
+    @property
+    def is_library(self) -> bool:
+        """In an installed package, the standard library or a frozen module: not the program's
+        own code."""
+        return any(lib in self.file for lib in PYTHON_LIBRARIES) or bool(STDLIB.search(self.file))
+
+    @property
+    def framework(self) -> str | None:
+        """The framework whose package this frame is in (PyTorch, CuPy, JAX, Numba), if any."""
+        for package in ("site-packages", "dist-packages"):
+            _, found, rest = self.file.partition(f"/{package}/")
+            if found:
+                return FRAMEWORKS.get(rest.split("/", 1)[0])
+        return None
+
+
+def user_frame(stack: Sequence[PyFrame]) -> PyFrame | None:
+    """The innermost frame of the program's own code, else the innermost frame."""
+    return next((f for f in stack if not f.is_library), stack[0] if stack else None)
+
+
+def framework(stack: Sequence[PyFrame]) -> str | None:
+    """The framework the call went through: the package of the frame the user's code called."""
+    return next((f.framework for f in stack if f.framework), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +140,8 @@ class Copy:
     src_ptr: int | None = None
     dst_ptr: int | None = None
     content: int | None = None  # a sampled hash of a host source's bytes (h2d)
-    frames: tuple[int, ...] = ()  # the caller's return addresses
-    python: tuple[str, ...] = ()  # the Python stack, "file:line", innermost first
+    frames: tuple[int, ...] = ()  # the caller's return addresses (sampled)
+    python: tuple[PyFrame, ...] = ()  # the Python stack, innermost first
 
     @property
     def seconds(self) -> float:
@@ -144,6 +187,7 @@ class Pin:
     bytes: int
     seconds: float | None
     frames: tuple[int, ...] = ()
+    python: tuple[PyFrame, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,16 +212,17 @@ class Trace:
     def kernels(self) -> list[Interval]:
         return [i for i in self.intervals if i.what == "kernel"]
 
-    def where(self, frames: Iterable[int], python: Iterable[str] = ()) -> str | None:
-        """The program's line that made the call: the innermost Python frame outside the
-        libraries a program calls through (torch, cupy, jax), else the first native caller
-        outside CUDA's own libraries, named."""
-        lines = list(python)
-        for line in lines:
-            if not any(lib in line for lib in PYTHON_LIBRARIES):
-                return line
-        if lines:
-            return lines[0]
+    def where(self, frames: Iterable[int], python: Sequence[PyFrame] = ()) -> str | None:
+        """The program's line that made the call: the innermost Python frame of its own code
+        (`file:line (function)`), else the first native caller outside CUDA's own libraries,
+        named."""
+        frame = user_frame(python)
+        if frame is not None:
+            return str(frame)
+        return self.native(frames)
+
+    def native(self, frames: Iterable[int]) -> str | None:
+        """The first native caller outside CUDA's own libraries, named."""
         for a in frames:
             name = self.frames.get(a)
             if name and not any(lib in name for lib in CUDA_LIBRARIES):
@@ -203,6 +248,7 @@ def read_trace(files: Iterable[Path]) -> Trace:
         api: dict[tuple[int, int], dict[str, Any]] = {}  # (runtime?, correlation) -> record
         call_info: dict[int, dict[str, Any]] = {}  # runtime correlation -> pointers, hash
         pin_records: list[dict[str, Any]] = []
+        stacks: dict[int, tuple[PyFrame, ...]] = {}  # this process's Python stacks, by id
         process: dict[str, Any] = {"file": path.name}
         for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
@@ -251,6 +297,10 @@ def read_trace(files: Iterable[Path]) -> Trace:
                 dropped = max(dropped, int(r["n"]))
             elif t == "warning":
                 warnings.append(str(r.get("m")))
+            elif t == "pystack":
+                stacks[int(r["id"])] = tuple(
+                    PyFrame(str(f[0]), int(f[1]), str(f[2])) for f in r.get("f", ())
+                )
         processes.append(process)
         for r in raw_copies:
             # the runtime call that issued it (CUPTI names it in runtimeCorrelationId, or gives
@@ -278,7 +328,7 @@ def read_trace(files: Iterable[Path]) -> Trace:
                     info.get("dst"),
                     info.get("h"),
                     tuple(info.get("at", ())),
-                    tuple(str(info["py"]).split("|")) if info.get("py") else (),
+                    stacks.get(int(info.get("py", 0)), ()),
                 )
             )
         for r in pin_records:
@@ -292,6 +342,7 @@ def read_trace(files: Iterable[Path]) -> Trace:
                     int(r["b"]),
                     None if a is None else (int(a["en"]) - int(a["st"])) * 1e-9,
                     tuple(r.get("at", ())),
+                    stacks.get(int(r.get("py", 0)), ()),
                 )
             )
     frames = symbolize(raw_frames)
