@@ -1,4 +1,4 @@
-"""Trace benchmark (issue 12), on one GPU in one run, with tests/trace_programs/copies.cu:
+"""Trace benchmark (issues 12 and 30), on one GPU in one run. With tests/trace_programs/copies.cu:
   trace_wall_vs_untraced   the program's wall time untraced / traced, on a transfer-heavy run
                            (30,000 small copies plus large ones), runs alternated (goal >= 0.95);
                            beside it, alternated with them, the least a CUPTI tracer of every
@@ -11,9 +11,19 @@
                            timing of the same copies (goal >= 0.98)
   and for each finding the saving the trace predicted against the saving measured by running
   the program with that fix applied (its copy phase, median of alternated runs).
+With benchmarks/torch_train_loop.py, a PyTorch training loop (part `pytorch`):
+  trace_pytorch_loop_vs_untraced  the loop's own time untraced / traced, runs alternated
+                           (goal >= 0.95), with the loop's time under each of the injection's
+                           knobs (what each part of the tracing costs) and under torch.profiler
+  trace_pytorch_lines_found  the share of copies whose place is a line of the loop's script
+                           (goal >= 0.95)
+  trace_pytorch_<kind>_count / _bytes / _gpu_time  per kind of copy, the trace against
+                           torch.profiler on the same program (counts and bytes equal, GPU time
+                           within 2%: medians of alternated runs)
 Writes benchmarks/results/trace-<gpu>-<date>.json as ../shared/BENCHMARKS.md says.
 
     python3 benchmarks/trace_bench.py --commit $(git rev-parse HEAD) [--runs 5] [--out DIR]
+        [--parts heavy,accuracy,fixes,pytorch]
 """
 
 from __future__ import annotations
@@ -105,23 +115,42 @@ def nsys(argv: list[str]) -> tuple[float, dict] | None:
     return wall, own(proc.stdout)
 
 
+PARTS = ("heavy", "accuracy", "fixes", "pytorch")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--commit", required=True)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument("--parts", default=",".join(PARTS))
     args = parser.parse_args()
-    build = Path(tempfile.mkdtemp()) / "copies"
-    subprocess.run(
-        [shutil.which("nvcc") or "nvcc", "-O2", "-o", str(build), str(PROGRAM), "-lcuda"],
-        check=True,
-    )
-    program = str(build)
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        parser.error(f"--parts: {', '.join(unknown)} not among {', '.join(PARTS)}")
     engine = NativeEngine()
     meta = collect(engine, [0])
-    comparisons, figures = [], {}
+    comparisons: list[dict] = []
+    figures: dict = {}
+    program = ""
+    if {"heavy", "accuracy", "fixes"} & set(parts):
+        build = Path(tempfile.mkdtemp()) / "copies"
+        subprocess.run(
+            [shutil.which("nvcc") or "nvcc", "-O2", "-o", str(build), str(PROGRAM), "-lcuda"],
+            check=True,
+        )
+        program = str(build)
+    for part in parts:
+        PART_FUNCTIONS[part](program, engine, args.runs, comparisons, figures)
+    figures["parts"] = parts
+    write_record("trace", args.commit, meta, 1, comparisons, figures, Path(args.out))
 
-    # 1. overhead on a transfer-heavy run, alternated: untraced, traced, CUPTI's floor, nsys
+
+def heavy_part(
+    program: str, engine: NativeEngine, runs: int, comparisons: list[dict], figures: dict
+) -> None:
+    """Overhead on a transfer-heavy run, alternated: untraced, traced, CUPTI's floor, nsys."""
     walls: dict[str, list[float]] = {"plain": [], "traced": [], "cupti_floor": []}
     phases: dict[str, list[float]] = {k: [] for k in walls}
     small: dict[str, list[float]] = {k: [] for k in walls}
@@ -136,7 +165,7 @@ def main() -> None:
         phases[variant].append(mine["phase_s"])
         small[variant].append(mine["sections"]["small"])
 
-    for _ in range(args.runs):
+    for _ in range(runs):
         note("plain", *plain([program, *HEAVY]))
         wall, scratch, mine = traced_own([program, *HEAVY])
         note("traced", wall, mine)
@@ -180,7 +209,11 @@ def main() -> None:
             3,
         )
 
-    # 2. accuracy against the program's own events
+
+def accuracy_part(
+    program: str, engine: NativeEngine, runs: int, comparisons: list[dict], figures: dict
+) -> None:
+    """The trace's per-kind GPU totals against the program's own CUDA events."""
     scratch = Path(tempfile.mkdtemp(prefix="xfs-bench-"))
     proc = subprocess.run(
         [
@@ -221,20 +254,24 @@ def main() -> None:
         )
     )
 
-    # 3. predicted savings against measured ones
-    # (the prediction of each of several traced runs; their median, as the measured side is)
+
+def fixes_part(
+    program: str, engine: NativeEngine, runs: int, comparisons: list[dict], figures: dict
+) -> None:
+    """Predicted savings against measured ones (the prediction of each of several traced runs;
+    their median, as the measured side is)."""
     reference = calibrate(engine, 0)
     predictions: dict[str, list[float]] = {}
-    for _ in range(args.runs):
+    for _ in range(runs):
         wall, scratch = traced([program, "--no-events"])
         trace = read_trace(scratch.glob("trace-*.jsonl"))
         for f in analyze(trace, wall, reference).fixes:
-            predictions.setdefault(f.code, []).append(f.saving_s)
+            predictions.setdefault(f.code, []).append(f.saving_s or 0.0)
     predicted = {k: statistics.median(v) for k, v in predictions.items()}
     figures["predicted_fixes_s"] = {k: [round(x, 6) for x in v] for k, v in predictions.items()}
     # each variant's own section of the program (host time), runs alternated
     sections: dict[str, dict[str, list[float]]] = {v: {} for v in ("none", *FIXES)}
-    for _ in range(args.runs):
+    for _ in range(runs):
         for variant in sections:
             argv = [program, "--no-events"] + ([] if variant == "none" else ["--fix", variant])
             for name, seconds in plain(argv)[1]["sections"].items():
@@ -251,7 +288,151 @@ def main() -> None:
     figures["sections_s"] = {
         v: {k: [round(x, 6) for x in xs] for k, xs in d.items()} for v, d in sections.items()
     }
-    write_record("trace", args.commit, meta, 1, comparisons, figures, Path(args.out))
+
+
+# ---- a PyTorch training loop ---------------------------------------------------------------------
+
+LOOP = HERE / "torch_train_loop.py"
+LOOP_ARGS = ["--steps", "400", "--warmup", "20"]
+# the injection's knobs, each turning one part of the tracing off (inject.cpp): what each costs
+KNOBS = {
+    "cupti_floor": "nosubscribe",  # CUPTI's activity records only: no callbacks, nothing of ours
+    "no_kernel_records": "nokernel",
+    "no_activity": "noactivity",  # callbacks only
+    "no_python_stacks": "nopython",
+    "no_native_frames": "noframes",
+    "no_hash": "nohash",
+    "no_driver_callbacks": "nodriver",
+}
+# torch.profiler's names for the kinds of copy (Kineto's gpu_memcpy events)
+PROFILER_KINDS = {
+    "Memcpy HtoD (Pageable -> Device)": ("h2d", "pageable"),
+    "Memcpy HtoD (Pinned -> Device)": ("h2d", "pinned"),
+    "Memcpy DtoH (Device -> Pageable)": ("d2h", "pageable"),
+    "Memcpy DtoH (Device -> Pinned)": ("d2h", "pinned"),
+    "Memcpy DtoD (Device -> Device)": ("d2d", "device"),
+}
+
+
+def loop_untraced(args: list[str]) -> dict:
+    proc = subprocess.run([sys.executable, str(LOOP), *args], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return own(proc.stdout)
+
+
+def loop_traced(args: list[str], knobs: str = "") -> tuple[dict, Path]:
+    _, scratch, mine = traced_own([sys.executable, str(LOOP), *args], knobs)
+    return mine, scratch
+
+
+def per_kind_trace(scratch: Path) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for c in read_trace(scratch.glob("trace-*.jsonl")).copies:
+        row = out.setdefault(f"{c.direction}_{c.host_memory}", {"count": 0, "bytes": 0, "gpu_s": 0})
+        row["count"] += 1
+        row["bytes"] += c.bytes
+        row["gpu_s"] += c.seconds
+    return out
+
+
+def per_kind_profiler(path: Path) -> dict[str, dict[str, float]]:
+    events = json.loads(path.read_text()).get("traceEvents", [])
+    out: dict[str, dict[str, float]] = {}
+    for e in events:
+        if e.get("cat") != "gpu_memcpy" or e.get("ph") != "X":
+            continue
+        direction, memory = PROFILER_KINDS.get(e.get("name", ""), ("other", e.get("name", "")))
+        row = out.setdefault(f"{direction}_{memory}", {"count": 0, "bytes": 0, "gpu_s": 0})
+        row["count"] += 1
+        row["bytes"] += int((e.get("args") or {}).get("bytes", 0))
+        row["gpu_s"] += float(e.get("dur", 0)) * 1e-6
+    return out
+
+
+def pytorch_part(
+    program: str, engine: NativeEngine, runs: int, comparisons: list[dict], figures: dict
+) -> None:
+    """The training loop untraced, traced, under each knob and under torch.profiler, alternated;
+    the lines found; the per-kind figures against torch.profiler's."""
+    loops: dict[str, list[float]] = {"untraced": [], "traced": [], "torch_profiler": []}
+    loops |= {k: [] for k in KNOBS}
+    kinds: dict[str, list[dict]] = {"trace": [], "profiler": []}
+    lines_found: list[float] = []
+    loop_untraced(LOOP_ARGS)  # warm-up: the driver's and PyTorch's caches
+    for _ in range(runs):
+        loops["untraced"].append(loop_untraced(LOOP_ARGS)["loop_s"])
+        mine, scratch = loop_traced(LOOP_ARGS)
+        loops["traced"].append(mine["loop_s"])
+        trace = read_trace(scratch.glob("trace-*.jsonl"))
+        script = str(LOOP)
+        at_script = [
+            c
+            for c in trace.copies
+            if (trace.where(c.frames, c.python) or "").startswith(script + ":")
+        ]
+        lines_found.append(len(at_script) / max(len(trace.copies), 1))
+        kinds["trace"].append(per_kind_trace(scratch))
+        shutil.rmtree(scratch)
+        for name, knob in KNOBS.items():
+            mine, scratch = loop_traced(LOOP_ARGS, knob)
+            loops[name].append(mine["loop_s"])
+            shutil.rmtree(scratch)
+        with tempfile.TemporaryDirectory() as tmp:
+            profile = Path(tmp) / "profile.json"
+            loops["torch_profiler"].append(
+                loop_untraced([*LOOP_ARGS, "--profile", str(profile)])["loop_s"]
+            )
+            kinds["profiler"].append(per_kind_profiler(profile))
+    median = {k: statistics.median(v) for k, v in loops.items()}
+    comparisons.append(
+        comparison(
+            "trace_pytorch_loop_vs_untraced",
+            median["traced"],
+            median["untraced"],
+            "the same loop untraced (its own time, median of alternated runs)",
+            "s",
+            False,
+            0.95,
+        )
+    )
+    share = statistics.median(lines_found)
+    comparisons.append(
+        comparison("trace_pytorch_lines_found", share, 1.0, "every copy", "share", True, 0.95)
+    )
+    figures["pytorch_loop_s"] = {k: [round(x, 4) for x in v] for k, v in loops.items()}
+    figures["pytorch_loop_vs_untraced"] = {
+        k: round(median["untraced"] / v, 4) for k, v in median.items() if k != "untraced"
+    }
+    figures["pytorch_lines_found"] = [round(x, 4) for x in lines_found]
+    # per kind, the trace against torch.profiler: the medians' smaller over their larger, so
+    # 1.0 is equal (counts and bytes must be; GPU time within 2%)
+    for kind in sorted({k for run in (*kinds["profiler"], *kinds["trace"]) for k in run}):
+        zero = {"count": 0, "bytes": 0, "gpu_s": 0.0}
+        for what, label, goal in (("count", "count", 1.0), ("bytes", "bytes", 1.0),
+                                  ("gpu_s", "gpu_time", 0.98)):  # fmt: skip
+            a = statistics.median(run.get(kind, zero)[what] for run in kinds["trace"])
+            b = statistics.median(run.get(kind, zero)[what] for run in kinds["profiler"])
+            match = min(a, b) / max(a, b) if max(a, b) > 0 else 1.0
+            comparisons.append(
+                comparison(
+                    f"trace_pytorch_{kind}_{label}_match",
+                    match,
+                    1.0,
+                    f"torch.profiler (Kineto): trace {a:.6g}, profiler {b:.6g}",
+                    "ratio",
+                    True,
+                    goal,
+                )
+            )
+    figures["pytorch_kinds"] = kinds
+
+
+PART_FUNCTIONS = {
+    "heavy": heavy_part,
+    "accuracy": accuracy_part,
+    "fixes": fixes_part,
+    "pytorch": pytorch_part,
+}
 
 
 if __name__ == "__main__":
