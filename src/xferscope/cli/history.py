@@ -176,13 +176,18 @@ def compare_command(
     force: bool,
     as_json: bool,
 ) -> None:
-    """Compare two runs, or two GEMM studies (ids from the history, or their run.json or
-    gemm.json files) metric by metric: SAME,
-    FASTER, SLOWER or UNCLEAR, weighing each difference against the measured noise. Exits 1
-    when anything is slower beyond --threshold, so it can gate a nightly check."""
+    """Compare two runs, two GEMM studies or two traces of one program (ids from the history, or
+    their run.json, gemm.json or trace-summary.json files) metric by metric: SAME, FASTER,
+    SLOWER or UNCLEAR, weighing each difference against the measured noise. Exits 1 when
+    anything is slower beyond --threshold, so it can gate a nightly check. Two traces, before
+    and after a fix, are compared per finding and per line of the program (calls, bytes, time
+    in copies, host blocked time) and for the wall time, with what each fix was predicted to
+    save."""
     from ..run.compare import compare, load_run, render, to_dict
 
     path = _history_file(history_path)
+    if _compare_traces(run_a, run_b, path, threshold, all_rows, force, as_json):
+        return
     a, b = load_run(run_a, path), load_run(run_b, path)
     comparison = compare(a, b, threshold, force)
     if as_json:
@@ -191,3 +196,39 @@ def compare_command(
         render(comparison, stdout, all_rows=all_rows, labels=(run_a, run_b))
     if comparison.regressions(threshold):
         sys.exit(1)
+
+
+def _compare_traces(
+    ref_a: str,
+    ref_b: str,
+    path: Path,
+    threshold: float,
+    all_rows: bool,
+    force: bool,
+    as_json: bool,
+) -> bool:
+    """Compares two traces when both refs name one (False when neither does); a trace against
+    another kind of result is refused."""
+    from ..trace import compare as tc
+
+    a, b = tc.load_trace(ref_a, path), tc.load_trace(ref_b, path)
+    if a is None and b is None:
+        return False
+    if a is None or b is None:
+        which = ref_b if a is not None else ref_a
+        raise tc.TraceCompareError(
+            f"{which} is not a trace: a trace is compared with another trace of the same program"
+        )
+    comparison = tc.compare_traces(a, b, force)
+    if as_json:
+        stdout.print_json(json.dumps(tc.to_dict(comparison)))
+    else:
+        tc.render(comparison, stdout, all_rows=all_rows, labels=(ref_a, ref_b))
+    slower = [
+        c
+        for c in comparison.changes
+        if c.verdict in ("slower", "more") and c.change is not None and c.change > threshold
+    ]
+    if slower:
+        sys.exit(1)
+    return True

@@ -28,9 +28,10 @@ from ..trace.document import (
     summary_dict,
     to_dict,
 )
+from ..trace.figures import run_figures
 from ..trace.records import read_trace
 from ..trace.reference import Reference, calibrate, from_history
-from ..trace.runner import DEFAULT_LIMIT, run_traced
+from ..trace.runner import DEFAULT_LIMIT, Ran, run_traced
 from . import common
 from .app import cli, described, stderr, stdout
 from .common import (
@@ -73,6 +74,14 @@ REFERENCES = ("auto", "history", "measure", "none")
     "--export",
     help="Also write chrome-trace: trace.json, which the Perfetto UI and chrome://tracing open.",
 )
+@option(
+    "--runs",
+    default=1,
+    bounds=limits.RUNS,
+    help="Run the program this many times, each traced: the first run's copies and findings are "
+    "shown, every run's figures kept, so `xferscope compare` can weigh a change against their "
+    "spread (3 or more for a verdict on times).",
+)
 @gpu_option("GPU the reference is for.")
 @out_option("trace")
 @history_options
@@ -100,7 +109,7 @@ def trace_command(**kw: Any) -> None:
     ):
         created = now()
         begin_measuring()  # a stop after the program ends cuts the pricing, not the trace
-        ran = run_traced(command, Path(scratch), kw["limit"])
+        ran = run_traced(command, _run_directory(Path(scratch), 1), kw["limit"])
         trace = read_trace(ran.files)
         if not ran.files or not (trace.copies or trace.intervals or trace.calls):
             dest.discard()
@@ -109,8 +118,13 @@ def trace_command(**kw: Any) -> None:
                 "far as initializing it); nothing written"
             )
             sys.exit(ran.exit_status)
+        more = _more_runs(command, Path(scratch), kw, ran)
         reference, engine = _reference(kw, trace)
         analysis = analyze(trace, ran.wall_s, reference)
+        runs = [run_figures(trace, analysis, ran.wall_s)]
+        for other in more:
+            again = read_trace(other.files)
+            runs.append(run_figures(again, analyze(again, other.wall_s, reference), other.wall_s))
         result = TraceResult(
             created=created,
             simulated=False,
@@ -119,8 +133,9 @@ def trace_command(**kw: Any) -> None:
                 "command": list(ran.command),
                 "limit": kw["limit"],
                 "reference": kw["reference"],
+                "runs": kw["runs"],
             },
-            interrupted=ran.interrupted or ran.returncode < 0,
+            interrupted=ran.interrupted or ran.returncode < 0 or len(runs) < kw["runs"],
             wall_s=ran.wall_s,
             returncode=ran.returncode,
             signal=ran.signal,
@@ -130,6 +145,7 @@ def trace_command(**kw: Any) -> None:
             ),
             copies=tuple(copy_dict(trace, c) for c in trace.copies),
             findings=tuple(findings_of(analysis)),
+            runs=tuple(runs),
         )
         saver = HistorySaver(history, lambda: entry(TRACE, result), "trace")
         outputs = trace_outputs(result, dest)
@@ -143,6 +159,30 @@ def trace_command(**kw: Any) -> None:
     if not delivery.ok or saver.failed:
         sys.exit(1 if ran.exit_status == 0 else ran.exit_status)
     sys.exit(ran.exit_status)
+
+
+def _run_directory(scratch: Path, run: int) -> Path:
+    """Where run `run`'s records go: a directory of its own."""
+    directory = scratch / f"run{run}"
+    directory.mkdir()
+    return directory
+
+
+def _more_runs(command: list[str], scratch: Path, kw: dict[str, Any], first: Ran) -> list[Ran]:
+    """The runs after the first, while each ends well and no stop is asked for."""
+    runs: list[Ran] = []
+    if first.returncode != 0 or first.interrupted:
+        return runs
+    for i in range(2, kw["runs"] + 1):
+        if interrupt.requested():
+            break
+        stderr.print(f"run {i} of {kw['runs']}")
+        ran = run_traced(command, _run_directory(scratch, i), kw["limit"])
+        if ran.returncode != 0 or ran.interrupted:
+            stderr.print(f"run {i} ended with status {ran.exit_status}: no further runs")
+            break
+        runs.append(ran)
+    return runs
 
 
 def _reference(kw: dict[str, Any], trace: Any) -> tuple[Reference | None, Any]:

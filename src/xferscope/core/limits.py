@@ -122,6 +122,8 @@ GL_LIMIT = Range("seconds", 0, 3600, open_low=True)
 THRESHOLD = Range("fraction", 0, 10)
 # How many rows a listing shows.
 ROWS = Range("count", 1, 1_000_000)
+# How many times a traced program is run.
+RUNS = Range("count", 1, 100)
 # Chunks in an overlap stream, copies per trial, pieces: counts with a bound on the plan.
 CHUNKS = Range("count", 1, 100_000)
 REPEATS = Range("count", 1, 100_000)

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ..core.units import format_bytes, format_rate, format_seconds
 from ..trace.document import TraceResult
+from ..trace.records import shown
 
 
 def print_trace(result: TraceResult, console: Console) -> None:
@@ -96,9 +97,10 @@ def print_trace(result: TraceResult, console: Console) -> None:
 
 def place_lines(fix: dict[str, Any]) -> list[str]:
     """Where a fix's calls were made, a line each: the program's line, its calls and cost, and
-    the native caller beside it (a version 1 document lists places as text)."""
+    its source text (the native caller and the Python stack are in the JSON; a version 1
+    document lists places as text)."""
     if "places" not in fix:
-        return [f"at {escape(w)}" for w in fix.get("where", [])]
+        return [f"at {escape(shown(w))}" for w in fix.get("where", [])]
     out = []
     for p in fix["places"]:
         native = (

@@ -17,7 +17,7 @@ from typing import ClassVar
 from ..core import stats
 from ..core.units import format_bytes
 from ..documents.records import KEY, Derived
-from .records import NVPROF_NAMES, Copy, Interval, Pin, Trace, framework
+from .records import NVPROF_NAMES, Copy, Interval, Pin, Trace, user_frame
 from .reference import Reference
 
 SMALL_BYTES = 256 << 10  # copies this small pay their fixed cost more than their bytes
@@ -79,6 +79,7 @@ class Place:
     cost_s: float
     stack: tuple[str, ...] = ()  # the Python stack there, innermost first
     native: str | None = None  # the native caller, where one was unwound
+    code: str = ""  # the line's source text, where the file could be read
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +191,12 @@ def _blocking(c: Copy) -> bool:
     return c.call is not None and ("Async" not in c.call.function or c.host_memory == "pageable")
 
 
+def blocked_s(c: Copy) -> float:
+    """Host time blocked in the copy's call: the call's time where the host waited for the
+    copy, else none."""
+    return c.call.seconds if c.call is not None and _blocking(c) else 0.0
+
+
 def expected(
     reference: Reference | None, copies: Iterable[Copy], memory: str | None = None
 ) -> float | None:
@@ -220,7 +227,7 @@ def groups(trace: Trace, reference: Reference | None) -> list[Group]:
                 sum(c.bytes for c in copies),
                 sum(c.seconds for c in copies),
                 expected(reference, copies) if direction in ("h2d", "d2h") else None,
-                sum(c.call.seconds for c in copies if c.call and _blocking(c)),
+                sum(blocked_s(c) for c in copies),
                 sum(overlap_ns(c, kernels) for c in copies) * 1e-9,
             )
         )
@@ -251,6 +258,8 @@ def _places(trace: Trace, items: Iterable[Copy | Pin]) -> tuple[Place, ...]:
     places = []
     for where, xs in by.items():
         with_stack = next((x for x in xs if x.python), None)
+        frame = user_frame(with_stack.python) if with_stack else None
+        code = frame.source() if frame else ""
         places.append(
             Place(
                 where,
@@ -259,14 +268,15 @@ def _places(trace: Trace, items: Iterable[Copy | Pin]) -> tuple[Place, ...]:
                 sum(_host_cost(x) if isinstance(x, Copy) else x.seconds or 0.0 for x in xs),
                 tuple(str(f) for f in with_stack.python) if with_stack else (),
                 next((n for x in xs if (n := trace.native(x.frames))), None),
+                code,
             )
         )
     return tuple(sorted(places, key=lambda p: (-p.cost_s, -p.calls))[:MOST_PLACES])
 
 
-def _framework(items: Iterable[Copy | Pin]) -> str | None:
-    """The framework most of the calls went through, if any."""
-    counts = Counter(f for x in items if (f := framework(x.python)))
+def _framework(trace: Trace, items: Iterable[Copy | Pin]) -> str | None:
+    """The framework most of the calls that tell went through, if any."""
+    counts = Counter(f for x in items if (f := trace.framework(x.frames, x.python)))
     return counts.most_common(1)[0][0] if counts else None
 
 
@@ -355,7 +365,7 @@ def _fix(
     detail: str = "",
     unpriced: str = "",
 ) -> Fix:
-    used = _framework(copies)
+    used = _framework(trace, copies)
     advice = ADVICE[code]
     return Fix(
         code,
@@ -571,7 +581,7 @@ def unused_pin_fix(trace: Trace) -> Fix | None:
     if not idle or any(c.src_ptr is None for c in trace.copies if c.call):
         return None  # without every copy's pointers, an unused buffer cannot be told
     cost = sum(p.seconds or 0.0 for p in idle)
-    used_framework = _framework(idle)
+    used_framework = _framework(trace, idle)
     advice = ADVICE["pinned_unused"]
     return Fix(
         "pinned_unused",

@@ -22,7 +22,8 @@ OLDEST_VERSION = 1
 #   2  a copy's "where" is its line of the program's own Python code where there is one, with
 #      "python" (its Python stack) and "native" (its native caller) beside it; a fix lists
 #      "places" (per line: calls, bytes, cost, stack) instead of "where", and a fix that could
-#      not be priced has "saving_s": null and says why in "unpriced". Version 1 still reads.
+#      not be priced has "saving_s": null and says why in "unpriced"; "runs" keeps each run's
+#      figures (--runs). Version 1 still reads.
 
 MOST_SPANS = 20_000  # kernels and memsets kept for the timeline (the longest)
 WORTH = 0.01  # a fix saving this share of the program's time is a warning, not a note
@@ -35,6 +36,8 @@ class TraceResult(Envelope):
     processes: tuple[dict[str, Any], ...]
     summary: dict[str, Any]  # table, groups, fixes, reference, totals, notes
     copies: tuple[dict[str, Any], ...]  # every copy kept, as copy_dict writes it
+    # each run's figures (figures.run_figures), the first's first: what compare weighs
+    runs: tuple[dict[str, Any], ...] = ()
 
 
 def copy_dict(trace: Trace, c: Copy) -> dict[str, Any]:

@@ -7,6 +7,8 @@ beyond the limit were only counted."""
 from __future__ import annotations
 
 import json
+import linecache
+import os
 import re
 import shutil
 import subprocess
@@ -83,6 +85,10 @@ class PyFrame:
     def __str__(self) -> str:
         return f"{self.file}:{self.line} ({self.function})"
 
+    def source(self) -> str:
+        """The line's source text, where its file can be read here ("" elsewhere)."""
+        return linecache.getline(self.file, self.line).strip()[:200]
+
     @property
     def is_library(self) -> bool:
         """In an installed package, the standard library or a frozen module: not the program's
@@ -99,14 +105,21 @@ class PyFrame:
         return None
 
 
+def shown(where: str) -> str:
+    """A place as a person reads it here: a path under the current directory made relative."""
+    here = os.getcwd().rstrip("/") + "/"
+    return where[len(here) :] if where.startswith(here) else where
+
+
 def user_frame(stack: Sequence[PyFrame]) -> PyFrame | None:
     """The innermost frame of the program's own code, else the innermost frame."""
     return next((f for f in stack if not f.is_library), stack[0] if stack else None)
 
 
-def framework(stack: Sequence[PyFrame]) -> str | None:
-    """The framework the call went through: the package of the frame the user's code called."""
-    return next((f.framework for f in stack if f.framework), None)
+# ... and by the native libraries a call went through (a method such as Tensor.to is C++, with
+# no Python frame of its package)
+NATIVE_FRAMEWORKS = (("libtorch", "PyTorch"), ("libc10", "PyTorch"), ("cupy", "CuPy"),
+                     ("jaxlib", "JAX"), ("xla_extension", "JAX"), ("numba", "Numba"))  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +233,19 @@ class Trace:
         if frame is not None:
             return str(frame)
         return self.native(frames)
+
+    def framework(self, frames: Iterable[int], python: Sequence[PyFrame] = ()) -> str | None:
+        """The framework a call went through (PyTorch, CuPy, JAX, Numba): the package of a
+        Python frame, else a native library it called through; None where neither tells."""
+        found = next((f.framework for f in python if f.framework), None)
+        if found:
+            return found
+        for a in frames:
+            name = self.frames.get(a, "").split("+", 1)[0]
+            for library, framework in NATIVE_FRAMEWORKS:
+                if library in name:
+                    return framework
+        return None
 
     def native(self, frames: Iterable[int]) -> str | None:
         """The first native caller outside CUDA's own libraries, named."""

@@ -1,0 +1,63 @@
+"""One traced run's figures, the ones two traces of a program are compared by: the program's wall
+time; per kind of copy, per finding and per line of the program, its calls, bytes, time in
+copies (GPU) and host time blocked in copy calls. `xferscope trace --runs N` keeps N of them, so
+a comparison can weigh each change against the spread the runs show."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from .analyze import Analysis, blocked_s
+from .records import Copy, Trace, user_frame
+
+
+def line_of(trace: Trace, c: Copy) -> tuple[str, str, str]:
+    """A copy's line as a key that survives an edit above it: (file and function, the line's
+    source text where it can be read, else its number), with the place as the trace says it,
+    and its source text."""
+    frame = user_frame(c.python)
+    if frame is None:
+        where = trace.where(c.frames) or "(no caller recorded)"
+        return where, where, ""
+    code = frame.source()
+    key = f"{frame.file} ({frame.function}): {code}" if code else str(frame)
+    return key, str(frame), code
+
+
+def _totals(copies: list[Copy]) -> dict[str, float]:
+    return {
+        "calls": len(copies),
+        "bytes": sum(c.bytes for c in copies),
+        "gpu_s": sum(c.seconds for c in copies),
+        "blocked_s": sum(blocked_s(c) for c in copies),
+    }
+
+
+def run_figures(trace: Trace, analysis: Analysis, wall_s: float) -> dict[str, Any]:
+    """The figures of one traced run, as a document keeps them."""
+    kinds: dict[str, list[Copy]] = defaultdict(list)
+    lines: dict[str, list[Copy]] = defaultdict(list)
+    said: dict[str, tuple[str, str]] = {}
+    for c in trace.copies:
+        kinds[f"{c.direction} {c.host_memory}"].append(c)
+        key, where, code = line_of(trace, c)
+        lines[key].append(c)
+        said[key] = (where, code)
+    return {
+        "wall_s": wall_s,
+        "kinds": {k: _totals(v) for k, v in sorted(kinds.items())},
+        "findings": {
+            f.code: {
+                "title": f.title,
+                "calls": f.calls,
+                "bytes": f.bytes,
+                "cost_s": f.cost_s,
+                "saving_s": f.saving_s,
+            }
+            for f in analysis.fixes
+        },
+        "lines": {
+            k: {"where": said[k][0], "code": said[k][1], **_totals(v)} for k, v in lines.items()
+        },
+    }

@@ -1,0 +1,213 @@
+"""`xferscope trace` of a Python program, without a GPU: a trace recorded on an H100 from
+benchmarks/torch_train_loop.py (`--steps 30 --warmup 2`, tests/data/trace/torch-loop.jsonl)
+read back: every copy placed at the line of the script that made it, though PyTorch released
+the GIL; the fixes in PyTorch's words, by line; and two traces compared, before and after a fix.
+The lines are the script's as it was recorded (at commit b37092a)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from xferscope import cli
+from xferscope.trace import analyze as an
+from xferscope.trace.compare import compare_traces
+from xferscope.trace.document import from_dict
+from xferscope.trace.records import PyFrame, read_trace, user_frame
+from xferscope.trace.runner import Ran
+
+RECORDED = Path(__file__).parent.parent / "data" / "trace" / "torch-loop.jsonl"
+SCRIPT = "/work/main/benchmarks/torch_train_loop.py"  # where it was when recorded
+# what the script made, by line (steps 0-29 and 2 warm-up steps; the model's six tensors)
+LINES = {
+    (34, "model", "h2d", "pageable"): 6,  # model(...).to(device)
+    (48, "train.<locals>.step", "h2d", "pageable"): 32,  # batch.to(device)
+    (49, "train.<locals>.step", "h2d", "pinned"): 32,  # target.to(device, non_blocking=True)
+    (50, "train.<locals>.step", "h2d", "pageable"): 32,  # torch.tensor([...], device=device)
+    (58, "train.<locals>.step", "d2h", "pinned"): 4,  # loss.item(), every 10 steps
+}
+
+
+@pytest.fixture(autouse=True)
+def history(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "history.sqlite3"
+    monkeypatch.setenv("XFERSCOPE_HISTORY", str(path))
+    return path
+
+
+def test_every_copy_is_placed_at_the_scripts_line():
+    trace = read_trace([RECORDED])
+    assert all(c.python for c in trace.copies)
+    found = Counter(
+        (user_frame(c.python).line, user_frame(c.python).function, c.direction, c.host_memory)
+        for c in trace.copies
+        if user_frame(c.python) and user_frame(c.python).file == SCRIPT
+    )
+    assert found == LINES
+    # the place is `file:line (function)`; the stack keeps PyTorch's own frames beneath it
+    assert trace.where(trace.copies[0].frames, trace.copies[0].python) == f"{SCRIPT}:34 (model)"
+    model = trace.copies[0].python
+    assert model[0].is_library and "/site-packages/torch/nn/modules/module.py" in model[0].file
+    assert trace.framework(trace.copies[0].frames, model) == "PyTorch"
+    # pinned allocations are placed too: pin_memory() at line 44
+    pin = trace.pins[0]
+    assert (trace.where(pin.frames, pin.python), pin.bytes) == (
+        f"{SCRIPT}:44 (train)",
+        1 << 20,
+    )
+
+
+@pytest.mark.parametrize(
+    ("file", "library"),
+    [
+        ("/opt/venv/lib/python3.12/site-packages/torch/nn/modules/module.py", True),
+        ("/usr/lib/python3/dist-packages/cupy/_creation/from_data.py", True),
+        ("/usr/lib/python3.12/threading.py", True),
+        ("<frozen runpy>", True),
+        ("/home/me/project/train.py", False),
+        ("<stdin>", False),
+        ("/home/me/lib/python3/notes.py", False),
+    ],
+)
+def test_the_programs_own_code_is_told_from_libraries(file, library):
+    assert PyFrame(file, 1, "f").is_library is library
+
+
+def test_the_innermost_frame_of_the_programs_own_code_is_the_place():
+    torch = PyFrame("/v/lib/python3.12/site-packages/torch/utils/data/loader.py", 9, "next")
+    mine = PyFrame("/home/me/train.py", 42, "epoch")
+    outer = PyFrame("/home/me/train.py", 90, "<module>")
+    assert user_frame((torch, mine, outer)) is mine
+    assert user_frame((torch,)) is torch  # no frame of its own: the innermost
+    assert user_frame(()) is None
+    assert str(mine) == "/home/me/train.py:42 (epoch)"
+
+
+def test_fixes_are_said_in_pytorchs_words_and_list_their_lines():
+    analysis = an.analyze(read_trace([RECORDED]), 1.0, None)
+    fixes = {f.code: f for f in analysis.fixes}
+    pageable = fixes["pageable_copies"]
+    assert pageable.framework == "PyTorch" and "pin_memory=True" in pageable.fix
+    assert "non_blocking=True" in pageable.fix and pageable.saving_s is None
+    assert "not priced" in pageable.unpriced
+    lines = {p.where: p.calls for p in pageable.places}
+    assert lines == {
+        f"{SCRIPT}:34 (model)": 6,
+        f"{SCRIPT}:48 (train.<locals>.step)": 32,
+        f"{SCRIPT}:50 (train.<locals>.step)": 32,
+    }
+    costs = [p.cost_s for p in pageable.places]
+    assert costs == sorted(costs, reverse=True) and sum(costs) == pytest.approx(pageable.cost_s)
+    assert "torch.cuda.Stream()" in fixes["copies_not_overlapped"].fix
+    assert "outside the loop" in fixes["repeated_uploads"].fix
+
+
+def _fake_runs(walls: list[float], drop_line: int | None = None):
+    """run_traced's stand-in: the recorded trace, one run after another with these wall times;
+    with `drop_line`, the copies made at that line of the script left out (the fix applied)."""
+    count = iter(walls)
+
+    def fake(command, directory, limit):
+        target = directory / "trace-1.jsonl"
+        if drop_line is None:
+            shutil.copy(RECORDED, target)
+        else:
+            keep = []
+            stacks_at = set()
+            for text in RECORDED.read_text().splitlines():
+                r = json.loads(text)
+                if r.get("t") == "pystack" and r["f"] and r["f"][0][1] == drop_line:
+                    stacks_at.add(r["id"])
+            dropped = set()
+            for text in RECORDED.read_text().splitlines():
+                r = json.loads(text)
+                if r.get("t") == "api" and r.get("py") in stacks_at:
+                    dropped.add(r["c"])
+                    continue
+                keep.append(text)
+            keep = [k for k in keep if json.loads(k).get("c") not in dropped]
+            target.write_text("\n".join(keep) + "\n")
+        return Ran(("python3", "train.py"), 0, next(count), (target,), False)
+
+    return fake
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _trace(capsys, tmp_path, monkeypatch, name, walls, drop_line=None) -> Path:
+    from xferscope.cli import trace as trace_cli
+
+    monkeypatch.setattr(trace_cli, "run_traced", _fake_runs(walls, drop_line))
+    out = tmp_path / name
+    code, _, err = run(
+        capsys, "trace", "--reference", "none", "--runs", str(len(walls)), "-o", str(out),
+        "--", "python3", "train.py",
+    )  # fmt: skip
+    assert code == 0, err
+    (path,) = out.glob("trace-*/trace-summary.json")
+    return path
+
+
+def test_runs_are_kept_and_a_fix_is_compared_line_by_line(capsys, tmp_path, monkeypatch):
+    before = _trace(capsys, tmp_path, monkeypatch, "before", [1.00, 1.02, 1.01])
+    after = _trace(capsys, tmp_path, monkeypatch, "after", [0.90, 0.91, 0.89], drop_line=48)
+    doc = json.loads(before.read_text())
+    assert len(doc["runs"]) == 3 and [r["wall_s"] for r in doc["runs"]] == [1.00, 1.02, 1.01]
+    a, b = from_dict(doc), from_dict(json.loads(after.read_text()))
+    comparison = compare_traces(a, b)
+    rows = {(c.section, c.subject, c.figure): c for c in comparison.changes}
+    wall = rows[("program", "the program", "wall time")]
+    assert wall.verdict == "faster" and wall.change == pytest.approx(-0.1089, abs=1e-3)
+    line = next(
+        c for (section, subject, figure), c in rows.items()
+        if section == "line" and ":48 " in subject and figure == "calls"
+    )  # fmt: skip
+    assert (line.a, line.b, line.verdict, line.noise) == (32, 0, "fewer", None)
+    pageable = rows[("copies", "h2d pageable", "calls")]
+    assert (pageable.a, pageable.b, pageable.verdict) == (70, 38, "fewer")
+    same = rows[("copies", "h2d pinned", "calls")]
+    assert same.verdict == "same"
+    paid = {p.code: p for p in comparison.paid}
+    assert paid["pageable_copies"].saved_s > 0 and paid["pageable_copies"].predicted_s is None
+    # the command: a table, and the exit status
+    code, out, err = run(capsys, "compare", str(before), str(after))
+    assert code == 0, err
+    assert "what the fixes of A paid in B" in out and "FEWER" in out and "FASTER" in out
+    code, out, err = run(capsys, "compare", str(after), str(before), "--json")
+    assert code == 1  # more copies and a slower program: a regression
+    assert json.loads(out)["schema"] == "xferscope-trace-compare"
+
+
+def test_one_run_each_gives_no_verdict_on_times(capsys, tmp_path, monkeypatch):
+    before = _trace(capsys, tmp_path, monkeypatch, "before", [1.0])
+    after = _trace(capsys, tmp_path, monkeypatch, "after", [0.5])
+    comparison = compare_traces(
+        from_dict(json.loads(before.read_text())), from_dict(json.loads(after.read_text()))
+    )
+    wall = next(c for c in comparison.changes if c.section == "program")
+    assert wall.verdict == "unclear"
+    assert any("--runs 3" in w for w in comparison.warnings)
+
+
+def test_a_trace_is_compared_only_with_a_trace_of_the_same_program(capsys, tmp_path, monkeypatch):
+    trace = _trace(capsys, tmp_path, monkeypatch, "t", [1.0])
+    doc = json.loads(trace.read_text())
+    doc["options"]["command"] = ["python3", "other.py"]
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(doc))
+    code, _, err = run(capsys, "compare", str(trace), str(other))
+    assert code == 2 and "different commands" in err and "--force" in err
+    code, out, err = run(capsys, "compare", str(trace), str(other), "--force")
+    assert code == 0 and "different commands" in out
+    not_trace = tmp_path / "run.json"
+    not_trace.write_text(json.dumps({"schema": "xferscope-run", "schema_version": 5}))
+    code, _, err = run(capsys, "compare", str(trace), str(not_trace))
+    assert code == 2 and "is not a trace" in err
