@@ -293,7 +293,7 @@ def fixes_part(
 # ---- a PyTorch training loop ---------------------------------------------------------------------
 
 LOOP = HERE / "torch_train_loop.py"
-LOOP_ARGS = ["--steps", "400", "--warmup", "20"]
+LOOP_ARGS = ["--steps", "1000", "--warmup", "20"]
 # the injection's knobs, each turning one part of the tracing off (inject.cpp): what each costs
 KNOBS = {
     "cupti_floor": "nosubscribe",  # CUPTI's activity records only: no callbacks, nothing of ours
