@@ -124,7 +124,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--out", default=str(HERE / "results"))
     parser.add_argument("--parts", default=",".join(PARTS))
+    parser.add_argument(
+        "--knobs", default=",".join(KNOBS), help="the PyTorch loop's knob variants to time"
+    )
     args = parser.parse_args()
+    for name in [k for k in KNOBS if k not in args.knobs.split(",")]:
+        del KNOBS[name]
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
@@ -363,6 +368,7 @@ def pytorch_part(
         loops["untraced"].append(loop_untraced(LOOP_ARGS)["loop_s"])
         mine, scratch = loop_traced(LOOP_ARGS)
         loops["traced"].append(mine["loop_s"])
+        print("untraced", loops["untraced"][-1], "traced", loops["traced"][-1], flush=True)
         trace = read_trace(scratch.glob("trace-*.jsonl"))
         script = str(LOOP)
         at_script = [
@@ -376,6 +382,7 @@ def pytorch_part(
         for name, knob in KNOBS.items():
             mine, scratch = loop_traced(LOOP_ARGS, knob)
             loops[name].append(mine["loop_s"])
+            print(name, loops[name][-1], flush=True)
             shutil.rmtree(scratch)
         with tempfile.TemporaryDirectory() as tmp:
             profile = Path(tmp) / "profile.json"
