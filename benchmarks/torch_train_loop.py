@@ -4,7 +4,11 @@ uploaded, a pinned 1 MiB target uploaded with non_blocking=True and a small tens
 Python list; a scalar read back every 10 steps. It prints one JSON line: the loop's own time
 (after warm-up steps, synchronized) and the copies it made, per kind.
 
-    python3 benchmarks/torch_train_loop.py [--steps 400] [--warmup 20] [--profile FILE]
+    python3 benchmarks/torch_train_loop.py [--steps 400] [--warmup 20] [--repeats 1]
+        [--profile FILE]
+
+--repeats times the loop that many times in the one process (after one warm-up) and reports
+each, so the process's start, whose cost varies run to run, is paid once per several timings.
 
 --profile runs the whole program (model made, warm-up, loop) under torch.profiler (CPU and CUDA
 activities) and writes its Chrome trace to FILE, whose gpu_memcpy events the benchmark compares
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from contextlib import nullcontext
 
@@ -34,8 +39,9 @@ def model(device: torch.device) -> torch.nn.Module:
     ).to(device)
 
 
-def train(steps: int, warmup: int) -> tuple[float, dict[str, int]]:
-    """The loop's own time (after `warmup` steps) and the copies it made, per kind."""
+def train(steps: int, warmup: int, repeats: int = 1) -> tuple[list[float], dict[str, int]]:
+    """The loop's own times (after `warmup` steps, `repeats` times) and the copies it made, per
+    kind."""
     torch.manual_seed(0)
     device = torch.device("cuda")
     net = model(device)
@@ -61,17 +67,21 @@ def train(steps: int, warmup: int) -> tuple[float, dict[str, int]]:
     for i in range(warmup):
         step(i)
     torch.cuda.synchronize()
-    start = time.perf_counter()
-    for i in range(steps):
-        step(i)
-    torch.cuda.synchronize()
-    return time.perf_counter() - start, copies
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for i in range(steps):
+            step(i)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return times, copies
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--profile", default=None)
     args = parser.parse_args()
     profiler = (
@@ -85,10 +95,20 @@ def main() -> None:
         else nullcontext()
     )
     with profiler as prof:
-        loop_s, copies = train(args.steps, args.warmup)
+        times, copies = train(args.steps, args.warmup, args.repeats)
     if args.profile:
         prof.export_chrome_trace(args.profile)
-    print(json.dumps({"loop_s": loop_s, "steps": args.steps, "warmup": args.warmup, **copies}))
+    print(
+        json.dumps(
+            {
+                "loop_s": statistics.median(times),
+                "loops_s": times,
+                "steps": args.steps,
+                "warmup": args.warmup,
+                **copies,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -125,7 +125,9 @@ def main() -> None:
     parser.add_argument("--out", default=str(HERE / "results"))
     parser.add_argument("--parts", default=",".join(PARTS))
     parser.add_argument(
-        "--knobs", default=",".join(KNOBS), help="the PyTorch loop's knob variants to time"
+        "--knobs",
+        default="cupti_floor,no_kernel_records,no_activity,no_python_stacks",
+        help=f"the PyTorch loop's knob variants to time, of {', '.join(KNOBS)}",
     )
     args = parser.parse_args()
     for name in [k for k in KNOBS if k not in args.knobs.split(",")]:
@@ -298,7 +300,11 @@ def fixes_part(
 # ---- a PyTorch training loop ---------------------------------------------------------------------
 
 LOOP = HERE / "torch_train_loop.py"
-LOOP_ARGS = ["--steps", "1000", "--warmup", "20"]
+# 400 steps (as the loop), timed 5 times in each process: a process's start costs 5-15 s
+# here and its loop time varied by 15% from process to process, so each process gives the median
+# of its 5 timings (figures.pytorch_loops_s keeps all)
+LOOP_ARGS = ["--steps", "400", "--warmup", "20", "--repeats", "5"]
+PROFILED_ARGS = ["--steps", "100", "--warmup", "5"]  # torch.profiler's file grows with the steps
 # the injection's knobs, each turning one part of the tracing off (inject.cpp): what each costs
 KNOBS = {
     "cupti_floor": "nosubscribe",  # CUPTI's activity records only: no callbacks, nothing of ours
@@ -377,7 +383,6 @@ def pytorch_part(
             if (trace.where(c.frames, c.python) or "").startswith(script + ":")
         ]
         lines_found.append(len(at_script) / max(len(trace.copies), 1))
-        kinds["trace"].append(per_kind_trace(scratch))
         shutil.rmtree(scratch)
         for name, knob in KNOBS.items():
             mine, scratch = loop_traced(LOOP_ARGS, knob)
@@ -386,10 +391,12 @@ def pytorch_part(
             shutil.rmtree(scratch)
         with tempfile.TemporaryDirectory() as tmp:
             profile = Path(tmp) / "profile.json"
-            loops["torch_profiler"].append(
-                loop_untraced([*LOOP_ARGS, "--profile", str(profile)])["loop_s"]
-            )
+            profiled = loop_untraced([*PROFILED_ARGS, "--profile", str(profile)])
+            loops["torch_profiler"].append(profiled["loop_s"] * 4)  # as if 400 steps
             kinds["profiler"].append(per_kind_profiler(profile))
+            mine, scratch = loop_traced(PROFILED_ARGS)  # the same program, traced
+            kinds["trace"].append(per_kind_trace(scratch))
+            shutil.rmtree(scratch)
     median = {k: statistics.median(v) for k, v in loops.items()}
     comparisons.append(
         comparison(
