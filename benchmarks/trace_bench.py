@@ -126,7 +126,7 @@ def main() -> None:
     parser.add_argument("--parts", default=",".join(PARTS))
     parser.add_argument(
         "--knobs",
-        default="cupti_floor,no_kernel_records,no_activity,no_python_stacks",
+        default="injected_idle,memcpy_records_only,cupti_floor,no_kernel_records,no_activity",
         help=f"the PyTorch loop's knob variants to time, of {', '.join(KNOBS)}",
     )
     args = parser.parse_args()
@@ -307,6 +307,8 @@ LOOP_ARGS = ["--steps", "400", "--warmup", "20", "--repeats", "5"]
 PROFILED_ARGS = ["--steps", "100", "--warmup", "5"]  # torch.profiler's file grows with the steps
 # the injection's knobs, each turning one part of the tracing off (inject.cpp): what each costs
 KNOBS = {
+    "injected_idle": "idle",  # the library loaded by CUDA, nothing enabled
+    "memcpy_records_only": "nosubscribe,nokernel",  # CUPTI's copy and memset records alone
     "cupti_floor": "nosubscribe",  # CUPTI's activity records only: no callbacks, nothing of ours
     "no_kernel_records": "nokernel",
     "no_activity": "noactivity",  # callbacks only

@@ -103,8 +103,9 @@ thread_local bool in_runtime_call = false;  // a driver call made by a runtime c
 thread_local std::uint64_t entered[2] = {0, 0};  // when this thread entered a runtime / driver call
 thread_local unsigned thread_id = 0;
 std::atomic<std::uint64_t> unwound{0};
-// XFERSCOPE_TRACE_KNOBS (for measuring the library's own cost): noapi, nocall, noframes, nohash,
-// nopython, noactivity, nodriver, noruntime, nosubscribe, nokernel; CUPTI's own settings: hostbuf
+// XFERSCOPE_TRACE_KNOBS (for measuring the library's own cost, several may be given): idle
+// (loaded, nothing enabled), noapi, nocall, noframes, nohash, nopython, noactivity, nodriver,
+// noruntime, nosubscribe, nokernel; CUPTI's own settings: hostbuf
 // (its device-side records in pinned host memory), nothreadbuf (one activity buffer, not per
 // thread)
 std::string knobs;
@@ -733,6 +734,11 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
                 getpid(), getppid(), now, limit);
   line(buf);
   std::fflush(out);
+  if (knob("idle")) {  // loaded and nothing enabled: what the injection itself costs
+    std::fclose(out);
+    out = nullptr;
+    return 1;
+  }
   if (knob("hostbuf")) {
     std::uint8_t on = 1;
     std::size_t size = sizeof on;
