@@ -160,6 +160,8 @@ def test_runs_are_kept_and_a_fix_is_compared_line_by_line(capsys, tmp_path, monk
     before = _trace(capsys, tmp_path, monkeypatch, "before", [1.00, 1.02, 1.01])
     after = _trace(capsys, tmp_path, monkeypatch, "after", [0.90, 0.91, 0.89], drop_line=48)
     doc = json.loads(before.read_text())
+    page = (before.parent / "report.html").read_text()
+    assert "Where the findings' calls were made" in page and "torch_train_loop.py:48" in page
     assert len(doc["runs"]) == 3 and [r["wall_s"] for r in doc["runs"]] == [1.00, 1.02, 1.01]
     a, b = from_dict(doc), from_dict(json.loads(after.read_text()))
     comparison = compare_traces(a, b)

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 
 from ..core.units import format_bytes, format_rate, format_seconds
 from ..trace.document import TraceResult
+from ..trace.records import shown
 from .page import escape, files_beside, findings_section, page, plot_div, table
 
 MOST_SPANS = 20_000  # spans drawn; beyond, the longest are kept
@@ -32,6 +33,7 @@ def render_trace_html(result: TraceResult, files: Sequence[str] = ()) -> str:
         f"{result.wall_s:.3g} s, {escape(ended)}. This machine's rates: {escape(rates)}.</p>"
         "</header>",
         findings_section(result.findings),
+        _lines(result),
         _timeline(result),
         "<section><h2>GPU activities (seed 001's table)</h2>"
         + table(
@@ -72,6 +74,34 @@ def render_trace_html(result: TraceResult, files: Sequence[str] = ()) -> str:
         f"<footer>{files_beside(files, 'trace')}</footer>",
     ]
     return page(f"xferscope trace: {command}", body)
+
+
+def _lines(result: TraceResult) -> str:
+    """Per finding, the lines of the program that made its calls (a version 1 document has
+    none to show)."""
+    rows = [
+        [
+            f["title"],
+            shown(p["where"]),
+            p.get("code", ""),
+            p["calls"],
+            format_bytes(p["bytes"]),
+            format_seconds(p["cost_s"]),
+        ]
+        for f in result.summary.get("fixes", [])
+        for p in f.get("places", [])
+    ]
+    if not rows:
+        return ""
+    return (
+        "<section><h2>Where the findings' calls were made</h2>"
+        + table(
+            ["finding", "line", "code", "calls", "bytes", "cost"],
+            rows,
+            ["", "", "", "num", "num", "num"],
+        )
+        + "</section>"
+    )
 
 
 def _timeline(result: TraceResult) -> str:
