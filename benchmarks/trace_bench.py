@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -148,8 +149,16 @@ def main() -> None:
             check=True,
         )
         program = str(build)
-    for part in parts:
-        PART_FUNCTIONS[part](program, engine, args.runs, comparisons, figures)
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)  # a time limit's SIGTERM keeps what was measured
+    try:
+        for part in parts:
+            PART_FUNCTIONS[part](program, engine, args.runs, comparisons, figures)
+    except (KeyboardInterrupt, AssertionError) as exc:  # a traced run stopped by the signal
+        figures["interrupted"] = repr(exc)[:300]
     figures["parts"] = parts
     write_record("trace", args.commit, meta, 1, comparisons, figures, Path(args.out))
 
@@ -371,6 +380,10 @@ def pytorch_part(
     loops |= {k: [] for k in KNOBS}
     kinds: dict[str, list[dict]] = {"trace": [], "profiler": []}
     lines_found: list[float] = []
+    # kept in the record as they grow, so a run stopped early keeps its measurements
+    figures["pytorch_loop_s"] = loops
+    figures["pytorch_kinds"] = kinds
+    figures["pytorch_lines_found"] = lines_found
     loop_untraced(LOOP_ARGS)  # warm-up: the driver's and PyTorch's caches
     for _ in range(runs):
         loops["untraced"].append(loop_untraced(LOOP_ARGS)["loop_s"])
@@ -415,11 +428,11 @@ def pytorch_part(
     comparisons.append(
         comparison("trace_pytorch_lines_found", share, 1.0, "every copy", "share", True, 0.95)
     )
-    figures["pytorch_loop_s"] = {k: [round(x, 4) for x in v] for k, v in loops.items()}
+    for v in loops.values():
+        v[:] = [round(x, 4) for x in v]
     figures["pytorch_loop_vs_untraced"] = {
         k: round(median["untraced"] / v, 4) for k, v in median.items() if k != "untraced"
     }
-    figures["pytorch_lines_found"] = [round(x, 4) for x in lines_found]
     # per kind, the trace against torch.profiler: the medians' smaller over their larger, so
     # 1.0 is equal (counts and bytes must be; GPU time within 2%)
     for kind in sorted({k for run in (*kinds["profiler"], *kinds["trace"]) for k in run}):
@@ -440,7 +453,6 @@ def pytorch_part(
                     goal,
                 )
             )
-    figures["pytorch_kinds"] = kinds
 
 
 PART_FUNCTIONS = {
