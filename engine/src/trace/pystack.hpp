@@ -87,7 +87,9 @@ inline Api resolve() {
       !api.code_type || !api.unicode_type)
     return api;
   int major = 0, minor = 0;
-  if (std::sscanf(version(), "%d.%d", &major, &minor) != 2 || major != 3) return api;
+  const char* said = version();
+  if (std::sscanf(said, "%d.%d", &major, &minor) != 2 || major != 3) return api;
+  if (std::strstr(said, "free-threading")) return api;  // objects laid out otherwise
   for (const Layout& l : kLayouts)
     if (l.minor == minor) api.layout = &l;
   if (api.layout && pipe(api.pipe_fds) != 0) api.layout = nullptr;
@@ -130,6 +132,7 @@ inline int capture(const Api& api, bool checked, Frame* out, std::size_t max) {
   const char* frame = nullptr;
   if (!r.read(tstate, l->tstate_frame, frame)) return -1;
   if (l->cframe_current >= 0 && frame && !r.read(frame, l->cframe_current, frame)) return -1;
+  const bool running = frame != nullptr;  // a thread running Python has a code frame
   std::size_t n = 0;
   for (int hops = 0; frame && n < max && hops < 4096; ++hops) {
     const char* code = nullptr;
@@ -158,6 +161,7 @@ inline int capture(const Api& api, bool checked, Frame* out, std::size_t max) {
     }
     frame = back;
   }
+  if (running && n == 0) return -1;  // frames, and none ran code: not laid out as expected
   return static_cast<int>(n);
 }
 

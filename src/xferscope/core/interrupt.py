@@ -66,7 +66,11 @@ def _handler(signum: int, _frame: FrameType | None) -> None:
 
 
 def _alarm(_signum: int, _frame: FrameType | None) -> None:
-    _cut()
+    # a timer that fired as the rendering ended is late, not a cut: Python runs the handler at
+    # its next instruction, which may be a finalizer after the rendering's unraisable hook was
+    # put back, where a Deadline would be printed as a traceback
+    if _mode == _RENDERING:
+        _cut()
 
 
 def _cut() -> NoReturn:
