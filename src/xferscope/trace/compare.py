@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from rich.console import Console
 from rich.markup import escape
@@ -25,6 +25,7 @@ from rich.table import Table
 from ..core.errors import XferscopeError
 from ..core.units import format_bytes, format_seconds
 from ..documents.reader import DocumentError, SchemaError, read_document
+from ..documents.records import KEY, Derived, to_plain
 from ..run.compare import SAME, compare_metric
 from ..run.history import History
 from ..run.metrics import Metric
@@ -53,7 +54,7 @@ class Change:
     a: float
     b: float
     change: float | None  # (b - a) / a
-    noise: float | None  # the noise band, a fraction; None for exact figures
+    noise: float | None = field(metadata={KEY: "noise_band"})  # a fraction; None: exact
     verdict: str  # same, faster, slower, unclear; fewer, more
     runs: tuple[int, int]
 
@@ -68,6 +69,7 @@ class FixPaid:
     cost_a_s: float
     cost_b_s: float  # 0 where B has no such finding
     spread_s: float  # the runs' spread of the difference (the larger half range of each)
+    DERIVED: ClassVar[tuple[Derived, ...]] = (Derived("saved_s", lambda p: p.saved_s, "cost_b_s"),)
 
     @property
     def saved_s(self) -> float:
@@ -79,8 +81,8 @@ class TraceComparison:
     a_command: str
     b_command: str
     changes: tuple[Change, ...]
-    paid: tuple[FixPaid, ...]
-    warnings: tuple[str, ...]
+    paid: tuple[FixPaid, ...] = field(metadata={KEY: "fixes"})
+    warnings: tuple[str, ...] = ()
 
 
 # ---- loading -----------------------------------------------------------------------------------
@@ -177,9 +179,9 @@ def _table_changes(
     out = []
     for name in names:
         entry = next(r[key][name] for r in (*runs_a, *runs_b) if name in r[key])
-        for field, figure, unit in figures:
-            a = [float(r[key].get(name, {}).get(field) or 0.0) for r in runs_a]
-            b = [float(r[key].get(name, {}).get(field) or 0.0) for r in runs_b]
+        for entry_key, figure, unit in figures:
+            a = [float(r[key].get(name, {}).get(entry_key) or 0.0) for r in runs_a]
+            b = [float(r[key].get(name, {}).get(entry_key) or 0.0) for r in runs_b]
             out.append(_change(section, label(name, entry), figure, unit, a, b))
     return out
 
@@ -327,37 +329,9 @@ def render(
 
 
 def to_dict(comparison: TraceComparison) -> dict[str, Any]:
+    """The comparison as JSON-ready data, with a schema name and version."""
     return {
         "schema": COMPARE_SCHEMA_NAME,
         "schema_version": COMPARE_SCHEMA_VERSION,
-        "a_command": comparison.a_command,
-        "b_command": comparison.b_command,
-        "warnings": list(comparison.warnings),
-        "fixes": [
-            {
-                "code": p.code,
-                "title": p.title,
-                "predicted_s": p.predicted_s,
-                "cost_a_s": p.cost_a_s,
-                "cost_b_s": p.cost_b_s,
-                "saved_s": p.saved_s,
-                "spread_s": p.spread_s,
-            }
-            for p in comparison.paid
-        ],
-        "changes": [
-            {
-                "section": c.section,
-                "subject": c.subject,
-                "figure": c.figure,
-                "unit": c.unit,
-                "a": c.a,
-                "b": c.b,
-                "change": c.change,
-                "noise_band": c.noise,
-                "verdict": c.verdict,
-                "runs": list(c.runs),
-            }
-            for c in comparison.changes
-        ],
+        **to_plain(comparison),
     }
