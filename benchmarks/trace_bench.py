@@ -336,6 +336,10 @@ PROFILER_KINDS = {
 }
 
 
+def _steps(args: list[str]) -> int:
+    return int(args[args.index("--steps") + 1])
+
+
 def loop_untraced(args: list[str]) -> dict:
     proc = subprocess.run([sys.executable, str(LOOP), *args], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -407,7 +411,10 @@ def pytorch_part(
         with tempfile.TemporaryDirectory() as tmp:
             profile = Path(tmp) / "profile.json"
             profiled = loop_untraced([*PROFILED_ARGS, "--profile", str(profile)])
-            loops["torch_profiler"].append(profiled["loop_s"] * 4)  # as if 400 steps
+            # as if as many steps as the other loops ran
+            loops["torch_profiler"].append(
+                profiled["loop_s"] * _steps(LOOP_ARGS) / _steps(PROFILED_ARGS)
+            )
             kinds["profiler"].append(per_kind_profiler(profile))
             mine, scratch = loop_traced(PROFILED_ARGS)  # the same program, traced
             kinds["trace"].append(per_kind_trace(scratch))

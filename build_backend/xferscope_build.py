@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 from scikit_build_core import build as _build
 from scikit_build_core.build import (  # noqa: F401 (hooks passed on as they are)
@@ -20,7 +21,7 @@ from scikit_build_core.build import (  # noqa: F401 (hooks passed on as they are
 import xferscope_toolchain as tc
 
 
-def _refuse(exc: tc.BuildRefused) -> None:
+def _refuse(exc: tc.BuildRefused) -> NoReturn:
     sys.exit(f"xferscope cannot be built here: {exc}")
 
 
@@ -60,27 +61,30 @@ def _point_cmake(config_settings: dict[str, Any] | None) -> dict[str, Any]:
     return settings
 
 
-def get_requires_for_build_wheel(config_settings: dict[str, Any] | None = None) -> list[str]:
-    return [*_build.get_requires_for_build_wheel(config_settings), *_extra_requires()]
+def _requires(hook: Callable[..., list[str]]) -> Callable[..., list[str]]:
+    """scikit-build-core's requirements hook, with the PyPI toolchain added where it is used."""
+
+    def requires(config_settings: dict[str, Any] | None = None) -> list[str]:
+        return [*hook(config_settings), *_extra_requires()]
+
+    return requires
 
 
-def get_requires_for_build_editable(config_settings: dict[str, Any] | None = None) -> list[str]:
-    return [*_build.get_requires_for_build_editable(config_settings), *_extra_requires()]
+def _builds(hook: Callable[..., Any]) -> Callable[..., str]:
+    """scikit-build-core's build hook, run with CMake pointed at the toolchain."""
+
+    def build(
+        wheel_directory: str,
+        config_settings: dict[str, Any] | None = None,
+        metadata_directory: str | None = None,
+    ) -> str:
+        settings = _point_cmake(config_settings)
+        return str(hook(wheel_directory, settings, metadata_directory))
+
+    return build
 
 
-def build_wheel(
-    wheel_directory: str,
-    config_settings: dict[str, Any] | None = None,
-    metadata_directory: str | None = None,
-) -> str:
-    settings = _point_cmake(config_settings)
-    return str(_build.build_wheel(wheel_directory, settings, metadata_directory))
-
-
-def build_editable(
-    wheel_directory: str,
-    config_settings: dict[str, Any] | None = None,
-    metadata_directory: str | None = None,
-) -> str:
-    settings = _point_cmake(config_settings)
-    return str(_build.build_editable(wheel_directory, settings, metadata_directory))
+get_requires_for_build_wheel = _requires(_build.get_requires_for_build_wheel)
+get_requires_for_build_editable = _requires(_build.get_requires_for_build_editable)
+build_wheel = _builds(_build.build_wheel)
+build_editable = _builds(_build.build_editable)

@@ -213,3 +213,36 @@ def test_a_trace_is_compared_only_with_a_trace_of_the_same_program(capsys, tmp_p
     not_trace.write_text(json.dumps({"schema": "xferscope-run", "schema_version": 5}))
     code, _, err = run(capsys, "compare", str(trace), str(not_trace))
     assert code == 2 and "is not a trace" in err
+
+
+def test_a_place_with_brackets_prints_as_it_is(capsys):
+    from rich.console import Console
+
+    from xferscope.report.trace_tables import place_lines
+
+    fix = {"places": [{"where": "libx.so+0x10 (f[abi:cxx11](int))", "calls": 2, "cost_s": 1e-3}]}
+    Console(width=200).print(place_lines(fix)[0])
+    assert "libx.so+0x10 (f[abi:cxx11](int)): 2 calls" in capsys.readouterr().out
+
+
+def test_ctrl_c_in_a_later_run_keeps_the_runs_made_and_exits_130(capsys, tmp_path, monkeypatch):
+    from xferscope.cli import trace as trace_cli
+
+    whole = _fake_runs([1.0, 1.0, 1.0])
+    calls = []
+
+    def fake(command, directory, limit):
+        ran = whole(command, directory, limit)
+        calls.append(directory)
+        return ran if len(calls) < 2 else Ran(ran.command, -2, 0.5, ran.files, True)
+
+    monkeypatch.setattr(trace_cli, "run_traced", fake)
+    out = tmp_path / "t"
+    code, _, err = run(
+        capsys, "trace", "--reference", "none", "--runs", "3", "-o", str(out), "--", "x"
+    )
+    assert code == 130, err
+    assert len(calls) == 2  # no third run after the Ctrl-C
+    (path,) = out.glob("trace-*/trace-summary.json")
+    doc = json.loads(path.read_text())
+    assert len(doc["runs"]) == 1 and doc["interrupted"] is True

@@ -56,9 +56,7 @@ Nccl load(const std::string& library) {
                                     RTLD_NOW | RTLD_GLOBAL)
                      .handle;
   if (!handle) {
-    n.error =
-        "cannot load libnccl.so.2 (NCCL 2: `pip install nvidia-nccl-cu13`, or the loader path; "
-        "$XFERSCOPE_LIBNCCL names the file)";
+    n.error = "cannot load libnccl.so.2 (NCCL 2); $XFERSCOPE_LIBNCCL names the file";
     return n;
   }
   std::string missing;

@@ -278,18 +278,22 @@ void CUPTIAPI buffer_completed(CUcontext, std::uint32_t, std::uint8_t* buffer, s
   std::free(buffer);
 }
 
+// FNV-1a: the offset basis, and one step of it
+constexpr std::uint64_t kFnvBasis = 1469598103934665603ull;
+constexpr std::uint64_t fnv(std::uint64_t h, std::uint64_t v) { return (h ^ v) * 1099511628211ull; }
+
 std::uint64_t sampled_hash(const void* src, std::size_t bytes) {
   // FNV-1a over up to kHashSamples words spread over the buffer, and its size
-  std::uint64_t h = 1469598103934665603ull ^ bytes;
+  std::uint64_t h = kFnvBasis ^ bytes;
   const auto* p = static_cast<const unsigned char*>(src);
   const std::size_t words = bytes / 8;
   const std::size_t step = words > kHashSamples ? words / kHashSamples : 1;
   for (std::size_t i = 0; i < words; i += step) {
     std::uint64_t w;
     std::memcpy(&w, p + i * 8, 8);
-    h = (h ^ w) * 1099511628211ull;
+    h = fnv(h, w);
   }
-  for (std::size_t i = words * 8; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  for (std::size_t i = words * 8; i < bytes; ++i) h = fnv(h, p[i]);
   return h;
 }
 
@@ -298,7 +302,7 @@ std::uint64_t sampled_hash(const void* src, std::size_t bytes) {
 struct PythonStacks {
   std::mutex mutex;
   pystack::Api api;
-  std::atomic<int> walks{0};   // walks made; the first kCheckedWalks read through the pipe
+  std::atomic<int> walks{0};   // checked walks made: the first kCheckedWalks read through the pipe
   std::atomic<bool> on{true};  // false once a walk found what it did not expect
   std::unordered_map<std::uint64_t, std::uint32_t> ids;  // chain -> id, under mutex
   std::vector<std::string> definitions;                  // to be written, under mutex
@@ -327,17 +331,16 @@ std::uint32_t python_stack() {
   if (checked) lock.lock();  // the pipe is shared
   pystack::Frame frames[pystack::kMaxFrames];
   const int count = pystack::capture(stacks.api, checked, frames, pystack::kMaxFrames);
-  stacks.walks.fetch_add(1, std::memory_order_relaxed);
+  if (checked) stacks.walks.fetch_add(1, std::memory_order_relaxed);  // past them, never again
   if (count < 0) {
     stacks.on.store(false);
     return 0;
   }
   if (count == 0) return 0;
-  std::uint64_t key = 1469598103934665603ull;
-  for (int i = 0; i < count; ++i) {
-    key = (key ^ reinterpret_cast<std::uintptr_t>(frames[i].code)) * 1099511628211ull;
-    key = (key ^ static_cast<std::uint64_t>(frames[i].offset)) * 1099511628211ull;
-  }
+  std::uint64_t key = kFnvBasis;
+  for (int i = 0; i < count; ++i)
+    key = fnv(fnv(key, reinterpret_cast<std::uintptr_t>(frames[i].code)),
+              static_cast<std::uint64_t>(frames[i].offset));
   if (!checked) lock.lock();
   auto [at, added] = stacks.ids.try_emplace(key, static_cast<std::uint32_t>(stacks.ids.size() + 1));
   if (added) {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -92,7 +93,7 @@ inline Api resolve() {
   if (std::strstr(said, "free-threading")) return api;  // objects laid out otherwise
   for (const Layout& l : kLayouts)
     if (l.minor == minor) api.layout = &l;
-  if (api.layout && pipe(api.pipe_fds) != 0) api.layout = nullptr;
+  if (api.layout && pipe2(api.pipe_fds, O_CLOEXEC) != 0) api.layout = nullptr;  // not inherited
   return api;
 }
 

@@ -209,6 +209,7 @@ def _compare_traces(
 ) -> bool:
     """Compares two traces when both refs name one (False when neither does); a trace against
     another kind of result is refused."""
+    from ..run.compare import SLOWER
     from ..trace import compare as tc
 
     a, b = tc.load_trace(ref_a, path), tc.load_trace(ref_b, path)
@@ -227,7 +228,7 @@ def _compare_traces(
     slower = [
         c
         for c in comparison.changes
-        if c.verdict in ("slower", "more") and c.change is not None and c.change > threshold
+        if c.verdict in (SLOWER, tc.MORE) and c.change is not None and c.change > threshold
     ]
     if slower:
         sys.exit(1)

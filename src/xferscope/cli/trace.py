@@ -178,7 +178,10 @@ def _more_runs(command: list[str], scratch: Path, kw: dict[str, Any], first: Ran
             break
         stderr.print(f"run {i} of {kw['runs']}")
         ran = run_traced(command, _run_directory(scratch, i), kw["limit"])
-        if ran.returncode != 0 or ran.interrupted:
+        if ran.interrupted:  # the Ctrl-C went to the program: the command stops as for run 1
+            interrupt.request()
+            break
+        if ran.returncode != 0:
             stderr.print(f"run {i} ended with status {ran.exit_status}: no further runs")
             break
         runs.append(ran)

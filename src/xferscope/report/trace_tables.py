@@ -103,10 +103,7 @@ def place_lines(fix: dict[str, Any]) -> list[str]:
         return [f"at {escape(shown(w))}" for w in fix.get("where", [])]
     out = []
     for p in fix["places"]:
-        native = (
-            f" [dim]via {p['native']}[/dim]"
-            if p.get("native") and p["native"] != p["where"]
-            else ""
-        )
-        out.append(f"at {p['where']}: {p['calls']} calls, {format_seconds(p['cost_s'])}{native}")
+        code = f" [dim]{escape(p['code'][:60])}[/dim]" if p.get("code") else ""
+        cost = format_seconds(p["cost_s"])
+        out.append(f"at {escape(shown(p['where']))}: {p['calls']} calls, {cost}{code}")
     return out
