@@ -2,7 +2,7 @@
 benchmarks/torch_train_loop.py (`--steps 30 --warmup 2`, tests/data/trace/torch-loop.jsonl)
 read back: every copy placed at the line of the script that made it, though PyTorch released
 the GIL; the fixes in PyTorch's words, by line; and two traces compared, before and after a fix.
-The lines are the script's as it was recorded (at commit b37092a)."""
+The lines are the script's as it was when recorded, before later edits to it."""
 
 from __future__ import annotations
 
