@@ -5,10 +5,16 @@ Python list; a scalar read back every 10 steps. It prints one JSON line: the loo
 (after warm-up steps, synchronized) and the copies it made, per kind.
 
     python3 benchmarks/torch_train_loop.py [--steps 400] [--warmup 20] [--repeats 1]
-        [--profile FILE]
+        [--alternate] [--profile FILE]
 
 --repeats times the loop that many times in the one process (after one warm-up) and reports
 each, so the process's start, whose cost varies run to run, is paid once per several timings.
+
+--alternate, under `xferscope trace`, pauses the tracing (the injection's
+xferscope_trace_pause) for half of the repeats, in the order paused, traced, traced, paused, ...:
+the same process timed untraced and traced, alternated, so the ratio is free of the 15% by which
+processes differ from one another. Its JSON adds paused_s (the paused timings) and
+paused_loop_s (their median); loop_s stays the traced median.
 
 --profile runs the whole program (model made, warm-up, loop) under torch.profiler (CPU and CUDA
 activities) and writes its Chrome trace to FILE, whose gpu_memcpy events the benchmark compares
@@ -18,9 +24,12 @@ with the trace of the same program.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
+import os
 import statistics
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 
 import torch
@@ -39,9 +48,23 @@ def model(device: torch.device) -> torch.nn.Module:
     ).to(device)
 
 
-def train(steps: int, warmup: int, repeats: int = 1) -> tuple[list[float], dict[str, int]]:
-    """The loop's own times (after `warmup` steps, `repeats` times) and the copies it made, per
-    kind."""
+def tracing_pause() -> Callable[[int], int]:
+    """The injection's pause switch (1: paused, 0: traced), found in the library CUDA loaded."""
+    path = os.environ.get("CUDA_INJECTION64_PATH")
+    if not path:
+        raise SystemExit("--alternate: run under xferscope trace (CUDA_INJECTION64_PATH unset)")
+    try:
+        pause: Callable[[int], int] = ctypes.CDLL(path).xferscope_trace_pause
+    except (OSError, AttributeError) as exc:
+        raise SystemExit(f"--alternate: {path} has no pause switch ({exc})") from None
+    return pause
+
+
+def train(
+    steps: int, warmup: int, repeats: int = 1, alternate: bool = False
+) -> tuple[list[float], list[float], dict[str, int]]:
+    """The loop's own times (after `warmup` steps, `repeats` times), with `alternate` those
+    timed paused apart, and the copies it made, per kind."""
     torch.manual_seed(0)
     device = torch.device("cuda")
     net = model(device)
@@ -67,14 +90,21 @@ def train(steps: int, warmup: int, repeats: int = 1) -> tuple[list[float], dict[
     for i in range(warmup):
         step(i)
     torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
+    pause = tracing_pause() if alternate else None
+    times: list[float] = []
+    paused: list[float] = []
+    for r in range(repeats * 2 if alternate else repeats):
+        untraced = pause is not None and r % 4 in (0, 3)  # paused, traced, traced, paused
+        if pause is not None and pause(1 if untraced else 0) != 0:
+            raise SystemExit("--alternate: the tracing could not be paused (not tracing)")
         start = time.perf_counter()
         for i in range(steps):
             step(i)
         torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return times, copies
+        (paused if untraced else times).append(time.perf_counter() - start)
+    if pause is not None:
+        pause(0)
+    return times, paused, copies
 
 
 def main() -> None:
@@ -82,6 +112,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--alternate", action="store_true")
     parser.add_argument("--profile", default=None)
     args = parser.parse_args()
     profiler = (
@@ -95,7 +126,7 @@ def main() -> None:
         else nullcontext()
     )
     with profiler as prof:
-        times, copies = train(args.steps, args.warmup, args.repeats)
+        times, paused, copies = train(args.steps, args.warmup, args.repeats, args.alternate)
     if args.profile:
         prof.export_chrome_trace(args.profile)
     print(
@@ -103,6 +134,11 @@ def main() -> None:
             {
                 "loop_s": statistics.median(times),
                 "loops_s": times,
+                **(
+                    {"paused_s": paused, "paused_loop_s": statistics.median(paused)}
+                    if paused
+                    else {}
+                ),
                 "steps": args.steps,
                 "warmup": args.warmup,
                 **copies,

@@ -12,9 +12,13 @@
   and for each finding the saving the trace predicted against the saving measured by running
   the program with that fix applied (its copy phase, median of alternated runs).
 With benchmarks/torch_train_loop.py, a PyTorch training loop (part `pytorch`):
-  trace_pytorch_loop_vs_untraced  the loop's own time untraced / traced, runs alternated
-                           (goal >= 0.95), with the loop's time under each of the injection's
-                           knobs (what each part of the tracing costs) and under torch.profiler
+  trace_pytorch_loop_vs_untraced  the loop's own time untraced / traced (goal >= 0.95): in
+                           each traced process, 50-step blocks with the tracing paused and on,
+                           alternated (the ratio of their medians; the median over processes),
+                           and beside it the step time across processes alternated (untraced,
+                           traced, torch.profiler); the same ratio under each variant (kernels
+                           all or none, CUPTI's records alone, parts of ours off: what each
+                           costs) and the tracing's own time per step on the program's threads
   trace_pytorch_lines_found  the share of copies whose place is a line of the loop's script
                            (goal >= 0.95)
   trace_pytorch_<kind>_count / _bytes / _gpu_time  per kind of copy, the trace against
@@ -23,7 +27,10 @@ With benchmarks/torch_train_loop.py, a PyTorch training loop (part `pytorch`):
 Writes benchmarks/results/trace-<gpu>-<date>.json as ../shared/BENCHMARKS.md says.
 
     python3 benchmarks/trace_bench.py --commit $(git rev-parse HEAD) [--runs 5] [--out DIR]
-        [--parts heavy,accuracy,fixes,pytorch]
+        [--parts heavy,accuracy,fixes,pytorch] [--variants kernels_all,...] [--into FILE]
+
+--into FILE joins this run's parts to FILE's (an earlier run of the same commit), so parts
+measured in separate calls make one record.
 """
 
 from __future__ import annotations
@@ -70,16 +77,19 @@ def plain(argv: list[str]) -> tuple[float, dict]:
     return time.perf_counter() - start, own(proc.stdout)
 
 
-def traced(argv: list[str]) -> tuple[float, Path]:
+def traced(argv: list[str], kernels: str = "sampled") -> tuple[float, Path]:
     scratch = Path(tempfile.mkdtemp(prefix="xfs-bench-"))
-    ran = run_traced(argv, scratch)
+    ran = run_traced(argv, scratch, kernels=kernels)
     assert ran.returncode == 0, ran
     return ran.wall_s, scratch
 
 
-def traced_own(argv: list[str], knobs: str = "") -> tuple[float, Path, dict]:
+def traced_own(
+    argv: list[str], knobs: str = "", kernels: str = "sampled"
+) -> tuple[float, Path, dict]:
     """traced(), with the program's own JSON line (its output is caught on our stdout's file
-    descriptor, which the child inherits) and injection knobs (XFERSCOPE_TRACE_KNOBS)."""
+    descriptor, which the child inherits), injection knobs (XFERSCOPE_TRACE_KNOBS) and kernels
+    recorded as `trace --kernels` says."""
     sys.stdout.flush()
     kept = os.dup(1)
     os.environ["XFERSCOPE_TRACE_KNOBS"] = knobs
@@ -87,7 +97,7 @@ def traced_own(argv: list[str], knobs: str = "") -> tuple[float, Path, dict]:
         with tempfile.TemporaryFile() as caught:
             os.dup2(caught.fileno(), 1)
             try:
-                wall, scratch = traced(argv)
+                wall, scratch = traced(argv, kernels)
             finally:
                 os.dup2(kept, 1)
             caught.seek(0)
@@ -126,13 +136,19 @@ def main() -> None:
     parser.add_argument("--out", default=str(HERE / "results"))
     parser.add_argument("--parts", default=",".join(PARTS))
     parser.add_argument(
-        "--knobs",
-        default="injected_idle,memcpy_records_only,cupti_floor,no_kernel_records,no_activity",
-        help=f"the PyTorch loop's knob variants to time, of {', '.join(KNOBS)}",
+        "--variants",
+        default="kernels_all,kernels_none,cupti_floor,memcpy_records_only",
+        help=f"the PyTorch loop's tracing variants to time, of {', '.join(VARIANTS)}",
+    )
+    parser.add_argument(
+        "--into",
+        default=None,
+        help="a record of an earlier part run (same commit) whose comparisons and figures "
+        "this run's join: parts measured in separate calls, one file",
     )
     args = parser.parse_args()
-    for name in [k for k in KNOBS if k not in args.knobs.split(",")]:
-        del KNOBS[name]
+    for name in [k for k in VARIANTS if k not in args.variants.split(",")]:
+        del VARIANTS[name]
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
@@ -141,6 +157,12 @@ def main() -> None:
     meta = collect(engine, [0])
     comparisons: list[dict] = []
     figures: dict = {}
+    if args.into:
+        earlier = json.loads(Path(args.into).read_text())
+        if earlier["commit"] != args.commit:
+            parser.error(f"--into: {args.into} is of commit {earlier['commit']}, not this one")
+        comparisons, figures = earlier["comparisons"], earlier["figures"]
+        figures["parts"] = figures.get("parts", [])
     program = ""
     if {"heavy", "accuracy", "fixes"} & set(parts):
         build = Path(tempfile.mkdtemp()) / "copies"
@@ -159,7 +181,7 @@ def main() -> None:
             PART_FUNCTIONS[part](program, engine, args.runs, comparisons, figures)
     except (KeyboardInterrupt, AssertionError) as exc:  # a traced run stopped by the signal
         figures["interrupted"] = repr(exc)[:300]
-    figures["parts"] = parts
+    figures["parts"] = [*figures.get("parts", []), *parts]
     write_record("trace", args.commit, meta, 1, comparisons, figures, Path(args.out))
 
 
@@ -187,7 +209,7 @@ def heavy_part(
         note("traced", wall, mine)
         figures["heavy_copies_traced"] = len(read_trace(scratch.glob("trace-*.jsonl")).copies)
         shutil.rmtree(scratch)
-        wall, scratch, mine = traced_own([program, *HEAVY], "nosubscribe")
+        wall, scratch, mine = traced_own([program, *HEAVY], "nosubscribe", "none")
         note("cupti_floor", wall, mine)
         shutil.rmtree(scratch)
         if has_nsys:
@@ -309,22 +331,23 @@ def fixes_part(
 # ---- a PyTorch training loop ---------------------------------------------------------------------
 
 LOOP = HERE / "torch_train_loop.py"
-# 400 steps (as the issue's loop), timed 5 times in each process: a process's start costs 5-15 s
-# here and its loop time varied by 15% from process to process, so each process gives the median
-# of its 5 timings (figures.pytorch_loops_s keeps all)
-LOOP_ARGS = ["--steps", "400", "--warmup", "20", "--repeats", "5"]
+# A process's loop time varies by 15% from process to process (its start costs 5-15 s here)
+# and by 10% from one 400-step loop to the next, so each traced process times 30 pairs of
+# 50-step blocks, traced and paused (torch_train_loop.py --alternate), and gives the ratio of
+# their medians; the untraced processes time 60 blocks, for the comparison across processes.
+LOOP_ARGS = ["--steps", "50", "--warmup", "40", "--repeats", "30", "--alternate"]
+UNTRACED_ARGS = ["--steps", "50", "--warmup", "40", "--repeats", "60"]
 PROFILED_ARGS = ["--steps", "100", "--warmup", "5"]  # torch.profiler's file grows with the steps
-# the injection's knobs, each turning one part of the tracing off (inject.cpp): what each costs
-KNOBS = {
-    "injected_idle": "idle",  # the library loaded by CUDA, nothing enabled
-    "memcpy_records_only": "nosubscribe,nokernel",  # CUPTI's copy and memset records alone
-    "cupti_floor": "nosubscribe",  # CUPTI's activity records only: no callbacks, nothing of ours
-    "no_kernel_records": "nokernel",
-    "no_activity": "noactivity",  # callbacks only
-    "no_python_stacks": "nopython",
-    "no_native_frames": "noframes",
-    "no_hash": "nohash",
-    "no_driver_callbacks": "nodriver",
+# what each part of the tracing costs: the injection's knobs (inject.cpp) and `--kernels`
+VARIANTS = {
+    "kernels_all": ("", "all"),
+    "kernels_none": ("", "none"),
+    "cupti_floor": ("nosubscribe", "all"),  # CUPTI's records only: no callbacks, nothing of ours
+    "memcpy_records_only": ("nosubscribe", "none"),  # CUPTI's copy and memset records alone
+    "no_python_stacks": ("nopython", "sampled"),
+    "no_native_frames": ("noframes", "sampled"),
+    "no_hash": ("nohash", "sampled"),
+    "no_driver_callbacks": ("nodriver", "sampled"),
 }
 # torch.profiler's names for the kinds of copy (Kineto's gpu_memcpy events)
 PROFILER_KINDS = {
@@ -346,8 +369,8 @@ def loop_untraced(args: list[str]) -> dict:
     return own(proc.stdout)
 
 
-def loop_traced(args: list[str], knobs: str = "") -> tuple[dict, Path]:
-    _, scratch, mine = traced_own([sys.executable, str(LOOP), *args], knobs)
+def loop_traced(args: list[str], knobs: str = "", kernels: str = "sampled") -> tuple[dict, Path]:
+    _, scratch, mine = traced_own([sys.executable, str(LOOP), *args], knobs, kernels)
     return mine, scratch
 
 
@@ -378,22 +401,42 @@ def per_kind_profiler(path: Path) -> dict[str, dict[str, float]]:
 def pytorch_part(
     program: str, engine: NativeEngine, runs: int, comparisons: list[dict], figures: dict
 ) -> None:
-    """The training loop untraced, traced, under each knob and under torch.profiler, alternated;
-    the lines found; the per-kind figures against torch.profiler's."""
-    loops: dict[str, list[float]] = {"untraced": [], "traced": [], "torch_profiler": []}
-    loops |= {k: [] for k in KNOBS}
+    """The training loop untraced, traced (by default: kernels sampled), under each variant and
+    under torch.profiler, processes alternated, and in each traced process its blocks traced
+    and paused, alternated; the lines found; the per-kind figures against torch.profiler's."""
+    within: dict[str, list[float]] = {"traced": [], **{k: [] for k in VARIANTS}}
+    across: dict[str, list[float]] = {"untraced": [], "traced": [], "torch_profiler": []}
+    costs: dict[str, list[dict]] = {k: [] for k in within}
     kinds: dict[str, list[dict]] = {"trace": [], "profiler": []}
     lines_found: list[float] = []
     # kept in the record as they grow, so a run stopped early keeps its measurements
-    figures["pytorch_loop_s"] = loops
+    figures["pytorch_paused_over_traced"] = within
+    figures["pytorch_loop_s"] = across
+    figures["pytorch_tracing_cost"] = costs
     figures["pytorch_kinds"] = kinds
     figures["pytorch_lines_found"] = lines_found
-    loop_untraced(LOOP_ARGS)  # warm-up: the driver's and PyTorch's caches
+    figures["pytorch_loop_args"] = {"traced": LOOP_ARGS, "untraced": UNTRACED_ARGS}
+    block_steps = _steps(LOOP_ARGS)
+
+    def alternated(name: str, knobs: str = "", kernels: str = "sampled") -> tuple[dict, Path]:
+        mine, scratch = loop_traced(LOOP_ARGS, knobs, kernels)
+        within[name].append(round(mine["paused_loop_s"] / mine["loop_s"], 4))
+        cost = next(
+            (p.get("cost", {}) for p in read_trace(scratch.glob("trace-*.jsonl")).processes), {}
+        )
+        traced_steps = block_steps * len(mine["loops_s"]) + int(LOOP_ARGS[3])
+        # the tracing's own time on the program's threads, per traced step: [calls, µs]
+        costs[name].append(
+            {k: [n, round(ns * 1e-3 / traced_steps, 2)] for k, (n, ns) in cost.items()}
+        )
+        print(name, within[name][-1], costs[name][-1], flush=True)
+        return mine, scratch
+
+    loop_untraced(UNTRACED_ARGS)  # warm-up: the driver's and PyTorch's caches
     for _ in range(runs):
-        loops["untraced"].append(loop_untraced(LOOP_ARGS)["loop_s"])
-        mine, scratch = loop_traced(LOOP_ARGS)
-        loops["traced"].append(mine["loop_s"])
-        print("untraced", loops["untraced"][-1], "traced", loops["traced"][-1], flush=True)
+        across["untraced"].append(loop_untraced(UNTRACED_ARGS)["loop_s"] / block_steps)
+        mine, scratch = alternated("traced")
+        across["traced"].append(mine["loop_s"] / block_steps)
         trace = read_trace(scratch.glob("trace-*.jsonl"))
         script = str(LOOP)
         at_script = [
@@ -403,43 +446,41 @@ def pytorch_part(
         ]
         lines_found.append(len(at_script) / max(len(trace.copies), 1))
         shutil.rmtree(scratch)
-        for name, knob in KNOBS.items():
-            mine, scratch = loop_traced(LOOP_ARGS, knob)
-            loops[name].append(mine["loop_s"])
-            print(name, loops[name][-1], flush=True)
-            shutil.rmtree(scratch)
+        for name, (knobs, kernels) in VARIANTS.items():
+            shutil.rmtree(alternated(name, knobs, kernels)[1])
         with tempfile.TemporaryDirectory() as tmp:
             profile = Path(tmp) / "profile.json"
             profiled = loop_untraced([*PROFILED_ARGS, "--profile", str(profile)])
-            # as if as many steps as the other loops ran
-            loops["torch_profiler"].append(
-                profiled["loop_s"] * _steps(LOOP_ARGS) / _steps(PROFILED_ARGS)
-            )
+            across["torch_profiler"].append(profiled["loop_s"] / _steps(PROFILED_ARGS))
             kinds["profiler"].append(per_kind_profiler(profile))
             mine, scratch = loop_traced(PROFILED_ARGS)  # the same program, traced
             kinds["trace"].append(per_kind_trace(scratch))
             shutil.rmtree(scratch)
-    median = {k: statistics.median(v) for k, v in loops.items()}
+    ratio = statistics.median(within["traced"])
     comparisons.append(
         comparison(
             "trace_pytorch_loop_vs_untraced",
-            median["traced"],
-            median["untraced"],
-            "the same loop untraced (its own time, median of alternated runs)",
-            "s",
-            False,
+            1.0,
+            ratio,
+            "the same process's loop with the tracing paused (blocks alternated; median over "
+            "processes of the ratio of medians)",
+            "ratio",
+            True,
             0.95,
         )
     )
+    step = {k: statistics.median(v) for k, v in across.items()}
+    figures["pytorch_step_s"] = {k: round(v, 7) for k, v in step.items()}
+    figures["pytorch_across_processes_untraced_over"] = {
+        k: round(step["untraced"] / v, 4) for k, v in step.items() if k != "untraced"
+    }
+    figures["pytorch_within_process_paused_over"] = {
+        k: statistics.median(v) for k, v in within.items() if v
+    }
     share = statistics.median(lines_found)
     comparisons.append(
         comparison("trace_pytorch_lines_found", share, 1.0, "every copy", "share", True, 0.95)
     )
-    for v in loops.values():
-        v[:] = [round(x, 4) for x in v]
-    figures["pytorch_loop_vs_untraced"] = {
-        k: round(median["untraced"] / v, 4) for k, v in median.items() if k != "untraced"
-    }
     # per kind, the trace against torch.profiler: the medians' smaller over their larger, so
     # 1.0 is equal (counts and bytes must be; GPU time within 2%)
     for kind in sorted({k for run in (*kinds["profiler"], *kinds["trace"]) for k in run}):

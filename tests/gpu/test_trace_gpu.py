@@ -27,7 +27,9 @@ def copies(tmp_path_factory, native_engine) -> Path:
     return out
 
 
-def trace(tmp_path: Path, *command: str) -> tuple[subprocess.CompletedProcess[str], dict]:
+def trace(
+    tmp_path: Path, *command: str, options: tuple[str, ...] = ()
+) -> tuple[subprocess.CompletedProcess[str], dict]:
     proc = subprocess.run(
         [
             sys.executable,
@@ -37,6 +39,7 @@ def trace(tmp_path: Path, *command: str) -> tuple[subprocess.CompletedProcess[st
             "--reference",
             "none",
             "--no-history",
+            *options,
             "-o",
             str(tmp_path),
             "--",
@@ -105,10 +108,60 @@ def test_a_pytorch_program_is_traced_unchanged(native_engine, tmp_path):
         )
     memories = {c["src"] for c in doc["copies"] if c["direction"] == "h2d"}
     assert memories == {"pageable", "pinned"}
-    # a caller is named: PyTorch releases the GIL around its copies, so its Python stack cannot
-    # be read safely and the native caller (libtorch_cuda's copy kernel) is named instead
+    # every copy is placed at the script's own line, though PyTorch releases the GIL in it
+    script = str(PROGRAMS / "torch_copies.py")
     where = {c["where"] for c in doc["copies"]}
-    assert all(w for w in where), where
+    assert all(w.startswith(script + ":") for w in where), where
+
+
+LOOP = Path(__file__).parent.parent.parent / "benchmarks" / "torch_train_loop.py"
+
+
+def test_kernels_are_recorded_only_in_their_windows(native_engine, tmp_path):
+    """--kernels 20/100 on a PyTorch loop of about a second: kernels inside the windows only,
+    every copy still recorded, and the tracing's own cost written."""
+    pytest.importorskip("torch")
+    from xferscope.trace.analyze import analyze
+    from xferscope.trace.records import read_trace
+    from xferscope.trace.runner import run_traced
+
+    ran = run_traced(
+        [sys.executable, str(LOOP), "--steps", "600", "--warmup", "5"], tmp_path, kernels="20/100"
+    )
+    assert ran.returncode == 0
+    trace = read_trace(ran.files)
+    assert trace.kernel_coverage == "sampled" and len(trace.kernel_windows) >= 5
+    kernels = trace.kernels()
+    assert kernels
+    late = 50_000_000  # ns: a kernel launched in a window may start after it closed
+    for k in kernels:
+        assert any(a <= k.start_ns <= b + late for _, a, b in trace.kernel_windows)
+    line = f"{LOOP}:{_line_of(LOOP, 'x = batch.to(device)')} "
+    at = [c for c in trace.copies if (trace.where(c.frames, c.python) or "").startswith(line)]
+    assert len(at) == 600 + 5
+    notes = " ".join(analyze(trace, ran.wall_s, None).notes)
+    assert "kernels were recorded 20 ms of every 100 ms" in notes, notes
+    assert "callbacks took" in notes, notes
+
+
+def test_the_pause_switch_leaves_out_the_paused_blocks(native_engine, tmp_path):
+    """torch_train_loop.py --alternate pauses the tracing for half of its blocks: the copies of
+    the upload line are those of the warm-up and the traced blocks, exactly."""
+    pytest.importorskip("torch")
+    proc, doc = trace(
+        tmp_path, sys.executable, str(LOOP), "--steps", "10", "--warmup", "3", "--repeats", "2",
+        "--alternate",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    mine = own(proc.stdout)
+    assert len(mine["paused_s"]) == 2 and len(mine["loops_s"]) == 2
+    line = f"{LOOP}:{_line_of(LOOP, 'x = batch.to(device)')} "
+    at = [c for c in doc["copies"] if c["where"].startswith(line)]
+    assert len(at) == 3 + 2 * 10, {c["where"] for c in doc["copies"]}
+
+
+def _line_of(path: Path, text: str) -> int:
+    return next(i for i, t in enumerate(path.read_text().splitlines(), start=1) if text in t)
 
 
 def test_child_processes_are_traced_too(copies, tmp_path):

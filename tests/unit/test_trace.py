@@ -123,7 +123,7 @@ def test_reference_interpolates_on_log_axes():
 
 
 def _fake_run(tmp_path, returncode=0, interrupted=False):
-    def fake(command, directory, limit):
+    def fake(command, directory, limit, kernels="sampled"):
         shutil.copy(RECORDED, directory / "trace-840.jsonl")
         return Ran(
             ("/tmp/copies", "--small", "20"),
@@ -203,6 +203,10 @@ def test_a_program_without_cuda_says_so_and_keeps_its_status(capsys, tmp_path):
         (["--export", "pdf", "--", "true"], "--export: 'pdf' is not chrome-trace"),
         (["--reference", "guess", "--", "true"], "--reference: 'guess' is not one of"),
         (["--limit", "0", "--", "true"], "--limit: '0' is not a count"),
+        (["--kernels", "some", "--", "true"], "--kernels: 'some' is not all, none, sampled"),
+        (["--kernels", "100/100", "--", "true"], "(0 < ON < PERIOD"),
+        (["--kernels", "0/1000", "--", "true"], "--kernels: '0/1000'"),
+        (["--kernels", "-5/10", "--", "true"], "--kernels: '-5/10'"),
         (["-o", "/proc/none", "--", "true"], "--out"),
     ],
 )

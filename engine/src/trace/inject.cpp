@@ -14,6 +14,10 @@
 // totals line per kind at the end keeps the summary exact. Completed buffers are written at once
 // and CUPTI is flushed every second, so a crash keeps what came before it; SIGINT, SIGTERM and
 // crash signals flush first and then do what they would have done.
+// Kernel records cost every launch (CUPTI instruments the kernel for its timestamps), so
+// $XFERSCOPE_TRACE_KERNELS chooses: all, none, or ON/PERIOD (milliseconds): kernels recorded
+// ON of every PERIOD, each such window written as a "kwin" line; copies, sets and calls are
+// always all recorded.
 // libcupti is opened at run time, not linked: $XFERSCOPE_LIBCUPTI (which `xferscope trace` sets
 // to the one cuda-pathfinder finds: NVIDIA's wheels, the loader path, the toolkit), else the
 // soname of the CUDA major it was built with; without it the program runs untraced, with a
@@ -51,7 +55,8 @@ namespace {
 // The CUPTI entry points used, resolved from the libcupti opened at initialization.
 // clang-format off
 #define XFS_CUPTI_ENTRIES(X)                                                                  \
-  X(cuptiActivityEnable) X(cuptiActivityFlushAll) X(cuptiActivityFlushPeriod)               \
+  X(cuptiActivityDisable) X(cuptiActivityEnable) X(cuptiActivityFlushAll)                   \
+  X(cuptiActivityFlushPeriod)                                                               \
   X(cuptiActivityGetNextRecord) X(cuptiActivityGetNumDroppedRecords)                        \
   X(cuptiActivityRegisterCallbacks) X(cuptiActivitySetAttribute) X(cuptiEnableCallback)     \
   X(cuptiGetCallbackName) X(cuptiGetTimestamp) X(cuptiSubscribe)
@@ -112,6 +117,41 @@ std::string knobs;
 bool knob(const char* name) { return knobs.find(name) != std::string::npos; }
 bool knob_api = true, knob_call = true, knob_frames = true, knob_hash = true, knob_activity = true,
      knob_driver = true, knob_python = true;
+
+// Which activity kinds and callbacks are on: kernels all the time, never, or in windows of
+// kernel_on_ms every kernel_period_ms (a sampler thread opens and closes them); the benchmark
+// pauses everything (xferscope_trace_pause) to time the same process untraced.
+struct Control {
+  std::mutex mutex;
+  std::condition_variable wake;
+  CUpti_SubscriberHandle subscriber = nullptr;
+  bool paused = false;
+  bool window = false;   // sampled: the sampler's window is open (kernels on unless paused)
+  bool kernels = false;  // kernel records on now
+};
+Control& control = *new Control;  // never destroyed: the sampler may still wait on it at exit
+enum class Kernels { kAll, kNone, kSampled };
+Kernels kernel_mode = Kernels::kAll;
+unsigned kernel_on_ms = 0, kernel_period_ms = 0;  // the windows of Kernels::kSampled
+constexpr CUpti_ActivityKind kCopyKinds[] = {
+    CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET};
+
+// What the tracing costs the traced program's own threads, timed on them: the time in this
+// library's callbacks, and within it hashing host sources, unwinding callers and reading Python
+// stacks; written as a "cost" line at the end.
+enum Part { kInCallbacks, kHashing, kUnwinding, kPythonStacks, kParts };
+const char* const kPartNames[kParts] = {"callbacks", "hash", "unwind", "python"};
+std::atomic<std::uint64_t> part_ns[kParts], part_count[kParts];
+struct Timed {
+  Part part;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  ~Timed() {
+    const auto spent = std::chrono::steady_clock::now() - start;
+    part_ns[part].fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(spent).count(),
+                            std::memory_order_relaxed);
+    part_count[part].fetch_add(1, std::memory_order_relaxed);
+  }
+};
 
 // One API call as its callbacks saw it, formatted later by the writer thread.
 struct Call {
@@ -460,8 +500,15 @@ bool copy_entry(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_
   // only an explicit host-to-device source is host memory for certain: reading a device
   // address from the host would fault
   pending.hashed = knob_hash && kind == 1 && src && count;
-  if (pending.hashed) pending.hash = sampled_hash(src, count);
-  pending.frame_count = unwind(pending.frames);
+  if (pending.hashed) {
+    Timed timed{kHashing};
+    pending.hash = sampled_hash(src, count);
+  }
+  {
+    Timed timed{kUnwinding};
+    pending.frame_count = unwind(pending.frames);
+  }
+  Timed timed{kPythonStacks};
   pending.python = python_stack();
   return true;
 }
@@ -533,6 +580,7 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
   if (!runtime && in_runtime_call) return;  // the runtime call that made it is recorded
   if (runtime) in_runtime_call = enter;
   if (closed.load(std::memory_order_relaxed)) return;
+  Timed timed{kInCallbacks};
   std::uint64_t now = 0;
   cupti.cuptiGetTimestamp(&now);
   if (enter) {
@@ -618,8 +666,62 @@ void writer() {
   }
 }
 
+// Kernel records on or off, under control.mutex. Sampled, each window's opening and closing is
+// a "kwin" line (a: opened, b: closed, CUPTI's clock); one left open ends with the trace.
+void set_kernels(bool on) {
+  if (on == control.kernels) return;
+  if (knob_activity) {
+    if (on) {
+      cupti.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    } else {
+      cupti.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+    }
+  }
+  control.kernels = on;
+  if (kernel_mode != Kernels::kSampled) return;
+  std::uint64_t now = 0;
+  cupti.cuptiGetTimestamp(&now);
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "{\"t\":\"kwin\",\"%s\":%" PRIu64 "}", on ? "a" : "b", now);
+  std::lock_guard<std::mutex> lock(out_mutex);
+  line(buf);
+}
+
+// The callbacks on the calls worth a record (interesting()), on or off.
+void enable_callbacks(std::uint32_t on) {
+  if (!control.subscriber) return;
+  for (CUpti_CallbackId id = 1; id < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++id) {
+    if (interesting(api_name(CUPTI_CB_DOMAIN_RUNTIME_API, id)) && !knob("noruntime")) {
+      cupti.cuptiEnableCallback(on, control.subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id);
+    }
+  }
+  for (CUpti_CallbackId id = 1; id < CUPTI_DRIVER_TRACE_CBID_SIZE; ++id) {
+    if (interesting(api_name(CUPTI_CB_DOMAIN_DRIVER_API, id)) && knob_driver) {
+      cupti.cuptiEnableCallback(on, control.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
+    }
+  }
+}
+
+// Opens and closes the kernel windows (Kernels::kSampled) until the trace closes.
+void sampler() {
+  std::unique_lock<std::mutex> lock(control.mutex);
+  while (!closed.load(std::memory_order_relaxed)) {
+    const unsigned ms = control.window ? kernel_on_ms : kernel_period_ms - kernel_on_ms;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    if (control.wake.wait_until(lock, until, [] { return closed.load(); })) break;
+    control.window = !control.window;
+    set_kernels(control.window && !control.paused);
+  }
+}
+
 void finish() {
   if (closed.exchange(true)) return;
+  {
+    // a signal may arrive while the sampler holds the lock: then the window stays open
+    std::unique_lock<std::mutex> lock(control.mutex, std::try_to_lock);
+    if (lock.owns_lock() && kernel_mode == Kernels::kSampled) set_kernels(false);
+    control.wake.notify_all();
+  }
   cupti.cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   drain();
   std::lock_guard<std::mutex> lock(out_mutex);
@@ -634,6 +736,13 @@ void finish() {
                   kTypeNames[type], t.records, t.written, t.bytes, t.gpu_ns);
     line(buf);
   }
+  std::string cost = "{\"t\":\"cost\"";
+  for (int part = 0; part < kParts; ++part) {
+    cost += ",\"" + std::string(kPartNames[part]) + "\":[" +
+            std::to_string(part_count[part].load()) + "," + std::to_string(part_ns[part].load()) +
+            "]";
+  }
+  line((cost + "}").c_str());
   // name the callers' return addresses: the object, the symbol where exported, the offset
   for (std::uintptr_t a : frames_seen) {
     Dl_info info{};
@@ -720,6 +829,19 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
     knob_driver = !knob("nodriver");
     knob_python = !knob("nopython");
   }
+  if (knob("nokernel")) kernel_mode = Kernels::kNone;
+  std::string kernels_bad;
+  if (const char* k = std::getenv("XFERSCOPE_TRACE_KERNELS")) {
+    unsigned on = 0, period = 0;
+    char tail = 0;
+    if (!std::strcmp(k, "none")) {
+      kernel_mode = Kernels::kNone;
+    } else if (std::sscanf(k, "%u/%u%c", &on, &period, &tail) == 2 && on > 0 && on < period) {
+      kernel_mode = Kernels::kSampled, kernel_on_ms = on, kernel_period_ms = period;
+    } else if (std::strcmp(k, "all") != 0) {
+      kernels_bad = k;
+    }
+  }
   const std::string path = std::string(dir) + "/trace-" + std::to_string(getpid()) + ".jsonl";
   out = std::fopen(path.c_str(), "w");
   if (!out) return 0;
@@ -733,9 +855,20 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   cupti.cuptiGetTimestamp(&now);
   char buf[256];
   std::snprintf(buf, sizeof buf,
-                "{\"t\":\"start\",\"pid\":%d,\"ppid\":%d,\"ts\":%" PRIu64 ",\"limit\":%" PRIu64 "}",
-                getpid(), getppid(), now, limit);
+                "{\"t\":\"start\",\"pid\":%d,\"ppid\":%d,\"ts\":%" PRIu64 ",\"limit\":%" PRIu64
+                ",\"kernels\":\"%s\",\"on_ms\":%u,\"period_ms\":%u}",
+                getpid(), getppid(), now, limit,
+                kernel_mode == Kernels::kAll    ? "all"
+                : kernel_mode == Kernels::kNone ? "none"
+                                                : "sampled",
+                kernel_on_ms, kernel_period_ms);
   line(buf);
+  if (!kernels_bad.empty()) {
+    line(("{\"t\":\"warning\",\"m\":\"XFERSCOPE_TRACE_KERNELS=" + escaped(kernels_bad.c_str()) +
+          " is not all, none or ON/PERIOD in milliseconds (ON below PERIOD): all kernels "
+          "recorded\"}")
+             .c_str());
+  }
   std::fflush(out);
   if (knob("idle")) {  // loaded and nothing enabled: what the injection itself costs
     std::fclose(out);
@@ -755,27 +888,19 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   }
   bool ok =
       cupti.cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) == CUPTI_SUCCESS;
-  for (CUpti_ActivityKind kind :
-       {CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET,
-        CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL}) {
-    if (kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && knob("nokernel")) continue;
+  for (CUpti_ActivityKind kind : kCopyKinds) {
     if (knob_activity) ok = cupti.cuptiActivityEnable(kind) == CUPTI_SUCCESS && ok;
   }
+  {
+    std::lock_guard<std::mutex> lock(control.mutex);
+    control.window = kernel_mode == Kernels::kSampled;
+    if (kernel_mode != Kernels::kNone) set_kernels(true);
+  }
+  if (kernel_mode == Kernels::kSampled) std::thread(sampler).detach();
   cupti.cuptiActivityFlushPeriod(1000);
-  CUpti_SubscriberHandle subscriber;
   if (knob("nosubscribe")) {
-  } else if (cupti.cuptiSubscribe(&subscriber, on_api, nullptr) == CUPTI_SUCCESS) {
-    // only the calls that copy, set, synchronize or pin: every other call runs untouched
-    for (CUpti_CallbackId id = 1; id < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++id) {
-      if (interesting(api_name(CUPTI_CB_DOMAIN_RUNTIME_API, id)) && !knob("noruntime")) {
-        cupti.cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id);
-      }
-    }
-    for (CUpti_CallbackId id = 1; id < CUPTI_DRIVER_TRACE_CBID_SIZE; ++id) {
-      if (interesting(api_name(CUPTI_CB_DOMAIN_DRIVER_API, id)) && knob_driver) {
-        cupti.cuptiEnableCallback(1, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
-      }
-    }
+  } else if (cupti.cuptiSubscribe(&control.subscriber, on_api, nullptr) == CUPTI_SUCCESS) {
+    enable_callbacks(1);  // only the calls that copy, set, synchronize or pin
   } else {
     ok = false;
   }
@@ -784,4 +909,25 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   chain_signals();
   std::thread(writer).detach();
   return 1;
+}
+
+// For benchmarks/torch_train_loop.py: turns every record this library makes off (paused != 0)
+// or back on, so one process times its loop traced and untraced, alternated. 0 when done, -1
+// when nothing is traced.
+extern "C" __attribute__((visibility("default"))) int xferscope_trace_pause(int paused) {
+  std::lock_guard<std::mutex> lock(control.mutex);
+  if (!out || closed.load()) return -1;
+  if ((paused != 0) == control.paused) return 0;
+  control.paused = paused != 0;
+  enable_callbacks(paused ? 0 : 1);
+  for (CUpti_ActivityKind kind : kCopyKinds) {
+    if (!knob_activity) break;
+    if (paused) {
+      cupti.cuptiActivityDisable(kind);
+    } else {
+      cupti.cuptiActivityEnable(kind);
+    }
+  }
+  set_kernels(!paused && (kernel_mode == Kernels::kAll || control.window));
+  return 0;
 }

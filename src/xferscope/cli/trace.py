@@ -31,7 +31,7 @@ from ..trace.document import (
 from ..trace.figures import run_figures
 from ..trace.records import read_trace
 from ..trace.reference import Reference, calibrate, from_history
-from ..trace.runner import DEFAULT_LIMIT, Ran, run_traced
+from ..trace.runner import DEFAULT_LIMIT, Ran, kernels_setting, run_traced
 from . import common
 from .app import cli, described, stderr, stdout
 from .common import (
@@ -75,6 +75,13 @@ REFERENCES = ("auto", "history", "measure", "none")
     help="Also write chrome-trace: trace.json, which the Perfetto UI and chrome://tracing open.",
 )
 @option(
+    "--kernels",
+    default="sampled",
+    help="How kernels are recorded: sampled (100 ms of every second: each recorded kernel "
+    "costs its launch time), all, none, or ON/PERIOD in milliseconds. Copies are always all "
+    "recorded.",
+)
+@option(
     "--runs",
     default=1,
     bounds=limits.RUNS,
@@ -97,6 +104,7 @@ def trace_command(**kw: Any) -> None:
         )
     if kw["export"] not in (None, "chrome-trace"):
         raise OptionError("--export", f"'{kw['export']}' is not chrome-trace")
+    kernels_setting(kw["kernels"])  # a bad --kernels is said before the program runs
     kw["device"] = str(parse_device("--device", kw["device"]))
     history = None if kw["no_history"] else _history_file(kw["history_path"])
     if history is not None:
@@ -109,7 +117,7 @@ def trace_command(**kw: Any) -> None:
     ):
         created = now()
         begin_measuring()  # a stop after the program ends cuts the pricing, not the trace
-        ran = run_traced(command, _run_directory(Path(scratch), 1), kw["limit"])
+        ran = run_traced(command, _run_directory(Path(scratch), 1), kw["limit"], kw["kernels"])
         trace = read_trace(ran.files)
         if not ran.files or not (trace.copies or trace.intervals or trace.calls):
             dest.discard()
@@ -132,6 +140,7 @@ def trace_command(**kw: Any) -> None:
             options={
                 "command": list(ran.command),
                 "limit": kw["limit"],
+                "kernels": kw["kernels"],
                 "reference": kw["reference"],
                 "runs": kw["runs"],
             },
@@ -177,7 +186,7 @@ def _more_runs(command: list[str], scratch: Path, kw: dict[str, Any], first: Ran
         if interrupt.requested():
             break
         stderr.print(f"run {i} of {kw['runs']}")
-        ran = run_traced(command, _run_directory(scratch, i), kw["limit"])
+        ran = run_traced(command, _run_directory(scratch, i), kw["limit"], kw["kernels"])
         if ran.interrupted:  # the Ctrl-C went to the program: the command stops as for run 1
             interrupt.request()
             break

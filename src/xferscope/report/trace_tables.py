@@ -62,7 +62,9 @@ def print_trace(result: TraceResult, console: Console) -> None:
             format_rate(g["rate_bps"]),
             "" if reach is None else f"{reach:.0%}",
             format_seconds(g["blocked_s"]) if g["blocked_s"] else "",
-            f"{g['overlapped_s'] / g['gpu_s']:.0%}" if g["gpu_s"] else "",
+            f"{g['overlapped_s'] / g['gpu_s']:.0%}"
+            if g["gpu_s"] and g["overlapped_s"] is not None
+            else "",
         )
     console.print(groups)
     ref = s.get("reference") or {}

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ..core import stats
-from ..core.units import format_bytes
+from ..core.units import format_bytes, format_seconds
 from ..documents.records import KEY, Derived
 from .records import NVPROF_NAMES, Copy, Interval, Pin, Trace, user_frame
 from .reference import Reference
@@ -52,7 +52,9 @@ class Group:
     gpu_s: float
     expected_s: float | None  # what this machine takes for the same copies
     blocked_s: float  # host time inside the calls that waited for their copy
-    overlapped_s: float  # copy time during which a kernel ran on the same GPU
+    # copy time during which a kernel ran on the same GPU (estimated from the copies inside the
+    # kernel windows where kernels were sampled; None where no copy of the group was)
+    overlapped_s: float | None
     # Derived, for readers that do not want to recompute.
     DERIVED: ClassVar[tuple[Derived, ...]] = (
         Derived("rate_bps", lambda g: g.rate, "gpu_s"),
@@ -212,6 +214,19 @@ def expected(
     return total
 
 
+def with_kernels(trace: Trace, copies: Sequence[Copy]) -> tuple[list[Copy], float | None]:
+    """The copies whose neighbouring kernels were recorded, and the factor that scales what
+    they show to all `copies` (all copies' GPU time over theirs; 1 where every kernel was
+    recorded); None where none of them was seen."""
+    seen = trace.seen_with_kernels(copies)
+    seen_s = sum(c.seconds for c in seen)
+    if not seen:
+        return seen, None
+    if len(seen) == len(copies):
+        return seen, 1.0
+    return seen, sum(c.seconds for c in copies) / seen_s if seen_s > 0 else None
+
+
 def groups(trace: Trace, reference: Reference | None) -> list[Group]:
     kernels = _merged(trace.kernels())
     by: dict[tuple[str, str], list[Copy]] = defaultdict(list)
@@ -219,6 +234,7 @@ def groups(trace: Trace, reference: Reference | None) -> list[Group]:
         by[(c.direction, c.host_memory)].append(c)
     out = []
     for (direction, memory), copies in sorted(by.items()):
+        seen, scale = with_kernels(trace, copies)
         out.append(
             Group(
                 direction,
@@ -228,7 +244,7 @@ def groups(trace: Trace, reference: Reference | None) -> list[Group]:
                 sum(c.seconds for c in copies),
                 expected(reference, copies) if direction in ("h2d", "d2h") else None,
                 sum(blocked_s(c) for c in copies),
-                sum(overlap_ns(c, kernels) for c in copies) * 1e-9,
+                None if scale is None else sum(overlap_ns(c, kernels) for c in seen) * 1e-9 * scale,
             )
         )
     return out
@@ -485,23 +501,33 @@ def batch_fix(trace: Trace, reference: Reference | None) -> Fix | None:
 
 def overlap_fix(trace: Trace) -> Fix | None:
     """Copies that ran while no kernel did, in a program that runs kernels: time that copies on
-    another stream could have hidden behind them (at most the kernels' own time free of copies)."""
+    another stream could have hidden behind them (at most the kernels' own time free of copies).
+    Where kernels were recorded in windows, judged on the copies inside them and scaled to all."""
     kernels = trace.kernels()
     if not kernels:
         return None
+    transfers = [c for c in trace.copies if c.direction in ("h2d", "d2h")]
+    seen, scale = with_kernels(trace, transfers)
+    if scale is None:
+        return None
     merged = _merged(kernels)
-    alone = [
-        c for c in trace.copies if c.direction in ("h2d", "d2h") and overlap_ns(c, merged) == 0
-    ]
+    alone = [c for c in seen if overlap_ns(c, merged) == 0]
     if not alone:
         return None
     copies_merged = _merged(
         Interval(c.pid, "copy", "", c.start_ns, c.end_ns, c.device, c.stream) for c in trace.copies
     )
-    free_kernel_s = sum(
+    free_kernel_s = scale * sum(
         (k.end_ns - k.start_ns - overlap_ns(k, copies_merged)) * 1e-9 for k in kernels
     )
-    cost = sum(c.seconds for c in alone)
+    cost = scale * sum(c.seconds for c in alone)
+    sampled = (
+        f"; kernels were recorded in windows, so this is judged on the {len(seen)} copies "
+        f"that ran in them ({len(alone)} alone) and scaled to all {len(transfers)} "
+        "(`trace --kernels all` records every kernel)"
+        if scale != 1.0
+        else ""
+    )
     return _fix(
         "copies_not_overlapped",
         "copies that ran while no kernel did",
@@ -510,7 +536,7 @@ def overlap_fix(trace: Trace) -> Fix | None:
         cost,
         min(cost, free_kernel_s),
         "at most: the saving is bounded by the kernels' time free of copies, and needs work "
-        "that does not depend on the copy",
+        "that does not depend on the copy" + sampled,
     )
 
 
@@ -598,6 +624,35 @@ def unused_pin_fix(trace: Trace) -> Fix | None:
     )
 
 
+def _cost_notes(trace: Trace) -> list[str]:
+    """What the tracing left out to stay light, and what it cost the program's threads."""
+    notes = []
+    coverage = trace.kernel_coverage
+    if coverage == "sampled":
+        on, period = next(
+            (p["kernel_window_ms"] for p in trace.processes if p.get("kernel_window_ms")),
+            (None, None),
+        )
+        seen = len(trace.seen_with_kernels(trace.copies))
+        notes.append(
+            f"kernels were recorded {on} ms of every {period} ms ({len(trace.kernel_windows)} "
+            "windows), as each recorded kernel costs its launch time: the time beside kernels "
+            f"and the overlap finding are estimated from the {seen} of {len(trace.copies)} "
+            "copies inside them; `--kernels all` records every kernel"
+        )
+    elif coverage == "none":
+        notes.append(
+            "kernels were not recorded (--kernels none): no time beside kernels, no overlap finding"
+        )
+    spent = [p["cost"]["callbacks"] for p in trace.processes if "callbacks" in p.get("cost", {})]
+    if spent and sum(n for n, _ in spent):
+        notes.append(
+            f"the tracing's callbacks took {format_seconds(sum(ns for _, ns in spent) * 1e-9)} "
+            f"of the program's threads in {sum(n for n, _ in spent)} callbacks"
+        )
+    return notes
+
+
 def _order(f: Fix) -> tuple[bool, float]:
     """Priced fixes first, the largest saving first; then the others, the costliest first."""
     return (f.saving_s is None, -(f.cost_s if f.saving_s is None else f.saving_s))
@@ -625,6 +680,7 @@ def analyze(trace: Trace, wall_s: float, reference: Reference | None) -> Analysi
         )
     if trace.dropped:
         notes.append(f"CUPTI dropped {trace.dropped} records (its buffers were full)")
+    notes += _cost_notes(trace)
     return Analysis(
         tuple(seed001_table(trace)),
         tuple(groups(trace, reference)),

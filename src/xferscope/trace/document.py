@@ -100,6 +100,8 @@ def summary_dict(
         "saving_s": analysis.saving_s,
         "copy_gpu_s": analysis.copy_gpu_s,
         "kernels": len(trace.kernels()),
+        # all, sampled (in windows: trace --kernels) or none
+        "kernels_recorded": trace.kernel_coverage,
         "memsets": sum(1 for i in trace.intervals if i.what == "memset"),
         "pins": [
             {"how": p.how, "function": p.function, "bytes": p.bytes, "seconds": p.seconds}

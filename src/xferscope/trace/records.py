@@ -6,6 +6,7 @@ beyond the limit were only counted."""
 
 from __future__ import annotations
 
+import bisect
 import json
 import linecache
 import os
@@ -216,6 +217,8 @@ class Trace:
     processes: tuple[dict[str, Any], ...]  # per process: pid, ppid, start, end, file
     dropped: int = 0  # records CUPTI dropped (its buffers were full)
     warnings: tuple[str, ...] = field(default=())
+    # where kernels were recorded in windows (`trace --kernels`): (pid, opened, closed) in ns
+    kernel_windows: tuple[tuple[int, int, int], ...] = field(default=())
 
     @property
     def sampled(self) -> bool:
@@ -224,6 +227,34 @@ class Trace:
 
     def kernels(self) -> list[Interval]:
         return [i for i in self.intervals if i.what == "kernel"]
+
+    @property
+    def kernel_coverage(self) -> str:
+        """all, none, or sampled (some process's kernels recorded in windows only)."""
+        seen = {str(p.get("kernels", "all")) for p in self.processes} or {"all"}
+        return "all" if seen == {"all"} else "none" if seen == {"none"} else "sampled"
+
+    def seen_with_kernels(self, copies: Iterable[Copy]) -> list[Copy]:
+        """The copies whose neighbouring kernels were recorded: every kernel of their process
+        was, or they ran inside one of its kernel windows."""
+        how = {p.get("pid"): str(p.get("kernels", "all")) for p in self.processes}
+        windows: dict[int, tuple[list[int], list[int]]] = {}
+        for pid, a, b in sorted(self.kernel_windows, key=lambda w: w[1]):
+            starts, ends = windows.setdefault(pid, ([], []))
+            starts.append(a)
+            ends.append(b)
+        seen = []
+        for c in copies:
+            mode = how.get(c.pid, "all")
+            if mode == "sampled":
+                starts, ends = windows.get(c.pid, ([], []))
+                i = bisect.bisect_right(starts, c.start_ns) - 1
+                if i < 0 or c.end_ns > ends[i]:
+                    continue
+            elif mode != "all":
+                continue
+            seen.append(c)
+        return seen
 
     def where(self, frames: Iterable[int], python: Sequence[PyFrame] = ()) -> str | None:
         """The program's line that made the call: the innermost Python frame of its own code
@@ -267,6 +298,7 @@ def read_trace(files: Iterable[Path]) -> Trace:
     processes: list[dict[str, Any]] = []
     warnings: list[str] = []
     raw_frames: dict[int, tuple[str, int, str]] = {}
+    windows: list[tuple[int, int, int]] = []
     dropped = 0
     for path in sorted(files):
         pid = 0
@@ -276,6 +308,7 @@ def read_trace(files: Iterable[Path]) -> Trace:
         pin_records: list[dict[str, Any]] = []
         stacks: dict[int, tuple[PyFrame, ...]] = {}  # this process's Python stacks, by id
         process: dict[str, Any] = {"file": path.name}
+        opened: int | None = None  # a kernel window's start, while it is open
         for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 r = json.loads(text)
@@ -285,8 +318,19 @@ def read_trace(files: Iterable[Path]) -> Trace:
             if t == "start":
                 pid = int(r["pid"])
                 process |= {"pid": pid, "ppid": r.get("ppid"), "start_ns": r.get("ts")}
+                process["kernels"] = str(r.get("kernels", "all"))
+                if process["kernels"] == "sampled":
+                    process["kernel_window_ms"] = [r.get("on_ms"), r.get("period_ms")]
             elif t == "end":
                 process["end_ns"] = r.get("ts")
+            elif t == "kwin":
+                if "a" in r:
+                    opened = int(r["a"])
+                elif opened is not None:
+                    windows.append((pid, opened, int(r["b"])))
+                    opened = None
+            elif t == "cost":  # the tracing's own time on the program's threads: [count, ns]
+                process["cost"] = {k: v for k, v in r.items() if k != "t"}
             elif t == "memcpy":
                 raw_copies.append(r)
             elif t in ("memset", "kernel", "sync"):
@@ -327,6 +371,8 @@ def read_trace(files: Iterable[Path]) -> Trace:
                 stacks[int(r["id"])] = tuple(
                     PyFrame(str(f[0]), int(f[1]), str(f[2])) for f in r.get("f", ())
                 )
+        if opened is not None:  # left open: it lasted to the end of what was recorded
+            windows.append((pid, opened, int(process.get("end_ns") or 2**63)))
         processes.append(process)
         for r in raw_copies:
             # the runtime call that issued it (CUPTI names it in runtimeCorrelationId, or gives
@@ -384,6 +430,7 @@ def read_trace(files: Iterable[Path]) -> Trace:
         tuple(processes),
         dropped,
         tuple(warnings),
+        tuple(windows),
     )
 
 
