@@ -21,16 +21,18 @@ With benchmarks/torch_train_loop.py, a PyTorch training loop (part `pytorch`):
                            costs) and the tracing's own time per step on the program's threads
   trace_pytorch_lines_found  the share of copies whose place is a line of the loop's script
                            (goal >= 0.95)
-  trace_pytorch_<kind>_count / _bytes / _gpu_time  per kind of copy, the trace against
-                           torch.profiler on the same program (counts and bytes equal, GPU time
-                           within 2%: medians of alternated runs)
+  trace_pytorch_<kind>_count / _bytes / _gpu_time  (part `kinds`) per kind of copy, the trace
+                           against torch.profiler on the same program (counts and bytes equal,
+                           the median copy's GPU time within 2%: medians of alternated runs;
+                           the totals of GPU time kept beside them)
 Writes benchmarks/results/trace-<gpu>-<date>.json as ../shared/BENCHMARKS.md says.
 
     python3 benchmarks/trace_bench.py --commit $(git rev-parse HEAD) [--runs 5] [--out DIR]
         [--parts heavy,accuracy,fixes,pytorch] [--variants kernels_all,...] [--into FILE]
 
---into FILE joins this run's parts to FILE's (an earlier run of the same commit), so parts
-measured in separate calls make one record.
+--into FILE joins this run's parts to FILE's (an earlier run), so parts measured in separate
+calls make one record; figures.part_commits names the commit each part was measured at, and a
+comparison measured again replaces the earlier one.
 """
 
 from __future__ import annotations
@@ -126,7 +128,7 @@ def nsys(argv: list[str]) -> tuple[float, dict] | None:
     return wall, own(proc.stdout)
 
 
-PARTS = ("heavy", "accuracy", "fixes", "pytorch")
+PARTS = ("heavy", "accuracy", "fixes", "pytorch", "kinds")
 
 
 def main() -> None:
@@ -143,7 +145,7 @@ def main() -> None:
     parser.add_argument(
         "--into",
         default=None,
-        help="a record of an earlier part run (same commit) whose comparisons and figures "
+        help="a record of an earlier run whose comparisons and figures "
         "this run's join: parts measured in separate calls, one file",
     )
     args = parser.parse_args()
@@ -159,10 +161,11 @@ def main() -> None:
     figures: dict = {}
     if args.into:
         earlier = json.loads(Path(args.into).read_text())
-        if earlier["commit"] != args.commit:
-            parser.error(f"--into: {args.into} is of commit {earlier['commit']}, not this one")
-        comparisons, figures = earlier["comparisons"], earlier["figures"]
-        figures["parts"] = figures.get("parts", [])
+        figures = earlier["figures"]
+        figures.setdefault(
+            "part_commits", dict.fromkeys(figures.get("parts", []), earlier["commit"])
+        )
+    earlier_comparisons = earlier["comparisons"] if args.into else []
     program = ""
     if {"heavy", "accuracy", "fixes"} & set(parts):
         build = Path(tempfile.mkdtemp()) / "copies"
@@ -181,7 +184,10 @@ def main() -> None:
             PART_FUNCTIONS[part](program, engine, args.runs, comparisons, figures)
     except (KeyboardInterrupt, AssertionError) as exc:  # a traced run stopped by the signal
         figures["interrupted"] = repr(exc)[:300]
-    figures["parts"] = [*figures.get("parts", []), *parts]
+    figures["parts"] = sorted({*figures.get("parts", []), *parts})
+    figures["part_commits"] = figures.get("part_commits", {}) | dict.fromkeys(parts, args.commit)
+    made = {c["name"] for c in comparisons}  # measured again: the new figure replaces the old
+    comparisons[:0] = [c for c in earlier_comparisons if c["name"] not in made]
     write_record("trace", args.commit, meta, 1, comparisons, figures, Path(args.out))
 
 
@@ -374,28 +380,40 @@ def loop_traced(args: list[str], knobs: str = "", kernels: str = "sampled") -> t
     return mine, scratch
 
 
-def per_kind_trace(scratch: Path) -> dict[str, dict[str, float]]:
-    out: dict[str, dict[str, float]] = {}
+def _kind_row(rows: dict[str, dict], kind: str, size: int, seconds: float) -> None:
+    row = rows.setdefault(kind, {"count": 0, "bytes": 0, "gpu_s": 0.0, "each_s": []})
+    row["count"] += 1
+    row["bytes"] += size
+    row["gpu_s"] += seconds
+    row["each_s"].append(seconds)
+
+
+def _medians(rows: dict[str, dict]) -> dict[str, dict]:
+    """Per kind: count, bytes, total GPU time and the median copy's GPU time."""
+    return {
+        k: {"count": r["count"], "bytes": r["bytes"], "gpu_s": r["gpu_s"],
+            "median_s": statistics.median(r["each_s"])}
+        for k, r in rows.items()
+    }  # fmt: skip
+
+
+def per_kind_trace(scratch: Path) -> dict[str, dict]:
+    rows: dict[str, dict] = {}
     for c in read_trace(scratch.glob("trace-*.jsonl")).copies:
-        row = out.setdefault(f"{c.direction}_{c.host_memory}", {"count": 0, "bytes": 0, "gpu_s": 0})
-        row["count"] += 1
-        row["bytes"] += c.bytes
-        row["gpu_s"] += c.seconds
-    return out
+        _kind_row(rows, f"{c.direction}_{c.host_memory}", c.bytes, c.seconds)
+    return _medians(rows)
 
 
-def per_kind_profiler(path: Path) -> dict[str, dict[str, float]]:
+def per_kind_profiler(path: Path) -> dict[str, dict]:
     events = json.loads(path.read_text()).get("traceEvents", [])
-    out: dict[str, dict[str, float]] = {}
+    rows: dict[str, dict] = {}
     for e in events:
         if e.get("cat") != "gpu_memcpy" or e.get("ph") != "X":
             continue
         direction, memory = PROFILER_KINDS.get(e.get("name", ""), ("other", e.get("name", "")))
-        row = out.setdefault(f"{direction}_{memory}", {"count": 0, "bytes": 0, "gpu_s": 0})
-        row["count"] += 1
-        row["bytes"] += int((e.get("args") or {}).get("bytes", 0))
-        row["gpu_s"] += float(e.get("dur", 0)) * 1e-6
-    return out
+        size = int((e.get("args") or {}).get("bytes", 0))
+        _kind_row(rows, f"{direction}_{memory}", size, float(e.get("dur", 0)) * 1e-6)
+    return _medians(rows)
 
 
 def pytorch_part(
@@ -403,17 +421,15 @@ def pytorch_part(
 ) -> None:
     """The training loop untraced, traced (by default: kernels sampled), under each variant and
     under torch.profiler, processes alternated, and in each traced process its blocks traced
-    and paused, alternated; the lines found; the per-kind figures against torch.profiler's."""
+    and paused, alternated; the lines found."""
     within: dict[str, list[float]] = {"traced": [], **{k: [] for k in VARIANTS}}
     across: dict[str, list[float]] = {"untraced": [], "traced": [], "torch_profiler": []}
     costs: dict[str, list[dict]] = {k: [] for k in within}
-    kinds: dict[str, list[dict]] = {"trace": [], "profiler": []}
     lines_found: list[float] = []
     # kept in the record as they grow, so a run stopped early keeps its measurements
     figures["pytorch_paused_over_traced"] = within
     figures["pytorch_loop_s"] = across
     figures["pytorch_tracing_cost"] = costs
-    figures["pytorch_kinds"] = kinds
     figures["pytorch_lines_found"] = lines_found
     figures["pytorch_loop_args"] = {"traced": LOOP_ARGS, "untraced": UNTRACED_ARGS}
     block_steps = _steps(LOOP_ARGS)
@@ -452,10 +468,6 @@ def pytorch_part(
             profile = Path(tmp) / "profile.json"
             profiled = loop_untraced([*PROFILED_ARGS, "--profile", str(profile)])
             across["torch_profiler"].append(profiled["loop_s"] / _steps(PROFILED_ARGS))
-            kinds["profiler"].append(per_kind_profiler(profile))
-            mine, scratch = loop_traced(PROFILED_ARGS)  # the same program, traced
-            kinds["trace"].append(per_kind_trace(scratch))
-            shutil.rmtree(scratch)
     ratio = statistics.median(within["traced"])
     comparisons.append(
         comparison(
@@ -481,12 +493,38 @@ def pytorch_part(
     comparisons.append(
         comparison("trace_pytorch_lines_found", share, 1.0, "every copy", "share", True, 0.95)
     )
-    # per kind, the trace against torch.profiler: the medians' smaller over their larger, so
-    # 1.0 is equal (counts and bytes must be; GPU time within 2%)
+
+
+def kinds_part(
+    program: str, engine: NativeEngine, runs: int, comparisons: list[dict], figures: dict
+) -> None:
+    """Per kind of copy, the trace of the training loop against torch.profiler's of the same
+    program (runs alternated): counts and bytes equal, and the median copy's GPU time within
+    2%. The totals of GPU time are kept too: a pageable copy's time varies from run to run
+    (the driver stages it through its own buffer at the CPU's pace), so totals of different
+    runs differ by more than either tool's error."""
+    kinds: dict[str, list[dict]] = {"trace": [], "profiler": []}
+    figures["pytorch_kinds"] = kinds
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as tmp:
+            profile = Path(tmp) / "profile.json"
+            loop_untraced([*PROFILED_ARGS, "--profile", str(profile)])
+            kinds["profiler"].append(per_kind_profiler(profile))
+        _, scratch = loop_traced(PROFILED_ARGS)  # the same program, traced
+        kinds["trace"].append(per_kind_trace(scratch))
+        shutil.rmtree(scratch)
+        for run in (kinds["profiler"][-1], kinds["trace"][-1]):
+            for row in run.values():
+                row["gpu_s"] = round(row["gpu_s"], 9)
+                row["median_s"] = round(row["median_s"], 9)
+    # per kind, the medians over runs, the smaller over the larger: 1.0 is equal
     for kind in sorted({k for run in (*kinds["profiler"], *kinds["trace"]) for k in run}):
-        zero = {"count": 0, "bytes": 0, "gpu_s": 0.0}
-        for what, label, goal in (("count", "count", 1.0), ("bytes", "bytes", 1.0),
-                                  ("gpu_s", "gpu_time", 0.98)):  # fmt: skip
+        zero = {"count": 0, "bytes": 0, "gpu_s": 0.0, "median_s": 0.0}
+        for what, label, goal, said in (
+            ("count", "count", 1.0, "copies"),
+            ("bytes", "bytes", 1.0, "bytes"),
+            ("median_s", "gpu_time", 0.98, "the median copy's GPU time"),
+        ):
             a = statistics.median(run.get(kind, zero)[what] for run in kinds["trace"])
             b = statistics.median(run.get(kind, zero)[what] for run in kinds["profiler"])
             match = min(a, b) / max(a, b) if max(a, b) > 0 else 1.0
@@ -495,7 +533,7 @@ def pytorch_part(
                     f"trace_pytorch_{kind}_{label}_match",
                     match,
                     1.0,
-                    f"torch.profiler (Kineto): trace {a:.6g}, profiler {b:.6g}",
+                    f"torch.profiler (Kineto), {said}: trace {a:.6g}, profiler {b:.6g}",
                     "ratio",
                     True,
                     goal,
@@ -508,6 +546,7 @@ PART_FUNCTIONS = {
     "accuracy": accuracy_part,
     "fixes": fixes_part,
     "pytorch": pytorch_part,
+    "kinds": kinds_part,
 }
 
 
