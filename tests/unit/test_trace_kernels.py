@@ -84,7 +84,7 @@ def test_the_overlap_is_scaled_from_the_copies_seen_to_all(tmp_path):
 def test_the_notes_say_kernels_were_sampled_and_what_the_tracing_cost(tmp_path):
     analysis = analyze(read_trace([_sampled(tmp_path)]), 1.0, None)
     notes = " | ".join(analysis.notes)
-    assert "kernels were recorded 10 ms of every 100 ms (2 windows)" in notes
+    assert "kernels were recorded in 2 windows of 10 ms (one every 100 ms at most)" in notes
     assert "4 of 5 copies" in notes
     assert "callbacks took 40.00 µs of the program's threads in 10 callbacks" in notes
 

@@ -16,8 +16,8 @@
 // crash signals flush first and then do what they would have done.
 // Kernel records cost every launch (CUPTI instruments the kernel for its timestamps), so
 // $XFERSCOPE_TRACE_KERNELS chooses: all, none, or ON/PERIOD (milliseconds): kernels recorded
-// ON of every PERIOD, each such window written as a "kwin" line; copies, sets and calls are
-// always all recorded.
+// in windows of ON, at most one every PERIOD, each opened by a copy call, each written as
+// "kwin" lines; copies, sets and calls are always all recorded.
 // libcupti is opened at run time, not linked: $XFERSCOPE_LIBCUPTI (which `xferscope trace` sets
 // to the one cuda-pathfinder finds: NVIDIA's wheels, the loader path, the toolkit), else the
 // soname of the CUDA major it was built with; without it the program runs untraced, with a
@@ -109,7 +109,7 @@ std::vector<std::string> names[2];          // runtime [0] and driver [1] API na
 thread_local bool in_runtime_call = false;  // a driver call made by a runtime call is its own
 thread_local std::uint64_t entered[2] = {0, 0};  // when this thread entered a runtime / driver call
 thread_local unsigned thread_id = 0;
-std::atomic<std::uint64_t> unwound{0};
+std::atomic<std::uint64_t> unwound{0};  // copy calls seen (each asks to be unwound)
 // XFERSCOPE_TRACE_KNOBS (for measuring the library's own cost, several may be given): idle
 // (loaded, nothing enabled), noapi, nocall, noframes, nohash, nopython, noactivity, nodriver,
 // noruntime, nosubscribe, nokernel; CUPTI's own settings: hostbuf
@@ -709,13 +709,23 @@ void enable_callbacks(std::uint32_t on) {
   }
 }
 
-// Opens and closes the kernel windows (Kernels::kSampled) until the trace closes.
+// Opens and closes the kernel windows (Kernels::kSampled) until the trace closes: a window
+// opens at the first copy call after the gap (so windows fall where the program copies, not in
+// its start-up), stays open kernel_on_ms, and the next may open kernel_period_ms after it did.
 void sampler() {
   std::unique_lock<std::mutex> lock(control.mutex);
+  const auto stopped = [] { return closed.load(); };
+  bool first = true;  // the first window opens at the first copy call
   while (!closed.load(std::memory_order_relaxed)) {
-    const unsigned ms = control.window ? kernel_on_ms : kernel_period_ms - kernel_on_ms;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
-    if (control.wake.wait_until(lock, until, [] { return closed.load(); })) break;
+    const unsigned ms = control.window ? kernel_on_ms : first ? 0 : kernel_period_ms - kernel_on_ms;
+    first = false;
+    if (control.wake.wait_for(lock, std::chrono::milliseconds(ms), stopped)) break;
+    if (!control.window) {  // wait for a copy call, looking every 10 ms
+      const std::uint64_t seen = unwound.load(std::memory_order_relaxed);
+      while (unwound.load(std::memory_order_relaxed) == seen) {
+        if (control.wake.wait_for(lock, std::chrono::milliseconds(10), stopped)) return;
+      }
+    }
     control.window = !control.window;
     set_kernels(control.window && !control.paused);
   }
@@ -900,8 +910,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   }
   {
     std::lock_guard<std::mutex> lock(control.mutex);
-    control.window = kernel_mode == Kernels::kSampled;
-    if (kernel_mode != Kernels::kNone) set_kernels(true);
+    if (kernel_mode == Kernels::kAll) set_kernels(true);
   }
   if (kernel_mode == Kernels::kSampled) std::thread(sampler).detach();
   cupti.cuptiActivityFlushPeriod(1000);

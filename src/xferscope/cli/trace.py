@@ -77,9 +77,9 @@ REFERENCES = ("auto", "history", "measure", "none")
 @option(
     "--kernels",
     default="sampled",
-    help="How kernels are recorded: sampled (100 ms of every second: each recorded kernel "
-    "costs its launch time), all, none, or ON/PERIOD in milliseconds. Copies are always all "
-    "recorded.",
+    help="How kernels are recorded: sampled (windows of 200 ms, one every 2 s at most, each "
+    "opened by a copy: a recorded kernel costs its launch time), all, none, or ON/PERIOD in "
+    "milliseconds. Copies are always all recorded.",
 )
 @option(
     "--runs",

@@ -635,9 +635,10 @@ def _cost_notes(trace: Trace) -> list[str]:
         )
         seen = len(trace.seen_with_kernels(trace.copies))
         notes.append(
-            f"kernels were recorded {on} ms of every {period} ms ({len(trace.kernel_windows)} "
-            "windows), as each recorded kernel costs its launch time: the time beside kernels "
-            f"and the overlap finding are estimated from the {seen} of {len(trace.copies)} "
+            f"kernels were recorded in {len(trace.kernel_windows)} windows of {on} ms (one every "
+            f"{period} ms at most), as each recorded kernel costs its launch time: the time "
+            f"beside kernels and the overlap finding are estimated from the {seen} of "
+            f"{len(trace.copies)} "
             "copies inside them; `--kernels all` records every kernel"
         )
     elif coverage == "none":
