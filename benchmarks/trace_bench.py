@@ -19,6 +19,8 @@ With benchmarks/torch_train_loop.py, a PyTorch training loop (part `pytorch`):
                            traced, torch.profiler); the same ratio under each variant (kernels
                            all or none, CUPTI's records alone, parts of ours off: what each
                            costs) and the tracing's own time per step on the program's threads
+  trace_pytorch_loop_vs_untraced_processes  (part `processes`) the same, whole processes
+                           alternated, nothing paused (coarser: processes differ by 10%)
   trace_pytorch_lines_found  the share of copies whose place is a line of the loop's script
                            (goal >= 0.95)
   trace_pytorch_<kind>_count / _bytes / _gpu_time  (part `kinds`) per kind of copy, the trace
@@ -128,7 +130,7 @@ def nsys(argv: list[str]) -> tuple[float, dict] | None:
     return wall, own(proc.stdout)
 
 
-PARTS = ("heavy", "accuracy", "fixes", "pytorch", "kinds")
+PARTS = ("heavy", "accuracy", "fixes", "pytorch", "kinds", "processes")
 
 
 def main() -> None:
@@ -495,6 +497,41 @@ def pytorch_part(
     )
 
 
+def processes_part(
+    program: str, engine: NativeEngine, runs: int, comparisons: list[dict], figures: dict
+) -> None:
+    """The training loop's step time across whole processes, nothing paused: untraced, traced
+    (as `xferscope trace` runs it) and with the injection loaded but idle, 2 x runs processes
+    each, alternated. Processes differ by 10% from one another, so this is the coarser check of
+    what the in-process alternation (part pytorch) measures finely."""
+    steps: dict[str, list[float]] = {"untraced": [], "traced": [], "injected_idle": []}
+    figures["pytorch_process_step_s"] = steps
+    block = _steps(UNTRACED_ARGS)
+    loop_untraced(UNTRACED_ARGS)  # warm-up
+    for _ in range(2 * runs):
+        steps["untraced"].append(round(loop_untraced(UNTRACED_ARGS)["loop_s"] / block, 8))
+        for name, knobs in (("traced", ""), ("injected_idle", "idle")):
+            mine, scratch = loop_traced(UNTRACED_ARGS, knobs)
+            steps[name].append(round(mine["loop_s"] / block, 8))
+            shutil.rmtree(scratch)
+        print({k: v[-1] for k, v in steps.items()}, flush=True)
+    median = {k: statistics.median(v) for k, v in steps.items()}
+    comparisons.append(
+        comparison(
+            "trace_pytorch_loop_vs_untraced_processes",
+            median["traced"],
+            median["untraced"],
+            "untraced processes (the loop's step time, median of alternated processes)",
+            "s",
+            False,
+            0.95,
+        )
+    )
+    figures["pytorch_processes_untraced_over"] = {
+        k: round(median["untraced"] / v, 4) for k, v in median.items() if k != "untraced"
+    }
+
+
 def kinds_part(
     program: str, engine: NativeEngine, runs: int, comparisons: list[dict], figures: dict
 ) -> None:
@@ -547,6 +584,7 @@ PART_FUNCTIONS = {
     "fixes": fixes_part,
     "pytorch": pytorch_part,
     "kinds": kinds_part,
+    "processes": processes_part,
 }
 
 
