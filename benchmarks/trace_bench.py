@@ -30,7 +30,8 @@ With benchmarks/torch_train_loop.py, a PyTorch training loop (part `pytorch`):
 Writes benchmarks/results/trace-<gpu>-<date>.json as ../shared/BENCHMARKS.md says.
 
     python3 benchmarks/trace_bench.py --commit $(git rev-parse HEAD) [--runs 5] [--out DIR]
-        [--parts heavy,accuracy,fixes,pytorch] [--variants kernels_all,...] [--into FILE]
+        [--parts heavy,accuracy,fixes,pytorch,kinds,processes] [--variants kernels_all,...]
+        [--cpus LIST] [--into FILE]
 
 --into FILE joins this run's parts to FILE's (an earlier run), so parts measured in separate
 calls make one record; figures.part_commits names the commit each part was measured at, and a
@@ -150,7 +151,18 @@ def main() -> None:
         help="a record of an earlier run whose comparisons and figures "
         "this run's join: parts measured in separate calls, one file",
     )
+    parser.add_argument(
+        "--cpus",
+        default=None,
+        help="run the PyTorch loop's processes on these cores (taskset -c), so that processes "
+        "differ less from one another",
+    )
     args = parser.parse_args()
+    if args.cpus:
+        PINNED[:] = ["taskset", "-c", args.cpus]
+        figures_cpus = args.cpus
+    else:
+        figures_cpus = None
     for name in [k for k in VARIANTS if k not in args.variants.split(",")]:
         del VARIANTS[name]
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
@@ -186,6 +198,8 @@ def main() -> None:
             PART_FUNCTIONS[part](program, engine, args.runs, comparisons, figures)
     except (KeyboardInterrupt, AssertionError) as exc:  # a traced run stopped by the signal
         figures["interrupted"] = repr(exc)[:300]
+    if figures_cpus:
+        figures[f"cpus_{'_'.join(parts)}"] = figures_cpus
     figures["parts"] = sorted({*figures.get("parts", []), *parts})
     figures["part_commits"] = figures.get("part_commits", {}) | dict.fromkeys(parts, args.commit)
     made = {c["name"] for c in comparisons}  # measured again: the new figure replaces the old
@@ -371,14 +385,20 @@ def _steps(args: list[str]) -> int:
     return int(args[args.index("--steps") + 1])
 
 
+# `--cpus LIST`: every loop process run under `taskset -c LIST`, the same cores each time
+PINNED: list[str] = []
+
+
 def loop_untraced(args: list[str]) -> dict:
-    proc = subprocess.run([sys.executable, str(LOOP), *args], capture_output=True, text=True)
+    proc = subprocess.run(
+        [*PINNED, sys.executable, str(LOOP), *args], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return own(proc.stdout)
 
 
 def loop_traced(args: list[str], knobs: str = "", kernels: str = "sampled") -> tuple[dict, Path]:
-    _, scratch, mine = traced_own([sys.executable, str(LOOP), *args], knobs, kernels)
+    _, scratch, mine = traced_own([*PINNED, sys.executable, str(LOOP), *args], knobs, kernels)
     return mine, scratch
 
 
