@@ -31,7 +31,7 @@ from ..trace.document import (
 from ..trace.figures import run_figures
 from ..trace.records import read_trace
 from ..trace.reference import Reference, calibrate, from_history
-from ..trace.runner import DEFAULT_LIMIT, Ran, kernels_setting, run_traced
+from ..trace.runner import DEFAULT_LIMIT, KERNEL_WINDOW_MS, Ran, kernels_setting, run_traced
 from . import common
 from .app import cli, described, stderr, stdout
 from .common import (
@@ -77,9 +77,9 @@ REFERENCES = ("auto", "history", "measure", "none")
 @option(
     "--kernels",
     default="sampled",
-    help="How kernels are recorded: sampled (windows of 200 ms, one every 2 s at most, each "
+    help="How kernels are recorded: sampled (windows of {} ms, one every {} ms at most, each "
     "opened by a copy: a recorded kernel costs its launch time), all, none, or ON/PERIOD in "
-    "milliseconds. Copies are always all recorded.",
+    "milliseconds. Copies are always all recorded.".format(*KERNEL_WINDOW_MS),
 )
 @option(
     "--runs",
