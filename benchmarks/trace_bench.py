@@ -55,7 +55,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from foundation import comparison, write_record
 from xferscope.core.engine import NativeEngine
-from xferscope.core.machine import collect
+from xferscope.core.machine import collect, cpus_of, process_cpus
 from xferscope.trace.analyze import analyze
 from xferscope.trace.records import read_trace
 from xferscope.trace.reference import calibrate
@@ -155,14 +155,10 @@ def main() -> None:
         "--cpus",
         default=None,
         help="run the PyTorch loop's processes on these cores (taskset -c), so that processes "
-        "differ less from one another",
+        "differ less from one another; auto: 4 of the GPU's own cores (its NUMA node's), "
+        "past the first two, which take the interrupts",
     )
     args = parser.parse_args()
-    if args.cpus:
-        PINNED[:] = ["taskset", "-c", args.cpus]
-        figures_cpus = args.cpus
-    else:
-        figures_cpus = None
     for name in [k for k in VARIANTS if k not in args.variants.split(",")]:
         del VARIANTS[name]
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
@@ -171,6 +167,9 @@ def main() -> None:
         parser.error(f"--parts: {', '.join(unknown)} not among {', '.join(PARTS)}")
     engine = NativeEngine()
     meta = collect(engine, [0])
+    figures_cpus = local_cpus(meta) if args.cpus == "auto" else args.cpus
+    if figures_cpus:
+        PINNED[:] = ["taskset", "-c", figures_cpus]
     comparisons: list[dict] = []
     figures: dict = {}
     if args.into:
@@ -387,6 +386,14 @@ def _steps(args: list[str]) -> int:
 
 # `--cpus LIST`: every loop process run under `taskset -c LIST`, the same cores each time
 PINNED: list[str] = []
+
+
+def local_cpus(meta: dict) -> str:
+    """4 of the GPU's own cores that this process may use, past the first two: a cpulist."""
+    allowed = cpus_of(process_cpus())
+    local = sorted(cpus_of(meta["gpus"][0].get("cpu_affinity")) & allowed) or sorted(allowed)
+    chosen = local[2:6] if len(local) >= 6 else local[-4:]
+    return ",".join(map(str, chosen))
 
 
 def loop_untraced(args: list[str]) -> dict:
