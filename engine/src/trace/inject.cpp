@@ -6,8 +6,9 @@
 //   set, synchronize or pin host memory (and on no other call, so the rest of the program runs
 //   at full speed): each call's function, host thread, start and end; each runtime copy's
 //   pointers, a sampled hash of a host source (repeated uploads of identical data) and the
-//   caller's native return addresses (every call's for the first FRAMES_ALL, then one in
-//   FRAMES_EVERY); every host allocation or registration with its size and address.
+//   caller's native return addresses (every call's for the first kFramesAll, then one in
+//   kFramesEvery; one in kFramesEvery from the start for a call from Python, whose Python stack
+//   gives its line); every host allocation or registration with its size and address.
 // A call's callback only fills a fixed record and queues it; a writer thread formats and writes
 // the queue (every 100 ms, or sooner when it grows), so the traced program's threads do not pay
 // for the text. Records beyond $XFERSCOPE_TRACE_LIMIT (per kind) are counted, not written, and a
@@ -409,11 +410,13 @@ void write_stacks() {
 // What a copy call's entry learned, queued with its exit.
 thread_local Call pending;
 
-// the caller's return addresses: the first kFramesAll calls, then one in kFramesEvery
-// (unwinding is the costliest part of a record); -1 when not sampled
-int unwind(std::uintptr_t* into) {
+// the caller's return addresses: the first kFramesAll calls, then one in kFramesEvery; a call
+// from Python, whose line its Python stack gives, one in kFramesEvery from the start (unwinding
+// through a framework's libraries is the costliest part of a record: 10 us a call in
+// libtorch); -1 when not sampled
+int unwind(std::uintptr_t* into, bool from_python) {
   const std::uint64_t n = unwound.fetch_add(1, std::memory_order_relaxed);
-  if (!knob_frames || (n >= kFramesAll && n % kFramesEvery != 0)) return -1;
+  if (!knob_frames || ((from_python || n >= kFramesAll) && n % kFramesEvery != 0)) return -1;
   void* frames[kFrames + 3];
   const int count = backtrace(frames, kFrames + 3);
   int kept = 0;
@@ -511,11 +514,11 @@ bool copy_entry(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_
     pending.hash = sampled_hash(src, count);
   }
   {
-    Timed timed{kUnwinding};
-    pending.frame_count = unwind(pending.frames);
+    Timed timed{kPythonStacks};
+    pending.python = python_stack();
   }
-  Timed timed{kPythonStacks};
-  pending.python = python_stack();
+  Timed timed{kUnwinding};
+  pending.frame_count = unwind(pending.frames, pending.python != 0);
   return true;
 }
 
@@ -569,7 +572,7 @@ bool pin_record(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_
       what, cb->functionName ? cb->functionName : "?", reinterpret_cast<std::uintptr_t>(ptr), bytes,
       cb->correlationId);
   std::uintptr_t frames[kFrames];
-  const int count = unwind(frames);
+  const int count = unwind(frames, false);  // pins are few: unwound as the first calls are
   if (const std::uint32_t py = python_stack())
     used += std::snprintf(buf + used, size - used, ",\"py\":%u", py);
   std::lock_guard<std::mutex> lock(out_mutex);
