@@ -155,3 +155,29 @@ def test_trace_gives_the_program_the_cupti_found(monkeypatch, tmp_path):
     ran = runner.run_traced([str(program)], tmp_path)
     assert ran.returncode == 0
     assert seen.read_text().strip() == cupti
+
+
+def test_a_ctrl_c_while_the_program_starts_reaches_it_once(monkeypatch, tmp_path):
+    """The signal handlers are set before the program starts: a Ctrl-C that arrives while it
+    starts is kept and sent to it as soon as it runs, once."""
+    import os
+    import signal
+
+    _pathfinder(monkeypatch, {"cupti": _file(tmp_path, "libcupti.so.13")})
+    monkeypatch.setattr(runner, "injection_library", lambda: tmp_path / "libinject.so")
+    sent: list[int] = []
+
+    class Program:
+        def send_signal(self, signum: int) -> None:
+            sent.append(signum)
+
+        def wait(self) -> int:
+            return -signal.SIGINT
+
+    def starting(*_args: object, **_kw: object) -> Program:
+        os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C, mid-start
+        return Program()
+
+    monkeypatch.setattr(runner.subprocess, "Popen", starting)
+    ran = runner.run_traced(["/bin/true"], tmp_path)
+    assert sent == [signal.SIGINT] and ran.interrupted and ran.exit_status == 130

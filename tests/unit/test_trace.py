@@ -235,12 +235,28 @@ def test_ctrl_c_goes_to_the_program_and_its_status_comes_back(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(1.5)
+    _wait_for_a_child(proc.pid)  # the program runs: a loaded machine may take seconds
     start = time.monotonic()
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=10)
     assert time.monotonic() - start < 3
     assert proc.returncode == 130, err
+
+
+def _wait_for_a_child(pid: int, limit_s: float = 30) -> None:
+    """Until the process has started a child (Linux's /proc/PID/task/PID/children), or else
+    1.5 s where that file is missing."""
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    if not children.exists():
+        time.sleep(1.5)
+        return
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if children.read_text().split():
+            time.sleep(0.2)  # its signal forwarding is set before it starts the child
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"xferscope started no program within {limit_s} s")
 
 
 def test_a_stop_during_the_calibration_keeps_the_trace_unpriced(capsys, tmp_path, monkeypatch):

@@ -118,22 +118,31 @@ def run_traced(
         "XFERSCOPE_TRACE_KERNELS": setting,
     }
     forwarded: list[int] = []
-    start = time.perf_counter()
-    try:
-        child = subprocess.Popen(argv, env=env)
-    except OSError as exc:
-        raise OptionError("COMMAND", f"cannot start '{command[0]}': {exc.strerror}") from None
+    early: list[int] = []  # signals that came before the program was there to take them
+    children: list[subprocess.Popen[bytes]] = []  # the program, once started
 
     def forward(signum: int, _frame: object) -> None:
         forwarded.append(signum)
-        with contextlib.suppress(ProcessLookupError):
-            child.send_signal(signum)
+        if not children:
+            early.append(signum)
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(signum)
 
+    # set before the program starts: a Ctrl-C while it starts goes to it as soon as it runs
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    start = time.perf_counter()
     try:
+        try:
+            children.append(subprocess.Popen(argv, env=env))
+        except OSError as exc:
+            raise OptionError("COMMAND", f"cannot start '{command[0]}': {exc.strerror}") from None
+        for signum in early:  # arrived while it started
+            with contextlib.suppress(ProcessLookupError):
+                children[0].send_signal(signum)
         while True:
             try:
-                returncode = child.wait()
+                returncode = children[0].wait()
                 break
             except InterruptedError:
                 continue
