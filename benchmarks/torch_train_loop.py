@@ -10,11 +10,12 @@ Python list; a scalar read back every 10 steps. It prints one JSON line: the loo
 --repeats times the loop that many times in the one process (after one warm-up) and reports
 each, so the process's start, whose cost varies run to run, is paid once per several timings.
 
---alternate, under `xferscope trace`, pauses the tracing (the injection's
-xferscope_trace_pause) for half of the repeats, in the order paused, traced, traced, paused, ...:
-the same process timed untraced and traced, alternated, so the ratio is free of the 15% by which
-processes differ from one another. Its JSON adds paused_s (the paused timings) and
-paused_loop_s (their median); loop_s stays the traced median.
+--alternate [pause|detach], under `xferscope trace`, pauses the tracing (the injection's
+xferscope_trace_pause: every record off) or detaches CUPTI from the process (cuptiFinalize) for
+half of the repeats, in the order untraced, traced, traced, untraced, ...: the same process timed
+untraced and traced, alternated, so the ratio is free of the 10-20% by which processes differ
+from one another. Each switch is followed by 2 untimed steps. Its JSON adds paused_s (the
+untraced timings) and paused_loop_s (their median); loop_s stays the traced median.
 
 --profile runs the whole program (model made, warm-up, loop) under torch.profiler (CPU and CUDA
 activities) and writes its Chrome trace to FILE, whose gpu_memcpy events the benchmark compares
@@ -60,11 +61,16 @@ def tracing_pause() -> Callable[[int], int]:
     return pause
 
 
+SETTLE = 2  # steps run untimed after the tracing is paused or resumed, before a block's timing
+ALTERNATE = {"pause": 1, "detach": 2}  # the injection's modes for the untraced blocks
+
+
 def train(
-    steps: int, warmup: int, repeats: int = 1, alternate: bool = False
+    steps: int, warmup: int, repeats: int = 1, alternate: str | None = None
 ) -> tuple[list[float], list[float], dict[str, int]]:
-    """The loop's own times (after `warmup` steps, `repeats` times), with `alternate` those
-    timed paused apart, and the copies it made, per kind."""
+    """The loop's own times (after `warmup` steps, `repeats` times), with `alternate` (pause or
+    detach) those timed with the tracing paused or CUPTI detached apart, and the copies it
+    made, per kind."""
     torch.manual_seed(0)
     device = torch.device("cuda")
     net = model(device)
@@ -95,8 +101,13 @@ def train(
     paused: list[float] = []
     for r in range(repeats * 2 if alternate else repeats):
         untraced = pause is not None and r % 4 in (0, 3)  # paused, traced, traced, paused
-        if pause is not None and pause(1 if untraced else 0) != 0:
-            raise SystemExit("--alternate: the tracing could not be paused (not tracing)")
+        if pause is not None:
+            torch.cuda.synchronize()  # nothing in flight when CUPTI is detached
+            if pause(ALTERNATE[alternate or "pause"] if untraced else 0) != 0:
+                raise SystemExit("--alternate: the tracing could not be paused (not tracing)")
+            for i in range(SETTLE):  # what switching costs stays out of the timing
+                step(i)
+            torch.cuda.synchronize()
         start = time.perf_counter()
         for i in range(steps):
             step(i)
@@ -112,7 +123,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--alternate", action="store_true")
+    parser.add_argument("--alternate", nargs="?", const="pause", choices=tuple(ALTERNATE))
     parser.add_argument("--profile", default=None)
     args = parser.parse_args()
     profiler = (

@@ -19,6 +19,8 @@ With benchmarks/torch_train_loop.py, a PyTorch training loop (part `pytorch`):
                            traced, torch.profiler); the same ratio under each variant (kernels
                            all or none, CUPTI's records alone, parts of ours off: what each
                            costs) and the tracing's own time per step on the program's threads
+  trace_pytorch_loop_vs_detached  the same with CUPTI detached (cuptiFinalize) in the untraced
+                           blocks, so what CUPTI's mere presence costs counts too
   trace_pytorch_loop_vs_untraced_processes  (part `processes`) the same, whole processes
                            alternated, nothing paused (coarser: processes differ by 10%)
   trace_pytorch_lines_found  the share of copies whose place is a line of the loop's script
@@ -54,6 +56,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from foundation import comparison, write_record
+from torch_train_loop import SETTLE
 from xferscope.core.engine import NativeEngine
 from xferscope.core.machine import collect, cpus_of, process_cpus
 from xferscope.trace.analyze import analyze
@@ -451,7 +454,13 @@ def pytorch_part(
     """The training loop untraced, traced (by default: kernels sampled), under each variant and
     under torch.profiler, processes alternated, and in each traced process its blocks traced
     and paused, alternated; the lines found."""
-    within: dict[str, list[float]] = {"traced": [], **{k: [] for k in VARIANTS}}
+    # traced_vs_detached: the untraced blocks with CUPTI detached altogether (cuptiFinalize),
+    # not only paused: what CUPTI's mere presence costs is then in the ratio too
+    within: dict[str, list[float]] = {
+        "traced": [],
+        "traced_vs_detached": [],
+        **{k: [] for k in VARIANTS},
+    }
     across: dict[str, list[float]] = {"untraced": [], "traced": [], "torch_profiler": []}
     costs: dict[str, list[dict]] = {k: [] for k in within}
     lines_found: list[float] = []
@@ -463,13 +472,15 @@ def pytorch_part(
     figures["pytorch_loop_args"] = {"traced": LOOP_ARGS, "untraced": UNTRACED_ARGS}
     block_steps = _steps(LOOP_ARGS)
 
-    def alternated(name: str, knobs: str = "", kernels: str = "sampled") -> tuple[dict, Path]:
-        mine, scratch = loop_traced(LOOP_ARGS, knobs, kernels)
+    def alternated(
+        name: str, knobs: str = "", kernels: str = "sampled", how: str = "pause"
+    ) -> tuple[dict, Path]:
+        mine, scratch = loop_traced([*LOOP_ARGS, how], knobs, kernels)
         within[name].append(round(mine["paused_loop_s"] / mine["loop_s"], 4))
         cost = next(
             (p.get("cost", {}) for p in read_trace(scratch.glob("trace-*.jsonl")).processes), {}
         )
-        traced_steps = block_steps * len(mine["loops_s"]) + int(LOOP_ARGS[3])
+        traced_steps = (block_steps + SETTLE) * len(mine["loops_s"]) + int(LOOP_ARGS[3])
         # the tracing's own time on the program's threads, per traced step: [calls, µs]
         costs[name].append(
             {k: [n, round(ns * 1e-3 / traced_steps, 2)] for k, (n, ns) in cost.items()}
@@ -491,6 +502,7 @@ def pytorch_part(
         ]
         lines_found.append(len(at_script) / max(len(trace.copies), 1))
         shutil.rmtree(scratch)
+        shutil.rmtree(alternated("traced_vs_detached", how="detach")[1])
         for name, (knobs, kernels) in VARIANTS.items():
             shutil.rmtree(alternated(name, knobs, kernels)[1])
         with tempfile.TemporaryDirectory() as tmp:
@@ -518,6 +530,18 @@ def pytorch_part(
     figures["pytorch_within_process_paused_over"] = {
         k: statistics.median(v) for k, v in within.items() if v
     }
+    comparisons.append(
+        comparison(
+            "trace_pytorch_loop_vs_detached",
+            1.0,
+            statistics.median(within["traced_vs_detached"]),
+            "the same process's loop with CUPTI detached (cuptiFinalize; blocks alternated; "
+            "median over processes of the ratio of medians)",
+            "ratio",
+            True,
+            0.95,
+        )
+    )
     share = statistics.median(lines_found)
     comparisons.append(
         comparison("trace_pytorch_lines_found", share, 1.0, "every copy", "share", True, 0.95)

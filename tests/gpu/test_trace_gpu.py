@@ -147,20 +147,26 @@ def test_kernels_are_recorded_only_in_their_windows(native_engine, tmp_path):
     assert "callbacks took" in notes, notes
 
 
-def test_the_pause_switch_leaves_out_the_paused_blocks(native_engine, tmp_path):
-    """torch_train_loop.py --alternate pauses the tracing for half of its blocks: the copies of
-    the upload line are those of the warm-up and the traced blocks, exactly."""
+@pytest.mark.parametrize("how", ["pause", "detach"])
+def test_the_pause_switch_leaves_out_the_paused_blocks(native_engine, tmp_path, how):
+    """torch_train_loop.py --alternate pauses the tracing (or detaches CUPTI) for half of its
+    blocks: the copies of the upload line are those of the warm-up and the traced blocks (each
+    with its untimed settling steps), exactly, and CUPTI attached again records as before."""
     pytest.importorskip("torch")
+    sys.path.insert(0, str(LOOP.parent))
+    from torch_train_loop import SETTLE
+
     proc, doc = trace(
         tmp_path, sys.executable, str(LOOP), "--steps", "10", "--warmup", "3", "--repeats", "2",
-        "--alternate",
+        "--alternate", how,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     mine = own(proc.stdout)
     assert len(mine["paused_s"]) == 2 and len(mine["loops_s"]) == 2
     line = f"{LOOP}:{_line_of(LOOP, 'x = batch.to(device)')} "
     at = [c for c in doc["copies"] if c["where"].startswith(line)]
-    assert len(at) == 3 + 2 * 10, {c["where"] for c in doc["copies"]}
+    assert len(at) == 3 + 2 * (10 + SETTLE), {c["where"] for c in doc["copies"]}
+    assert doc["summary"]["kernels"] > 0
 
 
 def _line_of(path: Path, text: str) -> int:

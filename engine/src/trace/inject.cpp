@@ -60,7 +60,7 @@ namespace {
   X(cuptiActivityFlushPeriod)                                                               \
   X(cuptiActivityGetNextRecord) X(cuptiActivityGetNumDroppedRecords)                        \
   X(cuptiActivityRegisterCallbacks) X(cuptiActivitySetAttribute) X(cuptiEnableCallback)     \
-  X(cuptiGetCallbackName) X(cuptiGetTimestamp) X(cuptiSubscribe)
+  X(cuptiFinalize) X(cuptiGetCallbackName) X(cuptiGetTimestamp) X(cuptiSubscribe)
 // clang-format on
 struct Cupti {
 #define XFS_CUPTI_SLOT(name) decltype(&::name) name = nullptr;
@@ -129,8 +129,9 @@ struct Control {
   std::condition_variable wake;
   CUpti_SubscriberHandle subscriber = nullptr;
   bool paused = false;
-  bool window = false;   // sampled: the sampler's window is open (kernels on unless paused)
-  bool kernels = false;  // kernel records on now
+  bool window = false;  // sampled: the sampler's window is open (kernels on unless paused)
+  std::atomic<bool> detached{false};  // CUPTI detached (xferscope_trace_pause(2))
+  bool kernels = false;               // kernel records on now
 };
 Control& control = *new Control;  // never destroyed: the sampler may still wait on it at exit
 enum class Kernels { kAll, kNone, kSampled };
@@ -742,7 +743,8 @@ void finish() {
     if (lock.owns_lock() && kernel_mode == Kernels::kSampled) set_kernels(false);
     control.wake.notify_all();
   }
-  cupti.cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  // detached, CUPTI has nothing left to flush (and a call would attach it again)
+  if (!control.detached.load()) cupti.cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   drain();
   std::lock_guard<std::mutex> lock(out_mutex);
   if (!out) return;
@@ -832,6 +834,37 @@ extern "C" __attribute__((visibility("default"))) int xferscope_python_stack(cha
   return static_cast<int>(text.size());
 }
 
+// Attaches CUPTI as this library uses it: its settings, activity buffers, the copy, memset
+// and (per --kernels) kernel records, the callbacks on the calls worth a record. At
+// initialization, and again after xferscope_trace_pause detached it. Under control.mutex.
+static bool attach() {
+  if (knob("hostbuf")) {
+    std::uint8_t on = 1;
+    std::size_t size = sizeof on;
+    cupti.cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED, &size,
+                                    &on);
+  }
+  if (knob("nothreadbuf")) {
+    std::uint8_t off = 0;
+    std::size_t size = sizeof off;
+    cupti.cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER, &size, &off);
+  }
+  bool ok =
+      cupti.cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) == CUPTI_SUCCESS;
+  for (CUpti_ActivityKind kind : kCopyKinds) {
+    if (knob_activity) ok = cupti.cuptiActivityEnable(kind) == CUPTI_SUCCESS && ok;
+  }
+  set_kernels(kernel_mode == Kernels::kAll || (kernel_mode == Kernels::kSampled && control.window));
+  cupti.cuptiActivityFlushPeriod(1000);
+  if (knob("nosubscribe")) {
+  } else if (cupti.cuptiSubscribe(&control.subscriber, on_api, nullptr) == CUPTI_SUCCESS) {
+    enable_callbacks(1);  // only the calls that copy, set, synchronize or pin
+  } else {
+    ok = false;
+  }
+  return ok;
+}
+
 extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   static bool done = false;
   if (done) return 1;
@@ -895,34 +928,12 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
     out = nullptr;
     return 1;
   }
-  if (knob("hostbuf")) {
-    std::uint8_t on = 1;
-    std::size_t size = sizeof on;
-    cupti.cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_MEM_ALLOCATION_TYPE_HOST_PINNED, &size,
-                                    &on);
-  }
-  if (knob("nothreadbuf")) {
-    std::uint8_t off = 0;
-    std::size_t size = sizeof off;
-    cupti.cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER, &size, &off);
-  }
-  bool ok =
-      cupti.cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) == CUPTI_SUCCESS;
-  for (CUpti_ActivityKind kind : kCopyKinds) {
-    if (knob_activity) ok = cupti.cuptiActivityEnable(kind) == CUPTI_SUCCESS && ok;
-  }
+  bool ok;
   {
     std::lock_guard<std::mutex> lock(control.mutex);
-    if (kernel_mode == Kernels::kAll) set_kernels(true);
+    ok = attach();
   }
   if (kernel_mode == Kernels::kSampled) std::thread(sampler).detach();
-  cupti.cuptiActivityFlushPeriod(1000);
-  if (knob("nosubscribe")) {
-  } else if (cupti.cuptiSubscribe(&control.subscriber, on_api, nullptr) == CUPTI_SUCCESS) {
-    enable_callbacks(1);  // only the calls that copy, set, synchronize or pin
-  } else {
-    ok = false;
-  }
   if (!ok) line("{\"t\":\"warning\",\"m\":\"some CUPTI activity could not be enabled\"}");
   std::atexit(finish);
   chain_signals();
@@ -930,23 +941,40 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   return 1;
 }
 
-// For benchmarks/torch_train_loop.py: turns every record this library makes off (paused != 0)
-// or back on, so one process times its loop traced and untraced, alternated. 0 when done, -1
-// when nothing is traced.
-extern "C" __attribute__((visibility("default"))) int xferscope_trace_pause(int paused) {
+// For benchmarks/torch_train_loop.py: turns every record this library makes off (mode 1,
+// paused) or back on (0), or detaches CUPTI from the process altogether (2: cuptiFinalize, after
+// a flush; the caller synchronizes the GPU first), so one process times its loop traced and
+// untraced, alternated; resuming from 2 attaches CUPTI again. 0 when done, -1 when nothing is
+// traced or the mode is not 0, 1 or 2.
+extern "C" __attribute__((visibility("default"))) int xferscope_trace_pause(int mode) {
   std::lock_guard<std::mutex> lock(control.mutex);
-  if (!out || closed.load()) return -1;
-  if ((paused != 0) == control.paused) return 0;
-  control.paused = paused != 0;
-  enable_callbacks(paused ? 0 : 1);
-  for (CUpti_ActivityKind kind : kCopyKinds) {
-    if (!knob_activity) break;
-    if (paused) {
-      cupti.cuptiActivityDisable(kind);
-    } else {
-      cupti.cuptiActivityEnable(kind);
-    }
+  if (!out || closed.load() || mode < 0 || mode > 2) return -1;
+  const bool paused = mode != 0;
+  if (control.detached && !paused) {  // attach again: everything as at the start
+    control.detached = false;
+    control.paused = false;
+    control.kernels = false;
+    return attach() ? 0 : -1;
   }
-  set_kernels(!paused && (kernel_mode == Kernels::kAll || control.window));
+  if (control.detached) return mode == 2 ? 0 : -1;  // pausing a detached CUPTI: attach first
+  if (paused != control.paused) {
+    control.paused = paused;
+    enable_callbacks(paused ? 0 : 1);
+    for (CUpti_ActivityKind kind : kCopyKinds) {
+      if (!knob_activity) break;
+      if (paused) {
+        cupti.cuptiActivityDisable(kind);
+      } else {
+        cupti.cuptiActivityEnable(kind);
+      }
+    }
+    set_kernels(!paused && (kernel_mode == Kernels::kAll || control.window));
+  }
+  if (mode == 2) {
+    cupti.cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+    cupti.cuptiFinalize();
+    control.detached = true;
+    control.subscriber = nullptr;
+  }
   return 0;
 }
