@@ -142,18 +142,26 @@ constexpr CUpti_ActivityKind kCopyKinds[] = {
 
 // What the tracing costs the traced program's own threads, timed on them: the time in this
 // library's callbacks, and within it hashing host sources, unwinding callers and reading Python
-// stacks; written as a "cost" line at the end.
+// stacks (those three sampled, below); and the time CUPTI took to turn kernel records on or off
+// (on the sampler's thread); written as a "cost" line at the end: per part [calls, ns].
 enum Part { kInCallbacks, kHashing, kUnwinding, kPythonStacks, kKernelSwitch, kParts };
 const char* const kPartNames[kParts] = {"callbacks", "hash", "unwind", "python", "kernel_switch"};
 std::atomic<std::uint64_t> part_ns[kParts], part_count[kParts];
+// The parts within a copy's callback are timed on one copy call in kTimeEvery and scaled (two
+// clock reads and two atomic adds per part cost about 0.1 us a copy): weight kTimeEvery, else 0.
+constexpr std::uint64_t kTimeEvery = 16;
 struct Timed {
   Part part;
-  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  std::uint64_t weight = 1;  // 0: not timed
+  std::chrono::steady_clock::time_point start =
+      weight ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   ~Timed() {
+    if (!weight) return;
     const auto spent = std::chrono::steady_clock::now() - start;
-    part_ns[part].fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(spent).count(),
-                            std::memory_order_relaxed);
-    part_count[part].fetch_add(1, std::memory_order_relaxed);
+    part_ns[part].fetch_add(
+        weight * std::chrono::duration_cast<std::chrono::nanoseconds>(spent).count(),
+        std::memory_order_relaxed);
+    part_count[part].fetch_add(weight, std::memory_order_relaxed);
   }
 };
 
@@ -510,15 +518,17 @@ bool copy_entry(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_
   // only an explicit host-to-device source is host memory for certain: reading a device
   // address from the host would fault
   pending.hashed = knob_hash && kind == 1 && src && count;
+  const std::uint64_t weight =
+      unwound.load(std::memory_order_relaxed) % kTimeEvery == 0 ? kTimeEvery : 0;
   if (pending.hashed) {
-    Timed timed{kHashing};
+    Timed timed{kHashing, weight};
     pending.hash = sampled_hash(src, count);
   }
   {
-    Timed timed{kPythonStacks};
+    Timed timed{kPythonStacks, weight};
     pending.python = python_stack();
   }
-  Timed timed{kUnwinding};
+  Timed timed{kUnwinding, weight};
   pending.frame_count = unwind(pending.frames, pending.python != 0);
   return true;
 }
