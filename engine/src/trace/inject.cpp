@@ -147,8 +147,8 @@ constexpr CUpti_ActivityKind kCopyKinds[] = {
 enum Part { kInCallbacks, kHashing, kUnwinding, kPythonStacks, kKernelSwitch, kParts };
 const char* const kPartNames[kParts] = {"callbacks", "hash", "unwind", "python", "kernel_switch"};
 std::atomic<std::uint64_t> part_ns[kParts], part_count[kParts];
-// The parts within a copy's callback are timed on one copy call in kTimeEvery and scaled (two
-// clock reads and two atomic adds per part cost about 0.1 us a copy): weight kTimeEvery, else 0.
+// The parts within a copy's callback are timed on one copy call in kTimeEvery and scaled, so
+// that their clock reads and atomic adds are not paid on every copy: weight kTimeEvery, else 0.
 constexpr std::uint64_t kTimeEvery = 16;
 struct Timed {
   Part part;
