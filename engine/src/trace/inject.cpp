@@ -110,7 +110,7 @@ std::vector<std::string> names[2];          // runtime [0] and driver [1] API na
 thread_local bool in_runtime_call = false;  // a driver call made by a runtime call is its own
 thread_local std::uint64_t entered[2] = {0, 0};  // when this thread entered a runtime / driver call
 thread_local unsigned thread_id = 0;
-std::atomic<std::uint64_t> unwound{0};  // copy calls seen (each asks to be unwound)
+std::atomic<std::uint64_t> unwound{0};  // copy and pin calls seen
 // XFERSCOPE_TRACE_KNOBS (for measuring the library's own cost, several may be given): idle
 // (loaded, nothing enabled), noapi, nocall, noframes, nohash, nopython, noactivity, nodriver,
 // noruntime, nosubscribe, nokernel; CUPTI's own settings: hostbuf
@@ -419,12 +419,11 @@ void write_stacks() {
 // What a copy call's entry learned, queued with its exit.
 thread_local Call pending;
 
-// the caller's return addresses: the first kFramesAll calls, then one in kFramesEvery; a call
-// from Python, whose line its Python stack gives, one in kFramesEvery from the start (unwinding
-// through a framework's libraries is the costliest part of a record: 10 us a call in
-// libtorch); -1 when not sampled
-int unwind(std::uintptr_t* into, bool from_python) {
-  const std::uint64_t n = unwound.fetch_add(1, std::memory_order_relaxed);
+// the caller's return addresses, for the n-th copy or pin call (unwound's count): the first
+// kFramesAll calls, then one in kFramesEvery; a call from Python, whose line its Python stack
+// gives, one in kFramesEvery from the start (unwinding through a framework's libraries is the
+// costliest part of a record: 10 us a call in libtorch); -1 when not sampled
+int unwind(std::uintptr_t* into, std::uint64_t n, bool from_python) {
   if (!knob_frames || ((from_python || n >= kFramesAll) && n % kFramesEvery != 0)) return -1;
   void* frames[kFrames + 3];
   const int count = backtrace(frames, kFrames + 3);
@@ -518,8 +517,8 @@ bool copy_entry(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_
   // only an explicit host-to-device source is host memory for certain: reading a device
   // address from the host would fault
   pending.hashed = knob_hash && kind == 1 && src && count;
-  const std::uint64_t weight =
-      unwound.load(std::memory_order_relaxed) % kTimeEvery == 0 ? kTimeEvery : 0;
+  const std::uint64_t n = unwound.fetch_add(1, std::memory_order_relaxed);
+  const std::uint64_t weight = n % kTimeEvery == 0 ? kTimeEvery : 0;
   if (pending.hashed) {
     Timed timed{kHashing, weight};
     pending.hash = sampled_hash(src, count);
@@ -529,7 +528,7 @@ bool copy_entry(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_
     pending.python = python_stack();
   }
   Timed timed{kUnwinding, weight};
-  pending.frame_count = unwind(pending.frames, pending.python != 0);
+  pending.frame_count = unwind(pending.frames, n, pending.python != 0);
   return true;
 }
 
@@ -583,7 +582,8 @@ bool pin_record(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_
       what, cb->functionName ? cb->functionName : "?", reinterpret_cast<std::uintptr_t>(ptr), bytes,
       cb->correlationId);
   std::uintptr_t frames[kFrames];
-  const int count = unwind(frames, false);  // pins are few: unwound as the first calls are
+  // pins are few: unwound as the first calls are
+  const int count = unwind(frames, unwound.fetch_add(1, std::memory_order_relaxed), false);
   if (const std::uint32_t py = python_stack())
     used += std::snprintf(buf + used, size - used, ",\"py\":%u", py);
   std::lock_guard<std::mutex> lock(out_mutex);
@@ -686,17 +686,26 @@ void writer() {
   }
 }
 
+// One kind of CUPTI activity record on or off (none with the noactivity knob); false when CUPTI
+// refused.
+bool switch_activity(CUpti_ActivityKind kind, bool on) {
+  if (!knob_activity) return true;
+  return (on ? cupti.cuptiActivityEnable(kind) : cupti.cuptiActivityDisable(kind)) == CUPTI_SUCCESS;
+}
+
+// Whether kernels are to be recorded now: per --kernels, while not paused. Under control.mutex.
+bool kernels_wanted() {
+  return !control.paused &&
+         (kernel_mode == Kernels::kAll || (kernel_mode == Kernels::kSampled && control.window));
+}
+
 // Kernel records on or off, under control.mutex. Sampled, each window's opening and closing is
 // a "kwin" line (a: opened, b: closed, CUPTI's clock); one left open ends with the trace.
 void set_kernels(bool on) {
   if (on == control.kernels) return;
-  if (knob_activity) {
+  {
     Timed timed{kKernelSwitch};
-    if (on) {
-      cupti.cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-    } else {
-      cupti.cuptiActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-    }
+    switch_activity(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, on);
   }
   control.kernels = on;
   if (kernel_mode != Kernels::kSampled) return;
@@ -741,7 +750,7 @@ void sampler() {
       }
     }
     control.window = !control.window;
-    set_kernels(control.window && !control.paused);
+    set_kernels(kernels_wanted());
   }
 }
 
@@ -861,10 +870,8 @@ static bool attach() {
   }
   bool ok =
       cupti.cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) == CUPTI_SUCCESS;
-  for (CUpti_ActivityKind kind : kCopyKinds) {
-    if (knob_activity) ok = cupti.cuptiActivityEnable(kind) == CUPTI_SUCCESS && ok;
-  }
-  set_kernels(kernel_mode == Kernels::kAll || (kernel_mode == Kernels::kSampled && control.window));
+  for (CUpti_ActivityKind kind : kCopyKinds) ok = switch_activity(kind, true) && ok;
+  set_kernels(kernels_wanted());
   cupti.cuptiActivityFlushPeriod(1000);
   if (knob("nosubscribe")) {
   } else if (cupti.cuptiSubscribe(&control.subscriber, on_api, nullptr) == CUPTI_SUCCESS) {
@@ -970,15 +977,8 @@ extern "C" __attribute__((visibility("default"))) int xferscope_trace_pause(int 
   if (paused != control.paused) {
     control.paused = paused;
     enable_callbacks(paused ? 0 : 1);
-    for (CUpti_ActivityKind kind : kCopyKinds) {
-      if (!knob_activity) break;
-      if (paused) {
-        cupti.cuptiActivityDisable(kind);
-      } else {
-        cupti.cuptiActivityEnable(kind);
-      }
-    }
-    set_kernels(!paused && (kernel_mode == Kernels::kAll || control.window));
+    for (CUpti_ActivityKind kind : kCopyKinds) switch_activity(kind, !paused);
+    set_kernels(kernels_wanted());
   }
   if (mode == 2) {
     cupti.cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
