@@ -62,7 +62,7 @@ from xferscope.core.machine import collect, cpus_of, process_cpus
 from xferscope.trace.analyze import analyze
 from xferscope.trace.records import read_trace
 from xferscope.trace.reference import calibrate
-from xferscope.trace.runner import run_traced
+from xferscope.trace.runner import KERNELS_DEFAULT, run_traced
 
 HERE = Path(__file__).resolve().parent
 PROGRAM = HERE.parent / "tests" / "trace_programs" / "copies.cu"
@@ -85,7 +85,7 @@ def plain(argv: list[str]) -> tuple[float, dict]:
     return time.perf_counter() - start, own(proc.stdout)
 
 
-def traced(argv: list[str], kernels: str = "sampled") -> tuple[float, Path]:
+def traced(argv: list[str], kernels: str = KERNELS_DEFAULT) -> tuple[float, Path]:
     scratch = Path(tempfile.mkdtemp(prefix="xfs-bench-"))
     ran = run_traced(argv, scratch, kernels=kernels)
     assert ran.returncode == 0, ran
@@ -93,7 +93,7 @@ def traced(argv: list[str], kernels: str = "sampled") -> tuple[float, Path]:
 
 
 def traced_own(
-    argv: list[str], knobs: str = "", kernels: str = "sampled"
+    argv: list[str], knobs: str = "", kernels: str = KERNELS_DEFAULT
 ) -> tuple[float, Path, dict]:
     """traced(), with the program's own JSON line (its output is caught on our stdout's file
     descriptor, which the child inherits), injection knobs (XFERSCOPE_TRACE_KNOBS) and kernels
@@ -282,7 +282,7 @@ def accuracy_part(
             sys.executable,
             "-c",
             "import sys; from pathlib import Path; "
-            "from xferscope.trace.runner import run_traced; "
+            "from xferscope.trace.runner import KERNELS_DEFAULT, run_traced; "
             "r = run_traced(sys.argv[2:], Path(sys.argv[1])); sys.exit(r.returncode)",
             str(scratch),
             program,
@@ -368,10 +368,10 @@ VARIANTS = {
     "kernels_none": ("", "none"),
     "cupti_floor": ("nosubscribe", "all"),  # CUPTI's records only: no callbacks, nothing of ours
     "memcpy_records_only": ("nosubscribe", "none"),  # CUPTI's copy and memset records alone
-    "no_python_stacks": ("nopython", "sampled"),
-    "no_native_frames": ("noframes", "sampled"),
-    "no_hash": ("nohash", "sampled"),
-    "no_driver_callbacks": ("nodriver", "sampled"),
+    "no_python_stacks": ("nopython", KERNELS_DEFAULT),
+    "no_native_frames": ("noframes", KERNELS_DEFAULT),
+    "no_hash": ("nohash", KERNELS_DEFAULT),
+    "no_driver_callbacks": ("nodriver", KERNELS_DEFAULT),
 }
 # torch.profiler's names for the kinds of copy (Kineto's gpu_memcpy events)
 PROFILER_KINDS = {
@@ -407,7 +407,9 @@ def loop_untraced(args: list[str]) -> dict:
     return own(proc.stdout)
 
 
-def loop_traced(args: list[str], knobs: str = "", kernels: str = "sampled") -> tuple[dict, Path]:
+def loop_traced(
+    args: list[str], knobs: str = "", kernels: str = KERNELS_DEFAULT
+) -> tuple[dict, Path]:
     _, scratch, mine = traced_own([*PINNED, sys.executable, str(LOOP), *args], knobs, kernels)
     return mine, scratch
 
@@ -473,7 +475,7 @@ def pytorch_part(
     block_steps = _steps(LOOP_ARGS)
 
     def alternated(
-        name: str, knobs: str = "", kernels: str = "sampled", how: str = "pause"
+        name: str, knobs: str = "", kernels: str = KERNELS_DEFAULT, how: str = "pause"
     ) -> tuple[dict, Path]:
         mine, scratch = loop_traced([*LOOP_ARGS, how], knobs, kernels)
         within[name].append(round(mine["paused_loop_s"] / mine["loop_s"], 4))

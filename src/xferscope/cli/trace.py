@@ -31,7 +31,14 @@ from ..trace.document import (
 from ..trace.figures import run_figures
 from ..trace.records import read_trace
 from ..trace.reference import Reference, calibrate, from_history
-from ..trace.runner import DEFAULT_LIMIT, KERNEL_WINDOW_MS, Ran, kernels_setting, run_traced
+from ..trace.runner import (
+    DEFAULT_LIMIT,
+    KERNEL_WINDOW_MS,
+    KERNELS_DEFAULT,
+    Ran,
+    kernels_setting,
+    run_traced,
+)
 from . import common
 from .app import cli, described, stderr, stdout
 from .common import (
@@ -76,7 +83,7 @@ REFERENCES = ("auto", "history", "measure", "none")
 )
 @option(
     "--kernels",
-    default="sampled",
+    default=KERNELS_DEFAULT,
     help="How kernels are recorded: sampled (windows of {} ms, one every {} ms at most, each "
     "opened by a copy: a recorded kernel costs its launch time), all, none, or ON/PERIOD in "
     "milliseconds. Copies are always all recorded.".format(*KERNEL_WINDOW_MS),

@@ -27,6 +27,7 @@ DEFAULT_LIMIT = 1_000_000  # records of each kind written; beyond, counted
 # recorded in windows of ON milliseconds, at most one every PERIOD, each opened by a copy (so
 # they fall where the program copies). Copies are always all recorded.
 KERNEL_WINDOW_MS = (200, 2000)
+KERNELS_DEFAULT = "sampled"
 
 
 def kernels_setting(value: str) -> str:
@@ -101,7 +102,10 @@ def resolve(command: Sequence[str]) -> list[str]:
 
 
 def run_traced(
-    command: Sequence[str], directory: Path, limit: int = DEFAULT_LIMIT, kernels: str = "sampled"
+    command: Sequence[str],
+    directory: Path,
+    limit: int = DEFAULT_LIMIT,
+    kernels: str = KERNELS_DEFAULT,
 ) -> Ran:
     """Runs `command` with the library injected, its records going to `directory`, its kernels
     recorded as `kernels` says (kernels_setting). Its own output goes where ours goes,
@@ -121,13 +125,16 @@ def run_traced(
     early: list[int] = []  # signals that came before the program was there to take them
     children: list[subprocess.Popen[bytes]] = []  # the program, once started
 
+    def send(signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            children[0].send_signal(signum)
+
     def forward(signum: int, _frame: object) -> None:
         forwarded.append(signum)
-        if not children:
+        if children:
+            send(signum)
+        else:
             early.append(signum)
-        for child in children:
-            with contextlib.suppress(ProcessLookupError):
-                child.send_signal(signum)
 
     # set before the program starts: a Ctrl-C while it starts goes to it as soon as it runs
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -138,8 +145,7 @@ def run_traced(
         except OSError as exc:
             raise OptionError("COMMAND", f"cannot start '{command[0]}': {exc.strerror}") from None
         for signum in early:  # arrived while it started
-            with contextlib.suppress(ProcessLookupError):
-                children[0].send_signal(signum)
+            send(signum)
         while True:
             try:
                 returncode = children[0].wait()
