@@ -122,7 +122,8 @@ def test_kernels_setting(value, setting):
 
 
 @pytest.mark.parametrize("value", ["", "some", "100", "100/100", "0/10", "10/", "/10", "1.5/10",
-                                   "5/10/20", "10/5", "1/9999999"])  # fmt: skip
+                                   "5/10/20", "10/5", "1/9999999", "1/²", "٣/٩", "nan", "inf",
+                                   "-1/10", " 1/10"])  # fmt: skip
 def test_a_bad_kernels_setting_names_the_option(value):
     with pytest.raises(OptionError, match="--kernels"):
         kernels_setting(value)

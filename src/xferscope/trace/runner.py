@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -37,9 +38,9 @@ def kernels_setting(value: str) -> str:
         return value
     if value == "sampled":
         return "{}/{}".format(*KERNEL_WINDOW_MS)
-    on, _, period = value.partition("/")
-    if on.isdigit() and period.isdigit() and 0 < int(on) < int(period) <= 3_600_000:
-        return f"{int(on)}/{int(period)}"
+    window = re.fullmatch(r"([0-9]{1,7})/([0-9]{1,7})", value)
+    if window and 0 < int(window[1]) < int(window[2]) <= 3_600_000:
+        return f"{int(window[1])}/{int(window[2])}"
     raise OptionError(
         "--kernels",
         f"'{value}' is not all, none, sampled, or ON/PERIOD in milliseconds "
