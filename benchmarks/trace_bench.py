@@ -176,7 +176,10 @@ def main() -> None:
     comparisons: list[dict] = []
     figures: dict = {}
     if args.into:
-        earlier = json.loads(Path(args.into).read_text())
+        try:
+            earlier = json.loads(Path(args.into).read_text())
+        except (OSError, ValueError) as exc:
+            parser.error(f"--into: cannot read {args.into}: {exc}")
         figures = earlier["figures"]
         figures.setdefault(
             "part_commits", dict.fromkeys(figures.get("parts", []), earlier["commit"])
