@@ -111,6 +111,13 @@ thread_local bool in_runtime_call = false;  // a driver call made by a runtime c
 thread_local std::uint64_t entered[2] = {0, 0};  // when this thread entered a runtime / driver call
 thread_local unsigned thread_id = 0;
 std::atomic<std::uint64_t> unwound{0};  // copy and pin calls seen
+// CUPTI numbers correlation ids afresh each time it is attached (xferscope_trace_pause(2), then
+// 0): every id written is the attachment's number times 2^32 plus CUPTI's own, so a copy never
+// joins a call of an earlier attachment.
+std::atomic<std::uint64_t> attachment{0};
+std::uint64_t correlation(std::uint32_t id) {
+  return (attachment.load(std::memory_order_relaxed) << 32) | id;
+}
 // XFERSCOPE_TRACE_KNOBS (for measuring the library's own cost, several may be given): idle
 // (loaded, nothing enabled), noapi, nocall, noframes, nohash, nopython, noactivity, nodriver,
 // noruntime, nosubscribe, nokernel; CUPTI's own settings: hostbuf
@@ -170,7 +177,8 @@ struct Call {
   std::uint64_t start = 0, end = 0, hash = 0;
   std::uintptr_t src = 0, dst = 0, frames[kFrames] = {};
   std::size_t bytes = 0;
-  std::uint32_t correlation = 0, thread = 0, cbid = 0;
+  std::uint64_t correlation = 0;
+  std::uint32_t thread = 0, cbid = 0;
   int kind = -1;
   bool runtime = false, copy = false, hashed = false;
   int frame_count = -1;      // -1: not unwound
@@ -258,11 +266,12 @@ void write_record(const CUpti_Activity* record) {
       if (!keep(kMemcpy, m->bytes, m->end - m->start)) return;
       std::snprintf(buf, sizeof buf,
                     "{\"t\":\"memcpy\",\"k\":%u,\"s\":%u,\"d\":%u,\"async\":%d,\"b\":%" PRIu64
-                    ",\"st\":%" PRIu64 ",\"en\":%" PRIu64
-                    ",\"dev\":%u,\"str\":%u,\"c\":%u,\"rc\":%u}",
+                    ",\"st\":%" PRIu64 ",\"en\":%" PRIu64 ",\"dev\":%u,\"str\":%u,\"c\":%" PRIu64
+                    ",\"rc\":%" PRIu64 "}",
                     m->copyKind, m->srcKind, m->dstKind,
                     (m->flags & CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC) ? 1 : 0, m->bytes, m->start,
-                    m->end, m->deviceId, m->streamId, m->correlationId, m->runtimeCorrelationId);
+                    m->end, m->deviceId, m->streamId, correlation(m->correlationId),
+                    m->runtimeCorrelationId ? correlation(m->runtimeCorrelationId) : 0);
       break;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY2: {
@@ -270,11 +279,12 @@ void write_record(const CUpti_Activity* record) {
       if (!keep(kMemcpy, m->bytes, m->end - m->start)) return;
       std::snprintf(buf, sizeof buf,
                     "{\"t\":\"memcpy\",\"k\":%u,\"s\":%u,\"d\":%u,\"async\":%d,\"b\":%" PRIu64
-                    ",\"st\":%" PRIu64 ",\"en\":%" PRIu64
-                    ",\"dev\":%u,\"str\":%u,\"c\":%u,\"peer\":%u}",
+                    ",\"st\":%" PRIu64 ",\"en\":%" PRIu64 ",\"dev\":%u,\"str\":%u,\"c\":%" PRIu64
+                    ",\"peer\":%u}",
                     m->copyKind, m->srcKind, m->dstKind,
                     (m->flags & CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC) ? 1 : 0, m->bytes, m->start,
-                    m->end, m->srcDeviceId, m->streamId, m->correlationId, m->dstDeviceId);
+                    m->end, m->srcDeviceId, m->streamId, correlation(m->correlationId),
+                    m->dstDeviceId);
       break;
     }
     case CUPTI_ACTIVITY_KIND_MEMSET: {
@@ -282,9 +292,9 @@ void write_record(const CUpti_Activity* record) {
       if (!keep(kMemset, m->bytes, m->end - m->start)) return;
       std::snprintf(buf, sizeof buf,
                     "{\"t\":\"memset\",\"m\":%u,\"b\":%" PRIu64 ",\"st\":%" PRIu64
-                    ",\"en\":%" PRIu64 ",\"dev\":%u,\"str\":%u,\"c\":%u}",
+                    ",\"en\":%" PRIu64 ",\"dev\":%u,\"str\":%u,\"c\":%" PRIu64 "}",
                     m->memoryKind, m->bytes, m->start, m->end, m->deviceId, m->streamId,
-                    m->correlationId);
+                    correlation(m->correlationId));
       break;
     }
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
@@ -292,9 +302,9 @@ void write_record(const CUpti_Activity* record) {
       if (!keep(kKernel, 0, k->end - k->start)) return;
       std::snprintf(buf, sizeof buf,
                     "{\"t\":\"kernel\",\"n\":\"%.300s\",\"st\":%" PRIu64 ",\"en\":%" PRIu64
-                    ",\"dev\":%u,\"str\":%u,\"c\":%u}",
+                    ",\"dev\":%u,\"str\":%u,\"c\":%" PRIu64 "}",
                     escaped(k->name).c_str(), k->start, k->end, k->deviceId, k->streamId,
-                    k->correlationId);
+                    correlation(k->correlationId));
       break;
     }
     default: return;
@@ -578,9 +588,10 @@ bool pin_record(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_
     }
   }
   int used = std::snprintf(
-      buf, size, "{\"t\":\"pin\",\"how\":\"%s\",\"f\":\"%s\",\"p\":%" PRIuPTR ",\"b\":%zu,\"c\":%u",
+      buf, size,
+      "{\"t\":\"pin\",\"how\":\"%s\",\"f\":\"%s\",\"p\":%" PRIuPTR ",\"b\":%zu,\"c\":%" PRIu64,
       what, cb->functionName ? cb->functionName : "?", reinterpret_cast<std::uintptr_t>(ptr), bytes,
-      cb->correlationId);
+      correlation(cb->correlationId));
   std::uintptr_t frames[kFrames];
   // pins are few: unwound as the first calls are
   const int count = unwind(frames, unwound.fetch_add(1, std::memory_order_relaxed), false);
@@ -622,7 +633,7 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
   }
   call.start = entered[runtime ? 0 : 1];
   call.end = now;
-  call.correlation = cb->correlationId;
+  call.correlation = correlation(cb->correlationId);
   call.thread = thread_id;
   call.cbid = cbid;
   call.runtime = runtime;
@@ -645,7 +656,7 @@ void write_calls(const std::vector<Call>& calls) {
         c.runtime ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API;
     int used = std::snprintf(buf, sizeof buf,
                              "{\"t\":\"api\",\"rt\":%d,\"f\":\"%s\",\"st\":%" PRIu64
-                             ",\"en\":%" PRIu64 ",\"tid\":%u,\"c\":%u",
+                             ",\"en\":%" PRIu64 ",\"tid\":%u,\"c\":%" PRIu64,
                              c.runtime ? 1 : 0, api_name(domain, c.cbid).c_str(), c.start, c.end,
                              c.thread, c.correlation);
     if (c.copy) {
@@ -971,6 +982,7 @@ extern "C" __attribute__((visibility("default"))) int xferscope_trace_pause(int 
     control.detached = false;
     control.paused = false;
     control.kernels = false;
+    attachment.fetch_add(1);
     return attach() ? 0 : -1;
   }
   if (control.detached) return mode == 2 ? 0 : -1;  // pausing a detached CUPTI: attach first
