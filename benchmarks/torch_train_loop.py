@@ -10,11 +10,12 @@ Python list; a scalar read back every 10 steps. It prints one JSON line: the loo
 --repeats times the loop that many times in the one process (after one warm-up) and reports
 each, so the process's start, whose cost varies run to run, is paid once per several timings.
 
---alternate [pause|detach], under `xferscope trace`, pauses the tracing (the injection's
+--alternate [pause|detach|idle], under `xferscope trace`, pauses the tracing (the injection's
 xferscope_trace_pause: every record off) or detaches CUPTI from the process (cuptiFinalize) for
 half of the repeats, in the order untraced, traced, traced, untraced, ...: the same process timed
 untraced and traced, alternated, so the ratio is free of the 10-20% by which processes differ
-from one another. Each switch is followed by 2 untimed steps. Its JSON adds paused_s (the
+from one another; idle times CUPTI attached with every record off against CUPTI detached. Each
+switch is followed by --settle untimed steps (2). Its JSON adds paused_s (the
 untraced timings) and paused_loop_s (their median); loop_s stays the traced median.
 
 --profile runs the whole program (model made, warm-up, loop) under torch.profiler (CPU and CUDA
@@ -62,11 +63,13 @@ def tracing_pause() -> Callable[[int], int]:
 
 
 SETTLE = 2  # steps run untimed after the tracing is paused or resumed, before a block's timing
-ALTERNATE = {"pause": 1, "detach": 2}  # the injection's modes for the untraced blocks
+# the injection's modes, set in turn, for the untraced blocks and for the traced ones; idle:
+# CUPTI attached with nothing recorded against CUPTI detached (what attaching alone costs)
+ALTERNATE = {"pause": ((1,), (0,)), "detach": ((2,), (0,)), "idle": ((2,), (0, 1))}
 
 
 def train(
-    steps: int, warmup: int, repeats: int = 1, alternate: str | None = None
+    steps: int, warmup: int, repeats: int = 1, alternate: str | None = None, settle: int = SETTLE
 ) -> tuple[list[float], list[float], dict[str, int]]:
     """The loop's own times (after `warmup` steps, `repeats` times), with `alternate` (pause or
     detach) those timed with the tracing paused or CUPTI detached apart, and the copies it
@@ -103,9 +106,10 @@ def train(
         untraced = pause is not None and r % 4 in (0, 3)  # paused, traced, traced, paused
         if pause is not None:
             torch.cuda.synchronize()  # nothing in flight when CUPTI is detached
-            if pause(ALTERNATE[alternate or "pause"] if untraced else 0) != 0:
+            modes = ALTERNATE[alternate or "pause"][0 if untraced else 1]
+            if any(pause(mode) != 0 for mode in modes):
                 raise SystemExit("--alternate: the tracing could not be paused (not tracing)")
-            for i in range(SETTLE):  # what switching costs stays out of the timing
+            for i in range(settle):  # what switching costs stays out of the timing
                 step(i)
             torch.cuda.synchronize()
         start = time.perf_counter()
@@ -124,6 +128,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--alternate", nargs="?", const="pause", choices=tuple(ALTERNATE))
+    parser.add_argument("--settle", type=int, default=SETTLE)
     parser.add_argument("--profile", default=None)
     args = parser.parse_args()
     profiler = (
@@ -137,7 +142,9 @@ def main() -> None:
         else nullcontext()
     )
     with profiler as prof:
-        times, paused, copies = train(args.steps, args.warmup, args.repeats, args.alternate)
+        times, paused, copies = train(
+            args.steps, args.warmup, args.repeats, args.alternate, args.settle
+        )
     if args.profile:
         prof.export_chrome_trace(args.profile)
     print(
