@@ -13,14 +13,17 @@
   the program with that fix applied (its copy phase, median of alternated runs).
 With benchmarks/torch_train_loop.py, a PyTorch training loop (part `pytorch`):
   trace_pytorch_loop_vs_untraced  the loop's own time untraced / traced (goal >= 0.95): in
-                           each traced process, 50-step blocks with the tracing paused and on,
+                           each traced process, 50-step blocks with CUPTI detached
+                           (cuptiFinalize; 20 steps settle after attaching again) and traced,
                            alternated (the ratio of their medians; the median over processes),
                            and beside it the step time across processes alternated (untraced,
-                           traced, torch.profiler); the same ratio under each variant (kernels
-                           all or none, CUPTI's records alone, parts of ours off: what each
-                           costs) and the tracing's own time per step on the program's threads
-  trace_pytorch_loop_vs_detached  the same with CUPTI detached (cuptiFinalize) in the untraced
-                           blocks, so what CUPTI's mere presence costs counts too
+                           traced, torch.profiler)
+  trace_pytorch_loop_vs_paused  the same against blocks with every record off, CUPTI attached;
+                           the same ratio under each variant (kernels all or none, CUPTI's
+                           records alone, parts of ours off: what each costs) and the tracing's
+                           own time per step on the program's threads
+  trace_pytorch_cupti_attached_floor  CUPTI attached with every record off against detached:
+                           the floor under any tracer through CUPTI
   trace_pytorch_loop_vs_untraced_processes  (part `processes`) the same, whole processes
                            alternated, nothing paused (coarser: processes differ by 10%)
   trace_pytorch_lines_found  the share of copies whose place is a line of the loop's script
@@ -34,10 +37,12 @@ Writes benchmarks/results/trace-<gpu>-<date>.json as ../shared/BENCHMARKS.md say
     python3 benchmarks/trace_bench.py --commit $(git rev-parse HEAD) [--runs 5] [--out DIR]
         [--parts heavy,accuracy,fixes,pytorch,kinds,processes] [--variants kernels_all,...]
         [--cpus LIST] [--into FILE]
+    python3 benchmarks/trace_bench.py --commit X --parts summary --into FILE [--out DIR]
 
 --into FILE joins this run's parts to FILE's (an earlier run), so parts measured in separate
 calls make one record; figures.part_commits names the commit each part was measured at, and a
-comparison measured again replaces the earlier one.
+comparison measured again replaces the earlier one. --parts summary measures nothing: it makes
+FILE's loop comparisons again from its figures (as parts pytorch and processes make them).
 """
 
 from __future__ import annotations
@@ -165,9 +170,14 @@ def main() -> None:
     for name in [k for k in VARIANTS if k not in args.variants.split(",")]:
         del VARIANTS[name]
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if parts == ["summary"]:
+        if not args.into:
+            parser.error("--parts summary: name the record with --into FILE")
+        summarize(Path(args.into), Path(args.out))
+        return
     unknown = [p for p in parts if p not in PARTS]
     if unknown:
-        parser.error(f"--parts: {', '.join(unknown)} not among {', '.join(PARTS)}")
+        parser.error(f"--parts: {', '.join(unknown)} not among {', '.join(PARTS)} (or summary)")
     engine = NativeEngine()
     meta = collect(engine, [0])
     figures_cpus = local_cpus(meta) if args.cpus == "auto" else args.cpus
@@ -210,6 +220,23 @@ def main() -> None:
     made = {c["name"] for c in comparisons}  # measured again: the new figure replaces the old
     comparisons[:0] = [c for c in earlier_comparisons if c["name"] not in made]
     write_record("trace", args.commit, meta, 1, comparisons, figures, Path(args.out))
+
+
+# comparisons of earlier records under names no longer made: dropped when a record is summarized
+RETIRED = ("trace_pytorch_loop_vs_detached",)
+
+
+def summarize(path: Path, out: Path) -> None:
+    """--parts summary: the comparisons of the record at `path` made again from its figures (as
+    the parts make them), into `out`; nothing measured, its machine and date kept."""
+    record = json.loads(path.read_text())
+    figures = record["figures"]
+    made = pytorch_comparisons(figures) + processes_comparisons(figures)
+    names = {c["name"] for c in made} | set(RETIRED)
+    record["comparisons"] = [c for c in record["comparisons"] if c["name"] not in names] + made
+    out.mkdir(parents=True, exist_ok=True)
+    (out / path.name).write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {out / path.name}")
 
 
 def heavy_part(
@@ -503,65 +530,64 @@ def pytorch_part(
         return mine, scratch
 
     loop_untraced(UNTRACED_ARGS)  # warm-up: the driver's and PyTorch's caches
-    for _ in range(runs):
-        across["untraced"].append(loop_untraced(UNTRACED_ARGS)["loop_s"] / block_steps)
-        mine, scratch = alternated("traced")
-        across["traced"].append(mine["loop_s"] / block_steps)
-        trace = read_trace(scratch.glob("trace-*.jsonl"))
-        script = str(LOOP)
-        at_script = [
-            c
-            for c in trace.copies
-            if (trace.where(c.frames, c.python) or "").startswith(script + ":")
-        ]
-        lines_found.append(len(at_script) / max(len(trace.copies), 1))
-        shutil.rmtree(scratch)
-        shutil.rmtree(alternated("traced_vs_detached", how="detach")[1])
-        shutil.rmtree(alternated("attached_idle_vs_detached", how="idle")[1])
-        for name, (knobs, kernels) in VARIANTS.items():
-            shutil.rmtree(alternated(name, knobs, kernels)[1])
-        with tempfile.TemporaryDirectory() as tmp:
-            profile = Path(tmp) / "profile.json"
-            profiled = loop_untraced([*PROFILED_ARGS, "--profile", str(profile)])
-            across["torch_profiler"].append(profiled["loop_s"] / _steps(PROFILED_ARGS))
-    ratio = statistics.median(within["traced"])
-    comparisons.append(
-        comparison(
-            "trace_pytorch_loop_vs_untraced",
-            1.0,
-            ratio,
-            "the same process's loop with the tracing paused (blocks alternated; median over "
-            "processes of the ratio of medians)",
-            "ratio",
-            True,
-            0.95,
-        )
-    )
-    step = {k: statistics.median(v) for k, v in across.items()}
-    figures["pytorch_step_s"] = {k: round(v, 7) for k, v in step.items()}
-    figures["pytorch_across_processes_untraced_over"] = {
-        k: round(step["untraced"] / v, 4) for k, v in step.items() if k != "untraced"
-    }
+    try:
+        for _ in range(runs):
+            across["untraced"].append(loop_untraced(UNTRACED_ARGS)["loop_s"] / block_steps)
+            mine, scratch = alternated("traced")
+            across["traced"].append(mine["loop_s"] / block_steps)
+            trace = read_trace(scratch.glob("trace-*.jsonl"))
+            script = str(LOOP)
+            at_script = [
+                c
+                for c in trace.copies
+                if (trace.where(c.frames, c.python) or "").startswith(script + ":")
+            ]
+            lines_found.append(len(at_script) / max(len(trace.copies), 1))
+            shutil.rmtree(scratch)
+            shutil.rmtree(alternated("traced_vs_detached", how="detach")[1])
+            shutil.rmtree(alternated("attached_idle_vs_detached", how="idle")[1])
+            for name, (knobs, kernels) in VARIANTS.items():
+                shutil.rmtree(alternated(name, knobs, kernels)[1])
+            with tempfile.TemporaryDirectory() as tmp:
+                profile = Path(tmp) / "profile.json"
+                profiled = loop_untraced([*PROFILED_ARGS, "--profile", str(profile)])
+                across["torch_profiler"].append(profiled["loop_s"] / _steps(PROFILED_ARGS))
+    finally:  # what was measured, also when a time limit stopped the run
+        figures["pytorch_attach_settle_steps"] = ATTACH_SETTLE
+        if across["untraced"] and across["traced"]:
+            step = {k: statistics.median(v) for k, v in across.items() if v}
+            figures["pytorch_step_s"] = {k: round(v, 7) for k, v in step.items()}
+            figures["pytorch_across_processes_untraced_over"] = {
+                k: round(step["untraced"] / v, 4) for k, v in step.items() if k != "untraced"
+            }
+        comparisons.extend(pytorch_comparisons(figures))
+
+
+def pytorch_comparisons(figures: dict) -> list[dict]:
+    """The loop's comparisons, from the figures part pytorch keeps (also those of a record)."""
+    within = {k: v for k, v in figures.get("pytorch_paused_over_traced", {}).items() if v}
     figures["pytorch_within_process_paused_over"] = {
-        k: statistics.median(v) for k, v in within.items() if v
+        k: statistics.median(v) for k, v in within.items()
     }
-    figures["pytorch_attach_settle_steps"] = ATTACH_SETTLE
-    comparisons.append(
-        comparison(
-            "trace_pytorch_loop_vs_detached",
-            1.0,
-            statistics.median(within["traced_vs_detached"]),
-            "the same process's loop with CUPTI detached (cuptiFinalize; blocks alternated; "
-            "median over processes of the ratio of medians)",
-            "ratio",
-            True,
-            0.95,
+    said = "(blocks alternated; median over processes of the ratio of medians)"
+    made = []
+    for name, key, peer in (
+        ("trace_pytorch_loop_vs_untraced", "traced_vs_detached",
+         f"the same process's loop with CUPTI detached (cuptiFinalize) {said}"),
+        ("trace_pytorch_loop_vs_paused", "traced",
+         f"the same process's loop with every record off, CUPTI attached {said}"),
+        ("trace_pytorch_cupti_attached_floor", "attached_idle_vs_detached",
+         f"CUPTI attached with every record off against CUPTI detached {said}: the floor"),
+    ):  # fmt: skip
+        if key in within:
+            ratio = statistics.median(within[key])
+            made.append(comparison(name, ratio, 1.0, peer, "ratio", True, 0.95))
+    if figures.get("pytorch_lines_found"):
+        share = statistics.median(figures["pytorch_lines_found"])
+        made.append(
+            comparison("trace_pytorch_lines_found", share, 1.0, "every copy", "share", True, 0.95)
         )
-    )
-    share = statistics.median(lines_found)
-    comparisons.append(
-        comparison("trace_pytorch_lines_found", share, 1.0, "every copy", "share", True, 0.95)
-    )
+    return made
 
 
 def processes_part(
@@ -575,15 +601,28 @@ def processes_part(
     figures["pytorch_process_step_s"] = steps
     block = _steps(UNTRACED_ARGS)
     loop_untraced(UNTRACED_ARGS)  # warm-up
-    for _ in range(2 * runs):
-        steps["untraced"].append(round(loop_untraced(UNTRACED_ARGS)["loop_s"] / block, 8))
-        for name, knobs in (("traced", ""), ("injected_idle", "idle")):
-            mine, scratch = loop_traced(UNTRACED_ARGS, knobs)
-            steps[name].append(round(mine["loop_s"] / block, 8))
-            shutil.rmtree(scratch)
-        print({k: v[-1] for k, v in steps.items()}, flush=True)
-    median = {k: statistics.median(v) for k, v in steps.items()}
-    comparisons.append(
+    try:
+        for _ in range(2 * runs):
+            steps["untraced"].append(round(loop_untraced(UNTRACED_ARGS)["loop_s"] / block, 8))
+            for name, knobs in (("traced", ""), ("injected_idle", "idle")):
+                mine, scratch = loop_traced(UNTRACED_ARGS, knobs)
+                steps[name].append(round(mine["loop_s"] / block, 8))
+                shutil.rmtree(scratch)
+            print({k: v[-1] for k, v in steps.items()}, flush=True)
+    finally:  # what was measured, also when a time limit stopped the run
+        comparisons.extend(processes_comparisons(figures))
+
+
+def processes_comparisons(figures: dict) -> list[dict]:
+    """Part processes' comparison, from its figures (also those of a record)."""
+    steps = figures.get("pytorch_process_step_s", {})
+    if not (steps.get("untraced") and steps.get("traced")):
+        return []
+    median = {k: statistics.median(v) for k, v in steps.items() if v}
+    figures["pytorch_processes_untraced_over"] = {
+        k: round(median["untraced"] / v, 4) for k, v in median.items() if k != "untraced"
+    }
+    return [
         comparison(
             "trace_pytorch_loop_vs_untraced_processes",
             median["traced"],
@@ -593,10 +632,7 @@ def processes_part(
             False,
             0.95,
         )
-    )
-    figures["pytorch_processes_untraced_over"] = {
-        k: round(median["untraced"] / v, 4) for k, v in median.items() if k != "untraced"
-    }
+    ]
 
 
 def kinds_part(

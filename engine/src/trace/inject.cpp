@@ -149,8 +149,9 @@ constexpr CUpti_ActivityKind kCopyKinds[] = {
 
 // What the tracing costs the traced program's own threads, timed on them: the time in this
 // library's callbacks, and within it hashing host sources, unwinding callers and reading Python
-// stacks (those three sampled, below); and the time CUPTI took to turn kernel records on or off
-// (on the sampler's thread); written as a "cost" line at the end: per part [calls, ns].
+// stacks (hashing and stacks timed on a sample of calls, below, unwinding on every call that
+// unwinds); and the time CUPTI took to turn kernel records on or off (on the sampler's thread);
+// written as a "cost" line at the end: per part [calls, ns].
 enum Part { kInCallbacks, kHashing, kUnwinding, kPythonStacks, kKernelSwitch, kParts };
 const char* const kPartNames[kParts] = {"callbacks", "hash", "unwind", "python", "kernel_switch"};
 std::atomic<std::uint64_t> part_ns[kParts], part_count[kParts];
@@ -432,9 +433,14 @@ thread_local Call pending;
 // the caller's return addresses, for the n-th copy or pin call (unwound's count): the first
 // kFramesAll calls, then one in kFramesEvery; a call from Python, whose line its Python stack
 // gives, one in kFramesEvery from the start (unwinding through a framework's libraries is the
-// costliest part of a record: 10 us a call in libtorch); -1 when not sampled
+// costliest part of a record: 10 us a call in libtorch)
+bool unwinds(std::uint64_t n, bool from_python) {
+  return knob_frames && !((from_python || n >= kFramesAll) && n % kFramesEvery != 0);
+}
+
+// The return addresses, as unwinds() says; -1 when not sampled
 int unwind(std::uintptr_t* into, std::uint64_t n, bool from_python) {
-  if (!knob_frames || ((from_python || n >= kFramesAll) && n % kFramesEvery != 0)) return -1;
+  if (!unwinds(n, from_python)) return -1;
   void* frames[kFrames + 3];
   const int count = backtrace(frames, kFrames + 3);
   int kept = 0;
@@ -537,7 +543,9 @@ bool copy_entry(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_
     Timed timed{kPythonStacks, weight};
     pending.python = python_stack();
   }
-  Timed timed{kUnwinding, weight};
+  // timed on every call that unwinds, unscaled: unwinding is itself sampled, and timing one
+  // call in kTimeEvery would meet every unwound call (kFramesEvery is a multiple) and scale it
+  Timed timed{kUnwinding, unwinds(n, pending.python != 0) ? 1u : 0u};
   pending.frame_count = unwind(pending.frames, n, pending.python != 0);
   return true;
 }
