@@ -1,0 +1,444 @@
+"""Copy API benchmark (issue 31): xferscope.copy_many and copy_to_device / copy_to_host called
+with framework tensors, against the framework's own ways, interleaved in one run on one GPU:
+
+  copy_many_torch_worst_vs_loop    over a grid of 1-1024 copies of 64 B-1 MiB, up and down,
+                                   pinned and pageable (separately allocated tensors, the same for
+                                   every method): the worst cell's PyTorch loop of
+                                   copy_(non_blocking=True) + stream synchronize against
+                                   copy_many, medians of the trials (goal >= 0.97); the same
+                                   against torch._foreach_copy_ (copy_many_torch_worst_vs_foreach)
+  copy_many_torch_cells_lost       cells where PyTorch's loop or _foreach_copy_ was faster beyond
+                                   the trials' spread (its slowest quarter faster than our fastest
+                                   quarter; goal 0)
+  copy_many_torch_1024x4KiB_h2d_vs_loop, _d2h_   (goal >= 3)
+  copy_many_cupy_worst_vs_loop     CuPy arrays (host side NumPy, pinned by cupyx.empty_pinned or
+                                   pageable) against CuPy's loop of set/get on one stream
+  copy_to_device_torch_worst_vs_copy_   copy_to_device / copy_to_host of one tensor against
+                                   dst.copy_(src) + synchronize, 64 B to 256 MiB, pinned and
+                                   pageable, both ways (goal >= 0.97)
+  copy_many_call_overhead_us       1-4 pieces: copy_many's time less that of its chosen method
+                                   called on the same pieces as addresses (goal <= 5 us)
+
+Every method's copy is verified once per cell (destinations poisoned first, random sources);
+--inject METHOD corrupts one byte after that method's verified copy, to show a fault is caught.
+Without a stored calibration (a scratch XFERSCOPE_CALIBRATION) copy_many follows its built-in
+rule, as on a fresh machine. Writes benchmarks/results/copyapi-<gpu>-<date>.json.
+
+    python3 benchmarks/copyapi_bench.py --commit $(git rev-parse HEAD) [--trials 15]
+        [--parts torch,cupy,single,overhead] [--counts 1,4,...] [--sizes 64,4096,...]
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("XFERSCOPE_CALIBRATION", tempfile.mkdtemp(prefix="xfs-nocal-"))
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from foundation import bench_parser, comparison, write_record
+from xferscope import copy_many, copy_to_device, copy_to_host
+from xferscope.core.engine import NativeEngine
+from xferscope.core.machine import collect
+
+COUNTS = (1, 4, 16, 64, 256, 1024)
+SIZES = (64, 4096, 65536, 1 << 20)
+SINGLE_SIZES = (64, 4096, 65536, 1 << 20, 16 << 20, 256 << 20)
+PARTS = ("torch", "cupy", "single", "overhead")
+INJECTED: set[str] = set()  # --inject: methods whose verified copy is corrupted afterwards
+
+
+class Mismatch(AssertionError):
+    pass
+
+
+def quartiles(samples: list[float]) -> tuple[float, float]:
+    q = statistics.quantiles(samples, n=4, method="inclusive")
+    return q[0], q[2]
+
+
+def interleaved(
+    methods: dict[str, Callable[[], None]], trials: int, warmup: int = 2
+) -> dict[str, list[float]]:
+    """Each method's seconds per call over `trials`, the methods' order rotated each trial."""
+    names = list(methods)
+    for _ in range(warmup):
+        for name in names:
+            methods[name]()
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    for t in range(trials):
+        for name in names[t % len(names) :] + names[: t % len(names)]:
+            start = time.perf_counter()
+            methods[name]()
+            seconds[name].append(time.perf_counter() - start)
+    return seconds
+
+
+def random_bytes(n: int, generator: torch.Generator) -> torch.Tensor:
+    return torch.randint(0, 256, (n,), dtype=torch.uint8, device="cuda", generator=generator)
+
+
+def torch_pieces(
+    direction: str, memory: str, count: int, size: int, generator: torch.Generator
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """(destinations, sources): `count` separately allocated uint8 tensors of `size` bytes a
+    side, the sources random."""
+    pinned = memory == "pinned"
+    hosts = [torch.empty(size, dtype=torch.uint8, pin_memory=pinned) for _ in range(count)]
+    devices = [torch.empty(size, dtype=torch.uint8, device="cuda") for _ in range(count)]
+    sources = hosts if direction == "h2d" else devices
+    for s in sources:
+        s.copy_(random_bytes(size, generator))
+    torch.cuda.synchronize()
+    return (devices, hosts) if direction == "h2d" else (hosts, devices)
+
+
+def verify(name: str, destinations: list[Any], sources: list[Any], run: Callable[[], None]) -> None:
+    """Poisons every destination (each byte the source's complement), runs the method once
+    and checks every byte arrived."""
+    for d, s in zip(destinations, sources, strict=True):
+        d.copy_(torch.bitwise_not(s.cuda() if d.is_cuda else s.cpu()))
+    torch.cuda.synchronize()
+    run()
+    if name in INJECTED:
+        destinations[-1].view(-1)[-1] ^= 1
+    torch.cuda.synchronize()
+    for i, (d, s) in enumerate(zip(destinations, sources, strict=True)):
+        if not torch.equal(d.cpu(), s.cpu()):
+            raise Mismatch(f"{name}: piece {i} differs from its source after the copy")
+
+
+def cell_figures(seconds: dict[str, list[float]], ours: str) -> dict[str, Any]:
+    med = {k: statistics.median(v) for k, v in seconds.items()}
+    q = {k: quartiles(v) for k, v in seconds.items()}
+    lost = [
+        k
+        for k in seconds
+        if k != ours and q[k][1] < q[ours][0]  # its slow quarter beat our fast
+    ]
+    return {
+        "median_us": {k: round(v * 1e6, 2) for k, v in med.items()},
+        "quartiles_us": {k: [round(a * 1e6, 2), round(b * 1e6, 2)] for k, (a, b) in q.items()},
+        "vs": {k: round(med[k] / med[ours], 4) for k in seconds if k != ours},
+        "lost_to": lost,
+    }
+
+
+def torch_part(args: Any, figures: dict, comparisons: list[dict]) -> None:
+    generator = torch.Generator(device="cuda").manual_seed(1)
+    cells: list[dict] = []
+    figures["torch_cells"] = cells
+    stream = torch.cuda.current_stream()
+    for memory in ("pinned", "pageable"):
+        for direction in ("h2d", "d2h"):
+            for count in args.counts:
+                for size in args.sizes:
+                    dst, src = torch_pieces(direction, memory, count, size, generator)
+                    pairs = list(zip(dst, src, strict=True))
+                    chosen: list[str] = []
+
+                    def loop(dst: list = dst, src: list = src) -> None:
+                        for d, s in zip(dst, src, strict=True):
+                            d.copy_(s, non_blocking=True)
+                        stream.synchronize()
+
+                    def foreach(dst: list = dst, src: list = src) -> None:
+                        torch._foreach_copy_(dst, src, non_blocking=True)
+                        stream.synchronize()
+
+                    def ours(pairs: list = pairs, chosen: list = chosen) -> None:
+                        chosen[:] = [copy_many(pairs).method]
+
+                    methods = {"copy_many": ours, "torch_loop": loop, "torch_foreach": foreach}
+                    for name, run in methods.items():
+                        verify(name, dst, src, run)
+                    seconds = interleaved(methods, args.trials)
+                    row = {"memory": memory, "direction": direction, "count": count,
+                           "size": size, "method": chosen[0], "verified": True,
+                           **cell_figures(seconds, "copy_many")}  # fmt: skip
+                    cells.append(row)
+                    print(
+                        f"{memory:8} {direction} {count:5} x {size:8}: {row['median_us']} "
+                        f"{chosen[0]} vs {row['vs']} lost to {row['lost_to']}",
+                        flush=True,
+                    )
+                    del dst, src, pairs
+    summarize_grid(cells, "torch", ("torch_loop", "torch_foreach"), comparisons, figures)
+
+
+def summarize_grid(
+    cells: list[dict], framework: str, peers: tuple[str, ...], comparisons: list[dict],
+    figures: dict,
+) -> None:  # fmt: skip
+    if not cells:
+        return
+    for peer in peers:
+        worst = min(cells, key=lambda c: c["vs"][peer])
+        short = peer.split("_", 1)[1]
+        comparisons.append(
+            comparison(
+                f"copy_many_{framework}_worst_vs_{short}",
+                worst["vs"][peer],
+                1.0,
+                f"{peer} (median seconds / copy_many's) in the worst cell: {worst['count']} x "
+                f"{worst['size']} B {worst['direction']} {worst['memory']}",
+                "ratio",
+                True,
+                0.97,
+            )
+        )
+    lost = sum(1 for c in cells if c["lost_to"])
+    figures[f"copy_many_{framework}_cells_lost"] = lost
+    figures[f"copy_many_{framework}_cells"] = len(cells)
+    for direction in ("h2d", "d2h"):
+        for c in cells:
+            if (c["count"], c["size"], c["direction"], c["memory"]) == (
+                1024,
+                4096,
+                direction,
+                "pinned",
+            ):
+                comparisons.append(
+                    comparison(
+                        f"copy_many_{framework}_1024x4KiB_{direction}_vs_loop",
+                        c["vs"][peers[0]],
+                        1.0,
+                        f"{peers[0]} (median seconds / copy_many's), pinned",
+                        "ratio",
+                        True,
+                        3.0,
+                    )
+                )
+
+
+def cupy_part(args: Any, figures: dict, comparisons: list[dict]) -> None:
+    import cupy
+    import cupyx
+
+    rng = np.random.default_rng(2)
+    cells: list[dict] = []
+    figures["cupy_cells"] = cells
+    stream = cupy.cuda.Stream(non_blocking=True)
+    for memory in ("pinned", "pageable"):
+        for direction in ("h2d", "d2h"):
+            for count in args.counts:
+                for size in args.sizes:
+                    make = (
+                        (lambda n: cupyx.empty_pinned(n, dtype=np.uint8))
+                        if memory == "pinned"
+                        else (lambda n: np.empty(n, dtype=np.uint8))
+                    )
+                    hosts = [make(size) for _ in range(count)]
+                    devices = [cupy.empty(size, dtype=cupy.uint8) for _ in range(count)]
+                    for h, d in zip(hosts, devices, strict=True):
+                        data = rng.integers(0, 256, size, dtype=np.uint8)
+                        if direction == "h2d":
+                            h[...] = data
+                        else:
+                            d.set(data)
+                    cupy.cuda.runtime.deviceSynchronize()
+                    chosen: list[str] = []
+                    upload = direction == "h2d"
+                    pairs = list(
+                        zip(devices, hosts, strict=True)
+                        if upload
+                        else zip(hosts, devices, strict=True)
+                    )
+
+                    def loop(
+                        hosts: list = hosts, devices: list = devices, up: bool = upload
+                    ) -> None:
+                        for h, d in zip(hosts, devices, strict=True):
+                            if up:
+                                d.set(h, stream=stream)
+                            else:
+                                d.get(stream=stream, out=h)
+                        stream.synchronize()
+
+                    def ours(pairs: list = pairs, chosen: list = chosen) -> None:
+                        chosen[:] = [copy_many(pairs).method]
+
+                    for name, run in (("copy_many", ours), ("cupy_loop", loop)):
+                        for h, d in zip(hosts, devices, strict=True):  # poison the destinations
+                            if upload:
+                                d.set(~h)
+                            else:
+                                h[...] = ~d.get()
+                        run()
+                        ok = all(
+                            np.array_equal(h, d.get()) for h, d in zip(hosts, devices, strict=True)
+                        )
+                        if name in INJECTED:
+                            ok = False
+                        if not ok:
+                            raise Mismatch(f"{name}: a piece differs from its source")
+                    seconds = interleaved({"copy_many": ours, "cupy_loop": loop}, args.trials)
+                    row = {"memory": memory, "direction": direction, "count": count,
+                           "size": size, "method": chosen[0], "verified": True,
+                           **cell_figures(seconds, "copy_many")}  # fmt: skip
+                    cells.append(row)
+                    print(f"cupy {memory:8} {direction} {count:5} x {size:8}: {row['median_us']} "
+                          f"{chosen[0]} vs {row['vs']}", flush=True)  # fmt: skip
+    summarize_grid(cells, "cupy", ("cupy_loop",), comparisons, figures)
+
+
+def single_part(args: Any, figures: dict, comparisons: list[dict]) -> None:
+    generator = torch.Generator(device="cuda").manual_seed(3)
+    cells: list[dict] = []
+    figures["single_cells"] = cells
+    stream = torch.cuda.current_stream()
+    for memory in ("pinned", "pageable"):
+        for direction in ("h2d", "d2h"):
+            for size in SINGLE_SIZES:
+                (dst,), (src,) = torch_pieces(direction, memory, 1, size, generator)
+                ours_call = copy_to_device if direction == "h2d" else copy_to_host
+
+                def plain(dst: torch.Tensor = dst, src: torch.Tensor = src) -> None:
+                    dst.copy_(src)
+                    stream.synchronize()
+
+                def ours(
+                    dst: torch.Tensor = dst, src: torch.Tensor = src, f: Any = ours_call
+                ) -> None:
+                    f(dst, src)
+
+                try:
+                    ours()
+                except TypeError:  # before issue 31: the host side as a NumPy view
+                    numpy_view = (src if direction == "h2d" else dst).numpy()
+
+                    def ours(dst: torch.Tensor = dst, src: torch.Tensor = src, f: Any = ours_call,
+                             view: Any = numpy_view) -> None:  # fmt: skip
+                        if f is copy_to_device:
+                            f(dst, view)
+                        else:
+                            f(view, src)
+
+                    figures["single_took_tensors"] = False
+
+                methods = {"xferscope": ours, "torch_copy_": plain}
+                for name, run in methods.items():
+                    verify(name, [dst], [src], run)
+                trials = args.trials if size < (64 << 20) else max(5, args.trials // 3)
+                seconds = interleaved(methods, trials)
+                row = {"memory": memory, "direction": direction, "size": size, "verified": True,
+                       **cell_figures(seconds, "xferscope")}  # fmt: skip
+                cells.append(row)
+                print(f"single {memory:8} {direction} {size:10}: {row['median_us']} "
+                      f"vs {row['vs']}", flush=True)  # fmt: skip
+                del dst, src
+    worst = min(cells, key=lambda c: c["vs"]["torch_copy_"])
+    comparisons.append(
+        comparison(
+            "copy_to_device_torch_worst_vs_copy_",
+            worst["vs"]["torch_copy_"],
+            1.0,
+            f"tensor.copy_() + synchronize (median seconds / ours) in the worst cell: "
+            f"{worst['size']} B {worst['direction']} {worst['memory']}",
+            "ratio",
+            True,
+            0.97,
+        )
+    )
+    figures["copy_to_device_torch_cells_lost"] = sum(1 for c in cells if c["lost_to"])
+
+
+def overhead_part(args: Any, figures: dict, comparisons: list[dict]) -> None:
+    """1-4 pieces: copy_many with tensors against its chosen method forced through addresses."""
+    generator = torch.Generator(device="cuda").manual_seed(4)
+    rows: list[dict] = []
+    figures["overhead_cells"] = rows
+    for memory in ("pinned", "pageable"):
+        for direction in ("h2d", "d2h"):
+            for count in (1, 2, 4):
+                for size in (64, 256 << 10):
+                    dst, src = torch_pieces(direction, memory, count, size, generator)
+                    pairs = list(zip(dst, src, strict=True))
+                    method = copy_many(pairs).method
+                    d = np.array([t.data_ptr() for t in dst], dtype=np.uint64)
+                    s = np.array([t.data_ptr() for t in src], dtype=np.uint64)
+                    n = np.full(count, size, dtype=np.uint64)
+
+                    def ours(pairs: list = pairs) -> None:
+                        copy_many(pairs)
+
+                    def forced(d: Any = d, s: Any = s, n: Any = n, m: str = method) -> None:
+                        copy_many(destinations=d, sources=s, sizes=n, method=m)
+
+                    seconds = interleaved({"copy_many": ours, "addresses_forced": forced},
+                                          max(args.trials, 31))  # fmt: skip
+                    med = {k: statistics.median(v) for k, v in seconds.items()}
+                    rows.append({"memory": memory, "direction": direction, "count": count,
+                                 "size": size, "method": method,
+                                 "median_us": {k: round(v * 1e6, 2) for k, v in med.items()},
+                                 "overhead_us": round((med["copy_many"] - med["addresses_forced"])
+                                                      * 1e6, 2)})  # fmt: skip
+                    print("overhead", rows[-1], flush=True)
+    worst = max(rows, key=lambda r: r["overhead_us"])
+    comparisons.append(
+        comparison(
+            "copy_many_call_overhead_us",
+            max(worst["overhead_us"], 1e-3),
+            5.0,
+            f"5 us goal; copy_many with tensors less its method ({worst['method']}) forced on "
+            f"addresses, worst of 1-4 pieces: {worst['count']} x {worst['size']} B "
+            f"{worst['direction']} {worst['memory']}",
+            "us",
+            False,
+            1.0,
+        )
+    )
+
+
+PART_FUNCTIONS = {
+    "torch": torch_part, "cupy": cupy_part, "single": single_part, "overhead": overhead_part,
+}  # fmt: skip
+
+
+def main() -> None:
+    parser = bench_parser(__doc__)
+    parser.add_argument("--trials", type=int, default=15)
+    parser.add_argument("--parts", default=",".join(PARTS))
+    parser.add_argument("--counts", default=",".join(map(str, COUNTS)))
+    parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    parser.add_argument("--inject", default="", help="methods whose verified copy is corrupted")
+    args = parser.parse_args()
+    args.counts = [int(c) for c in args.counts.split(",")]
+    args.sizes = [int(s) for s in args.sizes.split(",")]
+    INJECTED.update(m for m in args.inject.split(",") if m)
+    parts = [p for p in args.parts.split(",") if p]
+    bad = [p for p in parts if p not in PARTS]
+    if bad:
+        parser.error(f"--parts: {', '.join(bad)} not among {', '.join(PARTS)}")
+    engine = NativeEngine()
+    meta = collect(engine, [0])
+    comparisons: list[dict] = []
+    figures: dict = {"trials": args.trials, "parts": parts}
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)  # a time limit's SIGTERM keeps what was measured
+    try:
+        for part in parts:
+            PART_FUNCTIONS[part](args, figures, comparisons)
+    except KeyboardInterrupt as exc:
+        figures["interrupted"] = repr(exc)
+    except Mismatch as exc:
+        figures["verification_failed"] = str(exc)
+        print(f"verification failed: {exc}", flush=True)
+    write_record("copyapi", args.commit, meta, 1, comparisons, figures, Path(args.out))
+
+
+if __name__ == "__main__":
+    main()
