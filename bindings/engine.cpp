@@ -74,11 +74,12 @@ void translate_cuda_error(const std::exception_ptr& error, void* type) {
 
 }  // namespace
 
-void bind_gl(nb::module_& m);     // bindings/gl.cpp
-void bind_gemm(nb::module_& m);   // bindings/gemm.cpp
-void bind_batch(nb::module_& m);  // bindings/batch.cpp
-void bind_pitch(nb::module_& m);  // bindings/pitch.cpp
-void bind_pairs(nb::module_& m);  // bindings/pairs.cpp
+void bind_gl(nb::module_& m);       // bindings/gl.cpp
+void bind_gemm(nb::module_& m);     // bindings/gemm.cpp
+void bind_batch(nb::module_& m);    // bindings/batch.cpp
+void bind_pitch(nb::module_& m);    // bindings/pitch.cpp
+void bind_pairs(nb::module_& m);    // bindings/pairs.cpp
+void bind_resolve(nb::module_& m);  // bindings/resolve.cpp
 
 NB_MODULE(_engine, m) {
   m.doc() = "xferscope native measurement engine";
@@ -415,4 +416,5 @@ NB_MODULE(_engine, m) {
   bind_batch(m);
   bind_pitch(m);
   bind_pairs(m);
+  bind_resolve(m);
 }

@@ -192,3 +192,25 @@ def test_misaligned_device_pieces_and_large_ones(native_engine, method):
         down = [d.pin_memory() for d in down]
     copy_many(list(zip(down, views, strict=True)), method=method)
     assert all(torch.equal(d, u) for d, u in zip(down, up, strict=True))
+
+
+def test_remembered_kinds_follow_a_tensor_whose_memory_changes(native_engine):
+    """The memory kind is remembered per live tensor: the same tensors copied again by the
+    kernel (pinned) use it; a tensor given new memory of another kind (set_) is asked about
+    again, so the kernel is not used on pageable memory; forget_memory_kinds forgets all."""
+    from xferscope.batch.copy import forget_memory_kinds
+
+    hosts = host_pieces(True)[:8]
+    gpu = [torch.zeros(h.numel(), dtype=torch.uint8, device="cuda") for h in hosts]
+    pairs = list(zip(gpu, hosts, strict=True))
+    for _ in range(3):  # asked once, then remembered
+        assert copy_many(pairs).memory == "pinned"
+    hosts[3].set_(hosts[3].clone())  # pageable memory now, the same tensor object
+    assert copy_many(pairs).memory == "pageable"
+    forget_memory_kinds()
+    for g in gpu:
+        g.zero_()
+    torch.cuda.synchronize()
+    assert copy_many(pairs).memory == "pageable"
+    for g, h in zip(gpu, hosts, strict=True):
+        assert torch.equal(g.cpu(), h)

@@ -183,7 +183,7 @@ def test_read_only_destinations_and_forced_methods():
     host = np.ones(4096, dtype=np.uint8)
     host.flags.writeable = False
     engine = engine_with()
-    with pytest.raises(ValueError, match="pair 0 destination is a read-only array"):
+    with pytest.raises(ValueError, match="pair 0 destination is read-only"):
         copy_many([(host[:64], gpu_blocks(1, 64)[0])], engine=engine)
     writable = np.ones(4096, dtype=np.uint8)
     pairs = [(g, writable[i * 64 : (i + 1) * 64]) for i, g in enumerate(gpu_blocks(4, 64))]
@@ -388,3 +388,54 @@ def test_a_method_that_takes_more_of_the_machine_must_clearly_win():
     assert "within 3% of the fastest (kernel)" in reason and "1.3x the loop" in reason
     method, reason, _, _ = calibration.choose("h2d", "pinned", 1024, 4096)
     assert method == "kernel" and "it was the fastest" in reason
+
+
+def test_objects_read_natively_and_the_rest_by_python():
+    """A tensor class registered with the native reader is read through its data_ptr, nbytes
+    and is_contiguous without Python code of ours; one it cannot read (not contiguous) goes to
+    the Python reader, whose error names the pair; buffers are read as buffers."""
+    from xferscope.batch.copy import _e
+
+    host = np.zeros(1 << 16, dtype=np.uint8)
+
+    class Tensorish:
+        def __init__(self, address: int, nbytes: int, contiguous: bool = True) -> None:
+            self.address, self.nbytes, self.contiguous = address, nbytes, contiguous
+
+        def data_ptr(self) -> int:
+            read.append(self.address)  # the native reader's call
+            return self.address
+
+        def is_contiguous(self) -> bool:
+            return self.contiguous
+
+        @property
+        def __cuda_array_interface__(self) -> dict:  # what the Python reader reads
+            strides = None if self.contiguous else (2,)
+            return {"data": (self.address, False), "shape": (self.nbytes,), "typestr": "|u1",
+                    "strides": strides, "version": 3}  # fmt: skip
+
+    read: list[int] = []
+    _e.read_natively(Tensorish, 1)
+    _e.read_natively(Tensorish, 1)  # once is enough: a second registration changes nothing
+    engine = engine_with(pinned=host)
+    base = int(host.__array_interface__["data"][0])
+    pairs = [(Tensorish(GPU_BASE + i * 4096, 4096), host[i * 4096 : (i + 1) * 4096])
+             for i in range(8)]  # fmt: skip
+    choice = copy_many(pairs, engine=engine)
+    assert (choice.direction, choice.memory, choice.count, choice.bytes) == (
+        "h2d",
+        "pinned",
+        8,
+        8 * 4096,
+    )
+    small = np.zeros(64, np.uint8)
+    down = copy_many(
+        [(host[:4096], Tensorish(GPU_BASE, 4096)), (small, Tensorish(GPU_BASE, 64))], engine=engine
+    )
+    assert (down.direction, down.memory) == ("d2h", "pageable")
+    with pytest.raises(ValueError, match="pair 1 destination is not contiguous"):
+        copy_many([pairs[0], (Tensorish(GPU_BASE, 4096, False), host[:4096])], engine=engine)
+    with pytest.raises(ValueError, match="pair 0: the destination holds 64 bytes and the source"):
+        copy_many([(Tensorish(GPU_BASE, 64), host[:4096])], engine=engine)
+    assert base  # the pinned range the simulated driver was told of

@@ -39,7 +39,7 @@ import numpy as np
 from ..core.compiled import engine_module
 from ..core.engine import Engine
 from .choose import DECISIONS, LOOK_AGAIN_S, Choice, gpu_key, load, rule
-from .resolve import Side, side
+from .resolve import side
 
 _e = engine_module()
 COPY_MANY_METHODS: tuple[str, ...] = tuple(_e.COPY_MANY_METHODS)
@@ -82,41 +82,43 @@ def _copier(engine: Engine, device: int) -> Any:
         return copier
 
 
-def _pairs(pairs: Sequence[Any]) -> tuple[list[Side], list[Side], list[int]]:
-    destinations, sources, sizes = [], [], []
-    for i, pair in enumerate(pairs):
-        if not isinstance(pair, (tuple, list)) or len(pair) not in (2, 3):
-            raise TypeError(
-                f"pair {i} must be (destination, source) or (destination, source, nbytes), not "
-                f"{type(pair).__name__}"
-            )
-        d = side(pair[0], i, "destination")
-        s = side(pair[1], i, "source")
-        if len(pair) == 3:
-            n = pair[2]
-            if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-                raise ValueError(f"pair {i} nbytes {n!r} is not a size of at least 1 byte")
-            n = int(n)
-            for end, name in ((d, "destination"), (s, "source")):
-                if end.nbytes is not None and end.nbytes < n:
-                    raise ValueError(
-                        f"pair {i}: nbytes {n} is more than the {name} holds ({end.nbytes} bytes)"
-                    )
-        else:
-            if d.nbytes is None or s.nbytes is None:
-                raise TypeError(f"pair {i}: give nbytes as a third item for a raw address")
-            if d.nbytes != s.nbytes:
+def _slow_pair(pair: Any, i: int) -> tuple[int, int, int, bool, tuple[object, object]]:
+    """Pair `i` as the Python reader reads it (what the native reader leaves: other objects,
+    a third item, and every error): (destination address, source address, nbytes, whether the
+    destination is read-only, what to keep while the copy runs)."""
+    if not isinstance(pair, (tuple, list)) or len(pair) not in (2, 3):
+        raise TypeError(
+            f"pair {i} must be (destination, source) or (destination, source, nbytes), not "
+            f"{type(pair).__name__}"
+        )
+    d = side(pair[0], i, "destination")
+    s = side(pair[1], i, "source")
+    if len(pair) == 3:
+        n = pair[2]
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"pair {i} nbytes {n!r} is not a size of at least 1 byte")
+        n = int(n)
+        for end, name in ((d, "destination"), (s, "source")):
+            if end.nbytes is not None and end.nbytes < n:
                 raise ValueError(
-                    f"pair {i}: the destination holds {d.nbytes} bytes and the source "
-                    f"{s.nbytes}; give nbytes as a third item to copy part of one"
+                    f"pair {i}: nbytes {n} is more than the {name} holds ({end.nbytes} bytes)"
                 )
-            n = s.nbytes
-            if n == 0:
-                raise ValueError(f"pair {i} is empty (0 bytes)")
-        destinations.append(d)
-        sources.append(s)
-        sizes.append(n)
-    return destinations, sources, sizes
+    else:
+        if d.nbytes is None or s.nbytes is None:
+            raise TypeError(f"pair {i}: give nbytes as a third item for a raw address")
+        if d.nbytes != s.nbytes:
+            raise ValueError(
+                f"pair {i}: the destination holds {d.nbytes} bytes and the source "
+                f"{s.nbytes}; give nbytes as a third item to copy part of one"
+            )
+        n = s.nbytes
+        if n == 0:
+            raise ValueError(f"pair {i} is empty (0 bytes)")
+    owner = d.keep
+    read_only = (isinstance(owner, np.ndarray) and not owner.flags.writeable) or (
+        isinstance(owner, memoryview) and owner.readonly
+    )
+    return d.address, s.address, n, read_only, (d.keep, s.keep)
 
 
 _LARGEST = np.uint64((1 << 63) - 2)  # an address or size above this is negative or absurd
@@ -161,17 +163,17 @@ def copy_many(
     xferscope's EngineError for the GPU side."""
     if method is not None and method not in COPY_MANY_METHODS:
         raise ValueError(f"method {method!r} is not one of {', '.join(COPY_MANY_METHODS)}")
-    keep: list[object] = []
+    engine = engine if engine is not None else _default_engine()
+    # the driver's answers, remembered per live object, for the native engine; the engine's own
+    # classify_pointers for any other (the simulated engine's memory map)
+    classify = None if getattr(engine, "classifies_natively", False) else engine.classify_pointers
+    target = -1 if device is None else device
     if pairs is not None:
         if destinations is not None or sources is not None or sizes is not None:
             raise TypeError("give either pairs or destinations, sources and sizes, not both")
-        d_sides, s_sides, n_list = _pairs(pairs)
-        dst = np.fromiter((d.address for d in d_sides), np.uint64, len(d_sides))
-        src = np.fromiter((s.address for s in s_sides), np.uint64, len(s_sides))
-        nbytes = np.asarray(n_list, dtype=np.uint64)
-        addresses = np.concatenate((dst, src))
-        keep = [d.keep for d in d_sides] + [s.keep for s in s_sides]
-        host_destinations = [d.keep for d in d_sides]
+        if not len(pairs):
+            return Choice("loop", "h2d", "pinned", 0, 0, device or 0, "asked", "there was nothing")
+        batch = _e.resolve_pairs(pairs, target, classify, _slow_pair, _refuse)
     else:
         if destinations is None or sources is None or sizes is None:
             raise TypeError("give pairs, or all three of destinations, sources and sizes")
@@ -183,50 +185,40 @@ def copy_many(
                 f"destinations, sources and sizes differ in length ({len(dst)}, {len(src)}, "
                 f"{len(nbytes)})"
             )
-        all_three = np.concatenate((dst, src, nbytes))
+        if not len(dst):
+            return Choice("loop", "h2d", "pinned", 0, 0, device or 0, "asked", "there was nothing")
         given = {"destinations": destinations, "sources": sources, "sizes": sizes}
-        _check_positive(given, all_three)
-        addresses = all_three[: 2 * len(dst)]
-        host_destinations = []
-    count = len(nbytes)
-    engine = engine if engine is not None else _default_engine()
-    if count == 0:
-        return Choice("loop", "h2d", "pinned", 0, 0, device or 0, "asked", "there was nothing")
-    kinds, gpus, mapped = engine.classify_pointers(addresses)
-    on_gpu = kinds >= 2  # device or managed memory
-    upload = bool(on_gpu[0]) and not bool(on_gpu[count])
-    # the common case in two counts; the error's pair found only when there is one
-    if (
-        np.count_nonzero(on_gpu[:count]) != upload * count
-        or np.count_nonzero(on_gpu[count:]) != (not upload) * count
-    ):
-        _refuse_directions(kinds, on_gpu, count, upload)
-    gpu_side = gpus[:count] if upload else gpus[count:]
-    target = int(gpu_side[0]) if device is None else device
-    if np.count_nonzero(gpu_side != target):
-        i = int(np.flatnonzero(gpu_side != target)[0])
-        raise ValueError(
-            f"pair {i}: its GPU buffer is on GPU {int(gpu_side[i])}, and this copy runs on GPU "
-            f"{target}; copy_many moves data between the host and one GPU at a time"
-        )
-    if not upload:
-        for i, owner in enumerate(host_destinations):
-            if isinstance(owner, np.ndarray) and not owner.flags.writeable:
-                raise ValueError(f"pair {i} destination is a read-only array")
-            if isinstance(owner, memoryview) and owner.readonly:
-                raise ValueError(f"pair {i} destination is read-only")
-    host_kind = kinds[count:] if upload else kinds[:count]
-    pinned = bool(np.count_nonzero(host_kind == 1) == count)
-    memory = "pinned" if pinned else "pageable"
-    direction = "h2d" if upload else "d2h"
-    total = int(nbytes.sum())
-    host_mapped = mapped[count:] if upload else mapped[:count]
-    choice = _choose(engine, target, direction, memory, count, total, method)
-    _copier(engine, target).copy(
-        choice.method, upload, dst, src, nbytes, pinned, host_mapped if pinned else None
-    )
-    del keep
+        _check_positive(given, np.concatenate((dst, src, nbytes)))
+        batch = _e.resolve_addresses(dst, src, nbytes, target, classify, _refuse)
+    direction = "h2d" if batch.upload else "d2h"
+    memory = "pinned" if batch.pinned else "pageable"
+    choice = _choose(engine, batch.device, direction, memory, batch.count, batch.total, method)
+    _copier(engine, batch.device).copy_resolved(choice.method, batch)
     return choice
+
+
+def forget_memory_kinds() -> None:
+    """Forgets which memory each object's buffer is in. copy_many remembers it per object while
+    the object lives (the driver is asked once); call this after unregistering host memory
+    (cudaHostUnregister) that a live object still holds."""
+    _e.forget_memory_kinds()
+
+
+def _refuse(what: str, *args: Any) -> None:
+    """The error of a broken rule of a batch, found by the native reader: directions (kinds of
+    every end, count, upload), device (pair, its GPU, the call's GPU), read_only (pair)."""
+    if what == "directions":
+        kinds, count, upload = args
+        _refuse_directions(kinds, kinds >= 2, count, upload)
+    if what == "device":
+        i, gpu, target = args
+        raise ValueError(
+            f"pair {i}: its GPU buffer is on GPU {gpu}, and this copy runs on GPU {target}; "
+            "copy_many moves data between the host and one GPU at a time"
+        )
+    if what == "read_only":
+        raise ValueError(f"pair {args[0]} destination is read-only")
+    raise ValueError(f"copy_many: {what}")
 
 
 def _refuse_directions(kinds: np.ndarray, on_gpu: np.ndarray, count: int, upload: bool) -> None:

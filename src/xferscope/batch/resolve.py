@@ -25,6 +25,14 @@ class Side(NamedTuple):
 
 
 _torch_types: set[type] = set()  # tensor classes seen: the first check of every object
+# the native reader's codes (bindings/resolve.cpp): types it reads from then on without Python
+_READ_TORCH, _READ_CUPY = 1, 2
+
+
+def _read_natively(kind: type, reader: int) -> None:
+    from ..core.compiled import engine_module
+
+    engine_module().read_natively(kind, reader)
 
 
 class _DLDevice(ctypes.Structure):
@@ -116,8 +124,10 @@ def side(obj: Any, index: int, role: str) -> Side:
     module = kind.__module__
     if module.startswith("torch") and hasattr(obj, "data_ptr") and hasattr(obj, "nbytes"):
         _torch_types.add(kind)
+        _read_natively(kind, _READ_TORCH)
         return _tensor(obj, index, role)
     if module.startswith("cupy") and hasattr(obj, "data") and hasattr(obj, "flags"):
+        _read_natively(kind, _READ_CUPY)
         if not obj.flags.c_contiguous:
             raise ValueError(
                 f"{where} is a non-contiguous CuPy array (shape {obj.shape}, strides "

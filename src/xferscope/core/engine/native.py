@@ -60,6 +60,7 @@ class NativeEngine:
     measuring call first looks whether a stop was requested (interrupt.check)."""
 
     simulated = False
+    classifies_natively = True  # copy_many: pointer kinds from the driver, remembered natively
 
     def __init__(self) -> None:
         self._engine = engine_module()
@@ -487,6 +488,14 @@ class _NativeMany(_NativeHandle):
     ) -> None:
         with self._engine._translated():  # the caller's data: copied even while stopping
             self._handle.copy(method, upload, destinations, sources, sizes, pinned, mapped)
+
+    def copy_resolved(self, method: str, batch: Any) -> None:
+        """Copies a batch read by the native reader (xferscope._engine.resolve_pairs)."""
+        try:  # no context manager on the way of every call: the errors translated alike
+            self._engine._engine.copy_resolved(self._handle, method, batch)
+        except Exception:
+            with self._engine._translated():
+                raise
 
     def close(self) -> None:
         self.closed = True

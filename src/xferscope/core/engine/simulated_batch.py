@@ -142,5 +142,10 @@ class SimulatedManyCopier:
         self._engine.advance(seconds + copy_many_overhead(method, len(sizes)))
         self.calls.append((method, upload, len(sizes), pinned))
 
+    def copy_resolved(self, method: str, batch: Any) -> None:
+        mapped = batch.mapped if batch.pinned else None
+        self.copy(method, batch.upload, batch.destinations, batch.sources, batch.sizes,
+                  batch.pinned, mapped)  # fmt: skip
+
     def close(self) -> None:
         self.closed = True

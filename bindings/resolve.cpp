@@ -1,0 +1,415 @@
+// xferscope._engine's reading of copy_many's arguments (xferscope.batch.copy): the caller's pairs
+// of objects (or three arrays of addresses and sizes) turned into addresses, sizes and memory
+// kinds in one pass, with no Python code run for the common objects (PyTorch tensors, CuPy
+// arrays, NumPy arrays and other buffers) and no Python object made per piece. Whatever this
+// reader does not know, or finds wrong, goes to the Python reader (xferscope.batch.resolve),
+// which either reads it or raises the one clear error; the rules of a batch (one direction, one
+// GPU, writable destinations) are checked here, their messages made in Python.
+//
+// The memory kind of an object read here is remembered while the object lives (a weak
+// reference tells), so a batch of the same tensors asks the driver nothing on later calls. A
+// program that unregisters host memory (cudaHostUnregister) under a live object calls
+// forget_memory_kinds() before copying it again.
+#include <Python.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstdint>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "handle.hpp"
+#include "xferscope/error.hpp"
+#include "xferscope/many.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+namespace batch = xferscope::batch;
+using ManyHandle = xferscope::bindings::Handle<batch::ManyCopier>;
+
+namespace {
+
+// The types read without Python code, registered by xferscope.batch.resolve: PyTorch's tensor
+// classes and CuPy's ndarray (their attributes are read through the C API); anything with the
+// buffer protocol is read as a buffer.
+enum Reader : int { kTorch = 1, kCupy = 2 };
+std::vector<std::pair<PyTypeObject*, int>>& readers() {
+  static auto* types = new std::vector<std::pair<PyTypeObject*, int>>;
+  return *types;
+}
+
+PyObject* interned(const char* name) { return PyUnicode_InternFromString(name); }
+
+// One end of a copy as read: its address and bytes, whether it is read-only (a buffer's flag),
+// and whether its kind may be remembered (an object read here, that lives at least as long as
+// its memory).
+struct End {
+  std::uintptr_t address = 0;
+  std::size_t nbytes = 0;
+  bool read_only = false;
+  bool remembered = false;
+};
+
+bool as_size(PyObject* value, std::size_t& out) {
+  if (!value) return false;
+  out = PyLong_AsSize_t(value);
+  Py_DECREF(value);
+  return !(out == static_cast<std::size_t>(-1) && PyErr_Occurred());
+}
+
+bool as_address(PyObject* value, std::uintptr_t& out) {
+  if (!value) return false;
+  out = static_cast<std::uintptr_t>(PyLong_AsUnsignedLongLong(value));
+  Py_DECREF(value);
+  return !(out == static_cast<std::uintptr_t>(-1) && PyErr_Occurred());
+}
+
+bool truth(PyObject* value) {
+  if (!value) return false;
+  const bool yes = value == Py_True;
+  Py_DECREF(value);
+  return yes;
+}
+
+bool read_torch(PyObject* obj, End& e) {
+  static PyObject* const contiguous = interned("is_contiguous");
+  static PyObject* const data_ptr = interned("data_ptr");
+  static PyObject* const nbytes = interned("nbytes");
+  return truth(PyObject_CallMethodNoArgs(obj, contiguous)) &&
+         as_address(PyObject_CallMethodNoArgs(obj, data_ptr), e.address) &&
+         as_size(PyObject_GetAttr(obj, nbytes), e.nbytes);
+}
+
+bool read_cupy(PyObject* obj, End& e) {
+  static PyObject* const flags = interned("flags");
+  static PyObject* const c_contiguous = interned("c_contiguous");
+  static PyObject* const data = interned("data");
+  static PyObject* const ptr = interned("ptr");
+  static PyObject* const nbytes = interned("nbytes");
+  PyObject* f = PyObject_GetAttr(obj, flags);
+  if (!f || !truth(PyObject_GetAttr(f, c_contiguous))) {
+    Py_XDECREF(f);
+    return false;
+  }
+  Py_DECREF(f);
+  PyObject* d = PyObject_GetAttr(obj, data);
+  if (!d) return false;
+  const bool ok = as_address(PyObject_GetAttr(d, ptr), e.address);
+  Py_DECREF(d);
+  return ok && as_size(PyObject_GetAttr(obj, nbytes), e.nbytes);
+}
+
+// `obj` read without Python code; false (no error set) when the Python reader must decide.
+bool read(PyObject* obj, End& e) {
+  PyTypeObject* type = Py_TYPE(obj);
+  bool ok = false;
+  bool known = false;
+  for (const auto& [t, reader] : readers()) {
+    if (t != type) continue;
+    known = true;
+    ok = reader == kTorch ? read_torch(obj, e) : read_cupy(obj, e);
+    break;
+  }
+  if (!known && PyObject_CheckBuffer(obj)) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(obj, &view, PyBUF_C_CONTIGUOUS) == 0) {
+      e.address = reinterpret_cast<std::uintptr_t>(view.buf);
+      e.nbytes = static_cast<std::size_t>(view.len);
+      e.read_only = view.readonly != 0;
+      PyBuffer_Release(&view);
+      ok = true;
+    }
+  }
+  if (!ok) {
+    PyErr_Clear();
+    return false;
+  }
+  e.remembered = PyType_SUPPORTS_WEAKREFS(type);
+  return e.nbytes > 0 && e.address != 0;
+}
+
+// The memory kinds of objects read here, by object, while each lives (its weak reference).
+struct Known {
+  PyObject* ref;  // a weak reference to the object
+  std::uintptr_t address;
+  std::size_t nbytes;
+  batch::PointerInfo info;
+};
+constexpr std::size_t kKnownMost = 1 << 16;  // forgotten all at once beyond this many
+std::unordered_map<PyObject*, Known>& known() {
+  static auto* map = new std::unordered_map<PyObject*, Known>;
+  return *map;
+}
+
+void forget_all() {
+  for (auto& [obj, k] : known()) Py_XDECREF(k.ref);
+  known().clear();
+}
+
+bool alive(PyObject* ref, PyObject* obj) {
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject* target = nullptr;
+  if (PyWeakref_GetRef(ref, &target) <= 0) return false;
+  Py_DECREF(target);
+  return target == obj;
+#else
+  return PyWeakref_GetObject(ref) == obj;
+#endif
+}
+
+const batch::PointerInfo* recall(PyObject* obj, const End& e) {
+  auto it = known().find(obj);
+  if (it == known().end()) return nullptr;
+  const Known& k = it->second;
+  if (k.address == e.address && k.nbytes == e.nbytes && alive(k.ref, obj)) return &k.info;
+  Py_XDECREF(k.ref);
+  known().erase(it);
+  return nullptr;
+}
+
+void remember(PyObject* obj, const End& e, const batch::PointerInfo& info) {
+  if (known().size() >= kKnownMost) forget_all();
+  PyObject* ref = PyWeakref_NewRef(obj, nullptr);
+  if (!ref) {
+    PyErr_Clear();
+    return;
+  }
+  known()[obj] = Known{ref, e.address, e.nbytes, info};
+}
+
+using Addresses = nb::ndarray<const std::uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+template <typename T>
+nb::ndarray<nb::numpy, T, nb::ndim<1>> array_of(const std::vector<T>& values) {
+  auto* owned = new std::vector<T>(values);
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(owned->data(), {owned->size()}, owner);
+}
+
+template <typename T>
+std::vector<std::uint64_t> as_u64(const std::vector<T>& values) {
+  return {values.begin(), values.end()};
+}
+
+}  // namespace
+
+// A batch of copy_many read and checked: every piece's addresses and size, the direction, the
+// GPU, whether every host piece is pinned (and each host piece's address on the GPU).
+struct Resolved {
+  std::vector<std::uintptr_t> destinations, sources, mapped;
+  std::vector<std::size_t> sizes;
+  std::vector<nb::object> keep;  // what the Python reader returned: held while the copy runs
+  bool upload = true, pinned = true;
+  int device = 0;
+  std::size_t total = 0;
+};
+
+namespace {
+
+// The kinds of the ends (2 per piece: destinations, then sources); `remember_ends`: the objects
+// whose kinds may be recalled (null: none). `classify`: Python's classify_pointers (the
+// simulated engine's), else the driver's, remembered.
+std::vector<batch::PointerInfo> kinds_of(const std::vector<std::uintptr_t>& addresses,
+                                         const std::vector<PyObject*>* objects,
+                                         const std::vector<End>* ends, nb::handle classify) {
+  const std::size_t n = addresses.size();
+  std::vector<batch::PointerInfo> kinds(n);
+  std::vector<std::size_t> asked;
+  std::vector<std::uintptr_t> unknown;
+  const bool driver = classify.is_none();
+  for (std::size_t i = 0; i < n; ++i) {
+    const batch::PointerInfo* got = nullptr;
+    if (driver && objects && (*objects)[i] && (*ends)[i].remembered)
+      got = recall((*objects)[i], (*ends)[i]);
+    if (got) {
+      kinds[i] = *got;
+    } else {
+      asked.push_back(i);
+      unknown.push_back(addresses[i]);
+    }
+  }
+  if (asked.empty()) return kinds;
+  if (driver) {
+    std::vector<batch::PointerInfo> found;
+    {
+      nb::gil_scoped_release release;
+      found = batch::classify(unknown.data(), unknown.size());
+    }
+    for (std::size_t j = 0; j < asked.size(); ++j) {
+      const std::size_t i = asked[j];
+      kinds[i] = found[j];
+      if (objects && (*objects)[i] && (*ends)[i].remembered)
+        remember((*objects)[i], (*ends)[i], found[j]);
+    }
+    return kinds;
+  }
+  std::vector<std::uint64_t> plain(unknown.begin(), unknown.end());
+  nb::tuple got = nb::cast<nb::tuple>(classify(array_of(plain)));
+  auto kind = nb::cast<nb::ndarray<const std::int8_t, nb::ndim<1>>>(got[0]);
+  auto device = nb::cast<nb::ndarray<const std::int32_t, nb::ndim<1>>>(got[1]);
+  auto mapped = nb::cast<nb::ndarray<const std::uint64_t, nb::ndim<1>>>(got[2]);
+  for (std::size_t j = 0; j < asked.size(); ++j) {
+    batch::PointerInfo& k = kinds[asked[j]];
+    k.kind = static_cast<batch::PointerKind>(kind(j));
+    k.device = device(j);
+    k.mapped = static_cast<std::uintptr_t>(mapped(j));
+  }
+  return kinds;
+}
+
+// The rules of a batch: every piece one way between the host and one GPU (`device`, -1: the
+// first piece's), host destinations writable. A broken rule is `refuse`'s error (Python's
+// words): refuse("directions", kinds, count, upload), refuse("device", i, gpu, target),
+// refuse("read_only", i).
+void settle(Resolved& r, const std::vector<batch::PointerInfo>& kinds,
+            const std::vector<bool>* read_only, int device, nb::handle refuse) {
+  const std::size_t count = r.sizes.size();
+  auto on_gpu = [&](std::size_t i) { return static_cast<int>(kinds[i].kind) >= 2; };
+  r.upload = on_gpu(0) && !on_gpu(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    if (on_gpu(i) != r.upload || on_gpu(count + i) == r.upload) {
+      std::vector<std::int8_t> all(kinds.size());
+      for (std::size_t j = 0; j < kinds.size(); ++j)
+        all[j] = static_cast<std::int8_t>(kinds[j].kind);
+      refuse("directions", array_of(all), count, r.upload);
+      throw xferscope::UsageError("copy_many: the pairs go more than one way");
+    }
+  }
+  const std::size_t gpu_at = r.upload ? 0 : count, host_at = r.upload ? count : 0;
+  r.device = device >= 0 ? device : kinds[gpu_at].device;
+  r.pinned = true;
+  r.mapped.resize(count);
+  r.total = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const int gpu = kinds[gpu_at + i].device;
+    if (gpu != r.device) {
+      refuse("device", i, gpu, r.device);
+      throw xferscope::UsageError("copy_many: the pieces are on more than one GPU");
+    }
+    if (!r.upload && read_only && (*read_only)[i]) {
+      refuse("read_only", i);
+      throw xferscope::UsageError("copy_many: a destination is read-only");
+    }
+    const batch::PointerInfo& host = kinds[host_at + i];
+    r.pinned = r.pinned && host.kind == batch::PointerKind::pinned;
+    r.mapped[i] = host.mapped;
+    r.total += r.sizes[i];
+  }
+}
+
+// The pairs: each a (destination, source) tuple or list read here, else given to `slow_pair`
+// (Python: (pair, index) -> (destination address, source address, nbytes, destination
+// read-only, what to keep), or its error).
+Resolved resolve_pairs(nb::sequence pairs, int device, nb::handle classify, nb::handle slow_pair,
+                       nb::handle refuse) {
+  PyObject* fast = PySequence_Fast(pairs.ptr(), "copy_many: pairs must be a sequence");
+  if (!fast) throw nb::python_error();
+  nb::object list = nb::steal(fast);
+  const Py_ssize_t count = PySequence_Fast_GET_SIZE(list.ptr());
+  PyObject** items = PySequence_Fast_ITEMS(list.ptr());
+  Resolved r;
+  r.destinations.resize(count);
+  r.sources.resize(count);
+  r.sizes.resize(count);
+  std::vector<PyObject*> objects(2 * count, nullptr);
+  std::vector<End> ends(2 * count);
+  std::vector<bool> read_only(count, false);
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject* pair = items[i];
+    End& d = ends[i];
+    End& s = ends[count + i];
+    const bool two = (PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2) ||
+                     (PyList_CheckExact(pair) && PyList_GET_SIZE(pair) == 2);
+    PyObject* dst = two ? PySequence_Fast_ITEMS(pair)[0] : nullptr;
+    PyObject* src = two ? PySequence_Fast_ITEMS(pair)[1] : nullptr;
+    if (two && read(dst, d) && read(src, s) && d.nbytes == s.nbytes) {
+      objects[i] = dst;
+      objects[count + i] = src;
+      r.destinations[i] = d.address;
+      r.sources[i] = s.address;
+      r.sizes[i] = d.nbytes;
+      read_only[i] = d.read_only;
+      continue;
+    }
+    d = End{};
+    s = End{};
+    nb::tuple got = nb::cast<nb::tuple>(slow_pair(nb::handle(pair), i));
+    r.destinations[i] = nb::cast<std::uintptr_t>(got[0]);
+    r.sources[i] = nb::cast<std::uintptr_t>(got[1]);
+    r.sizes[i] = nb::cast<std::size_t>(got[2]);
+    read_only[i] = nb::cast<bool>(got[3]);
+    r.keep.push_back(nb::borrow(got[4]));
+  }
+  r.keep.push_back(list);
+  std::vector<std::uintptr_t> addresses(r.destinations);
+  addresses.insert(addresses.end(), r.sources.begin(), r.sources.end());
+  settle(r, kinds_of(addresses, &objects, &ends, classify), &read_only, device, refuse);
+  return r;
+}
+
+Resolved resolve_addresses(Addresses destinations, Addresses sources, Addresses sizes, int device,
+                           nb::handle classify, nb::handle refuse) {
+  const std::size_t count = destinations.shape(0);
+  Resolved r;
+  r.destinations.assign(destinations.data(), destinations.data() + count);
+  r.sources.assign(sources.data(), sources.data() + count);
+  r.sizes.assign(sizes.data(), sizes.data() + count);
+  std::vector<std::uintptr_t> addresses(r.destinations);
+  addresses.insert(addresses.end(), r.sources.begin(), r.sources.end());
+  settle(r, kinds_of(addresses, nullptr, nullptr, classify), nullptr, device, refuse);
+  return r;
+}
+
+}  // namespace
+
+// The copy of a resolved batch by the native copier (bindings/batch.cpp's ManyCopier).
+static void copy_resolved(ManyHandle& h, const std::string& method, const Resolved& r) {
+  batch::ManyCopier& c = h.get();
+  nb::gil_scoped_release release;
+  static_assert(sizeof(std::size_t) == sizeof(std::uintptr_t));
+  c.copy(method, r.upload, r.destinations.data(), r.sources.data(), r.sizes.data(), r.sizes.size(),
+         r.pinned, r.pinned ? r.mapped.data() : nullptr);
+}
+
+void bind_resolve(nb::module_& m) {
+  nb::class_<Resolved>(m, "ResolvedBatch", "A batch of copy_many, read and checked.")
+      .def_prop_ro("count", [](const Resolved& r) { return r.sizes.size(); })
+      .def_ro("upload", &Resolved::upload)
+      .def_ro("pinned", &Resolved::pinned)
+      .def_ro("device", &Resolved::device)
+      .def_ro("total", &Resolved::total)
+      .def_prop_ro(
+          "destinations", [](const Resolved& r) { return array_of(as_u64(r.destinations)); },
+          nb::rv_policy::move)
+      .def_prop_ro(
+          "sources", [](const Resolved& r) { return array_of(as_u64(r.sources)); },
+          nb::rv_policy::move)
+      .def_prop_ro(
+          "sizes", [](const Resolved& r) { return array_of(as_u64(r.sizes)); }, nb::rv_policy::move)
+      .def_prop_ro(
+          "mapped", [](const Resolved& r) { return array_of(as_u64(r.mapped)); },
+          nb::rv_policy::move);
+  m.def("resolve_pairs", &resolve_pairs, "pairs"_a, "device"_a, "classify"_a.none(), "slow_pair"_a,
+        "refuse"_a,
+        "copy_many's pairs read and checked (classify: Python's classify_pointers, or None for "
+        "the driver's, whose answers are remembered per live object).");
+  m.def("resolve_addresses", &resolve_addresses, "destinations"_a, "sources"_a, "sizes"_a,
+        "device"_a, "classify"_a.none(), "refuse"_a,
+        "copy_many's three arrays read and checked, as resolve_pairs.");
+  m.def(
+      "read_natively",
+      [](nb::handle type, int reader) {
+        auto* t = reinterpret_cast<PyTypeObject*>(type.ptr());
+        for (const auto& [known, r] : readers())
+          if (known == t) return;
+        Py_INCREF(type.ptr());  // held for the life of the process
+        readers().emplace_back(t, reader);
+      },
+      "type"_a, "reader"_a, "Reads objects of exactly this type natively: 1 PyTorch, 2 CuPy.");
+  m.def("copy_resolved", &copy_resolved, "copier"_a, "method"_a, "batch"_a,
+        "Copies a resolved batch by `method` through a ManyCopier; returns once it has landed.");
+  m.def("forget_memory_kinds", &forget_all,
+        "Forgets the memory kinds remembered per object (after cudaHostUnregister of memory "
+        "that a live object holds).");
+}
