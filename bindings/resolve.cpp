@@ -260,9 +260,9 @@ std::vector<batch::PointerInfo> kinds_of(const std::vector<std::uintptr_t>& addr
 }
 
 // The rules of a batch: every piece one way between the host and one GPU (`device`, -1: the
-// first piece's), host destinations writable. A broken rule is `refuse`'s error (Python's
-// words): refuse("directions", kinds, count, upload), refuse("device", i, gpu, target),
-// refuse("read_only", i).
+// first piece's), host destinations writable (and addresses and sizes positive). A broken rule
+// is `refuse`'s error (Python's words): refuse("directions", kinds, count, upload),
+// refuse("device", i, gpu, target), refuse("read_only", i), refuse("positive").
 void settle(Resolved& r, const std::vector<batch::PointerInfo>& kinds,
             const std::vector<bool>* read_only, int device, nb::handle refuse) {
   const std::size_t count = r.sizes.size();
@@ -352,6 +352,15 @@ Resolved resolve_pairs(nb::sequence pairs, int device, nb::handle classify, nb::
 Resolved resolve_addresses(Addresses destinations, Addresses sources, Addresses sizes, int device,
                            nb::handle classify, nb::handle refuse) {
   const std::size_t count = destinations.shape(0);
+  constexpr std::uint64_t largest = (std::uint64_t{1} << 63) - 2;  // above: negative or absurd
+  for (const Addresses* a : {&destinations, &sources, &sizes}) {
+    for (std::size_t i = 0; i < count; ++i) {
+      if ((*a)(i)-1 > largest) {  // 0 wraps round
+        refuse("positive");
+        throw xferscope::UsageError("copy_many: addresses and sizes are positive");
+      }
+    }
+  }
   Resolved r;
   r.destinations.assign(destinations.data(), destinations.data() + count);
   r.sources.assign(sources.data(), sources.data() + count);

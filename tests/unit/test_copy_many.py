@@ -439,3 +439,16 @@ def test_objects_read_natively_and_the_rest_by_python():
     with pytest.raises(ValueError, match="pair 0: the destination holds 64 bytes and the source"):
         copy_many([(Tensorish(GPU_BASE, 64), host[:4096])], engine=engine)
     assert base  # the pinned range the simulated driver was told of
+
+
+def test_the_rule_keeps_few_large_pinned_pieces_in_the_loop_and_stages_one_large_pageable():
+    """Measured on an H100 with PyTorch tensors: the kernel lost at 4 x 64 KiB up and won from
+    16 pieces; one pageable copy of 16 MiB went 1.8x faster staged than by cudaMemcpy."""
+    assert choose.rule("h2d", "pinned", 4, 64 << 10, True)[0] == "loop"
+    assert choose.rule("h2d", "pinned", 4, 4 << 10, True)[0] == "kernel"
+    assert choose.rule("h2d", "pinned", 16, 64 << 10, True)[0] == "kernel"
+    assert choose.rule("d2h", "pageable", 1, 16 << 20, True)[0] == "staged"
+    assert choose.rule("d2h", "pageable", 1, 1 << 20, True)[0] == "loop"
+    from xferscope.batch.copy import _e
+
+    assert "method: str" in _e.copy_resolved.__doc__  # a Python str reaches the native copy

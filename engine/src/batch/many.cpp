@@ -178,11 +178,13 @@ void ManyCopier::copy(const std::string& method, bool upload, const std::uintptr
   detail::DeviceGuard guard(device_);
   cudaStream_t stream = m.stream;
   // whatever happens, the stream is idle on return: nothing queued still reads the caller's
-  // buffers or this copier's table and staging, which the next call writes
+  // buffers or this copier's table and staging, which the next call writes (synchronized once:
+  // by the last line, or here when an error leaves early)
   struct Drain {
     cudaStream_t stream;
+    bool done = false;
     ~Drain() {
-      if (cudaStreamSynchronize(stream) != cudaSuccess) cudaGetLastError();
+      if (!done && cudaStreamSynchronize(stream) != cudaSuccess) cudaGetLastError();
     }
   } drain{stream};
   auto dst = [&](std::size_t i) { return reinterpret_cast<void*>(destinations[i]); };
@@ -280,6 +282,7 @@ void ManyCopier::copy(const std::string& method, bool upload, const std::uintptr
     throw UsageError("unknown copy_many method '" + method +
                      "' (loop, batch-stream, batch-call, batch-any, pack, staged, kernel)");
   }
+  drain.done = true;
   XFS_CUDA_CALL(cudaStreamSynchronize(stream));
 }
 

@@ -71,6 +71,10 @@ class Choice:
 # pinned buffer won while the pieces were small. Past these sizes the copy engines' bandwidth
 # decides and every method is about the loop.
 RULE_KERNEL_MAX = 64 << 10
+# On an H100 (copyapi_bench, PyTorch tensors) the kernel lost to PyTorch's loop at 4 x 64 KiB up
+# (44.8 us against 28.7) and won from 16 pieces (16 x 64 KiB: 61.9 against 92.3) and at 4 x 4 KiB
+# (23.5 against 29.1): few pieces larger than this go by the loop.
+RULE_KERNEL_FEW, RULE_KERNEL_FEW_MAX = 16, 16 << 10
 RULE_BATCH_API_MAX = 256 << 10
 RULE_PACK_MAX = 256 << 10
 # From pageable memory the staged copy's threads reached 46-51 GB/s for 1 GiB on an H200 and beat
@@ -86,8 +90,20 @@ RULE_STAGED_FROM = 4 << 20
 
 def rule(direction: str, memory: str, count: int, size: int, batch_api: bool) -> tuple[str, str]:
     """(method, reason) without a calibration."""
+    if memory == "pageable" and count * size >= RULE_STAGED_FROM:
+        return "staged", (
+            f"pageable batches of {format_bytes(RULE_STAGED_FROM)} or more move fastest through "
+            "the staged copy's threads, which pack the pieces into pinned chunks while the copy "
+            "engine moves the chunks before (built-in rule: no calibration here)"
+        )
     if count < 2:
         return "loop", "a single copy is one cudaMemcpyAsync (no calibration here)"
+    if memory == "pinned" and size > RULE_KERNEL_FEW_MAX and count < RULE_KERNEL_FEW:
+        return "loop", (
+            f"fewer than {RULE_KERNEL_FEW} pinned pieces of over "
+            f"{format_bytes(RULE_KERNEL_FEW_MAX)} move as fast by a loop of cudaMemcpyAsync as "
+            "by any batch method (built-in rule: no calibration here)"
+        )
     if memory == "pinned" and size <= RULE_KERNEL_MAX:
         return "kernel", (
             f"pieces of at most {format_bytes(RULE_KERNEL_MAX)} in pinned memory move fastest "
@@ -99,12 +115,6 @@ def rule(direction: str, memory: str, count: int, size: int, batch_api: bool) ->
             "pieces up to "
             f"{format_bytes(RULE_BATCH_API_MAX)} in pinned memory go fastest as one "
             "cudaMemcpyBatchAsync (built-in rule: no calibration here)"
-        )
-    if memory == "pageable" and count * size >= RULE_STAGED_FROM:
-        return "staged", (
-            f"pageable batches of {format_bytes(RULE_STAGED_FROM)} or more move fastest through "
-            "the staged copy's threads, which pack the pieces into pinned chunks while the copy "
-            "engine moves the chunks before (built-in rule: no calibration here)"
         )
     if memory == "pageable" and size <= RULE_PACK_MAX:
         return "pack", (

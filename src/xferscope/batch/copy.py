@@ -187,9 +187,14 @@ def copy_many(
             )
         if not len(dst):
             return Choice("loop", "h2d", "pinned", 0, 0, device or 0, "asked", "there was nothing")
-        given = {"destinations": destinations, "sources": sources, "sizes": sizes}
-        _check_positive(given, np.concatenate((dst, src, nbytes)))
-        batch = _e.resolve_addresses(dst, src, nbytes, target, classify, _refuse)
+
+        def refuse(what: str, *args: Any) -> None:
+            if what == "positive":  # which array holds which value: looked for only now
+                given = {"destinations": destinations, "sources": sources, "sizes": sizes}
+                _check_positive(given, np.concatenate((dst, src, nbytes)))
+            _refuse(what, *args)
+
+        batch = _e.resolve_addresses(dst, src, nbytes, target, classify, refuse)
     direction = "h2d" if batch.upload else "d2h"
     memory = "pinned" if batch.pinned else "pageable"
     choice = _choose(engine, batch.device, direction, memory, batch.count, batch.total, method)
