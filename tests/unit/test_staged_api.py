@@ -353,16 +353,34 @@ def shared(monkeypatch) -> Iterator[list[RecordingEngine]]:
     staged._close_shared()
 
 
-def test_module_functions_reuse_one_copier_per_device(shared):
+def test_module_functions_copy_as_copy_many_copies_one_piece(monkeypatch):
+    """copy_to_device / copy_to_host go through copy_many's reader, rule and copier (one per
+    GPU, kept): a plain copy for small pageable memory, the staged copy from 4 MiB, the size of
+    an address taken from the other end, and arguments that go the other way refused before
+    anything is copied."""
+    from xferscope.batch import copy as many
+
+    gpu_base = 0x1000_0000_0000  # below where the host maps memory
+    engine = SimulatedEngine(devices=2)
+    for d in range(2):
+        engine.register_memory(gpu_base + d * (1 << 40), 1 << 40, 2, d)
+    monkeypatch.setattr(many, "_engine", engine)
     host = np.zeros(64, dtype=np.uint8)
-    staged.copy_to_device(DEVICE, host)
-    staged.copy_to_host(host, DEVICE, 32)
-    staged.copy_to_device(DEVICE, host, device=0)
-    assert len(shared) == 1 and len(shared[0].copiers) == 1
-    assert [c[0] for c in shared[0].copiers[0].calls] == ["to_device", "to_host", "to_device"]
-    staged.copy_to_host(host, DEVICE, device=1)
-    assert len(shared) == 2 and shared[1].made == [(1, 0, 0)]
-    assert staged.shared_copier(0) is staged.shared_copier(0)
+    staged.copy_to_device(gpu_base, host)
+    staged.copy_to_host(host, gpu_base, 32)
+    staged.copy_to_device(gpu_base + (1 << 40), host, device=1)
+    big = np.zeros(4 << 20, dtype=np.uint8)
+    staged.copy_to_host(big, gpu_base)
+    first = many._copier(engine, 0)
+    assert [c[:3] for c in first.calls] == [
+        ("loop", True, 1),
+        ("loop", False, 1),
+        ("staged", False, 1),
+    ]
+    assert many._copier(engine, 1).calls == [("loop", True, 1, False)]
+    with pytest.raises(ValueError, match="copy_to_device copies host to GPU, and these buffers"):
+        staged.copy_to_device(host, gpu_base)
+    assert len(first.calls) == 3
 
 
 def test_shared_copiers_close_at_exit_and_reopen(shared):
@@ -374,7 +392,7 @@ def test_shared_copiers_close_at_exit_and_reopen(shared):
     assert second is not first and not second.closed
 
 
-def test_module_function_errors_are_the_same(shared):
+def test_module_function_errors_are_the_same():
     with pytest.raises(ValueError, match="not C-contiguous"):
         staged.copy_to_device(DEVICE, np.zeros(8)[::2])
     with pytest.raises(TypeError, match="nbytes is required"):

@@ -72,13 +72,20 @@ def _default_engine() -> Engine:
     return _engine
 
 
+_last: list[Any] = [None, -1, None]  # the last copier asked for: (engine, device, copier)
+
+
 def _copier(engine: Engine, device: int) -> Any:
+    last = _last
+    if last[0] is engine and last[1] == device and not last[2].closed:
+        return last[2]  # every call asks: the same one again, without the lock
     key = (engine, device)
     with _lock:
         copier = _copiers.get(key)
         if copier is None or copier.closed:  # closed: by the engine at a command's end
             copier = engine.many_copier(device)
             _copiers[key] = copier
+        _last[:] = [engine, device, copier]
         return copier
 
 
@@ -161,6 +168,48 @@ def copy_many(
     """Copies every pair, host to GPU or GPU to host, and returns what was done and why (a
     Choice: .method, .explain()). TypeError and ValueError for bad buffers, each naming the pair;
     xferscope's EngineError for the GPU side."""
+    return _copy(pairs, destinations, sources, sizes, device, method, engine, None)
+
+
+def copy_one(
+    destination: Any,
+    source: Any,
+    nbytes: int | None,
+    device: int | None,
+    upload: bool,
+    engine: Engine | None = None,
+) -> Choice:
+    """One copy (copy_to_device, copy_to_host) by copy_many's reader, rule and copier: one
+    cudaMemcpyAsync, or the staged copy for pageable memory from RULE_STAGED_FROM. `upload`:
+    the direction the caller named, checked before anything is copied."""
+    pair: tuple[Any, ...]
+    if nbytes is None:
+        ends = (destination, source)
+        addresses = [isinstance(e, (int, np.integer)) and not isinstance(e, bool) for e in ends]
+        if all(addresses):
+            raise TypeError("nbytes is required when both ends are addresses")
+        if any(addresses):  # the other end's size is the copy's
+            other = ends[addresses.index(False)]
+            held = side(other, 0, "destination" if addresses[1] else "source").nbytes
+            pair = (destination, source, held)
+        else:
+            pair = (destination, source)
+    else:
+        pair = (destination, source, nbytes)
+    return _copy([pair], None, None, None, device, None, engine, upload)
+
+
+def _copy(
+    pairs: Sequence[Any] | None,
+    destinations: Any,
+    sources: Any,
+    sizes: Any,
+    device: int | None,
+    method: str | None,
+    engine: Engine | None,
+    upload: bool | None,
+) -> Choice:
+    """copy_many's work; `upload` (not None): the direction the caller asked for."""
     if method is not None and method not in COPY_MANY_METHODS:
         raise ValueError(f"method {method!r} is not one of {', '.join(COPY_MANY_METHODS)}")
     engine = engine if engine is not None else _default_engine()
@@ -195,6 +244,13 @@ def copy_many(
             _refuse(what, *args)
 
         batch = _e.resolve_addresses(dst, src, nbytes, target, classify, refuse)
+    if upload is not None and batch.upload != upload:
+        wanted, found = ("host to GPU", "GPU to host") if upload else ("GPU to host", "host to GPU")
+        raise ValueError(
+            f"{'copy_to_device' if upload else 'copy_to_host'} copies {wanted}, and these buffers "
+            f"go {found}: swap the arguments, or call "
+            f"{'copy_to_host' if upload else 'copy_to_device'}"
+        )
     direction = "h2d" if batch.upload else "d2h"
     memory = "pinned" if batch.pinned else "pageable"
     choice = _choose(engine, batch.device, direction, memory, batch.count, batch.total, method)

@@ -14,9 +14,11 @@ managed 10.3 and 19.3 GB/s.
         copier.to_device(gpu, host)                     # or gpu.data_ptr() and nbytes
         copier.to_host(host, gpu)
 
-`copy_to_device` and `copy_to_host` do the same through one copier per GPU that is kept for
-the life of the process (creating one takes tens of milliseconds: threads, a memcpy probe and
-the pinned pool).
+`copy_to_device` and `copy_to_host` copy one buffer as `xferscope.copy_many` copies one piece
+(its reader takes PyTorch and CuPy tensors too): one cudaMemcpyAsync, as `tensor.copy_()` makes
+it, or the staged copy of copy_many's copier for pageable memory of 4 MiB or more.
+`shared_copier(device)` is one StagedCopier per GPU kept for the life of the process (creating
+one takes tens of milliseconds: threads, a memcpy probe and the pinned pool).
 
 The host side is a NumPy array, any object with the buffer protocol (bytes, bytearray,
 memoryview, array.array, ...) or a raw address with `nbytes`; it must be C-contiguous, and
@@ -425,12 +427,20 @@ def shared_copier(device: int = 0) -> StagedCopier:
 def copy_to_device(
     device_ptr: object, host: object, nbytes: int | None = None, device: int = 0
 ) -> None:
-    """StagedCopier.to_device through the shared copier of `device`."""
-    shared_copier(device).to_device(device_ptr, host, nbytes)
+    """Copies `nbytes` (default: all of `host`) from host memory to the GPU, as copy_many copies
+    one piece: one cudaMemcpyAsync (what tensor.copy_() does), or, from pageable memory of 4 MiB
+    or more, this module's staged copy. `host`: a NumPy array, a PyTorch or CuPy host tensor, any
+    buffer, or an address; `device_ptr`: a tensor or array on the GPU, or an address."""
+    from ..batch.copy import copy_one
+
+    copy_one(device_ptr, host, nbytes, device, upload=True)
 
 
 def copy_to_host(
     host: object, device_ptr: object, nbytes: int | None = None, device: int = 0
 ) -> None:
-    """StagedCopier.to_host through the shared copier of `device`."""
-    shared_copier(device).to_host(host, device_ptr, nbytes)
+    """Copies `nbytes` (default: all of `host`) from the GPU into host memory, as
+    copy_to_device does the other way."""
+    from ..batch.copy import copy_one
+
+    copy_one(host, device_ptr, nbytes, device, upload=False)
