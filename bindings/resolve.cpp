@@ -13,9 +13,15 @@
 #include <Python.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
+#include <chrono>
 #include <cstdint>
+#include <limits>
+#include <map>
+#include <string>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -382,6 +388,63 @@ static void copy_resolved(ManyHandle& h, const std::string& method, const Resolv
          r.pinned, r.pinned ? r.mapped.data() : nullptr);
 }
 
+namespace {
+
+// copy_many's decisions as the native path keeps them, by (GPU, upload, pinned, count, bytes,
+// method asked): the method, the Choice Python made (returned again), and until when it holds
+// (a decision left to the calibration or rule is made again after look_again_s, as Python's
+// are; a method asked for holds for good). Forgotten when a calibration is stored.
+using DecisionKey = std::tuple<int, bool, bool, std::size_t, std::size_t, std::string>;
+struct Decision {
+  std::string method;
+  nb::object choice;
+  double until;
+};
+std::map<DecisionKey, Decision>& decisions() {
+  static auto* map = new std::map<DecisionKey, Decision>;
+  return *map;
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// copy_many of pairs on the native engine in one call: read and checked (resolve_pairs), the
+// method decided (remembered, else `decide(direction, memory, count, bytes, device, asked)`,
+// Python's Choice), copied by the copier `copier_of(device)` gives; the Choice returned.
+// `upload` (0 or 1; -1: either): the way the caller named, refused otherwise before copying.
+nb::object copy_pairs(nb::sequence pairs, int device, std::optional<std::string> asked,
+                      double look_again_s, nb::handle decide, nb::handle copier_of,
+                      nb::handle slow_pair, nb::handle refuse, int upload) {
+  Resolved r = resolve_pairs(pairs, device, nb::none(), slow_pair, refuse);
+  if (upload >= 0 && r.upload != (upload == 1)) {  // the way the caller named (copy_to_device)
+    refuse("way", upload == 1);
+    throw xferscope::UsageError("copy_many: the buffers go the other way");
+  }
+  const std::size_t count = r.sizes.size();
+  DecisionKey key{r.device, r.upload, r.pinned, count, r.total, asked.value_or("")};
+  const double now = now_s();
+  auto it = decisions().find(key);
+  if (it == decisions().end() || now >= it->second.until) {
+    nb::object choice = decide(r.upload ? "h2d" : "d2h", r.pinned ? "pinned" : "pageable", count,
+                               r.total, r.device, asked ? nb::cast(*asked) : nb::none());
+    if (decisions().size() > 4096) decisions().clear();
+    const double until = asked ? std::numeric_limits<double>::infinity() : now + look_again_s;
+    it = decisions()
+             .insert_or_assign(
+                 key, Decision{nb::cast<std::string>(choice.attr("method")), choice, until})
+             .first;
+  }
+  Decision& d = it->second;
+  nb::object choice = d.choice;
+  const std::string method = d.method;
+  nb::object holder = copier_of(r.device);  // held while the copy runs
+  copy_resolved(nb::cast<ManyHandle&>(holder), method, r);
+  return choice;
+}
+
+}  // namespace
+
 void bind_resolve(nb::module_& m) {
   nb::class_<Resolved>(m, "ResolvedBatch", "A batch of copy_many, read and checked.")
       .def_prop_ro("count", [](const Resolved& r) { return r.sizes.size(); })
@@ -419,6 +482,12 @@ void bind_resolve(nb::module_& m) {
       "type"_a, "reader"_a, "Reads objects of exactly this type natively: 1 PyTorch, 2 CuPy.");
   m.def("copy_resolved", &copy_resolved, "copier"_a, "method"_a, "batch"_a,
         "Copies a resolved batch by `method` through a ManyCopier; returns once it has landed.");
+  m.def("copy_pairs", &copy_pairs, "pairs"_a, "device"_a, "asked"_a.none(), "look_again_s"_a,
+        "decide"_a, "copier_of"_a, "slow_pair"_a, "refuse"_a, "upload"_a = -1,
+        "copy_many of pairs on the native engine in one call; returns the Choice.");
+  m.def(
+      "forget_decisions", [] { decisions().clear(); },
+      "Forgets copy_many's decisions (a calibration was stored).");
   m.def("forget_memory_kinds", &forget_all,
         "Forgets the memory kinds remembered per object (after cudaHostUnregister of memory "
         "that a live object holds).");

@@ -214,3 +214,25 @@ def test_remembered_kinds_follow_a_tensor_whose_memory_changes(native_engine):
     assert copy_many(pairs).memory == "pageable"
     for g, h in zip(gpu, hosts, strict=True):
         assert torch.equal(g.cpu(), h)
+
+
+@pytest.mark.parametrize("pinned", [True, False])
+def test_copy_to_device_and_back_take_tensors(native_engine, pinned):
+    """copy_to_device / copy_to_host with PyTorch tensors, below and above the staged copy's
+    4 MiB; buffers given the wrong way round are refused before anything is copied."""
+    from xferscope import copy_to_device, copy_to_host
+
+    for n in (64, 5 << 20):
+        host = torch.randint(0, 255, (n,), dtype=torch.uint8)
+        host = host.pin_memory() if pinned else host
+        gpu = torch.zeros(n, dtype=torch.uint8, device="cuda")
+        torch.cuda.synchronize()
+        copy_to_device(gpu, host)
+        assert torch.equal(gpu.cpu(), host)
+        back = torch.zeros_like(host)
+        back = back.pin_memory() if pinned else back
+        copy_to_host(back, gpu)
+        assert torch.equal(back, host)
+        with pytest.raises(ValueError, match="copy_to_device copies host to GPU"):
+            copy_to_device(back, gpu)
+        assert torch.equal(back, host)

@@ -314,4 +314,7 @@ def save(result: BatchResult, gpu: str) -> Path:
     atomic_write(path, dumps_json(result))
     _looked.pop(gpu, None)  # this process uses it from its next copy
     DECISIONS.clear()
+    from ..core.compiled import engine_module
+
+    engine_module().forget_decisions()  # and the native path's
     return path

@@ -168,7 +168,52 @@ def copy_many(
     """Copies every pair, host to GPU or GPU to host, and returns what was done and why (a
     Choice: .method, .explain()). TypeError and ValueError for bad buffers, each naming the pair;
     xferscope's EngineError for the GPU side."""
+    if pairs is not None and engine is None and destinations is sources is sizes is None:
+        if method is not None and method not in COPY_MANY_METHODS:
+            raise ValueError(f"method {method!r} is not one of {', '.join(COPY_MANY_METHODS)}")
+        done = _native_copy(pairs, device, method, -1)
+        if done is not None:
+            return done
     return _copy(pairs, destinations, sources, sizes, device, method, engine, None)
+
+
+def _native_copy(
+    pairs: Sequence[Any], device: int | None, method: str | None, upload: int
+) -> Choice | None:
+    """The common call, on the default (native) engine: one native call reads, decides (the
+    decision remembered) and copies; None where the default engine is not native."""
+    native = _default_engine()
+    if not getattr(native, "classifies_natively", False) or not len(pairs):
+        return None
+    try:
+        return _e.copy_pairs(  # type: ignore[no-any-return]
+            pairs,
+            -1 if device is None else device,
+            method,
+            LOOK_AGAIN_S,
+            _decide,
+            _native_copier,
+            _slow_pair,
+            _refuse,
+            upload,
+        )
+    except Exception as exc:
+        if isinstance(exc, (TypeError, ValueError)) and not isinstance(exc, _e.UsageError):
+            raise  # the caller's buffers, named by the readers
+        with native._translated():  # type: ignore[attr-defined]
+            raise
+
+
+def _decide(
+    direction: str, memory: str, count: int, total: int, device: int, asked: str | None
+) -> Choice:
+    """copy_many's decision for the native path (_choose on the default engine)."""
+    return _choose(_default_engine(), device, direction, memory, count, total, asked)
+
+
+def _native_copier(device: int) -> Any:
+    """The native handle of the default engine's copier for `device`."""
+    return _copier(_default_engine(), device)._handle
 
 
 def copy_one(
@@ -196,6 +241,10 @@ def copy_one(
             pair = (destination, source)
     else:
         pair = (destination, source, nbytes)
+    if engine is None:
+        done = _native_copy([pair], device, None, int(upload))
+        if done is not None:
+            return done
     return _copy([pair], None, None, None, device, None, engine, upload)
 
 
@@ -245,12 +294,7 @@ def _copy(
 
         batch = _e.resolve_addresses(dst, src, nbytes, target, classify, refuse)
     if upload is not None and batch.upload != upload:
-        wanted, found = ("host to GPU", "GPU to host") if upload else ("GPU to host", "host to GPU")
-        raise ValueError(
-            f"{'copy_to_device' if upload else 'copy_to_host'} copies {wanted}, and these buffers "
-            f"go {found}: swap the arguments, or call "
-            f"{'copy_to_host' if upload else 'copy_to_device'}"
-        )
+        _refuse("way", upload)
     direction = "h2d" if batch.upload else "d2h"
     memory = "pinned" if batch.pinned else "pageable"
     choice = _choose(engine, batch.device, direction, memory, batch.count, batch.total, method)
@@ -267,7 +311,8 @@ def forget_memory_kinds() -> None:
 
 def _refuse(what: str, *args: Any) -> None:
     """The error of a broken rule of a batch, found by the native reader: directions (kinds of
-    every end, count, upload), device (pair, its GPU, the call's GPU), read_only (pair)."""
+    every end, count, upload), device (pair, its GPU, the call's GPU), read_only (pair), way
+    (the direction copy_to_device or copy_to_host was asked for)."""
     if what == "directions":
         kinds, count, upload = args
         _refuse_directions(kinds, kinds >= 2, count, upload)
@@ -279,6 +324,14 @@ def _refuse(what: str, *args: Any) -> None:
         )
     if what == "read_only":
         raise ValueError(f"pair {args[0]} destination is read-only")
+    if what == "way":  # copy_to_device / copy_to_host given buffers that go the other way
+        upload = args[0]
+        wanted, found = ("host to GPU", "GPU to host") if upload else ("GPU to host", "host to GPU")
+        raise ValueError(
+            f"{'copy_to_device' if upload else 'copy_to_host'} copies {wanted}, and these buffers "
+            f"go {found}: swap the arguments, or call "
+            f"{'copy_to_host' if upload else 'copy_to_device'}"
+        )
     raise ValueError(f"copy_many: {what}")
 
 
