@@ -135,10 +135,16 @@ def cell_figures(seconds: dict[str, list[float]], ours: str) -> dict[str, Any]:
     }
 
 
-def torch_part(args: Any, figures: dict, comparisons: list[dict]) -> None:
-    generator = torch.Generator(device="cuda").manual_seed(1)
+def part_cells(figures: dict, key: str, seed: int) -> tuple[torch.Generator, list[dict]]:
+    """A part's random source and its cells, kept in the record as they grow (a run stopped
+    early keeps what was measured)."""
     cells: list[dict] = []
-    figures["torch_cells"] = cells
+    figures[key] = cells
+    return torch.Generator(device="cuda").manual_seed(seed), cells
+
+
+def torch_part(args: Any, figures: dict, comparisons: list[dict]) -> None:
+    generator, cells = part_cells(figures, "torch_cells", seed=1)
     stream = torch.cuda.current_stream()
     for memory in ("pinned", "pageable"):
         for direction in ("h2d", "d2h"):
@@ -294,9 +300,7 @@ def cupy_part(args: Any, figures: dict, comparisons: list[dict]) -> None:
 
 
 def single_part(args: Any, figures: dict, comparisons: list[dict]) -> None:
-    generator = torch.Generator(device="cuda").manual_seed(3)
-    cells: list[dict] = []
-    figures["single_cells"] = cells
+    generator, cells = part_cells(figures, "single_cells", seed=3)
     stream = torch.cuda.current_stream()
     for memory in ("pinned", "pageable"):
         for direction in ("h2d", "d2h"):
@@ -356,9 +360,7 @@ def single_part(args: Any, figures: dict, comparisons: list[dict]) -> None:
 
 def overhead_part(args: Any, figures: dict, comparisons: list[dict]) -> None:
     """1-4 pieces: copy_many with tensors against its chosen method forced through addresses."""
-    generator = torch.Generator(device="cuda").manual_seed(4)
-    rows: list[dict] = []
-    figures["overhead_cells"] = rows
+    generator, rows = part_cells(figures, "overhead_cells", seed=4)
     for memory in ("pinned", "pageable"):
         for direction in ("h2d", "d2h"):
             for count in (1, 2, 4):

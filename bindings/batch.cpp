@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "arrays.hpp"
 #include "handle.hpp"
 #include "xferscope/error.hpp"
 #include "xferscope/many.hpp"
@@ -23,6 +24,8 @@ using namespace nb::literals;
 namespace batch = xferscope::batch;
 using BatchHandle = xferscope::bindings::Handle<batch::Batch>;
 using ManyHandle = xferscope::bindings::Handle<batch::ManyCopier>;
+using xferscope::bindings::Addresses;
+using xferscope::bindings::array_of;
 
 namespace {
 
@@ -37,16 +40,6 @@ batch::BatchSpec spec_of(int device, const std::string& direction, const std::st
   s.scattered = scattered;
   s.seed = seed;
   return s;
-}
-
-using Addresses = nb::ndarray<const std::uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-
-// A new 1-D NumPy array owning a copy of `values`.
-template <typename T>
-nb::ndarray<nb::numpy, T, nb::ndim<1>> array_of(std::vector<T> values) {
-  auto* owned = new std::vector<T>(std::move(values));
-  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
-  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(owned->data(), {owned->size()}, owner);
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "arrays.hpp"
 #include "handle.hpp"
 #include "xferscope/error.hpp"
 #include "xferscope/many.hpp"
@@ -34,6 +35,8 @@ namespace nb = nanobind;
 using namespace nb::literals;
 namespace batch = xferscope::batch;
 using ManyHandle = xferscope::bindings::Handle<batch::ManyCopier>;
+using xferscope::bindings::Addresses;
+using xferscope::bindings::array_of;
 
 namespace {
 
@@ -185,15 +188,7 @@ void remember(PyObject* obj, const End& e, const batch::PointerInfo& info) {
   known()[obj] = Known{ref, e.address, e.nbytes, info};
 }
 
-using Addresses = nb::ndarray<const std::uint64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-
-template <typename T>
-nb::ndarray<nb::numpy, T, nb::ndim<1>> array_of(const std::vector<T>& values) {
-  auto* owned = new std::vector<T>(values);
-  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
-  return nb::ndarray<nb::numpy, T, nb::ndim<1>>(owned->data(), {owned->size()}, owner);
-}
-
+// The values as 64-bit unsigned integers, for an array_of
 template <typename T>
 std::vector<std::uint64_t> as_u64(const std::vector<T>& values) {
   return {values.begin(), values.end()};
@@ -214,9 +209,9 @@ struct Resolved {
 
 namespace {
 
-// The kinds of the ends (2 per piece: destinations, then sources); `remember_ends`: the objects
-// whose kinds may be recalled (null: none). `classify`: Python's classify_pointers (the
-// simulated engine's), else the driver's, remembered.
+// The kinds of the ends (2 per piece: destinations, then sources); `objects` and `ends`: the
+// objects read natively and how, whose kinds may be recalled (null: none). `classify`: Python's
+// classify_pointers (the simulated engine's), else the driver's, remembered.
 std::vector<batch::PointerInfo> kinds_of(const std::vector<std::uintptr_t>& addresses,
                                          const std::vector<PyObject*>* objects,
                                          const std::vector<End>* ends, nb::handle classify) {
@@ -251,8 +246,7 @@ std::vector<batch::PointerInfo> kinds_of(const std::vector<std::uintptr_t>& addr
     }
     return kinds;
   }
-  std::vector<std::uint64_t> plain(unknown.begin(), unknown.end());
-  nb::tuple got = nb::cast<nb::tuple>(classify(array_of(plain)));
+  nb::tuple got = nb::cast<nb::tuple>(classify(array_of(as_u64(unknown))));
   auto kind = nb::cast<nb::ndarray<const std::int8_t, nb::ndim<1>>>(got[0]);
   auto device = nb::cast<nb::ndarray<const std::int32_t, nb::ndim<1>>>(got[1]);
   auto mapped = nb::cast<nb::ndarray<const std::uint64_t, nb::ndim<1>>>(got[2]);
@@ -279,7 +273,7 @@ void settle(Resolved& r, const std::vector<batch::PointerInfo>& kinds,
       std::vector<std::int8_t> all(kinds.size());
       for (std::size_t j = 0; j < kinds.size(); ++j)
         all[j] = static_cast<std::int8_t>(kinds[j].kind);
-      refuse("directions", array_of(all), count, r.upload);
+      refuse("directions", array_of(std::move(all)), count, r.upload);
       throw xferscope::UsageError("copy_many: the pairs go more than one way");
     }
   }

@@ -39,7 +39,7 @@ import numpy as np
 from ..core.compiled import engine_module
 from ..core.engine import Engine
 from .choose import DECISIONS, LOOK_AGAIN_S, Choice, gpu_key, load, rule
-from .resolve import side
+from .resolve import is_address, side
 
 _e = engine_module()
 COPY_MANY_METHODS: tuple[str, ...] = tuple(_e.COPY_MANY_METHODS)
@@ -168,9 +168,9 @@ def copy_many(
     """Copies every pair, host to GPU or GPU to host, and returns what was done and why (a
     Choice: .method, .explain()). TypeError and ValueError for bad buffers, each naming the pair;
     xferscope's EngineError for the GPU side."""
+    if method is not None and method not in COPY_MANY_METHODS:
+        raise ValueError(f"method {method!r} is not one of {', '.join(COPY_MANY_METHODS)}")
     if pairs is not None and engine is None and destinations is sources is sizes is None:
-        if method is not None and method not in COPY_MANY_METHODS:
-            raise ValueError(f"method {method!r} is not one of {', '.join(COPY_MANY_METHODS)}")
         done = _native_copy(pairs, device, method, -1)
         if done is not None:
             return done
@@ -197,9 +197,7 @@ def _native_copy(
             _refuse,
             upload,
         )
-    except Exception as exc:
-        if isinstance(exc, (TypeError, ValueError)) and not isinstance(exc, _e.UsageError):
-            raise  # the caller's buffers, named by the readers
+    except Exception:  # the engine's errors translated; the readers' go through as they are
         with native._translated():  # type: ignore[attr-defined]
             raise
 
@@ -230,7 +228,7 @@ def copy_one(
     pair: tuple[Any, ...]
     if nbytes is None:
         ends = (destination, source)
-        addresses = [isinstance(e, (int, np.integer)) and not isinstance(e, bool) for e in ends]
+        addresses = [is_address(e) for e in ends]
         if all(addresses):
             raise TypeError("nbytes is required when both ends are addresses")
         if any(addresses):  # the other end's size is the copy's
@@ -258,9 +256,8 @@ def _copy(
     engine: Engine | None,
     upload: bool | None,
 ) -> Choice:
-    """copy_many's work; `upload` (not None): the direction the caller asked for."""
-    if method is not None and method not in COPY_MANY_METHODS:
-        raise ValueError(f"method {method!r} is not one of {', '.join(COPY_MANY_METHODS)}")
+    """copy_many's work (its method already checked); `upload` (not None): the direction the
+    caller asked for."""
     engine = engine if engine is not None else _default_engine()
     # the driver's answers, remembered per live object, for the native engine; the engine's own
     # classify_pointers for any other (the simulated engine's memory map)
@@ -270,7 +267,7 @@ def _copy(
         if destinations is not None or sources is not None or sizes is not None:
             raise TypeError("give either pairs or destinations, sources and sizes, not both")
         if not len(pairs):
-            return Choice("loop", "h2d", "pinned", 0, 0, device or 0, "asked", "there was nothing")
+            return _nothing(device)
         batch = _e.resolve_pairs(pairs, target, classify, _slow_pair, _refuse)
     else:
         if destinations is None or sources is None or sizes is None:
@@ -284,7 +281,7 @@ def _copy(
                 f"{len(nbytes)})"
             )
         if not len(dst):
-            return Choice("loop", "h2d", "pinned", 0, 0, device or 0, "asked", "there was nothing")
+            return _nothing(device)
 
         def refuse(what: str, *args: Any) -> None:
             if what == "positive":  # which array holds which value: looked for only now
@@ -300,6 +297,11 @@ def _copy(
     choice = _choose(engine, batch.device, direction, memory, batch.count, batch.total, method)
     _copier(engine, batch.device).copy_resolved(choice.method, batch)
     return choice
+
+
+def _nothing(device: int | None) -> Choice:
+    """What copy_many did with no pairs."""
+    return Choice("loop", "h2d", "pinned", 0, 0, device or 0, "asked", "there was nothing")
 
 
 def forget_memory_kinds() -> None:

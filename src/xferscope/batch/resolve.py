@@ -108,13 +108,18 @@ def _tensor(obj: Any, index: int, role: str) -> Side:
     return Side(obj.data_ptr(), obj.nbytes, obj)
 
 
+def is_address(obj: Any) -> bool:
+    """Whether `obj` is given as a raw address: an int or NumPy integer, never a bool."""
+    return isinstance(obj, (int, np.integer)) and not isinstance(obj, bool)
+
+
 def side(obj: Any, index: int, role: str) -> Side:
     """`obj` as one end of a copy, the `role` (destination, source) of pair `index`."""
     kind = type(obj)
     if kind in _torch_types:  # the common case first: tensors, a set lookup
         return _tensor(obj, index, role)
     where = f"pair {index} {role}"
-    if isinstance(obj, (int, np.integer)) and not isinstance(obj, bool):
+    if is_address(obj):
         address = int(obj)
         if address <= 0:
             raise ValueError(f"{where} address {address} is not a valid address")
