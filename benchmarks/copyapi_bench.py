@@ -50,12 +50,14 @@ from foundation import bench_parser, comparison, write_record
 from xferscope import copy_many, copy_to_device, copy_to_host
 from xferscope.batch import copy as many
 from xferscope.core.engine import NativeEngine
+from xferscope.core.errors import XferscopeError
 from xferscope.core.machine import collect
 
 COUNTS = (1, 4, 16, 64, 256, 1024)
 SIZES = (64, 4096, 65536, 1 << 20)
 SINGLE_SIZES = (64, 4096, 65536, 1 << 20, 16 << 20, 256 << 20)
 PARTS = ("torch", "cupy", "single", "overhead")
+MOST_BYTES = 8 << 30  # a cell's pieces on one side
 INJECTED: set[str] = set()  # --inject: methods whose verified copy is corrupted afterwards
 
 
@@ -408,6 +410,15 @@ PART_FUNCTIONS = {
 }  # fmt: skip
 
 
+def positive_list(parser: Any, option: str, text: str, most: int) -> list[int]:
+    """`text` as a comma-separated list of whole numbers from 1 to `most`, else parser.error."""
+    values = [v.strip() for v in text.split(",")]
+    if not all(v.isascii() and v.isdigit() and 0 < int(v) <= most for v in values):
+        parser.error(f"{option}: '{text}' is not a comma-separated list of whole numbers from 1 "
+                     f"to {most}")  # fmt: skip
+    return [int(v) for v in values]
+
+
 def main() -> None:
     parser = bench_parser(__doc__)
     parser.add_argument("--trials", type=int, default=15)
@@ -416,15 +427,29 @@ def main() -> None:
     parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
     parser.add_argument("--inject", default="", help="methods whose verified copy is corrupted")
     args = parser.parse_args()
-    args.counts = [int(c) for c in args.counts.split(",")]
-    args.sizes = [int(s) for s in args.sizes.split(",")]
+    args.counts = positive_list(parser, "--counts", args.counts, 1 << 16)
+    args.sizes = positive_list(parser, "--sizes", args.sizes, 1 << 30)
+    most = max(args.counts) * max(args.sizes)
+    if most > MOST_BYTES:
+        parser.error(
+            f"--counts x --sizes: {most} B a side is more than this benchmark's "
+            f"{MOST_BYTES >> 30} GiB"
+        )
+    if args.trials < 2:
+        parser.error(f"--trials: {args.trials} is too few for quartiles (2 or more)")
     INJECTED.update(m for m in args.inject.split(",") if m)
+    if INJECTED - {"copy_many", "torch_loop", "torch_foreach", "cupy_loop", "xferscope",
+                   "torch_copy_"}:  # fmt: skip
+        parser.error(f"--inject: {args.inject} names no method this benchmark times")
     parts = [p for p in args.parts.split(",") if p]
     bad = [p for p in parts if p not in PARTS]
     if bad:
         parser.error(f"--parts: {', '.join(bad)} not among {', '.join(PARTS)}")
-    engine = NativeEngine()
-    meta = collect(engine, [0])
+    try:
+        engine = NativeEngine()
+        meta = collect(engine, [0])
+    except XferscopeError as exc:
+        raise SystemExit(f"copyapi_bench: {exc}") from None
     comparisons: list[dict] = []
     figures: dict = {"trials": args.trials, "parts": parts}
 

@@ -131,6 +131,8 @@ def main() -> None:
     parser.add_argument("--settle", type=int, default=SETTLE)
     parser.add_argument("--profile", default=None)
     args = parser.parse_args()
+    if args.settle < 0:
+        parser.error(f"--settle: {args.settle} is not a number of steps (0 or more)")
     profiler = (
         torch.profiler.profile(
             activities=[

@@ -167,13 +167,18 @@ def main() -> None:
         "past the first two, which take the interrupts",
     )
     args = parser.parse_args()
+    if args.into and not Path(args.into).is_file():  # a FIFO or a directory is not a record
+        parser.error(f"--into: {args.into} is not a record file")
     for name in [k for k in VARIANTS if k not in args.variants.split(",")]:
         del VARIANTS[name]
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     if parts == ["summary"]:
         if not args.into:
             parser.error("--parts summary: name the record with --into FILE")
-        summarize(Path(args.into), Path(args.out))
+        try:
+            summarize(Path(args.into), Path(args.out))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            parser.error(f"--into: cannot summarize {args.into}: {exc!r}"[:300])
         return
     unknown = [p for p in parts if p not in PARTS]
     if unknown:

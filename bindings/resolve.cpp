@@ -262,7 +262,7 @@ std::vector<batch::PointerInfo> kinds_of(const std::vector<std::uintptr_t>& addr
 // The rules of a batch: every piece one way between the host and one GPU (`device`, -1: the
 // first piece's), host destinations writable (and addresses and sizes positive). A broken rule
 // is `refuse`'s error (Python's words): refuse("directions", kinds, count, upload),
-// refuse("device", i, gpu, target), refuse("read_only", i), refuse("positive").
+// refuse("device", i, gpu, target), refuse("read_only", i), refuse("positive", which array).
 void settle(Resolved& r, const std::vector<batch::PointerInfo>& kinds,
             const std::vector<bool>* read_only, int device, nb::handle refuse) {
   const std::size_t count = r.sizes.size();
@@ -353,10 +353,11 @@ Resolved resolve_addresses(Addresses destinations, Addresses sources, Addresses 
                            nb::handle classify, nb::handle refuse) {
   const std::size_t count = destinations.shape(0);
   constexpr std::uint64_t largest = (std::uint64_t{1} << 63) - 2;  // above: negative or absurd
-  for (const Addresses* a : {&destinations, &sources, &sizes}) {
+  const Addresses* arrays[] = {&destinations, &sources, &sizes};
+  for (int which = 0; which < 3; ++which) {
     for (std::size_t i = 0; i < count; ++i) {
-      if ((*a)(i)-1 > largest) {  // 0 wraps round
-        refuse("positive");
+      if ((*arrays[which])(i)-1 > largest) {  // 0 wraps round
+        refuse("positive", which);
         throw xferscope::UsageError("copy_many: addresses and sizes are positive");
       }
     }

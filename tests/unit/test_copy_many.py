@@ -429,7 +429,8 @@ def test_objects_read_natively_and_the_rest_by_python():
         8,
         8 * 4096,
     )
-    small = np.zeros(64, np.uint8)
+    small = np.zeros(64, np.uint8)  # told to be pageable: wherever the host put it
+    engine.register_memory(int(small.__array_interface__["data"][0]), small.nbytes, 0)
     down = copy_many(
         [(host[:4096], Tensorish(GPU_BASE, 4096)), (small, Tensorish(GPU_BASE, 64))], engine=engine
     )

@@ -366,10 +366,12 @@ def test_module_functions_copy_as_copy_many_copies_one_piece(monkeypatch):
         engine.register_memory(gpu_base + d * (1 << 40), 1 << 40, 2, d)
     monkeypatch.setattr(many, "_engine", engine)
     host = np.zeros(64, dtype=np.uint8)
+    big = np.zeros(4 << 20, dtype=np.uint8)
+    for a in (host, big):  # pageable, wherever the host put them
+        engine.register_memory(int(a.__array_interface__["data"][0]), a.nbytes, 0)
     staged.copy_to_device(gpu_base, host)
     staged.copy_to_host(host, gpu_base, 32)
     staged.copy_to_device(gpu_base + (1 << 40), host, device=1)
-    big = np.zeros(4 << 20, dtype=np.uint8)
     staged.copy_to_host(big, gpu_base)
     first = many._copier(engine, 0)
     assert [c[:3] for c in first.calls] == [

@@ -128,12 +128,9 @@ def _slow_pair(pair: Any, i: int) -> tuple[int, int, int, bool, tuple[object, ob
     return d.address, s.address, n, read_only, (d.keep, s.keep)
 
 
-_LARGEST = np.uint64((1 << 63) - 2)  # an address or size above this is negative or absurd
-
-
 def _addresses(values: Any, name: str) -> np.ndarray:
     """`values` as a C-contiguous uint64 array; whether each is positive is checked later, for
-    all three arrays at once (_check_positive)."""
+    all three arrays at once (by the native reader)."""
     if type(values) is np.ndarray and values.ndim == 1 and values.dtype.kind in "iu":
         return np.ascontiguousarray(values, dtype=np.uint64)  # the common case, fast
     try:
@@ -143,16 +140,6 @@ def _addresses(values: Any, name: str) -> np.ndarray:
     if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
         raise TypeError(f"{name} must be a 1-D sequence of integers")
     return np.ascontiguousarray(array, dtype=np.uint64)
-
-
-def _check_positive(given: dict[str, Any], arrays: np.ndarray) -> None:
-    """ValueError naming the first of destinations, sources and sizes (concatenated in
-    `arrays`, each of len(arrays) // 3) that holds a value below 1: one pass over all three."""
-    bad = arrays - np.uint64(1) > _LARGEST  # 0 wraps round, negatives are huge
-    if np.count_nonzero(bad):
-        name = list(given)[int(np.flatnonzero(bad)[0]) // (len(arrays) // 3)]
-        value = int(np.asarray(given[name]).min())
-        raise ValueError(f"{name} holds {value}: addresses and sizes are positive")
 
 
 def copy_many(
@@ -284,9 +271,11 @@ def _copy(
             return _nothing(device)
 
         def refuse(what: str, *args: Any) -> None:
-            if what == "positive":  # which array holds which value: looked for only now
+            if what == "positive":  # the array (0, 1, 2) that holds a value below 1
+                name = ("destinations", "sources", "sizes")[args[0]]
                 given = {"destinations": destinations, "sources": sources, "sizes": sizes}
-                _check_positive(given, np.concatenate((dst, src, nbytes)))
+                value = int(np.asarray(given[name]).min())
+                raise ValueError(f"{name} holds {value}: addresses and sizes are positive")
             _refuse(what, *args)
 
         batch = _e.resolve_addresses(dst, src, nbytes, target, classify, refuse)
