@@ -52,6 +52,8 @@ class Handle {
     return *object_;
   }
 
+  bool closed() const noexcept { return !object_; }
+
   // The object, shared, for a handle whose object must outlive this one's close().
   std::shared_ptr<T> share() const {
     get();

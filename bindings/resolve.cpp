@@ -40,12 +40,63 @@ using xferscope::bindings::array_of;
 
 namespace {
 
+// DLPack's C exchange API (dlpack.h 1.2 and later): a framework sets __dlpack_c_exchange_api__
+// on its tensor type, a table of C functions; dltensor_from_py_object_no_sync fills a DLTensor
+// for one object in a single C call, no Python code run. The layouts are the standard's.
+struct DLTensorView {
+  void* data;
+  std::int32_t device_type, device_id;
+  std::int32_t ndim;
+  std::uint8_t code, bits;
+  std::uint16_t lanes;
+  std::int64_t* shape;
+  std::int64_t* strides;  // in elements; null: compact
+  std::uint64_t byte_offset;
+};
+using DLTensorFrom = int (*)(void* py_object, DLTensorView* out);
+struct DLPackExchangeTable {
+  std::uint32_t major, minor;  // the header: the version, then an older table
+  void* older;
+  void* managed_tensor_allocator;
+  void* managed_tensor_from_py_object_no_sync;
+  void* managed_tensor_to_py_object_no_sync;
+  DLTensorFrom dltensor_from_py_object_no_sync;  // may be null
+  void* current_work_stream;
+};
+
+// `type`'s DLPack exchange function, or null: the attribute is a capsule (PyTorch's) or an
+// integer address (the standard's first form), of major version 1
+DLTensorFrom exchange_of(PyTypeObject* type) {
+  PyObject* api =
+      PyObject_GetAttrString(reinterpret_cast<PyObject*>(type), "__dlpack_c_exchange_api__");
+  if (!api) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  void* table = nullptr;
+  if (PyCapsule_CheckExact(api)) {
+    table = PyCapsule_GetPointer(api, PyCapsule_GetName(api));
+  } else if (PyLong_Check(api)) {
+    table = PyLong_AsVoidPtr(api);
+  }
+  Py_DECREF(api);  // the table lives as long as the process (the standard's rule)
+  PyErr_Clear();
+  const auto* t = static_cast<const DLPackExchangeTable*>(table);
+  return t && t->major == 1 ? t->dltensor_from_py_object_no_sync : nullptr;
+}
+
 // The types read without Python code, registered by xferscope.batch.resolve: PyTorch's tensor
-// classes and CuPy's ndarray (their attributes are read through the C API); anything with the
-// buffer protocol is read as a buffer.
-enum Reader : int { kTorch = 1, kCupy = 2 };
-std::vector<std::pair<PyTypeObject*, int>>& readers() {
-  static auto* types = new std::vector<std::pair<PyTypeObject*, int>>;
+// classes and CuPy's ndarray (their attributes are read through the C API, or in one C call
+// through DLPack's exchange API where the type has it and Python allowed it); anything with
+// the buffer protocol is read as a buffer.
+enum Reader : int { kTorch = 1, kCupy = 2, kExchange = 4 };
+struct TypeReader {
+  PyTypeObject* type;
+  int reader;
+  DLTensorFrom exchange;  // null: read by attributes
+};
+std::vector<TypeReader>& readers() {
+  static auto* types = new std::vector<TypeReader>;
   return *types;
 }
 
@@ -110,15 +161,42 @@ bool read_cupy(PyObject* obj, End& e) {
   return ok && as_size(PyObject_GetAttr(obj, nbytes), e.nbytes);
 }
 
+// `obj` read in one call of its type's DLPack exchange function; false (no error set) where it
+// cannot be (an error, a non-contiguous or sub-byte layout): the attributes are read then.
+bool read_exchange(DLTensorFrom from, PyObject* obj, End& e) {
+  DLTensorView t{};
+  if (from(obj, &t) != 0) {
+    PyErr_Clear();
+    return false;
+  }
+  const std::size_t unit = std::size_t{t.bits} * t.lanes;
+  if (unit == 0 || unit % 8 != 0 || t.ndim < 0) return false;
+  std::size_t elements = 1;
+  std::int64_t step = 1;  // the stride a compact layout has at this dimension
+  bool compact = true;
+  for (std::int32_t i = t.ndim - 1; i >= 0; --i) {
+    const std::int64_t n = t.shape[i];
+    if (n < 0) return false;
+    if (t.strides && n > 1 && t.strides[i] != step) compact = false;
+    step *= n;
+    elements *= static_cast<std::size_t>(n);
+  }
+  if (!compact && elements > 1) return false;
+  e.address = reinterpret_cast<std::uintptr_t>(t.data) + t.byte_offset;
+  e.nbytes = elements * (unit / 8);
+  return true;
+}
+
 // `obj` read without Python code; false (no error set) when the Python reader must decide.
 bool read(PyObject* obj, End& e) {
   PyTypeObject* type = Py_TYPE(obj);
   bool ok = false;
   bool known = false;
-  for (const auto& [t, reader] : readers()) {
-    if (t != type) continue;
+  for (const TypeReader& r : readers()) {
+    if (r.type != type) continue;
     known = true;
-    ok = reader == kTorch ? read_torch(obj, e) : read_cupy(obj, e);
+    ok = (r.exchange && read_exchange(r.exchange, obj, e)) ||
+         (r.reader & kTorch ? read_torch(obj, e) : read_cupy(obj, e));
     break;
   }
   if (!known && PyObject_CheckBuffer(obj)) {
@@ -386,13 +464,15 @@ static void copy_resolved(ManyHandle& h, const std::string& method, const Resolv
 namespace {
 
 // copy_many's decisions as the native path keeps them, by (GPU, upload, pinned, count, bytes,
-// method asked): the method, the Choice Python made (returned again), and until when it holds
-// (a decision left to the calibration or rule is made again after look_again_s, as Python's
-// are; a method asked for holds for good). Forgotten when a calibration is stored.
+// method asked): the method, the Choice Python made (returned again), the GPU's copier, and
+// until when it holds (a decision left to the calibration or rule is made again after
+// look_again_s, as Python's are; a method asked for holds for good). Forgotten when a
+// calibration is stored.
 using DecisionKey = std::tuple<int, bool, bool, std::size_t, std::size_t, std::string>;
 struct Decision {
   std::string method;
   nb::object choice;
+  nb::object copier;  // a ManyHandle: asked for again once closed (an engine closed it)
   double until;
 };
 std::map<DecisionKey, Decision>& decisions() {
@@ -426,15 +506,16 @@ nb::object copy_pairs(nb::sequence pairs, int device, std::optional<std::string>
     if (decisions().size() > 4096) decisions().clear();
     const double until = asked ? std::numeric_limits<double>::infinity() : now + look_again_s;
     it = decisions()
-             .insert_or_assign(
-                 key, Decision{nb::cast<std::string>(choice.attr("method")), choice, until})
+             .insert_or_assign(key, Decision{nb::cast<std::string>(choice.attr("method")), choice,
+                                             copier_of(r.device), until})
              .first;
   }
   Decision& d = it->second;
+  if (nb::cast<ManyHandle&>(d.copier).closed()) d.copier = copier_of(r.device);
   nb::object choice = d.choice;
+  nb::object copier = d.copier;  // held while the copy runs (the map may change meanwhile)
   const std::string method = d.method;
-  nb::object holder = copier_of(r.device);  // held while the copy runs
-  copy_resolved(nb::cast<ManyHandle&>(holder), method, r);
+  copy_resolved(nb::cast<ManyHandle&>(copier), method, r);
   return choice;
 }
 
@@ -469,12 +550,24 @@ void bind_resolve(nb::module_& m) {
       "read_natively",
       [](nb::handle type, int reader) {
         auto* t = reinterpret_cast<PyTypeObject*>(type.ptr());
-        for (const auto& [known, r] : readers())
-          if (known == t) return;
+        for (const TypeReader& known : readers())
+          if (known.type == t) return;
         Py_INCREF(type.ptr());  // held for the life of the process
-        readers().emplace_back(t, reader);
+        readers().push_back({t, reader, reader & kExchange ? exchange_of(t) : nullptr});
       },
-      "type"_a, "reader"_a, "Reads objects of exactly this type natively: 1 PyTorch, 2 CuPy.");
+      "type"_a, "reader"_a,
+      "Reads objects of exactly this type natively: 1 PyTorch, 2 CuPy; + 4: through the type's "
+      "DLPack exchange API where it has one.");
+  m.def(
+      "native_readers",
+      [] {
+        nb::list out;
+        for (const TypeReader& r : readers())
+          out.append(nb::make_tuple(nb::handle(reinterpret_cast<PyObject*>(r.type)), r.reader,
+                                    r.exchange != nullptr));
+        return out;
+      },
+      "The types read natively: (type, reader, whether through DLPack's exchange API).");
   m.def("copy_resolved", &copy_resolved, "copier"_a, "method"_a, "batch"_a,
         "Copies a resolved batch by `method` through a ManyCopier; returns once it has landed.");
   m.def("copy_pairs", &copy_pairs, "pairs"_a, "device"_a, "asked"_a.none(), "look_again_s"_a,

@@ -218,11 +218,12 @@ def test_remembered_kinds_follow_a_tensor_whose_memory_changes(native_engine):
 
 @pytest.mark.parametrize("pinned", [True, False])
 def test_copy_to_device_and_back_take_tensors(native_engine, pinned):
-    """copy_to_device / copy_to_host with PyTorch tensors, below and above the staged copy's
-    4 MiB; buffers given the wrong way round are refused before anything is copied."""
+    """copy_to_device / copy_to_host with PyTorch tensors, below and above where the rule stages
+    pageable copies (8 MiB up, 4 MiB down); buffers given the wrong way round are refused before
+    anything is copied."""
     from xferscope import copy_to_device, copy_to_host
 
-    for n in (64, 5 << 20):
+    for n in (64, 9 << 20):
         host = torch.randint(0, 255, (n,), dtype=torch.uint8)
         host = host.pin_memory() if pinned else host
         gpu = torch.zeros(n, dtype=torch.uint8, device="cuda")
@@ -236,3 +237,38 @@ def test_copy_to_device_and_back_take_tensors(native_engine, pinned):
         with pytest.raises(ValueError, match="copy_to_device copies host to GPU"):
             copy_to_device(back, gpu)
         assert torch.equal(back, host)
+
+
+def test_tensors_are_read_through_dlpacks_exchange_api_where_torch_has_it(native_engine):
+    """Where PyTorch's tensor class has DLPack's exchange API, tensors are read through it: views
+    at an offset, of several dimensions and element types, and tensors that require grad copy
+    every byte; a transposed view is refused with PyTorch's words; a subclass is never read
+    through it."""
+    from xferscope.batch.copy import _e
+
+    base = torch.randint(0, 255, (1 << 16,), dtype=torch.uint8).pin_memory()
+    floats = base.view(torch.float32).view(128, 128)
+    gpu_rows = torch.zeros(32, 128, dtype=torch.float32, device="cuda")
+    gpu_bytes = torch.zeros(4093, dtype=torch.uint8, device="cuda")
+    weight = torch.nn.Parameter(torch.zeros(64, dtype=torch.float32, device="cuda"))
+    pairs = [(gpu_rows, floats[5:37]), (gpu_bytes, base[3:4096]), (weight, floats[0, :64])]
+    with torch.no_grad():
+        assert copy_many(pairs).memory == "pinned"
+    torch.cuda.synchronize()
+    assert torch.equal(gpu_rows.cpu(), floats[5:37])
+    assert torch.equal(gpu_bytes.cpu(), base[3:4096])
+    assert torch.equal(weight.detach().cpu(), floats[0, :64])
+    readers = {r[0]: r[2] for r in _e.native_readers()}
+    if hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        assert readers[torch.Tensor] is True and readers[torch.nn.Parameter] is True
+    with pytest.raises(ValueError, match="pair 0 source is a non-contiguous tensor"):
+        copy_many([(torch.zeros(128, 32, device="cuda"), floats[:32].t())])
+
+    class Marked(torch.Tensor):
+        pass
+
+    marked = base[:256].as_subclass(Marked)
+    into = torch.zeros(256, dtype=torch.uint8, device="cuda")
+    copy_many([(into, marked)])
+    assert torch.equal(into.cpu(), base[:256])
+    assert {r[0]: r[2] for r in _e.native_readers()}.get(Marked) is not True

@@ -5,8 +5,10 @@ tests/gpu/test_copy_many_gpu.py moves real bytes."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -442,6 +444,113 @@ def test_objects_read_natively_and_the_rest_by_python():
     assert base  # the pinned range the simulated driver was told of
 
 
+class _View(ctypes.Structure):  # DLPack's DLTensor, as dlpack.h lays it out
+    _fields_ = (
+        ("data", ctypes.c_void_p), ("device_type", ctypes.c_int32),
+        ("device_id", ctypes.c_int32), ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8),
+        ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16),
+        ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    )  # fmt: skip
+
+
+_FROM = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(_View))
+
+
+class _Table(ctypes.Structure):  # DLPackExchangeAPI: its header, then five functions
+    _fields_ = (
+        ("major", ctypes.c_uint32), ("minor", ctypes.c_uint32), ("older", ctypes.c_void_p),
+        ("allocator", ctypes.c_void_p), ("from_py", ctypes.c_void_p),
+        ("to_py", ctypes.c_void_p), ("dltensor_from_py", _FROM), ("stream", ctypes.c_void_p),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("form", ["integer", "capsule"])
+def test_a_type_with_dlpacks_exchange_api_is_read_in_one_c_call(form: str) -> None:
+    """A registered type whose class has __dlpack_c_exchange_api__ (an address, or PyTorch's
+    capsule) is read through its dltensor_from_py_object_no_sync: the address is data plus
+    byte_offset, the bytes elements times the element size; where that call fails or the
+    layout is not compact, the type's attributes are read, and the Python reader's error
+    names the pair."""
+    from xferscope.batch.copy import _e, _refuse, _slow_pair
+
+    host = np.zeros(1 << 16, dtype=np.uint8)
+    calls: list[str] = []
+
+    class Exchanged:
+        def __init__(self, address: int, shape: tuple[int, ...], strides=None, fail=False):
+            self.address, self.shape, self.fail = address, shape, fail
+            self.nbytes = 4 * int(np.prod(shape))
+            self.strides = strides
+            self._shape = (ctypes.c_int64 * len(shape))(*shape)
+            self._strides = None if strides is None else (ctypes.c_int64 * len(shape))(*strides)
+
+        def data_ptr(self) -> int:
+            calls.append("data_ptr")
+            return self.address
+
+        def is_contiguous(self) -> bool:
+            calls.append("is_contiguous")
+            return self.strides is None
+
+        @property
+        def __cuda_array_interface__(self) -> dict:
+            strides = None if self.strides is None else tuple(4 * s for s in self.strides)
+            return {"data": (self.address, False), "shape": self.shape, "typestr": "<f4",
+                    "strides": strides, "version": 3}  # fmt: skip
+
+    def fill(obj: Any, out: Any) -> int:
+        calls.append("exchange")
+        if obj.fail:
+            return -1
+        v = out.contents
+        v.data, v.byte_offset = obj.address - 256, 256  # the standard allows either form
+        v.device_type, v.device_id, v.ndim = 2, 0, len(obj.shape)
+        v.code, v.bits, v.lanes = 2, 32, 1  # float32
+        v.shape = obj._shape
+        v.strides = obj._strides
+        return 0
+
+    table = _Table(1, 3, None, None, None, None, _FROM(fill), None)
+    if form == "integer":
+        Exchanged.__dlpack_c_exchange_api__ = ctypes.addressof(table)
+    else:
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype, new.argtypes = (
+            ctypes.py_object,
+            (ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p),
+        )
+        Exchanged.__dlpack_c_exchange_api__ = new(
+            ctypes.addressof(table), b"dlpack_exchange_api", None
+        )
+    _e.read_natively(Exchanged, 1 | 4)
+    assert (Exchanged, 1 | 4, True) in [tuple(r) for r in _e.native_readers()]
+    engine = engine_with(pinned=host)
+    base = int(host.__array_interface__["data"][0])
+
+    def resolve(pairs: list) -> Any:
+        return _e.resolve_pairs(pairs, -1, engine.classify_pointers, _slow_pair, _refuse)
+
+    pairs = [(Exchanged(GPU_BASE + 8192 * i, (4, 256)), host[i * 4096 : (i + 1) * 4096])
+             for i in range(4)]  # fmt: skip
+    batch = resolve(pairs)
+    assert list(batch.destinations) == [GPU_BASE + 8192 * i for i in range(4)]
+    assert list(batch.sizes) == [4096] * 4 and batch.upload and batch.pinned
+    assert calls == ["exchange"] * 4  # no attribute read
+    calls.clear()
+    # a column (stride 256 over 4 rows) is not compact: attributes read, then Python's error
+    with pytest.raises(ValueError, match="pair 1 destination is not contiguous"):
+        resolve([pairs[0], (Exchanged(GPU_BASE, (4, 1), (256, 1)), host[:16])])
+    assert calls[:3] == ["exchange", "exchange", "is_contiguous"]
+    calls.clear()
+    # one element per row of a single column is compact whatever its stride
+    assert list(resolve([(Exchanged(GPU_BASE, (1, 4), (99, 1)), host[:16])]).sizes) == [16]
+    calls.clear()
+    failed = resolve([(Exchanged(GPU_BASE, (16,), fail=True), host[:64])])
+    assert calls == ["exchange", "is_contiguous", "data_ptr"] and list(failed.sizes) == [64]
+    assert base
+
+
 def test_the_rule_keeps_few_large_pinned_pieces_in_the_loop_and_stages_one_large_pageable():
     """Measured on an H100 with PyTorch tensors: the kernel lost at 4 x 64 KiB up and won from
     16 pieces; one pageable copy of 16 MiB went 1.8x faster staged than by cudaMemcpy."""
@@ -450,6 +559,13 @@ def test_the_rule_keeps_few_large_pinned_pieces_in_the_loop_and_stages_one_large
     assert choose.rule("h2d", "pinned", 16, 64 << 10, True)[0] == "kernel"
     assert choose.rule("d2h", "pageable", 1, 16 << 20, True)[0] == "staged"
     assert choose.rule("d2h", "pageable", 1, 1 << 20, True)[0] == "loop"
+    # up, pieces over 256 KiB are staged from 8 MiB in all, smaller ones from 4 MiB; down from 4
+    assert choose.rule("h2d", "pageable", 4, 1 << 20, True)[0] == "loop"
+    assert choose.rule("h2d", "pageable", 1, 4 << 20, True)[0] == "loop"
+    assert choose.rule("h2d", "pageable", 8, 1 << 20, True)[0] == "staged"
+    assert choose.rule("h2d", "pageable", 16, 256 << 10, True)[0] == "staged"
+    assert choose.rule("h2d", "pageable", 15, 256 << 10, True)[0] == "pack"
+    assert choose.rule("d2h", "pageable", 4, 1 << 20, True)[0] == "staged"
     from xferscope.batch.copy import _e
 
     assert "method: str" in _e.copy_resolved.__doc__  # a Python str reaches the native copy

@@ -210,7 +210,7 @@ def copy_one(
     engine: Engine | None = None,
 ) -> Choice:
     """One copy (copy_to_device, copy_to_host) by copy_many's reader, rule and copier: one
-    cudaMemcpyAsync, or the staged copy for pageable memory from RULE_STAGED_FROM. `upload`:
+    cudaMemcpyAsync, or the staged copy for pageable memory from choose.staged_from. `upload`:
     the direction the caller named, checked before anything is copied."""
     pair: tuple[Any, ...]
     if nbytes is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import math
+import sys
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -25,14 +26,26 @@ class Side(NamedTuple):
 
 
 _torch_types: set[type] = set()  # tensor classes seen: the first check of every object
-# the native reader's codes (bindings/resolve.cpp): types it reads from then on without Python
-_READ_TORCH, _READ_CUPY = 1, 2
+# the native reader's codes (bindings/resolve.cpp): types it reads from then on without Python;
+# with _READ_EXCHANGE, through the type's DLPack exchange API (__dlpack_c_exchange_api__) where
+# it has one: given only for the frameworks' own array types, whose DLPack view is their memory
+# (a subclass, such as a distributed or fake tensor, may describe other memory)
+_READ_TORCH, _READ_CUPY, _READ_EXCHANGE = 1, 2, 4
 
 
 def _read_natively(kind: type, reader: int) -> None:
     from ..core.compiled import engine_module
 
-    engine_module().read_natively(kind, reader)
+    framework = sys.modules.get("torch" if reader == _READ_TORCH else "cupy")
+    own = (
+        (
+            getattr(framework, "Tensor", None),
+            getattr(getattr(framework, "nn", None), "Parameter", None),
+        )
+        if reader == _READ_TORCH
+        else (getattr(framework, "ndarray", None),)
+    )
+    engine_module().read_natively(kind, reader | (_READ_EXCHANGE if kind in own else 0))
 
 
 class _DLDevice(ctypes.Structure):
