@@ -143,17 +143,21 @@ bool read_torch(PyObject* obj, End& e) {
 }
 
 bool read_cupy(PyObject* obj, End& e) {
+  static PyObject* const c_contiguous_flag = interned("_c_contiguous");  // no Flags object made
   static PyObject* const flags = interned("flags");
   static PyObject* const c_contiguous = interned("c_contiguous");
   static PyObject* const data = interned("data");
   static PyObject* const ptr = interned("ptr");
   static PyObject* const nbytes = interned("nbytes");
-  PyObject* f = PyObject_GetAttr(obj, flags);
-  if (!f || !truth(PyObject_GetAttr(f, c_contiguous))) {
-    Py_XDECREF(f);
-    return false;
+  PyObject* compact = PyObject_GetAttr(obj, c_contiguous_flag);
+  if (!compact) {  // another CuPy: its flags
+    PyErr_Clear();
+    PyObject* f = PyObject_GetAttr(obj, flags);
+    if (!f) return false;
+    compact = PyObject_GetAttr(f, c_contiguous);
+    Py_DECREF(f);
   }
-  Py_DECREF(f);
+  if (!truth(compact)) return false;
   PyObject* d = PyObject_GetAttr(obj, data);
   if (!d) return false;
   const bool ok = as_address(PyObject_GetAttr(d, ptr), e.address);

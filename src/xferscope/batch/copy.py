@@ -29,6 +29,7 @@ chunk, 192 MiB at most)."""
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
 from collections.abc import Sequence
@@ -42,6 +43,8 @@ from .choose import DECISIONS, LOOK_AGAIN_S, Choice, gpu_key, load, rule
 from .resolve import is_address, side
 
 _e = engine_module()
+# the native decisions hold each GPU's copier: let go before the interpreter's teardown
+atexit.register(_e.forget_decisions)
 COPY_MANY_METHODS: tuple[str, ...] = tuple(_e.COPY_MANY_METHODS)
 _KINDS = {0: "pageable", 1: "pinned", 2: "device", 3: "managed"}
 
