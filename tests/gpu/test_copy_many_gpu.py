@@ -255,6 +255,7 @@ def test_tensors_are_read_through_dlpacks_exchange_api_where_torch_has_it(native
     with torch.no_grad():
         assert copy_many(pairs).memory == "pinned"
     torch.cuda.synchronize()
+
     def same(a, b) -> bool:  # bit for bit (random bytes as floats hold NaNs)
         return torch.equal(a.detach().cpu().view(torch.int32), b.view(torch.int32))
 

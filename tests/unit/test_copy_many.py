@@ -566,6 +566,11 @@ def test_the_rule_keeps_few_large_pinned_pieces_in_the_loop_and_stages_one_large
     assert choose.rule("h2d", "pageable", 16, 256 << 10, True)[0] == "staged"
     assert choose.rule("h2d", "pageable", 15, 256 << 10, True)[0] == "pack"
     assert choose.rule("d2h", "pageable", 4, 1 << 20, True)[0] == "staged"
+    # 16 or more pinned pieces over 64 KiB: cudaMemcpyBatchAsync where the driver has it
+    assert choose.rule("h2d", "pinned", 16, 1 << 20, True)[0] == "batch-stream"
+    assert choose.rule("d2h", "pinned", 1024, 256 << 10, True)[0] == "batch-stream"
+    assert choose.rule("d2h", "pinned", 1024, 1 << 20, False)[0] == "loop"
+    assert choose.rule("d2h", "pinned", 15, 1 << 20, True)[0] == "loop"
     from xferscope.batch.copy import _e
 
     assert "method: str" in _e.copy_resolved.__doc__  # a Python str reaches the native copy
