@@ -564,7 +564,10 @@ def test_the_rule_keeps_few_large_pinned_pieces_in_the_loop_and_stages_one_large
     assert choose.rule("h2d", "pageable", 1, 4 << 20, True)[0] == "loop"
     assert choose.rule("h2d", "pageable", 8, 1 << 20, True)[0] == "staged"
     assert choose.rule("h2d", "pageable", 16, 256 << 10, True)[0] == "staged"
-    assert choose.rule("h2d", "pageable", 15, 256 << 10, True)[0] == "pack"
+    assert choose.rule("h2d", "pageable", 15, 256 << 10, True)[0] == "loop"
+    # packing only pieces up to 64 KiB: from 96 KiB the loop won most batches of 2-15 pieces
+    assert choose.rule("h2d", "pageable", 15, 64 << 10, True)[0] == "pack"
+    assert choose.rule("d2h", "pageable", 4, 128 << 10, True)[0] == "loop"
     assert choose.rule("d2h", "pageable", 4, 1 << 20, True)[0] == "staged"
     # 16 or more pinned pieces over 64 KiB: cudaMemcpyBatchAsync where the driver has it
     assert choose.rule("h2d", "pinned", 16, 1 << 20, True)[0] == "batch-stream"

@@ -203,7 +203,8 @@ void ManyCopier::copy(const std::string& method, bool upload, const std::uintptr
     static_assert(sizeof(std::uintptr_t) == sizeof(void*), "addresses are pointers");
     auto* d = reinterpret_cast<void* const*>(destinations);
     auto* s = reinterpret_cast<const void* const*>(sources);
-    if (batch_api_grouped(upload, pinned, count)) {
+    const std::size_t bytes = std::accumulate(sizes, sizes + count, std::size_t{0});
+    if (batch_api_grouped(upload, pinned, count, bytes)) {
       batch_api_copy_grouped(method, upload, !upload, device_, d, s, sizes, count, stream);
     } else {
       batch_api_copy(method, upload, !upload, device_, d, s, sizes, count, stream);

@@ -75,7 +75,9 @@ RULE_KERNEL_MAX = 64 << 10
 # (44.8 us against 28.7) and won from 16 pieces (16 x 64 KiB: 61.9 against 92.3) and at 4 x 4 KiB
 # (23.5 against 29.1): few pieces larger than this go by the loop.
 RULE_KERNEL_FEW, RULE_KERNEL_FEW_MAX = 16, 16 << 10
-RULE_PACK_MAX = 256 << 10
+# On an H100 packing lost to a loop of cudaMemcpyAsync from 96 KiB a piece in most batches of
+# 2-15 pieces (4 x 256 KiB up: 122 us against 89; 15 x 128 KiB down: 334 against 326)
+RULE_PACK_MAX = 64 << 10
 # From pageable memory the staged copy's threads reached 46-51 GB/s for 1 GiB on an H200 and beat
 # one cudaMemcpy from 1 MiB, while packing on one thread ran at about 10 GB/s (5.8 GB/s for 1024 x
 # 1 MiB, slower than the loop's 8.4): batches of pageable pieces this large in all are staged.
@@ -90,12 +92,12 @@ RULE_STAGED_FROM = 4 << 20
 # against 347; 4 x 1 MiB with 2 ms between calls: 403 against 366), while from 8 MiB it won (8 x
 # 1 MiB: 540 against 776; 2 x 4 MiB: 500 against 607) and in small pieces it won from 4 MiB (64 x
 # 64 KiB: 341 against 658). Down it won from 4 MiB in every shape (1 x 4 MiB: 286 against 383).
-RULE_STAGED_UP_LARGE_FROM = 8 << 20
+RULE_STAGED_UP_LARGE_FROM, RULE_STAGED_UP_PIECE_MAX = 8 << 20, 256 << 10
 
 
 def staged_from(direction: str, size: int) -> int:
     """The bytes in all from which a pageable batch of pieces of `size` is staged by the rule."""
-    large_up = direction == "h2d" and size > RULE_PACK_MAX
+    large_up = direction == "h2d" and size > RULE_STAGED_UP_PIECE_MAX
     return RULE_STAGED_UP_LARGE_FROM if large_up else RULE_STAGED_FROM
 
 

@@ -215,6 +215,10 @@ def copy_one(
     """One copy (copy_to_device, copy_to_host) by copy_many's reader, rule and copier: one
     cudaMemcpyAsync, or the staged copy for pageable memory from choose.staged_from. `upload`:
     the direction the caller named, checked before anything is copied."""
+    if nbytes is None and engine is None and not is_address(destination) and not is_address(source):
+        done = _native_copy(((destination, source),), device, None, int(upload))  # the common call
+        if done is not None:
+            return done
     pair: tuple[Any, ...]
     if nbytes is None:
         ends = (destination, source)

@@ -431,9 +431,7 @@ def copy_to_device(
     one piece: one cudaMemcpyAsync (what tensor.copy_() does), or, from pageable memory of 4 MiB
     or more, this module's staged copy. `host`: a NumPy array, a PyTorch or CuPy host tensor, any
     buffer, or an address; `device_ptr`: a tensor or array on the GPU, or an address."""
-    from ..batch.copy import copy_one
-
-    copy_one(device_ptr, host, nbytes, device, upload=True)
+    _copy_one()(device_ptr, host, nbytes, device, True)
 
 
 def copy_to_host(
@@ -441,6 +439,15 @@ def copy_to_host(
 ) -> None:
     """Copies `nbytes` (default: all of `host`) from the GPU into host memory, as
     copy_to_device does the other way."""
-    from ..batch.copy import copy_one
+    _copy_one()(host, device_ptr, nbytes, device, False)
 
-    copy_one(host, device_ptr, nbytes, device, upload=False)
+
+_one: list[Any] = []  # copy_many's copy_one, imported on the first copy (an import a call costs)
+
+
+def _copy_one() -> Any:
+    if not _one:
+        from ..batch.copy import copy_one
+
+        _one.append(copy_one)
+    return _one[0]
