@@ -58,6 +58,7 @@ SIZES = (64, 4096, 65536, 1 << 20)
 SINGLE_SIZES = (64, 4096, 65536, 1 << 20, 16 << 20, 256 << 20)
 PARTS = ("torch", "cupy", "single", "overhead")
 MOST_BYTES = 8 << 30  # a cell's pieces on one side
+OVERHEAD_TRIALS = 101  # per overhead cell, each method
 INJECTED: set[str] = set()  # --inject: methods whose verified copy is corrupted afterwards
 
 
@@ -380,12 +381,17 @@ def overhead_part(args: Any, figures: dict, comparisons: list[dict]) -> None:
                     def forced(b: Any = batch, c: Any = copier, m: str = method) -> None:
                         c.copy_resolved(m, b)
 
+                    # a difference of a few microseconds between calls of up to 170 us
+                    # (pageable pieces): 31 trials left it 3-12 us either way on an H100
                     seconds = interleaved({"copy_many": ours, "method_only": forced},
-                                          max(args.trials, 31))  # fmt: skip
+                                          max(args.trials, OVERHEAD_TRIALS))  # fmt: skip
                     med = {k: statistics.median(v) for k, v in seconds.items()}
                     rows.append({"memory": memory, "direction": direction, "count": count,
                                  "size": size, "method": method,
                                  "median_us": {k: round(v * 1e6, 2) for k, v in med.items()},
+                                 "quartiles_us": {k: [round(a * 1e6, 2), round(b * 1e6, 2)]
+                                                  for k, (a, b) in
+                                                  ((k, quartiles(v)) for k, v in seconds.items())},
                                  "overhead_us": round((med["copy_many"] - med["method_only"])
                                                       * 1e6, 2)})  # fmt: skip
                     print("overhead", rows[-1], flush=True)
