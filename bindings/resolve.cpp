@@ -492,10 +492,23 @@ double now_s() {
 // method decided (remembered, else `decide(direction, memory, count, bytes, device, asked)`,
 // Python's Choice), copied by the copier `copier_of(device)` gives; the Choice returned.
 // `upload` (0 or 1; -1: either): the way the caller named, refused otherwise before copying.
+// Python's side of copy_pairs, given once (configure_copy_pairs): no arguments a call for them.
+struct CopyPairsPython {
+  double look_again_s = 1.0;
+  nb::object decide, copier_of, slow_pair, refuse;
+};
+CopyPairsPython& python_side() {
+  static auto* side = new CopyPairsPython;
+  return *side;
+}
+
 nb::object copy_pairs(nb::sequence pairs, int device, std::optional<std::string> asked,
-                      double look_again_s, nb::handle decide, nb::handle copier_of,
-                      nb::handle slow_pair, nb::handle refuse, int upload) {
-  Resolved r = resolve_pairs(pairs, device, nb::none(), slow_pair, refuse);
+                      int upload) {
+  const CopyPairsPython& py = python_side();
+  if (!py.decide.is_valid()) throw xferscope::UsageError("copy_pairs: not configured");
+  const double look_again_s = py.look_again_s;
+  nb::handle decide = py.decide, copier_of = py.copier_of, refuse = py.refuse;
+  Resolved r = resolve_pairs(pairs, device, nb::none(), py.slow_pair, refuse);
   if (upload >= 0 && r.upload != (upload == 1)) {  // the way the caller named (copy_to_device)
     refuse("way", upload == 1);
     throw xferscope::UsageError("copy_many: the buffers go the other way");
@@ -574,12 +587,28 @@ void bind_resolve(nb::module_& m) {
       "The types read natively: (type, reader, whether through DLPack's exchange API).");
   m.def("copy_resolved", &copy_resolved, "copier"_a, "method"_a, "batch"_a,
         "Copies a resolved batch by `method` through a ManyCopier; returns once it has landed.");
-  m.def("copy_pairs", &copy_pairs, "pairs"_a, "device"_a, "asked"_a.none(), "look_again_s"_a,
-        "decide"_a, "copier_of"_a, "slow_pair"_a, "refuse"_a, "upload"_a = -1,
+  m.def("copy_pairs", &copy_pairs, "pairs"_a, "device"_a, "asked"_a.none(), "upload"_a = -1,
         "copy_many of pairs on the native engine in one call; returns the Choice.");
+  m.def(
+      "configure_copy_pairs",
+      [](double look_again_s, nb::object decide, nb::object copier_of, nb::object slow_pair,
+         nb::object refuse) {
+        python_side() = CopyPairsPython{look_again_s, std::move(decide), std::move(copier_of),
+                                        std::move(slow_pair), std::move(refuse)};
+      },
+      "look_again_s"_a, "decide"_a, "copier_of"_a, "slow_pair"_a, "refuse"_a,
+      "copy_pairs' Python side: how long a decision holds, decide(direction, memory, count, "
+      "bytes, device, asked) -> Choice, copier_of(device), slow_pair(pair, i), refuse(what, ...).");
   m.def(
       "forget_decisions", [] { decisions().clear(); },
       "Forgets copy_many's decisions (a calibration was stored).");
+  m.def(
+      "forget_copy_pairs",
+      [] {
+        decisions().clear();
+        python_side() = CopyPairsPython{};
+      },
+      "Forgets the decisions and copy_pairs' Python side (before the interpreter's teardown).");
   m.def("forget_memory_kinds", &forget_all,
         "Forgets the memory kinds remembered per object (after cudaHostUnregister of memory "
         "that a live object holds).");

@@ -43,8 +43,6 @@ from .choose import DECISIONS, LOOK_AGAIN_S, Choice, gpu_key, load, rule
 from .resolve import is_address, side
 
 _e = engine_module()
-# the native decisions hold each GPU's copier: let go before the interpreter's teardown
-atexit.register(_e.forget_decisions)
 COPY_MANY_METHODS: tuple[str, ...] = tuple(_e.COPY_MANY_METHODS)
 _KINDS = {0: "pageable", 1: "pinned", 2: "device", 3: "managed"}
 
@@ -172,21 +170,11 @@ def _native_copy(
 ) -> Choice | None:
     """The common call, on the default (native) engine: one native call reads, decides (the
     decision remembered) and copies; None where the default engine is not native."""
-    native = _default_engine()
+    native = _engine if _engine is not None else _default_engine()
     if not getattr(native, "classifies_natively", False) or not len(pairs):
         return None
     try:
-        return _e.copy_pairs(  # type: ignore[no-any-return]
-            pairs,
-            -1 if device is None else device,
-            method,
-            LOOK_AGAIN_S,
-            _decide,
-            _native_copier,
-            _slow_pair,
-            _refuse,
-            upload,
-        )
+        return _e.copy_pairs(pairs, -1 if device is None else device, method, upload)  # type: ignore[no-any-return]
     except Exception:  # the engine's errors translated; the readers' go through as they are
         with native._translated():  # type: ignore[attr-defined]
             raise
@@ -397,3 +385,9 @@ def _choose(
         DECISIONS.clear()
     DECISIONS[key] = (now, choice)
     return choice
+
+
+# copy_pairs' Python side, given once; let go before the interpreter's teardown (the native
+# decisions hold each GPU's copier)
+_e.configure_copy_pairs(LOOK_AGAIN_S, _decide, _native_copier, _slow_pair, _refuse)
+atexit.register(_e.forget_copy_pairs)
