@@ -16,6 +16,7 @@
 #include <string>
 
 #include "handle.hpp"
+#include "xferscope/buffer.hpp"
 #include "xferscope/cases.hpp"
 #include "xferscope/device.hpp"
 #include "xferscope/error.hpp"
@@ -232,6 +233,10 @@ NB_MODULE(_engine, m) {
       .def_ro("single_thread_copy_bps", &xs::StagedPlan::single_thread_copy_bps)
       .def_ro("target_bps", &xs::StagedPlan::target_bps)
       .def_ro("explanation", &xs::StagedPlan::explanation);
+
+  m.def("keep_buffers", &xs::keep_buffers, "on"_a,
+        "While on, large buffers released are kept for the next allocation of the same kind, GPU "
+        "and size; off frees them and returns how many were handed out again.");
 
   // ---- devices ----
   m.def("device_count", &xs::device_count, "Number of CUDA devices; NoDeviceError if none.");

@@ -3,8 +3,10 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdlib>
+#include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "xferscope/error.hpp"
 
@@ -24,6 +26,47 @@ void* aligned_host(std::size_t bytes, MemoryKind kind) {
     throw AllocationError(std::string(to_string(kind)), bytes, "aligned_alloc returned null");
   }
   return p;
+}
+
+// Released buffers kept for the next allocation of the same kind, GPU and size (keep_buffers).
+struct Kept {
+  MemoryKind kind;
+  int device;
+  std::size_t bytes;
+  void* host;
+  void* device_pointer;
+};
+constexpr std::size_t kKeptLeast = 64 << 20;  // smaller buffers are cheap to allocate
+constexpr std::size_t kKeptCount = 8;
+struct Keeper {
+  std::mutex lock;
+  bool on = false;
+  std::size_t reused = 0;
+  std::vector<Kept> kept;
+};
+Keeper& keeper() {
+  static auto* k = new Keeper;  // never destroyed: buffers may be released during exit
+  return *k;
+}
+
+void free_memory(MemoryKind kind, void* host, void* device) noexcept {
+  switch (kind) {
+    case MemoryKind::pageable: std::free(host); break;
+    case MemoryKind::pinned:
+    case MemoryKind::write_combined:
+    case MemoryKind::mapped:
+      if (host != nullptr) cudaFreeHost(host);
+      break;
+    case MemoryKind::registered:
+      if (host != nullptr) {
+        cudaHostUnregister(host);
+        std::free(host);
+      }
+      break;
+    case MemoryKind::device:
+      if (device != nullptr) cudaFree(device);
+      break;
+  }
 }
 
 [[noreturn]] void allocation_failed(MemoryKind kind, std::size_t bytes, cudaError_t status) {
@@ -55,6 +98,21 @@ MemoryKind memory_kind_from_string(std::string_view name) {
   throw UsageError("unknown memory kind '" + std::string(name) + "' (accepted: " + accepted + ")");
 }
 
+std::size_t keep_buffers(bool on) {
+  Keeper& k = keeper();
+  std::vector<Kept> freed;
+  std::size_t reused = 0;
+  {
+    std::lock_guard<std::mutex> hold(k.lock);
+    reused = k.reused;
+    k.reused = 0;
+    k.on = on;
+    if (!on) freed.swap(k.kept);
+  }
+  for (const Kept& b : freed) free_memory(b.kind, b.host, b.device_pointer);
+  return on ? 0 : reused;
+}
+
 Buffer Buffer::allocate(MemoryKind kind, std::size_t bytes, int device) {
   if (bytes == 0) throw UsageError("a buffer needs at least one byte");
   XFS_CUDA_CALL(cudaSetDevice(device));
@@ -62,6 +120,19 @@ Buffer Buffer::allocate(MemoryKind kind, std::size_t bytes, int device) {
   buffer.kind_ = kind;
   buffer.size_ = bytes;
   buffer.device_index_ = device;
+  if (bytes >= kKeptLeast) {
+    Keeper& k = keeper();
+    std::lock_guard<std::mutex> hold(k.lock);
+    for (auto it = k.kept.begin(); it != k.kept.end(); ++it) {
+      if (it->kind == kind && it->device == device && it->bytes == bytes) {
+        buffer.host_ = it->host;
+        buffer.device_ = it->device_pointer;
+        k.kept.erase(it);
+        ++k.reused;
+        return buffer;
+      }
+    }
+  }
   cudaError_t status = cudaSuccess;
   switch (kind) {
     case MemoryKind::pageable: buffer.host_ = aligned_host(bytes, kind); break;
@@ -115,24 +186,27 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
 Buffer::~Buffer() { release(); }
 
 // Frees without throwing: a failure to free during unwinding must not hide the first error.
+// While keep_buffers is on, a large buffer is kept for the next allocation like it instead.
 void Buffer::release() noexcept {
-  switch (kind_) {
-    case MemoryKind::pageable: std::free(host_); break;
-    case MemoryKind::pinned:
-    case MemoryKind::write_combined:
-    case MemoryKind::mapped:
-      if (host_ != nullptr) cudaFreeHost(host_);
-      break;
-    case MemoryKind::registered:
-      if (host_ != nullptr) {
-        cudaHostUnregister(host_);
-        std::free(host_);
+  if ((host_ != nullptr || device_ != nullptr) && size_ >= kKeptLeast) {
+    Keeper& k = keeper();
+    std::lock_guard<std::mutex> hold(k.lock);
+    if (k.on) {
+      k.kept.push_back({kind_, device_index_, size_, host_, device_});
+      Kept oldest{};
+      const bool over = k.kept.size() > kKeptCount;
+      if (over) {
+        oldest = k.kept.front();
+        k.kept.erase(k.kept.begin());
       }
-      break;
-    case MemoryKind::device:
-      if (device_ != nullptr) cudaFree(device_);
-      break;
+      host_ = nullptr;
+      device_ = nullptr;
+      size_ = 0;
+      if (over) free_memory(oldest.kind, oldest.host, oldest.device_pointer);
+      return;
+    }
   }
+  free_memory(kind_, host_, device_);
   host_ = nullptr;
   device_ = nullptr;
   size_ = 0;

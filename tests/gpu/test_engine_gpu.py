@@ -186,3 +186,29 @@ def test_ctrl_c_on_gpu_writes_what_was_measured(native_engine, tmp_path):
     assert doc["interrupted"] is True
     assert doc["curves"][-1]["status"] == "interrupted"
     assert sum(len(c["points"]) for c in doc["curves"]) > 0
+
+
+def test_kept_buffers_are_handed_out_again_and_copies_stay_right(native_engine):
+    """While buffers are kept, a transfer like the last one gets its buffers again (no fresh
+    allocation), and its copies still verify after a new fill; a corrupted copy is still
+    caught; leaving frees them."""
+    from xferscope.core.compiled import engine_module
+
+    size = 96 << 20
+    e = engine_module()
+    e.keep_buffers(True)
+    try:
+        for seed, memory in ((1, "pinned"), (2, "pinned"), (3, "pageable"), (4, "pageable")):
+            t = native_engine.open_transfer(0, "h2d", memory, "async", size, 0)
+            try:
+                t.fill(seed)
+                t.time("device", size, 2)
+                assert t.verify(size).ok
+                assert not t.verify(size, inject_fault=True).ok
+            finally:
+                t.close()
+    finally:
+        reused = e.keep_buffers(False)
+    # the second pinned and second pageable transfer each got a host and a device buffer back
+    assert reused >= 3
+    assert e.keep_buffers(False) == 0  # nothing kept any more

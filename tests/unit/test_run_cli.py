@@ -112,6 +112,10 @@ def test_run_writes_every_file_and_adds_the_run_to_the_history(
     assert doc["mode"] == "quick"
     assert [g["status"] for g in doc["gpus"]] == ["complete"]
     assert len(doc["gpus"][0]["curves"]) == CURVES
+    # where the time went, by the host's clock, for every kind of check
+    phases = doc["gpus"][0]["phases_s"]
+    assert set(phases) == {"curves", "concurrent", "pinning", "overlap", "gl", "gemm"}
+    assert all(isinstance(v, float) and v >= 0 for v in phases.values())
     assert any(f["code"] == "pageable_slow" for f in doc["findings"])
     # One row per point (every curve has 8 sizes) and a header.
     assert len((directory / "points.csv").read_text().splitlines()) == 1 + CURVES * 8

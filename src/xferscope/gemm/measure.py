@@ -188,18 +188,21 @@ def measure(engine: Engine, options: GemmOptions, progress: Progress = QUIET) ->
                 progress.step(f"{precision} {shape.label}: {figure}")
         if options.cpu_threads:
             progress.begin("CPU")
-            cpu = measure_cpu(
-                options.precisions,
-                options.cpu_scaling_shapes,
-                options.cpu_threads,
-                options.target_s,
-                min(options.trials, 3),
-                options.seed,
-                progress,
-                into=cpu,
-                blas=cpu_blas,
-                worker=cpu_worker(engine),
-            )
+            # without scaling shapes (`run`'s check) no worker process (one importing NumPy) is
+            # started for nothing; the ladder's workers tell the BLAS
+            if options.cpu_scaling_shapes:
+                cpu = measure_cpu(
+                    options.precisions,
+                    options.cpu_scaling_shapes,
+                    options.cpu_threads,
+                    options.target_s,
+                    min(options.trials, 3),
+                    options.seed,
+                    progress,
+                    into=cpu,
+                    blas=cpu_blas,
+                    worker=cpu_worker(engine),
+                )
             for precision in options.offload_precisions:
                 measure_ladder(
                     engine, options, precision, capability, progress, ladder, cpu, cpu_blas

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -286,6 +287,28 @@ def overlap_point(engine: Engine, device: int, memory: str, size: int) -> Overla
 def investigate_gpu(
     engine: Engine, device: int, options: RunOptions, progress: Progress
 ) -> GpuSection:
+    """Every check of one GPU, with the real seconds each kind of check took (phases_s)."""
+    phases: dict[str, float] = {}
+    try:
+        section = _investigate_gpu(engine, device, options, progress, phases)
+    except Interrupted as stop:
+        raise Interrupted(replace(stop.section, phases_s=dict(phases))) from None
+    return replace(section, phases_s=dict(phases))
+
+
+@contextmanager
+def _phase(phases: dict[str, float], name: str) -> Iterator[None]:
+    """Adds the real seconds the block takes to phases[name] (Ctrl-C and errors included)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        phases[name] = phases.get(name, 0.0) + time.perf_counter() - start
+
+
+def _investigate_gpu(
+    engine: Engine, device: int, options: RunOptions, progress: Progress, phases: dict[str, float]
+) -> GpuSection:
     p = options.plan
     sweep = SweepOptions(
         devices=(device,),
@@ -299,39 +322,47 @@ def investigate_gpu(
     scope = options.scope(device)
     section = GpuSection(device, "complete", None, (), (), None, scope=scope)
     try:
-        for config in gpu_curves(device, scope):
-            run = measure_curve(engine, config, sweep, progress)
-            section = replace(section, curves=(*section.curves, run.curve))
-            if run.interrupted:
-                raise Interrupted(replace(section, status="interrupted"))
-            if isinstance(run.error, CudaError):  # the GPU itself is in trouble: stop there
-                return replace(section, status="failed", error=run.curve.error)
-        bidirectional = concurrent(
-            engine,
-            "bidirectional",
-            "bidirectional",
-            [(device, "h2d", "h2d"), (device, "d2h", "d2h")],
-            p.stream_bytes,
-            p,
-        )
+        # the curves share their buffers (the same sizes, kind after kind), freed before the
+        # other checks, which need the GPU's memory
+        with _phase(phases, "curves"), engine.keeping_buffers():
+            for config in gpu_curves(device, scope):
+                run = measure_curve(engine, config, sweep, progress)
+                section = replace(section, curves=(*section.curves, run.curve))
+                if run.interrupted:
+                    raise Interrupted(replace(section, status="interrupted"))
+                if isinstance(run.error, CudaError):  # the GPU itself is in trouble: stop
+                    return replace(section, status="failed", error=run.curve.error)
+        with _phase(phases, "concurrent"):
+            bidirectional = concurrent(
+                engine,
+                "bidirectional",
+                "bidirectional",
+                [(device, "h2d", "h2d"), (device, "d2h", "d2h")],
+                p.stream_bytes,
+                p,
+            )
         section = replace(section, concurrent=(bidirectional,))
         progress.step(f"gpu{device} H2D while D2H")
         if scope == "headline":
             return section
-        costs = engine.measure_pinning(device, p.pinning_bytes)
+        with _phase(phases, "pinning"):
+            costs = engine.measure_pinning(device, p.pinning_bytes)
         section = replace(section, pinning=PinningCost.of(device, p.pinning_bytes, costs))
         progress.step(f"gpu{device} pinning costs")
-        section = replace(
-            section,
-            overlap=tuple(
+        with _phase(phases, "overlap"):
+            overlap = tuple(
                 overlap_point(engine, device, memory, p.stream_bytes)
                 for memory in ("pinned", "pageable")
-            ),
-        )
+            )
+        section = replace(section, overlap=overlap)
         progress.step(f"gpu{device} CPU work during a readback")
-        section = replace(section, gl=gl_check(engine, device))
+        with _phase(phases, "gl"):
+            gl = gl_check(engine, device)
+        section = replace(section, gl=gl)
         progress.step(f"gpu{device} OpenGL check")
-        section = replace(section, gemm=gemm_check(engine, device))
+        with _phase(phases, "gemm"):
+            gemm = gemm_check(engine, device)
+        section = replace(section, gemm=gemm)
         progress.step(f"gpu{device} GEMM check")
     except KeyboardInterrupt:
         raise Interrupted(replace(section, status="interrupted")) from None

@@ -168,6 +168,16 @@ class NativeEngine:
             seconds, timed_out = self._engine.time_concurrently(handles, bytes, iterations)
         return list(seconds), bool(timed_out)
 
+    @contextmanager
+    def keeping_buffers(self) -> Iterator[None]:
+        """Buffers of 64 MiB or more released inside are kept for the next allocation of the same
+        kind, GPU and size, and freed on leaving: `run`'s curves share their 1 GiB buffers."""
+        engine_module().keep_buffers(True)
+        try:
+            yield
+        finally:
+            engine_module().keep_buffers(False)
+
     def measure_pinning(self, device: int, bytes: int) -> PinningCosts:
         with self._measuring():
             return self._engine.measure_pinning(device, bytes)  # type: ignore[no-any-return]

@@ -5,6 +5,7 @@ protocols to the classes."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 # The result classes of the engine (xferscope._engine), read-only, made by both engines. The
@@ -304,6 +305,7 @@ class Engine(Protocol):
     def time_concurrently(
         self, transfers: Sequence[Transfer], bytes: int, iterations: int
     ) -> tuple[list[float], bool]: ...
+    def keeping_buffers(self) -> AbstractContextManager[None]: ...
     def measure_pinning(self, device: int, bytes: int) -> PinningCosts: ...
     def can_access_peer(self, device: int, peer: int) -> bool: ...
     def rotate_buffers(

@@ -10,7 +10,8 @@ simulated.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -336,6 +337,11 @@ class SimulatedEngine:
             seconds.append(alone * factor * noise)
         self.advance(max(seconds))
         return seconds, False
+
+    @contextmanager
+    def keeping_buffers(self) -> Iterator[None]:
+        """The native engine keeps large buffers for reuse inside; the model allocates none."""
+        yield
 
     def measure_pinning(self, device: int, bytes: int) -> Any:
         """Per GB as measured on an H200: cudaMallocHost 316 ms, cudaFreeHost 62 ms, register
