@@ -9,7 +9,7 @@ from typing import Any
 
 from ..core.engine import Engine
 from .cpu import usable_cores
-from .measure import measure
+from .measure import LADDER_TUNE, measure
 from .records import PRECISIONS, GemmOptions
 from .shapes import Shape
 
@@ -74,7 +74,8 @@ def gemm_check(engine: Engine, device: int) -> GemmCheck:
         )
     break_even = None
     if any(c.role == "ladder" for c in result.cpu):
-        break_even = {"precision": "fp32", "threads": cores}
+        # the ladder's GEMMs are cuBLASLt's first choice, not tuned (measure.LADDER_TUNE)
+        break_even = {"precision": "fp32", "threads": cores, "tune": LADDER_TUNE}
         for key, threads in (("all_threads", cores), ("one_thread", 1)):
             pairs, first = result.offload("fp32", threads)
             break_even[key] = None if first is None else pairs[first][0].m

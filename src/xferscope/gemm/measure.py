@@ -29,6 +29,10 @@ from .shapes import Shape
 # The offload ladder's trials: short, as its GEMMs are small and many.
 LADDER_TARGET_S = 0.02
 LADDER_TRIALS = 3
+# The ladder's GEMMs take cuBLASLt's first choice that runs, untimed against the others: at its
+# sizes (16-4096, with their transfers) the transfers decide, and timing 8 candidates cost about
+# 0.16 s a size on an H100 (1.4 s of `run`'s 10 s GEMM check)
+LADDER_TUNE = 0
 
 
 def refusal(options: GemmOptions, precision: str, shape: Shape, capability: int) -> str:
@@ -252,6 +256,7 @@ def ladder_options(options: GemmOptions) -> GemmOptions:
         tiles=1,
         target_s=min(options.target_s, LADDER_TARGET_S),
         trials=min(options.trials, LADDER_TRIALS),
+        tune=min(options.tune, LADDER_TUNE),
         pad=0,
     )
 
