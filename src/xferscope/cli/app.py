@@ -3,6 +3,7 @@ in one place, on one line."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -18,7 +19,11 @@ EXIT_INTERRUPTED = 130
 EXIT_VERIFICATION_FAILED = 3
 
 # Piped output keeps the tables whole instead of squeezing them to 80 columns.
-stdout = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+# a terminal's width (or $COLUMNS, which rich reads); piped, 160 columns unless $COLUMNS says
+stdout = Console(
+    highlight=False,
+    width=None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 160,
+)
 stderr = Console(stderr=True, highlight=False)
 
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rich.table import Table
-
 from ..core import cases
 from ..core.engine import Engine
 from ..core.errors import XferscopeError
+from ..report.fit import Column, fitted
 from ..run.investigate import RUN_CASES
 from . import common
 from .app import cli, described, stdout
@@ -94,21 +93,28 @@ def cases_command(as_json: bool, simulate: bool) -> None:
     if as_json:
         stdout.print_json(json.dumps(doc))
         return
-    table = Table(title=f"{len(doc['cases'])} transfer cases", title_justify="left")
-    for column in ("key", "measures", "used by", "on this machine"):
-        table.add_column(column, overflow="fold")
-    for row in doc["cases"]:
-        state = "runs" if doc["waivers_checked"] else "?"
-        table.add_row(
-            row["key"], row["description"], ", ".join(row["used_by"]), row["waived"] or state
-        )
-    stdout.print(table)
-    table = Table(title=f"{len(doc['experiments'])} experiments", title_justify="left")
-    for column in ("key", "command", "measures", "on this machine"):
-        table.add_column(column, overflow="fold")
-    for e in doc["experiments"]:
-        state = "runs" if doc["waivers_checked"] else "?"
-        table.add_row(e["key"], e["command"], e["description"], e["waived"] or state)
-    stdout.print(table)
+    state = "runs" if doc["waivers_checked"] else "?"
+    case_columns = (
+        Column("key", keep=9),  # what users type into --cases: never split
+        Column("measures", whole=False, keep=8, least=16),
+        Column("used by", whole=False, keep=5, least=10),
+        Column("on this machine", whole=False, keep=7, least=10),
+    )
+    rows = [
+        (row["key"], row["description"], ", ".join(row["used_by"]), row["waived"] or state)
+        for row in doc["cases"]
+    ]
+    stdout.print(fitted(f"{len(doc['cases'])} transfer cases", case_columns, rows, stdout.width))
+    experiment_columns = (
+        Column("key", keep=9),
+        Column("command", keep=6),
+        Column("measures", whole=False, keep=8, least=16),
+        Column("on this machine", whole=False, keep=7, least=10),
+    )
+    rows = [
+        (e["key"], e["command"], e["description"], e["waived"] or state) for e in doc["experiments"]
+    ]
+    title = f"{len(doc['experiments'])} experiments"
+    stdout.print(fitted(title, experiment_columns, rows, stdout.width))
     if not doc["waivers_checked"]:
         stdout.print(f"waivers not checked: {doc['waivers_unchecked_because']}")

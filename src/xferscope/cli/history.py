@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.table import Table
 
 from ..core import limits
 from ..core.errors import XferscopeError
 from ..documents.files import special
+from ..report.fit import Column, fitted
 from .app import cli, described, stdout
 from .common import _history_file, deliver, finish, prepare_renderers
 from .measured import KINDS, DocumentKind
@@ -49,38 +49,36 @@ def history_command(history_path: str | None, limit: int, as_json: bool) -> None
 
         stdout.print_json(json.dumps([asdict(r) for r in runs]))
         return
-    table = Table(title=f"Runs in {path}", title_justify="left")
-    for name in (
-        "run",
-        "kind",
-        "created",
-        "host",
-        "GPUs",
-        "driver",
-        "mode",
-        "complete",
-        "wall",
-        "warnings",
-        "errors",
-    ):
-        table.add_column(
-            name, justify="right" if name in ("run", "wall", "warnings", "errors") else "left"
-        )
-    for r in runs:
-        wall = format_duration(r.wall_s) + (" modelled" if r.simulated else "")
-        table.add_row(
+    columns = (  # at 80 columns: run, kind, created, mode, complete, warnings, errors
+        Column("run", "right", keep=9),
+        Column("kind", keep=8),
+        Column("created", keep=7),
+        Column("host", keep=3, whole=False, least=8),
+        Column("GPUs", keep=4, whole=False, least=10),
+        Column("driver", keep=2),
+        Column("mode", keep=5, whole=False, least=8),
+        Column("complete", keep=6),
+        Column("wall", "right", keep=5),
+        Column("warnings", "right", keep=7),
+        Column("errors", "right", keep=7),
+    )
+    rows = [
+        (
             str(r.id),
             r.kind,
-            r.created,
+            r.created[:16].replace("T", " "),  # to the minute, as the history lists them
             r.hostname or "",
             r.gpus,
             r.driver or "",
             r.mode + (" (simulated)" if r.simulated else ""),
             "yes" if r.complete else "[yellow]no[/yellow]",
-            wall,
+            format_duration(r.wall_s) + (" modelled" if r.simulated else ""),
             str(r.findings_warning),
             str(r.findings_error),
         )
+        for r in runs
+    ]
+    table = fitted(f"Runs in {path}", columns, rows, stdout.width)
     stdout.print(table)
 
 

@@ -140,6 +140,31 @@ def physical_limit(machine: dict[str, Any], direction: str) -> tuple[float, str]
     return (peak, "PCIe limit") if peak else None
 
 
+# A bandwidth panel spans from BANDWIDTH_FLOOR_GBPS (or its limit / BANDWIDTH_DECADES_UNDER,
+# if lower) to a little above the limit, so that 1 GB/s to the limit fills most of the axis;
+# smaller copies, slower than that, are read on the latency plot.
+BANDWIDTH_FLOOR_GBPS = 1.0
+BANDWIDTH_SPAN_UNDER = 300.0
+BANDWIDTH_HEADROOM = 1.6
+
+
+def _bandwidth_range(ax: Axes, limit_gbps: float, curves: list[Curve], title: str) -> None:
+    """The panel's bandwidth axis from the floor to a little above the limit, its size axis
+    from the smallest size any curve moves at the floor or faster; the sizes left out named
+    under the title."""
+    bottom = min(BANDWIDTH_FLOOR_GBPS, limit_gbps / BANDWIDTH_SPAN_UNDER)
+    ax.set_ylim(bottom, limit_gbps * BANDWIDTH_HEADROOM)
+    shown = [p.bytes for c in curves for p in c.points if p.bandwidth / 1e9 >= bottom]
+    if shown and min(shown) > min(p.bytes for c in curves for p in c.points):
+        first = min(shown)
+        ax.set_xlim(first / 2, max(p.bytes for c in curves for p in c.points) * 2)
+        ax.set_title(
+            f"{title}\n(sizes under {_size_label(first, 0)} move slower than {bottom:.2g} GB/s: "
+            "the latency plot shows them)",
+            fontsize=10,
+        )
+
+
 def write_plot(result: SweepResult, what: str, path: Path) -> None:
     """Draws one of plot_names' plots ("bandwidth" or "latency" against size, one panel per
     direction (report.style), or "alignment") and saves it at `path`."""
@@ -147,7 +172,7 @@ def write_plot(result: SweepResult, what: str, path: Path) -> None:
         write_alignment_plot(result, path)
         return
     groups = panels(result.curves)
-    columns = 1 if len(groups) == 1 else 2
+    columns = len(groups) if len(groups) <= 3 else 2  # three panels side by side: none empty
     rows = -(-len(groups) // columns)
     fig, axes = plt.subplots(
         rows, columns, figsize=(7.5 * columns, 5.2 * rows), dpi=110, squeeze=False
@@ -159,6 +184,7 @@ def write_plot(result: SweepResult, what: str, path: Path) -> None:
                 _plot(ax, curve, [p.bandwidth / 1e9 for p in curve.points])
             limit = physical_limit(result.machine, curves[0].config.direction)
             if limit is not None:
+                _bandwidth_range(ax, limit[0] / 1e9, curves, title)
                 ax.axhline(limit[0] / 1e9, color="grey", linestyle="--", linewidth=1)
                 ax.annotate(
                     f"{limit[1]} {limit[0] / 1e9:.1f} GB/s",

@@ -11,6 +11,7 @@ from rich.table import Table
 from ..core.units import format_bytes, format_seconds
 from ..sweep.alignment import COSTLY, misalignments
 from ..sweep.records import CUT_SHORT, ESTIMATED, Curve, CurveConfig, Point, SweepResult
+from .fit import cell_width, packed
 from .style import print_findings, print_simulated
 
 
@@ -116,37 +117,51 @@ def summary_table(result: SweepResult) -> Table:
     return table
 
 
-CURVES_PER_TABLE = 4  # two columns each: more would not fit a terminal
+def _point_cells(curve: Curve, size: int) -> list[str]:
+    p = curve.point(size)
+    if p is None:
+        return ["", ""]
+    return [_latency_cell(p.median_s), _rate_cell(p.bandwidth) + _flag(p)]
 
 
-def points_tables(result: SweepResult) -> list[Table]:
+def points_tables(result: SweepResult, width: int) -> list[Table]:
+    """The per-size tables: as many curves to a table as fit `width` characters, no number
+    cut."""
     curves = [c for c in result.curves if c.points]
-    return [
-        points_table(curves[i : i + CURVES_PER_TABLE])
-        for i in range(0, len(curves), CURVES_PER_TABLE)
-    ]
-
-
-def points_table(curves: list[Curve]) -> Table:
-    table = Table(title="Median latency (µs) and bandwidth (GB/s) per size", title_justify="left")
-    table.add_column("size", justify="right")
-    for curve in curves:
-        table.add_column(f"{_header(curve.config)}\nµs", justify="right")
-        table.add_column("\n\nGB/s", justify="right")
     sizes = sorted({p.bytes for c in curves for p in c.points})
+    size_width = max([4, *(len(format_bytes(s)) for s in sizes)])
+    groups = [
+        [
+            max(
+                [
+                    cell_width(f"{_header(c.config)}\nµs"),
+                    *(len(_point_cells(c, s)[0]) for s in sizes),
+                ]
+            ),
+            max([4, *(len(_point_cells(c, s)[1]) for s in sizes)]),
+        ]
+        for c in curves
+    ]
+    tables, start = [], 0
+    for n in packed([size_width], groups, width):
+        tables.append(points_table(curves[start : start + n], sizes))
+        start += n
+    return tables
+
+
+def points_table(curves: list[Curve], sizes: list[int]) -> Table:
+    table = Table(title="Median latency (µs) and bandwidth (GB/s) per size", title_justify="left")
+    table.add_column("size", justify="right", no_wrap=True)
+    for curve in curves:
+        table.add_column(f"{_header(curve.config)}\nµs", justify="right", no_wrap=True)
+        table.add_column("\n\nGB/s", justify="right", no_wrap=True)
     for size in sizes:
-        row = [format_bytes(size)]
-        for curve in curves:
-            p = curve.point(size)
-            if p is None:
-                row += ["", ""]
-            else:
-                flag = _flag(p)
-                row += [_latency_cell(p.median_s), _rate_cell(p.bandwidth) + flag]
-        table.add_row(*row)
+        if any(curve.point(size) for curve in curves):
+            table.add_row(format_bytes(size), *(x for c in curves for x in _point_cells(c, size)))
     table.caption = (
         "* cut short by the budget   ~ estimated   ! invalid (verification failed or blocked)"
     )
+    table.caption_justify = "left"
     return table
 
 
@@ -185,7 +200,7 @@ def alignment_table(result: SweepResult) -> Table | None:
 def print_report(result: SweepResult, console: Console) -> None:
     if result.simulated:
         print_simulated(console)
-    for table in points_tables(result):
+    for table in points_tables(result, console.width):
         console.print(table)
     console.print(summary_table(result))
     misaligned = alignment_table(result)
