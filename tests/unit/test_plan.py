@@ -212,3 +212,40 @@ def test_interleave_runs_each_name_its_trials_stops_a_failure_and_keeps_a_ctrl_c
     stop = True
     results, failed, interrupted = plan.interleave(run, {"a": 9, "b": 9}, 5)
     assert interrupted and sum(len(v) for v in results.values()) == 10  # the trials done, kept
+
+
+# ---- trials that stop once their spread is known -----------------------------------------------
+
+
+def test_first_trials_that_agree_end_the_trials_there() -> None:
+    values = iter([1.0, 1.001, 0.999, 5.0, 5.0, 5.0, 5.0, 5.0])
+    done = plan.run_trials(lambda: next(values), 7, first=3, enough=lambda r: True)
+    assert done == [1.0, 1.001, 0.999]
+    values = iter(range(20))
+    taken = plan.run_trials(lambda: next(values), 7, first=3, enough=lambda r: False)
+    assert taken == list(range(7))  # they disagreed: all seven
+    values = iter(range(20))
+    more = plan.run_trials(lambda: next(values), 7, lambda r: len(r) < 9, 12, 3, lambda r: False)
+    assert more == list(range(9))  # and then more while the spread stays above the bound
+    values = iter(range(20))
+    assert plan.run_trials(lambda: next(values), 2, first=3, enough=lambda r: True) == [0, 1]
+
+
+def test_a_sweep_with_early_trials_stops_sizes_whose_trials_agree_and_says_so() -> None:
+    from xferscope.core.engine.simulated import SimulatedEngine
+    from xferscope.sweep.measure import run_sweep
+    from xferscope.sweep.options import SweepOptions
+    from xferscope.sweep.records import STOP_SPREAD_KNOWN
+
+    def sweep(early_noise: float) -> list:
+        options = SweepOptions(
+            memories=("pinned",), sizes=(1, 4096, 1 << 20, 64 << 20), target_s=0.01,
+            budget_s=None, early_trials=3, early_noise=early_noise,
+        )  # fmt: skip
+        return [p for c in run_sweep(SimulatedEngine(seed=3), options).curves for p in c.points]
+
+    agreed = sweep(1.0)  # any spread agrees
+    assert all(len(p.samples_s) == 3 and p.stopped_by == STOP_SPREAD_KNOWN for p in agreed)
+    assert all(p.status == "measured" and p.verification.ok for p in agreed)
+    strict = sweep(0.0)  # only identical trials agree: the simulated ones never are
+    assert all(len(p.samples_s) >= 7 and p.stopped_by != STOP_SPREAD_KNOWN for p in strict)

@@ -20,6 +20,9 @@ DEFAULT_TARGET_S = 0.25  # NetPIPE's TARGET: one trial lasts this long
 QUICK_TARGET_S = 0.01
 DEFAULT_TRIALS = 7  # NetPIPE's NTRIALS
 DEFAULT_NOISE_BOUND = 0.05
+# A size's first trials that agree this closely (robust relative spread) already give its median
+# within it: `run` stops there (SweepOptions.early_trials)
+EARLY_NOISE = 0.01
 DEFAULT_BUDGET_S = 12.0  # per curve; four curves of 1 B..1 GiB then take about a minute
 QUICK_BUDGET_S = 3.0
 # Buffers are at least this large so that copies rotating through them leave the GPU L2
@@ -137,10 +140,17 @@ def run_trials(
     count: int,
     more: Callable[[list[T]], bool] | None = None,
     most: int | None = None,
+    first: int | None = None,
+    enough: Callable[[list[T]], bool] | None = None,
 ) -> list[T]:
     """Every measurement's trials: `count` of them, then more while `more(results)` says so
-    (the spread is still above the bound, and the budget allows another), up to `most`."""
-    results = [trial() for _ in range(count)]
+    (the spread is still above the bound, and the budget allows another), up to `most`. With
+    `first` (fewer than `count`), after that many `enough(results)` may end them there."""
+    results = [trial() for _ in range(count if first is None else min(first, count))]
+    if first is not None and first < count:
+        if enough is not None and enough(results):
+            return results
+        results += [trial() for _ in range(count - first)]
     while more is not None and (most is None or len(results) < most) and more(results):
         results.append(trial())
     return results

@@ -17,6 +17,10 @@ CHECK_SIZE = 8192
 CHECK_LADDER = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 CHECK_TARGET_S = 0.02
 CHECK_WARMUP_S = 0.05
+# cuBLASLt's first three algorithms for each 8192^3 GEMM are timed against each other (the
+# `gemm` command times eight): timing eight took most of the 4.6 s of creating the check's GEMMs
+# on an H100. Each point records it, and the rank of the algorithm kept.
+CHECK_TUNE = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +30,7 @@ class GemmCheck:
 
     status: str  # complete, failed
     # per precision: {precision, size, status, tflops, trials_tflops, share_of_peak, peak_source,
+    # tune, algorithm_rank,
     # verified, error}
     points: tuple[dict[str, Any], ...] = ()
     # {precision, threads, all_threads, one_thread}: the smallest size at which the GPU with its
@@ -51,6 +56,7 @@ def gemm_check(engine: Engine, device: int) -> GemmCheck:
         offload=("fp32",),
         ladder=CHECK_LADDER,
         warmup_s=CHECK_WARMUP_S,
+        tune=CHECK_TUNE,
     )
     result = measure(engine, options)
     if result.interrupted:
@@ -70,6 +76,8 @@ def gemm_check(engine: Engine, device: int) -> GemmCheck:
                 "peak_source": None if top is None else top.source,
                 "verified": p.verified,
                 "error": p.error,
+                "tune": CHECK_TUNE,
+                "algorithm_rank": (p.algorithm or {}).get("rank"),
             }
         )
     break_even = None

@@ -26,6 +26,7 @@ from .records import (
     STOP_BUDGET,
     STOP_MAX_TRIALS,
     STOP_NOISE,
+    STOP_SPREAD_KNOWN,
     Curve,
     CurveConfig,
     Point,
@@ -104,8 +105,15 @@ def measure_point(
         samples = [warmup_per_copy]
         iterations = calibration.iterations
     else:
-        samples = plan.run_trials(trial, fit.trials, more, options.max_trials)
-        if fit.trials < options.trials:
+        early = options.early_trials
+
+        def agreed(samples: list[float]) -> bool:
+            return relative_noise(samples) <= options.early_noise
+
+        samples = plan.run_trials(trial, fit.trials, more, options.max_trials, early, agreed)
+        if early is not None and len(samples) == early <= fit.trials and agreed(samples):
+            status, stopped_by = MEASURED, STOP_SPREAD_KNOWN
+        elif fit.trials < options.trials:
             status, stopped_by = CUT_SHORT, STOP_BUDGET
         else:
             status = MEASURED
@@ -192,9 +200,8 @@ def measure_curve(
             last_size: int | None = None
             for i, size in enumerate(sizes):
                 remaining = None if deadline is None else deadline - engine.clock()
-                target = plan.trial_target(
-                    options.target_s, remaining, len(sizes) - i, options.trials
-                )
+                planned = options.early_trials or options.trials  # trials a size, as planned
+                target = plan.trial_target(options.target_s, remaining, len(sizes) - i, planned)
                 point, last = measure_point(
                     engine,
                     transfer,

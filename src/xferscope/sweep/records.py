@@ -22,6 +22,9 @@ OLDEST_SCHEMA_VERSION = 1  # still read
 
 # Why a point stopped taking trials.
 STOP_NOISE = "noise_bound"  # the spread fell under the bound after the minimum trials
+# the first few trials already agreed within the early bound (SweepOptions.early_trials): the
+# rest were not taken
+STOP_SPREAD_KNOWN = "spread_known"
 STOP_MAX_TRIALS = "max_trials"  # the spread stayed above the bound up to the most trials
 STOP_BUDGET = "budget"  # the curve's time budget ran out
 STOP_INTERRUPTED = "interrupted"
