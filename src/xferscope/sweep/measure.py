@@ -70,7 +70,10 @@ def measure_point(
     last: plan.Calibration | None,
     last_size: int | None,
     cache_bytes: int,
+    early: int | None = None,
 ) -> tuple[Point, plan.Calibration]:
+    """One size: calibration, trials (`early`: after that many, stop if they agree within
+    options.early_noise), verification."""
     copies = transfer.copies_per_iteration
     calibration = _calibrate(transfer, config.timing, size, target_s, last, last_size)
     warmup_per_copy = calibration.per_iteration_s / copies
@@ -105,7 +108,6 @@ def measure_point(
         samples = [warmup_per_copy]
         iterations = calibration.iterations
     else:
-        early = options.early_trials
 
         def agreed(samples: list[float]) -> bool:
             return relative_noise(samples) <= options.early_noise
@@ -202,6 +204,9 @@ def measure_curve(
                 remaining = None if deadline is None else deadline - engine.clock()
                 planned = options.early_trials or options.trials  # trials a size, as planned
                 target = plan.trial_target(options.target_s, remaining, len(sizes) - i, planned)
+                # the sizes the curve's figures come from (its largest: bandwidth; its
+                # smallest: latency) always take every trial
+                ends = size in (sizes[0], sizes[-1])
                 point, last = measure_point(
                     engine,
                     transfer,
@@ -213,6 +218,7 @@ def measure_curve(
                     last,
                     last_size,
                     cache_bytes,
+                    None if ends else options.early_trials,
                 )
                 last_size = size
                 points.append(point)
