@@ -24,9 +24,9 @@ from xferscope.run.investigate import gpu_curves
 
 from .test_cli import ENGINE, run
 
-# Paced at these shares of the modelled time (the quick run models 7.6 s, this sweep 1.2 s),
+# Paced at these shares of the modelled time (the quick run models 8.5 s, this sweep 1.2 s),
 # each measures for about a second, then writes and draws for about another.
-PACE = {"run": "0.135", "sweep": "0.8"}
+PACE = {"run": "0.12", "sweep": "0.8"}
 EXIT_WITHIN_S = 2.0
 SIGNALS = {"run": 20, "sweep": 16}
 QUICK_SIZES = 8  # `run --quick` measures 8 sizes a curve

@@ -10,17 +10,17 @@ from typing import Any
 from ..core.engine import Engine
 from .cpu import usable_cores
 from .measure import LADDER_TUNE, measure
-from .records import PRECISIONS, GemmOptions
+from .records import DEFAULT_TUNE, PRECISIONS, GemmOptions
 from .shapes import Shape
 
 CHECK_SIZE = 8192
 CHECK_LADDER = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 CHECK_TARGET_S = 0.02
 CHECK_WARMUP_S = 0.05
-# cuBLASLt's first three algorithms for each 8192^3 GEMM are timed against each other (the
-# `gemm` command times eight): timing eight took most of the 4.6 s of creating the check's GEMMs
-# on an H100. Each point records it, and the rank of the algorithm kept.
-CHECK_TUNE = 3
+# cuBLASLt's algorithms timed for each 8192^3 GEMM, as `gemm` times them: with 3 instead of 8
+# an H100 ran bf16 at 686 TFLOP/s against 734 and fp8 at 1200 against 1281. Each point records
+# it, and the rank of the algorithm kept.
+CHECK_TUNE = DEFAULT_TUNE
 
 
 @dataclass(frozen=True, slots=True)

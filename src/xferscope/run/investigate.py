@@ -46,9 +46,11 @@ class RunPlan:
     stream_target_s: float  # how long one concurrent trial lasts
     stream_trials: int
     pinning_bytes: int
-    # a size stops after this many trials when they agree within plan.EARLY_NOISE; the curve's
-    # budget is planned for this many (the same length of trial as 7 in the budget before)
-    early_trials: int | None = 3
+    # a size may stop after this many trials when they agree within plan.EARLY_NOISE (None:
+    # every trial). Off: on an H100, with 3 and budgets of 1.2 s and 0.18 s a curve, `run` took
+    # 45.4 s and `run --quick` 20.7 s, but the budget ran out before the smallest sizes (measured
+    # last), whose latency then came from one trial (d2h 7.58 us against 1.59)
+    early_trials: int | None = None
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -56,14 +58,11 @@ class RunPlan:
         return tuple(self.size_step**i for i in range(count + 1))
 
 
-# A curve's budget is planned for early_trials (3) trials a size of the same length as 7 had in
-# the budgets before (2.4 s and 0.35 s: 19.5 ms and 5.7 ms a trial), with some room for sizes
-# whose first trials disagree and go on to 7 or more.
 DEFAULT_PLAN = RunPlan(
-    "default", 1 << 30, 4, 1.2, plan.DEFAULT_TARGET_S, 7, 256 * MIB, 0.05, 5, 1 << 30
+    "default", 1 << 30, 4, 2.4, plan.DEFAULT_TARGET_S, 7, 256 * MIB, 0.05, 5, 1 << 30
 )
 QUICK_PLAN = RunPlan(
-    "quick", 256 * MIB, 16, 0.18, plan.QUICK_TARGET_S, 7, 64 * MIB, 0.01, 3, 256 * MIB
+    "quick", 256 * MIB, 16, 0.35, plan.QUICK_TARGET_S, 7, 64 * MIB, 0.01, 3, 256 * MIB
 )
 
 HOST_KINDS = ("pageable", "pinned", "wc", "registered")
@@ -293,7 +292,7 @@ def overlap_point(engine: Engine, device: int, memory: str, size: int) -> Overla
 def investigate_gpu(
     engine: Engine, device: int, options: RunOptions, progress: Progress
 ) -> GpuSection:
-    """Every check of one GPU, with the real seconds each kind of check took (phases_s)."""
+    """Every check of one GPU, with the seconds each kind of check took (phases_s)."""
     phases: dict[str, float] = {}
     try:
         section = _investigate_gpu(engine, device, options, progress, phases)
@@ -303,13 +302,14 @@ def investigate_gpu(
 
 
 @contextmanager
-def _phase(phases: dict[str, float], name: str) -> Iterator[None]:
-    """Adds the real seconds the block takes to phases[name] (Ctrl-C and errors included)."""
-    start = time.perf_counter()
+def _phase(phases: dict[str, float], name: str, clock: Callable[[], float]) -> Iterator[None]:
+    """Adds the seconds the block takes by `clock` (the engine's: the host's for a GPU, the
+    model's when simulated) to phases[name], Ctrl-C and errors included."""
+    start = clock()
     try:
         yield
     finally:
-        phases[name] = phases.get(name, 0.0) + time.perf_counter() - start
+        phases[name] = phases.get(name, 0.0) + clock() - start
 
 
 def _investigate_gpu(
@@ -331,7 +331,7 @@ def _investigate_gpu(
     try:
         # the curves share their buffers (the same sizes, kind after kind), freed before the
         # other checks, which need the GPU's memory
-        with _phase(phases, "curves"), engine.keeping_buffers():
+        with _phase(phases, "curves", engine.clock), engine.keeping_buffers():
             for config in gpu_curves(device, scope):
                 run = measure_curve(engine, config, sweep, progress)
                 section = replace(section, curves=(*section.curves, run.curve))
@@ -339,7 +339,7 @@ def _investigate_gpu(
                     raise Interrupted(replace(section, status="interrupted"))
                 if isinstance(run.error, CudaError):  # the GPU itself is in trouble: stop
                     return replace(section, status="failed", error=run.curve.error)
-        with _phase(phases, "concurrent"):
+        with _phase(phases, "concurrent", engine.clock):
             bidirectional = concurrent(
                 engine,
                 "bidirectional",
@@ -352,22 +352,22 @@ def _investigate_gpu(
         progress.step(f"gpu{device} H2D while D2H")
         if scope == "headline":
             return section
-        with _phase(phases, "pinning"):
+        with _phase(phases, "pinning", engine.clock):
             costs = engine.measure_pinning(device, p.pinning_bytes)
         section = replace(section, pinning=PinningCost.of(device, p.pinning_bytes, costs))
         progress.step(f"gpu{device} pinning costs")
-        with _phase(phases, "overlap"):
+        with _phase(phases, "overlap", engine.clock):
             overlap = tuple(
                 overlap_point(engine, device, memory, p.stream_bytes)
                 for memory in ("pinned", "pageable")
             )
         section = replace(section, overlap=overlap)
         progress.step(f"gpu{device} CPU work during a readback")
-        with _phase(phases, "gl"):
+        with _phase(phases, "gl", engine.clock):
             gl = gl_check(engine, device)
         section = replace(section, gl=gl)
         progress.step(f"gpu{device} OpenGL check")
-        with _phase(phases, "gemm"):
+        with _phase(phases, "gemm", engine.clock):
             gemm = gemm_check(engine, device)
         section = replace(section, gemm=gemm)
         progress.step(f"gpu{device} GEMM check")

@@ -6,8 +6,8 @@ Schema history (bump RUN_SCHEMA_VERSION on any change a reader must know about):
      absent), each GPU's overlap points (empty when absent) and elapsed_s, the real seconds the
      run took (wall_s is the engine's clock: the model's for a simulated run; null when
      absent), each GPU's GL check and its GEMM check (null when absent), each GPU's phases_s:
-     the real seconds each kind of check took (curves, concurrent, pinning, overlap, gl, gemm;
-     empty when absent).
+     the seconds each kind of check took by the engine's clock, as wall_s (curves, concurrent,
+     pinning, overlap, gl, gemm; empty when absent).
 """
 
 from __future__ import annotations
@@ -160,8 +160,9 @@ class GpuSection:
     # full: every check; headline: the headline curves and H2D beside D2H only (`run --quick`
     # on many GPUs measures every check on the first GPU, the headline on the others)
     scope: str = field(default="full", metadata={OMIT_DEFAULT: True})
-    # the real seconds each kind of check took, by the host's clock: curves, concurrent,
-    # pinning, overlap, gl, gemm (where `xferscope run`'s time goes)
+    # the seconds each kind of check took by the engine's clock (the host's on a GPU, the
+    # model's when simulated): curves, concurrent, pinning, overlap, gl, gemm (where
+    # `xferscope run`'s time goes)
     phases_s: dict[str, float] = field(default_factory=dict)
 
     def curve(self, direction: str, memory: str, mechanism: str, timing: str) -> Curve | None:
