@@ -49,7 +49,8 @@ def test_sigint_during_a_native_sweep(tmp_path, native_engine):
 
 def test_sigint_during_a_native_run(tmp_path, native_engine):
     rng = random.Random("xferscope-gpu-run")
-    # `run --quick` takes about 14 s on one H200 once its directory exists.
+    # `run --quick` takes about 24 s on one H100 once its directory exists (14 s on an H200
+    # before the GL and GEMM checks joined it).
     for i, delay in enumerate(rng.uniform(0.5, 13.0) for _ in range(3)):
         outcome = interrupt_once("run", tmp_path / f"try{i}", delay, ["run", "--quick", "-g", "0"])
         if outcome.after_signal_s is None:

@@ -89,8 +89,11 @@ def gpu_view(result: RunResult, gpu: GpuSection) -> SweepResult:
     )
 
 
-QUICK_S = 14  # `run --quick` on one H200 (benchmarks/results/run-h200-20261121.json: 13.6 s)
-DEFAULT_S = 65  # `run` on one H200 (the same file: 65.5 s)
+# Measured on one H100 with every check (GL and GEMM included), from the command to its exit,
+# 2026-11-25: `run --quick` 23.7 s, `run` 74.6 s
+TIMES_ON = "H100"
+QUICK_S = 24
+DEFAULT_S = 75
 
 
 @cli.command(
