@@ -255,3 +255,23 @@ def test_a_sweep_with_early_trials_stops_sizes_whose_trials_agree_and_says_so() 
     assert all(p.status == "measured" and p.verification.ok for p in agreed)
     strict = sweep(0.0)  # only identical trials agree: the simulated ones never are
     assert all(len(p.samples_s) >= 7 and p.stopped_by != STOP_SPREAD_KNOWN for p in strict)
+
+
+def test_with_early_trials_a_short_budget_never_cuts_the_curves_figures() -> None:
+    """The largest and smallest sizes are measured first and take every trial; the budget
+    shortens the sizes between (on an H100 a 1.2 s budget, spent largest first, had left the
+    smallest sizes one trial: d2h latency 7.58 us against 1.59)."""
+    from xferscope.core.engine.simulated import SimulatedEngine
+    from xferscope.sweep.measure import run_sweep
+    from xferscope.sweep.options import SweepOptions
+
+    sizes = tuple(4**i for i in range(16))  # 1 B to 1 GiB, as `run` measures
+    options = SweepOptions(
+        directions=("d2h",), memories=("pinned",), mechanisms=("async",), timings=("device",),
+        sizes=sizes, budget_s=0.25, early_trials=3, early_noise=1.0,
+    )  # fmt: skip
+    (curve,) = run_sweep(SimulatedEngine(seed=5), options).curves
+    points = {p.bytes: p for p in curve.points}
+    for end in (min(sizes), max(sizes)):
+        assert points[end].status == "measured" and len(points[end].samples_s) >= 7
+    assert len(points) == len(sizes)

@@ -164,6 +164,10 @@ def measure_curve(
     # Largest first: the big sizes have a fixed least cost, the small ones share what is left
     # of the budget, and the first copies fault in every page of the buffers.
     sizes = sorted(options.sizes, reverse=True)
+    if options.early_trials is not None and len(sizes) > 2:
+        # the sizes the curve's figures come from first (largest: bandwidth; smallest:
+        # latency), so that a budget spent on the sizes between never cuts them short
+        sizes = [sizes[0], sizes[-1], *sizes[1:-1]]
     cache_bytes = int(engine.device_info(config.device).get("l2_cache_bytes") or 0)
     points: list[Point] = []
     status, error, interrupted = "complete", None, False
@@ -202,11 +206,12 @@ def measure_curve(
             last_size: int | None = None
             for i, size in enumerate(sizes):
                 remaining = None if deadline is None else deadline - engine.clock()
-                planned = options.early_trials or options.trials  # trials a size, as planned
-                target = plan.trial_target(options.target_s, remaining, len(sizes) - i, planned)
                 # the sizes the curve's figures come from (its largest: bandwidth; its
-                # smallest: latency) always take every trial
-                ends = size in (sizes[0], sizes[-1])
+                # smallest: latency) always take every trial; every size gets an equal share of
+                # what is left of the budget, in as many trials as it plans
+                ends = size in (max(sizes), min(sizes))
+                planned = options.trials if ends else (options.early_trials or options.trials)
+                target = plan.trial_target(options.target_s, remaining, len(sizes) - i, planned)
                 point, last = measure_point(
                     engine,
                     transfer,
