@@ -34,7 +34,7 @@ def _plot(ax: Axes, curve: Curve, values: list[float]) -> None:
         marker=style.mpl_marker,
         linestyle=style.mpl_dashes,
         markersize=3,
-        linewidth=1.3,
+        linewidth=style.width,
         color=style.colour,
         label=legend_label(curve.config),
     )

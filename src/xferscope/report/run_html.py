@@ -271,7 +271,7 @@ def _curve_figure(
                 y=[value(p) for p in curve.points],
                 name=escape(legend_label(curve.config)),
                 mode="lines+markers",
-                line={"color": color, "dash": style.plotly_dash, "width": 1.6},
+                line={"color": color, "dash": style.plotly_dash, "width": style.width},
                 marker={"symbol": symbols, "color": colors, "size": 7},
                 customdata=custom,
                 hovertemplate=(

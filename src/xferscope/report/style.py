@@ -67,6 +67,19 @@ MEMORY_COLOURS = {
     "mapped": "#ff7f0e",  # orange
     "device": "#333333",  # near black
 }
+# Line widths per memory kind, in points, widest first in the order curves are drawn (pageable,
+# pinned, wc, registered): where pinned, write-combined and registered memory move alike, each
+# thinner line lies inside the wider one drawn before it, and all three stay visible. A kernel's
+# copies (also of pinned memory) are drawn at KERNEL_WIDTH_SHARE of their memory's width.
+MEMORY_WIDTHS = {
+    "pageable": 1.6,
+    "pinned": 4.5,
+    "wc": 2.7,
+    "registered": 1.2,
+    "mapped": 1.6,
+    "device": 1.6,
+}
+KERNEL_WIDTH_SHARE = 0.45
 # One line style per mechanism and timing: (matplotlib dashes, plotly dash).
 LINE_STYLES: dict[tuple[str, str], tuple[Any, str]] = {
     ("memcpy", "api"): ("-", "solid"),
@@ -108,19 +121,24 @@ class CurveStyle:
     plotly_dash: str
     mpl_marker: str
     plotly_symbol: str
+    width: float = 1.6  # line width in points (plotly: pixels)
 
 
 def curve_style(config: CurveConfig) -> CurveStyle:
-    """How a curve is drawn in every plot: its memory kind's colour, its mechanism and timing's
-    line style, its GPU's marker."""
+    """How a curve is drawn in every plot: its memory kind's colour and line width, its
+    mechanism and timing's line style, its GPU's marker."""
     mpl_dashes, plotly_dash = LINE_STYLES.get((config.mechanism, config.timing), ("-", "solid"))
     mpl_marker, plotly_symbol = MARKERS[config.device % len(MARKERS)]
+    width = MEMORY_WIDTHS.get(config.memory, 1.6)
+    if config.mechanism == "kernel":
+        width *= KERNEL_WIDTH_SHARE
     return CurveStyle(
         MEMORY_COLOURS.get(config.memory, "#7f7f7f"),
         mpl_dashes,
         plotly_dash,
         mpl_marker,
         plotly_symbol,
+        width,
     )
 
 
