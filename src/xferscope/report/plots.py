@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from ..sweep.alignment import COSTLY, Misalignment, misalignments
 from ..sweep.records import ESTIMATED, Curve, SweepResult
-from .style import curve_style, legend_label, panels, plot_title
+from .style import bandwidth_view, curve_style, legend_label, panels, plot_title
 
 
 def machine_title(result: Any, what: str) -> str:
@@ -140,29 +140,14 @@ def physical_limit(machine: dict[str, Any], direction: str) -> tuple[float, str]
     return (peak, "PCIe limit") if peak else None
 
 
-# A bandwidth panel spans from BANDWIDTH_FLOOR_GBPS (or its limit / BANDWIDTH_DECADES_UNDER,
-# if lower) to a little above the limit, so that 1 GB/s to the limit fills most of the axis;
-# smaller copies, slower than that, are read on the latency plot.
-BANDWIDTH_FLOOR_GBPS = 1.0
-BANDWIDTH_SPAN_UNDER = 300.0
-BANDWIDTH_HEADROOM = 1.6
-
-
 def _bandwidth_range(ax: Axes, limit_gbps: float, curves: list[Curve], title: str) -> None:
-    """The panel's bandwidth axis from the floor to a little above the limit, its size axis
-    from the smallest size any curve moves at the floor or faster; the sizes left out named
-    under the title."""
-    bottom = min(BANDWIDTH_FLOOR_GBPS, limit_gbps / BANDWIDTH_SPAN_UNDER)
-    ax.set_ylim(bottom, limit_gbps * BANDWIDTH_HEADROOM)
-    shown = [p.bytes for c in curves for p in c.points if p.bandwidth / 1e9 >= bottom]
-    if shown and min(shown) > min(p.bytes for c in curves for p in c.points):
-        first = min(shown)
-        ax.set_xlim(first / 2, max(p.bytes for c in curves for p in c.points) * 2)
-        ax.set_title(
-            f"{title}\n(sizes under {_size_label(first, 0)} move slower than {bottom:.2g} GB/s: "
-            "the latency plot shows them)",
-            fontsize=10,
-        )
+    """The panel's axes as report.style's bandwidth_view says; the sizes left out named under
+    the title."""
+    view = bandwidth_view(limit_gbps, curves)
+    ax.set_ylim(view.bottom, view.top)
+    if view.first is not None:
+        ax.set_xlim(view.first / 2, max(p.bytes for c in curves for p in c.points) * 2)
+        ax.set_title(f"{title}\n({view.note()})", fontsize=10)
 
 
 def write_plot(result: SweepResult, what: str, path: Path) -> None:

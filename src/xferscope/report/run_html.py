@@ -50,7 +50,7 @@ from .run_html_tables import (
     overlap_table,
     pinning_table,
 )
-from .style import curve_style, legend_label, panels
+from .style import bandwidth_view, curve_style, legend_label, panels
 from .sweep_tables import wall_time
 
 
@@ -295,8 +295,15 @@ def _curve_figure(
     major, labels, minor = _size_ticks(sizes)
     pad = 0.15
     values = [value(p) for c in curves for p in c.points]
-    if limit_bps:
-        values.append(limit_bps / 1e9)
+    x_range = [math.log10(min(sizes)) - pad, math.log10(max(sizes)) + pad]
+    y_range: dict[str, Any] = {}
+    if limit_bps:  # a bandwidth figure: the range report.style's bandwidth_view gives
+        view = bandwidth_view(limit_bps / 1e9, curves)
+        values = [view.bottom, view.top]
+        y_range = {"range": [math.log10(view.bottom), math.log10(view.top)]}
+        if view.first is not None:
+            x_range[0] = math.log10(view.first) - pad
+            title = f"{title}<br><sup>{escape(view.note())}</sup>"
     decades = math.log10(max(values)) - math.log10(min(values))
     fig.update_layout(
         title={"text": title, "x": 0.01, "xanchor": "left"},
@@ -311,7 +318,7 @@ def _curve_figure(
             "title": "transfer size",
             "tickvals": major,
             "ticktext": labels,
-            "range": [math.log10(min(sizes)) - pad, math.log10(max(sizes)) + pad],
+            "range": x_range,
             "minor": {"tickvals": minor, "showgrid": True, "gridcolor": "#f2f2f2"},
             "showline": True,
             "linecolor": "#888",
@@ -320,6 +327,7 @@ def _curve_figure(
         yaxis={
             "type": "log",
             "title": y_title,
+            **y_range,
             "tickformat": "~g",
             # Every power of ten over a wide range; plotly's 2 and 5 between them crowd it.
             **({"dtick": 1} if decades >= 2 else {}),

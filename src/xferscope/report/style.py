@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..core.findings import ERROR, INFO, OK, WARNING, Finding
+from ..core.units import format_bytes
 from ..sweep.records import Curve, CurveConfig
 
 # Every output of the simulated engine says this, in these words.
@@ -170,3 +171,38 @@ def plot_title(text: str, result: Any) -> str:
     if getattr(result, "interrupted", False):
         text += " (interrupted)"
     return f"{SIMULATED}\n{text}" if result.simulated else text
+
+
+# A bandwidth panel spans from BANDWIDTH_FLOOR_GBPS (or its limit / BANDWIDTH_SPAN_UNDER, if
+# lower) to BANDWIDTH_HEADROOM times its limit, so that 1 GB/s to the limit fills most of the
+# axis; smaller copies, slower than that, are read on the latency plot.
+BANDWIDTH_FLOOR_GBPS = 1.0
+BANDWIDTH_SPAN_UNDER = 300.0
+BANDWIDTH_HEADROOM = 1.6
+
+
+@dataclass(frozen=True, slots=True)
+class BandwidthView:
+    """What a bandwidth panel shows, in every plot (PNG and report): GB/s from `bottom` to
+    `top`; sizes from `first` (None: all), the smaller ones slower than `bottom`."""
+
+    bottom: float
+    top: float
+    first: int | None
+
+    def note(self) -> str:
+        """The panel's word on the sizes it leaves out ('' when none)."""
+        if self.first is None:
+            return ""
+        return (
+            f"sizes under {format_bytes(self.first)} move slower than {self.bottom:.2g} GB/s: "
+            "the latency plot shows them"
+        )
+
+
+def bandwidth_view(limit_gbps: float, curves: Sequence[Curve]) -> BandwidthView:
+    bottom = min(BANDWIDTH_FLOOR_GBPS, limit_gbps / BANDWIDTH_SPAN_UNDER)
+    sizes = [p.bytes for c in curves for p in c.points]
+    shown = [p.bytes for c in curves for p in c.points if p.bandwidth / 1e9 >= bottom]
+    first = min(shown) if shown and min(shown) > min(sizes) else None
+    return BandwidthView(bottom, limit_gbps * BANDWIDTH_HEADROOM, first)
