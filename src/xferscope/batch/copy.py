@@ -203,24 +203,17 @@ def copy_one(
     """One copy (copy_to_device, copy_to_host) by copy_many's reader, rule and copier: one
     cudaMemcpyAsync, or the staged copy for pageable memory from choose.staged_from. `upload`:
     the direction the caller named, checked before anything is copied."""
-    if nbytes is None and engine is None and not is_address(destination) and not is_address(source):
-        done = _native_copy(((destination, source),), device, None, int(upload))  # the common call
-        if done is not None:
-            return done
-    pair: tuple[Any, ...]
-    if nbytes is None:
-        ends = (destination, source)
-        addresses = [is_address(e) for e in ends]
-        if all(addresses):
-            raise TypeError("nbytes is required when both ends are addresses")
-        if any(addresses):  # the other end's size is the copy's
-            other = ends[addresses.index(False)]
-            held = side(other, 0, "destination" if addresses[1] else "source").nbytes
-            pair = (destination, source, held)
-        else:
-            pair = (destination, source)
-    else:
+    pair: tuple[Any, ...] = (destination, source)  # the common call: two objects
+    if nbytes is not None:
         pair = (destination, source, nbytes)
+    elif is_address(destination) or is_address(source):
+        if is_address(destination) and is_address(source):
+            raise TypeError("nbytes is required when both ends are addresses")
+        # the other end's size is the copy's
+        other, role = (
+            (source, "source") if is_address(destination) else (destination, "destination")
+        )
+        pair = (destination, source, side(other, 0, role).nbytes)
     if engine is None:
         done = _native_copy([pair], device, None, int(upload))
         if done is not None:

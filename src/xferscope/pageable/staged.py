@@ -16,7 +16,8 @@ managed 10.3 and 19.3 GB/s.
 
 `copy_to_device` and `copy_to_host` copy one buffer as `xferscope.copy_many` copies one piece
 (its reader takes PyTorch and CuPy tensors too): one cudaMemcpyAsync, as `tensor.copy_()` makes
-it, or the staged copy of copy_many's copier for pageable memory of 4 MiB or more.
+it, or the staged copy of copy_many's copier for pageable memory from choose.staged_from (4 MiB
+down, 8 MiB up).
 `shared_copier(device)` is one StagedCopier per GPU kept for the life of the process (creating
 one takes tens of milliseconds: threads, a memcpy probe and the pinned pool).
 
@@ -428,9 +429,10 @@ def copy_to_device(
     device_ptr: object, host: object, nbytes: int | None = None, device: int = 0
 ) -> None:
     """Copies `nbytes` (default: all of `host`) from host memory to the GPU, as copy_many copies
-    one piece: one cudaMemcpyAsync (what tensor.copy_() does), or, from pageable memory of 4 MiB
-    or more, this module's staged copy. `host`: a NumPy array, a PyTorch or CuPy host tensor, any
-    buffer, or an address; `device_ptr`: a tensor or array on the GPU, or an address."""
+    one piece: one cudaMemcpyAsync (what tensor.copy_() does), or, for pageable memory from
+    choose.staged_from (8 MiB up), this module's staged copy. `host`: a NumPy array, a PyTorch
+    or CuPy host tensor, any buffer, or an address; `device_ptr`: a tensor or array on the GPU,
+    or an address."""
     _copy_one()(device_ptr, host, nbytes, device, True)
 
 

@@ -129,35 +129,33 @@ def points_tables(result: SweepResult, width: int) -> list[Table]:
     cut."""
     curves = [c for c in result.curves if c.points]
     sizes = sorted({p.bytes for c in curves for p in c.points})
+    cells = [[_point_cells(c, s) for s in sizes] for c in curves]  # per curve, per size
     size_width = max([4, *(len(format_bytes(s)) for s in sizes)])
     groups = [
         [
-            max(
-                [
-                    cell_width(f"{_header(c.config)}\nµs"),
-                    *(len(_point_cells(c, s)[0]) for s in sizes),
-                ]
-            ),
-            max([4, *(len(_point_cells(c, s)[1]) for s in sizes)]),
+            max([cell_width(f"{_header(c.config)}\nµs"), *(len(x[0]) for x in rows)]),
+            max([4, *(len(x[1]) for x in rows)]),
         ]
-        for c in curves
+        for c, rows in zip(curves, cells, strict=True)
     ]
     tables, start = [], 0
     for n in packed([size_width], groups, width):
-        tables.append(points_table(curves[start : start + n], sizes))
+        tables.append(points_table(sizes, cells[start : start + n], curves[start : start + n]))
         start += n
     return tables
 
 
-def points_table(curves: list[Curve], sizes: list[int]) -> Table:
+def points_table(sizes: list[int], cells: list[list[list[str]]], curves: list[Curve]) -> Table:
+    """One per-size table of these curves, their cells per size as points_tables made them."""
     table = Table(title="Median latency (µs) and bandwidth (GB/s) per size", title_justify="left")
     table.add_column("size", justify="right", no_wrap=True)
     for curve in curves:
         table.add_column(f"{_header(curve.config)}\nµs", justify="right", no_wrap=True)
         table.add_column("\n\nGB/s", justify="right", no_wrap=True)
-    for size in sizes:
-        if any(curve.point(size) for curve in curves):
-            table.add_row(format_bytes(size), *(x for c in curves for x in _point_cells(c, size)))
+    for i, size in enumerate(sizes):
+        row = [x for per_curve in cells for x in per_curve[i]]
+        if any(row):
+            table.add_row(format_bytes(size), *row)
     table.caption = (
         "* cut short by the budget   ~ estimated   ! invalid (verification failed or blocked)"
     )
