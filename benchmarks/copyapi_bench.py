@@ -60,6 +60,7 @@ SINGLE_SIZES = (64, 4096, 65536, 1 << 20, 16 << 20, 256 << 20)
 PARTS = ("torch", "cupy", "single", "overhead")
 MOST_BYTES = 8 << 30  # a cell's pieces on one side
 OVERHEAD_TRIALS = 101  # per overhead cell, each method
+MOST_TRIALS = 1000  # --trials, as the CLI's limit
 # a cell's trials go on (to 4x --trials) while a method's quartiles lie further apart than this
 # share of its median: pageable copies of 1 MiB spread 10-20% on an H100, and with 15 trials their
 # medians moved 9% between runs
@@ -465,8 +466,8 @@ def main() -> None:
             f"--counts x --sizes: {most} B a side is more than this benchmark's "
             f"{MOST_BYTES >> 30} GiB"
         )
-    if args.trials < 2:
-        parser.error(f"--trials: {args.trials} is too few for quartiles (2 or more)")
+    if not 2 <= args.trials <= MOST_TRIALS:
+        parser.error(f"--trials: {args.trials} is not from 2 (quartiles need two) to {MOST_TRIALS}")
     INJECTED.update(m for m in args.inject.split(",") if m)
     if INJECTED - {"copy_many", "torch_loop", "torch_foreach", "cupy_loop", "xferscope",
                    "torch_copy_"}:  # fmt: skip

@@ -145,8 +145,17 @@ def bench_parser(doc: str | None) -> argparse.ArgumentParser:
     (the sha the numbers come from; $XFERSCOPE_COMMIT) and --out (benchmarks/results/)."""
     parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
     parser.add_argument("--commit", default=os.environ.get("XFERSCOPE_COMMIT", "unknown"))
-    parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument("--out", default=str(HERE / "results"), type=out_directory)
     return parser
+
+
+def out_directory(text: str) -> str:
+    """--out: a directory, or a path where one can be made; refused before anything is measured
+    (a file or a FIFO there would lose the record after the run)."""
+    path = Path(text)
+    if not text or (path.exists() and not path.is_dir()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a directory")
+    return text
 
 
 def comparison(

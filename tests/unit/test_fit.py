@@ -75,3 +75,14 @@ def test_cases_at_80_columns_keep_every_key_whole(capsys, monkeypatch):
     assert all(len(line) <= 80 for line in out.splitlines())
     assert all(k in out for k in keys)  # each on one line, never split
     assert "on this" in out and "machine" in out  # the waiver column stays
+
+
+@pytest.mark.parametrize(
+    ("columns", "terminal", "width"),
+    [("80", False, 80), (" 120 ", True, 120), ("0", True, 40), ("1", False, 40),
+     ("-5", False, 160), ("abc", False, 160), ("", True, None), ("99999999", False, 99999999)],
+)  # fmt: skip
+def test_the_output_width_follows_columns_within_reason(columns, terminal, width):
+    from xferscope.cli.app import output_width
+
+    assert output_width(columns, terminal) == width

@@ -18,11 +18,20 @@ from ..core.version import __version__
 EXIT_INTERRUPTED = 130
 EXIT_VERIFICATION_FAILED = 3
 
-# Piped output keeps the tables whole instead of squeezing them to 80 columns.
-# a terminal's width (or $COLUMNS, which rich reads); piped, 160 columns unless $COLUMNS says
+PIPED_COLUMNS = 160  # piped output keeps the tables whole instead of squeezing them to 80
+LEAST_COLUMNS = 40  # narrower than this (COLUMNS=0 drew nothing at all), tables are drawn at it
+
+
+def output_width(columns: str, terminal: bool) -> int | None:
+    """The width stdout is drawn at: $COLUMNS where it is a number (at least LEAST_COLUMNS),
+    else the terminal's (None: rich asks it), else PIPED_COLUMNS."""
+    if columns.strip().isdigit():
+        return max(int(columns), LEAST_COLUMNS)
+    return None if terminal else PIPED_COLUMNS
+
+
 stdout = Console(
-    highlight=False,
-    width=None if sys.stdout.isatty() or os.environ.get("COLUMNS", "").isdigit() else 160,
+    highlight=False, width=output_width(os.environ.get("COLUMNS", ""), sys.stdout.isatty())
 )
 stderr = Console(stderr=True, highlight=False)
 
