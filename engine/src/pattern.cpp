@@ -24,7 +24,7 @@ void fill_host(void* destination, std::size_t bytes, std::uint64_t seed, bool co
   auto* base = static_cast<std::uint8_t*>(destination);
   const std::uint64_t mask = complement ? ~0ull : 0ull;
   const std::size_t words = bytes / 8;
-  constexpr std::size_t kWordsPerThread = std::size_t{8} << 20;  // 64 MiB a thread at least
+  constexpr std::size_t kWordsPerThread = std::size_t{1} << 20;  // 8 MiB a thread at least
   const std::size_t threads = std::clamp<std::size_t>(
       words / kWordsPerThread, 1, std::max(1u, std::min(16u, std::thread::hardware_concurrency())));
   if (threads == 1) {

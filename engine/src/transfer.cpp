@@ -205,7 +205,9 @@ cudaStream_t Transfer::work_stream(const Buffer& buffer) const {
 }
 
 void Transfer::fill(std::uint64_t seed) {
+  if (filled_ && seed == seed_) return;
   seed_ = seed;
+  filled_ = false;  // until every buffer is filled
   const Buffer* source = legs_.front().source;
   for (Buffer& buffer : buffers_) {
     const std::uint64_t buffer_seed = (&buffer == source) ? seed : ~seed;
@@ -218,6 +220,7 @@ void Transfer::fill(std::uint64_t seed) {
     }
   }
   XFS_CUDA_CALL(cudaSetDevice(spec_.device));
+  filled_ = true;
 }
 
 void Transfer::check_bytes(std::size_t bytes) const {

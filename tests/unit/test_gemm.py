@@ -5,6 +5,7 @@ result, Ctrl-C, documents, history). tests/gpu/test_gemm_gpu.py runs cuBLASLt.""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -440,3 +441,28 @@ def test_two_gemm_studies_compare_and_a_run_does_not_compare_with_one(capsys, tm
     assert run(capsys, "run", "--simulate", "--quick", "-o", str(tmp_path / "r"))[0] == 0
     code, _, err = run(capsys, "compare", "1", "3", "--force")
     assert code == 2 and "compare reads two results of one kind" in err
+
+
+def test_the_ladder_stops_its_gpu_side_once_every_thread_count_is_beaten():
+    """`run`'s check (ladder_full False) measures the GPU at the first round of sizes, and goes
+    on to the rest only while a CPU thread count is still unbeaten; `gemm` measures them all."""
+    ladder = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+    options = gr.GemmOptions(
+        precisions=("fp32",), shapes=(), cpu_threads=(2,), cpu_shapes=(), offload=("fp32",),
+        ladder=ladder, target_s=0.02,
+    )  # fmt: skip
+    full = gm.measure(SimulatedEngine(), options)
+    short = gm.measure(SimulatedEngine(), replace(options, ladder_full=False))
+    assert [p.m for p in full.ladder] == list(ladder)
+    assert [p.m for p in short.ladder] == list(ladder[: gm.LADDER_FIRST_ROUND])
+    # the same break-even either way
+    for threads in (1, 2):
+        assert full.offload("fp32", threads)[1] is not None
+        pairs_full, first_full = full.offload("fp32", threads)
+        pairs_short, first_short = short.offload("fp32", threads)
+        assert pairs_full[first_full][0].m == pairs_short[first_short][0].m
+    # a CPU the first round cannot beat: the second round is measured for it
+    tiny = (2, 3, 4, 5, 6, 4096)
+    later = gm.measure(SimulatedEngine(), replace(options, ladder_full=False, ladder=tiny))
+    assert [p.m for p in later.ladder] == list(tiny)
+    assert later.offload("fp32", 2)[0][later.offload("fp32", 2)[1]][0].m == 4096

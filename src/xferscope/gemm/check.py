@@ -33,8 +33,9 @@ class GemmCheck:
     # tune, algorithm_rank,
     # verified, error}
     points: tuple[dict[str, Any], ...] = ()
-    # {precision, threads, all_threads, one_thread}: the smallest size at which the GPU with its
-    # transfers beats the CPU on all its threads and on one (None: not within the ladder)
+    # {precision, threads, tune, gpu_sizes, all_threads, one_thread}: the smallest size at which
+    # the GPU with its transfers beats the CPU on all its threads and on one (None: not within
+    # the ladder); gpu_sizes: the ladder sizes the GPU was measured at
     break_even: dict[str, Any] | None = None
     wall_s: float = 0.0
 
@@ -57,6 +58,7 @@ def gemm_check(engine: Engine, device: int) -> GemmCheck:
         ladder=CHECK_LADDER,
         warmup_s=CHECK_WARMUP_S,
         tune=CHECK_TUNE,
+        ladder_full=False,
     )
     result = measure(engine, options)
     if result.interrupted:
@@ -83,7 +85,14 @@ def gemm_check(engine: Engine, device: int) -> GemmCheck:
     break_even = None
     if any(c.role == "ladder" for c in result.cpu):
         # the ladder's GEMMs are cuBLASLt's first choice, not tuned (measure.LADDER_TUNE)
-        break_even = {"precision": "fp32", "threads": cores, "tune": LADDER_TUNE}
+        # the GPU's sizes: the ladder stops after the round in which it beat every thread count
+        gpu_sizes = sorted({p.m for p in result.ladder if p.precision == "fp32"})
+        break_even = {
+            "precision": "fp32",
+            "threads": cores,
+            "tune": LADDER_TUNE,
+            "gpu_sizes": gpu_sizes,
+        }
         for key, threads in (("all_threads", cores), ("one_thread", 1)):
             pairs, first = result.offload("fp32", threads)
             break_even[key] = None if first is None else pairs[first][0].m

@@ -22,6 +22,7 @@ from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
 from ..documents.envelope import now
 from .cpu import CpuPoint, measure_cpu, run_worker
+from .cpu_worker import beaten
 from .findings import findings
 from .records import ROTATION_BYTES, GemmOptions, GemmPoint, GemmResult, _e, bytes_needed
 from .shapes import Shape
@@ -248,7 +249,8 @@ def cpu_worker(engine: Engine) -> Callable[[dict[str, Any], int], Iterator[dict[
 
 def ladder_options(options: GemmOptions) -> GemmOptions:
     """The offload ladder's GEMMs: its sizes, with their data moved from pinned memory in one
-    sequence (tiles do not pay at these sizes), short trials, never padded."""
+    sequence (tiles do not pay at these sizes), short trials with no warm-up of their own (the
+    GPU is warm from the GEMMs before), never padded."""
     return replace(
         options,
         shapes=tuple(Shape(n, n, n) for n in options.ladder),
@@ -257,8 +259,14 @@ def ladder_options(options: GemmOptions) -> GemmOptions:
         target_s=min(options.target_s, LADDER_TARGET_S),
         trials=min(options.trials, LADDER_TRIALS),
         tune=min(options.tune, LADDER_TUNE),
+        warmup_s=0.0,
         pad=0,
     )
+
+
+# Where the GPU's side of the ladder may stop (ladder_full False): after its first this many
+# sizes, then after all. An H100 beat 16 cores at 128 (fp32), the fifth size of `run`'s ladder.
+LADDER_FIRST_ROUND = 5
 
 
 def measure_ladder(
@@ -273,35 +281,48 @@ def measure_ladder(
 ) -> None:
     """The offload ladder of one precision: the GPU with its transfers at every size, then the
     CPU on one thread and on every thread the options name, small to large, each stopping after
-    the first size at which the GPU beats it. Appends as it goes (Ctrl-C keeps them)."""
+    the first size at which the GPU beats it. Without options.ladder_full the sizes go in two
+    rounds, and the second is measured only for a thread count the GPU has not yet beaten.
+    Appends as it goes (Ctrl-C keeps them)."""
     steps = ladder_options(options)
+    shapes = steps.shapes
     progress.begin(f"{precision} offload ladder")
     gpu: list[float | None] = []
-    for shape in steps.shapes:
-        if refusal(steps, precision, shape, capability):
-            gpu.append(None)
-            continue
-        point = measure_point(engine, steps, precision, shape)
-        into.append(point)
-        gpu.append(point.transfer_flops("pinned") if point.verified else None)
-        progress.step(f"{precision} {shape.label} with transfers")
-    threads = tuple(dict.fromkeys((1, max(options.cpu_threads))))
-    for t in threads:
-        progress.begin(f"{precision} offload ladder: CPU on {t} threads")
-        measure_cpu(
-            (precision,),
-            steps.shapes,
-            (t,),
-            steps.target_s,
-            steps.trials,
-            options.seed,
-            into=cpu,
-            beat={precision: gpu},
-            role="ladder",
-            blas=blas,
-            worker=cpu_worker(engine),
-        )
-        progress.step(f"{precision} CPU on {t} threads against the GPU")
+    pending = list(dict.fromkeys((1, max(options.cpu_threads))))  # thread counts not yet beaten
+    rounds = (len(shapes),) if options.ladder_full else (LADDER_FIRST_ROUND, len(shapes))
+    start = 0
+    for stop in dict.fromkeys(min(r, len(shapes)) for r in rounds):
+        for shape in shapes[start:stop]:
+            if refusal(steps, precision, shape, capability):
+                gpu.append(None)
+                continue
+            point = measure_point(engine, steps, precision, shape)
+            into.append(point)
+            gpu.append(point.transfer_flops("pinned") if point.verified else None)
+            progress.step(f"{precision} {shape.label} with transfers")
+        for t in list(pending):
+            progress.begin(f"{precision} offload ladder: CPU on {t} threads")
+            before = len(cpu)
+            measure_cpu(
+                (precision,),
+                shapes[start:stop],
+                (t,),
+                steps.target_s,
+                steps.trials,
+                options.seed,
+                into=cpu,
+                beat={precision: gpu[start:stop]},
+                role="ladder",
+                blas=blas,
+                worker=cpu_worker(engine),
+            )
+            progress.step(f"{precision} CPU on {t} threads against the GPU")
+            at = {shape.m: flops for shape, flops in zip(shapes, gpu, strict=False)}
+            if any(beaten(p.m, p.n, p.k, list(p.seconds), at.get(p.m)) for p in cpu[before:]):
+                pending.remove(t)
+        start = stop
+        if not pending:
+            break
 
 
 def check_plan(engine: Engine, options: GemmOptions) -> None:

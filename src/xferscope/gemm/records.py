@@ -110,6 +110,9 @@ class GemmOptions:
     offload: tuple[str, ...] | None = None  # the offload ladder's precisions; None: the CPU's
     pad: int = DEFAULT_PAD  # pad shapes of a smaller alignment class to this multiple; 0: never
     ladder: tuple[int, ...] = LADDER  # the offload ladder's sizes (with cpu_threads)
+    # False: the GPU's side of the ladder stops at the round of sizes in which it beat the CPU
+    # on every thread count (`run`'s check, which keeps only the break-even sizes)
+    ladder_full: bool = True
     warmup_s: float = WARMUP_S  # GEMMs run before the first precision's trials
     tune: int = DEFAULT_TUNE  # heuristic algorithms timed per GEMM (0: its first choice)
 

@@ -34,23 +34,21 @@ MIB = 1 << 20
 
 @dataclass(frozen=True, slots=True)
 class RunPlan:
-    """How much one run measures. The default fits 90 s on one H200, --quick 20 s."""
+    """How much one run measures: the default within 45 s on one H100, --quick within 10 s."""
 
     mode: str
     max_size: int
     size_step: int  # sizes are powers of this from 1 B to max_size
-    curve_budget_s: float  # seed 000's limiter, per curve
-    target_s: float
+    curve_budget_s: float  # seed 000's limiter, per curve: a bound, rarely reached
+    target_s: float  # one trial's copies last about this long (device or API time)
     trials: int
     stream_bytes: int  # per copy, for concurrent and peer-to-peer streams
     stream_target_s: float  # how long one concurrent trial lasts
     stream_trials: int
     pinning_bytes: int
-    # a size may stop after this many trials when they agree within plan.EARLY_NOISE (None:
-    # every trial). Off: on an H100, with 3 and budgets of 1.2 s and 0.18 s a curve, `run` took
-    # 45.4 s and `run --quick` 20.7 s, but the budget ran out before the smallest sizes (measured
-    # last), whose latency then came from one trial (d2h 7.58 us against 1.59)
-    early_trials: int | None = None
+    # a size stops after this many trials when each lies within plan.EARLY_NOISE of their
+    # median (None: every trial), the rest taken only when they do not
+    early_trials: int | None = 3
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -58,11 +56,15 @@ class RunPlan:
         return tuple(self.size_step**i for i in range(count + 1))
 
 
-DEFAULT_PLAN = RunPlan(
-    "default", 1 << 30, 4, 2.4, plan.DEFAULT_TARGET_S, 7, 256 * MIB, 0.05, 5, 1 << 30
-)
+# Trials of milliseconds: a trial's timer reads to 0.5 us (CUDA events) or better (the host's
+# steady clock), and a copy of 1 GiB takes 20 ms on PCIe Gen5 (one copy a trial however short).
+# NetPIPE's 0.25 s trials are made for networks; before, the budget stretched every trial to
+# fill it (2.4 s a curve: 58 s of curves on an H100).
+RUN_TARGET_S = 0.005
+QUICK_RUN_TARGET_S = 0.002
+DEFAULT_PLAN = RunPlan("default", 1 << 30, 4, 2.4, RUN_TARGET_S, 7, 256 * MIB, 0.05, 5, 1 << 30)
 QUICK_PLAN = RunPlan(
-    "quick", 256 * MIB, 16, 0.35, plan.QUICK_TARGET_S, 7, 64 * MIB, 0.01, 3, 256 * MIB
+    "quick", 256 * MIB, 16, 0.35, QUICK_RUN_TARGET_S, 7, 64 * MIB, 0.01, 3, 256 * MIB
 )
 
 HOST_KINDS = ("pageable", "pinned", "wc", "registered")

@@ -14,7 +14,7 @@ from ..core.engine import Engine, Transfer, check_device
 from ..core.errors import AllocationError, EngineError, OptionError, XferscopeError
 from ..core.findings import INFO, WARNING, Finding, corrupted, failed, finding
 from ..core.progress import QUIET, Progress
-from ..core.stats import relative_noise
+from ..core.stats import relative_noise, relative_range
 from ..core.units import format_bytes, format_rate
 from ..documents.envelope import now
 from .alignment import alignment_findings
@@ -110,7 +110,9 @@ def measure_point(
     else:
 
         def agreed(samples: list[float]) -> bool:
-            return relative_noise(samples) <= options.early_noise
+            # every one of the first trials within the bound of their median (the robust spread
+            # of three says nothing of one outlier)
+            return relative_range(samples) <= options.early_noise
 
         samples = plan.run_trials(trial, fit.trials, more, options.max_trials, early, agreed)
         if early is not None and len(samples) == early <= fit.trials and agreed(samples):
@@ -206,11 +208,9 @@ def measure_curve(
             last_size: int | None = None
             for i, size in enumerate(sizes):
                 remaining = None if deadline is None else deadline - engine.clock()
-                # the sizes the curve's figures come from (its largest: bandwidth; its
-                # smallest: latency) always take every trial; every size gets an equal share of
-                # what is left of the budget, in as many trials as it plans
-                ends = size in (max(sizes), min(sizes))
-                planned = options.trials if ends else (options.early_trials or options.trials)
+                # every size gets an equal share of what is left of the budget, in as many
+                # trials as it plans (the largest and smallest, measured first, are never cut)
+                planned = options.early_trials or options.trials
                 target = plan.trial_target(options.target_s, remaining, len(sizes) - i, planned)
                 point, last = measure_point(
                     engine,
@@ -223,7 +223,7 @@ def measure_curve(
                     last,
                     last_size,
                     cache_bytes,
-                    None if ends else options.early_trials,
+                    options.early_trials,
                 )
                 last_size = size
                 points.append(point)

@@ -27,9 +27,9 @@ class SweepOptions:
     trials: int = plan.DEFAULT_TRIALS
     max_trials: int = 2 * plan.DEFAULT_TRIALS
     noise_bound: float = plan.DEFAULT_NOISE_BOUND
-    # stop a size after this many trials when they agree within early_noise (None: never; the
-    # curve's largest and smallest sizes, whose figures are its headline, take every trial);
-    # the curve's budget is then planned for this many trials a size
+    # stop a size after this many trials when every one lies within early_noise of their median
+    # (None: never); the curve's budget is then planned for this many trials a size, and its
+    # largest and smallest sizes, whose figures are its headline, are measured first
     early_trials: int | None = None
     early_noise: float = plan.EARLY_NOISE
     budget_s: float | None = plan.DEFAULT_BUDGET_S  # per curve; None = no limit
