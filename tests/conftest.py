@@ -27,6 +27,15 @@ _REAL_HOST_FACTS = machine.host_facts
 
 
 @pytest.fixture(scope="session", autouse=True)
+def drawn_in_process():
+    """Commands draw in their own process, whatever cores this machine has (cli/drawing.py):
+    the drawing workers are tested where a test asks for them."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XFERSCOPE_DRAWERS", "0")
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def fixed_host():
     """Session-wide, so module-scoped fixtures that build results see it too."""
     with pytest.MonkeyPatch.context() as patch:

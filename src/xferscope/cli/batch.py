@@ -36,6 +36,7 @@ from ..report.batch_tables import print_batch
 from . import common
 from .app import cli, described, stderr, stdout
 from .common import parse_seed, resolve_devices
+from .drawing import Drawing
 from .measured import DocumentKind, Measurement, register, run_measurement
 from .options import (
     direction_option,
@@ -217,10 +218,8 @@ def batch_outputs(result: BatchResult, dest: Destination) -> list[Output]:
     return [
         dest.output("json", text(lambda: dumps_json(result))),
         dest.output("csv", text(lambda: dumps_csv(result))),
-        dest.output(
-            "plot", lambda path, _w: batch_plots.plot_batch(result, path), ".png", render=True
-        ),
-        dest.html(lambda names: render_batch_html(result, names)),
+        dest.output("plot", Drawing(batch_plots.plot_batch, (result,)), ".png", render=True),
+        dest.html(render_batch_html, result),
     ]
 
 

@@ -3,6 +3,7 @@ measuring and delivering the results, and the kinds of documents `report` draws 
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ from ..core import interrupt
 from ..core.engine import Engine, check_device
 from ..core.errors import OptionError, XferscopeError
 from ..core.units import parse_device, parse_devices
+from . import drawing
 from .app import EXIT_VERIFICATION_FAILED, stderr
 from .outputs import Delivery, Destination, Named, Output
 
@@ -93,10 +95,23 @@ class Bar:
 # ---- measuring and delivering, the same for every command --------------------------------------
 
 
-def prepare_renderers(html: bool = False) -> None:
-    """Imports matplotlib (and plotly for the HTML report) before measuring: they take a second
-    to load, which would otherwise delay the results, and a Ctrl-C landing inside an import
-    leaves a module half-made."""
+def prepare_renderers(html: bool = False, workers: bool = True) -> None:
+    """Gets the drawing ready before measuring: matplotlib (and plotly for the HTML report) take
+    a second to load, which would otherwise delay the results. Where there are drawing workers
+    (drawing.py; `workers` False: none, for a command whose measurement is another program's
+    run, or an MPI rank) they load them while the GPU is measured; else they are imported here,
+    now, as a Ctrl-C landing inside an import leaves a module half-made. A missing one is one
+    line."""
+    needed = ("matplotlib", "plotly") if html else ("matplotlib",)
+    missing = [name for name in needed if importlib.util.find_spec(name) is None]
+    if missing:  # installed without its dependencies (pip --no-deps)
+        name = missing[0]
+        raise XferscopeError(
+            f"{name} is not installed, and xferscope draws its plots with it: pip install {name}"
+        )
+    drawing.start(html, workers)
+    if drawing.current() is not None:
+        return
     try:
         from ..report import plots  # noqa: F401  (imported for its side effect: matplotlib loaded)
 
@@ -104,7 +119,7 @@ def prepare_renderers(html: bool = False) -> None:
             from ..report import page
 
             page.prepare()
-    except ImportError as exc:  # installed without its dependencies (pip --no-deps)
+    except ImportError as exc:
         name = (exc.name or "a plotting library").split(".")[0]
         raise XferscopeError(
             f"{name} is not installed, and xferscope draws its plots with it: pip install {name}"
@@ -143,7 +158,10 @@ def deliver(
     if history is not None:
         history()
     show()
-    delivery.render()
+    try:
+        delivery.render()
+    finally:
+        drawing.stop()
     document = next((p for p in delivery.written if p.suffix == ".json"), None)
     again = f"xferscope report {document}" if document else None
     delivery.summary(stderr, dest.directory, again)

@@ -164,7 +164,7 @@ def fleet_command(**kw: Any) -> None:
         sys.exit(setup["code"])
     options = setup["options"]
     # Loaded before measuring: after a signal mpirun leaves 1 s for writing the data files.
-    common.prepare_renderers(html=True)
+    common.prepare_renderers(html=True, workers=False)
     begin_measuring()  # Ctrl-C (mpirun forwards it to every rank) keeps what was measured
     start = time.monotonic()
     created = now()

@@ -33,6 +33,7 @@ from ..report.gemm_tables import print_gemm
 from . import common  # looked up at run time, so tests can replace open_engine
 from .app import cli, described, stdout
 from .common import parse_seed, resolve_devices
+from .drawing import Drawing
 from .measured import DocumentKind, Measurement, register, run_measurement
 from .options import (
     flag,
@@ -217,14 +218,12 @@ def gemm_outputs(result: GemmResult, dest: Destination) -> list[Output]:
     ]
     if any(result.measured(p) for p in dict.fromkeys(p.precision for p in result.points)):
         outputs.append(
-            dest.output(
-                "plot", lambda path, _w: gemm_plots.plot_gemm(result, path), ".png", render=True
-            )
+            dest.output("plot", Drawing(gemm_plots.plot_gemm, (result,)), ".png", render=True)
         )
 
     from ..report.gemm_html import render_gemm_html
 
-    outputs.append(dest.html(lambda names: render_gemm_html(result, names)))
+    outputs.append(dest.html(render_gemm_html, result))
     return outputs
 
 

@@ -24,12 +24,15 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
 from ..core import interrupt
 from ..core.errors import OptionError
 from ..documents import files
+from . import drawing
+from .drawing import Page
 
 # Writes a file's content at the temporary path it is given; `written` holds the files written
 # before it (a page that links to them lists those).
@@ -170,10 +173,11 @@ class Destination:
             Path(f"{place.path}{suffix}"), make, place.option, place.replace, render, urgent, mode
         )
 
-    def html(self, render: Callable[[list[str]], str]) -> Output:
-        """The command's HTML report (its place "html"): a page that links the files written
-        before it, drawn with the renderings and first among them after a Ctrl-C."""
-        return self.output("html", page(render), render=True, urgent=True)
+    def html(self, render: Callable[..., str], *args: Any) -> Output:
+        """The command's HTML report (its place "html"): the page `render(*args, names)` returns,
+        which links the files written before it (`names`), drawn with the renderings (by a
+        worker process where there are some: drawing.py) and first among them after a Ctrl-C."""
+        return self.output("html", Page(render, args), render=True, urgent=True)
 
     def discard(self) -> None:
         """Nothing was measured: removes the command's directory if it is still empty."""
@@ -194,17 +198,6 @@ def text(content: Callable[[], str]) -> Maker:
 
     def make(path: Path, _written: Sequence[Path]) -> None:
         path.write_text(content(), encoding="utf-8", newline="")
-
-    return make
-
-
-def page(render: Callable[[list[str]], str]) -> Maker:
-    """A Maker for a command's HTML page: `render` gets the names of the files written beside
-    it (earlier outputs in the same directory), which the page links."""
-
-    def make(path: Path, written: Sequence[Path]) -> None:
-        names = [p.name for p in written if p.parent == path.parent]
-        path.write_text(render(names), encoding="utf-8")
 
     return make
 
@@ -239,7 +232,9 @@ class Delivery:
             self.unwritten += [o.path for o in data[done:]]
 
     def render(self) -> None:
-        """The renderings; after a signal the urgent ones first, within interrupt.GRACE_S."""
+        """The renderings, by the drawing workers side by side where there are some (those
+        that can travel: drawing.Drawing and Page), the rest here one after another; after a
+        signal the urgent ones first, within interrupt.GRACE_S."""
         renders = [o for o in self.outputs if o.render]
         if interrupt.requested():
             if not self.draw_after_signal:
@@ -248,6 +243,7 @@ class Delivery:
             renders.sort(key=lambda o: not o.urgent)
         try:
             with interrupt.rendering():
+                renders = self._draw_in_workers(renders)
                 for i, output in enumerate(renders):
                     try:
                         self._write(output)
@@ -265,6 +261,52 @@ class Delivery:
                         )
         except KeyboardInterrupt:  # the grace had run out before the first one
             self.skipped += [o.path for o in renders if o.path not in self.written]
+
+    def _draw_in_workers(self, renders: list[Output]) -> list[Output]:
+        """Draws what can travel on the drawing workers, each into its temporary file,
+        published as it is done; returns the renderings left to draw here. A signal kills the
+        workers and removes their temporary files (KeyboardInterrupt goes on up)."""
+        drawers = drawing.current()
+        parallel = [o for o in renders if isinstance(o.make, (drawing.Drawing, drawing.Page))]
+        if drawers is None or not parallel:
+            return renders
+        left = [o for o in renders if o not in parallel]
+        opened: dict[int, tuple[Output, Any]] = {}
+        tasks = []
+        beside = list(self.written)  # what a page links: the files before it, as drawn here
+        try:
+            for output in parallel:
+                place = files.atomic_path(output.path, overwrite=output.replace, mode=output.mode)
+                try:
+                    temp = place.__enter__()
+                except OSError:
+                    left.append(output)  # _write says what is wrong with the place
+                    continue
+                opened[len(tasks)] = (output, place)
+                tasks.append((output.make, temp, tuple(beside)))
+                beside.append(output.path)
+            done: dict[int, Path] = {}
+            for index, error in drawers.draw(tasks):
+                output, place = opened.pop(index)
+                if error is None:
+                    try:
+                        place.__exit__(None, None, None)
+                        done[index] = output.path
+                    except OSError:
+                        left.append(output)  # drawn again here, where _write handles it
+                    continue
+                place.__exit__(RuntimeError, RuntimeError(error), None)
+                if error.startswith(drawing.NOT_SENT):
+                    left.append(output)
+                else:
+                    self.failures.append(f"cannot draw {output.path}: {error}")
+            self.written += [done[i] for i in sorted(done)]
+        except BaseException:
+            drawers.kill()
+            for _output, place in opened.values():
+                place.__exit__(KeyboardInterrupt, KeyboardInterrupt(), None)
+            raise
+        return [o for o in renders if o in left]
 
     def _write(self, output: Output) -> None:
         path = output.path

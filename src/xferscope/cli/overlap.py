@@ -40,6 +40,7 @@ from ..overlap import (
 from ..report.overlap_tables import print_overlap
 from .app import cli, described, stdout
 from .common import resolve_devices
+from .drawing import Drawing
 from .measured import DocumentKind, Measurement, register, run_measurement
 from .options import (
     direction_option,
@@ -84,9 +85,7 @@ def overlap_outputs(result: AnyResult, dest: Destination) -> list[Output]:
     suffix = overlap_plots.plot_suffix(result)
     if suffix is not None:
         outputs.append(
-            dest.output(
-                "plot", lambda path, _: overlap_plots.write_plot(result, path), suffix, render=True
-            )
+            dest.output("plot", Drawing(overlap_plots.write_plot, (result,)), suffix, render=True)
         )
     return outputs
 

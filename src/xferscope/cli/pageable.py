@@ -26,6 +26,7 @@ from ..pageable.measure import (
 from ..report.pageable_tables import print_pageable
 from .app import cli, described, stdout
 from .common import resolve_devices
+from .drawing import Drawing
 from .measured import DocumentKind, Measurement, register, run_measurement
 from .options import gpu_option, measured_options, option
 from .outputs import Destination, Maker, Named, Output, text
@@ -108,7 +109,7 @@ def pageable_outputs(result: PageableResult, dest: Destination) -> list[Output]:
     ]
 
     def plot(size: SizeResult) -> Maker:
-        return lambda path, _written: pageable_plots.plot_size(result, size, path)
+        return Drawing(pageable_plots.plot_size, (result, size))
 
     outputs += [
         dest.output("plot", plot(size), pageable_plots.plot_suffix(size), render=True)

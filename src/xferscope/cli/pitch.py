@@ -29,6 +29,7 @@ from ..report.pitch_tables import print_pitch
 from . import common
 from .app import cli, described, stdout
 from .common import parse_seed, resolve_devices
+from .drawing import Drawing
 from .measured import DocumentKind, Measurement, register, run_measurement
 from .options import (
     direction_option,
@@ -131,9 +132,7 @@ def pitch_outputs(result: PitchResult, dest: Destination) -> list[Output]:
     return [
         dest.output("json", text(lambda: dumps_json(result))),
         dest.output("csv", text(lambda: dumps_csv(result))),
-        dest.output(
-            "plot", lambda path, _w: pitch_plots.plot_pitch(result, path), ".png", render=True
-        ),
+        dest.output("plot", Drawing(pitch_plots.plot_pitch, (result,)), ".png", render=True),
     ]
 
 

@@ -11,6 +11,7 @@ from ..run.records import GpuSection, RunResult, run_from_dict, run_to_dict
 from ..sweep.records import SweepResult
 from .app import cli, described, stderr, stdout
 from .common import _history_file, parse_seed, resolve_devices
+from .drawing import Drawing
 from .measured import DocumentKind, Measurement, register, run_measurement
 from .options import (
     flag,
@@ -63,14 +64,14 @@ def run_outputs(result: RunResult, dest: Destination) -> list[Output]:
         view = gpu_view(result, gpu)
 
         def plot(what: str, view: SweepResult = view) -> Maker:
-            return lambda path, _written: plots.write_plot(view, what, path)
+            return Drawing(plots.write_plot, (view, what))
 
         outputs += [
             dest.output("gpu", plot(what), f"{gpu.index}-{what}.png", render=True)
             for what in plots.plot_names(view)
         ]
 
-    outputs.append(dest.html(lambda names: render_html(result, names)))
+    outputs.append(dest.html(render_html, result))
     return outputs
 
 

@@ -24,6 +24,7 @@ from ..sweep.records import SCHEMA_NAME as SWEEP_SCHEMA
 from ..sweep.records import SweepResult, from_dict, to_dict
 from .app import cli, described, stdout
 from .common import parse_seed
+from .drawing import Drawing
 from .measured import DocumentKind, Measurement, register, run_measurement
 from .options import (
     direction_option,
@@ -206,7 +207,7 @@ def sweep_outputs(result: SweepResult, dest: Destination) -> list[Output]:
     from ..report import plots
 
     def plot(what: str) -> Maker:
-        return lambda path, _written: plots.write_plot(result, what, path)
+        return Drawing(plots.write_plot, (result, what))
 
     return [
         dest.output("json", text(lambda: json_export.dumps(result))),

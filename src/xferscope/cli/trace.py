@@ -117,7 +117,7 @@ def trace_command(**kw: Any) -> None:
     if history is not None:
         check_history(history)
     command = list(kw["command"])
-    prepare_renderers(html=True)
+    prepare_renderers(html=True, workers=False)
     with (
         tempfile.TemporaryDirectory(prefix="xferscope-trace-") as scratch,
         Destination.prepare(kw["out"], "trace", trace_named(kw), False) as dest,
@@ -253,7 +253,7 @@ def trace_outputs(result: TraceResult, dest: Destination) -> list[Output]:
     return [
         dest.output("json", text(lambda: dumps_json(result))),
         dest.output("csv", text(lambda: dumps_csv(result))),
-        dest.html(lambda names: render_trace_html(result, names)),
+        dest.html(render_trace_html, result),
     ]
 
 

@@ -1,0 +1,146 @@
+"""Renderings drawn by worker processes (cli/drawing.py): the same files as drawn in the
+command's own process, a failure in a worker is one line and costs no other file, what cannot
+travel is drawn at home, and a stop leaves no temporary file and no worker behind."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from xferscope.cli import drawing
+from xferscope.cli.drawing import Drawing, Page
+from xferscope.cli.outputs import Delivery, Output
+
+from .test_cli import run
+
+
+def _boom(path: Path) -> None:
+    raise ValueError("no ink")
+
+
+def _write(text: str, path: Path) -> None:
+    path.write_text(text)
+
+
+def _page(title: str, names: list[str]) -> str:
+    return f"<h1>{title}</h1>" + "".join(f'<a href="{n}">{n}</a>' for n in names)
+
+
+@pytest.fixture
+def workers(monkeypatch):
+    monkeypatch.setenv(drawing.ENV, "2")
+    yield
+    drawing.stop()
+
+
+def test_the_worker_count_follows_the_variable_and_the_cores(monkeypatch):
+    monkeypatch.setenv(drawing.ENV, "3")
+    assert drawing.worker_count() == 3
+    monkeypatch.setenv(drawing.ENV, "99")
+    assert drawing.worker_count() == drawing.MOST_WORKERS
+    for off in ("0", "-2", "many"):
+        monkeypatch.setenv(drawing.ENV, off)
+        assert drawing.worker_count() == 0
+    monkeypatch.delenv(drawing.ENV)
+    for cores, expected in ((1, 0), (2, 0), (3, 0), (4, 2), (5, 3), (16, drawing.MOST_WORKERS)):
+        monkeypatch.setattr(drawing.os, "sched_getaffinity", lambda _pid, n=cores: set(range(n)))
+        assert drawing.worker_count() == expected
+
+
+def test_a_run_drawn_by_workers_writes_the_same_files(capsys, tmp_path, monkeypatch):
+    args = ["run", "--simulate", "--quick", "--no-history"]
+    code, _, err = run(capsys, *args, "-o", str(tmp_path / "a"))
+    assert code == 0, err
+    (home,) = (tmp_path / "a").iterdir()
+    monkeypatch.setenv(drawing.ENV, "2")
+    code, _, err = run(capsys, "report", str(home / "run.json"), "-o", str(tmp_path / "b"))
+    assert code == 0, err
+    assert drawing.current() is None, "the workers are stopped once the files are drawn"
+    (again,) = (tmp_path / "b").iterdir()
+    assert sorted(p.name for p in again.iterdir()) == sorted(p.name for p in home.iterdir())
+    for name in ("report.html", "gpu0-bandwidth.png", "gpu0-latency.png"):
+        assert (again / name).read_bytes() == (home / name).read_bytes(), name
+    assert json.loads((again / "run.json").read_text()) == json.loads(
+        (home / "run.json").read_text()
+    )
+    assert not [p for p in again.iterdir() if p.name.endswith(".tmp")]
+
+
+def _deliver(tmp_path: Path, makes: dict[str, object]) -> Delivery:
+    delivery = Delivery(
+        [Output(tmp_path / name, make, "--out", True, render=True) for name, make in makes.items()]  # type: ignore[arg-type]
+    )
+    delivery.render()
+    return delivery
+
+
+def test_a_worker_that_fails_costs_only_its_own_file(tmp_path, workers):
+    drawing.start(html=False)
+    assert drawing.current() is not None and len(drawing.current()) == 2
+    delivery = _deliver(
+        tmp_path,
+        {
+            "a.png": Drawing(_write, ("a",)),
+            "bad.png": Drawing(_boom),
+            "c.png": Drawing(_write, ("c",)),
+            "page.html": Page(_page, ("t",)),
+        },
+    )
+    assert (tmp_path / "a.png").read_text() == "a" and (tmp_path / "c.png").read_text() == "c"
+    assert not (tmp_path / "bad.png").exists()
+    assert delivery.failures == [f"cannot draw {tmp_path / 'bad.png'}: ValueError: no ink"]
+    # the page links the files drawn before it (as it would be drawn at home)
+    page = (tmp_path / "page.html").read_text()
+    assert page.startswith("<h1>t</h1>") and 'href="a.png"' in page and 'href="c.png"' in page
+    assert [p.name for p in delivery.written] == ["a.png", "c.png", "page.html"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "c.png", "page.html"]
+
+
+def test_what_cannot_travel_is_drawn_at_home(tmp_path, workers):
+    drawing.start(html=False)
+    local = []
+
+    def closure(path: Path, _written: object) -> None:
+        local.append(path.name)
+        path.write_text("here")
+
+    delivery = _deliver(
+        tmp_path,
+        {"lambda.png": Drawing(lambda path: path.write_text("x")), "closure.png": closure},
+    )
+    assert delivery.ok and (tmp_path / "lambda.png").read_text() == "x"
+    assert (tmp_path / "closure.png").read_text() == "here" and len(local) == 1
+
+
+def test_a_stop_while_drawing_kills_the_workers_and_leaves_no_temporary_file(
+    tmp_path, workers, monkeypatch
+):
+    drawing.start(html=False)
+    drawers = drawing.current()
+    assert drawers is not None
+    processes = [p for p, _ in drawers._workers]
+
+    def stopped(_tasks):
+        yield from ()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(drawers, "draw", stopped)
+    delivery = _deliver(tmp_path, {"a.png": Drawing(_write, ("a",))})
+    assert delivery.skipped == [tmp_path / "a.png"]
+    assert list(tmp_path.iterdir()) == []
+    assert all(not p.is_alive() for p in processes)
+    assert multiprocessing.active_children() == []
+
+
+def test_no_workers_without_the_cores_or_for_commands_that_measure_another_program(
+    monkeypatch,
+):
+    monkeypatch.setenv(drawing.ENV, "0")
+    drawing.start(html=True)
+    assert drawing.current() is None
+    monkeypatch.setenv(drawing.ENV, "2")
+    drawing.start(html=True, workers=False)
+    assert drawing.current() is None
