@@ -272,7 +272,7 @@ class Delivery:
             return renders
         left = [o for o in renders if o not in parallel]
         opened: dict[int, tuple[Output, Any]] = {}
-        tasks = []
+        tasks: list[tuple[Maker, Path, tuple[Path, ...]]] = []
         beside = list(self.written)  # what a page links: the files before it, as drawn here
         try:
             for output in parallel:
