@@ -466,3 +466,22 @@ def test_the_ladder_stops_its_gpu_side_once_every_thread_count_is_beaten():
     later = gm.measure(SimulatedEngine(), replace(options, ladder_full=False, ladder=tiny))
     assert [p.m for p in later.ladder] == list(tiny)
     assert later.offload("fp32", 2)[0][later.offload("fp32", 2)[1]][0].m == 4096
+
+
+def test_a_cpu_worker_started_ahead_measures_what_it_is_given_later():
+    from xferscope.gemm import cpu
+    from xferscope.gemm.shapes import Shape
+
+    cpu.start_ahead((1,))
+    assert len(cpu._ahead) == 1
+    (started,) = cpu._ahead.values()
+    points = cpu.measure_cpu(("fp32",), [Shape(16, 16, 16), Shape(32, 32, 32)], (1,), 0.001, 1)
+    assert cpu._ahead == {} and started.poll() == 0, "the worker started ahead did the work"
+    assert [(p.m, p.threads, p.status, p.verified) for p in points] == [
+        (16, 1, "complete", True),
+        (32, 1, "complete", True),
+    ]
+    cpu.start_ahead((1,))
+    (unused,) = cpu._ahead.values()
+    cpu.stop_ahead()
+    assert cpu._ahead == {} and unused.poll() is not None

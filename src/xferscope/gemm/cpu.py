@@ -7,6 +7,7 @@ against a double-precision dot product."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
@@ -81,17 +82,59 @@ THREAD_VARIABLES = (
 POLL_S = 0.05  # how often a stop is looked for while a worker runs
 
 
-def run_worker(spec: dict[str, Any], threads: int) -> Iterator[dict[str, Any]]:
-    """The measurements of a worker process with `threads` BLAS threads pinned to as many cores,
-    one shape at a time as each is done, then its BLAS ({"blas": ...}); Ctrl-C ends the worker at
-    once and propagates, the shapes done already delivered."""
+def _spawn(threads: int, args: list[str], stdin: bool) -> subprocess.Popen[bytes]:
     env = dict(os.environ, **{name: str(threads) for name in THREAD_VARIABLES})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "xferscope.gemm.cpu_worker", json.dumps(spec)],
+    return subprocess.Popen(
+        [sys.executable, "-m", "xferscope.gemm.cpu_worker", *args],
+        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=env,
     )
+
+
+# Workers started ahead (start_ahead), by their cores: each takes one spec.
+_ahead: dict[tuple[int, ...], subprocess.Popen[bytes]] = {}
+
+
+def start_ahead(threads: Sequence[int]) -> None:
+    """Starts a worker for each thread count now, pinned and with NumPy loaded by the time
+    run_worker gives it a spec (a worker's start took 0.4 s of an H100 run's GEMM check)."""
+    cores = usable_cores()
+    for t in threads:
+        key = tuple(cores[:t])
+        if key not in _ahead:
+            _ahead[key] = _spawn(t, ["--ahead", json.dumps(list(key))], stdin=True)
+
+
+def stop_ahead() -> None:
+    """Ends the workers started ahead that no spec came for."""
+    for proc in _ahead.values():
+        with contextlib.suppress(OSError):
+            proc.kill()
+        proc.wait()
+    _ahead.clear()
+
+
+def run_worker(spec: dict[str, Any], threads: int) -> Iterator[dict[str, Any]]:
+    """The measurements of a worker process with `threads` BLAS threads pinned to as many cores
+    (one started ahead for them, if any), one shape at a time as each is done, then its BLAS
+    ({"blas": ...}); Ctrl-C ends the worker at once and propagates, the shapes done already
+    delivered."""
+    proc = _ahead.pop(tuple(spec["cores"]), None)
+    if proc is not None and proc.poll() is None and proc.stdin is not None:
+        try:
+            proc.stdin.write((json.dumps(spec) + "\n").encode())
+            proc.stdin.close()
+        except OSError:
+            proc.kill()
+            proc.wait()
+            proc = None
+    elif proc is not None:  # it ended before its spec came: a fresh one says why
+        proc.wait()
+        proc = None
+    if proc is None:
+        proc = _spawn(threads, [json.dumps(spec)], stdin=False)
     assert proc.stdout is not None and proc.stderr is not None
     pending = b""
     try:

@@ -1,5 +1,7 @@
 """One CPU GEMM measurement in a process of its own (`python -m xferscope.gemm.cpu_worker
-SPEC`), so the BLAS starts with exactly the threads asked for, all pinned to that many cores:
+SPEC`, or started ahead with `--ahead CORES` and given its SPEC on stdin, so that loading NumPy
+overlaps the GPU's work), so the BLAS starts with exactly the threads asked for, all pinned to
+that many cores:
 the affinity and the BLAS's thread variables are set before NumPy loads. A BLAS that keeps idle
 threads spinning would otherwise share the cores it is pinned to with them. Prints a JSON line
 per shape as it is done: the seconds per GEMM of each trial, whether a sample of outputs matched
@@ -14,12 +16,20 @@ import time
 from typing import Any
 
 
-def main(spec: dict[str, Any]) -> None:
-    os.sched_setaffinity(0, set(spec["cores"]))  # before the BLAS starts its threads
+def main(spec: dict[str, Any] | None, cores: list[int] | None = None) -> None:
+    """Measures `spec`; a worker started ahead (spec None) pins itself to `cores`, loads NumPy
+    and reads its spec from stdin when it comes (the same cores)."""
+    os.sched_setaffinity(0, set(spec["cores"] if spec else cores or []))  # before the BLAS starts
     import numpy as np
     from threadpoolctl import threadpool_info
 
     from ..core import plan
+
+    if spec is None:
+        line = sys.stdin.readline()
+        if not line.strip():
+            return  # not needed after all
+        spec = json.loads(line)
 
     dtype = {"fp64": np.float64, "fp32": np.float32}[spec["precision"]]
     rng = np.random.default_rng(spec["seed"])
@@ -74,4 +84,7 @@ def _emit(record: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    main(json.loads(sys.argv[1]))
+    if sys.argv[1] == "--ahead":  # started ahead: `--ahead CORES`, the spec on stdin
+        main(None, json.loads(sys.argv[2]))
+    else:
+        main(json.loads(sys.argv[1]))

@@ -21,14 +21,15 @@ from ..core.errors import AllocationError, BlasError, EngineError, OptionError
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
 from ..documents.envelope import now
-from .cpu import CpuPoint, measure_cpu, run_worker
+from .cpu import CpuPoint, measure_cpu, run_worker, start_ahead, stop_ahead
 from .cpu_worker import beaten
 from .findings import findings
 from .records import ROTATION_BYTES, GemmOptions, GemmPoint, GemmResult, _e, bytes_needed
 from .shapes import Shape
 
-# The offload ladder's trials: short, as its GEMMs are small and many.
-LADDER_TARGET_S = 0.02
+# The offload ladder's trials: short, as its GEMMs are small and many (a GEMM of 256^3 with its
+# transfers takes about 0.1 ms on an H100: 50 of them a trial).
+LADDER_TARGET_S = 0.005
 LADDER_TRIALS = 3
 # The ladder's GEMMs take cuBLASLt's first choice that runs, untimed against the others: at its
 # sizes (16-4096, with their transfers) the transfers decide, and timing 8 candidates cost about
@@ -179,6 +180,9 @@ def measure(engine: Engine, options: GemmOptions, progress: Progress = QUIET) ->
     cpu: list[CpuPoint] = []
     cpu_blas: dict[str, Any] = {}
     interrupted = False
+    if options.offload_precisions and not engine.simulated:
+        # the ladder's CPU workers load NumPy while the GPU's GEMMs run
+        start_ahead(tuple(dict.fromkeys((1, max(options.cpu_threads)))))
     try:
         for precision in options.precisions:
             progress.begin(precision)
@@ -214,6 +218,8 @@ def measure(engine: Engine, options: GemmOptions, progress: Progress = QUIET) ->
                 )
     except KeyboardInterrupt:
         interrupted = True
+    finally:
+        stop_ahead()
     blas: dict[str, Any] = {"library": "cuBLASLt"}
     if not engine.simulated:
         try:
