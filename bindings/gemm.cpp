@@ -20,7 +20,8 @@ namespace {
 
 gemm::GemmSpec spec_of(int device, const std::string& precision, std::int64_t m, std::int64_t n,
                        std::int64_t k, bool trans_a, bool trans_b, double alpha, double beta,
-                       std::uint64_t seed, std::size_t rotation_bytes, int tune = 0) {
+                       std::uint64_t seed, std::size_t rotation_bytes, int tune = 0,
+                       int rank = -1) {
   gemm::GemmSpec s;
   s.device = device;
   s.precision = precision;
@@ -30,6 +31,7 @@ gemm::GemmSpec spec_of(int device, const std::string& precision, std::int64_t m,
   s.seed = seed;
   s.rotation_bytes = rotation_bytes;
   s.tune = tune;
+  s.rank = rank;
   return s;
 }
 
@@ -85,14 +87,14 @@ void bind_gemm(nb::module_& m) {
           "__init__",
           [](GemmHandle* h, int device, const std::string& precision, std::int64_t m_,
              std::int64_t n, std::int64_t k, bool trans_a, bool trans_b, double alpha, double beta,
-             std::uint64_t seed, std::size_t rotation_bytes, int tune) {
+             std::uint64_t seed, std::size_t rotation_bytes, int tune, int rank) {
             new (h) GemmHandle("GEMM", nullptr,
                                spec_of(device, precision, m_, n, k, trans_a, trans_b, alpha, beta,
-                                       seed, rotation_bytes, tune));
+                                       seed, rotation_bytes, tune, rank));
           },
           "device"_a, "precision"_a, "m"_a, "n"_a, "k"_a, "trans_a"_a = false, "trans_b"_a = false,
           "alpha"_a = 1.0, "beta"_a = 0.0, "seed"_a = xferscope::Limits::default_seed,
-          "rotation_bytes"_a = 0, "tune"_a = 0)
+          "rotation_bytes"_a = 0, "tune"_a = 0, "rank"_a = -1)
       .def(
           "time",
           [](GemmHandle& h, std::int64_t iterations) {

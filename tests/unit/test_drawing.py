@@ -5,7 +5,6 @@ travel is drawn at home, and a stop leaves no temporary file and no worker behin
 from __future__ import annotations
 
 import json
-import multiprocessing
 from pathlib import Path
 
 import pytest
@@ -132,7 +131,6 @@ def test_a_stop_while_drawing_kills_the_workers_and_leaves_no_temporary_file(
     assert delivery.skipped == [tmp_path / "a.png"]
     assert list(tmp_path.iterdir()) == []
     assert all(not p.is_alive() for p in processes)
-    assert multiprocessing.active_children() == []
 
 
 def test_no_workers_without_the_cores_or_for_commands_that_measure_another_program(
@@ -144,3 +142,68 @@ def test_no_workers_without_the_cores_or_for_commands_that_measure_another_progr
     monkeypatch.setenv(drawing.ENV, "2")
     drawing.start(html=True, workers=False)
     assert drawing.current() is None
+
+
+def test_workers_load_only_once_the_host_is_free_and_the_host_waits_for_them(workers):
+    """Side work never runs while the host is timed (core/background.py): the workers wait for
+    host_free() to load their libraries, and host_timed() returns once they have."""
+    from xferscope.core import background
+
+    drawing.start(html=True)
+    drawers = drawing.current()
+    assert drawers is not None and drawers in background._sides
+    assert not drawers._loading and not drawers._went
+    background.host_timed()  # nothing begun: returns at once
+    background.host_free()
+    assert drawers._went and len(drawers._loading) == 2
+    background.host_timed()
+    assert not drawers._loading, "both workers said READY"
+    background.host_free()  # once only
+    assert not drawers._loading
+    processes = [p for p, _ in drawers._workers]
+    drawing.stop()
+    assert drawers not in background._sides
+    for process in processes:  # told to stop, each ends by itself
+        process.join(10)
+        assert process.exitcode == 0
+
+
+def test_a_run_frees_the_host_only_for_the_gemms(monkeypatch):
+    """run's side work may run during its GEMM check's GPU GEMMs only: after every curve,
+    GL readback and the host-timed checks, and before the CPU's GEMMs and the ladder."""
+    from xferscope.core import background
+    from xferscope.core.engine.simulated import SimulatedEngine
+    from xferscope.run.investigate import RunOptions, run_investigation
+
+    events: list[str] = []
+
+    class Watch:
+        def go(self) -> None:
+            events.append("free")
+
+        def settle(self, timeout_s: float) -> None:
+            events.append("timed")
+
+    engine = SimulatedEngine()
+    for name in ("open_transfer", "gl_context", "gemm"):
+        real = getattr(engine, name)
+
+        def spy(*args, _real=real, _name=name, **kw):
+            events.append(_name)
+            return _real(*args, **kw)
+
+        monkeypatch.setattr(engine, name, spy)
+    watch = Watch()
+    background.attach(watch)
+    try:
+        run_investigation(engine, RunOptions(devices=(0,), quick=True))
+    finally:
+        background.detach(watch)
+    free = events.index("free")
+    assert events[0] == "timed" and events.count("free") == 1
+    assert "gl_context" in events[:free] and events[:free].count("open_transfer") > 20
+    assert events[free + 1] == "gemm"
+    timed_again = events.index("timed", free)
+    # the check's big GEMMs (one per precision) between, the ladder's after
+    assert 0 < events[free:timed_again].count("gemm") <= 6
+    assert "open_transfer" not in events[free:]

@@ -485,3 +485,54 @@ def test_a_cpu_worker_started_ahead_measures_what_it_is_given_later():
     (unused,) = cpu._ahead.values()
     cpu.stop_ahead()
     assert cpu._ahead == {} and unused.poll() is not None
+
+
+def test_a_tuning_is_kept_for_the_next_run_and_says_so(tmp_path, monkeypatch):
+    """run's check takes the rank an earlier tuning of the same GEMM chose (tuning.py), timing
+    no other; a rank kept in the file is what the engine is asked for; a file that does not
+    parse is replaced; one that cannot be written costs nothing."""
+    from xferscope.gemm import check, tuning
+
+    monkeypatch.setenv(tuning.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(
+        tuning, "key", lambda engine, device, version, gemm: "|".join(map(str, gemm))
+    )
+    monkeypatch.setattr(gm._e, "cublaslt_version", lambda: 1)
+    monkeypatch.setattr(SimulatedEngine, "simulated", False, raising=False)
+    options = gr.GemmOptions(precisions=("bf16",), shapes=parse_sizes("--sizes", "1024"), tune=8)
+    kept = replace(options, reuse_tuning=True)
+    first = gm.measure(SimulatedEngine(), kept).points[0]
+    assert first.algorithm["candidates"] == 8 and "reused" not in first.algorithm
+    (entry,) = json.loads((tmp_path / "cache" / tuning.FILE).read_text()).values()
+    assert entry == {"rank": 0, "candidates": 8}
+    again = gm.measure(SimulatedEngine(), kept).points[0]
+    assert again.algorithm["candidates"] == 0 and again.algorithm["reused"] is True
+    path = tmp_path / "cache" / tuning.FILE
+    data = json.loads(path.read_text())
+    data[next(iter(data))]["rank"] = 3
+    path.write_text(json.dumps(data))
+    assert gm.measure(SimulatedEngine(), kept).points[0].algorithm["rank"] == 3
+    # the gemm command (no reuse) tunes every time
+    assert gm.measure(SimulatedEngine(), options).points[0].algorithm["candidates"] == 8
+    path.write_text("{not json")
+    assert gm.measure(SimulatedEngine(), kept).points[0].algorithm["candidates"] == 8
+    assert json.loads(path.read_text())  # replaced
+    monkeypatch.setenv(tuning.CACHE_ENV, str(path / "below-a-file"))
+    assert gm.measure(SimulatedEngine(), kept).points[0].status == "complete"
+    assert check.gemm_check  # the check asks for it
+    assert "reuse_tuning=True" in Path(check.__file__).read_text()
+
+
+def test_nothing_is_kept_for_the_simulated_engine_or_without_a_driver(tmp_path, monkeypatch):
+    from xferscope.gemm import tuning
+
+    engine = SimulatedEngine()
+    assert tuning.key(engine, 0, 1, ("fp32", 8, 8, 8, False, False, 8)) is None
+    monkeypatch.setattr(SimulatedEngine, "simulated", False, raising=False)
+    monkeypatch.setattr(tuning.nvml, "driver_version", lambda: None)
+    assert tuning.key(engine, 0, 1, ("fp32", 8, 8, 8, False, False, 8)) is None
+    monkeypatch.setattr(tuning.nvml, "driver_version", lambda: "580.1")
+    assert tuning.key(engine, 0, 1, ("fp32", 8, 8, 8, False, False, 8)).startswith("GPU-")
+    monkeypatch.setenv(tuning.CACHE_ENV, str(tmp_path))
+    tuning.remember(None, 1, 8)
+    assert not (tmp_path / tuning.FILE).exists() and tuning.known(None) is None

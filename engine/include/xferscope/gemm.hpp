@@ -45,6 +45,9 @@ struct GemmSpec {
   // runs, as the heuristic ranks them). The heuristic's first choice can be slower than the one
   // cublasDgemm picks (seen: FP64 8192^3 on an H200, 0.92 of torch.matmul).
   int tune = 0;
+  // The heuristic's algorithm of this rank, untimed, where it runs (a choice an earlier tuning of
+  // the same GEMM on the same GPU, driver and cuBLASLt made); -1, or one that does not run: tune.
+  int rank = -1;
 };
 
 // Why the engine cannot run this GEMM, or "": names, shapes, the precision's layout rules and

@@ -3,8 +3,8 @@
 Drawing a run's plots and page took 3.8 s of an H100 `run --quick` (two PNGs of 1.6 s each and
 the page), one after the other, and loading matplotlib and plotly 1.2 s more before measuring.
 Here a few worker processes, started when the command prepares its renderers, load the drawing
-libraries while the GPU is measured (niced, on cores the measurement does not use), and draw a
-command's renderings side by side once its data files are written, while it prints its report.
+libraries while only the GPU is timed (niced; core/background.py says when), and draw a
+command's renderings side by side once its data files are written.
 
 A rendering goes to a worker when it is a `Drawing`: a module-level function and arguments that
 pickle. `xferscope` decides the number of workers from the cores it may use: none below four
@@ -19,11 +19,14 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
+
+from ..core import background
 
 ENV = "XFERSCOPE_DRAWERS"
 NOT_SENT = "cannot send to a drawing worker"
@@ -69,12 +72,11 @@ def worker_count() -> int:
     return 0 if cores < FEWEST_CORES else min(MOST_WORKERS, cores - 2)
 
 
-def _serve(connection: Connection, html: bool) -> None:
-    """A worker: loads the drawing libraries, then draws what it is sent until told to stop."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    with contextlib.suppress(OSError):
-        os.nice(NICENESS)
+GO = "go"
+READY = "ready"
+
+
+def _load(html: bool) -> None:
     with contextlib.suppress(Exception):  # a missing library is reported when a drawing fails
         from ..report import plots  # noqa: F401
 
@@ -82,8 +84,16 @@ def _serve(connection: Connection, html: bool) -> None:
             from ..report import page
 
             page.prepare()
+
+
+def _serve(connection: Connection, html: bool) -> None:
+    """A worker: waits for GO (the host is free: core/background.py), loads the drawing
+    libraries and says READY; then draws what it is sent until told to stop. A drawing that
+    comes first loads them itself."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     with contextlib.suppress(OSError):
-        os.nice(-NICENESS)  # allowed only to a privileged process; else it stays niced
+        os.nice(NICENESS)
     while True:
         try:
             task = connection.recv()
@@ -91,6 +101,10 @@ def _serve(connection: Connection, html: bool) -> None:
             return
         if task is None:
             return
+        if task == GO:
+            _load(html)
+            connection.send(READY)
+            continue
         make, path, written = task
         try:
             make(Path(path), tuple(Path(p) for p in written))
@@ -100,20 +114,55 @@ def _serve(connection: Connection, html: bool) -> None:
 
 
 class Drawers:
-    """The worker processes of one command."""
+    """The worker processes of one command: side work (core/background.py) until it draws."""
 
     def __init__(self, count: int, html: bool) -> None:
         context = multiprocessing.get_context("spawn")
         self._workers: list[tuple[Any, Connection]] = []
+        self._loading: set[Connection] = set()  # told GO, READY not yet read
+        self._went = False
         for _ in range(count):
             mine, theirs = context.Pipe()
             process = context.Process(target=_serve, args=(theirs, html), daemon=True)
             process.start()
             theirs.close()
             self._workers.append((process, mine))
+        background.attach(self)
 
     def __len__(self) -> int:
         return len(self._workers)
+
+    def go(self) -> None:
+        """The host is free: every worker loads its libraries now (once)."""
+        if self._went:
+            return
+        self._went = True
+        for _, connection in self._workers:
+            with contextlib.suppress(OSError, ValueError):
+                connection.send(GO)
+                self._loading.add(connection)
+
+    def settle(self, timeout_s: float) -> None:
+        """Returns once every worker told GO has loaded its libraries (or after timeout_s)."""
+        deadline = time.monotonic() + timeout_s
+        while self._loading:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            for ready in wait(list(self._loading), left):
+                try:
+                    self._answer(ready)  # type: ignore[arg-type]
+                except (EOFError, OSError):
+                    self._loading.discard(ready)
+
+    def _answer(self, connection: Connection) -> tuple[bool, str | None]:
+        """(True, its error or None) when a drawing's answer was read from the worker; (False,
+        None) when it was the worker's READY. EOFError/OSError: the worker is gone."""
+        message = connection.recv()
+        if message == READY:
+            self._loading.discard(connection)
+            return False, None
+        return True, message
 
     def draw(
         self, tasks: Sequence[tuple[Callable[[Path, Sequence[Path]], None], Path, Sequence[Path]]]
@@ -139,30 +188,31 @@ class Drawers:
                 continue
             for ready in wait(list(busy)):
                 connection = ready  # type: ignore[assignment]
-                index = busy.pop(connection)
                 try:
-                    error = connection.recv()
+                    answered, error = self._answer(connection)
                 except (EOFError, OSError):
-                    yield index, "a drawing worker stopped"
+                    yield busy.pop(connection), "a drawing worker stopped"
                     continue  # that worker is gone: not idle again
+                if not answered:
+                    continue  # its READY: the drawing's answer comes next
+                index = busy.pop(connection)
                 idle.append(connection)
                 yield index, error
 
     def close(self) -> None:
-        """Tells every worker to stop and waits a moment for it; kills any still running."""
+        """Tells every worker to stop, without waiting for it: a worker ends by itself once told
+        (or once the command's end closes its connection)."""
+        background.detach(self)
         for _, connection in self._workers:
             with contextlib.suppress(OSError, ValueError):
                 connection.send(None)
-        for process, connection in self._workers:
-            process.join(0.5)
-            if process.is_alive():
-                process.kill()
-                process.join()
+        for _, connection in self._workers:
             connection.close()
         self._workers = []
 
     def kill(self) -> None:
         """Stops every worker at once (a drawing cut short by a signal)."""
+        background.detach(self)
         for process, _ in self._workers:
             with contextlib.suppress(OSError, ValueError):
                 process.kill()

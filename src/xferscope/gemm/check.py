@@ -30,8 +30,7 @@ class GemmCheck:
 
     status: str  # complete, failed
     # per precision: {precision, size, status, tflops, trials_tflops, share_of_peak, peak_source,
-    # tune, algorithm_rank,
-    # verified, error}
+    # tune, algorithm_rank, tuning_reused, verified, error}
     points: tuple[dict[str, Any], ...] = ()
     # {precision, threads, tune, gpu_sizes, all_threads, one_thread}: the smallest size at which
     # the GPU with its transfers beats the CPU on all its threads and on one (None: not within
@@ -59,6 +58,7 @@ def gemm_check(engine: Engine, device: int) -> GemmCheck:
         warmup_s=CHECK_WARMUP_S,
         tune=CHECK_TUNE,
         ladder_full=False,
+        reuse_tuning=True,
     )
     result = measure(engine, options)
     if result.interrupted:
@@ -80,6 +80,8 @@ def gemm_check(engine: Engine, device: int) -> GemmCheck:
                 "error": p.error,
                 "tune": CHECK_TUNE,
                 "algorithm_rank": (p.algorithm or {}).get("rank"),
+                # the rank an earlier run's tuning chose, taken untimed (tuning.py)
+                "tuning_reused": bool((p.algorithm or {}).get("reused", False)),
             }
         )
     break_even = None

@@ -15,12 +15,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from ..core import libraries, machine, plan
+from ..core import background, libraries, machine, plan
 from ..core.engine import Engine, compute_capability
 from ..core.errors import AllocationError, BlasError, EngineError, OptionError
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
 from ..documents.envelope import now
+from . import tuning
 from .cpu import CpuPoint, measure_cpu, run_worker, start_ahead, stop_ahead
 from .cpu_worker import beaten
 from .findings import findings
@@ -97,9 +98,24 @@ def _padded(
         g.close()
 
 
+def _tuning_key(engine: Engine, options: GemmOptions, precision: str, shape: Shape) -> str | None:
+    """Where the rank a tuning chooses is kept between runs (tuning.py): with reuse_tuning, for
+    a GEMM that times several candidates; else None."""
+    if not options.reuse_tuning or options.tune <= 1 or engine.simulated:
+        return None
+    try:
+        version = int(_e.cublaslt_version())
+    except RuntimeError:
+        return None
+    gemm = (precision, shape.m, shape.n, shape.k, *options.layout(precision), options.tune)
+    return tuning.key(engine, options.device, version, gemm)
+
+
 def _measure_point(engine: Engine, options: GemmOptions, precision: str, shape: Shape) -> GemmPoint:
     trans_a, trans_b = options.layout(precision)
     point = planned(options, precision, shape, "interrupted")
+    kept_under = _tuning_key(engine, options, precision, shape)
+    chosen = tuning.known(kept_under)
     try:
         g = engine.gemm(
             options.device,
@@ -114,11 +130,17 @@ def _measure_point(engine: Engine, options: GemmOptions, precision: str, shape: 
             options.seed,
             ROTATION_BYTES,
             options.tune,
+            -1 if chosen is None else chosen,
         )
     except (AllocationError, EngineError) as exc:
         return replace(point, status="failed", error=str(exc))
+    algorithm = dict(g.algorithm)
+    if algorithm.get("candidates", 0) > 1:  # tuned now: kept for the next run
+        tuning.remember(kept_under, int(algorithm["rank"]), int(algorithm["candidates"]))
+    elif chosen is not None and algorithm.get("rank") == chosen:
+        algorithm["reused"] = True  # an earlier run's choice, timed against none now
     try:
-        point = replace(point, algorithm=dict(g.algorithm), copies=int(g.copies))
+        point = replace(point, algorithm=algorithm, copies=int(g.copies))
         # calibration, warm-up, then trials of the target time
         seconds, iterations = plan.timed_trials(
             g.time, options.target_s, options.trials, options.warmup_s
@@ -183,6 +205,7 @@ def measure(engine: Engine, options: GemmOptions, progress: Progress = QUIET) ->
     if options.offload_precisions and not engine.simulated:
         # the ladder's CPU workers load NumPy while the GPU's GEMMs run
         start_ahead(tuple(dict.fromkeys((1, max(options.cpu_threads)))))
+    background.host_free()  # the GEMMs alone are timed, on the GPU: side work may run
     try:
         for precision in options.precisions:
             progress.begin(precision)
@@ -196,6 +219,7 @@ def measure(engine: Engine, options: GemmOptions, progress: Progress = QUIET) ->
                 figure = f"{p.flops / 1e12:.1f} TFLOP/s" if p.flops else p.status
                 progress.step(f"{precision} {shape.label}: {figure}")
         if options.cpu_threads:
+            background.host_timed()  # the CPU's GEMMs and the transfers are timed from here
             progress.begin("CPU")
             # without scaling shapes (`run`'s check) no worker process (one importing NumPy) is
             # started for nothing; the ladder's workers tell the BLAS

@@ -115,6 +115,9 @@ class GemmOptions:
     ladder_full: bool = True
     warmup_s: float = WARMUP_S  # GEMMs run before the first precision's trials
     tune: int = DEFAULT_TUNE  # heuristic algorithms timed per GEMM (0: its first choice)
+    # take the algorithm an earlier tuning of the same GEMM on this GPU, driver and cuBLASLt
+    # chose, untimed (tuning.py: `run`'s check)
+    reuse_tuning: bool = False
 
     def layout(self, precision: str) -> tuple[bool, bool]:
         """op(A), op(B) transposed? The asked layout, or the precision's natural one."""

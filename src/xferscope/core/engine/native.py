@@ -226,6 +226,7 @@ class NativeEngine:
         seed: int | None = None,
         rotation_bytes: int = 0,
         tune: int = 0,
+        rank: int = -1,
     ) -> Gemm:
         """One GEMM through cuBLASLt, its inputs random on the GPU."""
         libraries.point_engine_at("cublasLt", BlasError)
@@ -243,6 +244,7 @@ class NativeEngine:
                 self._seed(seed),
                 rotation_bytes,
                 tune,
+                rank,
             )
         return _NativeGemm(handle, self)
 

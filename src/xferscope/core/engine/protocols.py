@@ -332,6 +332,7 @@ class Engine(Protocol):
         seed: int | None = None,
         rotation_bytes: int = 0,
         tune: int = 0,  # time this many of the heuristic's algorithms and keep the fastest
+        rank: int = -1,  # the heuristic's algorithm of this rank, untimed, where it runs
     ) -> Gemm: ...
     def batch(
         self,

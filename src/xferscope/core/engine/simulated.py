@@ -117,13 +117,14 @@ class SimulatedEngine:
         seed: int | None = None,
         rotation_bytes: int = 0,
         tune: int = 0,
+        rank: int = -1,
     ) -> Any:
         """The simulated GEMM (simulated_gemm.py)."""
         from .simulated_gemm import simulated_gemm
 
         self._launch(device)
         return simulated_gemm(
-            self, device, precision, m, n, k, trans_a, trans_b, rotation_bytes, tune
+            self, device, precision, m, n, k, trans_a, trans_b, rotation_bytes, tune, rank
         )
 
     def batch(

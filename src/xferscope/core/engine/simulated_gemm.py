@@ -40,6 +40,9 @@ def efficiency(precision: str, m: int, n: int, k: int) -> float:
     return float(fill * aligned)
 
 
+HEURISTIC_ALGORITHMS = 8
+
+
 class SimulatedGemm:
     def __init__(self, engine: SimulatedHost, spec: dict[str, Any]) -> None:
         self._engine = engine
@@ -57,14 +60,16 @@ class SimulatedGemm:
                 f"matrices need {self.footprint_bytes >> 20} MiB and GPU {spec['device']} has "
                 f"{free >> 20} MiB free"
             )
+        # the model's heuristic offers 8 algorithms; one chosen before is kept, timed against none
+        kept = 0 <= spec.get("rank", -1) < HEURISTIC_ALGORITHMS
         self.algorithm = {
             "id": 66,
             "tile": 248,
             "stages": 35,
             "split_k": 1,
             "workspace_bytes": 0,
-            "rank": 0,
-            "candidates": spec["tune"] if spec["tune"] > 1 else 0,
+            "rank": spec["rank"] if kept else 0,
+            "candidates": 0 if kept or spec["tune"] <= 1 else spec["tune"],
         }
         m, n, k = spec["m"], spec["n"], spec["k"]
         self._per_gemm = LAUNCH_S + 2 * m * n * k / (PEAK_FLOPS[p] * efficiency(p, m, n, k))
@@ -170,6 +175,7 @@ def simulated_gemm(
     trans_b: bool,
     rotation_bytes: int,
     tune: int = 0,
+    rank: int = -1,
 ) -> SimulatedGemm:
     """The engine's rules first, as the native engine applies them."""
     capability = compute_capability(engine, device)
@@ -186,5 +192,6 @@ def simulated_gemm(
         "trans_b": trans_b,
         "rotation_bytes": rotation_bytes,
         "tune": tune,
+        "rank": rank,
     }
     return SimulatedGemm(engine, spec)
