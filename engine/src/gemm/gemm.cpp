@@ -249,7 +249,7 @@ struct Gemm::Impl {
       rank = runs[0];
     }
     if (runs.size() > 1) {
-      // Time each for about 5 ms (at least one GEMM: an 8192^3 GEMM in fp64 or fp32 takes 18-22
+      // Time each for about 10 ms (at least one GEMM: an 8192^3 GEMM in fp64 or fp32 takes 18-22
       // ms on an H100, and three of each for 8 candidates cost 1 s of `run`'s check), forward
       // then backward so neither end of the list meets the clocks alone; the heuristic's choice
       // stays unless another beats it by more than 1% (a short burst flatters some kernels
@@ -265,7 +265,8 @@ struct Gemm::Impl {
         return static_cast<double>(ms);
       };
       const double once = time_of(runs[0], 1);
-      const int count = std::max(1, static_cast<int>(std::min(1000.0, 5.0 / std::max(once, 1e-3))));
+      const int count =
+          std::max(1, static_cast<int>(std::min(1000.0, 10.0 / std::max(once, 1e-3))));
       std::vector<double> total(runs.size(), 0.0);
       for (std::size_t j = 0; j < runs.size(); ++j) total[j] += time_of(runs[j], count);
       for (std::size_t j = runs.size(); j-- > 0;) total[j] += time_of(runs[j], count);

@@ -42,6 +42,7 @@ class RunPlan:
     curve_budget_s: float  # seed 000's limiter, per curve: a bound, rarely reached
     target_s: float  # one trial's copies last about this long (device or API time)
     trials: int
+    max_trials: int  # a size's trials go on to this many while their spread is above the bound
     stream_bytes: int  # per copy, for concurrent and peer-to-peer streams
     stream_target_s: float  # how long one concurrent trial lasts
     stream_trials: int
@@ -62,11 +63,12 @@ class RunPlan:
 # fill it (2.4 s a curve: 58 s of curves on an H100).
 RUN_TARGET_S = 0.005
 QUICK_RUN_TARGET_S = 0.002
-DEFAULT_PLAN = RunPlan("default", 1 << 30, 4, 2.4, RUN_TARGET_S, 7, 256 * MIB, 0.05, 5, 1 << 30)
-# --quick's budget bounds a pageable curve (7 copies of 256 MiB at 5-14 GB/s, and the sizes
-# below): with 0.35 s an H100's H2D pageable curves had sizes cut short or estimated
+# The budgets bound a pageable curve (7 to 14 copies of 1 GiB at 7-14 GB/s, and the sizes
+# below; --quick: 7 of 256 MiB): with 2.4 s (0.35 s) an H100's H2D pageable curve had sizes
+# estimated or cut short. A pinned curve takes 0.6 s (0.15 s).
+DEFAULT_PLAN = RunPlan("default", 1 << 30, 4, 4.0, RUN_TARGET_S, 7, 14, 256 * MIB, 0.05, 5, 1 << 30)
 QUICK_PLAN = RunPlan(
-    "quick", 256 * MIB, 16, 0.6, QUICK_RUN_TARGET_S, 7, 64 * MIB, 0.01, 3, 256 * MIB
+    "quick", 256 * MIB, 16, 0.6, QUICK_RUN_TARGET_S, 7, 7, 64 * MIB, 0.01, 3, 256 * MIB
 )
 
 HOST_KINDS = ("pageable", "pinned", "wc", "registered")
@@ -325,7 +327,7 @@ def _investigate_gpu(
         sizes=p.sizes,
         target_s=p.target_s,
         trials=p.trials,
-        max_trials=2 * p.trials,
+        max_trials=p.max_trials,
         budget_s=p.curve_budget_s,
         seed=options.seed,
         early_trials=p.early_trials,

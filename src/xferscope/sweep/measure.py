@@ -43,10 +43,16 @@ def _calibrate(
     last: plan.Calibration | None,
     last_size: int | None,
 ) -> plan.Calibration:
-    """The point's warm-up run, which also measures the per-iteration time (plan.calibrate).
-    Its first guess of the repeat count comes from NetPIPE's scaling of the previous size."""
+    """The point's warm-up run, which also measures the per-iteration time (plan.calibrate),
+    after an untimed copy for a curve's first size. Its first guess of the repeat count comes
+    from NetPIPE's scaling of the previous size."""
     budget = plan.WARMUP_SHARE * target_s
     first = 1
+    if last is None:
+        # the curve's first copy warms up what its kind of copy uses first (the driver's staging
+        # for pageable memory, the blocking kernel): on an H100 the first pageable copy of a run
+        # took long enough to make its size's trials look unaffordable, and a budget cut them
+        transfer.time(timing, size, 1)
     if last is not None and last_size:
         # Sizes run largest first. Scaling the last time down in proportion to size (NetPIPE's
         # eq. 1 going the other way) would ignore the fixed latency and ask for far too many
