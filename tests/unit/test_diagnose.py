@@ -644,3 +644,20 @@ def test_ok_findings_carry_no_cause_or_fix(everything):
     for f in diagnose.diagnose(everything):
         if f.severity == OK:
             assert f.cause == "" and f.fix == ""
+
+
+def test_the_clocks_are_judged_while_the_transfers_were_measured(one):
+    """A section's own reasons, read right after its curves, decide: the machine's record is
+    read after every check, when the GEMMs' own power draw may still cap the clocks."""
+    after_gemms = with_gpu(one, clock_event_reasons=0x4)  # power cap after the GEMM check
+    assert not [
+        f
+        for f in findings(
+            diagnose.noisy_or_throttled, with_section(after_gemms, clock_event_reasons=0)
+        )
+        if f.code == "throttled"
+    ]
+    (f,) = findings(diagnose.noisy_or_throttled, with_section(one, clock_event_reasons=0x40))
+    assert "while its transfers were measured: software thermal" in f.message
+    (f,) = findings(diagnose.noisy_or_throttled, after_gemms)  # an older document: the record
+    assert "power cap" in f.message and "while" not in f.message

@@ -113,6 +113,14 @@ def gpu_record(engine: Engine, index: int, process_cpus: str = "") -> dict[str, 
     return record
 
 
+def clock_event_reasons(engine: Engine, index: int) -> int | None:
+    """Why a GPU's clocks are below their maximum now (nvml.clock_event_reasons); None for a
+    simulated GPU or where NVML cannot say."""
+    if engine.simulated:
+        return None
+    return nvml.clock_event_reasons(str(engine.device_info(index)["uuid"]))
+
+
 def host_facts() -> dict[str, Any]:
     """The host: name, CPU, cores, NUMA nodes, OS, Python and the CPUs this process may use.
     The one place they are read (tests put a fixed host here, so no test depends on the

@@ -36,6 +36,22 @@ def _query(fn: Any, *args: Any) -> Any:
         return None
 
 
+def clock_event_reasons(uuid: str) -> int | None:
+    """Why the GPU's clocks are below their maximum now (NVML's clock event reasons, a bit
+    mask), or None where NVML cannot say."""
+    nvml = _nvml()
+    if nvml is None:
+        return None
+    handle = _query(nvml.nvmlDeviceGetHandleByUUID, uuid)
+    reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+    )
+    if handle is None or reasons_fn is None:
+        return None
+    reasons = _query(reasons_fn, handle)
+    return None if reasons is None else int(reasons)
+
+
 def gpu_facts(uuid: str) -> dict[str, Any]:
     """PCIe generation and width (current and max), clocks and throttle reasons of one GPU.
     Values NVML cannot give are None; an empty dict when NVML is unavailable."""

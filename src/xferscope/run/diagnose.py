@@ -304,9 +304,17 @@ def noisy_or_throttled(result: RunResult) -> Iterator[Finding]:
                 "other work on the GPU, the CPU or the PCIe switch while measuring",
                 "run on an idle node (`nvidia-smi` shows other processes) and compare again",
             )
-        reasons = _gpu_facts(result, gpu.index).get("clock_event_reasons") or 0
+        # while the transfers were measured (a run before that was read after its GEMM check,
+        # when an H100 still showed the power cap its own GEMMs had hit)
+        during = gpu.clock_event_reasons
+        reasons = (
+            during
+            if during is not None
+            else _gpu_facts(result, gpu.index).get("clock_event_reasons") or 0
+        )
         active = [name for bit, name in THROTTLE_REASONS.items() if reasons & bit]
         if active:
+            when = " while its transfers were measured" if during is not None else ""
             yield Finding(
                 "throttled",
                 WARNING,
@@ -314,7 +322,7 @@ def noisy_or_throttled(result: RunResult) -> Iterator[Finding]:
                 f"gpu{gpu.index}/clock_event_reasons",
                 float(reasons),
                 0.0,
-                f"GPU {gpu.index} was slowing its clocks: {', '.join(active)}",
+                f"GPU {gpu.index} was slowing its clocks{when}: {', '.join(active)}",
                 "power or thermal limits, or a hardware slowdown signal",
                 "check cooling and power (`nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE`)",
             )

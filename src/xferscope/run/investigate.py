@@ -346,6 +346,7 @@ def _investigate_gpu(
                     raise Interrupted(replace(section, status="interrupted"))
                 if isinstance(run.error, CudaError):  # the GPU itself is in trouble: stop
                     return replace(section, status="failed", error=run.curve.error)
+        section = replace(section, clock_event_reasons=machine.clock_event_reasons(engine, device))
         with _phase(phases, "concurrent", engine.clock):
             bidirectional = concurrent(
                 engine,

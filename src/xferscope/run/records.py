@@ -164,6 +164,9 @@ class GpuSection:
     # model's when simulated): curves, concurrent, pinning, overlap, gl, gemm (where
     # `xferscope run`'s time goes)
     phases_s: dict[str, float] = field(default_factory=dict)
+    # NVML's clock event reasons right after the curves, while the link was being measured (the
+    # machine's record is read after every check, the GEMMs' power draw included); None: unknown
+    clock_event_reasons: int | None = field(default=None, metadata={OMIT_DEFAULT: True})
 
     def curve(self, direction: str, memory: str, mechanism: str, timing: str) -> Curve | None:
         return next(
