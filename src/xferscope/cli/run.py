@@ -91,10 +91,11 @@ def gpu_view(result: RunResult, gpu: GpuSection) -> SweepResult:
 
 
 # Measured on one H100 with every check (GL and GEMM included), from the command to its exit,
-# 2026-11-25: `run --quick` 23.7 s, `run` 74.6 s
+# 2026-11-25 (benchmarks/results/run-h100-20261125.json): `run --quick` 14.3 s on a machine's
+# first run and 12.7 s once the GEMM check's tuning is kept, `run` 36.3 s (32.5 s in another)
 TIMES_ON = "H100"
-QUICK_S = 24
-DEFAULT_S = 75
+QUICK_S = 14
+DEFAULT_S = 36
 
 
 @cli.command(
