@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import types
 
 import pytest
 
@@ -272,3 +273,43 @@ def test_with_early_trials_a_short_budget_never_cuts_the_curves_figures() -> Non
     for end in (min(sizes), max(sizes)):
         assert points[end].status == "measured" and len(points[end].samples_s) >= 3
     assert len(points) == len(sizes)
+
+
+def test_a_slow_first_copy_is_taken_for_a_warm_up_before_the_budget_cuts_anything():
+    """On an H100 a run's first pageable copy was slow once; calibrated on it alone, the curve's
+    first size looked unaffordable and its trials were cut: it is calibrated again first."""
+    from xferscope.core.engine.simulated import SimulatedEngine
+    from xferscope.core.progress import QUIET
+    from xferscope.sweep.measure import measure_curve
+    from xferscope.sweep.options import SweepOptions
+    from xferscope.sweep.records import CurveConfig
+
+    engine = SimulatedEngine(seed=5)
+    real_open = engine.open_transfer
+
+    def open_slow_first(*args, **kw):
+        transfer = real_open(*args, **kw)
+        real_time, first = transfer.time, [True]
+
+        def time(timing, size, iterations):
+            result = real_time(timing, size, iterations)
+            if first[0]:
+                first[0] = False
+                engine.advance(0.3)  # the driver's set-up, once
+                return types.SimpleNamespace(
+                    seconds=result.seconds + 0.3,
+                    blocking_kernel=result.blocking_kernel,
+                    blocking_timed_out=result.blocking_timed_out,
+                    footprint_bytes=result.footprint_bytes,
+                )
+            return result
+
+        transfer.time = time
+        return transfer
+
+    engine.open_transfer = open_slow_first
+    options = SweepOptions(
+        sizes=(1, 1 << 20, 64 << 20), target_s=0.002, budget_s=1.0, early_trials=3
+    )
+    run = measure_curve(engine, CurveConfig(0, "h2d", "pageable", "memcpy", "api"), options, QUIET)
+    assert [p.status for p in run.curve.points] == ["measured"] * 3

@@ -43,16 +43,10 @@ def _calibrate(
     last: plan.Calibration | None,
     last_size: int | None,
 ) -> plan.Calibration:
-    """The point's warm-up run, which also measures the per-iteration time (plan.calibrate),
-    after an untimed copy for a curve's first size. Its first guess of the repeat count comes
-    from NetPIPE's scaling of the previous size."""
+    """The point's warm-up run, which also measures the per-iteration time (plan.calibrate).
+    Its first guess of the repeat count comes from NetPIPE's scaling of the previous size."""
     budget = plan.WARMUP_SHARE * target_s
     first = 1
-    if last is None:
-        # the curve's first copy warms up what its kind of copy uses first (the driver's staging
-        # for pageable memory, the blocking kernel): on an H100 the first pageable copy of a run
-        # took long enough to make its size's trials look unaffordable, and a budget cut them
-        transfer.time(timing, size, 1)
     if last is not None and last_size:
         # Sizes run largest first. Scaling the last time down in proportion to size (NetPIPE's
         # eq. 1 going the other way) would ignore the fixed latency and ask for far too many
@@ -82,11 +76,21 @@ def measure_point(
     options.early_noise), verification."""
     copies = transfer.copies_per_iteration
     calibration = _calibrate(transfer, config.timing, size, target_s, last, last_size)
-    warmup_per_copy = calibration.per_iteration_s / copies
     iterations = plan.repeats_for(target_s, calibration.per_iteration_s)
     trial_s = iterations * calibration.per_iteration_s
     remaining = None if deadline is None else deadline - engine.clock()
     fit = plan.fit_trials(options.trials, trial_s, remaining)
+    if last is None and fit.trials < options.trials:
+        # A curve's first copy can be slow once (on an H100 a run's first pageable copy, the
+        # driver's staging set up, made its size's trials look unaffordable and the budget cut
+        # them): before the budget cuts anything, that run counts as a warm-up and the size is
+        # calibrated again.
+        calibration = _calibrate(transfer, config.timing, size, target_s, None, None)
+        iterations = plan.repeats_for(target_s, calibration.per_iteration_s)
+        trial_s = iterations * calibration.per_iteration_s
+        remaining = None if deadline is None else deadline - engine.clock()
+        fit = plan.fit_trials(options.trials, trial_s, remaining)
+    warmup_per_copy = calibration.per_iteration_s / copies
 
     blocking = False
     timed_out = False
