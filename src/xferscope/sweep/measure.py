@@ -75,21 +75,22 @@ def measure_point(
     """One size: calibration, trials (`early`: after that many, stop if they agree within
     options.early_noise), verification."""
     copies = transfer.copies_per_iteration
-    calibration = _calibrate(transfer, config.timing, size, target_s, last, last_size)
-    iterations = plan.repeats_for(target_s, calibration.per_iteration_s)
-    trial_s = iterations * calibration.per_iteration_s
-    remaining = None if deadline is None else deadline - engine.clock()
-    fit = plan.fit_trials(options.trials, trial_s, remaining)
+
+    def planned() -> tuple[plan.Calibration, int, float, plan.PointBudget]:
+        """Calibration, repeats per trial, a trial's seconds, and the trials that fit."""
+        calibration = _calibrate(transfer, config.timing, size, target_s, last, last_size)
+        iterations = plan.repeats_for(target_s, calibration.per_iteration_s)
+        trial_s = iterations * calibration.per_iteration_s
+        remaining = None if deadline is None else deadline - engine.clock()
+        return calibration, iterations, trial_s, plan.fit_trials(options.trials, trial_s, remaining)
+
+    calibration, iterations, trial_s, fit = planned()
     if last is None and fit.trials < options.trials:
         # A curve's first copy can be slow once (on an H100 a run's first pageable copy, the
         # driver's staging set up, made its size's trials look unaffordable and the budget cut
         # them): before the budget cuts anything, that run counts as a warm-up and the size is
         # calibrated again.
-        calibration = _calibrate(transfer, config.timing, size, target_s, None, None)
-        iterations = plan.repeats_for(target_s, calibration.per_iteration_s)
-        trial_s = iterations * calibration.per_iteration_s
-        remaining = None if deadline is None else deadline - engine.clock()
-        fit = plan.fit_trials(options.trials, trial_s, remaining)
+        calibration, iterations, trial_s, fit = planned()
     warmup_per_copy = calibration.per_iteration_s / copies
 
     blocking = False
@@ -219,7 +220,8 @@ def measure_curve(
             for i, size in enumerate(sizes):
                 remaining = None if deadline is None else deadline - engine.clock()
                 # every size gets an equal share of what is left of the budget, in as many
-                # trials as it plans (the largest and smallest, measured first, are never cut)
+                # trials as it plans (the largest and smallest are measured first: the sizes
+                # between are the ones a budget cuts)
                 planned = options.early_trials or options.trials
                 target = plan.trial_target(options.target_s, remaining, len(sizes) - i, planned)
                 point, last = measure_point(
