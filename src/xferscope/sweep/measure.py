@@ -71,9 +71,10 @@ def measure_point(
     last_size: int | None,
     cache_bytes: int,
     early: int | None = None,
-) -> tuple[Point, plan.Calibration]:
+) -> tuple[Point, plan.Calibration, float]:
     """One size: calibration, trials (`early`: after that many, stop if they agree within
-    options.early_noise), verification."""
+    options.early_noise), verification; and the seconds of a first calibration taken for a
+    warm-up, which the curve's budget does not bound (0: none)."""
     copies = transfer.copies_per_iteration
 
     def planned() -> tuple[plan.Calibration, int, float, plan.PointBudget]:
@@ -84,12 +85,16 @@ def measure_point(
         remaining = None if deadline is None else deadline - engine.clock()
         return calibration, iterations, trial_s, plan.fit_trials(options.trials, trial_s, remaining)
 
+    started = engine.clock()
     calibration, iterations, trial_s, fit = planned()
+    warm_up_s = 0.0
     if last is None and fit.trials < options.trials:
         # A curve's first copy can be slow once (on an H100 a run's first pageable copy, the
         # driver's staging set up, made its size's trials look unaffordable and the budget cut
-        # them): before the budget cuts anything, that run counts as a warm-up and the size is
-        # calibrated again.
+        # them): before the budget cuts anything, that run counts as a warm-up, which the budget
+        # does not bound (as it does not bound allocating), and the size is calibrated again.
+        warm_up_s = engine.clock() - started
+        deadline = None if deadline is None else deadline + warm_up_s
         calibration, iterations, trial_s, fit = planned()
     warmup_per_copy = calibration.per_iteration_s / copies
 
@@ -154,7 +159,7 @@ def measure_point(
         cache_resident=0 < footprint < 2 * cache_bytes,
         verification=verification_of(transfer.verify(size)) if options.verify else None,
     )
-    return point, calibration
+    return point, calibration, warm_up_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +229,7 @@ def measure_curve(
                 # between are the ones a budget cuts)
                 planned = options.early_trials or options.trials
                 target = plan.trial_target(options.target_s, remaining, len(sizes) - i, planned)
-                point, last = measure_point(
+                point, last, warm_up_s = measure_point(
                     engine,
                     transfer,
                     config,
@@ -237,6 +242,8 @@ def measure_curve(
                     cache_bytes,
                     options.early_trials,
                 )
+                if deadline is not None:
+                    deadline += warm_up_s
                 last_size = size
                 points.append(point)
                 progress.step(
