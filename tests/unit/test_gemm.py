@@ -536,3 +536,41 @@ def test_nothing_is_kept_for_the_simulated_engine_or_without_a_driver(tmp_path, 
     monkeypatch.setenv(tuning.CACHE_ENV, str(tmp_path))
     tuning.remember(None, 1, 8)
     assert not (tmp_path / tuning.FILE).exists() and tuning.known(None) is None
+
+
+@pytest.mark.parametrize("kept", [-1, 1 << 40, 64, "3", None, True, 2.5, [1], {"rank": 1}])
+def test_a_kept_rank_out_of_range_or_of_another_type_is_nothing_kept(tmp_path, monkeypatch, kept):
+    from xferscope.gemm import tuning
+
+    monkeypatch.setenv(tuning.CACHE_ENV, str(tmp_path))
+    (tmp_path / tuning.FILE).write_text(json.dumps({"k": {"rank": kept, "candidates": 8}}))
+    assert tuning.known("k") is None
+    (tmp_path / tuning.FILE).write_text(json.dumps({"k": {"rank": 3, "candidates": 8}}))
+    assert tuning.known("k") == 3
+
+
+def test_a_cache_path_that_is_no_regular_file_is_never_read_or_replaced(tmp_path, monkeypatch):
+    """A FIFO, a directory or a dangling symlink where the file goes: nothing kept, nothing
+    hangs, nothing replaced; the GEMM is tuned."""
+    import os
+
+    from xferscope.gemm import tuning
+
+    monkeypatch.setenv(tuning.CACHE_ENV, str(tmp_path))
+    path = tmp_path / tuning.FILE
+    os.mkfifo(path)
+    assert tuning.known("k") is None  # would block on a FIFO's read
+    tuning.remember("k", 1, 8)
+    assert path.is_fifo()
+    path.unlink()
+    path.mkdir()
+    assert tuning.known("k") is None
+    tuning.remember("k", 1, 8)
+    assert path.is_dir()
+    path.rmdir()
+    path.symlink_to(tmp_path / "elsewhere.json")  # dangling: written through, as files are
+    tuning.remember("k", 2, 8)
+    assert tuning.known("k") == 2
+    monkeypatch.setenv(tuning.CACHE_ENV, str(path / "below-a-file"))
+    assert tuning.known("k") is None
+    tuning.remember("k", 1, 8)  # costs nothing

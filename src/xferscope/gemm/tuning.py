@@ -9,7 +9,9 @@ keeps the rank it chose here, and the next run takes that algorithm without timi
 
 The file is $XFERSCOPE_CACHE/gemm-algorithms.json ($XDG_CACHE_HOME/xferscope, or
 ~/.cache/xferscope, by default); deleting it makes the next check time every candidate again.
-A file that does not parse is treated as empty and replaced. The simulated engine keeps none.
+A file that does not parse, a rank out of range and a path that is not a regular file are
+treated as nothing kept (the GEMM is tuned); one that cannot be written costs only the time the
+next run spends tuning. The simulated engine keeps none.
 """
 
 from __future__ import annotations
@@ -48,7 +50,16 @@ def key(engine: Engine, device: int, blas_version: int | None, gemm: tuple[Any, 
     return "|".join(str(part) for part in (uuid, driver, blas_version, *gemm))
 
 
+# cuBLASLt's heuristic is asked for 8 algorithms (engine/src/gemm/gemm.cpp); a rank beyond any
+# list it could give is not one it chose
+MOST_RANK = 64
+
+
 def _read(path: Path) -> dict[str, Any]:
+    """The kept choices; {} for a file that is missing, unreadable, not JSON, or not a regular
+    file (a FIFO there would hold the read forever)."""
+    if files.special(path) is not None:
+        return {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -62,7 +73,8 @@ def known(name: str | None) -> int | None:
         return None
     entry = _read(cache_directory() / FILE).get(name)
     rank = entry.get("rank") if isinstance(entry, dict) else None
-    return rank if isinstance(rank, int) and rank >= 0 else None
+    valid = isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < MOST_RANK
+    return rank if valid else None
 
 
 def remember(name: str | None, rank: int, candidates: int) -> None:
