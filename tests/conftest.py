@@ -28,7 +28,7 @@ _REAL_HOST_FACTS = machine.host_facts
 
 @pytest.fixture(scope="session", autouse=True)
 def drawn_in_process():
-    """Commands draw in their own process, whatever cores this machine has (cli/drawing.py):
+    """Commands draw in their own process, whatever cores this machine has (report/drawing.py):
     the drawing workers are tested where a test asks for them."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XFERSCOPE_DRAWERS", "0")

@@ -524,8 +524,9 @@ def test_every_measuring_command_adds_to_the_history(capsys, tmp_path, args, kin
 def _commands() -> list[list[str]]:
     import click
 
-    from xferscope.cli import cli
+    from xferscope.cli import cli, load_commands
 
+    load_commands()
     found = []
     for name, command in sorted(cli.commands.items()):
         if isinstance(command, click.Group):
@@ -549,6 +550,7 @@ def test_every_help_ends_with_examples_that_parse(capsys, command):
     import shlex
 
     from xferscope.cli import cli
+    from xferscope.cli.app import subcommand
 
     code, out, _ = run(capsys, *command, "--help")
     assert code == 0 and "Examples:" in out
@@ -559,7 +561,8 @@ def test_every_help_ends_with_examples_that_parse(capsys, command):
         words = words[words.index("xferscope") + 1 :]
         target = cli
         for word in command:
-            target = target.commands[word]  # type: ignore[attr-defined]
+            target = subcommand(target, word)
+            assert target is not None, word
         assert words[: len(command)] == command, example
         # parses every option as the command would (types and ranges), without running it
         target.make_context(command[-1], words[len(command) :])

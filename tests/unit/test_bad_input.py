@@ -19,6 +19,7 @@ import pytest
 
 from xferscope import cli
 from xferscope.cli import cli as group
+from xferscope.cli.app import subcommand
 
 # What each command runs with when the option under test is not at fault: small and quick.
 BASE: dict[tuple[str, ...], list[str]] = {
@@ -53,7 +54,9 @@ WORDS = ["", ",", "nonsense,,µ"]
 def _command(path: tuple[str, ...]) -> click.Command:
     target: click.Command = group
     for name in path:
-        target = target.commands[name]  # type: ignore[attr-defined]
+        sub = subcommand(target, name)
+        assert sub is not None, name
+        target = sub
     return target
 
 

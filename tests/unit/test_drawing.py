@@ -1,17 +1,20 @@
-"""Renderings drawn by worker processes (cli/drawing.py): the same files as drawn in the
+"""Renderings drawn by worker processes (report/drawing.py): the same files as drawn in the
 command's own process, a failure in a worker is one line and costs no other file, what cannot
-travel is drawn at home, and a stop leaves no temporary file and no worker behind."""
+travel is drawn at home, a drawing ahead is drawn only while the host is free and taken by an
+equal one, and a stop leaves no temporary file and no worker behind."""
 
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
 
-from xferscope.cli import drawing
-from xferscope.cli.drawing import Drawing, Page
 from xferscope.cli.outputs import Delivery, Output
+from xferscope.report import drawing
+from xferscope.report.drawing import Drawing, Page
 
 from .test_cli import run
 
@@ -20,12 +23,21 @@ def _boom(path: Path) -> None:
     raise ValueError("no ink")
 
 
-def _write(text: str, path: Path) -> None:
-    path.write_text(text)
+def _write(text: object, path: Path) -> None:
+    path.write_text(str(text))
 
 
 def _page(title: str, names: list[str]) -> str:
     return f"<h1>{title}</h1>" + "".join(f'<a href="{n}">{n}</a>' for n in names)
+
+
+def _stamp(text: str, path: Path) -> None:
+    """Writes what no second drawing writes again: the process and the moment."""
+    path.write_text(f"{text} {os.getpid()} {time.monotonic_ns()}")
+
+
+HERE = "tests.unit.test_drawing"
+WRITE, BOOM, PAGE, STAMP = (f"{HERE}:{name}" for name in ("_write", "_boom", "_page", "_stamp"))
 
 
 @pytest.fixture
@@ -82,10 +94,10 @@ def test_a_worker_that_fails_costs_only_its_own_file(tmp_path, workers):
     delivery = _deliver(
         tmp_path,
         {
-            "a.png": Drawing(_write, ("a",)),
-            "bad.png": Drawing(_boom),
-            "c.png": Drawing(_write, ("c",)),
-            "page.html": Page(_page, ("t",)),
+            "a.png": Drawing(WRITE, ("a",)),
+            "bad.png": Drawing(BOOM),
+            "c.png": Drawing(WRITE, ("c",)),
+            "page.html": Page(PAGE, ("t",)),
         },
     )
     assert (tmp_path / "a.png").read_text() == "a" and (tmp_path / "c.png").read_text() == "c"
@@ -106,11 +118,12 @@ def test_what_cannot_travel_is_drawn_at_home(tmp_path, workers):
         local.append(path.name)
         path.write_text("here")
 
-    delivery = _deliver(
-        tmp_path,
-        {"lambda.png": Drawing(lambda path: path.write_text("x")), "closure.png": closure},
-    )
-    assert delivery.ok and (tmp_path / "lambda.png").read_text() == "x"
+    class Local:  # does not pickle
+        def __str__(self) -> str:
+            return "x"
+
+    delivery = _deliver(tmp_path, {"local.png": Drawing(WRITE, (Local(),)), "closure.png": closure})
+    assert delivery.ok and (tmp_path / "local.png").read_text() == "x"
     assert (tmp_path / "closure.png").read_text() == "here" and len(local) == 1
 
 
@@ -127,7 +140,7 @@ def test_a_stop_while_drawing_kills_the_workers_and_leaves_no_temporary_file(
         raise KeyboardInterrupt
 
     monkeypatch.setattr(drawers, "draw", stopped)
-    delivery = _deliver(tmp_path, {"a.png": Drawing(_write, ("a",))})
+    delivery = _deliver(tmp_path, {"a.png": Drawing(WRITE, ("a",))})
     assert delivery.skipped == [tmp_path / "a.png"]
     assert list(tmp_path.iterdir()) == []
     assert all(not p.is_alive() for p in processes)
@@ -152,14 +165,14 @@ def test_workers_load_only_once_the_host_is_free_and_the_host_waits_for_them(wor
     drawing.start(html=True)
     drawers = drawing.current()
     assert drawers is not None and drawers in background._sides
-    assert not drawers._loading and not drawers._went
+    assert not any(drawers._owed.values()) and not drawers._went
     background.host_timed()  # nothing begun: returns at once
     background.host_free()
-    assert drawers._went and len(drawers._loading) == 2
+    assert drawers._went and [list(o) for o in drawers._owed.values()] == [[drawing.READY]] * 2
     background.host_timed()
-    assert not drawers._loading, "both workers said READY"
+    assert not any(drawers._owed.values()), "both workers said READY"
     background.host_free()  # once only
-    assert not drawers._loading
+    assert not any(drawers._owed.values())
     processes = [p for p, _ in drawers._workers]
     drawing.stop()
     assert drawers not in background._sides
@@ -207,3 +220,79 @@ def test_a_run_frees_the_host_only_for_the_gemms(monkeypatch):
     # the check's big GEMMs (one per precision) between, the ladder's after
     assert 0 < events[free:timed_again].count("gemm") <= 6
     assert "open_transfer" not in events[free:]
+
+
+def test_a_drawing_ahead_waits_for_a_free_host_and_an_equal_one_takes_its_file(tmp_path, workers):
+    from xferscope.core import background
+
+    drawing.start(html=False)
+    drawers = drawing.current()
+    assert drawers is not None
+    drawers.ahead(Drawing(STAMP, ("early",)))
+    drawers.ahead(Drawing(STAMP, ("early",)))  # asked twice, drawn once
+    drawers.ahead(Drawing(STAMP, ("unused",)))
+    assert len(drawers._ahead) == 2 and not any(a.sent for a in drawers._ahead)
+    background.host_free()
+    assert all(a.sent for a in drawers._ahead)
+    background.host_timed()  # returns once both are drawn
+    assert all(a.done and a.error is None for a in drawers._ahead)
+    drawn = drawers._ahead[0].path.read_text()
+    assert drawn.startswith("early ") and str(os.getpid()) not in drawn.split()[1]
+    delivery = _deliver(
+        tmp_path, {"a.png": Drawing(STAMP, ("early",)), "b.png": Drawing(STAMP, ("late",))}
+    )
+    assert delivery.ok and (tmp_path / "a.png").read_text() == drawn, "copied, not drawn again"
+    assert (tmp_path / "b.png").read_text().startswith("late ")
+    scratch = drawers._scratch
+    assert scratch is not None and scratch.is_dir()
+    drawing.stop()
+    assert not scratch.exists()
+
+
+def test_a_drawing_ahead_never_freed_or_failed_is_drawn_when_asked(tmp_path, workers):
+    from xferscope.core import background
+
+    drawing.start(html=False)
+    drawers = drawing.current()
+    assert drawers is not None
+    drawers.ahead(Drawing(BOOM))
+    background.host_free()
+    drawers.ahead(Drawing(STAMP, ("while free",)))  # sent at once
+    background.host_timed()
+    drawers.ahead(Drawing(STAMP, ("never freed",)))  # the host is timed: kept back
+    assert [(a.sent, a.done) for a in drawers._ahead] == [
+        (True, True),
+        (True, True),
+        (False, False),
+    ]
+    assert drawers._ahead[0].error == "ValueError: no ink"
+    delivery = _deliver(
+        tmp_path, {"never.png": Drawing(STAMP, ("never freed",)), "bad.png": Drawing(BOOM)}
+    )
+    assert (tmp_path / "never.png").read_text().startswith("never freed ")
+    assert delivery.failures == [f"cannot draw {tmp_path / 'bad.png'}: ValueError: no ink"]
+
+
+def test_a_run_draws_its_plots_ahead_during_the_gemms(capsys, tmp_path, monkeypatch):
+    """A run's PNGs are drawn while its GEMM check times the GPU alone, and are the files a
+    drawing at the end would make."""
+    copied: list[Path] = []
+    real = drawing.Drawers._copy
+
+    def spy(source: Path, target: Path) -> bool:
+        copied.append(target)
+        return real(source, target)
+
+    monkeypatch.setattr(drawing.Drawers, "_copy", staticmethod(spy))
+    monkeypatch.setenv(drawing.ENV, "2")
+    args = ["run", "--simulate", "--quick", "--no-history"]
+    code, _, err = run(capsys, *args, "-o", str(tmp_path / "a"))
+    assert code == 0, err
+    assert len(copied) == 2 and all(p.name.startswith(".gpu0-") for p in copied)
+    (ahead,) = (tmp_path / "a").iterdir()
+    monkeypatch.setenv(drawing.ENV, "0")
+    code, _, err = run(capsys, "report", str(ahead / "run.json"), "-o", str(tmp_path / "b"))
+    assert code == 0, err
+    (home,) = (tmp_path / "b").iterdir()
+    for name in ("gpu0-bandwidth.png", "gpu0-latency.png"):
+        assert (ahead / name).read_bytes() == (home / name).read_bytes(), name

@@ -3,6 +3,7 @@ in one place, on one line."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
@@ -36,7 +37,47 @@ stdout = Console(
 stderr = Console(stderr=True, highlight=False)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+# Each command's module by the command's name. A command's module is imported when the command is
+# asked for: `xferscope run` loads neither the tracer nor the batch planner (with every module,
+# half a second of an H100 host's start); the list in --help loads them all.
+COMMANDS = {
+    "batch": "batch", "cases": "cases", "compare": "history", "fleet": "fleet", "gemm": "gemm",
+    "gl": "gl", "history": "history", "info": "info", "overlap": "overlap",
+    "pageable": "pageable", "pitch": "pitch", "report": "history", "run": "run",
+    "sweep": "sweep", "trace": "trace",
+}  # fmt: skip
+
+
+def load_commands() -> None:
+    """Imports every command's module (each registers itself on `cli`)."""
+    for module in dict.fromkeys(COMMANDS.values()):
+        importlib.import_module(f"{__package__}.{module}")
+
+
+class _Commands(click.Group):
+    """The command group, whose commands are imported when asked for."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            importlib.import_module(f"{__package__}.{COMMANDS[cmd_name]}")
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        load_commands()
+        return super().list_commands(ctx)
+
+
+def subcommand(group: click.Command, name: str) -> click.Command | None:
+    """The command `name` of `group` (None: none such, or `group` has no commands)."""
+    if not isinstance(group, click.Group):
+        return None
+    return group.get_command(click.Context(group), name)
+
+
+@click.group(
+    cls=_Commands,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(__version__, prog_name="xferscope")
 def cli() -> None:
     """Measure how fast data moves between host memory and NVIDIA GPUs, and why."""
@@ -111,7 +152,7 @@ def _resolve(argv: list[str] | None) -> tuple[click.Command, list[str]]:
             break
         if arg.startswith("-"):
             continue
-        sub = command.commands.get(arg)
+        sub = subcommand(command, arg)
         if sub is None:
             break
         command, names = sub, [*names, arg]

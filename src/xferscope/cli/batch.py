@@ -33,10 +33,10 @@ from ..core.engine import Engine
 from ..core.errors import OptionError
 from ..core.units import parse_counts, parse_sizes
 from ..report.batch_tables import print_batch
+from ..report.drawing import Drawing
 from . import common
 from .app import cli, described, stderr, stdout
 from .common import parse_seed, resolve_devices
-from .drawing import Drawing
 from .measured import DocumentKind, Measurement, register, run_measurement
 from .options import (
     direction_option,
@@ -212,14 +212,17 @@ def batch_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
 
 
 def batch_outputs(result: BatchResult, dest: Destination) -> list[Output]:
-    from ..report import batch_plots
-    from ..report.batch_html import render_batch_html
 
     return [
         dest.output("json", text(lambda: dumps_json(result))),
         dest.output("csv", text(lambda: dumps_csv(result))),
-        dest.output("plot", Drawing(batch_plots.plot_batch, (result,)), ".png", render=True),
-        dest.html(render_batch_html, result),
+        dest.output(
+            "plot",
+            Drawing("xferscope.report.batch_plots:plot_batch", (result,)),
+            ".png",
+            render=True,
+        ),
+        dest.html("xferscope.report.batch_html:render_batch_html", result),
     ]
 
 

@@ -17,7 +17,7 @@ from ..core import interrupt
 from ..core.engine import Engine, check_device
 from ..core.errors import OptionError, XferscopeError
 from ..core.units import parse_device, parse_devices
-from . import drawing
+from ..report import drawing
 from .app import EXIT_VERIFICATION_FAILED, stderr
 from .outputs import Delivery, Destination, Named, Output
 

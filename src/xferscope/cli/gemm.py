@@ -29,11 +29,11 @@ from ..gemm.records import (
     to_dict,
 )
 from ..gemm.shapes import Shape, parse_shapes, parse_sizes, read_shapes
+from ..report.drawing import Drawing
 from ..report.gemm_tables import print_gemm
 from . import common  # looked up at run time, so tests can replace open_engine
 from .app import cli, described, stdout
 from .common import parse_seed, resolve_devices
-from .drawing import Drawing
 from .measured import DocumentKind, Measurement, register, run_measurement
 from .options import (
     flag,
@@ -210,7 +210,6 @@ def gemm_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
 
 
 def gemm_outputs(result: GemmResult, dest: Destination) -> list[Output]:
-    from ..report import gemm_plots
 
     outputs = [
         dest.output("json", text(lambda: dumps_json(result))),
@@ -218,12 +217,15 @@ def gemm_outputs(result: GemmResult, dest: Destination) -> list[Output]:
     ]
     if any(result.measured(p) for p in dict.fromkeys(p.precision for p in result.points)):
         outputs.append(
-            dest.output("plot", Drawing(gemm_plots.plot_gemm, (result,)), ".png", render=True)
+            dest.output(
+                "plot",
+                Drawing("xferscope.report.gemm_plots:plot_gemm", (result,)),
+                ".png",
+                render=True,
+            )
         )
 
-    from ..report.gemm_html import render_gemm_html
-
-    outputs.append(dest.html(render_gemm_html, result))
+    outputs.append(dest.html("xferscope.report.gemm_html:render_gemm_html", result))
     return outputs
 
 

@@ -26,11 +26,11 @@ from ..gl.states import (
     GlOptions,
     parse_options,
 )
+from ..report.drawing import Drawing
 from ..report.gl_tables import print_gl
 from . import common  # looked up at run time, so tests can replace open_engine
 from .app import cli, described, stdout
 from .common import parse_seed, resolve_devices
-from .drawing import Drawing
 from .measured import DocumentKind, Measurement, register, run_measurement
 from .options import flag, measured_options, option
 from .outputs import Destination, Named, Output, text
@@ -206,7 +206,7 @@ def gl_outputs(result: GlResult, dest: Destination) -> list[Output]:
         outputs.append(
             dest.output(
                 "plot",
-                Drawing(gl_plots.plot_rates, (result,)),
+                Drawing("xferscope.report.gl_plots:plot_rates", (result,)),
                 "-rates.png",
                 render=True,
             )
@@ -215,7 +215,7 @@ def gl_outputs(result: GlResult, dest: Destination) -> list[Output]:
         outputs.append(
             dest.output(
                 "plot",
-                Drawing(gl_plots.plot_async, (result,)),
+                Drawing("xferscope.report.gl_plots:plot_async", (result,)),
                 "-async.png",
                 render=True,
             )

@@ -16,7 +16,7 @@ from ..documents.files import special
 from ..report.fit import Column, fitted
 from .app import cli, described, stdout
 from .common import _history_file, deliver, finish, prepare_renderers
-from .measured import KINDS, DocumentKind
+from .measured import DocumentKind, document_kinds
 from .options import flag, history_option, json_flag, option, out_option
 from .outputs import Destination
 
@@ -89,12 +89,13 @@ def load_result(ref: str, history: Path) -> tuple[DocumentKind[Any], Any, str]:
     from ..run.compare import RunLoadError
     from ..run.history import History
 
+    known = document_kinds()
     text_ref = ref.strip()
     if text_ref.isdigit():
         with History(history, readonly=True) as h:
             entry_kind, document = h.document(int(text_ref))
         schema = document.get("schema")
-        kind = KINDS.get(schema) if isinstance(schema, str) else None
+        kind = known.get(schema) if isinstance(schema, str) else None
         if kind is None:
             raise RunLoadError(f"run {text_ref} in {history} holds no result xferscope reads")
         try:
@@ -104,10 +105,10 @@ def load_result(ref: str, history: Path) -> tuple[DocumentKind[Any], Any, str]:
     path = Path(ref).expanduser()
     document = read_document(path)
     schema = document.get("schema")
-    kind = KINDS.get(schema) if isinstance(schema, str) else None
+    kind = known.get(schema) if isinstance(schema, str) else None
     if kind is None:
-        known = ", ".join(sorted(KINDS))
-        raise RunLoadError(f"{path} is not an xferscope result (schema {schema!r}; known: {known})")
+        names = ", ".join(sorted(known))
+        raise RunLoadError(f"{path} is not an xferscope result (schema {schema!r}; known: {names})")
     try:
         result = kind.load(document)
     except SchemaError as exc:

@@ -69,12 +69,20 @@ class DocumentKind(Generic[R]):
     draw_after_signal: bool = True
 
 
-KINDS: dict[str, DocumentKind[Any]] = {}  # by schema name
+_KINDS: dict[str, DocumentKind[Any]] = {}  # by schema name
 
 
 def register(schema: str, kind: DocumentKind[Any]) -> None:
     """Makes a kind of document known to `report`, `history` and the golden-file test."""
-    KINDS[schema] = kind
+    _KINDS[schema] = kind
+
+
+def document_kinds() -> dict[str, DocumentKind[Any]]:
+    """Every command's kind of document, by schema name (every command's module loaded)."""
+    from .app import load_commands
+
+    load_commands()
+    return dict(_KINDS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,8 +31,8 @@ from rich.console import Console
 from ..core import interrupt
 from ..core.errors import OptionError
 from ..documents import files
-from . import drawing
-from .drawing import Page
+from ..report import drawing
+from ..report.drawing import Page
 
 # Writes a file's content at the temporary path it is given; `written` holds the files written
 # before it (a page that links to them lists those).
@@ -173,10 +173,11 @@ class Destination:
             Path(f"{place.path}{suffix}"), make, place.option, place.replace, render, urgent, mode
         )
 
-    def html(self, render: Callable[..., str], *args: Any) -> Output:
-        """The command's HTML report (its place "html"): the page `render(*args, names)` returns,
-        which links the files written before it (`names`), drawn with the renderings (by a
-        worker process where there are some: drawing.py) and first among them after a Ctrl-C."""
+    def html(self, render: str, *args: Any) -> Output:
+        """The command's HTML report (its place "html"): the page `render(*args, names)` returns
+        (`render` named "package.module:function", as drawing.Page says), which links the files
+        written before it (`names`), drawn with the renderings (by a worker process where there
+        are some: report/drawing.py) and first among them after a Ctrl-C."""
         return self.output("html", Page(render, args), render=True, urgent=True)
 
     def discard(self) -> None:

@@ -37,10 +37,10 @@ from ..overlap import (
     measure_overlap_gpu,
     measure_rotation,
 )
+from ..report.drawing import Drawing
 from ..report.overlap_tables import print_overlap
 from .app import cli, described, stdout
 from .common import resolve_devices
-from .drawing import Drawing
 from .measured import DocumentKind, Measurement, register, run_measurement
 from .options import (
     direction_option,
@@ -85,7 +85,12 @@ def overlap_outputs(result: AnyResult, dest: Destination) -> list[Output]:
     suffix = overlap_plots.plot_suffix(result)
     if suffix is not None:
         outputs.append(
-            dest.output("plot", Drawing(overlap_plots.write_plot, (result,)), suffix, render=True)
+            dest.output(
+                "plot",
+                Drawing("xferscope.report.overlap_plots:write_plot", (result,)),
+                suffix,
+                render=True,
+            )
         )
     return outputs
 

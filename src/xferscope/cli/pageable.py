@@ -23,10 +23,10 @@ from ..pageable.measure import (
     steps,
     to_dict,
 )
+from ..report.drawing import Drawing
 from ..report.pageable_tables import print_pageable
 from .app import cli, described, stdout
 from .common import resolve_devices
-from .drawing import Drawing
 from .measured import DocumentKind, Measurement, register, run_measurement
 from .options import gpu_option, measured_options, option
 from .outputs import Destination, Maker, Named, Output, text
@@ -109,7 +109,7 @@ def pageable_outputs(result: PageableResult, dest: Destination) -> list[Output]:
     ]
 
     def plot(size: SizeResult) -> Maker:
-        return Drawing(pageable_plots.plot_size, (result, size))
+        return Drawing("xferscope.report.pageable_plots:plot_size", (result, size))
 
     outputs += [
         dest.output("plot", plot(size), pageable_plots.plot_suffix(size), render=True)

@@ -25,11 +25,11 @@ from ..pitch.measure import (
     measure,
     to_dict,
 )
+from ..report.drawing import Drawing
 from ..report.pitch_tables import print_pitch
 from . import common
 from .app import cli, described, stdout
 from .common import parse_seed, resolve_devices
-from .drawing import Drawing
 from .measured import DocumentKind, Measurement, register, run_measurement
 from .options import (
     direction_option,
@@ -127,12 +127,16 @@ def pitch_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
 
 
 def pitch_outputs(result: PitchResult, dest: Destination) -> list[Output]:
-    from ..report import pitch_plots
 
     return [
         dest.output("json", text(lambda: dumps_json(result))),
         dest.output("csv", text(lambda: dumps_csv(result))),
-        dest.output("plot", Drawing(pitch_plots.plot_pitch, (result,)), ".png", render=True),
+        dest.output(
+            "plot",
+            Drawing("xferscope.report.pitch_plots:plot_pitch", (result,)),
+            ".png",
+            render=True,
+        ),
     ]
 
 

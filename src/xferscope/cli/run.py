@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from ..core.engine import Engine
 from ..core.errors import OptionError
+from ..core.version import __version__
 from ..documents.envelope import dumps_document
+from ..report import drawing
+from ..report.drawing import Drawing
+from ..report.style import plot_facts
 from ..run.records import GpuSection, RunResult, run_from_dict, run_to_dict
-from ..sweep.records import SweepResult
+from ..sweep.records import Curve, SweepResult
 from .app import cli, described, stderr, stdout
 from .common import _history_file, parse_seed, resolve_devices
-from .drawing import Drawing
 from .measured import DocumentKind, Measurement, register, run_measurement
 from .options import (
     flag,
@@ -22,7 +27,7 @@ from .options import (
     seed_option,
     simulate_option,
 )
-from .outputs import Delivery, Destination, Maker, Named, Output, text
+from .outputs import Delivery, Destination, Named, Output, text
 
 # ---- run ---------------------------------------------------------------------------------------
 
@@ -46,8 +51,6 @@ def run_outputs(result: RunResult, dest: Destination) -> list[Output]:
     and the HTML report, which links to the others."""
     from ..documents.csv import run_metrics_csv, run_points_csv
     from ..documents.prometheus import file_mode, render_prometheus
-    from ..report import plots
-    from ..report.run_html import render_html
     from ..run.records import run_to_dict
 
     outputs = [
@@ -61,33 +64,60 @@ def run_outputs(result: RunResult, dest: Destination) -> list[Output]:
             dest.output("prometheus", text(lambda: render_prometheus(result)), mode=file_mode(path))
         )
     for gpu in result.gpus:
-        view = gpu_view(result, gpu)
-
-        def plot(what: str, view: SweepResult = view) -> Maker:
-            return Drawing(plots.write_plot, (view, what))
-
         outputs += [
-            dest.output("gpu", plot(what), f"{gpu.index}-{what}.png", render=True)
-            for what in plots.plot_names(view)
+            dest.output("gpu", drawn, f"{gpu.index}-{what}.png", render=True)
+            for what, drawn in gpu_plots(gpu_view(result, gpu))
         ]
 
-    outputs.append(dest.html(render_html, result))
+    outputs.append(dest.html("xferscope.report.run_html:render_html", result))
     return outputs
+
+
+def gpu_plots(view: SweepResult) -> list[tuple[str, Drawing]]:
+    """A GPU's PNGs, the sweep's plots of its curves: (name, drawing) each."""
+    from ..report.style import plot_names
+
+    return [
+        (what, Drawing("xferscope.report.plots:write_plot", (view, what)))
+        for what in plot_names(view)
+    ]
 
 
 def gpu_view(result: RunResult, gpu: GpuSection) -> SweepResult:
     """One GPU's curves as a sweep result, for the sweep's plots."""
     facts = [g for g in result.machine.get("gpus", []) if g.get("index") == gpu.index]
+    return plot_view(result.simulated, result.interrupted, facts, gpu.curves)
+
+
+def plot_view(
+    simulated: bool, interrupted: bool, gpus: list[dict[str, Any]], curves: tuple[Curve, ...]
+) -> SweepResult:
+    """Curves as a sweep result holding only what the sweep's plots read (report/style.py): a
+    view made once a GPU's curves are measured equals the one made when the run ends, unless
+    what a plot shows changed between them, so its plots may be drawn ahead."""
     return SweepResult(
-        tool_version=result.tool_version,
-        created=result.created,
-        simulated=result.simulated,
-        machine={"gpus": facts},
+        tool_version=__version__,
+        created="",
+        simulated=simulated,
+        machine={"gpus": [plot_facts(g) for g in gpus]},
         options={},
-        curves=gpu.curves,
-        interrupted=result.interrupted,
-        wall_s=result.wall_s,
+        curves=curves,
+        interrupted=interrupted,
+        wall_s=0.0,
     )
+
+
+def draw_ahead(engine: Engine, gpu: GpuSection) -> None:
+    """A GPU's plots, drawn by the drawing workers while the rest of the run measures only the
+    GPU (report/drawing.py), once its curves are measured."""
+    from ..core import machine
+
+    drawers = drawing.current()
+    if drawers is None:
+        return
+    view = plot_view(engine.simulated, False, [machine.gpu_record(engine, gpu.index)], gpu.curves)
+    for _, drawn in gpu_plots(view):
+        drawers.ahead(drawn)
 
 
 # Measured on one H100 with every check (GL and GEMM included), from the command to its exit,
@@ -172,7 +202,9 @@ def run(
                 devices=resolve_devices(engine, device), quick=quick, seed=seed_value
             )
         return Measurement(
-            lambda bar: run_investigation(engine, options, bar, earlier),
+            lambda bar: run_investigation(
+                engine, options, bar, earlier, lambda gpu: draw_ahead(engine, gpu)
+            ),
             steps(options, earlier),
             _say_where_the_report_is,
         )

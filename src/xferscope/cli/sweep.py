@@ -18,13 +18,13 @@ from ..core.units import (
     parse_size_option,
     parse_sizes,
 )
+from ..report.drawing import Drawing
 from ..sweep.measure import prepare_sweep, run_sweep
 from ..sweep.options import DIRECTIONS, SweepOptions
 from ..sweep.records import SCHEMA_NAME as SWEEP_SCHEMA
 from ..sweep.records import SweepResult, from_dict, to_dict
 from .app import cli, described, stdout
 from .common import parse_seed
-from .drawing import Drawing
 from .measured import DocumentKind, Measurement, register, run_measurement
 from .options import (
     direction_option,
@@ -186,7 +186,7 @@ def sweep(ctx: click.Context, /, **kw: Any) -> None:
 
 def sweep_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
     """The sweep's files: where the options put them (kw None: the default names)."""
-    from ..report.plots import PLOTS
+    from ..report.style import PLOTS
 
     kw = kw or {}
     return {
@@ -204,17 +204,17 @@ def sweep_outputs(result: SweepResult, dest: Destination) -> list[Output]:
     """JSON, CSV, and the bandwidth and latency plots."""
     from ..documents import csv as csv_export
     from ..documents import json as json_export
-    from ..report import plots
+    from ..report.style import plot_names
 
     def plot(what: str) -> Maker:
-        return Drawing(plots.write_plot, (result, what))
+        return Drawing("xferscope.report.plots:write_plot", (result, what))
 
     return [
         dest.output("json", text(lambda: json_export.dumps(result))),
         dest.output("csv", text(lambda: csv_export.dumps(result))),
         *(
             dest.output("plot", plot(what), f"-{what}.png", render=True)
-            for what in plots.plot_names(result)
+            for what in plot_names(result)
         ),
     ]
 

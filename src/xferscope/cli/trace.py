@@ -248,12 +248,11 @@ def trace_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
 
 
 def trace_outputs(result: TraceResult, dest: Destination) -> list[Output]:
-    from ..report.trace_html import render_trace_html
 
     return [
         dest.output("json", text(lambda: dumps_json(result))),
         dest.output("csv", text(lambda: dumps_csv(result))),
-        dest.html(render_trace_html, result),
+        dest.html("xferscope.report.trace_html:render_trace_html", result),
     ]
 
 

@@ -1,7 +1,7 @@
 """Work beside a measurement, and when it may run.
 
 A command may start side work in other processes (the drawing workers that load matplotlib and
-plotly: cli/drawing.py). It must not run while a measurement times anything the host takes part
+plotly: report/drawing.py). It must not run while a measurement times anything the host takes part
 in: a pageable copy is the CPU's memcpy, and an H100's H2D from pageable memory fell from
 7.7 GB/s to 4.7-5.0 while four workers loaded their libraries beside it. So side work waits
 for `host_free()`, which a measurement calls where what follows is timed on the GPU alone (the

@@ -10,7 +10,7 @@ from typing import Any
 
 from . import links, nvml
 from .engine import Engine, format_cuda_version
-from .engine.simulated import SIMULATED_LINK
+from .engine.simulated_link import SIMULATED_LINK
 from .version import __version__
 
 # Where launchers put a process's rank before MPI is opened: Open MPI, PMIx, MPICH/Hydra, Slurm.

@@ -17,7 +17,16 @@ from matplotlib.figure import Figure
 
 from ..sweep.alignment import COSTLY, Misalignment, misalignments
 from ..sweep.records import ESTIMATED, Curve, SweepResult
-from .style import bandwidth_view, curve_style, legend_label, panels, plot_title
+from .style import (
+    ALIGNMENT_PLOT,
+    bandwidth_view,
+    curve_style,
+    legend_label,
+    panels,
+    physical_limit,
+    plot_names,
+    plot_title,
+)
 
 
 def machine_title(result: Any, what: str) -> str:
@@ -72,18 +81,6 @@ def _axes(ax: Axes, title: str, ylabel: str) -> None:
     ax.grid(True, which="both", linestyle=":", linewidth=0.6)
 
 
-PLOTS = ("bandwidth", "latency")
-ALIGNMENT_PLOT = "alignment"
-
-
-def plot_names(result: SweepResult) -> tuple[str, ...]:
-    """The plots a result has: both, or none when no curve has a point; and the cost of
-    misalignment when misaligned curves were measured."""
-    if not any(c.points for c in result.curves):
-        return ()
-    return PLOTS + ((ALIGNMENT_PLOT,) if misalignments(result.curves) else ())
-
-
 def write_alignment_plot(result: SweepResult, path: Path) -> None:
     """Time against page-aligned buffers per size, one panel per case, one line per pair of
     offsets: how much a misaligned start costs, and at which sizes."""
@@ -127,17 +124,6 @@ def write_alignment_plot(result: SweepResult, path: Path) -> None:
         color="red" if result.simulated else "black",
     )
     save_png(fig, path)
-
-
-def physical_limit(machine: dict[str, Any], direction: str) -> tuple[float, str] | None:
-    """The limit a panel's bandwidth is drawn against: the PCIe link per direction for host
-    transfers, half the memory's traffic for device-to-device copies (bytes copied)."""
-    gpus = machine.get("gpus", [])
-    if direction == "d2d":
-        peak = max((g.get("memory_peak_bps") or 0 for g in gpus), default=0)
-        return (peak / 2, "HBM limit (bytes copied)") if peak else None
-    peak = max((g.get("pcie_peak_bps") or 0 for g in gpus), default=0)
-    return (peak, "PCIe limit") if peak else None
 
 
 def _bandwidth_range(ax: Axes, limit_gbps: float, curves: list[Curve], title: str) -> None:

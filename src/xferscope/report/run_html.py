@@ -42,7 +42,6 @@ from .page import (
     red,
     table,
 )
-from .plots import physical_limit
 from .run_html_tables import (
     concurrent_table,
     gemm_table,
@@ -50,7 +49,7 @@ from .run_html_tables import (
     overlap_table,
     pinning_table,
 )
-from .style import bandwidth_view, curve_style, legend_label, panels
+from .style import bandwidth_view, curve_style, legend_label, panels, physical_limit
 from .sweep_tables import wall_time
 
 

@@ -13,7 +13,8 @@ from rich.text import Text
 
 from ..core.findings import ERROR, INFO, OK, WARNING, Finding
 from ..core.units import format_bytes
-from ..sweep.records import Curve, CurveConfig
+from ..sweep.alignment import misalignments
+from ..sweep.records import Curve, CurveConfig, SweepResult
 
 # Every output of the simulated engine says this, in these words.
 SIMULATED = "SIMULATED: these figures come from a link model, not from a GPU"
@@ -206,3 +207,37 @@ def bandwidth_view(limit_gbps: float, curves: Sequence[Curve]) -> BandwidthView:
     shown = [p.bytes for c in curves for p in c.points if p.bandwidth / 1e9 >= bottom]
     first = min(shown) if shown and min(shown) > min(sizes) else None
     return BandwidthView(bottom, limit_gbps * BANDWIDTH_HEADROOM, first)
+
+
+# ---- the sweep's plots (report/plots.py draws them) ------------------------------------------
+
+PLOTS = ("bandwidth", "latency")
+ALIGNMENT_PLOT = "alignment"
+
+
+def plot_names(result: SweepResult) -> tuple[str, ...]:
+    """The plots a result has: both, or none when no curve has a point; and the cost of
+    misalignment when misaligned curves were measured."""
+    if not any(c.points for c in result.curves):
+        return ()
+    return PLOTS + ((ALIGNMENT_PLOT,) if misalignments(result.curves) else ())
+
+
+# What the sweep's plots read of a GPU's facts: its name (titles) and its limits (physical_limit).
+PLOT_FACTS = ("index", "name", "pcie_peak_bps", "memory_peak_bps")
+
+
+def plot_facts(gpu: dict[str, Any]) -> dict[str, Any]:
+    """The facts of a GPU's record (core/machine.py) that its plots show."""
+    return {key: gpu.get(key) for key in PLOT_FACTS}
+
+
+def physical_limit(machine: dict[str, Any], direction: str) -> tuple[float, str] | None:
+    """The limit a panel's bandwidth is drawn against: the PCIe link per direction for host
+    transfers, half the memory's traffic for device-to-device copies (bytes copied)."""
+    gpus = machine.get("gpus", [])
+    if direction == "d2d":
+        peak = max((g.get("memory_peak_bps") or 0 for g in gpus), default=0)
+        return (peak / 2, "HBM limit (bytes copied)") if peak else None
+    peak = max((g.get("pcie_peak_bps") or 0 for g in gpus), default=0)
+    return (peak, "PCIe limit") if peak else None

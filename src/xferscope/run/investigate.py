@@ -296,13 +296,25 @@ def overlap_point(engine: Engine, device: int, memory: str, size: int) -> Overla
         t.close()
 
 
+# Told of a GPU whose curves are measured (the section so far), before its other checks.
+CurvesDone = Callable[[GpuSection], None]
+
+
+def _nothing(_section: GpuSection) -> None:
+    pass
+
+
 def investigate_gpu(
-    engine: Engine, device: int, options: RunOptions, progress: Progress
+    engine: Engine,
+    device: int,
+    options: RunOptions,
+    progress: Progress,
+    curves_done: CurvesDone = _nothing,
 ) -> GpuSection:
     """Every check of one GPU, with the seconds each kind of check took (phases_s)."""
     phases: dict[str, float] = {}
     try:
-        section = _investigate_gpu(engine, device, options, progress, phases)
+        section = _investigate_gpu(engine, device, options, progress, phases, curves_done)
     except Interrupted as stop:
         raise Interrupted(replace(stop.section, phases_s=dict(phases))) from None
     return replace(section, phases_s=dict(phases))
@@ -320,7 +332,12 @@ def _phase(phases: dict[str, float], name: str, clock: Callable[[], float]) -> I
 
 
 def _investigate_gpu(
-    engine: Engine, device: int, options: RunOptions, progress: Progress, phases: dict[str, float]
+    engine: Engine,
+    device: int,
+    options: RunOptions,
+    progress: Progress,
+    phases: dict[str, float],
+    curves_done: CurvesDone,
 ) -> GpuSection:
     p = options.plan
     sweep = SweepOptions(
@@ -348,6 +365,7 @@ def _investigate_gpu(
                 if isinstance(run.error, CudaError):  # the GPU itself is in trouble: stop
                     return replace(section, status="failed", error=run.curve.error)
         section = replace(section, clock_event_reasons=machine.clock_event_reasons(engine, device))
+        curves_done(section)
         with _phase(phases, "concurrent", engine.clock):
             bidirectional = concurrent(
                 engine,
@@ -464,9 +482,11 @@ def run_investigation(
     options: RunOptions,
     progress: Progress = QUIET,
     earlier: RunResult | None = None,
+    curves_done: CurvesDone = _nothing,
 ) -> RunResult:
     """The run. `earlier`: an interrupted run of the same options on the same GPUs, continued
-    (--resume): what it completed is kept, the rest measured now."""
+    (--resume): what it completed is kept, the rest measured now. `curves_done` is told of each
+    GPU whose curves are measured (cli/run.py draws its plots meanwhile)."""
     from .diagnose import diagnose
 
     created = now()
@@ -483,7 +503,7 @@ def run_investigation(
                 sections.append(kept[device])
                 continue
             try:
-                sections.append(investigate_gpu(engine, device, options, progress))
+                sections.append(investigate_gpu(engine, device, options, progress, curves_done))
             except Interrupted as stop:
                 sections.append(stop.section)
                 raise KeyboardInterrupt from None

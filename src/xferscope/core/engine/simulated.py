@@ -46,7 +46,6 @@ SIMULATED_GPU: dict[str, Any] = {
     "unified_addressing": True,
     "pageable_memory_access": False,
 }
-SIMULATED_LINK = {"generation": 5, "width": 16}
 
 
 class SimulatedEngine:

@@ -9,6 +9,9 @@ from typing import Any, Protocol
 
 from .. import cases
 
+# The PCIe link every simulated GPU trained to.
+SIMULATED_LINK = {"generation": 5, "width": 16}
+
 
 class SimulatedHost(Protocol):
     """What a simulated model asks of the simulated engine: its virtual clock, its noise,
