@@ -36,6 +36,30 @@ def _stamp(text: str, path: Path) -> None:
     path.write_text(f"{text} {os.getpid()} {time.monotonic_ns()}")
 
 
+def _settled(drawers: drawing.Drawers) -> None:
+    """Reads every answer the workers owe: their libraries loaded, the drawings ahead drawn."""
+    from multiprocessing.connection import wait
+
+    while any(drawers._owed.values()):
+        for ready in wait([c for c, owed in drawers._owed.items() if owed], 30):
+            drawers._answer(ready)  # type: ignore[arg-type]
+
+
+def _stopped(processes: list, stopped: bool = True) -> bool:
+    """Whether every process is stopped (or none is, `stopped` False), as the kernel says
+    within a few seconds (a signal is delivered when the process is next scheduled)."""
+
+    def state(pid: int) -> str:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if all((state(p.pid) == "T") == stopped for p in processes):
+            return True
+        time.sleep(0.01)
+    return False
+
+
 HERE = "tests.unit.test_drawing"
 WRITE, BOOM, PAGE, STAMP = (f"{HERE}:{name}" for name in ("_write", "_boom", "_page", "_stamp"))
 
@@ -157,24 +181,30 @@ def test_no_workers_without_the_cores_or_for_commands_that_measure_another_progr
     assert drawing.current() is None
 
 
-def test_workers_load_only_once_the_host_is_free_and_the_host_waits_for_them(workers):
+def test_workers_load_only_once_the_host_is_free_and_pause_while_it_is_timed(workers):
     """Side work never runs while the host is timed (core/background.py): the workers wait for
-    host_free() to load their libraries, and host_timed() returns once they have."""
+    host_free() to load their libraries, and host_timed() stops them where they are."""
     from xferscope.core import background
 
     drawing.start(html=True)
     drawers = drawing.current()
     assert drawers is not None and drawers in background._sides
     assert not any(drawers._owed.values()) and not drawers._went
-    background.host_timed()  # nothing begun: returns at once
+    processes = [p for p, _ in drawers._workers]
+    background.host_timed()  # nothing begun: they stop, idle
+    assert _stopped(processes)
     background.host_free()
+    assert _stopped(processes, False)
     assert drawers._went and [list(o) for o in drawers._owed.values()] == [[drawing.READY]] * 2
     background.host_timed()
+    assert _stopped(processes)
+    background.host_free()
+    _settled(drawers)
     assert not any(drawers._owed.values()), "both workers said READY"
-    background.host_free()  # once only
+    background.host_free()  # loaded once only
     assert not any(drawers._owed.values())
-    processes = [p for p, _ in drawers._workers]
-    drawing.stop()
+    background.host_timed()
+    drawing.stop()  # goes on to end, paused or not
     assert drawers not in background._sides
     for process in processes:  # told to stop, each ends by itself
         process.join(10)
@@ -194,7 +224,7 @@ def test_a_run_frees_the_host_only_for_the_gemms(monkeypatch):
         def go(self) -> None:
             events.append("free")
 
-        def settle(self, timeout_s: float) -> None:
+        def pause(self) -> None:
             events.append("timed")
 
     engine = SimulatedEngine()
@@ -234,7 +264,7 @@ def test_a_drawing_ahead_waits_for_a_free_host_and_an_equal_one_takes_its_file(t
     assert len(drawers._ahead) == 2 and not any(a.sent for a in drawers._ahead)
     background.host_free()
     assert all(a.sent for a in drawers._ahead)
-    background.host_timed()  # returns once both are drawn
+    _settled(drawers)
     assert all(a.done and a.error is None for a in drawers._ahead)
     drawn = drawers._ahead[0].path.read_text()
     assert drawn.startswith("early ") and str(os.getpid()) not in drawn.split()[1]
@@ -258,6 +288,7 @@ def test_a_drawing_ahead_never_freed_or_failed_is_drawn_when_asked(tmp_path, wor
     drawers.ahead(Drawing(BOOM))
     background.host_free()
     drawers.ahead(Drawing(STAMP, ("while free",)))  # sent at once
+    _settled(drawers)
     background.host_timed()
     drawers.ahead(Drawing(STAMP, ("never freed",)))  # the host is timed: kept back
     assert [(a.sent, a.done) for a in drawers._ahead] == [

@@ -15,6 +15,7 @@ from ..core.engine import close_native
 from ..core.errors import NoDeviceError, XferscopeError
 from ..core.machine import launch_rank
 from ..core.version import __version__
+from ..report import drawing
 
 EXIT_INTERRUPTED = 130
 EXIT_VERIFICATION_FAILED = 3
@@ -104,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             return interrupt.exit_status()
         finally:
             close_native()
+            drawing.stop()  # workers paused (core/background.py) or not, told to end
 
 
 def _main(argv: list[str] | None) -> int:

@@ -5,24 +5,23 @@ plotly: report/drawing.py). It must not run while a measurement times anything t
 in: a pageable copy is the CPU's memcpy, and an H100's H2D from pageable memory fell from
 7.7 GB/s to 4.7-5.0 while four workers loaded their libraries beside it. So side work waits
 for `host_free()`, which a measurement calls where what follows is timed on the GPU alone (the
-GEMMs of `run`'s check), and `host_timed()`, called before the host is timed again, waits until
-the side work started has finished (at most SETTLE_S). A command that never calls host_free
-gets its side work done after measuring.
+GEMMs of `run`'s check), and `host_timed()`, called before the host is timed again, pauses it
+where it is (the processes stopped) until the host is free again or the command draws. Waiting
+for it instead held an H100 `run --quick` up for 0.3-0.8 s before the CPU's GEMMs. A command
+that never calls host_free gets its side work done after measuring.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-SETTLE_S = 30.0
-
 
 class Side(Protocol):
     def go(self) -> None:
         """The host is free: the side work may begin."""
 
-    def settle(self, timeout_s: float) -> None:
-        """Returns when the side work begun has finished (or after timeout_s)."""
+    def pause(self) -> None:
+        """The host is timed: the side work stops where it is until go()."""
 
 
 _sides: list[Side] = []
@@ -45,6 +44,6 @@ def host_free() -> None:
 
 
 def host_timed() -> None:
-    """The host is about to be timed: returns once the side work begun is done."""
+    """The host is about to be timed: the side work begun is paused."""
     for side in list(_sides):
-        side.settle(SETTLE_S)
+        side.pause()

@@ -26,7 +26,6 @@ import os
 import shutil
 import signal
 import tempfile
-import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -155,6 +154,7 @@ class Drawers:
         self._workers: list[tuple[Any, Connection]] = []
         self._owed: dict[Connection, deque[object]] = {}
         self._free = False  # between host_free() and host_timed()
+        self._paused = False  # stopped by host_timed()
         self._went = False  # GO sent (once)
         self._ahead: list[_Ahead] = []
         self._scratch: Path | None = None  # where drawings ahead are drawn
@@ -183,9 +183,10 @@ class Drawers:
         return min(alive, key=lambda c: len(self._owed[c]), default=None)
 
     def go(self) -> None:
-        """The host is free: every worker loads its libraries (once), and the drawings asked
-        for ahead are sent."""
+        """The host is free: every worker goes on, loads its libraries (once), and the drawings
+        asked for ahead are sent."""
         self._free = True
+        self._resume()
         if not self._went:
             self._went = True
             for _, connection in self._workers:
@@ -199,17 +200,23 @@ class Drawers:
             return
         ahead.sent = self._send(connection, (ahead.make, str(ahead.path), []), ahead)
 
-    def settle(self, timeout_s: float) -> None:
-        """The host is timed from here: returns once every worker has answered all it owes,
-        its libraries loaded and the drawings ahead drawn (or after timeout_s)."""
+    def pause(self) -> None:
+        """The host is timed from here: every worker stops where it is (SIGSTOP) until the host
+        is free again or the command draws."""
         self._free = False
-        deadline = time.monotonic() + timeout_s
-        while any(self._owed.values()):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            for ready in wait([c for c, owed in self._owed.items() if owed], left):
-                self._answer(ready)  # type: ignore[arg-type]
+        self._signal(signal.SIGSTOP)
+        self._paused = True
+
+    def _resume(self) -> None:
+        if self._paused:
+            self._paused = False
+            self._signal(signal.SIGCONT)
+
+    def _signal(self, number: int) -> None:
+        for process, _ in self._workers:
+            if process.pid is not None:
+                with contextlib.suppress(OSError):
+                    os.kill(process.pid, number)
 
     def ahead(self, make: Drawing) -> None:
         """Draws `make` once the host is free (now, if it is), for a later draw() of an equal
@@ -246,6 +253,7 @@ class Drawers:
         finishes with None, or with the error that stopped it. A task equal to a drawing begun
         ahead takes its file. A task that does not pickle, or finds no worker left, is reported
         at once with NOT_SENT (the caller draws it itself)."""
+        self._resume()
         waiting: dict[int, _Ahead] = {}  # tasks whose drawing ahead is still being drawn
         queue: list[int] = []
         for index, (make, _path, _written) in enumerate(tasks):
@@ -315,6 +323,7 @@ class Drawers:
         """Tells every worker to stop, without waiting for it: a worker ends by itself once told
         (or once the command's end closes its connection)."""
         self._forget()
+        self._resume()
         for _, connection in self._workers:
             with contextlib.suppress(OSError, ValueError):
                 connection.send(None)
