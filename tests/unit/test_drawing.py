@@ -211,12 +211,14 @@ def test_workers_load_only_once_the_host_is_free_and_pause_while_it_is_timed(wor
         assert process.exitcode == 0
 
 
-def test_a_run_frees_the_host_only_for_the_gemms(monkeypatch):
-    """run's side work may run during its GEMM check's GPU GEMMs only: after every curve,
-    GL readback and the host-timed checks, and before the CPU's GEMMs and the ladder."""
+def test_a_run_frees_the_host_only_while_the_gpu_alone_is_timed(monkeypatch):
+    """run's side work may run only while the GPU alone is timed: during the curves queued
+    behind the blocking kernel and timed by CUDA events, and the GEMM check's GPU GEMMs; never
+    during a curve the host takes part in, the host-timed checks, GL readback, or the CPU's
+    GEMMs and the ladder."""
     from xferscope.core import background
     from xferscope.core.engine.simulated import SimulatedEngine
-    from xferscope.run.investigate import RunOptions, run_investigation
+    from xferscope.run.investigate import RunOptions, gpu_curves, run_investigation
 
     events: list[str] = []
 
@@ -228,11 +230,16 @@ def test_a_run_frees_the_host_only_for_the_gemms(monkeypatch):
             events.append("timed")
 
     engine = SimulatedEngine()
-    for name in ("open_transfer", "gl_context", "gemm"):
-        real = getattr(engine, name)
+    for name in ("open_transfer", "gl_context", "gemm", "measure_pinning", "time"):
+        real = getattr(engine, name, None)
+        if real is None:
+            continue
 
         def spy(*args, _real=real, _name=name, **kw):
-            events.append(_name)
+            label = _name
+            if _name == "open_transfer":
+                label += ":" + " ".join(str(a) for a in args[1:4])  # direction memory mechanism
+            events.append(label)
             return _real(*args, **kw)
 
         monkeypatch.setattr(engine, name, spy)
@@ -242,14 +249,36 @@ def test_a_run_frees_the_host_only_for_the_gemms(monkeypatch):
         run_investigation(engine, RunOptions(devices=(0,), quick=True))
     finally:
         background.detach(watch)
-    free = events.index("free")
-    assert events[0] == "timed" and events.count("free") == 1
-    assert "gl_context" in events[:free] and events[:free].count("open_transfer") > 20
-    assert events[free + 1] == "gemm"
-    timed_again = events.index("timed", free)
+    alone = {
+        f"open_transfer:{c.direction} {c.memory} {c.mechanism}"
+        for c in gpu_curves(0)
+        if c.gpu_alone
+    }
+    assert events[0] == "timed"
+    free = False
+    opened = ""
+    windows = []
+    for event in events:
+        if event in ("free", "timed"):
+            if event == "free":
+                # freed for a curve timing the GPU alone (its transfer opened just before)
+                assert opened in alone or opened == "", opened
+                windows.append(opened)
+            free = event == "free"
+            opened = ""
+        elif event.startswith("open_transfer"):
+            opened = event  # its buffers filled, then the host freed or timed: nothing timed
+        else:
+            assert event == "gemm" or not free, event
+            opened = ""
+    # one window per curve that times the GPU alone, then the GEMM check's (after GL)
+    assert set(windows[:-1]) == alone and len(windows) == len(alone) + 1 and windows[-1] == ""
+    last = len(events) - events[::-1].index("free") - 1
+    assert "gl_context" in events[:last] and events[last + 1] == "gemm"
+    assert "measure_pinning" in events[:last]
+    timed_again = events.index("timed", last)
     # the check's big GEMMs (one per precision) between, the ladder's after
-    assert 0 < events[free:timed_again].count("gemm") <= 6
-    assert "open_transfer" not in events[free:]
+    assert 0 < events[last:timed_again].count("gemm") <= 6
 
 
 def test_a_drawing_ahead_waits_for_a_free_host_and_an_equal_one_takes_its_file(tmp_path, workers):

@@ -92,20 +92,21 @@ GO = "go"
 READY = "ready"
 
 
-def _load(html: bool) -> None:
+def _load(plots: bool, pages: bool) -> None:
     with contextlib.suppress(Exception):  # a missing library is reported when a drawing fails
-        from . import plots  # noqa: F401
-
-        if html:
+        if plots:
+            from . import plots as _  # noqa: F401
+        if pages:
             from . import page
 
             page.prepare()
 
 
-def _serve(connection: Connection, html: bool) -> None:
+def _serve(connection: Connection, plots: bool, pages: bool) -> None:
     """A worker: waits for GO (the host is free: core/background.py), loads the drawing
-    libraries and says READY; then draws what it is sent until told to stop. A drawing that
-    comes first loads them itself."""
+    libraries of its part (matplotlib for `plots`, plotly for `pages`) and says READY; then
+    draws what it is sent until told to stop. A drawing that needs what it has not loaded loads
+    it itself."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     with contextlib.suppress(OSError):
@@ -118,7 +119,7 @@ def _serve(connection: Connection, html: bool) -> None:
         if task is None:
             return
         if task == GO:
-            _load(html)
+            _load(plots, pages)
             connection.send(READY)
             continue
         make, path, written = task
@@ -152,19 +153,27 @@ class Drawers:
     def __init__(self, count: int, html: bool) -> None:
         context = multiprocessing.get_context("spawn")
         self._workers: list[tuple[Any, Connection]] = []
+        # With a page to draw and two workers or more, the last loads plotly for the page and
+        # the others matplotlib for the plots (each loading both took an H100 host's workers
+        # longer than the GEMMs they load beside); a lone worker loads both.
+        self._pages: Connection | None = None
         self._owed: dict[Connection, deque[object]] = {}
         self._free = False  # between host_free() and host_timed()
         self._paused = False  # stopped by host_timed()
         self._went = False  # GO sent (once)
         self._ahead: list[_Ahead] = []
         self._scratch: Path | None = None  # where drawings ahead are drawn
-        for _ in range(count):
+        for i in range(count):
+            pages = html and (count == 1 or i == count - 1)
+            plots = not html or count == 1 or i < count - 1
             mine, theirs = context.Pipe()
-            process = context.Process(target=_serve, args=(theirs, html), daemon=True)
+            process = context.Process(target=_serve, args=(theirs, plots, pages), daemon=True)
             process.start()
             theirs.close()
             self._workers.append((process, mine))
             self._owed[mine] = deque()
+            if pages and count > 1:
+                self._pages = mine
         background.attach(self)
 
     def __len__(self) -> int:
@@ -178,9 +187,19 @@ class Drawers:
         self._owed[connection].append(owed)
         return True
 
-    def _least_busy(self) -> Connection | None:
+    def _fits(self, connection: Connection, make: object) -> bool:
+        """Whether the worker loaded what `make` needs: the page worker for a Page, another
+        for a Drawing."""
+        return (connection is self._pages) == isinstance(make, Page)
+
+    def _least_busy(self, make: object) -> Connection | None:
         alive = [c for _, c in self._workers if c in self._owed]
-        return min(alive, key=lambda c: len(self._owed[c]), default=None)
+        return min(alive, key=lambda c: (not self._fits(c, make), len(self._owed[c])), default=None)
+
+    def _idle(self, make: object) -> Connection | None:
+        """An idle worker for `make`, one that loaded what it needs first."""
+        idle = [c for c, owed in self._owed.items() if not owed]
+        return min(idle, key=lambda c: not self._fits(c, make), default=None)
 
     def go(self) -> None:
         """The host is free: every worker goes on, loads its libraries (once), and the drawings
@@ -195,7 +214,7 @@ class Drawers:
             self._start(ahead)
 
     def _start(self, ahead: _Ahead) -> None:
-        connection = self._least_busy()
+        connection = self._least_busy(ahead.make)
         if ahead.sent or connection is None:
             return
         ahead.sent = self._send(connection, (ahead.make, str(ahead.path), []), ahead)
@@ -272,7 +291,7 @@ class Drawers:
                     else:
                         queue.append(index)  # drawn again, here or by a worker
             while queue:
-                connection = next((c for c, owed in self._owed.items() if not owed), None)
+                connection = self._idle(tasks[queue[0]][0])
                 if connection is None:
                     break
                 index = queue.pop(0)

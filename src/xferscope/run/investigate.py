@@ -364,6 +364,7 @@ def _investigate_gpu(
                     raise Interrupted(replace(section, status="interrupted"))
                 if isinstance(run.error, CudaError):  # the GPU itself is in trouble: stop
                     return replace(section, status="failed", error=run.curve.error)
+        background.host_timed()  # a curve timing the GPU alone may have freed it
         section = replace(section, clock_event_reasons=machine.clock_event_reasons(engine, device))
         curves_done(section)
         with _phase(phases, "concurrent", engine.clock):

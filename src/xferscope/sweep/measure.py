@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..core import limits, machine, plan
+from ..core import background, limits, machine, plan
 from ..core.engine import Engine, Transfer, check_device
 from ..core.errors import AllocationError, EngineError, OptionError, XferscopeError
 from ..core.findings import INFO, WARNING, Finding, corrupted, failed, finding
@@ -217,6 +217,8 @@ def measure_curve(
         )
         try:
             transfer.fill(options.seed)
+            # side work runs beside a curve that times the GPU alone, and stops for the others
+            (background.host_free if config.gpu_alone else background.host_timed)()
             # The budget bounds measuring, not allocating and filling the buffers.
             if options.budget_s is not None:
                 deadline = engine.clock() + options.budget_s

@@ -56,6 +56,17 @@ class CurveConfig:
         )
 
     @property
+    def gpu_alone(self) -> bool:
+        """Whether the curve times the GPU alone: copies queued behind the blocking kernel and
+        timed by CUDA events, so that what else the host does cannot change them (side work,
+        core/background.py, may run beside it)."""
+        from ..core.cases import blocks_for_device_timing
+
+        return self.timing == "device" and blocks_for_device_timing(
+            self.direction, self.memory, self.mechanism
+        )
+
+    @property
     def offset_label(self) -> str:
         """' host+1 device+0' for misaligned copies, '' for aligned ones."""
         if not (self.host_offset or self.device_offset):
