@@ -120,7 +120,7 @@ void copy_streaming(void* destination, const void* source, std::size_t bytes) {
 // One worker's own stream, staging buffers and events: workers never share a CUDA object, so
 // they need no locks while copying. Each is freed with the worker, whatever happens.
 struct StagedCopier::Worker {
-  std::vector<Buffer> staging;
+  std::vector<char*> staging;        // slices of the copier's slab
   std::vector<detail::Event> ready;  // a buffer's DMA is done
   detail::Stream stream;             // last, so it is drained before the rest is freed
 };
@@ -142,11 +142,17 @@ StagedCopier::StagedCopier(int device, int threads, std::size_t chunk_bytes, dou
   plan_.explanation = describe(plan_, cores);
 
   XFS_CUDA_CALL(cudaSetDevice(device));
+  const std::size_t per_thread = static_cast<std::size_t>(plan_.buffers_per_thread);
+  slab_ = Buffer::allocate(MemoryKind::pinned,
+                           plan_.chunk_bytes * per_thread * static_cast<std::size_t>(plan_.threads),
+                           device);
+  char* next = static_cast<char*>(slab_.host());
   for (int t = 0; t < plan_.threads; ++t) {
     auto worker = std::make_unique<Worker>();
     worker->stream = detail::Stream::create();
-    for (int b = 0; b < plan_.buffers_per_thread; ++b) {
-      worker->staging.push_back(Buffer::allocate(MemoryKind::pinned, plan_.chunk_bytes, device));
+    for (std::size_t b = 0; b < per_thread; ++b) {
+      worker->staging.push_back(next);
+      next += plan_.chunk_bytes;
       worker->ready.push_back(detail::Event::create(cudaEventDisableTiming));
     }
     workers_.push_back(std::move(worker));
@@ -326,7 +332,7 @@ void StagedCopier::copy_chunks(Worker& worker, int index, const Job& job) {
     int slot = 0;
     for (std::size_t c = index; c < count; c += stride, slot = (slot + 1) % buffers) {
       XFS_CUDA_CALL(cudaEventSynchronize(worker.ready[slot]));
-      char* staging = static_cast<char*>(worker.staging[slot].host());
+      char* staging = worker.staging[slot];
       host_part(offset(c), length(c), staging);
       XFS_CUDA_CALL(cudaMemcpyAsync(job.device + offset(c), staging, length(c),
                                     cudaMemcpyHostToDevice, worker.stream));
@@ -334,7 +340,7 @@ void StagedCopier::copy_chunks(Worker& worker, int index, const Job& job) {
     }
   } else {
     auto queue = [&](std::size_t c, int slot) {
-      XFS_CUDA_CALL(cudaMemcpyAsync(worker.staging[slot].host(), job.device + offset(c), length(c),
+      XFS_CUDA_CALL(cudaMemcpyAsync(worker.staging[slot], job.device + offset(c), length(c),
                                     cudaMemcpyDeviceToHost, worker.stream));
       XFS_CUDA_CALL(cudaEventRecord(worker.ready[slot], worker.stream));
     };
@@ -344,7 +350,7 @@ void StagedCopier::copy_chunks(Worker& worker, int index, const Job& job) {
     for (; c < count; c += stride, slot = (slot + 1) % buffers) {
       if (c + stride < count) queue(c + stride, (slot + 1) % buffers);
       XFS_CUDA_CALL(cudaEventSynchronize(worker.ready[slot]));
-      host_part(offset(c), length(c), static_cast<char*>(worker.staging[slot].host()));
+      host_part(offset(c), length(c), worker.staging[slot]);
     }
   }
   XFS_CUDA_CALL(cudaStreamSynchronize(worker.stream));

@@ -483,17 +483,24 @@ Verification Transfer::verify(std::size_t bytes, bool inject_fault) {
   // comparison reads whole words.
   const int checking_device = result.on_device() ? result.device_index() : spec_.device;
   const cudaStream_t stream = checking_device == spec_.device ? stream_ : kLegacyStream;
-  Buffer staged;
   const void* checked = static_cast<const char*>(result.data()) + at;
+  XFS_CUDA_CALL(cudaSetDevice(checking_device));
   if (!result.on_device() || at % 8 != 0) {
-    XFS_CUDA_CALL(cudaSetDevice(checking_device));
-    staged = Buffer::allocate(MemoryKind::device, bytes, checking_device);
-    XFS_CUDA_CALL(cudaMemcpyAsync(staged.device(), checked, bytes, cudaMemcpyDefault, stream));
-    checked = staged.device();
+    // as large as the largest copy, so that one serves every size
+    if (!verify_staging_.data() || verify_staging_.device_index() != checking_device) {
+      verify_staging_ = Buffer();
+      verify_staging_ = Buffer::allocate(MemoryKind::device, spec_.capacity, checking_device);
+    }
+    XFS_CUDA_CALL(
+        cudaMemcpyAsync(verify_staging_.device(), checked, bytes, cudaMemcpyDefault, stream));
+    checked = verify_staging_.device();
   }
-  Buffer counters =
-      Buffer::allocate(MemoryKind::device, 2 * sizeof(unsigned long long), checking_device);
-  auto* counter_words = static_cast<unsigned long long*>(counters.device());
+  if (!verify_counters_.data() || verify_counters_.device_index() != checking_device) {
+    verify_counters_ = Buffer();
+    verify_counters_ =
+        Buffer::allocate(MemoryKind::device, 2 * sizeof(unsigned long long), checking_device);
+  }
+  auto* counter_words = static_cast<unsigned long long*>(verify_counters_.device());
   // The destination holds the pattern from where the first leg read its source.
   kernels::compare(checked, bytes, seed_, misalignment(*legs_.front().source), counter_words,
                    stream);
