@@ -63,7 +63,7 @@ class RunPlan:
 # NetPIPE's 0.25 s trials are made for networks; before, the budget stretched every trial to
 # fill it (2.4 s a curve: 58 s of curves on an H100).
 RUN_TARGET_S = 0.005
-QUICK_RUN_TARGET_S = 0.002
+QUICK_RUN_TARGET_S = 0.001
 # The budgets bound a pageable curve (7 to 14 copies of 1 GiB at 7-14 GB/s, and the sizes
 # below; --quick: 7 of 256 MiB): with 2.4 s (0.35 s) an H100's H2D pageable curve had sizes
 # estimated or cut short. A pinned curve takes 0.6 s (0.15 s).
