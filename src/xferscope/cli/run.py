@@ -121,11 +121,11 @@ def draw_ahead(engine: Engine, gpu: GpuSection) -> None:
 
 
 # Measured on one H100 with every check (GL and GEMM included), from the command to its exit,
-# 2026-11-25 (benchmarks/results/run-h100-20261125.json): `run --quick` 14.3 s on a machine's
-# first run and 12.7 s once the GEMM check's tuning is kept, `run` 36.3 s (32.5 s in another)
+# 2026-11-25 (benchmarks/results/run-h100-20261125c.json): `run --quick` 10.5 s on a machine's
+# first run and 9.3 s once the GEMM check's tuning is kept, `run` 31.0 s
 TIMES_ON = "H100"
-QUICK_S = 14
-DEFAULT_S = 36
+QUICK_S = 10
+DEFAULT_S = 31
 
 
 @cli.command(

@@ -34,8 +34,8 @@ MIB = 1 << 20
 
 @dataclass(frozen=True, slots=True)
 class RunPlan:
-    """How much one run measures: the default took 32-36 s on one H100, --quick 13-14 s (12-13 s
-    with the GEMM check's tuning kept), from the command to its last file (cli/run.py)."""
+    """How much one run measures: the default took 31 s on one H100, --quick 10.5 s (9.3 s with
+    the GEMM check's tuning kept), from the command to its last file (cli/run.py)."""
 
     mode: str
     max_size: int
