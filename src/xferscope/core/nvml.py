@@ -100,3 +100,21 @@ def _text(value: Any) -> str | None:
     if value is None:
         return None
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def activity(uuid: str) -> dict[str, Any] | None:
+    """What the GPU is doing now: its utilisation (percent of the last sample period in which a
+    kernel ran) and the processes using it (compute and graphics, by pid); None where NVML
+    cannot say."""
+    nvml = _nvml()
+    if nvml is None:
+        return None
+    handle = _query(nvml.nvmlDeviceGetHandleByUUID, uuid)
+    if handle is None:
+        return None
+    rates = _query(nvml.nvmlDeviceGetUtilizationRates, handle)
+    pids: set[int] = set()
+    for query in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        for process in _query(getattr(nvml, query), handle) or []:
+            pids.add(int(process.pid))
+    return {"utilization_percent": None if rates is None else int(rates.gpu), "pids": sorted(pids)}

@@ -91,8 +91,9 @@ def format_flops(flops: float) -> str:
 
 
 _SECONDS = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+_SECONDS |= {"m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}  # a schedule's periods
 _TIME = re.compile(r"^\s*([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Zµ]*)\s*$")
-TIME_HELP = "a time such as 0, 500us, 2ms or 0.1s (a bare number is seconds)"
+TIME_HELP = "a time such as 0, 500us, 2ms, 0.1s, 30m or 6h (a bare number is seconds)"
 
 
 def parse_seconds(option: str, text: str) -> float:

@@ -31,13 +31,39 @@ __all__ = [
 
 PACE_VARIABLE = "XFERSCOPE_SIMULATE_PACE"
 GPUS_VARIABLE = "XFERSCOPE_SIMULATE_GPUS"
+LINKS_VARIABLE = "XFERSCOPE_SIMULATE_LINKS"
+BUSY_VARIABLE = "XFERSCOPE_SIMULATE_BUSY"
+
+
+def simulated_busy() -> tuple[int, ...]:
+    """$XFERSCOPE_SIMULATE_BUSY: simulated GPUs another job keeps busy ("0,2"), as the exporter
+    sees them."""
+    from ..units import parse_devices
+
+    text = os.environ.get(BUSY_VARIABLE, "").strip()
+    return parse_devices(BUSY_VARIABLE, text) if text else ()
+
+
+def simulated_links(text: str) -> dict[int, int]:
+    """$XFERSCOPE_SIMULATE_LINKS: the lanes some simulated GPUs' links trained to, "1:8,3:4"
+    (GPU 1 at x8, GPU 3 at x4; the others x16)."""
+    widths: dict[int, int] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        gpu, _, width = part.partition(":")
+        if not (gpu.isdigit() and width.isdigit() and int(width) in (1, 2, 4, 8, 16)):
+            raise OptionError(
+                LINKS_VARIABLE, f"'{part}' is not GPU:LANES with LANES 1, 2, 4, 8 or 16 (1:8)"
+            )
+        widths[int(gpu)] = int(width)
+    return widths
 
 
 def open_engine(simulate: bool = False, **simulated: Any) -> protocols.Engine:
     """The native engine, or the simulated one. $XFERSCOPE_SIMULATE_PACE (a number, 0 or more)
     makes the simulated engine take that share of its modelled time in real time, so its
     progress can be watched and interrupted (tests do); $XFERSCOPE_SIMULATE_GPUS (1 to 64)
-    gives it that many GPUs, all peers of each other (an 8-GPU node in CI). `simulated` sets
+    gives it that many GPUs, all peers of each other (an 8-GPU node in CI);
+    $XFERSCOPE_SIMULATE_LINKS trains some of their links down (simulated_links). `simulated` sets
     the simulated engine's other parameters (a fleet's ranks: their seed, a slow link, ...)."""
     if simulate:
         from .simulated import SimulatedEngine  # loaded when asked for: it needs NumPy
@@ -52,5 +78,7 @@ def open_engine(simulate: bool = False, **simulated: Any) -> protocols.Engine:
         gpus = os.environ.get(GPUS_VARIABLE, "1").strip() or "1"
         if not gpus.isdigit() or not 1 <= int(gpus) <= 64:
             raise OptionError(GPUS_VARIABLE, f"'{gpus}' is not a count of GPUs from 1 to 64")
-        return SimulatedEngine(**({"pace": pace, "devices": int(gpus)} | simulated))
+        links = simulated_links(os.environ.get(LINKS_VARIABLE, ""))
+        given: dict[str, Any] = {"pace": pace, "devices": int(gpus), "link_widths": links}
+        return SimulatedEngine(**(given | simulated))
     return NativeEngine()

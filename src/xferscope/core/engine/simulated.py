@@ -68,10 +68,13 @@ class SimulatedEngine:
         failing_devices: tuple[int, ...] = (),
         pace: float = 0.0,
         link_width: int = 16,
+        link_widths: dict[int, int] | None = None,
     ) -> None:
         self.rng = np.random.default_rng(seed)
-        # lanes the simulated PCIe link trained to (of 16): host copies slow down in proportion
+        # lanes the simulated PCIe link trained to (of 16): host copies slow down in proportion;
+        # `link_widths` sets it GPU by GPU (the others: link_width)
         self.link_width = link_width
+        self.link_widths = dict(link_widths or {})
         self.noise = noise
         self.corrupt = corrupt
         self.interrupt_after = interrupt_after
@@ -240,9 +243,13 @@ class SimulatedEngine:
         if index:  # every simulated GPU has a UUID and bus id of its own
             info["uuid"] = f"{info['uuid'][:-12]}{index:012x}"
             info["pci_bus_id"] = f"0000:{index:02x}:00.0"
-        if self.link_width != 16:
-            info["pcie_width"] = self.link_width
+        if self.width_of(index) != 16:
+            info["pcie_width"] = self.width_of(index)
         return info
+
+    def width_of(self, index: int) -> int:
+        """The lanes GPU `index`'s simulated link trained to."""
+        return self.link_widths.get(index, self.link_width)
 
     def memory_info(self, index: int) -> tuple[int, int]:
         return SIMULATED_MEMORY_BYTES - (1 << 30), SIMULATED_MEMORY_BYTES

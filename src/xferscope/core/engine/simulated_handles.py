@@ -168,7 +168,7 @@ class SimulatedTransfer:
         seconds = model.seconds(size)
         if self.direction in cases.DEVICE_DIRECTIONS:
             return seconds
-        seconds *= 16 / max(1, self._engine.link_width)  # a link trained down
+        seconds *= 16 / max(1, self._engine.width_of(self.device))  # a link trained down
         if self._memory == "pageable" and self._host_offset % 16:
             seconds *= 1.12
         if self._host_offset % 64 or self._device_offset % 64:

@@ -1,0 +1,346 @@
+"""`xferscope exporter`: what each GPU's links can do, measured on a schedule and served as
+Prometheus metrics, for an operator who deploys it once per GPU node.
+
+Each measurement runs in a child process of its own (one GPU at a time: `run --quick`'s checks,
+or the cases given, as `xferscope fleet` runs them), so the exporter holds no GPU memory between
+measurements, a GPU that falls off the bus takes only that child with it, and a stop kills the
+child at once. A GPU that is busy (NVML: its utilisation above the limit, or a process other
+than the exporter's using it) is not measured: the measurement is deferred and retried, and the
+metrics say so. The figures served are those of the last complete measurement, swapped in whole
+under a lock once it is done, never half of one; after a failed one they stay, marked stale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..core.cases import DEFAULT_SEED
+from ..fleet.records import COMPLETE, FAILED, RankReport, Verdict
+
+# After a deferral (a busy GPU) or a failure the GPU is tried again this soon, never later than
+# its next scheduled measurement.
+RETRY_S = 300.0
+# A child that has not answered in this long is stopped and the measurement counted failed:
+# `run --quick` takes 10-15 s on an H100, the default cases less.
+MEASURE_TIMEOUT_S = 600.0
+STOP_GRACE_S = 1.0  # a child asked to stop (SIGTERM) is killed after this long
+BUSY = "busy"
+OTHER_PROCESS = "other_process"
+
+
+@dataclass(frozen=True, slots=True)
+class ExporterOptions:
+    devices: tuple[int, ...] | None = None  # None: every GPU the exporter sees
+    every_s: float = 6 * 3600.0
+    cases: tuple[str, ...] = ()  # () = run --quick's checks
+    thresholds: tuple[tuple[str, float], ...] = ()
+    busy_percent: float = 10.0
+    retry_s: float = RETRY_S
+    timeout_s: float = MEASURE_TIMEOUT_S
+    simulate: bool = False
+    seed: int = DEFAULT_SEED
+
+
+@dataclass(slots=True)
+class GpuState:
+    """What the exporter knows of one GPU. `report` and `verdict` are the last complete
+    measurement's, `measured_at` its end (Unix seconds)."""
+
+    index: int
+    uuid: str = ""
+    report: RankReport | None = None
+    verdict: Verdict | None = None
+    measured_at: float | None = None
+    duration_s: float | None = None
+    failed_last: bool = False  # the last attempt failed: the figures served are stale
+    last_error: str | None = None
+    deferred_now: str | None = None  # why the last attempt was deferred (None: it was not)
+    busy_percent: float | None = None
+    outcomes: dict[str, int] = field(default_factory=dict)  # complete, failed, deferred
+    deferrals: dict[str, int] = field(default_factory=dict)  # by reason
+    measuring: bool = False
+    next_s: float = 0.0  # monotonic time of the next attempt
+
+    def stale(self, now: float, every_s: float) -> bool:
+        """The figures served are stale: the last attempt failed, or none succeeded for two of
+        the schedule's periods (nothing measured yet counts too)."""
+        if self.measured_at is None or self.failed_last:
+            return True
+        return now - self.measured_at > 2 * every_s
+
+
+def _child(connection: Any, device: int, options: ExporterOptions) -> None:
+    """A measurement in a child process: the GPU's checks, as `xferscope fleet` makes them; its
+    report (or a failed one) sent back whole."""
+    from ..core import engine as engines
+    from ..core.errors import XferscopeError
+    from ..core.version import __version__
+    from ..fleet.run import FleetOptions, check_gpu, host_name
+
+    base = RankReport(0, host_name(), 0, device, FAILED, __version__)
+    try:
+        engine = engines.open_engine(options.simulate)
+        fleet = FleetOptions(cases=options.cases, seed=options.seed)
+        report = check_gpu(engine, base, fleet)
+    except XferscopeError as exc:
+        report = replace(base, error=str(exc))
+    except Exception as exc:  # the GPU's own failure, whatever it raised
+        report = replace(base, error=f"{type(exc).__name__}: {exc}")
+    with contextlib.suppress(OSError):
+        connection.send(report.to_dict())
+
+
+def _gpus_in_child(connection: Any, simulate: bool) -> None:
+    """The GPUs a child process sees, [(index, uuid)], or an error's message."""
+    from ..core import engine as engines
+    from ..core.errors import XferscopeError
+
+    try:
+        engine = engines.open_engine(simulate)
+        gpus = [
+            (i, str(engine.device_info(i).get("uuid", ""))) for i in range(engine.device_count())
+        ]
+        connection.send(gpus)
+    except (XferscopeError, Exception) as exc:
+        connection.send(f"{type(exc).__name__}: {exc}")
+
+
+class Children:
+    """The one child process at a time that measures (or lists the GPUs), and how it is
+    stopped."""
+
+    def __init__(self) -> None:
+        self._context = multiprocessing.get_context("spawn")
+        self._lock = threading.Lock()
+        self._process: Any = None
+
+    def call(self, target: Callable[..., None], args: tuple[Any, ...], timeout_s: float) -> Any:
+        """Runs target(connection, *args) in a child; its answer, or raises ChildFailed."""
+        mine, theirs = self._context.Pipe(duplex=False)
+        process = self._context.Process(target=target, args=(theirs, *args), daemon=True)
+        with self._lock:
+            process.start()
+            self._process = process
+        theirs.close()
+        try:
+            if not mine.poll(timeout_s):
+                raise ChildFailed(f"no answer in {timeout_s:g} s")
+            return mine.recv()
+        except (EOFError, OSError):
+            process.join(STOP_GRACE_S)
+            status = process.exitcode
+            raise ChildFailed(f"the measuring process ended (exit status {status})") from None
+        finally:
+            mine.close()
+            self._end(process)
+
+    def _end(self, process: Any) -> None:
+        process.join(STOP_GRACE_S)
+        if process.is_alive():
+            process.terminate()
+            process.join(STOP_GRACE_S)
+        if process.is_alive():
+            process.kill()
+            process.join()
+        with self._lock:
+            self._process = None
+
+    def stop(self) -> None:
+        """Stops the child measuring now, if any (SIGTERM, then SIGKILL after STOP_GRACE_S)."""
+        with self._lock:
+            process = self._process
+        if process is not None and process.is_alive():
+            process.terminate()
+            process.join(STOP_GRACE_S)
+            if process.is_alive():
+                process.kill()
+
+
+class ChildFailed(Exception):
+    pass
+
+
+def nvml_busy(uuid: str, busy_percent: float) -> tuple[str | None, float | None]:
+    """Why a GPU is busy now (BUSY: utilisation above busy_percent; OTHER_PROCESS: another
+    process uses it), or None; and its utilisation. NVML's answer, nothing where it has none."""
+    from ..core import nvml
+
+    now = nvml.activity(uuid)
+    if now is None:
+        return None, None
+    utilization = now["utilization_percent"]
+    others = [pid for pid in now["pids"] if pid != os.getpid()]
+    if utilization is not None and utilization > busy_percent:
+        return BUSY, float(utilization)
+    if others:
+        return OTHER_PROCESS, None if utilization is None else float(utilization)
+    return None, None if utilization is None else float(utilization)
+
+
+Busy = Callable[[GpuState], tuple[str | None, float | None]]
+
+
+class Exporter:
+    """The schedule, the GPUs' states, and the measurements."""
+
+    def __init__(
+        self,
+        options: ExporterOptions,
+        busy: Busy | None = None,
+        say: Callable[[str], None] = lambda _line: None,
+    ) -> None:
+        from ..core import engine as engines
+
+        self.options = options
+        self.say = say  # one line for each thing an operator should know (a failure, a stop)
+        self.children = Children()
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._busy = busy or (lambda g: nvml_busy(g.uuid, options.busy_percent))
+        self.gpus: dict[int, GpuState] = {}
+        self.started = time.time()
+        self.error: str | None = None  # why the GPUs could not be listed, if they could not
+        self._simulated_busy = engines.simulated_busy() if options.simulate else None
+
+    # ---- the GPUs --------------------------------------------------------------------------
+
+    def discover(self) -> None:
+        """Lists the GPUs (in a child: the exporter opens no GPU itself) and keeps those asked
+        for; an error leaves the list empty and says why in `error`."""
+        try:
+            answer = self.children.call(_gpus_in_child, (self.options.simulate,), 120.0)
+        except ChildFailed as exc:
+            answer = str(exc)
+        if isinstance(answer, str):
+            self.error = f"cannot list the GPUs: {answer}"
+            self.say(self.error)
+            return
+        wanted = self.options.devices
+        with self._lock:
+            for index, uuid in answer:
+                if wanted is None or index in wanted:
+                    self.gpus[index] = GpuState(index, uuid)
+        missing = sorted(set(wanted or ()) - {i for i, _ in answer})
+        if missing:
+            self.error = f"GPU {', '.join(map(str, missing))} not found ({len(answer)} seen)"
+            self.say(self.error)
+
+    # ---- the schedule ----------------------------------------------------------------------
+
+    def trigger(self, device: int | None = None) -> list[int]:
+        """Measures now (one GPU, or every one): the GPUs it will measure."""
+        with self._lock:
+            chosen = [g for g in self.gpus.values() if device is None or g.index == device]
+            for g in chosen:
+                g.next_s = 0.0
+        self._wake.set()
+        return [g.index for g in chosen]
+
+    def stop(self) -> None:
+        """Stops the schedule and any measurement under way (its child killed)."""
+        self._stop.set()
+        self._wake.set()
+        self.children.stop()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def wait(self, seconds: float) -> None:
+        """Sleeps `seconds`, or until a trigger or a stop."""
+        self._wake.wait(seconds)
+        self._wake.clear()
+
+    def run(self) -> None:
+        """The schedule: each GPU measured when due, one at a time, until stop()."""
+        while not self._stop.is_set():
+            with self._lock:
+                due = min(self.gpus.values(), key=lambda g: g.next_s, default=None)
+            if due is None:
+                self._wake.wait()
+                self._wake.clear()
+                continue
+            wait = due.next_s - time.monotonic()
+            if wait > 0:
+                self._wake.wait(wait)
+                self._wake.clear()
+                continue
+            self.attempt(due)
+
+    def attempt(self, gpu: GpuState) -> None:
+        """One attempt at a GPU: deferred while it is busy, else measured."""
+        reason, utilization = self._busy_now(gpu)
+        if reason is not None:
+            if gpu.deferred_now != reason:
+                self.say(f"GPU {gpu.index} is busy ({reason}): its measurement is deferred")
+            with self._lock:
+                gpu.deferred_now = reason
+                gpu.busy_percent = utilization
+                gpu.outcomes["deferred"] = gpu.outcomes.get("deferred", 0) + 1
+                gpu.deferrals[reason] = gpu.deferrals.get(reason, 0) + 1
+                gpu.next_s = time.monotonic() + min(self.options.retry_s, self.options.every_s)
+            return
+        with self._lock:
+            gpu.measuring = True
+            gpu.deferred_now = None
+            gpu.busy_percent = utilization
+        start = time.monotonic()
+        try:
+            answer = self.children.call(_child, (gpu.index, self.options), self.options.timeout_s)
+            measured = RankReport.from_dict(answer)
+            error = None if measured.status == COMPLETE else (measured.error or measured.status)
+            report: RankReport | None = measured
+        except ChildFailed as exc:
+            report, error = None, str(exc)
+        if self._stop.is_set():  # cut short by a stop: nothing of it is published
+            with self._lock:
+                gpu.measuring = False
+            return
+        self.publish(gpu, report, error, time.monotonic() - start)
+
+    def _busy_now(self, gpu: GpuState) -> tuple[str | None, float | None]:
+        if self._simulated_busy is not None:
+            return (BUSY, 100.0) if gpu.index in self._simulated_busy else (None, 0.0)
+        return self._busy(gpu)
+
+    def publish(
+        self, gpu: GpuState, report: RankReport | None, error: str | None, seconds: float
+    ) -> None:
+        """A measurement's outcome, swapped in whole: a complete report replaces the figures, a
+        failure keeps the last ones and marks them stale."""
+        from ..fleet import thresholds
+
+        with self._lock:
+            gpu.measuring = False
+            if error is None and report is not None:
+                gpu.report = report
+                gpu.verdict = thresholds.judge(report, dict(self.options.thresholds))
+                gpu.measured_at = time.time()
+                gpu.duration_s = seconds
+                gpu.failed_last = False
+                gpu.last_error = None
+                gpu.outcomes["complete"] = gpu.outcomes.get("complete", 0) + 1
+                gpu.next_s = time.monotonic() + self.options.every_s
+            else:
+                gpu.failed_last = True
+                gpu.last_error = error
+                self.say(f"GPU {gpu.index}: measurement failed ({error}); its last figures "
+                         "are served, marked stale")  # fmt: skip
+                gpu.outcomes["failed"] = gpu.outcomes.get("failed", 0) + 1
+                gpu.next_s = time.monotonic() + min(self.options.retry_s, self.options.every_s)
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[list[GpuState]]:
+        """The GPUs' states as they are now, consistent with one another."""
+        with self._lock:
+            copies = [replace(g, outcomes=dict(g.outcomes), deferrals=dict(g.deferrals))
+                      for g in sorted(self.gpus.values(), key=lambda g: g.index)]  # fmt: skip
+        yield copies
