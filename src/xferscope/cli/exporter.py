@@ -30,10 +30,10 @@ def parse_listen(text: str) -> tuple[str, int]:
 @cli.command(
     "exporter",
     **described(
-        "Serve each GPU's measured transfer capability as Prometheus metrics.",
+        "Measured GPU transfer capability as live Prometheus metrics.",
         "xferscope exporter",
         "xferscope exporter --every 6h --listen :9877 --thresholds health.toml",
-        "curl -X POST localhost:9877/measure   # measure now",
+        "xferscope exporter -g 0,1 --every 30m --cases h2d_pinned_async_device",
     ),
 )
 @option(
