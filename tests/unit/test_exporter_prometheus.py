@@ -140,3 +140,36 @@ def test_the_dashboard_and_rules_name_only_metrics_the_exporter_serves(monkeypat
     queries = " ".join(_panel_queries()) + RULES.read_text()
     named = set(re.findall(r"\bxferscope_[a-z_]*[a-z](?=[{ )\n]|$)", queries))
     assert named and named <= served, named - served
+
+
+def _parses(words: list[str]) -> None:
+    """The exporter's options as given parse (types and ranges), without running it."""
+    from xferscope.cli.app import cli, subcommand
+
+    command = subcommand(cli, "exporter")
+    assert command is not None and words[0] == "exporter"
+    command.make_context("exporter", words[1:])
+
+
+def test_the_systemd_unit_runs_the_exporter_with_options_it_takes():
+    unit = (DEPLOY / "systemd" / "xferscope-exporter.service").read_text()
+    (start,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
+    words = start.split("=", 1)[1].split()
+    assert words[0].endswith("/xferscope")
+    _parses(words[1:])
+    assert "SuccessExitStatus=143" in unit  # SIGTERM's exit is a clean stop
+
+
+def test_the_daemonset_probes_healthz_and_runs_the_exporter():
+    yaml = pytest.importorskip("yaml")
+    documents = list(
+        yaml.safe_load_all((DEPLOY / "kubernetes" / "xferscope-exporter.yaml").read_text())
+    )
+    (daemonset,) = [d for d in documents if d["kind"] == "DaemonSet"]
+    spec = daemonset["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    (container,) = spec["containers"]
+    _parses(container["args"])
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    port = container["ports"][0]["containerPort"]
+    assert f":{port}" in " ".join(container["args"])
