@@ -251,9 +251,9 @@ struct Gemm::Impl {
     if (runs.size() > 1) {
       // Time each for about 10 ms (at least one GEMM: an 8192^3 GEMM in fp64 or fp32 takes 18-22
       // ms on an H100, and three of each for 8 candidates cost 1 s of `run`'s check), forward
-      // then backward (shorter GEMMs) so neither end of the list meets the clocks alone; the
-      // heuristic's choice stays unless another beats it by more than 1% (a short burst flatters
-      // some kernels that run slower sustained).
+      // then backward so neither end of the list meets the clocks alone; the heuristic's choice
+      // stays unless another beats it by more than 1% (a short burst flatters some kernels
+      // that run slower sustained).
       auto time_of = [&](int i, int count) {
         heuristic = found[static_cast<std::size_t>(i)];
         XFS_CUDA_CALL(cudaEventRecord(start, stream));
@@ -269,12 +269,7 @@ struct Gemm::Impl {
           std::max(1, static_cast<int>(std::min(1000.0, 10.0 / std::max(once, 1e-3))));
       std::vector<double> total(runs.size(), 0.0);
       for (std::size_t j = 0; j < runs.size(); ++j) total[j] += time_of(runs[j], count);
-      // A GEMM of 10 ms or more is timed once: the probes just ran every candidate, so the clocks
-      // are settled, and a second pass of fp64 and fp32 8192^3 GEMMs cost `run --quick` 0.3 s
-      // on a machine's first run.
-      if (count > 1) {
-        for (std::size_t j = runs.size(); j-- > 0;) total[j] += time_of(runs[j], count);
-      }
+      for (std::size_t j = runs.size(); j-- > 0;) total[j] += time_of(runs[j], count);
       std::size_t best = 0;
       for (std::size_t j = 1; j < runs.size(); ++j) {
         if (total[j] < total[best]) best = j;
