@@ -44,6 +44,7 @@ BASE: dict[tuple[str, ...], list[str]] = {
     ("history",): [],
     ("trace",): [],
     ("fleet",): ["--simulate"],
+    ("exporter",): ["--simulate", "--listen", "127.0.0.1:0"],
 }  # fmt: skip
 # Options whose values run long when acceptable, or that take the command's program.
 SLOW = {("run",), ("fleet",)}
@@ -87,6 +88,13 @@ def _check(code: int, out: str, err: str, case: str) -> None:
 def no_drawing(monkeypatch):
     """Plots and pages are not what these cases test: a value that runs skips drawing them."""
     monkeypatch.setattr("xferscope.cli.outputs.Delivery.render", lambda self: None)
+
+
+@pytest.fixture(autouse=True)
+def no_schedule(monkeypatch):
+    """`exporter` with acceptable options binds its port and ends at once here: its schedule,
+    which would measure until stopped, returns."""
+    monkeypatch.setattr("xferscope.cli.exporter._schedule", lambda exporter: None)
 
 
 @pytest.fixture(autouse=True)

@@ -315,3 +315,18 @@ def _children(pid: int) -> list[int]:
         if int(fields[1]) == pid:
             found.append(int(stat.parent.name))
     return found
+
+
+def test_nvml_busy_counts_other_processes_and_utilisation(monkeypatch):
+    from xferscope.core import nvml
+
+    answers: dict[str, object] = {}
+    monkeypatch.setattr(nvml, "activity", lambda uuid: answers.get(uuid))
+    answers["idle"] = {"utilization_percent": 3, "pids": [os.getpid()]}  # itself only
+    answers["other"] = {"utilization_percent": 3, "pids": [os.getpid(), 4242]}
+    answers["hot"] = {"utilization_percent": 50, "pids": []}
+    assert service.nvml_busy("idle", 10) == (None, 3.0)
+    assert service.nvml_busy("other", 10) == (service.OTHER_PROCESS, 3.0)
+    assert service.nvml_busy("other", 10, busy_processes=1) == (None, 3.0)
+    assert service.nvml_busy("hot", 10, busy_processes=5) == (service.BUSY, 50.0)
+    assert service.nvml_busy("no nvml", 10) == (None, None)

@@ -66,8 +66,15 @@ def parse_listen(text: str) -> tuple[str, int]:
     "busy_percent",
     default=10.0,
     bounds=limits.BUSY_PERCENT,
-    help="A GPU whose utilisation is above this percent, or that another process uses, is "
-    "not measured: the measurement is deferred and retried.",
+    help="A GPU whose utilisation is above this percent, or that more processes use than "
+    "--busy-processes allows, is not measured: the measurement is deferred and retried.",
+)
+@option(
+    "--busy-processes",
+    default=0,
+    bounds=limits.BUSY_PROCESSES,
+    help="Other processes a GPU may have on it (an idle CUDA context counts) and still be "
+    "measured.",
 )
 @option(
     "--retry",
@@ -98,6 +105,7 @@ def exporter_command(**kw: Any) -> None:
         cases=tuple(kw["cases"] or ()),
         thresholds=tuple(sorted(given.items())),
         busy_percent=float(kw["busy_percent"]),
+        busy_processes=int(kw["busy_processes"]),
         retry_s=retry,
         simulate=bool(kw["simulate"]),
         seed=parse_seed(kw["seed"]),

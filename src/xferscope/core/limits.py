@@ -118,6 +118,7 @@ SCALAR = Range("number", -1e6, 1e6)
 TIMEOUT = Range("seconds", 1, 86400)
 EVERY = Range("seconds", 1, 30 * 86400)  # the exporter's schedule: a second to 30 days
 BUSY_PERCENT = Range("number", 0, 100)
+BUSY_PROCESSES = Range("count", 0, 1024)
 PORT = Range("count", 1, 65535)
 # Seconds one GL scenario may take before the limiter estimates it.
 GL_LIMIT = Range("seconds", 0, 3600, open_low=True)

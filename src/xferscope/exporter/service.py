@@ -42,6 +42,7 @@ class ExporterOptions:
     cases: tuple[str, ...] = ()  # () = run --quick's checks
     thresholds: tuple[tuple[str, float], ...] = ()
     busy_percent: float = 10.0
+    busy_processes: int = 0  # other processes a GPU may have on it and still be measured
     retry_s: float = RETRY_S
     timeout_s: float = MEASURE_TIMEOUT_S
     simulate: bool = False
@@ -167,9 +168,12 @@ class ChildFailed(Exception):
     pass
 
 
-def nvml_busy(uuid: str, busy_percent: float) -> tuple[str | None, float | None]:
-    """Why a GPU is busy now (BUSY: utilisation above busy_percent; OTHER_PROCESS: another
-    process uses it), or None; and its utilisation. NVML's answer, nothing where it has none."""
+def nvml_busy(
+    uuid: str, busy_percent: float, busy_processes: int = 0
+) -> tuple[str | None, float | None]:
+    """Why a GPU is busy now (BUSY: utilisation above busy_percent; OTHER_PROCESS: more than
+    busy_processes other processes use it, an idle CUDA context included), or None; and its
+    utilisation. NVML's answer, nothing where it has none."""
     from ..core import nvml
 
     now = nvml.activity(uuid)
@@ -179,7 +183,7 @@ def nvml_busy(uuid: str, busy_percent: float) -> tuple[str | None, float | None]
     others = [pid for pid in now["pids"] if pid != os.getpid()]
     if utilization is not None and utilization > busy_percent:
         return BUSY, float(utilization)
-    if others:
+    if len(others) > busy_processes:
         return OTHER_PROCESS, None if utilization is None else float(utilization)
     return None, None if utilization is None else float(utilization)
 
@@ -204,7 +208,9 @@ class Exporter:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._busy = busy or (lambda g: nvml_busy(g.uuid, options.busy_percent))
+        self._busy = busy or (
+            lambda g: nvml_busy(g.uuid, options.busy_percent, options.busy_processes)
+        )
         self.gpus: dict[int, GpuState] = {}
         self.started = time.time()
         self.error: str | None = None  # why the GPUs could not be listed, if they could not
