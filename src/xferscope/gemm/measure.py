@@ -135,17 +135,16 @@ def _measure_point(engine: Engine, options: GemmOptions, precision: str, shape: 
     except (AllocationError, EngineError) as exc:
         return replace(point, status="failed", error=str(exc))
     algorithm = dict(g.algorithm)
-    tuned_now = algorithm.get("candidates", 0) > 1
-    if tuned_now:  # kept for the next run
+    if algorithm.get("candidates", 0) > 1:  # tuned now: kept for the next run
         tuning.remember(kept_under, int(algorithm["rank"]), int(algorithm["candidates"]))
     elif chosen is not None and algorithm.get("rank") == chosen:
         algorithm["reused"] = True  # an earlier run's choice, timed against none now
     try:
         point = replace(point, algorithm=algorithm, copies=int(g.copies))
-        # calibration, warm-up, then trials of the target time; a GEMM tuned now is warm (its
-        # tuning ran it for 0.17-0.35 s, the warm-up lasts options.warmup_s), so it takes none
-        warmup_s = 0.0 if tuned_now else options.warmup_s
-        seconds, iterations = plan.timed_trials(g.time, options.target_s, options.trials, warmup_s)
+        # calibration, warm-up, then trials of the target time
+        seconds, iterations = plan.timed_trials(
+            g.time, options.target_s, options.trials, options.warmup_s
+        )
         v = g.verify(options.samples)
         verification = {
             "ok": bool(v.ok),
