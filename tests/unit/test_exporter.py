@@ -330,3 +330,24 @@ def test_nvml_busy_counts_other_processes_and_utilisation(monkeypatch):
     assert service.nvml_busy("other", 10, busy_processes=1) == (None, 3.0)
     assert service.nvml_busy("hot", 10, busy_processes=5) == (service.BUSY, 50.0)
     assert service.nvml_busy("no nvml", 10) == (None, None)
+
+
+def test_a_gpu_fallen_off_the_bus_fails_alone_and_the_rest_is_served(monkeypatch):
+    """The simulated GPU 1 fails every transfer with a CUDA error, in the measuring child as a
+    GPU gone from the bus does: GPU 1 is stale with nothing to serve, GPU 0 measured."""
+    monkeypatch.setenv("XFERSCOPE_SIMULATE_GPUS", "2")
+    monkeypatch.setenv("XFERSCOPE_SIMULATE_FAIL", "1")
+    said: list[str] = []
+    exporter = Exporter(ExporterOptions(simulate=True), say=said.append)
+    exporter.discover()
+    for gpu in exporter.gpus.values():
+        exporter.attempt(gpu)
+    scraped = samples(exporter)
+    assert value(scraped, "xferscope_measurements_total", gpu="1", outcome="failed") == 1
+    assert value(scraped, "xferscope_measurement_stale", gpu="1") == 1
+    assert value(scraped, "xferscope_measurement_stale", gpu="0") == 0
+    served = {dict(labels)["gpu"] for name, labels in scraped
+              if name == "xferscope_bandwidth_bytes_per_second"}  # fmt: skip
+    assert served == {"0"}
+    assert len(said) == 1 and said[0].startswith("GPU 1: measurement failed (CUDA error: ")
+    assert said[0].endswith("; nothing to serve for it yet")

@@ -338,8 +338,12 @@ class Exporter:
             else:
                 gpu.failed_last = True
                 gpu.last_error = error
-                self.say(f"GPU {gpu.index}: measurement failed ({error}); its last figures "
-                         "are served, marked stale")  # fmt: skip
+                kept = (
+                    "its last figures are served, marked stale"
+                    if gpu.report
+                    else ("nothing to serve for it yet")
+                )
+                self.say(f"GPU {gpu.index}: measurement failed ({error}); {kept}")
                 gpu.outcomes["failed"] = gpu.outcomes.get("failed", 0) + 1
                 gpu.next_s = time.monotonic() + min(self.options.retry_s, self.options.every_s)
 

@@ -33,6 +33,7 @@ PACE_VARIABLE = "XFERSCOPE_SIMULATE_PACE"
 GPUS_VARIABLE = "XFERSCOPE_SIMULATE_GPUS"
 LINKS_VARIABLE = "XFERSCOPE_SIMULATE_LINKS"
 BUSY_VARIABLE = "XFERSCOPE_SIMULATE_BUSY"
+FAIL_VARIABLE = "XFERSCOPE_SIMULATE_FAIL"
 
 
 def simulated_busy() -> tuple[int, ...]:
@@ -63,7 +64,9 @@ def open_engine(simulate: bool = False, **simulated: Any) -> protocols.Engine:
     makes the simulated engine take that share of its modelled time in real time, so its
     progress can be watched and interrupted (tests do); $XFERSCOPE_SIMULATE_GPUS (1 to 64)
     gives it that many GPUs, all peers of each other (an 8-GPU node in CI);
-    $XFERSCOPE_SIMULATE_LINKS trains some of their links down (simulated_links). `simulated` sets
+    $XFERSCOPE_SIMULATE_LINKS trains some of their links down (simulated_links), and
+    $XFERSCOPE_SIMULATE_FAIL ("1,3") makes those GPUs fail every transfer, as GPUs fallen off
+    the bus do. `simulated` sets
     the simulated engine's other parameters (a fleet's ranks: their seed, a slow link, ...)."""
     if simulate:
         from .simulated import SimulatedEngine  # loaded when asked for: it needs NumPy
@@ -80,5 +83,10 @@ def open_engine(simulate: bool = False, **simulated: Any) -> protocols.Engine:
             raise OptionError(GPUS_VARIABLE, f"'{gpus}' is not a count of GPUs from 1 to 64")
         links = simulated_links(os.environ.get(LINKS_VARIABLE, ""))
         given: dict[str, Any] = {"pace": pace, "devices": int(gpus), "link_widths": links}
+        failing = os.environ.get(FAIL_VARIABLE, "").strip()
+        if failing:  # GPUs fallen off the bus: every transfer fails with a CUDA error
+            from ..units import parse_devices
+
+            given["failing_devices"] = parse_devices(FAIL_VARIABLE, failing)
         return SimulatedEngine(**(given | simulated))
     return NativeEngine()
