@@ -186,7 +186,18 @@ def _gemm_points(one, **change):
     return with_section(one, gemm=replace(check, points=points))
 
 
+def _confidential(result, *_):
+    """The run made on a confidential computing system (NVML's state, as machine.py records
+    it)."""
+    cc = {"enabled": True, "environment": "prod", "devtools": False, "cpu_tee": "amd_sev_snp"}
+    return replace(result, machine={**result.machine, "confidential_computing": cc})
+
+
 CASES = {
+    "confidential_computing": [
+        (_confidential, "confidential_computing"),
+        (lambda one, two: one, None),
+    ],
     "gemm_check": [
         (lambda one, two: _gemm_points(one, verified=False), "gemm_wrong_result"),
         (lambda one, two: _gemm_points(one, share_of_peak=0.2), "gemm_far_below_peak"),
@@ -591,7 +602,7 @@ def everything(one, two) -> RunResult:
     )
     failed = replace(result.multi[0], streams=(), status="failed", error="out of memory")
     return replace(
-        result,
+        _confidential(result),
         multi=(failed, *result.multi[1:]),
         interrupted=True,
         gpus=(*result.gpus, GpuSection(2, "failed", "CUDA error: gone", (), (), None)),

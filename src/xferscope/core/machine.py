@@ -150,8 +150,19 @@ def collect(engine: Engine, devices: list[int]) -> dict[str, Any]:
         "cuda_runtime": format_cuda_version(engine.runtime_version()),
         "cuda_driver_api": format_cuda_version(engine.driver_version()),
         "driver": driver,
+        "confidential_computing": confidential_computing(engine),
         "gpus": [gpu_record(engine, i, host["process_cpus"]) for i in devices],
     }
+
+
+def confidential_computing(engine: Engine) -> dict[str, Any] | None:
+    """The system's confidential computing mode (nvml.confidential_computing); the simulated
+    engine's says what it models (off, unless it models a CC system)."""
+    if engine.simulated:
+        on = bool(getattr(engine, "confidential_computing", False))
+        cpu = "intel_tdx" if on else "none"
+        return {"enabled": on, "environment": "simulated", "devtools": False, "cpu_tee": cpu}
+    return nvml.confidential_computing()
 
 
 def host_memory_total() -> int | None:

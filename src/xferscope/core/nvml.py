@@ -118,3 +118,31 @@ def activity(uuid: str) -> dict[str, Any] | None:
         for process in _query(getattr(nvml, query), handle) or []:
             pids.add(int(process.pid))
     return {"utilization_percent": None if rates is None else int(rates.gpu), "pids": sorted(pids)}
+
+
+def confidential_computing() -> dict[str, Any] | None:
+    """Whether the system runs GPUs in confidential computing mode (NVML's system state, driver
+    535 and later): `enabled`, its `environment` (prod, sim) and `devtools` mode, and the CPU's
+    trusted execution technology (`cpu_tee`: intel_tdx, amd_sev_snp, ...); None where NVML
+    cannot say. With it on, every copy between host and GPU is encrypted and staged through
+    bounce buffers in shared host memory."""
+    nvml = _nvml()
+    if nvml is None:
+        return None
+    state = _query(getattr(nvml, "nvmlSystemGetConfComputeState", None) or (lambda: None))
+    if state is None:
+        return None
+    caps = _query(getattr(nvml, "nvmlSystemGetConfComputeCapabilities", None) or (lambda: None))
+
+    def named(prefix: str, value: Any) -> str | None:
+        names = {
+            getattr(nvml, n): n[len(prefix) :].lower() for n in dir(nvml) if n.startswith(prefix)
+        }
+        return None if value is None else names.get(value, str(value))
+
+    return {
+        "enabled": state.ccFeature == getattr(nvml, "NVML_CC_SYSTEM_FEATURE_ENABLED", 1),
+        "environment": named("NVML_CC_SYSTEM_ENVIRONMENT_", state.environment),
+        "devtools": state.devToolsMode == getattr(nvml, "NVML_CC_SYSTEM_DEVTOOLS_MODE_ON", 1),
+        "cpu_tee": named("NVML_CC_SYSTEM_CPU_CAPS_", None if caps is None else caps.cpuCaps),
+    }

@@ -27,6 +27,7 @@ def print_info(facts: dict[str, Any], stdout: Console) -> None:
         f"driver {facts['driver'] or 'unknown'} (CUDA {facts['cuda_driver_api']}), "
         f"CUDA runtime {facts['cuda_runtime']}, xferscope {facts['tool_version']}"
     )
+    stdout.print(f"confidential computing: {confidential_text(facts)}", soft_wrap=True)
     table = Table()
     for name in (
         "GPU",
@@ -67,3 +68,17 @@ def print_info(facts: dict[str, Any], stdout: Console) -> None:
             "note: an idle GPU may train its link down to save power; run a transfer "
             "and look again before calling it a fault"
         )
+
+
+def confidential_text(facts: dict[str, Any]) -> str:
+    """What the machine's confidential computing mode means for copies, in a phrase."""
+    cc = facts.get("confidential_computing")
+    if not cc:
+        return "unknown (NVML cannot say)"
+    if not cc.get("enabled"):
+        return "off"
+    how = ", ".join(str(v) for v in (cc.get("cpu_tee"), cc.get("environment")) if v)
+    return (
+        f"on ({how}): every copy between host and GPU is encrypted and goes through bounce "
+        "buffers in shared host memory"
+    )

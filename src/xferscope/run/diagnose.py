@@ -105,10 +105,14 @@ def headline_verdicts(result: RunResult) -> Iterator[Finding]:
                 f"{share:.0%} of the {_link_name(facts)} limit ({format_rate(link)}): {verdict}",
                 ""
                 if severity == OK
+                else CC_CAUSE
+                if _cc_on(result)
                 else "something else shares or slows the link: another "
                 "process's transfers, an IOMMU in translation mode, or a slow root port",
                 ""
                 if severity == OK
+                else "expected in confidential computing mode (its note says what it cost)"
+                if _cc_on(result)
                 else "check the other warnings; compare with another node (xferscope compare)",
             )
         hbm = facts.get("memory_peak_bps")
@@ -189,6 +193,45 @@ def cpu_overlap(result: RunResult) -> Iterator[Finding]:
             "when the data has moved",
             "read back into pinned buffers with cudaMemcpyAsync and synchronise only when the "
             "data is needed (`xferscope overlap cpu` measures it)",
+        )
+
+
+def _cc_on(result: RunResult) -> bool:
+    return bool((result.machine.get("confidential_computing") or {}).get("enabled"))
+
+
+CC_CAUSE = (
+    "confidential computing is on: the CPU encrypts every copy into bounce buffers in shared "
+    "host memory and the GPU decrypts it (or the reverse), so copies run below the link"
+)
+
+
+def confidential_computing(result: RunResult) -> Iterator[Finding]:
+    """In confidential computing mode: what it cost the measured copies, against the link."""
+    if not _cc_on(result):
+        return
+    cc = result.machine["confidential_computing"]
+    for gpu in _measured(result):
+        facts = _gpu_facts(result, gpu.index)
+        link = facts.get("pcie_peak_bps")
+        h2d = _largest(gpu.curve("h2d", "pinned", "async", "device"))
+        d2h = _largest(gpu.curve("d2h", "pinned", "async", "device"))
+        if h2d is None or d2h is None or not link:
+            continue
+        yield Finding(
+            "confidential_computing",
+            INFO,
+            gpu.index,
+            _figure(gpu.index, "h2d", "pinned", "async", "device"),
+            h2d,
+            link,
+            f"GPU {gpu.index}: confidential computing is on ({cc.get('cpu_tee')}): every copy "
+            "between host and GPU is encrypted and goes through bounce buffers; pinned H2D "
+            f"reached {format_rate(h2d)} ({h2d / link:.0%} of the {_link_name(facts)} limit) "
+            f"and D2H {format_rate(d2h)} ({d2h / link:.0%})",
+            CC_CAUSE,
+            "expected in this mode: move data once and keep it on the GPU, batch small copies; "
+            "`xferscope compare` against a node outside confidential computing shows the cost",
         )
 
 
@@ -501,6 +544,7 @@ RULES: tuple[Rule, ...] = (
     asymmetry,
     concurrency_collapse,
     noisy_or_throttled,
+    confidential_computing,
 )
 
 

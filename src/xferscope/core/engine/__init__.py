@@ -34,6 +34,7 @@ GPUS_VARIABLE = "XFERSCOPE_SIMULATE_GPUS"
 LINKS_VARIABLE = "XFERSCOPE_SIMULATE_LINKS"
 BUSY_VARIABLE = "XFERSCOPE_SIMULATE_BUSY"
 FAIL_VARIABLE = "XFERSCOPE_SIMULATE_FAIL"
+CC_VARIABLE = "XFERSCOPE_SIMULATE_CC"
 
 
 def simulated_busy() -> tuple[int, ...]:
@@ -64,10 +65,11 @@ def open_engine(simulate: bool = False, **simulated: Any) -> protocols.Engine:
     makes the simulated engine take that share of its modelled time in real time, so its
     progress can be watched and interrupted (tests do); $XFERSCOPE_SIMULATE_GPUS (1 to 64)
     gives it that many GPUs, all peers of each other (an 8-GPU node in CI);
-    $XFERSCOPE_SIMULATE_LINKS trains some of their links down (simulated_links), and
+    $XFERSCOPE_SIMULATE_LINKS trains some of their links down (simulated_links),
     $XFERSCOPE_SIMULATE_FAIL ("1,3") makes those GPUs fail every transfer, as GPUs fallen off
-    the bus do. `simulated` sets
-    the simulated engine's other parameters (a fleet's ranks: their seed, a slow link, ...)."""
+    the bus do, and $XFERSCOPE_SIMULATE_CC=1 models a confidential computing system.
+    `simulated` sets the simulated engine's other parameters (a fleet's ranks: their seed, a
+    slow link, ...)."""
     if simulate:
         from .simulated import SimulatedEngine  # loaded when asked for: it needs NumPy
 
@@ -88,5 +90,11 @@ def open_engine(simulate: bool = False, **simulated: Any) -> protocols.Engine:
             from ..units import parse_devices
 
             given["failing_devices"] = parse_devices(FAIL_VARIABLE, failing)
+        cc = os.environ.get(CC_VARIABLE, "").strip()
+        if cc not in ("", "0", "1"):
+            raise OptionError(
+                CC_VARIABLE, f"'{cc}' is not 1 (a confidential computing system) or 0"
+            )
+        given["confidential_computing"] = cc == "1"
         return SimulatedEngine(**(given | simulated))
     return NativeEngine()

@@ -69,12 +69,15 @@ class SimulatedEngine:
         pace: float = 0.0,
         link_width: int = 16,
         link_widths: dict[int, int] | None = None,
+        confidential_computing: bool = False,
     ) -> None:
         self.rng = np.random.default_rng(seed)
         # lanes the simulated PCIe link trained to (of 16): host copies slow down in proportion;
         # `link_widths` sets it GPU by GPU (the others: link_width)
         self.link_width = link_width
         self.link_widths = dict(link_widths or {})
+        # a confidential computing system: host copies go through encrypted bounce buffers
+        self.confidential_computing = confidential_computing
         self.noise = noise
         self.corrupt = corrupt
         self.interrupt_after = interrupt_after

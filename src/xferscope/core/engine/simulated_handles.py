@@ -21,6 +21,11 @@ SIMULATED_STAGED_PLAN: dict[str, Any] = {
 }
 
 
+# How much longer a host copy takes on a modelled confidential computing system, whose CPU
+# encrypts each copy into bounce buffers (a model of the mechanism, not a measurement).
+CC_SLOWDOWN = 4.0
+
+
 class SimulatedCopier:
     """The staged copier's interface; it moves no bytes, only advances the virtual clock."""
 
@@ -169,6 +174,8 @@ class SimulatedTransfer:
         if self.direction in cases.DEVICE_DIRECTIONS:
             return seconds
         seconds *= 16 / max(1, self._engine.width_of(self.device))  # a link trained down
+        if self._engine.confidential_computing:  # a model: the CPU encrypts every copy
+            seconds *= CC_SLOWDOWN
         if self._memory == "pageable" and self._host_offset % 16:
             seconds *= 1.12
         if self._host_offset % 64 or self._device_offset % 64:

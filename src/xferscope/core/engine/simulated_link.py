@@ -21,6 +21,7 @@ class SimulatedHost(Protocol):
     noise: float
     corrupt: bool
     link_width: int
+    confidential_computing: bool
 
     def width_of(self, index: int) -> int: ...
     def advance(self, seconds: float) -> None: ...
