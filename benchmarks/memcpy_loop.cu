@@ -12,14 +12,7 @@
 #include <cstring>
 #include <vector>
 
-#define CHECK(call)                                                         \
-  do {                                                                      \
-    cudaError_t status_ = (call);                                           \
-    if (status_ != cudaSuccess) {                                           \
-      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(status_)); \
-      return 1;                                                             \
-    }                                                                       \
-  } while (0)
+#include "cuda_check.hpp"
 
 int main(int argc, char** argv) {
   if (argc < 4) {

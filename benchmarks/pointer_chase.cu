@@ -19,14 +19,7 @@
 #include <random>
 #include <vector>
 
-#define CHECK(call)                                                         \
-  do {                                                                      \
-    cudaError_t status_ = (call);                                           \
-    if (status_ != cudaSuccess) {                                           \
-      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(status_)); \
-      return 1;                                                             \
-    }                                                                       \
-  } while (0)
+#include "cuda_check.hpp"
 
 // Follows `reads` pointers from `start`; the last one is written out so nothing is elided.
 __global__ void chase(const std::uintptr_t* start, long long reads, std::uintptr_t* out) {

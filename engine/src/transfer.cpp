@@ -465,6 +465,14 @@ void Transfer::flip_byte(Buffer& buffer, std::size_t offset) {
   }
 }
 
+// A device buffer verify() keeps: made on `device` at its first need (freed first when the last
+// one was made on another GPU).
+void Transfer::kept_on(Buffer& buffer, std::size_t bytes, int device) {
+  if (buffer.data() && buffer.device_index() == device) return;
+  buffer = Buffer();
+  buffer = Buffer::allocate(MemoryKind::device, bytes, device);
+}
+
 Verification Transfer::verify(std::size_t bytes, bool inject_fault) {
   check_bytes(bytes);
   XFS_CUDA_CALL(cudaSetDevice(spec_.device));
@@ -487,19 +495,12 @@ Verification Transfer::verify(std::size_t bytes, bool inject_fault) {
   XFS_CUDA_CALL(cudaSetDevice(checking_device));
   if (!result.on_device() || at % 8 != 0) {
     // as large as the largest copy, so that one serves every size
-    if (!verify_staging_.data() || verify_staging_.device_index() != checking_device) {
-      verify_staging_ = Buffer();
-      verify_staging_ = Buffer::allocate(MemoryKind::device, spec_.capacity, checking_device);
-    }
+    kept_on(verify_staging_, spec_.capacity, checking_device);
     XFS_CUDA_CALL(
         cudaMemcpyAsync(verify_staging_.device(), checked, bytes, cudaMemcpyDefault, stream));
     checked = verify_staging_.device();
   }
-  if (!verify_counters_.data() || verify_counters_.device_index() != checking_device) {
-    verify_counters_ = Buffer();
-    verify_counters_ =
-        Buffer::allocate(MemoryKind::device, 2 * sizeof(unsigned long long), checking_device);
-  }
+  kept_on(verify_counters_, 2 * sizeof(unsigned long long), checking_device);
   auto* counter_words = static_cast<unsigned long long*>(verify_counters_.device());
   // The destination holds the pattern from where the first leg read its source.
   kernels::compare(checked, bytes, seed_, misalignment(*legs_.front().source), counter_words,

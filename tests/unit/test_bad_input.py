@@ -94,7 +94,7 @@ def no_drawing(monkeypatch):
 def no_schedule(monkeypatch):
     """`exporter` with acceptable options binds its port and ends at once here: its schedule,
     which would measure until stopped, returns."""
-    monkeypatch.setattr("xferscope.cli.exporter._schedule", lambda exporter: None)
+    monkeypatch.setattr("xferscope.exporter.service.Exporter.run", lambda self: None)
 
 
 @pytest.fixture(autouse=True)

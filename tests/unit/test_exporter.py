@@ -84,7 +84,6 @@ def test_a_busy_gpu_is_deferred_then_measured_once_free(two_gpus):
         return ("busy", 97.0) if busy["now"] else (None, 3.0)
 
     exporter = Exporter(ExporterOptions(devices=(0,), simulate=True, every_s=3600), busy=nvml)
-    exporter._simulated_busy = None  # the injected NVML answers, as on a GPU
     exporter.discover()
     gpu = exporter.gpus[0]
     exporter.attempt(gpu)

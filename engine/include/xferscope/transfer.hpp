@@ -181,6 +181,7 @@ class Transfer {
   Buffer control_;  // mapped host words: [release, timed_out] for the blocking kernel
   // verify()'s device buffers, made at its first need and kept: allocating and freeing them at
   // every size took 0.3 s of an H100 `run --quick`'s curves
+  static void kept_on(Buffer& buffer, std::size_t bytes, int device);
   Buffer verify_counters_;  // [mismatches, first mismatch]
   Buffer verify_staging_;   // a host or misaligned destination, copied here to be checked
   detail::Stream stream_;   // the legacy default stream for the memcpy mechanism

@@ -105,10 +105,7 @@ def prepare_renderers(html: bool = False, workers: bool = True) -> None:
     needed = ("matplotlib", "plotly") if html else ("matplotlib",)
     missing = [name for name in needed if importlib.util.find_spec(name) is None]
     if missing:  # installed without its dependencies (pip --no-deps)
-        name = missing[0]
-        raise XferscopeError(
-            f"{name} is not installed, and xferscope draws its plots with it: pip install {name}"
-        )
+        raise _not_installed(missing[0])
     drawing.start(html, workers)
     if drawing.current() is not None:
         return
@@ -120,10 +117,24 @@ def prepare_renderers(html: bool = False, workers: bool = True) -> None:
 
             page.prepare()
     except ImportError as exc:
-        name = (exc.name or "a plotting library").split(".")[0]
-        raise XferscopeError(
-            f"{name} is not installed, and xferscope draws its plots with it: pip install {name}"
-        ) from None
+        raise _not_installed((exc.name or "a plotting library").split(".")[0]) from None
+
+
+def sweep_plots(result: Any) -> list[tuple[str, drawing.Drawing]]:
+    """The sweep's plots of a result (a SweepResult: `xferscope sweep`'s, and a run's per GPU):
+    (name, the drawing a worker makes) each."""
+    from ..report.style import plot_names
+
+    return [
+        (what, drawing.Drawing("xferscope.report.plots:write_plot", (result, what)))
+        for what in plot_names(result)
+    ]
+
+
+def _not_installed(name: str) -> XferscopeError:
+    return XferscopeError(
+        f"{name} is not installed, and xferscope draws its plots with it: pip install {name}"
+    )
 
 
 def begin_measuring() -> None:

@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 from ..core import limits
-from ..core.errors import OptionError, XferscopeError
+from ..core.errors import OptionError
 from ..core.units import parse_devices, parse_seconds
 from ..fleet import thresholds as fleet_thresholds
 from .app import cli, described, stderr
@@ -119,7 +119,7 @@ def exporter_command(**kw: Any) -> None:
         raise OptionError("--listen", f"cannot listen on {host}:{port}: {exc.strerror}") from None
     stderr.print(f"xferscope exporter: serving http://{host}:{port}/metrics", soft_wrap=True)
     signal.signal(signal.SIGUSR1, lambda *_: exporter.trigger())
-    schedule = threading.Thread(target=_schedule, args=(exporter,), name="schedule", daemon=True)
+    schedule = threading.Thread(target=exporter.run, name="schedule", daemon=True)
     try:
         schedule.start()
         while schedule.is_alive():
@@ -129,17 +129,3 @@ def exporter_command(**kw: Any) -> None:
         server.shutdown()
         server.server_close()
         schedule.join(2.0)
-
-
-def _schedule(exporter: Any) -> None:
-    """Lists the GPUs, then measures them on the schedule until stopped; a failure to list
-    them is said once and retried."""
-    while not exporter.stopping:
-        exporter.discover()
-        if exporter.gpus:
-            break
-        exporter.wait(exporter.options.retry_s)
-    try:
-        exporter.run()
-    except XferscopeError as exc:  # pragma: no cover - the schedule catches what it expects
-        stderr.print(f"xferscope exporter: {exc}", soft_wrap=True)

@@ -11,12 +11,11 @@ from ..core.errors import OptionError
 from ..core.version import __version__
 from ..documents.envelope import dumps_document
 from ..report import drawing
-from ..report.drawing import Drawing
 from ..report.style import plot_facts
 from ..run.records import GpuSection, RunResult, run_from_dict, run_to_dict
 from ..sweep.records import Curve, SweepResult
 from .app import cli, described, stderr, stdout
-from .common import _history_file, parse_seed, resolve_devices
+from .common import _history_file, parse_seed, resolve_devices, sweep_plots
 from .measured import DocumentKind, Measurement, register, run_measurement
 from .options import (
     flag,
@@ -66,21 +65,11 @@ def run_outputs(result: RunResult, dest: Destination) -> list[Output]:
     for gpu in result.gpus:
         outputs += [
             dest.output("gpu", drawn, f"{gpu.index}-{what}.png", render=True)
-            for what, drawn in gpu_plots(gpu_view(result, gpu))
+            for what, drawn in sweep_plots(gpu_view(result, gpu))
         ]
 
     outputs.append(dest.html("xferscope.report.run_html:render_html", result))
     return outputs
-
-
-def gpu_plots(view: SweepResult) -> list[tuple[str, Drawing]]:
-    """A GPU's PNGs, the sweep's plots of its curves: (name, drawing) each."""
-    from ..report.style import plot_names
-
-    return [
-        (what, Drawing("xferscope.report.plots:write_plot", (view, what)))
-        for what in plot_names(view)
-    ]
 
 
 def gpu_view(result: RunResult, gpu: GpuSection) -> SweepResult:
@@ -116,7 +105,7 @@ def draw_ahead(engine: Engine, gpu: GpuSection) -> None:
     if drawers is None:
         return
     view = plot_view(engine.simulated, False, [machine.gpu_record(engine, gpu.index)], gpu.curves)
-    for _, drawn in gpu_plots(view):
+    for _, drawn in sweep_plots(view):
         drawers.ahead(drawn)
 
 

@@ -18,13 +18,12 @@ from ..core.units import (
     parse_size_option,
     parse_sizes,
 )
-from ..report.drawing import Drawing
 from ..sweep.measure import prepare_sweep, run_sweep
 from ..sweep.options import DIRECTIONS, SweepOptions
 from ..sweep.records import SCHEMA_NAME as SWEEP_SCHEMA
 from ..sweep.records import SweepResult, from_dict, to_dict
 from .app import cli, described, stdout
-from .common import parse_seed
+from .common import parse_seed, sweep_plots
 from .measured import DocumentKind, Measurement, register, run_measurement
 from .options import (
     direction_option,
@@ -38,7 +37,7 @@ from .options import (
     target_time_option,
     trials_option,
 )
-from .outputs import Destination, Maker, Named, Output, text
+from .outputs import Destination, Named, Output, text
 
 # ---- sweep -------------------------------------------------------------------------------------
 
@@ -204,17 +203,13 @@ def sweep_outputs(result: SweepResult, dest: Destination) -> list[Output]:
     """JSON, CSV, and the bandwidth and latency plots."""
     from ..documents import csv as csv_export
     from ..documents import json as json_export
-    from ..report.style import plot_names
-
-    def plot(what: str) -> Maker:
-        return Drawing("xferscope.report.plots:write_plot", (result, what))
 
     return [
         dest.output("json", text(lambda: json_export.dumps(result))),
         dest.output("csv", text(lambda: csv_export.dumps(result))),
         *(
-            dest.output("plot", plot(what), f"-{what}.png", render=True)
-            for what in plot_names(result)
+            dest.output("plot", drawn, f"-{what}.png", render=True)
+            for what, drawn in sweep_plots(result)
         ),
     ]
 

@@ -36,34 +36,47 @@ def _query(fn: Any, *args: Any) -> Any:
         return None
 
 
-def clock_event_reasons(uuid: str) -> int | None:
-    """Why the GPU's clocks are below their maximum now (NVML's clock event reasons, a bit
-    mask), or None where NVML cannot say."""
+def _call(nvml: Any, name: str, *args: Any) -> Any:
+    """NVML's `name`(*args), None where this NVML lacks it (an older driver) or it fails."""
+    fn = getattr(nvml, name, None)
+    return None if fn is None else _query(fn, *args)
+
+
+def _device(uuid: str) -> tuple[Any, Any] | None:
+    """NVML and the handle of the GPU with this UUID; None where NVML cannot reach it."""
     nvml = _nvml()
     if nvml is None:
         return None
     handle = _query(nvml.nvmlDeviceGetHandleByUUID, uuid)
-    reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-        nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
-    )
-    if handle is None or reasons_fn is None:
-        return None
-    reasons = _query(reasons_fn, handle)
-    return None if reasons is None else int(reasons)
+    return None if handle is None else (nvml, handle)
+
+
+def _clock_event_reasons(nvml: Any, handle: Any) -> int | None:
+    """NVML's clock event reasons (throttle reasons before driver 535), a bit mask."""
+    for name in (
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        "nvmlDeviceGetCurrentClocksThrottleReasons",
+    ):
+        if hasattr(nvml, name):
+            reasons = _call(nvml, name, handle)
+            return None if reasons is None else int(reasons)
+    return None
+
+
+def clock_event_reasons(uuid: str) -> int | None:
+    """Why the GPU's clocks are below their maximum now (NVML's clock event reasons, a bit
+    mask), or None where NVML cannot say."""
+    device = _device(uuid)
+    return None if device is None else _clock_event_reasons(*device)
 
 
 def gpu_facts(uuid: str) -> dict[str, Any]:
     """PCIe generation and width (current and max), clocks and throttle reasons of one GPU.
     Values NVML cannot give are None; an empty dict when NVML is unavailable."""
-    nvml = _nvml()
-    if nvml is None:
+    device = _device(uuid)
+    if device is None:
         return {}
-    handle = _query(nvml.nvmlDeviceGetHandleByUUID, uuid)
-    if handle is None:
-        return {}
-    reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-        nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
-    )
+    nvml, handle = device
     return {
         "pcie_generation": _query(nvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
         "pcie_generation_max": _query(nvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
@@ -73,7 +86,7 @@ def gpu_facts(uuid: str) -> dict[str, Any]:
         "memory_clock_mhz": _query(nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_MEM),
         "sm_clock_max_mhz": _query(nvml.nvmlDeviceGetMaxClockInfo, handle, nvml.NVML_CLOCK_SM),
         "memory_clock_max_mhz": _query(nvml.nvmlDeviceGetMaxClockInfo, handle, nvml.NVML_CLOCK_MEM),
-        "clock_event_reasons": _query(reasons_fn, handle) if reasons_fn else None,
+        "clock_event_reasons": _clock_event_reasons(nvml, handle),
         "temperature_c": _query(nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU),
         "power_w": (lambda mw: None if mw is None else mw / 1000)(
             _query(nvml.nvmlDeviceGetPowerUsage, handle)
@@ -106,16 +119,14 @@ def activity(uuid: str) -> dict[str, Any] | None:
     """What the GPU is doing now: its utilisation (percent of the last sample period in which a
     kernel ran) and the processes using it (compute and graphics, by pid); None where NVML
     cannot say."""
-    nvml = _nvml()
-    if nvml is None:
+    device = _device(uuid)
+    if device is None:
         return None
-    handle = _query(nvml.nvmlDeviceGetHandleByUUID, uuid)
-    if handle is None:
-        return None
-    rates = _query(nvml.nvmlDeviceGetUtilizationRates, handle)
+    nvml, handle = device
+    rates = _call(nvml, "nvmlDeviceGetUtilizationRates", handle)
     pids: set[int] = set()
     for query in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
-        for process in _query(getattr(nvml, query), handle) or []:
+        for process in _call(nvml, query, handle) or []:
             pids.add(int(process.pid))
     return {"utilization_percent": None if rates is None else int(rates.gpu), "pids": sorted(pids)}
 
@@ -129,10 +140,10 @@ def confidential_computing() -> dict[str, Any] | None:
     nvml = _nvml()
     if nvml is None:
         return None
-    state = _query(getattr(nvml, "nvmlSystemGetConfComputeState", None) or (lambda: None))
+    state = _call(nvml, "nvmlSystemGetConfComputeState")
     if state is None:
         return None
-    caps = _query(getattr(nvml, "nvmlSystemGetConfComputeCapabilities", None) or (lambda: None))
+    caps = _call(nvml, "nvmlSystemGetConfComputeCapabilities")
 
     def named(prefix: str, value: Any) -> str | None:
         names = {

@@ -18,9 +18,9 @@ from ..core.version import __version__
 from .service import Exporter, GpuState
 
 PREFIX = "xferscope"
-FIGURES = {  # the fleet's headline metric's last part: (family, unit, what)
-    "bandwidth": ("bandwidth_bytes_per_second", 1.0, "Bytes per second of the largest copy"),
-    "latency": ("latency_seconds", 1.0, "Seconds per copy of the smallest size"),
+FIGURES = {  # the fleet's headline metric's last part: (family, what)
+    "bandwidth": ("bandwidth_bytes_per_second", "Bytes per second of the largest copy"),
+    "latency": ("latency_seconds", "Seconds per copy of the smallest size"),
 }
 FACTS = (  # GPU facts of the last measurement that explain a failure: (fact, family, help)
     ("pcie_generation", "pcie_link_generation", "PCIe generation the link runs at"),
@@ -45,8 +45,7 @@ class ExporterCollector(Collector):
         self.exporter = exporter
 
     def collect(self) -> Iterator[Any]:
-        with self.exporter.snapshot() as gpus:
-            yield from families(self.exporter, gpus, time.time())
+        yield from families(self.exporter, self.exporter.snapshot(), time.time())
 
 
 def families(exporter: Exporter, gpus: list[GpuState], now: float) -> Iterator[Any]:
@@ -61,7 +60,7 @@ def families(exporter: Exporter, gpus: list[GpuState], now: float) -> Iterator[A
     figures = {
         what: _gauge(family, f"{text} (last complete measurement), by GPU and copy.",
                      ("gpu", "uuid", *COPY_LABELS))
-        for what, (family, _, text) in FIGURES.items()
+        for what, (family, text) in FIGURES.items()
     }  # fmt: skip
     facts = {fact: _gauge(family, f"{text}, at the last complete measurement.")
              for fact, family, text in FACTS}  # fmt: skip

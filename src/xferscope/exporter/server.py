@@ -20,7 +20,6 @@ def serve(exporter: Exporter, host: str, port: int) -> ThreadingHTTPServer:
     """Binds (OSError when the port is taken) and serves in a thread of its own."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ExporterCollector(exporter))
-    alive = [True]
 
     class Handler(BaseHTTPRequestHandler):
         server_version = "xferscope-exporter"
@@ -41,7 +40,7 @@ def serve(exporter: Exporter, host: str, port: int) -> ThreadingHTTPServer:
                 encoder, kind = choose_encoder(self.headers.get("Accept", ""))
                 self._answer(200, encoder(registry), kind)
             elif path == "/healthz":
-                ok = alive[0] and not exporter.stopping
+                ok = not exporter.stopping
                 self._answer(200 if ok else 503, b"ok\n" if ok else b"stopping\n")
             elif path == "/measure":
                 self._answer(405, b"POST /measure (or /measure?gpu=N) to measure now\n")

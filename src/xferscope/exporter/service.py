@@ -17,7 +17,8 @@ import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,6 +32,7 @@ RETRY_S = 300.0
 # `run --quick` takes 10-15 s on an H100, the default cases less.
 MEASURE_TIMEOUT_S = 600.0
 STOP_GRACE_S = 1.0  # a child asked to stop (SIGTERM) is killed after this long
+NOTHING_YET = "nothing to serve for it yet"
 BUSY = "busy"
 OTHER_PROCESS = "other_process"
 
@@ -64,8 +66,8 @@ class GpuState:
     last_error: str | None = None
     deferred_now: str | None = None  # why the last attempt was deferred (None: it was not)
     busy_percent: float | None = None
-    outcomes: dict[str, int] = field(default_factory=dict)  # complete, failed, deferred
-    deferrals: dict[str, int] = field(default_factory=dict)  # by reason
+    outcomes: Counter[str] = field(default_factory=Counter)  # complete, failed, deferred
+    deferrals: Counter[str] = field(default_factory=Counter)  # by reason
     measuring: bool = False
     next_s: float = 0.0  # monotonic time of the next attempt
 
@@ -101,7 +103,6 @@ def _child(connection: Any, device: int, options: ExporterOptions) -> None:
 def _gpus_in_child(connection: Any, simulate: bool) -> None:
     """The GPUs a child process sees, [(index, uuid)], or an error's message."""
     from ..core import engine as engines
-    from ..core.errors import XferscopeError
 
     try:
         engine = engines.open_engine(simulate)
@@ -109,7 +110,7 @@ def _gpus_in_child(connection: Any, simulate: bool) -> None:
             (i, str(engine.device_info(i).get("uuid", ""))) for i in range(engine.device_count())
         ]
         connection.send(gpus)
-    except (XferscopeError, Exception) as exc:
+    except Exception as exc:  # no driver, no GPU: said, and tried again
         connection.send(f"{type(exc).__name__}: {exc}")
 
 
@@ -144,24 +145,26 @@ class Children:
 
     def _end(self, process: Any) -> None:
         process.join(STOP_GRACE_S)
-        if process.is_alive():
-            process.terminate()
-            process.join(STOP_GRACE_S)
-        if process.is_alive():
-            process.kill()
-            process.join()
+        _stop(process)
+        process.join()
         with self._lock:
             self._process = None
 
     def stop(self) -> None:
-        """Stops the child measuring now, if any (SIGTERM, then SIGKILL after STOP_GRACE_S)."""
+        """Stops the child measuring now, if any."""
         with self._lock:
             process = self._process
-        if process is not None and process.is_alive():
-            process.terminate()
-            process.join(STOP_GRACE_S)
-            if process.is_alive():
-                process.kill()
+        if process is not None:
+            _stop(process)
+
+
+def _stop(process: Any) -> None:
+    """SIGTERM, then SIGKILL after STOP_GRACE_S, to a child still running."""
+    if process.is_alive():
+        process.terminate()
+        process.join(STOP_GRACE_S)
+    if process.is_alive():
+        process.kill()
 
 
 class ChildFailed(Exception):
@@ -191,6 +194,15 @@ def nvml_busy(
 Busy = Callable[[GpuState], tuple[str | None, float | None]]
 
 
+def simulated_busy() -> Busy:
+    """What NVML would say of the simulated GPUs: those $XFERSCOPE_SIMULATE_BUSY names are fully
+    used by another job."""
+    from ..core import engine as engines
+
+    busy = engines.simulated_busy()
+    return lambda gpu: (BUSY, 100.0) if gpu.index in busy else (None, 0.0)
+
+
 class Exporter:
     """The schedule, the GPUs' states, and the measurements."""
 
@@ -200,21 +212,18 @@ class Exporter:
         busy: Busy | None = None,
         say: Callable[[str], None] = lambda _line: None,
     ) -> None:
-        from ..core import engine as engines
-
         self.options = options
         self.say = say  # one line for each thing an operator should know (a failure, a stop)
         self.children = Children()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._busy = busy or (
-            lambda g: nvml_busy(g.uuid, options.busy_percent, options.busy_processes)
-        )
+        self._busy = busy or (simulated_busy() if options.simulate else self._nvml_busy)
         self.gpus: dict[int, GpuState] = {}
-        self.started = time.time()
         self.error: str | None = None  # why the GPUs could not be listed, if they could not
-        self._simulated_busy = engines.simulated_busy() if options.simulate else None
+
+    def _nvml_busy(self, gpu: GpuState) -> tuple[str | None, float | None]:
+        return nvml_busy(gpu.uuid, self.options.busy_percent, self.options.busy_processes)
 
     # ---- the GPUs --------------------------------------------------------------------------
 
@@ -266,33 +275,38 @@ class Exporter:
         self._wake.clear()
 
     def run(self) -> None:
-        """The schedule: each GPU measured when due, one at a time, until stop()."""
+        """Lists the GPUs (again after --retry while there are none), then measures each when
+        due, one at a time, until stop()."""
+        while not self._stop.is_set() and not self.gpus:
+            self.discover()
+            if not self.gpus:
+                self.wait(self.options.retry_s)
         while not self._stop.is_set():
             with self._lock:
-                due = min(self.gpus.values(), key=lambda g: g.next_s, default=None)
-            if due is None:
-                self._wake.wait()
-                self._wake.clear()
-                continue
+                due = min(self.gpus.values(), key=lambda g: g.next_s)
             wait = due.next_s - time.monotonic()
             if wait > 0:
-                self._wake.wait(wait)
-                self._wake.clear()
+                self.wait(wait)
                 continue
             self.attempt(due)
 
+    def _retry_at(self) -> float:
+        """When a deferred or failed measurement is tried again: after --retry, at most
+        --every."""
+        return time.monotonic() + min(self.options.retry_s, self.options.every_s)
+
     def attempt(self, gpu: GpuState) -> None:
         """One attempt at a GPU: deferred while it is busy, else measured."""
-        reason, utilization = self._busy_now(gpu)
+        reason, utilization = self._busy(gpu)
         if reason is not None:
             if gpu.deferred_now != reason:
                 self.say(f"GPU {gpu.index} is busy ({reason}): its measurement is deferred")
             with self._lock:
                 gpu.deferred_now = reason
                 gpu.busy_percent = utilization
-                gpu.outcomes["deferred"] = gpu.outcomes.get("deferred", 0) + 1
-                gpu.deferrals[reason] = gpu.deferrals.get(reason, 0) + 1
-                gpu.next_s = time.monotonic() + min(self.options.retry_s, self.options.every_s)
+                gpu.outcomes["deferred"] += 1
+                gpu.deferrals[reason] += 1
+                gpu.next_s = self._retry_at()
             return
         with self._lock:
             gpu.measuring = True
@@ -312,11 +326,6 @@ class Exporter:
             return
         self.publish(gpu, report, error, time.monotonic() - start)
 
-    def _busy_now(self, gpu: GpuState) -> tuple[str | None, float | None]:
-        if self._simulated_busy is not None:
-            return (BUSY, 100.0) if gpu.index in self._simulated_busy else (None, 0.0)
-        return self._busy(gpu)
-
     def publish(
         self, gpu: GpuState, report: RankReport | None, error: str | None, seconds: float
     ) -> None:
@@ -333,24 +342,18 @@ class Exporter:
                 gpu.duration_s = seconds
                 gpu.failed_last = False
                 gpu.last_error = None
-                gpu.outcomes["complete"] = gpu.outcomes.get("complete", 0) + 1
+                gpu.outcomes["complete"] += 1
                 gpu.next_s = time.monotonic() + self.options.every_s
             else:
                 gpu.failed_last = True
                 gpu.last_error = error
-                kept = (
-                    "its last figures are served, marked stale"
-                    if gpu.report
-                    else ("nothing to serve for it yet")
-                )
+                kept = "its last figures are served, marked stale" if gpu.report else NOTHING_YET
                 self.say(f"GPU {gpu.index}: measurement failed ({error}); {kept}")
-                gpu.outcomes["failed"] = gpu.outcomes.get("failed", 0) + 1
-                gpu.next_s = time.monotonic() + min(self.options.retry_s, self.options.every_s)
+                gpu.outcomes["failed"] += 1
+                gpu.next_s = self._retry_at()
 
-    @contextlib.contextmanager
-    def snapshot(self) -> Iterator[list[GpuState]]:
+    def snapshot(self) -> list[GpuState]:
         """The GPUs' states as they are now, consistent with one another."""
         with self._lock:
-            copies = [replace(g, outcomes=dict(g.outcomes), deferrals=dict(g.deferrals))
-                      for g in sorted(self.gpus.values(), key=lambda g: g.index)]  # fmt: skip
-        yield copies
+            return [replace(g, outcomes=Counter(g.outcomes), deferrals=Counter(g.deferrals))
+                    for g in sorted(self.gpus.values(), key=lambda g: g.index)]  # fmt: skip

@@ -133,16 +133,16 @@ def _serve(connection: Connection, plots: bool, pages: bool) -> None:
 Task = tuple[Callable[[Path, Sequence[Path]], None], Path, Sequence[Path]]
 
 
+@dataclass(slots=True)
 class _Ahead:
     """A Drawing drawn ahead into `path`: queued until the host is free, then sent (its
     worker owes the answer), then done (`error`: None, or what stopped it)."""
 
-    def __init__(self, make: Drawing, path: Path) -> None:
-        self.make = make
-        self.path = path
-        self.sent = False
-        self.done = False
-        self.error: str | None = None
+    make: Drawing
+    path: Path
+    sent: bool = False
+    done: bool = False
+    error: str | None = None
 
 
 class Drawers:
@@ -179,13 +179,11 @@ class Drawers:
     def __len__(self) -> int:
         return len(self._workers)
 
-    def _send(self, connection: Connection, message: object, owed: object) -> bool:
-        try:
-            connection.send(message)
-        except (OSError, ValueError):
-            return False
+    def _send(self, connection: Connection, message: object, owed: object) -> None:
+        """Sends a worker `message`, whose answer it then owes (`owed` says what it is for);
+        raises what sending raised (a closed pipe, a task that does not pickle)."""
+        connection.send(message)
         self._owed[connection].append(owed)
-        return True
 
     def _fits(self, connection: Connection, make: object) -> bool:
         """Whether the worker loaded what `make` needs: the page worker for a Page, another
@@ -209,7 +207,8 @@ class Drawers:
         if not self._went:
             self._went = True
             for _, connection in self._workers:
-                self._send(connection, GO, READY)
+                with contextlib.suppress(OSError, ValueError):
+                    self._send(connection, GO, READY)
         for ahead in self._ahead:
             self._start(ahead)
 
@@ -217,7 +216,9 @@ class Drawers:
         connection = self._least_busy(ahead.make)
         if ahead.sent or connection is None:
             return
-        ahead.sent = self._send(connection, (ahead.make, str(ahead.path), []), ahead)
+        with contextlib.suppress(Exception):  # unsent: drawn when asked for instead
+            self._send(connection, (ahead.make, str(ahead.path), []), ahead)
+            ahead.sent = True
 
     def pause(self) -> None:
         """The host is timed from here: every worker stops where it is (SIGSTOP) until the host
@@ -297,11 +298,10 @@ class Drawers:
                 index = queue.pop(0)
                 make, path, written = tasks[index]
                 try:
-                    connection.send((make, str(path), [str(p) for p in written]))
+                    self._send(connection, (make, str(path), [str(p) for p in written]), index)
                 except Exception as exc:
                     yield index, f"{NOT_SENT}: {type(exc).__name__}: {exc}"
                     continue
-                self._owed[connection].append(index)
                 sent.add(index)
             if not self._owed:  # every worker gone: the rest is drawn at home
                 for index in [*queue, *waiting]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..compiled import engine_module, result
 from ..errors import OptionError
+from ..units import parse_devices
 from . import protocols
 from .devices import check_device, compute_capability, format_cuda_version
 from .native import NativeEngine, close_native
@@ -40,8 +41,6 @@ CC_VARIABLE = "XFERSCOPE_SIMULATE_CC"
 def simulated_busy() -> tuple[int, ...]:
     """$XFERSCOPE_SIMULATE_BUSY: simulated GPUs another job keeps busy ("0,2"), as the exporter
     sees them."""
-    from ..units import parse_devices
-
     text = os.environ.get(BUSY_VARIABLE, "").strip()
     return parse_devices(BUSY_VARIABLE, text) if text else ()
 
@@ -87,8 +86,6 @@ def open_engine(simulate: bool = False, **simulated: Any) -> protocols.Engine:
         given: dict[str, Any] = {"pace": pace, "devices": int(gpus), "link_widths": links}
         failing = os.environ.get(FAIL_VARIABLE, "").strip()
         if failing:  # GPUs fallen off the bus: every transfer fails with a CUDA error
-            from ..units import parse_devices
-
             given["failing_devices"] = parse_devices(FAIL_VARIABLE, failing)
         cc = os.environ.get(CC_VARIABLE, "").strip()
         if cc not in ("", "0", "1"):
