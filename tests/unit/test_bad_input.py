@@ -44,7 +44,8 @@ BASE: dict[tuple[str, ...], list[str]] = {
     ("history",): [],
     ("trace",): [],
     ("fleet",): ["--simulate"],
-    ("exporter",): ["--simulate", "--listen", "127.0.0.1:0"],
+    # a port it can bind: with --listen not at fault, every other option's value is reached
+    ("exporter",): ["--simulate", "--listen", "127.0.0.1:39877"],
 }  # fmt: skip
 # Options whose values run long when acceptable, or that take the command's program.
 SLOW = {("run",), ("fleet",)}

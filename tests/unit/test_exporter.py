@@ -213,6 +213,19 @@ def test_bad_input_is_one_line(capsys, args, option):
     assert_one_line_error(code, err, option)
 
 
+@pytest.mark.parametrize("kind", ["fifo", "directory", "empty name", "missing"])
+def test_a_thresholds_path_that_is_no_file_is_one_line(capsys, tmp_path, kind):
+    path = {"fifo": tmp_path / "fifo", "directory": tmp_path, "empty name": "",
+            "missing": tmp_path / "none.toml"}[kind]  # fmt: skip
+    if kind == "fifo":
+        os.mkfifo(path)
+    code, _, err = run(capsys, "exporter", "--simulate", "--thresholds", str(path))
+    assert code == 2
+    assert_one_line_error(code, err, "--thresholds")
+    if kind == "empty name":
+        assert "not an empty string" in err
+
+
 def test_a_thresholds_file_that_does_not_parse_is_one_line(capsys, tmp_path):
     bad = tmp_path / "health.toml"
     bad.write_text("min_h2d_gbps = \n")

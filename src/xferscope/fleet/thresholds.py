@@ -50,6 +50,8 @@ def load(path: str | None) -> dict[str, float]:
     """The thresholds a file sets (none without a file); one OptionError naming what is wrong."""
     if path is None:
         return {}
+    if not path.strip():
+        raise OptionError("--thresholds", "give a file name, not an empty string")
     try:
         data = tomllib.loads(read_text(Path(path)))
     except OSError as exc:
