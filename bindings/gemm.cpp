@@ -64,7 +64,8 @@ void bind_gemm(nb::module_& m) {
       },
       "precision"_a, "m"_a, "n"_a, "k"_a, "copies"_a = 1,
       "Device memory a GEMM holds: A, B, C and D `copies` times, and the workspace.");
-  m.def("cublaslt_version", &gemm::cublaslt_version);
+  m.def("cublaslt_version", &gemm::cublaslt_version, nb::call_guard<nb::gil_scoped_release>(),
+        "cuBLASLt's version, the library loaded (once) if it was not.");
 
   nb::class_<gemm::GemmVerification>(m, "GemmVerification",
                                      "Sampled outputs against a double-precision reference.")

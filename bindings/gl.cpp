@@ -167,6 +167,8 @@ void bind_gl(nb::module_& m) {
       .def_ro("work_s", &gl::RunTiming::work_s)
       .def_ro("log", &gl::RunTiming::log);
 
+  m.def("gl_preload", &gl::preload, nb::call_guard<nb::gil_scoped_release>(),
+        "Loads the GL and EGL libraries ahead of a context; GlUnavailable as a context would.");
   nb::class_<ContextHandle>(m, "GlContext", "An OpenGL context on the EGL device of a GPU.")
       .def(
           "__init__",

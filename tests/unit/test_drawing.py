@@ -356,3 +356,75 @@ def test_a_run_draws_its_plots_ahead_during_the_gemms(capsys, tmp_path, monkeypa
     (home,) = (tmp_path / "b").iterdir()
     for name in ("gpu0-bandwidth.png", "gpu0-latency.png"):
         assert (ahead / name).read_bytes() == (home / name).read_bytes(), name
+
+
+def test_a_run_loads_the_checks_libraries_in_a_window_the_gpu_alone_is_timed(monkeypatch):
+    """cuBLASLt and GL load in a thread (background.Ahead) once a curve frees the host, and are
+    loaded before anything the host takes part in is timed again: a pause waits for the thread."""
+    import threading
+    import time
+
+    from xferscope.core import background
+    from xferscope.core.engine.simulated import SimulatedEngine
+    from xferscope.run.investigate import RunOptions, run_investigation
+
+    events: list[str] = []
+    engine = SimulatedEngine()
+    release = threading.Event()
+
+    def preload() -> None:
+        events.append("preload begun")
+        release.wait(5)  # held until the next curve opens, then longer than its host steps
+        time.sleep(0.3)
+        events.append("preload ended")
+
+    real_open = engine.open_transfer
+
+    def open_transfer(*args, **kw):
+        events.append("open " + " ".join(str(a) for a in args[1:4]))
+        release.set()
+        return real_open(*args, **kw)
+
+    class Watch:
+        def go(self) -> None:
+            events.append("free")
+
+        def pause(self) -> None:
+            events.append("timed")
+
+    monkeypatch.setattr(engine, "preload", preload)
+    monkeypatch.setattr(engine, "open_transfer", open_transfer)
+    watch = Watch()
+    background.attach(watch)
+    try:
+        run_investigation(engine, RunOptions(devices=(0,), quick=True))
+    finally:
+        background.detach(watch)
+    assert events.count("preload begun") == 1 and events.count("preload ended") == 1
+    begun, ended = events.index("preload begun"), events.index("preload ended")
+    assert "free" in events[:begun] and "timed" not in events[events.index("free") : begun]
+    # the next curve times the host only once loading ended: its pause waited for the thread
+    timed = events.index("timed", begun)
+    assert ended == timed + 1, events[begun : ended + 2]
+
+
+def test_ahead_begins_once_and_a_pause_waits_for_it():
+    import threading
+
+    from xferscope.core import background
+
+    done = threading.Event()
+    calls: list[int] = []
+
+    def work() -> None:
+        calls.append(1)
+        done.wait(5)
+
+    ahead = background.Ahead(work)
+    ahead.pause()  # not begun: nothing to wait for
+    assert not ahead.begun
+    ahead.go()
+    ahead.go()
+    threading.Timer(0.05, done.set).start()
+    ahead.pause()
+    assert done.is_set() and calls == [1]

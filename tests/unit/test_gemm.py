@@ -497,7 +497,7 @@ def test_a_tuning_is_kept_for_the_next_run_and_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(
         tuning, "key", lambda engine, device, version, gemm: "|".join(map(str, gemm))
     )
-    monkeypatch.setattr(gm._e, "cublaslt_version", lambda: 1)
+    monkeypatch.setattr(SimulatedEngine, "blas_version", lambda self: 1)
     monkeypatch.setattr(SimulatedEngine, "simulated", False, raising=False)
     options = gr.GemmOptions(precisions=("bf16",), shapes=parse_sizes("--sizes", "1024"), tune=8)
     kept = replace(options, reuse_tuning=True)

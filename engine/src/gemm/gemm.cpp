@@ -21,6 +21,8 @@ namespace xferscope::gemm {
 namespace {
 
 constexpr std::size_t kWorkspaceBytes = 32u << 20;
+// A tuning times backward only the candidates whose forward time is within this of the fastest.
+constexpr double kContender = 1.05;
 constexpr int kMostCopies = 64;
 
 struct Types {
@@ -253,7 +255,9 @@ struct Gemm::Impl {
       // ms on an H100, and three of each for 8 candidates cost 1 s of `run`'s check), forward
       // then backward so neither end of the list meets the clocks alone; the heuristic's choice
       // stays unless another beats it by more than 1% (a short burst flatters some kernels
-      // that run slower sustained).
+      // that run slower sustained). The backward pass times only the candidates within
+      // kContender of the forward pass's fastest: one slower by more cannot win, as clocks
+      // drift by far less within one tuning.
       auto time_of = [&](int i, int count) {
         heuristic = found[static_cast<std::size_t>(i)];
         XFS_CUDA_CALL(cudaEventRecord(start, stream));
@@ -269,12 +273,17 @@ struct Gemm::Impl {
           std::max(1, static_cast<int>(std::min(1000.0, 10.0 / std::max(once, 1e-3))));
       std::vector<double> total(runs.size(), 0.0);
       for (std::size_t j = 0; j < runs.size(); ++j) total[j] += time_of(runs[j], count);
-      for (std::size_t j = runs.size(); j-- > 0;) total[j] += time_of(runs[j], count);
-      std::size_t best = 0;
-      for (std::size_t j = 1; j < runs.size(); ++j) {
-        if (total[j] < total[best]) best = j;
+      const double fastest = *std::min_element(total.begin(), total.end());
+      std::vector<bool> contender(runs.size());
+      for (std::size_t j = 0; j < runs.size(); ++j) contender[j] = total[j] <= kContender * fastest;
+      for (std::size_t j = runs.size(); j-- > 0;) {
+        if (contender[j]) total[j] += time_of(runs[j], count);
       }
-      if (total[best] >= 0.99 * total[0]) best = 0;
+      std::size_t best = 0;
+      for (std::size_t j = 0; j < runs.size(); ++j) {
+        if (contender[j] && (!contender[best] || total[j] < total[best])) best = j;
+      }
+      if (contender[0] && total[best] >= 0.99 * total[0]) best = 0;
       rank = runs[best];
       candidates = static_cast<int>(runs.size());
     }

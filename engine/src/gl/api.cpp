@@ -160,6 +160,12 @@ const Api& api() {
   return loaded.api;
 }
 
+void preload() {
+  const Api& a = api();
+  EGLint count = 0;
+  a.eglQueryDevicesEXT(0, nullptr, &count);  // with no array: loads the vendor library, counts
+}
+
 std::string gl_error_name(GLenum error) {
   switch (error) {
     case GL_NO_ERROR: return "GL_NO_ERROR";

@@ -13,6 +13,8 @@ that never calls host_free gets its side work done after measuring.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Protocol
 
 
@@ -22,6 +24,29 @@ class Side(Protocol):
 
     def pause(self) -> None:
         """The host is timed: the side work stops where it is until go()."""
+
+
+class Ahead:
+    """Side work in a thread of this process, such as loading a library a later step needs:
+    begun when the host is free. A thread cannot be stopped where it is, so pause() waits for it
+    to end: keep it short (`run` loads cuBLASLt and GL this way, about 0.5 s)."""
+
+    def __init__(self, work: Callable[[], None]) -> None:
+        self._work = work
+        self._thread: threading.Thread | None = None
+
+    def go(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._work, name="xferscope-ahead", daemon=True)
+            self._thread.start()
+
+    def pause(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+    @property
+    def begun(self) -> bool:
+        return self._thread is not None
 
 
 _sides: list[Side] = []

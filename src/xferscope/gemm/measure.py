@@ -104,8 +104,8 @@ def _tuning_key(engine: Engine, options: GemmOptions, precision: str, shape: Sha
     if not options.reuse_tuning or options.tune <= 1 or engine.simulated:
         return None
     try:
-        version = int(_e.cublaslt_version())
-    except RuntimeError:
+        version = engine.blas_version()
+    except BlasError:
         return None
     gemm = (precision, shape.m, shape.n, shape.k, *options.layout(precision), options.tune)
     return tuning.key(engine, options.device, version, gemm)
@@ -247,8 +247,8 @@ def measure(engine: Engine, options: GemmOptions, progress: Progress = QUIET) ->
     blas: dict[str, Any] = {"library": "cuBLASLt"}
     if not engine.simulated:
         try:
-            blas["version"] = int(_e.cublaslt_version())
-        except RuntimeError as exc:
+            blas["version"] = engine.blas_version()
+        except BlasError as exc:
             blas["error"] = str(exc)
     result = GemmResult(
         created=created,

@@ -356,15 +356,22 @@ def _investigate_gpu(
         # the curves share their buffers (the same sizes, kind after kind), freed before the
         # other checks, which need the GPU's memory
         background.host_timed()  # side work begun during another GPU's GEMMs is done
-        with _phase(phases, "curves", engine.clock), engine.keeping_buffers():
-            for config in gpu_curves(device, scope):
-                run = measure_curve(engine, config, sweep, progress)
-                section = replace(section, curves=(*section.curves, run.curve))
-                if run.interrupted:
-                    raise Interrupted(replace(section, status="interrupted"))
-                if isinstance(run.error, CudaError):  # the GPU itself is in trouble: stop
-                    return replace(section, status="failed", error=run.curve.error)
-        background.host_timed()  # a curve timing the GPU alone may have freed it
+        # the checks' libraries load while a curve times the GPU alone
+        loading = background.Ahead(engine.preload)
+        background.attach(loading)
+        try:
+            with _phase(phases, "curves", engine.clock), engine.keeping_buffers():
+                for config in gpu_curves(device, scope):
+                    run = measure_curve(engine, config, sweep, progress)
+                    section = replace(section, curves=(*section.curves, run.curve))
+                    if run.interrupted:
+                        raise Interrupted(replace(section, status="interrupted"))
+                    if isinstance(run.error, CudaError):  # the GPU itself is in trouble: stop
+                        return replace(section, status="failed", error=run.curve.error)
+            background.host_timed()  # a curve timing the GPU alone may have freed it
+        finally:
+            loading.pause()
+            background.detach(loading)
         section = replace(section, clock_event_reasons=machine.clock_event_reasons(engine, device))
         curves_done(section)
         with _phase(phases, "concurrent", engine.clock):

@@ -318,6 +318,8 @@ class Engine(Protocol):
         self, device: int, threads: int = 0, chunk_bytes: int = 0, direct_below: int | None = None
     ) -> Copier: ...
     def gl_context(self, device: int) -> GlContext: ...
+    def blas_version(self) -> int: ...  # cuBLASLt's; BlasError where none loads
+    def preload(self) -> None: ...  # the GEMM and GL checks' libraries, ahead of them
     def gemm(
         self,
         device: int,

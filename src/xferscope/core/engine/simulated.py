@@ -19,7 +19,7 @@ import numpy as np
 from .. import cases, interrupt
 from ..cases import DEFAULT_SEED
 from ..compiled import engine_module, result
-from ..errors import AllocationError, EngineError, NoDeviceError
+from ..errors import AllocationError, BlasError, EngineError, NoDeviceError
 from .simulated_handles import (
     LAUNCH_FAILURE,
     SimulatedCopier,
@@ -224,6 +224,12 @@ class SimulatedEngine:
 
         self._gpu(device)
         return SimulatedGl(self, device)
+
+    def blas_version(self) -> int:
+        raise BlasError("the simulated engine runs its GEMMs without cuBLASLt")
+
+    def preload(self) -> None:
+        """The model loads no library."""
 
     def _gpu(self, device: int) -> None:
         """NoDeviceError for an index the model has no GPU at."""
