@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from .. import interrupt, libraries
@@ -331,10 +331,8 @@ class NativeEngine:
         that use them: side work while the GPU alone is timed (core/background.py). One that does
         not load is left to its check, which says why."""
         for load in (self.blas_version, self._engine.gl_preload):
-            try:
+            with suppress(XferscopeError, RuntimeError):
                 load()
-            except (XferscopeError, RuntimeError):
-                pass
 
     def clock(self) -> float:
         return time.perf_counter()
