@@ -18,6 +18,7 @@
 #include "handle.hpp"
 #include "xferscope/buffer.hpp"
 #include "xferscope/cases.hpp"
+#include "xferscope/chase.hpp"
 #include "xferscope/device.hpp"
 #include "xferscope/error.hpp"
 #include "xferscope/overlap.hpp"
@@ -51,6 +52,9 @@ nb::dict to_dict(const xs::DeviceInfo& info) {
   d["can_map_host_memory"] = info.can_map_host_memory;
   d["unified_addressing"] = info.unified_addressing;
   d["pageable_memory_access"] = info.pageable_memory_access;
+  d["host_register_read_only"] = info.host_register_read_only;
+  d["managed_memory"] = info.managed_memory;
+  d["concurrent_managed_access"] = info.concurrent_managed_access;
   return d;
 }
 
@@ -215,6 +219,18 @@ NB_MODULE(_engine, m) {
       .def_ro("pinned_copy_s", &xs::PinningCosts::pinned_copy_s)
       .def_ro("registered_copy_s", &xs::PinningCosts::registered_copy_s)
       .def_ro("host_copy_s", &xs::PinningCosts::host_copy_s);
+  nb::class_<xs::ChaseResult>(m, "ChaseResult", "A pointer chase: ns per dependent read.")
+      .def(
+          "__init__",
+          [](xs::ChaseResult* c, std::vector<double> ns, long long reads, std::size_t slots,
+             bool verified) {
+            new (c) xs::ChaseResult{std::move(ns), reads, slots, verified};
+          },
+          "ns_per_read"_a, "reads"_a, "slots"_a, "verified"_a)
+      .def_ro("ns_per_read", &xs::ChaseResult::ns_per_read)
+      .def_ro("reads", &xs::ChaseResult::reads)
+      .def_ro("slots", &xs::ChaseResult::slots)
+      .def_ro("verified", &xs::ChaseResult::verified);
   nb::class_<xs::StagedPlan>(m, "StagedPlan", "What a staged copier chose, and why.")
       .def(
           "__init__",
@@ -234,6 +250,13 @@ NB_MODULE(_engine, m) {
       .def_ro("target_bps", &xs::StagedPlan::target_bps)
       .def_ro("explanation", &xs::StagedPlan::explanation);
 
+  {
+    nb::list staged;
+    for (xs::MemoryKind kind : xs::kAllMemoryKinds) {
+      if (xs::staged_by_driver(kind)) staged.append(std::string(xs::to_string(kind)));
+    }
+    m.attr("DRIVER_STAGED_KINDS") = staged;
+  }
   m.def("keep_buffers", &xs::keep_buffers, "on"_a,
         "While on, large buffers released are kept for the next allocation of the same kind, GPU "
         "and size; off frees them and returns how many were handed out again.");
@@ -407,6 +430,35 @@ NB_MODULE(_engine, m) {
         return xs::measure_pinning(device, bytes);
       },
       "device"_a, "bytes"_a);
+  {
+    nb::dict limits;
+    limits["lap"] = xs::kChaseLap;
+    limits["trial_s"] = xs::kChaseTrialS;
+    limits["least_reads"] = xs::kChaseLeastReads;
+    limits["most_reads"] = xs::kChaseMostReads;
+    m.attr("CHASE_LIMITS") = limits;
+  }
+  m.def(
+      "chase_refusal",
+      [](const std::string& memory, bool remote, std::size_t bytes, std::size_t stride,
+         long long reads, int trials) {
+        return xs::chase_refusal(xs::memory_kind_from_string(memory), remote, bytes, stride, reads,
+                                 trials);
+      },
+      "memory"_a, "remote"_a, "bytes"_a, "stride"_a, "reads"_a, "trials"_a,
+      "Why this chase cannot be made, or '' (chase.hpp).");
+  m.def(
+      "chase",
+      [](int device, const std::string& memory, std::size_t bytes, std::size_t stride,
+         long long reads, int trials, int peer, std::uint64_t seed) {
+        xs::device_info(device);
+        if (peer >= 0) xs::device_info(peer);
+        const xs::MemoryKind kind = xs::memory_kind_from_string(memory);
+        nb::gil_scoped_release release;
+        return xs::chase(device, kind, bytes, stride, reads, trials, peer, seed);
+      },
+      "device"_a, "memory"_a, "bytes"_a, "stride"_a, "reads"_a, "trials"_a, "peer"_a = -1,
+      "seed"_a = 42, "A pointer chase through `memory` read by `device` (chase.hpp).");
   m.def(
       "can_access_peer",
       [](int device, int peer) {

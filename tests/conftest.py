@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from xferscope.core import machine
+from xferscope.core import host
 from xferscope.core.engine.simulated import SimulatedEngine
 
 FIXED_HOST = {
@@ -20,10 +20,11 @@ FIXED_HOST = {
     "os": "Linux 6.1.0-test",
     "python": "3.12.0",
     "process_cpus": "0-5,12-17",
+    "huge_pages": {"thp": "madvise", "hugetlb_page_bytes": 2 << 20, "hugetlb_free_bytes": 0},
 }
 
 
-_REAL_HOST_FACTS = machine.host_facts
+_REAL_HOST_FACTS = host.host_facts
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -39,14 +40,14 @@ def drawn_in_process():
 def fixed_host():
     """Session-wide, so module-scoped fixtures that build results see it too."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(machine, "host_facts", lambda: dict(FIXED_HOST))
+        patch.setattr(host, "host_facts", lambda: dict(FIXED_HOST))
         yield
 
 
 @pytest.fixture(autouse=True)
 def real_host_for_gpu_tests(request, monkeypatch):
     if request.node.get_closest_marker("gpu") is not None:
-        monkeypatch.setattr(machine, "host_facts", _REAL_HOST_FACTS)
+        monkeypatch.setattr(host, "host_facts", _REAL_HOST_FACTS)
 
 
 @pytest.fixture(autouse=True)

@@ -1,8 +1,11 @@
 #include "xferscope/buffer.hpp"
 
 #include <cuda_runtime_api.h>
+#include <sys/mman.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -49,24 +52,36 @@ Keeper& keeper() {
   return *k;
 }
 
-void free_memory(MemoryKind kind, void* host, void* device) noexcept {
+void free_memory(MemoryKind kind, void* host, void* device, std::size_t bytes) noexcept {
   switch (kind) {
-    case MemoryKind::pageable: std::free(host); break;
+    case MemoryKind::pageable:
+    case MemoryKind::thp:
+    case MemoryKind::system: std::free(host); break;
+    case MemoryKind::hugetlb:
+      if (host != nullptr) munmap(host, round_up(bytes, kHugePageBytes));
+      break;
     case MemoryKind::pinned:
     case MemoryKind::write_combined:
     case MemoryKind::mapped:
+    case MemoryKind::portable:
       if (host != nullptr) cudaFreeHost(host);
       break;
     case MemoryKind::registered:
+    case MemoryKind::readonly:
       if (host != nullptr) {
         cudaHostUnregister(host);
         std::free(host);
       }
       break;
+    case MemoryKind::managed:
     case MemoryKind::device:
       if (device != nullptr) cudaFree(device);
       break;
   }
+}
+
+[[noreturn]] void host_failed(MemoryKind kind, std::size_t bytes, const std::string& call) {
+  throw AllocationError(std::string(to_string(kind)), bytes, call + ": " + std::strerror(errno));
 }
 
 [[noreturn]] void allocation_failed(MemoryKind kind, std::size_t bytes, cudaError_t status) {
@@ -84,9 +99,24 @@ std::string_view to_string(MemoryKind kind) {
     case MemoryKind::write_combined: return "wc";
     case MemoryKind::registered: return "registered";
     case MemoryKind::mapped: return "mapped";
+    case MemoryKind::thp: return "thp";
+    case MemoryKind::hugetlb: return "hugetlb";
+    case MemoryKind::readonly: return "readonly";
+    case MemoryKind::portable: return "portable";
+    case MemoryKind::system: return "system";
+    case MemoryKind::managed: return "managed";
     case MemoryKind::device: return "device";
   }
   return "unknown";
+}
+
+bool staged_by_driver(MemoryKind kind) noexcept {
+  return kind == MemoryKind::pageable || kind == MemoryKind::thp || kind == MemoryKind::hugetlb ||
+         kind == MemoryKind::system;
+}
+
+bool gpu_addressable(MemoryKind kind) noexcept {
+  return !staged_by_driver(kind) || kind == MemoryKind::system;
 }
 
 MemoryKind memory_kind_from_string(std::string_view name) {
@@ -109,7 +139,7 @@ std::size_t keep_buffers(bool on) {
     k.on = on;
     if (!on) freed.swap(k.kept);
   }
-  for (const Kept& b : freed) free_memory(b.kind, b.host, b.device_pointer);
+  for (const Kept& b : freed) free_memory(b.kind, b.host, b.device_pointer, b.bytes);
   return on ? 0 : reused;
 }
 
@@ -147,10 +177,12 @@ Buffer Buffer::allocate(MemoryKind kind, std::size_t bytes, int device) {
       if (status != cudaSuccess) allocation_failed(kind, bytes, status);
       break;
     }
-    case MemoryKind::registered: {
+    case MemoryKind::registered:
+    case MemoryKind::readonly: {
       buffer.host_ = aligned_host(bytes, kind);
-      status = cudaHostRegister(buffer.host_, round_up(bytes, kPageBytes),
-                                cudaHostRegisterPortable | cudaHostRegisterMapped);
+      unsigned flags = cudaHostRegisterPortable | cudaHostRegisterMapped;
+      if (kind == MemoryKind::readonly) flags |= cudaHostRegisterReadOnly;
+      status = cudaHostRegister(buffer.host_, round_up(bytes, kPageBytes), flags);
       if (status != cudaSuccess) {
         std::free(buffer.host_);
         buffer.host_ = nullptr;
@@ -158,6 +190,75 @@ Buffer Buffer::allocate(MemoryKind kind, std::size_t bytes, int device) {
       }
       status = cudaHostGetDevicePointer(&buffer.device_, buffer.host_, 0);
       if (status != cudaSuccess) allocation_failed(kind, bytes, status);
+      break;
+    }
+    case MemoryKind::thp: {
+      const std::size_t rounded = round_up(bytes, kHugePageBytes);
+      buffer.host_ = std::aligned_alloc(kHugePageBytes, rounded);
+      if (buffer.host_ == nullptr) host_failed(kind, bytes, "aligned_alloc");
+      if (madvise(buffer.host_, rounded, MADV_HUGEPAGE) != 0) {
+        const int error = errno;
+        std::free(buffer.host_);
+        buffer.host_ = nullptr;
+        errno = error;
+        host_failed(kind, bytes, "madvise(MADV_HUGEPAGE)");
+      }
+      break;
+    }
+    case MemoryKind::hugetlb: {
+      void* p = mmap(nullptr, round_up(bytes, kHugePageBytes), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+      if (p == MAP_FAILED) {
+        host_failed(kind, bytes,
+                    "mmap(MAP_HUGETLB) (too few huge pages reserved? HugePages_Free in "
+                    "/proc/meminfo; sysctl vm.nr_hugepages)");
+      }
+      buffer.host_ = p;
+      break;
+    }
+    case MemoryKind::portable: {
+      // made while another GPU is current, where there is one: the GPU measured uses it as
+      // memory pinned by another context
+      int count = 1;
+      XFS_CUDA_CALL(cudaGetDeviceCount(&count));
+      XFS_CUDA_CALL(cudaSetDevice((device + 1) % count));
+      status = cudaHostAlloc(&buffer.host_, bytes, cudaHostAllocPortable);
+      XFS_CUDA_CALL(cudaSetDevice(device));
+      if (status != cudaSuccess) allocation_failed(kind, bytes, status);
+      // unified addressing maps it for every GPU; without it there is no device pointer
+      if (cudaHostGetDevicePointer(&buffer.device_, buffer.host_, 0) != cudaSuccess) {
+        cudaGetLastError();
+        buffer.device_ = nullptr;
+      }
+      break;
+    }
+    case MemoryKind::system: {
+      buffer.host_ = aligned_host(bytes, kind);
+      int pageable_access = 0;
+      XFS_CUDA_CALL(
+          cudaDeviceGetAttribute(&pageable_access, cudaDevAttrPageableMemoryAccess, device));
+      buffer.device_ = pageable_access ? buffer.host_ : nullptr;
+      break;
+    }
+    case MemoryKind::managed: {
+      status = cudaMallocManaged(&buffer.device_, bytes, cudaMemAttachGlobal);
+      if (status != cudaSuccess) allocation_failed(kind, bytes, status);
+      buffer.host_ = buffer.device_;
+      const cudaMemLocation host{cudaMemLocationTypeHost, 0};
+      const cudaMemLocation gpu{cudaMemLocationTypeDevice, device};
+      status = cudaMemAdvise(buffer.device_, bytes, cudaMemAdviseSetPreferredLocation, host);
+      if (status == cudaSuccess) {
+        status = cudaMemAdvise(buffer.device_, bytes, cudaMemAdviseSetAccessedBy, gpu);
+      }
+      if (status == cudaSuccess) {
+        status = cudaMemPrefetchAsync(buffer.device_, bytes, host, 0, nullptr);
+      }
+      if (status == cudaSuccess) status = cudaDeviceSynchronize();
+      if (status != cudaSuccess) {
+        cudaFree(buffer.device_);
+        buffer.device_ = buffer.host_ = nullptr;
+        allocation_failed(kind, bytes, status);
+      }
       break;
     }
     case MemoryKind::device:
@@ -202,11 +303,11 @@ void Buffer::release() noexcept {
       host_ = nullptr;
       device_ = nullptr;
       size_ = 0;
-      if (over) free_memory(oldest.kind, oldest.host, oldest.device_pointer);
+      if (over) free_memory(oldest.kind, oldest.host, oldest.device_pointer, oldest.bytes);
       return;
     }
   }
-  free_memory(kind_, host_, device_);
+  free_memory(kind_, host_, device_, size_);
   host_ = nullptr;
   device_ = nullptr;
   size_ = 0;

@@ -14,14 +14,22 @@ std::string refusal(Direction direction, MemoryKind memory, Mechanism mechanism,
                     std::optional<Timing> timing, bool peer_access) {
   const bool host = host_side(direction);
   if (host && memory == MemoryKind::device) {
-    return "device memory is for d2d and p2p copies; host transfers take pageable, pinned, wc, "
-           "registered or mapped memory";
+    std::string kinds;
+    for (MemoryKind kind : kAllMemoryKinds) {
+      if (kind != MemoryKind::device)
+        kinds += (kinds.empty() ? "" : ", ") + std::string(to_string(kind));
+    }
+    return "device memory is for d2d and p2p copies; host transfers take " + kinds;
   }
   if (!host && memory != MemoryKind::device) {
     return "d2d and p2p copies move device memory, not " + std::string(to_string(memory));
   }
-  if (mechanism == Mechanism::kernel && memory == MemoryKind::pageable) {
-    return "the GPU cannot address pageable memory, so there is no SM copy of it";
+  if (mechanism == Mechanism::kernel && !gpu_addressable(memory)) {
+    return "the GPU cannot address " + std::string(to_string(memory)) +
+           " memory, so there is no SM copy of it";
+  }
+  if (memory == MemoryKind::readonly && direction != Direction::h2d) {
+    return "memory registered read-only is only read by the GPU: h2d copies only";
   }
   if (mechanism == Mechanism::staged && (!host || memory != MemoryKind::pageable)) {
     return "the staged copy moves pageable memory between the host and a GPU";
@@ -41,7 +49,9 @@ std::string refusal(Direction direction, MemoryKind memory, Mechanism mechanism,
 
 bool blocks_for_device_timing(Direction direction, MemoryKind memory, Mechanism mechanism,
                               bool peer_access) noexcept {
-  const bool pageable = host_side(direction) && memory == MemoryKind::pageable;
+  // managed memory: the driver may move its pages while a copy waits, so none is held either
+  const bool pageable =
+      host_side(direction) && (staged_by_driver(memory) || memory == MemoryKind::managed);
   const bool through_host = direction == Direction::p2p && !peer_access;
   return (mechanism == Mechanism::async || mechanism == Mechanism::driver_async ||
           mechanism == Mechanism::kernel) &&

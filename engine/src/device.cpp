@@ -70,6 +70,9 @@ DeviceInfo device_info(int index) {
   info.can_map_host_memory = prop.canMapHostMemory != 0;
   info.unified_addressing = prop.unifiedAddressing != 0;
   info.pageable_memory_access = attribute(cudaDevAttrPageableMemoryAccess, index) != 0;
+  info.host_register_read_only = attribute(cudaDevAttrHostRegisterReadOnlySupported, index) != 0;
+  info.managed_memory = attribute(cudaDevAttrManagedMemory, index) != 0;
+  info.concurrent_managed_access = attribute(cudaDevAttrConcurrentManagedAccess, index) != 0;
   return info;
 }
 

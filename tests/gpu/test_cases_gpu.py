@@ -22,18 +22,25 @@ MIB = 1 << 20
 def test_the_native_engine_keeps_the_contract(native_engine):
     gpus = native_engine.device_count()
     seen = []
+    waived = 0
+    model = SimulatedEngine(devices=max(gpus, 2))
     for combination in COMBINATIONS:
         direction, *_ = combination
         accepted = expected(*combination) == "ok"
         if direction == "p2p" and accepted and gpus < 2:
             continue  # waived: a peer copy needs two GPUs
         native = outcome(native_engine, *combination)
-        simulated = outcome(SimulatedEngine(devices=max(gpus, 2)), *combination)
-        assert native == simulated == expected(*combination), combination
+        mine, theirs = expected(*combination, eng=native_engine), expected(*combination, eng=model)
+        assert native == mine, combination
+        if mine != theirs:  # a kind this machine has and the model's lacks, or the reverse
+            waived += 1
+            continue
+        assert outcome(model, *combination) == mine, combination
         seen.append(combination)
     print(
         f"{len(seen)} of {len(COMBINATIONS)} combinations agree on {gpus} GPU(s); "
-        f"{sum(expected(*c) == 'ok' for c in seen)} measured, the others refused alike"
+        f"{sum(expected(*c, eng=native_engine) == 'ok' for c in seen)} measured, the others "
+        f"refused alike; {waived} where this machine and the model differ in what they have"
     )
 
 

@@ -12,13 +12,29 @@ enum class MemoryKind {
   write_combined,  // cudaHostAlloc(WriteCombined): fast for the GPU to read, slow for the CPU
   registered,      // aligned malloc, then cudaHostRegister: pinned in place
   mapped,          // cudaHostAlloc(Mapped): pinned, with a device pointer kernels can use
+  thp,             // pageable, 2 MiB aligned and advised into transparent huge pages (madvise)
+  hugetlb,         // pageable from the reserved huge pages (mmap MAP_HUGETLB)
+  readonly,        // aligned malloc, registered read-only (cudaHostRegisterReadOnly): h2d only
+  portable,        // cudaHostAlloc(Portable) made while another GPU is current, where there is one
+  system,          // malloc memory read in place by the GPU (HMM or ATS: pageableMemoryAccess)
+  managed,         // cudaMallocManaged, preferred on the host and prefetched there
   device,          // cudaMalloc
 };
 
-// Every kind, in the order the tool lists them.
-inline constexpr MemoryKind kAllMemoryKinds[] = {MemoryKind::pageable,       MemoryKind::pinned,
-                                                 MemoryKind::write_combined, MemoryKind::registered,
-                                                 MemoryKind::mapped,         MemoryKind::device};
+// Every kind, in the order the tool lists them: host kinds, then device memory.
+inline constexpr MemoryKind kAllMemoryKinds[] = {
+    MemoryKind::pageable, MemoryKind::pinned, MemoryKind::write_combined, MemoryKind::registered,
+    MemoryKind::mapped,   MemoryKind::thp,    MemoryKind::hugetlb,        MemoryKind::readonly,
+    MemoryKind::portable, MemoryKind::system, MemoryKind::managed,        MemoryKind::device};
+
+// Host memory the driver stages itself in a copy, as it does malloc memory: a copy of it
+// returns when it is done, so it cannot wait behind the blocking kernel.
+bool staged_by_driver(MemoryKind kind) noexcept;
+// Memory a GPU thread reads by its address (SM copies, pointer chases); system memory only on
+// a GPU with pageable memory access (a waiver says so elsewhere).
+bool gpu_addressable(MemoryKind kind) noexcept;
+// The size of one huge page of hugetlb memory (the kernel's default, 2 MiB on x86).
+inline constexpr std::size_t kHugePageBytes = 2u << 20;
 
 std::string_view to_string(MemoryKind kind);
 MemoryKind memory_kind_from_string(std::string_view name);

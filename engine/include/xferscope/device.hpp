@@ -23,7 +23,10 @@ struct DeviceInfo {
   int async_engine_count = 0;
   bool can_map_host_memory = false;
   bool unified_addressing = false;
-  bool pageable_memory_access = false;
+  bool pageable_memory_access = false;     // reads malloc memory in place (HMM, ATS)
+  bool host_register_read_only = false;    // cudaHostRegisterReadOnly
+  bool managed_memory = false;             // cudaMallocManaged
+  bool concurrent_managed_access = false;  // managed pages read in place while the CPU runs
 };
 
 // Number of CUDA devices; throws NoDeviceError naming the reason when there is none or the

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..core import cases
+from ..core import cases, machine
 from ..core.engine import Engine
 from ..core.errors import XferscopeError
 from ..report.fit import Column, fitted
@@ -40,9 +40,10 @@ def _machine(engine: Engine) -> tuple[dict[str, Any] | None, int, bool, str | No
 def listing(engine: Engine) -> dict[str, Any]:
     """The case table as a document: cases, experiments and their waivers on this machine."""
     gpu, count, peer, unknown = _machine(engine)
+    host = machine.host_facts()
     rows = []
     for c in cases.table():
-        waiver = None if gpu is None else cases.waiver(c, gpu, count, peer)
+        waiver = None if gpu is None else cases.waiver(c, gpu, count, peer, host)
         rows.append(
             {
                 "key": c.key,

@@ -35,6 +35,8 @@ LIMITS: Mapping[str, float] = dict(_engine.LIMITS)
 DEFAULT_SEED: int = int(_engine.DEFAULT_SEED)
 
 DEVICE_DIRECTIONS = ("d2d", "p2p")  # copy device memory; the others move host memory
+# Host memory the driver stages in a copy, as malloc memory (buffer.hpp's staged_by_driver).
+DRIVER_STAGED: tuple[str, ...] = tuple(_engine.DRIVER_STAGED_KINDS)
 
 _DIRECTION_TEXT = {
     "h2d": "host to device",
@@ -49,6 +51,12 @@ _MEMORY_TEXT = {
     "wc": "write-combined pinned memory",
     "registered": "pageable memory pinned in place (cudaHostRegister)",
     "mapped": "mapped pinned memory",
+    "thp": "pageable memory in transparent huge pages (madvise)",
+    "hugetlb": "pageable memory from the reserved huge pages (MAP_HUGETLB)",
+    "readonly": "pageable memory pinned in place read-only (cudaHostRegisterReadOnly)",
+    "portable": "pinned memory made under another GPU (cudaHostAllocPortable)",
+    "system": "malloc memory the GPU reads in place (HMM or ATS)",
+    "managed": "managed memory prefetched to the host (cudaMallocManaged)",
     "device": "device memory",
 }
 _MECHANISM_TEXT = {
@@ -158,17 +166,56 @@ def case(key: str) -> Case:
 
 
 def waiver(
-    c: Case, gpu: Mapping[str, Any], gpus: int, peer_access_possible: bool = True
+    c: Case,
+    gpu: Mapping[str, Any],
+    gpus: int,
+    peer_access_possible: bool = True,
+    host: Mapping[str, Any] | None = None,
 ) -> str | None:
     """Why a machine cannot run a case the rules accept, or None: `gpu` is the device's facts
     (engine.device_info), `gpus` how many there are, `peer_access_possible` whether the GPU
-    pair of a p2p case can reach each other directly."""
-    if c.memory == "mapped" and not gpu.get("can_map_host_memory", True):
-        return f"GPU {gpu.get('index', '?')} cannot map host memory into its address space"
+    pair of a p2p case can reach each other directly, `host` the host's facts
+    (machine.host_facts: its huge pages)."""
+    why = memory_waiver(c.memory, gpu, host)
+    if why is not None:
+        return why
     if c.direction == "p2p" and gpus < 2:
         return "a peer copy needs two GPUs"
     if c.direction == "p2p" and c.peer_access and not peer_access_possible:
         return "these GPUs have no direct peer access between them"
+    return None
+
+
+# The kinds whose waiver reads the host's facts (memory_waiver), read only for them.
+HOST_FACT_KINDS = ("thp", "hugetlb")
+
+
+def memory_waiver(
+    memory: str, gpu: Mapping[str, Any], host: Mapping[str, Any] | None = None
+) -> str | None:
+    """Why this machine has no `memory` for GPU `gpu` (its facts, engine.device_info), or None:
+    both engines refuse to open a transfer of it with these words, and waiver() waives its
+    cases. `host`: the host's facts (machine.host_facts: its huge pages)."""
+    name = f"GPU {gpu.get('index', '?')}"
+    if memory == "mapped" and not gpu.get("can_map_host_memory", True):
+        return f"{name} cannot map host memory into its address space"
+    if memory == "system" and not gpu.get("pageable_memory_access", False):
+        return (
+            f"{name} cannot read malloc memory in place (pageableMemoryAccess 0: HMM needs the "
+            "open kernel modules on x86, ATS a Grace Hopper)"
+        )
+    if memory == "readonly" and not gpu.get("host_register_read_only", False):
+        return f"{name} does not support cudaHostRegisterReadOnly"
+    if memory == "managed" and not gpu.get("concurrent_managed_access", False):
+        return f"{name} cannot read managed memory while the CPU runs (concurrentManagedAccess 0)"
+    pages = (host or {}).get("huge_pages") or {}
+    if memory == "thp" and pages.get("thp") in (None, "never"):
+        return "transparent huge pages are off (/sys/kernel/mm/transparent_hugepage/enabled)"
+    if memory == "hugetlb" and not pages.get("hugetlb_free_bytes"):
+        return (
+            "no huge pages are reserved (HugePages_Free 0 in /proc/meminfo): reserve some with "
+            "sysctl vm.nr_hugepages=N"
+        )
     return None
 
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-import platform
-import socket
 from pathlib import Path
 from typing import Any
 
+from . import host as hostinfo
 from . import links, nvml
 from .engine import Engine, format_cuda_version
 from .engine.simulated_link import SIMULATED_LINK
+from .host import _read
 from .version import __version__
 
 # Where launchers put a process's rank before MPI is opened: Open MPI, PMIx, MPICH/Hydra, Slurm.
@@ -25,52 +25,6 @@ def launch_rank() -> int:
         if value.isdigit():
             return int(value)
     return 0
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
-def cpu_model() -> str:
-    text = _read(Path("/proc/cpuinfo")) or ""
-    for line in text.splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor() or platform.machine()
-
-
-def cpus_of(cpulist: str | None) -> set[int]:
-    """The CPUs of a cpulist ("0-15,32-47"), as the kernel writes them."""
-    cpus: set[int] = set()
-    for part in (cpulist or "").split(","):
-        if "-" in part:
-            low, high = part.split("-")
-            cpus.update(range(int(low), int(high) + 1))
-        elif part.strip():
-            cpus.add(int(part))
-    return cpus
-
-
-def process_cpus() -> str:
-    """The CPUs this process may run on, as a cpulist ("0-15,32-47")."""
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    ranges: list[str] = []
-    for cpu in cpus:
-        if ranges and cpu == int(ranges[-1].split("-")[-1]) + 1:
-            ranges[-1] = f"{ranges[-1].split('-')[0]}-{cpu}"
-        else:
-            ranges.append(str(cpu))
-    return ",".join(ranges)
-
-
-def numa_nodes() -> int:
-    try:
-        return len([p for p in Path("/sys/devices/system/node").glob("node[0-9]*")]) or 1
-    except OSError:
-        return 1
 
 
 def pci_locality(bus_id: str) -> dict[str, Any]:
@@ -122,18 +76,8 @@ def clock_event_reasons(engine: Engine, index: int) -> int | None:
 
 
 def host_facts() -> dict[str, Any]:
-    """The host: name, CPU, cores, NUMA nodes, OS, Python and the CPUs this process may use.
-    The one place they are read (tests put a fixed host here, so no test depends on the
-    machine it runs on)."""
-    return {
-        "hostname": socket.gethostname(),
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "numa_nodes": numa_nodes(),
-        "os": f"{platform.system()} {platform.release()}",
-        "python": platform.python_version(),
-        "process_cpus": process_cpus(),
-    }
+    """The host's facts (host.py, where tests fix them)."""
+    return hostinfo.host_facts()
 
 
 def collect(engine: Engine, devices: list[int]) -> dict[str, Any]:

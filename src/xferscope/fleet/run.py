@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..core import machine, plan
+from ..core import host, machine, plan
 from ..core.cases import DEFAULT_SEED
 from ..core.engine import Engine
 from ..core.errors import XferscopeError
@@ -150,7 +150,7 @@ def pin_to_gpu(gpu: dict[str, Any]) -> None:
     cpus = gpu.get("cpu_affinity")
     if not cpus or not hasattr(os, "sched_setaffinity"):
         return
-    wanted = machine.cpus_of(str(cpus)) & os.sched_getaffinity(0)
+    wanted = host.cpus_of(str(cpus)) & os.sched_getaffinity(0)
     if wanted:
         os.sched_setaffinity(0, wanted)
 

@@ -43,6 +43,7 @@ from .page import (
     table,
 )
 from .run_html_tables import (
+    chase_table,
     concurrent_table,
     gemm_table,
     gl_table,
@@ -171,6 +172,9 @@ def _gpu_section(result: RunResult, gpu: GpuSection) -> str:
     if gpu.overlap:
         parts.append("<h3>Can the CPU work during a copy?</h3>")
         parts.append(overlap_table(gpu.overlap))
+    if gpu.chase:
+        parts.append("<h3>Latency seen from the GPU</h3>")
+        parts.append(chase_table(gpu.chase))
     if gpu.gl is not None:
         parts.append("<h3>OpenGL</h3>")
         parts.append(gl_table(gpu.gl))

@@ -9,6 +9,7 @@ from ..core.units import format_bytes, format_flops, format_rate, format_seconds
 from ..gemm.check import GemmCheck
 from ..gl.check import GlCheck
 from ..run.records import (
+    ChasePoint,
     Concurrent,
     OverlapPoint,
     PinningCost,
@@ -144,6 +145,30 @@ def overlap_table(points: Sequence[OverlapPoint]) -> str:
         f'{markup}<p class="caption">The copy is issued, the CPU works for half the copy\'s time, '
         "then waits (seed 000's asynchronous readback). Hidden: the share of the work that cost "
         "no extra time. `xferscope overlap cpu` sweeps the work.</p>"
+    )
+
+
+def chase_table(points: Sequence[ChasePoint]) -> str:
+    rows = [
+        [
+            c.label,
+            "" if c.median_ns is None else format_seconds(c.median_ns * 1e-9),
+            f"{format_bytes(c.bytes)} by {format_bytes(c.stride)}",
+            f"{c.reads:,} x {len(c.ns_per_read)}" if c.ns_per_read else "",
+            {True: "yes", False: "NO"}.get(c.verified, c.error or ""),  # type: ignore[arg-type]
+        ]
+        for c in points
+    ]
+    markup = table(
+        ["memory read", "one read", "chain through", "reads x trials", "chain verified"],
+        rows,
+        ["", "num", "num", "num", ""],
+    )
+    return (
+        f'{markup}<p class="caption">One GPU thread follows a chain of pointers, each read '
+        "waiting for the one before (nvbandwidth's host_device_latency_sm): what one read of that "
+        "memory costs a kernel, beside the copies' API latencies above. The median of the "
+        "trials.</p>"
     )
 
 

@@ -62,6 +62,17 @@ def headline_table(result: RunResult) -> Table:
                 "",
                 "",
             )
+        for chase in gpu.chase:
+            figure = f"one GPU read of {chase.label} (pointer chase)"
+            if chase.median_ns is None:
+                table.add_row(
+                    str(gpu.index), figure, "", "", Text(f"failed: {chase.error}", style="red"), ""
+                )
+                continue
+            latency = format_seconds(chase.median_ns * 1e-9)
+            if chase.verified is False:
+                latency = "[red]WRONG CHAIN[/red]"
+            table.add_row(str(gpu.index), figure, "", "", latency, format_bytes(chase.bytes))
         if gpu.gl is not None:
             for op, path, gl_rate in (
                 ("upload", gpu.gl.upload_label, gpu.gl.upload_rate),

@@ -67,6 +67,12 @@ MEMORY_COLOURS = {
     "wc": "#2ca02c",  # green
     "registered": "#9467bd",  # purple
     "mapped": "#ff7f0e",  # orange
+    "thp": "#8c564b",  # brown
+    "hugetlb": "#e377c2",  # pink
+    "readonly": "#7f7f7f",  # grey
+    "portable": "#bcbd22",  # olive
+    "system": "#17becf",  # cyan
+    "managed": "#393b79",  # indigo
     "device": "#333333",  # near black
 }
 # Line widths per memory kind, in points, widest first in the order curves are drawn (pageable,
@@ -79,6 +85,12 @@ MEMORY_WIDTHS = {
     "wc": 2.7,
     "registered": 1.2,
     "mapped": 1.6,
+    "thp": 1.6,
+    "hugetlb": 1.6,
+    "readonly": 1.6,
+    "portable": 1.6,
+    "system": 1.6,
+    "managed": 1.6,
     "device": 1.6,
 }
 KERNEL_WIDTH_SHARE = 0.45

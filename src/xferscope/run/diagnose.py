@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..core import machine
+from ..core import host
 from ..core.findings import (
     CORRUPTED_CAUSE,
     CORRUPTED_FIX,
@@ -271,10 +271,10 @@ def link_downtrained(result: RunResult) -> Iterator[Finding]:
 
 
 def numa_affinity(result: RunResult) -> Iterator[Finding]:
-    process = machine.cpus_of(result.machine.get("host", {}).get("process_cpus"))
+    process = host.cpus_of(result.machine.get("host", {}).get("process_cpus"))
     for gpu in result.gpus:
         facts = _gpu_facts(result, gpu.index)
-        local = machine.cpus_of(facts.get("cpu_affinity"))
+        local = host.cpus_of(facts.get("cpu_affinity"))
         if not process or not local or process <= local:
             continue
         node = facts.get("numa_node")

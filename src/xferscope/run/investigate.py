@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -27,7 +27,15 @@ from ..sweep.measure import measure_curve
 from ..sweep.options import SweepOptions
 from ..sweep.records import CurveConfig
 from .metrics import HEADLINE_CURVES
-from .records import Concurrent, GpuSection, OverlapPoint, PinningCost, RunResult, Stream
+from .records import (
+    ChasePoint,
+    Concurrent,
+    GpuSection,
+    OverlapPoint,
+    PinningCost,
+    RunResult,
+    Stream,
+)
 
 MIB = 1 << 20
 
@@ -51,6 +59,9 @@ class RunPlan:
     # a size stops after this many trials when each lies within plan.EARLY_NOISE of their
     # median (None: every trial), the rest taken only when they do not
     early_trials: int | None = 3
+    # trials of each GPU-side pointer chase (device memory, pinned host memory, a peer's
+    # memory); 0: none (--quick, whose 10 s they would pass: their JSON says so)
+    chase_trials: int = 5
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -69,7 +80,7 @@ QUICK_RUN_TARGET_S = 0.001
 # estimated or cut short. A pinned curve takes 0.6 s (0.15 s).
 DEFAULT_PLAN = RunPlan("default", 1 << 30, 4, 4.0, RUN_TARGET_S, 7, 14, 256 * MIB, 0.05, 5, 1 << 30)
 QUICK_PLAN = RunPlan(
-    "quick", 256 * MIB, 16, 0.6, QUICK_RUN_TARGET_S, 7, 7, 64 * MIB, 0.01, 3, 256 * MIB
+    "quick", 256 * MIB, 16, 0.6, QUICK_RUN_TARGET_S, 7, 7, 64 * MIB, 0.01, 3, 256 * MIB, 3, 0
 )
 
 HOST_KINDS = ("pageable", "pinned", "wc", "registered")
@@ -296,6 +307,41 @@ def overlap_point(engine: Engine, device: int, memory: str, size: int) -> Overla
         t.close()
 
 
+# The GPU-side latency: a chain of reads through 256 MiB, beyond every GPU's L2, one place every
+# 4 KiB (a page: each read also misses the TLB, as a scattered read of host data would), as
+# benchmarks/pointer_chase.cu is run to check it.
+CHASE_BYTES = 256 * MIB
+CHASE_STRIDE = 4096
+
+
+def chase_points(
+    engine: Engine, device: int, trials: int, peers: Sequence[int]
+) -> tuple[ChasePoint, ...]:
+    """One GPU thread's dependent reads of its device memory, of pinned host memory and of the
+    first peer's memory it can reach; each trial about 20 ms (chase.hpp). A chase that fails
+    says why in its point; a stop goes on up."""
+    wanted: list[tuple[str, int | None]] = [("device", None), ("pinned", None)]
+    reachable = [p for p in peers if p != device and engine.can_access_peer(device, p)]
+    wanted += [("device", reachable[0])] if reachable else []
+    points = []
+    for memory, peer in wanted:
+        try:
+            r = engine.chase(
+                device, memory, CHASE_BYTES, CHASE_STRIDE, 0, trials, -1 if peer is None else peer
+            )
+        except (AllocationError, EngineError) as exc:
+            points.append(
+                ChasePoint(memory, peer, CHASE_BYTES, CHASE_STRIDE, 0, (), None, str(exc))
+            )
+            continue
+        points.append(
+            ChasePoint(
+                memory, peer, CHASE_BYTES, CHASE_STRIDE, r.reads, tuple(r.ns_per_read), r.verified
+            )
+        )
+    return tuple(points)
+
+
 # Told of a GPU whose curves are measured (the section so far), before its other checks.
 CurvesDone = Callable[[GpuSection], None]
 
@@ -398,6 +444,11 @@ def _investigate_gpu(
             )
         section = replace(section, overlap=overlap)
         progress.step(f"gpu{device} CPU work during a readback")
+        if p.chase_trials:
+            with _phase(phases, "chase", engine.clock):
+                chase = chase_points(engine, device, p.chase_trials, options.devices)
+            section = replace(section, chase=chase)
+            progress.step(f"gpu{device} latency seen from the GPU")
         with _phase(phases, "gl", engine.clock):
             gl = gl_check(engine, device)
         section = replace(section, gl=gl)

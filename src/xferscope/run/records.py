@@ -7,7 +7,9 @@ Schema history (bump RUN_SCHEMA_VERSION on any change a reader must know about):
      run took (wall_s is the engine's clock: the model's for a simulated run; null when
      absent), each GPU's GL check and its GEMM check (null when absent), each GPU's phases_s:
      the seconds each kind of check took by the engine's clock, as wall_s (curves, concurrent,
-     pinning, overlap, gl, gemm; empty when absent).
+     pinning, overlap, chase, gl, gemm; empty when absent), each GPU's chase: latency seen
+     from the GPU, pointer chases through device, pinned and a peer's memory (empty when
+     absent, as in --quick runs).
 """
 
 from __future__ import annotations
@@ -147,6 +149,32 @@ class OverlapPoint:
 
 
 @dataclass(frozen=True, slots=True)
+class ChasePoint:
+    """Latency seen from the GPU: one GPU thread's dependent reads of `memory` (device memory of
+    GPU `peer` when set), `bytes` visited one place every `stride` in a random order."""
+
+    memory: str  # device, pinned
+    peer: int | None  # another GPU whose memory was read; None: this GPU's own, or the host's
+    bytes: int
+    stride: int
+    reads: int  # a trial's
+    ns_per_read: tuple[float, ...]  # one per trial
+    verified: bool | None  # every trial ended where the chain predicts; None: not measured
+    error: str | None = field(default=None, metadata={OMIT_DEFAULT: True})
+    DERIVED: ClassVar[tuple[Derived, ...]] = (Derived("median_ns", lambda c: c.median_ns),)
+
+    @property
+    def median_ns(self) -> float | None:
+        return stats.median(self.ns_per_read) if self.ns_per_read else None
+
+    @property
+    def label(self) -> str:
+        if self.peer is not None:
+            return f"GPU {self.peer}'s memory"
+        return "device memory" if self.memory == "device" else f"{self.memory} host memory"
+
+
+@dataclass(frozen=True, slots=True)
 class GpuSection:
     index: int
     status: str  # complete, failed, interrupted, not_run
@@ -167,6 +195,8 @@ class GpuSection:
     # NVML's clock event reasons right after the curves, while the link was being measured (the
     # machine's record is read after every check, the GEMMs' power draw included); None: unknown
     clock_event_reasons: int | None = field(default=None, metadata={OMIT_DEFAULT: True})
+    # latency seen from the GPU (pointer chases); empty in --quick runs (RunPlan.chase_trials)
+    chase: tuple[ChasePoint, ...] = field(default=(), metadata={OMIT_DEFAULT: True})
 
     def curve(self, direction: str, memory: str, mechanism: str, timing: str) -> Curve | None:
         return next(

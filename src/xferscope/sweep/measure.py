@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..core import background, limits, machine, plan
+from ..core import background, cases, limits, machine, plan
 from ..core.engine import Engine, Transfer, check_device
 from ..core.errors import AllocationError, EngineError, OptionError, XferscopeError
 from ..core.findings import INFO, WARNING, Finding, corrupted, failed, finding
@@ -409,6 +409,12 @@ def prepare_sweep(
     configs, skipped = options.configs()
     if not configs:
         raise OptionError("--mechanism", "no curve can run: " + "; ".join(skipped))
+    for device in options.devices:
+        check_device(engine, device)
+    configs, waived = waive(engine, configs)
+    skipped = skipped + waived
+    if not configs:
+        raise OptionError("-m/--memory", "no curve can run on this machine: " + "; ".join(waived))
     curves, sizes, rounds = len(configs), len(options.sizes), options.rounds
     limits.check_plan(
         blame,
@@ -416,10 +422,30 @@ def prepare_sweep(
         f"{curves} curves x {sizes} sizes x {rounds} rounds",
         "fewer --steps or sizes, a narrower range, fewer curves or rounds",
     )
-    for device in options.devices:
-        check_device(engine, device)
     check_memory(engine, options, configs, sizes_from)
     return SweepPlan(configs, skipped)
+
+
+def waive(engine: Engine, configs: list[CurveConfig]) -> tuple[list[CurveConfig], list[str]]:
+    """The curves this machine can run, and a note for each case it cannot (cases.waiver: a
+    memory kind the GPU or the host lacks), said once per case."""
+    host = machine.host_facts()
+    gpus = engine.device_count()
+    kept: list[CurveConfig] = []
+    notes: list[str] = []
+    for c in configs:
+        label = cases.label(c.direction, c.memory, c.mechanism, c.timing)
+        case = cases.case(label.replace(" ", "_")) if c.direction != "p2p" else None
+        why = (
+            None
+            if case is None
+            else cases.waiver(case, engine.device_info(c.device), gpus, host=host)
+        )
+        if why is None:
+            kept.append(c)
+        elif f"{label}: waived on this machine: {why}" not in notes:
+            notes.append(f"{label}: waived on this machine: {why}")
+    return kept, notes
 
 
 def run_sweep(

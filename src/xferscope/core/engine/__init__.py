@@ -13,7 +13,7 @@ from ..compiled import engine_module, result
 from ..errors import OptionError
 from ..units import parse_devices
 from . import protocols
-from .devices import check_device, compute_capability, format_cuda_version
+from .devices import check_device, compute_capability, format_cuda_version, memory_refusal
 from .native import NativeEngine, close_native
 from .protocols import *  # noqa: F403 (the Protocols are this package's types)
 
@@ -25,6 +25,7 @@ __all__ = [
     "compute_capability",
     "engine_module",
     "format_cuda_version",
+    "memory_refusal",
     "open_engine",
     "result",
 ]

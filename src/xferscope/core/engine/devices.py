@@ -29,3 +29,12 @@ def check_device(engine: Engine, device: int, option: str = "--device") -> None:
     count = engine.device_count()
     if not 0 <= device < count:
         raise OptionError(option, f"no GPU with index {device}; this machine has 0..{count - 1}")
+
+
+def memory_refusal(engine: _Facts, device: int, memory: str) -> str | None:
+    """Why this machine has no `memory` for GPU `device` (cases.memory_waiver): both engines
+    refuse to open a transfer of it with these words, before allocating anything."""
+    from .. import cases, host  # cases loads the engine module: not at import
+
+    facts = host.host_facts() if memory in cases.HOST_FACT_KINDS else None
+    return cases.memory_waiver(memory, engine.device_info(device), facts)

@@ -24,8 +24,10 @@ from ..errors import (
     NoDeviceError,
     XferscopeError,
 )
+from .devices import memory_refusal
 from .protocols import (
     Batch,
+    ChaseResult,
     Copier,
     Gemm,
     GemmVerification,
@@ -149,6 +151,10 @@ class NativeEngine:
             if staged_direct_below is None
             else staged_direct_below
         )
+        if cases.refusal(direction, memory, mechanism, None, peer_access) is None:
+            why = memory_refusal(self, device, memory)
+            if why:
+                raise EngineError(why)
         with self._measuring():
             handle = self._engine.Transfer(
                 device,
@@ -319,6 +325,21 @@ class NativeEngine:
         self.device_info(device)  # a clear NoDeviceError for a bad index
         with self._measuring():
             return _NativeGl(self._engine.GlContext(device), self)
+
+    def chase(
+        self,
+        device: int,
+        memory: str,
+        bytes: int,
+        stride: int,
+        reads: int,
+        trials: int,
+        peer: int = -1,
+        seed: int = 42,
+    ) -> ChaseResult:
+        """A pointer chase: one GPU thread's dependent reads of `memory` (chase.hpp)."""
+        with self._measuring():
+            return self._engine.chase(device, memory, bytes, stride, reads, trials, peer, seed)  # type: ignore[no-any-return]
 
     def blas_version(self) -> int:
         """cuBLASLt's version: the library found (libraries.py) and loaded, once."""

@@ -100,6 +100,17 @@ class GpuOverlapResult(Protocol):
     def verified(self) -> bool: ...
 
 
+class ChaseResult(Protocol):
+    @property
+    def ns_per_read(self) -> list[float]: ...  # one per trial
+    @property
+    def reads(self) -> int: ...  # dependent reads a trial
+    @property
+    def slots(self) -> int: ...  # places the chain visits
+    @property
+    def verified(self) -> bool: ...  # every trial ended where the chain predicts
+
+
 class PinningCosts(Protocol):
     @property
     def host_alloc_s(self) -> float: ...
@@ -318,6 +329,17 @@ class Engine(Protocol):
         self, device: int, threads: int = 0, chunk_bytes: int = 0, direct_below: int | None = None
     ) -> Copier: ...
     def gl_context(self, device: int) -> GlContext: ...
+    def chase(
+        self,
+        device: int,
+        memory: str,
+        bytes: int,
+        stride: int,
+        reads: int,
+        trials: int,
+        peer: int = -1,
+        seed: int = 42,
+    ) -> ChaseResult: ...  # reads 0: chosen for a trial of about 20 ms (chase.hpp)
     def blas_version(self) -> int: ...  # cuBLASLt's; BlasError where none loads
     def preload(self) -> None: ...  # the GEMM and GL checks' libraries, ahead of them
     def gemm(

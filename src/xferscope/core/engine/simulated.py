@@ -20,6 +20,7 @@ from .. import cases, interrupt
 from ..cases import DEFAULT_SEED
 from ..compiled import engine_module, result
 from ..errors import AllocationError, BlasError, EngineError, NoDeviceError
+from .devices import memory_refusal
 from .simulated_handles import (
     LAUNCH_FAILURE,
     SimulatedCopier,
@@ -44,7 +45,10 @@ SIMULATED_GPU: dict[str, Any] = {
     "async_engine_count": 3,
     "can_map_host_memory": True,
     "unified_addressing": True,
-    "pageable_memory_access": False,
+    "pageable_memory_access": False,  # x86 without HMM, as the lent machines
+    "host_register_read_only": False,
+    "managed_memory": True,
+    "concurrent_managed_access": True,
 }
 
 
@@ -225,6 +229,41 @@ class SimulatedEngine:
         self._gpu(device)
         return SimulatedGl(self, device)
 
+    def chase(
+        self,
+        device: int,
+        memory: str,
+        bytes: int,
+        stride: int,
+        reads: int,
+        trials: int,
+        peer: int = -1,
+        seed: int = 42,
+    ) -> Any:
+        """A pointer chase modelled on an H100's (benchmarks/pointer_chase.cu, 256 MiB by 4 KiB
+        strides): 140 ns a read of device memory, 1230 ns of host memory over PCIe 5; another
+        GPU's memory over NVLink, never measured on a lent machine, as 700 ns. Caches are not
+        modelled. The engine's rules refuse what it refuses."""
+        self._launch(device)
+        remote = 0 <= peer != device
+        if remote:
+            self._gpu(peer)
+        try:
+            why = engine_module().chase_refusal(memory, remote, bytes, stride, reads, trials)
+        except ValueError as exc:  # an unknown kind: the engine's UsageError, as native.py's
+            raise EngineError(str(exc)) from None
+        if why:
+            raise EngineError(why)
+        each_s = (700e-9 if remote else 140e-9) if memory == "device" else 1230e-9
+        slots = bytes // stride
+        if reads <= 0:
+            limits = engine_module().CHASE_LIMITS
+            reads = int(limits["trial_s"] / each_s)
+            reads = min(max(reads, limits["least_reads"]), limits["most_reads"])
+        ns = [each_s * 1e9 * float(self.rng.lognormal(0.0, self.noise)) for _ in range(trials)]
+        self.advance(each_s * reads * (trials + 1))
+        return result("ChaseResult", ns_per_read=ns, reads=reads, slots=slots, verified=True)
+
     def blas_version(self) -> int:
         raise BlasError("the simulated engine runs its GEMMs without cuBLASLt")
 
@@ -299,6 +338,9 @@ class SimulatedEngine:
             )
         if device in self.failing_devices:
             raise LAUNCH_FAILURE
+        why = memory_refusal(self, device, memory)
+        if why:
+            raise EngineError(why)
         free, _ = self.memory_info(device)
         if max(capacity, rotation_bytes) * 2 > free:
             raise AllocationError(

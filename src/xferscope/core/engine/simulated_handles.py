@@ -150,7 +150,7 @@ class SimulatedTransfer:
         self._check(bytes)
         copy = self.per_copy_s("api", bytes) * self.copies_per_iteration
         host_driven = self._mechanism in ("memcpy", "staged", "driver") or (
-            self._memory == "pageable" and self.direction not in cases.DEVICE_DIRECTIONS
+            self._memory in cases.DRIVER_STAGED and self.direction not in cases.DEVICE_DIRECTIONS
         )
         issue = copy if host_driven else 3e-6
         wait = 0.0 if host_driven else max(0.0, copy - work_s)
@@ -176,7 +176,7 @@ class SimulatedTransfer:
         seconds *= 16 / max(1, self._engine.width_of(self.device))  # a link trained down
         if self._engine.confidential_computing:  # a model: the CPU encrypts every copy
             seconds *= CC_SLOWDOWN
-        if self._memory == "pageable" and self._host_offset % 16:
+        if self._memory in cases.DRIVER_STAGED and self._host_offset % 16:
             seconds *= 1.12
         if self._host_offset % 64 or self._device_offset % 64:
             seconds += 0.3e-6
