@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..core import background, cases, limits, machine, plan
-from ..core.engine import Engine, Transfer, check_device
+from ..core.engine import Engine, Transfer, check_device, memory_refusal
 from ..core.errors import AllocationError, EngineError, OptionError, XferscopeError
 from ..core.findings import INFO, WARNING, Finding, corrupted, failed, finding
 from ..core.progress import QUIET, Progress
@@ -427,24 +427,20 @@ def prepare_sweep(
 
 
 def waive(engine: Engine, configs: list[CurveConfig]) -> tuple[list[CurveConfig], list[str]]:
-    """The curves this machine can run, and a note for each case it cannot (cases.waiver: a
-    memory kind the GPU or the host lacks), said once per case."""
-    host = machine.host_facts()
-    gpus = engine.device_count()
+    """The curves this machine can run, and a note for each memory kind it lacks
+    (cases.memory_waiver: what the GPU or the host does not have), said once per kind and GPU."""
     kept: list[CurveConfig] = []
     notes: list[str] = []
     for c in configs:
-        label = cases.label(c.direction, c.memory, c.mechanism, c.timing)
-        case = cases.case(label.replace(" ", "_")) if c.direction != "p2p" else None
-        why = (
-            None
-            if case is None
-            else cases.waiver(case, engine.device_info(c.device), gpus, host=host)
-        )
+        host_side = c.direction not in cases.DEVICE_DIRECTIONS
+        why = memory_refusal(engine, c.device, c.memory) if host_side else None
         if why is None:
             kept.append(c)
-        elif f"{label}: waived on this machine: {why}" not in notes:
-            notes.append(f"{label}: waived on this machine: {why}")
+            continue
+        gpu = f" gpu{c.device}" if c.device else ""
+        note = f"-m {c.memory}{gpu}: waived on this machine: {why}"
+        if note not in notes:
+            notes.append(note)
     return kept, notes
 
 
