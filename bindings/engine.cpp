@@ -21,6 +21,7 @@
 #include "xferscope/chase.hpp"
 #include "xferscope/device.hpp"
 #include "xferscope/error.hpp"
+#include "xferscope/numa.hpp"
 #include "xferscope/overlap.hpp"
 #include "xferscope/pinning.hpp"
 #include "xferscope/staged.hpp"
@@ -354,6 +355,9 @@ NB_MODULE(_engine, m) {
                      if (c == nullptr) return std::nullopt;
                      return c->plan();
                    })
+      .def(
+          "host_node", [](TransferHandle& h) { return h.get().host_node(); },
+          "The NUMA node the host buffer's first page is on; -1 when unknown or none.")
       .def("close", &TransferHandle::close);
 
   nb::class_<CopierHandle>(m, "StagedCopier")
@@ -438,6 +442,8 @@ NB_MODULE(_engine, m) {
     limits["most_reads"] = xs::kChaseMostReads;
     m.attr("CHASE_LIMITS") = limits;
   }
+  m.def("bind_memory", &xs::bind_memory, "node"_a,
+        "The calling thread's new pages come from NUMA node `node` only; -1: the default.");
   m.def(
       "chase_refusal",
       [](const std::string& memory, bool remote, std::size_t bytes, std::size_t stride,

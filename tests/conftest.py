@@ -20,6 +20,7 @@ FIXED_HOST = {
     "os": "Linux 6.1.0-test",
     "python": "3.12.0",
     "process_cpus": "0-5,12-17",
+    "numa_cpus": ["0-5,12-17", "6-11,18-23"],  # two sockets: the GPUs are on node 0
     "huge_pages": {"thp": "madvise", "hugetlb_page_bytes": 2 << 20, "hugetlb_free_bytes": 0},
 }
 

@@ -11,6 +11,7 @@
 #include "xferscope/cpu_work.hpp"
 #include "xferscope/detail/driver.hpp"
 #include "xferscope/error.hpp"
+#include "xferscope/numa.hpp"
 #include "xferscope/pattern.hpp"
 
 namespace xferscope {
@@ -526,6 +527,13 @@ Verification Transfer::verify(std::size_t bytes, bool inject_fault) {
   verification.ok = host_counters[0] == 0;
   verification.first_mismatch = verification.ok ? -1 : static_cast<std::int64_t>(host_counters[1]);
   return verification;
+}
+
+int Transfer::host_node() const noexcept {
+  for (const Buffer& b : buffers_) {
+    if (!b.on_device() && b.host() != nullptr) return memory_node(b.host());
+  }
+  return -1;
 }
 
 std::vector<double> time_concurrently(const std::vector<Transfer*>& transfers, std::size_t bytes,

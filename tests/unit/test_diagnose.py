@@ -220,6 +220,11 @@ CASES = {
     "pageable_slow": [(lambda one, two: one, "pageable_slow"), (_pageable_quiet, None)],
     "link_downtrained": [(_downtrained, "link_downtrained"), (lambda one, two: one, None)],
     "numa_affinity": [(_numa_far, "numa_far"), (lambda one, two: one, None)],
+    # the fixed host has two nodes, and the model's far node halves H2D
+    "numa_far_slower": [
+        (lambda one, two: one, "numa_far_slower"),
+        (lambda one, two: with_section(one, numa=()), None),
+    ],
     "verification_failed": [(_corrupt, "verification_failed"), (lambda one, two: one, None)],
     "noisy_or_throttled": [
         (_noisy, "noisy"),

@@ -271,8 +271,14 @@ def test_a_run_frees_the_host_only_while_the_gpu_alone_is_timed(monkeypatch):
         else:
             assert event == "gemm" or not free, event
             opened = ""
-    # one window per curve that times the GPU alone, then the GEMM check's (after GL)
-    assert set(windows[:-1]) == alone and len(windows) == len(alone) + 1 and windows[-1] == ""
+    # one window per curve that times the GPU alone (the run's, then its NUMA placements' on
+    # each of the fixed host's two nodes), then the GEMM check's (after GL)
+    from xferscope.run.investigate import NUMA_CURVES
+    from xferscope.sweep.records import CurveConfig
+
+    placed = 2 * sum(CurveConfig(0, *key).gpu_alone for key in NUMA_CURVES)
+    assert set(windows[:-1]) == alone and windows[-1] == ""
+    assert len(windows) == len(alone) + placed + 1
     last = len(events) - events[::-1].index("free") - 1
     assert "gl_context" in events[:last] and events[last + 1] == "gemm"
     assert "measure_pinning" in events[:last]

@@ -12,6 +12,7 @@ from xferscope.core.findings import ERROR, WARNING
 from xferscope.run import investigate
 from xferscope.run.investigate import (
     DEFAULT_PLAN,
+    NUMA_CURVES,
     QUICK_PLAN,
     RunOptions,
     gpu_curves,
@@ -228,8 +229,10 @@ def test_steps_count_every_progress_unit():
         # --quick on more than two GPUs: every check on the first, the headline on the others
         full = n if n <= 2 else 1
         headline = (n - full) * (5 * 8 + 1)
-        assert steps(options) == full * (CURVES * 8 + 5) + headline + per_multi
-    assert steps(RunOptions(devices=(0,))) == CURVES * 16 + 5
+        placed = 2 * len(NUMA_CURVES)  # one size on each of the fixed host's two nodes
+        assert steps(options) == full * (CURVES * 8 + 5 + placed) + headline + per_multi
+    # the default run: 16 sizes a curve, and the chases
+    assert steps(RunOptions(devices=(0,))) == CURVES * 16 + 5 + 2 * len(NUMA_CURVES) + 1
 
 
 @pytest.mark.parametrize("devices", [1, 2, 3])
@@ -238,9 +241,12 @@ def test_observer_is_told_of_every_point_and_step(devices):
     options = quick(devices)
     result = run_investigation(SimulatedEngine(devices=devices), options, recorder)
     assert result.complete
-    assert len(recorder.begun) == sum(len(g.curves) for g in result.gpus)
-    assert len(recorder.begun) == (CURVES * devices if devices <= 2 else CURVES + 5 * (devices - 1))
-    measured = sum(len(c.points) for g in result.gpus for c in g.curves)
+    assert len(recorder.begun) == sum(len(g.curves) + len(g.numa) for g in result.gpus)
+    # the fixed host's two NUMA nodes: the placement curves of every fully measured GPU
+    placed = 2 * len(NUMA_CURVES) * (devices if devices <= 2 else 1)
+    full = CURVES * devices if devices <= 2 else CURVES + 5 * (devices - 1)
+    assert len(recorder.begun) == full + placed
+    measured = sum(len(c.points) for g in result.gpus for c in (*g.curves, *g.numa))
     assert len(recorder.points) == measured
     assert any("H2D while D2H" in s for s in recorder.steps)
     assert any("pinning" in s for s in recorder.steps)

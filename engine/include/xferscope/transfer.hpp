@@ -131,6 +131,9 @@ class Transfer {
   OverlapSample overlap_cpu(std::size_t bytes, double work_s);
   // The staged copier of a staged transfer, nullptr otherwise.
   const StagedCopier* staged() const noexcept { return staged_.get(); }
+  // The NUMA node the host buffer's first page is on (numa.hpp), -1 when the kernel does not
+  // say or the transfer moves device memory only.
+  int host_node() const noexcept;
 
   // The three steps of a held, event-timed batch, public so several transfers can run at once
   // (time_concurrently): queue `iterations` behind a blocking kernel, let them go, and wait for

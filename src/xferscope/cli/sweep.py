@@ -6,9 +6,10 @@ from typing import Any
 
 import click
 
-from ..core import cases, limits, plan
+from ..core import cases, host, limits, plan
 from ..core.cases import HOST_MEMORY, TIMINGS
 from ..core.engine import Engine
+from ..core.engine.placement import numa_refusal
 from ..core.errors import OptionError
 from ..core.units import (
     format_bytes,
@@ -154,6 +155,13 @@ APIS = ("runtime", "driver")  # `--api`: the CUDA runtime's copies, the driver A
     help="Measure every curve this many times, in alternating order, and pool the trials, so "
     "drift during the run falls on every curve alike [default: 1; 2 with --alignment].",
 )
+@option(
+    "--numa-node",
+    default=None,
+    help="Place the host memory, and the thread that copies it, on these NUMA nodes in turn "
+    "(comma-separated, or all): one curve per node, as numactl --cpunodebind=N --membind=N "
+    "would [default: where the operating system puts them].",
+)
 @flag("--no-verify", help="Skip checking the destination after each size.")
 @measured_options("sweep", "PREFIX-bandwidth.png and PREFIX-latency.png", gpu=None)
 @click.pass_context
@@ -267,7 +275,27 @@ def build_sweep_options(kw: dict[str, Any]) -> SweepOptions:
         rounds=kw["rounds"] if kw["rounds"] is not None else (2 if kw["alignment"] else 1),
         host_offsets=parse_offsets("--host-offset", kw["host_offset"]),
         device_offsets=parse_offsets("--device-offset", kw["device_offset"]),
+        numa_nodes=parse_numa_nodes(kw["numa_node"]),
     )
+
+
+def parse_numa_nodes(text: str | None) -> tuple[int, ...]:
+    """--numa-node: node numbers, or all of this host's; each one the host has."""
+    if text is None:
+        return ()
+    listed = host.host_facts().get("numa_cpus") or []
+    if text.strip() == "all":
+        if not listed:
+            raise OptionError(
+                "--numa-node", "this host lists no NUMA nodes (/sys/devices/system/node)"
+            )
+        return tuple(n for n, cpus in enumerate(listed) if cpus)
+    nodes = parse_counts("--numa-node", text, 0)
+    for node in nodes:
+        why = numa_refusal(node)
+        if why:
+            raise OptionError("--numa-node", why)
+    return tuple(nodes)
 
 
 def parse_offsets(option: str, text: str) -> tuple[int, ...]:

@@ -57,6 +57,18 @@ def numa_nodes() -> int:
         return 1
 
 
+def numa_cpus() -> list[str]:
+    """Each NUMA node's CPUs as a cpulist, by node number ([] where the kernel lists none)."""
+    base = Path("/sys/devices/system/node")
+    try:
+        nodes = sorted(int(p.name[4:]) for p in base.glob("node[0-9]*"))
+    except OSError:
+        return []
+    return (
+        [_read(base / f"node{n}" / "cpulist") or "" for n in range(nodes[-1] + 1)] if nodes else []
+    )
+
+
 def huge_pages() -> dict[str, Any]:
     """Transparent huge pages' mode (always, madvise, never; None where the kernel has none)
     and the reserved huge pages free for hugetlb memory, in bytes."""
@@ -88,5 +100,6 @@ def host_facts() -> dict[str, Any]:
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
         "process_cpus": process_cpus(),
+        "numa_cpus": numa_cpus(),
         "huge_pages": huge_pages(),
     }

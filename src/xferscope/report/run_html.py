@@ -47,6 +47,7 @@ from .run_html_tables import (
     concurrent_table,
     gemm_table,
     gl_table,
+    numa_table,
     overlap_table,
     pinning_table,
 )
@@ -172,6 +173,9 @@ def _gpu_section(result: RunResult, gpu: GpuSection) -> str:
     if gpu.overlap:
         parts.append("<h3>Can the CPU work during a copy?</h3>")
         parts.append(overlap_table(gpu.overlap))
+    if gpu.numa:
+        parts.append("<h3>Host memory on each NUMA node</h3>")
+        parts.append(numa_table(result.machine, gpu.numa))
     if gpu.chase:
         parts.append("<h3>Latency seen from the GPU</h3>")
         parts.append(chase_table(gpu.chase))

@@ -1,9 +1,11 @@
 """The tables of the run page (run_html.py) that are not curves: concurrent copies, what
-pinning costs, CPU work under a readback, the GL check and the GEMM check."""
+pinning costs, CPU work under a readback, host memory on each NUMA node, latency seen from the
+GPU, the GL check and the GEMM check."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..core.units import format_bytes, format_flops, format_rate, format_seconds
 from ..gemm.check import GemmCheck
@@ -14,6 +16,7 @@ from ..run.records import (
     OverlapPoint,
     PinningCost,
 )
+from ..sweep.records import Curve
 from .page import (
     RowClass,
     escape,
@@ -21,6 +24,7 @@ from .page import (
     red,
     table,
 )
+from .sweep_tables import placed_label
 
 
 def _concurrent_rows(c: Concurrent, share: bool = False) -> list[list[object]]:
@@ -145,6 +149,25 @@ def overlap_table(points: Sequence[OverlapPoint]) -> str:
         f'{markup}<p class="caption">The copy is issued, the CPU works for half the copy\'s time, '
         "then waits (seed 000's asynchronous readback). Hidden: the share of the work that cost "
         "no extra time. `xferscope overlap cpu` sweeps the work.</p>"
+    )
+
+
+def numa_table(machine: Mapping[str, Any], curves: Sequence[Curve]) -> str:
+    rows = [
+        [
+            placed_label(machine, c),
+            format_rate(c.points[-1].bandwidth),
+            format_bytes(c.points[-1].bytes),
+            f"{c.points[-1].rel_noise:.1%}",
+        ]
+        for c in curves
+        if c.points
+    ]
+    markup = table(["curve", "bandwidth", "at", "noise"], rows, ["", "num", "num", "num"])
+    return (
+        f'{markup}<p class="caption">The host memory and the thread copying it placed on each '
+        "NUMA node in turn (as numactl --cpunodebind=N --membind=N). `xferscope sweep "
+        "--numa-node all` measures whole curves this way.</p>"
     )
 
 

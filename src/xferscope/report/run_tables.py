@@ -12,6 +12,7 @@ from ..gemm.check import CHECK_LADDER
 from ..run.metrics import HEADLINE_CURVES
 from ..run.records import RunResult
 from .style import print_findings, print_simulated
+from .sweep_tables import placed_label
 
 
 def headline_table(result: RunResult) -> Table:
@@ -62,6 +63,17 @@ def headline_table(result: RunResult) -> Table:
                 "",
                 "",
             )
+        for curve in gpu.numa:
+            if curve.points:
+                point = curve.points[-1]
+                table.add_row(
+                    str(gpu.index),
+                    placed_label(result.machine, curve),
+                    format_rate(point.bandwidth),
+                    format_bytes(point.bytes),
+                    "",
+                    "",
+                )
         for chase in gpu.chase:
             figure = f"one GPU read of {chase.label} (pointer chase)"
             if chase.median_ns is None:

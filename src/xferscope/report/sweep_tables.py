@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
@@ -106,7 +107,7 @@ def summary_table(result: SweepResult) -> Table:
         verified = [p.verification for p in curve.points if p.verification is not None]
         failed = sum(1 for v in verified if not v.ok)
         table.add_row(
-            curve.config.label,
+            placed_label(result.machine, curve),
             f"{format_seconds(smallest.median_s)} @ {format_bytes(smallest.bytes)}",
             f"{best.bandwidth / 1e9:.2f} GB/s @ {format_bytes(best.bytes)}",
             _share_of_limit(result, curve, best.bandwidth),
@@ -115,6 +116,20 @@ def summary_table(result: SweepResult) -> Table:
             curve.status if curve.error is None else escape(f"failed: {curve.error}"),
         )
     return table
+
+
+def placed_label(machine: Mapping[str, Any], curve: Curve) -> str:
+    """The curve's label; for memory placed on a NUMA node, whether that node is the GPU's own
+    (its PCIe root's, machine record) and where the pages were found."""
+    c = curve.config
+    if c.numa_node is None:
+        return c.label
+    gpus = {g.get("index"): g for g in machine.get("gpus", [])}
+    own = (gpus.get(c.device) or {}).get("numa_node")
+    mark = " (the GPU's node)" if own == c.numa_node else ""
+    if curve.host_node is not None and curve.host_node not in (-1, c.numa_node):
+        mark += f" [pages found on node {curve.host_node}]"
+    return c.label + mark
 
 
 def _point_cells(curve: Curve, size: int) -> list[str]:

@@ -296,6 +296,61 @@ def numa_affinity(result: RunResult) -> Iterator[Finding]:
         )
 
 
+# A far node's figure is "slower beyond the noise" when it lies below the near node's by more
+# than both points' spreads together, and by at least this share.
+NUMA_LEAST_LOSS = 0.05
+
+
+def numa_far_slower(result: RunResult) -> Iterator[Finding]:
+    """Host memory on another NUMA node than the GPU's moves slower (nvbandwidth#53): each
+    placed curve against the same curve on the GPU's own node (or, where the machine does not
+    say which node that is, the fastest node); one finding per GPU and slower node, its figure
+    the worst case."""
+    for gpu in _measured(result):
+        own = _gpu_facts(result, gpu.index).get("numa_node")
+        by_case: dict[tuple[str, ...], dict[int, Curve]] = {}
+        for curve in gpu.numa:
+            c = curve.config
+            if curve.points and c.numa_node is not None:
+                case = (c.direction, c.memory, c.mechanism, c.timing)
+                by_case.setdefault(case, {})[c.numa_node] = curve
+        slower: dict[tuple[int, int], list[tuple[float, tuple[str, ...], Any, Any]]] = {}
+        for key, nodes in by_case.items():
+            near = own if own in nodes else max(nodes, key=lambda n: nodes[n].points[-1].bandwidth)
+            best = nodes[near].points[-1]
+            for node, curve in nodes.items():
+                point = curve.points[-1]
+                loss = 1 - point.bandwidth / best.bandwidth
+                if node != near and loss > max(NUMA_LEAST_LOSS, point.rel_noise + best.rel_noise):
+                    slower.setdefault((node, near), []).append((loss, key, point, best))
+        for (node, near), cases in sorted(slower.items()):
+            _, worst, point, best = max(cases, key=lambda c: c[0])
+            where = (
+                f"node {near}, the GPU's"
+                if own == near
+                else f"node {near}, the fastest: the machine does not say which node the GPU is on"
+            )
+            each = ", ".join(
+                f"{d.upper()} {m} {1 - lost:.2f}x" for lost, (d, m, *_), _, _ in sorted(cases)
+            )
+            yield Finding(
+                "numa_far_slower",
+                WARNING,
+                gpu.index,
+                _figure(gpu.index, worst[0], worst[1], worst[2], worst[3]) + f"/node{node}",
+                point.bandwidth,
+                best.bandwidth,
+                f"GPU {gpu.index}: host memory on NUMA node {node} moves slower than on {where}: "
+                f"{each} (worst {worst[0].upper()} from {worst[1]} memory, "
+                f"{format_rate(point.bandwidth)} against {format_rate(best.bandwidth)})",
+                "host memory on another socket crosses the link between the sockets, and its "
+                "copies lose bandwidth there (nvbandwidth#53 saw H2D halve this way)",
+                f"keep the job's host memory and threads on node {near}: `numactl "
+                f"--cpunodebind={near} --membind={near} <command>`; `xferscope sweep "
+                "--numa-node all` measures every placement",
+            )
+
+
 def verification_failed(result: RunResult) -> Iterator[Finding]:
     for gpu in result.gpus:
         for curve in gpu.curves:
@@ -539,6 +594,7 @@ RULES: tuple[Rule, ...] = (
     headline_verdicts,
     link_downtrained,
     numa_affinity,
+    numa_far_slower,
     pageable_slow,
     cpu_overlap,
     asymmetry,

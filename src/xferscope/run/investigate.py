@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from ..core import background, cases, machine, plan
+from ..core import background, cases, host, machine, plan
 from ..core.cases import DEFAULT_SEED
 from ..core.engine import Engine, Transfer
 from ..core.errors import AllocationError, CudaError, EngineError
@@ -25,7 +25,7 @@ from ..gemm.check import gemm_check
 from ..gl.check import gl_check
 from ..sweep.measure import measure_curve
 from ..sweep.options import SweepOptions
-from ..sweep.records import CurveConfig
+from ..sweep.records import Curve, CurveConfig
 from .metrics import HEADLINE_CURVES
 from .records import (
     ChasePoint,
@@ -171,11 +171,13 @@ class RunOptions:
 
 def steps(options: RunOptions, earlier: RunResult | None = None) -> int:
     """Progress units: one per curve size, per concurrent measurement, per pinning run, per
-    overlap measurement, per GL check and per GEMM check; less the GPUs an interrupted run
-    being continued completed (`earlier`)."""
+    overlap measurement, per placement curve (one size each), per chase check, per GL check and
+    per GEMM check; less the GPUs an interrupted run being continued completed (`earlier`)."""
     sizes = len(options.plan.sizes)
+    nodes = len(numa_nodes())
+    placed = len(NUMA_CURVES) * nodes if nodes > 1 else 0
     per_gpu = {
-        "full": len(gpu_curves(0)) * sizes + 5,
+        "full": len(gpu_curves(0)) * sizes + 5 + placed + (1 if options.plan.chase_trials else 0),
         "headline": len(gpu_curves(0, "headline")) * sizes + 1,
     }
     n = len(options.devices)
@@ -342,6 +344,46 @@ def chase_points(
     return tuple(points)
 
 
+# Host memory on each NUMA node: these curves, one size (the plan's stream_bytes), per node.
+NUMA_CURVES = (
+    ("h2d", "pinned", "async", "device"),
+    ("d2h", "pinned", "async", "device"),
+    ("h2d", "pageable", "memcpy", "api"),
+    ("d2h", "pageable", "memcpy", "api"),
+)
+
+
+def numa_nodes() -> tuple[int, ...]:
+    """The NUMA nodes with CPUs of this host (host.py); one node: nothing to place."""
+    listed = host.host_facts().get("numa_cpus") or []
+    return tuple(n for n, cpus in enumerate(listed) if cpus)
+
+
+def numa_curves(
+    engine: Engine, device: int, sweep: SweepOptions, progress: Progress
+) -> tuple[Curve, ...]:
+    """Each of NUMA_CURVES with its host memory, and the thread copying it, on each node in turn
+    (placement.py), measured as the run's curves are. Empty on a host of one node."""
+    nodes = numa_nodes()
+    if len(nodes) < 2:
+        return ()
+    curves = []
+    for key in NUMA_CURVES:
+        for node in nodes:
+            run = measure_curve(engine, CurveConfig(device, *key, numa_node=node), sweep, progress)
+            curves.append(run.curve)
+            if run.interrupted:
+                raise KeyboardInterrupt
+    return tuple(curves)
+
+
+def numa_notes() -> tuple[str, ...]:
+    """A host of one NUMA node says so: there is no far memory to measure."""
+    if len(numa_nodes()) >= 2:
+        return ()
+    return ("This host has one NUMA node: host memory placement was not measured.",)
+
+
 # Told of a GPU whose curves are measured (the section so far), before its other checks.
 CurvesDone = Callable[[GpuSection], None]
 
@@ -444,6 +486,9 @@ def _investigate_gpu(
             )
         section = replace(section, overlap=overlap)
         progress.step(f"gpu{device} CPU work during a readback")
+        with _phase(phases, "numa", engine.clock):
+            numa = numa_curves(engine, device, replace(sweep, sizes=(p.stream_bytes,)), progress)
+        section = replace(section, numa=numa)
         if p.chase_trials:
             with _phase(phases, "chase", engine.clock):
                 chase = chase_points(engine, device, p.chase_trials, options.devices)
@@ -600,7 +645,7 @@ def run_investigation(
         interrupted=interrupted,
         wall_s=engine.clock() - start + before_s,
         elapsed_s=time.perf_counter() - real_start + before_real_s,
-        notes=scope_notes(options) + resumed_notes(earlier, options),
+        notes=scope_notes(options) + numa_notes() + resumed_notes(earlier, options),
     )
     return replace(result, findings=tuple(diagnose(result)))
 

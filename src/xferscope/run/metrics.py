@@ -1,7 +1,8 @@
 """A run flattened into named metrics: what compare, Prometheus, history and the diagnosis read.
 
 Names are hierarchical, like nvbench's summaries: `gpu0/h2d/pinned/async/device/bandwidth`,
-`gpu0/concurrent/bidirectional/h2d/bandwidth`, `p2p/0-1/async/peer/one_way/bandwidth`. Values
+`gpu0/concurrent/bidirectional/h2d/bandwidth`, `p2p/0-1/async/peer/one_way/bandwidth`,
+`gpu0/numa/node1/h2d/pinned/async/device/bandwidth`, `gpu0/chase/pinned/read_latency`. Values
 are SI (bytes per second, seconds); each metric keeps its per-trial samples so a comparison can
 weigh a difference against the noise.
 """
@@ -89,6 +90,21 @@ def run_metrics(result: RunResult) -> dict[str, Metric]:
                 curve.config.timing,
             )
             metrics += _curve_metrics(prefix, curve, key in HEADLINE_CURVES)
+        for curve in gpu.numa:  # one size: its bandwidth (the latency of a large copy says little)
+            node = curve.config.numa_node
+            metrics += _curve_metrics(f"{prefix}/numa/node{node}", curve, False)[:1]
+        for chase in gpu.chase:
+            if chase.median_ns is not None and chase.verified:
+                where = chase.memory if chase.peer is None else f"gpu{chase.peer}"
+                metrics.append(
+                    Metric(
+                        f"{prefix}/chase/{where}/read_latency",
+                        chase.median_ns * 1e-9,
+                        "s",
+                        False,
+                        tuple(ns * 1e-9 for ns in chase.ns_per_read),
+                    )
+                )
         for c in gpu.concurrent:
             metrics += _concurrent_metrics(f"{prefix}/concurrent/{c.label}", c)
         if gpu.pinning is not None:

@@ -9,7 +9,8 @@ Schema history (bump RUN_SCHEMA_VERSION on any change a reader must know about):
      the seconds each kind of check took by the engine's clock, as wall_s (curves, concurrent,
      pinning, overlap, chase, gl, gemm; empty when absent), each GPU's chase: latency seen
      from the GPU, pointer chases through device, pinned and a peer's memory (empty when
-     absent, as in --quick runs).
+     absent, as in --quick runs), each GPU's numa: curves of one size with host memory placed on
+     each NUMA node (empty when absent, as on a host of one node).
 """
 
 from __future__ import annotations
@@ -195,6 +196,9 @@ class GpuSection:
     # NVML's clock event reasons right after the curves, while the link was being measured (the
     # machine's record is read after every check, the GEMMs' power draw included); None: unknown
     clock_event_reasons: int | None = field(default=None, metadata={OMIT_DEFAULT: True})
+    # host memory placed on each NUMA node in turn (investigate.NUMA_CURVES at one size); empty
+    # on a host of one node
+    numa: tuple[Curve, ...] = field(default=(), metadata={OMIT_DEFAULT: True})
     # latency seen from the GPU (pointer chases); empty in --quick runs (RunPlan.chase_trials)
     chase: tuple[ChasePoint, ...] = field(default=(), metadata={OMIT_DEFAULT: True})
 

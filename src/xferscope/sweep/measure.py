@@ -188,6 +188,7 @@ def measure_curve(
         sizes = [sizes[0], sizes[-1], *sizes[1:-1]]
     cache_bytes = int(engine.device_info(config.device).get("l2_cache_bytes") or 0)
     points: list[Point] = []
+    host_node: int | None = None
     status, error, interrupted = "complete", None, False
     failure: XferscopeError | None = None
     progress.begin(config.label)
@@ -201,6 +202,7 @@ def measure_curve(
             budget_s=options.budget_s,
             requested_target_s=options.target_s,
             wall_s=engine.clock() - start,
+            host_node=host_node,
         )
 
     try:
@@ -214,9 +216,12 @@ def measure_curve(
             rotate=options.cache == "cold",
             host_offset=config.host_offset,
             device_offset=config.device_offset,
+            numa_node=-1 if config.numa_node is None else config.numa_node,
         )
         try:
             transfer.fill(options.seed)
+            if config.numa_node is not None:
+                host_node = transfer.host_node()  # where the filled pages went
             # side work runs beside a curve that times the GPU alone, and stops for the others
             (background.host_free if config.gpu_alone else background.host_timed)()
             # The budget bounds measuring, not allocating and filling the buffers.

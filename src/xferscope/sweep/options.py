@@ -45,6 +45,9 @@ class SweepOptions:
     device_offsets: tuple[int, ...] = (0,)
     # every curve measured this many times, in alternating order, its trials pooled
     rounds: int = 1
+    # host memory (and the measuring thread) placed on each of these NUMA nodes in turn, one
+    # curve per node; () leaves it where the operating system puts it
+    numa_nodes: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.sizes or min(self.sizes) < 1:
@@ -98,21 +101,26 @@ class SweepOptions:
                             if reason:
                                 skip(reason, direction, memory, mechanism, timing)
                                 continue
-                            # Device-to-device copies have no host side to misalign.
+                            # Device-to-device copies have no host side to misalign or place.
                             hosts = (0,) if device_side else self.host_offsets
+                            nodes = (
+                                (None,) if device_side or not self.numa_nodes else self.numa_nodes
+                            )
                             for host_offset in hosts:
                                 for device_offset in self.device_offsets:
-                                    config = CurveConfig(
-                                        device,
-                                        direction,
-                                        memory,
-                                        mechanism,
-                                        timing,
-                                        host_offset,
-                                        device_offset,
-                                    )
-                                    if config not in configs:
-                                        configs.append(config)
+                                    for node in nodes:
+                                        config = CurveConfig(
+                                            device,
+                                            direction,
+                                            memory,
+                                            mechanism,
+                                            timing,
+                                            host_offset,
+                                            device_offset,
+                                            node,
+                                        )
+                                        if config not in configs:
+                                            configs.append(config)
         return configs, skipped
 
     def to_dict(self) -> dict[str, Any]:

@@ -14,7 +14,14 @@ from typing import Any, ClassVar
 
 from ..core import stats
 from ..documents.envelope import Envelope
-from ..documents.records import NON_EMPTY, OMIT_WHEN, Derived, read_result, result_document
+from ..documents.records import (
+    NON_EMPTY,
+    OMIT_DEFAULT,
+    OMIT_WHEN,
+    Derived,
+    read_result,
+    result_document,
+)
 
 SCHEMA_NAME = "xferscope-sweep"
 SCHEMA_VERSION = 2
@@ -46,12 +53,16 @@ class CurveConfig:
     # the document only for a misaligned curve)
     host_offset: int = field(default=0, metadata={OMIT_WHEN: lambda c: not c.offset_label})
     device_offset: int = field(default=0, metadata={OMIT_WHEN: lambda c: not c.offset_label})
+    # the host memory and the measuring thread on this NUMA node (--numa-node); None: where the
+    # operating system put them
+    numa_node: int | None = field(default=None, metadata={OMIT_DEFAULT: True})
 
     @property
     def label(self) -> str:
         return (
             f"{self.direction} {self.memory} {self.mechanism} {self.timing}"
             + self.offset_label
+            + ("" if self.numa_node is None else f" node{self.numa_node}")
             + (f" gpu{self.device}" if self.device else "")
         )
 
@@ -169,6 +180,9 @@ class Curve:
     requested_target_s: float = 0.0
     wall_s: float = 0.0
     points: tuple[Point, ...]
+    # the NUMA node the host buffer's pages were found on after filling, for a placed curve
+    # (numa_node set): -1 where the kernel did not say
+    host_node: int | None = field(default=None, metadata={OMIT_DEFAULT: True})
     DERIVED: ClassVar[tuple[Derived, ...]] = (Derived("label", lambda c: c.config.label, "config"),)
 
     def point(self, size: int) -> Point | None:

@@ -25,6 +25,7 @@ from ..errors import (
     XferscopeError,
 )
 from .devices import memory_refusal
+from .placement import Placement
 from .protocols import (
     Batch,
     ChaseResult,
@@ -143,6 +144,7 @@ class NativeEngine:
         host_offset: int = 0,
         device_offset: int = 0,
         staged_direct_below: int | None = None,
+        numa_node: int = -1,
     ) -> Transfer:
         from .. import cases  # loads the engine module: not before an engine is made
 
@@ -155,22 +157,29 @@ class NativeEngine:
             why = memory_refusal(self, device, memory)
             if why:
                 raise EngineError(why)
-        with self._measuring():
-            handle = self._engine.Transfer(
-                device,
-                direction,
-                memory,
-                mechanism,
-                capacity,
-                rotation_bytes,
-                rotate,
-                peer,
-                peer_access,
-                host_offset=host_offset,
-                device_offset=device_offset,
-                staged_direct_below=below,
-            )
-        return _NativeTransfer(handle, self, device, direction, None if peer < 0 else peer)
+        # placed before the buffers exist, so that they are allocated and touched on the node
+        placed = None if numa_node < 0 else Placement(numa_node, self._engine.bind_memory)
+        try:
+            with self._measuring():
+                handle = self._engine.Transfer(
+                    device,
+                    direction,
+                    memory,
+                    mechanism,
+                    capacity,
+                    rotation_bytes,
+                    rotate,
+                    peer,
+                    peer_access,
+                    host_offset=host_offset,
+                    device_offset=device_offset,
+                    staged_direct_below=below,
+                )
+        except BaseException:
+            if placed is not None:
+                placed.undo()
+            raise
+        return _NativeTransfer(handle, self, device, direction, None if peer < 0 else peer, placed)
 
     def time_concurrently(
         self, transfers: Sequence[Transfer], bytes: int, iterations: int
@@ -397,7 +406,13 @@ class _NativeCopier(_NativeHandle):
 
 class _NativeTransfer(_NativeHandle):
     def __init__(
-        self, handle: Any, engine: NativeEngine, device: int, direction: str, peer: int | None
+        self,
+        handle: Any,
+        engine: NativeEngine,
+        device: int,
+        direction: str,
+        peer: int | None,
+        placed: Placement | None = None,
     ) -> None:
         super().__init__(handle, engine)
         self.device = device
@@ -405,6 +420,17 @@ class _NativeTransfer(_NativeHandle):
         self.peer = peer
         self.copies_per_iteration = int(handle.copies_per_iteration)
         self.blocks_for_device_timing = bool(handle.blocks_for_device_timing)
+        self._placed = placed
+
+    def host_node(self) -> int:
+        return int(self._handle.host_node())
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self._placed is not None:
+                self._placed.undo()
 
     def fill(self, seed: int) -> None:
         self._measure("fill", seed)

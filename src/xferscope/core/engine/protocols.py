@@ -15,6 +15,7 @@ from typing import Any, Protocol
 __all__ = [
     "RESULT_CLASSES",
     "Batch",
+    "ChaseResult",
     "Copier",
     "Engine",
     "Gemm",
@@ -155,6 +156,7 @@ RESULT_CLASSES = (
     "GpuOverlapResult",
     "PinningCosts",
     "StagedPlan",
+    "ChaseResult",
 )
 
 
@@ -170,6 +172,7 @@ class Transfer(Protocol):
     def overlap_cpu(self, bytes: int, work_s: float) -> OverlapSample: ...
     @property
     def staged_plan(self) -> StagedPlan | None: ...
+    def host_node(self) -> int: ...  # the NUMA node of the host pages, -1 unknown or none
     def verify(self, bytes: int, inject_fault: bool = False) -> Verification: ...
     def inject_copy_failure(self) -> None: ...
     def close(self) -> None: ...
@@ -312,6 +315,7 @@ class Engine(Protocol):
         host_offset: int = 0,
         device_offset: int = 0,
         staged_direct_below: int | None = None,  # None: the engine's default
+        numa_node: int = -1,  # host memory and the calling thread on this node (placement.py)
     ) -> Transfer: ...
     def time_concurrently(
         self, transfers: Sequence[Transfer], bytes: int, iterations: int

@@ -21,6 +21,7 @@ from ..cases import DEFAULT_SEED
 from ..compiled import engine_module, result
 from ..errors import AllocationError, BlasError, EngineError, NoDeviceError
 from .devices import memory_refusal
+from .placement import numa_refusal
 from .simulated_handles import (
     LAUNCH_FAILURE,
     SimulatedCopier,
@@ -322,6 +323,7 @@ class SimulatedEngine:
         host_offset: int = 0,
         device_offset: int = 0,
         staged_direct_below: int | None = None,
+        numa_node: int = -1,
     ) -> SimulatedTransfer:
         interrupt.check()
         if capacity == 0:
@@ -338,7 +340,7 @@ class SimulatedEngine:
             )
         if device in self.failing_devices:
             raise LAUNCH_FAILURE
-        why = memory_refusal(self, device, memory)
+        why = memory_refusal(self, device, memory) or numa_refusal(numa_node)
         if why:
             raise EngineError(why)
         free, _ = self.memory_info(device)
@@ -360,6 +362,7 @@ class SimulatedEngine:
             host_offset,
             device_offset,
             staged_direct_below,
+            numa_node,
         )
 
     def time_concurrently(

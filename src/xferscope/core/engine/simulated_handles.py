@@ -24,6 +24,11 @@ SIMULATED_STAGED_PLAN: dict[str, Any] = {
 # How much longer a host copy takes on a modelled confidential computing system, whose CPU
 # encrypts each copy into bounce buffers (a model of the mechanism, not a measurement).
 CC_SLOWDOWN = 4.0
+# How much longer a host copy takes from memory on the far socket of the modelled two-socket
+# host (the GPUs hang off node 0): H2D halves, as nvbandwidth#53 reports, D2H loses a fifth (a
+# model of the shape users report, not a measurement).
+FAR_NODE_SLOWDOWN = {"h2d": 2.0, "d2h": 1.25, "roundtrip": 1.6}
+GPU_NODE = 0
 
 
 class SimulatedCopier:
@@ -75,9 +80,11 @@ class SimulatedTransfer:
         host_offset: int = 0,
         device_offset: int = 0,
         staged_direct_below: int | None = None,
+        numa_node: int = -1,
     ) -> None:
         self._engine = engine
         self._staged_direct_below = staged_direct_below
+        self._numa_node = numa_node
         self._host_offset = host_offset
         self._device_offset = device_offset
         self.peer = peer
@@ -96,6 +103,12 @@ class SimulatedTransfer:
         )
         self._fail_next = False
         self._closed = False
+
+    def host_node(self) -> int:
+        """Where the model's host pages are: the node asked for, else the GPU's own."""
+        if self.direction in cases.DEVICE_DIRECTIONS:
+            return -1
+        return GPU_NODE if self._numa_node < 0 else self._numa_node
 
     def _check(self, size: int) -> None:
         if self._closed:
@@ -176,6 +189,8 @@ class SimulatedTransfer:
         seconds *= 16 / max(1, self._engine.width_of(self.device))  # a link trained down
         if self._engine.confidential_computing:  # a model: the CPU encrypts every copy
             seconds *= CC_SLOWDOWN
+        if self._numa_node not in (-1, GPU_NODE):
+            seconds *= FAR_NODE_SLOWDOWN[self.direction]
         if self._memory in cases.DRIVER_STAGED and self._host_offset % 16:
             seconds *= 1.12
         if self._host_offset % 64 or self._device_offset % 64:
