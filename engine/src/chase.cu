@@ -7,6 +7,7 @@
 #include <string>
 
 #include "xferscope/chase.hpp"
+#include "xferscope/device.hpp"
 #include "xferscope/error.hpp"
 
 namespace xferscope {
@@ -70,20 +71,7 @@ ChaseResult chase(int device, MemoryKind memory, std::size_t bytes, std::size_t 
     throw UsageError(why);
   }
   XFS_CUDA_CALL(cudaSetDevice(device));
-  if (remote) {
-    int can = 0;
-    XFS_CUDA_CALL(cudaDeviceCanAccessPeer(&can, device, peer));
-    if (!can) {
-      throw UsageError("GPU " + std::to_string(device) + " cannot read GPU " +
-                       std::to_string(peer) + "'s memory (no peer access)");
-    }
-    const cudaError_t status = cudaDeviceEnablePeerAccess(peer, 0);
-    if (status == cudaErrorPeerAccessAlreadyEnabled) {
-      cudaGetLastError();
-    } else {
-      XFS_CUDA_CALL(status);
-    }
-  }
+  if (remote) enable_peer_access(device, peer);
   Buffer buffer = Buffer::allocate(memory, bytes, remote ? peer : device);
   XFS_CUDA_CALL(cudaSetDevice(device));
   auto* base = static_cast<char*>(buffer.device());

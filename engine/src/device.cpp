@@ -97,4 +97,20 @@ int driver_version() {
   return version;
 }
 
+void enable_peer_access(int from, int to) {
+  XFS_CUDA_CALL(cudaSetDevice(from));
+  int can = 0;
+  XFS_CUDA_CALL(cudaDeviceCanAccessPeer(&can, from, to));
+  if (can == 0) {
+    throw UsageError("GPU " + std::to_string(from) + " cannot access GPU " + std::to_string(to) +
+                     " directly (no peer access between them)");
+  }
+  const cudaError_t status = cudaDeviceEnablePeerAccess(to, 0);
+  if (status == cudaErrorPeerAccessAlreadyEnabled) {
+    cudaGetLastError();
+  } else {
+    XFS_CUDA_CALL(status);
+  }
+}
+
 }  // namespace xferscope

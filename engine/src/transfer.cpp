@@ -10,6 +10,7 @@
 #include "xferscope/cases.hpp"
 #include "xferscope/cpu_work.hpp"
 #include "xferscope/detail/driver.hpp"
+#include "xferscope/device.hpp"
 #include "xferscope/error.hpp"
 #include "xferscope/numa.hpp"
 #include "xferscope/pattern.hpp"
@@ -179,21 +180,10 @@ Transfer::~Transfer() {
 void Transfer::set_peer_access() {
   for (const auto& [from, to] :
        {std::pair{spec_.device, spec_.peer}, std::pair{spec_.peer, spec_.device}}) {
-    XFS_CUDA_CALL(cudaSetDevice(from));
     if (spec_.peer_access) {
-      int can = 0;
-      XFS_CUDA_CALL(cudaDeviceCanAccessPeer(&can, from, to));
-      if (can == 0) {
-        throw UsageError("GPU " + std::to_string(from) + " cannot access GPU " +
-                         std::to_string(to) + " directly (no peer access between them)");
-      }
-      const cudaError_t status = cudaDeviceEnablePeerAccess(to, 0);
-      if (status == cudaErrorPeerAccessAlreadyEnabled) {
-        cudaGetLastError();
-      } else {
-        XFS_CUDA_CALL(status);
-      }
+      enable_peer_access(from, to);
     } else {
+      XFS_CUDA_CALL(cudaSetDevice(from));
       const cudaError_t status = cudaDeviceDisablePeerAccess(to);
       if (status == cudaErrorPeerAccessNotEnabled) {
         cudaGetLastError();

@@ -211,23 +211,42 @@ def test_workers_load_only_once_the_host_is_free_and_pause_while_it_is_timed(wor
         assert process.exitcode == 0
 
 
+def watched_quick_run(engine, events: list[str]) -> None:
+    """A quick run, with side work (Watch) that notes in `events` when the host is freed and
+    when it is timed again."""
+    from xferscope.core import background
+    from xferscope.run.investigate import RunOptions, run_investigation
+
+    watch = Watch(events)
+    background.attach(watch)
+    try:
+        run_investigation(engine, RunOptions(devices=(0,), quick=True))
+    finally:
+        background.detach(watch)
+
+
+class Watch:
+    """Side work that only says when the host was freed and when it was timed again."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    def go(self) -> None:
+        self.events.append("free")
+
+    def pause(self) -> None:
+        self.events.append("timed")
+
+
 def test_a_run_frees_the_host_only_while_the_gpu_alone_is_timed(monkeypatch):
     """run's side work may run only while the GPU alone is timed: during the curves queued
     behind the blocking kernel and timed by CUDA events, and the GEMM check's GPU GEMMs; never
     during a curve the host takes part in, the host-timed checks, GL readback, or the CPU's
     GEMMs and the ladder."""
-    from xferscope.core import background
     from xferscope.core.engine.simulated import SimulatedEngine
-    from xferscope.run.investigate import RunOptions, gpu_curves, run_investigation
+    from xferscope.run.investigate import gpu_curves
 
     events: list[str] = []
-
-    class Watch:
-        def go(self) -> None:
-            events.append("free")
-
-        def pause(self) -> None:
-            events.append("timed")
 
     engine = SimulatedEngine()
     for name in ("open_transfer", "gl_context", "gemm", "measure_pinning", "time"):
@@ -243,12 +262,7 @@ def test_a_run_frees_the_host_only_while_the_gpu_alone_is_timed(monkeypatch):
             return _real(*args, **kw)
 
         monkeypatch.setattr(engine, name, spy)
-    watch = Watch()
-    background.attach(watch)
-    try:
-        run_investigation(engine, RunOptions(devices=(0,), quick=True))
-    finally:
-        background.detach(watch)
+    watched_quick_run(engine, events)
     alone = {
         f"open_transfer:{c.direction} {c.memory} {c.mechanism}"
         for c in gpu_curves(0)
@@ -370,9 +384,7 @@ def test_a_run_loads_the_checks_libraries_in_a_window_the_gpu_alone_is_timed(mon
     import threading
     import time
 
-    from xferscope.core import background
     from xferscope.core.engine.simulated import SimulatedEngine
-    from xferscope.run.investigate import RunOptions, run_investigation
 
     events: list[str] = []
     engine = SimulatedEngine()
@@ -391,21 +403,9 @@ def test_a_run_loads_the_checks_libraries_in_a_window_the_gpu_alone_is_timed(mon
         release.set()
         return real_open(*args, **kw)
 
-    class Watch:
-        def go(self) -> None:
-            events.append("free")
-
-        def pause(self) -> None:
-            events.append("timed")
-
     monkeypatch.setattr(engine, "preload", preload)
     monkeypatch.setattr(engine, "open_transfer", open_transfer)
-    watch = Watch()
-    background.attach(watch)
-    try:
-        run_investigation(engine, RunOptions(devices=(0,), quick=True))
-    finally:
-        background.detach(watch)
+    watched_quick_run(engine, events)
     assert events.count("preload begun") == 1 and events.count("preload ended") == 1
     begun, ended = events.index("preload begun"), events.index("preload ended")
     assert "free" in events[:begun] and "timed" not in events[events.index("free") : begun]

@@ -37,5 +37,8 @@ DeviceInfo device_info(int index);
 void memory_info(int index, std::size_t& free_bytes, std::size_t& total_bytes);
 int runtime_version();
 int driver_version();  // 0 when no driver is installed
+// GPU `from` (made current) reads and writes GPU `to`'s memory directly from now on; UsageError
+// when they have no peer access between them. Enabling it twice is not an error.
+void enable_peer_access(int from, int to);
 
 }  // namespace xferscope
