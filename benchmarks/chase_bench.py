@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from foundation import bench_parser, comparison, write_record
 from xferscope.core import machine
 from xferscope.core.engine import open_engine
-from xferscope.run.investigate import CHASE_BYTES, CHASE_STRIDE
+from xferscope.sweep.chase import CHASE_BYTES, CHASE_STRIDE
 
 HERE = Path(__file__).resolve().parent
 TRIALS = 5

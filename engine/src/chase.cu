@@ -75,6 +75,11 @@ ChaseResult chase(int device, MemoryKind memory, std::size_t bytes, std::size_t 
   Buffer buffer = Buffer::allocate(memory, bytes, remote ? peer : device);
   XFS_CUDA_CALL(cudaSetDevice(device));
   auto* base = static_cast<char*>(buffer.device());
+  if (base == nullptr) {  // system memory on a GPU without pageable memory access
+    throw UsageError("GPU " + std::to_string(device) + " cannot read " +
+                     std::string(to_string(memory)) +
+                     " memory in place (no pageable memory access: neither HMM nor ATS)");
+  }
 
   // one cycle through every slot, as addresses the GPU reads
   const std::size_t slots = bytes / stride;

@@ -9,7 +9,7 @@ import statistics
 import pytest
 
 from xferscope.core.errors import EngineError
-from xferscope.run.investigate import CHASE_BYTES, CHASE_STRIDE
+from xferscope.sweep.chase import CHASE_BYTES, CHASE_STRIDE
 
 pytestmark = pytest.mark.gpu
 
@@ -43,3 +43,20 @@ def test_reads_zero_chooses_a_trial_of_about_20_ms(native_engine):
 def test_what_the_engine_refuses(native_engine, args, words):
     with pytest.raises(EngineError, match=words):
         native_engine.chase(0, *args)
+
+
+def test_sweep_chases_on_the_gpu(capsys, tmp_path):
+    from pathlib import Path
+
+    from xferscope import cli
+
+    args = ["sweep", "--quick", "--sizes", "1MiB", "--no-history", "--chase", "-m"]
+    code = cli.main([*args, "pinned,managed,pageable", "-o", str(tmp_path)])
+    assert code == 0, capsys.readouterr()
+    (document,) = Path(tmp_path).glob("*/sweep.json")
+    import json
+
+    chases = {c["memory"]: c for c in json.loads(document.read_text())["chases"]}
+    assert set(chases) == {"device", "pinned", "managed"}
+    assert all(c["verified"] for c in chases.values())
+    assert chases["device"]["median_ns"] < chases["pinned"]["median_ns"]

@@ -12,8 +12,9 @@ import pytest
 from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.core.errors import EngineError
 from xferscope.report.run_html_tables import chase_table
-from xferscope.run.investigate import CHASE_BYTES, CHASE_STRIDE, RunOptions, run_investigation
-from xferscope.run.records import ChasePoint, run_from_dict, run_to_dict
+from xferscope.run.investigate import RunOptions, run_investigation
+from xferscope.run.records import run_from_dict, run_to_dict
+from xferscope.sweep.chase import CHASE_BYTES, CHASE_STRIDE, ChasePoint
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +82,33 @@ def test_a_failed_or_wrong_chase_is_shown_as_such(two_gpu_run, capsys):
     assert "WRONG CHAIN" in out and "failed: out of memory" in out
     html = chase_table((wrong, failed, gpu.chase[1]))
     assert "NO" in html and "out of memory" in html and "1.2" in html
+
+
+def test_sweep_chases_each_memory_a_gpu_thread_reads(capsys, tmp_path):
+    from pathlib import Path
+
+    from xferscope import cli
+    from xferscope.sweep.records import from_dict
+
+    args = ["sweep", "--simulate", "--quick", "--sizes", "1MiB", "--no-history", "--chase"]
+    code = cli.main([*args, "-o", str(tmp_path), "-m", "pageable,pinned,managed,system,thp"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "Latency seen from the GPU" in out and "managed host memory" in out
+    (document,) = Path(tmp_path).glob("*/sweep.json")
+    doc = json.loads(document.read_text())
+    # pageable and thp: no address a GPU thread can read; system: waived on this machine
+    assert [c["memory"] for c in doc["chases"]] == ["device", "pinned", "managed"]
+    assert all(c["verified"] and c["median_ns"] > 0 for c in doc["chases"])
+    assert from_dict(doc).chases[1].label == "pinned host memory"
+
+
+def test_a_sweep_without_chase_has_none(capsys, tmp_path):
+    from pathlib import Path
+
+    from xferscope import cli
+
+    code = cli.main(["sweep", "--simulate", "--quick", "--sizes", "1MiB", "-o", str(tmp_path)])
+    assert code == 0
+    (document,) = Path(tmp_path).glob("*/sweep.json")
+    assert "chases" not in json.loads(document.read_text())

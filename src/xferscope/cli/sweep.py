@@ -162,6 +162,11 @@ APIS = ("runtime", "driver")  # `--api`: the CUDA runtime's copies, the driver A
     "(comma-separated, or all): one curve per node, as numactl --cpunodebind=N --membind=N "
     "would [default: where the operating system puts them].",
 )
+@flag(
+    "--chase",
+    help="Also the latency seen from the GPU: one GPU thread's dependent reads through 256 MiB "
+    "of each memory swept that a GPU thread can read, and of device memory, in ns per read.",
+)
 @flag("--no-verify", help="Skip checking the destination after each size.")
 @measured_options("sweep", "PREFIX-bandwidth.png and PREFIX-latency.png", gpu=None)
 @click.pass_context
@@ -276,6 +281,7 @@ def build_sweep_options(kw: dict[str, Any]) -> SweepOptions:
         host_offsets=parse_offsets("--host-offset", kw["host_offset"]),
         device_offsets=parse_offsets("--device-offset", kw["device_offset"]),
         numa_nodes=parse_numa_nodes(kw["numa_node"]),
+        chase=kw["chase"],
     )
 
 

@@ -11,11 +11,11 @@ from ..core.units import format_bytes, format_flops, format_rate, format_seconds
 from ..gemm.check import GemmCheck
 from ..gl.check import GlCheck
 from ..run.records import (
-    ChasePoint,
     Concurrent,
     OverlapPoint,
     PinningCost,
 )
+from ..sweep.chase import ChasePoint
 from ..sweep.records import Curve
 from .page import (
     RowClass,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Console
@@ -11,6 +11,7 @@ from rich.table import Table
 
 from ..core.units import format_bytes, format_seconds
 from ..sweep.alignment import COSTLY, misalignments
+from ..sweep.chase import ChasePoint
 from ..sweep.records import CUT_SHORT, ESTIMATED, Curve, CurveConfig, Point, SweepResult
 from .fit import cell_width, packed
 from .style import print_findings, print_simulated
@@ -210,12 +211,35 @@ def alignment_table(result: SweepResult) -> Table | None:
     return table
 
 
+def chase_table(points: Sequence[ChasePoint]) -> Table:
+    """Latency seen from the GPU: ns per dependent read of each memory chased."""
+    table = Table(
+        title="Latency seen from the GPU (one thread's dependent reads)", title_justify="left"
+    )
+    for name in ("memory read", "one read", "chain through", "verified"):
+        table.add_column(name, justify="left" if name == "memory read" else "right")
+    for c in points:
+        if c.median_ns is None:
+            table.add_row(c.label, "", "", escape(f"not measured: {c.error}"))
+            continue
+        chain = f"{format_bytes(c.bytes)} by {format_bytes(c.stride)}"
+        table.add_row(
+            c.label,
+            f"{c.median_ns:.0f} ns",
+            chain,
+            "ok" if c.verified else "[red]WRONG CHAIN[/red]",
+        )
+    return table
+
+
 def print_report(result: SweepResult, console: Console) -> None:
     if result.simulated:
         print_simulated(console)
     for table in points_tables(result, console.width):
         console.print(table)
     console.print(summary_table(result))
+    if result.chases:
+        console.print(chase_table(result.chases))
     misaligned = alignment_table(result)
     if misaligned is not None:
         console.print(misaligned)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -23,12 +23,12 @@ from ..core.progress import QUIET, Progress
 from ..documents.envelope import now
 from ..gemm.check import gemm_check
 from ..gl.check import gl_check
+from ..sweep.chase import CHASE_TRIALS, chase_points
 from ..sweep.measure import measure_curve
 from ..sweep.options import SweepOptions
 from ..sweep.records import Curve, CurveConfig
 from .metrics import HEADLINE_CURVES
 from .records import (
-    ChasePoint,
     Concurrent,
     GpuSection,
     OverlapPoint,
@@ -42,8 +42,9 @@ MIB = 1 << 20
 
 @dataclass(frozen=True, slots=True)
 class RunPlan:
-    """How much one run measures: the default took 31 s on one H100, --quick 10.5 s (9.3 s with
-    the GEMM check's tuning kept), from the command to its last file (cli/run.py)."""
+    """How much one run measures: the default took 34.8 s on one H100, --quick 9.8 s (its
+    first run; 9.8 s again with the GEMM check's tuning kept), from the command to its last file
+    (cli/run.py; benchmarks/results/run-h100-20261125f.json)."""
 
     mode: str
     max_size: int
@@ -61,7 +62,7 @@ class RunPlan:
     early_trials: int | None = 3
     # trials of each GPU-side pointer chase (device memory, pinned host memory, a peer's
     # memory); 0: none (--quick, whose 10 s they would pass: their JSON says so)
-    chase_trials: int = 5
+    chase_trials: int = CHASE_TRIALS
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -309,42 +310,10 @@ def overlap_point(engine: Engine, device: int, memory: str, size: int) -> Overla
         t.close()
 
 
-# The GPU-side latency: a chain of reads through 256 MiB, beyond every GPU's L2, one place every
-# 4 KiB (a page: each read also misses the TLB, as a scattered read of host data would), as
-# benchmarks/pointer_chase.cu is run to check it.
-CHASE_BYTES = 256 * MIB
-CHASE_STRIDE = 4096
-
-
-def chase_points(
-    engine: Engine, device: int, trials: int, peers: Sequence[int]
-) -> tuple[ChasePoint, ...]:
-    """One GPU thread's dependent reads of its device memory, of pinned host memory and of the
-    first peer's memory it can reach; each trial about 20 ms (chase.hpp). A chase that fails
-    says why in its point; a stop goes on up."""
-    wanted: list[tuple[str, int | None]] = [("device", None), ("pinned", None)]
-    reachable = [p for p in peers if p != device and engine.can_access_peer(device, p)]
-    wanted += [("device", reachable[0])] if reachable else []
-    points = []
-    for memory, peer in wanted:
-        try:
-            r = engine.chase(
-                device, memory, CHASE_BYTES, CHASE_STRIDE, 0, trials, -1 if peer is None else peer
-            )
-        except (AllocationError, EngineError) as exc:
-            points.append(
-                ChasePoint(memory, peer, CHASE_BYTES, CHASE_STRIDE, 0, (), None, str(exc))
-            )
-            continue
-        points.append(
-            ChasePoint(
-                memory, peer, CHASE_BYTES, CHASE_STRIDE, r.reads, tuple(r.ns_per_read), r.verified
-            )
-        )
-    return tuple(points)
-
-
 # Host memory on each NUMA node: these curves, one size (the plan's stream_bytes), per node.
+# What run chases: its own device memory and pinned host memory, and a peer's where one is
+# reachable (chase_points adds it).
+RUN_CHASES = ("device", "pinned")
 NUMA_CURVES = (
     ("h2d", "pinned", "async", "device"),
     ("d2h", "pinned", "async", "device"),
@@ -491,7 +460,7 @@ def _investigate_gpu(
         section = replace(section, numa=numa)
         if p.chase_trials:
             with _phase(phases, "chase", engine.clock):
-                chase = chase_points(engine, device, p.chase_trials, options.devices)
+                chase = chase_points(engine, device, p.chase_trials, RUN_CHASES, options.devices)
             section = replace(section, chase=chase)
             progress.step(f"gpu{device} latency seen from the GPU")
         with _phase(phases, "gl", engine.clock):

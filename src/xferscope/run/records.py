@@ -23,6 +23,7 @@ from ..documents.envelope import Envelope
 from ..documents.records import OMIT_DEFAULT, Derived, read_result, result_document
 from ..gemm.check import GemmCheck
 from ..gl.check import GlCheck
+from ..sweep.chase import ChasePoint
 from ..sweep.records import Curve
 
 RUN_SCHEMA_NAME = "xferscope-run"
@@ -147,32 +148,6 @@ class OverlapPoint:
     def hidden(self) -> float:
         """Share of the work hidden behind the copy: 1 when the total did not grow."""
         return max(0.0, min(1.0, (self.alone_s + self.work_s - self.total_s) / self.work_s))
-
-
-@dataclass(frozen=True, slots=True)
-class ChasePoint:
-    """Latency seen from the GPU: one GPU thread's dependent reads of `memory` (device memory of
-    GPU `peer` when set), `bytes` visited one place every `stride` in a random order."""
-
-    memory: str  # device, pinned
-    peer: int | None  # another GPU whose memory was read; None: this GPU's own, or the host's
-    bytes: int
-    stride: int
-    reads: int  # a trial's
-    ns_per_read: tuple[float, ...]  # one per trial
-    verified: bool | None  # every trial ended where the chain predicts; None: not measured
-    error: str | None = field(default=None, metadata={OMIT_DEFAULT: True})
-    DERIVED: ClassVar[tuple[Derived, ...]] = (Derived("median_ns", lambda c: c.median_ns),)
-
-    @property
-    def median_ns(self) -> float | None:
-        return stats.median(self.ns_per_read) if self.ns_per_read else None
-
-    @property
-    def label(self) -> str:
-        if self.peer is not None:
-            return f"GPU {self.peer}'s memory"
-        return "device memory" if self.memory == "device" else f"{self.memory} host memory"
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from ..core.stats import relative_noise, relative_range
 from ..core.units import format_bytes, format_rate
 from ..documents.envelope import now
 from .alignment import alignment_findings
+from .chase import CHASE_TRIALS, ChasePoint, chase_points, readable
 from .options import SweepOptions
 from .records import (
     CUT_SHORT,
@@ -477,12 +478,26 @@ def run_sweep(
         if interrupted:
             break
     curves = [measured[c] for c in configs if c in measured]
+    chases: tuple[ChasePoint, ...] = ()
+    if options.chase and not interrupted:
+        try:
+            for device in options.devices:
+                progress.begin(f"gpu{device} pointer chases")
+                # a kind this machine lacks was waived with its reason already (waive)
+                memories = [
+                    m for m in readable(options.memories) if not memory_refusal(engine, device, m)
+                ]
+                chases += chase_points(engine, device, CHASE_TRIALS, memories, options.devices)
+                progress.step(f"gpu{device} latency seen from the GPU")
+        except KeyboardInterrupt:
+            interrupted = True
     return SweepResult(
         created=created,
         simulated=engine.simulated,
         machine=meta,
         options=options.to_dict(),
         curves=tuple(curves),
+        chases=chases,
         interrupted=interrupted,
         wall_s=engine.clock() - start,
         findings=tuple(_findings(curves, skipped, options)),

@@ -48,6 +48,8 @@ class SweepOptions:
     # host memory (and the measuring thread) placed on each of these NUMA nodes in turn, one
     # curve per node; () leaves it where the operating system puts it
     numa_nodes: tuple[int, ...] = ()
+    # also chase pointers through each memory a GPU thread can read, and device memory (chase.py)
+    chase: bool = False
 
     def __post_init__(self) -> None:
         if not self.sizes or min(self.sizes) < 1:

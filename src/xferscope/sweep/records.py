@@ -4,7 +4,9 @@ Schema history (bump SCHEMA_VERSION on any change a reader must know about):
   1  first version: sweep results with curves of points, raw per-copy samples, verification,
      machine metadata and options.
   2  "findings" (typed: code, severity, figure, message, cause, fix) replace the "warnings"
-     strings; version 1 documents are still read, their warnings as findings.
+     strings; version 1 documents are still read, their warnings as findings. Added later,
+     optional: a curve config's numa_node and a curve's host_node (host memory placed on a NUMA
+     node, and where its pages were found), and "chases" (--chase: latency seen from the GPU).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ..documents.records import (
     read_result,
     result_document,
 )
+from .chase import ChasePoint
 
 SCHEMA_NAME = "xferscope-sweep"
 SCHEMA_VERSION = 2
@@ -192,6 +195,9 @@ class Curve:
 @dataclass(frozen=True, slots=True)
 class SweepResult(Envelope):
     curves: tuple[Curve, ...]
+    # latency seen from the GPU (--chase): a pointer chase through each memory swept that a GPU
+    # thread can read, and device memory (chase.py)
+    chases: tuple[ChasePoint, ...] = field(default=(), metadata={OMIT_DEFAULT: True})
 
 
 # ---- JSON form -------------------------------------------------------------------------------
