@@ -45,7 +45,7 @@ def test_what_the_engine_refuses(native_engine, args, words):
         native_engine.chase(0, *args)
 
 
-def test_sweep_chases_on_the_gpu(capsys, tmp_path):
+def test_sweep_chases_on_the_gpu(native_engine, capsys, tmp_path):
     from pathlib import Path
 
     from xferscope import cli

@@ -111,3 +111,14 @@ def test_the_model_stages_malloc_like_kinds_and_pins_the_others():
     for memory in ("portable", "readonly", "managed"):
         assert _model("h2d", memory, "memcpy", "api").bandwidth == pinned
     assert set(cases.DRIVER_STAGED) == {"pageable", "thp", "hugetlb", "system"}
+
+
+def test_info_says_what_the_host_and_gpus_offer(capsys):
+    code = cli.main(["info", "--simulate"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 0
+    # the fixed host: THP on madvise, nothing reserved; the model's GPU: managed memory only
+    assert (
+        "host memory: transparent huge pages madvise; no huge pages reserved; "
+        "GPU 0 reads managed memory in place" in out
+    )

@@ -49,6 +49,30 @@ def test_no_two_curves_of_a_panel_look_alike_in_the_widest_sweep():
         assert len(set(looks)) == len(looks), title
 
 
+def test_curves_of_each_numa_node_look_apart(monkeypatch):
+    """The fixed host's two nodes: the same case on node 0 and node 1 differ in colour (the far
+    node lighter), and nothing else in a panel looks alike."""
+    from xferscope.report.style import curve_style, lighten
+
+    options = SweepOptions(
+        directions=("h2d", "d2h"),
+        memories=("pageable", "pinned", "wc"),
+        mechanisms=("memcpy", "async"),
+        timings=("api", "device"),
+        sizes=(4096,),
+        target_s=1e-3,
+        budget_s=None,
+        numa_nodes=(0, 1),
+    )
+    result = run_sweep(SimulatedEngine(), options)
+    for _, curves in panels(result.curves):
+        looks = [_look(c) for c in curves]
+        assert len(set(looks)) == len(looks)
+    near, far = (c for c in result.curves if c.config.label.startswith("h2d pinned memcpy api"))
+    assert curve_style(far.config).colour == lighten(curve_style(near.config).colour, 0.4)
+    assert lighten("#000000", 0.5) == "#808080" and lighten("#1f77b4", 0.0) == "#1f77b4"
+
+
 def test_the_html_draws_each_curve_as_the_png_does():
     result = run_investigation(SimulatedEngine(), RunOptions(devices=(0,), quick=True))
     page = render_html(result)

@@ -28,6 +28,7 @@ def print_info(facts: dict[str, Any], stdout: Console) -> None:
         f"CUDA runtime {facts['cuda_runtime']}, xferscope {facts['tool_version']}"
     )
     stdout.print(f"confidential computing: {confidential_text(facts)}", soft_wrap=True)
+    stdout.print(f"host memory: {host_memory_text(facts)}", soft_wrap=True)
     table = Table()
     for name in (
         "GPU",
@@ -68,6 +69,32 @@ def print_info(facts: dict[str, Any], stdout: Console) -> None:
             "note: an idle GPU may train its link down to save power; run a transfer "
             "and look again before calling it a fault"
         )
+
+
+def host_memory_text(facts: dict[str, Any]) -> str:
+    """What the host and GPUs offer the memory kinds beyond pinned and pageable (sweep -m), in
+    a phrase: huge pages, and per GPU what it reads in place."""
+    pages = facts["host"].get("huge_pages") or {}
+    thp = pages.get("thp")
+    free = pages.get("hugetlb_free_bytes") or 0
+    parts = [
+        "transparent huge pages " + (thp or "absent"),
+        (f"{format_bytes(free)} of huge pages free" if free else "no huge pages reserved"),
+    ]
+    for g in facts["gpus"]:
+        yes = [
+            what
+            for key, what in (
+                ("pageable_memory_access", "malloc memory in place (HMM/ATS)"),
+                ("host_register_read_only", "read-only registered memory"),
+                ("concurrent_managed_access", "managed memory in place"),
+            )
+            if g.get(key)
+        ]
+        parts.append(
+            f"GPU {g['index']} reads " + (", ".join(yes) if yes else "none of the extra kinds")
+        )
+    return "; ".join(parts)
 
 
 def confidential_text(facts: dict[str, Any]) -> str:

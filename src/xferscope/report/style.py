@@ -138,16 +138,30 @@ class CurveStyle:
     width: float = 1.6  # line width in points (plotly: pixels)
 
 
+# Host memory placed on NUMA node n > 0 is drawn in its kind's colour this much closer to white
+# per node (node 0, and memory left where the OS put it, in the colour itself).
+NODE_LIGHTEN = 0.4
+
+
+def lighten(colour: str, share: float) -> str:
+    """'#rrggbb' moved `share` (0..1) of the way to white."""
+    channels = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return "#" + "".join(f"{round(c + (255 - c) * share):02x}" for c in channels)
+
+
 def curve_style(config: CurveConfig) -> CurveStyle:
-    """How a curve is drawn in every plot: its memory kind's colour and line width, its
-    mechanism and timing's line style, its GPU's marker."""
+    """How a curve is drawn in every plot: its memory kind's colour (lighter on a further NUMA
+    node) and line width, its mechanism and timing's line style, its GPU's marker."""
     mpl_dashes, plotly_dash = LINE_STYLES.get((config.mechanism, config.timing), ("-", "solid"))
     mpl_marker, plotly_symbol = MARKERS[config.device % len(MARKERS)]
     width = MEMORY_WIDTHS.get(config.memory, 1.6)
     if config.mechanism == "kernel":
         width *= KERNEL_WIDTH_SHARE
+    colour = MEMORY_COLOURS.get(config.memory, "#7f7f7f")
+    if config.numa_node:
+        colour = lighten(colour, min(0.8, NODE_LIGHTEN * config.numa_node))
     return CurveStyle(
-        MEMORY_COLOURS.get(config.memory, "#7f7f7f"),
+        colour,
         mpl_dashes,
         plotly_dash,
         mpl_marker,
@@ -173,9 +187,11 @@ def panels(curves: Sequence[Curve]) -> list[tuple[str, list[Curve]]]:
 
 
 def legend_label(config: CurveConfig) -> str:
-    """A curve's name within its direction's panel: 'pinned async device (gpu1)'."""
+    """A curve's name within its direction's panel: 'pinned async device (gpu1)', 'pinned
+    memcpy api node1' for host memory placed on NUMA node 1."""
     gpu = f" (gpu{config.device})" if config.device else ""
-    return f"{config.memory} {config.mechanism} {config.timing}{gpu}"
+    node = "" if config.numa_node is None else f" node{config.numa_node}"
+    return f"{config.memory} {config.mechanism} {config.timing}{node}{gpu}"
 
 
 def plot_title(text: str, result: Any) -> str:
