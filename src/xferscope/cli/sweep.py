@@ -296,7 +296,11 @@ def parse_numa_nodes(text: str | None) -> tuple[int, ...]:
                 "--numa-node", "this host lists no NUMA nodes (/sys/devices/system/node)"
             )
         return tuple(n for n, cpus in enumerate(listed) if cpus)
-    nodes = parse_counts("--numa-node", text, 0)
+    try:
+        nodes = parse_counts("--numa-node", text, 0)
+    except OptionError as exc:
+        said = str(exc).removeprefix("--numa-node: ")
+        raise OptionError("--numa-node", f"{said} (or all: every node)") from None
     for node in nodes:
         why = numa_refusal(node)
         if why:
