@@ -23,8 +23,8 @@ std::size_t round_up(std::size_t value, std::size_t multiple) {
   return (value + multiple - 1) / multiple * multiple;
 }
 
-void* aligned_host(std::size_t bytes, MemoryKind kind) {
-  void* p = std::aligned_alloc(kPageBytes, round_up(bytes, kPageBytes));
+void* aligned_host(std::size_t bytes, MemoryKind kind, std::size_t alignment = kPageBytes) {
+  void* p = std::aligned_alloc(alignment, round_up(bytes, alignment));
   if (p == nullptr) {
     throw AllocationError(std::string(to_string(kind)), bytes, "aligned_alloc returned null");
   }
@@ -119,6 +119,14 @@ bool gpu_addressable(MemoryKind kind) noexcept {
   return !staged_by_driver(kind) || kind == MemoryKind::system;
 }
 
+std::string memory_kinds(bool (*keep)(MemoryKind) noexcept) {
+  std::string names;
+  for (MemoryKind kind : kAllMemoryKinds) {
+    if (keep(kind)) names += (names.empty() ? "" : ", ") + std::string(to_string(kind));
+  }
+  return names;
+}
+
 MemoryKind memory_kind_from_string(std::string_view name) {
   std::string accepted;
   for (MemoryKind kind : kAllMemoryKinds) {
@@ -193,10 +201,8 @@ Buffer Buffer::allocate(MemoryKind kind, std::size_t bytes, int device) {
       break;
     }
     case MemoryKind::thp: {
-      const std::size_t rounded = round_up(bytes, kHugePageBytes);
-      buffer.host_ = std::aligned_alloc(kHugePageBytes, rounded);
-      if (buffer.host_ == nullptr) host_failed(kind, bytes, "aligned_alloc");
-      if (madvise(buffer.host_, rounded, MADV_HUGEPAGE) != 0) {
+      buffer.host_ = aligned_host(bytes, kind, kHugePageBytes);
+      if (madvise(buffer.host_, round_up(bytes, kHugePageBytes), MADV_HUGEPAGE) != 0) {
         const int error = errno;
         std::free(buffer.host_);
         buffer.host_ = nullptr;
@@ -267,6 +273,15 @@ Buffer Buffer::allocate(MemoryKind kind, std::size_t bytes, int device) {
       break;
   }
   return buffer;
+}
+
+void* Buffer::gpu_address(int gpu) const {
+  if (device_ == nullptr) {
+    throw UsageError("GPU " + std::to_string(gpu) + " cannot read " +
+                     std::string(to_string(kind_)) +
+                     " memory in place (no pageable memory access: neither HMM nor ATS)");
+  }
+  return device_;
 }
 
 Buffer::Buffer(Buffer&& other) noexcept { *this = std::move(other); }

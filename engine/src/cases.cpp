@@ -14,12 +14,8 @@ std::string refusal(Direction direction, MemoryKind memory, Mechanism mechanism,
                     std::optional<Timing> timing, bool peer_access) {
   const bool host = host_side(direction);
   if (host && memory == MemoryKind::device) {
-    std::string kinds;
-    for (MemoryKind kind : kAllMemoryKinds) {
-      if (kind != MemoryKind::device)
-        kinds += (kinds.empty() ? "" : ", ") + std::string(to_string(kind));
-    }
-    return "device memory is for d2d and p2p copies; host transfers take " + kinds;
+    return "device memory is for d2d and p2p copies; host transfers take " +
+           memory_kinds([](MemoryKind kind) noexcept { return kind != MemoryKind::device; });
   }
   if (!host && memory != MemoryKind::device) {
     return "d2d and p2p copies move device memory, not " + std::string(to_string(memory));

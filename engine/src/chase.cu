@@ -48,13 +48,8 @@ std::string chase_refusal(MemoryKind memory, bool remote, std::size_t bytes, std
   if (bytes < 2 * stride) return "the chase needs a buffer of two strides or more";
   if (reads < 0 || trials < 1) return "the chase needs reads of 0 or more, trials 1 or more";
   if (!gpu_addressable(memory)) {
-    std::string kinds;
-    for (MemoryKind kind : kAllMemoryKinds) {
-      if (gpu_addressable(kind))
-        kinds += (kinds.empty() ? "" : ", ") + std::string(to_string(kind));
-    }
     return "a GPU thread cannot read " + std::string(to_string(memory)) +
-           " memory (the GPU has no address for it); chase " + kinds;
+           " memory (the GPU has no address for it); chase " + memory_kinds(gpu_addressable);
   }
   if (remote && memory != MemoryKind::device) {
     return "a chase through another GPU reads that GPU's device memory";
@@ -74,12 +69,7 @@ ChaseResult chase(int device, MemoryKind memory, std::size_t bytes, std::size_t 
   if (remote) enable_peer_access(device, peer);
   Buffer buffer = Buffer::allocate(memory, bytes, remote ? peer : device);
   XFS_CUDA_CALL(cudaSetDevice(device));
-  auto* base = static_cast<char*>(buffer.device());
-  if (base == nullptr) {  // system memory on a GPU without pageable memory access
-    throw UsageError("GPU " + std::to_string(device) + " cannot read " +
-                     std::string(to_string(memory)) +
-                     " memory in place (no pageable memory access: neither HMM nor ATS)");
-  }
+  auto* base = static_cast<char*>(buffer.gpu_address(device));
 
   // one cycle through every slot, as addresses the GPU reads
   const std::size_t slots = bytes / stride;

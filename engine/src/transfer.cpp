@@ -139,13 +139,7 @@ Transfer::Transfer(const TransferSpec& spec) : spec_(spec) {
     }
   }
   if (spec.mechanism == Mechanism::kernel) {
-    for (const Buffer& b : buffers_) {
-      if (b.device() == nullptr) {  // system memory on a GPU without pageable memory access
-        throw UsageError("GPU " + std::to_string(gpu) + " cannot read " +
-                         std::string(to_string(b.kind())) +
-                         " memory in place (no pageable memory access: neither HMM nor ATS)");
-      }
-    }
+    for (const Buffer& b : buffers_) b.gpu_address(gpu);  // an SM copy reads every buffer
   }
   control_ = Buffer::allocate(MemoryKind::mapped, 2 * sizeof(std::int32_t), gpu);
   XFS_CUDA_CALL(cudaSetDevice(gpu));  // allocation on a peer leaves that GPU current

@@ -134,3 +134,33 @@ def test_a_placement_the_kernel_refuses_leaves_the_thread_as_it_was(monkeypatch)
     with pytest.raises(EngineError):
         placement.Placement(1, refuse)
     assert calls == [host.cpus_of("6-11,18-23"), {3}] and placement._stack == []
+
+
+def test_ctrl_c_during_the_placements_keeps_those_measured():
+    """A stop in the middle of the NUMA phase: the run keeps the placed curves measured, the
+    last one marked interrupted (found by bisecting the simulated engine's stop point)."""
+    from xferscope.core import interrupt
+
+    def stopped_after(calls: int):
+        interrupt.reset()
+        try:
+            run = run_investigation(
+                SimulatedEngine(interrupt_after=calls), RunOptions(devices=(0,), quick=True)
+            )
+        finally:
+            interrupt.reset()
+        return run, len(run.gpus[0].numa)
+
+    low, high = 0, 20_000  # stopped before the NUMA phase; after it (or never stopped)
+    assert stopped_after(high)[1] == 2 * len(NUMA_CURVES)
+    while high - low > 1:
+        middle = (low + high) // 2
+        run, placed = stopped_after(middle)
+        if 0 < placed < 2 * len(NUMA_CURVES):
+            break
+        low, high = (middle, high) if placed == 0 else (low, middle)
+    gpu = run.gpus[0]
+    assert run.interrupted and gpu.status == "interrupted" and gpu.numa
+    assert len(gpu.curves) == len(quick_run().gpus[0].curves)  # the curves before it kept
+    assert gpu.numa[-1].status == "interrupted"
+    assert all(c.status == "complete" for c in gpu.numa[:-1])

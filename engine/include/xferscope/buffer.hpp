@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 namespace xferscope {
@@ -33,6 +34,9 @@ bool staged_by_driver(MemoryKind kind) noexcept;
 // Memory a GPU thread reads by its address (SM copies, pointer chases); system memory only on
 // a GPU with pageable memory access (a waiver says so elsewhere).
 bool gpu_addressable(MemoryKind kind) noexcept;
+// The names of the kinds `keep` accepts, in kAllMemoryKinds' order, joined by ", " (for
+// messages that say what is accepted).
+std::string memory_kinds(bool (*keep)(MemoryKind) noexcept);
 // The size of one huge page of hugetlb memory (the kernel's default, 2 MiB on x86).
 inline constexpr std::size_t kHugePageBytes = 2u << 20;
 
@@ -67,6 +71,9 @@ class Buffer {
   // The address the GPU uses: device memory, or host memory mapped into the device's address
   // space; nullptr for pageable memory, which the GPU cannot address.
   void* device() const noexcept { return device_; }
+  // The address a thread of GPU `gpu` reads: device(), or UsageError naming the kind where the
+  // GPU has none (system memory on a GPU without pageable memory access).
+  void* gpu_address(int gpu) const;
   // The address copies use (host address for host kinds, device address otherwise).
   void* data() const noexcept { return on_device() ? device_ : host_; }
 

@@ -25,6 +25,10 @@ struct ChaseResult {
   bool verified = false;            // each trial ended at the place the chain predicts
 };
 
+// Why this chase of `memory` (on another GPU when `remote`) cannot be made, or "".
+std::string chase_refusal(MemoryKind memory, bool remote, std::size_t bytes, std::size_t stride,
+                          long long reads, int trials);
+
 // The chain visits every `stride`-th place of `bytes` of `memory` (a host kind the GPU can
 // address, or device memory; on GPU `peer`'s memory when peer >= 0, read by `device` with peer
 // access on) in a random order drawn from `seed`, so neither caches nor prefetchers learn it
@@ -32,10 +36,6 @@ struct ChaseResult {
 // `trials` chases of `reads` reads, each timed by CUDA events. With `reads` 0, the lap of
 // kChaseLap reads is timed and `reads` chosen so that a trial takes about kChaseTrialS
 // (kChaseLeastReads..kChaseMostReads).
-// Why this chase of `memory` (on another GPU when `remote`) cannot be made, or "".
-std::string chase_refusal(MemoryKind memory, bool remote, std::size_t bytes, std::size_t stride,
-                          long long reads, int trials);
-
 ChaseResult chase(int device, MemoryKind memory, std::size_t bytes, std::size_t stride,
                   long long reads, int trials, int peer, std::uint64_t seed);
 

@@ -6,10 +6,10 @@ from typing import Any
 
 import click
 
-from ..core import cases, host, limits, plan
+from ..core import cases, limits, plan
 from ..core.cases import HOST_MEMORY, TIMINGS
 from ..core.engine import Engine
-from ..core.engine.placement import numa_refusal
+from ..core.engine.placement import numa_nodes, numa_refusal
 from ..core.errors import OptionError
 from ..core.units import (
     format_bytes,
@@ -289,13 +289,13 @@ def parse_numa_nodes(text: str | None) -> tuple[int, ...]:
     """--numa-node: node numbers, or all of this host's; each one the host has."""
     if text is None:
         return ()
-    listed = host.host_facts().get("numa_cpus") or []
     if text.strip() == "all":
-        if not listed:
+        nodes = tuple(numa_nodes())
+        if not nodes:
             raise OptionError(
                 "--numa-node", "this host lists no NUMA nodes (/sys/devices/system/node)"
             )
-        return tuple(n for n, cpus in enumerate(listed) if cpus)
+        return nodes
     try:
         nodes = parse_counts("--numa-node", text, 0)
     except OptionError as exc:

@@ -225,7 +225,7 @@ def chase_table(points: Sequence[ChasePoint]) -> Table:
         chain = f"{format_bytes(c.bytes)} by {format_bytes(c.stride)}"
         table.add_row(
             c.label,
-            f"{c.median_ns:.0f} ns",
+            format_seconds(c.median_ns * 1e-9),
             chain,
             "ok" if c.verified else "[red]WRONG CHAIN[/red]",
         )

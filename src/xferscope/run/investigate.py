@@ -10,21 +10,22 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from ..core import background, cases, host, machine, plan
+from ..core import background, cases, machine, plan
 from ..core.cases import DEFAULT_SEED
 from ..core.engine import Engine, Transfer
+from ..core.engine.placement import numa_nodes
 from ..core.errors import AllocationError, CudaError, EngineError
 from ..core.progress import QUIET, Progress
 from ..documents.envelope import now
 from ..gemm.check import gemm_check
 from ..gl.check import gl_check
 from ..sweep.chase import CHASE_TRIALS, chase_points
-from ..sweep.measure import measure_curve
+from ..sweep.measure import CurveRun, measure_curve
 from ..sweep.options import SweepOptions
 from ..sweep.records import Curve, CurveConfig
 from .metrics import HEADLINE_CURVES
@@ -310,10 +311,10 @@ def overlap_point(engine: Engine, device: int, memory: str, size: int) -> Overla
         t.close()
 
 
-# Host memory on each NUMA node: these curves, one size (the plan's stream_bytes), per node.
 # What run chases: its own device memory and pinned host memory, and a peer's where one is
 # reachable (chase_points adds it).
 RUN_CHASES = ("device", "pinned")
+# Host memory on each NUMA node: these curves, one size (the plan's stream_bytes), per node.
 NUMA_CURVES = (
     ("h2d", "pinned", "async", "device"),
     ("d2h", "pinned", "async", "device"),
@@ -322,28 +323,31 @@ NUMA_CURVES = (
 )
 
 
-def numa_nodes() -> tuple[int, ...]:
-    """The NUMA nodes with CPUs of this host (host.py); one node: nothing to place."""
-    listed = host.host_facts().get("numa_cpus") or []
-    return tuple(n for n, cpus in enumerate(listed) if cpus)
-
-
-def numa_curves(
+def numa_runs(
     engine: Engine, device: int, sweep: SweepOptions, progress: Progress
-) -> tuple[Curve, ...]:
+) -> Iterator[CurveRun]:
     """Each of NUMA_CURVES with its host memory, and the thread copying it, on each node in turn
-    (placement.py), measured as the run's curves are. Empty on a host of one node."""
+    (placement.py), measured as the run's curves are, as it ends. None on a host of one node."""
     nodes = numa_nodes()
     if len(nodes) < 2:
-        return ()
-    curves = []
+        return
     for key in NUMA_CURVES:
         for node in nodes:
-            run = measure_curve(engine, CurveConfig(device, *key, numa_node=node), sweep, progress)
-            curves.append(run.curve)
-            if run.interrupted:
-                raise KeyboardInterrupt
-    return tuple(curves)
+            yield measure_curve(engine, CurveConfig(device, *key, numa_node=node), sweep, progress)
+
+
+def _gather(
+    section: GpuSection, runs: Iterable[CurveRun], add: Callable[[GpuSection, Curve], GpuSection]
+) -> GpuSection:
+    """Each curve run added to the section (`add`) as it ends. A stop raises Interrupted with
+    what was measured; a CUDA error (the GPU itself in trouble) ends the section, failed."""
+    for run in runs:
+        section = add(section, run.curve)
+        if run.interrupted:
+            raise Interrupted(replace(section, status="interrupted"))
+        if isinstance(run.error, CudaError):
+            return replace(section, status="failed", error=run.curve.error)
+    return section
 
 
 def numa_notes() -> tuple[str, ...]:
@@ -418,13 +422,12 @@ def _investigate_gpu(
         background.attach(loading)
         try:
             with _phase(phases, "curves", engine.clock), engine.keeping_buffers():
-                for config in gpu_curves(device, scope):
-                    run = measure_curve(engine, config, sweep, progress)
-                    section = replace(section, curves=(*section.curves, run.curve))
-                    if run.interrupted:
-                        raise Interrupted(replace(section, status="interrupted"))
-                    if isinstance(run.error, CudaError):  # the GPU itself is in trouble: stop
-                        return replace(section, status="failed", error=run.curve.error)
+                runs = (
+                    measure_curve(engine, c, sweep, progress) for c in gpu_curves(device, scope)
+                )
+                section = _gather(section, runs, lambda g, c: replace(g, curves=(*g.curves, c)))
+                if section.status == "failed":
+                    return section
             background.host_timed()  # a curve timing the GPU alone may have freed it
         finally:
             loading.pause()
@@ -456,12 +459,17 @@ def _investigate_gpu(
         section = replace(section, overlap=overlap)
         progress.step(f"gpu{device} CPU work during a readback")
         with _phase(phases, "numa", engine.clock):
-            numa = numa_curves(engine, device, replace(sweep, sizes=(p.stream_bytes,)), progress)
-        section = replace(section, numa=numa)
+            one_size = replace(sweep, sizes=(p.stream_bytes,))
+            placed = numa_runs(engine, device, one_size, progress)
+            section = _gather(section, placed, lambda g, c: replace(g, numa=(*g.numa, c)))
+            if section.status == "failed":
+                return section
         if p.chase_trials:
             with _phase(phases, "chase", engine.clock):
-                chase = chase_points(engine, device, p.chase_trials, RUN_CHASES, options.devices)
-            section = replace(section, chase=chase)
+                for point in chase_points(
+                    engine, device, p.chase_trials, RUN_CHASES, options.devices
+                ):
+                    section = replace(section, chase=(*section.chase, point))
             progress.step(f"gpu{device} latency seen from the GPU")
         with _phase(phases, "gl", engine.clock):
             gl = gl_check(engine, device)

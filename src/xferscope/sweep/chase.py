@@ -5,7 +5,7 @@ read. What one chase is, is decided here once: its buffer, stride and trials' le
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -49,12 +49,19 @@ class ChasePoint:
         return "device memory" if self.memory == "device" else f"{self.memory} host memory"
 
 
-def readable(memories: Sequence[str]) -> tuple[str, ...]:
-    """The kinds of `memories` a GPU thread can read by address (the engine's rule,
-    chase_refusal), and device memory."""
+def readable(engine: Engine, device: int, memories: Sequence[str]) -> tuple[str, ...]:
+    """Device memory, and the kinds of `memories` a GPU thread can read by address (the
+    engine's rule, chase_refusal) that this machine has for GPU `device` (a kind it lacks is
+    waived where the sweep says so)."""
     rule = engine_module().chase_refusal
-    kept = [m for m in memories if not rule(m, False, CHASE_BYTES, CHASE_STRIDE, 0, 1)]
-    return ("device", *(m for m in kept if m != "device"))
+    kept = [
+        m
+        for m in memories
+        if m != "device"
+        and not rule(m, False, CHASE_BYTES, CHASE_STRIDE, 0, 1)
+        and not memory_refusal(engine, device, m)
+    ]
+    return ("device", *kept)
 
 
 def chase_points(
@@ -63,31 +70,22 @@ def chase_points(
     trials: int,
     memories: Sequence[str],
     peers: Sequence[int] = (),
-) -> tuple[ChasePoint, ...]:
+) -> Iterator[ChasePoint]:
     """One GPU thread's dependent reads of each of `memories` and of the first of `peers` it can
-    reach; each trial about 20 ms (chase.hpp's reads 0). A chase the engine refuses or that
-    fails says why in its point; a stop goes on up."""
+    reach, each point as it is measured (a stop, which goes on up, keeps those before it); each
+    trial about 20 ms (chase.hpp's reads 0). A chase the engine refuses or that fails says why
+    in its point."""
     wanted: list[tuple[str, int | None]] = [(m, None) for m in memories]
     reachable = [p for p in peers if p != device and engine.can_access_peer(device, p)]
     wanted += [("device", reachable[0])] if reachable else []
-    points = []
     for memory, peer in wanted:
-        waived = memory_refusal(engine, device, memory) if memory != "device" else None
-        if waived:  # what this machine lacks (cases.memory_waiver), said as a sweep says it
-            points.append(ChasePoint(memory, peer, CHASE_BYTES, CHASE_STRIDE, 0, (), None, waived))
-            continue
         try:
             r = engine.chase(
                 device, memory, CHASE_BYTES, CHASE_STRIDE, 0, trials, -1 if peer is None else peer
             )
         except (AllocationError, EngineError) as exc:
-            points.append(
-                ChasePoint(memory, peer, CHASE_BYTES, CHASE_STRIDE, 0, (), None, str(exc))
-            )
+            yield ChasePoint(memory, peer, CHASE_BYTES, CHASE_STRIDE, 0, (), None, str(exc))
             continue
-        points.append(
-            ChasePoint(
-                memory, peer, CHASE_BYTES, CHASE_STRIDE, r.reads, tuple(r.ns_per_read), r.verified
-            )
+        yield ChasePoint(
+            memory, peer, CHASE_BYTES, CHASE_STRIDE, r.reads, tuple(r.ns_per_read), r.verified
         )
-    return tuple(points)

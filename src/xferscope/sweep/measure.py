@@ -483,11 +483,9 @@ def run_sweep(
         try:
             for device in options.devices:
                 progress.begin(f"gpu{device} pointer chases")
-                # a kind this machine lacks was waived with its reason already (waive)
-                memories = [
-                    m for m in readable(options.memories) if not memory_refusal(engine, device, m)
-                ]
-                chases += chase_points(engine, device, CHASE_TRIALS, memories, options.devices)
+                memories = readable(engine, device, options.memories)
+                for point in chase_points(engine, device, CHASE_TRIALS, memories, options.devices):
+                    chases += (point,)
                 progress.step(f"gpu{device} latency seen from the GPU")
         except KeyboardInterrupt:
             interrupted = True

@@ -16,14 +16,21 @@ from ..errors import EngineError
 _stack: list[int] = []
 
 
+def numa_nodes() -> dict[int, str]:
+    """The host's NUMA nodes that have CPUs, with their cpulists (host.py): the nodes memory
+    can be placed on."""
+    listed = host.host_facts().get("numa_cpus") or []
+    return {node: cpus for node, cpus in enumerate(listed) if cpus}
+
+
 def numa_refusal(node: int) -> str | None:
     """Why host memory cannot be placed on `node`, or None (-1: not placed)."""
     if node < 0:
         return None
-    cpus = host.host_facts().get("numa_cpus") or []
-    if node >= len(cpus) or not cpus[node]:
-        have = f"nodes 0-{len(cpus) - 1}" if len(cpus) > 1 else "one node, 0"
-        return f"there is no NUMA node {node} with CPUs on this host (it has {have})"
+    nodes = numa_nodes()
+    if node not in nodes:
+        have = ", ".join(map(str, nodes)) or "none listed"
+        return f"there is no NUMA node {node} with CPUs on this host (it has: {have})"
     return None
 
 
@@ -31,13 +38,13 @@ class Placement:
     """The calling thread on NUMA node `node` (its CPUs and its new pages) until undo()."""
 
     def __init__(self, node: int, bind: Callable[[int], None]) -> None:
-        why = numa_refusal(node)
-        if why:
-            raise EngineError(why)
+        cpus = numa_nodes().get(node)
+        if cpus is None:
+            raise EngineError(str(numa_refusal(node)))
         self.node = node
         self._bind = bind
         self._cpus = os.sched_getaffinity(0)
-        os.sched_setaffinity(0, host.cpus_of(host.host_facts()["numa_cpus"][node]))
+        os.sched_setaffinity(0, host.cpus_of(cpus))
         try:
             bind(node)
         except BaseException:
