@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from foundation import bench_parser, comparison, write_record
+from foundation import bench_parser, comparison, rounds_count, write_record
 from xferscope.core import machine
 from xferscope.core.engine import open_engine
 from xferscope.sweep.chase import CHASE_BYTES, CHASE_STRIDE
@@ -50,7 +50,7 @@ def reference(program: Path, memory: str, reads: int, peer: int) -> float:
 
 def main() -> None:
     parser = bench_parser(__doc__)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=rounds_count, default=3)
     args = parser.parse_args()
     engine = open_engine()
     info = engine.device_info(0)

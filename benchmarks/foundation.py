@@ -21,7 +21,9 @@ from pathlib import Path
 import torch
 
 from xferscope import __version__
+from xferscope.core import limits
 from xferscope.core.engine import NativeEngine
+from xferscope.core.errors import OptionError
 from xferscope.core.machine import collect
 from xferscope.sweep.measure import run_sweep
 from xferscope.sweep.options import SweepOptions
@@ -147,6 +149,20 @@ def bench_parser(doc: str | None) -> argparse.ArgumentParser:
     parser.add_argument("--commit", default=os.environ.get("XFERSCOPE_COMMIT", "unknown"))
     parser.add_argument("--out", default=str(HERE / "results"), type=out_directory)
     return parser
+
+
+def rounds_count(text: str) -> int:
+    """--rounds: the count the CLI's --rounds takes (core/limits.ROUNDS), else argparse's one
+    line in the CLI's words."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1  # not a count: refused below with the text as typed
+    try:
+        limits.ROUNDS.check("--rounds", value, shown=text)
+    except OptionError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--rounds: ")) from None
+    return value
 
 
 def out_directory(text: str) -> str:

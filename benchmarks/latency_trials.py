@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from foundation import bench_parser, comparison, write_record
+from foundation import bench_parser, comparison, rounds_count, write_record
 
 LENGTHS_S = (0.001, 0.005, 0.25)  # --quick's, the default run's, and the budget-filled trial
 REFERENCE_S = 0.25
@@ -53,7 +53,9 @@ def one_byte_latencies(options: list[str], trial_s: float) -> tuple[dict[str, fl
 
 def main() -> None:
     parser = bench_parser(__doc__)
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of every trial length")
+    parser.add_argument(
+        "--rounds", type=rounds_count, default=3, help="rounds of every trial length"
+    )
     args = parser.parse_args()
     seen: dict[tuple[str, float], list[float]] = {}
     machine: dict = {}

@@ -392,8 +392,12 @@ def test_a_run_loads_the_checks_libraries_in_a_window_the_gpu_alone_is_timed(mon
 
     def preload() -> None:
         events.append("preload begun")
-        release.wait(5)  # held until the next curve opens, then longer than its host steps
-        time.sleep(0.3)
+        release.wait(5)  # held until the next curve opens, and until it times the host
+        begun = events.index("preload begun")
+        deadline = time.monotonic() + 5
+        while "timed" not in events[begun:] and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(0.05)  # the main thread, were it not waiting, would go on meanwhile
         events.append("preload ended")
 
     real_open = engine.open_transfer
