@@ -46,6 +46,7 @@ void bind_gemm(nb::module_& m) {
   }
   // (name, input bytes, output bytes, least compute capability x10, tolerance, description)
   m.attr("GEMM_PRECISIONS") = nb::tuple(table);
+  m.attr("GEMM_TUNING_PASS_S") = gemm::kTuningPassSeconds;
   m.def(
       "gemm_refusal",
       [](const std::string& precision, std::int64_t m_, std::int64_t n, std::int64_t k,
@@ -148,6 +149,7 @@ void bind_gemm(nb::module_& m) {
                      d["workspace_bytes"] = a.workspace_bytes;
                      d["rank"] = a.rank;
                      d["candidates"] = a.candidates;
+                     d["tuned_s"] = a.tuned_s;
                      return d;
                    })
       .def_prop_ro("copies", [](GemmHandle& h) { return h.get().copies(); })

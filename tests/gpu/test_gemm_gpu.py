@@ -104,3 +104,29 @@ def test_the_run_check_takes_under_10_s_and_verifies(native_engine):
     assert all(p["verified"] and 0.2 < p["share_of_peak"] < 1.05 for p in ran), ran
     assert check.break_even and check.break_even["one_thread"]
     assert wall < 10, f"the GEMM check took {wall:.1f} s"
+
+
+@pytest.mark.parametrize("size", [4096, 8192])
+def test_a_tuning_times_every_candidate_and_stands_for_the_warm_up(native_engine, size):
+    """A tuning of 8 candidates times them and reports the GPU time of the GEMMs it timed, both
+    where a pass holds several GEMMs (4096^3 fp32) and where one GEMM outlasts it (8192^3: each
+    candidate's first launch is its forward pass); a GEMM given the rank chosen takes it, timed
+    against none; the trials need no warm-up after a tuning longer than it."""
+    tuned = native_engine.gemm(0, "fp32", size, size, size, tune=8)
+    try:
+        algorithm = dict(tuned.algorithm)
+        assert algorithm["candidates"] > 1, algorithm
+        # at least one GEMM or kTuningPassSeconds a candidate forward
+        least = min(0.01, 2 * size**3 / 100e12)
+        assert least * algorithm["candidates"] <= algorithm["tuned_s"] < 2.0, algorithm
+        assert gm.warm_up(0.05, algorithm) == 0.0
+        assert tuned.verify(256).ok
+    finally:
+        tuned.close()
+    kept = native_engine.gemm(0, "fp32", size, size, size, tune=8, rank=algorithm["rank"])
+    try:
+        assert kept.algorithm["rank"] == algorithm["rank"]
+        assert kept.algorithm["candidates"] == 0 and kept.algorithm["tuned_s"] == 0.0
+        assert gm.warm_up(0.05, dict(kept.algorithm)) == 0.05
+    finally:
+        kept.close()

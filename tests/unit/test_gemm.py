@@ -574,3 +574,20 @@ def test_a_cache_path_that_is_no_regular_file_is_never_read_or_replaced(tmp_path
     monkeypatch.setenv(tuning.CACHE_ENV, str(path / "below-a-file"))
     assert tuning.known("k") is None
     tuning.remember("k", 1, 8)  # costs nothing
+
+
+def test_a_tuning_longer_than_the_warm_up_stands_for_it_and_the_point_says_so():
+    """The trials skip the warm-up only where the tuning just ran the GEMM on the GPU for at
+    least as long; each point records the warm-up it had."""
+    assert gm.warm_up(0.05, {"tuned_s": 0.08}) == 0.0
+    assert gm.warm_up(0.05, {"tuned_s": 0.02}) == 0.05
+    assert gm.warm_up(0.05, {}) == 0.05
+    engine = SimulatedEngine(seed=1)
+    shapes = (Shape(4096, 4096, 4096),)
+    for tune, warmed in ((8, 0.0), (0, 0.05)):
+        options = gr.GemmOptions(
+            precisions=("fp32",), shapes=shapes, tune=tune, warmup_s=0.05, cpu_threads=()
+        )
+        (point,) = gm.measure(engine, options).points
+        assert point.status == "complete" and point.warmup_s == warmed, (tune, point)
+        assert (point.algorithm or {}).get("tuned_s", 0.0) >= (0.05 if tune else 0.0)

@@ -21,6 +21,9 @@ class BlasError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// How long a tuning times each candidate algorithm in one pass (at least one GEMM).
+inline constexpr double kTuningPassSeconds = 0.010;
+
 struct PrecisionInfo {
   const char* name;  // fp64, fp32, tf32, fp16, bf16, fp8
   int input_bytes;   // one element of A and B
@@ -67,6 +70,7 @@ struct GemmAlgorithm {
   std::size_t workspace_bytes = 0;
   int rank = 0;        // its place in the heuristic's list (0: the heuristic's first choice)
   int candidates = 0;  // how many algorithms were timed to choose it (0: none, the first ran)
+  double tuned_s = 0;  // GPU seconds of the GEMMs timed to choose it, just before: a warm-up
 };
 
 struct TransferTiming {

@@ -174,6 +174,9 @@ class GemmPoint:
     transfers: tuple[dict[str, Any], ...] = ()
     # padded: {m, n, k (the padded shape), seconds (per GEMM with its copies), iterations, error}
     padded: dict[str, Any] | None = None
+    # the warm-up run before the trials, in seconds: 0 where the tuning's GEMMs, just run for
+    # longer than the warm-up (algorithm["tuned_s"]), stood for it
+    warmup_s: float | None = None
     # Derived, for readers; ignored when loading (a study point's shares: to_dict).
     DERIVED: ClassVar[tuple[Derived, ...]] = (
         Derived("alignment", lambda p: p.alignment),

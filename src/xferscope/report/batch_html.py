@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 
 from ..batch.measure import METHODS, BatchResult, Cell, crossover_line
 from ..core.units import format_rate, format_seconds
-from .page import banners, escape, files_beside, findings_section, page, plot_div, table
+from .page import TEMPLATE, banners, escape, files_beside, findings_section, page, plot_div, table
 from .style import category_colour
 
 
@@ -138,7 +138,7 @@ def _maps(result: BatchResult) -> str:
                 )
             )
         fig.update_layout(
-            template="plotly_white",
+            template=TEMPLATE,
             height=140 + 60 * len(counts),
             margin={"l": 70, "r": 20, "t": 30, "b": 60},
             xaxis={

@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 
 from ..core.units import format_flops
 from ..gemm.records import GemmResult, classes
-from .page import banners, escape, files_beside, findings_section, page, plot_div, table
+from .page import TEMPLATE, banners, escape, files_beside, findings_section, page, plot_div, table
 
 
 def render_gemm_html(result: GemmResult, files: Sequence[str] = ()) -> str:
@@ -91,7 +91,7 @@ def _throughput(result: GemmResult) -> str:
     if not fig.data:
         return ""
     fig.update_layout(
-        template="plotly_white",
+        template=TEMPLATE,
         height=460,
         margin={"l": 60, "r": 20, "t": 30, "b": 50},
         xaxis_title="size (cube root of M N K)",

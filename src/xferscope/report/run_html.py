@@ -17,8 +17,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import plotly.graph_objects as go
-
 from ..core.units import format_bytes, format_rate, format_seconds
 from ..documents.files import atomic_write
 from ..run.metrics import HEADLINE_CURVES
@@ -31,9 +29,11 @@ from ..sweep.records import ESTIMATED, Curve, Point
 from .page import (
     FONT,
     INVALID_COLOR,
+    Figure,
     RowClass,
     banners,
     escape,
+    figure,
     files_beside,
     findings_section,
     noise,
@@ -254,11 +254,11 @@ def _curve_figure(
     value: Callable[[Point], float],
     unit: str,
     limit: tuple[float, str] | None,
-) -> go.Figure:
+) -> Figure:
     """One line per curve against transfer size, both axes log, each drawn as report.style
     says; `value` gives a point's y in `unit`; `limit` (bytes per second, what it is), where
     given, is drawn as a dashed line (the y unit must be GB/s)."""
-    fig = go.Figure()
+    traces: list[dict[str, Any]] = []
     sizes = [p.bytes for c in curves for p in c.points]
     limit_bps = limit[0] if limit else None
     for curve in curves:
@@ -272,32 +272,34 @@ def _curve_figure(
             custom.append(
                 [format_bytes(p.bytes), noise(p.rel_noise), len(p.samples_s), _point_status(p)]
             )
-        fig.add_trace(
-            go.Scatter(
-                x=[p.bytes for p in curve.points],
-                y=[value(p) for p in curve.points],
-                name=escape(legend_label(curve.config)),
-                mode="lines+markers",
-                line={"color": color, "dash": style.plotly_dash, "width": style.width},
-                marker={"symbol": symbols, "color": colors, "size": 7},
-                customdata=custom,
-                hovertemplate=(
+        traces.append(
+            {
+                "type": "scatter",
+                "x": [p.bytes for p in curve.points],
+                "y": [value(p) for p in curve.points],
+                "name": escape(legend_label(curve.config)),
+                "mode": "lines+markers",
+                "line": {"color": color, "dash": style.plotly_dash, "width": style.width},
+                "marker": {"symbol": symbols, "color": colors, "size": 7},
+                "customdata": custom,
+                "hovertemplate": (
                     f"<b>{escape(curve.config.label)}</b><br>size %{{customdata[0]}}<br>"
                     f"%{{y:.4g}} {unit}<br>noise %{{customdata[1]}}, "
                     "%{customdata[2]} trials<br>%{customdata[3]}<extra></extra>"
                 ),
-            )
+            }
         )
     if limit is not None:
-        fig.add_trace(
-            go.Scatter(
-                x=[min(sizes), max(sizes)],
-                y=[limit[0] / 1e9] * 2,
-                name=f"{limit[1]} {format_rate(limit[0])}",
-                mode="lines",
-                line={"color": "#555555", "dash": "dash", "width": 1.5},
-                hovertemplate=f"{limit[1]}: {format_rate(limit[0])}<extra></extra>",
-            )
+        traces.append(
+            {
+                "type": "scatter",
+                "x": [min(sizes), max(sizes)],
+                "y": [limit[0] / 1e9] * 2,
+                "name": f"{limit[1]} {format_rate(limit[0])}",
+                "mode": "lines",
+                "line": {"color": "#555555", "dash": "dash", "width": 1.5},
+                "hovertemplate": f"{limit[1]}: {format_rate(limit[0])}<extra></extra>",
+            }
         )
     major, labels, minor = _size_ticks(sizes)
     pad = 0.15
@@ -312,9 +314,9 @@ def _curve_figure(
             x_range[0] = math.log10(view.first) - pad
             title = f"{title}<br><sup>{escape(view.note())}</sup>"
     decades = math.log10(max(values)) - math.log10(min(values))
-    fig.update_layout(
+    return figure(
+        traces,
         title={"text": title, "x": 0.01, "xanchor": "left"},
-        template="plotly_white",
         font={"family": FONT, "size": 12},
         height=max(480, 24 * len(curves) + 80),
         margin={"l": 70, "r": 20, "t": 50, "b": 55},
@@ -344,7 +346,6 @@ def _curve_figure(
             "minor": {"showgrid": True, "gridcolor": "#f2f2f2"},
         },
     )
-    return fig
 
 
 def _share_of_limit(info: dict[str, Any], curve: Curve, bandwidth: float) -> str:
@@ -453,32 +454,31 @@ def _p2p_cell(src: int, dst: int, c: Concurrent | None) -> tuple[float | None, s
     return total / 1e9, f"{total / 1e9:.1f}", escape(f"{c.label}: {format_rate(total)}") + streams
 
 
-def _p2p_figure(indices: Sequence[int], cells: dict[tuple[int, int], Concurrent]) -> go.Figure:
+def _p2p_figure(indices: Sequence[int], cells: dict[tuple[int, int], Concurrent]) -> Figure:
     names = [f"GPU {i}" for i in indices]
     grid = [[_p2p_cell(src, dst, cells.get((src, dst))) for dst in indices] for src in indices]
     z = [[cell[0] for cell in row] for row in grid]
     text = [[cell[1] for cell in row] for row in grid]
     hover = [[cell[2] for cell in row] for row in grid]
-    fig = go.Figure(
-        go.Heatmap(
-            z=z,
-            x=names,
-            y=names,
-            text=text,
-            texttemplate="%{text}",
-            customdata=hover,
-            hovertemplate="%{customdata}<extra></extra>",
-            colorscale="Blues",
-            zmin=0,
-            zmax=max((v for row in z for v in row if v is not None), default=1.0),
-            colorbar={"title": {"text": "GB/s"}},
-            xgap=2,
-            ygap=2,
-        )
-    )
+    heatmap = {
+        "type": "heatmap",
+        "z": z,
+        "x": names,
+        "y": names,
+        "text": text,
+        "texttemplate": "%{text}",
+        "customdata": hover,
+        "hovertemplate": "%{customdata}<extra></extra>",
+        "colorscale": "Blues",
+        "zmin": 0,
+        "zmax": max((v for row in z for v in row if v is not None), default=1.0),
+        "colorbar": {"title": {"text": "GB/s"}},
+        "xgap": 2,
+        "ygap": 2,
+    }
     size = 90 * len(indices)
-    fig.update_layout(
-        template="plotly_white",
+    return figure(
+        [heatmap],
         font={"family": FONT, "size": 12},
         plot_bgcolor="#eef0f3",  # unmeasured cells
         height=size + 100,
@@ -487,7 +487,6 @@ def _p2p_figure(indices: Sequence[int], cells: dict[tuple[int, int], Concurrent]
         xaxis={"title": "to (destination)", "side": "bottom", "constrain": "domain"},
         yaxis={"title": "from (source)", "autorange": "reversed", "scaleanchor": "x"},
     )
-    return fig
 
 
 def _multi_section(result: RunResult) -> str:

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from ..core.units import format_bytes, format_rate, format_seconds
 from ..trace.document import TraceResult
 from ..trace.records import shown
-from .page import escape, files_beside, findings_section, page, plot_div, table
+from .page import TEMPLATE, escape, files_beside, findings_section, page, plot_div, table
 
 MOST_SPANS = 20_000  # spans drawn; beyond, the longest are kept
 COLORS = {
@@ -147,7 +147,7 @@ def _timeline(result: TraceResult) -> str:
         )
     rows = len({x[1] for x in spans})
     fig.update_layout(
-        template="plotly_white",
+        template=TEMPLATE,
         barmode="overlay",
         height=160 + 28 * rows,
         margin={"l": 140, "r": 20, "t": 30, "b": 50},

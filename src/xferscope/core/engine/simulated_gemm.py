@@ -73,6 +73,14 @@ class SimulatedGemm:
         }
         m, n, k = spec["m"], spec["n"], spec["k"]
         self._per_gemm = LAUNCH_S + 2 * m * n * k / (PEAK_FLOPS[p] * efficiency(p, m, n, k))
+        # a tuning as the engine's: one GEMM to size the passes, then about 10 ms of each
+        # candidate forward and of the fastest backward
+        candidates = self.algorithm["candidates"]
+        count = max(1, min(1000, int(engine_module().GEMM_TUNING_PASS_S / self._per_gemm)))
+        self.algorithm["tuned_s"] = (
+            self._per_gemm * (1 + count * (candidates + 1)) if candidates > 1 else 0.0
+        )
+        engine.advance(self.algorithm["tuned_s"])
 
     def time(self, iterations: int) -> float:
         noise = 1.0 + abs(float(self._engine.rng.normal(0.0, self._engine.noise)))
