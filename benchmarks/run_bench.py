@@ -10,6 +10,10 @@ benchmarks/results/run-<gpu>-<date>.json (run-<gpu>x<n>-... with n GPUs) as
     python3 benchmarks/run_bench.py --commit $(git rev-parse HEAD) [--out benchmarks/results]
         [--before SITE --before-commit SHA]
 
+--first-runs N adds N more first --quick runs of each build, taking turns (a single run's wall
+time varies by a second between machines of one kind); --one-gpu-too, on several GPUs, also
+times both runs on GPU 0 alone, so that the growth per GPU is read on one machine.
+
 SITE is where the earlier build is installed (pip install --target SITE CHECKOUT): its runs
 import xferscope from there. This build's --quick runs first with an empty cuBLASLt tuning
 cache (gemm/tuning.py), as on a machine's first run, and once more with the cache it left.
@@ -22,6 +26,7 @@ default run's figures, and its wall time, from that document.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -226,6 +231,33 @@ def summary(doc: dict) -> dict:
     }
 
 
+def first_runs_count(text: str) -> int:
+    """--first-runs: 0 to 20."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 20:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a count of runs from 0 to 20")
+    return value
+
+
+def first_quick_walls(
+    count: int, builds: dict[str, dict[str, str] | None], keep: Path | None
+) -> dict[str, list[float]]:
+    """`count` first --quick runs of each build (by prefix: "" this one, "before_" the earlier
+    one, whose environment puts it first on the path), each with an empty tuning cache, the
+    builds taking turns to go first."""
+    walls: dict[str, list[float]] = {prefix: [] for prefix in builds}
+    order = list(builds)
+    for i in range(count):
+        for prefix in order if i % 2 == 0 else order[::-1]:
+            with tempfile.TemporaryDirectory() as cache:
+                env = dict(builds[prefix] or {}, XFERSCOPE_CACHE=cache)
+                walls[prefix].append(round(timed_run(["--quick"], keep, env)[0], 2))
+    return walls
+
+
 def main() -> None:
     parser = bench_parser(__doc__)
     parser.add_argument("--keep", type=Path, default=None, help="keep the runs' files here")
@@ -237,6 +269,19 @@ def main() -> None:
     )
     parser.add_argument("--before", type=Path, default=None, help="an earlier build's site dir")
     parser.add_argument("--before-commit", default="unknown", help="the earlier build's sha")
+    parser.add_argument(
+        "--first-runs",
+        type=first_runs_count,
+        default=0,
+        help="this many more first --quick runs (each with an empty tuning cache), interleaved "
+        "with the earlier build's where --before is given",
+    )
+    parser.add_argument(
+        "--one-gpu-too",
+        action="store_true",
+        help="with several GPUs, also time both runs on GPU 0 alone (each build), so that the "
+        "wall time per GPU is compared on the same machine",
+    )
     args = parser.parse_args()
 
     figures: dict = {}
@@ -264,6 +309,25 @@ def main() -> None:
         quick_wall, quick = timed_run(["--quick"], args.keep, mine)  # the tuning reused
     gpus = len(doc["gpus"])
     suffix = "" if gpus == 1 else f"_{gpus}gpus"
+    if args.first_runs:
+        builds = {"": {}, "before_": before_env} if before_env else {"": {}}
+        walls = first_quick_walls(args.first_runs, builds, args.keep)
+        for prefix, values in walls.items():
+            figures[f"{prefix}run_quick_first_walls_s{suffix}"] = values
+            figures[f"{prefix}run_quick_first_wall_s_median{suffix}"] = round(
+                statistics.median(values), 2
+            )
+    if args.one_gpu_too and gpus > 1:
+        builds = {"": {}, "before_": before_env} if before_env else {"": {}}
+        for prefix, env in builds.items():
+            with tempfile.TemporaryDirectory() as cache:
+                first = dict(env or {}, XFERSCOPE_CACHE=cache)
+                figures[f"{prefix}run_quick_wall_s_gpu0"] = round(
+                    timed_run(["--quick", "-g", "0"], args.keep, first)[0], 2
+                )
+                figures[f"{prefix}run_default_wall_s_gpu0"] = round(
+                    timed_run(["-g", "0"], args.keep, first)[0], 2
+                )
     figures[f"run_default_wall_s{suffix}"] = round(default_wall, 2)
     figures[f"run_quick_wall_s{suffix}"] = round(quick_first_wall, 2)
     figures[f"run_quick_wall_s_tuning_reused{suffix}"] = round(quick_wall, 2)
