@@ -78,31 +78,6 @@ void translate_cuda_error(const std::exception_ptr& error, void* type) {
   }
 }
 
-// A transfer's spec from the arguments Transfer and reserve_transfer_buffer take.
-xs::TransferSpec transfer_spec(int device, const std::string& direction, const std::string& memory,
-                               const std::string& mechanism, std::size_t capacity,
-                               std::size_t rotation_bytes, bool rotate, int peer, bool peer_access,
-                               int staged_threads, std::size_t staged_chunk_bytes,
-                               std::size_t host_offset, std::size_t device_offset,
-                               std::size_t staged_direct_below) {
-  xs::TransferSpec spec;
-  spec.device = device;
-  spec.direction = xs::direction_from_string(direction);
-  spec.host_memory = xs::memory_kind_from_string(memory);
-  spec.mechanism = xs::mechanism_from_string(mechanism);
-  spec.capacity = capacity;
-  spec.rotation_bytes = rotation_bytes;
-  spec.rotate = rotate;
-  spec.peer = peer;
-  spec.peer_access = peer_access;
-  spec.staged_threads = staged_threads;
-  spec.staged_chunk_bytes = staged_chunk_bytes;
-  spec.staged_direct_below = staged_direct_below;
-  spec.host_offset = host_offset;
-  spec.device_offset = device_offset;
-  return spec;
-}
-
 }  // namespace
 
 void bind_gl(nb::module_& m);       // bindings/gl.cpp
@@ -303,21 +278,6 @@ NB_MODULE(_engine, m) {
   m.def("driver_version", &xs::driver_version);
 
   // ---- measuring ----
-  m.def(
-      "reserve_transfer_buffer",
-      [](int device, const std::string& direction, const std::string& memory,
-         const std::string& mechanism, std::size_t capacity, std::size_t rotation_bytes,
-         std::size_t host_offset, std::size_t device_offset) {
-        const xs::TransferSpec spec =
-            transfer_spec(device, direction, memory, mechanism, capacity, rotation_bytes, true, -1,
-                          true, 0, 0, host_offset, device_offset, 0);
-        nb::gil_scoped_release release;
-        xs::Transfer::reserve_host_buffer(spec);
-      },
-      "device"_a, "direction"_a, "memory"_a, "mechanism"_a, "capacity"_a, "rotation_bytes"_a = 0,
-      "host_offset"_a = 0, "device_offset"_a = 0,
-      "While buffers are kept (keep_buffers), allocates the host buffer a Transfer of these "
-      "arguments takes and keeps it for that Transfer.");
   nb::class_<TransferHandle>(m, "Transfer")
       .def(
           "__init__",
@@ -326,10 +286,21 @@ NB_MODULE(_engine, m) {
              bool rotate, int peer, bool peer_access, int staged_threads,
              std::size_t staged_chunk_bytes, std::size_t host_offset, std::size_t device_offset,
              std::size_t staged_direct_below) {
-            const xs::TransferSpec spec =
-                transfer_spec(device, direction, memory, mechanism, capacity, rotation_bytes,
-                              rotate, peer, peer_access, staged_threads, staged_chunk_bytes,
-                              host_offset, device_offset, staged_direct_below);
+            xs::TransferSpec spec;
+            spec.device = device;
+            spec.direction = xs::direction_from_string(direction);
+            spec.host_memory = xs::memory_kind_from_string(memory);
+            spec.mechanism = xs::mechanism_from_string(mechanism);
+            spec.capacity = capacity;
+            spec.rotation_bytes = rotation_bytes;
+            spec.rotate = rotate;
+            spec.peer = peer;
+            spec.peer_access = peer_access;
+            spec.staged_threads = staged_threads;
+            spec.staged_chunk_bytes = staged_chunk_bytes;
+            spec.staged_direct_below = staged_direct_below;
+            spec.host_offset = host_offset;
+            spec.device_offset = device_offset;
             xs::device_info(device);  // a clear NoDeviceError for a bad index, before allocating
             new (h) TransferHandle("transfer", nullptr, spec);
           },

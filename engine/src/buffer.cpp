@@ -151,19 +151,6 @@ std::size_t keep_buffers(bool on) {
   return on ? 0 : reused;
 }
 
-void reserve_buffer(MemoryKind kind, std::size_t bytes, int device) {
-  if (bytes < kKeptLeast) return;
-  {
-    Keeper& k = keeper();
-    std::lock_guard<std::mutex> hold(k.lock);
-    if (!k.on) return;
-    for (const Kept& b : k.kept) {
-      if (b.kind == kind && b.device == device && b.bytes == bytes) return;
-    }
-  }
-  Buffer::allocate(kind, bytes, device);  // released at once: kept
-}
-
 Buffer Buffer::allocate(MemoryKind kind, std::size_t bytes, int device) {
   if (bytes == 0) throw UsageError("a buffer needs at least one byte");
   XFS_CUDA_CALL(cudaSetDevice(device));

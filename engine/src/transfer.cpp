@@ -101,7 +101,9 @@ Transfer::Transfer(const TransferSpec& spec) : spec_(spec) {
   if (spec.host_offset > Limits::most_offset || spec.device_offset > Limits::most_offset) {
     throw UsageError("a copy's offset is 0.." + std::to_string(Limits::most_offset) + " bytes");
   }
-  const std::size_t size = buffer_bytes(spec);
+  // Room for the offset past the last place a copy can start.
+  const std::size_t size =
+      std::max(spec.capacity, spec.rotation_bytes) + std::max(spec.host_offset, spec.device_offset);
   const MemoryKind host = host_side ? spec.host_memory : MemoryKind::device;
   auto add = [&](MemoryKind kind, int device) -> Buffer* {
     buffers_.push_back(Buffer::allocate(kind, size, device));
@@ -159,21 +161,6 @@ Transfer::Transfer(const TransferSpec& spec) : spec_(spec) {
     XFS_CUDA_CALL(cudaSetDevice(gpu));
   }
   fill(Limits::default_seed);
-}
-
-std::size_t Transfer::buffer_bytes(const TransferSpec& spec) noexcept {
-  // Room for the offset past the last place a copy can start.
-  return std::max(spec.capacity, spec.rotation_bytes) +
-         std::max(spec.host_offset, spec.device_offset);
-}
-
-void Transfer::reserve_host_buffer(const TransferSpec& spec) {
-  if (spec.direction == Direction::d2d || spec.direction == Direction::p2p) return;
-  if (!refusal(spec.direction, spec.host_memory, spec.mechanism, std::nullopt, spec.peer_access)
-           .empty()) {
-    return;  // the transfer itself says why
-  }
-  reserve_buffer(spec.host_memory, buffer_bytes(spec), spec.device);
 }
 
 // The members free the staged copier, the events, the stream and the buffers, in that order.

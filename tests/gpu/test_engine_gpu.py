@@ -212,33 +212,3 @@ def test_kept_buffers_are_handed_out_again_and_copies_stay_right(native_engine):
     # the second pinned and second pageable transfer each got a host and a device buffer back
     assert reused >= 3
     assert e.keep_buffers(False) == 0  # nothing kept any more
-
-
-def test_a_reserved_host_buffer_is_taken_by_its_transfer_and_verifies(native_engine):
-    """A host buffer reserved while buffers are kept (side work in another thread, as run's
-    curves do) is the one the transfer of the same arguments takes; its copies verify. Reserved
-    with nothing kept, nothing is allocated."""
-    import threading
-
-    from xferscope.core.compiled import engine_module
-
-    size = 96 << 20
-    e = engine_module()
-    native_engine.reserve_transfer_buffer(0, "d2h", "wc", "memcpy", size, 0)
-    assert e.keep_buffers(False) == 0
-    e.keep_buffers(True)
-    try:
-        beside = threading.Thread(
-            target=native_engine.reserve_transfer_buffer, args=(0, "d2h", "wc", "memcpy", size, 0)
-        )
-        beside.start()
-        beside.join()
-        t = native_engine.open_transfer(0, "d2h", "wc", "memcpy", size, 0)
-        try:
-            t.fill(5)
-            assert t.verify(size).ok and not t.verify(size, inject_fault=True).ok
-        finally:
-            t.close()
-    finally:
-        reused = e.keep_buffers(False)
-    assert reused == 1  # the reserved write-combined buffer (its device buffer was new)

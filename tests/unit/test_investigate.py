@@ -461,34 +461,3 @@ def test_corrupt_copies_give_verification_failed_errors():
 
 def test_clean_copies_give_no_verification_finding(one_gpu):
     assert "verification_failed" not in codes(one_gpu)
-
-
-def test_each_new_host_kind_is_allocated_while_a_curve_before_times_the_gpu_alone():
-    """While a curve that times the GPU alone runs, the host buffer of the next curve whose kind
-    no curve before it took is reserved beside it, as side work (core/background.py): here
-    write-combined during pinned's device-timed curve, registered during write-combined's. The
-    side work has ended before the next curve opens its transfer."""
-    from xferscope.core import background
-
-    engine = SimulatedEngine(seed=3)
-    configs = gpu_curves(0)
-    options = investigate.SweepOptions(devices=(0,), sizes=QUICK_PLAN.sizes, target_s=0.001)
-    seen: list[tuple[str, int]] = []
-    measure = investigate.measure_curve
-
-    def measured(engine, config, options, progress):
-        # what was reserved when this curve began; side work attached for it is not begun
-        seen.append((config.label, len(engine.reserved)))
-        aheads = [s for s in background._sides if isinstance(s, background.Ahead)]
-        assert not any(a.begun for a in aheads) and len(aheads) <= int(config.gpu_alone)
-        return measure(engine, config, options, progress)
-
-    import unittest.mock
-
-    with unittest.mock.patch.object(investigate, "measure_curve", measured):
-        runs = list(investigate.curves_reserving(engine, configs, options, investigate.QUIET))
-    assert len(runs) == len(configs) and all(r.curve.status == "complete" for r in runs)
-    assert engine.reserved == [(0, "h2d", "wc"), (0, "h2d", "registered")]
-    when = dict(seen)
-    assert when["h2d wc memcpy api"] == 1 and when["h2d registered memcpy api"] == 2
-    assert when["h2d pinned async device"] == 0

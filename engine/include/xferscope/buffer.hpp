@@ -49,10 +49,6 @@ MemoryKind memory_kind_from_string(std::string_view name);
 // 1 GiB of pinned memory took 0.83 s on an H100 host. Turning it off frees every kept buffer.
 // Returns how many buffers were handed out again since the last call.
 std::size_t keep_buffers(bool on);
-// While keep_buffers is on, allocates a buffer of `kind`, `bytes` and GPU and keeps it for the
-// next allocation like it, unless one like it is kept already (nothing while off, or under
-// 64 MiB): side work in another thread, so that a later allocation takes it at once.
-void reserve_buffer(MemoryKind kind, std::size_t bytes, int device);
 
 class Buffer {
  public:

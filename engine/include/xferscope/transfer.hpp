@@ -106,11 +106,6 @@ class Transfer {
   // Refuses (UsageError) what cases.hpp's refusal() refuses, before allocating anything.
   explicit Transfer(const TransferSpec& spec);
   ~Transfer();
-  // The size of each buffer a transfer of `spec` allocates.
-  static std::size_t buffer_bytes(const TransferSpec& spec) noexcept;
-  // Allocates the host buffer a transfer of `spec` will take and keeps it for that transfer
-  // (reserve_buffer): side work while another transfer times the GPU alone.
-  static void reserve_host_buffer(const TransferSpec& spec);
   Transfer(const Transfer&) = delete;
   Transfer& operator=(const Transfer&) = delete;
 

@@ -175,7 +175,10 @@ def _measure_point(engine: Engine, options: GemmOptions, precision: str, shape: 
 
 def warm_up(asked_s: float, algorithm: dict[str, Any]) -> float:
     """The warm-up a GEMM's trials still need: none where its tuning has just run its GEMMs on
-    the GPU for at least as long (an H100's first `run` saved about 50 ms a precision)."""
+    the GPU for at least as long. On an H100, seven interleaved rounds of `run`'s check with and
+    without it: 2.67 against 3.09 s, every precision's median within the rounds' spread (tf32
+    379 against 372 TFLOP/s, bf16 700 against 729, fp8 1236 against 1242, fp64 56.4 against
+    56.0)."""
     return 0.0 if float(algorithm.get("tuned_s", 0.0)) >= asked_s else asked_s
 
 

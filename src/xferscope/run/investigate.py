@@ -25,7 +25,7 @@ from ..documents.envelope import now
 from ..gemm.check import gemm_check
 from ..gl.check import gl_check
 from ..sweep.chase import CHASE_TRIALS, chase_points
-from ..sweep.measure import CurveRun, measure_curve, reserve_ahead
+from ..sweep.measure import CurveRun, measure_curve
 from ..sweep.options import SweepOptions
 from ..sweep.records import Curve, CurveConfig
 from .metrics import HEADLINE_CURVES
@@ -361,35 +361,6 @@ def numa_notes() -> tuple[str, ...]:
 CurvesDone = Callable[[GpuSection], None]
 
 
-def curves_reserving(
-    engine: Engine, configs: list[CurveConfig], options: SweepOptions, progress: Progress
-) -> Iterator[CurveRun]:
-    """The curves in order (inside engine.keeping_buffers); while one times the GPU alone, the
-    host buffer of the next curve whose memory kind none before it took is allocated beside it
-    (a pinned or write-combined 256 MiB took 0.1 s of an H100 run's curves), so that its
-    transfer takes it at once. The side work is done before the next curve begins."""
-    taken: set[str] = set()
-
-    def host_kind(c: CurveConfig) -> str | None:
-        return c.memory if c.direction in ("h2d", "d2h") and c.numa_node is None else None
-
-    for i, config in enumerate(configs):
-        taken.add(host_kind(config) or "")
-        ahead = None
-        if config.gpu_alone:
-            later = (c for c in configs[i + 1 :] if host_kind(c) not in (None, *taken))
-            if (upcoming := next(later, None)) is not None:
-                taken.add(upcoming.memory)
-                ahead = reserve_ahead(engine, upcoming, options)
-                background.attach(ahead)
-        try:
-            yield measure_curve(engine, config, options, progress)
-        finally:
-            if ahead is not None:
-                ahead.pause()
-                background.detach(ahead)
-
-
 def _nothing(_section: GpuSection) -> None:
     pass
 
@@ -451,7 +422,9 @@ def _investigate_gpu(
         background.attach(loading)
         try:
             with _phase(phases, "curves", engine.clock), engine.keeping_buffers():
-                runs = curves_reserving(engine, gpu_curves(device, scope), sweep, progress)
+                runs = (
+                    measure_curve(engine, c, sweep, progress) for c in gpu_curves(device, scope)
+                )
                 section = _gather(section, runs, lambda g, c: replace(g, curves=(*g.curves, c)))
                 if section.status == "failed":
                     return section

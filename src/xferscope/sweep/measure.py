@@ -174,27 +174,6 @@ class CurveRun:
     error: XferscopeError | None
 
 
-def transfer_arguments(
-    config: CurveConfig, options: SweepOptions
-) -> tuple[int, str, str, str, int, int]:
-    """The transfer a curve opens: device, direction, memory, mechanism, capacity (its largest
-    size) and rotation bytes."""
-    rotation = options.rotation_bytes if options.cache == "cold" else 0
-    capacity = max(options.sizes)
-    return config.device, config.direction, config.memory, config.mechanism, capacity, rotation
-
-
-def reserve_ahead(engine: Engine, config: CurveConfig, options: SweepOptions) -> background.Ahead:
-    """Side work that allocates the host buffer `config`'s transfer will take, inside the
-    engine's keeping_buffers, while another curve times the GPU alone (core/background.py)."""
-    arguments = transfer_arguments(config, options)
-    return background.Ahead(
-        lambda: engine.reserve_transfer_buffer(
-            *arguments, host_offset=config.host_offset, device_offset=config.device_offset
-        )
-    )
-
-
 def measure_curve(
     engine: Engine, config: CurveConfig, options: SweepOptions, progress: Progress
 ) -> CurveRun:
@@ -229,7 +208,12 @@ def measure_curve(
 
     try:
         transfer = engine.open_transfer(
-            *transfer_arguments(config, options),
+            config.device,
+            config.direction,
+            config.memory,
+            config.mechanism,
+            max(sizes),
+            options.rotation_bytes if options.cache == "cold" else 0,
             rotate=options.cache == "cold",
             host_offset=config.host_offset,
             device_offset=config.device_offset,

@@ -199,32 +199,6 @@ class NativeEngine:
         finally:
             engine_module().keep_buffers(False)
 
-    def reserve_transfer_buffer(
-        self,
-        device: int,
-        direction: str,
-        memory: str,
-        mechanism: str,
-        capacity: int,
-        rotation_bytes: int,
-        host_offset: int = 0,
-        device_offset: int = 0,
-    ) -> None:
-        """Inside keeping_buffers, allocates the host buffer the transfer of these arguments will
-        take (side work, core/background.py: a pinned 256 MiB took 0.1 s on an H100 host). One
-        that cannot be made is left to the transfer, which says why."""
-        with suppress(XferscopeError, RuntimeError), self._translated():
-            self._engine.reserve_transfer_buffer(
-                device,
-                direction,
-                memory,
-                mechanism,
-                capacity,
-                rotation_bytes,
-                host_offset,
-                device_offset,
-            )
-
     def measure_pinning(self, device: int, bytes: int) -> PinningCosts:
         with self._measuring():
             return self._engine.measure_pinning(device, bytes)  # type: ignore[no-any-return]

@@ -321,17 +321,6 @@ class Engine(Protocol):
         self, transfers: Sequence[Transfer], bytes: int, iterations: int
     ) -> tuple[list[float], bool]: ...
     def keeping_buffers(self) -> AbstractContextManager[None]: ...
-    def reserve_transfer_buffer(  # inside keeping_buffers: the host buffer of a later transfer
-        self,
-        device: int,
-        direction: str,
-        memory: str,
-        mechanism: str,
-        capacity: int,
-        rotation_bytes: int,
-        host_offset: int = 0,
-        device_offset: int = 0,
-    ) -> None: ...
     def measure_pinning(self, device: int, bytes: int) -> PinningCosts: ...
     def can_access_peer(self, device: int, peer: int) -> bool: ...
     def rotate_buffers(

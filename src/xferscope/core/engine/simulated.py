@@ -91,7 +91,6 @@ class SimulatedEngine:
         self.memory_ranges: list[tuple[int, int, int, int]] = []  # register_memory
         self.pace = pace
         self._now = 0.0
-        self.reserved: list[tuple[int, str, str]] = []  # reserve_transfer_buffer calls
         self._trials = 0
         self._paced_from: tuple[float, float] | None = None  # (real, modelled) at the first call
 
@@ -404,21 +403,6 @@ class SimulatedEngine:
     def keeping_buffers(self) -> Iterator[None]:
         """The native engine keeps large buffers for reuse inside; the model allocates none."""
         yield
-
-    def reserve_transfer_buffer(
-        self,
-        device: int,
-        direction: str,
-        memory: str,
-        mechanism: str,
-        capacity: int,
-        rotation_bytes: int,
-        host_offset: int = 0,
-        device_offset: int = 0,
-    ) -> None:
-        """The model allocates nothing; it notes what was reserved (device, direction, memory),
-        for the tests."""
-        self.reserved.append((device, direction, memory))
 
     def measure_pinning(self, device: int, bytes: int) -> Any:
         """Per GB as measured on an H200: cudaMallocHost 316 ms, cudaFreeHost 62 ms, register
