@@ -110,8 +110,9 @@ def draw_ahead(engine: Engine, gpu: GpuSection) -> None:
 
 
 # Measured on one H100 with every check (GL and GEMM included), from the command to its exit,
-# 2026-11-25 (benchmarks/results/run-h100-20261125c.json): `run --quick` 10.5 s on a machine's
-# first run and 9.3 s once the GEMM check's tuning is kept, `run` 31.0 s
+# 2026-11-26 (benchmarks/results/run-h100-20261126.json): `run --quick` 7.9-9.0 s on a machine's
+# first run (median 8.4 s of six; 9.7-10.0 s on the slowest H100 host lent), 8.3 s once the GEMM
+# check's tuning is kept, `run` 28.9 s
 TIMES_ON = "H100"
 QUICK_S = 10
 DEFAULT_S = 35

@@ -1,7 +1,10 @@
 """cuBLASLt's choice among its algorithms for a GEMM, kept between runs.
 
 Timing 8 of the heuristic's algorithms for each of the 6 GEMMs of `run`'s check took about
-1.6 s of an H100 run (fp64 and fp32 8192^3 take 18-22 ms each). The heuristic's list, and so an
+1.6 s of an H100 run (fp64 and fp32 8192^3 take 18-22 ms each), and 0.5 s since each long
+GEMM's first launch is also its forward pass and a tuning stands for the trials' warm-up
+(check 2.29 s on a first run against 1.78 s with the ranks kept,
+benchmarks/results/run-h100-20261126.json). The heuristic's list, and so an
 algorithm's rank in it, is the same for the same GEMM on the same GPU, driver and cuBLASLt, as
 PyTorch's TunableOp assumes when it keeps its results in a file: a check that tuned a GEMM once
 keeps the rank it chose here, and the next run takes that algorithm without timing the others

@@ -43,9 +43,9 @@ MIB = 1 << 20
 
 @dataclass(frozen=True, slots=True)
 class RunPlan:
-    """How much one run measures: the default took 34.8 s on one H100, --quick 9.8 s (its
-    first run; 9.8 s again with the GEMM check's tuning kept), from the command to its last file
-    (cli/run.py; benchmarks/results/run-h100-20261125f.json)."""
+    """How much one run measures: the default took 28.9 s on one H100, --quick 8.4 s (the
+    median of six first runs; 8.3 s with the GEMM check's tuning kept), from the command to its
+    last file (cli/run.py; benchmarks/results/run-h100-20261126.json)."""
 
     mode: str
     max_size: int
