@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -151,18 +152,21 @@ def bench_parser(doc: str | None) -> argparse.ArgumentParser:
     return parser
 
 
-def rounds_count(text: str) -> int:
-    """--rounds: the count the CLI's --rounds takes (core/limits.ROUNDS), else argparse's one
-    line in the CLI's words."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1  # not a count: refused below with the text as typed
-    try:
-        limits.ROUNDS.check("--rounds", value, shown=text)
-    except OptionError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("--rounds: ")) from None
-    return value
+def count_option(option: str, allowed: limits.Range) -> Callable[[str], int]:
+    """An argparse type for a count option: the count `allowed` takes (core/limits), else
+    argparse's one line in the CLI's words."""
+
+    def parse(text: str) -> int:
+        try:
+            return int(allowed.parse(option, text))
+        except OptionError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix(f"{option}: ")) from None
+
+    return parse
+
+
+# --rounds: the count the CLI's --rounds takes
+rounds_count = count_option("--rounds", limits.ROUNDS)
 
 
 def out_directory(text: str) -> str:

@@ -26,7 +26,6 @@ default run's figures, and its wall time, from that document.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -38,8 +37,17 @@ from pathlib import Path
 
 import torch
 
+from xferscope.core import limits
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from foundation import TRIALS, bench_parser, comparison, torch_copy_seconds, write_record
+from foundation import (
+    TRIALS,
+    bench_parser,
+    comparison,
+    count_option,
+    torch_copy_seconds,
+    write_record,
+)
 
 HERE = Path(__file__).resolve().parent
 
@@ -163,6 +171,8 @@ HEADLINE = {
     "h2d_pageable_latency": (("h2d", "pageable", "memcpy", "api"), "latency", "us", False),
     "d2h_pageable_latency": (("d2h", "pageable", "memcpy", "api"), "latency", "us", False),
 }
+# --first-runs: more first runs of each build, taking turns
+FIRST_RUNS = limits.Range("count", 0, 20)
 GOAL = 0.99  # issue 32: the headline figures within 1%, against PyTorch and the build before
 
 
@@ -231,17 +241,6 @@ def summary(doc: dict) -> dict:
     }
 
 
-def first_runs_count(text: str) -> int:
-    """--first-runs: 0 to 20."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if not 0 <= value <= 20:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a count of runs from 0 to 20")
-    return value
-
-
 def first_quick_walls(
     count: int, builds: dict[str, dict[str, str] | None], keep: Path | None
 ) -> dict[str, list[float]]:
@@ -271,7 +270,7 @@ def main() -> None:
     parser.add_argument("--before-commit", default="unknown", help="the earlier build's sha")
     parser.add_argument(
         "--first-runs",
-        type=first_runs_count,
+        type=count_option("--first-runs", FIRST_RUNS),
         default=0,
         help="this many more first --quick runs (each with an empty tuning cache), interleaved "
         "with the earlier build's where --before is given",
@@ -309,8 +308,9 @@ def main() -> None:
         quick_wall, quick = timed_run(["--quick"], args.keep, mine)  # the tuning reused
     gpus = len(doc["gpus"])
     suffix = "" if gpus == 1 else f"_{gpus}gpus"
+    # this build ("") and, with --before, the earlier one, by the prefix of their figures
+    builds = {"": {}, "before_": before_env} if before_env else {"": {}}
     if args.first_runs:
-        builds = {"": {}, "before_": before_env} if before_env else {"": {}}
         walls = first_quick_walls(args.first_runs, builds, args.keep)
         for prefix, values in walls.items():
             figures[f"{prefix}run_quick_first_walls_s{suffix}"] = values
@@ -318,7 +318,6 @@ def main() -> None:
                 statistics.median(values), 2
             )
     if args.one_gpu_too and gpus > 1:
-        builds = {"": {}, "before_": before_env} if before_env else {"": {}}
         for prefix, env in builds.items():
             with tempfile.TemporaryDirectory() as cache:
                 first = dict(env or {}, XFERSCOPE_CACHE=cache)

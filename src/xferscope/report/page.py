@@ -221,10 +221,8 @@ def figure(data: list[dict[str, Any]], **layout: Any) -> Figure:
 def plot_div(name: str, fig: go.Figure | Figure, matrix: bool = False) -> str:
     """A figure as a div and the inline script that draws it with the plotly.js in <head>."""
     plain = isinstance(fig, dict)
-    if isinstance(fig, dict):
-        width, height = fig["layout"].get("width"), fig["layout"].get("height")
-    else:
-        width, height = fig.layout.width, fig.layout.height
+    layout = fig["layout"] if isinstance(fig, dict) else fig.layout.to_plotly_json()
+    width, height = layout.get("width"), layout.get("height")
     markup = pio.to_html(
         fig,
         full_html=False,

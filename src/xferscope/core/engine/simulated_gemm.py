@@ -73,8 +73,8 @@ class SimulatedGemm:
         }
         m, n, k = spec["m"], spec["n"], spec["k"]
         self._per_gemm = LAUNCH_S + 2 * m * n * k / (PEAK_FLOPS[p] * efficiency(p, m, n, k))
-        # a tuning as the engine's: one GEMM to size the passes, then about 10 ms of each
-        # candidate forward and of the fastest backward
+        # a tuning as the engine's: one GEMM to size the passes, then a pass (GEMM_TUNING_PASS_S)
+        # of each candidate forward and of the fastest backward
         candidates = self.algorithm["candidates"]
         count = max(1, min(1000, int(engine_module().GEMM_TUNING_PASS_S / self._per_gemm)))
         self.algorithm["tuned_s"] = (
