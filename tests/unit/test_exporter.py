@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from xferscope.core.errors import OptionError
 from xferscope.core.units import parse_seconds
 from xferscope.exporter import service
 from xferscope.exporter.metrics import ExporterCollector
@@ -55,7 +56,7 @@ def value(scraped, name, **labels):
 def test_a_measurement_serves_figures_verdicts_and_link_facts(two_gpus):
     exporter = Exporter(ExporterOptions(simulate=True, every_s=3600))
     exporter.discover()
-    assert sorted(exporter.gpus) == [0, 1] and exporter.error is None
+    assert sorted(exporter.gpus) == [0, 1]
     before = samples(exporter)
     assert value(before, "xferscope_measurement_stale", gpu="0") == 1  # nothing measured yet
     assert not [k for k in before if k[0] == "xferscope_bandwidth_bytes_per_second"]
@@ -146,11 +147,12 @@ def test_a_gpu_that_fails_its_checks_is_a_failed_measurement(two_gpus, monkeypat
     assert value(samples(exporter), "xferscope_measurement_stale", gpu="1") == 1
 
 
-def test_gpus_asked_for_that_do_not_exist_are_named(two_gpus):
-    said: list[str] = []
-    exporter = Exporter(ExporterOptions(devices=(0, 5), simulate=True), say=said.append)
-    exporter.discover()
-    assert sorted(exporter.gpus) == [0] and said == ["GPU 5 not found (2 seen)"]
+def test_gpus_asked_for_that_do_not_exist_are_refused(two_gpus):
+    exporter = Exporter(ExporterOptions(devices=(0, 5), simulate=True))
+    refusal = r"^--device: no GPU with index 5; this machine has 0..1$"
+    with pytest.raises(OptionError, match=refusal):
+        exporter.discover()
+    assert exporter.gpus == {}
 
 
 def _get(url: str, method: str = "GET") -> tuple[int, str]:
@@ -204,7 +206,7 @@ def test_every_takes_a_schedule_s_periods():
         (["--listen", "70000"], "--listen"),
         (["--busy", "101"], "--busy"),
         (["--cases", "h2d_nothing"], "--cases"),
-        (["-g", "x"], "-g"),
+        (["-g", "x"], "--device"),
     ],
 )
 def test_bad_input_is_one_line(capsys, args, option):
@@ -271,6 +273,40 @@ def test_a_port_in_use_is_one_line():
     assert err.strip() == (
         f"Error: --listen: cannot listen on 127.0.0.1:{port}: Address already in use"
     )
+
+
+def test_a_gpu_that_is_not_there_is_refused_before_serving():
+    port = _free_port()
+    process = _exporter(
+        "-g", "1,9", "--listen", f"127.0.0.1:{port}", env={"XFERSCOPE_SIMULATE_GPUS": "2"}
+    )
+    try:
+        _, err = process.communicate(timeout=20)
+    finally:
+        process.kill()
+    assert process.returncode == 2
+    assert err.strip() == "Error: --device: no GPU with index 9; this machine has 0..1"
+
+
+def test_no_gpu_at_all_is_the_no_gpu_line_not_an_empty_endpoint():
+    """CUDA_VISIBLE_DEVICES="" hides every GPU a driver has, so on any host the native engine
+    lists none: the exporter refuses as every command does, and serves nothing."""
+    port = _free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "xferscope", "exporter", "--listen", f"127.0.0.1:{port}"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, CUDA_VISIBLE_DEVICES=""),
+    )
+    try:
+        _, err = process.communicate(timeout=20)
+    finally:
+        process.kill()
+    assert process.returncode == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: no CUDA device"), err
+    assert "serving" not in err
 
 
 def test_sigterm_during_a_measurement_stops_within_two_seconds_publishing_nothing():

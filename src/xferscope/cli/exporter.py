@@ -89,7 +89,8 @@ def exporter_command(**kw: Any) -> None:
     the facts that explain a failure (link generation and width now and at most, NUMA node,
     PCIe replays). A busy GPU is never measured; no GPU memory is held between measurements;
     after a failed measurement the last figures stay, marked stale. SIGTERM stops it within
-    two seconds, a measurement under way included."""
+    two seconds, a measurement under way included. Where no GPU can be listed, or -g names one
+    the node lacks, it refuses to start (one line) rather than serve an empty endpoint."""
     from ..exporter.server import serve
     from ..exporter.service import Exporter, ExporterOptions
     from .common import parse_seed
@@ -97,7 +98,7 @@ def exporter_command(**kw: Any) -> None:
     host, port = parse_listen(kw["listen"])
     every = limits.EVERY.check("--every", parse_seconds("--every", kw["every"]), kw["every"])
     retry = limits.EVERY.check("--retry", parse_seconds("--retry", kw["retry"]), kw["retry"])
-    devices = None if kw["device"] is None else parse_devices("-g", kw["device"])
+    devices = None if kw["device"] is None else parse_devices("--device", kw["device"])
     given = fleet_thresholds.load(kw["thresholds_path"])
     options = ExporterOptions(
         devices=devices,
@@ -113,6 +114,7 @@ def exporter_command(**kw: Any) -> None:
     exporter = Exporter(
         options, say=lambda line: stderr.print(f"xferscope exporter: {line}", soft_wrap=True)
     )
+    exporter.discover()  # no GPU, or one asked for that is not there: refused, nothing served
     try:
         server = serve(exporter, host, port)
     except OSError as exc:

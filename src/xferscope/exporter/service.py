@@ -101,7 +101,8 @@ def _child(connection: Any, device: int, options: ExporterOptions) -> None:
 
 
 def _gpus_in_child(connection: Any, simulate: bool) -> None:
-    """The GPUs a child process sees, [(index, uuid)], or an error's message."""
+    """The GPUs a child process sees, [(index, uuid)], or why there are none: (the error's
+    class name, its message)."""
     from ..core import engine as engines
 
     try:
@@ -110,8 +111,8 @@ def _gpus_in_child(connection: Any, simulate: bool) -> None:
             (i, str(engine.device_info(i).get("uuid", ""))) for i in range(engine.device_count())
         ]
         connection.send(gpus)
-    except Exception as exc:  # no driver, no GPU: said, and tried again
-        connection.send(f"{type(exc).__name__}: {exc}")
+    except Exception as exc:  # no driver, no GPU: the parent raises it again
+        connection.send((type(exc).__name__, str(exc)))
 
 
 class Children:
@@ -220,7 +221,6 @@ class Exporter:
         self._stop = threading.Event()
         self._busy = busy or (simulated_busy() if options.simulate else self._nvml_busy)
         self.gpus: dict[int, GpuState] = {}
-        self.error: str | None = None  # why the GPUs could not be listed, if they could not
 
     def _nvml_busy(self, gpu: GpuState) -> tuple[str | None, float | None]:
         return nvml_busy(gpu.uuid, self.options.busy_percent, self.options.busy_processes)
@@ -229,24 +229,28 @@ class Exporter:
 
     def discover(self) -> None:
         """Lists the GPUs (in a child: the exporter opens no GPU itself) and keeps those asked
-        for; an error leaves the list empty and says why in `error`."""
+        for. Raises NoDeviceError when none can be listed (no driver, no GPU: the line every
+        command gives) and OptionError when a GPU asked for is not there, as every command
+        refuses one: the exporter refuses to start rather than serve an empty endpoint."""
+        from ..core.engine.devices import check_index
+        from ..core.errors import NoDeviceError
+
         try:
             answer = self.children.call(_gpus_in_child, (self.options.simulate,), 120.0)
         except ChildFailed as exc:
-            answer = str(exc)
-        if isinstance(answer, str):
-            self.error = f"cannot list the GPUs: {answer}"
-            self.say(self.error)
-            return
+            raise NoDeviceError(f"cannot list the GPUs: {exc}") from None
+        if isinstance(answer, tuple):
+            kind, message = answer
+            raise NoDeviceError(message if kind == NoDeviceError.__name__ else f"{kind}: {message}")
+        if not answer:
+            raise NoDeviceError("no CUDA device: the driver lists no GPU")
+        for index in self.options.devices or ():
+            check_index(index, len(answer))
         wanted = self.options.devices
         with self._lock:
             for index, uuid in answer:
                 if wanted is None or index in wanted:
                     self.gpus[index] = GpuState(index, uuid)
-        missing = sorted(set(wanted or ()) - {i for i, _ in answer})
-        if missing:
-            self.error = f"GPU {', '.join(map(str, missing))} not found ({len(answer)} seen)"
-            self.say(self.error)
 
     # ---- the schedule ----------------------------------------------------------------------
 
@@ -275,12 +279,9 @@ class Exporter:
         self._wake.clear()
 
     def run(self) -> None:
-        """Lists the GPUs (again after --retry while there are none), then measures each when
-        due, one at a time, until stop()."""
-        while not self._stop.is_set() and not self.gpus:
-            self.discover()
-            if not self.gpus:
-                self.wait(self.options.retry_s)
+        """Measures each GPU discover() found when it is due, one at a time, until stop()."""
+        if not self.gpus:
+            raise RuntimeError("Exporter.run() before discover() found a GPU")
         while not self._stop.is_set():
             with self._lock:
                 due = min(self.gpus.values(), key=lambda g: g.next_s)

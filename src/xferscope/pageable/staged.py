@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from ..core.engine import Engine
+from ..core.engine.devices import missing_device
 from ..core.errors import EngineError, NoDeviceError, XferscopeError
 from ..core.units import format_bytes, format_rate
 from ..documents.reader import Field
@@ -303,12 +304,9 @@ class StagedCopier:
                 "None: the engine's default)"
             )
         self._engine = engine if engine is not None else _default_engine()
-        count = self._engine.device_count()
-        if device >= count:
-            raise NoDeviceError(
-                f"no GPU with index {device}; this machine has "
-                + (f"0..{count - 1}" if count else "none")
-            )
+        missing = missing_device(device, self._engine.device_count())
+        if missing is not None:
+            raise NoDeviceError(missing)
         self.device = device
         self._lock = threading.Lock()
         # why copies under plan.direct_below are one plain cudaMemcpy

@@ -26,9 +26,22 @@ def compute_capability(engine: _Facts, device: int) -> int:
 
 
 def check_device(engine: Engine, device: int, option: str = "--device") -> None:
-    count = engine.device_count()
-    if not 0 <= device < count:
-        raise OptionError(option, f"no GPU with index {device}; this machine has 0..{count - 1}")
+    check_index(device, engine.device_count(), option)
+
+
+def check_index(device: int, count: int, option: str = "--device") -> None:
+    refusal = missing_device(device, count)
+    if refusal is not None:
+        raise OptionError(option, refusal)
+
+
+def missing_device(device: int, count: int) -> str | None:
+    """The one sentence for a GPU index the machine does not have (None: it has it)."""
+    if 0 <= device < count:
+        return None
+    return f"no GPU with index {device}; this machine has " + (
+        f"0..{count - 1}" if count else "none"
+    )
 
 
 def memory_refusal(engine: _Facts, device: int, memory: str) -> str | None:
