@@ -30,6 +30,8 @@ from xferscope.fleet.records import (
 from xferscope.fleet.run import FleetOptions, assemble
 from xferscope.fleet.stats import OUTLIER_Z, fleet_stats, likely_cause, outliers
 
+from .test_cli import assert_one_line_error
+
 H2D = "h2d/pinned/async/device/bandwidth"
 LAT = "h2d/pinned/async/device/latency"
 GPU = {"pcie_generation": 5, "pcie_generation_max": 5, "pcie_width": 16, "pcie_width_max": 16,
@@ -217,6 +219,53 @@ def test_without_mpi4py_it_says_how_to_launch(monkeypatch, capsys):
     code = cli.main(["fleet", "--simulate"])
     err = capsys.readouterr().err
     assert code != 0 and "mpirun -np" in err and len(err.strip().splitlines()) == 1
+
+
+def _without_mpi(monkeypatch):
+    from xferscope.cli import fleet as fleet_cli
+    from xferscope.fleet.run import NO_MPI_LIBRARY, FleetError
+
+    def missing():
+        raise FleetError(NO_MPI_LIBRARY.format(why="cannot load MPI library"))
+
+    monkeypatch.setattr(fleet_cli, "open_comm", missing)
+
+
+@pytest.mark.parametrize(
+    "make,option",
+    [
+        (lambda p: ["--prometheus", "/proc/x/p"], "--prometheus"),
+        (lambda p: ["--html", "/proc/x/f.html"], "--html"),
+        (lambda p: ["--json", str(p)], "--json"),  # a directory
+        (lambda p: ["--history", str(p / "garbage.db")], "--history"),
+    ],
+)
+def test_without_mpi_a_bad_output_still_names_its_option(
+    monkeypatch, capsys, tmp_path, make, option
+):
+    """Where MPI is missing, the line names the option at fault, not the missing MPI, and the
+    results directory made for the other files is gone again."""
+    from xferscope import cli
+
+    (tmp_path / "garbage.db").write_text("not a database\n")
+    _without_mpi(monkeypatch)
+    out = tmp_path / "out"
+    code = cli.main(["fleet", "--simulate", "-o", str(out), *make(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert_one_line_error(code, err, option)
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_without_mpi_good_options_say_mpi_is_missing(monkeypatch, capsys, tmp_path):
+    from xferscope import cli
+
+    _without_mpi(monkeypatch)
+    out = tmp_path / "out"
+    code = cli.main(["fleet", "--simulate", "--no-history", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert code == 1 and err.startswith("Error: mpi4py is installed but found no MPI library")
+    assert not out.exists() or not any(out.iterdir())
 
 
 @needs_mpi

@@ -16,6 +16,7 @@ import click
 from ..core import interrupt, limits
 from ..core.cases import table
 from ..core.errors import XferscopeError
+from ..core.machine import launch_rank
 from ..core.version import __version__
 from ..documents.envelope import now
 from ..fleet import pairs as fleet_pairs
@@ -138,30 +139,24 @@ def fleet_command(**kw: Any) -> None:
     # Every rank checks the options before MPI is opened (a bad option never waits on MPI,
     # nor on a missing MPI library); the launcher's rank 0 says why, in one line (app.main).
     options = _options(kw)
-    comm = open_comm()
-    # Rank 0 checks its outputs before anyone measures; every rank learns the verdict, so a
-    # bad destination is one line from rank 0 and no rank measures in vain.
-    setup: dict[str, Any] = {}
-    dest = None
-    if comm.rank == 0:
-        try:
-            setup = {"options": options}
-            history = None if kw["no_history"] else _history_file(kw["history_path"])
-            if history is not None:
-                check_history(history)
-            dest = Destination.prepare(kw["out"], "fleet", fleet_named(kw), kw["force"])
-            setup["history"] = None if history is None else str(history)
-            setup["directory"] = None if dest.directory is None else str(dest.directory)
-        except XferscopeError as exc:
-            setup = {"error": str(exc), "code": exc.exit_code}
-        except click.ClickException as exc:
-            setup = {"error": exc.format_message(), "code": 2}
+    # Rank 0 also checks its outputs before MPI opens, so a bad destination is its own line
+    # even where MPI is missing; every rank learns the verdict, and no rank measures in vain.
+    setup, dest = _prepare(kw, options) if launch_rank() == 0 else ({}, None)
+    try:
+        comm = open_comm()
+    except XferscopeError:
+        if dest is not None:
+            dest.discard()
+        if "error" in setup:  # the option at fault, before the MPI that is missing
+            _refuse(setup)
+        raise
+    if comm.rank != 0 and dest is not None:  # a launcher that announced no rank
+        dest.discard()
+        setup, dest = {}, None
     setup = comm.bcast(setup)
     if "error" in setup:
-        if comm.rank == 0:
-            click.echo(f"Error: {setup['error']}", err=True)
         comm.finalize()
-        sys.exit(setup["code"])
+        _refuse(setup if comm.rank == 0 else {"code": setup["code"]})
     options = setup["options"]
     # Loaded before measuring: after a signal mpirun leaves 1 s for writing the data files.
     common.prepare_renderers(html=True, workers=False)
@@ -225,6 +220,29 @@ def fleet_command(**kw: Any) -> None:
         comm.abort(code or 1)
     comm.finalize()
     sys.exit(code)
+
+
+def _prepare(kw: dict[str, Any], options: FleetOptions) -> tuple[dict[str, Any], Any]:
+    """Rank 0's checks of the history and the outputs: what every rank is told (the options,
+    where the files go, or the error), and the destination."""
+    try:
+        history = None if kw["no_history"] else _history_file(kw["history_path"])
+        if history is not None:
+            check_history(history)
+        dest = Destination.prepare(kw["out"], "fleet", fleet_named(kw), kw["force"])
+    except XferscopeError as exc:
+        return {"error": str(exc), "code": exc.exit_code}, None
+    except click.ClickException as exc:
+        return {"error": exc.format_message(), "code": 2}, None
+    directory = None if dest.directory is None else str(dest.directory)
+    return {"options": options, "history": history and str(history), "directory": directory}, dest
+
+
+def _refuse(setup: dict[str, Any]) -> None:
+    """Ends this rank with the setup's error: its line, from rank 0 only."""
+    if "error" in setup:
+        click.echo(f"Error: {setup['error']}", err=True)
+    sys.exit(setup["code"])
 
 
 GPU_REPORTS = "gpus"  # each GPU's own run report: <fleet directory>/gpus/<host>-gpu<N>/
