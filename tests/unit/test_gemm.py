@@ -94,7 +94,14 @@ def test_the_engine_refuses_what_cannot_run():
         ),
         (["--trans", "xy"], "--trans: unknown value 'xy'"),
         (["--samples", "1"], "--samples: '1' is not a count from 2 to 4096"),
-        (["--precision", "fp8", "--sizes", "8136"], "nothing in this plan can run: fp8 GEMMs need"),
+        (
+            ["--precision", "fp8", "--sizes", "8136"],
+            "--sizes: nothing in this plan can run: fp8 GEMMs need",
+        ),
+        (
+            ["--precision", "fp8", "--sizes", "1024", "--trans", "nn"],
+            "--trans: nothing in this plan can run: fp8 GEMMs run as op(A) = A^T",
+        ),
     ],
 )
 def test_bad_input_is_one_line(capsys, tmp_path, args, fragment):

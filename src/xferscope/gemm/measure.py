@@ -36,6 +36,7 @@ LADDER_TRIALS = 3
 # sizes (16-4096, with their transfers) the transfers decide, and timing 8 candidates cost about
 # 0.16 s a size on an H100 (1.4 s of `run`'s 10 s GEMM check)
 LADDER_TUNE = 0
+ALIGNED = 1024  # a size every precision's rules accept: the shape that shows a shape at fault
 
 
 def refusal(options: GemmOptions, precision: str, shape: Shape, capability: int) -> str:
@@ -363,6 +364,22 @@ def measure_ladder(
             break
 
 
+def _at_fault(options: GemmOptions, capability: int) -> tuple[str, str]:
+    """Which option keeps a plan from running, and what to do: --trans where the precisions'
+    own layouts would run, the shapes where a well-aligned one would, else --precision."""
+
+    def runs(given: GemmOptions, shapes: tuple[Shape, ...]) -> bool:
+        return not all(refusal(given, p, s, capability) for p in given.precisions for s in shapes)
+
+    natural = replace(options, trans_a=None, trans_b=None)
+    if options.trans_a is not None and runs(natural, options.shapes):
+        return "--trans", "; leave --trans out for each precision's own"
+    if runs(natural, (Shape(ALIGNED, ALIGNED, ALIGNED),)):
+        square = all(s.m == s.n == s.k for s in options.shapes)
+        return ("--sizes" if square else "--shapes"), ""
+    return "--precision", ""
+
+
 def check_plan(engine: Engine, options: GemmOptions) -> None:
     """Refuses, before measuring, a plan of which nothing can run, naming why; and says which
     package to install when cuBLASLt is missing."""
@@ -373,7 +390,8 @@ def check_plan(engine: Engine, options: GemmOptions) -> None:
         refusal(options, p, s, capability) for p in options.precisions for s in options.shapes
     ]
     if all(reasons):
-        raise OptionError("--precision", f"nothing in this plan can run: {reasons[0]}")
+        option, fix = _at_fault(options, capability)
+        raise OptionError(option, f"nothing in this plan can run: {reasons[0]}{fix}")
     _, total = engine.memory_info(options.device)
     for precision in options.precisions:
         for shape in options.shapes:
