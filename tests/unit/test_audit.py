@@ -334,12 +334,20 @@ def test_signals_before_writing_never_cut_it(tmp_path):
 # ---- 6. batch --calibrate: the store is checked first; a part of the grid is never stored --------
 
 
-def test_calibrate_checks_where_it_stores_before_measuring(capsys, tmp_path, monkeypatch):
+@pytest.mark.parametrize("variable", [True, False])
+def test_calibrate_checks_where_it_stores_before_measuring(
+    capsys, tmp_path, monkeypatch, variable
+):
+    """A store $XFERSCOPE_CALIBRATION names is that variable's fault, not --calibrate's."""
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")
-    monkeypatch.setenv("XFERSCOPE_CALIBRATION", str(blocker / "calibration"))
+    if variable:
+        monkeypatch.setenv("XFERSCOPE_CALIBRATION", str(blocker / "calibration"))
+    else:
+        monkeypatch.delenv("XFERSCOPE_CALIBRATION")
+        monkeypatch.setenv("XDG_DATA_HOME", str(blocker))
     code, _, err = run(capsys, "batch", "--simulate", "--calibrate", "-o", str(tmp_path / "o"))
-    assert_one_line_error(code, err, "--calibrate")
+    assert_one_line_error(code, err, "$XFERSCOPE_CALIBRATION:" if variable else "--calibrate:")
     assert code == 2 and not (tmp_path / "o").exists()
 
 

@@ -88,6 +88,11 @@ def test_the_command_writes_its_map(capsys, tmp_path):
         (["--sizes", "big"], "--sizes"),
         (["--direction", "sideways"], "--direction"),
         (["--calibrate", "--direction", "d2d"], "--direction: d2d: with --calibrate only"),
+        (
+            ["-m", "pinned,hugetlb"],
+            "--memory: 'hugetlb': batch copies from pinned and pageable memory only, the kinds "
+            "xferscope.copy_many takes; `xferscope sweep -m hugetlb` measures hugetlb memory",
+        ),
     ],
 )
 def test_bad_input_is_one_line(capsys, tmp_path, args, fragment):

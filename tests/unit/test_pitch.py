@@ -120,6 +120,7 @@ def test_cli_end_to_end(capsys, tmp_path, monkeypatch):
         (["--methods", "2d,warp"], "--methods"),
         (["--layout", "tiled"], "--layout"),
         (["--trials", "0"], "--trials"),
+        (["-m", "managed"], "--memory: 'managed': pitch copies rows from pinned and pageable"),
     ],
 )
 def test_bad_input_is_one_line(capsys, args, option):

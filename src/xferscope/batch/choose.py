@@ -157,6 +157,12 @@ def calibration_dir() -> Path:
     return base / "xferscope" / "calibration"
 
 
+def calibration_dir_named_by() -> str:
+    """What chose the calibration's directory, for a message about it: the variable where it is
+    set, else the command's --calibrate."""
+    return f"${CALIBRATION_ENV}" if os.environ.get(CALIBRATION_ENV) else "--calibrate"
+
+
 CALIBRATION_MEMORIES = ("pinned", "pageable")
 
 

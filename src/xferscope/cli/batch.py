@@ -67,6 +67,8 @@ from .outputs import Destination, Named, Output, text
     ("pinned", "pageable"),
     "pinned,pageable",
     "Host memory: pinned, pageable (d2d batches are device memory at both ends).",
+    measures="batch copies from pinned and pageable memory only, the kinds xferscope.copy_many "
+    "takes",
 )
 @option("--counts", default=",".join(map(str, DEFAULT_COUNTS)), help="Copies per batch.")
 @option("--sizes", default="64,512,4KiB,32KiB,256KiB,1MiB", help="Bytes per copy.")
@@ -174,20 +176,21 @@ def batch_command(ctx: click.Context, /, **kw: Any) -> None:
 
 def check_calibration_store(engine: Any, device: int) -> None:
     """Before measuring: where the calibration will be stored can be written."""
-    from ..batch.choose import calibration_path, gpu_key
+    from ..batch.choose import calibration_dir_named_by, calibration_path, gpu_key
     from ..documents import files
 
     path = calibration_path(gpu_key(engine.device_info(device)))
+    named_by = calibration_dir_named_by()
     kind = files.special(path)
     if kind is not None:
-        raise OptionError("--calibrate", f"cannot store the calibration: {path} is {kind}")
-    files.probe("--calibrate", files.target(path).parent, path)
+        raise OptionError(named_by, f"cannot store the calibration: {path} is {kind}")
+    files.probe(named_by, files.target(path).parent, path)
 
 
 def store_calibration(engine: Any, device: int, result: BatchResult) -> bool:
     """Stores a complete, measured calibration for copy_many (any other is never used, and
     says why); False when storing it failed (its files are written all the same)."""
-    from ..batch.choose import gpu_key, save, unusable
+    from ..batch.choose import calibration_dir_named_by, gpu_key, save, unusable
     from ..documents.files import reason as os_reason
 
     reason = unusable(result)
@@ -200,7 +203,10 @@ def store_calibration(engine: Any, device: int, result: BatchResult) -> bool:
     try:
         path = save(result, gpu_key(engine.device_info(device)))
     except OSError as exc:
-        click.echo(f"Error: cannot store the calibration: {os_reason(exc)}", err=True)
+        click.echo(
+            f"Error: {calibration_dir_named_by()}: cannot store the calibration: {os_reason(exc)}",
+            err=True,
+        )
         return False
     which = "the simulated GPU" if result.simulated else f"GPU {device}"
     stdout.print(f"calibration stored in {path}: xferscope.copy_many uses it on {which}")

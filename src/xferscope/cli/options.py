@@ -68,11 +68,19 @@ def direction_option(
 
 
 def memory_option(
-    accepted: tuple[str, ...], default: str, help: str, short: bool = False
+    accepted: tuple[str, ...], default: str, help: str, measures: str = ""
 ) -> Callable[[FC], FC]:
-    """--memory (-m where `short`): the host memory kinds to measure, from `accepted`."""
-    names = ("-m", "--memory") if short else ("--memory",)
-    return names_option(*names, accepted=accepted, default=default, help=help)
+    """-m/--memory: the host memory kinds to measure, from `accepted`. A host memory kind it
+    does not take is refused with `measures` (why this command takes only `accepted`) and the
+    command that measures every kind."""
+    from ..core.cases import HOST_MEMORY
+
+    why = {
+        kind: f"{measures}; `xferscope sweep -m {kind}` measures {kind} memory"
+        for kind in HOST_MEMORY
+        if kind not in accepted and measures
+    }
+    return option("-m", "--memory", default=default, type=Names(accepted, refused=why), help=help)
 
 
 def mechanism_option(default: str, help: str) -> Callable[[FC], FC]:

@@ -183,7 +183,6 @@ def overlap() -> None:
     HOST_MEMORY,
     "pinned,pageable",
     f"Host memory kinds, comma-separated, one series each: {', '.join(HOST_MEMORY)}.",
-    short=True,
 )
 @mechanism_option(
     "async",

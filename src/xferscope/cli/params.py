@@ -3,10 +3,12 @@ option is parsed and checked as it is read, with the one message every command g
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import click
 
+from ..core.errors import OptionError
 from ..core.limits import Range
 from ..core.units import parse_list
 
@@ -47,12 +49,21 @@ class Names(click.ParamType):  # type: ignore[type-arg]
 
     name = "text"  # shown as TEXT, as any list of words
 
-    def __init__(self, accepted: tuple[str, ...], blank: tuple[str, ...] | None = None) -> None:
+    def __init__(
+        self,
+        accepted: tuple[str, ...],
+        blank: tuple[str, ...] | None = None,
+        refused: Mapping[str, str] | None = None,
+    ) -> None:
         self.accepted = accepted
         self.blank = blank
+        self.refused = refused or {}  # names known elsewhere that this option refuses: why
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         text = ",".join(value) if isinstance(value, (tuple, list)) else str(value)
         if self.blank is not None and not text.strip():
             return self.blank
+        for item in (i.strip().lower() for i in text.split(",")):
+            if item in self.refused:
+                raise OptionError(option_name(param), f"'{item}': {self.refused[item]}")
         return parse_list(option_name(param), text, self.accepted)

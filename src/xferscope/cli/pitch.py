@@ -55,7 +55,12 @@ MOST_TOTAL = 1 << 30
     ),
 )
 @direction_option(("h2d", "d2h"), "h2d,d2h", "h2d, d2h.")
-@memory_option(("pinned", "pageable"), "pinned,pageable", "pinned, pageable.")
+@memory_option(
+    ("pinned", "pageable"),
+    "pinned,pageable",
+    "pinned, pageable.",
+    measures="pitch copies rows from pinned and pageable memory only",
+)
 @names_option(
     "--layout",
     accepted=LAYOUTS,

@@ -65,7 +65,6 @@ APIS = ("runtime", "driver")  # `--api`: the CUDA runtime's copies, the driver A
     HOST_MEMORY,
     "pageable,pinned",
     f"Host memory kinds: {', '.join(HOST_MEMORY)} (d2d always uses device memory).",
-    short=True,
 )
 @mechanism_option(
     "memcpy",
