@@ -112,6 +112,8 @@ void bind_gl(nb::module_& m) {
       .def_prop_ro("frame_bytes", &gl::Scenario::frame_bytes);
   m.def("gl_refusal", &gl::refusal, "scenario"_a,
         "Why these states cannot combine, or '' when they can.");
+  m.def("gl_api_refusal", &gl::gl_refusal, "scenario"_a,
+        "What the GL itself refuses of these states (GL_INVALID_OPERATION), or ''.");
   m.def("gl_normalised", &gl::normalised, "scenario"_a,
         "The scenario with the states it ignores set to 'none'.");
 

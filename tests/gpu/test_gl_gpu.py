@@ -145,6 +145,44 @@ def test_a_gl_error_costs_only_its_scenario(gl):
         s.close()
 
 
+def _gl_refuses(gl, **states_: object) -> bool:
+    """Whether the GL itself refuses these states (GL_INVALID_*), setting up or moving a
+    frame."""
+    try:
+        s = _session(gl, width=64, height=64, **states_)
+    except GlError as exc:
+        assert "GL_INVALID" in str(exc), exc
+        return True
+    try:
+        s.verify()
+    except GlError as exc:
+        assert "GL_INVALID" in str(exc), exc
+        return True
+    finally:
+        s.close()
+    return False
+
+
+def test_the_gl_refuses_exactly_what_the_rule_says_it_does(gl):
+    """The planner refuses what the GL would (gl_api_refusal); the session leaves it to the GL,
+    so the driver is asked here, upload and readback, and must agree both ways."""
+    from xferscope.core.compiled import engine_module
+
+    disagree = []
+    for op, fbo in (("upload", True), ("readback", True), ("readback", False)):
+        for format_ in ("rgba", "red_integer", "rgba_integer"):
+            for type_ in ("ubyte", "int", "half", "float"):
+                for internal in ("rgba8", "rgba16f", "rgba32ui", "r32i") if fbo else ("none",):
+                    given = {"op": op, "fbo": fbo, "format": format_, "type": type_,
+                             "internal_format": internal}  # fmt: skip
+                    rule = bool(engine_module().gl_api_refusal(states.scenario(
+                        method="texsubimage" if op == "upload" else "readpixels",
+                        width=64, height=64, **given)))  # fmt: skip
+                    if rule != _gl_refuses(gl, **given):
+                        disagree.append((given, rule))
+    assert not disagree, disagree
+
+
 def test_the_command_runs_whole(gl, capsys, tmp_path):
     code = cli.main(
         [

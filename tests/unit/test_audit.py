@@ -335,9 +335,7 @@ def test_signals_before_writing_never_cut_it(tmp_path):
 
 
 @pytest.mark.parametrize("variable", [True, False])
-def test_calibrate_checks_where_it_stores_before_measuring(
-    capsys, tmp_path, monkeypatch, variable
-):
+def test_calibrate_checks_where_it_stores_before_measuring(capsys, tmp_path, monkeypatch, variable):
     """A store $XFERSCOPE_CALIBRATION names is that variable's fault, not --calibrate's."""
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("")

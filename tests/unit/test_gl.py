@@ -72,6 +72,27 @@ def refusal(**states_: object) -> str:
             {"op": "upload", "method": "cuda_interop", "type": "float"},
             "rgba/float is not the layout of rgba8",
         ),
+        # what the GL itself refuses (GL_INVALID_OPERATION), known before asking it
+        ({"op": "upload", "format": "red_integer", "type": "half"}, "--type: an _integer format"),
+        (
+            {"op": "upload", "format": "rgba_integer", "type": "uint"},
+            "--internal: rgba8 stores normalized or float values",
+        ),
+        (
+            {
+                "op": "readback",
+                "method": "readpixels",
+                "format": "rgba_integer",
+                "type": "int",
+                "fbo": False,
+                "internal_format": "none",
+            },
+            "--internal: the default framebuffer (RGBA8) stores normalized or float values",
+        ),
+        (
+            {"op": "upload", "format": "bgra", "type": "int", "internal_format": "rgba32i"},
+            "--internal: an integer texture (rgba32i) takes only _integer formats, not bgra",
+        ),
     ],
 )
 def test_the_engine_refuses_states_that_cannot_combine(states_, words):
@@ -130,7 +151,7 @@ def test_the_plan_is_the_cross_product_without_duplicates_and_with_refusals():
     # gettexture 2 (fbo on)
     assert len(planned) == 4 + 3 + 3 + 2
     assert {why for _, why in refused} == {
-        "gettexture reads the texture the frame is drawn into: it needs an FBO (fbo on)"
+        "--fbo: gettexture reads the texture the frame is drawn into: it needs an FBO (fbo on)"
     }
     assert not any(p.asynchronous for p in planned)
 
@@ -160,7 +181,25 @@ def test_the_survey_preset_plans_every_group_the_paper_reports_on():
         (["--bytes", "lots"], "--bytes: 'lots'"),
         (["--limit", "0"], "--limit: '0' is not a number of seconds above 0"),
         (["--survey", "--format", "bgra"], "--survey runs its own scenarios"),
-        (["--op", "readback", "--method", "gettexture", "--fbo", "off"], "no scenario of these"),
+        (
+            ["--op", "readback", "--method", "gettexture", "--fbo", "off"],
+            "--fbo: no scenario of these states can run: readback",
+        ),
+        (
+            ["--format", "rgba_integer", "--type", "float", "--internal", "rgba8"],
+            "--type: no scenario of these states can run: upload 512x512 texsubimage "
+            "rgba_integer/float>rgba8 fbo: an _integer format (rgba_integer) takes byte, ubyte,",
+        ),
+        (
+            ["--format", "rgba_integer", "--type", "uint", "--internal", "rgba8"],
+            "--internal: no scenario of these states can run: upload 512x512 texsubimage "
+            "rgba_integer/uint>rgba8 fbo: rgba8 stores normalized or float values",
+        ),
+        (
+            ["--format", "rgba", "--internal", "rgba32ui"],
+            "--internal: no scenario of these states can run: upload 512x512 texsubimage "
+            "rgba/ubyte>rgba32ui fbo: an integer texture (rgba32ui) takes only _integer formats",
+        ),
         (["--device", "3"], "--device"),
     ],
 )

@@ -91,8 +91,16 @@ struct Scenario {
   std::int64_t frame_bytes() const;  // the payload of one frame: width * height * pixel
 };
 
-// Why these states cannot combine, or "" (the names are checked too).
+// Why these states cannot combine, or "" (the names are checked too): the engine's own rules,
+// then what the GL itself refuses (gl_refusal). A reason that one option decides begins with it
+// ("--pbos: ..."), so a plan of which nothing runs names the option at fault.
 std::string refusal(const Scenario& s);
+// The engine's own rules alone: a session checks these, and leaves the GL's rules to the GL.
+std::string engine_refusal(const Scenario& s);
+// What the GL refuses with GL_INVALID_OPERATION, known before asking it (OpenGL 4.6, 8.4.4 and
+// 18.2.2): an _integer format with half or float data, integer data into or out of a normalized
+// or float store (the default framebuffer's is RGBA8), other data into or out of an integer one.
+std::string gl_refusal(const Scenario& s);
 
 // Loads libEGL, libOpenGL and the EGL vendor library now (about 0.3 s on an H100 host), so that a
 // context made later does not wait for them; throws GlUnavailable as a context would.

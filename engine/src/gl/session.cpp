@@ -645,7 +645,7 @@ struct Session::Impl {
 
 Session::Session(Context& context, const Scenario& scenario)
     : context_(context), scenario_(normalised(scenario)) {
-  const std::string reason = refusal(scenario_);
+  const std::string reason = engine_refusal(scenario_);  // the GL's own rules: the GL's to say
   if (!reason.empty()) throw GlError(reason);
   impl_ = std::make_unique<Impl>(context_, scenario_);
   try {

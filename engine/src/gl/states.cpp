@@ -103,6 +103,34 @@ std::int64_t Scenario::row_stride() const {
 std::int64_t Scenario::frame_bytes() const { return row_bytes() * height; }
 
 std::string refusal(const Scenario& s) {
+  std::string reason = engine_refusal(s);
+  return reason.empty() ? gl_refusal(s) : reason;
+}
+
+std::string gl_refusal(const Scenario& s) {
+  const FormatInfo* format = find(formats(), s.format);
+  const TypeInfo* type = find(types(), s.type);
+  const InternalInfo* internal = find(internal_formats(), s.internal_format);
+  if (!format || !type || !internal) return "";  // engine_refusal names them
+  if (format->integer && (type->kind == Kind::half || type->kind == Kind::floating)) {
+    return "--type: an _integer format (" + s.format +
+           ") takes byte, ubyte, short, ushort, int or uint data; the GL refuses " + s.type;
+  }
+  const bool integer_store =
+      internal->store == Store::unsigned_integer || internal->store == Store::signed_integer;
+  if (format->integer == integer_store) return "";
+  const std::string store =
+      s.internal_format == "none" ? "the default framebuffer (RGBA8)" : s.internal_format;
+  if (integer_store) {
+    return "--internal: an integer texture (" + store + ") takes only _integer formats, not " +
+           s.format + "; the GL refuses the pair";
+  }
+  return "--internal: " + store + " stores normalized or float values, and the GL refuses " +
+         s.format + " with it: give an integer internal format (r8ui, rgba8ui, rgba32ui, " +
+         "rgba32i, ...) or a format without _integer";
+}
+
+std::string engine_refusal(const Scenario& s) {
   const bool upload = s.op == "upload";
   if (!upload && s.op != "readback") return "op '" + s.op + "' is not upload or readback";
   if (s.width < 1 || s.height < 1 || s.width > 32768 || s.height > 32768) {
@@ -144,21 +172,25 @@ std::string refusal(const Scenario& s) {
   if (draws_default_framebuffer(s)) {
     if (!no_texture) return "";  // normalised() sets it to none: the default framebuffer
   } else if (no_texture) {
-    return s.method + (s.fbo ? " with an FBO" : "") +
+    return "--internal: " + s.method + (s.fbo ? " with an FBO" : "") +
            " needs a texture: give an internal format (none is the default framebuffer, for "
            "drawpixels and readpixels without an FBO)";
   }
   if (s.method == "gettexture" && !s.fbo) {
-    return "gettexture reads the texture the frame is drawn into: it needs an FBO (fbo on)";
+    return "--fbo: gettexture reads the texture the frame is drawn into: it needs an FBO (fbo "
+           "on)";
   }
   if (s.method == "persistent" && s.pbos < 1) {
-    return "persistent maps a ring of buffers: pbos must be 1 or more";
+    return "--pbos: persistent maps a ring of buffers: pbos must be 1 or more";
   }
   if (s.method == "cuda_interop") {
-    if (s.pbos != 0) return "cuda_interop copies with CUDA, not through PBOs: pbos must be 0";
-    if (!upload && !s.fbo) return "cuda_interop reads the texture drawn into: it needs an FBO";
+    if (s.pbos != 0)
+      return "--pbos: cuda_interop copies with CUDA, not through PBOs: pbos must be 0";
+    if (!upload && !s.fbo)
+      return "--fbo: cuda_interop reads the texture drawn into: it needs an FBO";
     if (internal->bits == 0 || internal->bits == 10 || internal->components == 3) {
-      return "cuda_interop registers textures of 1, 2 or 4 whole components (r8, rg16f, rgba8, "
+      return "--internal: cuda_interop registers textures of 1, 2 or 4 whole components (r8, "
+             "rg16f, rgba8, "
              "rgba32f, rgba32ui, ...): not " +
              s.internal_format;
     }
@@ -172,7 +204,7 @@ std::string refusal(const Scenario& s) {
                          s.format.rfind("bgra", 0) != 0 && type->bytes * 8 == internal->bits &&
                          kind;
     if (!matches) {
-      return "cuda_interop copies texels as they are stored: " + s.format + "/" + s.type +
+      return "--format: cuda_interop copies texels as they are stored: " + s.format + "/" + s.type +
              " is not the layout of " + s.internal_format;
     }
   }

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..core import machine, plan, stats
 from ..core.engine import Engine, GlContext
-from ..core.errors import AllocationError, EngineError, GlError, XferscopeError
+from ..core.errors import AllocationError, EngineError, GlError, OptionError
 from ..core.progress import QUIET, Progress
 from ..documents.envelope import now
 from .records import Baseline, FrameTimes, GlResult, Refusal, ScenarioResult
@@ -230,8 +230,10 @@ def check_plan(options: GlOptions) -> tuple[list[Planned], list[tuple[str, str]]
     """The plan, refused before measuring when nothing in it can run."""
     scenarios, refused = plan_scenarios(options)
     if not scenarios:
-        reasons = "; ".join(f"{name}: {why}" for name, why in refused[:3])
-        raise XferscopeError(f"no scenario of these states can run ({reasons})")
+        name, why = refused[0]
+        option, _, why = why.partition(": ") if why.startswith("--") else ("--method", "", why)
+        more = f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""
+        raise OptionError(option, f"no scenario of these states can run: {name}: {why}{more}")
     return scenarios, refused
 
 

@@ -37,16 +37,12 @@ def _stored_bits(internal: str) -> tuple[int, bool]:
 
 
 def gl_error(s: Any) -> str | None:
-    """What the GL itself refuses (not the engine's rules): integer data goes only to integer
-    textures and back, and never as half or float."""
-    integer_format = _FORMATS[s.format][1]
-    integer_store = _INTERNAL[s.internal_format][2].endswith("integer")
+    """What the GL itself would say of states the engine's session leaves to it (the engine's
+    gl_api_refusal: its rule, as the planner applies it), as the driver says it."""
+    if not _e.gl_api_refusal(s):
+        return None
     call = "glDrawPixels" if s.internal_format == "none" else "glTexImage2D"
-    if integer_format != integer_store:
-        return f"{call} failed for {label(s)}: GL_INVALID_OPERATION"
-    if integer_format and _TYPES[s.type][1] in ("float", "half"):
-        return f"{call} failed for {label(s)}: GL_INVALID_ENUM"
-    return None
+    return f"{call} failed for {label(s)}: GL_INVALID_OPERATION"
 
 
 def label(s: Any) -> str:
@@ -96,7 +92,7 @@ class SimulatedGlSession:
         self._engine = engine
         self.scenario = _e.gl_normalised(scenario)
         reason = _e.gl_refusal(self.scenario)
-        if reason:
+        if reason and reason != _e.gl_api_refusal(self.scenario):  # the engine's own rules
             raise GlError(reason)
         comps, bits, _ = _INTERNAL[self.scenario.internal_format]
         if (
