@@ -90,6 +90,8 @@ void bind_resolve(nb::module_& m);  // bindings/resolve.cpp
 NB_MODULE(_engine, m) {
   m.doc() = "xferscope native measurement engine";
 
+  m.def("format_bytes", &xs::format_bytes, "bytes"_a,
+        "A size as a person reads it: 4 KiB, 1.5 MiB, 64 MiB, 12 B.");
   nb::exception<xs::NoDeviceError>(m, "NoDeviceError", PyExc_RuntimeError);
   nb::exception<xs::AllocationError>(m, "AllocationError", PyExc_MemoryError);
   nb::exception<xs::UsageError>(m, "UsageError", PyExc_ValueError);

@@ -1,6 +1,35 @@
 #include "xferscope/error.hpp"
 
+#include <cmath>
+#include <cstdio>
+
 namespace xferscope {
+
+std::string format_bytes(double bytes) {
+  static const struct {
+    const char* unit;
+    double factor;
+  } units[] = {{"TiB", 0x1p40}, {"GiB", 0x1p30}, {"MiB", 0x1p20}, {"KiB", 0x1p10}};
+  char text[64];
+  for (const auto& u : units) {
+    if (!(bytes >= u.factor)) continue;
+    const double value = bytes / u.factor;
+    if (value == std::floor(value)) {
+      std::snprintf(text, sizeof text, "%.0f %s", value, u.unit);
+      return text;
+    }
+    const int digits = value < 10 ? 2 : value < 100 ? 1 : 0;
+    std::snprintf(text, sizeof text, "%.*f", digits, value);
+    std::string out = text;
+    if (digits) {  // 1.50 -> 1.5, but never 140 -> 14
+      out.erase(out.find_last_not_of('0') + 1);
+      if (out.back() == '.') out.pop_back();
+    }
+    return out + " " + u.unit;
+  }
+  std::snprintf(text, sizeof text, "%.0f B", bytes);
+  return text;
+}
 
 namespace {
 std::string describe(cudaError_t code, const char* expression, const char* file, int line) {
@@ -14,8 +43,8 @@ CudaError::CudaError(cudaError_t code, const char* expression, const char* file,
 
 AllocationError::AllocationError(const std::string& kind, std::size_t bytes,
                                  const std::string& reason)
-    : std::runtime_error("cannot allocate " + std::to_string(bytes) + " bytes of " + kind +
-                         " memory: " + reason),
+    : std::runtime_error("cannot allocate " + format_bytes(static_cast<double>(bytes)) + " of " +
+                         kind + " memory: " + reason),
       kind_(kind),
       bytes_(bytes) {}
 

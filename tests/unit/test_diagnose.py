@@ -6,6 +6,7 @@ rule that fires for the wrong reason, or not at all, shows."""
 from __future__ import annotations
 
 import copy
+import re
 from dataclasses import replace
 
 import pytest
@@ -423,6 +424,7 @@ def test_one_wrong_point_fails_verification_of_its_curve(one):
     assert f.figure == "gpu0/d2h/pinned/async/device/bandwidth"
     assert f.value == 7.0
     assert "1 of 8 sizes" in f.message and "offset 12" in f.message
+    assert "(7 B wrong at " in f.message and not re.search(r"\d{5,}", f.message), f.message
 
 
 def test_corrupt_run_fails_verification_of_every_curve(one):
@@ -437,6 +439,9 @@ def test_three_noisy_points_are_a_warning(one):
     (f,) = findings(diagnose.noisy_or_throttled, _noisy(one, None))
     assert f.code == "noisy" and f.severity == WARNING and f.gpu == 0
     assert "3 sizes" in f.message
+    # a size as a person reads it, never a byte count
+    assert re.search(r" at \d+(\.\d+)? (B|KiB|MiB|GiB)\)$", f.message), f.message
+    assert not re.search(r"\d{5,}", f.message), f.message
 
 
 def test_two_noisy_points_are_not(one):

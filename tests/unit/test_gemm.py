@@ -164,7 +164,7 @@ def test_a_shape_too_large_for_the_free_memory_says_what_it_needs_and_the_rest_r
     assert code == 1, err
     doc = _document(tmp_path)
     failed = [p for p in doc["points"] if p["status"] == "failed"]
-    assert len(failed) == 1 and "MiB free" in failed[0]["error"] and "need" in failed[0]["error"]
+    assert len(failed) == 1 and "GiB free" in failed[0]["error"] and "need" in failed[0]["error"]
     assert any(p["status"] == "complete" for p in doc["points"])
 
 

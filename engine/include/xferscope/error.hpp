@@ -26,6 +26,10 @@ class NoDeviceError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A size as a person reads it, in binary units: 4 KiB, 1.5 MiB, 64 MiB, 12 B. The one rule for
+// every sentence that names a size, the engine's and (through the binding) the Python package's.
+std::string format_bytes(double bytes);
+
 // A buffer could not be allocated. Names the memory kind and the size.
 class AllocationError : public std::runtime_error {
  public:

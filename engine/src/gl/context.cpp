@@ -1,6 +1,7 @@
 // An OpenGL context on an EGL device with no display: the device that is the asked-for CUDA
 // device (EGL_CUDA_DEVICE_NV), a pbuffer config, OpenGL 4.5 in the compatibility profile (the
 // paper's glDrawPixels and fixed function need it).
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -34,8 +35,16 @@ Context::Context(int cuda_device) {
   EGLint count = 0;
   if (!a.eglQueryDevicesEXT(static_cast<EGLint>(devices.size()), devices.data(), &count) ||
       count == 0) {
-    throw GlUnavailable("EGL lists no devices (eglQueryDevicesEXT: " + egl_error(a) +
-                        "): is the NVIDIA driver's EGL vendor library (10_nvidia.json) found?");
+    const char* vendor_files = std::getenv("__EGL_VENDOR_LIBRARY_FILENAMES");
+    throw GlUnavailable(
+        "EGL lists no devices (eglQueryDevicesEXT: " + egl_error(a) +
+        "): libEGL.so.1 loaded, but not the NVIDIA driver's libEGL_nvidia.so.0, which glvnd finds "
+        "through " +
+        (vendor_files && *vendor_files
+             ? std::string("$__EGL_VENDOR_LIBRARY_FILENAMES (") + vendor_files + ")"
+             : std::string("/usr/share/glvnd/egl_vendor.d/10_nvidia.json")) +
+        ": install the driver's EGL library (Debian: libegl-nvidia0, Ubuntu: libnvidia-gl-N), "
+        "or set __EGL_VENDOR_LIBRARY_FILENAMES to its 10_nvidia.json)");
   }
   for (EGLint i = 0; i < count && info_.egl_device < 0; ++i) {
     EGLAttrib ordinal = -1;

@@ -357,7 +357,7 @@ def measure_staged(
                 points.append(
                     StagedPoint(direction, size, tuple(times["plain"]), tuple(times["staged"]))
                 )
-                progress.step(f"{direction} staged against cudaMemcpy, {size} B")
+                progress.step(f"{direction} staged against cudaMemcpy, {format_bytes(size)}")
         except EngineError:
             return ()
         finally:
@@ -464,7 +464,7 @@ def findings(result: BatchResult) -> list[Finding]:
                 + (
                     "never beats the loop"
                     if size is None
-                    else f"beats the loop up to {size} B a copy"
+                    else f"beats the loop up to {format_bytes(size)} a copy"
                 ),
             )
         )

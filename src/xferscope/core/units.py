@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 
+from .compiled import engine_module
 from .errors import OptionError
 from .limits import MOST_BYTES
 
@@ -55,18 +56,10 @@ def alignment_class(*dims: int) -> int:
 
 
 def format_bytes(n: float) -> str:
-    """Binary units, the way transfer sizes are usually chosen: 4 KiB, 1.5 MiB, 1 GiB."""
-    for unit, factor in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= factor:
-            value = n / factor
-            if value == int(value):
-                return f"{int(value)} {unit}"
-            digits = 2 if value < 10 else 1 if value < 100 else 0
-            text = f"{value:.{digits}f}"
-            if digits:  # 1.50 -> 1.5, but never 140 -> 14
-                text = text.rstrip("0").rstrip(".")
-            return f"{text} {unit}"
-    return f"{n:.0f} B"
+    """Binary units, the way transfer sizes are usually chosen: 4 KiB, 1.5 MiB, 1 GiB. The
+    engine's rule (format_bytes in engine/src/error.cpp), so its messages name sizes the same
+    way."""
+    return str(engine_module().format_bytes(float(n)))
 
 
 def format_seconds(seconds: float) -> str:

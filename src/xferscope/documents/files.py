@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..core.errors import OptionError
+from ..core.units import format_bytes
 
 
 def _read_umask() -> int:
@@ -98,7 +99,7 @@ def read_text(path: Path, most_bytes: int = MOST_INPUT_BYTES) -> str:
     with open(path, "rb") as handle:
         data = handle.read(most_bytes + 1)
     if len(data) > most_bytes:
-        raise OSError(errno.EFBIG, f"it holds more than {most_bytes} bytes", str(path))
+        raise OSError(errno.EFBIG, f"it holds more than {format_bytes(most_bytes)}", str(path))
     return data.decode("utf-8")
 
 

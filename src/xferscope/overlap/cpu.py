@@ -343,7 +343,7 @@ def _cpu_findings(result: OverlapCpuResult, skipped: list[str]) -> list[Finding]
                 corrupted(
                     f"{result.direction} {s.memory} {result.mechanism}",
                     f"{result.direction} {s.memory}: verification FAILED "
-                    f"({v.mismatched_bytes} wrong bytes, the first at offset "
+                    f"({format_bytes(v.mismatched_bytes)} wrong, the first at offset "
                     f"{v.first_mismatch}); its figures are invalid",
                     v.mismatched_bytes,
                 )

@@ -182,7 +182,7 @@ def _prepare(pitched: Any, options: PitchOptions, method: str) -> tuple[int, int
         wrong_rows, gap_bytes = pitched.verify(method)
         if wrong_rows or gap_bytes:
             error = f"{wrong_rows} rows arrived wrong" + (
-                f", {gap_bytes} bytes between host rows overwritten" if gap_bytes else ""
+                f", {format_bytes(gap_bytes)} between host rows overwritten" if gap_bytes else ""
             )
             return {"status": "unverified", "error": error}
         calibration = plan.calibrate(

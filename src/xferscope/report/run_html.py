@@ -228,7 +228,8 @@ def _latency(p: Point) -> float:
 
 def _point_status(p: Point) -> str:
     if p.verification is not None and not p.verification.ok:
-        return f"INVALID: verification failed ({p.verification.mismatched_bytes} bytes wrong)"
+        wrong = format_bytes(p.verification.mismatched_bytes)
+        return f"INVALID: verification failed ({wrong} wrong)"
     if p.blocking_timed_out:
         return "INVALID: the blocking kernel timed out"
     return p.status.replace("_", " ") + (", cache resident" if p.cache_resident else "")

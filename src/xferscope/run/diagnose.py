@@ -20,7 +20,7 @@ from ..core.findings import (
     WARNING,
     Finding,
 )
-from ..core.units import format_rate
+from ..core.units import format_bytes, format_rate
 from ..sweep.records import Curve
 from .records import (
     Concurrent,
@@ -372,8 +372,8 @@ def verification_failed(result: RunResult) -> Iterator[Finding]:
                     float(v.mismatched_bytes),
                     0.0,
                     f"GPU {gpu.index}: {curve.config.label}: data arrived wrong at {len(bad)} of "
-                    f"{len(curve.points)} sizes ({v.mismatched_bytes} bytes at "
-                    f"{bad[0].bytes} B, first at offset {v.first_mismatch})",
+                    f"{len(curve.points)} sizes ({format_bytes(v.mismatched_bytes)} wrong at "
+                    f"{format_bytes(bad[0].bytes)}, first at offset {v.first_mismatch})",
                     CORRUPTED_CAUSE,
                     CORRUPTED_FIX,
                 )
@@ -398,7 +398,7 @@ def noisy_or_throttled(result: RunResult) -> Iterator[Finding]:
                 worst.rel_noise,
                 None,
                 f"GPU {gpu.index}: {len(noisy)} sizes stayed noisy after every trial (worst "
-                f"{worst.rel_noise:.0%}, {curve.config.label} at {worst.bytes} B)",
+                f"{worst.rel_noise:.0%}, {curve.config.label} at {format_bytes(worst.bytes)})",
                 "other work on the GPU, the CPU or the PCIe switch while measuring",
                 "run on an idle node (`nvidia-smi` shows other processes) and compare again",
             )

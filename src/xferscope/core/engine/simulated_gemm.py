@@ -14,7 +14,7 @@ from ...gemm.cpu_worker import beaten
 from ...gemm.records import ELEMENT_BYTES, bytes_needed
 from ..compiled import engine_module
 from ..errors import AllocationError, EngineError
-from ..units import alignment_class
+from ..units import alignment_class, format_bytes
 from .devices import compute_capability
 from .simulated_link import SimulatedHost
 
@@ -56,9 +56,8 @@ class SimulatedGemm:
         free, _ = engine.memory_info(spec["device"])
         if self.footprint_bytes > free:
             raise AllocationError(
-                f"cannot allocate {self.footprint_bytes} bytes of device memory: the GEMM's "
-                f"matrices need {self.footprint_bytes >> 20} MiB and GPU {spec['device']} has "
-                f"{free >> 20} MiB free"
+                f"cannot allocate {format_bytes(self.footprint_bytes)} of device memory: the "
+                f"GEMM's matrices need it and GPU {spec['device']} has {format_bytes(free)} free"
             )
         # the model's heuristic offers 8 algorithms; one chosen before is kept, timed against none
         kept = 0 <= spec.get("rank", -1) < HEURISTIC_ALGORITHMS
