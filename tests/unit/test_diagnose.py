@@ -14,6 +14,7 @@ import pytest
 from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.core.findings import ERROR, INFO, OK, SEVERITIES, WARNING
 from xferscope.core.links import pcie_peak
+from xferscope.core.units import format_bytes
 from xferscope.run import diagnose
 from xferscope.run.diagnose import RULES
 from xferscope.run.investigate import RunOptions, gpu_curves, run_investigation
@@ -439,8 +440,17 @@ def test_three_noisy_points_are_a_warning(one):
     (f,) = findings(diagnose.noisy_or_throttled, _noisy(one, None))
     assert f.code == "noisy" and f.severity == WARNING and f.gpu == 0
     assert "3 sizes" in f.message
-    # a size as a person reads it, never a byte count
-    assert re.search(r" at \d+(\.\d+)? (B|KiB|MiB|GiB)\)$", f.message), f.message
+
+
+def test_the_noisiest_size_is_named_as_a_person_reads_it(one):
+    curves = list(one.gpus[0].curves)
+    for i in (0, 5, 9):  # the largest size of three curves, the first the noisiest
+        last = curves[i].points[-1]
+        noisy = replace(last, stopped_by="max_trials", rel_noise=0.5 if i == 0 else 0.2)
+        curves[i] = replace(curves[i], points=(*curves[i].points[:-1], noisy))
+    (f,) = findings(diagnose.noisy_or_throttled, with_section(one, curves=tuple(curves)))
+    size = format_bytes(curves[0].points[-1].bytes)
+    assert f.message.endswith(f"at {size})") and size.endswith("iB"), f.message
     assert not re.search(r"\d{5,}", f.message), f.message
 
 
