@@ -446,7 +446,9 @@ def test_the_noisiest_size_is_named_as_a_person_reads_it(one):
     curves = list(one.gpus[0].curves)
     for i in (0, 5, 9):  # the largest size of three curves, the first the noisiest
         last = curves[i].points[-1]
-        noisy = replace(last, stopped_by="max_trials", rel_noise=0.5 if i == 0 else 0.2)
+        spread = 2.0 if i == 0 else 1.2  # the largest trial this many times the smallest
+        samples = (last.samples_s[0], last.samples_s[0] * spread, *last.samples_s[1:])
+        noisy = replace(last, stopped_by="max_trials", samples_s=samples)
         curves[i] = replace(curves[i], points=(*curves[i].points[:-1], noisy))
     (f,) = findings(diagnose.noisy_or_throttled, with_section(one, curves=tuple(curves)))
     size = format_bytes(curves[0].points[-1].bytes)
