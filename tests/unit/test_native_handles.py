@@ -7,7 +7,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from types import SimpleNamespace
 
-from xferscope.core.engine import native
+from xferscope.core.engine import native_handles
 
 
 class Guard:
@@ -50,17 +50,19 @@ class Binding:
 
 def test_each_handle_is_guarded_converted_and_closed():
     guard = Guard()
-    pitched = native._NativePitched(Binding(SimpleNamespace(wrong_rows=1, gap_bytes=2)), guard)
+    pitched = native_handles._NativePitched(
+        Binding(SimpleNamespace(wrong_rows=1, gap_bytes=2)), guard
+    )
     assert (pitched.bytes, pitched.device_pitch, pitched.depth) == (4096, 512, 4)
     assert pitched.time("2d", 3) == (2e-6, 1e-6) and pitched.verify("2d") == (1, 2)
-    batch = native._NativeBatch(Binding(5), guard)
+    batch = native_handles._NativeBatch(Binding(5), guard)
     assert batch.time("loop", 1) == (2e-6, 1e-6) and batch.verify("loop") == 5
-    pairs = native._NativePairComm(Binding(None), guard)
+    pairs = native_handles._NativePairComm(Binding(None), guard)
     assert (pairs.stream(0, 1, 8, 1), pairs.ping_pong(0, 1, 8, 1), pairs.mismatches(8)) == (
         0.5, 0.25, 3,
     )  # fmt: skip
     assert guard.calls == 7
-    assert {pitched, batch, pairs} <= set(native._open_handles)
+    assert {pitched, batch, pairs} <= set(native_handles._open_handles)
     for handle in (pitched, batch, pairs):
         handle.close()
-        assert handle._handle.closed and handle not in native._open_handles
+        assert handle._handle.closed and handle not in native_handles._open_handles

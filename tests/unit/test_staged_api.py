@@ -318,7 +318,8 @@ def test_close_is_idempotent_and_later_copies_fail(engine):
 def test_the_native_copier_translates_engine_errors():
     """NativeEngine wraps the native copier so its CUDA errors become xferscope errors."""
     from xferscope import _engine
-    from xferscope.core.engine.native import NativeEngine, _NativeCopier
+    from xferscope.core.engine.native import NativeEngine
+    from xferscope.core.engine.native_handles import _NativeCopier
 
     class FailingHandle:
         plan: ClassVar[dict[str, int]] = {"threads": 2}

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from xferscope.core.errors import OptionError
-from xferscope.trace.analyze import analyze, groups, overlap_fix
+from xferscope.trace.analyze import analyze, groups
+from xferscope.trace.fixes import overlap_fix
 from xferscope.trace.records import read_trace
 from xferscope.trace.runner import KERNEL_WINDOW_MS, kernels_setting
 

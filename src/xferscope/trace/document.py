@@ -11,7 +11,8 @@ from typing import Any
 from ..core.findings import INFO, WARNING, Finding
 from ..documents.envelope import Envelope, dumps_document
 from ..documents.records import Column, dumps_columns, read_result, result_document, to_plain
-from .analyze import Analysis, Fix, Group, KindRow
+from .analyze import Analysis, Group, KindRow
+from .fixes import Fix
 from .records import Copy, Trace
 
 SCHEMA_NAME = "xferscope-trace"

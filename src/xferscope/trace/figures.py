@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from .analyze import Analysis, blocked_s
+from .analyze import Analysis
+from .costs import blocked_s
 from .records import Copy, Trace, user_frame
 
 

@@ -1,8 +1,8 @@
 """The engine every command drives: its protocol (protocols.py), the native implementation
-over the compiled module (native.py; core/compiled.py loads the module), the simulated one that
-runs everything without a GPU (simulated*.py: a link model with the same result classes), and
-`open_engine`, which picks one. Which combinations an engine accepts is the case table's to say
-(core/cases.py): both engines ask it."""
+over the compiled module (native.py, its handles native_handles.py; core/compiled.py loads the
+module), the simulated one that runs everything without a GPU (simulated*.py: a link model with
+the same result classes), and `open_engine`, which picks one. Which combinations an engine
+accepts is the case table's to say (core/cases.py): both engines ask it."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from ..errors import OptionError
 from ..units import parse_devices
 from . import protocols
 from .devices import check_device, compute_capability, format_cuda_version, memory_refusal
-from .native import NativeEngine, close_native
+from .native import NativeEngine
+from .native_handles import close_native
 from .protocols import *  # noqa: F403 (the Protocols are this package's types)
 
 __all__ = [

@@ -1,0 +1,87 @@
+"""What traced copies cost: how long the host waited in their calls, how long kernels ran on
+their GPU meanwhile, and what this machine takes for the same copies (trace/reference.py)."""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from .records import Copy, Interval, Trace
+from .reference import Reference
+
+
+def _merged(intervals: Iterable[Interval]) -> dict[int, tuple[list[int], list[int]]]:
+    """Kernel time per device as sorted, disjoint [start, end) intervals."""
+    per: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for i in intervals:
+        per[i.device].append((i.start_ns, i.end_ns))
+    out = {}
+    for device, spans in per.items():
+        spans.sort()
+        starts: list[int] = []
+        ends: list[int] = []
+        for s, e in spans:
+            if ends and s <= ends[-1]:
+                ends[-1] = max(ends[-1], e)
+            else:
+                starts.append(s)
+                ends.append(e)
+        out[device] = (starts, ends)
+    return out
+
+
+def overlap_ns(span: Copy | Interval, merged: dict[int, tuple[list[int], list[int]]]) -> int:
+    """How long the merged intervals (kernels, or copies) ran on the span's GPU during it."""
+    starts, ends = merged.get(span.device, ([], []))
+    i = max(bisect.bisect_right(starts, span.start_ns) - 1, 0)
+    total = 0
+    while i < len(starts) and starts[i] < span.end_ns:
+        total += max(0, min(ends[i], span.end_ns) - max(starts[i], span.start_ns))
+        i += 1
+    return total
+
+
+def _blocking(c: Copy) -> bool:
+    """The host waited for this copy inside its call: a synchronous call, or a pageable copy
+    (which the driver stages through its own buffer)."""
+    return c.call is not None and ("Async" not in c.call.function or c.host_memory == "pageable")
+
+
+def blocked_s(c: Copy) -> float:
+    """Host time blocked in the copy's call: the call's time where the host waited for the
+    copy, else none."""
+    return c.call.seconds if c.call is not None and _blocking(c) else 0.0
+
+
+def expected(
+    reference: Reference | None, copies: Iterable[Copy], memory: str | None = None
+) -> float | None:
+    """What this machine takes for these copies, from `memory` (default: their own)."""
+    if reference is None:
+        return None
+    total = 0.0
+    for c in copies:
+        t = reference.seconds(c.direction, memory or c.host_memory, c.bytes)
+        if t is None:
+            return None
+        total += t
+    return total
+
+
+def with_kernels(trace: Trace, copies: Sequence[Copy]) -> tuple[list[Copy], float | None]:
+    """The copies whose neighbouring kernels were recorded, and the factor that scales what
+    they show to all `copies` (all copies' GPU time over theirs; 1 where every kernel was
+    recorded); None where none of them was seen."""
+    seen = trace.seen_with_kernels(copies)
+    seen_s = sum(c.seconds for c in seen)
+    if not seen:
+        return seen, None
+    if len(seen) == len(copies):
+        return seen, 1.0
+    return seen, sum(c.seconds for c in copies) / seen_s if seen_s > 0 else None
+
+
+def _host_cost(c: Copy) -> float:
+    """What the copy cost the program: its call's time where the host waited, else its GPU time."""
+    return c.call.seconds if c.call is not None and _blocking(c) else c.seconds
