@@ -73,14 +73,19 @@ def test_pinned_copies_hide_cpu_work_and_pageable_ones_do_not(native_engine):
 
 
 @pytest.mark.parametrize("upload", [False, True])
-def test_rotating_buffers_verify_and_two_beat_one(native_engine, upload):
-    # The best of three each: one stream of 32 chunks is short enough for the machine's noise.
+def test_rotating_buffers_verify_and_two_hide_the_copies(native_engine, upload):
+    """What holds on any host: with one buffer the host waits for every copy it issued; with
+    two, each copy runs while the host works on the other buffer, so the host's wait for the
+    copies shrinks to a fraction. (Whether two also finish sooner depends on the host's memory
+    speed beside the link: a 4 MiB checksum and an 8 MiB copy differ little, and the host's
+    noise decided it on a 4 x H100 host, 0.0494 s against 0.0472; that claim is measured by
+    `xferscope overlap buffers`, not asserted here.)"""
     ones = [native_engine.rotate_buffers(0, upload, 1, 8 * MIB, 32) for _ in range(3)]
     twos = [native_engine.rotate_buffers(0, upload, 2, 8 * MIB, 32) for _ in range(3)]
     assert all(r.mismatched_chunks == 0 for r in ones + twos)
-    one, two = (min(runs, key=lambda r: r.total_s) for runs in (ones, twos))
-    assert two.total_s < one.total_s
-    assert two.wait_s < one.wait_s
+    one, two = (min(runs, key=lambda r: r.wait_s) for runs in (ones, twos))
+    assert one.wait_s > 0.5 * 32 * one.copy_s, one  # it waited for most of every copy
+    assert two.wait_s < 0.5 * one.wait_s, (two, one)
 
 
 def test_gpu_pipeline_verifies_and_overlaps(native_engine):

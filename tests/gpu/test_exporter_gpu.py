@@ -128,7 +128,9 @@ def test_it_measures_defers_while_busy_and_resumes(native_engine):
             if line.startswith("xferscope_deferred{") and line.endswith(" 1.0")
         ]  # fmt: skip
         again = _sample(text, "xferscope_bandwidth_bytes_per_second", **pinned)
-        assert again is not None and abs(again / first - 1) < 0.1
+        # measured again, whole: the same figure within what a host's noise moves it (single
+        # 1 GiB copies spread 42.6-53.5 GB/s on one H100 host), far from a busy GPU's
+        assert again is not None and 0.6 < again / first < 1.6, (first, again)
         assert _sample(text, "xferscope_measurement_stale", gpu="0") == 0
     finally:
         if job is not None and job.poll() is None:

@@ -33,10 +33,12 @@ def test_one_rank_per_gpu(native_engine, tmp_path):
     assert [r["status"] for r in doc["ranks"]] == ["complete"] * gpus, done.stderr
     assert sorted(r["device"] for r in doc["ranks"]) == list(range(gpus))
     assert len({r["gpu"]["uuid"] for r in doc["ranks"]}) == gpus
-    for r in doc["ranks"]:
-        assert r["metrics"]["h2d/pinned/async/device/bandwidth"] > 20e9
+    for r in doc["ranks"]:  # a real transfer: at least a fifth of the GPU's own link
+        limit = r["gpu"].get("pcie_peak_bps") or r["gpu"].get("pcie_peak_max_bps") or 5e10
+        assert r["metrics"]["h2d/pinned/async/device/bandwidth"] > limit / 5, (r["gpu"], limit)
     assert doc["passed"] == (done.returncode == 0)
     if gpus > 1:  # every pair of GPUs through NCCL, both ways, data checked
         pairs = {(p["source"], p["destination"]): p for p in doc["pairs"]}
         assert len(pairs) == gpus * (gpus - 1), doc["pairs_note"]
-        assert all(p["verified"] and p["bandwidth_bps"] > 10e9 for p in pairs.values())
+        # verified, and a real transfer (any peer path, through the host too, moves 1 GB/s)
+        assert all(p["verified"] and p["bandwidth_bps"] > 1e9 for p in pairs.values())
