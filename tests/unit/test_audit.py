@@ -584,7 +584,7 @@ def test_the_pageable_warning_names_how_each_figure_was_timed(capsys, tmp_path):
 def test_the_readme_lists_the_mechanisms_help_lists(capsys):
     from xferscope.core.cases import MECHANISMS
 
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "docs" / "sweep.md").read_text()  # the README's page
     row = next(line for line in readme.splitlines() if line.startswith("| `--mechanism`"))
     for mechanism in MECHANISMS:
         assert f"`{mechanism}`" in row, mechanism
