@@ -1,0 +1,320 @@
+// The injection library's callbacks on the API calls worth a record (inject.hpp): a copy's
+// pointers, sampled source hash and callers taken at its entry, host pinning at its exit, and
+// every such call queued for the writer thread.
+#include <execinfo.h>
+#include <unistd.h>
+
+#include <cinttypes>
+#include <cstring>
+#include <utility>
+
+#include "trace/inject.hpp"
+
+namespace xferscope::trace {
+
+std::atomic<std::uint64_t> unwound{0};
+
+namespace {
+
+// 8-byte words read from a host source (and its last one): each is a cache line, and on a large
+// buffer a page, the copy's thread reads, so few (256 cost 1.8 us per 1 MiB upload on an H100)
+constexpr std::size_t kHashSamples = 32;
+constexpr std::uint64_t kFramesAll = 1000;  // copy calls whose callers are all unwound
+constexpr std::uint64_t kFramesEvery = 64;  // ... then one in this many
+// The parts within a copy's callback are timed on one copy call in kTimeEvery and scaled, so
+// that their clock reads and atomic adds are not paid on every copy: weight kTimeEvery, else 0.
+constexpr std::uint64_t kTimeEvery = 16;
+
+std::vector<std::string> names[2];          // runtime [0] and driver [1] API names, by callback id
+thread_local bool in_runtime_call = false;  // a driver call made by a runtime call is its own
+thread_local std::uint64_t entered[2] = {0, 0};  // when this thread entered a runtime / driver call
+thread_local unsigned thread_id = 0;
+
+// The API calls worth a record: copies, sets, synchronizations, host memory pinning.
+bool interesting(const std::string& n) {
+  for (const char* prefix : {"cudaMemcpy",
+                             "cudaMemset",
+                             "cudaMallocHost",
+                             "cudaHostAlloc",
+                             "cudaFreeHost",
+                             "cudaHostRegister",
+                             "cudaHostUnregister",
+                             "cudaDeviceSynchronize",
+                             "cudaStreamSynchronize",
+                             "cudaEventSynchronize",
+                             "cuMemcpy",
+                             "cuMemset",
+                             "cuMemAllocHost",
+                             "cuMemHostAlloc",
+                             "cuMemFreeHost",
+                             "cuMemHostRegister",
+                             "cuMemHostUnregister",
+                             "cuCtxSynchronize",
+                             "cuStreamSynchronize",
+                             "cuEventSynchronize"}) {
+    if (n.rfind(prefix, 0) == 0) return true;
+  }
+  return false;
+}
+
+std::uint64_t sampled_hash(const void* src, std::size_t bytes) {
+  // FNV-1a over up to kHashSamples words spread over the buffer, its last word and its size
+  std::uint64_t h = kFnvBasis ^ bytes;
+  const auto* p = static_cast<const unsigned char*>(src);
+  const std::size_t words = bytes / 8;
+  const std::size_t step = words > kHashSamples ? words / kHashSamples : 1;
+  std::uint64_t w;
+  for (std::size_t i = 0; i < words; i += step) {
+    std::memcpy(&w, p + i * 8, 8);
+    h = fnv(h, w);
+  }
+  if (words) {
+    std::memcpy(&w, p + (words - 1) * 8, 8);
+    h = fnv(h, w);
+  }
+  for (std::size_t i = words * 8; i < bytes; ++i) h = fnv(h, p[i]);
+  return h;
+}
+
+// What a copy call's entry learned, queued with its exit.
+thread_local Call pending;
+
+// the caller's return addresses, for the n-th copy or pin call (unwound's count): the first
+// kFramesAll calls, then one in kFramesEvery; a call from Python, whose line its Python stack
+// gives, one in kFramesEvery from the start (unwinding through a framework's libraries is the
+// costliest part of a record: 10 us a call in libtorch)
+bool unwinds(std::uint64_t n, bool from_python) {
+  return knob_frames && !((from_python || n >= kFramesAll) && n % kFramesEvery != 0);
+}
+
+// The return addresses, as unwinds() says; -1 when not sampled
+int unwind(std::uintptr_t* into, std::uint64_t n, bool from_python) {
+  if (!unwinds(n, from_python)) return -1;
+  void* frames[kFrames + 3];
+  const int count = backtrace(frames, kFrames + 3);
+  int kept = 0;
+  for (int i = 3; i < count; ++i)  // 0-2: here, CUPTI
+    into[kept++] = reinterpret_cast<std::uintptr_t>(frames[i]);
+  return kept;
+}
+
+// A copy call's entry (runtime, or driver as JAX makes them): its pointers, size, kind
+// (cudaMemcpyKind: 1 host to device, 2 device to host), a sampled hash of a host source and its
+// callers, into `pending` (no lock taken, nothing formatted). False for any other call.
+bool copy_entry(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
+  const void *dst = nullptr, *src = nullptr;
+  std::size_t count = 0;
+  int kind = -1;
+  if (domain == CUPTI_CB_DOMAIN_DRIVER_API) {
+    switch (cbid) {
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2:
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoD_v2_ptds: {
+        const auto* p = static_cast<const cuMemcpyHtoD_v2_params*>(cb->functionParams);
+        dst = reinterpret_cast<const void*>(p->dstDevice), src = p->srcHost, count = p->ByteCount,
+        kind = 1;
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2:
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyHtoDAsync_v2_ptsz: {
+        const auto* p = static_cast<const cuMemcpyHtoDAsync_v2_params*>(cb->functionParams);
+        dst = reinterpret_cast<const void*>(p->dstDevice), src = p->srcHost, count = p->ByteCount,
+        kind = 1;
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2:
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoH_v2_ptds: {
+        const auto* p = static_cast<const cuMemcpyDtoH_v2_params*>(cb->functionParams);
+        dst = p->dstHost, src = reinterpret_cast<const void*>(p->srcDevice), count = p->ByteCount,
+        kind = 2;
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2:
+      case CUPTI_DRIVER_TRACE_CBID_cuMemcpyDtoHAsync_v2_ptsz: {
+        const auto* p = static_cast<const cuMemcpyDtoHAsync_v2_params*>(cb->functionParams);
+        dst = p->dstHost, src = reinterpret_cast<const void*>(p->srcDevice), count = p->ByteCount,
+        kind = 2;
+        break;
+      }
+      default: return false;
+    }
+  } else {
+    switch (cbid) {
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020: {
+        const auto* p = static_cast<const cudaMemcpy_v3020_params*>(cb->functionParams);
+        dst = p->dst, src = p->src, count = p->count, kind = p->kind;
+        break;
+      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_ptds_v7000: {
+        const auto* p = static_cast<const cudaMemcpy_ptds_v7000_params*>(cb->functionParams);
+        dst = p->dst, src = p->src, count = p->count, kind = p->kind;
+        break;
+      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_v3020: {
+        const auto* p = static_cast<const cudaMemcpyAsync_v3020_params*>(cb->functionParams);
+        dst = p->dst, src = p->src, count = p->count, kind = p->kind;
+        break;
+      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyAsync_ptsz_v7000: {
+        const auto* p = static_cast<const cudaMemcpyAsync_ptsz_v7000_params*>(cb->functionParams);
+        dst = p->dst, src = p->src, count = p->count, kind = p->kind;
+        break;
+      }
+      default: return false;
+    }
+  }
+  pending.src = reinterpret_cast<std::uintptr_t>(src);
+  pending.dst = reinterpret_cast<std::uintptr_t>(dst);
+  pending.bytes = count;
+  pending.kind = kind;
+  // only an explicit host-to-device source is host memory for certain: reading a device
+  // address from the host would fault
+  pending.hashed = knob_hash && kind == 1 && src && count;
+  const std::uint64_t n = unwound.fetch_add(1, std::memory_order_relaxed);
+  const std::uint64_t weight = n % kTimeEvery == 0 ? kTimeEvery : 0;
+  if (pending.hashed) {
+    Timed timed{kHashing, weight};
+    pending.hash = sampled_hash(src, count);
+  }
+  {
+    Timed timed{kPythonStacks, weight};
+    pending.python = python_stack();
+  }
+  // timed on every call that unwinds, unscaled: unwinding is itself sampled, and timing one
+  // call in kTimeEvery would meet every unwound call (kFramesEvery is a multiple) and scale it
+  Timed timed{kUnwinding, unwinds(n, pending.python != 0) ? 1u : 0u};
+  pending.frame_count = unwind(pending.frames, n, pending.python != 0);
+  return true;
+}
+
+// Host memory pinned or registered, at its call's exit: address and size as a "pin" line.
+bool pin_record(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb,
+                char* buf, std::size_t size) {
+  const void* ptr = nullptr;
+  std::size_t bytes = 0;
+  const char* what = nullptr;
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) {
+    switch (cbid) {
+      case CUPTI_RUNTIME_TRACE_CBID_cudaMallocHost_v3020: {
+        const auto* p = static_cast<const cudaMallocHost_v3020_params*>(cb->functionParams);
+        ptr = p->ptr ? *p->ptr : nullptr, bytes = p->size, what = "alloc";
+        break;
+      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaHostAlloc_v3020: {
+        const auto* p = static_cast<const cudaHostAlloc_v3020_params*>(cb->functionParams);
+        ptr = p->pHost ? *p->pHost : nullptr, bytes = p->size, what = "alloc";
+        break;
+      }
+      case CUPTI_RUNTIME_TRACE_CBID_cudaHostRegister_v4000: {
+        const auto* p = static_cast<const cudaHostRegister_v4000_params*>(cb->functionParams);
+        ptr = p->ptr, bytes = p->size, what = "register";
+        break;
+      }
+      default: return false;
+    }
+  } else {
+    switch (cbid) {
+      case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc: {
+        const auto* p = static_cast<const cuMemHostAlloc_params*>(cb->functionParams);
+        ptr = p->pp ? *p->pp : nullptr, bytes = p->bytesize, what = "alloc";
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2: {
+        const auto* p = static_cast<const cuMemAllocHost_v2_params*>(cb->functionParams);
+        ptr = p->pp ? *p->pp : nullptr, bytes = p->bytesize, what = "alloc";
+        break;
+      }
+      case CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2: {
+        const auto* p = static_cast<const cuMemHostRegister_v2_params*>(cb->functionParams);
+        ptr = p->p, bytes = p->bytesize, what = "register";
+        break;
+      }
+      default: return false;
+    }
+  }
+  int used = std::snprintf(
+      buf, size,
+      "{\"t\":\"pin\",\"how\":\"%s\",\"f\":\"%s\",\"p\":%" PRIuPTR ",\"b\":%zu,\"c\":%" PRIu64,
+      what, cb->functionName ? cb->functionName : "?", reinterpret_cast<std::uintptr_t>(ptr), bytes,
+      correlation(cb->correlationId));
+  std::uintptr_t frames[kFrames];
+  // pins are few: unwound as the first calls are
+  const int count = unwind(frames, unwound.fetch_add(1, std::memory_order_relaxed), false);
+  if (const std::uint32_t py = python_stack())
+    used += std::snprintf(buf + used, size - used, ",\"py\":%u", py);
+  std::lock_guard<std::mutex> lock(out_mutex);
+  write_stacks();
+  used += write_frames(buf + used, size - used, frames, count);
+  std::snprintf(buf + used, size - used, "}");
+  return true;
+}
+
+}  // namespace
+
+const std::string& api_name(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+  std::vector<std::string>& table = names[domain == CUPTI_CB_DOMAIN_RUNTIME_API ? 0 : 1];
+  if (cbid >= table.size()) table.resize(cbid + 1);
+  if (table[cbid].empty()) {
+    const char* name = nullptr;
+    cupti.cuptiGetCallbackName(domain, cbid, &name);
+    table[cbid] = name ? name : "?";
+  }
+  return table[cbid];
+}
+
+void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data) {
+  const auto* cb = static_cast<const CUpti_CallbackData*>(data);
+  const bool enter = cb->callbackSite == CUPTI_API_ENTER;
+  const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
+  if (!runtime && in_runtime_call) return;  // the runtime call that made it is recorded
+  if (runtime) in_runtime_call = enter;
+  if (closed.load(std::memory_order_relaxed)) return;
+  Timed timed{kInCallbacks};
+  std::uint64_t now = 0;
+  cupti.cuptiGetTimestamp(&now);
+  if (enter) {
+    entered[runtime ? 0 : 1] = now;
+    pending.copy = knob_call && copy_entry(domain, cbid, cb);
+    return;
+  }
+  if (!thread_id) thread_id = static_cast<unsigned>(gettid());
+  char pin[512];
+  if (pin_record(domain, cbid, cb, pin, sizeof pin)) {
+    std::lock_guard<std::mutex> lock(out_mutex);
+    if (keep(kPin, 0, 0)) line(pin);
+  }
+  if (!knob_api && !pending.copy) return;
+  Call call;
+  if (pending.copy) {
+    call = std::move(pending);
+    pending.copy = false;
+  }
+  call.start = entered[runtime ? 0 : 1];
+  call.end = now;
+  call.correlation = correlation(cb->correlationId);
+  call.thread = thread_id;
+  call.cbid = cbid;
+  call.runtime = runtime;
+  std::size_t queued;
+  {
+    std::lock_guard<std::mutex> lock(queue.mutex);
+    queue.calls.push_back(std::move(call));
+    queued = queue.calls.size();
+  }
+  if (queued == kWakeWriter) queue.wake.notify_one();
+}
+
+void enable_callbacks(std::uint32_t on) {
+  if (!control.subscriber) return;
+  for (CUpti_CallbackId id = 1; id < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++id) {
+    if (interesting(api_name(CUPTI_CB_DOMAIN_RUNTIME_API, id)) && !knob("noruntime")) {
+      cupti.cuptiEnableCallback(on, control.subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id);
+    }
+  }
+  for (CUpti_CallbackId id = 1; id < CUPTI_DRIVER_TRACE_CBID_SIZE; ++id) {
+    if (interesting(api_name(CUPTI_CB_DOMAIN_DRIVER_API, id)) && knob_driver) {
+      cupti.cuptiEnableCallback(on, control.subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
+    }
+  }
+}
+
+}  // namespace xferscope::trace
