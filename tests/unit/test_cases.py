@@ -202,7 +202,8 @@ def test_every_experiment_runs_declared_cases_and_keys_are_unique():
 
 
 def test_what_run_measures_is_declared_in_the_case_table():
-    from xferscope.run.investigate import RUN_CASES, RunOptions, concurrent, run_investigation
+    from xferscope.run.investigate import RUN_CASES, RunOptions, run_investigation
+    from xferscope.run.streams import concurrent
 
     assert len(RUN_CASES) == 23 and all(cases.case(k) for k in RUN_CASES)
     result = run_investigation(SimulatedEngine(devices=2), RunOptions(devices=(0, 1), quick=True))

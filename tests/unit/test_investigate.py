@@ -11,14 +11,13 @@ from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.core.findings import ERROR, WARNING
 from xferscope.run import investigate
 from xferscope.run.investigate import (
-    DEFAULT_PLAN,
     NUMA_CURVES,
-    QUICK_PLAN,
     RunOptions,
     gpu_curves,
     run_investigation,
     steps,
 )
+from xferscope.run.plans import DEFAULT_PLAN, QUICK_PLAN
 from xferscope.run.records import Concurrent, PinningCost
 
 CURVES = len(gpu_curves(0))  # per GPU
@@ -411,7 +410,7 @@ MULTI_DROPPED = (
     "(`multi` is assigned only when investigate_multi returns)"
 )
 EMPTY_GPU_LIST = (
-    "bug: diagnose.failures names no GPU when Ctrl-C comes after every GPU section completed: "
+    "bug: health.failures names no GPU when Ctrl-C comes after every GPU section completed: "
     "'the run was interrupted; GPU  not fully measured'"
 )
 

@@ -1,6 +1,6 @@
-"""`xferscope run`, `history`, `report` and `compare` on the simulated engine: every file is
-written, the history records the run, a broken history or a Ctrl-C costs no results, and every
-bad input is one line on stderr."""
+"""`xferscope run` and `history` on the simulated engine: every file is written, the history
+records the run, a broken history or a Ctrl-C costs no results, and every bad input is one line
+on stderr. `report` and `compare` of stored runs: test_run_cli_compare.py."""
 
 from __future__ import annotations
 
@@ -186,151 +186,6 @@ def test_verification_failure_exits_3(capsys, tmp_path, monkeypatch):
     assert code == cli.EXIT_VERIFICATION_FAILED
     assert "ERROR" in out and "data arrived wrong" in out
     assert (run_dir(tmp_path) / "report.html").exists()
-
-
-# ---- history, report and compare ---------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def stored(tmp_path_factory):
-    """Two identical simulated runs, 1 and 2, in one history."""
-    base = tmp_path_factory.mktemp("stored")
-    history = base / "history.sqlite3"
-    dirs = []
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("xferscope.report.plots.write_plots", _quick_plots)
-        for i in (1, 2):
-            out = base / f"out{i}"
-            assert cli.main([*QUICK, "-o", str(out), "--history", str(history)]) == 0
-            dirs.append(run_dir(out))
-    return types.SimpleNamespace(history=history, dirs=dirs, base=base)
-
-
-def test_report_renders_a_stored_run_again(capsys, tmp_path, stored):
-    code, out, err = run(
-        capsys, "report", "1", "--history", str(stored.history), "-o", str(tmp_path)
-    )
-    assert code == 0, err
-    directory = tmp_path / "run-1"
-    assert {p.name for p in directory.iterdir()} == RUN_FILES
-    assert "SIMULATED" in out and "report.html" in flat(err)
-    again = json.loads((directory / "run.json").read_text())
-    original = json.loads((stored.dirs[0] / "run.json").read_text())
-    assert again == original
-
-
-def test_report_of_a_run_json_file(capsys, tmp_path, stored):
-    code, _, err = run(capsys, "report", str(stored.dirs[1] / "run.json"), "-o", str(tmp_path))
-    assert code == 0, err
-    # Named after the run's own directory, run-<time>.
-    assert (tmp_path / stored.dirs[1].name / "report.html").exists()
-
-
-def test_reports_never_overwrite_each_other(capsys, tmp_path, stored):
-    """Two runs' JSON files with the same name, and one run drawn twice: four directories."""
-    for n, source in enumerate(stored.dirs):
-        copy = tmp_path / f"copy{n}" / "run.json"
-        copy.parent.mkdir()
-        copy.write_text((source / "run.json").read_text())
-    refs = [str(tmp_path / "copy0" / "run.json"), str(tmp_path / "copy1" / "run.json")]
-    refs += ["1", "1"]
-    out = tmp_path / "out"
-    for ref in refs:
-        code, _, err = run(capsys, "report", ref, "--history", str(stored.history), "-o", str(out))
-        assert code == 0, err
-    assert sorted(p.name for p in out.iterdir()) == ["copy0", "copy1", "run-1", "run-1-2"]
-    created = [json.loads((d / "run.json").read_text())["created"] for d in sorted(out.iterdir())]
-    assert len(created) == 4
-
-
-def test_report_of_a_missing_run_is_one_line(capsys, tmp_path, stored):
-    code, _, err = run(capsys, "report", "7", "--history", str(stored.history), "-o", str(tmp_path))
-    assert_one_line_error(code, err, "no run 7")
-    assert not list(tmp_path.iterdir())
-
-
-def test_compare_identical_runs_exits_0(capsys, stored):
-    code, out, err = run(capsys, "compare", "1", "2", "--history", str(stored.history))
-    assert code == 0, err
-    assert "no metric changed beyond its noise" in out
-    assert "0 slower" in out and "SLOWER" not in out
-    code, out, _ = run(capsys, "compare", "1", "2", "--history", str(stored.history), "--json")
-    doc = json.loads(out)
-    assert code == 0 and doc["regressions"] == [] and doc["counts"]["slower"] == 0
-    assert doc["counts"]["same"] == len(doc["metrics"]) > 0
-
-
-def _slower_copy(stored, tmp_path: Path) -> Path:
-    """Run 1 with the headline H2D curve's largest point 20% slower."""
-    doc = json.loads((stored.dirs[0] / "run.json").read_text())
-    (curve,) = [
-        c
-        for c in doc["gpus"][0]["curves"]
-        if c["config"]
-        == {
-            "device": 0,
-            "direction": "h2d",
-            "memory": "pinned",
-            "mechanism": "async",
-            "timing": "device",
-        }
-    ]
-    largest = curve["points"][-1]
-    largest["samples_s"] = [s / 0.8 for s in largest["samples_s"]]
-    path = tmp_path / "slower.json"
-    path.write_text(json.dumps(doc))
-    return path
-
-
-def test_compare_against_a_slower_run_exits_1(capsys, tmp_path, stored):
-    slower = _slower_copy(stored, tmp_path)
-    code, out, err = run(capsys, "compare", "1", str(slower), "--history", str(stored.history))
-    assert code == 1, err
-    assert "SLOWER" in out and HEADLINE in out
-    assert "-20.0%" in out
-    assert "1 regression beyond 5%" in out
-    code, out, _ = run(
-        capsys, "compare", "1", str(slower), "--history", str(stored.history), "--json"
-    )
-    assert code == 1
-    assert json.loads(out)["regressions"] == [HEADLINE]
-
-
-def test_compare_the_other_way_is_faster_and_exits_0(capsys, tmp_path, stored):
-    slower = _slower_copy(stored, tmp_path)
-    code, out, err = run(capsys, "compare", str(slower), "2", "--history", str(stored.history))
-    assert code == 0, err
-    assert "FASTER" in out and "SLOWER" not in out
-
-
-def test_compare_a_regression_below_the_threshold_exits_0(capsys, tmp_path, stored):
-    slower = _slower_copy(stored, tmp_path)
-    code, out, _ = run(
-        capsys, "compare", "1", str(slower), "--history", str(stored.history), "--threshold", "0.25"
-    )
-    assert code == 0
-    assert "SLOWER" in out, "still shown, but not failing"
-
-
-@pytest.mark.parametrize(
-    ("a", "b", "fragments"),
-    [
-        ("1", "/missing.json", ["/missing.json", "no such file"]),
-        ("1", "99", ["no run 99"]),
-        ("/missing.json", "1", ["/missing.json"]),
-    ],
-)
-def test_compare_with_a_missing_run_is_one_line(capsys, stored, a, b, fragments):
-    code, out, err = run(capsys, "compare", a, b, "--history", str(stored.history))
-    assert_one_line_error(code, err, *fragments)
-    assert out == ""
-
-
-def test_compare_a_file_that_is_not_a_run_is_one_line(capsys, tmp_path, stored):
-    bad = tmp_path / "bad.json"
-    bad.write_text("{not json")
-    code, _, err = run(capsys, "compare", "1", str(bad), "--history", str(stored.history))
-    assert_one_line_error(code, err, str(bad), "not valid JSON")
 
 
 # ---- a history that cannot be written ----------------------------------------------------------
@@ -546,15 +401,6 @@ def test_device_option_picks_the_gpus(capsys, tmp_path, monkeypatch):
 # ---- one rule each -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "-0.1", "11"])
-def test_compare_refuses_a_threshold_that_is_not_a_fraction(capsys, stored, value):
-    code, out, err = run(
-        capsys, "compare", "1", "2", "--history", str(stored.history), f"--threshold={value}"
-    )
-    assert_one_line_error(code, err, "--threshold", "0 to 10")
-    assert code == 2 and out == ""
-
-
 @pytest.mark.parametrize(
     "command",
     [
@@ -631,30 +477,3 @@ def test_quick_takes_the_time_the_readme_says():
     help_text = " ".join(CliRunner().invoke(cli.cli, ["run", "--help"]).output.split())
     assert f"A first look in about {run_command.QUICK_S} s per GPU" in help_text
     assert f"about {run_command.DEFAULT_S} s per GPU" in help_text
-
-
-def test_a_report_of_a_document_of_the_wrong_shape_names_the_field(capsys, tmp_path, stored):
-    doc = json.loads((stored.dirs[0] / "run.json").read_text())
-    doc["gpus"][0]["curves"] = "none"
-    bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps(doc))
-    code, _, err = run(capsys, "report", str(bad), "-o", str(tmp_path / "out"))
-    assert_one_line_error(code, err, str(bad), "gpus[0].curves: expected a list, found a string")
-    assert not (tmp_path / "out").exists()
-
-
-def test_compare_refuses_a_simulated_run_against_a_measured_one(capsys, tmp_path, stored):
-    doc = json.loads((stored.dirs[0] / "run.json").read_text())
-    doc["simulated"] = False
-    measured = tmp_path / "measured.json"
-    measured.write_text(json.dumps(doc))
-    code, out, err = run(capsys, "compare", "1", str(measured), "--history", str(stored.history))
-    assert_one_line_error(
-        code, err, "run A is simulated and run B was measured on a GPU", "--force"
-    )
-    assert code == 2 and out == ""
-    code, out, err = run(
-        capsys, "compare", "1", str(measured), "--history", str(stored.history), "--force"
-    )
-    assert code == 0, err
-    assert "FORCED: run A is simulated" in out and "(forced: " in out

@@ -1,7 +1,9 @@
 """Verdicts and warnings: what a run's figures mean, why, and what to change.
 
 Each rule is a function from a run to findings. A finding names the figure that triggered it,
-its value and what it was compared with, the likely cause and the fix.
+its value and what it was compared with, the likely cause and the fix. The rules on the run's
+health (failures, the GEMM check, verification, noise and throttling) live in health.py; RULES
+runs them all, in order.
 """
 
 from __future__ import annotations
@@ -10,23 +12,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..core import host
-from ..core.findings import (
-    CORRUPTED_CAUSE,
-    CORRUPTED_FIX,
-    ERROR,
-    INFO,
-    OK,
-    SEVERITIES,
-    WARNING,
-    Finding,
-)
-from ..core.units import format_bytes, format_rate
+from ..core.findings import INFO, OK, SEVERITIES, WARNING, Finding
+from ..core.units import format_rate
 from ..sweep.records import Curve
-from .records import (
-    Concurrent,
-    GpuSection,
-    RunResult,
-)
+from .health import failures, gemm_check, noisy_or_throttled, verification_failed
+from .readings import figure_of, gpu_facts, largest, measured_gpus
+from .records import Concurrent, RunResult
 
 # A PCIe link delivers about 88% of its raw rate after packet overhead; below these shares of
 # the raw rate a figure is worth a look.
@@ -37,41 +28,12 @@ PAGEABLE_FACTOR = 1.5  # pinned this many times faster than pageable: warn
 ASYMMETRY = 0.15  # H2D and D2H further apart than this: warn
 DUPLEX_RATIO = 1.3  # both directions together below this times one direction: not full duplex
 SHARED_LINK = 0.9  # all GPUs together below this times one GPU alone: collapse
-# NVML clock event reasons that mean the GPU is being slowed down: software power cap, hardware
-# slowdown, software and hardware thermal slowdown, hardware power brake.
-THROTTLE_REASONS = {
-    0x4: "power cap",
-    0x8: "hardware slowdown",
-    0x20: "sync boost",
-    0x40: "software thermal",
-    0x80: "hardware thermal",
-    0x100: "power brake",
-}
 
 Rule = Callable[[RunResult], Iterator[Finding]]
 
 
-def _gpu_facts(result: RunResult, index: int) -> dict[str, Any]:
-    return next((g for g in result.machine.get("gpus", []) if g.get("index") == index), {})
-
-
-def _largest(curve: Curve | None) -> float | None:
-    if curve is None or not curve.points:
-        return None
-    point = curve.points[-1]
-    return point.bandwidth if point.valid else None
-
-
-def _figure(gpu: int, direction: str, memory: str, mechanism: str, timing: str) -> str:
-    return f"gpu{gpu}/{direction}/{memory}/{mechanism}/{timing}/bandwidth"
-
-
 def _link_name(facts: dict[str, Any]) -> str:
     return f"PCIe Gen{facts.get('pcie_generation')} x{facts.get('pcie_width')}"
-
-
-def _measured(result: RunResult) -> Iterator[GpuSection]:
-    return (g for g in result.gpus if g.curves)
 
 
 # ---- rules ------------------------------------------------------------------------------------
@@ -79,11 +41,11 @@ def _measured(result: RunResult) -> Iterator[GpuSection]:
 
 def headline_verdicts(result: RunResult) -> Iterator[Finding]:
     """Each headline figure as a share of its physical limit."""
-    for gpu in _measured(result):
-        facts = _gpu_facts(result, gpu.index)
+    for gpu in measured_gpus(result):
+        facts = gpu_facts(result, gpu.index)
         link = facts.get("pcie_peak_bps")
         for direction, name in (("h2d", "H2D"), ("d2h", "D2H")):
-            value = _largest(gpu.curve(direction, "pinned", "async", "device"))
+            value = largest(gpu.curve(direction, "pinned", "async", "device"))
             if value is None or not link:
                 continue
             share = value / link
@@ -98,7 +60,7 @@ def headline_verdicts(result: RunResult) -> Iterator[Finding]:
                 "verdict",
                 severity,
                 gpu.index,
-                _figure(gpu.index, direction, "pinned", "async", "device"),
+                figure_of(gpu.index, direction, "pinned", "async", "device"),
                 value,
                 link,
                 f"GPU {gpu.index}: {name} from pinned memory reaches {format_rate(value)}, "
@@ -116,14 +78,14 @@ def headline_verdicts(result: RunResult) -> Iterator[Finding]:
                 else "check the other warnings; compare with another node (xferscope compare)",
             )
         hbm = facts.get("memory_peak_bps")
-        value = _largest(gpu.curve("d2d", "device", "async", "device"))
+        value = largest(gpu.curve("d2d", "device", "async", "device"))
         if value is not None and hbm:
             share = 2 * value / hbm
             yield Finding(
                 "verdict",
                 OK if share >= GOOD_SHARE_OF_HBM else INFO,
                 gpu.index,
-                _figure(gpu.index, "d2d", "device", "async", "device"),
+                figure_of(gpu.index, "d2d", "device", "async", "device"),
                 value,
                 hbm / 2,
                 f"GPU {gpu.index}: device-to-device copies move {format_rate(value)} "
@@ -133,10 +95,10 @@ def headline_verdicts(result: RunResult) -> Iterator[Finding]:
 
 
 def pageable_slow(result: RunResult) -> Iterator[Finding]:
-    for gpu in _measured(result):
+    for gpu in measured_gpus(result):
         for direction, name in (("h2d", "H2D"), ("d2h", "D2H")):
-            pageable = _largest(gpu.curve(direction, "pageable", "memcpy", "api"))
-            pinned = _largest(gpu.curve(direction, "pinned", "memcpy", "api"))
+            pageable = largest(gpu.curve(direction, "pageable", "memcpy", "api"))
+            pinned = largest(gpu.curve(direction, "pinned", "memcpy", "api"))
             if not pageable or not pinned or pinned < PAGEABLE_FACTOR * pageable:
                 continue
             pays = ""
@@ -147,7 +109,7 @@ def pageable_slow(result: RunResult) -> Iterator[Finding]:
                     if even <= 1
                     else f"; registering a buffer pays for itself after {even:.1f} copies of it"
                 )
-            staged = _largest(gpu.curve(direction, "pageable", "staged", "api"))
+            staged = largest(gpu.curve(direction, "pageable", "staged", "api"))
             if staged and staged > 1.5 * pageable:
                 pays += (
                     "; or leave it pageable and copy it with xferscope's staged copy "
@@ -157,7 +119,7 @@ def pageable_slow(result: RunResult) -> Iterator[Finding]:
                 "pageable_slow",
                 WARNING,
                 gpu.index,
-                _figure(gpu.index, direction, "pageable", "memcpy", "api"),
+                figure_of(gpu.index, direction, "pageable", "memcpy", "api"),
                 pageable,
                 pinned,
                 f"GPU {gpu.index}: {name} from pageable memory reaches {format_rate(pageable)} "
@@ -211,18 +173,18 @@ def confidential_computing(result: RunResult) -> Iterator[Finding]:
     if not _cc_on(result):
         return
     cc = result.machine["confidential_computing"]
-    for gpu in _measured(result):
-        facts = _gpu_facts(result, gpu.index)
+    for gpu in measured_gpus(result):
+        facts = gpu_facts(result, gpu.index)
         link = facts.get("pcie_peak_bps")
-        h2d = _largest(gpu.curve("h2d", "pinned", "async", "device"))
-        d2h = _largest(gpu.curve("d2h", "pinned", "async", "device"))
+        h2d = largest(gpu.curve("h2d", "pinned", "async", "device"))
+        d2h = largest(gpu.curve("d2h", "pinned", "async", "device"))
         if h2d is None or d2h is None or not link:
             continue
         yield Finding(
             "confidential_computing",
             INFO,
             gpu.index,
-            _figure(gpu.index, "h2d", "pinned", "async", "device"),
+            figure_of(gpu.index, "h2d", "pinned", "async", "device"),
             h2d,
             link,
             f"GPU {gpu.index}: confidential computing is on ({cc.get('cpu_tee')}): every copy "
@@ -237,14 +199,14 @@ def confidential_computing(result: RunResult) -> Iterator[Finding]:
 
 def link_downtrained(result: RunResult) -> Iterator[Finding]:
     for gpu in result.gpus:
-        facts = _gpu_facts(result, gpu.index)
+        facts = gpu_facts(result, gpu.index)
         keys = ("pcie_generation", "pcie_generation_max", "pcie_width", "pcie_width_max")
         if any(facts.get(k) is None for k in keys):
             continue
         gen, gen_max, width, width_max = (int(facts[k]) for k in keys)
         if gen >= gen_max and width >= width_max:
             continue
-        best = _largest(gpu.curve("h2d", "pinned", "async", "device"))
+        best = largest(gpu.curve("h2d", "pinned", "async", "device"))
         full = facts.get("pcie_peak_max_bps")
         # A link read right after traffic should be up; one that carried full speed anyway was
         # only resting when NVML read it.
@@ -273,7 +235,7 @@ def link_downtrained(result: RunResult) -> Iterator[Finding]:
 def numa_affinity(result: RunResult) -> Iterator[Finding]:
     process = host.cpus_of(result.machine.get("host", {}).get("process_cpus"))
     for gpu in result.gpus:
-        facts = _gpu_facts(result, gpu.index)
+        facts = gpu_facts(result, gpu.index)
         local = host.cpus_of(facts.get("cpu_affinity"))
         if not process or not local or process <= local:
             continue
@@ -306,8 +268,8 @@ def numa_far_slower(result: RunResult) -> Iterator[Finding]:
     placed curve against the same curve on the GPU's own node (or, where the machine does not
     say which node that is, the fastest node); one finding per GPU and slower node, its figure
     the worst case."""
-    for gpu in _measured(result):
-        own = _gpu_facts(result, gpu.index).get("numa_node")
+    for gpu in measured_gpus(result):
+        own = gpu_facts(result, gpu.index).get("numa_node")
         by_case: dict[tuple[str, ...], dict[int, Curve]] = {}
         for curve in gpu.numa:
             c = curve.config
@@ -337,7 +299,7 @@ def numa_far_slower(result: RunResult) -> Iterator[Finding]:
                 "numa_far_slower",
                 WARNING,
                 gpu.index,
-                _figure(gpu.index, worst[0], worst[1], worst[2], worst[3]) + f"/node{node}",
+                figure_of(gpu.index, worst[0], worst[1], worst[2], worst[3]) + f"/node{node}",
                 point.bandwidth,
                 best.bandwidth,
                 f"GPU {gpu.index}: host memory on NUMA node {node} moves slower than on {where}: "
@@ -351,85 +313,10 @@ def numa_far_slower(result: RunResult) -> Iterator[Finding]:
             )
 
 
-def verification_failed(result: RunResult) -> Iterator[Finding]:
-    for gpu in result.gpus:
-        for curve in gpu.curves:
-            bad = [p for p in curve.points if p.verification and not p.verification.ok]
-            if bad:
-                v = bad[0].verification
-                assert v is not None
-                yield Finding(
-                    "verification_failed",
-                    ERROR,
-                    gpu.index,
-                    _figure(
-                        gpu.index,
-                        curve.config.direction,
-                        curve.config.memory,
-                        curve.config.mechanism,
-                        curve.config.timing,
-                    ),
-                    float(v.mismatched_bytes),
-                    0.0,
-                    f"GPU {gpu.index}: {curve.config.label}: data arrived wrong at {len(bad)} of "
-                    f"{len(curve.points)} sizes ({format_bytes(v.mismatched_bytes)} wrong at "
-                    f"{format_bytes(bad[0].bytes)}, first at offset {v.first_mismatch})",
-                    CORRUPTED_CAUSE,
-                    CORRUPTED_FIX,
-                )
-
-
-def noisy_or_throttled(result: RunResult) -> Iterator[Finding]:
-    for gpu in _measured(result):
-        noisy = [(c, p) for c in gpu.curves for p in c.points if p.stopped_by == "max_trials"]
-        if len(noisy) >= 3:
-            curve, worst = max(noisy, key=lambda cp: cp[1].rel_noise)
-            yield Finding(
-                "noisy",
-                WARNING,
-                gpu.index,
-                _figure(
-                    gpu.index,
-                    curve.config.direction,
-                    curve.config.memory,
-                    curve.config.mechanism,
-                    curve.config.timing,
-                ),
-                worst.rel_noise,
-                None,
-                f"GPU {gpu.index}: {len(noisy)} sizes stayed noisy after every trial (worst "
-                f"{worst.rel_noise:.0%}, {curve.config.label} at {format_bytes(worst.bytes)})",
-                "other work on the GPU, the CPU or the PCIe switch while measuring",
-                "run on an idle node (`nvidia-smi` shows other processes) and compare again",
-            )
-        # while the transfers were measured (a run before that was read after its GEMM check,
-        # when an H100 still showed the power cap its own GEMMs had hit)
-        during = gpu.clock_event_reasons
-        reasons = (
-            during
-            if during is not None
-            else _gpu_facts(result, gpu.index).get("clock_event_reasons") or 0
-        )
-        active = [name for bit, name in THROTTLE_REASONS.items() if reasons & bit]
-        if active:
-            when = " while its transfers were measured" if during is not None else ""
-            yield Finding(
-                "throttled",
-                WARNING,
-                gpu.index,
-                f"gpu{gpu.index}/clock_event_reasons",
-                float(reasons),
-                0.0,
-                f"GPU {gpu.index} was slowing its clocks{when}: {', '.join(active)}",
-                "power or thermal limits, or a hardware slowdown signal",
-                "check cooling and power (`nvidia-smi -q -d PERFORMANCE,POWER,TEMPERATURE`)",
-            )
-
-
 def asymmetry(result: RunResult) -> Iterator[Finding]:
-    for gpu in _measured(result):
-        h2d = _largest(gpu.curve("h2d", "pinned", "async", "device"))
-        d2h = _largest(gpu.curve("d2h", "pinned", "async", "device"))
+    for gpu in measured_gpus(result):
+        h2d = largest(gpu.curve("h2d", "pinned", "async", "device"))
+        d2h = largest(gpu.curve("d2h", "pinned", "async", "device"))
         if not h2d or not d2h:
             continue
         gap = abs(h2d - d2h) / max(h2d, d2h)
@@ -439,7 +326,7 @@ def asymmetry(result: RunResult) -> Iterator[Finding]:
                 "asymmetry",
                 WARNING,
                 gpu.index,
-                _figure(gpu.index, slow.lower(), "pinned", "async", "device"),
+                figure_of(gpu.index, slow.lower(), "pinned", "async", "device"),
                 min(h2d, d2h),
                 max(h2d, d2h),
                 f"GPU {gpu.index}: H2D {format_rate(h2d)} against D2H {format_rate(d2h)}, "
@@ -489,102 +376,6 @@ def concurrency_collapse(result: RunResult) -> Iterator[Finding]:
                 "the GPUs share an upstream link or switch that gives way under load",
                 "spread the GPUs over root ports (`nvidia-smi topo -m`) or stagger transfers",
             )
-
-
-def failures(result: RunResult) -> Iterator[Finding]:
-    for gpu in result.gpus:
-        if gpu.status == "failed":
-            yield Finding(
-                "gpu_failed",
-                ERROR,
-                gpu.index,
-                f"gpu{gpu.index}",
-                None,
-                None,
-                f"GPU {gpu.index} failed during the run: {gpu.error}",
-                "the GPU, its driver or its link failed",
-                "look for Xid errors in the kernel log (`dmesg`), then reset or replace it",
-            )
-    measured: list[tuple[int | None, Concurrent]] = [
-        (g.index, c) for g in result.gpus for c in g.concurrent
-    ]
-    for index, c in [*measured, *((None, c) for c in result.multi)]:
-        if c.status == "failed":
-            where = "" if index is None else f"GPU {index}: "
-            yield Finding(
-                "measurement_failed",
-                WARNING,
-                index,
-                c.label,
-                None,
-                None,
-                f"{where}{c.label} could not be measured: {c.error}",
-            )
-    if result.interrupted:
-        missing = [g.index for g in result.gpus if g.status in ("interrupted", "not_run")]
-        what = (
-            "GPU " + ", ".join(map(str, missing)) + " not fully measured"
-            if missing
-            else "the measurements across GPUs are not all done"
-        )
-        yield Finding(
-            "incomplete",
-            WARNING,
-            None,
-            "run",
-            None,
-            None,
-            f"the run was interrupted; {what}",
-            "",
-            "run again to measure everything",
-        )
-
-
-# A GEMM of 8192^3 below this share of the GPU's peak points at the GPU, not the library
-# (an H200 reached 63-81% in every precision).
-GEMM_LOW_SHARE = 0.4
-
-
-def gemm_check(result: RunResult) -> Iterator[Finding]:
-    """The GEMM check: a wrong result, a GEMM that failed, throughput far below the peak, and
-    where offloading FP32 starts to pay."""
-    for gpu in result.gpus:
-        if gpu.gemm is None:
-            continue
-        for g in gpu.gemm.points:
-            what = f"GPU {gpu.index}: GEMM {g['precision']} {g['size']}"
-            figure = f"gpu{gpu.index}/gemm/{g['precision']}"
-            if g.get("verified") is False:
-                yield Finding(
-                    "gemm_wrong_result",
-                    ERROR,
-                    gpu.index,
-                    figure,
-                    None,
-                    None,
-                    f"{what} gave a wrong result: sampled outputs differ from the "
-                    "double-precision reference beyond the tolerance",
-                    "a failing GPU or memory, or a library fault",
-                    "rerun; if it repeats, check `nvidia-smi -q` for ECC and Xid errors",
-                )
-            elif g["status"] == "failed":
-                yield Finding(
-                    "gemm_failed", WARNING, gpu.index, figure, None, None, f"{what}: {g['error']}"
-                )
-            elif (share := g.get("share_of_peak")) is not None and share < GEMM_LOW_SHARE:
-                yield Finding(
-                    "gemm_far_below_peak",
-                    WARNING,
-                    gpu.index,
-                    figure,
-                    share,
-                    GEMM_LOW_SHARE,
-                    f"{what} ran at {g['tflops']:.1f} TFLOP/s, {share:.0%} of the peak "
-                    f"({g.get('peak_source')})",
-                    "clocks held low: a power or thermal cap, another process on the GPU, or "
-                    "a GPU in a low-power state",
-                    "look at `nvidia-smi -q -d PERFORMANCE,CLOCK,POWER` during a run",
-                )
 
 
 RULES: tuple[Rule, ...] = (

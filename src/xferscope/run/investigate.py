@@ -3,12 +3,12 @@
 Per GPU: host<->device curves for every host memory kind, both directions, API and device time;
 device-to-device copies; copy engines against SM copy kernels; H2D while D2H runs; what pinning
 costs. With two or more GPUs: the peer-to-peer matrix and every GPU moving data to and from the
-host at once. Python orchestrates; every timed loop runs in the engine.
+host at once. Python orchestrates; every timed loop runs in the engine. How much a run measures
+is in plans.py, the concurrent streams in streams.py.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -17,73 +17,21 @@ from typing import Any
 
 from ..core import background, cases, machine, plan
 from ..core.cases import DEFAULT_SEED
-from ..core.engine import Engine, Transfer
+from ..core.engine import Engine
 from ..core.engine.placement import numa_nodes
 from ..core.errors import AllocationError, CudaError, EngineError
 from ..core.progress import QUIET, Progress
 from ..documents.envelope import now
 from ..gemm.check import gemm_check
 from ..gl.check import gl_check
-from ..sweep.chase import CHASE_TRIALS, chase_points
+from ..sweep.chase import chase_points
 from ..sweep.measure import CurveRun, measure_curve
 from ..sweep.options import SweepOptions
 from ..sweep.records import Curve, CurveConfig
 from .metrics import HEADLINE_CURVES
-from .records import (
-    Concurrent,
-    GpuSection,
-    OverlapPoint,
-    PinningCost,
-    RunResult,
-    Stream,
-)
-
-MIB = 1 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class RunPlan:
-    """How much one run measures: the default took 28.9 s on one H100, --quick 8.4 s (the
-    median of six first runs; 8.3 s with the GEMM check's tuning kept), from the command to its
-    last file (cli/run.py; benchmarks/results/run-h100-20261126.json)."""
-
-    mode: str
-    max_size: int
-    size_step: int  # sizes are powers of this from 1 B to max_size
-    curve_budget_s: float  # seed 000's limiter, per curve: a bound, rarely reached
-    target_s: float  # one trial's copies last about this long (device or API time)
-    trials: int
-    max_trials: int  # a size's trials go on to this many while their spread is above the bound
-    stream_bytes: int  # per copy, for concurrent and peer-to-peer streams
-    stream_target_s: float  # how long one concurrent trial lasts
-    stream_trials: int
-    pinning_bytes: int
-    # a size stops after this many trials when each lies within plan.EARLY_NOISE of their
-    # median (None: every trial), the rest taken only when they do not
-    early_trials: int | None = 3
-    # trials of each GPU-side pointer chase (device memory, pinned host memory, a peer's
-    # memory); 0: none (--quick, whose 10 s they would pass: their JSON says so)
-    chase_trials: int = CHASE_TRIALS
-
-    @property
-    def sizes(self) -> tuple[int, ...]:
-        count = round(math.log(self.max_size, self.size_step))
-        return tuple(self.size_step**i for i in range(count + 1))
-
-
-# Trials of milliseconds: a trial's timer reads to 0.5 us (CUDA events) or better (the host's
-# steady clock), and a copy of 1 GiB takes 20 ms on PCIe Gen5 (one copy a trial however short).
-# NetPIPE's 0.25 s trials are made for networks; before, the budget stretched every trial to
-# fill it (2.4 s a curve: 58 s of curves on an H100).
-RUN_TARGET_S = 0.005
-QUICK_RUN_TARGET_S = 0.001
-# The budgets bound a pageable curve (7 to 14 copies of 1 GiB at 7-14 GB/s, and the sizes
-# below; --quick: 7 of 256 MiB): with 2.4 s (0.35 s) an H100's H2D pageable curve had sizes
-# estimated or cut short. A pinned curve takes 0.6 s (0.15 s).
-DEFAULT_PLAN = RunPlan("default", 1 << 30, 4, 4.0, RUN_TARGET_S, 7, 14, 256 * MIB, 0.05, 5, 1 << 30)
-QUICK_PLAN = RunPlan(
-    "quick", 256 * MIB, 16, 0.6, QUICK_RUN_TARGET_S, 7, 7, 64 * MIB, 0.01, 3, 256 * MIB, 3, 0
-)
+from .plans import DEFAULT_PLAN, QUICK_PLAN, RunPlan
+from .records import Concurrent, GpuSection, OverlapPoint, PinningCost, RunResult
+from .streams import concurrent
 
 HOST_KINDS = ("pageable", "pinned", "wc", "registered")
 
@@ -188,110 +136,6 @@ def steps(options: RunOptions, earlier: RunResult | None = None) -> int:
     multi = (one_way + n * (n - 1) // 2 + 3) if n > 1 else 0
     kept, _ = completed(earlier)
     return sum(per_gpu[options.scope(d)] for d in options.devices if d not in kept) + multi
-
-
-# ---- concurrent streams ------------------------------------------------------------------------
-
-
-def _stream_iterations(transfer: Transfer, size: int, target_s: float) -> tuple[int, float]:
-    """Iterations so one trial lasts about target_s (within what can be held), and the per-copy
-    device time of one stream alone (plan.calibrate, after a warm-up copy)."""
-    transfer.time("device", size, 1)  # warm-up
-    copies = transfer.copies_per_iteration
-    most = int(cases.LIMITS["most_held_copies"]) // copies
-    calibration = plan.calibrate(
-        lambda n: transfer.time("device", size, n).seconds, first=3, most=most
-    )
-    alone = calibration.per_iteration_s / copies
-    return max(1, min(most, round(target_s / alone))), alone
-
-
-def measure_streams(
-    engine: Engine, transfers: list[Transfer], labels: list[str], size: int, plan_: RunPlan
-) -> tuple[Stream, ...]:
-    """Each transfer's copies alone, then all at once; verified afterwards."""
-    iterations, alones = int(cases.LIMITS["most_held_copies"]), []
-    for t in transfers:
-        n, alone = _stream_iterations(t, size, plan_.stream_target_s)
-        iterations = min(iterations, n)
-        alones.append(alone)
-
-    def trial() -> list[float]:
-        """Every stream's per-copy time in one trial, all at once."""
-        if len(transfers) == 1:
-            r = transfers[0].time("device", size, iterations)
-            seconds, timed_out = [r.seconds], r.blocking_timed_out
-        else:
-            seconds, timed_out = engine.time_concurrently(transfers, size, iterations)
-        if timed_out:
-            raise EngineError("the blocking kernel timed out while streams were queued")
-        return [
-            s / (iterations * t.copies_per_iteration)
-            for s, t in zip(seconds, transfers, strict=True)
-        ]
-
-    trials = plan.run_trials(trial, plan_.stream_trials)
-    samples = [[t[i] for t in trials] for i in range(len(transfers))]
-    for t, label in zip(transfers, labels, strict=True):
-        if not t.verify(size).ok:
-            raise EngineError(f"{label}: verification failed after concurrent copies")
-    return tuple(
-        Stream(
-            label,
-            t.device,
-            t.direction,
-            t.peer,
-            size,
-            tuple(s),
-            alone if len(transfers) > 1 else None,
-        )
-        for t, label, s, alone in zip(transfers, labels, samples, alones, strict=True)
-    )
-
-
-def _open(
-    engine: Engine,
-    device: int,
-    direction: str,
-    mechanism: str,
-    size: int,
-    peer: int = -1,
-    peer_access: bool = True,
-) -> Transfer:
-    memory = "device" if direction == "p2p" else "pinned"
-    return engine.open_transfer(
-        device, direction, memory, mechanism, size, 0, True, peer, peer_access
-    )
-
-
-def concurrent(
-    engine: Engine,
-    kind: str,
-    label: str,
-    specs: list[tuple[Any, ...]],
-    size: int,
-    plan_: RunPlan,
-    mechanism: str = "async",
-    peer_access: bool | None = None,
-) -> Concurrent:
-    """Opens one transfer per spec (device, direction, stream label[, peer]), measures them
-    together and closes them. A failure is recorded in the result, not raised."""
-    cases.experiment(kind)  # every experiment is declared in the case table
-    transfers: list[Transfer] = []
-    try:
-        for spec in specs:
-            device, direction, _ = spec[:3]
-            peer = spec[3] if len(spec) > 3 else -1
-            transfers.append(
-                _open(engine, device, direction, mechanism, size, peer, peer_access is not False)
-            )
-        streams = measure_streams(engine, transfers, [s[2] for s in specs], size, plan_)
-        return Concurrent(kind, label, mechanism, peer_access, streams=streams)
-    except (AllocationError, EngineError) as exc:
-        return Concurrent(kind, label, mechanism, peer_access, "failed", str(exc), streams=())
-    finally:
-        for t in transfers:
-            t.close()
 
 
 # ---- per GPU -----------------------------------------------------------------------------------
