@@ -6,15 +6,18 @@ round so clock drift hits both alike; seed 003's Table III (alignment classes ov
 GEMM check takes. Writes benchmarks/results/gemm-<gpu>-<date>.json as ../shared/BENCHMARKS.md
 says, and the seed 003 study's own document beside it (gemm-seed003-<gpu>-<date>.json).
 
-    python3 benchmarks/gemm_bench.py --commit $(git rev-parse HEAD) [--rounds 9] [--out DIR]
+    python3 benchmarks/gemm_bench.py --commit $(git rev-parse HEAD) [--rounds 5] [--out DIR]
+        [--only-vs-torch]
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +26,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from foundation import comparison, gpu_tag, write_record
-from xferscope.core.cases import DEFAULT_SEED
 from xferscope.core.engine import NativeEngine
 from xferscope.core.machine import collect
 from xferscope.gemm.check import gemm_check
@@ -34,7 +36,6 @@ from xferscope.gemm.shapes import PRESETS, Shape
 
 HERE = Path(__file__).resolve().parent
 N = 8192
-TRIAL_S = 0.2
 
 
 class Printer:
@@ -84,34 +85,64 @@ def torch_seconds(fn: Callable[[], object], count: int) -> float:
     return start.elapsed_time(end) / 1e3
 
 
-def vs_torch(engine: NativeEngine, precision: str, rounds: int) -> tuple[float, float, dict]:
-    """Median TFLOP/s of ours and of torch at N^3, interleaved round by round."""
-    options = GemmOptions(precisions=(precision,), shapes=(Shape(N, N, N),))
-    trans_a, trans_b = options.layout(precision)
-    g = engine.gemm(
-        0, precision, N, N, N, trans_a, trans_b, 1.0, 0.0, DEFAULT_SEED, 0, options.tune
-    )
-    fn = torch_gemm(precision, N)
+HEAT_S = 3.0  # torch's GEMMs first, so both are measured at the GPU's power limit
+TORCH_TRIALS = 5
+TORCH_TRIAL_S = 0.1
+
+
+def _clock_mhz() -> int | None:
+    """The SM clock now (NVML), where NVML answers."""
     try:
-        assert g.verify(256).ok, f"{precision}: our GEMM is wrong"
-        per = g.time(3) / 3
-        count = max(1, round(TRIAL_S / per))
-        g.time(count)  # warm-up: clocks settle
-        torch_seconds(fn, count)
-        ours, theirs = [], []
-        for _ in range(rounds):
-            ours.append(g.time(count) / count)
-            theirs.append(torch_seconds(fn, count) / count)
+        import pynvml
+
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetClockInfo(pynvml.nvmlDeviceGetHandleByIndex(0), 0))
+    except Exception:  # no NVML: the record says nothing of the clocks
+        return None
+
+
+def vs_torch(engine: NativeEngine, precision: str, rounds: int) -> tuple[float, float, dict]:
+    """Median TFLOP/s of `xferscope gemm` and of torch at N^3, interleaved round by round:
+    torch's trials, then the command's own point (its tuning, from a fresh cache the first
+    round; its warm-up until the rate holds; its trials and its median), and again. The GPU is
+    heated first by torch's GEMMs for HEAT_S, so neither side meets a cold GPU: at the power
+    limit an H100's bf16 GEMM ran 735 TFLOP/s for 0.6 s and then 603-632, and figures taken
+    at different moments of that were 0.92 apart."""
+    fn = torch_gemm(precision, N)
+    options = GemmOptions(
+        precisions=(precision,), shapes=(Shape(N, N, N),), transfers=(), pad=0, heat_s=0.0
+    )
+    try:
+        per = torch_seconds(fn, 3) / 3
+        count = max(1, round(TORCH_TRIAL_S / per))
+        torch_seconds(fn, max(1, round(HEAT_S / per)))
+        ours, theirs, rounds_record = [], [], []
         flops = 2.0 * N**3
+        for _ in range(rounds):
+            torch_trials = [torch_seconds(fn, count) / count for _ in range(TORCH_TRIALS)]
+            (point,) = measure(engine, options).points
+            assert point.status == "complete" and point.verified, f"{precision}: {point}"
+            assert point.median_s is not None
+            theirs.append(statistics.median(torch_trials))
+            ours.append(point.median_s)
+            rounds_record.append(
+                {
+                    "torch_tflops": [round(flops / t / 1e12, 1) for t in torch_trials],
+                    "ours_tflops": [round(flops / t / 1e12, 1) for t in point.seconds],
+                    "ours_warmup_s": point.warmup_s,
+                    "ours_settled": point.settled,
+                    "algorithm": point.algorithm,
+                    "sm_mhz_after": _clock_mhz(),
+                }
+            )
         record = {
-            "ours_tflops": [flops / t / 1e12 for t in ours],
-            "torch_tflops": [flops / t / 1e12 for t in theirs],
-            "algorithm": dict(g.algorithm),
-            "gemms_per_trial": count,
+            "method": "rounds of torch trials then the gemm command's point, after "
+            f"{HEAT_S:g} s of torch GEMMs; a fresh tuning cache",
+            "rounds": rounds_record,
+            "torch_gemms_per_trial": count,
         }
         return flops / statistics.median(ours), flops / statistics.median(theirs), record
     finally:
-        g.close()
         del fn
         torch.cuda.empty_cache()
 
@@ -119,10 +150,15 @@ def vs_torch(engine: NativeEngine, precision: str, rounds: int) -> tuple[float, 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--commit", required=True)
-    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--out", default=str(HERE / "results"))
     parser.add_argument("--skip-cpu", action="store_true")
+    parser.add_argument(
+        "--only-vs-torch", action="store_true", help="measure only every precision against torch"
+    )
     args = parser.parse_args()
+    # the command's tuning from scratch, as on a machine's first run
+    os.environ["XFERSCOPE_CACHE"] = tempfile.mkdtemp(prefix="gemm-bench-cache-")
     out = Path(args.out)
     engine = NativeEngine()
     meta = collect(engine, [0])
@@ -145,6 +181,12 @@ def main() -> None:
         )
         details[f"vs_torch_{precision}"] = record
         print(comparisons[-1], flush=True)
+    if args.only_vs_torch:
+        path = write_record(
+            "gemm", args.commit, meta, 1, comparisons, figures, out, details=details
+        )
+        print(f"wrote {path}")
+        return
 
     # 2. seed 003's Table III for BF16 and FP32, with padding to multiples of 64
     seed003 = tuple(Shape(n, n, n) for n in PRESETS["seed003"])

@@ -314,3 +314,44 @@ def test_a_slow_first_copy_is_taken_for_a_warm_up_before_the_budget_cuts_anythin
     )
     run = measure_curve(engine, CurveConfig(0, "h2d", "pageable", "memcpy", "api"), options, QUIET)
     assert [p.status for p in run.curve.points] == ["measured"] * 3
+
+
+def _chunks(rates: list[float]) -> tuple[list[float], object]:
+    """A run(n) whose rate (iterations per second) follows `rates`, then holds the last."""
+    seen: list[float] = []
+
+    def run(n: int) -> float:
+        rate = rates[min(len(seen), len(rates) - 1)]
+        seen.append(rate)
+        return n / rate
+
+    return seen, run
+
+
+def test_settle_waits_past_a_fall_until_the_rate_holds():
+    # a GEMM at the power limit: fast while cold, slower, then steady (as on an H100)
+    rates = [735, 734, 733, 632, 640, 603, 604, 603]
+    seen, run = _chunks(rates)
+    # held while cold: a least shorter than the fall cannot see it (why gemm heats the GPU)
+    assert plan.settle(run, 10, least_s=0.01, most_s=10.0).settled and seen == rates[:3]
+    seen, run = _chunks(rates)
+    warmed = plan.settle(run, 10, least_s=0.05, most_s=10.0)  # past the fall: on until it holds
+    assert warmed.settled and seen == rates
+    assert abs(warmed.seconds - sum(10 / r for r in seen)) < 1e-12
+
+
+def test_settle_runs_at_least_its_least_and_at_most_its_most():
+    seen, run = _chunks([100.0])  # steady from the start: only the least is run
+    warmed = plan.settle(run, 10, least_s=0.5, most_s=10.0)
+    assert warmed.settled and warmed.seconds >= 0.5 and len(seen) == 5
+    seen, run = _chunks([100.0, 120.0] * 100)  # never holds: stopped by the most
+    warmed = plan.settle(run, 10, least_s=0.1, most_s=1.0)
+    assert not warmed.settled and 1.0 <= warmed.seconds < 1.1
+
+
+def test_timed_trials_reports_its_warm_up():
+    _, run = _chunks([735, 734, 733, 632, 603, 603, 603])
+    seconds, _, warmed = plan.timed_trials(run, 0.1, 3, warmup_s=0.05, settle_most_s=5.0)
+    assert warmed.settled and len(seconds) == 3 and all(abs(s - 1 / 603) < 1e-9 for s in seconds)
+    _, run = _chunks([100.0])
+    assert plan.timed_trials(run, 0.1, 3)[2] == plan.Settling(0.0, False)  # no warm-up asked

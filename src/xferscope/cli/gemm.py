@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ..core import limits
@@ -188,6 +189,8 @@ def gemm_command(**kw: Any) -> None:
             ladder=ladder,
             tune=kw["tune"],
         )
+        if kw["quick"]:  # a first look waits neither for the power limit nor for a steady rate
+            options = replace(options, heat_s=0.0, settle_s=0.0)
         check_plan(engine, options)
         if cpu_threads and not engine.simulated:
             check_blas()

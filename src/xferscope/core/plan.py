@@ -236,15 +236,55 @@ def timed_outcomes(
     return out, stopped
 
 
+# A warm-up has settled once this many chunks in a row are within SETTLED of each other.
+SETTLED = 0.02
+SETTLED_CHUNKS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Settling:
+    """A warm-up: the seconds it ran, and whether the rate held at its end (False: the time
+    limit stopped it, or it was skipped: 0 seconds)."""
+
+    seconds: float
+    settled: bool
+
+
+def settle(run: Callable[[int], float], n: int, least_s: float, most_s: float) -> Settling:
+    """Every warm-up: `run(n)` chunks for at least `least_s`, then on until the last
+    SETTLED_CHUNKS chunks' rates are within SETTLED of each other, or `most_s` has passed.
+    Work that heats a GPU to its power limit slows well after it starts: on an H100 a bf16
+    GEMM of 8192^3 ran at 735 TFLOP/s for its first 0.6 s, then at 603-632 as the clocks fell
+    from 1980 to 1200-1440 MHz; trials that straddled that spread 13-21%."""
+    rates: list[float] = []
+    spent = 0.0
+    while spent < least_s or (spent < most_s and not _steady(rates)):
+        seconds = run(n)
+        spent += seconds
+        rates.append(n / max(seconds, 1e-12))
+    return Settling(spent, _steady(rates))
+
+
+def _steady(rates: Sequence[float]) -> bool:
+    last = rates[-SETTLED_CHUNKS:]
+    return len(last) == SETTLED_CHUNKS and max(last) <= (1 + SETTLED) * min(last)
+
+
 def timed_trials(
-    run: Callable[[int], float], target_s: float, trials: int, warmup_s: float = 0.0
-) -> tuple[list[float], int]:
+    run: Callable[[int], float],
+    target_s: float,
+    trials: int,
+    warmup_s: float = 0.0,
+    settle_most_s: float = 0.0,
+) -> tuple[list[float], int, Settling]:
     """The calibrate-then-trials method for a `run(n)` that returns the seconds of n iterations:
-    a calibration run of at least a quarter of `target_s`, `warmup_s` more (clocks settle),
+    a calibration run of at least a quarter of `target_s`; a warm-up of at least `warmup_s` in
+    chunks of `target_s`, on until their rate holds or `settle_most_s` has passed (settle);
     then `trials` trials of about `target_s` each. Returns the seconds per iteration of each
-    trial and the iterations per trial."""
+    trial, the iterations per trial and the warm-up."""
     calibration = calibrate(run, least_s=target_s / 4)
-    if warmup_s > 0:
-        run(repeats_for(warmup_s, calibration.per_iteration_s))
     n = repeats_for(target_s, calibration.per_iteration_s)
-    return run_trials(lambda: run(n) / n, trials), n
+    warmed = Settling(0.0, False)
+    if warmup_s > 0:
+        warmed = settle(run, n, warmup_s, max(warmup_s, settle_most_s))
+    return run_trials(lambda: run(n) / n, trials), n, warmed

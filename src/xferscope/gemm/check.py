@@ -55,7 +55,12 @@ def gemm_check(engine: Engine, device: int) -> GemmCheck:
         cpu_shapes=(),
         offload=("fp32",),
         ladder=CHECK_LADDER,
+        # a first look within run's time: a short warm-up, no settling, no heating (the
+        # figures are what the GPU gives before its power limit bites: `xferscope gemm` waits
+        # for that)
         warmup_s=CHECK_WARMUP_S,
+        settle_s=0.0,
+        heat_s=0.0,
         tune=CHECK_TUNE,
         ladder_full=False,
         reuse_tuning=True,

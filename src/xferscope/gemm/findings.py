@@ -45,6 +45,26 @@ def findings(result: GemmResult) -> list[Finding]:
                     "rerun; if it repeats, check `nvidia-smi -q` for ECC and Xid errors",
                 )
             )
+    unsettled = [p for p in result.points if p.settled is False]
+    if unsettled:
+        worst = max(unsettled, key=lambda p: p.spread)
+        out.append(
+            Finding(
+                "gemm_unsettled",
+                WARNING,
+                result.device,
+                f"{len(unsettled)} unsettled",
+                worst.spread,
+                None,
+                f"{len(unsettled)} GEMM(s) never ran at a steady rate, even after "
+                f"{worst.warmup_s or 0:.1f} s of warm-up (worst: {worst.precision} "
+                f"{worst.shape.label}, trials spread {worst.spread:.0%})",
+                "the GPU's clocks kept moving: its power limit or temperature, or other work "
+                "on the GPU",
+                "check `nvidia-smi -q -d PERFORMANCE` for the clock event reasons and rerun on an "
+                "idle GPU; compare figures only with others measured the same way",
+            )
+        )
     out += _cpu_findings(result)
     out += _transfer_findings(result)
     for precision in dict.fromkeys(p.precision for p in result.points):

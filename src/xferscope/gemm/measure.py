@@ -52,10 +52,12 @@ def planned(
     return GemmPoint(precision, shape.m, shape.n, shape.k, trans_a, trans_b, status, error)
 
 
-def measure_point(engine: Engine, options: GemmOptions, precision: str, shape: Shape) -> GemmPoint:
+def measure_point(
+    engine: Engine, options: GemmOptions, precision: str, shape: Shape, first: bool = False
+) -> GemmPoint:
     """One GEMM, then (when its shape is poorly aligned) the same GEMM padded: a failure is
-    recorded in the point, and the run goes on."""
-    point = _measure_point(engine, options, precision, shape)
+    recorded in the point, and the run goes on. The `first` point measured heats the GPU."""
+    point = _measure_point(engine, options, precision, shape, first)
     padded = options.padded(shape)
     if point.status == "complete" and padded is not None:
         point = replace(point, padded=_padded(engine, options, precision, shape, padded))
@@ -91,7 +93,7 @@ def _padded(
         def run(n: int) -> float:
             return g.time_padded(shape.m, shape.n, shape.k, n)
 
-        seconds, n = plan.timed_trials(run, options.target_s, options.trials)
+        seconds, n, _ = plan.timed_trials(run, options.target_s, options.trials)
         return record | {"seconds": seconds, "iterations": n}
     except (AllocationError, EngineError) as exc:
         return record | {"error": str(exc)}
@@ -112,7 +114,9 @@ def _tuning_key(engine: Engine, options: GemmOptions, precision: str, shape: Sha
     return tuning.key(engine, options.device, version, gemm)
 
 
-def _measure_point(engine: Engine, options: GemmOptions, precision: str, shape: Shape) -> GemmPoint:
+def _measure_point(
+    engine: Engine, options: GemmOptions, precision: str, shape: Shape, first: bool
+) -> GemmPoint:
     trans_a, trans_b = options.layout(precision)
     point = planned(options, precision, shape, "interrupted")
     kept_under = _tuning_key(engine, options, precision, shape)
@@ -141,10 +145,17 @@ def _measure_point(engine: Engine, options: GemmOptions, precision: str, shape: 
     elif chosen is not None and algorithm.get("rank") == chosen:
         algorithm["reused"] = True  # an earlier run's choice, timed against none now
     try:
-        warmup_s = warm_up(options.warmup_s, algorithm)
-        point = replace(point, algorithm=algorithm, copies=int(g.copies), warmup_s=warmup_s)
-        # calibration, warm-up, then trials of the target time
-        seconds, iterations = plan.timed_trials(g.time, options.target_s, options.trials, warmup_s)
+        least = warm_up(options.warmup_s, algorithm)
+        if first:
+            least = max(least, options.heat_s)
+        point = replace(point, algorithm=algorithm, copies=int(g.copies))
+        # calibration, warm-up until the rate holds, then trials of the target time
+        seconds, iterations, warmed = plan.timed_trials(
+            g.time, options.target_s, options.trials, least, options.settle_s
+        )
+        point = replace(
+            point, warmup_s=warmed.seconds, settled=warmed.settled if least > 0 else None
+        )
         v = g.verify(options.samples)
         verification = {
             "ok": bool(v.ok),
@@ -193,7 +204,7 @@ def _with_transfers(g: Any, options: GemmOptions, memory: str, tiles: int) -> di
         return float(g.time_with_transfers(pinned, tiles, streams, n, False)[0])
 
     try:
-        seconds, n = plan.timed_trials(run, options.target_s, min(options.trials, 3))
+        seconds, n, _ = plan.timed_trials(run, options.target_s, min(options.trials, 3))
         _, delivered = g.time_with_transfers(pinned, tiles, streams, 1)
         return record | {"seconds": seconds, "iterations": n, "delivered": bool(delivered)}
     except (AllocationError, EngineError) as exc:
@@ -223,7 +234,8 @@ def measure(engine: Engine, options: GemmOptions, progress: Progress = QUIET) ->
                 if reason:
                     points.append(planned(options, precision, shape, "skipped", reason))
                 else:
-                    points.append(measure_point(engine, options, precision, shape))
+                    first = not any(p.status == "complete" for p in points)
+                    points.append(measure_point(engine, options, precision, shape, first))
                 p = points[-1]
                 figure = f"{p.flops / 1e12:.1f} TFLOP/s" if p.flops else p.status
                 progress.step(f"{precision} {shape.label}: {figure}")

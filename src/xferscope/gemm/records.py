@@ -50,9 +50,15 @@ DEFAULT_TARGET_S = 0.1
 QUICK_TARGET_S = 0.02
 DEFAULT_TRIALS = 5
 DEFAULT_SAMPLES = 256
-# GEMMs run for this long before the trials, so the GPU's clocks have settled (the first trials
-# of a cold GPU ran up to 20% slower on an H200)
+# GEMMs run for at least this long before each point's trials, so the GPU's clocks have settled
+# (the first trials of a cold GPU ran up to 20% slower on an H200) ...
 WARMUP_S = 0.3
+# ... and on, in chunks of a trial, until their rate holds (plan.settle), for at most this long:
+# a GEMM that heats the GPU to its power limit slows well after it starts
+SETTLE_S = 3.0
+# The first point measured runs at least this long before its trials: the GPU reaches its power
+# limit (an H100's bf16 8192^3 GEMM held 735 TFLOP/s for 0.6 s, then fell to 603-632)
+HEAT_S = 1.0
 # Inputs smaller than this (twice a Hopper L2) rotate through copies, so each GEMM reads them
 # from memory as a large one does.
 ROTATION_BYTES = 128 << 20
@@ -113,7 +119,9 @@ class GemmOptions:
     # False: the GPU's side of the ladder stops at the round of sizes in which it beat the CPU
     # on every thread count (`run`'s check, which keeps only the break-even sizes)
     ladder_full: bool = True
-    warmup_s: float = WARMUP_S  # GEMMs run before the first precision's trials
+    warmup_s: float = WARMUP_S  # GEMMs run at least this long before each point's trials
+    settle_s: float = SETTLE_S  # ... and on until their rate holds, for at most this long
+    heat_s: float = HEAT_S  # the first point's warm-up: at least this long
     tune: int = DEFAULT_TUNE  # heuristic algorithms timed per GEMM (0: its first choice)
     # take the algorithm an earlier tuning of the same GEMM on this GPU, driver and cuBLASLt
     # chose, untimed (tuning.py: `run`'s check)
@@ -175,8 +183,10 @@ class GemmPoint:
     # padded: {m, n, k (the padded shape), seconds (per GEMM with its copies), iterations, error}
     padded: dict[str, Any] | None = None
     # the warm-up run before the trials, in seconds: 0 where the tuning's GEMMs, just run for
-    # longer than the warm-up (algorithm["tuned_s"]), stood for it
+    # longer than the warm-up (algorithm["tuned_s"]), stood for it; and whether the rate held
+    # at its end (plan.settle; False: SETTLE_S stopped it; None: no warm-up)
     warmup_s: float | None = None
+    settled: bool | None = None
     # Derived, for readers; ignored when loading (a study point's shares: to_dict).
     DERIVED: ClassVar[tuple[Derived, ...]] = (
         Derived("alignment", lambda p: p.alignment),
