@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import os
 import statistics
 import sys
@@ -26,6 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from foundation import comparison, gpu_tag, write_record
+from xferscope.core import plan
 from xferscope.core.engine import NativeEngine
 from xferscope.core.machine import collect
 from xferscope.gemm.check import gemm_check
@@ -86,8 +88,6 @@ def torch_seconds(fn: Callable[[], object], count: int) -> float:
 
 
 HEAT_S = 3.0  # torch's GEMMs first, so both are measured at the GPU's power limit
-TORCH_TRIALS = 5
-TORCH_TRIAL_S = 0.1
 
 
 def _clock_mhz() -> int | None:
@@ -103,47 +103,53 @@ def _clock_mhz() -> int | None:
 
 def vs_torch(engine: NativeEngine, precision: str, rounds: int) -> tuple[float, float, dict]:
     """Median TFLOP/s of `xferscope gemm` and of torch at N^3, interleaved round by round:
-    torch's trials, then the command's own point (its tuning, from a fresh cache the first
-    round; its warm-up until the rate holds; its trials and its median), and again. The GPU is
-    heated first by torch's GEMMs for HEAT_S, so neither side meets a cold GPU: at the power
-    limit an H100's bf16 GEMM ran 735 TFLOP/s for 0.6 s and then 603-632, and figures taken
-    at different moments of that were 0.92 apart."""
+    the command's own point (its tuning, from a fresh cache; its warm-up until the rate holds;
+    its trials and their median), then torch's GEMM measured the same way (plan.timed_trials
+    with the command's target, trials, warm-up and settling), and again. The GPU is heated
+    first by torch's GEMMs for HEAT_S. Measured the same way, each side meets the same power
+    limit: at it, an H100's bf16 GEMM ran 735 TFLOP/s for 0.6 s and then 603-632, and torch's
+    trials taken right after an idle gap ran 10-15% above ours taken after a warm-up."""
     fn = torch_gemm(precision, N)
-    options = GemmOptions(
-        precisions=(precision,), shapes=(Shape(N, N, N),), transfers=(), pad=0, heat_s=0.0
-    )
+    run_torch = functools.partial(torch_seconds, fn)
+    options = GemmOptions(precisions=(precision,), shapes=(Shape(N, N, N),), transfers=(), pad=0)
     try:
         per = torch_seconds(fn, 3) / 3
-        count = max(1, round(TORCH_TRIAL_S / per))
         torch_seconds(fn, max(1, round(HEAT_S / per)))
         ours, theirs, rounds_record = [], [], []
         flops = 2.0 * N**3
         for _ in range(rounds):
-            torch_trials = [torch_seconds(fn, count) / count for _ in range(TORCH_TRIALS)]
             (point,) = measure(engine, options).points
             assert point.status == "complete" and point.verified, f"{precision}: {point}"
             assert point.median_s is not None
-            theirs.append(statistics.median(torch_trials))
+            torch_trials, _, warmed = plan.timed_trials(
+                run_torch,
+                options.target_s,
+                options.trials,
+                options.heat_s,
+                options.settle_s,
+            )
             ours.append(point.median_s)
+            theirs.append(statistics.median(torch_trials))
             rounds_record.append(
                 {
-                    "torch_tflops": [round(flops / t / 1e12, 1) for t in torch_trials],
                     "ours_tflops": [round(flops / t / 1e12, 1) for t in point.seconds],
                     "ours_warmup_s": point.warmup_s,
                     "ours_settled": point.settled,
                     "algorithm": point.algorithm,
+                    "torch_tflops": [round(flops / t / 1e12, 1) for t in torch_trials],
+                    "torch_warmup_s": warmed.seconds,
+                    "torch_settled": warmed.settled,
                     "sm_mhz_after": _clock_mhz(),
                 }
             )
         record = {
-            "method": "rounds of torch trials then the gemm command's point, after "
-            f"{HEAT_S:g} s of torch GEMMs; a fresh tuning cache",
+            "method": "rounds of the gemm command's point (tuning from a fresh cache) and torch "
+            f"through the same warm-up and trials, after {HEAT_S:g} s of torch GEMMs",
             "rounds": rounds_record,
-            "torch_gemms_per_trial": count,
         }
         return flops / statistics.median(ours), flops / statistics.median(theirs), record
     finally:
-        del fn
+        del fn, run_torch
         torch.cuda.empty_cache()
 
 

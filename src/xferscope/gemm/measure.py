@@ -56,7 +56,8 @@ def measure_point(
     engine: Engine, options: GemmOptions, precision: str, shape: Shape, first: bool = False
 ) -> GemmPoint:
     """One GEMM, then (when its shape is poorly aligned) the same GEMM padded: a failure is
-    recorded in the point, and the run goes on. The `first` point measured heats the GPU."""
+    recorded in the point, and the run goes on. The `first` point of a precision heats the GPU
+    (each precision draws its own power)."""
     point = _measure_point(engine, options, precision, shape, first)
     padded = options.padded(shape)
     if point.status == "complete" and padded is not None:
@@ -234,7 +235,9 @@ def measure(engine: Engine, options: GemmOptions, progress: Progress = QUIET) ->
                 if reason:
                     points.append(planned(options, precision, shape, "skipped", reason))
                 else:
-                    first = not any(p.status == "complete" for p in points)
+                    first = not any(
+                        p.status == "complete" and p.precision == precision for p in points
+                    )
                     points.append(measure_point(engine, options, precision, shape, first))
                 p = points[-1]
                 figure = f"{p.flops / 1e12:.1f} TFLOP/s" if p.flops else p.status

@@ -56,9 +56,11 @@ WARMUP_S = 0.3
 # ... and on, in chunks of a trial, until their rate holds (plan.settle), for at most this long:
 # a GEMM that heats the GPU to its power limit slows well after it starts
 SETTLE_S = 3.0
-# The first point measured runs at least this long before its trials: the GPU reaches its power
-# limit (an H100's bf16 8192^3 GEMM held 735 TFLOP/s for 0.6 s, then fell to 603-632)
-HEAT_S = 1.0
+# The first point of each precision runs at least this long before its trials: the GPU reaches
+# the power limit that precision's GEMMs meet (an H100's bf16 8192^3 GEMM held 735 TFLOP/s for
+# 0.3-0.9 s, then fell to 603-632; a rate that holds for three chunks before that fall is no
+# steady state)
+HEAT_S = 1.5
 # Inputs smaller than this (twice a Hopper L2) rotate through copies, so each GEMM reads them
 # from memory as a large one does.
 ROTATION_BYTES = 128 << 20
@@ -121,7 +123,7 @@ class GemmOptions:
     ladder_full: bool = True
     warmup_s: float = WARMUP_S  # GEMMs run at least this long before each point's trials
     settle_s: float = SETTLE_S  # ... and on until their rate holds, for at most this long
-    heat_s: float = HEAT_S  # the first point's warm-up: at least this long
+    heat_s: float = HEAT_S  # the warm-up of each precision's first point: at least this long
     tune: int = DEFAULT_TUNE  # heuristic algorithms timed per GEMM (0: its first choice)
     # take the algorithm an earlier tuning of the same GEMM on this GPU, driver and cuBLASLt
     # chose, untimed (tuning.py: `run`'s check)
