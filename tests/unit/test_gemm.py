@@ -617,7 +617,23 @@ def test_a_gemm_whose_rate_never_holds_is_said():
     )  # fmt: skip
     (steady,) = gm.measure(SimulatedEngine(seed=1, noise=0.0), options).points
     assert steady.settled is True and 0.05 <= (steady.warmup_s or 0) < 0.2
-    result = gm.measure(SimulatedEngine(seed=1, noise=0.3), options)
+
+    class Slowing(SimulatedEngine):
+        """Its GEMMs slow by 2% a call without end: a GPU whose clocks keep falling."""
+
+        def gemm(self, *args, **kwargs):
+            g = super().gemm(*args, **kwargs)
+            made = g.time
+            calls = [0]
+
+            def time(n):
+                calls[0] += 1
+                return made(n) * 1.02 ** calls[0]
+
+            g.time = time
+            return g
+
+    result = gm.measure(Slowing(seed=1, noise=0.0), options)
     (moving,) = result.points
     assert moving.settled is False and (moving.warmup_s or 0) >= 0.2
     (said,) = [f for f in findings(result) if f.code == "gemm_unsettled"]

@@ -236,8 +236,9 @@ def timed_outcomes(
     return out, stopped
 
 
-# A warm-up has settled once this many chunks in a row are within SETTLED of each other.
-SETTLED = 0.02
+# A warm-up has settled once the mean rate of its last SETTLED_CHUNKS chunks is within SETTLED
+# of the mean of the SETTLED_CHUNKS before: no trend left, whatever the chunks' own noise.
+SETTLED = 0.01
 SETTLED_CHUNKS = 3
 
 
@@ -251,11 +252,12 @@ class Settling:
 
 
 def settle(run: Callable[[int], float], n: int, least_s: float, most_s: float) -> Settling:
-    """Every warm-up: `run(n)` chunks for at least `least_s`, then on until the last
-    SETTLED_CHUNKS chunks' rates are within SETTLED of each other, or `most_s` has passed.
-    Work that heats a GPU to its power limit slows well after it starts: on an H100 a bf16
-    GEMM of 8192^3 ran at 735 TFLOP/s for its first 0.6 s, then at 603-632 as the clocks fell
-    from 1980 to 1200-1440 MHz; trials that straddled that spread 13-21%."""
+    """Every warm-up: `run(n)` chunks for at least `least_s`, then on until the rate has no
+    trend left (_steady), or `most_s` has passed. Work that heats a GPU to its power limit
+    slows well after it starts: on an H100 a bf16 GEMM of 8192^3 ran at 735 TFLOP/s for its
+    first 0.6 s, then at 603-632 as the clocks fell from 1980 to 1200-1440 MHz; trials that
+    straddled that spread 13-21%. Three chunks within 2% of each other were not enough: the
+    rate then drifted down by about 1% a chunk for seconds (fp16 694, 664, 638, 621, 619)."""
     rates: list[float] = []
     spent = 0.0
     while spent < least_s or (spent < most_s and not _steady(rates)):
@@ -266,8 +268,11 @@ def settle(run: Callable[[int], float], n: int, least_s: float, most_s: float) -
 
 
 def _steady(rates: Sequence[float]) -> bool:
-    last = rates[-SETTLED_CHUNKS:]
-    return len(last) == SETTLED_CHUNKS and max(last) <= (1 + SETTLED) * min(last)
+    if len(rates) < 2 * SETTLED_CHUNKS:
+        return False
+    last = sum(rates[-SETTLED_CHUNKS:])
+    before = sum(rates[-2 * SETTLED_CHUNKS : -SETTLED_CHUNKS])
+    return abs(last / before - 1) <= SETTLED
 
 
 def timed_trials(
