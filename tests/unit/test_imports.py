@@ -1,6 +1,7 @@
 """The shape of the package, read from its source with ast: no import cycle, deferred imports
 (inside functions) included, and no module importing a package above its own (`from .. import
-__version__` in xferscope/cli/x.py imports xferscope itself, whose __init__ sits above cli)."""
+__version__` in xferscope/cli/x.py imports xferscope itself, whose __init__ sits above cli);
+and no module of the checkout's own code over MOST_LINES lines."""
 
 from __future__ import annotations
 
@@ -149,3 +150,39 @@ def test_no_module_imports_a_package_above_its_own():
 )
 def test_the_cycle_finder_finds_cycles(graph, expected):
     assert _cycles(graph) == expected
+
+
+# ---- module size ----------------------------------------------------------------------------
+
+ROOT = SRC.parent
+MOST_LINES = 600
+# Where the checkout's own code lives, and which files are code: Python, C++ and CUDA.
+CODE_DIRS = ("src", "engine", "bindings", "tests", "benchmarks", "build_backend", "scripts")
+CODE_SUFFIXES = (".py", ".cpp", ".hpp", ".cu", ".cuh", ".h")
+# A module allowed past MOST_LINES, with why. None is: a long module is split where its parts
+# have jobs of their own.
+LONGER: dict[str, str] = {}
+
+
+def _code_files() -> list[Path]:
+    return [
+        path
+        for top in CODE_DIRS
+        for path in sorted((ROOT / top).rglob("*"))
+        if path.suffix in CODE_SUFFIXES and path.is_file()
+    ]
+
+
+def test_no_module_is_over_600_lines():
+    over = {
+        str(path.relative_to(ROOT)): n
+        for path in _code_files()
+        if (n := len(path.read_text(encoding="utf-8", errors="replace").splitlines())) > MOST_LINES
+    }
+    assert {name: n for name, n in over.items() if name not in LONGER} == {}
+    assert not set(LONGER) - set(over), "an exception no longer needed"
+
+
+def test_the_size_rule_reads_every_kind_of_code():
+    kinds = {path.suffix for path in _code_files()}
+    assert {".py", ".cpp", ".hpp", ".cu"} <= kinds and len(_code_files()) > 200

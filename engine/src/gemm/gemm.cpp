@@ -1,5 +1,6 @@
-// One GEMM through cuBLASLt: its descriptors, the heuristic's algorithm, device buffers (in
-// rotated copies for small shapes), event timing and the sampled double-precision check.
+// One GEMM through cuBLASLt: its descriptors, device buffers (in rotated copies for small
+// shapes), event timing and the sampled double-precision check; algorithm.cpp chooses the
+// heuristic's algorithm.
 #include "xferscope/gemm.hpp"
 
 #include <cuda_runtime_api.h>
@@ -11,6 +12,7 @@
 #include <cstring>
 #include <vector>
 
+#include "gemm/impl.hpp"
 #include "gemm/kernels.hpp"
 #include "gemm/lt.hpp"
 #include "xferscope/detail/handles.hpp"
@@ -20,22 +22,7 @@ namespace xferscope::gemm {
 
 namespace {
 
-constexpr std::size_t kWorkspaceBytes = 32u << 20;
-// A tuning times backward only the candidates whose forward time is within this of the fastest.
-constexpr double kContender = 1.05;
-// The heuristic's first choice stays unless another beats it by more than this share over both
-// passes. At the power limit an H100's clocks move the rate by several percent from one 10 ms
-// pass to the next: with 1%, a tuning of bf16 8192^3 picked ranks 2, 0, 0, 2, 1 in five runs and
-// fp16 once rank 7, which then ran at 0.88-0.94 of torch; the first choice ran at 1.00-1.02.
-constexpr double kKeepFirst = 0.03;
 constexpr int kMostCopies = 64;
-
-struct Types {
-  kernels::Type input, output;
-  cudaDataType_t a, c;
-  cublasComputeType_t compute;
-  cudaDataType_t scale;
-};
 
 Types types_of(const std::string& p) {
   using kernels::Type;
@@ -113,374 +100,202 @@ std::size_t Gemm::bytes_needed(const GemmSpec& s, int copies) {
   return one * static_cast<std::size_t>(copies) + kWorkspaceBytes;
 }
 
-struct Gemm::Impl {
-  const Lt& l;
-  GemmSpec s;
-  Types t;
-  int copies;
-  cublasLtHandle_t handle = nullptr;
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, c_layout = nullptr;
-  cublasLtMatmulPreference_t preference = nullptr;
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int rank = 0, candidates = 0;   // the algorithm kept: its place in the list, how many were timed
-  double tuned_s = 0;             // GPU seconds of the candidates' GEMMs timed to choose it
-  std::vector<void*> a, b, c, d;  // one per copy; D = alpha op(A) op(B) + beta C, C unchanged
-  void* workspace = nullptr;
-  float* scales = nullptr;  // fp8: the scales of A and B (1.0)
-  double* check_out = nullptr;
-  detail::Stream stream;
-  detail::Event start, stop;
+Gemm::Impl::Impl(const GemmSpec& spec, int copies_)
+    : l(lt()), s(spec), t(types_of(spec.precision)), copies(copies_) {}
 
-  // Host copies of A, B and of the downloaded C, one set per memory kind, made on first use.
-  struct HostSet {
-    void* a = nullptr;
-    void* b = nullptr;
-    void* d = nullptr;
-    bool pinned = false;
-  };
-  HostSet host[2];  // [pageable, pinned]
-  // Column tiles of op(B) and C: their width, layouts and algorithm, per distinct width.
-  struct Tile {
-    std::int64_t width = 0;
-    cublasLtMatrixLayout_t b = nullptr, c = nullptr;
-    cublasLtMatmulHeuristicResult_t algo{};
-  };
-  std::vector<Tile> tiles;
-  std::vector<detail::Stream> streams;
-  // A workspace per stream: cuBLASLt's split-K kernels keep counters in theirs, and two GEMMs
-  // sharing one at once can spin forever (seen: fp32 4096 in 8 tiles over 3 streams hung).
-  std::vector<void*> stream_workspaces;
-  detail::Event a_ready;
-  std::vector<detail::Event> tiles_done;  // per stream: its tiles of an iteration are done
-  // time_padded: the small shape's own A, B and C, and the shape they were made for
-  void* small[3] = {nullptr, nullptr, nullptr};
-  std::int64_t small_shape[3] = {0, 0, 0};
-
-  Impl(const GemmSpec& spec, int copies_)
-      : l(lt()), s(spec), t(types_of(spec.precision)), copies(copies_) {}
-
-  std::size_t elements_a() const { return static_cast<std::size_t>(s.m) * s.k; }
-  std::size_t elements_b() const { return static_cast<std::size_t>(s.k) * s.n; }
-  std::size_t elements_c() const { return static_cast<std::size_t>(s.m) * s.n; }
-  std::uint64_t seed_of(char which, int copy) const {
-    return s.seed ^ (static_cast<std::uint64_t>(which) << 56) ^ static_cast<std::uint64_t>(copy);
+void Gemm::Impl::allocate(void*& p, std::size_t bytes, const char* what) {
+  const cudaError_t status = cudaMalloc(&p, bytes);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    p = nullptr;
+    throw AllocationError("device", bytes,
+                          std::string("GEMM ") + what + ": " + cudaGetErrorString(status));
   }
+}
 
-  void allocate(void*& p, std::size_t bytes, const char* what) {
-    const cudaError_t status = cudaMalloc(&p, bytes);
+void Gemm::Impl::setup() {
+  XFS_CUDA_CALL(cudaSetDevice(s.device));
+  stream = detail::Stream::create();
+  start = detail::Event::create();
+  stop = detail::Event::create();
+  const int in = kernels::type_bytes(t.input), out = kernels::type_bytes(t.output);
+  a.assign(copies, nullptr);
+  b.assign(copies, nullptr);
+  c.assign(copies, nullptr);
+  d.assign(copies, nullptr);
+  for (int i = 0; i < copies; ++i) {
+    allocate(a[i], elements_a() * in, "A");
+    allocate(b[i], elements_b() * in, "B");
+    allocate(c[i], elements_c() * out, "C");
+    allocate(d[i], elements_c() * out, "D");
+    kernels::fill(a[i], elements_a(), t.input, seed_of('A', i), stream);
+    kernels::fill(b[i], elements_b(), t.input, seed_of('B', i), stream);
+    kernels::fill(c[i], elements_c(), t.output, seed_of('C', i), stream);
+  }
+  allocate(workspace, kWorkspaceBytes, "workspace");
+  allocate(reinterpret_cast<void*&>(check_out), 4 * sizeof(double) * 4096, "check");
+  check(l.create(&handle), "cublasLtCreate");
+  check(l.desc_create(&desc, t.compute, t.scale), "cublasLtMatmulDescCreate");
+  const cublasOperation_t op_a = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_b = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  check(l.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a), "TRANSA");
+  check(l.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b), "TRANSB");
+  if (s.precision == "fp8") {
+    // each scale on its own 256-byte line: cuBLASLt refuses misaligned scale pointers
+    allocate(reinterpret_cast<void*&>(scales), 2 * 256, "scales");
+    const float one = 1.0f;
+    const float* sa = scales;
+    const float* sb = scales + 64;
+    XFS_CUDA_CALL(cudaMemcpyAsync(scales, &one, sizeof one, cudaMemcpyHostToDevice, stream));
+    XFS_CUDA_CALL(cudaMemcpyAsync(scales + 64, &one, sizeof one, cudaMemcpyHostToDevice, stream));
+    check(l.desc_set(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa), "A_SCALE");
+    check(l.desc_set(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb), "B_SCALE");
+  }
+  // column-major: op(A) is m x k, op(B) k x n
+  check(l.layout_create(&a_layout, t.a, s.trans_a ? s.k : s.m, s.trans_a ? s.m : s.k,
+                        s.trans_a ? s.k : s.m),
+        "cublasLtMatrixLayoutCreate(A)");
+  check(l.layout_create(&b_layout, t.a, s.trans_b ? s.n : s.k, s.trans_b ? s.k : s.n,
+                        s.trans_b ? s.n : s.k),
+        "cublasLtMatrixLayoutCreate(B)");
+  check(l.layout_create(&c_layout, t.c, s.m, s.n, s.m), "cublasLtMatrixLayoutCreate(C)");
+  check(l.preference_create(&preference), "cublasLtMatmulPreferenceCreate");
+  const std::uint64_t ws = kWorkspaceBytes;
+  check(l.preference_set(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+        "MAX_WORKSPACE_BYTES");
+  choose_algorithm();
+}
+
+void Gemm::Impl::release() noexcept {
+  if (stream.get()) cudaStreamSynchronize(stream);
+  for (detail::Stream& st : streams) cudaStreamSynchronize(st);
+  for (Tile& tile : tiles) {
+    if (tile.b) l.layout_destroy(tile.b);
+    if (tile.c) l.layout_destroy(tile.c);
+  }
+  for (void* p : stream_workspaces) {
+    if (p) cudaFree(p);
+  }
+  for (void* p : small) {
+    if (p) cudaFree(p);
+  }
+  for (HostSet& h : host) {
+    for (void* p : {h.a, h.b, h.d}) {
+      if (!p) continue;
+      if (h.pinned) {
+        cudaFreeHost(p);
+      } else {
+        std::free(p);
+      }
+    }
+  }
+  if (preference) l.preference_destroy(preference);
+  if (a_layout) l.layout_destroy(a_layout);
+  if (b_layout) l.layout_destroy(b_layout);
+  if (c_layout) l.layout_destroy(c_layout);
+  if (desc) l.desc_destroy(desc);
+  if (handle) l.destroy(handle);
+  for (auto* v : {&a, &b, &c, &d}) {
+    for (void* p : *v) {
+      if (p) cudaFree(p);
+    }
+  }
+  for (void* p : {workspace, static_cast<void*>(scales), static_cast<void*>(check_out)}) {
+    if (p) cudaFree(p);
+  }
+}
+
+cublasStatus_t Gemm::Impl::launch(int copy) {
+  const double alpha64 = s.alpha, beta64 = s.beta;
+  const float alpha32 = static_cast<float>(s.alpha), beta32 = static_cast<float>(s.beta);
+  const void* alpha = t.scale == CUDA_R_64F ? static_cast<const void*>(&alpha64) : &alpha32;
+  const void* beta = t.scale == CUDA_R_64F ? static_cast<const void*>(&beta64) : &beta32;
+  return l.matmul(handle, desc, alpha, a[copy], a_layout, b[copy], b_layout, beta, c[copy],
+                  c_layout, d[copy], c_layout, &heuristic.algo, workspace, kWorkspaceBytes, stream);
+}
+
+void* Gemm::Impl::host_alloc(std::size_t bytes, bool pinned_memory) {
+  void* p = nullptr;
+  if (pinned_memory) {
+    const cudaError_t status = cudaMallocHost(&p, bytes);
     if (status != cudaSuccess) {
       cudaGetLastError();
-      p = nullptr;
-      throw AllocationError("device", bytes,
-                            std::string("GEMM ") + what + ": " + cudaGetErrorString(status));
+      throw AllocationError("pinned", bytes, cudaGetErrorString(status));
     }
+  } else {
+    p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    if (!p) throw AllocationError("pageable", bytes, "aligned_alloc failed");
+    std::memset(p, 0, bytes);  // touched: its pages exist before any copy
   }
+  return p;
+}
 
-  void setup() {
-    XFS_CUDA_CALL(cudaSetDevice(s.device));
-    stream = detail::Stream::create();
-    start = detail::Event::create();
-    stop = detail::Event::create();
-    const int in = kernels::type_bytes(t.input), out = kernels::type_bytes(t.output);
-    a.assign(copies, nullptr);
-    b.assign(copies, nullptr);
-    c.assign(copies, nullptr);
-    d.assign(copies, nullptr);
-    for (int i = 0; i < copies; ++i) {
-      allocate(a[i], elements_a() * in, "A");
-      allocate(b[i], elements_b() * in, "B");
-      allocate(c[i], elements_c() * out, "C");
-      allocate(d[i], elements_c() * out, "D");
-      kernels::fill(a[i], elements_a(), t.input, seed_of('A', i), stream);
-      kernels::fill(b[i], elements_b(), t.input, seed_of('B', i), stream);
-      kernels::fill(c[i], elements_c(), t.output, seed_of('C', i), stream);
-    }
-    allocate(workspace, kWorkspaceBytes, "workspace");
-    allocate(reinterpret_cast<void*&>(check_out), 4 * sizeof(double) * 4096, "check");
-    check(l.create(&handle), "cublasLtCreate");
-    check(l.desc_create(&desc, t.compute, t.scale), "cublasLtMatmulDescCreate");
-    const cublasOperation_t op_a = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const cublasOperation_t op_b = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
-    check(l.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a), "TRANSA");
-    check(l.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b), "TRANSB");
-    if (s.precision == "fp8") {
-      // each scale on its own 256-byte line: cuBLASLt refuses misaligned scale pointers
-      allocate(reinterpret_cast<void*&>(scales), 2 * 256, "scales");
-      const float one = 1.0f;
-      const float* sa = scales;
-      const float* sb = scales + 64;
-      XFS_CUDA_CALL(cudaMemcpyAsync(scales, &one, sizeof one, cudaMemcpyHostToDevice, stream));
-      XFS_CUDA_CALL(cudaMemcpyAsync(scales + 64, &one, sizeof one, cudaMemcpyHostToDevice, stream));
-      check(l.desc_set(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sa, sizeof sa), "A_SCALE");
-      check(l.desc_set(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sb, sizeof sb), "B_SCALE");
-    }
-    // column-major: op(A) is m x k, op(B) k x n
-    check(l.layout_create(&a_layout, t.a, s.trans_a ? s.k : s.m, s.trans_a ? s.m : s.k,
-                          s.trans_a ? s.k : s.m),
-          "cublasLtMatrixLayoutCreate(A)");
-    check(l.layout_create(&b_layout, t.a, s.trans_b ? s.n : s.k, s.trans_b ? s.k : s.n,
-                          s.trans_b ? s.n : s.k),
-          "cublasLtMatrixLayoutCreate(B)");
-    check(l.layout_create(&c_layout, t.c, s.m, s.n, s.m), "cublasLtMatrixLayoutCreate(C)");
-    check(l.preference_create(&preference), "cublasLtMatmulPreferenceCreate");
-    const std::uint64_t ws = kWorkspaceBytes;
-    check(l.preference_set(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
-          "MAX_WORKSPACE_BYTES");
-    // The heuristic's best algorithms in order; the first one cuBLASLt actually runs is kept
-    // (a heuristic's choice can still be refused at run time).
-    std::vector<cublasLtMatmulHeuristicResult_t> found(8);
-    int returned = 0;
-    check(l.heuristic(handle, desc, a_layout, b_layout, c_layout, c_layout, preference,
-                      static_cast<int>(found.size()), found.data(), &returned),
-          "cublasLtMatmulAlgoGetHeuristic");
-    if (returned < 1) {
-      throw BlasError("cuBLASLt has no algorithm for " + s.precision + " " + std::to_string(s.m) +
-                      "x" + std::to_string(s.n) + "x" + std::to_string(s.k));
-    }
-    auto time_of = [&](int i, int count) {
-      heuristic = found[static_cast<std::size_t>(i)];
-      XFS_CUDA_CALL(cudaEventRecord(start, stream));
-      for (int j = 0; j < count; ++j) check(launch(0), "cublasLtMatmul");
-      XFS_CUDA_CALL(cudaEventRecord(stop, stream));
-      XFS_CUDA_CALL(cudaEventSynchronize(stop));
-      float ms = 0;
-      XFS_CUDA_CALL(cudaEventElapsedTime(&ms, start, stop));
-      tuned_s += ms / 1e3;
-      return static_cast<double>(ms);
-    };
-    // the algorithms that run, in the heuristic's order; the first launch of each also loads its
-    // kernels (lazy module loading)
-    std::vector<int> runs;
-    cublasStatus_t last = CUBLAS_STATUS_NOT_SUPPORTED;
-    if (s.rank >= 0 && s.rank < returned) {  // chosen before: kept if it runs, timed against none
-      heuristic = found[static_cast<std::size_t>(s.rank)];
-      if (launch(0) == CUBLAS_STATUS_SUCCESS) runs.push_back(s.rank);
-    }
-    for (int i = 0; i < returned && runs.empty(); ++i) {
-      heuristic = found[static_cast<std::size_t>(i)];
-      last = launch(0);
-      if (last == CUBLAS_STATUS_SUCCESS) runs.push_back(i);
-    }
-    if (!runs.empty()) {
-      last = CUBLAS_STATUS_SUCCESS;
-      rank = runs[0];
-    }
-    if (!runs.empty() && runs[0] != s.rank && s.tune > 1 && returned > runs[0] + 1) {
-      // Time each for kTuningPassSeconds (at least one GEMM: an 8192^3 GEMM in fp64 or fp32 takes
-      // 18-22 ms on an H100), forward then backward so neither end of the list meets the clocks
-      // alone; the heuristic's choice stays unless another beats it by more than kKeepFirst (a
-      // short burst flatters some kernels that run slower sustained). The backward pass times only
-      // the candidates within kContender of the forward pass's fastest: one slower by more
-      // cannot win, as clocks drift by far less within one tuning.
-      const double once = time_of(runs[0], 1);
-      const int count = std::max(
-          1, static_cast<int>(std::min(1000.0, kTuningPassSeconds * 1e3 / std::max(once, 1e-3))));
-      std::vector<double> total;
-      if (count == 1) {
-        // One GEMM outlasts a pass: each candidate's first launch is its forward pass, queued
-        // behind the one before without waiting, so that the host loads its kernels while the
-        // GPU still runs the GEMM before (a launch to load them first cost 8 GEMMs, 0.16 s, for
-        // each of fp64 and fp32 on an H100). One whose launch came after the GPU had drained
-        // its queue may hold an idle gap between its events: it is timed again.
-        total.push_back(once);
-        std::vector<detail::Event> starts, stops;
-        std::vector<bool> drained;
-        for (int i = runs[0] + 1; i < returned && static_cast<int>(runs.size()) < s.tune; ++i) {
-          const std::size_t at = drained.size();  // the events of a refused one are taken again
-          if (starts.size() == at) {
-            starts.push_back(detail::Event::create());
-            stops.push_back(detail::Event::create());
-          }
-          heuristic = found[static_cast<std::size_t>(i)];
-          XFS_CUDA_CALL(cudaEventRecord(starts[at], stream));
-          if (launch(0) != CUBLAS_STATUS_SUCCESS) continue;  // refused: its events unused
-          const cudaError_t before = at == 0 ? cudaErrorNotReady : cudaEventQuery(stops[at - 1]);
-          if (before != cudaSuccess && before != cudaErrorNotReady) XFS_CUDA_CALL(before);
-          XFS_CUDA_CALL(cudaEventRecord(stops[at], stream));
-          drained.push_back(before == cudaSuccess);
-          runs.push_back(i);
-        }
-        if (!drained.empty()) XFS_CUDA_CALL(cudaEventSynchronize(stops[drained.size() - 1]));
-        for (std::size_t j = 0; j < drained.size(); ++j) {
-          float ms = 0;
-          XFS_CUDA_CALL(cudaEventElapsedTime(&ms, starts[j], stops[j]));
-          tuned_s += ms / 1e3;
-          total.push_back(drained[j] ? time_of(runs[j + 1], 1) : static_cast<double>(ms));
-        }
-      } else {
-        for (int i = runs[0] + 1; i < returned && static_cast<int>(runs.size()) < s.tune; ++i) {
-          heuristic = found[static_cast<std::size_t>(i)];
-          if (launch(0) == CUBLAS_STATUS_SUCCESS) runs.push_back(i);
-        }
-        for (const int r : runs) total.push_back(time_of(r, count));
-      }
-      if (runs.size() > 1) {
-        const double fastest = *std::min_element(total.begin(), total.end());
-        std::vector<bool> contender(runs.size());
-        for (std::size_t j = 0; j < runs.size(); ++j) {
-          contender[j] = total[j] <= kContender * fastest;
-        }
-        for (std::size_t j = runs.size(); j-- > 0;) {
-          if (contender[j]) total[j] += time_of(runs[j], count);
-        }
-        std::size_t best = 0;
-        for (std::size_t j = 0; j < runs.size(); ++j) {
-          if (contender[j] && (!contender[best] || total[j] < total[best])) best = j;
-        }
-        if (contender[0] && total[best] >= (1 - kKeepFirst) * total[0]) best = 0;
-        rank = runs[best];
-        candidates = static_cast<int>(runs.size());
-      }
-    }
-    heuristic = found[static_cast<std::size_t>(rank)];
-    check(last,
-          ("cublasLtMatmul (each of the heuristic's " + std::to_string(returned) + " algorithms)")
-              .c_str());
-    XFS_CUDA_CALL(cudaStreamSynchronize(stream));
-  }
+Gemm::Impl::HostSet& Gemm::Impl::host_set(bool pinned_memory) {
+  HostSet& h = host[pinned_memory ? 1 : 0];
+  if (h.a) return h;
+  h.pinned = pinned_memory;
+  h.a = host_alloc(bytes_a(), pinned_memory);
+  h.b = host_alloc(bytes_b(), pinned_memory);
+  h.d = host_alloc(bytes_d(), pinned_memory);
+  XFS_CUDA_CALL(cudaMemcpy(h.a, a[0], bytes_a(), cudaMemcpyDeviceToHost));
+  XFS_CUDA_CALL(cudaMemcpy(h.b, b[0], bytes_b(), cudaMemcpyDeviceToHost));
+  return h;
+}
 
-  void release() noexcept {
-    if (stream.get()) cudaStreamSynchronize(stream);
-    for (detail::Stream& st : streams) cudaStreamSynchronize(st);
+cublasStatus_t Gemm::Impl::launch_tile(const Tile& tile, std::int64_t first_column, cudaStream_t on,
+                                       void* space) {
+  const double alpha64 = s.alpha, beta64 = s.beta;
+  const float alpha32 = static_cast<float>(s.alpha), beta32 = static_cast<float>(s.beta);
+  const void* alpha = t.scale == CUDA_R_64F ? static_cast<const void*>(&alpha64) : &alpha32;
+  const void* beta = t.scale == CUDA_R_64F ? static_cast<const void*>(&beta64) : &beta32;
+  const std::size_t in = kernels::type_bytes(t.input), out = kernels::type_bytes(t.output);
+  auto* bp = static_cast<char*>(b[0]) + static_cast<std::size_t>(first_column) * s.k * in;
+  auto* cp = static_cast<char*>(c[0]) + static_cast<std::size_t>(first_column) * s.m * out;
+  auto* dp = static_cast<char*>(d[0]) + static_cast<std::size_t>(first_column) * s.m * out;
+  return l.matmul(handle, desc, alpha, a[0], a_layout, bp, tile.b, beta, cp, tile.c, dp, tile.c,
+                  &tile.algo.algo, space, kWorkspaceBytes, on);
+}
+
+void Gemm::Impl::prepare_tiles(int count, int count_streams) {
+  const std::int64_t width = (s.n + count - 1) / count;
+  const std::int64_t last = s.n - width * (count - 1);
+  const bool same = !tiles.empty() && tiles[0].width == width &&
+                    (tiles.size() == 1 ? last == width : tiles.back().width == last);
+  if (!same) {
     for (Tile& tile : tiles) {
       if (tile.b) l.layout_destroy(tile.b);
       if (tile.c) l.layout_destroy(tile.c);
     }
-    for (void* p : stream_workspaces) {
-      if (p) cudaFree(p);
-    }
-    for (void* p : small) {
-      if (p) cudaFree(p);
-    }
-    for (HostSet& h : host) {
-      for (void* p : {h.a, h.b, h.d}) {
-        if (!p) continue;
-        if (h.pinned) {
-          cudaFreeHost(p);
-        } else {
-          std::free(p);
-        }
+    tiles.clear();
+    for (std::int64_t w : {width, last}) {
+      if (w <= 0 || (!tiles.empty() && tiles[0].width == w)) continue;
+      Tile tile;
+      tile.width = w;
+      check(l.layout_create(&tile.b, t.a, s.k, w, s.k), "cublasLtMatrixLayoutCreate(B tile)");
+      check(l.layout_create(&tile.c, t.c, s.m, w, s.m), "cublasLtMatrixLayoutCreate(C tile)");
+      std::vector<cublasLtMatmulHeuristicResult_t> found(8);
+      int returned = 0;
+      check(l.heuristic(handle, desc, a_layout, tile.b, tile.c, tile.c, preference,
+                        static_cast<int>(found.size()), found.data(), &returned),
+            "cublasLtMatmulAlgoGetHeuristic(tile)");
+      cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;
+      for (int i = 0; i < returned && status != CUBLAS_STATUS_SUCCESS; ++i) {
+        tile.algo = found[static_cast<std::size_t>(i)];
+        status = launch_tile(tile, 0, stream, workspace);
       }
+      check(status, "cublasLtMatmul(tile)");
+      tiles.push_back(tile);
     }
-    if (preference) l.preference_destroy(preference);
-    if (a_layout) l.layout_destroy(a_layout);
-    if (b_layout) l.layout_destroy(b_layout);
-    if (c_layout) l.layout_destroy(c_layout);
-    if (desc) l.desc_destroy(desc);
-    if (handle) l.destroy(handle);
-    for (auto* v : {&a, &b, &c, &d}) {
-      for (void* p : *v) {
-        if (p) cudaFree(p);
-      }
-    }
-    for (void* p : {workspace, static_cast<void*>(scales), static_cast<void*>(check_out)}) {
-      if (p) cudaFree(p);
-    }
+    XFS_CUDA_CALL(cudaStreamSynchronize(stream));
   }
-
-  cublasStatus_t launch(int copy) {
-    const double alpha64 = s.alpha, beta64 = s.beta;
-    const float alpha32 = static_cast<float>(s.alpha), beta32 = static_cast<float>(s.beta);
-    const void* alpha = t.scale == CUDA_R_64F ? static_cast<const void*>(&alpha64) : &alpha32;
-    const void* beta = t.scale == CUDA_R_64F ? static_cast<const void*>(&beta64) : &beta32;
-    return l.matmul(handle, desc, alpha, a[copy], a_layout, b[copy], b_layout, beta, c[copy],
-                    c_layout, d[copy], c_layout, &heuristic.algo, workspace, kWorkspaceBytes,
-                    stream);
+  while (static_cast<int>(streams.size()) < count_streams) {
+    streams.push_back(detail::Stream::create());
+    stream_workspaces.push_back(nullptr);
+    allocate(stream_workspaces.back(), kWorkspaceBytes, "workspace of a stream");
+    tiles_done.push_back(detail::Event::create(cudaEventDisableTiming));
   }
-
-  void run(int copy) { check(launch(copy), "cublasLtMatmul"); }
-
-  std::size_t bytes_a() const { return elements_a() * kernels::type_bytes(t.input); }
-  std::size_t bytes_b() const { return elements_b() * kernels::type_bytes(t.input); }
-  std::size_t bytes_d() const { return elements_c() * kernels::type_bytes(t.output); }
-
-  void* host_alloc(std::size_t bytes, bool pinned_memory) {
-    void* p = nullptr;
-    if (pinned_memory) {
-      const cudaError_t status = cudaMallocHost(&p, bytes);
-      if (status != cudaSuccess) {
-        cudaGetLastError();
-        throw AllocationError("pinned", bytes, cudaGetErrorString(status));
-      }
-    } else {
-      p = std::aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
-      if (!p) throw AllocationError("pageable", bytes, "aligned_alloc failed");
-      std::memset(p, 0, bytes);  // touched: its pages exist before any copy
-    }
-    return p;
-  }
-
-  // Host A and B hold the device's copy 0, so uploading them leaves the verified result as is.
-  HostSet& host_set(bool pinned_memory) {
-    HostSet& h = host[pinned_memory ? 1 : 0];
-    if (h.a) return h;
-    h.pinned = pinned_memory;
-    h.a = host_alloc(bytes_a(), pinned_memory);
-    h.b = host_alloc(bytes_b(), pinned_memory);
-    h.d = host_alloc(bytes_d(), pinned_memory);
-    XFS_CUDA_CALL(cudaMemcpy(h.a, a[0], bytes_a(), cudaMemcpyDeviceToHost));
-    XFS_CUDA_CALL(cudaMemcpy(h.b, b[0], bytes_b(), cudaMemcpyDeviceToHost));
-    return h;
-  }
-
-  cublasStatus_t launch_tile(const Tile& tile, std::int64_t first_column, cudaStream_t on,
-                             void* space) {
-    const double alpha64 = s.alpha, beta64 = s.beta;
-    const float alpha32 = static_cast<float>(s.alpha), beta32 = static_cast<float>(s.beta);
-    const void* alpha = t.scale == CUDA_R_64F ? static_cast<const void*>(&alpha64) : &alpha32;
-    const void* beta = t.scale == CUDA_R_64F ? static_cast<const void*>(&beta64) : &beta32;
-    const std::size_t in = kernels::type_bytes(t.input), out = kernels::type_bytes(t.output);
-    auto* bp = static_cast<char*>(b[0]) + static_cast<std::size_t>(first_column) * s.k * in;
-    auto* cp = static_cast<char*>(c[0]) + static_cast<std::size_t>(first_column) * s.m * out;
-    auto* dp = static_cast<char*>(d[0]) + static_cast<std::size_t>(first_column) * s.m * out;
-    return l.matmul(handle, desc, alpha, a[0], a_layout, bp, tile.b, beta, cp, tile.c, dp, tile.c,
-                    &tile.algo.algo, space, kWorkspaceBytes, on);
-  }
-
-  // The tiles of `count` columns each (the last one narrower), with their layouts and
-  // algorithms; and `count_streams` streams.
-  void prepare_tiles(int count, int count_streams) {
-    const std::int64_t width = (s.n + count - 1) / count;
-    const std::int64_t last = s.n - width * (count - 1);
-    const bool same = !tiles.empty() && tiles[0].width == width &&
-                      (tiles.size() == 1 ? last == width : tiles.back().width == last);
-    if (!same) {
-      for (Tile& tile : tiles) {
-        if (tile.b) l.layout_destroy(tile.b);
-        if (tile.c) l.layout_destroy(tile.c);
-      }
-      tiles.clear();
-      for (std::int64_t w : {width, last}) {
-        if (w <= 0 || (!tiles.empty() && tiles[0].width == w)) continue;
-        Tile tile;
-        tile.width = w;
-        check(l.layout_create(&tile.b, t.a, s.k, w, s.k), "cublasLtMatrixLayoutCreate(B tile)");
-        check(l.layout_create(&tile.c, t.c, s.m, w, s.m), "cublasLtMatrixLayoutCreate(C tile)");
-        std::vector<cublasLtMatmulHeuristicResult_t> found(8);
-        int returned = 0;
-        check(l.heuristic(handle, desc, a_layout, tile.b, tile.c, tile.c, preference,
-                          static_cast<int>(found.size()), found.data(), &returned),
-              "cublasLtMatmulAlgoGetHeuristic(tile)");
-        cublasStatus_t status = CUBLAS_STATUS_NOT_SUPPORTED;
-        for (int i = 0; i < returned && status != CUBLAS_STATUS_SUCCESS; ++i) {
-          tile.algo = found[static_cast<std::size_t>(i)];
-          status = launch_tile(tile, 0, stream, workspace);
-        }
-        check(status, "cublasLtMatmul(tile)");
-        tiles.push_back(tile);
-      }
-      XFS_CUDA_CALL(cudaStreamSynchronize(stream));
-    }
-    while (static_cast<int>(streams.size()) < count_streams) {
-      streams.push_back(detail::Stream::create());
-      stream_workspaces.push_back(nullptr);
-      allocate(stream_workspaces.back(), kWorkspaceBytes, "workspace of a stream");
-      tiles_done.push_back(detail::Event::create(cudaEventDisableTiming));
-    }
-    if (!a_ready.get()) a_ready = detail::Event::create(cudaEventDisableTiming);
-  }
-};
+  if (!a_ready.get()) a_ready = detail::Event::create(cudaEventDisableTiming);
+}
 
 Gemm::Gemm(const GemmSpec& spec) {
   int device_count = 0;

@@ -26,7 +26,7 @@ class Side(NamedTuple):
 
 
 _torch_types: set[type] = set()  # tensor classes seen: the first check of every object
-# the native reader's codes (bindings/resolve.cpp): types it reads from then on without Python;
+# the native reader's codes (bindings/buffers.cpp): types it reads from then on without Python;
 # with _READ_EXCHANGE, through the type's DLPack exchange API (__dlpack_c_exchange_api__) where
 # it has one: given only for the frameworks' own array types, whose DLPack view is their memory
 # (a subclass, such as a distributed or fake tensor, may describe other memory)

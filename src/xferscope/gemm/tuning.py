@@ -53,7 +53,7 @@ def key(engine: Engine, device: int, blas_version: int | None, gemm: tuple[Any, 
     return "|".join(str(part) for part in (uuid, driver, blas_version, *gemm))
 
 
-# cuBLASLt's heuristic is asked for 8 algorithms (engine/src/gemm/gemm.cpp); a rank beyond any
+# cuBLASLt's heuristic is asked for 8 algorithms (engine/src/gemm/algorithm.cpp); a rank beyond any
 # list it could give is not one it chose
 MOST_RANK = 64
 
