@@ -24,9 +24,11 @@ from xferscope.run.investigate import gpu_curves
 
 from .test_cli import ENGINE, run
 
-# Paced at these shares of the modelled time (the quick run models 8.5 s, this sweep 1.2 s),
-# each measures for about a second, then writes and draws for about another.
-PACE = {"run": "0.12", "sweep": "0.8"}
+# Paced at these shares of the modelled time (the quick run models 4.9 s, this sweep 1.2 s),
+# each measures for about 1.5 and 1 s, then writes and draws for a few seconds. (At 0.12 the
+# run, whose model had shrunk from 8.5 s, measured for 0.6 s of a 5-7 s life: 20 moments then
+# fell only once while measuring on a loaded 2-core machine.)
+PACE = {"run": "0.3", "sweep": "0.8"}
 EXIT_WITHIN_S = 2.0
 SIGNALS = {"run": 20, "sweep": 16}
 QUICK_SIZES = 8  # `run --quick` measures 8 sizes a curve
