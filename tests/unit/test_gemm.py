@@ -184,7 +184,8 @@ def test_the_document_reads_back_and_goes_to_the_history(capsys, tmp_path):
     code, out, _ = run(capsys, "history", "--json")
     assert json.loads(out)[0]["kind"] == "gemm"
     code, out, err = run(capsys, "report", "1", "-o", str(tmp_path / "b"))
-    assert code == 0, err and "GEMMs" in out
+    assert code == 0, err
+    assert "GEMMs" in out, out
 
 
 def test_the_cpu_runs_the_same_gemms_on_1_to_all_threads(capsys, tmp_path):

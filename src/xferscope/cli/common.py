@@ -212,12 +212,20 @@ def result_files(
     }
 
 
-def _history_file(history_path: str | None) -> Path:
+def history_file(history_path: str | None) -> Path:
+    """The history file --history names ($XFERSCOPE_HISTORY or the default where it is not
+    given): the one rule for every command that reads or adds to the history."""
     from ..run.history import default_path
 
     if history_path is not None and not history_path.strip():
         raise OptionError("--history", "give a file name, not an empty string")
     return Path(history_path).expanduser() if history_path else default_path()
+
+
+def history_to_add_to(kw: dict[str, Any]) -> Path | None:
+    """The history a command adds its result to: None with --no-history (or where the command
+    has no such option)."""
+    return None if kw.get("no_history", True) else history_file(kw.get("history_path"))
 
 
 # ---- the history, for every command that adds its results -------------------------------------

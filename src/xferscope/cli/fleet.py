@@ -48,10 +48,10 @@ from . import common
 from .app import cli, described, stderr, stdout
 from .common import (
     HistorySaver,
-    _history_file,
     begin_measuring,
     check_history,
     deliver,
+    history_to_add_to,
     parse_seed,
 )
 from .measured import DocumentKind, entry, register
@@ -200,7 +200,7 @@ def fleet_command(**kw: Any) -> None:
             stderr.print(f"rank {r.rank} ({r.host}): {r.status}: {r.error}")
     history = setup.get("history")
     saver = HistorySaver(
-        None if history is None else _history_path(history), lambda: entry(FLEET, result), "fleet"
+        None if history is None else Path(history), lambda: entry(FLEET, result), "fleet"
     )
     with dest:
         delivery = deliver(fleet_outputs(result, dest), dest, lambda: print_fleet(result, stdout),
@@ -226,7 +226,7 @@ def _prepare(kw: dict[str, Any], options: FleetOptions) -> tuple[dict[str, Any],
     """Rank 0's checks of the history and the outputs: what every rank is told (the options,
     where the files go, or the error), and the destination."""
     try:
-        history = None if kw["no_history"] else _history_file(kw["history_path"])
+        history = history_to_add_to(kw)
         if history is not None:
             check_history(history)
         dest = Destination.prepare(kw["out"], "fleet", fleet_named(kw), kw["force"])
@@ -332,10 +332,6 @@ def _pairs(
     missing = [r for r in range(comm.size) if r not in arrived]
     note = "; ".join(errors + [f"rank {r} sent no pair results" for r in missing])
     return fleet_pairs.merge(parts, hosts), note, bool(missing)
-
-
-def _history_path(text_path: str) -> Path:
-    return Path(text_path)
 
 
 def _options(kw: dict[str, Any]) -> FleetOptions:

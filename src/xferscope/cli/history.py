@@ -15,7 +15,7 @@ from ..core.errors import XferscopeError
 from ..documents.files import special
 from ..report.fit import Column, fitted
 from .app import cli, described, stdout
-from .common import _history_file, deliver, finish, prepare_renderers
+from .common import deliver, finish, history_file, prepare_renderers
 from .measured import DocumentKind, document_kinds
 from .options import flag, history_option, json_flag, option, out_option
 from .outputs import Destination
@@ -39,7 +39,7 @@ def history_command(history_path: str | None, limit: int, as_json: bool) -> None
     from ..report.sweep_tables import format_duration
     from ..run.history import History
 
-    path = _history_file(history_path)
+    path = history_file(history_path)
     if not path.exists() and special(path) is None:
         raise XferscopeError(f"no history at {path} yet: `xferscope run` starts it")
     with History(path, readonly=True) as history:
@@ -135,7 +135,7 @@ def report_command(ref: str, history_path: str | None, out: str) -> None:
     or the JSON file of any result (run, sweep, overlap, pageable, gl, gemm, batch, pitch, trace,
     fleet). Prints its tables and writes its files (JSON, CSV, PNG and, where the command has one,
     the HTML report) to a new directory under --out, never over an earlier one."""
-    kind, result, name = load_result(ref, _history_file(history_path))
+    kind, result, name = load_result(ref, history_file(history_path))
     prepare_renderers(html="html" in kind.named(None))
     with Destination.prepare(out, name, kind.named(None), stamp=False) as dest:
         delivery = deliver(kind.outputs(result, dest), dest, lambda: kind.show(result))
@@ -184,7 +184,7 @@ def compare_command(
     save."""
     from ..run.compare import compare, load_run, render, to_dict
 
-    path = _history_file(history_path)
+    path = history_file(history_path)
     if _compare_traces(run_a, run_b, path, threshold, all_rows, force, as_json):
         return
     a, b = load_run(run_a, path), load_run(run_b, path)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import click
@@ -106,7 +105,7 @@ def run_measurement(
     shared options (simulate, out, json/csv/plot paths, force, history); `plan` checks the
     command's own against the engine and returns the measurement; `name` the directory's
     prefix when it is not the kind's."""
-    history = history_path(kw)
+    history = common.history_to_add_to(kw)
     engine = common.open_engine(kw["simulate"])
     measurement = plan(engine)
     if history is not None:
@@ -147,8 +146,3 @@ def entry(kind: DocumentKind[R], result: R) -> Any:
         raise TypeError(f"{kind.name} results have no document for the history")
     mode = kind.mode(result) or kind.name
     return Entry(kind.name, kind.document(result), mode, kind.complete(result), result)
-
-
-def history_path(kw: dict[str, Any]) -> Path | None:
-    """The history a command adds to (None with --no-history)."""
-    return None if kw.get("no_history", True) else common._history_file(kw["history_path"])

@@ -15,7 +15,7 @@ from ..report.style import plot_facts
 from ..run.records import GpuSection, RunResult, run_from_dict, run_to_dict
 from ..sweep.records import Curve, SweepResult
 from .app import cli, described, stderr, stdout
-from .common import _history_file, parse_seed, resolve_devices, sweep_plots
+from .common import history_file, parse_seed, resolve_devices, sweep_plots
 from .measured import DocumentKind, Measurement, register, run_measurement
 from .options import (
     flag,
@@ -181,7 +181,7 @@ def run(
                 "--resume",
                 f"it continues the run's own GPUs, mode and seed; leave out {', '.join(given)}",
             )
-        earlier = resume.load_interrupted(resume_ref, _history_file(history_path))
+        earlier = resume.load_interrupted(resume_ref, history_file(history_path))
 
     def plan(engine: Engine) -> Measurement[RunResult]:
         if earlier is not None:
