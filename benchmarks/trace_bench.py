@@ -321,7 +321,7 @@ def fixes_part(
     for _ in range(runs):
         wall, scratch = traced([program, "--no-events"])
         trace = read_trace(scratch.glob("trace-*.jsonl"))
-        for f in analyze(trace, wall, reference).fixes:
+        for f in analyze(trace, wall, reference).findings:
             predictions.setdefault(f.code, []).append(f.saving_s or 0.0)
     predicted = {k: statistics.median(v) for k, v in predictions.items()}
     figures["predicted_fixes_s"] = {k: [round(x, 6) for x in v] for k, v in predictions.items()}

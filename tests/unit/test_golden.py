@@ -180,7 +180,7 @@ def test_trace_documents_match_golden(capsys, tmp_path, monkeypatch):
     import types
 
     from xferscope import cli
-    from xferscope.cli import trace as trace_cli
+    from xferscope.trace import pipeline
 
     from .test_trace import _fake_run
 
@@ -189,7 +189,7 @@ def test_trace_documents_match_golden(capsys, tmp_path, monkeypatch):
         datetime=types.SimpleNamespace(now=lambda *a: fixed), timezone=dt.timezone
     )
     monkeypatch.setattr("xferscope.documents.envelope.dt", clock)
-    monkeypatch.setattr(trace_cli, "run_traced", _fake_run(tmp_path))
+    monkeypatch.setattr(pipeline, "run_traced", _fake_run(tmp_path))
     args = ["trace", "--reference", "none", "--no-history", "-o", str(tmp_path), "--", "x"]
     assert cli.main(args) == 0, capsys.readouterr().err
     (directory,) = tmp_path.glob("trace-*")

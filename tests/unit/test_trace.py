@@ -67,7 +67,7 @@ def test_the_recorded_trace_has_every_copy_joined_to_its_call():
 
 def test_seed001s_table_and_the_groups():
     trace = read_trace([RECORDED])
-    table = {r.name: r for r in an.seed001_table(trace)}
+    table = {r.name: r for r in an.kind_table(trace)}
     assert table["[CUDA memcpy HtoD]"].calls == 34 and table["[CUDA memcpy DtoH]"].calls == 8
     assert table["[CUDA memset]"].calls == 1
     row = table["[CUDA memcpy DtoH]"]
@@ -82,7 +82,7 @@ def test_seed001s_table_and_the_groups():
 def test_each_fix_is_priced_and_they_come_largest_first():
     trace = read_trace([RECORDED])
     analysis = an.analyze(trace, 0.7, REFERENCE)
-    fixes = {f.code: f for f in analysis.fixes}
+    fixes = {f.code: f for f in analysis.findings}
     assert {
         "pageable_copies",
         "repeated_uploads",
@@ -90,7 +90,7 @@ def test_each_fix_is_priced_and_they_come_largest_first():
         "synchronous_copies",
         "small_copies",
     } <= set(fixes)
-    savings = [f.saving_s for f in analysis.fixes]
+    savings = [f.saving_s for f in analysis.findings]
     assert None not in savings and savings == sorted(savings, reverse=True)
     pageable = fixes["pageable_copies"]
     assert pageable.calls == 16 and pageable.bytes == 16 * (64 << 20)
@@ -99,10 +99,10 @@ def test_each_fix_is_priced_and_they_come_largest_first():
     unused = fixes["pinned_unused"]
     assert unused.calls == 1 and unused.bytes == 32 << 20  # the 64 MiB buffer was used
     assert fixes["small_copies"].calls == 20
-    assert all(f.fix and f.saving_s is not None and f.saving_s >= 0 for f in analysis.fixes)
+    assert all(f.advice and f.saving_s is not None and f.saving_s >= 0 for f in analysis.findings)
     # without this machine's curves the fixes that need them say they are not priced, why, and
     # how to price them, and come after the priced ones, the costliest first
-    fixes = an.analyze(trace, 0.7, None).fixes
+    fixes = an.analyze(trace, 0.7, None).findings
     unpriced = {f.code: f for f in fixes if f.saving_s is None}
     assert set(unpriced) == {"pageable_copies", "small_copies"}
     for f in unpriced.values():
@@ -137,9 +137,9 @@ def _fake_run(tmp_path, returncode=0, interrupted=False):
 
 
 def test_the_command_writes_its_files_and_passes_the_status_through(capsys, tmp_path, monkeypatch):
-    from xferscope.cli import trace as trace_cli
+    from xferscope.trace import pipeline
 
-    monkeypatch.setattr(trace_cli, "run_traced", _fake_run(tmp_path, returncode=3))
+    monkeypatch.setattr(pipeline, "run_traced", _fake_run(tmp_path, returncode=3))
     code, out, err = run(
         capsys,
         "trace",
@@ -174,13 +174,14 @@ def test_the_command_writes_its_files_and_passes_the_status_through(capsys, tmp_
     code, out, err = run(
         capsys, "report", str(directory / "trace-summary.json"), "-o", str(tmp_path / "again")
     )
-    assert code == 0, err and "[CUDA memcpy DtoH]" in out
+    assert code == 0, err
+    assert "[CUDA memcpy DtoH]" in out, out
 
 
 def test_a_crash_keeps_the_trace_and_reports_the_signal(capsys, tmp_path, monkeypatch):
-    from xferscope.cli import trace as trace_cli
+    from xferscope.trace import pipeline
 
-    monkeypatch.setattr(trace_cli, "run_traced", _fake_run(tmp_path, returncode=-6))
+    monkeypatch.setattr(pipeline, "run_traced", _fake_run(tmp_path, returncode=-6))
     code, _, err = run(capsys, "trace", "--reference", "none", "-o", str(tmp_path), "--", "x")
     assert code == 134 and "ended on SIGABRT; its trace up to then is kept" in err
     (directory,) = tmp_path.glob("trace-*")
@@ -260,19 +261,20 @@ def _wait_for_a_child(pid: int, limit_s: float = 30) -> None:
 
 
 def test_a_stop_during_the_calibration_keeps_the_trace_unpriced(capsys, tmp_path, monkeypatch):
-    from xferscope.cli import trace as trace_cli
+    from xferscope.cli import common
     from xferscope.core import interrupt
     from xferscope.core.engine.simulated import SimulatedEngine
+    from xferscope.trace import pipeline
 
     def stopped(engine, device, progress=None):
         interrupt.request()
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(trace_cli, "run_traced", _fake_run(tmp_path))
-    monkeypatch.setattr(trace_cli.common, "open_engine", lambda simulate: SimulatedEngine())
-    monkeypatch.setattr(trace_cli, "calibrate", stopped)
+    monkeypatch.setattr(pipeline, "run_traced", _fake_run(tmp_path))
+    monkeypatch.setattr(common, "open_engine", lambda simulate: SimulatedEngine())
+    monkeypatch.setattr(pipeline, "calibrate", stopped)
     code, _, err = run(capsys, "trace", "--reference", "measure", "-o", str(tmp_path), "--", "x")
-    assert code == 130 and "its fixes not priced" in err
+    assert code == 130 and "its findings not priced" in err
     (directory,) = tmp_path.glob("trace-*")
     doc = json.loads((directory / "trace-summary.json").read_text())
     assert doc["summary"]["reference"] is None and len(doc["copies"]) == 42

@@ -11,7 +11,7 @@ import pytest
 
 from xferscope.core.errors import OptionError
 from xferscope.trace.analyze import analyze, groups
-from xferscope.trace.fixes import overlap_fix
+from xferscope.trace.findings import Context, not_overlapped
 from xferscope.trace.records import read_trace
 from xferscope.trace.runner import KERNEL_WINDOW_MS, kernels_setting
 
@@ -76,7 +76,7 @@ def test_the_overlap_is_scaled_from_the_copies_seen_to_all(tmp_path):
     # seen: 4 ms of copies, 2 of them beside the kernel of 1.5-6 ms (those at 2 and 5 ms)
     beside_ms = 1.0 + 1.0  # 2-3 within 1.5-6, 5-6 within 1.5-6
     assert group.overlapped_s == pytest.approx(beside_ms * 1e-3 * 5 / 4)
-    fix = overlap_fix(trace)
+    fix = not_overlapped.find(Context(trace, None))
     assert fix is not None and fix.calls == 2  # the copies at 8 and 104 ms, alone
     assert fix.cost_s == pytest.approx(2e-3 * 5 / 4)
     assert "judged on the 4 copies" in fix.detail and "--kernels all" in fix.detail
@@ -96,7 +96,7 @@ def test_without_kernel_records_no_overlap_is_claimed(tmp_path):
         records += _copy(c, at, 1)
     trace = read_trace([_write(tmp_path / "trace-7.jsonl", records)])
     (group,) = groups(trace, None)
-    assert group.overlapped_s is None and overlap_fix(trace) is None
+    assert group.overlapped_s is None and not_overlapped.find(Context(trace, None)) is None
     assert any("kernels were not recorded" in n for n in analyze(trace, 1.0, None).notes)
 
 
@@ -109,7 +109,7 @@ def test_a_trace_of_every_kernel_is_judged_whole(tmp_path):
     assert trace.kernel_coverage == "all"
     (group,) = groups(trace, None)
     assert group.overlapped_s == pytest.approx(1e-3)
-    fix = overlap_fix(trace)
+    fix = not_overlapped.find(Context(trace, None))
     assert fix is not None and fix.calls == 1 and "judged on" not in fix.detail
 
 

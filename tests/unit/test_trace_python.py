@@ -87,12 +87,12 @@ def test_the_innermost_frame_of_the_programs_own_code_is_the_place():
     assert str(mine) == "/home/me/train.py:42 (epoch)"
 
 
-def test_fixes_are_said_in_pytorchs_words_and_list_their_lines():
+def test_advice_is_said_in_pytorchs_words_and_lists_the_lines():
     analysis = an.analyze(read_trace([RECORDED]), 1.0, None)
-    fixes = {f.code: f for f in analysis.fixes}
+    fixes = {f.code: f for f in analysis.findings}
     pageable = fixes["pageable_copies"]
-    assert pageable.framework == "PyTorch" and "pin_memory=True" in pageable.fix
-    assert "non_blocking=True" in pageable.fix and pageable.saving_s is None
+    assert pageable.framework == "PyTorch" and "pin_memory=True" in pageable.advice
+    assert "non_blocking=True" in pageable.advice and pageable.saving_s is None
     assert "not priced" in pageable.unpriced
     lines = {p.where: p.calls for p in pageable.places}
     assert lines == {
@@ -102,8 +102,8 @@ def test_fixes_are_said_in_pytorchs_words_and_list_their_lines():
     }
     costs = [p.cost_s for p in pageable.places]
     assert costs == sorted(costs, reverse=True) and sum(costs) == pytest.approx(pageable.cost_s)
-    assert "torch.cuda.Stream()" in fixes["copies_not_overlapped"].fix
-    assert "outside the loop" in fixes["repeated_uploads"].fix
+    assert "torch.cuda.Stream()" in fixes["copies_not_overlapped"].advice
+    assert "outside the loop" in fixes["repeated_uploads"].advice
 
 
 def _fake_runs(walls: list[float], drop_line: int | None = None):
@@ -143,9 +143,9 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
 
 
 def _trace(capsys, tmp_path, monkeypatch, name, walls, drop_line=None) -> Path:
-    from xferscope.cli import trace as trace_cli
+    from xferscope.trace import pipeline
 
-    monkeypatch.setattr(trace_cli, "run_traced", _fake_runs(walls, drop_line))
+    monkeypatch.setattr(pipeline, "run_traced", _fake_runs(walls, drop_line))
     out = tmp_path / name
     code, _, err = run(
         capsys, "trace", "--reference", "none", "--runs", str(len(walls)), "-o", str(out),
@@ -226,7 +226,7 @@ def test_a_place_with_brackets_prints_as_it_is(capsys):
 
 
 def test_ctrl_c_in_a_later_run_keeps_the_runs_made_and_exits_130(capsys, tmp_path, monkeypatch):
-    from xferscope.cli import trace as trace_cli
+    from xferscope.trace import pipeline
 
     whole = _fake_runs([1.0, 1.0, 1.0])
     calls = []
@@ -236,7 +236,7 @@ def test_ctrl_c_in_a_later_run_keeps_the_runs_made_and_exits_130(capsys, tmp_pat
         calls.append(directory)
         return ran if len(calls) < 2 else Ran(ran.command, -2, 0.5, ran.files, True)
 
-    monkeypatch.setattr(trace_cli, "run_traced", fake)
+    monkeypatch.setattr(pipeline, "run_traced", fake)
     out = tmp_path / "t"
     code, _, err = run(
         capsys, "trace", "--reference", "none", "--runs", "3", "-o", str(out), "--", "x"

@@ -1,6 +1,6 @@
-"""The HTML page of `xferscope trace`: the findings priced, seed 001's table, the copies per
-direction and memory, and a zoomable timeline of copies and kernels per process and stream
-(drag to zoom, double-click to reset). Built from html.py's parts."""
+"""The HTML page of `xferscope trace`: the findings priced, nvprof's table of GPU activities, the
+copies per direction and memory, and a zoomable timeline of copies and kernels per process and
+stream (drag to zoom, double-click to reset). Built from html.py's parts."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def render_trace_html(result: TraceResult, files: Sequence[str] = ()) -> str:
         findings_section(result.findings),
         _lines(result),
         _timeline(result),
-        "<section><h2>GPU activities (seed 001's table)</h2>"
+        "<section><h2>GPU activities (nvprof's table)</h2>"
         + table(
             ["Time(%)", "Time", "Calls", "Avg", "Min", "Max", "Name"],
             [

@@ -1,4 +1,4 @@
-"""What `xferscope trace` prints: seed 001's table (nvprof's Time%, Time, Calls, Avg, Min, Max
+"""What `xferscope trace` prints: nvprof's table (Time%, Time, Calls, Avg, Min, Max
 per kind of copy), the copies per direction and host memory against what this machine reaches,
 and the fixes, priced, the largest saving first."""
 
@@ -26,7 +26,7 @@ def print_trace(result: TraceResult, console: Console) -> None:
     if not s.get("table"):
         console.print("no CUDA copies were seen")
         return
-    table = Table(title="GPU activities (seed 001's table)", title_justify="left")
+    table = Table(title="GPU activities (nvprof's table)", title_justify="left")
     for name in ("Time(%)", "Time", "Calls", "Avg", "Min", "Max", "Name"):
         table.add_column(name, justify="left" if name == "Name" else "right")
     for r in s["table"]:

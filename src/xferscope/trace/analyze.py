@@ -1,10 +1,11 @@
-"""What a traced program's copies cost and what each fix would save on this machine.
+"""What a traced program's copies cost and what each finding would save on this machine.
 
-The summary is seed 001's nvprof table (Time%, total, calls, avg, min, max per kind of copy),
+The summary is nvprof's table (Time%, total, calls, avg, min, max per kind of copy),
 then per direction and host memory kind: bytes, GPU time, achieved GB/s and its share of what
 this machine reaches for copies of those sizes, host time blocked in copy calls, and the share
-of copy time that overlapped kernels. The findings (trace/fixes.py) are priced with this
-machine's measured curves (trace/reference.py) and sorted here by the time they would save."""
+of copy time that overlapped kernels. The findings (trace/findings/, one module each) are
+priced with this machine's measured curves (trace/reference.py) and sorted here by the time
+they would save."""
 
 from __future__ import annotations
 
@@ -14,24 +15,15 @@ from typing import ClassVar
 
 from ..core.units import format_seconds
 from ..documents.records import KEY, Derived
-from .costs import _merged, blocked_s, expected, overlap_ns, with_kernels
-from .fixes import (
-    Fix,
-    batch_fix,
-    overlap_fix,
-    pageable_fix,
-    repeat_fix,
-    slow_fix,
-    sync_fix,
-    unused_pin_fix,
-)
+from .costs import expected, merged, overlap_ns, with_kernels
+from .findings import Context, TraceFinding, find_all
 from .records import NVPROF_NAMES, Copy, Trace
 from .reference import Reference
 
 
 @dataclass(frozen=True, slots=True)
 class KindRow:
-    """One line of seed 001's table."""
+    """One line of nvprof's table of GPU activities."""
 
     name: str = field(metadata={KEY: "kind"})
     calls: int
@@ -76,7 +68,7 @@ class Group:
 class Analysis:
     table: tuple[KindRow, ...]
     groups: tuple[Group, ...]
-    fixes: tuple[Fix, ...]
+    findings: tuple[TraceFinding, ...]
     wall_s: float
     reference: str | None
     copy_gpu_s: float
@@ -84,14 +76,14 @@ class Analysis:
 
     @property
     def saving_s(self) -> float:
-        """What the priced fixes save together."""
-        return sum(f.saving_s or 0.0 for f in self.fixes)
+        """What the priced findings save together."""
+        return sum(f.saving_s or 0.0 for f in self.findings)
 
 
 # ---- the summary --------------------------------------------------------------------------------
 
 
-def seed001_table(trace: Trace) -> list[KindRow]:
+def kind_table(trace: Trace) -> list[KindRow]:
     """Per kind of copy and memset: nvprof's Time%, Time, Calls, Avg, Min, Max. The totals are
     the injection library's exact ones when records beyond the limit were only counted."""
     busy = sum(c.seconds for c in trace.copies) + sum(
@@ -121,7 +113,7 @@ def seed001_table(trace: Trace) -> list[KindRow]:
 
 
 def groups(trace: Trace, reference: Reference | None) -> list[Group]:
-    kernels = _merged(trace.kernels())
+    kernels = merged(trace.kernels())
     by: dict[tuple[str, str], list[Copy]] = defaultdict(list)
     for c in trace.copies:
         by[(c.direction, c.host_memory)].append(c)
@@ -135,8 +127,8 @@ def groups(trace: Trace, reference: Reference | None) -> list[Group]:
                 len(copies),
                 sum(c.bytes for c in copies),
                 sum(c.seconds for c in copies),
-                expected(reference, copies) if direction in ("h2d", "d2h") else None,
-                sum(blocked_s(c) for c in copies),
+                expected(reference, copies) if copies[0].crosses_link else None,
+                sum(c.blocked_s for c in copies),
                 None if scale is None else sum(overlap_ns(c, kernels) for c in seen) * 1e-9 * scale,
             )
         )
@@ -173,25 +165,13 @@ def _cost_notes(trace: Trace) -> list[str]:
     return notes
 
 
-def _order(f: Fix) -> tuple[bool, float]:
-    """Priced fixes first, the largest saving first; then the others, the costliest first."""
+def _order(f: TraceFinding) -> tuple[bool, float]:
+    """Priced findings first, the largest saving first; then the others, the costliest first."""
     return (f.saving_s is None, -(f.cost_s if f.saving_s is None else f.saving_s))
 
 
 def analyze(trace: Trace, wall_s: float, reference: Reference | None) -> Analysis:
-    fixes = [
-        f
-        for f in (
-            pageable_fix(trace, reference),
-            sync_fix(trace),
-            batch_fix(trace, reference),
-            overlap_fix(trace),
-            slow_fix(trace, reference),
-            repeat_fix(trace),
-            unused_pin_fix(trace),
-        )
-        if f is not None
-    ]
+    found = find_all(Context(trace, reference))
     notes = []
     if trace.sampled:
         notes.append(
@@ -202,9 +182,9 @@ def analyze(trace: Trace, wall_s: float, reference: Reference | None) -> Analysi
         notes.append(f"CUPTI dropped {trace.dropped} records (its buffers were full)")
     notes += _cost_notes(trace)
     return Analysis(
-        tuple(seed001_table(trace)),
+        tuple(kind_table(trace)),
         tuple(groups(trace, reference)),
-        tuple(sorted(fixes, key=_order)),
+        tuple(sorted(found, key=_order)),
         wall_s,
         None if reference is None else reference.source,
         sum(c.seconds for c in trace.copies),

@@ -11,7 +11,7 @@ from .records import Copy, Interval, Trace
 from .reference import Reference
 
 
-def _merged(intervals: Iterable[Interval]) -> dict[int, tuple[list[int], list[int]]]:
+def merged(intervals: Iterable[Interval]) -> dict[int, tuple[list[int], list[int]]]:
     """Kernel time per device as sorted, disjoint [start, end) intervals."""
     per: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for i in intervals:
@@ -42,18 +42,6 @@ def overlap_ns(span: Copy | Interval, merged: dict[int, tuple[list[int], list[in
     return total
 
 
-def _blocking(c: Copy) -> bool:
-    """The host waited for this copy inside its call: a synchronous call, or a pageable copy
-    (which the driver stages through its own buffer)."""
-    return c.call is not None and ("Async" not in c.call.function or c.host_memory == "pageable")
-
-
-def blocked_s(c: Copy) -> float:
-    """Host time blocked in the copy's call: the call's time where the host waited for the
-    copy, else none."""
-    return c.call.seconds if c.call is not None and _blocking(c) else 0.0
-
-
 def expected(
     reference: Reference | None, copies: Iterable[Copy], memory: str | None = None
 ) -> float | None:
@@ -80,8 +68,3 @@ def with_kernels(trace: Trace, copies: Sequence[Copy]) -> tuple[list[Copy], floa
     if len(seen) == len(copies):
         return seen, 1.0
     return seen, sum(c.seconds for c in copies) / seen_s if seen_s > 0 else None
-
-
-def _host_cost(c: Copy) -> float:
-    """What the copy cost the program: its call's time where the host waited, else its GPU time."""
-    return c.call.seconds if c.call is not None and _blocking(c) else c.seconds

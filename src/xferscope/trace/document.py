@@ -12,7 +12,7 @@ from ..core.findings import INFO, WARNING, Finding
 from ..documents.envelope import Envelope, dumps_document
 from ..documents.records import Column, dumps_columns, read_result, result_document, to_plain
 from .analyze import Analysis, Group, KindRow
-from .fixes import Fix
+from .findings import TraceFinding
 from .records import Copy, Trace
 
 SCHEMA_NAME = "xferscope-trace"
@@ -64,7 +64,7 @@ def copy_dict(trace: Trace, c: Copy) -> dict[str, Any]:
 
 def findings_of(analysis: Analysis) -> list[Finding]:
     out = []
-    for f in analysis.fixes:
+    for f in analysis.findings:
         where = f" at {f.places[0].where}" if f.places else ""
         said = f"{f.title}: {f.calls} calls ({f.sizes}){where} cost {f.cost_s * 1e3:.3g} ms"
         if f.saving_s is None:
@@ -85,7 +85,7 @@ def findings_of(analysis: Analysis) -> list[Finding]:
                 f.cost_s,
                 message,
                 f.detail,
-                f.fix,
+                f.advice,
             )
         )
     return out
@@ -97,7 +97,7 @@ def summary_dict(
     return {
         "table": [to_plain(r) for r in analysis.table],
         "groups": [to_plain(g) for g in analysis.groups],
-        "fixes": [to_plain(f) for f in analysis.fixes],
+        "fixes": [to_plain(f) for f in analysis.findings],
         "saving_s": analysis.saving_s,
         "copy_gpu_s": analysis.copy_gpu_s,
         "kernels": len(trace.kernels()),
@@ -231,4 +231,4 @@ def chrome_trace(trace: Trace) -> str:
     return json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}) + "\n"
 
 
-__all__ = ["Fix", "Group", "KindRow"]
+__all__ = ["Group", "KindRow", "TraceFinding"]

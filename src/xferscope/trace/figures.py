@@ -9,7 +9,6 @@ from collections import defaultdict
 from typing import Any
 
 from .analyze import Analysis
-from .costs import blocked_s
 from .records import Copy, Trace, user_frame
 
 
@@ -31,7 +30,7 @@ def _totals(copies: list[Copy]) -> dict[str, float]:
         "calls": len(copies),
         "bytes": sum(c.bytes for c in copies),
         "gpu_s": sum(c.seconds for c in copies),
-        "blocked_s": sum(blocked_s(c) for c in copies),
+        "blocked_s": sum(c.blocked_s for c in copies),
     }
 
 
@@ -56,7 +55,7 @@ def run_figures(trace: Trace, analysis: Analysis, wall_s: float) -> dict[str, An
                 "cost_s": f.cost_s,
                 "saving_s": f.saving_s,
             }
-            for f in analysis.fixes
+            for f in analysis.findings
         },
         "lines": {
             k: {"where": said[k][0], "code": said[k][1], **_totals(v)} for k, v in lines.items()

@@ -41,7 +41,7 @@ MEMORY_KINDS = {
     6: "device",
     7: "managed",
 }
-# seed 001's (nvprof's) names for the kinds of copy
+# nvprof's names for the kinds of copy
 NVPROF_NAMES = {
     "h2d": "[CUDA memcpy HtoD]",
     "d2h": "[CUDA memcpy DtoH]",
@@ -167,8 +167,32 @@ class Copy:
         return self.src if self.direction.startswith("h") else self.dst
 
     @property
-    def kind(self) -> str:
-        return self.direction
+    def crosses_link(self) -> bool:
+        """Between host memory and a GPU, over its link (h2d, d2h)."""
+        return self.direction in ("h2d", "d2h")
+
+    @property
+    def call_is_async(self) -> bool:
+        """Issued by an asynchronous call (cudaMemcpyAsync, cuMemcpyHtoDAsync, ...)."""
+        return self.call is not None and "Async" in self.call.function
+
+    @property
+    def blocks_host(self) -> bool:
+        """The host waited for this copy inside its call: a synchronous call, or a pageable copy
+        (which the driver stages through its own buffer)."""
+        return self.call is not None and (not self.call_is_async or self.host_memory == "pageable")
+
+    @property
+    def blocked_s(self) -> float:
+        """Host time blocked in the copy's call: the call's time where the host waited for the
+        copy, else none."""
+        return self.call.seconds if self.call is not None and self.blocks_host else 0.0
+
+    @property
+    def host_cost_s(self) -> float:
+        """What the copy cost the program: its call's time where the host waited, else its GPU
+        time."""
+        return self.call.seconds if self.call is not None and self.blocks_host else self.seconds
 
 
 @dataclass(frozen=True, slots=True)

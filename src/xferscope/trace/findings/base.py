@@ -1,0 +1,136 @@
+"""What every finding of a trace is made of: the lines of the program that made its calls, the
+framework they went through, its sizes in words, and the finding itself (TraceFinding), priced with
+this machine's measured curves or saying why it is not."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ...core import stats
+from ...core.units import format_bytes
+from ...documents.records import KEY
+from ..records import Copy, Pin, Trace, user_frame
+from ..reference import Reference
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a finding is found in: the trace, and this machine's copy rates (None: not
+    measured)."""
+
+    trace: Trace
+    reference: Reference | None
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """A line of the program that made some of a finding's calls: the innermost frame of its
+    own Python code (`file:line (function)`), else its native caller."""
+
+    where: str
+    calls: int
+    bytes: int
+    cost_s: float
+    stack: tuple[str, ...] = ()  # the Python stack there, innermost first
+    native: str | None = None  # the native caller, where one was unwound
+    code: str = ""  # the line's source text, where the file could be read
+
+
+@dataclass(frozen=True, slots=True)
+class TraceFinding:
+    """A finding, priced: what the calls are, what they cost, what to do and what it saves; or,
+    where it cannot be priced, why not and how to price it."""
+
+    code: str
+    title: str
+    calls: int
+    bytes: int
+    sizes: str  # the sizes, in words
+    places: tuple[Place, ...]  # the lines that made the calls, the costliest first
+    cost_s: float
+    saving_s: float | None  # None: not priced (`unpriced` says why)
+    advice: str = field(metadata={KEY: "fix"})  # what to do, in the framework's words
+    detail: str = ""
+    unpriced: str = ""
+    framework: str | None = None  # PyTorch, CuPy, JAX, Numba: the advice is said in its words
+
+
+# Why a finding could not be priced without this machine's curves, and how to price it.
+NO_CURVES = (
+    "this machine's copy rates were not measured (--reference none, or no curve in the "
+    "history); trace with --reference measure (a 10 s sweep after the program), or run "
+    "`xferscope run` once so the history has them"
+)
+MOST_PLACES = 12  # lines kept per finding, the costliest
+
+
+def sizes_text(copies: Sequence[Copy]) -> str:
+    sizes = sorted(c.bytes for c in copies)
+    if not sizes:
+        return ""
+    if sizes[0] == sizes[-1]:
+        return format_bytes(sizes[0])
+    middle = format_bytes(int(stats.median(sizes)))
+    return f"{format_bytes(sizes[0])} to {format_bytes(sizes[-1])} (median {middle})"
+
+
+def places(trace: Trace, items: Iterable[Copy | Pin]) -> tuple[Place, ...]:
+    """The calls grouped by the line that made them, the costliest first."""
+    by: dict[str, list[Copy | Pin]] = defaultdict(list)
+    for x in items:
+        by[trace.where(x.frames, x.python) or "(no caller recorded)"].append(x)
+    found = []
+    for where, xs in by.items():
+        with_stack = next((x for x in xs if x.python), None)
+        frame = user_frame(with_stack.python) if with_stack else None
+        code = frame.source() if frame else ""
+        found.append(
+            Place(
+                where,
+                len(xs),
+                sum(x.bytes for x in xs),
+                sum(x.host_cost_s if isinstance(x, Copy) else x.seconds or 0.0 for x in xs),
+                tuple(str(f) for f in with_stack.python) if with_stack else (),
+                next((n for x in xs if (n := trace.native(x.frames))), None),
+                code,
+            )
+        )
+    return tuple(sorted(found, key=lambda p: (-p.cost_s, -p.calls))[:MOST_PLACES])
+
+
+def framework(trace: Trace, items: Iterable[Copy | Pin]) -> str | None:
+    """The framework most of the calls that tell went through, if any."""
+    counts = Counter(f for x in items if (f := trace.framework(x.frames, x.python)))
+    return counts.most_common(1)[0][0] if counts else None
+
+
+def finding(
+    code: str,
+    title: str,
+    advice: Mapping[str | None, str],
+    trace: Trace,
+    copies: Sequence[Copy],
+    cost: float,
+    saving: float | None,
+    detail: str = "",
+    unpriced: str = "",
+) -> TraceFinding:
+    """A finding of `copies`: their count, bytes, sizes and lines, and the advice in the words
+    of the framework they went through (None: CUDA's own)."""
+    used = framework(trace, copies)
+    return TraceFinding(
+        code,
+        title,
+        len(copies),
+        sum(c.bytes for c in copies),
+        sizes_text(copies),
+        places(trace, copies),
+        cost,
+        None if saving is None else max(0.0, saving),
+        advice.get(used, advice[None]),
+        detail,
+        unpriced,
+        used,
+    )

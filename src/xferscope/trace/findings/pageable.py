@@ -1,0 +1,42 @@
+"""Copies from or to pageable memory: the driver stages them through its own buffer, one chunk at
+a time; priced by this machine's pinned copies of the same sizes."""
+
+from __future__ import annotations
+
+from ..costs import expected
+from .base import NO_CURVES, Context, TraceFinding, finding
+
+ORDER = 0  # where it stands among findings of equal price
+CODE = "pageable_copies"
+ADVICE: dict[str | None, str] = {
+    None: "pin the host buffers once (cudaHostRegister or cudaMallocHost), or copy through "
+    "xferscope's staged copy (xferscope.copy_to_device)",
+    "PyTorch": "pin the host tensors once: `pin_memory=True` in the DataLoader, or "
+    "`tensor.pin_memory()` for a tensor made once; then `.to(device, non_blocking=True)`",
+    "CuPy": "allocate the host arrays pinned, with `cupyx.empty_pinned` (or "
+    "`cupyx.zeros_pinned`), and copy them with `cupy.asarray` or `ndarray.set`",
+    "JAX": "put the host arrays in pinned host memory (`jax.device_put(x, "
+    "sharding.with_memory_kind('pinned_host'))`) before moving them to the device",
+    "Numba": "allocate the host arrays pinned (`cuda.pinned_array`, or `with "
+    "cuda.pinned(array):`) before `cuda.to_device`",
+}
+
+
+def find(context: Context) -> TraceFinding | None:
+    trace, reference = context.trace, context.reference
+    copies = [c for c in trace.copies if c.crosses_link and c.host_memory == "pageable"]
+    if not copies:
+        return None
+    cost = sum(c.host_cost_s for c in copies)
+    pinned = expected(reference, copies, "pinned")
+    return finding(
+        CODE,
+        "copies from or to pageable memory",
+        ADVICE,
+        trace,
+        copies,
+        cost,
+        None if pinned is None else cost - pinned,
+        "" if pinned is None else "priced by this machine's pinned copies of the same sizes",
+        "" if pinned is not None else f"not priced: {NO_CURVES}",
+    )

@@ -1,0 +1,40 @@
+"""Copies far slower than this machine reaches for their size: priced by the time past its curve."""
+
+from __future__ import annotations
+
+from .base import Context, TraceFinding, finding
+
+ORDER = 4  # where it stands among findings of equal price
+CODE = "slow_copies"
+SLOW_FACTOR = 2.0  # a copy this many times slower than the machine's curve is "far below"
+ADVICE: dict[str | None, str] = {
+    None: "look for copies that run at once with others (same direction), a buffer on the "
+    "far NUMA node (`xferscope run` says), or a GPU link trained down",
+}
+
+
+def find(context: Context) -> TraceFinding | None:
+    trace, reference = context.trace, context.reference
+    if reference is None:
+        return None
+    slow = []
+    excess = 0.0
+    for c in trace.copies:
+        if not c.crosses_link or c.host_memory not in ("pinned", "pageable"):
+            continue
+        t = reference.seconds(c.direction, c.host_memory, c.bytes)
+        taken = c.host_cost_s if c.host_memory == "pageable" else c.seconds
+        if t and taken > SLOW_FACTOR * t:
+            slow.append(c)
+            excess += taken - t
+    if not slow:
+        return None
+    return finding(
+        CODE,
+        "copies at less than half the rate this machine reaches for their size",
+        ADVICE,
+        trace,
+        slow,
+        sum(c.host_cost_s for c in slow),
+        excess,
+    )

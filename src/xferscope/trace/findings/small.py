@@ -1,0 +1,81 @@
+"""Runs of many small copies, one after another, that one copy of their bytes would replace:
+priced by this machine's one copy of each run's bytes."""
+
+from __future__ import annotations
+
+from ..costs import expected
+from ..records import Copy
+from .base import NO_CURVES, Context, TraceFinding, finding
+
+ORDER = 2  # where it stands among findings of equal price
+CODE = "small_copies"
+SMALL_BYTES = 256 << 10  # copies this small pay their fixed cost more than their bytes
+BATCH_MIN = 16  # this many small copies in a row make a batch worth merging
+BATCH_GAP_NS = 100_000  # ... with no more than this between one's end and the next's call
+ADVICE: dict[str | None, str] = {
+    None: "gather them into one buffer and copy once (cudaMemcpyBatchAsync on CUDA 12.8+, or "
+    "a pinned staging buffer and one copy), then scatter on the GPU; xferscope.copy_many "
+    "makes the batch by the method measured fastest here",
+    "PyTorch": "make small constant tensors once, on the GPU, outside the loop "
+    "(`torch.tensor(values, device=device)` copies from the host each time it runs); copy "
+    "many small tensors as one (`torch.cat` on the host, one `.to(device)`, then split), or "
+    "with xferscope.copy_many",
+    "CuPy": "build small arrays once, or concatenate them on the host and copy once "
+    "(`cupy.asarray(numpy.concatenate(...))`), or use xferscope.copy_many",
+}
+
+
+def find(context: Context) -> TraceFinding | None:
+    """Runs of many small copies, one after another, that one copy of their bytes would replace."""
+    trace, reference = context.trace, context.reference
+    runs: list[list[Copy]] = []
+    current: list[Copy] = []
+    for c in trace.copies:
+        key = (c.pid, c.direction, c.host_memory, c.stream)
+        if (
+            c.bytes <= SMALL_BYTES
+            and c.crosses_link
+            and current
+            and (
+                current[-1].pid,
+                current[-1].direction,
+                current[-1].host_memory,
+                current[-1].stream,
+            )
+            == key
+            and (c.call.start_ns if c.call else c.start_ns) - current[-1].end_ns <= BATCH_GAP_NS
+        ):
+            current.append(c)
+            continue
+        if len(current) >= BATCH_MIN:
+            runs.append(current)
+        current = [c] if c.bytes <= SMALL_BYTES and c.crosses_link else []
+    if len(current) >= BATCH_MIN:
+        runs.append(current)
+    if not runs:
+        return None
+    copies = [c for run in runs for c in run]
+    title = f"runs of many small copies ({len(runs)} runs of {BATCH_MIN} or more)"
+    if reference is None:
+        cost = sum(c.host_cost_s for c in copies)
+        return finding(
+            CODE, title, ADVICE, trace, copies, cost, None, unpriced=f"not priced: {NO_CURVES}"
+        )
+    # what they cost: as traced, or what this machine takes for them untraced if less (a
+    # traced call carries the tracing's own microsecond or so)
+    cost = min(sum(c.host_cost_s for c in copies), expected(reference, copies) or float("inf"))
+    one = 0.0
+    for run in runs:
+        t = reference.seconds(run[0].direction, run[0].host_memory, sum(c.bytes for c in run))
+        one += t or 0.0
+    return finding(
+        CODE,
+        title,
+        ADVICE,
+        trace,
+        copies,
+        cost,
+        cost - one,
+        "the saving prices each run as one copy of all its bytes on this machine; `xferscope "
+        "batch --size-mix file:copies.csv` compares the ways of batching on these very sizes",
+    )

@@ -1,0 +1,50 @@
+"""Synchronous copies from pinned memory that stall the host: priced by what an asynchronous
+call of this program costs the host."""
+
+from __future__ import annotations
+
+from ...core import stats
+from .base import Context, TraceFinding, finding
+
+ORDER = 1  # where it stands among findings of equal price
+CODE = "synchronous_copies"
+ASYNC_ISSUE_S = 5e-6  # an asynchronous copy call costs the host about this (when none measured)
+ADVICE: dict[str | None, str] = {
+    None: "issue them with cudaMemcpyAsync on a stream and synchronize only where the data "
+    "is needed; the host works meanwhile",
+    "PyTorch": "copy with `.to(device, non_blocking=True)` from pinned memory, and read "
+    "results back with `.to('cpu', non_blocking=True)` into pinned memory, synchronizing "
+    "(`torch.cuda.current_stream().synchronize()`) only where the value is used: `.item()`, "
+    "`.cpu()` and `.tolist()` each wait for the GPU",
+    "CuPy": "copy on a stream (`cupy.cuda.Stream(non_blocking=True)`) with "
+    "`ndarray.set(..., stream=s)` and `ndarray.get(stream=s, out=pinned)`, then "
+    "`s.synchronize()` only where the data is needed",
+}
+
+
+def find(context: Context) -> TraceFinding | None:
+    trace = context.trace
+    copies = [
+        c
+        for c in trace.copies
+        if c.call is not None and not c.call_is_async and c.host_memory == "pinned"
+    ]
+    if not copies:
+        return None
+    issued = [
+        c.call.seconds
+        for c in trace.copies
+        if c.call is not None and c.call_is_async and c.host_memory == "pinned"
+    ]
+    issue = stats.median(issued) if issued else ASYNC_ISSUE_S
+    cost = sum(c.call.seconds for c in copies if c.call)
+    return finding(
+        CODE,
+        "synchronous copies that stall the host",
+        ADVICE,
+        trace,
+        copies,
+        cost,
+        cost - issue * len(copies),
+        "the saving is host time freed for other work while the copies run",
+    )

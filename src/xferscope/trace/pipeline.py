@@ -1,0 +1,158 @@
+"""A traced program, end to end: run it (`runs` times) with the injection library, read its
+records, price them with this machine's rates (from the history, or measured), and build the
+result document. What `xferscope trace` runs, and what a caller of the package runs the same way:
+
+    traced = trace_program(TraceOptions(command=("python3", "train.py")), scratch)
+    print(traced.result.summary["fixes"] if traced.result else "no CUDA activity")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core import interrupt, machine
+from ..core.errors import XferscopeError
+from ..documents.envelope import now
+from .analyze import analyze
+from .document import TraceResult, copy_dict, findings_of, summary_dict
+from .figures import run_figures
+from .records import Trace, read_trace
+from .reference import Reference, calibrate, from_history
+from .runner import DEFAULT_LIMIT, KERNELS_DEFAULT, Ran, run_traced
+
+REFERENCES = ("auto", "history", "measure", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class TraceOptions:
+    """How a program is traced and priced (the options of `xferscope trace`)."""
+
+    command: tuple[str, ...]
+    limit: int = DEFAULT_LIMIT  # records of each kind kept
+    kernels: str = KERNELS_DEFAULT  # sampled, all, none or ON/PERIOD
+    reference: str = "auto"  # REFERENCES: where this machine's rates come from
+    runs: int = 1  # the program is run this many times, each traced
+    device: int = 0  # the GPU the rates are for
+    history: Path | None = None  # where the rates are looked for (None: never)
+
+
+@dataclass(frozen=True, slots=True)
+class Traced:
+    """What tracing a program gave: its first run, its records, and the result document (None
+    where no CUDA activity was seen: nothing to write)."""
+
+    ran: Ran
+    trace: Trace
+    result: TraceResult | None
+
+
+def trace_program(
+    options: TraceOptions,
+    scratch: Path,
+    open_engine: Callable[[], Any],
+    say: Callable[[str], None] = lambda _line: None,
+) -> Traced:
+    """Runs the program as `options` say, its records kept in `scratch`; `open_engine` opens
+    the engine that identifies the GPU and measures its rates (None from it where there is
+    none); `say` hears each step a person should know of."""
+    created = now()
+    ran = run_traced(list(options.command), _run_directory(scratch, 1), options.limit,
+                     options.kernels)  # fmt: skip
+    trace = read_trace(ran.files)
+    if not ran.files or not (trace.copies or trace.intervals or trace.calls):
+        return Traced(ran, trace, None)
+    more = _more_runs(options, scratch, ran, say)
+    reference, engine = _reference(options, open_engine, say)
+    analysis = analyze(trace, ran.wall_s, reference)
+    runs = [run_figures(trace, analysis, ran.wall_s)]
+    for other in more:
+        again = read_trace(other.files)
+        runs.append(run_figures(again, analyze(again, other.wall_s, reference), other.wall_s))
+    result = TraceResult(
+        created=created,
+        simulated=False,
+        machine=_machine(engine, options.device),
+        options={
+            "command": list(ran.command),
+            "limit": options.limit,
+            "kernels": options.kernels,
+            "reference": options.reference,
+            "runs": options.runs,
+        },
+        interrupted=ran.interrupted or ran.returncode < 0 or len(runs) < options.runs,
+        wall_s=ran.wall_s,
+        returncode=ran.returncode,
+        signal=ran.signal,
+        processes=trace.processes,
+        summary=summary_dict(analysis, trace, None if reference is None else reference.to_dict()),
+        copies=tuple(copy_dict(trace, c) for c in trace.copies),
+        findings=tuple(findings_of(analysis)),
+        runs=tuple(runs),
+    )
+    return Traced(ran, trace, result)
+
+
+def _run_directory(scratch: Path, run: int) -> Path:
+    """Where run `run`'s records go: a directory of its own."""
+    directory = scratch / f"run{run}"
+    directory.mkdir()
+    return directory
+
+
+def _more_runs(
+    options: TraceOptions, scratch: Path, first: Ran, say: Callable[[str], None]
+) -> list[Ran]:
+    """The runs after the first, while each ends well and no stop is asked for."""
+    runs: list[Ran] = []
+    if first.returncode != 0 or first.interrupted:
+        return runs
+    for i in range(2, options.runs + 1):
+        if interrupt.requested():
+            break
+        say(f"run {i} of {options.runs}")
+        ran = run_traced(list(options.command), _run_directory(scratch, i), options.limit,
+                         options.kernels)  # fmt: skip
+        if ran.interrupted:  # the Ctrl-C went to the program: the command stops as for run 1
+            interrupt.request()
+            break
+        if ran.returncode != 0:
+            say(f"run {i} ended with status {ran.exit_status}: no further runs")
+            break
+        runs.append(ran)
+    return runs
+
+
+def _reference(
+    options: TraceOptions, open_engine: Callable[[], Any], say: Callable[[str], None]
+) -> tuple[Reference | None, Any]:
+    """This machine's rates, and the engine that measured or identified the GPU (None where
+    no GPU could be opened: the trace is still summarized, its findings unpriced)."""
+    if options.reference == "none":
+        return None, None
+    try:
+        engine = open_engine()
+        uuid = str(engine.device_info(options.device)["uuid"])
+    except (XferscopeError, ValueError) as exc:
+        say(f"no reference rates: {exc}")
+        return None, None
+    if options.reference in ("auto", "history") and options.history is not None:
+        ref = from_history(options.history, uuid)
+        if ref is not None or options.reference == "history":
+            return ref, engine
+    say("measuring this machine's copy rates (about 10 s; --reference none skips it)")
+    try:
+        return calibrate(engine, options.device), engine
+    except XferscopeError as exc:
+        say(f"no reference rates: {exc}")
+    except KeyboardInterrupt:
+        say("the calibration was interrupted: the trace is kept, its findings not priced")
+    return None, engine
+
+
+def _machine(engine: Any, device: int) -> dict[str, Any]:
+    if engine is None:
+        return {"host": machine.host_facts(), "gpus": []}
+    return machine.collect(engine, [device])
