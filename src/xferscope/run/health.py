@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from ..core.findings import CORRUPTED_CAUSE, CORRUPTED_FIX, ERROR, WARNING, Finding
 from ..core.units import format_bytes
-from .readings import figure_of, gpu_facts, measured_gpus
+from .readings import curve_figure, gpu_facts, measured_gpus
 from .records import Concurrent, RunResult
 
 # NVML clock event reasons that mean the GPU is being slowed down: software power cap, hardware
@@ -130,13 +130,7 @@ def verification_failed(result: RunResult) -> Iterator[Finding]:
                     "verification_failed",
                     ERROR,
                     gpu.index,
-                    figure_of(
-                        gpu.index,
-                        curve.config.direction,
-                        curve.config.memory,
-                        curve.config.mechanism,
-                        curve.config.timing,
-                    ),
+                    curve_figure(gpu.index, curve),
                     float(v.mismatched_bytes),
                     0.0,
                     f"GPU {gpu.index}: {curve.config.label}: data arrived wrong at {len(bad)} of "
@@ -156,13 +150,7 @@ def noisy_or_throttled(result: RunResult) -> Iterator[Finding]:
                 "noisy",
                 WARNING,
                 gpu.index,
-                figure_of(
-                    gpu.index,
-                    curve.config.direction,
-                    curve.config.memory,
-                    curve.config.mechanism,
-                    curve.config.timing,
-                ),
+                curve_figure(gpu.index, curve),
                 worst.rel_noise,
                 None,
                 f"GPU {gpu.index}: {len(noisy)} sizes stayed noisy after every trial (worst "

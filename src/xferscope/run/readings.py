@@ -30,6 +30,12 @@ def figure_of(gpu: int, direction: str, memory: str, mechanism: str, timing: str
     return f"gpu{gpu}/{direction}/{memory}/{mechanism}/{timing}/bandwidth"
 
 
+def curve_figure(gpu: int, curve: Curve) -> str:
+    """The name of this curve's bandwidth figure (figure_of, from its configuration)."""
+    c = curve.config
+    return figure_of(gpu, c.direction, c.memory, c.mechanism, c.timing)
+
+
 def measured_gpus(result: RunResult) -> Iterator[GpuSection]:
     """The GPU sections that measured curves."""
     return (g for g in result.gpus if g.curves)
