@@ -18,9 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from foundation import GiB, bench_parser, comparison, write_record
 from xferscope.core.engine import NativeEngine
 from xferscope.core.machine import collect
-from xferscope.pageable.staged import StagedPlan
 from xferscope.sweep.measure import run_sweep
 from xferscope.sweep.options import SweepOptions
+from xferscope.transfer.staged import StagedPlan
 
 HERE = Path(__file__).resolve().parent
 MIB = 1 << 20

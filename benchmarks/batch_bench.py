@@ -43,8 +43,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from async_bench import api_bandwidth, staged_vs_pinned
 from foundation import bench_parser, comparison, write_record
 from xferscope import copy_many
-from xferscope.batch import choose
-from xferscope.batch.copy import COPY_MANY_METHODS
 from xferscope.batch.measure import (
     CALIBRATION_COUNTS,
     CALIBRATION_DIRECTIONS,
@@ -60,6 +58,8 @@ from xferscope.batch.measure import (
 from xferscope.core import plan
 from xferscope.core.engine import NativeEngine
 from xferscope.core.machine import collect
+from xferscope.transfer import calibration as choose
+from xferscope.transfer.policy import COPY_MANY_METHODS
 
 HERE = Path(__file__).resolve().parent
 TRIALS = 11  # pinned: methods within a few per cent of each other, and the best is the least

@@ -49,10 +49,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from foundation import bench_parser, comparison, write_record
 from xferscope import copy_many, copy_to_device, copy_to_host
-from xferscope.batch import copy as many
+from xferscope.core.compiled import engine_module
 from xferscope.core.engine import NativeEngine
 from xferscope.core.errors import XferscopeError
 from xferscope.core.machine import collect
+from xferscope.transfer.buffers import read_pair
+from xferscope.transfer.engine import default_engine
 
 COUNTS = (1, 4, 16, 64, 256, 1024)
 SIZES = (64, 4096, 65536, 1 << 20)
@@ -384,6 +386,7 @@ def single_part(args: Any, figures: dict, comparisons: list[dict]) -> None:
 def overhead_part(args: Any, figures: dict, comparisons: list[dict]) -> None:
     """1-4 pieces: copy_many with tensors against its chosen method forced through addresses."""
     generator, rows = part_cells(figures, "overhead_cells", seed=4)
+    copiers: dict[int, Any] = {}  # a copier of the engine copy_many runs on, as its own
     for memory in ("pinned", "pageable"):
         for direction in ("h2d", "d2h"):
             for count in (1, 2, 4):
@@ -392,8 +395,8 @@ def overhead_part(args: Any, figures: dict, comparisons: list[dict]) -> None:
                     pairs = list(zip(dst, src, strict=True))
                     method = copy_many(pairs).method
                     # the method's own time: the same pieces, read once, copied by the copier
-                    batch = many._e.resolve_pairs(pairs, -1, None, many._slow_pair, many._refuse)
-                    copier = many._copier(many._default_engine(), 0)
+                    batch = engine_module().resolve_pairs(pairs, -1, None, read_pair)
+                    copier = copiers.setdefault(0, default_engine().many_copier(0))
 
                     def ours(pairs: list = pairs) -> None:
                         copy_many(pairs)

@@ -86,6 +86,7 @@ void bind_batch(nb::module_& m);    // bindings/batch.cpp
 void bind_pitch(nb::module_& m);    // bindings/pitch.cpp
 void bind_pairs(nb::module_& m);    // bindings/pairs.cpp
 void bind_resolve(nb::module_& m);  // bindings/resolve.cpp
+void bind_copies(nb::module_& m);   // bindings/copies.cpp
 
 NB_MODULE(_engine, m) {
   m.doc() = "xferscope native measurement engine";
@@ -482,4 +483,5 @@ NB_MODULE(_engine, m) {
   bind_pitch(m);
   bind_pairs(m);
   bind_resolve(m);
+  bind_copies(m);
 }

@@ -1,11 +1,11 @@
-// xferscope._engine's reading of copy_many's arguments (xferscope.batch.copy): the caller's pairs
-// of objects (or three arrays of addresses and sizes) turned into addresses, sizes and memory
-// kinds in one pass, with no Python code run for the common objects (PyTorch tensors, CuPy
-// arrays, NumPy arrays and other buffers) and no Python object made per piece. Whatever this
-// reader does not know, or finds wrong, goes to the Python reader (xferscope.batch.resolve),
+// xferscope._engine's reading of copy_many's arguments (xferscope.transfer.copy): the caller's
+// pairs of objects (or three arrays of addresses and sizes) turned into addresses, sizes and
+// memory kinds in one pass, with no Python code run for the common objects (PyTorch tensors,
+// CuPy arrays, NumPy arrays and other buffers) and no Python object made per piece. Whatever this
+// reader does not know, or finds wrong, goes to the Python reader (xferscope.transfer.buffers),
 // which either reads it or raises the one clear error; the rules of a batch (one direction, one
-// GPU, writable destinations) are checked here, their messages made in Python.
-// bindings/buffers.cpp reads each object.
+// GPU, writable destinations) are checked here, and a broken one is a CopyRefused whose message
+// is made here. bindings/buffers.cpp reads each object; bindings/copies.cpp copies the batch.
 //
 // The memory kind of an object read here is remembered while the object lives (a weak
 // reference tells), so a batch of the same tensors asks the driver nothing on later calls. A
@@ -14,33 +14,28 @@
 #include <Python.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
-#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 
-#include <chrono>
 #include <cstdint>
-#include <limits>
-#include <map>
 #include <string>
-#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "arrays.hpp"
 #include "buffers.hpp"
-#include "handle.hpp"
-#include "xferscope/error.hpp"
+#include "resolved.hpp"
 #include "xferscope/many.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 namespace batch = xferscope::batch;
-using ManyHandle = xferscope::bindings::Handle<batch::ManyCopier>;
 using xferscope::bindings::Addresses;
 using xferscope::bindings::array_of;
+using xferscope::bindings::CopyRefused;
 using xferscope::bindings::End;
 using xferscope::bindings::read_end;
+using xferscope::bindings::Resolved;
 
 namespace {
 
@@ -101,17 +96,6 @@ std::vector<std::uint64_t> as_u64(const std::vector<T>& values) {
 
 }  // namespace
 
-// A batch of copy_many read and checked: every piece's addresses and size, the direction, the
-// GPU, whether every host piece is pinned (and each host piece's address on the GPU).
-struct Resolved {
-  std::vector<std::uintptr_t> destinations, sources, mapped;
-  std::vector<std::size_t> sizes;
-  std::vector<nb::object> keep;  // what the Python reader returned: held while the copy runs
-  bool upload = true, pinned = true;
-  int device = 0;
-  std::size_t total = 0;
-};
-
 namespace {
 
 // The kinds of the ends (2 per piece: destinations, then sources); `objects` and `ends`: the
@@ -164,23 +148,41 @@ std::vector<batch::PointerInfo> kinds_of(const std::vector<std::uintptr_t>& addr
   return kinds;
 }
 
-// The rules of a batch: every piece one way between the host and one GPU (`device`, -1: the
-// first piece's), host destinations writable (and addresses and sizes positive). A broken rule
-// is `refuse`'s error (Python's words): refuse("directions", kinds, count, upload),
-// refuse("device", i, gpu, target), refuse("read_only", i), refuse("positive", which array).
-void settle(Resolved& r, const std::vector<batch::PointerInfo>& kinds,
-            const std::vector<bool>* read_only, int device, nb::handle refuse) {
-  const std::size_t count = r.sizes.size();
-  auto on_gpu = [&](std::size_t i) { return static_cast<int>(kinds[i].kind) >= 2; };
-  r.upload = on_gpu(0) && !on_gpu(count);
+// The names of the memory kinds, by batch::PointerKind (exported as POINTER_KINDS).
+constexpr const char* kKindNames[] = {"pageable", "pinned", "device", "managed"};
+bool on_gpu(const batch::PointerInfo& k) {
+  return k.kind == batch::PointerKind::device || k.kind == batch::PointerKind::managed;
+}
+const char* way(bool upload) { return upload ? "host to GPU" : "GPU to host"; }
+
+// The CopyRefused of a batch whose pairs do not all go one way between the host and a GPU: the
+// first pair with both ends on one side, else the first that goes the other way from pair 0.
+[[noreturn]] void refuse_directions(const std::vector<batch::PointerInfo>& kinds, std::size_t count,
+                                    bool upload) {
   for (std::size_t i = 0; i < count; ++i) {
-    if (on_gpu(i) != r.upload || on_gpu(count + i) == r.upload) {
-      std::vector<std::int8_t> all(kinds.size());
-      for (std::size_t j = 0; j < kinds.size(); ++j)
-        all[j] = static_cast<std::int8_t>(kinds[j].kind);
-      refuse("directions", array_of(std::move(all)), count, r.upload);
-      throw xferscope::UsageError("copy_many: the pairs go more than one way");
+    if (on_gpu(kinds[i]) == on_gpu(kinds[count + i])) {
+      throw CopyRefused("pair " + std::to_string(i) + ": both ends are " +
+                        (on_gpu(kinds[i]) ? "GPU" : "host") + " memory (" +
+                        kKindNames[static_cast<int>(kinds[i].kind)] + " and " +
+                        kKindNames[static_cast<int>(kinds[count + i].kind)] +
+                        "); copy_many copies between host memory and a GPU");
     }
+  }
+  std::size_t i = 0;
+  while (i < count && on_gpu(kinds[i]) == upload) ++i;
+  throw CopyRefused("pair " + std::to_string(i) + " copies " + way(on_gpu(kinds[i])) +
+                    " while pair 0 copies " + way(upload) + ": one direction per call");
+}
+
+// The rules of a batch: every piece one way between the host and one GPU (`device`, -1: the
+// first piece's), host destinations writable; a broken one is a CopyRefused.
+void settle(Resolved& r, const std::vector<batch::PointerInfo>& kinds,
+            const std::vector<bool>* read_only, int device) {
+  const std::size_t count = r.sizes.size();
+  r.upload = on_gpu(kinds[0]) && !on_gpu(kinds[count]);
+  for (std::size_t i = 0; i < count; ++i) {
+    if (on_gpu(kinds[i]) != r.upload || on_gpu(kinds[count + i]) == r.upload)
+      refuse_directions(kinds, count, r.upload);
   }
   const std::size_t gpu_at = r.upload ? 0 : count, host_at = r.upload ? count : 0;
   r.device = device >= 0 ? device : kinds[gpu_at].device;
@@ -190,13 +192,13 @@ void settle(Resolved& r, const std::vector<batch::PointerInfo>& kinds,
   for (std::size_t i = 0; i < count; ++i) {
     const int gpu = kinds[gpu_at + i].device;
     if (gpu != r.device) {
-      refuse("device", i, gpu, r.device);
-      throw xferscope::UsageError("copy_many: the pieces are on more than one GPU");
+      throw CopyRefused("pair " + std::to_string(i) + ": its GPU buffer is on GPU " +
+                        std::to_string(gpu) + ", and this copy runs on GPU " +
+                        std::to_string(r.device) +
+                        "; copy_many moves data between the host and one GPU at a time");
     }
-    if (!r.upload && read_only && (*read_only)[i]) {
-      refuse("read_only", i);
-      throw xferscope::UsageError("copy_many: a destination is read-only");
-    }
+    if (!r.upload && read_only && (*read_only)[i])
+      throw CopyRefused("pair " + std::to_string(i) + " destination is read-only");
     const batch::PointerInfo& host = kinds[host_at + i];
     r.pinned = r.pinned && host.kind == batch::PointerKind::pinned;
     r.mapped[i] = host.mapped;
@@ -204,11 +206,11 @@ void settle(Resolved& r, const std::vector<batch::PointerInfo>& kinds,
   }
 }
 
-// The pairs: each a (destination, source) tuple or list read here, else given to `slow_pair`
-// (Python: (pair, index) -> (destination address, source address, nbytes, destination
-// read-only, what to keep), or its error).
-Resolved resolve_pairs(nb::sequence pairs, int device, nb::handle classify, nb::handle slow_pair,
-                       nb::handle refuse) {
+}  // namespace
+
+namespace xferscope::bindings {
+
+Resolved resolve_pairs(nb::sequence pairs, int device, nb::handle classify, nb::handle read_pair) {
   PyObject* fast = PySequence_Fast(pairs.ptr(), "copy_many: pairs must be a sequence");
   if (!fast) throw nb::python_error();
   nb::object list = nb::steal(fast);
@@ -240,7 +242,7 @@ Resolved resolve_pairs(nb::sequence pairs, int device, nb::handle classify, nb::
     }
     d = End{};
     s = End{};
-    nb::tuple got = nb::cast<nb::tuple>(slow_pair(nb::handle(pair), i));
+    nb::tuple got = nb::cast<nb::tuple>(read_pair(nb::handle(pair), i));
     r.destinations[i] = nb::cast<std::uintptr_t>(got[0]);
     r.sources[i] = nb::cast<std::uintptr_t>(got[1]);
     r.sizes[i] = nb::cast<std::size_t>(got[2]);
@@ -250,21 +252,28 @@ Resolved resolve_pairs(nb::sequence pairs, int device, nb::handle classify, nb::
   r.keep.push_back(list);
   std::vector<std::uintptr_t> addresses(r.destinations);
   addresses.insert(addresses.end(), r.sources.begin(), r.sources.end());
-  settle(r, kinds_of(addresses, &objects, &ends, classify), &read_only, device, refuse);
+  settle(r, kinds_of(addresses, &objects, &ends, classify), &read_only, device);
   return r;
 }
 
 Resolved resolve_addresses(Addresses destinations, Addresses sources, Addresses sizes, int device,
-                           nb::handle classify, nb::handle refuse) {
+                           nb::handle classify) {
   const std::size_t count = destinations.shape(0);
   constexpr std::uint64_t largest = (std::uint64_t{1} << 63) - 2;  // above: negative or absurd
   const Addresses* arrays[] = {&destinations, &sources, &sizes};
+  const char* names[] = {"destinations", "sources", "sizes"};
   for (int which = 0; which < 3; ++which) {
+    const Addresses& values = *arrays[which];
+    bool bad = false;
+    std::int64_t least = 0;  // the smallest value as given (negative ones wrapped to uint64)
     for (std::size_t i = 0; i < count; ++i) {
-      if ((*arrays[which])(i)-1 > largest) {  // 0 wraps round
-        refuse("positive", which);
-        throw xferscope::UsageError("copy_many: addresses and sizes are positive");
-      }
+      const std::int64_t value = static_cast<std::int64_t>(values(i));
+      if (values(i) - 1 > largest && (!bad || value < least)) least = value;  // 0 wraps round
+      bad = bad || values(i) - 1 > largest;
+    }
+    if (bad) {
+      throw CopyRefused(std::string(names[which]) + " holds " + std::to_string(least) +
+                        ": addresses and sizes are positive");
     }
   }
   Resolved r;
@@ -273,95 +282,23 @@ Resolved resolve_addresses(Addresses destinations, Addresses sources, Addresses 
   r.sizes.assign(sizes.data(), sizes.data() + count);
   std::vector<std::uintptr_t> addresses(r.destinations);
   addresses.insert(addresses.end(), r.sources.begin(), r.sources.end());
-  settle(r, kinds_of(addresses, nullptr, nullptr, classify), nullptr, device, refuse);
+  settle(r, kinds_of(addresses, nullptr, nullptr, classify), nullptr, device);
   return r;
 }
 
-}  // namespace
-
-// The copy of a resolved batch by the native copier (bindings/batch.cpp's ManyCopier).
-static void copy_resolved(ManyHandle& h, const std::string& method, const Resolved& r) {
-  batch::ManyCopier& c = h.get();
-  nb::gil_scoped_release release;
-  static_assert(sizeof(std::size_t) == sizeof(std::uintptr_t));
-  c.copy(method, r.upload, r.destinations.data(), r.sources.data(), r.sizes.data(), r.sizes.size(),
-         r.pinned, r.pinned ? r.mapped.data() : nullptr);
+void refuse_way(bool upload) {
+  throw CopyRefused(std::string(upload ? "copy_to_device" : "copy_to_host") + " copies " +
+                    way(upload) + ", and these buffers go " + way(!upload) +
+                    ": swap the arguments, or call " +
+                    (upload ? "copy_to_host" : "copy_to_device"));
 }
 
-namespace {
-
-// copy_many's decisions as the native path keeps them, by (GPU, upload, pinned, count, bytes,
-// method asked): the method, the Choice Python made (returned again), the GPU's copier, and
-// until when it holds (a decision left to the calibration or rule is made again after
-// look_again_s, as Python's are; a method asked for holds for good). Forgotten when a
-// calibration is stored.
-using DecisionKey = std::tuple<int, bool, bool, std::size_t, std::size_t, std::string>;
-struct Decision {
-  std::string method;
-  nb::object choice;
-  nb::object copier;  // a ManyHandle: asked for again once closed (an engine closed it)
-  double until;
-};
-std::map<DecisionKey, Decision>& decisions() {
-  static auto* map = new std::map<DecisionKey, Decision>;
-  return *map;
-}
-
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// copy_many of pairs on the native engine in one call: read and checked (resolve_pairs), the
-// method decided (remembered, else `decide(direction, memory, count, bytes, device, asked)`,
-// Python's Choice), copied by the copier `copier_of(device)` gives; the Choice returned.
-// `upload` (0 or 1; -1: either): the way the caller named, refused otherwise before copying.
-// Python's side of copy_pairs, given once (configure_copy_pairs): no arguments a call for them.
-struct CopyPairsPython {
-  double look_again_s = 1.0;
-  nb::object decide, copier_of, slow_pair, refuse;
-};
-CopyPairsPython& python_side() {
-  static auto* side = new CopyPairsPython;
-  return *side;
-}
-
-nb::object copy_pairs(nb::sequence pairs, int device, std::optional<std::string> asked,
-                      int upload) {
-  const CopyPairsPython& py = python_side();
-  if (!py.decide.is_valid()) throw xferscope::UsageError("copy_pairs: not configured");
-  const double look_again_s = py.look_again_s;
-  nb::handle decide = py.decide, copier_of = py.copier_of, refuse = py.refuse;
-  Resolved r = resolve_pairs(pairs, device, nb::none(), py.slow_pair, refuse);
-  if (upload >= 0 && r.upload != (upload == 1)) {  // the way the caller named (copy_to_device)
-    refuse("way", upload == 1);
-    throw xferscope::UsageError("copy_many: the buffers go the other way");
-  }
-  const std::size_t count = r.sizes.size();
-  DecisionKey key{r.device, r.upload, r.pinned, count, r.total, asked.value_or("")};
-  const double now = now_s();
-  auto it = decisions().find(key);
-  if (it == decisions().end() || now >= it->second.until) {
-    nb::object choice = decide(r.upload ? "h2d" : "d2h", r.pinned ? "pinned" : "pageable", count,
-                               r.total, r.device, asked ? nb::cast(*asked) : nb::none());
-    if (decisions().size() > 4096) decisions().clear();
-    const double until = asked ? std::numeric_limits<double>::infinity() : now + look_again_s;
-    it = decisions()
-             .insert_or_assign(key, Decision{nb::cast<std::string>(choice.attr("method")), choice,
-                                             copier_of(r.device), until})
-             .first;
-  }
-  Decision& d = it->second;
-  if (nb::cast<ManyHandle&>(d.copier).closed()) d.copier = copier_of(r.device);
-  nb::object choice = d.choice;
-  nb::object copier = d.copier;  // held while the copy runs (the map may change meanwhile)
-  const std::string method = d.method;
-  copy_resolved(nb::cast<ManyHandle&>(copier), method, r);
-  return choice;
-}
-
-}  // namespace
+}  // namespace xferscope::bindings
 
 void bind_resolve(nb::module_& m) {
+  nb::exception<CopyRefused>(m, "CopyRefused", PyExc_ValueError);
+  m.attr("POINTER_KINDS") =
+      nb::make_tuple(kKindNames[0], kKindNames[1], kKindNames[2], kKindNames[3]);
   nb::class_<Resolved>(m, "ResolvedBatch", "A batch of copy_many, read and checked.")
       .def_prop_ro("count", [](const Resolved& r) { return r.sizes.size(); })
       .def_ro("upload", &Resolved::upload)
@@ -379,38 +316,15 @@ void bind_resolve(nb::module_& m) {
       .def_prop_ro(
           "mapped", [](const Resolved& r) { return array_of(as_u64(r.mapped)); },
           nb::rv_policy::move);
-  m.def("resolve_pairs", &resolve_pairs, "pairs"_a, "device"_a, "classify"_a.none(), "slow_pair"_a,
-        "refuse"_a,
+  m.def("resolve_pairs", &xferscope::bindings::resolve_pairs, "pairs"_a, "device"_a,
+        "classify"_a.none(), "read_pair"_a,
         "copy_many's pairs read and checked (classify: Python's classify_pointers, or None for "
-        "the driver's, whose answers are remembered per live object).");
-  m.def("resolve_addresses", &resolve_addresses, "destinations"_a, "sources"_a, "sizes"_a,
-        "device"_a, "classify"_a.none(), "refuse"_a,
+        "the driver's, whose answers are remembered per live object); CopyRefused for a broken "
+        "rule.");
+  m.def("resolve_addresses", &xferscope::bindings::resolve_addresses, "destinations"_a, "sources"_a,
+        "sizes"_a, "device"_a, "classify"_a.none(),
         "copy_many's three arrays read and checked, as resolve_pairs.");
   xferscope::bindings::bind_readers(m);
-  m.def("copy_resolved", &copy_resolved, "copier"_a, "method"_a, "batch"_a,
-        "Copies a resolved batch by `method` through a ManyCopier; returns once it has landed.");
-  m.def("copy_pairs", &copy_pairs, "pairs"_a, "device"_a, "asked"_a.none(), "upload"_a = -1,
-        "copy_many of pairs on the native engine in one call; returns the Choice.");
-  m.def(
-      "configure_copy_pairs",
-      [](double look_again_s, nb::object decide, nb::object copier_of, nb::object slow_pair,
-         nb::object refuse) {
-        python_side() = CopyPairsPython{look_again_s, std::move(decide), std::move(copier_of),
-                                        std::move(slow_pair), std::move(refuse)};
-      },
-      "look_again_s"_a, "decide"_a, "copier_of"_a, "slow_pair"_a, "refuse"_a,
-      "copy_pairs' Python side: how long a decision holds, decide(direction, memory, count, "
-      "bytes, device, asked) -> Choice, copier_of(device), slow_pair(pair, i), refuse(what, ...).");
-  m.def(
-      "forget_decisions", [] { decisions().clear(); },
-      "Forgets copy_many's decisions (a calibration was stored).");
-  m.def(
-      "forget_copy_pairs",
-      [] {
-        decisions().clear();
-        python_side() = CopyPairsPython{};
-      },
-      "Forgets the decisions and copy_pairs' Python side (before the interpreter's teardown).");
   m.def("forget_memory_kinds", &forget_all,
         "Forgets the memory kinds remembered per object (after cudaHostUnregister of memory "
         "that a live object holds).");

@@ -16,8 +16,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .batch.copy import copy_many
-    from .pageable.staged import StagedCopier, StagedPlan, copy_to_device, copy_to_host
+    from .transfer.copy import copy_many
+    from .transfer.staged import StagedCopier, StagedPlan, copy_to_device, copy_to_host
 else:
     # Hidden from type checkers: a module __getattr__ would make every unresolved submodule,
     # the native _engine among them, look like an attribute of type Any.
@@ -26,11 +26,11 @@ else:
         """The staged-copy API, imported on first use: `import xferscope` loads neither NumPy
         nor the native engine, and needs no GPU or driver."""
         if name in ("StagedCopier", "StagedPlan", "copy_to_device", "copy_to_host"):
-            from .pageable import staged
+            from .transfer import staged
 
             return getattr(staged, name)
         if name == "copy_many":
-            from .batch.copy import copy_many
+            from .transfer.copy import copy_many
 
             return copy_many
         raise AttributeError(f"module 'xferscope' has no attribute {name!r}")

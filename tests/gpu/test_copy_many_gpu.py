@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from xferscope import StagedCopier, cli, copy_many
-from xferscope.batch import choose
-from xferscope.batch.copy import COPY_MANY_METHODS
+from xferscope.transfer import calibration as choose
+from xferscope.transfer.policy import COPY_MANY_METHODS
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -198,7 +198,7 @@ def test_remembered_kinds_follow_a_tensor_whose_memory_changes(native_engine):
     """The memory kind is remembered per live tensor: the same tensors copied again by the
     kernel (pinned) use it; a tensor given new memory of another kind (set_) is asked about
     again, so the kernel is not used on pageable memory; forget_memory_kinds forgets all."""
-    from xferscope.batch.copy import forget_memory_kinds
+    from xferscope.transfer.copy import forget_memory_kinds
 
     hosts = host_pieces(True)[:8]
     gpu = [torch.zeros(h.numel(), dtype=torch.uint8, device="cuda") for h in hosts]
@@ -244,7 +244,7 @@ def test_tensors_are_read_through_dlpacks_exchange_api_where_torch_has_it(native
     at an offset, of several dimensions and element types, and tensors that require grad copy
     every byte; a transposed view is refused with PyTorch's words; a subclass is never read
     through it."""
-    from xferscope.batch.copy import _e
+    from xferscope.transfer.copy import _e
 
     base = torch.randint(0, 255, (1 << 16,), dtype=torch.uint8).pin_memory()
     floats = base.view(torch.float32).view(128, 128)

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 
-from xferscope.pageable.staged import StagedCopier, copy_to_device, copy_to_host
+from xferscope.transfer.staged import StagedCopier, copy_to_device, copy_to_host
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")

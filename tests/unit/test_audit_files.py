@@ -185,9 +185,9 @@ def test_a_partial_calibration_is_never_stored(capsys, tmp_path, monkeypatch):
 
 
 def test_a_calibration_from_another_gpu_or_partial_decides_nothing(tmp_path, monkeypatch):
-    from xferscope.batch import choose
     from xferscope.batch.measure import BatchOptions, dumps_json, measure
     from xferscope.core.engine.simulated import SimulatedEngine
+    from xferscope.transfer import calibration as choose
 
     monkeypatch.setenv("XFERSCOPE_CALIBRATION", str(tmp_path))
     engine = SimulatedEngine()

@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 
 from xferscope import cli, copy_many
-from xferscope.batch import choose
 from xferscope.batch.measure import (
     CALIBRATION_COUNTS,
     CALIBRATION_SIZES,
@@ -24,15 +23,17 @@ from xferscope.batch.measure import (
     to_dict,
 )
 from xferscope.core.engine.simulated import SimulatedEngine
+from xferscope.transfer import calibration, rule
+from xferscope.transfer.policy import CopyRefused
 
-PINNED, DEVICE = 1, 2
+PINNED, DEVICE = "pinned", "device"
 GPU_BASE = 0x7F00_0000_0000
 
 
 @pytest.fixture(autouse=True)
 def places(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("XFERSCOPE_HISTORY", str(tmp_path / "history.sqlite3"))
-    monkeypatch.setenv(choose.CALIBRATION_ENV, str(tmp_path / "calibration"))
+    monkeypatch.setenv(calibration.CALIBRATION_ENV, str(tmp_path / "calibration"))
     return tmp_path / "calibration"
 
 
@@ -88,7 +89,7 @@ def test_pageable_pieces_are_packed_and_a_single_copy_is_the_loop():
 
 
 def test_large_pageable_batches_go_through_the_staged_copy():
-    size = choose.RULE_STAGED_FROM // 64
+    size = rule.RULE_STAGED_FROM // 64
     host = np.ones(64 * size, dtype=np.uint8)  # pageable
     engine = engine_with()
     up = [(g, host[i * size : (i + 1) * size]) for i, g in enumerate(gpu_blocks(64, size))]
@@ -122,15 +123,15 @@ def test_addresses_as_three_arrays():
 @pytest.mark.parametrize(
     ("destinations", "sources", "sizes", "error", "fragment"),
     [
-        ([GPU_BASE], [0], [64], ValueError, "sources holds 0: addresses and sizes are positive"),
+        ([GPU_BASE], [0], [64], CopyRefused, "sources holds 0: addresses and sizes are positive"),
         (
             np.array([GPU_BASE, -64], dtype=np.int64),
             [1 << 20, 2 << 20],
             [64, 64],
-            ValueError,
+            CopyRefused,
             "destinations holds -64",
         ),
-        ([GPU_BASE], [1 << 20], np.array([-1]), ValueError, "sizes holds -1"),
+        ([GPU_BASE], [1 << 20], np.array([-1]), CopyRefused, "sizes holds -1"),
         ([GPU_BASE], [1 << 20], [64, 64], ValueError, "differ in length (1, 1, 2)"),
         ([[GPU_BASE]], [1 << 20], [64], TypeError, "destinations must be a 1-D sequence"),
         ([GPU_BASE], ["x"], [64], TypeError, "sources must be a 1-D sequence of integers"),
@@ -150,8 +151,8 @@ def test_bad_address_arrays_are_one_clear_exception(destinations, sources, sizes
         (lambda h, g: [(g[0], h[:100])], ValueError, "holds 64 bytes and the source 100"),
         (lambda h, g: [(GPU_BASE, h[:64])], TypeError, None),
         (lambda h, g: [(GPU_BASE, int(h.ctypes.data))], TypeError, "give nbytes"),
-        (lambda h, g: [(h[:64], h[64:128])], ValueError, "both ends are host memory"),
-        (lambda h, g: [(g[0], h[:64]), (h[:64], g[1])], ValueError, "one direction per call"),
+        (lambda h, g: [(h[:64], h[64:128])], CopyRefused, "both ends are host memory"),
+        (lambda h, g: [(g[0], h[:64]), (h[:64], g[1])], CopyRefused, "one direction per call"),
         (lambda h, g: [(g[0], "text")], TypeError, "pair 0 source must be"),
         (lambda h, g: [(g[0], h[:64], 0)], ValueError, "pair 0 nbytes 0"),
         (lambda h, g: [(g[0], h[:64], 128)], ValueError, "more than the destination holds"),
@@ -175,9 +176,9 @@ def test_a_buffer_on_another_gpu_is_refused():
     host = np.ones(4096, dtype=np.uint8)
     engine = engine_with(devices=2)
     pairs = [(gpu_blocks(1, 64, 0)[0], host[:64]), (gpu_blocks(1, 64, 1)[0], host[64:128])]
-    with pytest.raises(ValueError, match="pair 1: its GPU buffer is on GPU 1"):
+    with pytest.raises(CopyRefused, match="pair 1: its GPU buffer is on GPU 1"):
         copy_many(pairs, engine=engine)
-    with pytest.raises(ValueError, match="on GPU 0, and this copy runs on GPU 1"):
+    with pytest.raises(CopyRefused, match="on GPU 0, and this copy runs on GPU 1"):
         copy_many(pairs[:1], device=1, engine=engine)
 
 
@@ -185,11 +186,11 @@ def test_read_only_destinations_and_forced_methods():
     host = np.ones(4096, dtype=np.uint8)
     host.flags.writeable = False
     engine = engine_with()
-    with pytest.raises(ValueError, match="pair 0 destination is read-only"):
+    with pytest.raises(CopyRefused, match="pair 0 destination is read-only"):
         copy_many([(host[:64], gpu_blocks(1, 64)[0])], engine=engine)
     writable = np.ones(4096, dtype=np.uint8)
     pairs = [(g, writable[i * 64 : (i + 1) * 64]) for i, g in enumerate(gpu_blocks(4, 64))]
-    with pytest.raises(ValueError, match="kernel needs pinned host memory"):
+    with pytest.raises(CopyRefused, match="kernel needs pinned host memory"):
         copy_many(pairs, method="kernel", engine=engine)
     with pytest.raises(ValueError, match="method 'graph' is not one of"):
         copy_many(pairs, method="graph", engine=engine)
@@ -226,7 +227,7 @@ def test_a_stored_calibration_decides_and_explains(places):
     )
     result = measure(engine, options)
     assert {c.status for c in result.cells} == {"complete", "skipped"}
-    path = choose.save(result, choose.gpu_key(engine.device_info(0)))
+    path = calibration.save(result, calibration.gpu_key(engine.device_info(0)))
     assert path.parent == places
     host = np.ones(300 * 4000, dtype=np.uint8)
     engine.register_memory(int(host.ctypes.data), host.nbytes, PINNED)
@@ -263,7 +264,7 @@ def test_batch_calibrate_stores_what_copy_many_reads(capsys, tmp_path, places):
 def test_an_unreadable_calibration_falls_back_to_the_rule(places):
     engine = engine_with()
     places.mkdir(parents=True)
-    choose.calibration_path(choose.gpu_key(engine.device_info(0))).write_text("{not json")
+    calibration.calibration_path(calibration.gpu_key(engine.device_info(0))).write_text("{not json")
     host = np.ones(4 * 64, dtype=np.uint8)
     pairs = [(g, host[i * 64 : (i + 1) * 64]) for i, g in enumerate(gpu_blocks(4, 64))]
     assert copy_many(pairs, engine=engine).source == "rule"
@@ -274,9 +275,9 @@ def test_a_closed_copier_is_made_again():
     engine = engine_with(pinned=host)
     pairs = [(g, host[i * 64 : (i + 1) * 64]) for i, g in enumerate(gpu_blocks(4, 64))]
     copy_many(pairs, engine=engine)
-    from xferscope.batch.copy import _copier
+    from xferscope.transfer.copy import _copies
 
-    _copier(engine, 0).close()  # as the CLI closes every handle at its end
+    _copies(engine).copier(0).close()  # as the CLI closes every handle at its end
     assert copy_many(pairs, engine=engine).method == "kernel"
 
 
@@ -322,7 +323,7 @@ def test_the_plain_call_threshold_loses_least_in_both_directions():
 
 def test_calibrate_measures_where_the_staged_copy_pays_and_the_copier_uses_it(places):
     from xferscope.batch.measure import STAGED_SIZES, direct_below
-    from xferscope.pageable.staged import StagedCopier
+    from xferscope.transfer.staged import StagedCopier
 
     engine = engine_with()
     before = StagedCopier(engine=engine)
@@ -345,7 +346,7 @@ def test_calibrate_measures_where_the_staged_copy_pays_and_the_copier_uses_it(pl
     doc = json.loads(json.dumps(to_dict(result)))
     assert doc["staged"]["direct_below"] == threshold
     assert from_dict(doc).staged == result.staged
-    choose.save(result, choose.gpu_key(engine.device_info(0)))
+    calibration.save(result, calibration.gpu_key(engine.device_info(0)))
     after = StagedCopier(engine=engine)
     assert after.plan.direct_below == threshold
     assert "measured on this GPU" in after.explain()
@@ -359,16 +360,16 @@ def test_the_staged_copy_is_not_chosen_for_small_batches_even_when_calibrated_fa
     # calibration times calls back to back; spaced apart, the staged threads' wake-up loses
     # below RULE_STAGED_FROM in all (H200), so there the next fastest method is chosen
     times = {"loop": 190e-6, "pack": 180e-6, "staged": 150e-6}
-    calibration = choose.Calibration(
+    cal = calibration.Calibration(
         Path("c.json"),
         "2026-11-23",
         "13.0",
         {("d2h", "pageable", 16, 64 << 10): dict(times), ("d2h", "pageable", 64, 1 << 20): times},
     )
-    method, reason, cell, _ = calibration.choose("d2h", "pageable", 16, 64 << 10)
+    method, reason, cell, _ = cal.choose("d2h", "pageable", 16, 64 << 10)
     assert method == "pack" and cell == (16, 64 << 10)
     assert "staged copy timed faster" in reason and "4 MiB" in reason
-    large = calibration.choose("d2h", "pageable", 64, 1 << 20)
+    large = cal.choose("d2h", "pageable", 64, 1 << 20)
     assert large is not None and large[0] == "staged"
     assert "staged copy timed faster" not in large[1]
 
@@ -379,16 +380,16 @@ def test_a_method_that_takes_more_of_the_machine_must_clearly_win():
     # in the benchmark); within 3% of the fastest the copy engines stay
     close = {"loop": 475e-6, "batch-stream": 362e-6, "kernel": 352e-6, "pack": 2.7e-3}
     clear = {"loop": 475e-6, "batch-stream": 362e-6, "kernel": 300e-6}
-    calibration = choose.Calibration(
+    cal = calibration.Calibration(
         Path("c.json"),
         "2026-11-23",
         "13.0",
         {("h2d", "pinned", 64, 256 << 10): close, ("h2d", "pinned", 1024, 4096): clear},
     )
-    method, reason, _, _ = calibration.choose("h2d", "pinned", 64, 256 << 10)
+    method, reason, _, _ = cal.choose("h2d", "pinned", 64, 256 << 10)
     assert method == "batch-stream"
     assert "within 3% of the fastest (kernel)" in reason and "1.3x the loop" in reason
-    method, reason, _, _ = calibration.choose("h2d", "pinned", 1024, 4096)
+    method, reason, _, _ = cal.choose("h2d", "pinned", 1024, 4096)
     assert method == "kernel" and "it was the fastest" in reason
 
 
@@ -396,7 +397,7 @@ def test_objects_read_natively_and_the_rest_by_python():
     """A tensor class registered with the native reader is read through its data_ptr, nbytes
     and is_contiguous without Python code of ours; one it cannot read (not contiguous) goes to
     the Python reader, whose error names the pair; buffers are read as buffers."""
-    from xferscope.batch.copy import _e
+    from xferscope.transfer.copy import _e
 
     host = np.zeros(1 << 16, dtype=np.uint8)
 
@@ -432,7 +433,7 @@ def test_objects_read_natively_and_the_rest_by_python():
         8 * 4096,
     )
     small = np.zeros(64, np.uint8)  # told to be pageable: wherever the host put it
-    engine.register_memory(int(small.__array_interface__["data"][0]), small.nbytes, 0)
+    engine.register_memory(int(small.__array_interface__["data"][0]), small.nbytes, "pageable")
     down = copy_many(
         [(host[:4096], Tensorish(GPU_BASE, 4096)), (small, Tensorish(GPU_BASE, 64))], engine=engine
     )
@@ -472,7 +473,8 @@ def test_a_type_with_dlpacks_exchange_api_is_read_in_one_c_call(form: str) -> No
     byte_offset, the bytes elements times the element size; where that call fails or the
     layout is not compact, the type's attributes are read, and the Python reader's error
     names the pair."""
-    from xferscope.batch.copy import _e, _refuse, _slow_pair
+    from xferscope.transfer.buffers import read_pair
+    from xferscope.transfer.copy import _e
 
     host = np.zeros(1 << 16, dtype=np.uint8)
     calls: list[str] = []
@@ -529,7 +531,7 @@ def test_a_type_with_dlpacks_exchange_api_is_read_in_one_c_call(form: str) -> No
     base = int(host.__array_interface__["data"][0])
 
     def resolve(pairs: list) -> Any:
-        return _e.resolve_pairs(pairs, -1, engine.classify_pointers, _slow_pair, _refuse)
+        return _e.resolve_pairs(pairs, -1, engine.classify_pointers, read_pair)
 
     pairs = [(Exchanged(GPU_BASE + 8192 * i, (4, 256)), host[i * 4096 : (i + 1) * 4096])
              for i in range(4)]  # fmt: skip
@@ -554,26 +556,26 @@ def test_a_type_with_dlpacks_exchange_api_is_read_in_one_c_call(form: str) -> No
 def test_the_rule_keeps_few_large_pinned_pieces_in_the_loop_and_stages_one_large_pageable():
     """Measured on an H100 with PyTorch tensors: the kernel lost at 4 x 64 KiB up and won from
     16 pieces; one pageable copy of 16 MiB went 1.8x faster staged than by cudaMemcpy."""
-    assert choose.rule("h2d", "pinned", 4, 64 << 10, True)[0] == "loop"
-    assert choose.rule("h2d", "pinned", 4, 4 << 10, True)[0] == "kernel"
-    assert choose.rule("h2d", "pinned", 16, 64 << 10, True)[0] == "kernel"
-    assert choose.rule("d2h", "pageable", 1, 16 << 20, True)[0] == "staged"
-    assert choose.rule("d2h", "pageable", 1, 1 << 20, True)[0] == "loop"
+    assert rule.rule("h2d", "pinned", 4, 64 << 10, True)[0] == "loop"
+    assert rule.rule("h2d", "pinned", 4, 4 << 10, True)[0] == "kernel"
+    assert rule.rule("h2d", "pinned", 16, 64 << 10, True)[0] == "kernel"
+    assert rule.rule("d2h", "pageable", 1, 16 << 20, True)[0] == "staged"
+    assert rule.rule("d2h", "pageable", 1, 1 << 20, True)[0] == "loop"
     # up, pieces over 256 KiB are staged from 8 MiB in all, smaller ones from 4 MiB; down from 4
-    assert choose.rule("h2d", "pageable", 4, 1 << 20, True)[0] == "loop"
-    assert choose.rule("h2d", "pageable", 1, 4 << 20, True)[0] == "loop"
-    assert choose.rule("h2d", "pageable", 8, 1 << 20, True)[0] == "staged"
-    assert choose.rule("h2d", "pageable", 16, 256 << 10, True)[0] == "staged"
-    assert choose.rule("h2d", "pageable", 15, 256 << 10, True)[0] == "loop"
+    assert rule.rule("h2d", "pageable", 4, 1 << 20, True)[0] == "loop"
+    assert rule.rule("h2d", "pageable", 1, 4 << 20, True)[0] == "loop"
+    assert rule.rule("h2d", "pageable", 8, 1 << 20, True)[0] == "staged"
+    assert rule.rule("h2d", "pageable", 16, 256 << 10, True)[0] == "staged"
+    assert rule.rule("h2d", "pageable", 15, 256 << 10, True)[0] == "loop"
     # packing only pieces up to 64 KiB: from 96 KiB the loop won most batches of 2-15 pieces
-    assert choose.rule("h2d", "pageable", 15, 64 << 10, True)[0] == "pack"
-    assert choose.rule("d2h", "pageable", 4, 128 << 10, True)[0] == "loop"
-    assert choose.rule("d2h", "pageable", 4, 1 << 20, True)[0] == "staged"
+    assert rule.rule("h2d", "pageable", 15, 64 << 10, True)[0] == "pack"
+    assert rule.rule("d2h", "pageable", 4, 128 << 10, True)[0] == "loop"
+    assert rule.rule("d2h", "pageable", 4, 1 << 20, True)[0] == "staged"
     # 16 or more pinned pieces over 64 KiB: cudaMemcpyBatchAsync where the driver has it
-    assert choose.rule("h2d", "pinned", 16, 1 << 20, True)[0] == "batch-stream"
-    assert choose.rule("d2h", "pinned", 1024, 256 << 10, True)[0] == "batch-stream"
-    assert choose.rule("d2h", "pinned", 1024, 1 << 20, False)[0] == "loop"
-    assert choose.rule("d2h", "pinned", 15, 1 << 20, True)[0] == "loop"
-    from xferscope.batch.copy import _e
+    assert rule.rule("h2d", "pinned", 16, 1 << 20, True)[0] == "batch-stream"
+    assert rule.rule("d2h", "pinned", 1024, 256 << 10, True)[0] == "batch-stream"
+    assert rule.rule("d2h", "pinned", 1024, 1 << 20, False)[0] == "loop"
+    assert rule.rule("d2h", "pinned", 15, 1 << 20, True)[0] == "loop"
+    from xferscope.transfer.copy import _e
 
     assert "method: str" in _e.copy_resolved.__doc__  # a Python str reaches the native copy

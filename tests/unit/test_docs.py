@@ -214,3 +214,23 @@ def test_slug_follows_githubs_rule():
     assert slug("OpenGL transfers: `xferscope gl`") == "opengl-transfers-xferscope-gl"
     assert slug("`xferscope.copy_many`") == "xferscopecopy_many"
     assert slug("A [linked](x.md) heading") == "a-linked-heading"
+
+
+def test_the_layout_map_names_every_subpackage_and_the_readmes_homes_exist():
+    """docs/development.md's layout names every package under src/xferscope/, and each home the
+    README gives for new code (a trace finding, a framework integration, a file loader) is a
+    package of the tree."""
+    text = (DOCS / "development.md").read_text()
+    start = text.index("## Layout")
+    layout = text[start : text.index("\n## ", start + 1)]
+    src = README.parent / "src" / "xferscope"
+    for package in sorted(p.parent for p in src.rglob("__init__.py")):
+        if package == src:
+            continue
+        assert f"{package.name}/" in layout, (
+            f"docs/development.md's layout names no {package.relative_to(src)}/"
+        )
+    homes = re.findall(r"`(src/xferscope/[\w/]+/)`", README.read_text())
+    assert len(homes) >= 3, f"the README names {len(homes)} homes for new code: {homes}"
+    for home in homes:
+        assert (README.parent / home / "__init__.py").exists(), f"README's {home} is no package"

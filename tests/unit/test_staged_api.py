@@ -15,8 +15,10 @@ import pytest
 from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.core.engine.simulated_handles import SIMULATED_STAGED_PLAN, SimulatedCopier
 from xferscope.core.errors import CudaError, EngineError, NoDeviceError
-from xferscope.pageable import staged
-from xferscope.pageable.staged import StagedCopier, StagedPlan
+from xferscope.transfer import staged
+from xferscope.transfer.engine import use_engine
+from xferscope.transfer.policy import CopyRefused
+from xferscope.transfer.staged import StagedCopier, StagedPlan
 
 DEVICE = 0x7F00_0000_0000  # a made-up device address: the simulated engine moves no bytes
 
@@ -340,50 +342,47 @@ def test_the_native_copier_translates_engine_errors():
 
 
 @pytest.fixture
-def shared(monkeypatch) -> Iterator[list[RecordingEngine]]:
-    """Module functions on recording engines, one made per copier."""
-    engines: list[RecordingEngine] = []
-
-    def make() -> RecordingEngine:
-        engines.append(RecordingEngine(devices=2))
-        return engines[-1]
-
+def shared() -> Iterator[RecordingEngine]:
+    """Module functions on a recording engine, the runtime's while the test runs."""
+    engine = RecordingEngine(devices=2)
     staged._close_shared()
-    monkeypatch.setattr(staged, "_default_engine", make)
-    yield engines
+    use_engine(engine)
+    yield engine
     staged._close_shared()
+    use_engine(None)
 
 
-def test_module_functions_copy_as_copy_many_copies_one_piece(monkeypatch):
+def test_module_functions_copy_as_copy_many_copies_one_piece():
     """copy_to_device / copy_to_host go through copy_many's reader, rule and copier (one per
     GPU, kept): a plain copy for small pageable memory, the staged copy from 4 MiB, the size of
     an address taken from the other end, and arguments that go the other way refused before
     anything is copied."""
-    from xferscope.batch import copy as many
+    from xferscope.transfer import copy as many
 
     gpu_base = 0x1000_0000_0000  # below where the host maps memory
     engine = SimulatedEngine(devices=2)
     for d in range(2):
-        engine.register_memory(gpu_base + d * (1 << 40), 1 << 40, 2, d)
-    monkeypatch.setattr(many, "_engine", engine)
+        engine.register_memory(gpu_base + d * (1 << 40), 1 << 40, "device", d)
+    use_engine(engine)
     host = np.zeros(64, dtype=np.uint8)
     big = np.zeros(4 << 20, dtype=np.uint8)
     for a in (host, big):  # pageable, wherever the host put them
-        engine.register_memory(int(a.__array_interface__["data"][0]), a.nbytes, 0)
+        engine.register_memory(int(a.__array_interface__["data"][0]), a.nbytes, "pageable")
     staged.copy_to_device(gpu_base, host)
     staged.copy_to_host(host, gpu_base, 32)
     staged.copy_to_device(gpu_base + (1 << 40), host, device=1)
     staged.copy_to_host(big, gpu_base)
-    first = many._copier(engine, 0)
+    first = many._copies(engine).copier(0)
     assert [c[:3] for c in first.calls] == [
         ("loop", True, 1),
         ("loop", False, 1),
         ("staged", False, 1),
     ]
-    assert many._copier(engine, 1).calls == [("loop", True, 1, False)]
-    with pytest.raises(ValueError, match="copy_to_device copies host to GPU, and these buffers"):
+    assert many._copies(engine).copier(1).calls == [("loop", True, 1, False)]
+    with pytest.raises(CopyRefused, match="copy_to_device copies host to GPU, and these buffers"):
         staged.copy_to_device(host, gpu_base)
     assert len(first.calls) == 3
+    use_engine(None)
 
 
 def test_shared_copiers_close_at_exit_and_reopen(shared):
@@ -407,7 +406,7 @@ def test_package_exports_the_api_without_loading_numpy_or_the_engine():
         "import sys, xferscope\n"
         "assert 'numpy' not in sys.modules and 'xferscope._engine' not in sys.modules\n"
         "from xferscope import StagedCopier, StagedPlan, copy_to_device, copy_to_host\n"
-        "from xferscope.pageable import staged\n"
+        "from xferscope.transfer import staged\n"
         "assert StagedCopier is staged.StagedCopier and copy_to_host is staged.copy_to_host\n"
         "assert 'xferscope._engine' not in sys.modules\n"
         "try:\n    xferscope.nothing\nexcept AttributeError as e:\n    print(e)\n"

@@ -6,7 +6,6 @@ from typing import Any
 
 import click
 
-from ..batch.copy import COPY_MANY_METHODS
 from ..batch.measure import (
     CALIBRATION_COUNTS,
     CALIBRATION_DIRECTIONS,
@@ -34,6 +33,7 @@ from ..core.errors import OptionError
 from ..core.units import parse_counts, parse_sizes
 from ..report.batch_tables import print_batch
 from ..report.drawing import Drawing
+from ..transfer.policy import COPY_MANY_METHODS
 from . import common
 from .app import cli, described, stderr, stdout
 from .common import parse_seed, resolve_devices
@@ -176,8 +176,8 @@ def batch_command(ctx: click.Context, /, **kw: Any) -> None:
 
 def check_calibration_store(engine: Any, device: int) -> None:
     """Before measuring: where the calibration will be stored can be written."""
-    from ..batch.choose import calibration_dir_named_by, calibration_path, gpu_key
     from ..documents import files
+    from ..transfer.calibration import calibration_dir_named_by, calibration_path, gpu_key
 
     path = calibration_path(gpu_key(engine.device_info(device)))
     named_by = calibration_dir_named_by()
@@ -190,8 +190,8 @@ def check_calibration_store(engine: Any, device: int) -> None:
 def store_calibration(engine: Any, device: int, result: BatchResult) -> bool:
     """Stores a complete, measured calibration for copy_many (any other is never used, and
     says why); False when storing it failed (its files are written all the same)."""
-    from ..batch.choose import calibration_dir_named_by, gpu_key, save, unusable
     from ..documents.files import reason as os_reason
+    from ..transfer.calibration import calibration_dir_named_by, gpu_key, save, unusable
 
     reason = unusable(result)
     if reason is not None:

@@ -44,7 +44,7 @@ from ..documents.records import (
     result_document,
     to_plain,
 )
-from .staged import StagedPlan
+from ..transfer.staged import StagedPlan
 
 SCHEMA_NAME = "xferscope-pageable"
 SCHEMA_VERSION = 2

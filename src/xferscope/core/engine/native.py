@@ -69,7 +69,9 @@ class NativeEngine:
         return int(self._engine.DEFAULT_SEED) if seed is None else seed
 
     @contextmanager
-    def _translated(self) -> Iterator[None]:
+    def translated(self) -> Iterator[None]:
+        """Around a call into the compiled module: its exceptions as xferscope's one-line
+        errors (others go through unchanged)."""
         e = self._engine
         try:
             yield
@@ -98,21 +100,21 @@ class NativeEngine:
     def _measuring(self) -> Iterator[None]:
         """Around a call that measures or allocates: refused once a stop was requested."""
         interrupt.check()
-        with self._translated():
+        with self.translated():
             yield
 
     def device_count(self) -> int:
-        with self._translated():
+        with self.translated():
             return int(self._engine.device_count())
 
     def device_info(self, index: int) -> dict[str, Any]:
         if index not in self._info:
-            with self._translated():
+            with self.translated():
                 self._info[index] = dict(self._engine.device_info(index))
         return dict(self._info[index])
 
     def memory_info(self, index: int) -> tuple[int, int]:
-        with self._translated():
+        with self.translated():
             free, total = self._engine.memory_info(index)
             return int(free), int(total)
 
@@ -196,7 +198,7 @@ class NativeEngine:
             return self._engine.measure_pinning(device, bytes)  # type: ignore[no-any-return]
 
     def can_access_peer(self, device: int, peer: int) -> bool:
-        with self._translated():
+        with self.translated():
             return bool(self._engine.can_access_peer(device, peer))
 
     def rotate_buffers(
@@ -215,7 +217,7 @@ class NativeEngine:
         self, device: int, threads: int = 0, chunk_bytes: int = 0, direct_below: int | None = None
     ) -> Copier:
         """The engine's staged copier: .plan, .to_device(dst, src, n), .to_host(dst, src, n) on
-        raw addresses, .close(). xferscope.pageable.staged wraps it for NumPy arrays. Copies
+        raw addresses, .close(). xferscope.transfer.staged wraps it for NumPy arrays. Copies
         under `direct_below` bytes are plain cudaMemcpy calls (None: the engine's default)."""
         from .. import cases  # loads the engine module: not before an engine is made
 
@@ -280,7 +282,7 @@ class NativeEngine:
 
     def nccl_unique_id(self) -> bytes:
         libraries.point_engine_at("nccl", NcclError)
-        with self._translated():
+        with self.translated():
             return bytes(self._engine.nccl_unique_id())
 
     def pair_comm(
@@ -345,7 +347,7 @@ class NativeEngine:
     def blas_version(self) -> int:
         """cuBLASLt's version: the library found (libraries.py) and loaded, once."""
         libraries.point_engine_at("cublasLt", BlasError)
-        with self._translated():
+        with self.translated():
             return int(self._engine.cublaslt_version())
 
     def preload(self) -> None:

@@ -36,7 +36,7 @@ class _Owner(Protocol):
 
     _engine: Any
 
-    def _translated(self) -> AbstractContextManager[None]: ...
+    def translated(self) -> AbstractContextManager[None]: ...
 
     def _measuring(self) -> AbstractContextManager[None]: ...
 
@@ -139,7 +139,7 @@ class _NativeGlSession(_NativeHandle):
         return self._measure("run", frames, work_s, log)
 
     def close(self) -> None:
-        with self._engine._translated():
+        with self._engine.translated():
             self._handle.close()
 
 
@@ -151,7 +151,7 @@ class _NativeGl(_NativeHandle):
         self._sessions: list[_NativeGlSession] = []
 
     def info(self) -> dict[str, Any]:
-        with self._engine._translated():
+        with self._engine.translated():
             return dict(self._handle.info())
 
     def session(self, scenario: Any) -> GlSession:
@@ -228,25 +228,17 @@ class _NativeMany(_NativeHandle):
         super().__init__(handle, engine)
         self.closed = False
 
-    def copy(
-        self,
-        method: str,
-        upload: bool,
-        destinations: Any,
-        sources: Any,
-        sizes: Any,
-        pinned: bool,
-        mapped: Any = None,
-    ) -> None:
-        with self._engine._translated():  # the caller's data: copied even while stopping
-            self._handle.copy(method, upload, destinations, sources, sizes, pinned, mapped)
+    @property
+    def native(self) -> Any:
+        """The compiled copier, which copy_many's native path copies through without Python."""
+        return self._handle
 
     def copy_resolved(self, method: str, batch: Any) -> None:
         """Copies a batch read by the native reader (xferscope._engine.resolve_pairs)."""
         try:  # no context manager on the way of every call: the errors translated alike
             self._engine._engine.copy_resolved(self._handle, method, batch)
         except Exception:
-            with self._engine._translated():
+            with self._engine.translated():
                 raise
 
     def close(self) -> None:

@@ -278,16 +278,11 @@ class ManyCopier(Protocol):
 
     closed: bool  # by close(), or by the engine closing its handles (the CLI does at its end)
 
-    def copy(
-        self,
-        method: str,
-        upload: bool,
-        destinations: Any,  # 1-D uint64 arrays of addresses and sizes
-        sources: Any,
-        sizes: Any,
-        pinned: bool,
-        mapped: Any = None,
-    ) -> None: ...
+    # the compiled copier (xferscope._engine.ManyCopier) that copy_many copies through without
+    # Python, or None: copy_many calls copy_resolved
+    @property
+    def native(self) -> Any: ...
+
     # a batch read and checked by xferscope._engine.resolve_pairs / resolve_addresses
     def copy_resolved(self, method: str, batch: Any) -> None: ...
     def close(self) -> None: ...
@@ -295,6 +290,12 @@ class ManyCopier(Protocol):
 
 class Engine(Protocol):
     simulated: bool
+    # copy_many: the driver tells each pointer's memory, remembered natively per live object
+    # (else copy_many asks classify_pointers)
+    classifies_natively: bool
+
+    # around a call into the engine: its own exceptions as xferscope's errors
+    def translated(self) -> AbstractContextManager[None]: ...
 
     def device_count(self) -> int: ...
     def device_info(self, index: int) -> dict[str, Any]: ...

@@ -53,6 +53,10 @@ SIMULATED_GPU: dict[str, Any] = {
 }
 
 
+_POINTER_KINDS: tuple[str, ...] = tuple(engine_module().POINTER_KINDS)
+_PINNED = _POINTER_KINDS.index("pinned")
+
+
 class SimulatedEngine:
     """`corrupt` makes every verification fail, as a broken copy path would; `interrupt_after`
     asks for a stop after that many engine calls, as Ctrl-C does (interrupt.request); the GPUs
@@ -62,6 +66,7 @@ class SimulatedEngine:
     native engine, every measuring call is refused once a stop was requested."""
 
     simulated = True
+    classifies_natively = False  # copy_many asks classify_pointers (the memory map below)
 
     def __init__(
         self,
@@ -206,10 +211,11 @@ class SimulatedEngine:
         self._gpu(device)
         return SimulatedManyCopier(self, device)
 
-    def register_memory(self, address: int, size: int, kind: int, device: int = -1) -> None:
-        """Tells classify_pointers that [address, address + size) is memory of `kind` (1
-        pinned, 2 device, 3 managed; the rest is pageable), as the driver would know it."""
-        self.memory_ranges.append((address, size, kind, device))
+    def register_memory(self, address: int, size: int, kind: str, device: int = -1) -> None:
+        """Tells classify_pointers that [address, address + size) is memory of `kind` (one of
+        the engine's POINTER_KINDS: pinned, device, managed; the rest is pageable), as the
+        driver would know it."""
+        self.memory_ranges.append((address, size, _POINTER_KINDS.index(kind), device))
 
     def classify_pointers(self, addresses: Any) -> tuple[Any, Any, Any]:
         addresses = np.asarray(addresses, dtype=np.uint64)
@@ -219,7 +225,7 @@ class SimulatedEngine:
         for start, size, k, d in self.memory_ranges:
             inside = (addresses >= start) & (addresses < start + size)
             kind[inside], device[inside] = k, d
-            if k == 1:
+            if k == _PINNED:
                 mapped[inside] = addresses[inside]  # unified addressing: the same address
         return kind, device, mapped
 
@@ -398,6 +404,11 @@ class SimulatedEngine:
             seconds.append(alone * factor * noise)
         self.advance(max(seconds))
         return seconds, False
+
+    @contextmanager
+    def translated(self) -> Iterator[None]:
+        """The model raises xferscope's errors itself: nothing to translate."""
+        yield
 
     @contextmanager
     def keeping_buffers(self) -> Iterator[None]:

@@ -114,8 +114,9 @@ class SimulatedManyCopier:
         self.device = device
         self.calls: list[tuple[str, bool, int, bool]] = []  # method, upload, count, pinned
         self.closed = False
+        self.native = None  # copies through copy_resolved
 
-    def copy(
+    def _copy(
         self,
         method: str,
         upload: bool,
@@ -144,7 +145,7 @@ class SimulatedManyCopier:
 
     def copy_resolved(self, method: str, batch: Any) -> None:
         mapped = batch.mapped if batch.pinned else None
-        self.copy(method, batch.upload, batch.destinations, batch.sources, batch.sizes,
+        self._copy(method, batch.upload, batch.destinations, batch.sources, batch.sizes,
                   batch.pinned, mapped)  # fmt: skip
 
     def close(self) -> None:

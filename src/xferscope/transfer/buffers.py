@@ -177,3 +177,42 @@ def side(obj: Any, index: int, role: str) -> Side:
     if view.nbytes == 0:
         return Side(0, 0, view)
     return _host(np.frombuffer(view, dtype=np.uint8), where)
+
+
+def read_pair(pair: Any, i: int) -> tuple[int, int, int, bool, tuple[object, object]]:
+    """Pair `i` of copy_many as the Python reader reads it (what the native reader leaves: other
+    objects, a third item, and every error): (destination address, source address, nbytes,
+    whether the destination is read-only, what to keep while the copy runs)."""
+    if not isinstance(pair, (tuple, list)) or len(pair) not in (2, 3):
+        raise TypeError(
+            f"pair {i} must be (destination, source) or (destination, source, nbytes), not "
+            f"{type(pair).__name__}"
+        )
+    d = side(pair[0], i, "destination")
+    s = side(pair[1], i, "source")
+    if len(pair) == 3:
+        n = pair[2]
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"pair {i} nbytes {n!r} is not a size of at least 1 byte")
+        n = int(n)
+        for end, name in ((d, "destination"), (s, "source")):
+            if end.nbytes is not None and end.nbytes < n:
+                raise ValueError(
+                    f"pair {i}: nbytes {n} is more than the {name} holds ({end.nbytes} bytes)"
+                )
+    else:
+        if d.nbytes is None or s.nbytes is None:
+            raise TypeError(f"pair {i}: give nbytes as a third item for a raw address")
+        if d.nbytes != s.nbytes:
+            raise ValueError(
+                f"pair {i}: the destination holds {d.nbytes} bytes and the source "
+                f"{s.nbytes}; give nbytes as a third item to copy part of one"
+            )
+        n = s.nbytes
+        if n == 0:
+            raise ValueError(f"pair {i} is empty (0 bytes)")
+    owner = d.keep
+    read_only = (isinstance(owner, np.ndarray) and not owner.flags.writeable) or (
+        isinstance(owner, memoryview) and owner.readonly
+    )
+    return d.address, s.address, n, read_only, (d.keep, s.keep)

@@ -16,7 +16,7 @@ managed 10.3 and 19.3 GB/s.
 
 `copy_to_device` and `copy_to_host` copy one buffer as `xferscope.copy_many` copies one piece
 (its reader takes PyTorch and CuPy tensors too): one cudaMemcpyAsync, as `tensor.copy_()` makes
-it, or the staged copy of copy_many's copier for pageable memory from choose.staged_from (4 MiB
+it, or the staged copy of copy_many's copier for pageable memory from rule.staged_from (4 MiB
 down, 8 MiB up).
 `shared_copier(device)` is one StagedCopier per GPU kept for the life of the process (creating
 one takes tens of milliseconds: threads, a memcpy probe and the pinned pool).
@@ -52,6 +52,7 @@ from ..core.errors import EngineError, NoDeviceError, XferscopeError
 from ..core.units import format_bytes, format_rate
 from ..documents.reader import Field
 from ..documents.records import from_plain, to_plain
+from .engine import default_engine
 
 __all__ = ["StagedCopier", "StagedPlan", "copy_to_device", "copy_to_host"]
 
@@ -239,20 +240,13 @@ def _size(nbytes: object, host: _Region, device: _Region) -> int:
 # ---- the copier -------------------------------------------------------------------------------
 
 
-def _default_engine() -> Engine:
-    """The native engine, imported only now (tests replace this with a simulated one)."""
-    from ..core.engine import NativeEngine
-
-    return NativeEngine()
-
-
 def _calibrated_direct_below(engine: Engine, device: int) -> tuple[int | None, str]:
     """The plain-call threshold `xferscope batch --calibrate` measured on this GPU, or None
     (the engine's built-in 1 MiB), with the reason either way."""
-    from ..batch import choose
+    from .calibration import gpu_key, load
 
     try:
-        calibration = choose.load(choose.gpu_key(engine.device_info(device)))
+        calibration = load(gpu_key(engine.device_info(device)))
     except XferscopeError:
         calibration = None
     if calibration is None or calibration.direct_below is None:
@@ -303,7 +297,7 @@ class StagedCopier:
                 f"direct_below {direct_below} is not a size in bytes (0: stage every copy; "
                 "None: the engine's default)"
             )
-        self._engine = engine if engine is not None else _default_engine()
+        self._engine = engine if engine is not None else default_engine()
         missing = missing_device(device, self._engine.device_count())
         if missing is not None:
             raise NoDeviceError(missing)
@@ -428,7 +422,7 @@ def copy_to_device(
 ) -> None:
     """Copies `nbytes` (default: all of `host`) from host memory to the GPU, as copy_many copies
     one piece: one cudaMemcpyAsync (what tensor.copy_() does), or, for pageable memory from
-    choose.staged_from (8 MiB up), this module's staged copy. `host`: a NumPy array, a PyTorch
+    rule.staged_from (8 MiB up), this module's staged copy. `host`: a NumPy array, a PyTorch
     or CuPy host tensor, any buffer, or an address; `device_ptr`: a tensor or array on the GPU,
     or an address."""
     _copy_one()(device_ptr, host, nbytes, device, True)
@@ -447,7 +441,7 @@ _one: list[Any] = []  # copy_many's copy_one, imported on the first copy (an imp
 
 def _copy_one() -> Any:
     if not _one:
-        from ..batch.copy import copy_one
+        from .copy import copy_one
 
         _one.append(copy_one)
     return _one[0]

@@ -1,0 +1,172 @@
+// xferscope._engine's copy_many (xferscope.transfer.copy): a Copies per engine reads a batch
+// (bindings/resolve.cpp), decides its method and copies it. Its decisions are copy_many's one
+// cache: by (GPU, direction, host memory, count, bytes, method asked), each made once by Python's
+// policy (xferscope.transfer.policy.choose) and kept until it is looked at again (look_again_s;
+// a method asked for holds for good) or a calibration is stored (forget_decisions). The copier
+// of each GPU is the engine's: a native one copies here without the GIL, any other (the
+// simulated engine's) through its copy_resolved.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "arrays.hpp"
+#include "handle.hpp"
+#include "resolved.hpp"
+#include "xferscope/many.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+namespace batch = xferscope::batch;
+using ManyHandle = xferscope::bindings::Handle<batch::ManyCopier>;
+using xferscope::bindings::Addresses;
+using xferscope::bindings::Resolved;
+
+namespace {
+
+constexpr std::size_t kDecisionsMost = 4096;  // forgotten all at once beyond this many
+std::uint64_t generation = 0;                 // forget_decisions() makes every decision stale
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The copy of a resolved batch by a native copier (bindings/batch.cpp's ManyCopier).
+void copy_resolved(ManyHandle& h, const std::string& method, const Resolved& r) {
+  batch::ManyCopier& c = h.get();
+  nb::gil_scoped_release release;
+  static_assert(sizeof(std::size_t) == sizeof(std::uintptr_t));
+  c.copy(method, r.upload, r.destinations.data(), r.sources.data(), r.sizes.data(), r.sizes.size(),
+         r.pinned, r.pinned ? r.mapped.data() : nullptr);
+}
+
+class Copies {
+ public:
+  // classify: the engine's classify_pointers, or None for the driver's; decide(direction,
+  // memory, count, bytes, device, asked) -> Choice, made afresh; copier_of(device) -> the
+  // engine's copier (its `native` the ManyCopier handle, or None); read_pair(pair, i): the
+  // Python reader of resolve_pairs.
+  Copies(nb::object classify, nb::object decide, nb::object copier_of, nb::object read_pair,
+         double look_again_s)
+      : classify_(std::move(classify)),
+        decide_(std::move(decide)),
+        copier_of_(std::move(copier_of)),
+        read_pair_(std::move(read_pair)),
+        look_again_s_(look_again_s) {}
+
+  // copy_many's decision for a batch of this shape (the method and the Choice).
+  const std::pair<std::string, nb::object>& decide(bool upload, bool pinned, std::size_t count,
+                                                   std::size_t total, int device,
+                                                   const std::optional<std::string>& asked) {
+    Key key{device, upload, pinned, count, total, asked.value_or("")};
+    const double now = now_s();
+    auto it = decisions_.find(key);
+    if (it == decisions_.end() || now >= it->second.until || it->second.generation != generation) {
+      nb::object choice = decide_(upload ? "h2d" : "d2h", pinned ? "pinned" : "pageable", count,
+                                  total, device, asked ? nb::cast(*asked) : nb::none());
+      if (decisions_.size() >= kDecisionsMost) decisions_.clear();
+      const double until = asked ? std::numeric_limits<double>::infinity() : now + look_again_s_;
+      Decision made{{nb::cast<std::string>(choice.attr("method")), choice}, until, generation};
+      it = decisions_.insert_or_assign(key, std::move(made)).first;
+    }
+    return it->second.made;
+  }
+
+  nb::object copy_pairs(nb::sequence pairs, int device, const std::optional<std::string>& asked,
+                        int upload) {
+    return copy(xferscope::bindings::resolve_pairs(pairs, device, classify_, read_pair_), asked,
+                upload);
+  }
+
+  nb::object copy_addresses(Addresses destinations, Addresses sources, Addresses sizes, int device,
+                            const std::optional<std::string>& asked, int upload) {
+    return copy(
+        xferscope::bindings::resolve_addresses(destinations, sources, sizes, device, classify_),
+        asked, upload);
+  }
+
+  // The engine's copier for `device`, asked for again once closed (an engine closed it).
+  nb::object copier(int device) {
+    auto it = copiers_.find(device);
+    if (it != copiers_.end() && !closed(it->second)) return it->second.copier;
+    nb::object copier = copier_of_(device);
+    nb::object native = copier.attr("native");
+    copiers_.insert_or_assign(device, Copier{copier, native});
+    return copier;
+  }
+
+ private:
+  using Key = std::tuple<int, bool, bool, std::size_t, std::size_t, std::string>;
+  struct Decision {
+    std::pair<std::string, nb::object> made;  // the method and the Choice
+    double until;
+    std::uint64_t generation;
+  };
+  struct Copier {
+    nb::object copier, native;  // native: a ManyHandle, or None
+  };
+
+  static bool closed(const Copier& c) {
+    if (!c.native.is_none()) return nb::cast<ManyHandle&>(c.native).closed();
+    return nb::cast<bool>(c.copier.attr("closed"));
+  }
+
+  // `upload` (0 or 1; -1: either): the way the caller named, refused otherwise before copying.
+  nb::object copy(const Resolved& r, const std::optional<std::string>& asked, int upload) {
+    if (upload >= 0 && r.upload != (upload == 1)) xferscope::bindings::refuse_way(upload == 1);
+    // copies held while the copy runs: a call from another thread may change the maps meanwhile
+    auto [method, choice] = decide(r.upload, r.pinned, r.sizes.size(), r.total, r.device, asked);
+    copier(r.device);
+    const Copier held = copiers_.at(r.device);
+    if (!held.native.is_none()) {
+      copy_resolved(nb::cast<ManyHandle&>(held.native), method, r);
+    } else {
+      held.copier.attr("copy_resolved")(method, nb::cast(r, nb::rv_policy::copy));
+    }
+    return choice;
+  }
+
+  nb::object classify_, decide_, copier_of_, read_pair_;
+  double look_again_s_;
+  std::map<Key, Decision> decisions_;
+  std::map<int, Copier> copiers_;
+};
+
+}  // namespace
+
+void bind_copies(nb::module_& m) {
+  nb::class_<Copies>(m, "Copies",
+                     "copy_many on one engine: its batches read, decided (one cache) and copied.")
+      .def(nb::init<nb::object, nb::object, nb::object, nb::object, double>(), "classify"_a.none(),
+           "decide"_a, "copier_of"_a, "read_pair"_a, "look_again_s"_a)
+      .def(
+          "decide",
+          [](Copies& c, bool upload, bool pinned, std::size_t count, std::size_t total, int device,
+             std::optional<std::string> asked) {
+            return c.decide(upload, pinned, count, total, device, asked).second;
+          },
+          "upload"_a, "pinned"_a, "count"_a, "total"_a, "device"_a, "asked"_a.none(),
+          "The Choice for a batch of this shape: remembered, else made by `decide`.")
+      .def("copy_pairs", &Copies::copy_pairs, "pairs"_a, "device"_a, "asked"_a.none(),
+           "upload"_a = -1,
+           "Reads, decides and copies (destination, source) pairs; returns the Choice. "
+           "upload 1 or 0: the way the caller named (CopyRefused otherwise); -1: either.")
+      .def("copy_addresses", &Copies::copy_addresses, "destinations"_a, "sources"_a, "sizes"_a,
+           "device"_a, "asked"_a.none(), "upload"_a = -1,
+           "copy_pairs for three arrays of addresses and sizes.")
+      .def("copier", &Copies::copier, "device"_a, "The engine's copier for `device`.");
+  m.def("copy_resolved", &copy_resolved, "copier"_a, "method"_a, "batch"_a,
+        "Copies a resolved batch by `method` through a ManyCopier; returns once it has landed.");
+  m.def(
+      "forget_decisions", [] { ++generation; },
+      "Forgets every copy_many decision (a calibration was stored).");
+}

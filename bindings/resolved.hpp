@@ -1,0 +1,50 @@
+// A batch of copy_many read and checked (bindings/resolve.cpp), for the copies that move it
+// (bindings/copies.cpp); a broken rule of a batch is a CopyRefused, its message made here once.
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <vector>
+
+#include "arrays.hpp"
+
+namespace xferscope::bindings {
+
+// Every piece's addresses and size, the direction, the GPU, whether every host piece is pinned
+// (and each host piece's address on the GPU).
+struct Resolved {
+  std::vector<std::uintptr_t> destinations, sources, mapped;
+  std::vector<std::size_t> sizes;
+  std::vector<nanobind::object> keep;  // what the Python reader returned: held while copying
+  bool upload = true, pinned = true;
+  int device = 0;
+  std::size_t total = 0;
+};
+
+// A rule of a batch broken (one direction, one GPU, writable destinations, positive addresses
+// and sizes, the way the caller named): Python's xferscope.transfer.CopyRefused, a ValueError.
+struct CopyRefused : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The pairs: each a (destination, source) tuple or list read natively, else given to
+// `read_pair` (Python: (pair, index) -> (destination address, source address, nbytes,
+// destination read-only, what to keep), or its error). `device` -1: the first piece's GPU.
+// `classify`: Python's classify_pointers (the simulated engine's), or None for the driver's,
+// remembered per live object.
+Resolved resolve_pairs(nanobind::sequence pairs, int device, nanobind::handle classify,
+                       nanobind::handle read_pair);
+
+// Three arrays of addresses and sizes, read and checked as resolve_pairs' pairs.
+Resolved resolve_addresses(Addresses destinations, Addresses sources, Addresses sizes, int device,
+                           nanobind::handle classify);
+
+// The CopyRefused of buffers that go the other way from the one copy_to_device (upload) or
+// copy_to_host asked for.
+[[noreturn]] void refuse_way(bool upload);
+
+}  // namespace xferscope::bindings

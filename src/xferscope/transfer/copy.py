@@ -1,0 +1,202 @@
+"""Many copies between host memory and one GPU at once, by the method this machine measured
+fastest for their count and size:
+
+    import numpy as np, torch, xferscope
+
+    blocks = [torch.empty(4096, dtype=torch.uint8, device="cuda") for _ in range(1024)]
+    pinned = torch.empty(1024 * 4096, dtype=torch.uint8).pin_memory()
+    pieces = [pinned[i * 4096:(i + 1) * 4096] for i in range(1024)]
+    choice = xferscope.copy_many(list(zip(blocks, pieces)))     # (destination, source) pairs
+    print(choice.explain())
+
+Pairs are (destination, source) or (destination, source, nbytes); each end a NumPy array or
+another buffer-protocol object, a PyTorch tensor, a CuPy array, an object with
+__cuda_array_interface__ or __dlpack__, or an integer address (then nbytes is needed). For many
+pieces given as addresses, `copy_many(destinations=..., sources=..., sizes=...)` takes three
+arrays and skips the per-object work. All copies of a call go one way, host to GPU or GPU to
+host, on one GPU; the host side may be pinned or pageable. The call returns once every byte has
+arrived. Like the staged copy, it does not wait for work queued on other streams: synchronize
+first if a kernel still writes a source.
+
+The method: `xferscope batch --calibrate` measures every method over a grid of counts and sizes
+on this GPU and stores it; copy_many takes the fastest for the nearest count and size, and
+without a calibration follows a built-in rule. `method=` forces one of COPY_MANY_METHODS.
+
+Errors: CopyRefused (a ValueError) for a batch copy_many will not make, TypeError and ValueError
+for a bad buffer, each naming the pair; xferscope's EngineError for the GPU side.
+
+Memory kept for later calls: pack and staged stage the whole batch in memory of the GPU (a 1 GiB
+batch keeps 1 GiB there, grown to the largest batch so far, until the engine is closed), pack as
+much again in pinned host memory, and staged the staged copier's pinned chunks (threads x 3 x
+chunk, 192 MiB at most)."""
+
+from __future__ import annotations
+
+import atexit
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..core.compiled import engine_module
+from ..core.engine import Engine
+from .buffers import is_address, read_pair, side
+from .calibration import LOOK_AGAIN_S
+from .engine import default_engine
+from .policy import COPY_MANY_METHODS, Choice, Shape, choose
+
+_e = engine_module()
+
+# copy_many on each engine (xferscope._engine.Copies): its reader, its copiers and its decisions,
+# the one cache of them; the last one asked for is asked again without the dictionary
+_routes: dict[Engine, Any] = {}
+_last: list[Any] = [None, None]
+
+
+def _copies(engine: Engine) -> Any:
+    if _last[0] is engine:
+        return _last[1]
+    copies = _routes.get(engine)
+    if copies is None:
+        classify = None if engine.classifies_natively else engine.classify_pointers
+        decide = functools.partial(_choose, engine)
+        copies = _e.Copies(classify, decide, engine.many_copier, read_pair, LOOK_AGAIN_S)
+        _routes[engine] = copies
+    _last[:] = [engine, copies]
+    return copies
+
+
+def _choose(
+    engine: Engine,
+    direction: str,
+    memory: str,
+    count: int,
+    total: int,
+    device: int,
+    asked: str | None,
+) -> Choice:
+    return choose(engine, Shape(direction, memory, count, total, device), asked)
+
+
+def decide(shape: Shape, asked: str | None = None, engine: Engine | None = None) -> Choice:
+    """copy_many's decision for a batch of this shape: the method `asked` for (CopyRefused if it
+    cannot make it), else the calibration's or the rule's; remembered as copy_many remembers it
+    (for a second, for good when asked for, until a calibration is stored)."""
+    copies = _copies(engine if engine is not None else default_engine())
+    upload, pinned = shape.direction == "h2d", shape.memory == "pinned"
+    return copies.decide(upload, pinned, shape.count, shape.bytes, shape.device, asked)  # type: ignore[no-any-return]
+
+
+def _through(engine: Engine, copy: Callable[[Any], Choice]) -> Choice:
+    """`copy` of the engine's Copies, its errors the engine's translated (a reader's and a
+    refusal go through as they are)."""
+    try:
+        return copy(_copies(engine))
+    except Exception:
+        with engine.translated():
+            raise
+
+
+def _addresses(values: Any, name: str) -> np.ndarray:
+    """`values` as a C-contiguous uint64 array; whether each is positive is checked later, for
+    all three arrays at once (by the native reader)."""
+    if type(values) is np.ndarray and values.ndim == 1 and values.dtype.kind in "iu":
+        return np.ascontiguousarray(values, dtype=np.uint64)  # the common case, fast
+    try:
+        array = np.asarray(values)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a sequence of integers") from None
+    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+        raise TypeError(f"{name} must be a 1-D sequence of integers")
+    return np.ascontiguousarray(array, dtype=np.uint64)
+
+
+def copy_many(
+    pairs: Sequence[Any] | None = None,
+    *,
+    destinations: Any = None,
+    sources: Any = None,
+    sizes: Any = None,
+    device: int | None = None,
+    method: str | None = None,
+    engine: Engine | None = None,
+) -> Choice:
+    """Copies every pair, host to GPU or GPU to host, and returns what was done and why (a
+    Choice: .method, .explain()). CopyRefused for a batch it will not make, TypeError and
+    ValueError for bad buffers, each naming the pair; xferscope's EngineError for the GPU
+    side."""
+    if method is not None and method not in COPY_MANY_METHODS:
+        raise ValueError(f"method {method!r} is not one of {', '.join(COPY_MANY_METHODS)}")
+    engine = engine if engine is not None else default_engine()
+    target = -1 if device is None else device
+    if pairs is not None:
+        if destinations is not None or sources is not None or sizes is not None:
+            raise TypeError("give either pairs or destinations, sources and sizes, not both")
+        if not len(pairs):
+            return _nothing(device)
+        return _through(engine, lambda copies: copies.copy_pairs(pairs, target, method, -1))
+    if destinations is None or sources is None or sizes is None:
+        raise TypeError("give pairs, or all three of destinations, sources and sizes")
+    dst = _addresses(destinations, "destinations")
+    src = _addresses(sources, "sources")
+    nbytes = _addresses(sizes, "sizes")
+    if not len(dst) == len(src) == len(nbytes):
+        raise ValueError(
+            f"destinations, sources and sizes differ in length ({len(dst)}, {len(src)}, "
+            f"{len(nbytes)})"
+        )
+    if not len(dst):
+        return _nothing(device)
+    return _through(
+        engine, lambda copies: copies.copy_addresses(dst, src, nbytes, target, method, -1)
+    )
+
+
+def copy_one(
+    destination: Any,
+    source: Any,
+    nbytes: int | None,
+    device: int | None,
+    upload: bool,
+    engine: Engine | None = None,
+) -> Choice:
+    """One copy (copy_to_device, copy_to_host) by copy_many's reader, rule and copier: one
+    cudaMemcpyAsync, or the staged copy for pageable memory from rule.staged_from. `upload`:
+    the direction the caller named, checked before anything is copied (CopyRefused)."""
+    pair: tuple[Any, ...] = (destination, source)  # the common call: two objects
+    if nbytes is not None:
+        pair = (destination, source, nbytes)
+    elif is_address(destination) or is_address(source):
+        if is_address(destination) and is_address(source):
+            raise TypeError("nbytes is required when both ends are addresses")
+        # the other end's size is the copy's
+        other, role = (
+            (source, "source") if is_address(destination) else (destination, "destination")
+        )
+        pair = (destination, source, side(other, 0, role).nbytes)
+    engine = engine if engine is not None else default_engine()
+    target = -1 if device is None else device
+    return _through(engine, lambda copies: copies.copy_pairs([pair], target, None, int(upload)))
+
+
+def _nothing(device: int | None) -> Choice:
+    """What copy_many did with no pairs."""
+    return Choice("loop", "h2d", "pinned", 0, 0, device or 0, "asked", "there was nothing")
+
+
+def forget_memory_kinds() -> None:
+    """Forgets which memory each object's buffer is in. copy_many remembers it per object while
+    the object lives (the driver is asked once); call this after unregistering host memory
+    (cudaHostUnregister) that a live object still holds."""
+    _e.forget_memory_kinds()
+
+
+def _forget_routes() -> None:
+    """Lets go of every engine's copies before the interpreter's teardown (they hold each GPU's
+    copier)."""
+    _routes.clear()
+    _last[:] = [None, None]
+
+
+atexit.register(_forget_routes)
