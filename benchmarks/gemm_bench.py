@@ -195,7 +195,7 @@ def main() -> None:
         return
 
     # 2. seed 003's Table III for BF16 and FP32, with padding to multiples of 64
-    seed003 = tuple(Shape(n, n, n) for n in PRESETS["seed003"])
+    seed003 = tuple(Shape(n, n, n) for n in PRESETS["near-8k"])
     study = measure(
         engine,
         GemmOptions(precisions=("bf16", "fp32"), shapes=seed003, transfers=(), pad=64),

@@ -66,8 +66,8 @@ LAYOUTS = {"nn": (False, False), "nt": (False, True), "tn": (True, False), "tt":
 )
 @option(
     "--sizes",
-    help="Square sizes: N, FIRST:LAST:STEP, or presets seed003 (8128-8180 by 8), sizes "
-    "(1024-8192) [default: seed003].",
+    help="Square sizes: N, FIRST:LAST:STEP, or presets near-8k (8128-8180 by 8: alignment "
+    "classes 8 to 64 at nearly one size), sizes (1024-8192) [default: near-8k].",
 )
 @option("--shapes", help="M x N x K shapes, such as 4096x1024x8192,128x4096x4096.")
 @option("--shapes-file", help="A file of shapes, one M N K per line.")
@@ -125,10 +125,10 @@ LAYOUTS = {"nn": (False, False), "nt": (False, True), "tn": (True, False), "tt":
 @flag("--quick", help=f"{QUICK_TARGET_S:g} s trials: a first look.")
 @measured_options("gemm", "PREFIX.png")
 def gemm_command(**kw: Any) -> None:
-    """GEMM through cuBLASLt in every precision (seed 003's study): throughput of each shape,
-    timed on the GPU with random inputs and verified against a double-precision reference, and
-    the mean per alignment class (the largest power of two dividing M, N and K), seed 003's
-    Table III for this GPU."""
+    """GEMM through cuBLASLt in every precision: throughput of each shape, timed on the GPU
+    with random inputs and verified against a double-precision reference, and the mean
+    throughput per alignment class (the largest power of two dividing M, N and K) on this
+    GPU."""
     precisions = kw["precision"]
     shapes: tuple[Shape, ...] = ()
     if kw["sizes"]:
@@ -138,7 +138,7 @@ def gemm_command(**kw: Any) -> None:
     if kw["shapes_file"]:
         shapes += read_shapes("--shapes-file", kw["shapes_file"])
     if not shapes:
-        shapes = parse_sizes("--sizes", "seed003")
+        shapes = parse_sizes("--sizes", "near-8k")
     trans_a = trans_b = None
     if kw["trans"]:
         trans_a, trans_b = LAYOUTS[kw["trans"][0]]

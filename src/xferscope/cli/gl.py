@@ -61,7 +61,7 @@ def _listing(values: tuple[str, ...] | tuple[int, ...]) -> str:
 @cli.command(
     "gl",
     **described(
-        "OpenGL uploads and readbacks (seed 000's explorer).",
+        "OpenGL uploads and readbacks under every state, headless.",
         "xferscope gl --survey",
         "xferscope gl --op readback --size 512,1024 --pbos 1,2,4 --type float --internal rgba32f",
     ),
@@ -122,7 +122,7 @@ def _listing(values: tuple[str, ...] | tuple[int, ...]) -> str:
 @option(
     "--bytes",
     "bytes_text",
-    help="Bytes each scenario moves [default: 6.25GiB, the paper's; 512MiB with --quick].",
+    help="Bytes each scenario moves [default: 6.25GiB; 512MiB with --quick].",
 )
 @option(
     "--limit",
@@ -133,7 +133,7 @@ def _listing(values: tuple[str, ...] | tuple[int, ...]) -> str:
 @flag("--log-frames", help="Keep every frame's blocking times (JSON).")
 @flag(
     "--survey",
-    help="Run the groups seed 000 reports on (PBOs, methods, formats and types, padding, sizes, "
+    help="Run a survey of scenario groups (PBOs, methods, formats and types, padding, sizes, "
     "GetTexImage, PBO counts with CPU work) and state the findings for this GPU.",
 )
 @flag("--quick", help="512 MiB per scenario: a first look.")
@@ -145,8 +145,9 @@ def gl_command(ctx: click.Context, /, **kw: Any) -> None:
     state that decides the speed; every option takes a comma-separated list and the scenarios
     are their cross product. Each scenario's test frame is compared exactly first (a mismatch
     names the internal format the driver chose); each moves --bytes frame by frame; --work
-    adds CPU work per frame and prints the paper's Table 1. CUDA pinned memcpy of the same
-    bytes is the baseline."""
+    adds CPU work per frame and prints, per amount of work, the time blocked in map and read,
+    the work, the rate and the share of the work hidden. CUDA pinned memcpy of the same bytes
+    is the baseline."""
     from ..gl.survey import survey
 
     given = [

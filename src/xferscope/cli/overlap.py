@@ -171,14 +171,12 @@ def overlap() -> None:
 @overlap.command(
     "cpu",
     **described(
-        "CPU work under one asynchronous copy (seed 000, Table 1).",
+        "CPU work under one asynchronous copy: issue the copy, work, then wait.",
         "xferscope overlap cpu",
         "xferscope overlap cpu -d d2h -m pinned,pageable --size 64MiB --work 0,1ms,5ms",
     ),
 )
-@direction_option(
-    CPU_DIRECTIONS, "d2h", "h2d or d2h (d2h is seed 000's asynchronous readback).", short=True
-)
+@direction_option(CPU_DIRECTIONS, "d2h", "h2d or d2h (d2h: asynchronous readback).", short=True)
 @memory_option(
     HOST_MEMORY,
     "pinned,pageable",
@@ -198,8 +196,8 @@ def overlap() -> None:
 @trials_option(5, "Trials per work value; the row is the trial of median total.")
 @_common("cpu")
 def cpu_command(**kw: Any) -> None:
-    """Issue a copy asynchronously, run W of calibrated CPU work, then wait (seed 000's
-    asynchronous mode). Reports the time blocked in the issuing call, the work, the time
+    """Issue a copy asynchronously, run W of calibrated CPU work, then wait (asynchronous
+    readback or upload). Reports the time blocked in the issuing call, the work, the time
     blocked waiting, the total and rate, and the share of the work hidden (ideal 1 until the
     work outlasts the copy)."""
     direction, memories, mechanism = kw["direction"], kw["memory"], kw["mechanism"]
@@ -274,7 +272,8 @@ def cpu_command(**kw: Any) -> None:
 @_common("buffers")
 def buffers_command(**kw: Any) -> None:
     """A stream of chunks through N pinned buffers used in rotation while the CPU consumes
-    (readback) or produces (upload) the others: seed 000's pixel buffer objects in rotation.
+    (readback) or produces (upload) the others, as an application does with OpenGL pixel buffer
+    objects in rotation.
     Efficiency = ideal / total, with ideal = chunks x max(copy, CPU) + min(copy, CPU)."""
     directions = kw["direction"]
     buffers = parse_counts("--buffers", kw["buffers"], 1)

@@ -53,7 +53,7 @@ APIS = ("runtime", "driver")  # `--api`: the CUDA runtime's copies, the driver A
 @cli.command(
     **described(
         "Bandwidth and latency against size, one curve per configuration.",
-        "xferscope sweep --min-size 1MiB --max-size 1GiB --csv seed002.csv --plot seed002",
+        "xferscope sweep --min-size 1MiB --max-size 1GiB --csv 1mib-1gib.csv --plot 1mib-1gib",
         "xferscope sweep --mechanism async --timing device -m pageable,pinned,wc,registered",
         "xferscope sweep -d roundtrip -m pageable,pinned --max-size 64MiB --perturbation 3",
     )

@@ -287,14 +287,14 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     Experiment(
         "overlap_cpu",
         "overlap cpu",
-        "seed 000's asynchronous transfer: one copy issued, W seconds of CPU work, then the "
-        "wait; how much of the work the copy hides",
+        "asynchronous transfer: one copy issued, W seconds of CPU work, then the wait; how "
+        "much of the work the copy hides",
     ),
     Experiment(
         "overlap_buffers",
         "overlap buffers",
         "a stream of chunks through N pinned buffers in rotation while the CPU consumes or "
-        "produces the others (seed 000's pixel buffer objects)",
+        "produces the others (as with OpenGL pixel buffer objects)",
     ),
     Experiment(
         "overlap_gpu",

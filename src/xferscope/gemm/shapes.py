@@ -1,5 +1,5 @@
 """GEMM shapes from the command line: square sizes, a range with a step (seed 003's 8128-8180 by
-8 is the `seed003` preset), M,N,K triples, or a file of an application's GEMMs; and each shape's
+8 is the `near-8k` preset), M,N,K triples, or a file of an application's GEMMs; and each shape's
 alignment class, the largest power of two dividing M, N and K (seed 003's Table III groups
 sizes by it)."""
 
@@ -15,11 +15,14 @@ from ..documents.files import read_text
 
 MOST_DIMENSION = (1 << 31) - 1
 PRESETS = {
-    # seed 003's Table III: square sizes from 8128 to 8180 by 8 (8128 = 64 x 127)
-    "seed003": tuple(range(8128, 8181, 8)),
+    # seed 003's Table III: square sizes from 8128 to 8180 by 8 (8128 = 64 x 127), alignment
+    # classes 8 to 64 at nearly one size
+    "near-8k": tuple(range(8128, 8181, 8)),
     # a quick look across sizes
     "sizes": (1024, 2048, 4096, 8192),
 }
+# Former preset names that old command lines still give, named in no help or message.
+HIDDEN_PRESETS = {"seed003": "near-8k"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,13 +52,15 @@ def _dimension(option: str, text: str, item: str) -> int:
 
 
 def parse_sizes(option: str, text: str) -> tuple[Shape, ...]:
-    """'1024,4096' square; 'A:B:S' every S from A to B; preset names (seed003, sizes)."""
+    """'1024,4096' square; 'A:B:S' every S from A to B; preset names (near-8k, sizes; the
+    former seed003 still names near-8k)."""
     shapes: list[Shape] = []
     for item in (w.strip() for w in text.split(",")):
         if not item:
             continue
-        if item.lower() in PRESETS:
-            shapes += [Shape(n, n, n) for n in PRESETS[item.lower()]]
+        name = HIDDEN_PRESETS.get(item.lower(), item.lower())
+        if name in PRESETS:
+            shapes += [Shape(n, n, n) for n in PRESETS[name]]
         elif ":" in item:
             parts = item.split(":")
             if len(parts) != 3:
@@ -71,7 +76,7 @@ def parse_sizes(option: str, text: str) -> tuple[Shape, ...]:
             n = _dimension(option, item, item)
             shapes.append(Shape(n, n, n))
     if not shapes:
-        raise OptionError(option, "give sizes such as 4096, a range 8128:8180:8, or seed003")
+        raise OptionError(option, "give sizes such as 4096, a range 8128:8180:8, or near-8k")
     return tuple(dict.fromkeys(shapes))
 
 

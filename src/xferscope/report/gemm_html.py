@@ -162,7 +162,9 @@ def _classes(result: GemmResult) -> str:
     if not parts:
         return ""
     return (
-        "<section><h2>Alignment classes (seed 003's Table III)</h2>" + "".join(parts) + "</section>"
+        "<section><h2>Alignment classes (largest power of two dividing M, N and K)</h2>"
+        + "".join(parts)
+        + "</section>"
     )
 
 
@@ -182,8 +184,8 @@ def _cpu(result: GemmResult) -> str:
             rows,
             ["", "num", "num", "", "num"],
         )
-        + '<p class="caption">scaling: seed 003\'s Figure 9; ladder: the offload ladder, each '
-        "thread count stopping once the GPU with its transfers beat it.</p></section>"
+        + '<p class="caption">scaling: CPU scaling over threads; ladder: the offload ladder, '
+        "each thread count stopping once the GPU with its transfers beat it.</p></section>"
     )
 
 

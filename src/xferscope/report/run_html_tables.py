@@ -147,7 +147,7 @@ def overlap_table(points: Sequence[OverlapPoint]) -> str:
     )
     return (
         f'{markup}<p class="caption">The copy is issued, the CPU works for half the copy\'s time, '
-        "then waits (seed 000's asynchronous readback). Hidden: the share of the work that cost "
+        "then waits (asynchronous readback). Hidden: the share of the work that cost "
         "no extra time. `xferscope overlap cpu` sweeps the work.</p>"
     )
 
