@@ -1,5 +1,6 @@
-"""`xferscope trace` without a GPU: a trace recorded on an H200 from tests/trace_programs/copies.cu
-(`copies --small 20`, tests/data/trace/) read back, summarized and priced; the command's
+"""`xferscope trace` without a GPU: a trace recorded on a GPU from tests/trace_programs/copies.cu
+(`copies --small 20`, every kernel recorded: tests/data/trace/, which
+benchmarks/record_trace_fixtures.sh records) read back, summarized and priced; the command's
 handling of programs that are missing, not CUDA programs, failing or interrupted; its files.
 tests/gpu/test_trace_gpu.py traces real programs."""
 

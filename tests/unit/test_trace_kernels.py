@@ -29,6 +29,13 @@ def _copy(c: int, start_ms: float, dur_ms: float, k: int = 1) -> list[dict]:
     ]  # fmt: skip
 
 
+def _start(pid: int, kernels: str, on_ms: int = 0, period_ms: int = 0) -> dict:
+    """A process's first line: its kernels recorded all, none or sampled (in windows of on_ms
+    every period_ms; 0 and 0 otherwise)."""
+    return {"t": "start", "pid": pid, "ppid": 1, "ts": 0, "limit": 10, "kernels": kernels,
+            "on_ms": on_ms, "period_ms": period_ms}  # fmt: skip
+
+
 def _kernel(start_ms: float, dur_ms: float) -> dict:
     st = int(start_ms * MS)
     return {"t": "kernel", "n": "gemm", "st": st, "en": st + int(dur_ms * MS), "dev": 0, "str": 7,
@@ -44,8 +51,7 @@ def _sampled(tmp_path: Path, close_last: bool = True) -> Path:
     """One process, kernels recorded 10 ms of every 100 ms: windows [0, 10] and [100, 110] ms;
     copies of 1 ms at 2, 5 (beside a kernel), 8 (alone), 50 (outside) and 104 (alone)."""
     records: list[dict] = [
-        {"t": "start", "pid": 42, "ppid": 1, "ts": 0, "limit": 10, "kernels": "sampled",
-         "on_ms": 10, "period_ms": 100},
+        _start(42, "sampled", 10, 100),
         {"t": "kwin", "a": 0}, {"t": "kwin", "b": 10 * MS}, {"t": "kwin", "a": 100 * MS},
     ]  # fmt: skip
     if close_last:
@@ -91,7 +97,7 @@ def test_the_notes_say_kernels_were_sampled_and_what_the_tracing_cost(tmp_path):
 
 
 def test_without_kernel_records_no_overlap_is_claimed(tmp_path):
-    records = [{"t": "start", "pid": 7, "ppid": 1, "ts": 0, "kernels": "none"}]
+    records = [_start(7, "none")]
     for c, at in enumerate((2, 5), start=1):
         records += _copy(c, at, 1)
     trace = read_trace([_write(tmp_path / "trace-7.jsonl", records)])
@@ -101,8 +107,8 @@ def test_without_kernel_records_no_overlap_is_claimed(tmp_path):
 
 
 def test_a_trace_of_every_kernel_is_judged_whole(tmp_path):
-    """Traces from before --kernels (no "kernels" in the start line) recorded every kernel."""
-    records: list[dict] = [{"t": "start", "pid": 9, "ppid": 1, "ts": 0}, _kernel(0, 3)]
+    """`trace --kernels all`: every copy is judged beside every kernel."""
+    records: list[dict] = [_start(9, "all"), _kernel(0, 3)]
     for c, at in enumerate((1, 50), start=1):
         records += _copy(c, at, 1)
     trace = read_trace([_write(tmp_path / "trace-9.jsonl", records)])

@@ -24,11 +24,11 @@ RECORDED = Path(__file__).parent.parent / "data" / "trace" / "torch-loop.jsonl"
 SCRIPT = "/work/main/benchmarks/torch_train_loop.py"  # where it was when recorded
 # what the script made, by line (steps 0-29 and 2 warm-up steps; the model's six tensors)
 LINES = {
-    (34, "model", "h2d", "pageable"): 6,  # model(...).to(device)
-    (48, "train.<locals>.step", "h2d", "pageable"): 32,  # batch.to(device)
-    (49, "train.<locals>.step", "h2d", "pinned"): 32,  # target.to(device, non_blocking=True)
-    (50, "train.<locals>.step", "h2d", "pageable"): 32,  # torch.tensor([...], device=device)
-    (58, "train.<locals>.step", "d2h", "pinned"): 4,  # loss.item(), every 10 steps
+    (50, "model", "h2d", "pageable"): 6,  # model(...).to(device)
+    (86, "train.<locals>.step", "h2d", "pageable"): 32,  # batch.to(device)
+    (87, "train.<locals>.step", "h2d", "pinned"): 32,  # target.to(device, non_blocking=True)
+    (88, "train.<locals>.step", "h2d", "pageable"): 32,  # torch.tensor([...], device=device)
+    (96, "train.<locals>.step", "d2h", "pinned"): 4,  # loss.item(), every 10 steps
 }
 
 
@@ -49,14 +49,14 @@ def test_every_copy_is_placed_at_the_scripts_line():
     )
     assert found == LINES
     # the place is `file:line (function)`; the stack keeps PyTorch's own frames beneath it
-    assert trace.where(trace.copies[0].frames, trace.copies[0].python) == f"{SCRIPT}:34 (model)"
+    assert trace.where(trace.copies[0].frames, trace.copies[0].python) == f"{SCRIPT}:50 (model)"
     model = trace.copies[0].python
     assert model[0].is_library and "/site-packages/torch/nn/modules/module.py" in model[0].file
     assert trace.framework(trace.copies[0].frames, model) == "PyTorch"
     # pinned allocations are placed too: pin_memory() at line 44
     pin = trace.pins[0]
     assert (trace.where(pin.frames, pin.python), pin.bytes) == (
-        f"{SCRIPT}:44 (train)",
+        f"{SCRIPT}:82 (train)",
         1 << 20,
     )
 
@@ -96,9 +96,9 @@ def test_advice_is_said_in_pytorchs_words_and_lists_the_lines():
     assert "not priced" in pageable.unpriced
     lines = {p.where: p.calls for p in pageable.places}
     assert lines == {
-        f"{SCRIPT}:34 (model)": 6,
-        f"{SCRIPT}:48 (train.<locals>.step)": 32,
-        f"{SCRIPT}:50 (train.<locals>.step)": 32,
+        f"{SCRIPT}:50 (model)": 6,
+        f"{SCRIPT}:86 (train.<locals>.step)": 32,
+        f"{SCRIPT}:88 (train.<locals>.step)": 32,
     }
     costs = [p.cost_s for p in pageable.places]
     assert costs == sorted(costs, reverse=True) and sum(costs) == pytest.approx(pageable.cost_s)
@@ -158,10 +158,10 @@ def _trace(capsys, tmp_path, monkeypatch, name, walls, drop_line=None) -> Path:
 
 def test_runs_are_kept_and_a_fix_is_compared_line_by_line(capsys, tmp_path, monkeypatch):
     before = _trace(capsys, tmp_path, monkeypatch, "before", [1.00, 1.02, 1.01])
-    after = _trace(capsys, tmp_path, monkeypatch, "after", [0.90, 0.91, 0.89], drop_line=48)
+    after = _trace(capsys, tmp_path, monkeypatch, "after", [0.90, 0.91, 0.89], drop_line=86)
     doc = json.loads(before.read_text())
     page = (before.parent / "report.html").read_text()
-    assert "Where the findings' calls were made" in page and "torch_train_loop.py:48" in page
+    assert "Where the findings' calls were made" in page and "torch_train_loop.py:86" in page
     assert len(doc["runs"]) == 3 and [r["wall_s"] for r in doc["runs"]] == [1.00, 1.02, 1.01]
     a, b = from_dict(doc), from_dict(json.loads(after.read_text()))
     comparison = compare_traces(a, b)
@@ -170,7 +170,7 @@ def test_runs_are_kept_and_a_fix_is_compared_line_by_line(capsys, tmp_path, monk
     assert wall.verdict == "faster" and wall.change == pytest.approx(-0.1089, abs=1e-3)
     line = next(
         c for (section, subject, figure), c in rows.items()
-        if section == "line" and ":48 " in subject and figure == "calls"
+        if section == "line" and ":86 " in subject and figure == "calls"
     )  # fmt: skip
     assert (line.a, line.b, line.verdict, line.noise) == (32, 0, "fewer", None)
     pageable = rows[("copies", "h2d pageable", "calls")]

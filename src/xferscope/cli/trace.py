@@ -1,5 +1,12 @@
 """`xferscope trace -- COMMAND`: an unmodified program's copies, what they cost and what each fix
-would save on this machine."""
+would save on this machine.
+
+A variant of the measured-command skeleton (measured.py's run_measurement), not a declaration on
+it: the work is the user's program, run by trace.pipeline.trace_program, so the command exits
+with the program's status (or its signal's), writes nothing when the program never used CUDA,
+and keeps the trace when a stop cuts the pricing after it. What it shares with the skeleton it
+takes from the same places: the DocumentKind registered below (how the document is read back,
+shown and written), common's history, destination and delivery."""
 
 from __future__ import annotations
 
@@ -87,7 +94,7 @@ from .outputs import Destination, Named, Output, text
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def trace_command(**kw: Any) -> None:
     """Run COMMAND unchanged (after --) with a CUPTI library injected, record every copy,
-    memset, kernel, synchronization and pinned allocation, and say how much time goes to moving
+    memset, kernel and pinned allocation, and say how much time goes to moving
     data, why, and what each fix would save on this machine. COMMAND's own output is untouched
     and its exit status is xferscope's."""
     if kw["reference"] not in REFERENCES:

@@ -86,9 +86,7 @@ class Analysis:
 def kind_table(trace: Trace) -> list[KindRow]:
     """Per kind of copy and memset: nvprof's Time%, Time, Calls, Avg, Min, Max. The totals are
     the injection library's exact ones when records beyond the limit were only counted."""
-    busy = sum(c.seconds for c in trace.copies) + sum(
-        i.seconds for i in trace.intervals if i.what != "sync"
-    )
+    busy = sum(c.seconds for c in trace.copies) + sum(i.seconds for i in trace.intervals)
     by_kind: dict[str, list[float]] = defaultdict(list)
     for c in trace.copies:
         by_kind[c.direction].append(c.seconds)

@@ -1,8 +1,8 @@
 """What `xferscope trace` recorded of a program, read from the injection library's JSON lines
-(engine/src/trace/inject.cpp, one file per traced process): every copy with its API call, its
-pointers, a sampled hash of its host source and its caller; memsets, kernels, synchronizations
-and host memory pinned; and the library's exact totals per kind, which stay right when records
-beyond the limit were only counted."""
+(engine/src/trace/, one file per traced process): every copy with its API call, its pointers, a
+sampled hash of its host source and its caller; memsets and kernels; the calls that copy, set,
+synchronize or pin; host memory pinned; and the library's exact totals per kind, which stay right
+when records beyond the limit were only counted."""
 
 from __future__ import annotations
 
@@ -197,10 +197,10 @@ class Copy:
 
 @dataclass(frozen=True, slots=True)
 class Interval:
-    """A memset, kernel or synchronization on the GPU."""
+    """A memset or kernel on the GPU."""
 
     pid: int
-    what: str  # memset, kernel, sync
+    what: str  # memset, kernel
     name: str
     start_ns: int
     end_ns: int
@@ -328,7 +328,7 @@ def read_trace(files: Iterable[Path]) -> Trace:
         pid = 0
         raw_copies: list[dict[str, Any]] = []
         api: dict[tuple[int, int], dict[str, Any]] = {}  # (runtime?, correlation) -> record
-        call_info: dict[int, dict[str, Any]] = {}  # runtime correlation -> pointers, hash
+        call_info: dict[int, dict[str, Any]] = {}  # a copy call's correlation -> its api record
         pin_records: list[dict[str, Any]] = []
         stacks: dict[int, tuple[PyFrame, ...]] = {}  # this process's Python stacks, by id
         process: dict[str, Any] = {"file": path.name}
@@ -357,17 +357,17 @@ def read_trace(files: Iterable[Path]) -> Trace:
                 process["cost"] = {k: v for k, v in r.items() if k != "t"}
             elif t == "memcpy":
                 raw_copies.append(r)
-            elif t in ("memset", "kernel", "sync"):
+            elif t in ("memset", "kernel"):
                 intervals.append(
                     Interval(
                         pid,
                         t,
-                        str(r.get("n", "memset" if t == "memset" else f"sync {r.get('y')}")),
+                        str(r["n"]) if t == "kernel" else "memset",
                         int(r["st"]),
                         int(r["en"]),
-                        int(r.get("dev", -1)),
-                        int(r.get("str", -1)),
-                        int(r.get("b", 0)),
+                        int(r["dev"]),
+                        int(r["str"]),
+                        int(r.get("b", 0)),  # a memset's bytes; a kernel has none
                     )
                 )
             elif t == "api":
@@ -375,8 +375,6 @@ def read_trace(files: Iterable[Path]) -> Trace:
                 if "src" in r:  # a copy call's pointers, content hash and callers
                     call_info[int(r["c"])] = r
                 calls.append(Call(str(r["f"]), int(r["st"]), int(r["en"]), int(r["tid"])))
-            elif t == "call":
-                call_info[int(r["c"])] = r
             elif t == "pin":
                 pin_records.append(r)
             elif t == "totals":
