@@ -66,8 +66,16 @@ def test_pinned_copies_hide_cpu_work_and_pageable_ones_do_not(native_engine):
             hidden = (alone + o.work_s - o.total_s) / o.work_s
             if hides:
                 assert o.issue_s < 0.1 * alone and hidden > 0.8, (alone, o)
-            else:  # the readback happens inside the issuing call: the work adds to it
-                assert o.issue_s > 0.7 * alone and hidden < 0.4, (alone, o)
+            else:
+                # the readback happens inside the issuing call: of the trial's time outside the
+                # work, the call holds most, and nothing is left to wait for after the work.
+                # (Not against `alone`: pageable readbacks of 256 MiB ran at 7-14 GB/s from one
+                # trial to the next on an H100 host, so a median of 3 can be twice a trial.)
+                beside_work = o.total_s - o.work_s
+                assert o.issue_s > 0.7 * beside_work and o.wait_s < 0.2 * o.issue_s, (
+                    alone,
+                    (o.issue_s, o.work_s, o.wait_s, o.total_s),
+                )
         finally:
             t.close()
 
