@@ -194,7 +194,7 @@ def test_one_run_each_gives_no_verdict_on_times(capsys, tmp_path, monkeypatch):
     comparison = compare_traces(
         from_dict(json.loads(before.read_text())), from_dict(json.loads(after.read_text()))
     )
-    wall = next(c for c in comparison.changes if c.section == "program")
+    wall = next(c for c in comparison.changes if c.figure == "wall time")
     assert wall.verdict == "unclear"
     assert any("--runs 3" in w for w in comparison.warnings)
 

@@ -37,6 +37,7 @@ std::vector<std::string> names[2];          // runtime [0] and driver [1] API na
 thread_local bool in_runtime_call = false;  // a driver call made by a runtime call is its own
 thread_local std::uint64_t entered[2] = {0, 0};  // when this thread entered a runtime / driver call
 thread_local unsigned thread_id = 0;
+std::vector<char> syncs[2];  // runtime [0] and driver [1]: whether a callback id synchronizes
 
 // The API calls worth a record: copies, sets, synchronizations, host memory pinning.
 bool interesting(const std::string& n) {
@@ -104,6 +105,19 @@ int unwind(std::uintptr_t* into, std::uint64_t n, bool from_python) {
   for (int i = 3; i < count; ++i)  // 0-2: here, CUPTI
     into[kept++] = reinterpret_cast<std::uintptr_t>(frames[i]);
   return kept;
+}
+
+// The n-th recorded call's Python stack and return addresses into `pending` (inlined, so that
+// unwind() is as deep below the callback for every kind of call)
+[[gnu::always_inline]] inline void callers(std::uint64_t n, std::uint64_t weight) {
+  {
+    Timed timed{kPythonStacks, weight};
+    pending.python = python_stack();
+  }
+  // timed on every call that unwinds, unscaled: unwinding is itself sampled, and timing one
+  // call in kTimeEvery would meet every unwound call (kFramesEvery is a multiple) and scale it
+  Timed timed{kUnwinding, unwinds(n, pending.python != 0) ? 1u : 0u};
+  pending.frame_count = unwind(pending.frames, n, pending.python != 0);
 }
 
 // A copy call's entry (runtime, or driver as JAX makes them): its pointers, size, kind
@@ -183,14 +197,22 @@ bool copy_entry(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_
     Timed timed{kHashing, weight};
     pending.hash = sampled_hash(src, count);
   }
-  {
-    Timed timed{kPythonStacks, weight};
-    pending.python = python_stack();
-  }
-  // timed on every call that unwinds, unscaled: unwinding is itself sampled, and timing one
-  // call in kTimeEvery would meet every unwound call (kFramesEvery is a multiple) and scale it
-  Timed timed{kUnwinding, unwinds(n, pending.python != 0) ? 1u : 0u};
-  pending.frame_count = unwind(pending.frames, n, pending.python != 0);
+  callers(n, weight);
+  return true;
+}
+
+// A synchronization's entry (cudaStreamSynchronize, cudaDeviceSynchronize,
+// cudaEventSynchronize and the driver's): its callers into `pending`, so that the wait is
+// named at the program's line (PyTorch's .item() waits in one). False for any other call.
+bool sync_entry(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+  const std::vector<char>& table = syncs[domain == CUPTI_CB_DOMAIN_RUNTIME_API ? 0 : 1];
+  if (cbid >= table.size() || !table[cbid]) return false;
+  pending = Call{};
+  pending.sync = true;
+  // counted apart from the copies and pins: a program's waits leave their sampling as it was
+  static std::atomic<std::uint64_t> waits{0};
+  const std::uint64_t n = waits.fetch_add(1, std::memory_order_relaxed);
+  callers(n, n < kTimeAll ? 1 : n % kTimeEvery == 0 ? kTimeEvery : 0);
   return true;
 }
 
@@ -282,6 +304,7 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
   if (enter) {
     entered[runtime ? 0 : 1] = now;
     pending.copy = knob_call && copy_entry(domain, cbid, cb);
+    if (!pending.copy) pending.sync = knob_call && sync_entry(domain, cbid);
     return;
   }
   if (!thread_id) thread_id = static_cast<unsigned>(gettid());
@@ -290,11 +313,11 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
     std::lock_guard<std::mutex> lock(out_mutex);
     if (keep(kPin, 0, 0)) line(pin);
   }
-  if (!knob_api && !pending.copy) return;
+  if (!knob_api && !pending.copy && !pending.sync) return;
   Call call;
-  if (pending.copy) {
+  if (pending.copy || pending.sync) {
     call = std::move(pending);
-    pending.copy = false;
+    pending.copy = pending.sync = false;
   }
   call.start = entered[runtime ? 0 : 1];
   call.end = now;
@@ -313,6 +336,16 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
 
 void enable_callbacks(std::uint32_t on) {
   if (!control.subscriber) return;
+  if (syncs[0].empty()) {  // before any callback runs: read without a lock from then on
+    syncs[0].assign(CUPTI_RUNTIME_TRACE_CBID_SIZE, 0);
+    syncs[1].assign(CUPTI_DRIVER_TRACE_CBID_SIZE, 0);
+    for (CUpti_CallbackId id = 1; id < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++id)
+      syncs[0][id] =
+          api_name(CUPTI_CB_DOMAIN_RUNTIME_API, id).find("Synchronize") != std::string::npos;
+    for (CUpti_CallbackId id = 1; id < CUPTI_DRIVER_TRACE_CBID_SIZE; ++id)
+      syncs[1][id] =
+          api_name(CUPTI_CB_DOMAIN_DRIVER_API, id).find("Synchronize") != std::string::npos;
+  }
   for (CUpti_CallbackId id = 1; id < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++id) {
     if (interesting(api_name(CUPTI_CB_DOMAIN_RUNTIME_API, id)) && !knob("noruntime")) {
       cupti.cuptiEnableCallback(on, control.subscriber, CUPTI_CB_DOMAIN_RUNTIME_API, id);

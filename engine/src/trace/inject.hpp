@@ -108,7 +108,7 @@ struct Call {
   std::uint64_t correlation = 0;
   std::uint32_t thread = 0, cbid = 0;
   int kind = -1;
-  bool runtime = false, copy = false, hashed = false;
+  bool runtime = false, copy = false, sync = false, hashed = false;
   int frame_count = -1;      // -1: not unwound
   std::uint32_t python = 0;  // its Python stack's id, 0: none
 };

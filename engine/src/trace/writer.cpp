@@ -103,6 +103,8 @@ void write_calls(const std::vector<Call>& calls) {
                             ",\"src\":%" PRIuPTR ",\"dst\":%" PRIuPTR ",\"b\":%zu,\"kind\":%d",
                             c.src, c.dst, c.bytes, c.kind);
       if (c.hashed) used += std::snprintf(buf + used, sizeof buf - used, ",\"h\":%" PRIu64, c.hash);
+    }
+    if (c.copy || c.sync) {  // the callers of a copy or a synchronization
       used += write_frames(buf + used, sizeof buf - used, c.frames, c.frame_count);
       if (c.python) used += std::snprintf(buf + used, sizeof buf - used, ",\"py\":%u", c.python);
     }

@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 from ..core.units import format_bytes, format_rate, format_seconds
 from ..trace.document import TraceResult
 from ..trace.records import shown
+from ..trace.timeline import valid
 from .page import TEMPLATE, escape, files_beside, findings_section, page, plot_div, table
 
 MOST_SPANS = 20_000  # spans drawn; beyond, the longest are kept
@@ -125,6 +126,7 @@ def _timeline(result: TraceResult) -> str:
         )
         for k in result.summary.get("spans", [])
     ]
+    spans = [x for x in spans if valid(x[2], x[3])]  # a record without times stays off the axis
     if not spans:
         return ""
     if len(spans) > MOST_SPANS:
@@ -151,6 +153,13 @@ def _timeline(result: TraceResult) -> str:
         barmode="overlay",
         height=160 + 28 * rows,
         margin={"l": 140, "r": 20, "t": 30, "b": 50},
-        xaxis_title="ms since the first copy or kernel (drag to zoom, double-click to reset)",
+        xaxis_title="ms since the first GPU activity (drag to zoom, double-click to reset)",
     )
-    return "<section><h2>Timeline</h2>" + plot_div("timeline", fig) + "</section>"
+    busy = "; ".join(
+        f"GPU {g['device']}: active {format_seconds(g['span_s'])}, busy "
+        f"{format_seconds(g['busy_s'])}, idle {format_seconds(g['idle_s'])} "
+        f"({g['idle_share']:.0%})"
+        for g in result.summary.get("gpus", [])
+    )
+    caption = f'<p class="caption">{escape(busy)}</p>' if busy else ""
+    return "<section><h2>Timeline</h2>" + plot_div("timeline", fig) + caption + "</section>"

@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..core.units import format_bytes, format_rate, format_seconds
-from ..trace.document import TraceResult
+from ..trace.document import TraceResult, steady_s
 from ..trace.records import shown
 
 
@@ -23,6 +23,17 @@ def print_trace(result: TraceResult, console: Console) -> None:
         f"traced `{command}`: {result.wall_s:.3g} s, {ended}, "
         f"{len(result.processes)} process(es) used CUDA"
     )
+    for g in s.get("gpus", []):
+        console.print(
+            f"GPU {g['device']}: active {format_seconds(g['span_s'])} from its first GPU work to "
+            f"its last, busy {format_seconds(g['busy_s'])}, idle {format_seconds(g['idle_s'])} "
+            f"({g['idle_share']:.0%})"
+            + (
+                ""
+                if s.get("kernels_recorded", "all") == "all"
+                else " (kernels sampled: idle is an upper bound)"
+            )
+        )
     if not s.get("table"):
         console.print("no CUDA copies were seen")
         return
@@ -71,6 +82,7 @@ def print_trace(result: TraceResult, console: Console) -> None:
     if ref:
         console.print(f"this machine's rates: {ref.get('source')}")
     fixes = s.get("fixes") or []
+    steady = steady_s(result)  # what the shares are of
     if fixes:
         console.print("[bold]what to change, the largest saving first[/bold]")
     for f in fixes:
@@ -78,7 +90,7 @@ def print_trace(result: TraceResult, console: Console) -> None:
         if f.get("saving_s") is None:
             console.print(f"  [bold]not priced[/bold] {said}")
         else:
-            share = f["saving_s"] / result.wall_s if result.wall_s else 0.0
+            share = f["saving_s"] / steady if steady else 0.0
             console.print(f"  [bold]{format_seconds(f['saving_s'])}[/bold] ({share:.1%}) {said}")
         for line in place_lines(f):
             console.print(f"      {line}")
@@ -88,10 +100,10 @@ def print_trace(result: TraceResult, console: Console) -> None:
                 console.print(f"      [dim]{escape(note)}[/dim]")
     if fixes:
         total = s.get("saving_s", 0.0)
-        share = total / result.wall_s if result.wall_s else 0.0
+        share = total / steady if steady else 0.0
         console.print(
-            f"together about {format_seconds(total)}, {share:.1%} of the run, for the fixes "
-            "priced (fixes can overlap)"
+            f"together about {format_seconds(total)}, {share:.1%} of the steady state, for the "
+            "fixes priced (fixes can overlap)"
         )
     for note in (*s.get("notes", []), *s.get("warnings", [])):
         console.print(f"[yellow]note:[/yellow] {note}")

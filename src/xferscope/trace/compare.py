@@ -1,7 +1,9 @@
-"""Two traces of one program, before (A) and after (B) a fix, compared: the program's wall time,
-and per kind of copy, per finding and per line of the program what changed in calls, bytes,
-time in copies and host time blocked in copy calls; for each finding of A, what its fix was
-predicted to save beside what B saved.
+"""Two traces of one program, before (A) and after (B) a fix, compared: the span from its first
+GPU activity to its last (the steady state: a faster loop shows there even behind 10 s of
+importing torch, which the wall time also counts), its wall time, and per kind of copy, per
+finding and per line of the program what changed in calls, bytes, time in copies and host time
+blocked in copy calls; for each finding of A, what its fix was predicted to save beside what B
+saved.
 
 Each trace keeps the figures of every run it made (`xferscope trace --runs N`). Times are
 weighed as `xferscope compare` weighs a run's metrics (run/compare.py's rule: SAME within the
@@ -49,7 +51,7 @@ class Change:
 
     section: str  # program, copies, finding, line
     subject: str  # the kind, finding, line or "the program"
-    figure: str  # wall time, calls, bytes, time in copies, host blocked
+    figure: str  # GPU active span, wall time, calls, bytes, time in copies, host blocked
     unit: str  # s, B, count
     a: float
     b: float
@@ -209,15 +211,19 @@ def compare_traces(a: TraceResult, b: TraceResult, force: bool = False) -> Trace
             f"{len(runs_a)} and {len(runs_b)} runs: times get FASTER or SLOWER only from 3 runs "
             "each (xferscope trace --runs 3), else UNCLEAR beyond the 1% floor"
         )
+    # the steady state first, where both documents have it (version 3 and later)
+    program = [("span_s", "GPU active span"), ("wall_s", "wall time")]
     changes = [
         _change(
             "program",
             "the program",
-            "wall time",
+            figure,
             "s",
-            [r["wall_s"] for r in runs_a],
-            [r["wall_s"] for r in runs_b],
+            [r[key] for r in runs_a],
+            [r[key] for r in runs_b],
         )
+        for key, figure in program
+        if all(r.get(key) for r in (*runs_a, *runs_b)) or key == "wall_s"
     ]
     changes += _table_changes("copies", runs_a, runs_b, "kinds", FIGURES, lambda n, _: n)
     changes += _table_changes(

@@ -11,24 +11,27 @@ from .records import Copy, Interval, Trace
 from .reference import Reference
 
 
-def merged(intervals: Iterable[Interval]) -> dict[int, tuple[list[int], list[int]]]:
-    """Kernel time per device as sorted, disjoint [start, end) intervals."""
+def disjoint(spans: Iterable[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """[start, end) spans as sorted, disjoint parts (starts, ends): overlapping ones counted
+    once."""
+    starts: list[int] = []
+    ends: list[int] = []
+    for s, e in sorted(spans):
+        if ends and s <= ends[-1]:
+            ends[-1] = max(ends[-1], e)
+        else:
+            starts.append(s)
+            ends.append(e)
+    return starts, ends
+
+
+def merged(intervals: Iterable[Copy | Interval]) -> dict[int, tuple[list[int], list[int]]]:
+    """The time of kernels (or copies, or both) per device as sorted, disjoint [start, end)
+    parts."""
     per: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for i in intervals:
         per[i.device].append((i.start_ns, i.end_ns))
-    out = {}
-    for device, spans in per.items():
-        spans.sort()
-        starts: list[int] = []
-        ends: list[int] = []
-        for s, e in spans:
-            if ends and s <= ends[-1]:
-                ends[-1] = max(ends[-1], e)
-            else:
-                starts.append(s)
-                ends.append(e)
-        out[device] = (starts, ends)
-    return out
+    return {device: disjoint(spans) for device, spans in per.items()}
 
 
 def overlap_ns(span: Copy | Interval, merged: dict[int, tuple[list[int], list[int]]]) -> int:

@@ -14,9 +14,10 @@ from ..documents.records import Column, dumps_columns, read_result, result_docum
 from .analyze import Analysis, Group, KindRow
 from .findings import TraceFinding
 from .records import Copy, Trace
+from .timeline import Timelines, timelines
 
 SCHEMA_NAME = "xferscope-trace"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 OLDEST_VERSION = 1
 # Schema history (bump SCHEMA_VERSION on any change a reader must know about):
 #   1  first version.
@@ -25,6 +26,10 @@ OLDEST_VERSION = 1
 #      "places" (per line: calls, bytes, cost, stack) instead of "where", and a fix that could
 #      not be priced has "saving_s": null and says why in "unpriced"; "runs" keeps each run's
 #      figures (--runs). Version 1 still reads.
+#   3  "gpus": each GPU's timeline from its first activity to its last (span, busy and idle
+#      time, the longest idle gaps), "span_s" the steady state over every GPU, "left_out" the
+#      activity records with no usable times; each run's figures have "span_s" too. Versions 1
+#      and 2 still read (without a timeline).
 
 MOST_SPANS = 20_000  # kernels and memsets kept for the timeline (the longest)
 WORTH = 0.01  # a fix saving this share of the program's time is a warning, not a note
@@ -62,18 +67,26 @@ def copy_dict(trace: Trace, c: Copy) -> dict[str, Any]:
     }
 
 
-def findings_of(analysis: Analysis) -> list[Finding]:
+def steady_s(result: TraceResult) -> float:
+    """The time a trace's shares are of: the span from its first GPU activity to its last (the
+    steady state), else, for a document without one, the program's wall time."""
+    return float(result.summary.get("span_s") or result.wall_s)
+
+
+def findings_of(analysis: Analysis, steady: float) -> list[Finding]:
+    """The trace's findings as every command states them, each saving a share of `steady`."""
     out = []
     for f in analysis.findings:
         where = f" at {f.places[0].where}" if f.places else ""
         said = f"{f.title}: {f.calls} calls ({f.sizes}){where} cost {f.cost_s * 1e3:.3g} ms"
         if f.saving_s is None:
-            share = f.cost_s / analysis.wall_s if analysis.wall_s > 0 else 0.0
+            share = f.cost_s / steady if steady > 0 else 0.0
             message = f"{said}; {f.unpriced}"
         else:
-            share = f.saving_s / analysis.wall_s if analysis.wall_s > 0 else 0.0
+            share = f.saving_s / steady if steady > 0 else 0.0
             message = (
-                f"{said}; the fix saves about {f.saving_s * 1e3:.3g} ms ({share:.1%} of the run)"
+                f"{said}; the fix saves about {f.saving_s * 1e3:.3g} ms ({share:.1%} of the "
+                "steady state)"
             )
         out.append(
             Finding(
@@ -91,10 +104,33 @@ def findings_of(analysis: Analysis) -> list[Finding]:
     return out
 
 
+def timeline_dict(gpus: Timelines) -> dict[str, Any]:
+    """The GPUs' timelines as the document keeps them."""
+    return {
+        "span_s": gpus.span_s,
+        "left_out": gpus.left_out,
+        "gpus": [
+            {
+                "device": g.device,
+                "start_ns": g.start_ns,
+                "end_ns": g.end_ns,
+                "span_s": g.span_s,
+                "busy_s": g.busy_s,
+                "idle_s": g.idle_s,
+                "idle_share": g.idle_share,
+                "gaps": [list(gap) for gap in g.gaps],
+            }
+            for g in gpus.gpus
+        ],
+    }
+
+
 def summary_dict(
     analysis: Analysis, trace: Trace, reference: dict[str, Any] | None
 ) -> dict[str, Any]:
+    gpus = timelines(trace)
     return {
+        **timeline_dict(gpus),
         "table": [to_plain(r) for r in analysis.table],
         "groups": [to_plain(g) for g in analysis.groups],
         "fixes": [to_plain(f) for f in analysis.findings],

@@ -1,5 +1,6 @@
-"""One traced run's figures, the ones two traces of a program are compared by: the program's wall
-time; per kind of copy, per finding and per line of the program, its calls, bytes, time in
+"""One traced run's figures, the ones two traces of a program are compared by: the span from its
+first GPU activity to its last (the steady state, which Python's start-up does not blur) and its
+wall time; per kind of copy, per finding and per line of the program, its calls, bytes, time in
 copies (GPU) and host time blocked in copy calls. `xferscope trace --runs N` keeps N of them, so
 a comparison can weigh each change against the spread the runs show."""
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from .analyze import Analysis
 from .records import Copy, Trace, user_frame
+from .timeline import timelines
 
 
 def line_of(trace: Trace, c: Copy) -> tuple[str, str, str]:
@@ -46,6 +48,7 @@ def run_figures(trace: Trace, analysis: Analysis, wall_s: float) -> dict[str, An
         said[key] = (where, code)
     return {
         "wall_s": wall_s,
+        "span_s": timelines(trace).span_s,
         "kinds": {k: _totals(v) for k, v in sorted(kinds.items())},
         "findings": {
             f.code: {

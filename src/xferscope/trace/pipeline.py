@@ -71,6 +71,7 @@ def trace_program(
     for other in more:
         again = read_trace(other.files)
         runs.append(run_figures(again, analyze(again, other.wall_s, reference), other.wall_s))
+    summary = summary_dict(analysis, trace, None if reference is None else reference.to_dict())
     result = TraceResult(
         created=created,
         simulated=False,
@@ -87,9 +88,9 @@ def trace_program(
         returncode=ran.returncode,
         signal=ran.signal,
         processes=trace.processes,
-        summary=summary_dict(analysis, trace, None if reference is None else reference.to_dict()),
+        summary=summary,
         copies=tuple(copy_dict(trace, c) for c in trace.copies),
-        findings=tuple(findings_of(analysis)),
+        findings=tuple(findings_of(analysis, float(summary["span_s"]) or ran.wall_s)),
         runs=tuple(runs),
     )
     return Traced(ran, trace, result)

@@ -16,7 +16,7 @@ import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 # CUPTI's CUpti_ActivityMemcpyKind and CUpti_ActivityMemoryKind
 COPY_KINDS = {
@@ -125,16 +125,26 @@ NATIVE_FRAMEWORKS = (("libtorch", "PyTorch"), ("libc10", "PyTorch"), ("cupy", "C
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """The API call that issued a copy or pinned memory, as the runtime or driver saw it."""
+    """An API call as the runtime or driver saw it: one that issued a copy, set memory, pinned
+    it or synchronized; a synchronization with its callers where they were recorded."""
 
     function: str
     start_ns: int
     end_ns: int
     thread: int
+    pid: int = 0
+    frames: tuple[int, ...] = ()  # a synchronization's callers' return addresses (sampled)
+    python: tuple[PyFrame, ...] = ()  # a synchronization's Python stack, innermost first
 
     @property
     def seconds(self) -> float:
         return (self.end_ns - self.start_ns) * 1e-9
+
+    @property
+    def synchronizes(self) -> bool:
+        """An explicit wait for the GPU: cudaStreamSynchronize, cudaDeviceSynchronize,
+        cudaEventSynchronize or the driver's."""
+        return "Synchronize" in self.function
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +238,9 @@ class Pin:
     python: tuple[PyFrame, ...] = ()
 
 
+Timed = TypeVar("Timed", Copy, Call)  # what happened in a process at a time: a copy, a call
+
+
 @dataclass(frozen=True, slots=True)
 class Trace:
     """Everything recorded, over all traced processes."""
@@ -258,9 +271,9 @@ class Trace:
         seen = {str(p.get("kernels", "all")) for p in self.processes} or {"all"}
         return "all" if seen == {"all"} else "none" if seen == {"none"} else "sampled"
 
-    def seen_with_kernels(self, copies: Iterable[Copy]) -> list[Copy]:
-        """The copies whose neighbouring kernels were recorded: every kernel of their process
-        was, or they ran inside one of its kernel windows."""
+    def seen_with_kernels(self, copies: Iterable[Timed]) -> list[Timed]:
+        """The copies (or calls) whose neighbouring kernels were recorded: every kernel of their
+        process was, or they ran inside one of its kernel windows."""
         how = {p.get("pid"): str(p.get("kernels", "all")) for p in self.processes}
         windows: dict[int, tuple[list[int], list[int]]] = {}
         for pid, a, b in sorted(self.kernel_windows, key=lambda w: w[1]):
@@ -329,6 +342,7 @@ def read_trace(files: Iterable[Path]) -> Trace:
         raw_copies: list[dict[str, Any]] = []
         api: dict[tuple[int, int], dict[str, Any]] = {}  # (runtime?, correlation) -> record
         call_info: dict[int, dict[str, Any]] = {}  # a copy call's correlation -> its api record
+        raw_calls: list[dict[str, Any]] = []  # every api record, made Calls once stacks are read
         pin_records: list[dict[str, Any]] = []
         stacks: dict[int, tuple[PyFrame, ...]] = {}  # this process's Python stacks, by id
         process: dict[str, Any] = {"file": path.name}
@@ -374,7 +388,7 @@ def read_trace(files: Iterable[Path]) -> Trace:
                 api[(int(r["rt"]), int(r["c"]))] = r
                 if "src" in r:  # a copy call's pointers, content hash and callers
                     call_info[int(r["c"])] = r
-                calls.append(Call(str(r["f"]), int(r["st"]), int(r["en"]), int(r["tid"])))
+                raw_calls.append(r)
             elif t == "pin":
                 pin_records.append(r)
             elif t == "totals":
@@ -396,6 +410,18 @@ def read_trace(files: Iterable[Path]) -> Trace:
         if opened is not None:  # left open: it lasted to the end of what was recorded
             windows.append((pid, opened, int(process.get("end_ns") or 2**63)))
         processes.append(process)
+        calls += (
+            Call(
+                str(r["f"]),
+                int(r["st"]),
+                int(r["en"]),
+                int(r["tid"]),
+                pid,
+                () if "src" in r else tuple(r.get("at", ())),  # a copy's callers: its Copy's
+                () if "src" in r else stacks.get(int(r.get("py", 0)), ()),
+            )
+            for r in raw_calls
+        )
         for r in raw_copies:
             # the runtime call that issued it (CUPTI names it in runtimeCorrelationId, or gives
             # the runtime's id as the copy's own), else the driver call

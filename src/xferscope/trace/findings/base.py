@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from ...core import stats
 from ...core.units import format_bytes
 from ...documents.records import KEY
-from ..records import Copy, Pin, Trace, user_frame
+from ..records import Call, Copy, Pin, Trace, user_frame
 from ..reference import Reference
 
 
@@ -76,9 +76,16 @@ def sizes_text(copies: Sequence[Copy]) -> str:
     return f"{format_bytes(sizes[0])} to {format_bytes(sizes[-1])} (median {middle})"
 
 
-def places(trace: Trace, items: Iterable[Copy | Pin]) -> tuple[Place, ...]:
+def _cost(x: Copy | Pin | Call) -> float:
+    """What one call cost the host: a copy's host cost, a pin's or another call's own time."""
+    if isinstance(x, Copy):
+        return x.host_cost_s
+    return (x.seconds or 0.0) if isinstance(x, Pin) else x.seconds
+
+
+def places(trace: Trace, items: Iterable[Copy | Pin | Call]) -> tuple[Place, ...]:
     """The calls grouped by the line that made them, the costliest first."""
-    by: dict[str, list[Copy | Pin]] = defaultdict(list)
+    by: dict[str, list[Copy | Pin | Call]] = defaultdict(list)
     for x in items:
         by[trace.where(x.frames, x.python) or "(no caller recorded)"].append(x)
     found = []
@@ -90,8 +97,8 @@ def places(trace: Trace, items: Iterable[Copy | Pin]) -> tuple[Place, ...]:
             Place(
                 where,
                 len(xs),
-                sum(x.bytes for x in xs),
-                sum(x.host_cost_s if isinstance(x, Copy) else x.seconds or 0.0 for x in xs),
+                sum(0 if isinstance(x, Call) else x.bytes for x in xs),
+                sum(_cost(x) for x in xs),
                 tuple(str(f) for f in with_stack.python) if with_stack else (),
                 next((n for x in xs if (n := trace.native(x.frames))), None),
                 code,
@@ -100,7 +107,7 @@ def places(trace: Trace, items: Iterable[Copy | Pin]) -> tuple[Place, ...]:
     return tuple(sorted(found, key=lambda p: (-p.cost_s, -p.calls))[:MOST_PLACES])
 
 
-def framework(trace: Trace, items: Iterable[Copy | Pin]) -> str | None:
+def framework(trace: Trace, items: Iterable[Copy | Pin | Call]) -> str | None:
     """The framework most of the calls that tell went through, if any."""
     counts = Counter(f for x in items if (f := trace.framework(x.frames, x.python)))
     return counts.most_common(1)[0][0] if counts else None

@@ -1,0 +1,73 @@
+"""Each GPU's timeline in a trace: the span from its first GPU activity to its last (the steady
+state every figure is judged on, not the process's wall time, which counts Python's start-up),
+the time it was busy (kernels, copies and memsets, overlaps counted once) and the gaps where it
+sat idle. A record whose times are missing or run backwards (CUPTI leaves some at 0) is left out
+and counted, so one bad record cannot stretch a span back to the clock's epoch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .costs import merged
+from .records import Copy, Interval, Trace
+
+MOST_GAPS = 20  # the longest idle gaps kept per GPU
+
+
+@dataclass(frozen=True, slots=True)
+class GpuTimeline:
+    """One GPU from its first activity to its last."""
+
+    device: int
+    start_ns: int
+    end_ns: int
+    busy_s: float  # kernels, copies and memsets, overlapping ones counted once
+    gaps: tuple[tuple[int, int], ...]  # the longest idle gaps (start, end), longest first
+
+    @property
+    def span_s(self) -> float:
+        return (self.end_ns - self.start_ns) * 1e-9
+
+    @property
+    def idle_s(self) -> float:
+        return max(self.span_s - self.busy_s, 0.0)
+
+    @property
+    def idle_share(self) -> float:
+        return self.idle_s / self.span_s if self.span_s > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Timelines:
+    """Every GPU's timeline, and what was left out."""
+
+    gpus: tuple[GpuTimeline, ...]
+    left_out: int  # activity records with no usable times
+
+    @property
+    def start_ns(self) -> int | None:
+        return min((g.start_ns for g in self.gpus), default=None)
+
+    @property
+    def span_s(self) -> float:
+        """From the first GPU activity on any GPU to the last: the steady state."""
+        if not self.gpus:
+            return 0.0
+        return (max(g.end_ns for g in self.gpus) - min(g.start_ns for g in self.gpus)) * 1e-9
+
+
+def valid(start_ns: int, end_ns: int) -> bool:
+    """Whether an activity's times can be placed on a timeline: both set, in order."""
+    return start_ns > 0 and end_ns >= start_ns
+
+
+def timelines(trace: Trace) -> Timelines:
+    """Each GPU's timeline from the trace's copies, kernels and memsets."""
+    activity: list[Copy | Interval] = [*trace.copies, *trace.intervals]
+    usable = [x for x in activity if valid(x.start_ns, x.end_ns)]
+    gpus = []
+    for device, (starts, ends) in sorted(merged(usable).items()):
+        busy = sum(e - s for s, e in zip(starts, ends, strict=True))
+        gaps = sorted(zip(ends[:-1], starts[1:], strict=True), key=lambda g: g[0] - g[1])
+        gpus.append(GpuTimeline(device, starts[0], ends[-1], busy * 1e-9, tuple(gaps[:MOST_GAPS])))
+    return Timelines(tuple(gpus), len(activity) - len(usable))

@@ -1,0 +1,85 @@
+"""Waits for the GPU at the program's lines: a synchronization's record carries its Python stack
+(as the injection writes it, inject.cpp), the finding groups the waits by line, and prices each
+by the host time it blocked and the GPU idle that followed it until the next work (the saving:
+that idle, at most the time the wait blocked); a wait with no work after it costs no idle."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from xferscope.trace.findings import Context, synchronizing
+from xferscope.trace.records import read_trace
+
+MS = 1_000_000  # ns
+SCRIPT = "/home/user/train.py"  # the program's own file: its frames name the line
+
+
+def _write(path: Path, records: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def _step(i: int) -> list[dict]:
+    """Step i (20 ms apart): a 10 ms kernel at 20i, then `.item()` at train.py:12 waits for it
+    from 20i + 1 to 20i + 10, and the next step's kernel is launched 3 ms after the wait."""
+    at = 20 * i
+    return [
+        {"t": "kernel", "n": "step", "st": (at + 0) * MS, "en": (at + 10) * MS, "dev": 0,
+         "str": 7, "c": 0},
+        {"t": "api", "rt": 1, "f": "cudaStreamSynchronize_v3020", "st": (at + 1) * MS,
+         "en": (at + 10) * MS, "tid": 5, "c": 100 + i, "at": [], "py": 1},
+    ]  # fmt: skip
+
+
+def _trace(tmp_path: Path, steps: int = 5, kernels: str = "all") -> Path:
+    records: list[dict] = [
+        {"t": "start", "pid": 9, "ppid": 1, "ts": 0, "limit": 1000, "kernels": kernels,
+         "on_ms": 0, "period_ms": 0},
+        {"t": "pystack", "id": 1, "f": [["/usr/lib/python3/site-packages/torch/_tensor.py",
+                                         990, "item"], [SCRIPT, 12, "train"]]},
+    ]  # fmt: skip
+    for i in range(steps):
+        records += _step(i)
+    # the last wait is followed by nothing: the program ends
+    records.append({"t": "end", "ts": 20 * steps * MS})
+    return _write(tmp_path / "trace-9.jsonl", records)
+
+
+def test_a_wait_is_read_with_its_line(tmp_path):
+    trace = read_trace([_trace(tmp_path)])
+    syncs = [c for c in trace.calls if c.synchronizes]
+    assert len(syncs) == 5 and all(c.pid == 9 for c in syncs)
+    assert trace.where(syncs[0].frames, syncs[0].python) == f"{SCRIPT}:12 (train)"
+
+
+def test_waits_are_priced_by_the_host_time_blocked_and_the_idle_after(tmp_path):
+    trace = read_trace([_trace(tmp_path)])
+    f = synchronizing.find(Context(trace, None))
+    assert f is not None and f.calls == 5
+    # idle after each of the first 4 waits: 10 ms, from 20i + 10 to the next kernel at
+    # 20(i + 1); the host, not waiting, would have launched it at most the 9 ms it waited sooner
+    assert f.saving_s == pytest.approx(4 * 9e-3)
+    assert f.cost_s == pytest.approx(4 * 10e-3)  # the GPU's idle; the host's 45 ms in `detail`
+    assert "waited 45.00 ms in 5 synchronizations" in f.detail
+    (place,) = f.places
+    assert place.where == f"{SCRIPT}:12 (train)" and place.calls == 5
+    assert f.framework == "PyTorch" and "loss.detach()" in f.advice
+
+
+def test_one_wait_at_the_end_is_no_finding(tmp_path):
+    assert synchronizing.find(Context(read_trace([_trace(tmp_path, steps=1)]), None)) is None
+
+
+def test_work_on_another_stream_keeps_the_gpu_busy_after_a_wait(tmp_path):
+    path = _trace(tmp_path, steps=2)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    # a copy on another stream runs from 9 to 19 ms: after the first wait (ends at 10) the GPU
+    # is idle only from 19 to 20
+    copy = {"t": "memcpy", "k": 1, "s": 2, "d": 3, "async": 1, "b": 4096, "st": 9 * MS,
+            "en": 19 * MS, "dev": 0, "str": 8, "c": 7, "rc": 7}  # fmt: skip
+    records.insert(-1, copy)
+    f = synchronizing.find(Context(read_trace([_write(path, records)]), None))
+    assert f is not None and f.saving_s == pytest.approx(1e-3)
