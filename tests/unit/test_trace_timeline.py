@@ -90,3 +90,38 @@ def test_compare_sees_a_faster_loop_behind_a_slow_start_up():
     changes = {c.figure: c for c in compare_traces(before, after).changes if c.section == "program"}
     assert changes["GPU active span"].verdict == FASTER
     assert changes["wall time"].verdict != FASTER
+
+
+def test_idle_is_split_into_launches_blocked_calls_and_time_away_named_at_lines():
+    """On GPU 0 of process 1 (main thread 1): a 20 us gap between two kernels is launch
+    latency; during a 10 ms gap the main thread waits 4 ms in cudaHostAlloc at train.py:20,
+    then is away until the call of a copy at train.py:43 that the GPU starts as the gap ends;
+    a calling thread other than the main one is not the host's side."""
+    from xferscope.trace.records import Call, PyFrame
+
+    ms, us = 1_000_000, 1_000
+    alloc = Call(
+        "cudaHostAlloc_v3020", 12 * ms, 16 * ms, 1, 1, (), (PyFrame("train.py", 20, "main"),)
+    )
+    other = Call("cudaStreamSynchronize_v3020", 11 * ms, 21 * ms, 2, 1)  # another thread
+    upload = Call("cudaMemcpyAsync_v3020", 21 * ms + 500 * us, 21 * ms + 600 * us, 1, 1)
+    copy = Copy(1, "h2d", "pageable", "device", 64, 22 * ms, 23 * ms, 0, 7, True, 1, upload,
+                python=(PyFrame("train.py", 43, "main"),))  # fmt: skip
+    trace = Trace(
+        (copy,),
+        (_kernel(1 * ms, 10 * ms), _kernel(10 * ms + 20 * us, 12 * ms)),
+        (),
+        (alloc, other, upload),
+        {},
+        {},
+        (),
+    )
+    (gpu,) = timelines(trace).gpus
+    why = {(c.kind, c.function, c.where): (c.seconds, c.gaps) for c in gpu.idle}
+    assert why[("launch", "", "")] == (pytest.approx(20e-6), 1)
+    assert why[("blocked", "cudaHostAlloc", "train.py:20 (main)")] == (pytest.approx(4e-3), 1)
+    # from 16 ms (the call's end) to 21.5 (the upload's call) away, back at its line; in the
+    # call 0.1 ms; from its end to 22 ms, when the copy started, the GPU had what it issued
+    assert why[("away", "cudaMemcpyAsync", "train.py:43 (main)")] == (pytest.approx(5.9e-3), 1)
+    assert why[("blocked", "cudaMemcpyAsync", "train.py:43 (main)")] == (pytest.approx(1e-4), 1)
+    assert sum(c.seconds for c in gpu.idle) == pytest.approx(gpu.idle_s)

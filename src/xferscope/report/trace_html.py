@@ -13,6 +13,7 @@ from ..trace.document import TraceResult
 from ..trace.records import shown
 from ..trace.timeline import valid
 from .page import TEMPLATE, escape, files_beside, findings_section, page, plot_div, table
+from .trace_tables import idle_lines
 
 MOST_SPANS = 20_000  # spans drawn; beyond, the longest are kept
 COLORS = {
@@ -155,11 +156,14 @@ def _timeline(result: TraceResult) -> str:
         margin={"l": 140, "r": 20, "t": 30, "b": 50},
         xaxis_title="ms since the first GPU activity (drag to zoom, double-click to reset)",
     )
-    busy = "; ".join(
-        f"GPU {g['device']}: active {format_seconds(g['span_s'])}, busy "
-        f"{format_seconds(g['busy_s'])}, idle {format_seconds(g['idle_s'])} "
-        f"({g['idle_share']:.0%})"
+    caption = "".join(
+        f'<p class="caption">{escape(line)}</p>'
         for g in result.summary.get("gpus", [])
+        for line in (
+            f"GPU {g['device']}: active {format_seconds(g['span_s'])}, busy "
+            f"{format_seconds(g['busy_s'])}, idle {format_seconds(g['idle_s'])} "
+            f"({g['idle_share']:.0%})",
+            *idle_lines(g),
+        )
     )
-    caption = f'<p class="caption">{escape(busy)}</p>' if busy else ""
     return "<section><h2>Timeline</h2>" + plot_div("timeline", fig) + caption + "</section>"

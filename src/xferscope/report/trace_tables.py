@@ -14,6 +14,30 @@ from ..core.units import format_bytes, format_rate, format_seconds
 from ..trace.document import TraceResult, steady_s
 from ..trace.records import shown
 
+IDLE_KINDS = {
+    "launch": "between launches",
+    "blocked": "blocked in {function}",
+    "away": "away from CUDA",
+}
+
+
+def idle_lines(gpu: dict[str, Any], most: int = 4) -> list[str]:
+    """A GPU's idle time by cause, a line each, the largest first: what it was, at which line."""
+    idle = gpu.get("idle_s") or 0.0
+    lines = []
+    for cause in gpu.get("idle", [])[:most]:
+        what = IDLE_KINDS.get(cause["kind"], cause["kind"]).format(function=cause["function"])
+        if cause["kind"] == "away" and cause["function"]:
+            what += f", back with {cause['function']}"
+        where = cause["where"]
+        where = f" {where}" if where.startswith("(") else f" at {shown(where)}" if where else ""
+        share = cause["seconds"] / idle if idle else 0.0
+        lines.append(
+            f"idle {format_seconds(cause['seconds'])} ({share:.0%} of it) {what}{where}, "
+            f"{cause['gaps']} gap{'' if cause['gaps'] == 1 else 's'}"
+        )
+    return lines
+
 
 def print_trace(result: TraceResult, console: Console) -> None:
     s = result.summary
@@ -34,6 +58,8 @@ def print_trace(result: TraceResult, console: Console) -> None:
                 else " (kernels sampled: idle is an upper bound)"
             )
         )
+        for line in idle_lines(g):
+            console.print(f"  {escape(line)}")
     if not s.get("table"):
         console.print("no CUDA copies were seen")
         return

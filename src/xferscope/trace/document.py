@@ -27,7 +27,8 @@ OLDEST_VERSION = 1
 #      not be priced has "saving_s": null and says why in "unpriced"; "runs" keeps each run's
 #      figures (--runs). Version 1 still reads.
 #   3  "gpus": each GPU's timeline from its first activity to its last (span, busy and idle
-#      time, the longest idle gaps), "span_s" the steady state over every GPU, "left_out" the
+#      time, the longest idle gaps, the idle's causes: between launches, blocked in a call at a
+#      line, away from CUDA until a line), "span_s" the steady state over every GPU, "left_out" the
 #      activity records with no usable times; each run's figures have "span_s" too. Versions 1
 #      and 2 still read (without a timeline).
 
@@ -119,6 +120,7 @@ def timeline_dict(gpus: Timelines) -> dict[str, Any]:
                 "idle_s": g.idle_s,
                 "idle_share": g.idle_share,
                 "gaps": [list(gap) for gap in g.gaps],
+                "idle": [to_plain(cause) for cause in g.idle],
             }
             for g in gpus.gpus
         ],

@@ -6,9 +6,11 @@ and counted, so one bad record cannot stretch a span back to the clock's epoch."
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 
 from .costs import merged
+from .idle import IdleCause, causes
 from .records import Copy, Interval, Trace
 
 MOST_GAPS = 20  # the longest idle gaps kept per GPU
@@ -23,6 +25,7 @@ class GpuTimeline:
     end_ns: int
     busy_s: float  # kernels, copies and memsets, overlapping ones counted once
     gaps: tuple[tuple[int, int], ...]  # the longest idle gaps (start, end), longest first
+    idle: tuple[IdleCause, ...] = ()  # why it sat idle, the largest cause first
 
     @property
     def span_s(self) -> float:
@@ -65,9 +68,14 @@ def timelines(trace: Trace) -> Timelines:
     """Each GPU's timeline from the trace's copies, kernels and memsets."""
     activity: list[Copy | Interval] = [*trace.copies, *trace.intervals]
     usable = [x for x in activity if valid(x.start_ns, x.end_ns)]
+    pids: dict[int, set[int]] = defaultdict(set)  # the processes that ran work on each GPU
+    for x in usable:
+        pids[x.device].add(x.pid)
     gpus = []
     for device, (starts, ends) in sorted(merged(usable).items()):
         busy = sum(e - s for s, e in zip(starts, ends, strict=True))
-        gaps = sorted(zip(ends[:-1], starts[1:], strict=True), key=lambda g: g[0] - g[1])
-        gpus.append(GpuTimeline(device, starts[0], ends[-1], busy * 1e-9, tuple(gaps[:MOST_GAPS])))
+        gaps = list(zip(ends[:-1], starts[1:], strict=True))
+        longest = sorted(gaps, key=lambda g: g[0] - g[1])[:MOST_GAPS]
+        why = causes(trace, gaps, pids[device])
+        gpus.append(GpuTimeline(device, starts[0], ends[-1], busy * 1e-9, tuple(longest), why))
     return Timelines(tuple(gpus), len(activity) - len(usable))
