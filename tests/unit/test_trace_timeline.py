@@ -12,6 +12,7 @@ from xferscope.run.compare import FASTER
 from xferscope.trace.compare import compare_traces
 from xferscope.trace.document import TraceResult
 from xferscope.trace.records import Copy, Interval, Trace, read_trace
+from xferscope.trace.steps import steps
 from xferscope.trace.timeline import timelines
 
 RECORDED = Path(__file__).parent.parent / "data" / "trace" / "torch-loop.jsonl"
@@ -125,3 +126,54 @@ def test_idle_is_split_into_launches_blocked_calls_and_time_away_named_at_lines(
     assert why[("away", "cudaMemcpyAsync", "train.py:43 (main)")] == (pytest.approx(5.9e-3), 1)
     assert why[("blocked", "cudaMemcpyAsync", "train.py:43 (main)")] == (pytest.approx(1e-4), 1)
     assert sum(c.seconds for c in gpu.idle) == pytest.approx(gpu.idle_s)
+
+
+def test_a_gpu_that_waits_for_each_batch_is_a_finding_at_the_batch_copy():
+    """Six steps of 10 ms: a 3 ms kernel, then 7 ms away until the next batch's copy call at
+    train.py:43 (after `next(loader)`): the GPU waits 70% of a step for its input."""
+    from xferscope.trace.findings import Context, input_starved
+    from xferscope.trace.records import Call, PyFrame
+
+    ms = 1_000_000
+    torch_to = PyFrame("/usr/lib/python3/site-packages/torch/utils/data/_utils.py", 9, "to")
+    at = (torch_to, PyFrame("train.py", 43, "train"))
+    copies, kernels, calls = [], [], []
+    for i in range(6):
+        t = (i + 1) * 10 * ms
+        call = Call("cudaMemcpyAsync_v3020", t - 100_000, t - 50_000, 1, 1)
+        calls.append(call)
+        copies.append(Copy(1, "h2d", "pinned", "device", 1 << 20, t, t + 100_000, 0, 7, True,
+                           i, call, python=at))  # fmt: skip
+        kernels.append(_kernel(t + 100_000, t + 3 * ms))
+    trace = Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, ())
+    f = input_starved.find(Context(trace, None))
+    assert f is not None and f.places[0].where == "train.py:43 (train)"
+    # 5 gaps of 7 ms between steps (the first copy opens the span), 0.05 ms of each in the call
+    assert f.saving_s == pytest.approx(5 * 6.95e-3)
+    assert "num_workers" in f.advice and "persistent_workers=True" in f.advice
+    loop = steps(trace)
+    assert loop is not None and loop.count == 5 and loop.step_s == pytest.approx(10e-3)
+    assert loop.idle_share == pytest.approx(0.7, abs=0.02)
+
+
+def test_a_burst_of_calls_at_start_up_marks_no_steps():
+    """A model uploaded in 100 copies within a millisecond at one line, then 6 steps whose two
+    batch tensors are copied 20 us apart at another: the steps are the second line's, one mark
+    per batch."""
+    from xferscope.trace.records import Call, PyFrame
+
+    ms, us = 1_000_000, 1_000
+    copies = []
+
+    def copy(t: int, line: int) -> Copy:
+        call = Call("cudaMemcpyAsync_v3020", t, t + us, 1, 1)
+        return Copy(1, "h2d", "pinned", "device", 64, t + 2 * us, t + 3 * us, 0, 7, True, 0, call,
+                    python=(PyFrame("train.py", line, "train"),))  # fmt: skip
+
+    copies += [copy(1 * ms + i * 5 * us, 20) for i in range(100)]
+    for i in range(6):
+        t = (10 + 10 * i) * ms
+        copies += [copy(t, 43), copy(t + 20 * us, 43)]
+    loop = steps(Trace(tuple(copies), (), (), (), {}, {}, ()))
+    assert loop is not None and loop.where == "train.py:43 (train)"
+    assert loop.count == 5 and loop.step_s == pytest.approx(10e-3)

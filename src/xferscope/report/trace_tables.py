@@ -60,6 +60,17 @@ def print_trace(result: TraceResult, console: Console) -> None:
         )
         for line in idle_lines(g):
             console.print(f"  {escape(line)}")
+    loop = s.get("steps")
+    if loop:
+        console.print(
+            f"steps: {loop['count']} marked by {escape(shown(loop['where']))}, "
+            f"{format_seconds(loop['step_s'])} each on average"
+            + (
+                f", the GPU idle {loop['idle_share']:.0%} of the steps' time"
+                if loop["idle_share"] is not None
+                else " (no step inside a kernel window: `--kernels all` gives the idle)"
+            )
+        )
     if not s.get("table"):
         console.print("no CUDA copies were seen")
         return

@@ -34,15 +34,20 @@ def merged(intervals: Iterable[Copy | Interval]) -> dict[int, tuple[list[int], l
     return {device: disjoint(spans) for device, spans in per.items()}
 
 
+def covered_ns(starts: list[int], ends: list[int], a: int, b: int) -> int:
+    """How much of [a, b) the sorted, disjoint parts (starts, ends) cover."""
+    i = max(bisect.bisect_right(starts, a) - 1, 0)
+    total = 0
+    while i < len(starts) and starts[i] < b:
+        total += max(0, min(ends[i], b) - max(starts[i], a))
+        i += 1
+    return total
+
+
 def overlap_ns(span: Copy | Interval, merged: dict[int, tuple[list[int], list[int]]]) -> int:
     """How long the merged intervals (kernels, or copies) ran on the span's GPU during it."""
     starts, ends = merged.get(span.device, ([], []))
-    i = max(bisect.bisect_right(starts, span.start_ns) - 1, 0)
-    total = 0
-    while i < len(starts) and starts[i] < span.end_ns:
-        total += max(0, min(ends[i], span.end_ns) - max(starts[i], span.start_ns))
-        i += 1
-    return total
+    return covered_ns(starts, ends, span.start_ns, span.end_ns)
 
 
 def expected(

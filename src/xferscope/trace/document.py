@@ -14,6 +14,7 @@ from ..documents.records import Column, dumps_columns, read_result, result_docum
 from .analyze import Analysis, Group, KindRow
 from .findings import TraceFinding
 from .records import Copy, Trace
+from .steps import steps
 from .timeline import Timelines, timelines
 
 SCHEMA_NAME = "xferscope-trace"
@@ -30,7 +31,8 @@ OLDEST_VERSION = 1
 #      time, the longest idle gaps, the idle's causes: between launches, blocked in a call at a
 #      line, away from CUDA until a line), "span_s" the steady state over every GPU, "left_out" the
 #      activity records with no usable times; each run's figures have "span_s" too. Versions 1
-#      and 2 still read (without a timeline).
+#      and 2 still read (without a timeline). "steps": the loop's steps where one line repeats
+#      (its line, count, median step and idle share), or null.
 
 MOST_SPANS = 20_000  # kernels and memsets kept for the timeline (the longest)
 WORTH = 0.01  # a fix saving this share of the program's time is a warning, not a note
@@ -131,8 +133,10 @@ def summary_dict(
     analysis: Analysis, trace: Trace, reference: dict[str, Any] | None
 ) -> dict[str, Any]:
     gpus = timelines(trace)
+    loop = steps(trace)
     return {
         **timeline_dict(gpus),
+        "steps": None if loop is None else to_plain(loop),
         "table": [to_plain(r) for r in analysis.table],
         "groups": [to_plain(g) for g in analysis.groups],
         "fixes": [to_plain(f) for f in analysis.findings],

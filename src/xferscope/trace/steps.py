@@ -1,0 +1,71 @@
+"""A loop's steps, where the program repeats one: of the lines of the main thread's recorded
+calls (copies, waits) made at least MIN_STEPS times, each burst of calls closer than
+BURST_S counted once, the line whose calls spread over the longest time marks a step at each
+burst (a model's upload at start-up is a burst of many calls in a moment; a loop's batch copy
+recurs to its end); between two marks is one step. Per step, its length and the share of it
+the busiest GPU sat idle: the steady state of a training loop without its start-up (the
+model's upload, the workers' first batch), which the span from the first GPU activity to the
+last includes."""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from dataclasses import dataclass
+
+from .costs import covered_ns, merged
+from .records import Copy, Interval, Trace
+from .timeline import valid
+
+MIN_STEPS = 5  # a line called fewer times marks no loop
+BURST_S = 1e-3  # calls of one line closer than this are one mark (a batch's tensors)
+
+
+@dataclass(frozen=True, slots=True)
+class Steps:
+    """The loop's steps: the line that marks them, how many, a step's mean length and the share
+    of the steps' time the busiest GPU sat idle (means, not medians: a loader that has batches
+    queued makes some steps short and others wait; None where no step's kernels were all
+    recorded: `trace --kernels all`)."""
+
+    where: str
+    count: int
+    step_s: float
+    idle_share: float | None
+
+
+def steps(trace: Trace) -> Steps | None:
+    """The loop's steps, or None where no line repeats MIN_STEPS times."""
+    marks: list[tuple[int, str]] = []  # (host time, line) of each main-thread call with a line
+    for c in trace.copies:
+        if c.call is not None and c.call.thread == c.pid and (c.python or c.frames):
+            marks.append((c.call.start_ns, trace.where(c.frames, c.python) or ""))
+    for call in trace.calls:
+        if call.thread == call.pid and (call.python or call.frames):
+            marks.append((call.start_ns, trace.where(call.frames, call.python) or ""))
+    by_line: dict[str, list[int]] = defaultdict(list)
+    for t, where in sorted(marks):
+        if where and (not by_line[where] or t - by_line[where][-1] >= BURST_S * 1e9):
+            by_line[where].append(t)
+    loops = [(at[-1] - at[0], len(at), w) for w, at in by_line.items() if len(at) >= MIN_STEPS]
+    if not loops:
+        return None
+    where = max(loops)[2]
+    at = by_line[where]
+    activity: list[Copy | Interval] = [*trace.copies, *trace.intervals]
+    busy = merged(x for x in activity if valid(x.start_ns, x.end_ns))
+    judged = covered = 0  # ns of the steps whose kernels were all recorded, and busy in them
+    for a, b in itertools.pairwise(at):
+        if _kernels_recorded(trace, a, b):
+            judged += b - a
+            covered += max((covered_ns(s, e, a, b) for s, e in busy.values()), default=0)
+    count = len(at) - 1
+    idle = 1 - covered / judged if judged else None
+    return Steps(where, count, (at[-1] - at[0]) * 1e-9 / count, idle)
+
+
+def _kernels_recorded(trace: Trace, a: int, b: int) -> bool:
+    """Whether every kernel of [a, b) was recorded: all were, or a window covered it."""
+    if trace.kernel_coverage == "all":
+        return True
+    return any(w0 <= a and b <= w1 for _, w0, w1 in trace.kernel_windows)
