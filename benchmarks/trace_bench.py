@@ -60,6 +60,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from foundation import comparison, write_record
 from torch_train_loop import SETTLE
+from trace_idle import idle_part
 from trace_runs import (
     ATTACH_SETTLE,
     LOOP,
@@ -98,7 +99,7 @@ FIXES = {
 }
 
 
-PARTS = ("heavy", "accuracy", "fixes", "pytorch", "kinds", "processes")
+PARTS = ("heavy", "accuracy", "fixes", "pytorch", "kinds", "processes", "idle")
 
 
 def main() -> None:
@@ -553,6 +554,7 @@ PART_FUNCTIONS = {
     "pytorch": pytorch_part,
     "kinds": kinds_part,
     "processes": processes_part,
+    "idle": idle_part,
 }
 
 
