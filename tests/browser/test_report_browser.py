@@ -103,7 +103,8 @@ def test_report_draws_every_plot_without_errors(driver, tmp_path: Path) -> None:
 
 
 def test_the_trace_page_draws_its_timeline(driver, tmp_path: Path) -> None:
-    """The trace recorded on an H200 (tests/data/trace): the timeline draws copies and kernels."""
+    """The trace recorded on an H100 (tests/data/trace): the timeline draws copies and kernels
+    from the first GPU activity, its axis no longer than the span to the last."""
     from xferscope.report.trace_html import render_trace_html
     from xferscope.trace.analyze import analyze
     from xferscope.trace.document import TraceResult, copy_dict, findings_of, summary_dict
@@ -111,12 +112,17 @@ def test_the_trace_page_draws_its_timeline(driver, tmp_path: Path) -> None:
 
     trace = read_trace([Path(__file__).parent.parent / "data" / "trace" / "copies-small20.jsonl"])
     analysis = analyze(trace, 0.7, None)
+    summary = summary_dict(analysis, trace, None)
     result = TraceResult(
         0,
         None,
         trace.processes,
-        summary_dict(analysis, trace, None),
-        tuple(copy_dict(trace, c) for c in trace.copies),
+        summary,
+        # and one copy whose times CUPTI left at 0: it must not stretch the axis to the epoch
+        (
+            *(copy_dict(trace, c) for c in trace.copies),
+            copy_dict(trace, trace.copies[0]) | {"start_ns": 0, "end_ns": 0},
+        ),
         tool_version="test",
         created="2026-11-23T00:00:00+00:00",
         simulated=False,
@@ -124,7 +130,7 @@ def test_the_trace_page_draws_its_timeline(driver, tmp_path: Path) -> None:
         options={"command": ["copies"]},
         interrupted=False,
         wall_s=0.7,
-        findings=tuple(findings_of(analysis)),
+        findings=tuple(findings_of(analysis, summary["span_s"])),
     )
     page = tmp_path / "trace.html"
     page.write_text(render_trace_html(result), encoding="utf-8")
@@ -133,6 +139,10 @@ def test_the_trace_page_draws_its_timeline(driver, tmp_path: Path) -> None:
     assert [e for e in driver.get_log("browser") if e["level"] == "SEVERE"] == []
     bars = driver.execute_script("return document.querySelectorAll('.barlayer .point').length")
     assert bars >= len(trace.copies)  # every copy, and the kernels
+    low, high = driver.execute_script(
+        "return document.getElementById('plot-timeline')._fullLayout.xaxis.range"
+    )
+    assert low <= 0 and 0 < high <= 1.1 * summary["span_s"] * 1e3, (low, high)
 
 
 def test_the_gemm_page_draws_its_chart(driver, tmp_path: Path) -> None:
