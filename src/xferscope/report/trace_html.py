@@ -22,6 +22,7 @@ COLORS = {
     "d2d": "#2ca02c",
     "p2p": "#9467bd",
     "kernel": "#999999",
+    "host waiting": "#d62728",
 }
 
 
@@ -126,6 +127,16 @@ def _timeline(result: TraceResult) -> str:
             k["name"][:80],
         )
         for k in result.summary.get("spans", [])
+    ]
+    spans += [  # the host's waits, on a row of the thread that waited
+        (
+            "host waiting",
+            f"pid {w['pid']} thread {w['thread']}",
+            w["start_ns"],
+            w["end_ns"],
+            f"{w['function'].rsplit('_v', 1)[0]} at {shown(w['where'] or '(no line recorded)')}",
+        )
+        for w in result.summary.get("waits", [])
     ]
     spans = [x for x in spans if valid(x[2], x[3])]  # a record without times stays off the axis
     if not spans:

@@ -32,7 +32,8 @@ OLDEST_VERSION = 1
 #      line, away from CUDA until a line), "span_s" the steady state over every GPU, "left_out" the
 #      activity records with no usable times; each run's figures have "span_s" too. Versions 1
 #      and 2 still read (without a timeline). "steps": the loop's steps where one line repeats
-#      (its line, count, median step and idle share), or null.
+#      (its line, count, mean step and idle share), or null. "waits": the host's waits for the
+#      GPU (synchronizations) with their lines, for the timeline.
 
 MOST_SPANS = 20_000  # kernels and memsets kept for the timeline (the longest)
 WORTH = 0.01  # a fix saving this share of the program's time is a warning, not a note
@@ -164,6 +165,20 @@ def summary_dict(
             for i in sorted(
                 (i for i in trace.intervals if i.what in ("kernel", "memset")),
                 key=lambda i: i.start_ns - i.end_ns,
+            )[:MOST_SPANS]
+        ],
+        # the host's waits for the GPU, at their lines, the longest MOST_SPANS of them
+        "waits": [
+            {
+                "function": c.function,
+                "pid": c.pid,
+                "thread": c.thread,
+                "start_ns": c.start_ns,
+                "end_ns": c.end_ns,
+                "where": trace.where(c.frames, c.python),
+            }
+            for c in sorted(
+                (c for c in trace.calls if c.synchronizes), key=lambda c: c.start_ns - c.end_ns
             )[:MOST_SPANS]
         ],
         "reference": reference,
