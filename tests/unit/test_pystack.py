@@ -2,7 +2,7 @@
 the injection library's test entry point: called by ctypes with the GIL released (CDLL, as
 PyTorch's copies are made) and held (PyDLL), the first walks read through a pipe and the later
 ones directly, from a function, a method, a thread and a generator. Every CPython this machine
-has (this one, and python3.10 to python3.13 where found) loads the same library, so the offsets
+has (this one, and python3.10 to python3.14 where found) loads the same library, so the offsets
 of each minor are checked against its real interpreter."""
 
 from __future__ import annotations
@@ -85,8 +85,8 @@ def test_the_stack_is_read_with_and_without_the_gil(tmp_path, python):
     minor, free_threaded = version.stdout.split()
     if free_threaded == "True":
         pytest.skip(f"{python} is a free-threaded build, whose stacks the trace does not read")
-    if not 10 <= int(minor) <= 13:
-        pytest.skip(f"{python} is a CPython minor the trace does not read (3.10 to 3.13)")
+    if not 10 <= int(minor) <= 14:
+        pytest.skip(f"{python} is a CPython minor the trace does not read (3.10 to 3.14)")
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
     ran = subprocess.run(

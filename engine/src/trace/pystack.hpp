@@ -40,18 +40,22 @@ struct Layout {
   std::ptrdiff_t code_traceable;  // _co_firsttraceable (int, 3.11+): frames before it are
                                   // being set up (incomplete)
   std::ptrdiff_t ascii_data;      // sizeof(PyASCIIObject): a compact ASCII string's characters
+  char cstack_owner;              // _PyInterpreterFrame.owner of a C stack's entry frame (3.12+)
+  std::uintptr_t executable_tags;  // f_executable's tag bits (3.14: a _PyStackRef), else 0
 };
-// From CPython 3.10.13, 3.11.7, 3.12.1 and 3.13.0's headers (offsetof, Py_BUILD_CORE), x86-64
-// and aarch64 alike (LP64); checked at run time by tests/unit/test_pystack.py on every minor
-// the machine has.
+// From CPython 3.10.13, 3.11.7, 3.12.1, 3.13.0 and 3.14.10's headers (offsetof, Py_BUILD_CORE),
+// x86-64 and aarch64 alike (LP64); checked at run time by tests/unit/test_pystack.py on every
+// minor the machine has. 3.14 (the default build) tags f_executable's low 2 bits (Py_TAG_BITS)
+// and numbers the C stack's owner 4 (FRAME_OWNED_BY_INTERPRETER took 3). A free-threaded build
+// lays its objects out otherwise and is not read.
 constexpr Layout kLayouts[] = {
-    {10, 24, -1, 32, 24, 96, -1, 104, 112, -1, -1, 48},
-    {11, 56, 8, 32, 48, 56, 69, 112, 128, 184, 168, 48},
-    {12, 56, 0, 0, 8, 56, 70, 112, 128, 192, 176, 40},
-    {13, 72, -1, 0, 8, 56, 70, 112, 128, 200, 184, 40},
+    {10, 24, -1, 32, 24, 96, -1, 104, 112, -1, -1, 48, -1, 0},
+    {11, 56, 8, 32, 48, 56, 69, 112, 128, 184, 168, 48, -1, 0},
+    {12, 56, 0, 0, 8, 56, 70, 112, 128, 192, 176, 40, 3, 0},
+    {13, 72, -1, 0, 8, 56, 70, 112, 128, 200, 184, 40, 3, 0},
+    {14, 72, -1, 0, 8, 56, 74, 112, 128, 208, 192, 40, 4, 3},
 };
 constexpr char kOwnedByGenerator = 1;
-constexpr char kOwnedByCStack = 3;  // 3.12+: an entry frame of the C stack, not Python code
 constexpr std::ptrdiff_t kStateOffset = 32;  // PyASCIIObject.state, every minor
 constexpr unsigned kCompactAscii = 0x60;     // state's compact and ascii bits
 constexpr std::ptrdiff_t kTypeOffset = 8;    // PyObject.ob_type
@@ -139,9 +143,11 @@ inline int capture(const Api& api, bool checked, Frame* out, std::size_t max) {
     const char* code = nullptr;
     const char* back = nullptr;
     if (!r.read(frame, l->frame_code, code) || !r.read(frame, l->frame_back, back)) return -1;
+    code =
+        reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(code) & ~l->executable_tags);
     char owner = 0;
     if (l->frame_owner >= 0 && !r.read(frame, l->frame_owner, owner)) return -1;
-    const bool shim = l->minor >= 12 && owner == kOwnedByCStack;
+    const bool shim = l->minor >= 12 && owner == l->cstack_owner;  // an entry frame of C
     if (!shim && r.is(code, api.code_type)) {
       int offset = 0;
       if (l->code_adaptive < 0) {  // 3.10: f_lasti counts 2-byte code units
