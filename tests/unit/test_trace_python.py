@@ -246,3 +246,21 @@ def test_ctrl_c_in_a_later_run_keeps_the_runs_made_and_exits_130(capsys, tmp_pat
     (path,) = out.glob("trace-*/trace-summary.json")
     doc = json.loads(path.read_text())
     assert len(doc["runs"]) == 1 and doc["interrupted"] is True
+
+
+def test_the_recorded_waits_are_at_the_loops_lines():
+    """The recording's synchronizations carry their Python stacks: PyTorch's pageable uploads
+    wait in cudaStreamSynchronize at the upload lines, `loss.item()` every 10 steps at its own,
+    and torch.cuda.synchronize() at the loop's end."""
+    from collections import Counter
+
+    trace = read_trace([RECORDED])
+    waits = Counter(
+        (c.function.split("_v")[0], trace.where(c.frames, c.python))
+        for c in trace.calls
+        if c.synchronizes
+    )
+    step = "train.<locals>.step"
+    assert waits[("cudaStreamSynchronize", f"{SCRIPT}:86 ({step})")] == 32
+    assert waits[("cudaStreamSynchronize", f"{SCRIPT}:96 ({step})")] == 4  # loss.item()
+    assert waits[("cudaDeviceSynchronize", f"{SCRIPT}:118 (train)")] == 1
