@@ -60,7 +60,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from foundation import comparison, write_record
 from torch_train_loop import SETTLE
-from trace_idle import idle_part
+from trace_idle import fed_part, idle_part
 from trace_runs import (
     ATTACH_SETTLE,
     LOOP,
@@ -99,7 +99,7 @@ FIXES = {
 }
 
 
-PARTS = ("heavy", "accuracy", "fixes", "pytorch", "kinds", "processes", "idle")
+PARTS = ("heavy", "accuracy", "fixes", "pytorch", "kinds", "processes", "idle", "fed")
 
 
 def main() -> None:
@@ -555,6 +555,7 @@ PART_FUNCTIONS = {
     "kinds": kinds_part,
     "processes": processes_part,
     "idle": idle_part,
+    "fed": fed_part,
 }
 
 

@@ -1,14 +1,17 @@
-"""trace_bench.py's idle part (issue 48): programs fed from the host, each with its fix, run
-untraced (their own step times) and traced with every kernel recorded, so that what the trace
+"""trace_bench.py's parts for issue 48: programs fed from the host, each with its fix, run
+untraced (their own times) and traced with every kernel recorded, so that what the trace
 reports of the GPU's idle and what it predicts a fix saves are set against what the programs
-measured:
+measured. Part `idle`:
 - tests/trace_programs/loader_loop.py: a ResNet-18 loop starved by its DataLoader, against the
-  same loop on a batch kept on the GPU (--resident): the idle share of a step, and the input
-  finding's saving per step against the step time the resident batch saved;
-- tests/trace_programs/item_loop.py: `.item()` every step, against the loss read once
-  (--fixed): the waits' finding's saving against the measured saving, and `compare` on the two
-  traces (the span from the first GPU work to the last, judged beside the wall time).
-Figures: trace_idle_share_error, trace_prediction_error_max, trace_compare_detects_fixes."""
+  same loop on a batch kept on the GPU (--resident);
+- tests/trace_programs/item_loop.py: `.item()` every step, against the loss read once (--fixed).
+Part `fed`: pageable_loop.py (pageable batches; fixed: pinned, non_blocking), small_tensors.py
+(256 small uploads a step; fixed: one packed copy) and cupy_loop.py (CuPy from pageable NumPy;
+fixed: pinned buffers on streams), each also run with its data resident.
+Per program (figures["idle_programs"]): the idle share the trace reports against 1 - resident /
+fed time, the finding's predicted saving against the fix's measured one, and `compare`'s
+verdict on the span from the first GPU work to the last. Over all of them:
+trace_idle_share_error, trace_prediction_error_max, trace_compare_detects_fixes."""
 
 from __future__ import annotations
 
@@ -25,20 +28,24 @@ from xferscope.trace.compare import compare_traces
 from xferscope.trace.document import from_dict
 
 PROGRAMS = Path(__file__).resolve().parent.parent / "tests" / "trace_programs"
-LOADER, ITEM = PROGRAMS / "loader_loop.py", PROGRAMS / "item_loop.py"
-LOADER_STEPS, ITEM_STEPS = 60, 300
+# name: (program, steps, the finding whose fix --fixed applies, its time's key, reference)
+FED = {
+    "pageable": ("pageable_loop.py", 100, "pageable_copies", "seconds", "measure"),
+    "small": ("small_tensors.py", 200, "small_copies", "seconds", "measure"),
+    "cupy": ("cupy_loop.py", 100, "pageable_copies", "seconds", "measure"),
+}
 
 
 def _untraced(argv: list[str], runs: int, key: str) -> list[float]:
-    return [plain([sys.executable, *argv])[1][key] for _ in range(runs)]
+    return [float(plain([sys.executable, *argv])[1][key]) for _ in range(runs)]
 
 
-def _traced(argv: list[str], runs: int) -> dict:
+def _traced(argv: list[str], runs: int, reference: str = "none") -> dict:
     """`xferscope trace --runs N --kernels all` of the program; its summary document."""
     out = Path(tempfile.mkdtemp(prefix="xfs-idle-"))
     subprocess.run(
         [sys.executable, "-m", "xferscope", "trace", "--runs", str(runs), "--kernels", "all",
-         "--reference", "none", "--no-history", "-o", str(out), "--", sys.executable, *argv],
+         "--reference", reference, "--no-history", "-o", str(out), "--", sys.executable, *argv],
         check=True, capture_output=True,
     )  # fmt: skip
     return json.loads(next(out.glob("trace-*/trace-summary.json")).read_text())
@@ -48,43 +55,84 @@ def _finding(doc: dict, code: str) -> dict | None:
     return next((f for f in doc["summary"]["fixes"] if f["code"] == code), None)
 
 
-def idle_part(program: str, engine: object, runs: int, comparisons: list, figures: dict) -> None:
-    errors: list[float] = []
-    detected: list[bool] = []
-    # the loader-starved loop against its batch kept on the GPU
-    base = [str(LOADER), "--steps", str(LOADER_STEPS)]
-    fed = _untraced(base, runs, "step_s")
-    resident = _untraced([*base, "--resident"], runs, "step_s")
-    doc = _traced(base, 1)
-    expected_idle = 1 - statistics.median(resident) / statistics.median(fed)
+def _entry(
+    doc: dict,
+    code: str,
+    measured_s: float | None,
+    expected_idle: float | None,
+    after: dict | None = None,
+    per_step: bool = False,
+) -> dict:
+    """What the trace of a program said against what the program measured."""
     steps = doc["summary"].get("steps") or {}
-    reported = steps.get("idle_share")
-    figures["loader_step_s"] = {"fed": fed, "resident": resident}
-    figures["loader_idle_share"] = {"reported": reported, "expected": expected_idle,
-                                    "steps": steps}  # fmt: skip
-    if reported is not None:
-        figures["trace_idle_share_error"] = abs(reported - expected_idle)
-    starved = _finding(doc, "input_starved")
-    if starved and steps.get("count"):
-        predicted = starved["saving_s"] / steps["count"]
-        measured = statistics.median(fed) - statistics.median(resident)
-        figures["loader_input_saving_per_step_s"] = {"predicted": predicted, "measured": measured}
-        errors.append(abs(predicted - measured) / measured)
-    # .item() every step against the loss read once
-    base = [str(ITEM), "--steps", str(ITEM_STEPS)]
-    before = _untraced(base, runs, "seconds")
-    after = _untraced([*base, "--fixed"], runs, "seconds")
-    doc_a, doc_b = _traced(base, 3), _traced([*base, "--fixed"], 3)
-    waits = _finding(doc_a, "synchronizations")
-    measured = statistics.median(before) - statistics.median(after)
-    figures["item_seconds"] = {"before": before, "after": after}
-    if waits and waits["saving_s"] is not None and measured > 0:
-        figures["item_waits_saving_s"] = {"predicted": waits["saving_s"], "measured": measured}
-        errors.append(abs(waits["saving_s"] - measured) / measured)
-    comparison = compare_traces(from_dict(doc_a), from_dict(doc_b), force=True)
-    verdicts = {c.figure: c.verdict for c in comparison.changes if c.section == "program"}
-    figures["item_compare"] = verdicts
-    detected.append(verdicts.get("GPU active span") == FASTER)
+    found = _finding(doc, code)
+    predicted = None if found is None else found["saving_s"]
+    if per_step and predicted is not None and steps.get("count"):
+        predicted /= steps["count"]
+    entry: dict = {
+        "finding": code,
+        "predicted_s": predicted,
+        "measured_s": measured_s,
+        "idle_share": steps.get("idle_share"),
+        "expected_idle_share": expected_idle,
+        "steps": steps,
+    }
+    if predicted is not None and measured_s:
+        entry["prediction_error"] = abs(predicted - measured_s) / measured_s
+    if entry["idle_share"] is not None and expected_idle is not None:
+        entry["idle_share_error"] = abs(entry["idle_share"] - expected_idle)
+    if after is not None:
+        comparison = compare_traces(from_dict(doc), from_dict(after), force=True)
+        entry["compare"] = {
+            c.figure: c.verdict for c in comparison.changes if c.section == "program"
+        }
+    return entry
+
+
+def _headline(figures: dict) -> None:
+    """The issue's three figures over every program measured so far (parts join with --into)."""
+    entries = figures.get("idle_programs", {}).values()
+    idle = [e["idle_share_error"] for e in entries if "idle_share_error" in e]
+    errors = [e["prediction_error"] for e in entries if "prediction_error" in e]
+    fixed = [e["compare"].get("GPU active span") == FASTER for e in entries if "compare" in e]
+    if idle:
+        figures["trace_idle_share_error"] = max(idle)
     if errors:
         figures["trace_prediction_error_max"] = max(errors)
-    figures["trace_compare_detects_fixes"] = sum(detected) / len(detected)
+    if fixed:
+        figures["trace_compare_detects_fixes"] = sum(fixed) / len(fixed)
+
+
+def idle_part(program: str, engine: object, runs: int, comparisons: list, figures: dict) -> None:
+    programs = figures.setdefault("idle_programs", {})
+    base = [str(PROGRAMS / "loader_loop.py"), "--steps", "60"]
+    fed = _untraced(base, runs, "step_s")
+    resident = _untraced([*base, "--resident"], runs, "step_s")
+    expected = 1 - statistics.median(resident) / statistics.median(fed)
+    measured = statistics.median(fed) - statistics.median(resident)
+    programs["loader"] = _entry(_traced(base, 1), "input_starved", measured, expected,
+                                per_step=True) | {"fed": fed, "resident": resident}  # fmt: skip
+    base = [str(PROGRAMS / "item_loop.py"), "--steps", "300"]
+    before = _untraced(base, runs, "seconds")
+    after = _untraced([*base, "--fixed"], runs, "seconds")
+    measured = statistics.median(before) - statistics.median(after)
+    doc_a, doc_b = _traced(base, 3), _traced([*base, "--fixed"], 3)
+    programs["item"] = _entry(doc_a, "synchronizations", measured, None, doc_b) | {
+        "before": before, "after": after}  # fmt: skip
+    _headline(figures)
+
+
+def fed_part(program: str, engine: object, runs: int, comparisons: list, figures: dict) -> None:
+    programs = figures.setdefault("idle_programs", {})
+    for name, (script, steps, code, key, reference) in FED.items():
+        base = [str(PROGRAMS / script), "--steps", str(steps)]
+        before = _untraced(base, runs, key)
+        after = _untraced([*base, "--fixed"], runs, key)
+        resident = _untraced([*base, "--resident"], runs, key)
+        expected = 1 - statistics.median(resident) / statistics.median(before)
+        measured = statistics.median(before) - statistics.median(after)
+        doc_a = _traced(base, 3, reference)
+        doc_b = _traced([*base, "--fixed"], 3)
+        programs[name] = _entry(doc_a, code, measured, expected, doc_b) | {
+            "before": before, "after": after, "resident": resident}  # fmt: skip
+        _headline(figures)

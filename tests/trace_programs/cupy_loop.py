@@ -1,0 +1,53 @@
+"""A CuPy loop for `xferscope trace`'s benchmark that copies each step's batch from pageable
+NumPy memory with `cupy.asarray`; --fixed fills two pinned buffers (cupyx.empty_pinned) in turn
+and copies each on a stream of its own, once the GPU is done with the batch before; --resident
+keeps one batch on the GPU. Prints the loop's time as JSON."""
+
+import argparse
+import json
+import time
+
+import cupy
+import cupyx
+import numpy as np
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, default=100)
+parser.add_argument("--fixed", action="store_true")
+parser.add_argument("--resident", action="store_true")
+args = parser.parse_args()
+
+shape = (2048, 4096)  # 32 MiB of fp32 a batch
+rng = np.random.default_rng(0)
+pinned = [cupyx.empty_pinned(shape, dtype=np.float32) for _ in range(2)]
+weight = cupy.random.rand(4096, 4096, dtype=np.float32)
+resident = cupy.random.rand(*shape, dtype=np.float32)
+streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(2)]
+on_gpu = [cupy.empty(shape, dtype=np.float32) for _ in range(2)]
+turn = [0]
+
+
+def batch() -> cupy.ndarray:
+    if args.resident:
+        return resident
+    if args.fixed:
+        k = turn[0] = 1 - turn[0]
+        streams[k].synchronize()  # its copy two batches ago is done: refill it
+        rng.random(shape, dtype=np.float32, out=pinned[k])
+        streams[k].wait_event(cupy.cuda.get_current_stream().record())  # the GPU is done with it
+        on_gpu[k].set(pinned[k], stream=streams[k])
+        cupy.cuda.get_current_stream().wait_event(streams[k].record())
+        return on_gpu[k]
+    return cupy.asarray(rng.random(shape, dtype=np.float32))  # pageable
+
+
+for _ in range(3):
+    cupy.tanh(batch() @ weight).sum()
+cupy.cuda.Device().synchronize()
+start = time.perf_counter()
+for _ in range(args.steps):
+    x = batch()
+    for _ in range(2):
+        x = cupy.tanh(x @ weight)
+cupy.cuda.Device().synchronize()
+print(json.dumps({"steps": args.steps, "seconds": time.perf_counter() - start}))

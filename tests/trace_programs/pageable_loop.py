@@ -1,0 +1,49 @@
+"""A PyTorch loop for `xferscope trace`'s benchmark that makes each batch in pageable memory
+and copies it with `.to("cuda")`; --fixed makes it in two pinned buffers, used in turn (each
+refilled once its last copy is done), and copies it with non_blocking=True; --resident keeps
+one batch on the GPU. Prints the loop's time as JSON."""
+
+import argparse
+import json
+import time
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, default=100)
+parser.add_argument("--fixed", action="store_true")
+parser.add_argument("--resident", action="store_true")
+args = parser.parse_args()
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(
+    torch.nn.Linear(4096, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096)
+).cuda()
+shape = (2048, 4096)  # 32 MiB of fp32 a batch
+pinned = [torch.empty(shape).pin_memory() for _ in range(2)]
+copied = [torch.cuda.Event() for _ in range(2)]
+resident = torch.rand(shape, device="cuda")
+turn = [0]
+
+
+def batch() -> torch.Tensor:
+    if args.resident:
+        return resident
+    if args.fixed:
+        k = turn[0] = 1 - turn[0]
+        copied[k].synchronize()  # its copy two batches ago is done: refill it
+        on_gpu = pinned[k].uniform_().to("cuda", non_blocking=True)
+        copied[k].record()
+        return on_gpu
+    return torch.rand(shape).to("cuda")  # pageable, and a wait for the copy
+
+
+for _ in range(3):
+    model(batch()).sum().backward()
+torch.cuda.synchronize()
+start = time.perf_counter()
+for _ in range(args.steps):
+    out = model(batch())
+    out.square().mean().backward()
+torch.cuda.synchronize()
+print(json.dumps({"steps": args.steps, "seconds": time.perf_counter() - start}))
