@@ -18,7 +18,8 @@ from .records import Copy, Interval, Trace
 from .timeline import valid
 
 MIN_STEPS = 5  # a line called fewer times marks no loop
-BURST_S = 1e-3  # calls of one line closer than this are one mark (a batch's tensors)
+BURST_S = 1e-3  # a call of a line this soon after its last one ended is the same mark (a
+# batch's tensors; a pageable copy and the wait PyTorch makes after it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,17 +37,21 @@ class Steps:
 
 def steps(trace: Trace) -> Steps | None:
     """The loop's steps, or None where no line repeats MIN_STEPS times."""
-    marks: list[tuple[int, str]] = []  # (host time, line) of each main-thread call with a line
+    marks: list[tuple[int, int, str]] = []  # (start, end, line) of each main-thread call
     for c in trace.copies:
         if c.call is not None and c.call.thread == c.pid and (c.python or c.frames):
-            marks.append((c.call.start_ns, trace.where(c.frames, c.python) or ""))
+            where = trace.where(c.frames, c.python) or ""
+            marks.append((c.call.start_ns, c.call.end_ns, where))
     for call in trace.calls:
         if call.thread == call.pid and (call.python or call.frames):
-            marks.append((call.start_ns, trace.where(call.frames, call.python) or ""))
-    by_line: dict[str, list[int]] = defaultdict(list)
-    for t, where in sorted(marks):
-        if where and (not by_line[where] or t - by_line[where][-1] >= BURST_S * 1e9):
-            by_line[where].append(t)
+            marks.append((call.start_ns, call.end_ns, trace.where(call.frames, call.python) or ""))
+    by_line: dict[str, list[int]] = defaultdict(list)  # each burst's first start, by line
+    ended: dict[str, int] = {}  # when each line's latest call ended
+    for start, end, where in sorted(marks):
+        if where and (where not in ended or start - ended[where] >= BURST_S * 1e9):
+            by_line[where].append(start)
+        if where:
+            ended[where] = max(end, ended.get(where, end))
     loops = [(at[-1] - at[0], len(at), w) for w, at in by_line.items() if len(at) >= MIN_STEPS]
     if not loops:
         return None
