@@ -71,6 +71,7 @@ def _entry(
         predicted /= steps["count"]
     entry: dict = {
         "finding": code,
+        "found": {f["code"]: f["saving_s"] for f in doc["summary"]["fixes"]},
         "predicted_s": predicted,
         "measured_s": measured_s,
         "idle_share": steps.get("idle_share"),

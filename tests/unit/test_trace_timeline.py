@@ -177,3 +177,30 @@ def test_a_burst_of_calls_at_start_up_marks_no_steps():
     loop = steps(Trace(tuple(copies), (), (), (), {}, {}, ()))
     assert loop is not None and loop.where == "train.py:43 (train)"
     assert loop.count == 5 and loop.step_s == pytest.approx(10e-3)
+
+
+@pytest.mark.parametrize(("kernel_ms", "saving_us"), [(None, 155.0), (5.0, 0.0)])
+def test_small_copies_save_the_hosts_calls_where_the_gpu_waits_for_them(kernel_ms, saving_us):
+    """20 pinned uploads of 4 KiB issued 10 us apart (the host's own time between calls: a
+    framework's overhead per copy): while the GPU waits, one copy would save the host the run
+    less one call, 182 us, at most the GPU's idle in it (195 us less its 40 us of copies), more
+    than the copies' own GPU time would save; a kernel running all the while hides the calls,
+    so the saving is the GPU side's."""
+    from xferscope.trace.findings import Context, small
+    from xferscope.trace.records import Call
+    from xferscope.trace.reference import Reference
+
+    us = 1_000
+    reference = Reference("test", {("h2d", "pinned"): ((4096, 2e-6), (1 << 20, 3e-5))})
+    copies = []
+    for i in range(20):
+        t = 1_000 * us + i * 10 * us
+        call = Call("cudaMemcpyAsync_v3020", t, t + 2 * us, 1, 1)
+        copies.append(Copy(1, "h2d", "pinned", "device", 4096, t + 3 * us, t + 5 * us, 0, 7,
+                           True, i, call))  # fmt: skip
+    kernels = () if kernel_ms is None else (_kernel(900 * us, 900 * us + int(kernel_ms * 1e6)),)
+    trace = Trace(tuple(copies), kernels, (), tuple(c.call for c in copies), {}, {}, ())
+    f = small.find(Context(trace, reference))
+    assert f is not None
+    gpu_side = 20 * 2e-6 - reference.seconds("h2d", "pinned", 20 * 4096)
+    assert f.saving_s == pytest.approx(max(saving_us * 1e-6, gpu_side), abs=1e-6)

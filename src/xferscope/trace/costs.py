@@ -76,3 +76,21 @@ def with_kernels(trace: Trace, copies: Sequence[Copy]) -> tuple[list[Copy], floa
     if len(seen) == len(copies):
         return seen, 1.0
     return seen, sum(c.seconds for c in copies) / seen_s if seen_s > 0 else None
+
+
+def valid(start_ns: int, end_ns: int) -> bool:
+    """Whether an activity's times can be placed on a timeline: both set, in order (CUPTI leaves
+    some at 0)."""
+    return start_ns > 0 and end_ns >= start_ns
+
+
+def gpu_busy(trace: Trace) -> dict[int, tuple[list[int], list[int]]]:
+    """Each GPU's busy time (kernels, copies and memsets with usable times) as disjoint parts."""
+    activity: list[Copy | Interval] = [*trace.copies, *trace.intervals]
+    return merged(x for x in activity if valid(x.start_ns, x.end_ns))
+
+
+def idle_ns(busy: dict[int, tuple[list[int], list[int]]], device: int, a: int, b: int) -> int:
+    """How long GPU `device` sat idle within [a, b)."""
+    starts, ends = busy.get(device, ([], []))
+    return max(b - a - covered_ns(starts, ends, a, b), 0)

@@ -13,9 +13,8 @@ import itertools
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .costs import covered_ns, merged
-from .records import Copy, Interval, Trace
-from .timeline import valid
+from .costs import covered_ns, gpu_busy
+from .records import Trace
 
 MIN_STEPS = 5  # a line called fewer times marks no loop
 BURST_S = 1e-3  # a call of a line this soon after its last one ended is the same mark (a
@@ -57,8 +56,7 @@ def steps(trace: Trace) -> Steps | None:
         return None
     where = max(loops)[2]
     at = by_line[where]
-    activity: list[Copy | Interval] = [*trace.copies, *trace.intervals]
-    busy = merged(x for x in activity if valid(x.start_ns, x.end_ns))
+    busy = gpu_busy(trace)
     judged = covered = 0  # ns of the steps whose kernels were all recorded, and busy in them
     for a, b in itertools.pairwise(at):
         if _kernels_recorded(trace, a, b):

@@ -9,11 +9,14 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .costs import merged
+from .costs import merged, valid
 from .idle import IdleCause, causes
 from .records import Copy, Interval, Trace
 
 MOST_GAPS = 20  # the longest idle gaps kept per GPU
+
+
+__all__ = ["GpuTimeline", "Timelines", "timelines", "valid"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +60,6 @@ class Timelines:
         if not self.gpus:
             return 0.0
         return (max(g.end_ns for g in self.gpus) - min(g.start_ns for g in self.gpus)) * 1e-9
-
-
-def valid(start_ns: int, end_ns: int) -> bool:
-    """Whether an activity's times can be placed on a timeline: both set, in order."""
-    return start_ns > 0 and end_ns >= start_ns
 
 
 def timelines(trace: Trace) -> Timelines:

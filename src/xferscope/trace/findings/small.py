@@ -1,10 +1,15 @@
 """Runs of many small copies, one after another, that one copy of their bytes would replace:
-priced by this machine's one copy of each run's bytes."""
+priced by this machine's one copy of each run's bytes, or, where the GPU waited while the host
+issued them, by the host's time between the run's first call and its last."""
 
 from __future__ import annotations
 
-from ..costs import expected
-from ..records import Copy
+import itertools
+
+from ...core import stats
+from ...core.units import format_seconds
+from ..costs import expected, gpu_busy, idle_ns
+from ..records import Copy, Trace
 from .base import NO_CURVES, Context, TraceFinding, finding
 
 ORDER = 2  # where it stands among findings of equal price
@@ -68,14 +73,35 @@ def find(context: Context) -> TraceFinding | None:
     for run in runs:
         t = reference.seconds(run[0].direction, run[0].host_memory, sum(c.bytes for c in run))
         one += t or 0.0
+    host = host_saving(trace, runs)
     return finding(
         CODE,
         title,
         ADVICE,
         trace,
         copies,
-        cost,
-        cost - one,
-        "the saving prices each run as one copy of all its bytes on this machine; `xferscope "
+        max(cost, host),
+        max(cost - one, host),
+        "the saving prices each run as one copy of all its bytes on this machine, or, where the "
+        f"GPU sat idle while the host issued them ({format_seconds(host)}), as the host's time "
+        "between the run's first call and its last, which one call would not take; `xferscope "
         "batch --size-mix file:copies.csv` compares the ways of batching on these very sizes",
     )
+
+
+def host_saving(trace: Trace, runs: list[list[Copy]]) -> float:
+    """What one copy per run would save the host while its GPU waited: each run's time from its
+    first call to its last, less one call's spacing, at most the GPU's idle meanwhile (a GPU
+    busy with other work hides the host's calls)."""
+    busy = gpu_busy(trace)
+    total = 0
+    for run in runs:
+        calls = [c.call for c in run if c.call is not None]
+        if len(calls) < 2:
+            continue
+        spacing = int(stats.median([b.start_ns - a.start_ns for a, b in itertools.pairwise(calls)]))
+        issued = calls[-1].end_ns - calls[0].start_ns - spacing
+        total += min(
+            max(issued, 0), idle_ns(busy, run[0].device, calls[0].start_ns, run[-1].end_ns)
+        )
+    return total * 1e-9
