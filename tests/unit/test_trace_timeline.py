@@ -204,3 +204,24 @@ def test_small_copies_save_the_hosts_calls_where_the_gpu_waits_for_them(kernel_m
     assert f is not None
     gpu_side = 20 * 2e-6 - reference.seconds("h2d", "pinned", 20 * 4096)
     assert f.saving_s == pytest.approx(max(saving_us * 1e-6, gpu_side), abs=1e-6)
+
+
+@pytest.mark.parametrize(("per_step", "step_us", "call_us"), [(64, 600, 5), (1, 2500, 20)])
+def test_steps_of_a_fast_loop_are_told_apart(per_step, step_us, call_us):
+    """Seven steps 0.6 ms apart, each 64 uploads 5 us apart at one line (the gap between steps,
+    0.28 ms, is far longer than the line's usual gap but under a millisecond), and a loop of
+    one wait 2.5 ms apart: six steps each."""
+    from xferscope.trace.records import Call, PyFrame
+
+    us = 1_000
+    at = (PyFrame("train.py", 29, "upload"),)
+    copies = []
+    for step in range(7):
+        for i in range(per_step):
+            t = 1_000 * us + step * step_us * us + i * call_us * us
+            call = Call("cudaMemcpyAsync_v3020", t, t + 2 * us, 1, 1)
+            copies.append(Copy(1, "h2d", "pinned", "device", 4096, t + 3 * us, t + 4 * us, 0, 7,
+                               True, 0, call, python=at))  # fmt: skip
+    loop = steps(Trace(tuple(copies), (), (), (), {}, {}, ()))
+    assert loop is not None and loop.count == 6
+    assert loop.step_s == pytest.approx(step_us * 1e-6)

@@ -17,8 +17,10 @@ from .costs import covered_ns, gpu_busy
 from .records import Trace
 
 MIN_STEPS = 5  # a line called fewer times marks no loop
-BURST_S = 1e-3  # a call of a line this soon after its last one ended is the same mark (a
-# batch's tensors; a pageable copy and the wait PyTorch makes after it)
+# A call of a line this soon after its last one ended is the same mark (a batch's tensors; a
+# pageable copy and the wait PyTorch makes after it): ten times the line's usual short gap
+# (its gaps' first quartile), at least BURST_MIN_S and at most BURST_S.
+BURST_MIN_S, BURST_S = 50e-6, 1e-3
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,13 +46,11 @@ def steps(trace: Trace) -> Steps | None:
     for call in trace.calls:
         if call.thread == call.pid and (call.python or call.frames):
             marks.append((call.start_ns, call.end_ns, trace.where(call.frames, call.python) or ""))
-    by_line: dict[str, list[int]] = defaultdict(list)  # each burst's first start, by line
-    ended: dict[str, int] = {}  # when each line's latest call ended
+    calls: dict[str, list[tuple[int, int]]] = defaultdict(list)  # (start, end) by line
     for start, end, where in sorted(marks):
-        if where and (where not in ended or start - ended[where] >= BURST_S * 1e9):
-            by_line[where].append(start)
         if where:
-            ended[where] = max(end, ended.get(where, end))
+            calls[where].append((start, end))
+    by_line = {where: _bursts(spans) for where, spans in calls.items()}
     loops = [(at[-1] - at[0], len(at), w) for w, at in by_line.items() if len(at) >= MIN_STEPS]
     if not loops:
         return None
@@ -72,3 +72,16 @@ def _kernels_recorded(trace: Trace, a: int, b: int) -> bool:
     if trace.kernel_coverage == "all":
         return True
     return any(w0 <= a and b <= w1 for _, w0, w1 in trace.kernel_windows)
+
+
+def _bursts(spans: list[tuple[int, int]]) -> list[int]:
+    """The start of each burst of one line's calls (sorted (start, end) pairs)."""
+    gaps = sorted(b[0] - a[1] for a, b in itertools.pairwise(spans))
+    usual = gaps[len(gaps) // 4] if gaps else 0
+    threshold = min(BURST_S * 1e9, max(BURST_MIN_S * 1e9, 10 * usual))
+    starts, ended = [spans[0][0]], spans[0][1]
+    for start, end in spans[1:]:
+        if start - ended >= threshold:
+            starts.append(start)
+        ended = max(ended, end)
+    return starts
