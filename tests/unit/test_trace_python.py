@@ -142,14 +142,14 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def _trace(capsys, tmp_path, monkeypatch, name, walls, drop_line=None) -> Path:
+def _trace(capsys, tmp_path, monkeypatch, name, walls, drop_line=None, region=()) -> Path:
     from xferscope.trace import pipeline
 
     monkeypatch.setattr(pipeline, "run_traced", _fake_runs(walls, drop_line))
     out = tmp_path / name
     code, _, err = run(
         capsys, "trace", "--reference", "none", "--runs", str(len(walls)), "-o", str(out),
-        "--", "python3", "train.py",
+        *region, "--", "python3", "train.py",
     )  # fmt: skip
     assert code == 0, err
     (path,) = out.glob("trace-*/trace-summary.json")
@@ -264,3 +264,37 @@ def test_the_recorded_waits_are_at_the_loops_lines():
     assert waits[("cudaStreamSynchronize", f"{SCRIPT}:86 ({step})")] == 32
     assert waits[("cudaStreamSynchronize", f"{SCRIPT}:96 ({step})")] == 4  # loss.item()
     assert waits[("cudaDeviceSynchronize", f"{SCRIPT}:118 (train)")] == 1
+
+
+def test_a_region_names_the_line_that_marks_the_steps(capsys, tmp_path, monkeypatch):
+    """--region torch_train_loop.py:88 (the loop's third upload, once a step): the steps are its
+    calls, their span the steady state (shorter than the GPUs' span, which starts at the model's
+    upload); a line that marks nothing says so and keeps the GPUs' span; a region that is no
+    FILE:LINE is refused before the program runs."""
+    found = json.loads(_trace(capsys, tmp_path, monkeypatch, "found", [1.0]).read_text())
+    doc = json.loads(
+        _trace(capsys, tmp_path, monkeypatch, "region", [1.0],
+               region=("--region", "torch_train_loop.py:88")).read_text()
+    )  # fmt: skip
+    s = doc["summary"]
+    assert s["region"] == "torch_train_loop.py:88" and s["steps"]["where"].startswith(
+        f"{SCRIPT}:88 "
+    )
+    assert s["steps"]["count"] == 31
+    assert (
+        s["span_s"] == pytest.approx((s["steps"]["end_ns"] - s["steps"]["start_ns"]) * 1e-9)
+        and s["span_s"] < found["summary"]["span_s"]
+    )
+    assert doc["runs"][0]["span_s"] == pytest.approx(s["span_s"])
+    none = json.loads(
+        _trace(
+            capsys, tmp_path, monkeypatch, "none", [1.0], region=("--region", "other.py:3")
+        ).read_text()
+    )
+    assert none["summary"]["steps"] is None
+    assert none["summary"]["span_s"] == pytest.approx(found["summary"]["span_s"])
+    assert any("--region other.py:3" in n for n in none["summary"]["notes"])
+    code, _, err = run(capsys, "trace", "--region", "train.py", "--", "python3", "train.py")
+    assert code == 2 and err.strip() == (
+        "Error: --region: 'train.py' is not FILE:LINE, such as train.py:41"
+    )

@@ -10,6 +10,7 @@ shown and written), common's history, destination and delivery."""
 
 from __future__ import annotations
 
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -47,6 +48,8 @@ from .measured import DocumentKind, entry, register
 from .options import gpu_option, history_options, option, out_option
 from .outputs import Destination, Named, Output, text
 
+REGION = re.compile(r".+:[1-9][0-9]*")  # --region: FILE:LINE
+
 
 @cli.command(
     "trace",
@@ -81,6 +84,14 @@ from .outputs import Destination, Named, Output, text
     "milliseconds. Copies are always all recorded.".format(*KERNEL_WINDOW_MS),
 )
 @option(
+    "--region",
+    default="",
+    help="FILE:LINE, a line of the program run once a step (its batch copy, `loss.item()`): its "
+    "calls mark the steps, and the span from the first to the last is the steady state every "
+    "share is of. Default: the line found to repeat over the longest time, and the span from "
+    "the first GPU activity to the last.",
+)
+@option(
     "--runs",
     default=1,
     bounds=limits.RUNS,
@@ -104,6 +115,8 @@ def trace_command(**kw: Any) -> None:
     if kw["export"] not in (None, "chrome-trace"):
         raise OptionError("--export", f"'{kw['export']}' is not chrome-trace")
     kernels_setting(kw["kernels"])  # a bad --kernels is said before the program runs
+    if kw["region"] and not REGION.fullmatch(kw["region"]):
+        raise OptionError("--region", f"'{kw['region']}' is not FILE:LINE, such as train.py:41")
     kw["device"] = str(parse_device("--device", kw["device"]))
     history = history_to_add_to(kw)
     if history is not None:
@@ -116,6 +129,7 @@ def trace_command(**kw: Any) -> None:
         runs=kw["runs"],
         device=int(kw["device"]),
         history=None if kw["no_history"] else history_file(kw["history_path"]),
+        region=kw["region"],
     )
     prepare_renderers(html=True, workers=False)
     with (

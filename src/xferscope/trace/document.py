@@ -14,7 +14,7 @@ from ..documents.records import Column, dumps_columns, read_result, result_docum
 from .analyze import Analysis, Group, KindRow
 from .findings import TraceFinding
 from .records import Copy, Trace
-from .steps import steps
+from .steps import MIN_STEPS, steps
 from .timeline import Timelines, timelines
 
 SCHEMA_NAME = "xferscope-trace"
@@ -32,7 +32,8 @@ OLDEST_VERSION = 1
 #      line, away from CUDA until a line), "span_s" the steady state over every GPU, "left_out" the
 #      activity records with no usable times; each run's figures have "span_s" too. Versions 1
 #      and 2 still read (without a timeline). "steps": the loop's steps where one line repeats
-#      (its line, count, mean step and idle share), or null. "waits": the host's waits for the
+#      (its line, count, mean step and idle share), or null; "region": the line `--region`
+#      named, whose steps' span is then "span_s". "waits": the host's waits for the
 #      GPU (synchronizations) with their lines, for the timeline.
 
 MOST_SPANS = 20_000  # kernels and memsets kept for the timeline (the longest)
@@ -131,12 +132,22 @@ def timeline_dict(gpus: Timelines) -> dict[str, Any]:
 
 
 def summary_dict(
-    analysis: Analysis, trace: Trace, reference: dict[str, Any] | None
+    analysis: Analysis, trace: Trace, reference: dict[str, Any] | None, region: str = ""
 ) -> dict[str, Any]:
+    """The summary of a trace; `region`: the line that marks its steps (`trace --region`)."""
     gpus = timelines(trace)
-    loop = steps(trace)
+    loop = steps(trace, region)
+    said = []
+    if region and loop is None:
+        said.append(
+            f"--region {region}: no recorded CUDA call was made there {MIN_STEPS} times or "
+            "more, so the steady state is the span from the first GPU activity to the last"
+        )
     return {
         **timeline_dict(gpus),
+        # the steady state: the region's steps where it marks some, else the GPUs' span
+        "span_s": loop.span_s if region and loop is not None else gpus.span_s,
+        "region": region or None,
         "steps": None if loop is None else to_plain(loop),
         "table": [to_plain(r) for r in analysis.table],
         "groups": [to_plain(g) for g in analysis.groups],
@@ -182,7 +193,7 @@ def summary_dict(
             )[:MOST_SPANS]
         ],
         "reference": reference,
-        "notes": list(analysis.notes),
+        "notes": [*analysis.notes, *said],
         "warnings": list(trace.warnings),
     }
 

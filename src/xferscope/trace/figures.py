@@ -11,7 +11,7 @@ from typing import Any
 
 from .analyze import Analysis
 from .records import Copy, Trace, user_frame
-from .timeline import timelines
+from .steps import steady_s
 
 
 def line_of(trace: Trace, c: Copy) -> tuple[str, str, str]:
@@ -36,8 +36,11 @@ def _totals(copies: list[Copy]) -> dict[str, float]:
     }
 
 
-def run_figures(trace: Trace, analysis: Analysis, wall_s: float) -> dict[str, Any]:
-    """The figures of one traced run, as a document keeps them."""
+def run_figures(
+    trace: Trace, analysis: Analysis, wall_s: float, region: str = ""
+) -> dict[str, Any]:
+    """The figures of one traced run, as a document keeps them; `region`: the line that marks
+    its steps (`trace --region`), whose span is the steady state."""
     kinds: dict[str, list[Copy]] = defaultdict(list)
     lines: dict[str, list[Copy]] = defaultdict(list)
     said: dict[str, tuple[str, str]] = {}
@@ -48,7 +51,7 @@ def run_figures(trace: Trace, analysis: Analysis, wall_s: float) -> dict[str, An
         said[key] = (where, code)
     return {
         "wall_s": wall_s,
-        "span_s": timelines(trace).span_s,
+        "span_s": steady_s(trace, region),
         "kinds": {k: _totals(v) for k, v in sorted(kinds.items())},
         "findings": {
             f.code: {

@@ -37,6 +37,7 @@ class TraceOptions:
     runs: int = 1  # the program is run this many times, each traced
     device: int = 0  # the GPU the rates are for
     history: Path | None = None  # where the rates are looked for (None: never)
+    region: str = ""  # FILE:LINE: the line whose calls mark the steps ("": found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,11 +68,15 @@ def trace_program(
     more = _more_runs(options, scratch, ran, say)
     reference, engine = _reference(options, open_engine, say)
     analysis = analyze(trace, ran.wall_s, reference)
-    runs = [run_figures(trace, analysis, ran.wall_s)]
+    region = options.region
+    runs = [run_figures(trace, analysis, ran.wall_s, region)]
     for other in more:
         again = read_trace(other.files)
-        runs.append(run_figures(again, analyze(again, other.wall_s, reference), other.wall_s))
-    summary = summary_dict(analysis, trace, None if reference is None else reference.to_dict())
+        runs.append(
+            run_figures(again, analyze(again, other.wall_s, reference), other.wall_s, region)
+        )
+    rates = None if reference is None else reference.to_dict()
+    summary = summary_dict(analysis, trace, rates, region)
     result = TraceResult(
         created=created,
         simulated=False,
@@ -82,6 +87,7 @@ def trace_program(
             "kernels": options.kernels,
             "reference": options.reference,
             "runs": options.runs,
+            "region": region or None,
         },
         interrupted=ran.interrupted or ran.returncode < 0 or len(runs) < options.runs,
         wall_s=ran.wall_s,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from .costs import covered_ns, gpu_busy
 from .records import Trace
+from .timeline import timelines
 
 MIN_STEPS = 5  # a line called fewer times marks no loop
 # A call of a line this soon after its last one ended is the same mark (a batch's tensors; a
@@ -34,10 +35,26 @@ class Steps:
     count: int
     step_s: float
     idle_share: float | None
+    start_ns: int = 0  # the first step's mark
+    end_ns: int = 0  # the last step's mark
+
+    @property
+    def span_s(self) -> float:
+        """From the first step's mark to the last's."""
+        return (self.end_ns - self.start_ns) * 1e-9
 
 
-def steps(trace: Trace) -> Steps | None:
-    """The loop's steps, or None where no line repeats MIN_STEPS times."""
+def at_region(where: str, region: str) -> bool:
+    """Whether a call's line (`/path/train.py:41 (train)`) is the line `region` names
+    (`train.py:41`, or its whole path)."""
+    line = where.split(" (", 1)[0]
+    return line == region or line.endswith("/" + region)
+
+
+def steps(trace: Trace, region: str = "") -> Steps | None:
+    """The loop's steps, or None where no line repeats MIN_STEPS times; marked by the line
+    `region` names where one is named (`trace --region train.py:41`), else by the line whose
+    calls spread over the longest time."""
     marks: list[tuple[int, int, str]] = []  # (start, end, line) of each main-thread call
     for c in trace.copies:
         if c.call is not None and c.call.thread == c.pid and (c.python or c.frames):
@@ -51,7 +68,11 @@ def steps(trace: Trace) -> Steps | None:
         if where:
             calls[where].append((start, end))
     by_line = {where: _bursts(spans) for where, spans in calls.items()}
-    loops = [(at[-1] - at[0], len(at), w) for w, at in by_line.items() if len(at) >= MIN_STEPS]
+    loops = [
+        (at[-1] - at[0], len(at), w)
+        for w, at in by_line.items()
+        if len(at) >= MIN_STEPS and (not region or at_region(w, region))
+    ]
     if not loops:
         return None
     where = max(loops)[2]
@@ -64,7 +85,14 @@ def steps(trace: Trace) -> Steps | None:
             covered += max((covered_ns(s, e, a, b) for s, e in busy.values()), default=0)
     count = len(at) - 1
     idle = 1 - covered / judged if judged else None
-    return Steps(where, count, (at[-1] - at[0]) * 1e-9 / count, idle)
+    return Steps(where, count, (at[-1] - at[0]) * 1e-9 / count, idle, at[0], at[-1])
+
+
+def steady_s(trace: Trace, region: str = "") -> float:
+    """The steady state every share is of: the span of the steps `region` marks where it names
+    a line that marks some, else from the first GPU activity to the last."""
+    loop = steps(trace, region) if region else None
+    return loop.span_s if loop is not None else timelines(trace).span_s
 
 
 def _kernels_recorded(trace: Trace, a: int, b: int) -> bool:
