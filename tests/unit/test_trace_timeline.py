@@ -225,3 +225,28 @@ def test_steps_of_a_fast_loop_are_told_apart(per_step, step_us, call_us):
     loop = steps(Trace(tuple(copies), (), (), (), {}, {}, ()))
     assert loop is not None and loop.count == 6
     assert loop.step_s == pytest.approx(step_us * 1e-6)
+
+
+def test_the_rank_the_others_waited_for_in_nccl_is_named():
+    """Two ranks, one GPU each, four all-reduces: rank 1 arrives 3 ms late each time, so GPU
+    0's NCCL kernels run 3 ms longer; GPU 1 is the straggler. Alone, or within a millisecond of
+    each other, no rank is named."""
+    from xferscope.trace.ranks import ranks
+    from xferscope.trace.records import Interval
+
+    ms = 1_000_000
+    kernels = []
+    for i in range(4):
+        t = (10 + 20 * i) * ms
+        kernels.append(
+            Interval(100, "kernel", "ncclDevKernel_AllReduce_Sum_f32", t, t + 4 * ms, 0, 9)
+        )
+        kernels.append(Interval(101, "kernel", "ncclDevKernel_AllReduce_Sum_f32", t + 3 * ms,
+                                t + 4 * ms, 1, 9))  # fmt: skip
+        kernels.append(_kernel(t - 5 * ms, t))  # the step's own work, not NCCL's
+    job, straggler = ranks(Trace((), tuple(kernels), (), (), {}, {}, ()))
+    assert [(r.device, r.pid) for r in job] == [(0, 100), (1, 101)]
+    assert job[0].nccl_s == pytest.approx(16e-3) and job[0].waited_s == pytest.approx(12e-3)
+    assert straggler is not None and (straggler.device, straggler.pid) == (1, 101)
+    alone = [k for k in kernels if k.device == 0]
+    assert ranks(Trace((), tuple(alone), (), (), {}, {}, ()))[1] is None

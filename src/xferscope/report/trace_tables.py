@@ -60,6 +60,13 @@ def print_trace(result: TraceResult, console: Console) -> None:
         )
         for line in idle_lines(g):
             console.print(f"  {escape(line)}")
+    late = s.get("straggler")
+    if late:
+        waited = max(r["waited_s"] for r in s.get("ranks", []))
+        console.print(
+            f"GPU {late['device']} (pid {late['pid']}) made the others wait: they spent up to "
+            f"{format_seconds(waited)} more in NCCL's kernels; its own idle says why it came late"
+        )
     loop = s.get("steps")
     if loop:
         console.print(

@@ -13,6 +13,7 @@ from ..documents.envelope import Envelope, dumps_document
 from ..documents.records import Column, dumps_columns, read_result, result_document, to_plain
 from .analyze import Analysis, Group, KindRow
 from .findings import TraceFinding
+from .ranks import ranks
 from .records import Copy, Trace
 from .steps import MIN_STEPS, steps
 from .timeline import Timelines, timelines
@@ -33,8 +34,10 @@ OLDEST_VERSION = 1
 #      activity records with no usable times; each run's figures have "span_s" too. Versions 1
 #      and 2 still read (without a timeline). "steps": the loop's steps where one line repeats
 #      (its line, count, mean step and idle share), or null; "region": the line `--region`
-#      named, whose steps' span is then "span_s". "waits": the host's waits for the
-#      GPU (synchronizations) with their lines, for the timeline.
+#      named, whose steps' span is then "span_s". "ranks": each GPU's time in NCCL's kernels
+#      and how much of it waited; "straggler": the rank the others waited for, or null.
+#      "waits": the host's waits for the GPU (synchronizations) with their lines, for the
+#      timeline.
 
 MOST_SPANS = 20_000  # kernels and memsets kept for the timeline (the longest)
 WORTH = 0.01  # a fix saving this share of the program's time is a warning, not a note
@@ -137,6 +140,7 @@ def summary_dict(
     """The summary of a trace; `region`: the line that marks its steps (`trace --region`)."""
     gpus = timelines(trace)
     loop = steps(trace, region)
+    job, straggler = ranks(trace)
     said = []
     if region and loop is None:
         said.append(
@@ -148,6 +152,8 @@ def summary_dict(
         # the steady state: the region's steps where it marks some, else the GPUs' span
         "span_s": loop.span_s if region and loop is not None else gpus.span_s,
         "region": region or None,
+        "ranks": [to_plain(r) for r in job],
+        "straggler": None if straggler is None else to_plain(straggler),
         "steps": None if loop is None else to_plain(loop),
         "table": [to_plain(r) for r in analysis.table],
         "groups": [to_plain(g) for g in analysis.groups],
