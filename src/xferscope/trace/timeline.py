@@ -51,10 +51,6 @@ class Timelines:
     left_out: int  # activity records with no usable times
 
     @property
-    def start_ns(self) -> int | None:
-        return min((g.start_ns for g in self.gpus), default=None)
-
-    @property
     def span_s(self) -> float:
         """From the first GPU activity on any GPU to the last: the steady state."""
         if not self.gpus:
