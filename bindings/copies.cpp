@@ -95,14 +95,7 @@ class Copies {
   }
 
   // The engine's copier for `device`, asked for again once closed (an engine closed it).
-  nb::object copier(int device) {
-    auto it = copiers_.find(device);
-    if (it != copiers_.end() && !closed(it->second)) return it->second.copier;
-    nb::object copier = copier_of_(device);
-    nb::object native = copier.attr("native");
-    copiers_.insert_or_assign(device, Copier{copier, native});
-    return copier;
-  }
+  nb::object copier(int device) { return held(device).copier; }
 
  private:
   using Key = std::tuple<int, bool, bool, std::size_t, std::size_t, std::string>;
@@ -115,6 +108,14 @@ class Copies {
     nb::object copier, native;  // native: a ManyHandle, or None
   };
 
+  const Copier& held(int device) {
+    auto it = copiers_.find(device);
+    if (it != copiers_.end() && !closed(it->second)) return it->second;
+    nb::object copier = copier_of_(device);
+    nb::object native = copier.attr("native");
+    return copiers_.insert_or_assign(device, Copier{copier, native}).first->second;
+  }
+
   static bool closed(const Copier& c) {
     if (!c.native.is_none()) return nb::cast<ManyHandle&>(c.native).closed();
     return nb::cast<bool>(c.copier.attr("closed"));
@@ -125,12 +126,11 @@ class Copies {
     if (upload >= 0 && r.upload != (upload == 1)) xferscope::bindings::refuse_way(upload == 1);
     // copies held while the copy runs: a call from another thread may change the maps meanwhile
     auto [method, choice] = decide(r.upload, r.pinned, r.sizes.size(), r.total, r.device, asked);
-    copier(r.device);
-    const Copier held = copiers_.at(r.device);
-    if (!held.native.is_none()) {
-      copy_resolved(nb::cast<ManyHandle&>(held.native), method, r);
+    const Copier with = held(r.device);
+    if (!with.native.is_none()) {
+      copy_resolved(nb::cast<ManyHandle&>(with.native), method, r);
     } else {
-      held.copier.attr("copy_resolved")(method, nb::cast(r, nb::rv_policy::copy));
+      with.copier.attr("copy_resolved")(method, nb::cast(r, nb::rv_policy::copy));
     }
     return choice;
   }

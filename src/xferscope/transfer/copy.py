@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import atexit
 import functools
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -88,14 +88,11 @@ def decide(shape: Shape, asked: str | None = None, engine: Engine | None = None)
     return copies.decide(upload, pinned, shape.count, shape.bytes, shape.device, asked)  # type: ignore[no-any-return]
 
 
-def _through(engine: Engine, copy: Callable[[Any], Choice]) -> Choice:
-    """`copy` of the engine's Copies, its errors the engine's translated (a reader's and a
-    refusal go through as they are)."""
-    try:
-        return copy(_copies(engine))
-    except Exception:
-        with engine.translated():
-            raise
+def _reraise(engine: Engine) -> NoReturn:
+    """Raises the exception being handled as the engine's error (a reader's and a refusal go
+    through as they are); called in an except block, so a copy pays no closure for it."""
+    with engine.translated():
+        raise
 
 
 def _addresses(values: Any, name: str) -> np.ndarray:
@@ -135,7 +132,10 @@ def copy_many(
             raise TypeError("give either pairs or destinations, sources and sizes, not both")
         if not len(pairs):
             return _nothing(device)
-        return _through(engine, lambda copies: copies.copy_pairs(pairs, target, method, -1))
+        try:
+            return _copies(engine).copy_pairs(pairs, target, method, -1)  # type: ignore[no-any-return]
+        except Exception:
+            _reraise(engine)
     if destinations is None or sources is None or sizes is None:
         raise TypeError("give pairs, or all three of destinations, sources and sizes")
     dst = _addresses(destinations, "destinations")
@@ -148,9 +148,10 @@ def copy_many(
         )
     if not len(dst):
         return _nothing(device)
-    return _through(
-        engine, lambda copies: copies.copy_addresses(dst, src, nbytes, target, method, -1)
-    )
+    try:
+        return _copies(engine).copy_addresses(dst, src, nbytes, target, method, -1)  # type: ignore[no-any-return]
+    except Exception:
+        _reraise(engine)
 
 
 def copy_one(
@@ -177,7 +178,10 @@ def copy_one(
         pair = (destination, source, side(other, 0, role).nbytes)
     engine = engine if engine is not None else default_engine()
     target = -1 if device is None else device
-    return _through(engine, lambda copies: copies.copy_pairs([pair], target, None, int(upload)))
+    try:
+        return _copies(engine).copy_pairs([pair], target, None, int(upload))  # type: ignore[no-any-return]
+    except Exception:
+        _reraise(engine)
 
 
 def _nothing(device: int | None) -> Choice:
