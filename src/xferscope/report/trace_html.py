@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 
 from ..core.units import format_bytes, format_rate, format_seconds
 from ..trace.document import TraceResult
-from ..trace.records import shown
+from ..trace.records import api_name, shown
 from ..trace.timeline import valid
 from .page import TEMPLATE, escape, files_beside, findings_section, page, plot_div, table
 from .trace_tables import idle_lines
@@ -134,7 +134,7 @@ def _timeline(result: TraceResult) -> str:
             f"pid {w['pid']} thread {w['thread']}",
             w["start_ns"],
             w["end_ns"],
-            f"{w['function'].rsplit('_v', 1)[0]} at {shown(w['where'] or '(no line recorded)')}",
+            f"{api_name(w['function'])} at {shown(w['where'] or '(no line recorded)')}",
         )
         for w in result.summary.get("waits", [])
     ]

@@ -19,6 +19,7 @@ from .costs import expected, merged, overlap_ns, with_kernels
 from .findings import Context, TraceFinding, find_all
 from .records import NVPROF_NAMES, Copy, Trace
 from .reference import Reference
+from .timeline import Timelines
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +73,7 @@ class Analysis:
     wall_s: float
     reference: str | None
     copy_gpu_s: float
+    gpus: Timelines  # each GPU's timeline, as the findings saw it
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -169,7 +171,8 @@ def _order(f: TraceFinding) -> tuple[bool, float]:
 
 
 def analyze(trace: Trace, wall_s: float, reference: Reference | None) -> Analysis:
-    found = find_all(Context(trace, reference))
+    context = Context(trace, reference)
+    found = find_all(context)
     notes = []
     if trace.sampled:
         notes.append(
@@ -186,5 +189,6 @@ def analyze(trace: Trace, wall_s: float, reference: Reference | None) -> Analysi
         wall_s,
         None if reference is None else reference.source,
         sum(c.seconds for c in trace.copies),
+        context.gpus,
         tuple(notes),
     )

@@ -84,10 +84,23 @@ def valid(start_ns: int, end_ns: int) -> bool:
     return start_ns > 0 and end_ns >= start_ns
 
 
-def gpu_busy(trace: Trace) -> dict[int, tuple[list[int], list[int]]]:
-    """Each GPU's busy time (kernels, copies and memsets with usable times) as disjoint parts."""
+def usable(trace: Trace) -> list[Copy | Interval]:
+    """The trace's GPU work (copies, kernels, memsets) whose times are usable."""
     activity: list[Copy | Interval] = [*trace.copies, *trace.intervals]
-    return merged(x for x in activity if valid(x.start_ns, x.end_ns))
+    return [x for x in activity if valid(x.start_ns, x.end_ns)]
+
+
+def gpu_busy(trace: Trace) -> dict[int, tuple[list[int], list[int]]]:
+    """Each GPU's busy time (its usable work) as disjoint parts."""
+    return merged(usable(trace))
+
+
+def process_busy(trace: Trace) -> dict[int, tuple[list[int], list[int]]]:
+    """Each process's GPU work as disjoint parts, all its GPUs as one timeline."""
+    per: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for x in usable(trace):
+        per[x.pid].append((x.start_ns, x.end_ns))
+    return {pid: disjoint(spans) for pid, spans in per.items()}
 
 
 def idle_ns(busy: dict[int, tuple[list[int], list[int]]], device: int, a: int, b: int) -> int:

@@ -16,7 +16,7 @@ from .findings import TraceFinding
 from .ranks import ranks
 from .records import Copy, Trace
 from .steps import MIN_STEPS, steps
-from .timeline import Timelines, timelines
+from .timeline import Timelines
 
 SCHEMA_NAME = "xferscope-trace"
 SCHEMA_VERSION = 3
@@ -138,8 +138,8 @@ def summary_dict(
     analysis: Analysis, trace: Trace, reference: dict[str, Any] | None, region: str = ""
 ) -> dict[str, Any]:
     """The summary of a trace; `region`: the line that marks its steps (`trace --region`)."""
-    gpus = timelines(trace)
-    loop = steps(trace, region)
+    gpus = analysis.gpus
+    loop = steps(trace, region, gpus.busy)
     job, straggler = ranks(trace)
     said = []
     if region and loop is None:

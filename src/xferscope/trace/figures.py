@@ -11,7 +11,7 @@ from typing import Any
 
 from .analyze import Analysis
 from .records import Copy, Trace, user_frame
-from .steps import steady_s
+from .steps import steady_span
 
 
 def line_of(trace: Trace, c: Copy) -> tuple[str, str, str]:
@@ -51,7 +51,7 @@ def run_figures(
         said[key] = (where, code)
     return {
         "wall_s": wall_s,
-        "span_s": steady_s(trace, region),
+        "span_s": steady_span(trace, analysis.gpus, region),
         "kinds": {k: _totals(v) for k, v in sorted(kinds.items())},
         "findings": {
             f.code: {

@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .records import Call, Trace
+from .records import Call, Copy, Trace
 
 LAUNCH_GAP_S = 50e-6  # gaps shorter than this are launch latency (HTA's kernel wait)
 RESUMED_WITHIN_S = 1e-3  # a call this soon after a gap's end is where the host came back
@@ -36,27 +36,34 @@ class IdleCause:
     gaps: int  # the gaps it took part in
 
 
-def _places(trace: Trace) -> dict[tuple[int, int], str]:
-    """The program's line of each recorded call, by (thread, start): a wait's own stack, a
-    copy's or a pin's."""
-    out: dict[tuple[int, int], str] = {}
-    for c in trace.copies:
-        if c.call is not None:
-            out[(c.call.thread, c.call.start_ns)] = trace.where(c.frames, c.python) or ""
-    for call in trace.calls:
-        if call.frames or call.python:
-            out[(call.thread, call.start_ns)] = trace.where(call.frames, call.python) or ""
-    return out
+class Lines:
+    """The program's line of a recorded call, found when first asked: a wait's own stack, else
+    the stack of the copy the call issued ("" where neither was recorded)."""
+
+    def __init__(self, trace: Trace) -> None:
+        self._trace = trace
+        self._copies = {(c.call.thread, c.call.start_ns): c for c in trace.copies if c.call}
+        self._found: dict[tuple[int, int], str] = {}
+
+    def __call__(self, call: Call) -> str:
+        key = (call.thread, call.start_ns)
+        if key not in self._found:
+            source: Call | Copy | None = call if call.frames or call.python else None
+            source = source or self._copies.get(key)
+            where = self._trace.where(source.frames, source.python) if source else None
+            self._found[key] = where or ""
+        return self._found[key]
 
 
-def causes(trace: Trace, gaps: Sequence[tuple[int, int]], pids: set[int]) -> tuple[IdleCause, ...]:
+def causes(
+    trace: Trace, gaps: Sequence[tuple[int, int]], pids: set[int], lines: Lines
+) -> tuple[IdleCause, ...]:
     """The causes of a GPU's idle `gaps`, from the main threads of the processes `pids` that
-    ran work on it; the largest first."""
+    ran work on it, each call's line from `lines`; the largest first."""
     main = sorted(
         (c for c in trace.calls if c.pid in pids and c.thread == c.pid), key=lambda c: c.start_ns
     )
     starts = [c.start_ns for c in main]
-    places = _places(trace)
     seconds: dict[tuple[str, str, str], float] = defaultdict(float)
     counted: dict[tuple[str, str, str], int] = defaultdict(int)
     for g0, g1 in gaps:
@@ -64,7 +71,7 @@ def causes(trace: Trace, gaps: Sequence[tuple[int, int]], pids: set[int]) -> tup
             seconds[("launch", "", "")] += (g1 - g0) * 1e-9
             counted[("launch", "", "")] += 1
             continue
-        for key, ns in _split(main, starts, g0, g1, places).items():
+        for key, ns in _split(main, starts, g0, g1, lines).items():
             seconds[key] += ns * 1e-9
             counted[key] += 1
     found = [IdleCause(k, f, w, s, counted[(k, f, w)]) for (k, f, w), s in seconds.items()]
@@ -72,7 +79,7 @@ def causes(trace: Trace, gaps: Sequence[tuple[int, int]], pids: set[int]) -> tup
 
 
 def _split(
-    main: list[Call], starts: list[int], g0: int, g1: int, places: dict[tuple[int, int], str]
+    main: list[Call], starts: list[int], g0: int, g1: int, lines: Lines
 ) -> dict[tuple[str, str, str], int]:
     """The gap [g0, g1) in ns by cause: each stretch inside a call of the main thread blocked
     in it; each stretch before one, away until it; the rest away until the call the host came
@@ -86,7 +93,7 @@ def _split(
         i += 1
         if c.end_ns <= cursor:
             continue
-        name, where = _name(c.function), places.get((c.thread, c.start_ns), "")
+        name, where = c.name, lines(c)
         if c.start_ns > cursor:
             out[("away", name, where)] += c.start_ns - cursor
         out[("blocked", name, where)] += min(c.end_ns, g1) - max(c.start_ns, cursor)
@@ -94,12 +101,6 @@ def _split(
     if cursor < g1:
         if i < len(main) and main[i].start_ns <= g1 + RESUMED_WITHIN_S * 1e9:
             c = main[i]
-            last = (_name(c.function), places.get((c.thread, c.start_ns), ""))
+            last = (c.name, lines(c))
         out[("away", last[0], last[1])] += g1 - cursor
     return out
-
-
-def _name(function: str) -> str:
-    """A call's name without CUPTI's version suffix: cudaMemcpyAsync_v3020 -> cudaMemcpyAsync."""
-    head, _, tail = function.rpartition("_v")
-    return head if head and tail.isdigit() else function

@@ -123,6 +123,13 @@ NATIVE_FRAMEWORKS = (("libtorch", "PyTorch"), ("libc10", "PyTorch"), ("cupy", "C
                      ("jaxlib", "JAX"), ("xla_extension", "JAX"), ("numba", "Numba"))  # fmt: skip
 
 
+def api_name(function: str) -> str:
+    """A CUDA call's name as CUPTI gives it, without its version suffix:
+    cudaMemcpyAsync_v3020 -> cudaMemcpyAsync."""
+    head, _, tail = function.rpartition("_v")
+    return head if head and tail.isdigit() else function
+
+
 @dataclass(frozen=True, slots=True)
 class Call:
     """An API call as the runtime or driver saw it: one that issued a copy, set memory, pinned
@@ -139,6 +146,11 @@ class Call:
     @property
     def seconds(self) -> float:
         return (self.end_ns - self.start_ns) * 1e-9
+
+    @property
+    def name(self) -> str:
+        """The call's name without CUPTI's version suffix (api_name)."""
+        return api_name(self.function)
 
     @property
     def synchronizes(self) -> bool:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from .costs import covered_ns, gpu_busy
 from .records import Trace
-from .timeline import timelines
+from .timeline import Timelines
 
 MIN_STEPS = 5  # a line called fewer times marks no loop
 # A call of a line this soon after its last one ended is the same mark (a batch's tensors; a
@@ -51,10 +51,13 @@ def at_region(where: str, region: str) -> bool:
     return line == region or line.endswith("/" + region)
 
 
-def steps(trace: Trace, region: str = "") -> Steps | None:
+def steps(
+    trace: Trace, region: str = "", busy: dict[int, tuple[list[int], list[int]]] | None = None
+) -> Steps | None:
     """The loop's steps, or None where no line repeats MIN_STEPS times; marked by the line
     `region` names where one is named (`trace --region train.py:41`), else by the line whose
-    calls spread over the longest time."""
+    calls spread over the longest time. `busy`: each GPU's busy parts, where the caller has them
+    (Timelines.busy)."""
     marks: list[tuple[int, int, str]] = []  # (start, end, line) of each main-thread call
     for c in trace.copies:
         if c.call is not None and c.call.thread == c.pid and (c.python or c.frames):
@@ -77,10 +80,11 @@ def steps(trace: Trace, region: str = "") -> Steps | None:
         return None
     where = max(loops)[2]
     at = by_line[where]
-    busy = gpu_busy(trace)
+    busy = gpu_busy(trace) if busy is None else busy
     judged = covered = 0  # ns of the steps whose kernels were all recorded, and busy in them
+    windows = None if trace.kernel_coverage == "all" else [w[1:] for w in trace.kernel_windows]
     for a, b in itertools.pairwise(at):
-        if _kernels_recorded(trace, a, b):
+        if windows is None or any(w0 <= a and b <= w1 for w0, w1 in windows):
             judged += b - a
             covered += max((covered_ns(s, e, a, b) for s, e in busy.values()), default=0)
     count = len(at) - 1
@@ -88,18 +92,11 @@ def steps(trace: Trace, region: str = "") -> Steps | None:
     return Steps(where, count, (at[-1] - at[0]) * 1e-9 / count, idle, at[0], at[-1])
 
 
-def steady_s(trace: Trace, region: str = "") -> float:
+def steady_span(trace: Trace, gpus: Timelines, region: str = "") -> float:
     """The steady state every share is of: the span of the steps `region` marks where it names
-    a line that marks some, else from the first GPU activity to the last."""
-    loop = steps(trace, region) if region else None
-    return loop.span_s if loop is not None else timelines(trace).span_s
-
-
-def _kernels_recorded(trace: Trace, a: int, b: int) -> bool:
-    """Whether every kernel of [a, b) was recorded: all were, or a window covered it."""
-    if trace.kernel_coverage == "all":
-        return True
-    return any(w0 <= a and b <= w1 for _, w0, w1 in trace.kernel_windows)
+    a line that marks some, else from the first GPU activity to the last (`gpus`)."""
+    loop = steps(trace, region, gpus.busy) if region else None
+    return loop.span_s if loop is not None else gpus.span_s
 
 
 def _bursts(spans: list[tuple[int, int]]) -> list[int]:

@@ -7,11 +7,11 @@ and counted, so one bad record cannot stretch a span back to the clock's epoch."
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from .costs import merged, valid
-from .idle import IdleCause, causes
-from .records import Copy, Interval, Trace
+from .costs import merged, usable, valid
+from .idle import IdleCause, Lines, causes
+from .records import Trace
 
 MOST_GAPS = 20  # the longest idle gaps kept per GPU
 
@@ -49,6 +49,8 @@ class Timelines:
 
     gpus: tuple[GpuTimeline, ...]
     left_out: int  # activity records with no usable times
+    # each GPU's busy time as disjoint parts (costs.gpu_busy), for what prices time against it
+    busy: dict[int, tuple[list[int], list[int]]] = field(default_factory=dict)
 
     @property
     def span_s(self) -> float:
@@ -60,16 +62,18 @@ class Timelines:
 
 def timelines(trace: Trace) -> Timelines:
     """Each GPU's timeline from the trace's copies, kernels and memsets."""
-    activity: list[Copy | Interval] = [*trace.copies, *trace.intervals]
-    usable = [x for x in activity if valid(x.start_ns, x.end_ns)]
+    work = usable(trace)
     pids: dict[int, set[int]] = defaultdict(set)  # the processes that ran work on each GPU
-    for x in usable:
+    for x in work:
         pids[x.device].add(x.pid)
+    busy = merged(work)
+    lines = Lines(trace)
     gpus = []
-    for device, (starts, ends) in sorted(merged(usable).items()):
-        busy = sum(e - s for s, e in zip(starts, ends, strict=True))
+    for device, (starts, ends) in sorted(busy.items()):
+        busy_ns = sum(e - s for s, e in zip(starts, ends, strict=True))
         gaps = list(zip(ends[:-1], starts[1:], strict=True))
         longest = sorted(gaps, key=lambda g: g[0] - g[1])[:MOST_GAPS]
-        why = causes(trace, gaps, pids[device])
-        gpus.append(GpuTimeline(device, starts[0], ends[-1], busy * 1e-9, tuple(longest), why))
-    return Timelines(tuple(gpus), len(activity) - len(usable))
+        why = causes(trace, gaps, pids[device], lines)
+        gpus.append(GpuTimeline(device, starts[0], ends[-1], busy_ns * 1e-9, tuple(longest), why))
+    left_out = len(trace.copies) + len(trace.intervals) - len(work)
+    return Timelines(tuple(gpus), left_out, busy)

@@ -7,21 +7,27 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from ...core import stats
 from ...core.units import format_bytes
 from ...documents.records import KEY
 from ..records import Call, Copy, Pin, Trace, user_frame
 from ..reference import Reference
+from ..timeline import Timelines, timelines
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Context:
     """What a finding is found in: the trace, and this machine's copy rates (None: not
-    measured)."""
+    measured); each GPU's timeline, made once for every finding that asks."""
 
     trace: Trace
     reference: Reference | None
+
+    @cached_property
+    def gpus(self) -> Timelines:
+        return timelines(self.trace)
 
 
 @dataclass(frozen=True, slots=True)

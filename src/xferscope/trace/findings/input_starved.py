@@ -6,7 +6,6 @@ would not wait for it."""
 from __future__ import annotations
 
 from ...core.units import format_seconds
-from ..timeline import timelines
 from .base import Context, TraceFinding, finding
 
 ORDER = 0  # where it stands among findings of equal price
@@ -25,7 +24,7 @@ ADVICE: dict[str | None, str] = {
 
 def find(context: Context) -> TraceFinding | None:
     trace = context.trace
-    gpus = timelines(trace)
+    gpus = context.gpus
     span = gpus.span_s
     best = None  # (idle seconds, gaps, line, GPU)
     for g in gpus.gpus:

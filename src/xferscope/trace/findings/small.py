@@ -8,8 +8,8 @@ import itertools
 
 from ...core import stats
 from ...core.units import format_seconds
-from ..costs import expected, gpu_busy, idle_ns
-from ..records import Copy, Trace
+from ..costs import expected, idle_ns
+from ..records import Copy
 from .base import NO_CURVES, Context, TraceFinding, finding
 
 ORDER = 2  # where it stands among findings of equal price
@@ -73,7 +73,7 @@ def find(context: Context) -> TraceFinding | None:
     for run in runs:
         t = reference.seconds(run[0].direction, run[0].host_memory, sum(c.bytes for c in run))
         one += t or 0.0
-    host = host_saving(trace, runs)
+    host = host_saving(runs, context.gpus.busy)
     return finding(
         CODE,
         title,
@@ -89,11 +89,10 @@ def find(context: Context) -> TraceFinding | None:
     )
 
 
-def host_saving(trace: Trace, runs: list[list[Copy]]) -> float:
+def host_saving(runs: list[list[Copy]], busy: dict[int, tuple[list[int], list[int]]]) -> float:
     """What one copy per run would save the host while its GPU waited: each run's time from its
     first call to its last, less one call's spacing, at most the GPU's idle meanwhile (a GPU
     busy with other work hides the host's calls)."""
-    busy = gpu_busy(trace)
     total = 0
     for run in runs:
         calls = [c.call for c in run if c.call is not None]

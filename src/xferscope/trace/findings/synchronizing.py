@@ -8,12 +8,10 @@ each wait saves the idle after it, at most the time it blocked."""
 from __future__ import annotations
 
 import bisect
-from collections import defaultdict
 
 from ...core.units import format_seconds
-from ..costs import disjoint
-from ..records import Call, Copy, Interval, Trace
-from ..timeline import valid
+from ..costs import process_busy
+from ..records import Call, Trace
 from .base import Context, TraceFinding, framework, places
 
 ORDER = 2  # where it stands among findings of equal price
@@ -35,13 +33,7 @@ def idle_after(trace: Trace, syncs: list[Call]) -> list[float]:
     """For each wait, how long its process's GPUs then sat idle until their next work: from
     the wait's end (or the end of the work still running then) to the next work's start; 0
     where no work followed (the program's last wait)."""
-    by_pid: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    activity: list[Copy | Interval] = [*trace.copies, *trace.intervals]
-    for x in activity:
-        if valid(x.start_ns, x.end_ns):
-            by_pid[x.pid].append((x.start_ns, x.end_ns))
-    # all of a process's GPUs as one timeline: a wait on one stream leaves the others running
-    busy = {pid: disjoint(spans) for pid, spans in by_pid.items()}
+    busy = process_busy(trace)  # a wait on one stream leaves the process's others running
     out = []
     for s in syncs:
         starts, ends = busy.get(s.pid, ([], []))
