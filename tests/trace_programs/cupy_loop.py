@@ -3,19 +3,14 @@ NumPy memory with `cupy.asarray`; --fixed fills two pinned buffers (cupyx.empty_
 and copies each on a stream of its own, once the GPU is done with the batch before; --resident
 keeps one batch on the GPU. Prints the loop's time as JSON."""
 
-import argparse
-import json
 import time
 
 import cupy
 import cupyx
 import numpy as np
+from loop_options import options, report
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--steps", type=int, default=100)
-parser.add_argument("--fixed", action="store_true")
-parser.add_argument("--resident", action="store_true")
-args = parser.parse_args()
+args = options(100)
 
 shape = (2048, 4096)  # 32 MiB of fp32 a batch
 rng = np.random.default_rng(0)
@@ -50,4 +45,4 @@ for _ in range(args.steps):
     for _ in range(2):
         x = cupy.tanh(x @ weight)
 cupy.cuda.Device().synchronize()
-print(json.dumps({"steps": args.steps, "seconds": time.perf_counter() - start}))
+report(args.steps, time.perf_counter() - start)

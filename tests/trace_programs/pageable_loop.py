@@ -4,17 +4,12 @@ in turn (each refilled once its last copy is done), and copies it with non_block
 same host work, only the memory and the copy differ; --resident keeps one batch on the GPU.
 Prints the loop's time as JSON."""
 
-import argparse
-import json
 import time
 
 import torch
+from loop_options import options, report
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--steps", type=int, default=100)
-parser.add_argument("--fixed", action="store_true")
-parser.add_argument("--resident", action="store_true")
-args = parser.parse_args()
+args = options(100)
 
 torch.manual_seed(0)
 model = torch.nn.Sequential(
@@ -48,4 +43,4 @@ for _ in range(args.steps):
     out = model(batch())
     out.square().mean().backward()
 torch.cuda.synchronize()
-print(json.dumps({"steps": args.steps, "seconds": time.perf_counter() - start}))
+report(args.steps, time.perf_counter() - start)

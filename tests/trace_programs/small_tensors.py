@@ -2,17 +2,12 @@
 pinned) one by one every step; --fixed packs them into one pinned tensor made once and uploads
 it in one copy; --resident keeps them on the GPU. Prints the loop's time as JSON."""
 
-import argparse
-import json
 import time
 
 import torch
+from loop_options import options, report
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--steps", type=int, default=200)
-parser.add_argument("--fixed", action="store_true")
-parser.add_argument("--resident", action="store_true")
-args = parser.parse_args()
+args = options(200)
 
 torch.manual_seed(0)
 pieces = [torch.rand(1024).pin_memory() for _ in range(256)]
@@ -38,4 +33,4 @@ for _ in range(args.steps):
     for _ in range(4):
         x = torch.tanh(x @ weight)
 torch.cuda.synchronize()
-print(json.dumps({"steps": args.steps, "seconds": time.perf_counter() - start}))
+report(args.steps, time.perf_counter() - start)
