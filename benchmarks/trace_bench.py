@@ -364,6 +364,7 @@ def pytorch_part(
         "traced": [],
         "traced_vs_detached": [],
         "attached_idle_vs_detached": [],
+        "every_kernel_vs_detached": [],  # `--kernels all`, what the timeline could use instead
         **{k: [] for k in VARIANTS},
     }
     across: dict[str, list[float]] = {"untraced": [], "traced": [], "torch_profiler": []}
@@ -412,6 +413,7 @@ def pytorch_part(
             shutil.rmtree(scratch)
             shutil.rmtree(alternated("traced_vs_detached", how="detach")[1])
             shutil.rmtree(alternated("attached_idle_vs_detached", how="idle")[1])
+            shutil.rmtree(alternated("every_kernel_vs_detached", kernels="all", how="detach")[1])
             for name, (knobs, kernels) in VARIANTS.items():
                 shutil.rmtree(alternated(name, knobs, kernels)[1])
             with tempfile.TemporaryDirectory() as tmp:
@@ -444,6 +446,8 @@ def pytorch_comparisons(figures: dict) -> list[dict]:
          f"the same process's loop with every record off, CUPTI attached {said}"),
         ("trace_pytorch_cupti_attached_floor", "attached_idle_vs_detached",
          f"CUPTI attached with every record off against CUPTI detached {said}: the floor"),
+        ("trace_pytorch_loop_vs_untraced_every_kernel", "every_kernel_vs_detached",
+         f"as trace_pytorch_loop_vs_untraced, every kernel recorded (--kernels all) {said}"),
     ):  # fmt: skip
         if key in within:
             ratio = statistics.median(within[key])

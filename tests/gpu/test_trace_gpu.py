@@ -185,3 +185,50 @@ def test_child_processes_are_traced_too(copies, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert len(doc["processes"]) == 2
     assert len({c["pid"] for c in doc["copies"]}) == 2
+
+
+DDP = PROGRAMS / "ddp_loop.py"
+
+
+def test_a_gpu_fed_slowly_waits_for_its_input_at_the_copy_line(native_engine, tmp_path):
+    """One process whose host takes 30 ms to make each step's input: with kernels recorded in
+    windows (the default), the GPU's idle is judged inside them and the input finding names
+    the batch copy's line, with what each fix saves."""
+    pytest.importorskip("torch")
+    proc, doc = trace(tmp_path, sys.executable, str(DDP), "--input-ms", "30", "--steps", "80")
+    assert proc.returncode == 0, proc.stderr
+    s = doc["summary"]
+    line = f"{DDP}:{_line_of(DDP, '# INPUT_LINE')} "
+    (gpu,) = s["gpus"]
+    assert s["kernels_recorded"] == "sampled" and 0 < gpu["judged_s"] < gpu["span_s"]
+    assert gpu["idle_share"] > 0.2
+    starved = next(f for f in s["fixes"] if f["code"] == "input_starved")
+    assert starved["places"][0]["where"].startswith(line)
+    assert starved["each_fix"] and sum(x for _, x in starved["each_fix"]) == pytest.approx(
+        starved["saving_s"]
+    )
+    assert s["steps"]["where"].startswith(line)
+
+
+def test_the_rank_with_slow_input_is_named_as_the_one_the_others_waited_for(
+    native_engine, tmp_path, monkeypatch
+):
+    """Two ranks under torchrun, rank 1's input 20 ms slower each step: the other GPU waits in
+    NCCL's all-reduce, and rank 1 is named, its GPU idle until its batch copy's line."""
+    torch = pytest.importorskip("torch")
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    for name in ("NCCL_NVLS_ENABLE", "NVSHMEM_DISABLE_NVLS"):
+        monkeypatch.setenv(name, "0" if name == "NCCL_NVLS_ENABLE" else "1")
+    proc, doc = trace(
+        tmp_path, sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+        str(DDP), "--slow-rank", "1", "--steps", "80",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    s = doc["summary"]
+    assert [r["device"] for r in s["ranks"]] == [0, 1]
+    late = s["straggler"]
+    assert late is not None and late["device"] == 1
+    line = f"{DDP}:{_line_of(DDP, '# INPUT_LINE')} "
+    assert late["cause"]["kind"] == "away" and late["cause"]["where"].startswith(line)
+    assert "made the others wait" in proc.stdout

@@ -244,9 +244,65 @@ def test_the_rank_the_others_waited_for_in_nccl_is_named():
         kernels.append(Interval(101, "kernel", "ncclDevKernel_AllReduce_Sum_f32", t + 3 * ms,
                                 t + 4 * ms, 1, 9))  # fmt: skip
         kernels.append(_kernel(t - 5 * ms, t))  # the step's own work, not NCCL's
-    job, straggler = ranks(Trace((), tuple(kernels), (), (), {}, {}, ()))
+    trace = Trace((), tuple(kernels), (), (), {}, {}, ())
+    job, straggler = ranks(trace, timelines(trace))
     assert [(r.device, r.pid) for r in job] == [(0, 100), (1, 101)]
     assert job[0].nccl_s == pytest.approx(16e-3) and job[0].waited_s == pytest.approx(12e-3)
     assert straggler is not None and (straggler.device, straggler.pid) == (1, 101)
-    alone = [k for k in kernels if k.device == 0]
-    assert ranks(Trace((), tuple(alone), (), (), {}, {}, ()))[1] is None
+    # why it came late: its GPU sat idle 19 ms between its collectives, with no call recorded
+    assert straggler.cause is not None and straggler.cause.kind == "away"
+    assert straggler.cause.seconds == pytest.approx(3 * 19e-3)
+    alone = Trace((), tuple(k for k in kernels if k.device == 0), (), (), {}, {}, ())
+    assert ranks(alone, timelines(alone))[1] is None
+
+
+def test_with_kernels_in_windows_idle_is_judged_inside_them():
+    """A process whose kernels were recorded in two 10 ms windows of a 100 ms span: outside
+    them its GPU shows copies only, which is not idle time; inside, a 4 ms gap in each is.
+    The idle share is of the 20 ms judged, and scales to the span by 100/20."""
+    ms = 1_000_000
+    work = [_copy(1 * ms, 2 * ms), _copy(100 * ms, 101 * ms)]
+    work += [_kernel(10 * ms, 14 * ms), _kernel(18 * ms, 20 * ms)]  # window 10-20: 4 ms idle
+    work += [_kernel(50 * ms, 53 * ms), _kernel(57 * ms, 60 * ms)]  # window 50-60: 4 ms idle
+    trace = Trace(
+        tuple(c for c in work if isinstance(c, Copy)),
+        tuple(k for k in work if not isinstance(k, Copy)),
+        (), (), {}, {}, ({"pid": 1, "kernels": "sampled"},),
+        kernel_windows=((1, 10 * ms, 20 * ms), (1, 50 * ms, 60 * ms)),
+    )  # fmt: skip
+    (gpu,) = timelines(trace).gpus
+    assert gpu.span_s == pytest.approx(0.1) and gpu.judged_s == pytest.approx(0.02)
+    assert gpu.idle_s == pytest.approx(8e-3) and gpu.idle_share == pytest.approx(0.4)
+    assert gpu.scale == pytest.approx(5.0)
+    assert sorted(gpu.gaps) == [(14 * ms, 18 * ms), (53 * ms, 57 * ms)]
+    assert sum(c.seconds for c in gpu.idle) == pytest.approx(8e-3)
+    none = Trace(trace.copies, (), (), (), {}, {}, ({"pid": 1, "kernels": "none"},))
+    (blind,) = timelines(none).gpus
+    assert blind.judged_s == 0 and blind.idle_share is None and blind.scale is None
+
+
+def test_epoch_starts_are_priced_apart_from_the_steady_wait():
+    """Twelve steps of 10 ms, 7 ms of each waiting for the batch at train.py:43, and at two
+    epoch starts the wait is 57 ms (the workers start again): persistent workers save the 50 ms
+    over a usual wait at each, more workers the rest."""
+    from xferscope.trace.findings import Context, input_starved
+    from xferscope.trace.records import Call, PyFrame
+
+    ms = 1_000_000
+    at = (PyFrame("/site-packages/torch/utils/data/dataloader.py", 9, "next"),
+          PyFrame("train.py", 43, "train"))  # fmt: skip
+    copies, kernels, calls = [], [], []
+    t = 0
+    for i in range(12):
+        t += (60 if i in (4, 8) else 10) * ms
+        call = Call("cudaMemcpyAsync_v3020", t - 100_000, t - 50_000, 1, 1)
+        calls.append(call)
+        copies.append(Copy(1, "h2d", "pinned", "device", 1 << 20, t, t + 100_000, 0, 7, True,
+                           i, call, python=at))  # fmt: skip
+        kernels.append(_kernel(t + 100_000, t + 3 * ms))
+    trace = Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, ())
+    f = input_starved.find(Context(trace, None))
+    assert f is not None and f.saving_s == pytest.approx(9 * 6.95e-3 + 2 * 56.95e-3)
+    (restart, long_s), (steady, steady_s) = f.each_fix
+    assert "persistent_workers=True" in restart and long_s == pytest.approx(2 * 50e-3)
+    assert "num_workers" in steady and steady_s == pytest.approx(11 * 6.95e-3)

@@ -13,7 +13,7 @@ from ..trace.document import TraceResult
 from ..trace.records import api_name, shown
 from ..trace.timeline import valid
 from .page import TEMPLATE, escape, files_beside, findings_section, page, plot_div, table
-from .trace_tables import idle_lines
+from .trace_tables import gpu_line, idle_lines
 
 MOST_SPANS = 20_000  # spans drawn; beyond, the longest are kept
 COLORS = {
@@ -171,9 +171,7 @@ def _timeline(result: TraceResult) -> str:
         f'<p class="caption">{escape(line)}</p>'
         for g in result.summary.get("gpus", [])
         for line in (
-            f"GPU {g['device']}: active {format_seconds(g['span_s'])}, busy "
-            f"{format_seconds(g['busy_s'])}, idle {format_seconds(g['idle_s'])} "
-            f"({g['idle_share']:.0%})",
+            f"GPU {g['device']}: {gpu_line(g)}",
             *idle_lines(g),
         )
     )

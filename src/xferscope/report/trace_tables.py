@@ -21,22 +21,54 @@ IDLE_KINDS = {
 }
 
 
+def cause_text(cause: dict[str, Any]) -> str:
+    """An idle cause in words: what it was, at which line, in how many gaps."""
+    what = IDLE_KINDS.get(cause["kind"], cause["kind"]).format(function=cause["function"])
+    if cause["kind"] == "away" and cause["function"]:
+        what += f", back with {cause['function']}"
+    where = cause["where"]
+    where = f" {where}" if where.startswith("(") else f" at {shown(where)}" if where else ""
+    return f"{what}{where}, {cause['gaps']} gap{'' if cause['gaps'] == 1 else 's'}"
+
+
 def idle_lines(gpu: dict[str, Any], most: int = 4) -> list[str]:
     """A GPU's idle time by cause, a line each, the largest first: what it was, at which line."""
     idle = gpu.get("idle_s") or 0.0
-    lines = []
-    for cause in gpu.get("idle", [])[:most]:
-        what = IDLE_KINDS.get(cause["kind"], cause["kind"]).format(function=cause["function"])
-        if cause["kind"] == "away" and cause["function"]:
-            what += f", back with {cause['function']}"
-        where = cause["where"]
-        where = f" {where}" if where.startswith("(") else f" at {shown(where)}" if where else ""
-        share = cause["seconds"] / idle if idle else 0.0
-        lines.append(
-            f"idle {format_seconds(cause['seconds'])} ({share:.0%} of it) {what}{where}, "
-            f"{cause['gaps']} gap{'' if cause['gaps'] == 1 else 's'}"
-        )
-    return lines
+    return [
+        f"idle {format_seconds(c['seconds'])} ({c['seconds'] / idle if idle else 0.0:.0%} of "
+        f"it) {cause_text(c)}"
+        for c in gpu.get("idle", [])[:most]
+    ]
+
+
+def straggler_line(late: dict[str, Any], ranks: list[dict[str, Any]]) -> str:
+    """The rank the others waited for, how long, and why it came late: its GPU's largest
+    idle."""
+    waited = max(r["waited_s"] for r in ranks)
+    said = (
+        f"GPU {late['device']} (pid {late['pid']}) made the others wait: they spent up to "
+        f"{format_seconds(waited)} more in NCCL's kernels"
+    )
+    cause = late.get("cause")
+    if not cause:
+        return said
+    return f"{said}; its GPU sat idle {format_seconds(cause['seconds'])} {cause_text(cause)}"
+
+
+def gpu_line(gpu: dict[str, Any]) -> str:
+    """A GPU's span, and its busy and idle time in the time judged (where every kernel was
+    recorded)."""
+    span = gpu["span_s"]
+    judged = gpu.get("judged_s", span)
+    said = f"active {format_seconds(span)} from its first GPU work to its last"
+    if gpu["idle_share"] is None:
+        return said + ", idle not judged (no kernel recorded: `--kernels none`)"
+    if judged < span:
+        said += f"; in the {format_seconds(judged)} whose kernels were all recorded"
+    return (
+        f"{said}, busy {format_seconds(gpu['busy_s'])}, idle {format_seconds(gpu['idle_s'])} "
+        f"({gpu['idle_share']:.0%})"
+    )
 
 
 def print_trace(result: TraceResult, console: Console) -> None:
@@ -48,25 +80,12 @@ def print_trace(result: TraceResult, console: Console) -> None:
         f"{len(result.processes)} process(es) used CUDA"
     )
     for g in s.get("gpus", []):
-        console.print(
-            f"GPU {g['device']}: active {format_seconds(g['span_s'])} from its first GPU work to "
-            f"its last, busy {format_seconds(g['busy_s'])}, idle {format_seconds(g['idle_s'])} "
-            f"({g['idle_share']:.0%})"
-            + (
-                ""
-                if s.get("kernels_recorded", "all") == "all"
-                else " (kernels sampled: idle is an upper bound)"
-            )
-        )
+        console.print(f"GPU {g['device']}: {escape(gpu_line(g))}")
         for line in idle_lines(g):
             console.print(f"  {escape(line)}")
     late = s.get("straggler")
     if late:
-        waited = max(r["waited_s"] for r in s.get("ranks", []))
-        console.print(
-            f"GPU {late['device']} (pid {late['pid']}) made the others wait: they spent up to "
-            f"{format_seconds(waited)} more in NCCL's kernels; its own idle says why it came late"
-        )
+        console.print(escape(straggler_line(late, s.get("ranks", []))))
     loop = s.get("steps")
     if loop:
         console.print(
@@ -139,6 +158,9 @@ def print_trace(result: TraceResult, console: Console) -> None:
         for line in place_lines(f):
             console.print(f"      {line}")
         console.print(f"      fix: {escape(f['fix'])}")
+        for fix, saving in f.get("each_fix") or ():
+            share = saving / steady if steady else 0.0
+            console.print(f"        {format_seconds(saving)} ({share:.1%}): {escape(fix)}")
         for note in (f.get("unpriced"), f.get("detail")):
             if note:
                 console.print(f"      [dim]{escape(note)}[/dim]")

@@ -124,6 +124,7 @@ def timeline_dict(gpus: Timelines) -> dict[str, Any]:
                 "end_ns": g.end_ns,
                 "span_s": g.span_s,
                 "busy_s": g.busy_s,
+                "judged_s": g.judged_s,
                 "idle_s": g.idle_s,
                 "idle_share": g.idle_share,
                 "gaps": [list(gap) for gap in g.gaps],
@@ -140,7 +141,7 @@ def summary_dict(
     """The summary of a trace; `region`: the line that marks its steps (`trace --region`)."""
     gpus = analysis.gpus
     loop = steps(trace, region, gpus.busy)
-    job, straggler = ranks(trace)
+    job, straggler = ranks(trace, gpus)
     said = []
     if region and loop is None:
         said.append(

@@ -12,6 +12,7 @@ Python runs a training loop."""
 from __future__ import annotations
 
 import bisect
+import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +22,9 @@ from .records import Call, Copy, Trace
 LAUNCH_GAP_S = 50e-6  # gaps shorter than this are launch latency (HTA's kernel wait)
 RESUMED_WITHIN_S = 1e-3  # a call this soon after a gap's end is where the host came back
 MOST_CAUSES = 8  # the largest causes kept per GPU
+# a gap this many times a cause's usual (median) one is a long one: an epoch's start, where a
+# DataLoader starts its workers again, or a step that did more than the others
+LONG_GAP = 4.0
 NO_LINE = "(the GPU resumed with no CUDA call recorded: kernel launches are not)"
 
 
@@ -34,6 +38,9 @@ class IdleCause:
     where: str  # the program's line, or ""
     seconds: float
     gaps: int  # the gaps it took part in
+    usual_s: float = 0.0  # its median gap
+    long_gaps: int = 0  # its gaps over LONG_GAP times the usual one
+    long_excess_s: float = 0.0  # what they took beyond a usual gap each
 
 
 class Lines:
@@ -64,18 +71,22 @@ def causes(
         (c for c in trace.calls if c.pid in pids and c.thread == c.pid), key=lambda c: c.start_ns
     )
     starts = [c.start_ns for c in main]
-    seconds: dict[tuple[str, str, str], float] = defaultdict(float)
-    counted: dict[tuple[str, str, str], int] = defaultdict(int)
+    each: dict[tuple[str, str, str], list[int]] = defaultdict(list)  # ns per gap, by cause
     for g0, g1 in gaps:
         if g1 - g0 < LAUNCH_GAP_S * 1e9:
-            seconds[("launch", "", "")] += (g1 - g0) * 1e-9
-            counted[("launch", "", "")] += 1
+            each[("launch", "", "")].append(g1 - g0)
             continue
         for key, ns in _split(main, starts, g0, g1, lines).items():
-            seconds[key] += ns * 1e-9
-            counted[key] += 1
-    found = [IdleCause(k, f, w, s, counted[(k, f, w)]) for (k, f, w), s in seconds.items()]
+            each[key].append(ns)
+    found = [_cause(key, ns) for key, ns in each.items()]
     return tuple(sorted(found, key=lambda c: -c.seconds)[:MOST_CAUSES])
+
+
+def _cause(key: tuple[str, str, str], ns: list[int]) -> IdleCause:
+    """A cause from its time in each gap: the total, the usual gap and the long ones."""
+    usual = statistics.median(ns)
+    long = [x - usual for x in ns if x > LONG_GAP * usual]
+    return IdleCause(*key, sum(ns) * 1e-9, len(ns), usual * 1e-9, len(long), sum(long) * 1e-9)
 
 
 def _split(

@@ -2,14 +2,19 @@
 ran NCCL's kernels, and how much of that was waiting for the others. A collective's kernel runs
 on each GPU from its own launch until every rank has arrived and the data has moved, so the
 rank that arrives last shows the shortest NCCL time: the others waited for it, the straggler
-(what nccl-tests' analyser names). Each GPU's own idle (timeline.py) says why it came late."""
+(what nccl-tests' analyser names), and its GPU's largest idle (timeline.py) says why it came
+late: the host away from CUDA until its batch copy is its input, blocked in a copy its copies.
+With kernels recorded in windows, each GPU's NCCL time is judged in its windows and scaled to
+its span as its idle is."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .costs import merged
+from .costs import covered_ns, merged
+from .idle import IdleCause
 from .records import Trace
+from .timeline import Timelines
 
 MIN_WAIT_S = 1e-3  # NCCL time beyond the straggler's under this is no waiting worth naming
 
@@ -23,22 +28,30 @@ class Rank:
     pid: int
     nccl_s: float
     waited_s: float
+    # why its GPU sat idle the most (the straggler's: why it came late), None if never idle
+    cause: IdleCause | None = None
 
 
-def ranks(trace: Trace) -> tuple[tuple[Rank, ...], Rank | None]:
+def ranks(trace: Trace, gpus: Timelines) -> tuple[tuple[Rank, ...], Rank | None]:
     """Each GPU that ran NCCL kernels, and the straggler (None with fewer than two such GPUs,
-    or where no GPU waited MIN_WAIT_S more than the one that waited least)."""
+    or where no GPU waited MIN_WAIT_S more than the one that waited least); `gpus`: the
+    trace's timelines."""
     nccl = [i for i in trace.intervals if i.what == "kernel" and "nccl" in i.name.lower()]
     parts = merged(nccl)
     pids: dict[int, int] = {}
     for i in nccl:
         pids.setdefault(i.device, i.pid)
-    seconds = {d: sum(e - s for s, e in zip(st, en, strict=True)) * 1e-9
-               for d, (st, en) in parts.items()}  # fmt: skip
+    seconds = {}
+    why = {}
+    for g in gpus.gpus:
+        if g.device in parts and g.scale is not None:
+            st, en = parts[g.device]
+            seconds[g.device] = sum(covered_ns(st, en, a, b) for a, b in g.judged) * 1e-9 * g.scale
+            why[g.device] = next((c for c in g.idle if c.kind != "launch"), None)
     if not seconds:
         return (), None
     least = min(seconds.values())
-    found = tuple(Rank(d, pids[d], seconds[d], seconds[d] - least) for d in sorted(seconds))
+    found = tuple(Rank(d, pids[d], seconds[d], seconds[d] - least, why[d]) for d in sorted(seconds))
     if len(found) < 2 or max(r.waited_s for r in found) < MIN_WAIT_S:
         return found, None
     return found, min(found, key=lambda r: r.nccl_s)

@@ -61,6 +61,8 @@ class TraceFinding:
     detail: str = ""
     unpriced: str = ""
     framework: str | None = None  # PyTorch, CuPy, JAX, Numba: the advice is said in its words
+    # where the advice is several fixes, what each saves: (the fix, seconds)
+    each_fix: tuple[tuple[str, float], ...] = ()
 
 
 # Why a finding could not be priced without this machine's curves, and how to price it.

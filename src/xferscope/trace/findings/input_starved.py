@@ -5,6 +5,8 @@ would not wait for it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...core.units import format_seconds
 from .base import Context, TraceFinding, finding
 
@@ -22,29 +24,53 @@ ADVICE: dict[str | None, str] = {
 }
 
 
+# The fixes priced apart, in the framework's words: (the long gaps' fix, the steady wait's fix)
+KNOBS: dict[str | None, tuple[str, str]] = {
+    None: (
+        "keep the input pipeline's threads between epochs",
+        "make inputs faster or further ahead (more threads, more buffers)",
+    ),
+    "PyTorch": (
+        "make the DataLoader once, with `persistent_workers=True`",
+        "more `num_workers` (or a larger `prefetch_factor`), or a lighter dataset and collate",
+    ),
+}
+
+
 def find(context: Context) -> TraceFinding | None:
     trace = context.trace
-    gpus = context.gpus
-    span = gpus.span_s
-    best = None  # (idle seconds, gaps, line, GPU)
-    for g in gpus.gpus:
+    best = None  # the largest cause that ends at a line, and its GPU's timeline
+    for g in context.gpus.gpus:
         for cause in g.idle:
             if cause.kind != "away" or not cause.where or cause.where.startswith("("):
                 continue
-            if best is None or cause.seconds > best[0]:
-                best = (cause.seconds, cause.gaps, cause.where, g.device)
-    if best is None or span <= 0 or best[0] < WORTH * span:
+            if best is None or cause.seconds > best[0].seconds:
+                best = (cause, g)
+    if best is None:
         return None
-    idle, gaps, where, device = best
+    cause, gpu = best
+    scale = gpu.scale
+    if scale is None or cause.seconds < WORTH * gpu.judged_s:
+        return None
     copies = [
         c
         for c in trace.copies
-        if c.direction == "h2d" and c.device == device and trace.where(c.frames, c.python) == where
+        if c.direction == "h2d"
+        and c.device == gpu.device
+        and trace.where(c.frames, c.python) == cause.where
     ]
     if len(copies) < 2:  # one copy is a start-up's, not a loop's input
         return None
+    idle = cause.seconds * scale
+    span = gpu.span_s
     copy_s = sum(c.seconds for c in copies)
-    return finding(
+    sampled = (
+        ""
+        if gpu.judged_s >= span
+        else f" (judged in the {format_seconds(gpu.judged_s)} whose kernels were all recorded, "
+        "and scaled to the span: `trace --kernels all` records every kernel)"
+    )
+    found = finding(
         CODE,
         "the GPU waited for its next input",
         ADVICE,
@@ -52,8 +78,13 @@ def find(context: Context) -> TraceFinding | None:
         copies,
         idle,
         idle,
-        f"GPU {device} sat idle {format_seconds(idle)} ({idle / span:.0%} of the span from its "
-        f"first work to its last) in {gaps} gaps while the host was away from CUDA, until it "
-        f"copied the next input at {where}; those copies took {format_seconds(copy_s)} on the "
-        f"GPU ({copy_s / span:.1%})",
+        f"GPU {gpu.device} sat idle {format_seconds(idle)} ({cause.seconds / gpu.judged_s:.0%} "
+        f"of the span from its first work to its last{sampled}) in {cause.gaps} gaps while the "
+        f"host was away from CUDA, until it copied the next input at {cause.where}, "
+        f"{format_seconds(cause.usual_s)} a usual gap; those copies took "
+        f"{format_seconds(copy_s)} on the GPU ({copy_s / span:.1%})",
     )
+    restart, steady = KNOBS.get(found.framework, KNOBS[None])
+    long_s = cause.long_excess_s * scale
+    each = ((restart, long_s),) if cause.long_gaps else ()
+    return replace(found, each_fix=(*each, (steady, idle - long_s)))
