@@ -52,14 +52,17 @@ def _untraced(variants: dict[str, list[str]], runs: int, key: str) -> dict[str, 
 
 
 def _traced(argv: list[str], runs: int, reference: str = "none", kernels: str = DEFAULT) -> dict:
-    """`xferscope trace --runs N --kernels K` of the program; its summary document."""
+    """`xferscope trace --runs N --kernels K` of the program; its summary document, with what
+    the program said of its own time in each run under "own" (what the tracing cost it)."""
     out = Path(tempfile.mkdtemp(prefix="xfs-idle-"))
-    subprocess.run(
+    proc = subprocess.run(
         [sys.executable, "-m", "xferscope", "trace", "--runs", str(runs), "--kernels", kernels,
          "--reference", reference, "--no-history", "-o", str(out), "--", sys.executable, *argv],
-        check=True, capture_output=True,
+        check=True, capture_output=True, text=True,
     )  # fmt: skip
-    return json.loads(next(out.glob("trace-*/trace-summary.json")).read_text())
+    doc = json.loads(next(out.glob("trace-*/trace-summary.json")).read_text())
+    lines = [line for line in proc.stdout.splitlines() if line.startswith('{"steps"')]
+    return doc | {"own": [json.loads(line) for line in lines]}
 
 
 def _finding(doc: dict, code: str) -> dict | None:
@@ -88,6 +91,7 @@ def _entry(
         "idle_share": steps.get("idle_share"),
         "expected_idle_share": expected_idle,
         "steps": steps,
+        "traced_own": doc.get("own", []),
     }
     if predicted is not None and measured_s:
         entry["prediction_error"] = abs(predicted - measured_s) / measured_s
@@ -106,7 +110,8 @@ def _every_kernel(entry: dict, doc: dict, per_step: bool = False) -> dict:
     it (under "every_kernel"): what recording kernels in windows gets wrong."""
     again = _entry(doc, entry["finding"], entry["measured_s"], entry["expected_idle_share"],
                    per_step=per_step)  # fmt: skip
-    keep = ("predicted_s", "idle_share", "prediction_error", "idle_share_error", "found")
+    keep = ("predicted_s", "idle_share", "prediction_error", "idle_share_error", "found",
+            "traced_own")  # fmt: skip
     return entry | {"every_kernel": {k: again[k] for k in keep if k in again}}
 
 
