@@ -121,16 +121,17 @@ def test_a_trace_of_every_kernel_is_judged_whole(tmp_path):
 
 @pytest.mark.parametrize(
     ("value", "setting"),
-    [("all", "all"), ("none", "none"), ("sampled", "{}/{}".format(*KERNEL_WINDOW_MS)),
-     ("50/500", "50/500"), ("007/100", "7/100")],
+    [("all", "all"), ("none", "none"), ("sampled", "{}/{}/{}".format(*KERNEL_WINDOW_MS)),
+     ("50/500", "50/500"), ("007/100", "7/100"), ("50/500/5000", "50/500/5000"),
+     ("50/500/0", "50/500/0")],
 )  # fmt: skip
 def test_kernels_setting(value, setting):
     assert kernels_setting(value) == setting
 
 
 @pytest.mark.parametrize("value", ["", "some", "100", "100/100", "0/10", "10/", "/10", "1.5/10",
-                                   "5/10/20", "10/5", "1/9999999", "1/²", "٣/٩", "nan", "inf",
-                                   "-1/10", " 1/10"])  # fmt: skip
+                                   "5/10/", "5/10/20/30", "5/10/1e3", "10/5", "1/9999999", "1/²",
+                                   "٣/٩", "nan", "inf", "-1/10", " 1/10"])  # fmt: skip
 def test_a_bad_kernels_setting_names_the_option(value):
     with pytest.raises(OptionError, match="--kernels"):
         kernels_setting(value)

@@ -16,8 +16,9 @@
 // and CUPTI is flushed every second, so a crash keeps what came before it; SIGINT, SIGTERM and
 // crash signals flush first and then do what they would have done.
 // Kernel records cost every launch (CUPTI instruments the kernel for its timestamps), so
-// $XFERSCOPE_TRACE_KERNELS chooses: all, none, or ON/PERIOD (milliseconds): kernels recorded
-// in windows of ON, at most one every PERIOD, each opened by a copy call, each written as
+// $XFERSCOPE_TRACE_KERNELS chooses: all, none, or ON/PERIOD[/FIRST] (milliseconds): kernels
+// recorded in windows of ON, at most one every PERIOD, each opened by a copy call, the first
+// open FIRST (every kernel of a short program, the start of a long one's), each written as
 // "kwin" lines; copies, sets and calls are always all recorded.
 // libcupti is opened at run time, not linked: $XFERSCOPE_LIBCUPTI (which `xferscope trace` sets
 // to the one cuda-pathfinder finds: NVIDIA's wheels, the loader path, the toolkit), else the
@@ -70,6 +71,7 @@ std::string open_cupti() {
 enum class Kernels { kAll, kNone, kSampled };
 Kernels kernel_mode = Kernels::kAll;
 unsigned kernel_on_ms = 0, kernel_period_ms = 0;  // the windows of Kernels::kSampled
+unsigned kernel_first_ms = 0;                     // how long the first stays open (0: ON)
 constexpr CUpti_ActivityKind kCopyKinds[] = {
     CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET};
 
@@ -106,14 +108,15 @@ void set_kernels(bool on) {
 
 // Opens and closes the kernel windows (Kernels::kSampled) until the trace closes: a window
 // opens at the first copy call after the gap (so windows fall where the program copies, not in
-// its start-up), stays open kernel_on_ms, and the next may open kernel_period_ms after it did.
+// its start-up), stays open kernel_on_ms (the first kernel_first_ms), and the next may open
+// kernel_period_ms after it did.
 void sampler() {
   std::unique_lock<std::mutex> lock(control.mutex);
   const auto stopped = [] { return closed.load(); };
-  bool first = true;  // the first window opens at the first copy call
+  int windows = 0;  // opened so far; the first opens at the first copy call
   while (!closed.load(std::memory_order_relaxed)) {
-    const unsigned ms = control.window ? kernel_on_ms : first ? 0 : kernel_period_ms - kernel_on_ms;
-    first = false;
+    const unsigned on = windows == 1 && kernel_first_ms ? kernel_first_ms : kernel_on_ms;
+    const unsigned ms = control.window ? on : windows == 0 ? 0 : kernel_period_ms - kernel_on_ms;
     if (control.wake.wait_for(lock, std::chrono::milliseconds(ms), stopped)) break;
     if (!control.window) {  // wait for a copy call, looking every 10 ms
       const std::uint64_t seen = unwound.load(std::memory_order_relaxed);
@@ -122,6 +125,7 @@ void sampler() {
       }
     }
     control.window = !control.window;
+    windows += control.window ? 1 : 0;
     set_kernels(kernels_wanted());
   }
 }
@@ -218,12 +222,14 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   if (knob("nokernel")) kernel_mode = Kernels::kNone;
   std::string kernels_bad;
   if (const char* k = std::getenv("XFERSCOPE_TRACE_KERNELS")) {
-    unsigned on = 0, period = 0;
+    unsigned on = 0, period = 0, first = 0;
     char tail = 0;
+    const int read = std::sscanf(k, "%u/%u/%u%c", &on, &period, &first, &tail);
     if (!std::strcmp(k, "none")) {
       kernel_mode = Kernels::kNone;
-    } else if (std::sscanf(k, "%u/%u%c", &on, &period, &tail) == 2 && on > 0 && on < period) {
+    } else if ((read == 2 || read == 3) && on > 0 && on < period) {
       kernel_mode = Kernels::kSampled, kernel_on_ms = on, kernel_period_ms = period;
+      kernel_first_ms = read == 3 ? first : 0;
     } else if (std::strcmp(k, "all") != 0) {
       kernels_bad = k;
     }
@@ -242,12 +248,12 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "{\"t\":\"start\",\"pid\":%d,\"ppid\":%d,\"ts\":%" PRIu64 ",\"limit\":%" PRIu64
-                ",\"kernels\":\"%s\",\"on_ms\":%u,\"period_ms\":%u}",
+                ",\"kernels\":\"%s\",\"on_ms\":%u,\"period_ms\":%u,\"first_ms\":%u}",
                 getpid(), getppid(), now, limit,
                 kernel_mode == Kernels::kAll    ? "all"
                 : kernel_mode == Kernels::kNone ? "none"
                                                 : "sampled",
-                kernel_on_ms, kernel_period_ms);
+                kernel_on_ms, kernel_period_ms, kernel_first_ms);
   line(buf);
   if (!kernels_bad.empty()) {
     line(("{\"t\":\"warning\",\"m\":\"XFERSCOPE_TRACE_KERNELS=" + escaped(kernels_bad.c_str()) +

@@ -79,9 +79,10 @@ REGION = re.compile(r".+:[1-9][0-9]*")  # --region: FILE:LINE
 @option(
     "--kernels",
     default=KERNELS_DEFAULT,
-    help="How kernels are recorded: sampled (windows of {} ms, one every {} ms at most, each "
-    "opened by a copy: a recorded kernel costs its launch time), all, none, or ON/PERIOD in "
-    "milliseconds. Copies are always all recorded.".format(*KERNEL_WINDOW_MS),
+    help="How kernels are recorded: sampled (every kernel for the first {2} ms from the first "
+    "copy, then windows of {0} ms, one every {1} ms at most, each opened by a copy: a recorded "
+    "kernel costs its launch time), all, none, or ON/PERIOD[/FIRST] in milliseconds. Copies are "
+    "always all recorded.".format(*KERNEL_WINDOW_MS),
 )
 @option(
     "--region",

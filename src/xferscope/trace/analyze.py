@@ -140,17 +140,18 @@ def _cost_notes(trace: Trace) -> list[str]:
     notes = []
     coverage = trace.kernel_coverage
     if coverage == "sampled":
-        on, period = next(
+        on, period, *first = next(
             (p["kernel_window_ms"] for p in trace.processes if p.get("kernel_window_ms")),
             (None, None),
         )
         seen = len(trace.seen_with_kernels(trace.copies))
+        opened = f", the first open {first[0]} ms" if first and first[0] else ""
         notes.append(
             f"kernels were recorded in {len(trace.kernel_windows)} windows of {on} ms (one every "
-            f"{period} ms at most), as each recorded kernel costs its launch time: the time "
-            f"beside kernels and the overlap finding are estimated from the {seen} of "
-            f"{len(trace.copies)} "
-            "copies inside them; `--kernels all` records every kernel"
+            f"{period} ms at most{opened}), as each recorded kernel costs its launch "
+            f"time: the GPUs' idle, the time beside kernels and the waits' cost are judged "
+            f"inside them ({seen} of {len(trace.copies)} copies) and scaled to all; "
+            "`--kernels all` records every kernel"
         )
     elif coverage == "none":
         notes.append(

@@ -370,7 +370,8 @@ def read_trace(files: Iterable[Path]) -> Trace:
                 process |= {"pid": pid, "ppid": r.get("ppid"), "start_ns": r.get("ts")}
                 process["kernels"] = str(r.get("kernels", "all"))
                 if process["kernels"] == "sampled":
-                    process["kernel_window_ms"] = [r.get("on_ms"), r.get("period_ms")]
+                    process["kernel_window_ms"] = [r.get("on_ms"), r.get("period_ms"),
+                                                   r.get("first_ms", 0)]  # fmt: skip
             elif t == "end":
                 process["end_ns"] = r.get("ts")
             elif t == "kwin":

@@ -24,27 +24,31 @@ from ..core.errors import OptionError, XferscopeError
 LIBRARY = "libxferscope_inject.so"
 DEFAULT_LIMIT = 1_000_000  # records of each kind written; beyond, counted
 # Kernel records: CUPTI times each kernel by instrumenting it, which costs every launch (5-7%
-# of a PyTorch training step of 25 kernels, measured on an H100), so by default kernels are
-# recorded in windows of ON milliseconds, at most one every PERIOD, each opened by a copy (so
-# they fall where the program copies). Copies are always all recorded.
-KERNEL_WINDOW_MS = (200, 2000)
+# of a PyTorch training step of 25 kernels, measured on an H100), so by default every kernel is
+# recorded for the FIRST milliseconds from the first copy (all of a short program, which
+# windows alone misjudged: a loop of 0.8 s had no wait inside one and its waits were priced at
+# a tenth of what fixing them saved), then in windows of ON milliseconds, at most one every
+# PERIOD, each opened by a copy (so they fall where the program copies). Copies are always all
+# recorded.
+KERNEL_WINDOW_MS = (200, 2000, 30_000)
 KERNELS_DEFAULT = "sampled"
 
 
 def kernels_setting(value: str) -> str:
     """The injection's XFERSCOPE_TRACE_KERNELS for `--kernels VALUE`: all, none, sampled (the
-    default windows) or ON/PERIOD in milliseconds."""
+    default windows) or ON/PERIOD[/FIRST] in milliseconds."""
     if value in ("all", "none"):
         return value
     if value == "sampled":
-        return "{}/{}".format(*KERNEL_WINDOW_MS)
-    window = re.fullmatch(r"([0-9]{1,7})/([0-9]{1,7})", value)
+        return "{}/{}/{}".format(*KERNEL_WINDOW_MS)
+    window = re.fullmatch(r"([0-9]{1,7})/([0-9]{1,7})(?:/([0-9]{1,8}))?", value)
     if window and 0 < int(window[1]) < int(window[2]) <= 3_600_000:
-        return f"{int(window[1])}/{int(window[2])}"
+        first = "" if window[3] is None else f"/{int(window[3])}"
+        return f"{int(window[1])}/{int(window[2])}{first}"
     raise OptionError(
         "--kernels",
-        f"'{value}' is not all, none, sampled, or ON/PERIOD in milliseconds "
-        "(0 < ON < PERIOD, such as 100/1000)",
+        f"'{value}' is not all, none, sampled, or ON/PERIOD[/FIRST] in milliseconds "
+        "(0 < ON < PERIOD, such as 100/1000 or 100/1000/5000)",
     )
 
 
