@@ -35,7 +35,7 @@ With benchmarks/torch_train_loop.py, a PyTorch training loop (part `pytorch`):
 Writes benchmarks/results/trace-<gpu>-<date>.json as ../shared/BENCHMARKS.md says.
 
     python3 benchmarks/trace_bench.py --commit $(git rev-parse HEAD) [--runs 5] [--out DIR]
-        [--parts heavy,accuracy,fixes,pytorch,kinds,processes] [--variants kernels_all,...]
+        [--parts heavy,accuracy,fixes,pytorch,kinds,processes,idle,fed] [--variants ...]
         [--cpus LIST] [--into FILE]
     python3 benchmarks/trace_bench.py --commit X --parts summary --into FILE [--out DIR]
 
@@ -60,7 +60,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from foundation import comparison, write_record
 from torch_train_loop import SETTLE
-from trace_idle import fed_part, idle_part
+from trace_idle import fed_part, idle_part, item_part, loader_part
 from trace_runs import (
     ATTACH_SETTLE,
     LOOP,
@@ -100,6 +100,8 @@ FIXES = {
 
 
 PARTS = ("heavy", "accuracy", "fixes", "pytorch", "kinds", "processes", "idle", "fed")
+# parts run only when named: idle's two programs apart
+ALSO = ("loader", "item")
 
 
 def main() -> None:
@@ -140,9 +142,10 @@ def main() -> None:
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             parser.error(f"--into: cannot summarize {args.into}: {exc!r}"[:300])
         return
-    unknown = [p for p in parts if p not in PARTS]
+    unknown = [p for p in parts if p not in PARTS + ALSO]
     if unknown:
-        parser.error(f"--parts: {', '.join(unknown)} not among {', '.join(PARTS)} (or summary)")
+        named = ", ".join(PARTS + ALSO)
+        parser.error(f"--parts: {', '.join(unknown)} not among {named} (or summary)")
     engine = NativeEngine()
     meta = collect(engine, [0])
     figures_cpus = local_cpus(meta) if args.cpus == "auto" else args.cpus
@@ -560,6 +563,8 @@ PART_FUNCTIONS = {
     "processes": processes_part,
     "idle": idle_part,
     "fed": fed_part,
+    "loader": loader_part,
+    "item": item_part,
 }
 
 

@@ -154,6 +154,7 @@ def test_a_gpu_that_waits_for_each_batch_is_a_finding_at_the_batch_copy():
     loop = steps(trace)
     assert loop is not None and loop.count == 5 and loop.step_s == pytest.approx(10e-3)
     assert loop.idle_share == pytest.approx(0.7, abs=0.02)
+    assert loop.copy_share == pytest.approx(0.01)  # each batch's 0.1 ms copy, no kernel beside
 
 
 def test_a_burst_of_calls_at_start_up_marks_no_steps():
@@ -306,3 +307,29 @@ def test_epoch_starts_are_priced_apart_from_the_steady_wait():
     (restart, long_s), (steady, steady_s) = f.each_fix
     assert "persistent_workers=True" in restart and long_s == pytest.approx(2 * 50e-3)
     assert "num_workers" in steady and steady_s == pytest.approx(11 * 6.95e-3)
+
+
+def test_a_pageable_copy_is_priced_by_its_time_beyond_the_kernels_before_it():
+    """A blocking pageable copy whose call starts while the step before still computes: its
+    call takes 8 ms, the first 5 of them waiting for a kernel; pinning saves what the copy
+    itself took beyond a pinned copy of its size (3 - 0.5 ms), not the 5 ms of kernel."""
+    from xferscope.trace.findings import Context, pageable
+    from xferscope.trace.records import Call
+    from xferscope.trace.reference import Reference
+
+    ms = 1_000_000
+    reference = Reference("test", {("h2d", "pinned"): ((1 << 20, 0.5e-3), (1 << 21, 1e-3))})
+    copies, kernels = [], []
+    for i in range(4):
+        t = 10 * ms * (i + 1)
+        call = Call("cudaMemcpy_v3020", t, t + 8 * ms, 1, 1)
+        copies.append(Copy(1, "h2d", "pageable", "device", 1 << 20, t + 5 * ms, t + 8 * ms, 0,
+                           7, False, i, call))  # fmt: skip
+        kernels.append(_kernel(t - 2 * ms, t + 5 * ms))
+    trace = Trace(tuple(copies), tuple(kernels), (), tuple(c.call for c in copies), {}, {}, ())
+    f = pageable.find(Context(trace, reference))
+    assert f is not None and f.cost_s == pytest.approx(4 * 8e-3)
+    assert f.saving_s == pytest.approx(4 * 2.5e-3)
+    alone = Trace(tuple(copies), (), (), tuple(c.call for c in copies), {}, {}, ())
+    blind = pageable.find(Context(alone, reference))  # no kernel recorded: the call's time
+    assert blind is not None and blind.saving_s == pytest.approx(4 * 7.5e-3)

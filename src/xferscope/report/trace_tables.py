@@ -93,6 +93,11 @@ def print_trace(result: TraceResult, console: Console) -> None:
             f"{format_seconds(loop['step_s'])} each on average"
             + (
                 f", the GPU idle {loop['idle_share']:.0%} of the steps' time"
+                + (
+                    f" and copying with no kernel {loop['copy_share']:.0%}"
+                    if loop.get("copy_share")
+                    else ""
+                )
                 if loop["idle_share"] is not None
                 else " (no step inside a kernel window: `--kernels all` gives the idle)"
             )

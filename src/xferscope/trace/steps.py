@@ -13,7 +13,7 @@ import itertools
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .costs import covered_ns, gpu_busy
+from .costs import covered_ns, gpu_busy, merged
 from .records import Trace
 from .timeline import Timelines
 
@@ -37,6 +37,9 @@ class Steps:
     idle_share: float | None
     start_ns: int = 0  # the first step's mark
     end_ns: int = 0  # the last step's mark
+    # the share of the steps' time that GPU ran copies or memsets and no kernel (HTA's
+    # non-compute time): with idle_share, the time the step waited on its input beyond compute
+    copy_share: float | None = None
 
     @property
     def span_s(self) -> float:
@@ -81,15 +84,20 @@ def steps(
     where = max(loops)[2]
     at = by_line[where]
     busy = gpu_busy(trace) if busy is None else busy
-    judged = covered = 0  # ns of the steps whose kernels were all recorded, and busy in them
+    kernels = merged(trace.kernels())
+    judged = covered = computed = 0  # ns of the steps judged, busy in them, kernels in them
     windows = None if trace.kernel_coverage == "all" else [w[1:] for w in trace.kernel_windows]
     for a, b in itertools.pairwise(at):
         if windows is None or any(w0 <= a and b <= w1 for w0, w1 in windows):
             judged += b - a
-            covered += max((covered_ns(s, e, a, b) for s, e in busy.values()), default=0)
+            # the busiest GPU of the step
+            most, device = max(((covered_ns(*busy[d], a, b), d) for d in busy), default=(0, 0))
+            covered += most
+            computed += covered_ns(*kernels.get(device, ([], [])), a, b)
     count = len(at) - 1
     idle = 1 - covered / judged if judged else None
-    return Steps(where, count, (at[-1] - at[0]) * 1e-9 / count, idle, at[0], at[-1])
+    alone = (covered - computed) / judged if judged else None
+    return Steps(where, count, (at[-1] - at[0]) * 1e-9 / count, idle, at[0], at[-1], alone)
 
 
 def steady_span(trace: Trace, gpus: Timelines, region: str = "") -> float:

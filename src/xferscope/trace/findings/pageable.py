@@ -1,9 +1,13 @@
 """Copies from or to pageable memory: the driver stages them through its own buffer, one chunk at
-a time; priced by this machine's pinned copies of the same sizes."""
+a time; priced by this machine's pinned copies of the same sizes, against what each copy cost
+beyond the kernels its GPU ran meanwhile (costs.exposed: a pageable copy's call also waits for
+the step before)."""
 
 from __future__ import annotations
 
-from ..costs import expected
+from ..costs import exposed
+from ..records import Copy
+from ..reference import Reference
 from .base import NO_CURVES, Context, TraceFinding, finding
 
 ORDER = 0  # where it stands among findings of equal price
@@ -28,7 +32,7 @@ def find(context: Context) -> TraceFinding | None:
     if not copies:
         return None
     cost = sum(c.host_cost_s for c in copies)
-    pinned = expected(reference, copies, "pinned")
+    saving = _saving(reference, *exposed(trace, copies))
     return finding(
         CODE,
         "copies from or to pageable memory",
@@ -36,7 +40,26 @@ def find(context: Context) -> TraceFinding | None:
         trace,
         copies,
         cost,
-        None if pinned is None else cost - pinned,
-        "" if pinned is None else "priced by this machine's pinned copies of the same sizes",
-        "" if pinned is not None else f"not priced: {NO_CURVES}",
+        saving,
+        ""
+        if saving is None
+        else "priced by this machine's pinned copies of the same sizes, "
+        "against each copy's time beyond the kernels its GPU ran meanwhile",
+        "" if saving is not None else f"not priced: {NO_CURVES}",
     )
+
+
+def _saving(
+    reference: Reference | None, judged: list[tuple[Copy, float]], scale: float
+) -> float | None:
+    """What pinning saves: each copy's exposed time less this machine's pinned copy of its
+    size, scaled to all copies; None without the machine's curves."""
+    if reference is None:
+        return None
+    total = 0.0
+    for c, taken in judged:
+        pinned = reference.seconds(c.direction, "pinned", c.bytes)
+        if pinned is None:
+            return None
+        total += max(taken - pinned, 0.0)
+    return total * scale
