@@ -333,3 +333,45 @@ def test_a_pageable_copy_is_priced_by_its_time_beyond_the_kernels_before_it():
     alone = Trace(tuple(copies), (), (), tuple(c.call for c in copies), {}, {}, ())
     blind = pageable.find(Context(alone, reference))  # no kernel recorded: the call's time
     assert blind is not None and blind.saving_s == pytest.approx(4 * 7.5e-3)
+
+
+def test_a_start_up_wait_does_not_pass_for_the_step_after_step_cause():
+    """Two ranks (processes 1 and 2, a GPU each), as recorded from a DDP job on two H100s: at
+    start-up each GPU waits 5 s until DDP's set-up copies at ddp.py:43; then 30 steps, rank 2's
+    input 20 ms slower, so GPU 1 waits each step until the batch copy at ddp.py:60 and GPU 0
+    waits in NCCL. The straggler's cause and the input finding name ddp.py:60, and the steps
+    are one rank's 30, not both ranks' marks together."""
+    from xferscope.trace.findings import Context, input_starved
+    from xferscope.trace.ranks import ranks
+    from xferscope.trace.records import Call, PyFrame
+
+    ms = 1_000_000
+    copies, kernels, calls = [], [], []
+    set_up = (PyFrame("ddp.py", 43, "<module>"),)
+    for pid, device in ((1, 0), (2, 1)):
+        for i, t in enumerate((1 * ms, 5001 * ms, 5002 * ms)):  # start-up: set-up copies
+            call = Call("cudaMemcpyAsync_v3020", t - 50_000, t, pid, pid)
+            calls.append(call)
+            copies.append(Copy(pid, "h2d", "pinned", "device", 8, t, t + 10_000, device, 7,
+                               True, i, call, python=set_up))  # fmt: skip
+        for i in range(30):
+            t = 5010 * ms + i * 30 * ms
+            arrive = t + (22 * ms if pid == 2 else 2 * ms)  # the batch copy's call
+            call = Call("cudaMemcpyAsync_v3020", arrive - 50_000, arrive, pid, pid)
+            calls.append(call)
+            copies.append(Copy(pid, "h2d", "pinned", "device", 1 << 24, arrive, arrive + ms,
+                               device, 7, True, 10 + i, call,
+                               python=(PyFrame("ddp.py", 60, "<module>"),)))  # fmt: skip
+            kernels.append(Interval(pid, "kernel", "gemm", arrive + ms, arrive + 5 * ms, device, 7))
+            nccl = Interval(pid, "kernel", "ncclDevKernel_AllReduce", arrive + 5 * ms,
+                            t + 29 * ms, device, 9)  # fmt: skip
+            kernels.append(nccl)
+    trace = Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, ())
+    gpus = timelines(trace)
+    _, straggler = ranks(trace, gpus)
+    assert straggler is not None and straggler.device == 1
+    assert straggler.cause is not None and straggler.cause.where == "ddp.py:60 (<module>)"
+    f = input_starved.find(Context(trace, None))
+    assert f is not None and f.places[0].where == "ddp.py:60 (<module>)"
+    loop = steps(trace)
+    assert loop is not None and loop.count == 29 and loop.step_s == pytest.approx(30e-3)

@@ -25,6 +25,7 @@ MOST_CAUSES = 8  # the largest causes kept per GPU
 # a gap this many times a cause's usual (median) one is a long one: an epoch's start, where a
 # DataLoader starts its workers again, or a step that did more than the others
 LONG_GAP = 4.0
+RECURS = 5  # a cause in fewer gaps than this does not recur step after step
 NO_LINE = "(the GPU resumed with no CUDA call recorded: kernel launches are not)"
 
 
@@ -41,6 +42,13 @@ class IdleCause:
     usual_s: float = 0.0  # its median gap
     long_gaps: int = 0  # its gaps over LONG_GAP times the usual one
     long_excess_s: float = 0.0  # what they took beyond a usual gap each
+
+    @property
+    def steady_s(self) -> float:
+        """Its time less what its long gaps took beyond a usual one: what it costs every step,
+        without a start-up's or an epoch's one long wait (none where it took part in fewer
+        than RECURS gaps)."""
+        return self.seconds - self.long_excess_s if self.gaps >= RECURS else 0.0
 
 
 class Lines:

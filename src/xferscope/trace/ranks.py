@@ -28,7 +28,8 @@ class Rank:
     pid: int
     nccl_s: float
     waited_s: float
-    # why its GPU sat idle the most (the straggler's: why it came late), None if never idle
+    # why its GPU sat idle the most, step after step (the straggler's: why it came late; a
+    # start-up's one long wait left aside), None if never idle
     cause: IdleCause | None = None
 
 
@@ -47,7 +48,8 @@ def ranks(trace: Trace, gpus: Timelines) -> tuple[tuple[Rank, ...], Rank | None]
         if g.device in parts and g.scale is not None:
             st, en = parts[g.device]
             seconds[g.device] = sum(covered_ns(st, en, a, b) for a, b in g.judged) * 1e-9 * g.scale
-            why[g.device] = next((c for c in g.idle if c.kind != "launch"), None)
+            causes = [c for c in g.idle if c.kind != "launch"]
+            why[g.device] = max(causes, key=lambda c: c.steady_s, default=None)
     if not seconds:
         return (), None
     least = min(seconds.values())

@@ -61,29 +61,34 @@ def steps(
     `region` names where one is named (`trace --region train.py:41`), else by the line whose
     calls spread over the longest time. `busy`: each GPU's busy parts, where the caller has them
     (Timelines.busy)."""
-    marks: list[tuple[int, int, str]] = []  # (start, end, line) of each main-thread call
+    marks: list[tuple[int, int, int, str]] = []  # (start, end, process, line) of each call
     for c in trace.copies:
         if c.call is not None and c.call.thread == c.pid and (c.python or c.frames):
             where = trace.where(c.frames, c.python) or ""
-            marks.append((c.call.start_ns, c.call.end_ns, where))
+            marks.append((c.call.start_ns, c.call.end_ns, c.pid, where))
     for call in trace.calls:
         if call.thread == call.pid and (call.python or call.frames):
-            marks.append((call.start_ns, call.end_ns, trace.where(call.frames, call.python) or ""))
-    calls: dict[str, list[tuple[int, int]]] = defaultdict(list)  # (start, end) by line
-    for start, end, where in sorted(marks):
+            where = trace.where(call.frames, call.python) or ""
+            marks.append((call.start_ns, call.end_ns, call.pid, where))
+    # (start, end) by process and line: each rank of a job marks its own steps
+    calls: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
+    for start, end, pid, where in sorted(marks):
         if where:
-            calls[where].append((start, end))
-    by_line = {where: _bursts(spans) for where, spans in calls.items()}
+            calls[(pid, where)].append((start, end))
+    by_line = {key: _bursts(spans) for key, spans in calls.items()}
     loops = [
-        (at[-1] - at[0], len(at), w)
-        for w, at in by_line.items()
-        if len(at) >= MIN_STEPS and (not region or at_region(w, region))
+        (at[-1] - at[0], len(at), key)
+        for key, at in by_line.items()
+        if len(at) >= MIN_STEPS and (not region or at_region(key[1], region))
     ]
     if not loops:
         return None
-    where = max(loops)[2]
-    at = by_line[where]
+    pid, where = max(loops)[2]
+    at = by_line[(pid, where)]
     busy = gpu_busy(trace) if busy is None else busy
+    mine = {x.device for x in trace.copies if x.pid == pid}  # the GPUs its process used
+    mine |= {x.device for x in trace.intervals if x.pid == pid}
+    busy = {d: parts for d, parts in busy.items() if d in mine} or busy
     kernels = merged(trace.kernels())
     judged = covered = computed = 0  # ns of the steps judged, busy in them, kernels in them
     windows = None if trace.kernel_coverage == "all" else [w[1:] for w in trace.kernel_windows]

@@ -44,7 +44,7 @@ def find(context: Context) -> TraceFinding | None:
         for cause in g.idle:
             if cause.kind != "away" or not cause.where or cause.where.startswith("("):
                 continue
-            if best is None or cause.seconds > best[0].seconds:
+            if best is None or cause.steady_s > best[0].steady_s:  # a start-up's wait aside
                 best = (cause, g)
     if best is None:
         return None
