@@ -155,6 +155,30 @@ def test_a_gpu_that_waits_for_each_batch_is_a_finding_at_the_batch_copy():
     assert loop is not None and loop.count == 5 and loop.step_s == pytest.approx(10e-3)
     assert loop.idle_share == pytest.approx(0.7, abs=0.02)
     assert loop.copy_share == pytest.approx(0.01)  # each batch's 0.1 ms copy, no kernel beside
+    assert loop.long_steps == 0
+
+
+def test_a_warm_up_step_is_left_out_of_the_steps_shares():
+    """Ten steps of 10 ms, 3 ms of each computing, after a first step of 200 ms that waits for
+    compilation (idle but for its 3 ms): the steps' idle share is the steady 70%, the long step
+    counted apart, and the mean step keeps it."""
+    from xferscope.trace.records import Call, PyFrame
+
+    ms = 1_000_000
+    at = (PyFrame("train.py", 43, "train"),)
+    copies, kernels, calls = [], [], []
+    t = 0
+    for i in range(12):
+        t += (200 if i == 1 else 10) * ms
+        call = Call("cudaMemcpyAsync_v3020", t - 100_000, t - 50_000, 1, 1)
+        calls.append(call)
+        copies.append(Copy(1, "h2d", "pinned", "device", 1 << 20, t, t + 100_000, 0, 7, True,
+                           i, call, python=at))  # fmt: skip
+        kernels.append(_kernel(t + 100_000, t + 3 * ms))
+    loop = steps(Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, ()))
+    assert loop is not None and loop.count == 11 and loop.long_steps == 1
+    assert loop.idle_share == pytest.approx(0.7, abs=0.001)
+    assert loop.step_s == pytest.approx((200 + 10 * 10) * 1e-3 / 11)
 
 
 def test_a_burst_of_calls_at_start_up_marks_no_steps():

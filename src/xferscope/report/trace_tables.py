@@ -55,6 +55,19 @@ def straggler_line(late: dict[str, Any], ranks: list[dict[str, Any]]) -> str:
     return f"{said}; its GPU sat idle {format_seconds(cause['seconds'])} {cause_text(cause)}"
 
 
+def steps_text(loop: dict[str, Any]) -> str:
+    """What the steady steps' time went to: idle, copying alone; the long steps left out."""
+    if loop["idle_share"] is None:
+        return "no step inside a kernel window (`--kernels all` gives the idle)"
+    said = f"the GPU idle {loop['idle_share']:.0%} of the steady steps' time"
+    if loop.get("copy_share"):
+        said += f" and copying with no kernel {loop['copy_share']:.0%}"
+    long = loop.get("long_steps") or 0
+    if long:
+        said += f"; {long} long step{'' if long == 1 else 's'} (a warm-up, an epoch's start) apart"
+    return said
+
+
 def gpu_line(gpu: dict[str, Any]) -> str:
     """A GPU's span, and its busy and idle time in the time judged (where every kernel was
     recorded)."""
@@ -90,17 +103,7 @@ def print_trace(result: TraceResult, console: Console) -> None:
     if loop:
         console.print(
             f"steps: {loop['count']} marked by {escape(shown(loop['where']))}, "
-            f"{format_seconds(loop['step_s'])} each on average"
-            + (
-                f", the GPU idle {loop['idle_share']:.0%} of the steps' time"
-                + (
-                    f" and copying with no kernel {loop['copy_share']:.0%}"
-                    if loop.get("copy_share")
-                    else ""
-                )
-                if loop["idle_share"] is not None
-                else " (no step inside a kernel window: `--kernels all` gives the idle)"
-            )
+            f"{format_seconds(loop['step_s'])} each on average, {steps_text(loop)}"
         )
     if not s.get("table"):
         console.print("no CUDA copies were seen")

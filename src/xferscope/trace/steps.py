@@ -10,10 +10,12 @@ last includes."""
 from __future__ import annotations
 
 import itertools
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
 from .costs import covered_ns, gpu_busy, merged
+from .idle import LONG_GAP
 from .records import Trace
 from .timeline import Timelines
 
@@ -40,6 +42,10 @@ class Steps:
     # the share of the steps' time that GPU ran copies or memsets and no kernel (HTA's
     # non-compute time): with idle_share, the time the step waited on its input beyond compute
     copy_share: float | None = None
+    # steps over LONG_GAP times the usual one (a warm-up's, an epoch's start, where the
+    # DataLoader starts its workers): counted in the mean step, left out of the shares, which
+    # are of the steady steps (the long waits are priced apart: idle.IdleCause.long_excess_s)
+    long_steps: int = 0
 
     @property
     def span_s(self) -> float:
@@ -92,8 +98,12 @@ def steps(
     kernels = merged(trace.kernels())
     judged = covered = computed = 0  # ns of the steps judged, busy in them, kernels in them
     windows = None if trace.kernel_coverage == "all" else [w[1:] for w in trace.kernel_windows]
+    usual = statistics.median(b - a for a, b in itertools.pairwise(at))
+    long = 0  # steps over LONG_GAP times the usual one: a warm-up's, an epoch's start
     for a, b in itertools.pairwise(at):
-        if windows is None or any(w0 <= a and b <= w1 for w0, w1 in windows):
+        if b - a > LONG_GAP * usual:
+            long += 1
+        elif windows is None or any(w0 <= a and b <= w1 for w0, w1 in windows):
             judged += b - a
             # the busiest GPU of the step
             most, device = max(((covered_ns(*busy[d], a, b), d) for d in busy), default=(0, 0))
@@ -102,7 +112,8 @@ def steps(
     count = len(at) - 1
     idle = 1 - covered / judged if judged else None
     alone = (covered - computed) / judged if judged else None
-    return Steps(where, count, (at[-1] - at[0]) * 1e-9 / count, idle, at[0], at[-1], alone)
+    step_s = (at[-1] - at[0]) * 1e-9 / count
+    return Steps(where, count, step_s, idle, at[0], at[-1], alone, long)
 
 
 def steady_span(trace: Trace, gpus: Timelines, region: str = "") -> float:
