@@ -24,6 +24,8 @@ With benchmarks/torch_train_loop.py, a PyTorch training loop (part `pytorch`):
                            own time per step on the program's threads
   trace_pytorch_cupti_attached_floor  CUPTI attached with every record off against detached:
                            the floor under any tracer through CUPTI
+  trace_pytorch_loop_vs_untraced_every_kernel  as trace_pytorch_loop_vs_untraced with every
+                           kernel recorded (--kernels all), what the default's first 30 s cost
   trace_pytorch_loop_vs_untraced_processes  (part `processes`) the same, whole processes
                            alternated, nothing paused (coarser: processes differ by 10%)
   trace_pytorch_lines_found  the share of copies whose place is a line of the loop's script
@@ -32,6 +34,9 @@ With benchmarks/torch_train_loop.py, a PyTorch training loop (part `pytorch`):
                            against torch.profiler on the same program (counts and bytes equal,
                            the median copy's GPU time within 2%: medians of alternated runs;
                            the totals of GPU time kept beside them)
+Parts idle (loader and item, also run apart) and fed: trace_idle.py's programs, the GPU's idle
+and the fixes' prices against what the programs measured (trace_idle_share_error,
+trace_prediction_error_max, trace_compare_detects_fixes).
 Writes benchmarks/results/trace-<gpu>-<date>.json as ../shared/BENCHMARKS.md says.
 
     python3 benchmarks/trace_bench.py --commit $(git rev-parse HEAD) [--runs 5] [--out DIR]

@@ -4,6 +4,7 @@ out and counted; compare judges the span, so a faster loop shows behind a slow s
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,21 @@ def _copy(start: int, end: int, device: int = 0) -> Copy:
 
 def _trace(copies=(), intervals=()) -> Trace:
     return Trace(tuple(copies), tuple(intervals), (), (), {}, {}, ())
+
+
+def _fed_loop(starts: list[int], at: tuple) -> Trace:
+    """A loop whose step at each of `starts` (ns) copies a batch up from the line `at` (its
+    call 0.1 ms before, the copy 0.1 ms) and then computes until 3 ms past the start."""
+    from xferscope.trace.records import Call
+
+    copies, kernels, calls = [], [], []
+    for i, t in enumerate(starts):
+        call = Call("cudaMemcpyAsync_v3020", t - 100_000, t - 50_000, 1, 1)
+        calls.append(call)
+        copies.append(Copy(1, "h2d", "pinned", "device", 1 << 20, t, t + 100_000, 0, 7, True,
+                           i, call, python=at))  # fmt: skip
+        kernels.append(_kernel(t + 100_000, t + 3_000_000))
+    return Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, ())
 
 
 def test_busy_is_the_union_and_idle_the_rest_of_the_span():
@@ -132,20 +148,12 @@ def test_a_gpu_that_waits_for_each_batch_is_a_finding_at_the_batch_copy():
     """Six steps of 10 ms: a 3 ms kernel, then 7 ms away until the next batch's copy call at
     train.py:43 (after `next(loader)`): the GPU waits 70% of a step for its input."""
     from xferscope.trace.findings import Context, input_starved
-    from xferscope.trace.records import Call, PyFrame
+    from xferscope.trace.records import PyFrame
 
     ms = 1_000_000
     torch_to = PyFrame("/usr/lib/python3/site-packages/torch/utils/data/_utils.py", 9, "to")
     at = (torch_to, PyFrame("train.py", 43, "train"))
-    copies, kernels, calls = [], [], []
-    for i in range(6):
-        t = (i + 1) * 10 * ms
-        call = Call("cudaMemcpyAsync_v3020", t - 100_000, t - 50_000, 1, 1)
-        calls.append(call)
-        copies.append(Copy(1, "h2d", "pinned", "device", 1 << 20, t, t + 100_000, 0, 7, True,
-                           i, call, python=at))  # fmt: skip
-        kernels.append(_kernel(t + 100_000, t + 3 * ms))
-    trace = Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, ())
+    trace = _fed_loop([(i + 1) * 10 * ms for i in range(6)], at)
     f = input_starved.find(Context(trace, None))
     assert f is not None and f.places[0].where == "train.py:43 (train)"
     # 5 gaps of 7 ms between steps (the first copy opens the span), 0.05 ms of each in the call
@@ -162,20 +170,12 @@ def test_a_warm_up_step_is_left_out_of_the_steps_shares():
     """Ten steps of 10 ms, 3 ms of each computing, after a first step of 200 ms that waits for
     compilation (idle but for its 3 ms): the steps' idle share is the steady 70%, the long step
     counted apart, and the mean step keeps it."""
-    from xferscope.trace.records import Call, PyFrame
+    from xferscope.trace.records import PyFrame
 
     ms = 1_000_000
     at = (PyFrame("train.py", 43, "train"),)
-    copies, kernels, calls = [], [], []
-    t = 0
-    for i in range(12):
-        t += (200 if i == 1 else 10) * ms
-        call = Call("cudaMemcpyAsync_v3020", t - 100_000, t - 50_000, 1, 1)
-        calls.append(call)
-        copies.append(Copy(1, "h2d", "pinned", "device", 1 << 20, t, t + 100_000, 0, 7, True,
-                           i, call, python=at))  # fmt: skip
-        kernels.append(_kernel(t + 100_000, t + 3 * ms))
-    loop = steps(Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, ()))
+    loop = steps(_fed_loop(list(itertools.accumulate((200 if i == 1 else 10) * ms
+                                                     for i in range(12))), at))  # fmt: skip
     assert loop is not None and loop.count == 11 and loop.long_steps == 1
     assert loop.idle_share == pytest.approx(0.7, abs=0.001)
     assert loop.step_s == pytest.approx((200 + 10 * 10) * 1e-3 / 11)
@@ -311,21 +311,13 @@ def test_epoch_starts_are_priced_apart_from_the_steady_wait():
     epoch starts the wait is 57 ms (the workers start again): persistent workers save the 50 ms
     over a usual wait at each, more workers the rest."""
     from xferscope.trace.findings import Context, input_starved
-    from xferscope.trace.records import Call, PyFrame
+    from xferscope.trace.records import PyFrame
 
     ms = 1_000_000
     at = (PyFrame("/site-packages/torch/utils/data/dataloader.py", 9, "next"),
           PyFrame("train.py", 43, "train"))  # fmt: skip
-    copies, kernels, calls = [], [], []
-    t = 0
-    for i in range(12):
-        t += (60 if i in (4, 8) else 10) * ms
-        call = Call("cudaMemcpyAsync_v3020", t - 100_000, t - 50_000, 1, 1)
-        calls.append(call)
-        copies.append(Copy(1, "h2d", "pinned", "device", 1 << 20, t, t + 100_000, 0, 7, True,
-                           i, call, python=at))  # fmt: skip
-        kernels.append(_kernel(t + 100_000, t + 3 * ms))
-    trace = Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, ())
+    trace = _fed_loop(list(itertools.accumulate((60 if i in (4, 8) else 10) * ms
+                                                for i in range(12))), at)  # fmt: skip
     f = input_starved.find(Context(trace, None))
     assert f is not None and f.saving_s == pytest.approx(9 * 6.95e-3 + 2 * 56.95e-3)
     (restart, long_s), (steady, steady_s) = f.each_fix
