@@ -328,13 +328,20 @@ def test_epoch_starts_are_priced_apart_from_the_steady_wait():
 def test_a_pageable_copy_is_priced_by_its_time_beyond_the_kernels_before_it():
     """A blocking pageable copy whose call starts while the step before still computes: its
     call takes 8 ms, the first 5 of them waiting for a kernel; pinning saves what the copy
-    itself took beyond a pinned copy of its size (3 - 0.5 ms), not the 5 ms of kernel."""
-    from xferscope.trace.findings import Context, pageable
+    itself took beyond a pinned copy of its size (3 - 0.5 ms), not the 5 ms of kernel, and
+    a copy as fast as this machine's pageable curve would save 3 - 1 ms."""
+    from xferscope.trace.findings import Context, pageable, slow
     from xferscope.trace.records import Call
     from xferscope.trace.reference import Reference
 
     ms = 1_000_000
-    reference = Reference("test", {("h2d", "pinned"): ((1 << 20, 0.5e-3), (1 << 21, 1e-3))})
+    reference = Reference(
+        "test",
+        {
+            ("h2d", "pinned"): ((1 << 20, 0.5e-3), (1 << 21, 1e-3)),
+            ("h2d", "pageable"): ((1 << 20, 1e-3), (1 << 21, 2e-3)),
+        },
+    )
     copies, kernels = [], []
     for i in range(4):
         t = 10 * ms * (i + 1)
@@ -346,6 +353,9 @@ def test_a_pageable_copy_is_priced_by_its_time_beyond_the_kernels_before_it():
     f = pageable.find(Context(trace, reference))
     assert f is not None and f.cost_s == pytest.approx(4 * 8e-3)
     assert f.saving_s == pytest.approx(4 * 2.5e-3)
+    # far below the pageable curve by its call's 8 ms, but slower by only 3 - 1 ms of its own
+    found = slow.find(Context(trace, reference))
+    assert found is not None and found.saving_s == pytest.approx(4 * 2e-3)
     alone = Trace(tuple(copies), (), (), tuple(c.call for c in copies), {}, {}, ())
     blind = pageable.find(Context(alone, reference))  # no kernel recorded: the call's time
     assert blind is not None and blind.saving_s == pytest.approx(4 * 7.5e-3)

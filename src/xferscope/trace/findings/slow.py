@@ -1,7 +1,10 @@
-"""Copies far slower than this machine reaches for their size: priced by the time past its curve."""
+"""Copies far slower than this machine reaches for their size: priced by the time past its curve,
+of each copy's time beyond the kernels its GPU ran meanwhile (costs.exposed: a blocking call
+that waits for the step before is slow by that wait, which a faster copy cannot save)."""
 
 from __future__ import annotations
 
+from ..costs import exposed
 from .base import Context, TraceFinding, finding
 
 ORDER = 4  # where it stands among findings of equal price
@@ -18,7 +21,6 @@ def find(context: Context) -> TraceFinding | None:
     if reference is None:
         return None
     slow = []
-    excess = 0.0
     for c in trace.copies:
         if not c.crosses_link or c.host_memory not in ("pinned", "pageable"):
             continue
@@ -26,9 +28,13 @@ def find(context: Context) -> TraceFinding | None:
         taken = c.host_cost_s if c.host_memory == "pageable" else c.seconds
         if t and taken > SLOW_FACTOR * t:
             slow.append(c)
-            excess += taken - t
     if not slow:
         return None
+    judged, scale = exposed(trace, slow)
+    excess = 0.0
+    for c, taken in judged:
+        t = reference.seconds(c.direction, c.host_memory, c.bytes) or 0.0
+        excess += max(taken - t, 0.0) * scale
     return finding(
         CODE,
         "copies at less than half the rate this machine reaches for their size",
