@@ -323,6 +323,11 @@ def test_epoch_starts_are_priced_apart_from_the_steady_wait():
     (restart, long_s), (steady, steady_s) = f.each_fix
     assert "persistent_workers=True" in restart and long_s == pytest.approx(2 * 50e-3)
     assert "num_workers" in steady and steady_s == pytest.approx(11 * 6.95e-3)
+    from xferscope.trace.analyze import analyze
+    from xferscope.trace.document import findings_of
+
+    said = next(x for x in findings_of(analyze(trace, 1.0, None), 0.25) if "input" in x.message)
+    assert "persistent_workers=True`: 100 ms" in said.message  # in the report and the JSON
 
 
 def test_a_pageable_copy_is_priced_by_its_time_beyond_the_kernels_before_it():

@@ -96,6 +96,10 @@ def findings_of(analysis: Analysis, steady: float) -> list[Finding]:
                 f"{said}; the fix saves about {f.saving_s * 1e3:.3g} ms ({share:.1%} of the "
                 "steady state)"
             )
+            if f.each_fix:
+                message += "; of it: " + "; ".join(
+                    f"{fix}: {saving * 1e3:.3g} ms" for fix, saving in f.each_fix
+                )
         out.append(
             Finding(
                 f"trace_{f.code}",
