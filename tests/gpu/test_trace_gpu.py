@@ -191,16 +191,16 @@ DDP = PROGRAMS / "ddp_loop.py"
 
 
 def test_a_gpu_fed_slowly_waits_for_its_input_at_the_copy_line(native_engine, tmp_path):
-    """One process whose host takes 30 ms to make each step's input: with kernels recorded in
-    windows (the default), the GPU's idle is judged inside them and the input finding names
-    the batch copy's line, with what each fix saves."""
+    """One process whose host takes 30 ms to make each step's input: with kernels recorded as
+    by default (the first window, 30 s, holds the whole loop), the GPU's idle is judged where
+    they were and the input finding names the batch copy's line, with what each fix saves."""
     pytest.importorskip("torch")
     proc, doc = trace(tmp_path, sys.executable, str(DDP), "--input-ms", "30", "--steps", "80")
     assert proc.returncode == 0, proc.stderr
     s = doc["summary"]
     line = f"{DDP}:{_line_of(DDP, '# INPUT_LINE')} "
     (gpu,) = s["gpus"]
-    assert s["kernels_recorded"] == "sampled" and 0 < gpu["judged_s"] < gpu["span_s"]
+    assert s["kernels_recorded"] == "sampled" and 0 < gpu["judged_s"] <= gpu["span_s"]
     assert gpu["idle_share"] > 0.2
     starved = next(f for f in s["fixes"] if f["code"] == "input_starved")
     assert starved["places"][0]["where"].startswith(line)
