@@ -116,15 +116,10 @@ def _entry(
     return entry
 
 
-def _every_kernel(
-    entry: dict, doc: dict, per_step: bool = False, again: dict | None = None
-) -> dict:
+def _every_kernel(entry: dict, again: dict) -> dict:
     """The entry with what the same program's trace with every kernel recorded said beside
-    it (under "every_kernel"): what recording kernels in windows gets wrong. `again`: that
-    trace's entry, where the caller made it."""
-    if again is None:
-        again = _entry(doc, entry["findings"], entry["measured_s"], entry["expected_idle_share"],
-                       per_step=per_step)  # fmt: skip
+    it (under "every_kernel", from that trace's entry `again`): what recording kernels in
+    windows gets wrong."""
     keep = ("predicted_s", "idle_share", "prediction_error", "idle_share_error", "found",
             "traced_own")  # fmt: skip
     return entry | {"every_kernel": {k: again[k] for k in keep if k in again}}
@@ -171,7 +166,7 @@ def loader_part(program: str, engine: object, runs: int, comparisons: list, figu
 
     entry = judged(_traced(base, 1))
     again = judged(_traced(base, 1, kernels=EVERY))
-    programs["loader"] = _every_kernel(entry, {}, again=again) | own
+    programs["loader"] = _every_kernel(entry, again) | own
     _headline(figures)
 
 
@@ -182,7 +177,8 @@ def item_part(program: str, engine: object, runs: int, comparisons: list, figure
     measured = statistics.median(own["before"]) - statistics.median(own["after"])
     doc_a, doc_b = _traced(base, 3), _traced([*base, "--fixed"], 3)
     entry = _entry(doc_a, ("synchronizations",), measured, None, doc_b)
-    programs["item"] = _every_kernel(entry, _traced(base, 1, kernels=EVERY)) | own
+    again = _entry(_traced(base, 1, kernels=EVERY), entry["findings"], measured, None)
+    programs["item"] = _every_kernel(entry, again) | own
     _headline(figures)
 
 
@@ -197,6 +193,6 @@ def fed_part(program: str, engine: object, runs: int, comparisons: list, figures
         doc_a = _traced(base, 3, reference)
         doc_b = _traced([*base, "--fixed"], 3)
         entry = _entry(doc_a, codes, before - after, expected, doc_b)
-        again = _traced(base, 1, reference, EVERY)
+        again = _entry(_traced(base, 1, reference, EVERY), codes, before - after, expected)
         programs[name] = _every_kernel(entry, again) | own
         _headline(figures)

@@ -78,18 +78,20 @@ def with_kernels(trace: Trace, copies: Sequence[Copy]) -> tuple[list[Copy], floa
     return seen, sum(c.seconds for c in copies) / seen_s if seen_s > 0 else None
 
 
-def exposed(trace: Trace, copies: Sequence[Copy]) -> tuple[list[tuple[Copy, float]], float]:
+def exposed(
+    trace: Trace, copies: Sequence[Copy], kernels: dict[int, tuple[list[int], list[int]]]
+) -> tuple[list[tuple[Copy, float]], float]:
     """What each copy cost the program beyond the kernels its GPU ran meanwhile: its cost
     (Copy.host_cost_s: the call's time where the host waited) less the kernels' time on its
     GPU during it. A blocking call made while the step before still computes waits for those
     kernels first (a pageable copy waits in its call for the whole stream); that wait is not
     the copy's, and a faster copy cannot save it. The copies whose kernels were recorded
     (with_kernels), each with that time, and the factor that scales them to all (1 where every
-    kernel was recorded); where no kernel was recorded at all, every copy at its cost."""
+    kernel was recorded); where no kernel was recorded at all, every copy at its cost.
+    `kernels`: each GPU's kernel time (merged)."""
     seen, scale = with_kernels(trace, copies)
-    if scale is None or not trace.kernels():
+    if scale is None or not kernels:
         return [(c, c.host_cost_s) for c in copies], 1.0
-    kernels = merged(trace.kernels())
     out = []
     for c in seen:
         call = c.call if c.call is not None and c.blocks_host else None

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from .costs import covered_ns, gpu_busy, merged
 from .idle import LONG_GAP
 from .records import Trace
-from .timeline import Timelines
+from .timeline import Timelines, judged
 
 MIN_STEPS = 5  # a line called fewer times marks no loop
 # A call of a line this soon after its last one ended is the same mark (a batch's tensors; a
@@ -96,22 +96,23 @@ def steps(
     mine |= {x.device for x in trace.intervals if x.pid == pid}
     busy = {d: parts for d, parts in busy.items() if d in mine} or busy
     kernels = merged(trace.kernels())
-    judged = covered = computed = 0  # ns of the steps judged, busy in them, kernels in them
-    windows = None if trace.kernel_coverage == "all" else [w[1:] for w in trace.kernel_windows]
+    judged_ns = covered = computed = 0  # ns of the steps judged, busy in them, kernels in them
+    # where every kernel of its process was recorded: a step inside one of them is judged
+    parts = judged(trace, {pid}, at[0], at[-1])
     usual = statistics.median(b - a for a, b in itertools.pairwise(at))
     long = 0  # steps over LONG_GAP times the usual one: a warm-up's, an epoch's start
     for a, b in itertools.pairwise(at):
         if b - a > LONG_GAP * usual:
             long += 1
-        elif windows is None or any(w0 <= a and b <= w1 for w0, w1 in windows):
-            judged += b - a
+        elif any(p0 <= a and b <= p1 for p0, p1 in parts):
+            judged_ns += b - a
             # the busiest GPU of the step
             most, device = max(((covered_ns(*busy[d], a, b), d) for d in busy), default=(0, 0))
             covered += most
             computed += covered_ns(*kernels.get(device, ([], [])), a, b)
     count = len(at) - 1
-    idle = 1 - covered / judged if judged else None
-    alone = (covered - computed) / judged if judged else None
+    idle = 1 - covered / judged_ns if judged_ns else None
+    alone = (covered - computed) / judged_ns if judged_ns else None
     step_s = (at[-1] - at[0]) * 1e-9 / count
     return Steps(where, count, step_s, idle, at[0], at[-1], alone, long)
 

@@ -12,6 +12,7 @@ from functools import cached_property
 from ...core import stats
 from ...core.units import format_bytes
 from ...documents.records import KEY
+from ..costs import merged
 from ..records import Call, Copy, Pin, Trace, user_frame
 from ..reference import Reference
 from ..timeline import Timelines, timelines
@@ -20,7 +21,8 @@ from ..timeline import Timelines, timelines
 @dataclass(frozen=True)
 class Context:
     """What a finding is found in: the trace, and this machine's copy rates (None: not
-    measured); each GPU's timeline, made once for every finding that asks."""
+    measured); each GPU's timeline and its kernels' time, made once for every finding that
+    asks."""
 
     trace: Trace
     reference: Reference | None
@@ -28,6 +30,11 @@ class Context:
     @cached_property
     def gpus(self) -> Timelines:
         return timelines(self.trace)
+
+    @cached_property
+    def kernels(self) -> dict[int, tuple[list[int], list[int]]]:
+        """Each GPU's kernel time as disjoint parts (costs.merged)."""
+        return merged(self.trace.kernels())
 
 
 @dataclass(frozen=True, slots=True)

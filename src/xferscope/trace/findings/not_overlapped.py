@@ -33,7 +33,7 @@ def find(context: Context) -> TraceFinding | None:
     seen, scale = with_kernels(trace, transfers)
     if scale is None:
         return None
-    busy = merged(kernels)
+    busy = context.kernels
     alone = [c for c in seen if overlap_ns(c, busy) == 0]
     if not alone:
         return None

@@ -32,7 +32,7 @@ def find(context: Context) -> TraceFinding | None:
     if not copies:
         return None
     cost = sum(c.host_cost_s for c in copies)
-    saving = _saving(reference, *exposed(trace, copies))
+    saving = _saving(reference, *exposed(trace, copies, context.kernels))
     return finding(
         CODE,
         "copies from or to pageable memory",

@@ -30,7 +30,7 @@ def find(context: Context) -> TraceFinding | None:
             slow.append(c)
     if not slow:
         return None
-    judged, scale = exposed(trace, slow)
+    judged, scale = exposed(trace, slow, context.kernels)
     excess = 0.0
     for c, taken in judged:
         t = reference.seconds(c.direction, c.host_memory, c.bytes) or 0.0
