@@ -91,7 +91,9 @@ from xferscope.core.machine import collect
 from xferscope.trace.analyze import analyze
 from xferscope.trace.records import read_trace
 from xferscope.trace.reference import calibrate
-from xferscope.trace.runner import KERNELS_DEFAULT
+from xferscope.trace.runner import KERNEL_WINDOW_MS, KERNELS_DEFAULT
+
+STEADY = "{}/{}/0".format(*KERNEL_WINDOW_MS[:2])  # `--kernels sampled` past its first phase
 
 HERE = Path(__file__).resolve().parent
 PROGRAM = HERE.parent / "tests" / "trace_programs" / "copies.cu"
@@ -373,6 +375,9 @@ def pytorch_part(
         "traced_vs_detached": [],
         "attached_idle_vs_detached": [],
         "every_kernel_vs_detached": [],  # `--kernels all`, what the timeline could use instead
+        # the default's windows without its first phase of every kernel: a long loop's steady
+        # state (this loop lasts about as long as the first phase, so the default is all that)
+        "windows_vs_detached": [],
         **{k: [] for k in VARIANTS},
     }
     across: dict[str, list[float]] = {"untraced": [], "traced": [], "torch_profiler": []}
@@ -422,6 +427,7 @@ def pytorch_part(
             shutil.rmtree(alternated("traced_vs_detached", how="detach")[1])
             shutil.rmtree(alternated("attached_idle_vs_detached", how="idle")[1])
             shutil.rmtree(alternated("every_kernel_vs_detached", kernels="all", how="detach")[1])
+            shutil.rmtree(alternated("windows_vs_detached", kernels=STEADY, how="detach")[1])
             for name, (knobs, kernels) in VARIANTS.items():
                 shutil.rmtree(alternated(name, knobs, kernels)[1])
             with tempfile.TemporaryDirectory() as tmp:
@@ -448,8 +454,13 @@ def pytorch_comparisons(figures: dict) -> list[dict]:
     said = "(blocks alternated; median over processes of the ratio of medians)"
     made = []
     for name, key, peer in (
-        ("trace_pytorch_loop_vs_untraced", "traced_vs_detached",
-         f"the same process's loop with CUPTI detached (cuptiFinalize) {said}"),
+        ("trace_pytorch_loop_vs_untraced", "windows_vs_detached",
+         f"the same process's loop with CUPTI detached (cuptiFinalize), traced as `--kernels "
+         f"sampled` is after its first {KERNEL_WINDOW_MS[2] // 1000} s (--kernels {STEADY}) "
+         f"{said}"),
+        ("trace_pytorch_loop_vs_untraced_first_phase", "traced_vs_detached",
+         f"as trace_pytorch_loop_vs_untraced, `--kernels sampled` over a loop no longer than "
+         f"its first {KERNEL_WINDOW_MS[2] // 1000} s of every kernel {said}"),
         ("trace_pytorch_loop_vs_paused", "traced",
          f"the same process's loop with every record off, CUPTI attached {said}"),
         ("trace_pytorch_cupti_attached_floor", "attached_idle_vs_detached",

@@ -302,9 +302,14 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
   std::uint64_t now = 0;
   cupti.cuptiGetTimestamp(&now);
   if (enter) {
-    entered[runtime ? 0 : 1] = now;
     pending.copy = knob_call && copy_entry(domain, cbid, cb);
     if (!pending.copy) pending.sync = knob_call && sync_entry(domain, cbid);
+    // the call starts after its entry's record (callers, Python stack, hash): that work is the
+    // tracing's, not the call's, and a call's time prices what waiting in it cost the program
+    std::uint64_t started = now;
+    if (pending.copy || pending.sync) cupti.cuptiGetTimestamp(&started);
+    entered[runtime ? 0 : 1] = started;
+    pending.own = static_cast<std::uint32_t>(started - now);
     return;
   }
   if (!thread_id) thread_id = static_cast<unsigned>(gettid());
@@ -325,6 +330,9 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
   call.thread = thread_id;
   call.cbid = cbid;
   call.runtime = runtime;
+  std::uint64_t done = now;
+  cupti.cuptiGetTimestamp(&done);
+  call.own += static_cast<std::uint32_t>(done - now);
   std::size_t queued;
   {
     std::lock_guard<std::mutex> lock(queue.mutex);

@@ -111,6 +111,9 @@ struct Call {
   bool runtime = false, copy = false, sync = false, hashed = false;
   int frame_count = -1;      // -1: not unwound
   std::uint32_t python = 0;  // its Python stack's id, 0: none
+  // the tracing's own time in this call's callbacks, outside [start, end]: its entry's record
+  // before start, its exit's after end (what a program untraced would not spend between calls)
+  std::uint32_t own = 0;
 };
 // The queue of calls, never destroyed: the writer thread may still wait on it at exit.
 struct Queue {

@@ -95,9 +95,9 @@ void write_calls(const std::vector<Call>& calls) {
         c.runtime ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API;
     int used = std::snprintf(buf, sizeof buf,
                              "{\"t\":\"api\",\"rt\":%d,\"f\":\"%s\",\"st\":%" PRIu64
-                             ",\"en\":%" PRIu64 ",\"tid\":%u,\"c\":%" PRIu64,
+                             ",\"en\":%" PRIu64 ",\"tid\":%u,\"c\":%" PRIu64 ",\"o\":%u",
                              c.runtime ? 1 : 0, api_name(domain, c.cbid).c_str(), c.start, c.end,
-                             c.thread, c.correlation);
+                             c.thread, c.correlation, c.own);
     if (c.copy) {
       used += std::snprintf(buf + used, sizeof buf - used,
                             ",\"src\":%" PRIuPTR ",\"dst\":%" PRIuPTR ",\"b\":%zu,\"kind\":%d",

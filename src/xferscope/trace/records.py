@@ -142,6 +142,9 @@ class Call:
     pid: int = 0
     frames: tuple[int, ...] = ()  # a synchronization's callers' return addresses (sampled)
     python: tuple[PyFrame, ...] = ()  # a synchronization's Python stack, innermost first
+    # the tracing's own time in the call's callbacks, outside [start_ns, end_ns] (its record's,
+    # before the call and after it): time the program untraced would not spend between calls
+    own_ns: int = 0
 
     @property
     def seconds(self) -> float:
@@ -432,6 +435,7 @@ def read_trace(files: Iterable[Path]) -> Trace:
                 pid,
                 () if "src" in r else tuple(r.get("at", ())),  # a copy's callers: its Copy's
                 () if "src" in r else stacks.get(int(r.get("py", 0)), ()),
+                int(r.get("o", 0)),
             )
             for r in raw_calls
         )
@@ -456,7 +460,13 @@ def read_trace(files: Iterable[Path]) -> Trace:
                     int(r["c"]),
                     None
                     if a is None
-                    else Call(str(a["f"]), int(a["st"]), int(a["en"]), int(a["tid"])),
+                    else Call(
+                        str(a["f"]),
+                        int(a["st"]),
+                        int(a["en"]),
+                        int(a["tid"]),
+                        own_ns=int(a.get("o", 0)),
+                    ),
                     info.get("src"),
                     info.get("dst"),
                     info.get("h"),

@@ -91,15 +91,19 @@ def find(context: Context) -> TraceFinding | None:
 
 def host_saving(runs: list[list[Copy]], busy: dict[int, tuple[list[int], list[int]]]) -> float:
     """What one copy per run would save the host while its GPU waited: each run's time from its
-    first call to its last, less one call's spacing, at most the GPU's idle meanwhile (a GPU
-    busy with other work hides the host's calls)."""
+    first call to its last, less one call's spacing and less the tracing's own time between
+    them (its records of the calls, which the program untraced does not spend), at most the
+    GPU's idle meanwhile (a GPU busy with other work hides the host's calls)."""
     total = 0
     for run in runs:
         calls = [c.call for c in run if c.call is not None]
         if len(calls) < 2:
             continue
-        spacing = int(stats.median([b.start_ns - a.start_ns for a, b in itertools.pairwise(calls)]))
-        issued = calls[-1].end_ns - calls[0].start_ns - spacing
+        spacings = [
+            b.start_ns - a.start_ns - a.own_ns for a, b in itertools.pairwise(calls)
+        ]  # a's exit record and b's entry record: a.own_ns and b's share it stands for
+        spacing = int(stats.median(spacings))
+        issued = sum(spacings) - spacing + calls[-1].end_ns - calls[-1].start_ns
         total += min(
             max(issued, 0), idle_ns(busy, run[0].device, calls[0].start_ns, run[-1].end_ns)
         )
