@@ -9,10 +9,12 @@ programs measured, and the two ways of recording kernels against each other. Par
 Part `fed`: pageable_loop.py (pageable batches; fixed: pinned, non_blocking), small_tensors.py
 (256 small uploads a step; fixed: one packed copy) and cupy_loop.py (CuPy from pageable NumPy;
 fixed: pinned buffers on streams), each also run with its data resident.
-Per program (figures["idle_programs"]): the idle share the trace reports against 1 - resident /
-fed time, the finding's predicted saving against the fix's measured one, and `compare`'s
-verdict on the span from the first GPU work to the last. Over all of them:
-trace_idle_share_error, trace_prediction_error_max, trace_compare_detects_fixes."""
+Per program (figures["idle_programs"]): the share of its steady steps the trace reports the GPU
+waiting for its input (idle while the host was blocked in an upload or away until one, and
+copy-only time: Steps.input_share) against 1 - resident / fed time, the finding's predicted
+saving against the fix's measured one, and `compare`'s verdict on the span from the first GPU
+work to the last. Over all of them: trace_idle_share_error, trace_prediction_error_max,
+trace_compare_detects_fixes."""
 
 from __future__ import annotations
 
@@ -95,9 +97,12 @@ def _entry(
         "found": {f["code"]: f["saving_s"] for f in doc["summary"]["fixes"]},
         "predicted_s": predicted,
         "measured_s": measured_s,
-        # the time the step waited beyond its compute: idle, or copying with no kernel (what
-        # 1 - resident / fed counts too; HTA's idle and non-compute time)
-        "idle_share": None
+        # the share of the step the GPU waited for its input: idle at the uploads and copying
+        # with no kernel (what 1 - resident / fed counts: the idle a step has with its data
+        # resident too, its launches and Python, is not in it); all idle and copy-only time
+        # (HTA's idle and non-compute time) beside it
+        "idle_share": steps.get("input_share"),
+        "idle_and_copy_share": None
         if steps.get("idle_share") is None
         else steps["idle_share"] + (steps.get("copy_share") or 0.0),
         "expected_idle_share": expected_idle,

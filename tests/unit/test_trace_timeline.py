@@ -412,3 +412,28 @@ def test_a_start_up_wait_does_not_pass_for_the_step_after_step_cause():
     assert f is not None and f.places[0].where == "ddp.py:60 (<module>)"
     loop = steps(trace)
     assert loop is not None and loop.count == 29 and loop.step_s == pytest.approx(30e-3)
+
+
+def test_the_input_share_is_the_idle_at_the_uploads_and_not_the_steps_own():
+    """Ten steps 5 ms apart, each an upload (its call 0.1 ms before the copy, the copy 0.1 ms)
+    and 1.4 ms of kernels, then 1 ms blocked in cudaStreamSynchronize with the GPU idle, then
+    0.5 ms of kernels: idle 3 ms a step, of which the 2 ms until the next upload is the
+    input's and the wait's 1 ms the step's own (it stays with the data on the GPU); the input
+    share adds the copy's 0.1 ms, which ran with no kernel. (The first step starts at its
+    upload's call, 0.1 ms before the GPU's first work: no gap.)"""
+    from xferscope.trace.records import Call, PyFrame
+
+    us = 1_000
+    copies, kernels, calls = [], [], []
+    for i in range(10):
+        t = 1_000_000 * us + i * 5_000 * us
+        call = Call("cudaMemcpyAsync_v3020", t - 100 * us, t - 50 * us, 1, 1)
+        calls += [call, Call("cudaStreamSynchronize_v3020", t + 1_400 * us, t + 2_450 * us, 1, 1)]
+        copies.append(Copy(1, "h2d", "pinned", "device", 1 << 20, t, t + 100 * us, 0, 7, True,
+                           i, call, python=(PyFrame("train.py", 41, "train"),)))  # fmt: skip
+        kernels += [_kernel(t + 100 * us, t + 1_500 * us), _kernel(t + 2_500 * us, t + 3_000 * us)]
+    loop = steps(Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, ()))
+    assert loop is not None and loop.count == 9
+    assert loop.idle_share == pytest.approx(0.6)
+    assert loop.copy_share == pytest.approx(0.02)
+    assert loop.input_share == pytest.approx((9 * 2.0 - 0.1) / 45 + 0.02)

@@ -62,6 +62,8 @@ def steps_text(loop: dict[str, Any]) -> str:
     said = f"the GPU idle {loop['idle_share']:.0%} of the steady steps' time"
     if loop.get("copy_share"):
         said += f" and copying with no kernel {loop['copy_share']:.0%}"
+    if loop.get("input_share") is not None:
+        said += f"; waiting for its input {loop['input_share']:.0%} (idle at the uploads, copies)"
     long = loop.get("long_steps") or 0
     if long:
         said += f"; {long} long step{'' if long == 1 else 's'} (a warm-up, an epoch's start) apart"

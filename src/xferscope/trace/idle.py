@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .records import Call, Copy, Trace
@@ -84,7 +84,7 @@ def causes(
         if g1 - g0 < LAUNCH_GAP_S * 1e9:
             each[("launch", "", "")].append(g1 - g0)
             continue
-        for key, ns in _split(main, starts, g0, g1, lines).items():
+        for key, ns in split(main, starts, g0, g1, lambda c: (c.name, lines(c))).items():
             each[key].append(ns)
     found = [_cause(key, ns) for key, ns in each.items()]
     return tuple(sorted(found, key=lambda c: -c.seconds)[:MOST_CAUSES])
@@ -97,29 +97,33 @@ def _cause(key: tuple[str, str, str], ns: list[int]) -> IdleCause:
     return IdleCause(*key, sum(ns) * 1e-9, len(ns), usual * 1e-9, len(long), sum(long) * 1e-9)
 
 
-def _split(
-    main: list[Call], starts: list[int], g0: int, g1: int, lines: Lines
+def split(
+    main: list[Call],
+    starts: list[int],
+    g0: int,
+    g1: int,
+    label: Callable[[Call], tuple[str, str]],
+    nothing: tuple[str, str] = ("", NO_LINE),
 ) -> dict[tuple[str, str, str], int]:
-    """The gap [g0, g1) in ns by cause: each stretch inside a call of the main thread blocked
-    in it; each stretch before one, away until it; the rest away until the call the host came
-    back with as the gap ended, else its last call in the gap (the GPU started what it
-    issued), else no line."""
+    """The gap [g0, g1) in ns by cause, each call named by `label` (its function and line):
+    each stretch inside a call of the main thread blocked in it; each stretch before one, away
+    until it; the rest away until the call the host came back with as the gap ended, else its
+    last call in the gap (the GPU started what it issued), else `nothing`."""
     out: dict[tuple[str, str, str], int] = defaultdict(int)
-    cursor, last = g0, ("", NO_LINE)  # the call the host came back to CUDA with, so far
+    cursor, last = g0, nothing  # the call the host came back to CUDA with, so far
     i = max(bisect.bisect_left(starts, g0) - 1, 0)
     while i < len(main) and main[i].start_ns < g1:
         c = main[i]
         i += 1
         if c.end_ns <= cursor:
             continue
-        name, where = c.name, lines(c)
+        named = label(c)
         if c.start_ns > cursor:
-            out[("away", name, where)] += c.start_ns - cursor
-        out[("blocked", name, where)] += min(c.end_ns, g1) - max(c.start_ns, cursor)
-        cursor, last = min(c.end_ns, g1), (name, where)
+            out[("away", named[0], named[1])] += c.start_ns - cursor
+        out[("blocked", named[0], named[1])] += min(c.end_ns, g1) - max(c.start_ns, cursor)
+        cursor, last = min(c.end_ns, g1), named
     if cursor < g1:
         if i < len(main) and main[i].start_ns <= g1 + RESUMED_WITHIN_S * 1e9:
-            c = main[i]
-            last = (c.name, lines(c))
+            last = label(main[i])
         out[("away", last[0], last[1])] += g1 - cursor
     return out

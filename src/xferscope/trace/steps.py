@@ -15,9 +15,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from .costs import covered_ns, gpu_busy, merged
-from .idle import LONG_GAP
-from .records import Trace
-from .timeline import Timelines, judged
+from .idle import LAUNCH_GAP_S, LONG_GAP, split
+from .records import Call, Trace
+from .timeline import Timelines, clipped, judged
 
 MIN_STEPS = 5  # a line called fewer times marks no loop
 # A call of a line this soon after its last one ended is the same mark (a batch's tensors; a
@@ -46,6 +46,11 @@ class Steps:
     # DataLoader starts its workers): counted in the mean step, left out of the shares, which
     # are of the steady steps (the long waits are priced apart: idle.IdleCause.long_excess_s)
     long_steps: int = 0
+    # the share of the steady steps the GPU waited for its input: idle while the host was
+    # blocked in an upload's call or away until one (a DataLoader's next batch, a pageable
+    # copy's staging, many small uploads), and copy-only time; the idle every step has besides
+    # (launches, the step's own Python) is not the input's, and stays with data on the GPU
+    input_share: float | None = None
 
     @property
     def span_s(self) -> float:
@@ -101,6 +106,7 @@ def steps(
     parts = judged(trace, {pid}, at[0], at[-1])
     usual = statistics.median(b - a for a, b in itertools.pairwise(at))
     long = 0  # steps over LONG_GAP times the usual one: a warm-up's, an epoch's start
+    on: dict[int, list[tuple[int, int]]] = defaultdict(list)  # judged steps by busiest GPU
     for a, b in itertools.pairwise(at):
         if b - a > LONG_GAP * usual:
             long += 1
@@ -110,11 +116,47 @@ def steps(
             most, device = max(((covered_ns(*busy[d], a, b), d) for d in busy), default=(0, 0))
             covered += most
             computed += covered_ns(*kernels.get(device, ([], [])), a, b)
+            on[device].append((a, b))
     count = len(at) - 1
     idle = 1 - covered / judged_ns if judged_ns else None
     alone = (covered - computed) / judged_ns if judged_ns else None
     step_s = (at[-1] - at[0]) * 1e-9 / count
-    return Steps(where, count, step_s, idle, at[0], at[-1], alone, long)
+    waited = input_ns(trace, pid, busy, on) / judged_ns if judged_ns else None
+    return Steps(
+        where, count, step_s, idle, at[0], at[-1], alone, long,
+        None if waited is None or alone is None else waited + alone,
+    )  # fmt: skip
+
+
+def input_ns(
+    trace: Trace,
+    pid: int,
+    busy: dict[int, tuple[list[int], list[int]]],
+    on: dict[int, list[tuple[int, int]]],
+) -> int:
+    """The idle of each GPU in the steps `on` it while process `pid`'s main thread was blocked
+    in an upload's call or away until one (idle.split's rule, each call named by whether it
+    issued a host-to-device copy); gaps shorter than a launch's are not the input's."""
+    uploads = {
+        (c.call.thread, c.call.start_ns)
+        for c in trace.copies
+        if c.pid == pid and c.call is not None and c.direction == "h2d"
+    }
+    main = sorted((c for c in trace.calls if c.pid == pid and c.thread == pid),
+                  key=lambda c: c.start_ns)  # fmt: skip
+    starts = [c.start_ns for c in main]
+
+    def label(call: Call) -> tuple[str, str]:
+        return ("upload" if (call.thread, call.start_ns) in uploads else "", "")
+
+    total = 0
+    for device, steps_on in on.items():
+        s, e = busy[device]
+        for g0, g1 in clipped(list(zip(e[:-1], s[1:], strict=True)), steps_on):
+            if g1 - g0 >= LAUNCH_GAP_S * 1e9:
+                parts = split(main, starts, g0, g1, label, ("", ""))
+                total += sum(ns for (_, what, _), ns in parts.items() if what == "upload")
+    return total
 
 
 def steady_span(trace: Trace, gpus: Timelines, region: str = "") -> float:
