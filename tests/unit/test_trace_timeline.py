@@ -181,6 +181,21 @@ def test_a_warm_up_step_is_left_out_of_the_steps_shares():
     assert loop.step_s == pytest.approx((200 + 10 * 10) * 1e-3 / 11)
 
 
+def test_long_steps_that_recur_are_the_loops_own():
+    """A DataLoader of four workers: three steps of 10 ms find a batch ready, the fourth waits
+    60 ms; 3 ms of each computes. One step in four is long: the loop's steady state, kept in
+    the idle share (set apart, the share would be the quick steps' 70%)."""
+    from xferscope.trace.records import PyFrame
+
+    ms = 1_000_000
+    at = (PyFrame("train.py", 43, "train"),)
+    lengths = [60 if i % 4 == 3 else 10 for i in range(16)]
+    loop = steps(_fed_loop(list(itertools.accumulate(x * ms for x in lengths)), at))
+    assert loop is not None and loop.count == 15 and loop.long_steps == 0
+    judged = sum(lengths[1:])
+    assert loop.idle_share == pytest.approx(1 - 15 * 3 / judged, abs=0.001)
+
+
 def test_a_burst_of_calls_at_start_up_marks_no_steps():
     """A model uploaded in 100 copies within a millisecond at one line, then 6 steps whose two
     batch tensors are copied 20 us apart at another: the steps are the second line's, one mark
@@ -437,3 +452,29 @@ def test_the_input_share_is_the_idle_at_the_uploads_and_not_the_steps_own():
     assert loop.idle_share == pytest.approx(0.6)
     assert loop.copy_share == pytest.approx(0.02)
     assert loop.input_share == pytest.approx((9 * 2.0 - 0.1) / 45 + 0.02)
+
+
+@pytest.mark.parametrize("gap_us", [8, 80])
+def test_the_gaps_between_many_small_uploads_are_the_inputs(gap_us):
+    """Steps of 64 uploads (each call 2 us, its copy 2 us after it starts, the next call
+    `gap_us` after the copy's end), then a 1 ms kernel: the GPU's gaps between the uploads
+    are the input's however short (the host was issuing the next upload), but not the 1 us
+    before the kernel, in which no upload's call lies."""
+    from xferscope.trace.records import Call, PyFrame
+
+    us = 1_000
+    copies, kernels, calls = [], [], []
+    t = 1_000_000 * us
+    for step in range(8):
+        for i in range(64):
+            call = Call("cudaMemcpyAsync_v3020", t, t + 2 * us, 1, 1)
+            calls.append(call)
+            copies.append(Copy(1, "h2d", "pinned", "device", 4096, t + 2 * us, t + 4 * us, 0,
+                               7, True, step * 64 + i, call,
+                               python=(PyFrame("train.py", 41, "train"),)))  # fmt: skip
+            t += (4 + gap_us) * us
+        kernels.append(_kernel(t - gap_us * us + us, t - gap_us * us + 1_001 * us))
+        t += 1_001 * us
+    loop = steps(Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, ()))
+    assert loop is not None and loop.count == 7
+    assert loop.input_share == pytest.approx(1 - 1_000 / ((4 + gap_us) * 64 + 1_001), abs=0.002)

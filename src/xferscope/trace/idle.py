@@ -104,11 +104,13 @@ def split(
     g1: int,
     label: Callable[[Call], tuple[str, str]],
     nothing: tuple[str, str] = ("", NO_LINE),
+    resumed_within_ns: int = int(RESUMED_WITHIN_S * 1e9),
 ) -> dict[tuple[str, str, str], int]:
     """The gap [g0, g1) in ns by cause, each call named by `label` (its function and line):
     each stretch inside a call of the main thread blocked in it; each stretch before one, away
-    until it; the rest away until the call the host came back with as the gap ended, else its
-    last call in the gap (the GPU started what it issued), else `nothing`."""
+    until it; the rest away until the call the host came back with as the gap ended (within
+    `resumed_within_ns`), else its last call in the gap (the GPU started what it issued), else
+    `nothing`."""
     out: dict[tuple[str, str, str], int] = defaultdict(int)
     cursor, last = g0, nothing  # the call the host came back to CUDA with, so far
     i = max(bisect.bisect_left(starts, g0) - 1, 0)
@@ -123,7 +125,7 @@ def split(
         out[("blocked", named[0], named[1])] += min(c.end_ns, g1) - max(c.start_ns, cursor)
         cursor, last = min(c.end_ns, g1), named
     if cursor < g1:
-        if i < len(main) and main[i].start_ns <= g1 + RESUMED_WITHIN_S * 1e9:
+        if i < len(main) and main[i].start_ns <= g1 + resumed_within_ns:
             last = label(main[i])
         out[("away", last[0], last[1])] += g1 - cursor
     return out

@@ -15,7 +15,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from .costs import covered_ns, gpu_busy, merged
-from .idle import LAUNCH_GAP_S, LONG_GAP, split
+from .idle import LAUNCH_GAP_S, LONG_GAP, RESUMED_WITHIN_S, split
 from .records import Call, Trace
 from .timeline import Timelines, clipped, judged
 
@@ -24,6 +24,7 @@ MIN_STEPS = 5  # a line called fewer times marks no loop
 # pageable copy and the wait PyTorch makes after it): ten times the line's usual short gap
 # (its gaps' first quartile), at least BURST_MIN_S and at most BURST_S.
 BURST_MIN_S, BURST_S = 50e-6, 1e-3
+RARE = 10  # long steps are set apart where at most one step in this many is one
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +44,9 @@ class Steps:
     # non-compute time): with idle_share, the time the step waited on its input beyond compute
     copy_share: float | None = None
     # steps over LONG_GAP times the usual one (a warm-up's, an epoch's start, where the
-    # DataLoader starts its workers): counted in the mean step, left out of the shares, which
-    # are of the steady steps (the long waits are priced apart: idle.IdleCause.long_excess_s)
+    # DataLoader starts its workers), where at most one step in RARE is one: counted in the
+    # mean step, left out of the shares, which are of the steady steps (the long waits are
+    # priced apart: idle.IdleCause.long_excess_s)
     long_steps: int = 0
     # the share of the steady steps the GPU waited for its input: idle while the host was
     # blocked in an upload's call or away until one (a DataLoader's next batch, a pageable
@@ -105,10 +107,17 @@ def steps(
     # where every kernel of its process was recorded: a step inside one of them is judged
     parts = judged(trace, {pid}, at[0], at[-1])
     usual = statistics.median(b - a for a, b in itertools.pairwise(at))
-    long = 0  # steps over LONG_GAP times the usual one: a warm-up's, an epoch's start
+    # steps over LONG_GAP times the usual one: a warm-up's, an epoch's start; where they are
+    # more than one step in RARE, they are the loop's own (a DataLoader whose workers each
+    # hand over a batch at once: three steps find one ready, the fourth waits), kept in
+    count = len(at) - 1
+    long_at = [b - a > LONG_GAP * usual for a, b in itertools.pairwise(at)]
+    if sum(long_at) * RARE > count:
+        long_at = [False] * count
+    long = 0
     on: dict[int, list[tuple[int, int]]] = defaultdict(list)  # judged steps by busiest GPU
-    for a, b in itertools.pairwise(at):
-        if b - a > LONG_GAP * usual:
+    for (a, b), is_long in zip(itertools.pairwise(at), long_at, strict=True):
+        if is_long:
             long += 1
         elif any(p0 <= a and b <= p1 for p0, p1 in parts):
             judged_ns += b - a
@@ -117,7 +126,6 @@ def steps(
             covered += most
             computed += covered_ns(*kernels.get(device, ([], [])), a, b)
             on[device].append((a, b))
-    count = len(at) - 1
     idle = 1 - covered / judged_ns if judged_ns else None
     alone = (covered - computed) / judged_ns if judged_ns else None
     step_s = (at[-1] - at[0]) * 1e-9 / count
@@ -136,7 +144,9 @@ def input_ns(
 ) -> int:
     """The idle of each GPU in the steps `on` it while process `pid`'s main thread was blocked
     in an upload's call or away until one (idle.split's rule, each call named by whether it
-    issued a host-to-device copy); gaps shorter than a launch's are not the input's."""
+    issued a host-to-device copy). A gap shorter than a launch's is the input's only where an
+    upload's call lies in it (one of many small uploads), not where one follows it (the last
+    kernels' launches before a step's upload)."""
     uploads = {
         (c.call.thread, c.call.start_ns)
         for c in trace.copies
@@ -153,9 +163,9 @@ def input_ns(
     for device, steps_on in on.items():
         s, e = busy[device]
         for g0, g1 in clipped(list(zip(e[:-1], s[1:], strict=True)), steps_on):
-            if g1 - g0 >= LAUNCH_GAP_S * 1e9:
-                parts = split(main, starts, g0, g1, label, ("", ""))
-                total += sum(ns for (_, what, _), ns in parts.items() if what == "upload")
+            within = int(RESUMED_WITHIN_S * 1e9) if g1 - g0 >= LAUNCH_GAP_S * 1e9 else 0
+            parts = split(main, starts, g0, g1, label, ("", ""), within)
+            total += sum(ns for (_, what, _), ns in parts.items() if what == "upload")
     return total
 
 
