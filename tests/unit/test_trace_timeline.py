@@ -78,10 +78,13 @@ def test_a_recorded_training_loop_has_a_span_inside_its_run():
     assert t.left_out == 0
 
 
-def _result(spans: list[float], walls: list[float]) -> TraceResult:
+def _result(
+    spans: list[float], walls: list[float], steps_s: list[float] | None = None, count: int = 0
+) -> TraceResult:
     runs = tuple(
         {"wall_s": w, "span_s": s, "kinds": {}, "findings": {}, "lines": {}}
-        for s, w in zip(spans, walls, strict=True)
+        | ({"step_s": steps_s[i], "steps": count} if steps_s else {})
+        for i, (s, w) in enumerate(zip(spans, walls, strict=True))
     )
     return TraceResult(
         returncode=0,
@@ -107,6 +110,21 @@ def test_compare_sees_a_faster_loop_behind_a_slow_start_up():
     changes = {c.figure: c for c in compare_traces(before, after).changes if c.section == "program"}
     assert changes["GPU active span"].verdict == FASTER
     assert changes["wall time"].verdict != FASTER
+
+
+@pytest.mark.parametrize(("after_count", "judged"), [(100, "step time"), (90, None)])
+def test_compare_judges_the_step_where_both_ran_the_same_steps(after_count, judged):
+    """A loop of 100 steps, 11 ms each before the fix and 8.3 ms after, behind a start-up whose
+    GPU work (the model's upload) comes 0.4-1.2 s before the loop: the span's spread hides the
+    fix, the step time does not. A trace of other steps (90) has no step time to compare."""
+    before = _result([1.9, 1.5, 2.3], [12.0, 12.5, 13.0], [11.0e-3, 11.1e-3, 10.9e-3], 100)
+    after = _result([1.6, 2.2, 1.3], [12.4, 11.9, 12.6], [8.3e-3, 8.4e-3, 8.2e-3], after_count)
+    changes = {c.figure: c for c in compare_traces(before, after).changes if c.section == "program"}
+    assert changes["GPU active span"].verdict != FASTER
+    if judged:
+        assert changes[judged].verdict == FASTER
+    else:
+        assert "step time" not in changes
 
 
 def test_idle_is_split_into_launches_blocked_calls_and_time_away_named_at_lines():

@@ -188,6 +188,15 @@ def _table_changes(
     return out
 
 
+def same_loop(runs_a: list[dict[str, Any]], runs_b: list[dict[str, Any]]) -> bool:
+    """Whether every run of both traces repeated one loop of as many steps (marked by a line
+    each: a fix may move the batch's copy to another line): their mean steps compare."""
+    counts = {r.get("steps") for r in (*runs_a, *runs_b)}
+    return (
+        len(counts) == 1 and None not in counts and all(r.get("step_s") for r in (*runs_a, *runs_b))
+    )
+
+
 def _half_range(values: list[float]) -> float:
     return (max(values) - min(values)) / 2 if values else 0.0
 
@@ -213,6 +222,8 @@ def compare_traces(a: TraceResult, b: TraceResult, force: bool = False) -> Trace
         )
     # the steady state first, where both documents have it (version 3 and later)
     program = [("span_s", "GPU active span"), ("wall_s", "wall time")]
+    if same_loop(runs_a, runs_b):  # the per-step figure, where both ran the same steps
+        program.insert(0, ("step_s", "step time"))
     changes = [
         _change(
             "program",

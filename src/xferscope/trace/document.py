@@ -15,7 +15,7 @@ from .analyze import Analysis, Group, KindRow
 from .findings import TraceFinding
 from .ranks import ranks
 from .records import Copy, Trace
-from .steps import MIN_STEPS, steps
+from .steps import MIN_STEPS, steady_span, steps
 from .timeline import Timelines
 
 SCHEMA_NAME = "xferscope-trace"
@@ -31,7 +31,8 @@ OLDEST_VERSION = 1
 #   3  "gpus": each GPU's timeline from its first activity to its last (span, busy and idle
 #      time, the longest idle gaps, the idle's causes: between launches, blocked in a call at a
 #      line, away from CUDA until a line), "span_s" the steady state over every GPU, "left_out" the
-#      activity records with no usable times; each run's figures have "span_s" too. Versions 1
+#      activity records with no usable times; each run's figures have "span_s" too, and "step_s"
+#      and "steps" (its loop's mean step and count, or null), compare's per-step figure. Versions 1
 #      and 2 still read (without a timeline). "steps": the loop's steps where one line repeats
 #      (its line, count, mean step and idle share), or null; "region": the line `--region`
 #      named, whose steps' span is then "span_s". "ranks": each GPU's time in NCCL's kernels
@@ -155,7 +156,7 @@ def summary_dict(
     return {
         **timeline_dict(gpus),
         # the steady state: the region's steps where it marks some, else the GPUs' span
-        "span_s": loop.span_s if region and loop is not None else gpus.span_s,
+        "span_s": steady_span(loop, gpus, region),
         "region": region or None,
         "ranks": [to_plain(r) for r in job],
         "straggler": None if straggler is None else to_plain(straggler),

@@ -11,7 +11,7 @@ from typing import Any
 
 from .analyze import Analysis
 from .records import Copy, Trace, user_frame
-from .steps import steady_span
+from .steps import steady_span, steps
 
 
 def line_of(trace: Trace, c: Copy) -> tuple[str, str, str]:
@@ -49,9 +49,13 @@ def run_figures(
         key, where, code = line_of(trace, c)
         lines[key].append(c)
         said[key] = (where, code)
+    loop = steps(trace, region, analysis.gpus.busy)
     return {
         "wall_s": wall_s,
-        "span_s": steady_span(trace, analysis.gpus, region),
+        "span_s": steady_span(loop, analysis.gpus, region),
+        # the loop's mean step and how many, where one line repeats: compare's per-step figure
+        "step_s": None if loop is None else loop.step_s,
+        "steps": None if loop is None else loop.count,
         "kinds": {k: _totals(v) for k, v in sorted(kinds.items())},
         "findings": {
             f.code: {

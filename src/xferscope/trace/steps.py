@@ -169,11 +169,10 @@ def input_ns(
     return total
 
 
-def steady_span(trace: Trace, gpus: Timelines, region: str = "") -> float:
-    """The steady state every share is of: the span of the steps `region` marks where it names
-    a line that marks some, else from the first GPU activity to the last (`gpus`)."""
-    loop = steps(trace, region, gpus.busy) if region else None
-    return loop.span_s if loop is not None else gpus.span_s
+def steady_span(loop: Steps | None, gpus: Timelines, region: str = "") -> float:
+    """The steady state every share is of: the span of the steps `loop` where `region` named
+    the line that marks them, else from the first GPU activity to the last (`gpus`)."""
+    return loop.span_s if region and loop is not None else gpus.span_s
 
 
 def _bursts(spans: list[tuple[int, int]]) -> list[int]:
