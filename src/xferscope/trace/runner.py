@@ -28,11 +28,12 @@ DEFAULT_LIMIT = 1_000_000  # records of each kind written; beyond, counted
 # recorded for the FIRST milliseconds from the first copy (all of a short program, which
 # windows alone misjudged: a loop of 0.8 s had no wait inside one and its waits were priced at
 # a tenth of what fixing them saved), then in windows of ON milliseconds, at most one every
-# PERIOD, each opened by a copy (so they fall where the program copies). FIRST is 5 s: it
-# holds the benchmark's short programs whole and a loader's first epochs, and a program of T
-# seconds pays the every-kernel cost on 5/T of its time (30 s cost a one-minute loop half of
-# it). Copies are always all recorded.
-KERNEL_WINDOW_MS = (200, 2000, 5_000)
+# PERIOD, each opened by a copy (so they fall where the program copies). FIRST is 30 s: it
+# runs from the first copy, which is often the model's upload before seconds of start-up (5 s
+# ended before a short PyTorch loop began, on an H100, and its steps had no kernel judged); a
+# program of T seconds pays the every-kernel cost on 30/T of its time. Copies are always all
+# recorded.
+KERNEL_WINDOW_MS = (200, 2000, 30_000)
 KERNELS_DEFAULT = "sampled"
 
 
