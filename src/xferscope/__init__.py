@@ -13,10 +13,13 @@ __all__ = [
     "copy_many",
     "copy_to_device",
     "copy_to_host",
+    "to_device",
+    "to_host",
 ]
 
 if TYPE_CHECKING:
     from .transfer.copy import copy_many
+    from .transfer.moving import to_device, to_host
     from .transfer.staged import StagedCopier, StagedPlan, copy_to_device, copy_to_host
 else:
     # Hidden from type checkers: a module __getattr__ would make every unresolved submodule,
@@ -33,4 +36,8 @@ else:
             from .transfer.copy import copy_many
 
             return copy_many
+        if name in ("to_device", "to_host"):
+            from .transfer import moving
+
+            return getattr(moving, name)
         raise AttributeError(f"module 'xferscope' has no attribute {name!r}")

@@ -1,0 +1,44 @@
+"""CuPy's arrays, and NumPy's beside them, in `xferscope.to_device` and `to_host`: a NumPy
+array goes up as a CuPy array (`cupy.empty` on the GPU), a CuPy array comes down as a NumPy
+array; the current stream of each GPU involved is synchronized first, as for PyTorch. CuPy is
+never imported here: where the program has not imported it, NumPy arrays are not leaves and
+stay as they are (a PyTorch batch's NumPy metadata)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+
+def is_leaf(x: Any) -> bool:
+    cupy = sys.modules.get("cupy")
+    return cupy is not None and isinstance(x, np.ndarray | cupy.ndarray)
+
+
+def synchronize(devices: set[int]) -> None:
+    cupy = sys.modules["cupy"]
+    for d in sorted(devices):
+        with cupy.cuda.Device(d):
+            cupy.cuda.get_current_stream().synchronize()
+
+
+def upload(a: Any, index: int) -> tuple[Any, Any | None]:
+    cupy = sys.modules["cupy"]
+    with cupy.cuda.Device(index):
+        if isinstance(a, cupy.ndarray):
+            return (a if a.device.id == index else cupy.asarray(a)), None
+        made = cupy.empty(a.shape, dtype=a.dtype)
+    return made, np.ascontiguousarray(a) if a.size else None
+
+
+def download(a: Any, non_blocking: bool) -> tuple[Any, Any | None]:
+    if isinstance(a, np.ndarray):
+        return a, None
+    made = np.empty(a.shape, dtype=a.dtype)
+    return made, (a if a.flags.c_contiguous else a.copy(order="C")) if a.size else None
+
+
+def gpu_of(a: Any) -> int | None:
+    return None if isinstance(a, np.ndarray) else int(a.device.id)

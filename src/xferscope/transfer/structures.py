@@ -1,0 +1,114 @@
+"""The tensors and arrays of a nested structure (a state dict, a batch), taken out and put back:
+what `xferscope.to_device` and `to_host` move with one copy_many under them. A structure is a
+dict (or any mapping made from its items: OrderedDict, defaultdict), a list, a tuple, a
+namedtuple or a dataclass instance, nested to any depth; what is not one is a leaf. One object
+met twice (tied weights) is one leaf, moved once, and both places get the one copy. A structure
+that contains itself is refused, naming where."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+MOST_DEPTH = 100  # nesting deeper than this is refused (a structure that contains itself)
+
+
+class StructureError(ValueError):
+    """A structure that cannot be taken apart: it contains itself, or nests too deep."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Flat:
+    """A structure taken apart: its leaves (each object once, in the order first met) with the
+    path to the first place each was met (`state['layer.0.weight']`, `batch[1]`), and how to
+    build the structure again from new leaves."""
+
+    leaves: tuple[Any, ...]
+    paths: tuple[str, ...]
+    rebuild: Callable[[list[Any]], Any]
+
+
+def flatten(obj: Any, is_leaf: Callable[[Any], bool], root: str = "obj") -> Flat:
+    """`obj` taken apart down to the objects `is_leaf` says are leaves (the tensors and arrays
+    to move); every other object that is not a structure stays as it is (numbers, strings,
+    None), shared with the rebuilt structure as `copy.copy` would share it."""
+    leaves: list[Any] = []
+    paths: list[str] = []
+    index: dict[int, int] = {}  # id(leaf) -> its place in leaves
+
+    def walk(x: Any, path: str, depth: int, open_ids: set[int]) -> Callable[[list[Any]], Any]:
+        if is_leaf(x):
+            at = index.get(id(x))
+            if at is None:
+                at = index[id(x)] = len(leaves)
+                leaves.append(x)
+                paths.append(path)
+            return lambda new: new[at]
+        kind = _kind(x)
+        if kind is None:
+            return lambda new: x
+        if id(x) in open_ids or depth >= MOST_DEPTH:
+            raise StructureError(
+                f"{path} contains itself, or nests deeper than {MOST_DEPTH}: "
+                "to_device takes dicts, lists, tuples, namedtuples and dataclasses of tensors"
+            )
+        open_ids = open_ids | {id(x)}
+        if kind == "mapping":
+            keys = list(x.keys())
+            parts = [walk(x[k], f"{path}[{k!r}]", depth + 1, open_ids) for k in keys]
+            return lambda new: _mapping(x, {k: p(new) for k, p in zip(keys, parts, strict=True)})
+        if kind == "dataclass":
+            names = [f.name for f in dataclasses.fields(x) if f.init]
+            parts = [walk(getattr(x, n), f"{path}.{n}", depth + 1, open_ids) for n in names]
+            return lambda new: dataclasses.replace(
+                x, **{n: p(new) for n, p in zip(names, parts, strict=True)}
+            )
+        parts = [walk(v, f"{path}[{i}]", depth + 1, open_ids) for i, v in enumerate(x)]
+        if kind == "namedtuple":
+            return lambda new: type(x)(*(p(new) for p in parts))
+        if kind == "tuple":
+            return lambda new: tuple(p(new) for p in parts)
+        return lambda new: [p(new) for p in parts]
+
+    build = walk(obj, root, 0, set())
+    return Flat(tuple(leaves), tuple(paths), build)
+
+
+def _kind(x: Any) -> str | None:
+    """Which structure `x` is: mapping, dataclass, namedtuple, tuple, list; None for a leaf left
+    as it is."""
+    if isinstance(x, Mapping):
+        return "mapping"
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return "dataclass"
+    if isinstance(x, tuple):
+        return "namedtuple" if hasattr(type(x), "_fields") else "tuple"
+    if isinstance(x, list):
+        return "list"
+    return None
+
+
+def _mapping(original: Mapping[Any, Any], items: dict[Any, Any]) -> Any:
+    """A mapping of the original's type with `items`: a dict subclass made from its items (a
+    defaultdict keeps its default factory), else a plain dict."""
+    kind: Any = type(original)
+    if kind is dict:
+        return items
+    made: Any
+    if isinstance(original, defaultdict):
+        made = defaultdict(original.default_factory)
+        made.update(items)
+    else:
+        try:
+            made = kind(items)
+        except TypeError:  # a mapping type not made from its items
+            return dict(items)
+    # its own attributes too: PyTorch's state dict keeps each module's version in _metadata
+    for name, value in getattr(original, "__dict__", {}).items():
+        try:
+            setattr(made, name, value)
+        except AttributeError:
+            break
+    return made

@@ -1,0 +1,79 @@
+"""xferscope.to_device and to_host on a real GPU: a state dict of every kind of tensor (dtypes,
+a view, an empty one, tied weights) arrives equal to `.cuda()` of each and comes back equal; a
+source still being written by a kernel on the current stream is read after it; NumPy arrays go
+up as CuPy arrays. Skipped without a GPU."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+import xferscope
+from xferscope.transfer import calibration
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(autouse=True)
+def places(tmp_path, monkeypatch):
+    monkeypatch.setenv("XFERSCOPE_HISTORY", str(tmp_path / "history.sqlite3"))
+    monkeypatch.setenv(calibration.CALIBRATION_ENV, str(tmp_path / "calibration"))
+
+
+def _state(pinned: bool) -> OrderedDict:
+    g = torch.Generator().manual_seed(0)
+    weight = torch.rand(300, 257, generator=g).to(torch.float16)
+    state = OrderedDict(
+        weight=weight,
+        tied=weight,
+        bias=torch.rand(257, generator=g, dtype=torch.float64).to(torch.bfloat16),
+        ids=torch.randint(0, 1 << 40, (1000,), generator=g),
+        mask=torch.rand(33, generator=g) > 0.5,
+        view=torch.rand(64, 64, generator=g).t(),  # not contiguous
+        empty=torch.empty(0, 5),
+        big=torch.rand(3 << 20, generator=g),  # 12 MiB: pageable ones go by the staged copy
+    )
+    if pinned:
+        state = OrderedDict((k, v if k == "tied" else v.pin_memory()) for k, v in state.items())
+        state["tied"] = state["weight"]
+    state._metadata = {"": {"version": 2}}  # type: ignore[attr-defined]
+    return state
+
+
+@pytest.mark.parametrize("pinned", [False, True])
+def test_a_state_dict_goes_up_and_comes_back_equal(pinned):
+    state = _state(pinned)
+    on_gpu = xferscope.to_device(state, "cuda:0")
+    assert type(on_gpu) is OrderedDict and on_gpu._metadata == {"": {"version": 2}}
+    assert on_gpu["tied"] is on_gpu["weight"]
+    for name, t in state.items():
+        moved = on_gpu[name]
+        assert moved.is_cuda and moved.dtype == t.dtype and moved.shape == t.shape, name
+        assert torch.equal(moved.cpu(), t), name
+    back = xferscope.to_host(on_gpu, non_blocking=True)
+    for name, t in state.items():
+        assert not back[name].is_cuda and torch.equal(back[name], t), name
+        assert back[name].is_pinned() or back[name].numel() == 0, name
+
+
+def test_a_source_still_being_written_is_read_after_the_kernel():
+    x = torch.empty(64 << 20, device="cuda")
+    for value in (1.0, 2.0, 3.0):
+        x.fill_(value)  # queued on the current stream, not waited for
+        y = torch.sin(x) * 0 + value  # more work queued behind it
+        back = xferscope.to_host({"y": y})
+        assert torch.all(back["y"] == value)
+
+
+def test_numpy_arrays_go_up_as_cupy_arrays():
+    cupy = pytest.importorskip("cupy")
+    rng = np.random.default_rng(1)
+    batch = {"images": rng.random((64, 3, 32, 32), dtype=np.float32), "labels": np.arange(64)}
+    on_gpu = xferscope.to_device(batch, 0)
+    assert all(isinstance(v, cupy.ndarray) for v in on_gpu.values())
+    assert np.array_equal(cupy.asnumpy(on_gpu["images"]), batch["images"])
+    back = xferscope.to_host(on_gpu)
+    assert all(np.array_equal(back[k], batch[k]) for k in batch)

@@ -1,0 +1,173 @@
+"""xferscope.to_device and to_host without a GPU: structures taken apart and built again (every
+kind, tied leaves, a structure that contains itself), devices named in PyTorch's words, and the
+move itself over the simulated engine with a stand-in framework. tests/gpu/test_moving_gpu.py
+moves PyTorch tensors and CuPy arrays."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections import OrderedDict, defaultdict, namedtuple
+from typing import Any
+
+import numpy as np
+import pytest
+
+from xferscope.core.engine.simulated import SimulatedEngine
+from xferscope.transfer import moving
+from xferscope.transfer.structures import StructureError, flatten
+
+GPU_BASE = 0x7F00_0000_0000
+Pair = namedtuple("Pair", "x y")
+
+
+@dataclasses.dataclass
+class Batch:
+    images: Any
+    labels: Any
+    name: str = "b"
+
+
+def _is_array(x: Any) -> bool:
+    return isinstance(x, np.ndarray)
+
+
+def test_every_kind_of_structure_is_built_again_around_new_leaves():
+    a, b, c = np.zeros(2), np.ones(3), np.arange(4)
+    state = OrderedDict(w=a, tied=a)
+    state._metadata = {"": {"version": 1}}  # type: ignore[attr-defined]
+    counts: defaultdict[str, Any] = defaultdict(int, n=b)
+    obj = {"state": state, "pair": Pair(b, [c, 7, "text"]), "batch": Batch(c, (a, None)),
+           "counts": counts}  # fmt: skip
+    flat = flatten(obj, _is_array)
+    assert [id(x) for x in flat.leaves] == [id(a), id(b), id(c)]  # each once, first met first
+    assert flat.paths == ("obj['state']['w']", "obj['pair'][0]", "obj['pair'][1][0]")
+    new = flat.rebuild(["A", "B", "C"])
+    assert new["state"] == OrderedDict(w="A", tied="A") and type(new["state"]) is OrderedDict
+    assert new["state"]._metadata == {"": {"version": 1}}
+    assert new["pair"] == Pair("B", ["C", 7, "text"]) and type(new["pair"]) is Pair
+    assert new["batch"] == Batch("C", ("A", None))
+    assert type(new["counts"]) is defaultdict and new["counts"]["missing"] == 0
+    assert obj["state"]["w"] is a  # the original untouched
+
+
+def test_a_structure_that_contains_itself_is_refused_naming_where():
+    loop: list[Any] = [np.zeros(1)]
+    loop.append({"again": loop})
+    with pytest.raises(StructureError, match=r"obj\[1\]\['again'\] contains itself"):
+        flatten(loop, _is_array)
+
+
+@pytest.mark.parametrize(
+    ("device", "index"),
+    [
+        (None, 0),
+        (2, 2),
+        ("cuda", 0),
+        ("cuda:1", 1),
+        (types.SimpleNamespace(type="cuda", index=3), 3),
+    ],
+)
+def test_devices_are_named_in_pytorchs_words(device, index):
+    assert moving.gpu_index(device) == index
+
+
+@pytest.mark.parametrize(
+    "device", ["cpu", "cuda:x", -1, True, 1.0, types.SimpleNamespace(type="cpu", index=None)]
+)
+def test_a_device_that_is_no_gpu_is_one_clear_error(device):
+    with pytest.raises(ValueError, match=r"^device: .* is not a CUDA device"):
+        moving.gpu_index(device)
+
+
+class FakeGpuArray:
+    """An array on the simulated GPU: __cuda_array_interface__ over device memory it knows."""
+
+    def __init__(self, address: int, nbytes: int):
+        self.nbytes = nbytes
+        self.__cuda_array_interface__ = {
+            "data": (address, False), "shape": (nbytes,), "typestr": "|u1", "strides": None,
+            "version": 3,
+        }  # fmt: skip
+
+
+def _framework(synchronized: list[set[int]]) -> types.SimpleNamespace:
+    """NumPy arrays as the host side of a framework whose GPU arrays are FakeGpuArray."""
+    next_at = [GPU_BASE]
+
+    def upload(a: np.ndarray, index: int) -> tuple[Any, Any]:
+        made = FakeGpuArray(next_at[0] + index * (1 << 40), a.nbytes)
+        next_at[0] += max(a.nbytes, 256)
+        return made, (a if a.nbytes else None)
+
+    return types.SimpleNamespace(
+        is_leaf=_is_array, upload=upload, gpu_of=lambda a: None,
+        synchronize=lambda gpus: synchronized.append(set(gpus)),
+    )  # fmt: skip
+
+
+@pytest.fixture
+def engine() -> SimulatedEngine:
+    """Two simulated GPUs, each with the device memory FakeGpuArray addresses."""
+    made = SimulatedEngine(devices=2)
+    for d in range(2):
+        made.register_memory(GPU_BASE + d * (1 << 40), 1 << 40, "device", d)
+    return made
+
+
+@pytest.fixture
+def calls(monkeypatch) -> list[tuple[int, int | None]]:
+    """Each copy_many call the move makes: (pairs, GPU)."""
+    made: list[tuple[int, int | None]] = []
+    real = moving.copy_many
+
+    def counted(pairs: list, device: int | None = None, **kw: Any) -> Any:
+        made.append((len(pairs), device))
+        return real(pairs, device=device, **kw)
+
+    monkeypatch.setattr(moving, "copy_many", counted)
+    return made
+
+
+def test_to_device_moves_each_leaf_once_by_one_copy_many(monkeypatch, engine, calls):
+    synchronized: list[set[int]] = []
+    monkeypatch.setattr(moving, "FRAMEWORKS", (_framework(synchronized),))
+    w = np.random.default_rng(0).random(1000)
+    state = {"w": w, "tied": w, "b": np.ones(10), "empty": np.zeros(0), "step": 3}
+    moved = moving.to_device(state, "cuda:1", engine=engine)
+    assert calls == [(2, 1)]  # w and b; the tied one once, the empty one not copied
+    assert synchronized == [{1}]
+    assert moved["tied"] is moved["w"] and moved["step"] == 3
+    assert all(isinstance(moved[k], FakeGpuArray) for k in ("w", "b", "empty"))
+    address = moved["w"].__cuda_array_interface__["data"][0]
+    assert address >> 40 == (GPU_BASE + (1 << 40)) >> 40  # on GPU 1
+
+
+def test_nothing_to_move_makes_no_copy(monkeypatch):
+    monkeypatch.setattr(moving, "FRAMEWORKS", (_framework([]),))
+    monkeypatch.setattr(moving, "copy_many", lambda *a, **k: pytest.fail("copied"))
+    assert moving.to_device({"n": 1, "s": "x"}, 0) == {"n": 1, "s": "x"}
+    assert moving.to_host([1, (2, None)]) == [1, (2, None)]
+
+
+def test_to_host_moves_each_gpus_leaves_by_one_copy_many_each(monkeypatch, engine, calls):
+    synchronized: list[set[int]] = []
+
+    def download(a: FakeGpuArray, non_blocking: bool) -> tuple[Any, Any]:
+        return np.empty(a.nbytes, dtype=np.uint8), a
+
+    def gpu_of(a: Any) -> int | None:
+        if isinstance(a, np.ndarray):
+            return None
+        return int((a.__cuda_array_interface__["data"][0] - GPU_BASE) >> 40)
+
+    framework = types.SimpleNamespace(
+        is_leaf=lambda x: isinstance(x, FakeGpuArray), download=download, gpu_of=gpu_of,
+        synchronize=lambda gpus: synchronized.append(set(gpus)),
+    )  # fmt: skip
+    monkeypatch.setattr(moving, "FRAMEWORKS", (framework,))
+    on = [FakeGpuArray(GPU_BASE + d * (1 << 40) + i * 4096, 4096) for d in (0, 1, 1) for i in [d]]
+    back = moving.to_host({"a": on[0], "b": [on[1], on[2]]}, engine=engine)
+    assert synchronized == [{0, 1}]
+    assert calls == [(1, 0), (2, 1)]
+    assert isinstance(back["a"], np.ndarray) and len(back["b"]) == 2
