@@ -166,43 +166,49 @@ def part_cells(figures: dict, key: str, seed: int) -> tuple[torch.Generator, lis
     return torch.Generator(device="cuda").manual_seed(seed), cells
 
 
+def torch_cell(
+    memory: str, direction: str, count: int, size: int, generator: torch.Generator, trials: int
+) -> dict:
+    """One cell of PyTorch tensors: copy_many, PyTorch's loop and _foreach_copy_, each verified
+    once, then interleaved; the row of figures the record keeps."""
+    stream = torch.cuda.current_stream()
+    dst, src = torch_pieces(direction, memory, count, size, generator)
+    pairs = list(zip(dst, src, strict=True))
+    chosen: list[str] = []
+
+    def loop() -> None:
+        for d, s in zip(dst, src, strict=True):
+            d.copy_(s, non_blocking=True)
+        stream.synchronize()
+
+    def foreach() -> None:
+        torch._foreach_copy_(dst, src, non_blocking=True)
+        stream.synchronize()
+
+    def ours() -> None:
+        chosen[:] = [copy_many(pairs).method]
+
+    methods = {"copy_many": ours, "torch_loop": loop, "torch_foreach": foreach}
+    for name, run in methods.items():
+        verify(name, dst, src, run)
+    seconds = interleaved(methods, trials, most=4 * trials)
+    row = {"memory": memory, "direction": direction, "count": count, "size": size,
+           "method": chosen[0], "verified": True, **cell_figures(seconds, "copy_many")}  # fmt: skip
+    print(
+        f"{memory:8} {direction} {count:5} x {size:9}: {row['median_us']} {chosen[0]} vs "
+        f"{row['vs']} lost to {row['lost_to']}",
+        flush=True,
+    )
+    return row
+
+
 def torch_part(args: Any, figures: dict, comparisons: list[dict]) -> None:
     generator, cells = part_cells(figures, "torch_cells", seed=1)
-    stream = torch.cuda.current_stream()
     for memory in ("pinned", "pageable"):
         for direction in ("h2d", "d2h"):
             for count in args.counts:
                 for size in args.sizes:
-                    dst, src = torch_pieces(direction, memory, count, size, generator)
-                    pairs = list(zip(dst, src, strict=True))
-                    chosen: list[str] = []
-
-                    def loop(dst: list = dst, src: list = src) -> None:
-                        for d, s in zip(dst, src, strict=True):
-                            d.copy_(s, non_blocking=True)
-                        stream.synchronize()
-
-                    def foreach(dst: list = dst, src: list = src) -> None:
-                        torch._foreach_copy_(dst, src, non_blocking=True)
-                        stream.synchronize()
-
-                    def ours(pairs: list = pairs, chosen: list = chosen) -> None:
-                        chosen[:] = [copy_many(pairs).method]
-
-                    methods = {"copy_many": ours, "torch_loop": loop, "torch_foreach": foreach}
-                    for name, run in methods.items():
-                        verify(name, dst, src, run)
-                    seconds = interleaved(methods, args.trials, most=4 * args.trials)
-                    row = {"memory": memory, "direction": direction, "count": count,
-                           "size": size, "method": chosen[0], "verified": True,
-                           **cell_figures(seconds, "copy_many")}  # fmt: skip
-                    cells.append(row)
-                    print(
-                        f"{memory:8} {direction} {count:5} x {size:8}: {row['median_us']} "
-                        f"{chosen[0]} vs {row['vs']} lost to {row['lost_to']}",
-                        flush=True,
-                    )
-                    del dst, src, pairs
+                    cells.append(torch_cell(memory, direction, count, size, generator, args.trials))
     summarize_grid(cells, "torch", ("torch_loop", "torch_foreach"), comparisons, figures)
 
 

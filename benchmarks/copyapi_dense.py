@@ -1,0 +1,248 @@
+"""Copy API dense benchmark (issue 49): copy_many against PyTorch's loop and _foreach_copy_ on
+every cell of a dense grid, and the first call in a fresh process against PyTorch's, joined
+into one record across calls (--into) so that the grid can be measured in parts:
+
+  copy_many_dense_worst_vs_loop     the worst cell's PyTorch loop of copy_(non_blocking=True) +
+                                    synchronize against copy_many, medians (goal >= 0.97); the
+                                    same against _foreach_copy_ (..._worst_vs_foreach)
+  copy_many_dense_cells_lost        cells where a peer's slowest quarter beat copy_many's
+                                    fastest quarter (goal 0; a figure, its comparison the share
+                                    not lost: copy_many_dense_cells_not_lost_share)
+  copy_to_device_first_call_worst_vs_torch   per size, a fresh process whose context PyTorch
+                                    made: the first pageable copy_to_device against PyTorch's
+                                    first dst.copy_(src) in another (median over --first-repeats
+                                    of each, processes alternated; goal >= 0.95)
+
+The grid: counts 1, 2, 3, 4, 6, 8, 12, 16, then powers of two to 1024; sizes 64 B to 256 MiB at
+2^k and 1.5 x 2^k; pinned and pageable, both ways; cells over --cell-most bytes a side are not
+measured and are listed in the record (figures["dense_skipped"]). Every method's copy is
+verified once per cell (copyapi_bench.verify). Writes benchmarks/results/copyapi-<gpu>-<date>.json.
+
+    python3 benchmarks/copyapi_dense.py --commit $(git rev-parse HEAD) [--parts dense,first]
+        [--memory pinned,pageable] [--directions h2d,d2h] [--counts ...] [--sizes ...]
+        [--cell-most BYTES] [--trials 15] [--first-sizes ...] [--first-repeats 3] [--into FILE]
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import copyapi_bench as base
+from foundation import bench_parser, comparison, write_record
+from xferscope.core.engine import NativeEngine
+from xferscope.core.errors import XferscopeError
+from xferscope.core.machine import collect
+
+HERE = Path(__file__).resolve().parent
+DENSE_COUNTS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128, 256, 512, 1024)
+DENSE_SIZES = tuple(sorted({64 << k for k in range(23)} | {96 << k for k in range(22)}))
+CELL_MOST = 2 << 30  # bytes a side of one cell
+# 1 MiB to 1 GiB at 2^k and 1.5 x 2^k, and the issue's sizes (1 MB, 16.8 MB, 79 MB, 268 MB)
+FIRST_SIZES = tuple(
+    sorted({1 << k for k in range(20, 31)} | {3 << k for k in range(19, 29)}
+           | {1_000_000, 16_777_216 + 4096, 79_000_000, 268_435_456 + 4096})
+)  # fmt: skip
+PARTS = ("dense", "first")
+PEERS = ("torch_loop", "torch_foreach")
+
+
+def key(cell: dict) -> tuple:
+    return (cell["memory"], cell["direction"], cell["count"], cell["size"])
+
+
+def dense_part(args: Any, figures: dict, comparisons: list[dict]) -> None:
+    cells: list[dict] = figures.setdefault("dense_cells", [])
+    skipped: list[list] = figures.setdefault("dense_skipped", [])
+    done = {key(c) for c in cells}  # measured by an earlier call (--into)
+    generator = torch.Generator(device="cuda").manual_seed(5)
+    for memory in args.memory:
+        for direction in args.directions:
+            for count in args.counts:
+                for size in args.sizes:
+                    if (memory, direction, count, size) in done:
+                        continue
+                    if count * size > args.cell_most:
+                        skipped.append([memory, direction, count, size])
+                        continue
+                    cells.append(
+                        base.torch_cell(memory, direction, count, size, generator, args.trials)
+                    )
+                    torch.cuda.empty_cache()
+
+
+def dense_summary(figures: dict, comparisons: list[dict]) -> None:
+    cells = figures.get("dense_cells", [])
+    if not cells:
+        return
+    for peer in PEERS:
+        worst = min(cells, key=lambda c: c["vs"][peer])
+        comparisons.append(
+            comparison(
+                f"copy_many_dense_worst_vs_{peer.split('_', 1)[1]}",
+                worst["vs"][peer],
+                1.0,
+                f"{peer} (median seconds / copy_many's) in the worst of {len(cells)} cells: "
+                f"{worst['count']} x {worst['size']} B {worst['direction']} {worst['memory']} "
+                f"({worst['method']})",
+                "ratio",
+                True,
+                0.97,
+            )
+        )
+    # copy_many_dense_cells_lost (goal 0) is a count, kept as a figure; its comparison is the
+    # share of cells not lost (goal 1.0)
+    lost = [key(c) for c in cells if c["lost_to"]]
+    figures["dense_lost_cells"] = [list(k) for k in lost]
+    figures["copy_many_dense_cells_lost"] = len(lost)
+    comparisons.append(
+        comparison(
+            "copy_many_dense_cells_not_lost_share",
+            (len(cells) - len(lost)) / len(cells),
+            1.0,
+            f"cells of {len(cells)} where no peer's slowest quarter beat copy_many's fastest",
+            "share",
+            True,
+            1.0,
+        )
+    )
+
+
+def first_run(size: int, who: str) -> dict:
+    ran = subprocess.run(
+        [sys.executable, str(HERE / "copyapi_first.py"), str(size), who],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    if ran.returncode != 0:
+        raise base.Mismatch(f"copyapi_first.py {size} {who}: {ran.stderr.strip()[-300:]}")
+    return dict(json.loads(ran.stdout.strip().splitlines()[-1]))
+
+
+def first_part(args: Any, figures: dict, comparisons: list[dict]) -> None:
+    rows: list[dict] = figures.setdefault("first_call", [])
+    done = {r["size"] for r in rows}
+    for size in args.first_sizes:
+        if size in done:
+            continue
+        times: dict[str, list[float]] = {"xferscope": [], "torch": []}
+        later: list[float] = []
+        for r in range(args.first_repeats):
+            for who in ("xferscope", "torch") if r % 2 == 0 else ("torch", "xferscope"):
+                got = first_run(size, who)
+                times[who].append(got["first_s"])
+                if who == "xferscope":
+                    later.append(got["second_s"])
+        med = {k: statistics.median(v) for k, v in times.items()}
+        rows.append({"size": size, "first_s": times, "ours_second_s": later,
+                     "vs_torch": round(med["torch"] / med["xferscope"], 4)})  # fmt: skip
+        print("first", rows[-1], flush=True)
+    # where the first call's time went, at the smallest size and the largest (cProfile)
+    if rows and "first_profile" not in figures:
+        figures["first_profile"] = {
+            str(s): first_run_profiled(s) for s in (min(args.first_sizes), max(args.first_sizes))
+        }
+
+
+def first_run_profiled(size: int) -> list[str]:
+    ran = subprocess.run(
+        [sys.executable, str(HERE / "copyapi_first.py"), str(size), "xferscope", "--profile"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    return list(json.loads(ran.stdout.strip().splitlines()[-1]).get("profile", []))
+
+
+def first_summary(figures: dict, comparisons: list[dict]) -> None:
+    rows = figures.get("first_call", [])
+    if rows:
+        worst = min(rows, key=lambda r: r["vs_torch"])
+        comparisons.append(
+            comparison(
+                "copy_to_device_first_call_worst_vs_torch",
+                worst["vs_torch"],
+                1.0,
+                f"PyTorch's first dst.copy_(src) (median seconds / ours) at {worst['size']} B, "
+                f"pageable, each in a fresh process, worst of {len(rows)} sizes",
+                "ratio",
+                True,
+                0.95,
+            )
+        )
+
+
+PART_FUNCTIONS = {"dense": dense_part, "first": first_part}
+
+
+def main() -> None:
+    parser = bench_parser(__doc__)
+    parser.add_argument("--parts", default=",".join(PARTS))
+    parser.add_argument("--memory", default="pinned,pageable")
+    parser.add_argument("--directions", default="h2d,d2h")
+    parser.add_argument("--counts", default=",".join(map(str, DENSE_COUNTS)))
+    parser.add_argument("--sizes", default=",".join(map(str, DENSE_SIZES)))
+    parser.add_argument("--cell-most", type=int, default=CELL_MOST)
+    parser.add_argument("--trials", type=int, default=15)
+    parser.add_argument("--first-sizes", default=",".join(map(str, FIRST_SIZES)))
+    parser.add_argument("--first-repeats", type=int, default=3)
+    parser.add_argument("--into", default=None, help="a record whose cells this run joins")
+    args = parser.parse_args()
+    args.counts = base.positive_list(parser, "--counts", args.counts, 1 << 16)
+    args.sizes = base.positive_list(parser, "--sizes", args.sizes, 1 << 30)
+    args.first_sizes = base.positive_list(parser, "--first-sizes", args.first_sizes, 4 << 30)
+    args.memory = [m for m in args.memory.split(",") if m]
+    args.directions = [d for d in args.directions.split(",") if d]
+    if not set(args.memory) <= {"pinned", "pageable"} or not args.memory:
+        parser.error(f"--memory: '{','.join(args.memory)}' is not pinned, pageable or both")
+    if not set(args.directions) <= {"h2d", "d2h"} or not args.directions:
+        parser.error(f"--directions: '{','.join(args.directions)}' is not h2d, d2h or both")
+    if not 1 << 20 <= args.cell_most <= base.MOST_BYTES:
+        parser.error(f"--cell-most: {args.cell_most} is not from 1 MiB to {base.MOST_BYTES} B")
+    if not 2 <= args.trials <= base.MOST_TRIALS or not 1 <= args.first_repeats <= 99:
+        parser.error("--trials: 2 to 1000; --first-repeats: 1 to 99")
+    parts = [p for p in args.parts.split(",") if p]
+    if not parts or set(parts) - set(PARTS):
+        parser.error(f"--parts: '{args.parts}' is not among {', '.join(PARTS)}")
+    figures: dict = {}
+    comparisons: list[dict] = []
+    if args.into:
+        try:
+            earlier = json.loads(Path(args.into).read_text())
+            figures, comparisons = earlier["figures"], earlier["comparisons"]
+        except (OSError, ValueError, KeyError) as exc:
+            parser.error(f"--into: cannot read {args.into}: {exc}")
+    try:
+        meta = collect(NativeEngine(), [0])
+    except XferscopeError as exc:
+        raise SystemExit(f"copyapi_dense: {exc}") from None
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)  # a time limit's SIGTERM keeps what was measured
+    try:
+        for part in parts:
+            PART_FUNCTIONS[part](args, figures, comparisons)
+    except KeyboardInterrupt as exc:
+        figures["interrupted"] = repr(exc)
+    except base.Mismatch as exc:
+        figures["verification_failed"] = str(exc)
+        print(f"verification failed: {exc}", flush=True)
+    made = {"copy_many_dense_worst_vs_loop", "copy_many_dense_worst_vs_foreach",
+            "copy_many_dense_cells_not_lost_share",
+            "copy_to_device_first_call_worst_vs_torch"}  # fmt: skip
+    comparisons[:] = [c for c in comparisons if c["name"] not in made]
+    dense_summary(figures, comparisons)
+    first_summary(figures, comparisons)
+    write_record("copyapi", args.commit, meta, 1, comparisons, figures, Path(args.out))
+    if "verification_failed" in figures:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
