@@ -97,6 +97,17 @@ class Copies {
   // The engine's copier for `device`, asked for again once closed (an engine closed it).
   nb::object copier(int device) { return held(device).copier; }
 
+  // Closes every copier held (their pinned staging and GPU buffers given back); the next copy
+  // asks the engine for one again. How many were closed.
+  std::size_t close_copiers() {
+    std::map<int, Copier> was;
+    was.swap(copiers_);
+    for (auto& [device, c] : was) {
+      if (!closed(c)) c.copier.attr("close")();
+    }
+    return was.size();
+  }
+
  private:
   using Key = std::tuple<int, bool, bool, std::size_t, std::size_t, std::string>;
   struct Decision {
@@ -156,6 +167,8 @@ void bind_copies(nb::module_& m) {
           },
           "upload"_a, "pinned"_a, "count"_a, "total"_a, "device"_a, "asked"_a.none(),
           "The Choice for a batch of this shape: remembered, else made by `decide`.")
+      .def("close_copiers", &Copies::close_copiers,
+           "Closes every copier held; the next copy makes one again. How many were held.")
       .def("copy_pairs", &Copies::copy_pairs, "pairs"_a, "device"_a, "asked"_a.none(),
            "upload"_a = -1,
            "Reads, decides and copies (destination, source) pairs; returns the Choice. "

@@ -13,12 +13,13 @@ __all__ = [
     "copy_many",
     "copy_to_device",
     "copy_to_host",
+    "release",
     "to_device",
     "to_host",
 ]
 
 if TYPE_CHECKING:
-    from .transfer.copy import copy_many
+    from .transfer.copy import copy_many, release
     from .transfer.moving import to_device, to_host
     from .transfer.staged import StagedCopier, StagedPlan, copy_to_device, copy_to_host
 else:
@@ -32,10 +33,10 @@ else:
             from .transfer import staged
 
             return getattr(staged, name)
-        if name == "copy_many":
-            from .transfer.copy import copy_many
+        if name in ("copy_many", "release"):
+            from .transfer import copy
 
-            return copy_many
+            return getattr(copy, name)
         if name in ("to_device", "to_host"):
             from .transfer import moving
 

@@ -345,10 +345,10 @@ def test_the_native_copier_translates_engine_errors():
 def shared() -> Iterator[RecordingEngine]:
     """Module functions on a recording engine, the runtime's while the test runs."""
     engine = RecordingEngine(devices=2)
-    staged._close_shared()
+    staged.close_shared()
     use_engine(engine)
     yield engine
-    staged._close_shared()
+    staged.close_shared()
     use_engine(None)
 
 
@@ -388,7 +388,7 @@ def test_module_functions_copy_as_copy_many_copies_one_piece():
 def test_shared_copiers_close_at_exit_and_reopen(shared):
     first = staged.shared_copier(0)
     assert staged._atexit_registered
-    staged._close_shared()
+    staged.close_shared()
     assert first.closed
     second = staged.shared_copier(0)
     assert second is not first and not second.closed

@@ -196,6 +196,17 @@ def forget_memory_kinds() -> None:
     _e.forget_memory_kinds()
 
 
+def release() -> None:
+    """Gives back what the copy API keeps between calls: each GPU's copy_many copier (its pinned
+    staging and its GPU buffer, grown to the largest batch so far) and the staged copy's pinned
+    pools and threads. The next copy makes them again (tens of milliseconds)."""
+    for copies in list(_routes.values()):
+        copies.close_copiers()
+    from .staged import close_shared
+
+    close_shared()
+
+
 def _forget_routes() -> None:
     """Lets go of every engine's copies before the interpreter's teardown (they hold each GPU's
     copier)."""

@@ -394,7 +394,7 @@ _shared_lock = threading.Lock()
 _atexit_registered = False
 
 
-def _close_shared() -> None:
+def close_shared() -> None:
     """Closes every shared copier (registered with atexit when the first one is made)."""
     with _shared_lock:
         copiers = list(_shared.values())
@@ -412,7 +412,7 @@ def shared_copier(device: int = 0) -> StagedCopier:
             copier = StagedCopier(device)
             _shared[device] = copier
             if not _atexit_registered:
-                atexit.register(_close_shared)
+                atexit.register(close_shared)
                 _atexit_registered = True
         return copier
 
