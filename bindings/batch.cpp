@@ -94,6 +94,14 @@ void bind_batch(nb::module_& m) {
           },
           "method"_a, "upload"_a, "destinations"_a, "sources"_a, "sizes"_a, "pinned"_a,
           "mapped"_a = nb::none())
+      .def(
+          "prepare_staged",
+          [](ManyHandle& h) {
+            batch::ManyCopier& c = h.get();
+            nb::gil_scoped_release release;
+            c.prepare_staged();
+          },
+          "Makes the staged copy's threads and pinned chunks now, not on its first copy.")
       .def("close", &ManyHandle::close);
 
   m.attr("BATCH_METHODS") = nb::cast(batch::methods());

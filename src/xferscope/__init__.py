@@ -16,11 +16,12 @@ __all__ = [
     "release",
     "to_device",
     "to_host",
+    "warmup",
 ]
 
 if TYPE_CHECKING:
-    from .transfer.copy import copy_many, release
-    from .transfer.moving import to_device, to_host
+    from .transfer.copy import copy_many
+    from .transfer.moving import release, to_device, to_host, warmup
     from .transfer.staged import StagedCopier, StagedPlan, copy_to_device, copy_to_host
 else:
     # Hidden from type checkers: a module __getattr__ would make every unresolved submodule,
@@ -33,11 +34,11 @@ else:
             from .transfer import staged
 
             return getattr(staged, name)
-        if name in ("copy_many", "release"):
-            from .transfer import copy
+        if name == "copy_many":
+            from .transfer.copy import copy_many
 
-            return getattr(copy, name)
-        if name in ("to_device", "to_host"):
+            return copy_many
+        if name in ("release", "to_device", "to_host", "warmup"):
             from .transfer import moving
 
             return getattr(moving, name)

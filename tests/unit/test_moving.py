@@ -171,3 +171,13 @@ def test_to_host_moves_each_gpus_leaves_by_one_copy_many_each(monkeypatch, engin
     assert synchronized == [{0, 1}]
     assert calls == [(1, 0), (2, 1)]
     assert isinstance(back["a"], np.ndarray) and len(back["b"]) == 2
+
+
+def test_warmup_makes_the_copier_and_its_staged_copy_ahead(engine):
+    from xferscope.transfer.copy import _copies
+
+    moving.warmup("cuda:1", engine=engine)
+    copier = _copies(engine).copier(1)
+    assert copier.staged_prepared and not copier.closed
+    with pytest.raises(ValueError, match=r"^device: 'cpu'"):
+        moving.warmup("cpu", engine=engine)

@@ -42,6 +42,9 @@ class ManyCopier {
   void copy(const std::string& method, bool upload, const std::uintptr_t* destinations,
             const std::uintptr_t* sources, const std::size_t* sizes, std::size_t count, bool pinned,
             const std::uintptr_t* mapped_host);
+  // Makes now what the first staged copy would make (its threads, a host memcpy probe and its
+  // pinned chunks), so that a program's first large pageable copy does not pay for them.
+  void prepare_staged();
 
  private:
   struct Impl;

@@ -169,6 +169,13 @@ ManyCopier::~ManyCopier() {
   impl_.reset();
 }
 
+void ManyCopier::prepare_staged() {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> one_at_a_time(m.calls);
+  detail::DeviceGuard guard(device_);
+  if (!m.staged) m.staged = std::make_unique<StagedCopier>(device_);
+}
+
 void ManyCopier::copy(const std::string& method, bool upload, const std::uintptr_t* destinations,
                       const std::uintptr_t* sources, const std::size_t* sizes, std::size_t count,
                       bool pinned, const std::uintptr_t* mapped_host) {

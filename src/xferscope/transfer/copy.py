@@ -196,15 +196,11 @@ def forget_memory_kinds() -> None:
     _e.forget_memory_kinds()
 
 
-def release() -> None:
-    """Gives back what the copy API keeps between calls: each GPU's copy_many copier (its pinned
-    staging and its GPU buffer, grown to the largest batch so far) and the staged copy's pinned
-    pools and threads. The next copy makes them again (tens of milliseconds)."""
+def close_copiers() -> None:
+    """Closes every copier copy_many holds, each engine's for each GPU (their pinned staging
+    and GPU buffers given back); the next copy makes one again."""
     for copies in list(_routes.values()):
         copies.close_copiers()
-    from .staged import close_shared
-
-    close_shared()
 
 
 def _forget_routes() -> None:

@@ -15,7 +15,7 @@ as `.to()` returns it) without autograd history. One object met twice is moved o
 Streams as PyTorch's copies keep them: the current stream of each GPU involved is synchronized
 first, and the call returns once every byte has arrived. `non_blocking=True` makes host
 destinations pinned, as `.to("cpu", non_blocking=True)` does; the call still returns with the
-bytes arrived."""
+bytes arrived. `xferscope.warmup()` at start-up makes what the first copy would make."""
 
 from __future__ import annotations
 
@@ -26,9 +26,12 @@ from types import ModuleType
 from typing import Any
 
 from ..core.engine import Engine
-from .copy import copy_many
+from .copy import _copies, close_copiers, copy_many, decide
+from .engine import default_engine
 from .frameworks import cupy as cupy_leaves
 from .frameworks import torch as torch_leaves
+from .policy import Shape
+from .staged import close_shared
 from .structures import flatten
 
 FRAMEWORKS: tuple[ModuleType, ...] = (torch_leaves, cupy_leaves)
@@ -61,6 +64,26 @@ def gpu_index(device: Any) -> int:
     if kind == "cuda":
         return gpu_index(None) if index is None else int(index)
     raise ValueError(f"device: {device!r} is not a CUDA device ({DEVICE_WORDS})")
+
+
+def release() -> None:
+    """Gives back what the copy API keeps between calls: each GPU's copy_many copier (its pinned
+    staging and its GPU buffer, grown to the largest batch so far) and the staged copy's pinned
+    chunks and threads. The next copy makes them again (tens of milliseconds)."""
+    close_copiers()
+    close_shared()
+
+
+def warmup(device: Any = None, *, engine: Engine | None = None) -> None:
+    """Makes now what the first copy in a process would make: the engine, GPU `device`'s
+    copy_many copier with the staged copy's threads and pinned chunks, and what copy_many
+    decides by (the GPU's facts, its stored calibration). Called at start-up, it lets a
+    program's first copy (a checkpoint's load, one batch) cost what later ones do."""
+    index = gpu_index(device)
+    engine = engine if engine is not None else default_engine()
+    copies = _copies(engine)
+    decide(Shape("h2d", "pinned", 1, 1 << 20, index), engine=engine)
+    copies.copier(index).prepare_staged()
 
 
 def to_device(

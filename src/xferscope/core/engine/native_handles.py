@@ -241,6 +241,11 @@ class _NativeMany(_NativeHandle):
             with self._engine.translated():
                 raise
 
+    def prepare_staged(self) -> None:
+        """Makes the staged copy's threads and pinned chunks now, not on its first copy."""
+        with self._engine.translated():
+            self._handle.prepare_staged()
+
     def close(self) -> None:
         self.closed = True
         super().close()

@@ -115,6 +115,13 @@ class SimulatedManyCopier:
         self.calls: list[tuple[str, bool, int, bool]] = []  # method, upload, count, pinned
         self.closed = False
         self.native = None  # copies through copy_resolved
+        self.staged_prepared = False
+
+    def prepare_staged(self) -> None:
+        """As the native copier makes its staged copy's threads and chunks ahead: noted."""
+        if self.closed:
+            raise EngineError("this copier is closed")
+        self.staged_prepared = True
 
     def _copy(
         self,
