@@ -11,7 +11,8 @@ into one record across calls (--into) so that the grid can be measured in parts:
   copy_to_device_first_call_worst_vs_torch   per size, a fresh process whose context PyTorch
                                     made: the first pageable copy_to_device against PyTorch's
                                     first dst.copy_(src) in another (median over --first-repeats
-                                    of each, processes alternated; goal >= 0.95)
+                                    of each, processes rotated; goal >= 0.95); beside it, the
+                                    first call after `xferscope.warmup()` (warmed_vs_torch)
 
 The grid: counts 1, 2, 3, 4, 6, 8, 12, 16, then powers of two to 1024; sizes 64 B to 256 MiB at
 2^k and 1.5 x 2^k; pinned and pageable, both ways; cells over --cell-most bytes a side are not
@@ -131,17 +132,21 @@ def first_part(args: Any, figures: dict, comparisons: list[dict]) -> None:
     for size in args.first_sizes:
         if size in done:
             continue
-        times: dict[str, list[float]] = {"xferscope": [], "torch": []}
+        times: dict[str, list[float]] = {"xferscope": [], "torch": [], "xferscope_warm": []}
         later: list[float] = []
         for r in range(args.first_repeats):
-            for who in ("xferscope", "torch") if r % 2 == 0 else ("torch", "xferscope"):
+            order = ["xferscope", "torch", "xferscope_warm"]
+            for who in order[r % 3 :] + order[: r % 3]:
                 got = first_run(size, who)
                 times[who].append(got["first_s"])
                 if who == "xferscope":
                     later.append(got["second_s"])
         med = {k: statistics.median(v) for k, v in times.items()}
-        rows.append({"size": size, "first_s": times, "ours_second_s": later,
-                     "vs_torch": round(med["torch"] / med["xferscope"], 4)})  # fmt: skip
+        vs = {k: round(med["torch"] / med[k], 4) for k in ("xferscope", "xferscope_warm")}
+        rows.append(
+            {"size": size, "first_s": times, "ours_second_s": later,
+             "vs_torch": vs["xferscope"], "warmed_vs_torch": vs["xferscope_warm"]}
+        )  # fmt: skip
         print("first", rows[-1], flush=True)
     # where the first call's time went, at the smallest size and the largest (cProfile)
     if rows and "first_profile" not in figures:

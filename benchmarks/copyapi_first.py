@@ -1,11 +1,12 @@
 """One first call in a fresh process, for copyapi_dense.py's part `first` (issue 49): PyTorch makes
 the CUDA context, then one pageable host tensor of SIZE bytes (random) goes up to the GPU, by
 `xferscope.copy_to_device` or by PyTorch's `dst.copy_(src)`, timed to the synchronize after it,
-verified; then the same call again. Prints one JSON line. With --profile, the first call runs
+verified; then the same call again (xferscope_warm: `xferscope.warmup()` first, untimed).
+Prints one JSON line. With --profile, the first call runs
 under cProfile and its costliest functions are printed too (where its time went), its timing
 then not comparable.
 
-    python3 benchmarks/copyapi_first.py SIZE xferscope|torch [--profile]
+    python3 benchmarks/copyapi_first.py SIZE xferscope|xferscope_warm|torch [--profile]
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import xferscope
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("size", type=int)
-    parser.add_argument("who", choices=("xferscope", "torch"))
+    parser.add_argument("who", choices=("xferscope", "xferscope_warm", "torch"))
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     torch.zeros(1, device="cuda")
@@ -34,10 +35,12 @@ def main() -> None:
     src = torch.randint(0, 256, (args.size,), dtype=torch.uint8, generator=g)
     dst = torch.empty(args.size, dtype=torch.uint8, device="cuda")
     torch.cuda.synchronize()
+    if args.who == "xferscope_warm":
+        xferscope.warmup()
 
     def call() -> float:
         start = time.perf_counter()
-        if args.who == "xferscope":
+        if args.who != "torch":
             xferscope.copy_to_device(dst, src)
         else:
             dst.copy_(src)
