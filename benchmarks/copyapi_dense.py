@@ -13,6 +13,9 @@ into one record across calls (--into) so that the grid can be measured in parts:
                                     first dst.copy_(src) in another (median over --first-repeats
                                     of each, processes rotated; goal >= 0.95); beside it, the
                                     first call after `xferscope.warmup()` (warmed_vs_torch)
+  pinned_pool_growth_10k_calls_bytes   part pool: the pinned memory the copy API holds after
+                                    10,000 calls of changing shapes less after 1,000 (goal 0;
+                                    a figure, its comparison pinned_pool_held_flat)
 
 The grid: counts 1, 2, 3, 4, 6, 8, 12, 16, then powers of two to 1024; sizes 64 B to 256 MiB at
 2^k and 1.5 x 2^k; pinned and pageable, both ways; cells over --cell-most bytes a side are not
@@ -51,7 +54,7 @@ FIRST_SIZES = tuple(
     sorted({1 << k for k in range(20, 31)} | {3 << k for k in range(19, 29)}
            | {1_000_000, 16_777_216 + 4096, 79_000_000, 268_435_456 + 4096})
 )  # fmt: skip
-PARTS = ("dense", "first")
+PARTS = ("dense", "first", "pool")
 PEERS = ("torch_loop", "torch_foreach")
 
 
@@ -181,7 +184,63 @@ def first_summary(figures: dict, comparisons: list[dict]) -> None:
         )
 
 
-PART_FUNCTIONS = {"dense": dense_part, "first": first_part}
+POOL_CALLS, POOL_SETTLED = 10_000, 1_000
+
+
+def pool_part(args: Any, figures: dict, comparisons: list[dict]) -> None:
+    """10,000 calls of changing shapes (copy_many up and down, pinned and pageable, 1-64 pieces
+    of 1 KiB-4 MiB; copy_to_device and to_device of one piece): the pinned memory the copy API
+    holds after the first 1,000 and at the end (xferscope.transfer.moving.pinned_bytes), and the
+    process's resident memory (pytorch#97432: PyTorch's host allocator grew to 90% of a host)."""
+    import resource
+
+    from xferscope import copy_many, copy_to_device, to_device
+    from xferscope.transfer.moving import pinned_bytes
+
+    rng = torch.Generator().manual_seed(7)
+    most = 4 << 20
+    pinned = torch.empty(64 * most, dtype=torch.uint8).pin_memory()
+    pageable = torch.empty(64 * most, dtype=torch.uint8)
+    gpu = torch.empty(64 * most, dtype=torch.uint8, device="cuda")
+    held: dict[str, int] = {}
+    for call in range(POOL_CALLS):
+        count = int(torch.randint(1, 65, (1,), generator=rng))
+        size = int(torch.randint(1024, most + 1, (1,), generator=rng)) // max(count // 8, 1)
+        host = pinned if call % 2 else pageable
+        hs = [host[i * size : (i + 1) * size] for i in range(count)]
+        gs = [gpu[i * size : (i + 1) * size] for i in range(count)]
+        kind = call % 4
+        if kind == 0:
+            copy_many(list(zip(gs, hs, strict=True)))
+        elif kind == 1:
+            copy_many(list(zip(hs, gs, strict=True)))
+        elif kind == 2:
+            copy_to_device(gs[0], hs[0])
+        else:
+            to_device({"x": hs[0]}, 0)
+        if call + 1 == POOL_SETTLED:
+            held["after_1000_calls"] = pinned_bytes()
+    held["after_10000_calls"] = pinned_bytes()
+    growth = held["after_10000_calls"] - held["after_1000_calls"]
+    figures["pool"] = held | {"max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+                              * 1024}  # fmt: skip
+    figures["pinned_pool_growth_10k_calls_bytes"] = growth
+    comparisons[:] = [c for c in comparisons if c["name"] != "pinned_pool_held_flat"]
+    comparisons.append(
+        comparison(
+            "pinned_pool_held_flat",
+            held["after_1000_calls"] / max(held["after_10000_calls"], 1),
+            1.0,
+            f"pinned memory held after {POOL_SETTLED} calls over after {POOL_CALLS} (growth "
+            f"{growth} B: pinned_pool_growth_10k_calls_bytes, goal 0)",
+            "ratio",
+            True,
+            1.0,
+        )
+    )
+
+
+PART_FUNCTIONS = {"dense": dense_part, "first": first_part, "pool": pool_part}
 
 
 def main() -> None:

@@ -102,6 +102,9 @@ void bind_batch(nb::module_& m) {
             c.prepare_staged();
           },
           "Makes the staged copy's threads and pinned chunks now, not on its first copy.")
+      .def(
+          "pinned_bytes", [](ManyHandle& h) { return h.get().pinned_bytes(); },
+          "Pinned host memory this copier holds for later calls.")
       .def("close", &ManyHandle::close);
 
   m.attr("BATCH_METHODS") = nb::cast(batch::methods());

@@ -97,6 +97,15 @@ class Copies {
   // The engine's copier for `device`, asked for again once closed (an engine closed it).
   nb::object copier(int device) { return held(device).copier; }
 
+  // The copiers held, open ones only.
+  nb::list held_copiers() {
+    nb::list out;
+    for (auto& [device, c] : copiers_) {
+      if (!closed(c)) out.append(c.copier);
+    }
+    return out;
+  }
+
   // Closes every copier held (their pinned staging and GPU buffers given back); the next copy
   // asks the engine for one again. How many were closed.
   std::size_t close_copiers() {
@@ -167,6 +176,7 @@ void bind_copies(nb::module_& m) {
           },
           "upload"_a, "pinned"_a, "count"_a, "total"_a, "device"_a, "asked"_a.none(),
           "The Choice for a batch of this shape: remembered, else made by `decide`.")
+      .def("held_copiers", &Copies::held_copiers, "The copiers held, open ones only.")
       .def("close_copiers", &Copies::close_copiers,
            "Closes every copier held; the next copy makes one again. How many were held.")
       .def("copy_pairs", &Copies::copy_pairs, "pairs"_a, "device"_a, "asked"_a.none(),

@@ -17,7 +17,7 @@ from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.transfer import moving
 from xferscope.transfer.structures import StructureError, flatten
 
-GPU_BASE = 0x7F00_0000_0000
+GPU_BASE = 0x2000_0000_0000  # below where the host maps its own memory
 Pair = namedtuple("Pair", "x y")
 
 
@@ -181,3 +181,24 @@ def test_warmup_makes_the_copier_and_its_staged_copy_ahead(engine):
     assert copier.staged_prepared and not copier.closed
     with pytest.raises(ValueError, match=r"^device: 'cpu'"):
         moving.warmup("cpu", engine=engine)
+
+
+def test_pinned_memory_held_grows_to_the_largest_batch_then_stays(engine):
+    """Pageable pieces of 1-64 KiB in batches of 2-40 (packed, under the rule), 300 calls of
+    changing shapes: what copy_many's copier holds grows to the largest batch and no further;
+    release() gives it back."""
+    moving.release()  # the copiers earlier tests left
+    rng = np.random.default_rng(3)
+    host = np.zeros(40 * 65536, dtype=np.uint8)
+    largest, after_first_half = 0, 0
+    for call in range(300):
+        count, size = int(rng.integers(2, 41)), int(rng.integers(1024, 65537))
+        blocks = [FakeGpuArray(GPU_BASE + i * 65536, size) for i in range(count)]
+        pairs = [(g, host[i * size : (i + 1) * size]) for i, g in enumerate(blocks)]
+        assert moving.copy_many(pairs, engine=engine).method == "pack"
+        largest = max(largest, count * size)
+        if call == 149:
+            after_first_half = moving.pinned_bytes()
+    assert moving.pinned_bytes() == largest >= after_first_half > 0
+    moving.release()
+    assert moving.pinned_bytes() == 0

@@ -45,6 +45,9 @@ class ManyCopier {
   // Makes now what the first staged copy would make (its threads, a host memcpy probe and its
   // pinned chunks), so that a program's first large pageable copy does not pay for them.
   void prepare_staged();
+  // Pinned host memory this copier holds for later calls: its staging, and its staged copy's
+  // chunks once made.
+  std::size_t pinned_bytes();
 
  private:
   struct Impl;

@@ -176,6 +176,17 @@ void ManyCopier::prepare_staged() {
   if (!m.staged) m.staged = std::make_unique<StagedCopier>(device_);
 }
 
+std::size_t ManyCopier::pinned_bytes() {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> one_at_a_time(m.calls);
+  std::size_t bytes = m.host_bytes;
+  if (m.staged) {
+    const StagedPlan& p = m.staged->plan();
+    bytes += static_cast<std::size_t>(p.threads) * p.buffers_per_thread * p.chunk_bytes;
+  }
+  return bytes;
+}
+
 void ManyCopier::copy(const std::string& method, bool upload, const std::uintptr_t* destinations,
                       const std::uintptr_t* sources, const std::size_t* sizes, std::size_t count,
                       bool pinned, const std::uintptr_t* mapped_host) {

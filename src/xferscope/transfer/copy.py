@@ -196,6 +196,11 @@ def forget_memory_kinds() -> None:
     _e.forget_memory_kinds()
 
 
+def held_pinned_bytes() -> int:
+    """Pinned host memory copy_many's copiers hold for later calls (staging, staged chunks)."""
+    return sum(c.pinned_bytes() for copies in list(_routes.values()) for c in copies.held_copiers())
+
+
 def close_copiers() -> None:
     """Closes every copier copy_many holds, each engine's for each GPU (their pinned staging
     and GPU buffers given back); the next copy makes one again."""

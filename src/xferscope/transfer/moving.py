@@ -26,12 +26,12 @@ from types import ModuleType
 from typing import Any
 
 from ..core.engine import Engine
-from .copy import _copies, close_copiers, copy_many, decide
+from .copy import _copies, close_copiers, copy_many, decide, held_pinned_bytes
 from .engine import default_engine
 from .frameworks import cupy as cupy_leaves
 from .frameworks import torch as torch_leaves
 from .policy import Shape
-from .staged import close_shared
+from .staged import close_shared, shared_pinned_bytes
 from .structures import flatten
 
 FRAMEWORKS: tuple[ModuleType, ...] = (torch_leaves, cupy_leaves)
@@ -72,6 +72,12 @@ def release() -> None:
     chunks and threads. The next copy makes them again (tens of milliseconds)."""
     close_copiers()
     close_shared()
+
+
+def pinned_bytes() -> int:
+    """Pinned host memory the copy API holds between calls (what `release()` gives back): it
+    grows to the largest packed batch and the staged copy's chunks, then stays."""
+    return held_pinned_bytes() + shared_pinned_bytes()
 
 
 def warmup(device: Any = None, *, engine: Engine | None = None) -> None:

@@ -403,6 +403,12 @@ def close_shared() -> None:
         copier.close()
 
 
+def shared_pinned_bytes() -> int:
+    """Pinned host memory the shared copiers hold (their chunks)."""
+    with _shared_lock:
+        return sum(c.plan.staging_bytes for c in _shared.values() if not c.closed)
+
+
 def shared_copier(device: int = 0) -> StagedCopier:
     """The process's copier for `device`, made on first use and closed at exit."""
     global _atexit_registered

@@ -241,6 +241,11 @@ class _NativeMany(_NativeHandle):
             with self._engine.translated():
                 raise
 
+    def pinned_bytes(self) -> int:
+        """Pinned host memory this copier holds for later calls."""
+        with self._engine.translated():
+            return int(self._handle.pinned_bytes())
+
     def prepare_staged(self) -> None:
         """Makes the staged copy's threads and pinned chunks now, not on its first copy."""
         with self._engine.translated():

@@ -116,6 +116,11 @@ class SimulatedManyCopier:
         self.closed = False
         self.native = None  # copies through copy_resolved
         self.staged_prepared = False
+        self._staging = 0  # bytes of pinned staging the native copier would hold
+
+    def pinned_bytes(self) -> int:
+        """As the native copier's: its pack staging, grown to the largest packed batch."""
+        return self._staging
 
     def prepare_staged(self) -> None:
         """As the native copier makes its staged copy's threads and chunks ahead: noted."""
@@ -149,6 +154,8 @@ class SimulatedManyCopier:
         seconds = SimulatedBatch(self._engine, spec)._seconds(method)
         self._engine.advance(seconds + copy_many_overhead(method, len(sizes)))
         self.calls.append((method, upload, len(sizes), pinned))
+        if method == "pack":  # the native copier's pinned staging, grown to the largest batch
+            self._staging = max(self._staging, sum(sizes))
 
     def copy_resolved(self, method: str, batch: Any) -> None:
         mapped = batch.mapped if batch.pinned else None
