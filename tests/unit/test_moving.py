@@ -202,3 +202,14 @@ def test_pinned_memory_held_grows_to_the_largest_batch_then_stays(engine):
     assert moving.pinned_bytes() == largest >= after_first_half > 0
     moving.release()
     assert moving.pinned_bytes() == 0
+
+
+def test_a_tuple_subclass_that_is_no_namedtuple_is_made_from_its_values():
+    class Shape(tuple):
+        pass
+
+    a, b = np.zeros(2), np.ones(3)
+    new = flatten(Shape((a, 3)), _is_array).rebuild(["A"])
+    assert type(new) is Shape and new == ("A", 3)
+    one = flatten(Shape((a,)), _is_array).rebuild([b])  # not Shape(b), which iterates b
+    assert type(one) is Shape and len(one) == 1 and one[0] is b

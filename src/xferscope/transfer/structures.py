@@ -67,7 +67,7 @@ def flatten(obj: Any, is_leaf: Callable[[Any], bool], root: str = "obj") -> Flat
             )
         parts = [walk(v, f"{path}[{i}]", depth + 1, open_ids) for i, v in enumerate(x)]
         if kind == "namedtuple":
-            return lambda new: type(x)(*(p(new) for p in parts))
+            return lambda new: _tuple_like(x, [p(new) for p in parts])
         if kind == "tuple":
             return lambda new: tuple(p(new) for p in parts)
         return lambda new: [p(new) for p in parts]
@@ -83,11 +83,26 @@ def _kind(x: Any) -> str | None:
         return "mapping"
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
         return "dataclass"
-    if isinstance(x, tuple):
-        return "namedtuple" if hasattr(type(x), "_fields") else "tuple"
+    if isinstance(x, tuple):  # a subclass: a namedtuple, made again from its fields
+        return "tuple" if type(x) is tuple else "namedtuple"
     if isinstance(x, list):
         return "list"
     return None
+
+
+def _tuple_like(original: tuple[Any, ...], values: list[Any]) -> Any:
+    """A tuple of the original's type holding exactly `values`: a namedtuple takes them one by
+    one, another tuple subclass as one iterable, as tuple does (whichever holds them, each the
+    very object given; else a plain tuple)."""
+    kind: Any = type(original)
+    for args in (values, [values]):
+        try:
+            made = kind(*args)
+        except TypeError:
+            continue
+        if len(made) == len(values) and all(m is v for m, v in zip(made, values, strict=True)):
+            return made
+    return tuple(values)
 
 
 def _mapping(original: Mapping[Any, Any], items: dict[Any, Any]) -> Any:
