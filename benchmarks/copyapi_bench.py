@@ -31,6 +31,7 @@ rule, as on a fresh machine. Writes benchmarks/results/copyapi-<gpu>-<date>.json
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import statistics
@@ -492,22 +493,46 @@ def main() -> None:
         raise SystemExit(f"copyapi_bench: {exc}") from None
     comparisons: list[dict] = []
     figures: dict = {"trials": args.trials, "parts": parts}
+    measured(lambda: [PART_FUNCTIONS[p](args, figures, comparisons) for p in parts], figures)
+    recorded(args, meta, comparisons, figures)
+
+
+def joined(parser: Any, into: str | None) -> tuple[dict, list[dict]]:
+    """The figures and comparisons of the record `into` names (--into: parts measured in
+    separate calls, one file), else empty ones; parser.error where it cannot be read."""
+    if not into:
+        return {}, []
+    try:
+        earlier = json.loads(Path(into).read_text())
+        return earlier["figures"], earlier["comparisons"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        parser.error(f"--into: cannot read {into}: {exc}")
+        raise  # parser.error does not return
+
+
+def measured(run: Callable[[], Any], figures: dict) -> None:
+    """Runs the parts; a time limit's SIGTERM or Ctrl-C keeps what was measured, and a copy
+    that failed its verification is said in the figures."""
 
     def stop(_signum: int, _frame: object) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, stop)  # a time limit's SIGTERM keeps what was measured
+    signal.signal(signal.SIGTERM, stop)
     try:
-        for part in parts:
-            PART_FUNCTIONS[part](args, figures, comparisons)
+        run()
     except KeyboardInterrupt as exc:
         figures["interrupted"] = repr(exc)
     except Mismatch as exc:
         figures["verification_failed"] = str(exc)
         print(f"verification failed: {exc}", flush=True)
+
+
+def recorded(args: Any, meta: dict, comparisons: list[dict], figures: dict) -> None:
+    """Writes the copyapi record; exits 1 where a copy failed its verification (the record
+    keeps what was measured; the run failed)."""
     write_record("copyapi", args.commit, meta, 1, comparisons, figures, Path(args.out))
     if "verification_failed" in figures:
-        raise SystemExit(1)  # the record keeps what was measured; the run failed
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

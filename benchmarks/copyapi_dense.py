@@ -30,7 +30,6 @@ verified once per cell (copyapi_bench.verify). Writes benchmarks/results/copyapi
 from __future__ import annotations
 
 import json
-import signal
 import statistics
 import subprocess
 import sys
@@ -40,7 +39,7 @@ from typing import Any
 import torch
 
 import copyapi_bench as base
-from foundation import bench_parser, comparison, write_record
+from foundation import bench_parser, comparison
 from xferscope.core.engine import NativeEngine
 from xferscope.core.errors import XferscopeError
 from xferscope.core.machine import collect
@@ -272,40 +271,19 @@ def main() -> None:
     parts = [p for p in args.parts.split(",") if p]
     if not parts or set(parts) - set(PARTS):
         parser.error(f"--parts: '{args.parts}' is not among {', '.join(PARTS)}")
-    figures: dict = {}
-    comparisons: list[dict] = []
-    if args.into:
-        try:
-            earlier = json.loads(Path(args.into).read_text())
-            figures, comparisons = earlier["figures"], earlier["comparisons"]
-        except (OSError, ValueError, KeyError) as exc:
-            parser.error(f"--into: cannot read {args.into}: {exc}")
+    figures, comparisons = base.joined(parser, args.into)
     try:
         meta = collect(NativeEngine(), [0])
     except XferscopeError as exc:
         raise SystemExit(f"copyapi_dense: {exc}") from None
-
-    def stop(_signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)  # a time limit's SIGTERM keeps what was measured
-    try:
-        for part in parts:
-            PART_FUNCTIONS[part](args, figures, comparisons)
-    except KeyboardInterrupt as exc:
-        figures["interrupted"] = repr(exc)
-    except base.Mismatch as exc:
-        figures["verification_failed"] = str(exc)
-        print(f"verification failed: {exc}", flush=True)
+    base.measured(lambda: [PART_FUNCTIONS[p](args, figures, comparisons) for p in parts], figures)
     made = {"copy_many_dense_worst_vs_loop", "copy_many_dense_worst_vs_foreach",
             "copy_many_dense_cells_not_lost_share",
             "copy_to_device_first_call_worst_vs_torch"}  # fmt: skip
     comparisons[:] = [c for c in comparisons if c["name"] not in made]
     dense_summary(figures, comparisons)
     first_summary(figures, comparisons)
-    write_record("copyapi", args.commit, meta, 1, comparisons, figures, Path(args.out))
-    if "verification_failed" in figures:
-        raise SystemExit(1)
+    base.recorded(args, meta, comparisons, figures)
 
 
 if __name__ == "__main__":

@@ -21,18 +21,15 @@ is installed; from PyPI, carried to the GPU machine as a wheel). Joins the copya
 
 from __future__ import annotations
 
-import json
-import signal
 import statistics
 from collections import OrderedDict
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 
 import copyapi_bench as base
-from foundation import bench_parser, comparison, write_record
+from foundation import bench_parser, comparison
 from xferscope import to_device, to_host
 from xferscope.core.engine import NativeEngine
 from xferscope.core.machine import collect
@@ -194,32 +191,13 @@ def main() -> None:
         parser.error(f"--workloads: '{args.workloads}' is not among {', '.join(WORKLOADS)}")
     if not 2 <= args.trials <= base.MOST_TRIALS:
         parser.error(f"--trials: {args.trials} is not from 2 to {base.MOST_TRIALS}")
-    figures: dict = {}
-    comparisons: list[dict] = []
-    if args.into:
-        try:
-            earlier = json.loads(Path(args.into).read_text())
-            figures, comparisons = earlier["figures"], earlier["comparisons"]
-        except (OSError, ValueError, KeyError) as exc:
-            parser.error(f"--into: cannot read {args.into}: {exc}")
+    figures, comparisons = base.joined(parser, args.into)
     meta = collect(NativeEngine(), [0])
-
-    def stop(_signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)  # a time limit's SIGTERM keeps what was measured
-    try:
-        for name in workloads:
-            workload_part(name, args.trials, figures)
-    except KeyboardInterrupt as exc:
-        figures["interrupted"] = repr(exc)
-    except base.Mismatch as exc:
-        figures["verification_failed"] = str(exc)
-        print(f"verification failed: {exc}", flush=True)
+    base.measured(
+        lambda: [workload_part(name, args.trials, figures) for name in workloads], figures
+    )
     summary(figures, comparisons)
-    write_record("copyapi", args.commit, meta, 1, comparisons, figures, Path(args.out))
-    if "verification_failed" in figures:
-        raise SystemExit(1)
+    base.recorded(args, meta, comparisons, figures)
 
 
 if __name__ == "__main__":
