@@ -19,6 +19,7 @@ from .costs import expected, merged, overlap_ns, with_kernels
 from .findings import Context, TraceFinding, find_all
 from .records import NVPROF_NAMES, Copy, Trace
 from .reference import Reference
+from .steps import Steps, steps
 from .timeline import Timelines
 
 
@@ -75,6 +76,9 @@ class Analysis:
     copy_gpu_s: float
     gpus: Timelines  # each GPU's timeline, as the findings saw it
     notes: tuple[str, ...] = field(default=())
+    # the loop's steps, marked by the line `region` named (else found), or None: made once, for
+    # the summary and the run's figures alike
+    loop: Steps | None = None
 
     @property
     def saving_s(self) -> float:
@@ -171,7 +175,9 @@ def _order(f: TraceFinding) -> tuple[bool, float]:
     return (f.saving_s is None, -(f.cost_s if f.saving_s is None else f.saving_s))
 
 
-def analyze(trace: Trace, wall_s: float, reference: Reference | None) -> Analysis:
+def analyze(trace: Trace, wall_s: float, reference: Reference | None, region: str = "") -> Analysis:
+    """The trace's table, groups, findings and timelines; `region`: the line that marks its
+    steps (`trace --region`)."""
     context = Context(trace, reference)
     found = find_all(context)
     notes = []
@@ -192,4 +198,5 @@ def analyze(trace: Trace, wall_s: float, reference: Reference | None) -> Analysi
         sum(c.seconds for c in trace.copies),
         context.gpus,
         tuple(notes),
+        steps(trace, region, context.gpus.busy),
     )

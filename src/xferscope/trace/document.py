@@ -15,7 +15,7 @@ from .analyze import Analysis, Group, KindRow
 from .findings import TraceFinding
 from .ranks import ranks
 from .records import Copy, Trace
-from .steps import MIN_STEPS, steady_span, steps
+from .steps import MIN_STEPS, steady_span
 from .timeline import Timelines
 
 SCHEMA_NAME = "xferscope-trace"
@@ -145,7 +145,7 @@ def summary_dict(
 ) -> dict[str, Any]:
     """The summary of a trace; `region`: the line that marks its steps (`trace --region`)."""
     gpus = analysis.gpus
-    loop = steps(trace, region, gpus.busy)
+    loop = analysis.loop
     job, straggler = ranks(trace, gpus)
     said = []
     if region and loop is None:

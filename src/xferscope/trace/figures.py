@@ -11,7 +11,7 @@ from typing import Any
 
 from .analyze import Analysis
 from .records import Copy, Trace, user_frame
-from .steps import steady_span, steps
+from .steps import steady_span
 
 
 def line_of(trace: Trace, c: Copy) -> tuple[str, str, str]:
@@ -49,7 +49,7 @@ def run_figures(
         key, where, code = line_of(trace, c)
         lines[key].append(c)
         said[key] = (where, code)
-    loop = steps(trace, region, analysis.gpus.busy)
+    loop = analysis.loop
     return {
         "wall_s": wall_s,
         "span_s": steady_span(loop, analysis.gpus, region),

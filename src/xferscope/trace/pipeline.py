@@ -67,13 +67,15 @@ def trace_program(
         return Traced(ran, trace, None)
     more = _more_runs(options, scratch, ran, say)
     reference, engine = _reference(options, open_engine, say)
-    analysis = analyze(trace, ran.wall_s, reference)
     region = options.region
+    analysis = analyze(trace, ran.wall_s, reference, region)
     runs = [run_figures(trace, analysis, ran.wall_s, region)]
     for other in more:
         again = read_trace(other.files)
         runs.append(
-            run_figures(again, analyze(again, other.wall_s, reference), other.wall_s, region)
+            run_figures(
+                again, analyze(again, other.wall_s, reference, region), other.wall_s, region
+            )
         )
     rates = None if reference is None else reference.to_dict()
     summary = summary_dict(analysis, trace, rates, region)
