@@ -198,5 +198,5 @@ def analyze(trace: Trace, wall_s: float, reference: Reference | None, region: st
         sum(c.seconds for c in trace.copies),
         context.gpus,
         tuple(notes),
-        steps(trace, region, context.gpus.busy),
+        steps(trace, region, context.gpus.busy, context.kernels),
     )

@@ -68,12 +68,15 @@ def at_region(where: str, region: str) -> bool:
 
 
 def steps(
-    trace: Trace, region: str = "", busy: dict[int, tuple[list[int], list[int]]] | None = None
+    trace: Trace,
+    region: str = "",
+    busy: dict[int, tuple[list[int], list[int]]] | None = None,
+    kernels: dict[int, tuple[list[int], list[int]]] | None = None,
 ) -> Steps | None:
     """The loop's steps, or None where no line repeats MIN_STEPS times; marked by the line
     `region` names where one is named (`trace --region train.py:41`), else by the line whose
-    calls spread over the longest time. `busy`: each GPU's busy parts, where the caller has them
-    (Timelines.busy)."""
+    calls spread over the longest time. `busy` and `kernels`: each GPU's busy parts and its
+    kernels' (merged), where the caller has them (Timelines.busy, findings.Context.kernels)."""
     marks: list[tuple[int, int, int, str]] = []  # (start, end, process, line) of each call
     for c in trace.copies:
         if c.call is not None and c.call.thread == c.pid and (c.python or c.frames):
@@ -102,7 +105,7 @@ def steps(
     mine = {x.device for x in trace.copies if x.pid == pid}  # the GPUs its process used
     mine |= {x.device for x in trace.intervals if x.pid == pid}
     busy = {d: parts for d, parts in busy.items() if d in mine} or busy
-    kernels = merged(trace.kernels())
+    kernels = merged(trace.kernels()) if kernels is None else kernels
     judged_ns = covered = computed = 0  # ns of the steps judged, busy in them, kernels in them
     # where every kernel of its process was recorded: a step inside one of them is judged
     parts = judged(trace, {pid}, at[0], at[-1])
