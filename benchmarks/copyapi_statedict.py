@@ -90,14 +90,21 @@ def _equal(a: dict, b: dict) -> None:
             raise base.Mismatch(f"{k} differs from its source after the copy")
 
 
-def methods_up(sd: OrderedDict) -> dict[str, Callable[[], Any]]:
-    """Each way to move `sd` to GPU 0, returning the moved dict (synchronized)."""
+def torch_loop(sd: OrderedDict, where: str) -> Callable[[], Any]:
+    """PyTorch's loop: each tensor `.to(where, non_blocking=True)`, then the stream waited for."""
     stream = torch.cuda.current_stream()
 
     def loop() -> Any:
-        out = OrderedDict((k, v.to("cuda", non_blocking=True)) for k, v in sd.items())
+        out = OrderedDict((k, v.to(where, non_blocking=True)) for k, v in sd.items())
         stream.synchronize()
         return out
+
+    return loop
+
+
+def methods_up(sd: OrderedDict) -> dict[str, Callable[[], Any]]:
+    """Each way to move `sd` to GPU 0, returning the moved dict (synchronized)."""
+    stream = torch.cuda.current_stream()
 
     def foreach() -> Any:
         out = [torch.empty_like(v, device="cuda") for v in sd.values()]
@@ -108,7 +115,7 @@ def methods_up(sd: OrderedDict) -> dict[str, Callable[[], Any]]:
     def ours() -> Any:
         return to_device(sd, "cuda")
 
-    made = {"xferscope": ours, "torch_loop": loop, "torch_foreach": foreach}
+    made = {"xferscope": ours, "torch_loop": torch_loop(sd, "cuda"), "torch_foreach": foreach}
     try:
         from tensordict import TensorDict  # type: ignore[import-not-found]
     except ImportError:
@@ -125,14 +132,10 @@ def methods_up(sd: OrderedDict) -> dict[str, Callable[[], Any]]:
 
 def methods_down(on_gpu: OrderedDict) -> dict[str, Callable[[], Any]]:
     """Each way to move `on_gpu` back to the host."""
-    stream = torch.cuda.current_stream()
-
-    def loop() -> Any:
-        out = OrderedDict((k, v.to("cpu", non_blocking=True)) for k, v in on_gpu.items())
-        stream.synchronize()
-        return out
-
-    return {"xferscope": lambda: to_host(on_gpu, non_blocking=True), "torch_loop": loop}
+    return {
+        "xferscope": lambda: to_host(on_gpu, non_blocking=True),
+        "torch_loop": torch_loop(on_gpu, "cpu"),
+    }
 
 
 def workload_part(name: str, trials: int, figures: dict) -> None:
