@@ -502,6 +502,8 @@ def joined(parser: Any, into: str | None) -> tuple[dict, list[dict]]:
     separate calls, one file), else empty ones; parser.error where it cannot be read."""
     if not into:
         return {}, []
+    if not Path(into).is_file():  # a FIFO would hang the read, a directory fail it
+        parser.error(f"--into: {into} is not a record file")
     try:
         earlier = json.loads(Path(into).read_text())
         return earlier["figures"], earlier["comparisons"]

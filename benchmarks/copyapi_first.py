@@ -29,6 +29,8 @@ def main() -> None:
     parser.add_argument("who", choices=("xferscope", "xferscope_warm", "torch"))
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
+    if not 0 < args.size <= 1 << 34:
+        parser.error(f"size: {args.size} is not a number of bytes from 1 to 16 GiB")
     torch.zeros(1, device="cuda")
     torch.cuda.synchronize()  # the context, made by PyTorch as in a PyTorch program
     g = torch.Generator().manual_seed(args.size)

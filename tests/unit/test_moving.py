@@ -73,8 +73,10 @@ def test_devices_are_named_in_pytorchs_words(device, index):
 
 
 @pytest.mark.parametrize(
-    "device", ["cpu", "cuda:x", -1, True, 1.0, types.SimpleNamespace(type="cpu", index=None)]
-)
+    "device",
+    ["cpu", "cuda:x", "", "cuda:", -1, True, 1.0, float("nan"), 10**30, "cuda:99999999999",
+     types.SimpleNamespace(type="cpu", index=None)],
+)  # fmt: skip
 def test_a_device_that_is_no_gpu_is_one_clear_error(device):
     with pytest.raises(ValueError, match=r"^device: .* is not a CUDA device"):
         moving.gpu_index(device)

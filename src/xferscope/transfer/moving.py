@@ -35,6 +35,7 @@ from .staged import close_shared, shared_pinned_bytes
 from .structures import flatten
 
 FRAMEWORKS: tuple[ModuleType, ...] = (torch_leaves, cupy_leaves)
+MOST_GPU = 1 << 31  # an index past a C int names no GPU
 DEVICE_WORDS = "a GPU index, 'cuda', 'cuda:N' or torch.device('cuda:N')"
 
 
@@ -55,13 +56,13 @@ def gpu_index(device: Any) -> int:
         if "cupy" in sys.modules:
             return int(sys.modules["cupy"].cuda.Device().id)
         return 0
-    if isinstance(device, int) and not isinstance(device, bool) and device >= 0:
+    if isinstance(device, int) and not isinstance(device, bool) and 0 <= device < MOST_GPU:
         return device
     kind, index = getattr(device, "type", None), getattr(device, "index", None)
     if isinstance(device, str):
-        found = re.fullmatch(r"cuda(?::([0-9]+))?", device.strip())
+        found = re.fullmatch(r"cuda(?::([0-9]{1,9}))?", device.strip())
         kind, index = ("cuda", found[1] and int(found[1])) if found else (None, None)
-    if kind == "cuda":
+    if kind == "cuda" and (index is None or 0 <= int(index) < MOST_GPU):
         return gpu_index(None) if index is None else int(index)
     raise ValueError(f"device: {device!r} is not a CUDA device ({DEVICE_WORDS})")
 

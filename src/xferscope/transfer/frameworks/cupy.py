@@ -34,9 +34,16 @@ def upload(a: Any, index: int) -> tuple[Any, Any | None]:
 
 
 def download(a: Any, non_blocking: bool) -> tuple[Any, Any | None]:
+    """(the NumPy array on the host, pinned where `non_blocking` as for PyTorch, the CuPy array
+    to copy from, or None where nothing is to be copied): a NumPy array is itself."""
     if isinstance(a, np.ndarray):
         return a, None
-    made = np.empty(a.shape, dtype=a.dtype)
+    if non_blocking:
+        import cupyx  # CuPy's own, present wherever cupy is
+
+        made = cupyx.empty_pinned(a.shape, dtype=a.dtype)
+    else:
+        made = np.empty(a.shape, dtype=a.dtype)
     return made, (a if a.flags.c_contiguous else a.copy(order="C")) if a.size else None
 
 
