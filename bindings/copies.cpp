@@ -40,13 +40,14 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// The copy of a resolved batch by a native copier (bindings/batch.cpp's ManyCopier).
-void copy_resolved(ManyHandle& h, const std::string& method, const Resolved& r) {
+// The copy of a resolved batch by a native copier (bindings/batch.cpp's ManyCopier); the
+// method that made it (the loop for a staged batch while the staged copier is being made).
+std::string copy_resolved(ManyHandle& h, const std::string& method, const Resolved& r) {
   batch::ManyCopier& c = h.get();
   nb::gil_scoped_release release;
   static_assert(sizeof(std::size_t) == sizeof(std::uintptr_t));
-  c.copy(method, r.upload, r.destinations.data(), r.sources.data(), r.sizes.data(), r.sizes.size(),
-         r.pinned, r.pinned ? r.mapped.data() : nullptr);
+  return c.copy(method, r.upload, r.destinations.data(), r.sources.data(), r.sizes.data(),
+                r.sizes.size(), r.pinned, r.pinned ? r.mapped.data() : nullptr);
 }
 
 class Copies {
@@ -147,12 +148,15 @@ class Copies {
     // copies held while the copy runs: a call from another thread may change the maps meanwhile
     auto [method, choice] = decide(r.upload, r.pinned, r.sizes.size(), r.total, r.device, asked);
     const Copier with = held(r.device);
+    std::string made = method;
     if (!with.native.is_none()) {
-      copy_resolved(nb::cast<ManyHandle&>(with.native), method, r);
+      made = copy_resolved(nb::cast<ManyHandle&>(with.native), method, r);
     } else {
-      with.copier.attr("copy_resolved")(method, nb::cast(r, nb::rv_policy::copy));
+      nb::object got = with.copier.attr("copy_resolved")(method, nb::cast(r, nb::rv_policy::copy));
+      if (!got.is_none()) made = nb::cast<std::string>(got);
     }
-    return choice;
+    // the Choice of this call says what made it: the loop while the staged copier was made
+    return made == method ? choice : choice.attr("made_by")(made);
   }
 
   nb::object classify_, decide_, copier_of_, read_pair_;
@@ -188,7 +192,8 @@ void bind_copies(nb::module_& m) {
            "copy_pairs for three arrays of addresses and sizes.")
       .def("copier", &Copies::copier, "device"_a, "The engine's copier for `device`.");
   m.def("copy_resolved", &copy_resolved, "copier"_a, "method"_a, "batch"_a,
-        "Copies a resolved batch by `method` through a ManyCopier; returns once it has landed.");
+        "Copies a resolved batch by `method` through a ManyCopier; returns once it has landed, "
+        "and the method that made it.");
   m.def(
       "forget_decisions", [] { ++generation; },
       "Forgets every copy_many decision (a calibration was stored).");

@@ -20,26 +20,33 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .transfer.copy import copy_many
-    from .transfer.moving import release, to_device, to_host, warmup
-    from .transfer.staged import StagedCopier, StagedPlan, copy_to_device, copy_to_host
+    from .transfer.first import copy_many, copy_to_device, copy_to_host, to_device, to_host, warmup
+    from .transfer.moving import release
+    from .transfer.staged import StagedCopier, StagedPlan
 else:
     # Hidden from type checkers: a module __getattr__ would make every unresolved submodule,
     # the native _engine among them, look like an attribute of type Any.
 
+    _FIRST = ("copy_many", "copy_to_device", "copy_to_host", "to_device", "to_host", "warmup")
+
     def __getattr__(name: str) -> object:
-        """The staged-copy API, imported on first use: `import xferscope` loads neither NumPy
-        nor the native engine, and needs no GPU or driver."""
-        if name in ("StagedCopier", "StagedPlan", "copy_to_device", "copy_to_host"):
+        """The copy API, imported on first use: `import xferscope` loads neither NumPy nor the
+        native engine, and needs no GPU or driver. Until the copy API is set up, its calls
+        are transfer.first's, which never wait for the setting up; then its own (kept here)."""
+        if name in _FIRST:
+            from .transfer import first
+
+            if not first.ready():
+                return getattr(first, name)
+            fn = first.api(name)
+            globals()[name] = fn
+            return fn
+        if name in ("StagedCopier", "StagedPlan"):
             from .transfer import staged
 
             return getattr(staged, name)
-        if name == "copy_many":
-            from .transfer.copy import copy_many
-
-            return copy_many
-        if name in ("release", "to_device", "to_host", "warmup"):
+        if name == "release":
             from .transfer import moving
 
-            return getattr(moving, name)
+            return moving.release
         raise AttributeError(f"module 'xferscope' has no attribute {name!r}")

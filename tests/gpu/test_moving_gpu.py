@@ -77,3 +77,47 @@ def test_numpy_arrays_go_up_as_cupy_arrays():
     assert np.array_equal(cupy.asnumpy(on_gpu["images"]), batch["images"])
     back = xferscope.to_host(on_gpu)
     assert all(np.array_equal(back[k], batch[k]) for k in batch)
+
+
+FIRST_CALLS = """
+import sys, numpy as np, torch, xferscope
+from xferscope.transfer import first
+from xferscope.transfer.choice import MADE_BY_LOOP
+torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+g = torch.Generator().manual_seed(1)
+src = torch.randint(0, 256, (64 << 20,), dtype=torch.uint8, generator=g)
+dst = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+one = xferscope.copy_many([(dst, src)])  # PyTorch's way, the setting up on another thread
+assert one.source == "first call" and torch.equal(dst.cpu(), src), one
+first._setting_up[0].join()
+assert first.ready() and not first._setting_up[0].daemon
+dst.zero_()
+two = xferscope.copy_many([(dst, src)])  # set up: the staged copy, made on that thread
+assert two.method == "staged" and torch.equal(dst.cpu(), src), two
+# NumPy's pages: xferscope's way at once; the staged copy of GPU 0's copier is made, so a
+# new engine's copier shows the loop while its own is being made
+from xferscope.core.engine import NativeEngine
+engine = NativeEngine()
+host = np.random.default_rng(2).integers(0, 256, 64 << 20, dtype=np.uint8)
+three = xferscope.copy_many([(dst, host)], engine=engine)
+assert (three.method, three.reason) == ("loop", MADE_BY_LOOP), three
+assert np.array_equal(dst.cpu().numpy(), host)
+from xferscope.transfer.copy import _copies
+_copies(engine).copier(0).prepare_staged()
+dst.zero_()
+four = xferscope.copy_many([(dst, host)], engine=engine)
+assert four.method == "staged" and np.array_equal(dst.cpu().numpy(), host), four
+print("ok")
+"""
+
+
+def test_first_calls_go_pytorchs_way_then_the_staged_copy_once_set_up():
+    """A fresh process: its first PyTorch copy goes PyTorch's way while xferscope sets up on a
+    thread that is no daemon; then the staged copy takes the same copy. A copier whose staged
+    copy is being made copies by the loop meanwhile, and says so; every copy lands whole."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", FIRST_CALLS], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]

@@ -23,6 +23,7 @@ from xferscope.batch.measure import (
     to_dict,
 )
 from xferscope.core.engine.simulated import SimulatedEngine
+from xferscope.core.engine.simulated_batch import STAGED_MAKE_S
 from xferscope.transfer import calibration, rule
 from xferscope.transfer.policy import CopyRefused
 
@@ -93,6 +94,11 @@ def test_large_pageable_batches_go_through_the_staged_copy():
     host = np.ones(64 * size, dtype=np.uint8)  # pageable
     engine = engine_with()
     up = [(g, host[i * size : (i + 1) * size]) for i, g in enumerate(gpu_blocks(64, size))]
+    # the first begins making the staged copy and goes by the loop meanwhile, saying so
+    choice = copy_many(up, engine=engine)
+    assert (choice.method, choice.memory, choice.source) == ("loop", "pageable", "rule")
+    assert "still being made on another thread" in choice.explain()
+    engine.advance(STAGED_MAKE_S)
     choice = copy_many(up, engine=engine)
     assert (choice.method, choice.memory, choice.source) == ("staged", "pageable", "rule")
     assert "staged copy" in choice.explain()

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from xferscope.core.engine.simulated import SimulatedEngine
-from xferscope.transfer import moving
+from xferscope.transfer import moves, moving
 from xferscope.transfer.structures import StructureError, flatten
 
 GPU_BASE = 0x2000_0000_0000  # below where the host maps its own memory
@@ -133,7 +133,7 @@ def calls(monkeypatch) -> list[tuple[int, int | None]]:
 
 def test_to_device_moves_each_leaf_once_by_one_copy_many(monkeypatch, engine, calls):
     synchronized: list[set[int]] = []
-    monkeypatch.setattr(moving, "FRAMEWORKS", (_framework(synchronized),))
+    monkeypatch.setattr(moves, "FRAMEWORKS", (_framework(synchronized),))
     w = np.random.default_rng(0).random(1000)
     state = {"w": w, "tied": w, "b": np.ones(10), "empty": np.zeros(0), "step": 3}
     moved = moving.to_device(state, "cuda:1", engine=engine)
@@ -146,7 +146,7 @@ def test_to_device_moves_each_leaf_once_by_one_copy_many(monkeypatch, engine, ca
 
 
 def test_nothing_to_move_makes_no_copy(monkeypatch):
-    monkeypatch.setattr(moving, "FRAMEWORKS", (_framework([]),))
+    monkeypatch.setattr(moves, "FRAMEWORKS", (_framework([]),))
     monkeypatch.setattr(moving, "copy_many", lambda *a, **k: pytest.fail("copied"))
     assert moving.to_device({"n": 1, "s": "x"}, 0) == {"n": 1, "s": "x"}
     assert moving.to_host([1, (2, None)]) == [1, (2, None)]
@@ -167,7 +167,7 @@ def test_to_host_moves_each_gpus_leaves_by_one_copy_many_each(monkeypatch, engin
         is_leaf=lambda x: isinstance(x, FakeGpuArray), download=download, gpu_of=gpu_of,
         synchronize=lambda gpus: synchronized.append(set(gpus)),
     )  # fmt: skip
-    monkeypatch.setattr(moving, "FRAMEWORKS", (framework,))
+    monkeypatch.setattr(moves, "FRAMEWORKS", (framework,))
     on = [FakeGpuArray(GPU_BASE + d * (1 << 40) + i * 4096, 4096) for d in (0, 1, 1) for i in [d]]
     back = moving.to_host({"a": on[0], "b": [on[1], on[2]]}, engine=engine)
     assert synchronized == [{0, 1}]

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from xferscope.core.engine.simulated import SimulatedEngine
+from xferscope.core.engine.simulated_batch import STAGED_MAKE_S
 from xferscope.core.engine.simulated_handles import SIMULATED_STAGED_PLAN, SimulatedCopier
 from xferscope.core.errors import CudaError, EngineError, NoDeviceError
 from xferscope.transfer import staged
@@ -371,17 +372,20 @@ def test_module_functions_copy_as_copy_many_copies_one_piece():
     staged.copy_to_device(gpu_base, host)
     staged.copy_to_host(host, gpu_base, 32)
     staged.copy_to_device(gpu_base + (1 << 40), host, device=1)
+    staged.copy_to_host(big, gpu_base)  # by the loop while the staged copy is made
+    engine.advance(STAGED_MAKE_S)
     staged.copy_to_host(big, gpu_base)
     first = many._copies(engine).copier(0)
     assert [c[:3] for c in first.calls] == [
         ("loop", True, 1),
+        ("loop", False, 1),
         ("loop", False, 1),
         ("staged", False, 1),
     ]
     assert many._copies(engine).copier(1).calls == [("loop", True, 1, False)]
     with pytest.raises(CopyRefused, match="copy_to_device copies host to GPU, and these buffers"):
         staged.copy_to_device(host, gpu_base)
-    assert len(first.calls) == 3
+    assert len(first.calls) == 4
     use_engine(None)
 
 
@@ -406,8 +410,8 @@ def test_package_exports_the_api_without_loading_numpy_or_the_engine():
         "import sys, xferscope\n"
         "assert 'numpy' not in sys.modules and 'xferscope._engine' not in sys.modules\n"
         "from xferscope import StagedCopier, StagedPlan, copy_to_device, copy_to_host\n"
-        "from xferscope.transfer import staged\n"
-        "assert StagedCopier is staged.StagedCopier and copy_to_host is staged.copy_to_host\n"
+        "from xferscope.transfer import first, staged\n"
+        "assert StagedCopier is staged.StagedCopier and copy_to_host is first.copy_to_host\n"
         "assert 'xferscope._engine' not in sys.modules\n"
         "try:\n    xferscope.nothing\nexcept AttributeError as e:\n    print(e)\n"
     )

@@ -36,15 +36,22 @@ class ManyCopier {
   int device() const noexcept { return device_; }
   // Copies piece i: sizes[i] bytes from sources[i] to destinations[i], all host to device
   // (`upload`) or all device to host, by `method` (loop, batch-stream, batch-call, batch-any,
-  // pack, staged, kernel); returns once every byte has landed. `pinned`: the host side is
-  // page-locked (kernel needs it, with `mapped_host`: the address each host piece has on the GPU).
-  // Calls from several threads run one after another.
-  void copy(const std::string& method, bool upload, const std::uintptr_t* destinations,
-            const std::uintptr_t* sources, const std::size_t* sizes, std::size_t count, bool pinned,
-            const std::uintptr_t* mapped_host);
+  // pack, staged, kernel); returns once every byte has landed, and the method that made it.
+  // `pinned`: the host side is page-locked (kernel needs it, with `mapped_host`: the address
+  // each host piece has on the GPU). Calls from several threads run one after another.
+  //
+  // The staged method's threads and pinned chunks (tens of milliseconds to make) are made on
+  // another thread, begun by the first staged batch; until they are ready a staged batch goes
+  // by the loop, one cudaMemcpyAsync per piece, as PyTorch's copy makes it, so no call waits
+  // for them. If making them failed, the next staged batch raises that error.
+  std::string copy(const std::string& method, bool upload, const std::uintptr_t* destinations,
+                   const std::uintptr_t* sources, const std::size_t* sizes, std::size_t count,
+                   bool pinned, const std::uintptr_t* mapped_host);
   // Makes now what the first staged copy would make (its threads, a host memcpy probe and its
-  // pinned chunks), so that a program's first large pageable copy does not pay for them.
+  // pinned chunks), or waits for it being made; raises what making it raised.
   void prepare_staged();
+  // Whether the staged copy's threads and chunks are made (its batches go staged).
+  bool staged_ready() const noexcept;
   // Pinned host memory this copier holds for later calls: its staging, and its staged copy's
   // chunks once made.
   std::size_t pinned_bytes();

@@ -5,10 +5,13 @@
 #include <cuda.h>  // the driver's pointer attributes (types only: the call is found at run time)
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <thread>
 
 #include "batch/batch_api.hpp"
 #include "batch/kernels.hpp"
@@ -84,6 +87,7 @@ PointerInfo query(std::uintptr_t address) {
 }
 
 constexpr std::size_t kAlign = 256;
+const std::string kLoop = "loop";
 std::size_t aligned(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 }  // namespace
@@ -121,7 +125,51 @@ struct ManyCopier::Impl {
   char* device = nullptr;  // the same layout on the GPU
   std::size_t device_bytes = 0;
 
-  std::unique_ptr<StagedCopier> staged;  // the staged method's threads: made on first use
+  // The staged method's threads and chunks, made on another thread (`builder`, begun by the
+  // first staged batch or prepare_staged) while staged batches go by the loop: `staged` is
+  // written by the builder only, and read once `ready` says it is made. `building` guards
+  // `builder`; `failed` is read after joining it.
+  std::unique_ptr<StagedCopier> staged;
+  std::mutex building;
+  std::thread builder;
+  std::atomic<bool> ready{false}, ended{false};
+  std::exception_ptr failed;
+
+  // Begins making the staged copier, unless it is made or being made (`building` held).
+  void begin_staged(int device) {
+    if (ready.load(std::memory_order_acquire) || builder.joinable()) return;
+    ended.store(false);
+    builder = std::thread([this, device] {
+      try {
+        staged = std::make_unique<StagedCopier>(device);
+        ready.store(true, std::memory_order_release);
+      } catch (...) {
+        failed = std::current_exception();
+      }
+      ended.store(true, std::memory_order_release);
+    });
+  }
+
+  // Joins the builder (waiting for it where it still runs; `building` held) and raises what
+  // it failed with, forgotten so that a later batch tries again.
+  void join_builder() {
+    if (!builder.joinable()) return;
+    builder.join();
+    if (failed) {
+      std::exception_ptr f = failed;
+      failed = nullptr;
+      std::rethrow_exception(f);
+    }
+  }
+
+  // Whether a staged batch goes staged now: the copier is made (the builder joined), else
+  // begun; a failed builder's error raised.
+  bool staged_now(int device) {
+    std::lock_guard<std::mutex> lock(building);
+    if (ended.load(std::memory_order_acquire)) join_builder();
+    if (!ready.load(std::memory_order_acquire)) begin_staged(device);
+    return ready.load(std::memory_order_acquire);
+  }
 
   void reserve(std::size_t bytes) { reserve(bytes, bytes); }
   void reserve(std::size_t bytes, std::size_t on_device) {
@@ -150,6 +198,10 @@ struct ManyCopier::Impl {
   }
 
   ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(building);
+      if (builder.joinable()) builder.join();
+    }
     staged.reset();
     if (stream.get()) cudaStreamSynchronize(stream);
     if (host) cudaFreeHost(host);
@@ -171,27 +223,34 @@ ManyCopier::~ManyCopier() {
 
 void ManyCopier::prepare_staged() {
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> one_at_a_time(m.calls);
-  detail::DeviceGuard guard(device_);
-  if (!m.staged) m.staged = std::make_unique<StagedCopier>(device_);
+  std::lock_guard<std::mutex> lock(m.building);
+  m.begin_staged(device_);
+  m.join_builder();
+}
+
+bool ManyCopier::staged_ready() const noexcept {
+  return impl_->ready.load(std::memory_order_acquire);
 }
 
 std::size_t ManyCopier::pinned_bytes() {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> one_at_a_time(m.calls);
   std::size_t bytes = m.host_bytes;
-  if (m.staged) {
+  if (m.ready.load(std::memory_order_acquire)) {
     const StagedPlan& p = m.staged->plan();
     bytes += static_cast<std::size_t>(p.threads) * p.buffers_per_thread * p.chunk_bytes;
   }
   return bytes;
 }
 
-void ManyCopier::copy(const std::string& method, bool upload, const std::uintptr_t* destinations,
-                      const std::uintptr_t* sources, const std::size_t* sizes, std::size_t count,
-                      bool pinned, const std::uintptr_t* mapped_host) {
-  if (count == 0) return;
+std::string ManyCopier::copy(const std::string& asked, bool upload,
+                             const std::uintptr_t* destinations, const std::uintptr_t* sources,
+                             const std::size_t* sizes, std::size_t count, bool pinned,
+                             const std::uintptr_t* mapped_host) {
+  if (count == 0) return asked;
   Impl& m = *impl_;
+  // a staged batch goes by the loop while the staged copier is being made
+  const std::string& method = asked == "staged" && !m.staged_now(device_) ? kLoop : asked;
   std::lock_guard<std::mutex> one_at_a_time(m.calls);
   detail::DeviceGuard guard(device_);
   cudaStream_t stream = m.stream;
@@ -254,7 +313,6 @@ void ManyCopier::copy(const std::string& method, bool upload, const std::uintptr
       }
     }
     place_table();
-    if (staged && !m.staged) m.staged = std::make_unique<StagedCopier>(device_);
     if (upload && staged) {
       XFS_CUDA_CALL(cudaMemcpyAsync(m.device, m.host, table_bytes, cudaMemcpyHostToDevice, stream));
       m.staged->gather_to_device(device_data, reinterpret_cast<const void* const*>(sources), sizes,
@@ -303,6 +361,7 @@ void ManyCopier::copy(const std::string& method, bool upload, const std::uintptr
   }
   drain.done = true;
   XFS_CUDA_CALL(cudaStreamSynchronize(stream));
+  return method;
 }
 
 }  // namespace xferscope::batch

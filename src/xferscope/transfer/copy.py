@@ -43,8 +43,9 @@ from ..core.compiled import engine_module
 from ..core.engine import Engine
 from .buffers import is_address, read_pair, side
 from .calibration import LOOK_AGAIN_S
+from .choice import Choice, Shape
 from .engine import default_engine
-from .policy import COPY_MANY_METHODS, Choice, Shape, choose
+from .policy import COPY_MANY_METHODS, choose
 
 _e = engine_module()
 

@@ -4,7 +4,10 @@ the simulated engine)."""
 
 from __future__ import annotations
 
-from ..core.engine import Engine
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..core.engine import Engine
 
 _engine: list[Engine] = []  # the engine in use, once made or set
 
@@ -22,3 +25,8 @@ def use_engine(engine: Engine | None) -> None:
     """Makes `engine` the one the runtime API uses when given none (None: the native engine,
     made again on the next copy)."""
     _engine[:] = [] if engine is None else [engine]
+
+
+def chosen() -> Engine | None:
+    """The engine in use, or None where none is made or set yet (nothing is made here)."""
+    return _engine[0] if _engine else None

@@ -5,13 +5,13 @@ it, in copy_many's one cache."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from ..core.compiled import engine_module
 from ..core.engine import Engine
-from ..core.units import format_bytes
 from .calibration import gpu_key, load
+from .choice import Choice, Shape
 from .rule import rule
+
+__all__ = ["COPY_MANY_METHODS", "POINTER_KINDS", "Choice", "CopyRefused", "Shape", "choose"]
 
 _e = engine_module()
 COPY_MANY_METHODS: tuple[str, ...] = tuple(_e.COPY_MANY_METHODS)
@@ -22,52 +22,6 @@ COPY_MANY_METHODS: tuple[str, ...] = tuple(_e.COPY_MANY_METHODS)
 CopyRefused: type[ValueError] = _e.CopyRefused
 # what memory an address lies in, as the driver names it: classify_pointers' kinds, by number
 POINTER_KINDS: tuple[str, ...] = tuple(_e.POINTER_KINDS)
-
-
-@dataclass(frozen=True, slots=True)
-class Shape:
-    """What decides a batch's method: its direction (h2d, d2h), its host memory (pinned, or
-    pageable if any piece is), its count of pieces, its bytes in all and its GPU."""
-
-    direction: str
-    memory: str
-    count: int
-    bytes: int
-    device: int
-
-
-@dataclass(frozen=True, slots=True)
-class Choice:
-    """What copy_many did with a batch, and why (explain())."""
-
-    method: str
-    direction: str  # h2d, d2h
-    memory: str  # pinned, pageable (the host side; pageable if any piece is)
-    count: int
-    bytes: int
-    device: int
-    source: str  # calibration, rule, asked
-    reason: str
-    # the nearest calibrated batch (count, size) and each method's seconds there
-    cell: tuple[int, int] | None = None
-    measured: dict[str, float] = field(default_factory=dict)
-
-    def explain(self) -> str:
-        size = format_bytes(self.bytes // max(self.count, 1))
-        head = (
-            f"{self.count} copies of {size} on average ({format_bytes(self.bytes)} in all), "
-            f"{self.direction} with {self.memory} host memory on GPU {self.device}: "
-            f"{self.method}, because {self.reason}."
-        )
-        if not self.measured:
-            return head
-        best = min(self.measured.values())
-        ranked = sorted(self.measured.items(), key=lambda kv: kv[1])
-        times = ", ".join(
-            f"{m} {s * 1e6:.1f} us" + ("" if s == best else f" ({s / best:.2f}x)")
-            for m, s in ranked
-        )
-        return f"{head} Measured here for that batch: {times}."
 
 
 # per (engine, device): the GPU's calibration key and the driver version, asked once (the

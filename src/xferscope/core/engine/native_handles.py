@@ -233,10 +233,11 @@ class _NativeMany(_NativeHandle):
         """The compiled copier, which copy_many's native path copies through without Python."""
         return self._handle
 
-    def copy_resolved(self, method: str, batch: Any) -> None:
-        """Copies a batch read by the native reader (xferscope._engine.resolve_pairs)."""
+    def copy_resolved(self, method: str, batch: Any) -> str:
+        """Copies a batch read by the native reader (xferscope._engine.resolve_pairs); the
+        method that made it (the loop for a staged batch while the staged copier is made)."""
         try:  # no context manager on the way of every call: the errors translated alike
-            self._engine._engine.copy_resolved(self._handle, method, batch)
+            return str(self._engine._engine.copy_resolved(self._handle, method, batch))
         except Exception:
             with self._engine.translated():
                 raise
@@ -247,9 +248,15 @@ class _NativeMany(_NativeHandle):
             return int(self._handle.pinned_bytes())
 
     def prepare_staged(self) -> None:
-        """Makes the staged copy's threads and pinned chunks now, not on its first copy."""
+        """Makes the staged copy's threads and pinned chunks now, or waits for their making
+        (begun by the first staged batch) to end."""
         with self._engine.translated():
             self._handle.prepare_staged()
+
+    @property
+    def staged_prepared(self) -> bool:
+        """Whether the staged copy's threads and chunks are made (its batches go staged)."""
+        return bool(self._handle.staged_ready())
 
     def close(self) -> None:
         self.closed = True

@@ -99,6 +99,10 @@ class SimulatedEngine:
         self._trials = 0
         self._paced_from: tuple[float, float] | None = None  # (real, modelled) at the first call
 
+    def now(self) -> float:
+        """The virtual clock: the modelled seconds passed."""
+        return self._now
+
     def advance(self, seconds: float) -> None:
         """Every measuring call ends here: the modelled time passes (and, paced, real time)."""
         interrupt.check()

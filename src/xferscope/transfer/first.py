@@ -1,0 +1,258 @@
+"""The copy API as `xferscope` gives it (`xferscope.copy_many`, `copy_to_device`, `copy_to_host`,
+`to_device`, `to_host`, `warmup`): a program's first calls never wait for xferscope to set up.
+
+Setting up costs more than a small copy: importing the copy modules and loading the native engine
+took 22-54 ms on H100 hosts, and the staged copy's threads, memcpy probe and pinned chunks 70-120
+ms, against 0.24 ms for PyTorch's copy of 1 MB. So until it is set up, a call whose pieces are
+all PyTorch tensors goes PyTorch's own way (`copy_` on the current stream, then synchronized: the
+plain copy), and the setting up runs on another thread; once it has ended, every call goes
+xferscope's way. Where xferscope's way pays even with the setting up in it (thousands of pieces,
+see `plain_first`), the call sets up first and goes xferscope's way. `xferscope.warmup()` sets up
+at once. Calls with other objects (NumPy, CuPy, addresses), an engine or a method set up first.
+
+This module is light: it loads neither NumPy nor the native engine, so that a first call pays
+for neither."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import engine as engines
+from .choice import Choice
+from .moves import down, gpu_index, up
+
+# A model of a first call's two ways, from H100 measurements (copyapi_loop_probe.py,
+# copyapi_first.py): PyTorch's loop pays about 15 us a piece and moves pinned memory at 50 GB/s
+# and pageable at 8; xferscope's way pays the setting up, about 2 us a piece and 45 GB/s.
+PLAIN_PIECE_S = 15e-6
+PLAIN_BPS = {"pinned": 50e9, "pageable": 8e9}
+SET_UP_S = 0.15
+OURS_PIECE_S = 2e-6
+OURS_BPS = 45e9
+PLAIN_REASON = (
+    "xferscope was still setting up on another thread (the copy modules, the native engine, "
+    "the staged copy's threads and pinned chunks), so this call went PyTorch's own way: "
+    "copy_ on the current stream, then synchronized; xferscope.warmup() sets up at once"
+)
+
+_real: dict[str, Callable[..., Any]] = {}  # the copy API's functions, once set up
+_setting_up: list[threading.Thread] = []
+_lock = threading.Lock()
+
+
+def ready() -> bool:
+    """Whether the copy API is set up (every call goes xferscope's way)."""
+    return bool(_real)
+
+
+def _import_api() -> None:
+    """The copy API's own functions, imported: from now on every call goes xferscope's way."""
+    from . import moving
+    from .copy import copy_many
+    from .staged import copy_to_device, copy_to_host
+
+    _real.update(
+        copy_many=copy_many, copy_to_device=copy_to_device, copy_to_host=copy_to_host,
+        to_device=moving.to_device, to_host=moving.to_host, warmup=moving.warmup,
+    )  # fmt: skip
+
+
+def _set_up(device: int) -> None:
+    """Another thread's setting up: GPU `device`'s copier and staged copy made
+    (moving.warmup), then the copy API's functions put in place. A failure is left for the
+    calls, which then go xferscope's way and raise it where the caller sees it."""
+    try:
+        from . import moving
+
+        moving.warmup(device)
+    except Exception:
+        pass
+    finally:
+        _import_api()
+
+
+def _begin_set_up(device: int) -> None:
+    """Sets up on another thread, unless it is set up or being set up. The thread is not a
+    daemon: a program that ends first waits for it (at most the setting up) before CUDA ends."""
+    with _lock:
+        if _real or _setting_up:
+            return
+        thread = threading.Thread(target=_set_up, args=(device,), name="xferscope-set-up")
+        _setting_up.append(thread)
+        thread.start()
+
+
+def api(name: str) -> Callable[..., Any]:
+    """The copy API's function `name`: where it is being set up on another thread, once that
+    has ended (one setting up, not two at once); else imported here."""
+    fn = _real.get(name)
+    if fn is None:
+        with _lock:
+            waiting = list(_setting_up)
+        for thread in waiting:
+            if thread is not threading.current_thread():
+                thread.join()
+        if not _real:
+            _import_api()
+        fn = _real[name]
+    return fn
+
+
+def _torch_pairs(pairs: Sequence[Any]) -> tuple[bool, int, list[tuple[Any, Any]], str] | None:
+    """(upload, GPU, byte views of each pair, host memory) where every pair is two contiguous
+    PyTorch tensors of the same bytes, all one way between the host and one GPU; else None."""
+    torch = sys.modules.get("torch")
+    if torch is None or not pairs:
+        return None
+    tensor = torch.Tensor
+    upload: bool | None = None
+    gpu: int | None = None
+    views: list[tuple[Any, Any]] = []
+    pinned = True
+    for pair in pairs:
+        if type(pair) not in (tuple, list) or len(pair) != 2:
+            return None
+        d, s = pair
+        if not (isinstance(d, tensor) and isinstance(s, tensor)) or d.is_cuda == s.is_cuda:
+            return None
+        host, on_gpu = (s, d) if d.is_cuda else (d, s)
+        if upload is None:
+            upload, gpu = d.is_cuda, on_gpu.device.index
+        if d.is_cuda != upload or on_gpu.device.index != gpu or host.device.type != "cpu":
+            return None
+        if not (d.is_contiguous() and s.is_contiguous()) or not 0 < d.nbytes == s.nbytes:
+            return None
+        pinned = pinned and bool(host.is_pinned())
+        views.append((_bytes(d), _bytes(s)))
+    assert upload is not None and gpu is not None
+    return upload, gpu, views, "pinned" if pinned else "pageable"
+
+
+def _bytes(t: Any) -> Any:
+    """`t`'s bytes as a flat uint8 tensor over its memory (copy_ then copies bytes, as
+    copy_many does, whatever the two dtypes and shapes)."""
+    return t.detach().reshape(-1).view(sys.modules["torch"].uint8)
+
+
+def plain_first(count: int, pageable_bytes: int, pinned_bytes: int) -> bool:
+    """Whether a first call of `count` pieces goes PyTorch's way: where the model says it ends
+    before xferscope's way with the setting up in it."""
+    plain = (
+        count * PLAIN_PIECE_S
+        + pageable_bytes / PLAIN_BPS["pageable"]
+        + pinned_bytes / PLAIN_BPS["pinned"]
+    )
+    ours = SET_UP_S + count * OURS_PIECE_S + (pageable_bytes + pinned_bytes) / OURS_BPS
+    return plain <= ours
+
+
+def _plain(pairs: Sequence[Any], device: int | None, way: bool | None) -> Choice | None:
+    """The pairs copied PyTorch's way (and the setting up begun), where they are all PyTorch
+    tensors going `way` (True: up; None: either) to GPU `device` (None: theirs) and that way
+    ends first; else None (nothing copied: xferscope's way reads and refuses the rest)."""
+    chosen = engines.chosen()
+    if chosen is not None and chosen.simulated:
+        return None
+    found = _torch_pairs(pairs)
+    if found is None:
+        return None
+    upload, gpu, views, memory = found
+    total = sum(d.nbytes for d, _ in views)
+    wrong_way = way is not None and way != upload
+    if (
+        wrong_way
+        or (device is not None and device != gpu)
+        or not plain_first(
+            len(views), total if memory == "pageable" else 0, total if memory == "pinned" else 0
+        )
+    ):
+        return None
+    torch = sys.modules["torch"]
+    for d, s in views:
+        d.copy_(s, non_blocking=True)
+    torch.cuda.current_stream(gpu).synchronize()
+    _begin_set_up(gpu)
+    direction = "h2d" if upload else "d2h"
+    return Choice("loop", direction, memory, len(views), total, gpu, "first call", PLAIN_REASON)
+
+
+def copy_many(
+    pairs: Sequence[Any] | None = None,
+    *,
+    destinations: Any = None,
+    sources: Any = None,
+    sizes: Any = None,
+    device: int | None = None,
+    method: str | None = None,
+    engine: Any = None,
+) -> Choice:
+    """xferscope.copy_many (transfer/copy.py); until set up, PyTorch pairs go PyTorch's way."""
+    fn = _real.get("copy_many")
+    if fn is None:
+        if pairs is not None and method is None and engine is None and destinations is None:
+            made = _plain(pairs, device, None)
+            if made is not None:
+                return made
+        fn = api("copy_many")
+    return fn(  # type: ignore[no-any-return]
+        pairs, destinations=destinations, sources=sources, sizes=sizes, device=device,
+        method=method, engine=engine,
+    )  # fmt: skip
+
+
+def copy_to_device(
+    device_ptr: object, host: object, nbytes: int | None = None, device: int = 0
+) -> None:
+    """xferscope.copy_to_device (transfer/staged.py); until set up, PyTorch tensors go
+    PyTorch's way."""
+    fn = _real.get("copy_to_device")
+    if fn is None:
+        if nbytes is None and _plain([(device_ptr, host)], device, True) is not None:
+            return
+        fn = api("copy_to_device")
+    fn(device_ptr, host, nbytes, device)
+
+
+def copy_to_host(
+    host: object, device_ptr: object, nbytes: int | None = None, device: int = 0
+) -> None:
+    """xferscope.copy_to_host (transfer/staged.py); until set up, PyTorch tensors go PyTorch's
+    way."""
+    fn = _real.get("copy_to_host")
+    if fn is None:
+        if nbytes is None and _plain([(host, device_ptr)], device, False) is not None:
+            return
+        fn = api("copy_to_host")
+    fn(host, device_ptr, nbytes, device)
+
+
+def _plain_copy(pairs: list[Any], gpu: int) -> Any:
+    """A structure's pairs: PyTorch's way where that ends first, else xferscope's (set up)."""
+    made = _plain(pairs, gpu, None)
+    return made if made is not None else api("copy_many")(pairs, device=gpu)
+
+
+def to_device(obj: Any, device: Any = None, non_blocking: bool = False, **options: Any) -> Any:
+    """xferscope.to_device (transfer/moving.py); until set up, PyTorch leaves go PyTorch's way
+    where that ends first."""
+    fn = _real.get("to_device")
+    if fn is None and not options:
+        return up(obj, gpu_index(device), _plain_copy)
+    return (fn or api("to_device"))(obj, device, non_blocking, **options)
+
+
+def to_host(obj: Any, non_blocking: bool = False, **options: Any) -> Any:
+    """xferscope.to_host (transfer/moving.py); until set up, PyTorch leaves go PyTorch's way
+    where that ends first."""
+    fn = _real.get("to_host")
+    if fn is None and not options:
+        return down(obj, non_blocking, _plain_copy)
+    return (fn or api("to_host"))(obj, non_blocking, **options)
+
+
+def warmup(device: Any = None, **options: Any) -> None:
+    """xferscope.warmup (transfer/moving.py): sets up now, on this thread."""
+    api("warmup")(device, **options)
