@@ -117,6 +117,8 @@ void bind_batch(nb::module_& m) {
   m.attr("COPY_MANY_METHODS") = nb::cast(batch::copy_many_methods());
   m.def("batch_host_timed", &batch::host_timed, "method"_a,
         "Whether a batch method's device time is its host time (its own streams).");
+  m.def("staging_bytes", &batch::staging_bytes, "bytes"_a,
+        "The pinned staging a copy_many copier holds for a batch needing `bytes`.");
   m.def(
       "copy_many_refusal",
       [](const std::string& direction, const std::string& memory,

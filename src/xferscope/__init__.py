@@ -27,6 +27,8 @@ else:
     # Hidden from type checkers: a module __getattr__ would make every unresolved submodule,
     # the native _engine among them, look like an attribute of type Any.
 
+    from .transfer import first as _first  # light: a first call pays no import
+
     _FIRST = ("copy_many", "copy_to_device", "copy_to_host", "to_device", "to_host", "warmup")
 
     def __getattr__(name: str) -> object:
@@ -34,11 +36,9 @@ else:
         native engine, and needs no GPU or driver. Until the copy API is set up, its calls
         are transfer.first's, which never wait for the setting up; then its own (kept here)."""
         if name in _FIRST:
-            from .transfer import first
-
-            if not first.ready():
-                return getattr(first, name)
-            fn = first.api(name)
+            if not _first.ready():
+                return getattr(_first, name)
+            fn = _first.api(name)
             globals()[name] = fn
             return fn
         if name in ("StagedCopier", "StagedPlan"):

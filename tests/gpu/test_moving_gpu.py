@@ -87,8 +87,11 @@ torch.zeros(1, device="cuda"); torch.cuda.synchronize()
 g = torch.Generator().manual_seed(1)
 src = torch.randint(0, 256, (64 << 20,), dtype=torch.uint8, generator=g)
 dst = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
-one = xferscope.copy_many([(dst, src)])  # PyTorch's way, the setting up on another thread
-assert one.source == "first call" and torch.equal(dst.cpu(), src), one
+one = xferscope.copy_many([(dst, src)])  # PyTorch's way, and nothing else
+assert one.source == "first call" and torch.equal(dst.cpu(), src) and not first._setting_up, one
+dst.zero_()
+again = xferscope.copy_many([(dst, src)])  # PyTorch's way; the setting up begins on a thread
+assert again.source == "first call" and torch.equal(dst.cpu(), src), again
 first._setting_up[0].join()
 assert first.ready() and not first._setting_up[0].daemon
 dst.zero_()
@@ -112,8 +115,8 @@ print("ok")
 
 
 def test_first_calls_go_pytorchs_way_then_the_staged_copy_once_set_up():
-    """A fresh process: its first PyTorch copy goes PyTorch's way while xferscope sets up on a
-    thread that is no daemon; then the staged copy takes the same copy. A copier whose staged
+    """A fresh process: its first PyTorch copies go PyTorch's way, the second beginning the
+    setting up on a thread that is no daemon; then the staged copy takes the same copy. A copier whose staged
     copy is being made copies by the loop meanwhile, and says so; every copy lands whole."""
     import subprocess
     import sys

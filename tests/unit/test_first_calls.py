@@ -89,6 +89,7 @@ def fresh(monkeypatch) -> list[int]:
     began: list[int] = []
     monkeypatch.setattr(first, "_real", {})
     monkeypatch.setattr(first, "_setting_up", [])
+    monkeypatch.setattr(first, "_calls", [])
     monkeypatch.setattr(first, "_set_up", lambda gpu: began.append(gpu))
     monkeypatch.setattr(engines, "_engine", [])
     return began
@@ -105,24 +106,21 @@ def _join() -> None:
         thread.join()
 
 
-def test_a_first_pytorch_copy_goes_pytorchs_way_and_sets_up_once_on_another_thread(torch, fresh):
+def test_first_pytorch_copies_go_pytorchs_way_and_the_second_sets_up_on_a_thread(torch, fresh):
     dst, src = _pair(1 << 20, gpu=1)
     choice = first.copy_many([(dst, src)])
-    assert (choice.method, choice.source, choice.direction, choice.memory) == (
-        "loop",
-        "first call",
-        "h2d",
-        "pageable",
-    )
-    assert choice.device == 1 and choice.bytes == 1 << 20
-    assert np.array_equal(dst.data, src.data) and torch.synced == [1]
-    assert Tensor.copies[0][2] is True  # non_blocking, then the current stream synchronized
-    first.copy_to_device(*_pair(4096, gpu=1), device=1)
+    got = (choice.method, choice.source, choice.direction, choice.memory, choice.device)
+    assert got == ("loop", "first call", "h2d", "pageable", 1) and choice.bytes == 1 << 20
+    assert np.array_equal(dst.data, src.data)
+    assert Tensor.copies[0][2] is False and torch.synced == []  # PyTorch's blocking copy alone
+    assert not first._setting_up  # the first call is PyTorch's copy and nothing else
+    two = [_pair(4096, gpu=1), _pair(64, gpu=1)]
+    assert first.copy_many(two).count == 2 and torch.synced == [1]  # non_blocking, then synced
     back, there = _pair(4096, gpu=1, up=False)
     first.copy_to_host(back, there, device=1)
-    assert np.array_equal(back.data, there.data)
+    assert np.array_equal(back.data, there.data) and np.array_equal(two[1][0].data, two[1][1].data)
     _join()
-    assert fresh == [1] and len(first._setting_up) == 1  # one setting up for three calls
+    assert fresh == [1] and len(first._setting_up) == 1  # one setting up, begun by the second
     assert first._setting_up[0].name == "xferscope-set-up" and not first._setting_up[0].daemon
 
 

@@ -26,6 +26,11 @@ struct PointerInfo {
 // answered from it, so a batch of pieces of a few large buffers costs a few driver queries.
 std::vector<PointerInfo> classify(const std::uintptr_t* addresses, std::size_t count);
 
+// The pinned staging a copier holds for a batch needing `bytes` (pack's data, a kernel's
+// table): a power of two from 64 KiB, so that batches of changing sizes stop growing it soon.
+constexpr std::size_t kStagingLeast = 64 << 10;
+std::size_t staging_bytes(std::size_t bytes);
+
 class ManyCopier {
  public:
   explicit ManyCopier(int device);

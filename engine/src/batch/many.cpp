@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <numeric>
@@ -92,6 +93,12 @@ std::size_t aligned(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; 
 
 }  // namespace
 
+std::size_t staging_bytes(std::size_t bytes) {
+  std::size_t n = kStagingLeast;
+  while (n < bytes && n <= (std::numeric_limits<std::size_t>::max() >> 1)) n <<= 1;
+  return n < bytes ? bytes : n;
+}
+
 std::vector<PointerInfo> classify(const std::uintptr_t* addresses, std::size_t count) {
   std::vector<PointerInfo> kinds(count);
   std::map<std::uintptr_t, PointerInfo> ranges;  // allocations seen, by start
@@ -174,6 +181,7 @@ struct ManyCopier::Impl {
   void reserve(std::size_t bytes) { reserve(bytes, bytes); }
   void reserve(std::size_t bytes, std::size_t on_device) {
     if (bytes > host_bytes) {
+      bytes = staging_bytes(bytes);  // grown in steps, so it stops growing soon
       if (host) cudaFreeHost(host);
       host = nullptr;
       host_bytes = 0;

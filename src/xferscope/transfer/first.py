@@ -40,6 +40,8 @@ PLAIN_REASON = (
 
 _real: dict[str, Callable[..., Any]] = {}  # the copy API's functions, once set up
 _setting_up: list[threading.Thread] = []
+_calls: list[None] = []  # the calls that went PyTorch's way
+SWITCH_S = 0.5e-3  # the interpreter's switch interval while setting up (its default: 5 ms)
 _lock = threading.Lock()
 
 
@@ -63,7 +65,11 @@ def _import_api() -> None:
 def _set_up(device: int) -> None:
     """Another thread's setting up: GPU `device`'s copier and staged copy made
     (moving.warmup), then the copy API's functions put in place. A failure is left for the
-    calls, which then go xferscope's way and raise it where the caller sees it."""
+    calls, which then go xferscope's way and raise it where the caller sees it. Meanwhile the
+    interpreter switches threads every SWITCH_S: the program's thread, back from a copy, waits
+    that long at most for this one's imports to let go of the GIL (not 5 ms)."""
+    was = sys.getswitchinterval()
+    sys.setswitchinterval(min(was, SWITCH_S))
     try:
         from . import moving
 
@@ -72,6 +78,8 @@ def _set_up(device: int) -> None:
         pass
     finally:
         _import_api()
+        if sys.getswitchinterval() == min(was, SWITCH_S):  # unless the program set another
+            sys.setswitchinterval(was)
 
 
 def _begin_set_up(device: int) -> None:
@@ -101,34 +109,37 @@ def api(name: str) -> Callable[..., Any]:
     return fn
 
 
-def _torch_pairs(pairs: Sequence[Any]) -> tuple[bool, int, list[tuple[Any, Any]], str] | None:
-    """(upload, GPU, byte views of each pair, host memory) where every pair is two contiguous
-    PyTorch tensors of the same bytes, all one way between the host and one GPU; else None."""
+def _torch_pairs(pairs: Sequence[Any]) -> tuple[bool, int, list[tuple[Any, Any]], int] | None:
+    """(upload, GPU, the pairs, their bytes) where every pair is two contiguous PyTorch tensors
+    of the same bytes, all one way between the host and one GPU; else None. Read with as few
+    of PyTorch's calls as can tell (a first copy of 1 MB takes 0.25 ms)."""
     torch = sys.modules.get("torch")
     if torch is None or not pairs:
         return None
     tensor = torch.Tensor
     upload: bool | None = None
     gpu: int | None = None
-    views: list[tuple[Any, Any]] = []
-    pinned = True
+    total = 0
     for pair in pairs:
         if type(pair) not in (tuple, list) or len(pair) != 2:
             return None
         d, s = pair
-        if not (isinstance(d, tensor) and isinstance(s, tensor)) or d.is_cuda == s.is_cuda:
+        if not (isinstance(d, tensor) and isinstance(s, tensor)):
             return None
-        host, on_gpu = (s, d) if d.is_cuda else (d, s)
+        up = d.is_cuda
+        on_gpu, host = (d, s) if up else (s, d)
+        if up == s.is_cuda or host.device.type != "cpu":
+            return None
         if upload is None:
-            upload, gpu = d.is_cuda, on_gpu.device.index
-        if d.is_cuda != upload or on_gpu.device.index != gpu or host.device.type != "cpu":
+            upload, gpu = up, on_gpu.device.index
+        elif up != upload or on_gpu.device.index != gpu:
             return None
-        if not (d.is_contiguous() and s.is_contiguous()) or not 0 < d.nbytes == s.nbytes:
+        n = d.nbytes
+        if not (0 < n == s.nbytes and d.is_contiguous() and s.is_contiguous()):
             return None
-        pinned = pinned and bool(host.is_pinned())
-        views.append((_bytes(d), _bytes(s)))
+        total += n
     assert upload is not None and gpu is not None
-    return upload, gpu, views, "pinned" if pinned else "pageable"
+    return upload, gpu, list(pairs), total
 
 
 def _bytes(t: Any) -> Any:
@@ -149,34 +160,50 @@ def plain_first(count: int, pageable_bytes: int, pinned_bytes: int) -> bool:
     return plain <= ours
 
 
-def _plain(pairs: Sequence[Any], device: int | None, way: bool | None) -> Choice | None:
-    """The pairs copied PyTorch's way (and the setting up begun), where they are all PyTorch
-    tensors going `way` (True: up; None: either) to GPU `device` (None: theirs) and that way
-    ends first; else None (nothing copied: xferscope's way reads and refuses the rest)."""
+def _pinned(pairs: list[tuple[Any, Any]], upload: bool) -> bool:
+    """Whether every host end is pinned (a driver call each)."""
+    return all(bool((s if upload else d).is_pinned()) for d, s in pairs)
+
+
+def _plain(
+    pairs: Sequence[Any], device: int | None, way: bool | None, choice: bool = True
+) -> Choice | bool:
+    """The pairs copied PyTorch's way, where they are all PyTorch tensors going `way` (True:
+    up; None: either) to GPU `device` (None: theirs) and that way ends first: the Choice
+    (`choice`), else True. Else False, nothing copied (xferscope's way reads and refuses the
+    rest). The first such call is PyTorch's copy alone; the second begins the setting up."""
     chosen = engines.chosen()
     if chosen is not None and chosen.simulated:
-        return None
+        return False
     found = _torch_pairs(pairs)
     if found is None:
-        return None
-    upload, gpu, views, memory = found
-    total = sum(d.nbytes for d, _ in views)
-    wrong_way = way is not None and way != upload
-    if (
-        wrong_way
-        or (device is not None and device != gpu)
-        or not plain_first(
-            len(views), total if memory == "pageable" else 0, total if memory == "pinned" else 0
-        )
-    ):
-        return None
+        return False
+    upload, gpu, plain, total = found
+    if (way is not None and way != upload) or (device is not None and device != gpu):
+        return False
+    if not plain_first(len(plain), total, 0):  # pageable as the model's worst; else asked
+        pinned = _pinned(plain, upload)
+        if not plain_first(len(plain), 0 if pinned else total, total if pinned else 0):
+            return False
     torch = sys.modules["torch"]
-    for d, s in views:
-        d.copy_(s, non_blocking=True)
-    torch.cuda.current_stream(gpu).synchronize()
-    _begin_set_up(gpu)
+    if len(plain) == 1:  # PyTorch's own blocking copy: its copy and stream synchronize
+        d, s = plain[0]
+        (d if d.dtype == s.dtype and d.shape == s.shape else _bytes(d)).copy_(
+            s if d.dtype == s.dtype and d.shape == s.shape else _bytes(s)
+        )
+    else:
+        for d, s in plain:
+            same = d.dtype == s.dtype and d.shape == s.shape
+            (d if same else _bytes(d)).copy_(s if same else _bytes(s), non_blocking=True)
+        torch.cuda.current_stream(gpu).synchronize()
+    _calls.append(None)
+    if len(_calls) > 1:
+        _begin_set_up(gpu)
+    if not choice:
+        return True
+    memory = "pinned" if _pinned(plain, upload) else "pageable"
     direction = "h2d" if upload else "d2h"
-    return Choice("loop", direction, memory, len(views), total, gpu, "first call", PLAIN_REASON)
+    return Choice("loop", direction, memory, len(plain), total, gpu, "first call", PLAIN_REASON)
 
 
 def copy_many(
@@ -194,8 +221,8 @@ def copy_many(
     if fn is None:
         if pairs is not None and method is None and engine is None and destinations is None:
             made = _plain(pairs, device, None)
-            if made is not None:
-                return made
+            if made:
+                return made  # type: ignore[return-value]
         fn = api("copy_many")
     return fn(  # type: ignore[no-any-return]
         pairs, destinations=destinations, sources=sources, sizes=sizes, device=device,
@@ -210,7 +237,7 @@ def copy_to_device(
     PyTorch's way."""
     fn = _real.get("copy_to_device")
     if fn is None:
-        if nbytes is None and _plain([(device_ptr, host)], device, True) is not None:
+        if nbytes is None and _plain([(device_ptr, host)], device, True, choice=False):
             return
         fn = api("copy_to_device")
     fn(device_ptr, host, nbytes, device)
@@ -223,7 +250,7 @@ def copy_to_host(
     way."""
     fn = _real.get("copy_to_host")
     if fn is None:
-        if nbytes is None and _plain([(host, device_ptr)], device, False) is not None:
+        if nbytes is None and _plain([(host, device_ptr)], device, False, choice=False):
             return
         fn = api("copy_to_host")
     fn(host, device_ptr, nbytes, device)
@@ -231,8 +258,8 @@ def copy_to_host(
 
 def _plain_copy(pairs: list[Any], gpu: int) -> Any:
     """A structure's pairs: PyTorch's way where that ends first, else xferscope's (set up)."""
-    made = _plain(pairs, gpu, None)
-    return made if made is not None else api("copy_many")(pairs, device=gpu)
+    made = _plain(pairs, gpu, None, choice=False)
+    return made or api("copy_many")(pairs, device=gpu)
 
 
 def to_device(obj: Any, device: Any = None, non_blocking: bool = False, **options: Any) -> Any:

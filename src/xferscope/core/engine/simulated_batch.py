@@ -178,8 +178,8 @@ class SimulatedManyCopier:
         seconds = SimulatedBatch(self._engine, spec)._seconds(method)
         self._engine.advance(seconds + copy_many_overhead(method, len(sizes)))
         self.calls.append((method, upload, len(sizes), pinned))
-        if method == "pack":  # the native copier's pinned staging, grown to the largest batch
-            self._staging = max(self._staging, sum(sizes))
+        if method == "pack":  # the native copier's pinned staging, grown in its steps
+            self._staging = max(self._staging, int(_e.staging_bytes(sum(sizes))))
         return method
 
     def copy_resolved(self, method: str, batch: Any) -> str:

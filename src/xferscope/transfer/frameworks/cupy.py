@@ -2,19 +2,18 @@
 array goes up as a CuPy array (`cupy.empty` on the GPU), a CuPy array comes down as a NumPy
 array; the current stream of each GPU involved is synchronized first, as for PyTorch. CuPy is
 never imported here: where the program has not imported it, NumPy arrays are not leaves and
-stay as they are (a PyTorch batch's NumPy metadata)."""
+stay as they are (a PyTorch batch's NumPy metadata). NumPy is not imported here either: CuPy
+imported it wherever a leaf is CuPy's."""
 
 from __future__ import annotations
 
 import sys
 from typing import Any
 
-import numpy as np
-
 
 def is_leaf(x: Any) -> bool:
     cupy = sys.modules.get("cupy")
-    return cupy is not None and isinstance(x, np.ndarray | cupy.ndarray)
+    return cupy is not None and isinstance(x, sys.modules["numpy"].ndarray | cupy.ndarray)
 
 
 def synchronize(devices: set[int]) -> None:
@@ -30,12 +29,13 @@ def upload(a: Any, index: int) -> tuple[Any, Any | None]:
         if isinstance(a, cupy.ndarray):
             return (a if a.device.id == index else cupy.asarray(a)), None
         made = cupy.empty(a.shape, dtype=a.dtype)
-    return made, np.ascontiguousarray(a) if a.size else None
+    return made, sys.modules["numpy"].ascontiguousarray(a) if a.size else None
 
 
 def download(a: Any, non_blocking: bool) -> tuple[Any, Any | None]:
     """(the NumPy array on the host, pinned where `non_blocking` as for PyTorch, the CuPy array
     to copy from, or None where nothing is to be copied): a NumPy array is itself."""
+    np = sys.modules["numpy"]
     if isinstance(a, np.ndarray):
         return a, None
     if non_blocking:
@@ -48,4 +48,4 @@ def download(a: Any, non_blocking: bool) -> tuple[Any, Any | None]:
 
 
 def gpu_of(a: Any) -> int | None:
-    return None if isinstance(a, np.ndarray) else int(a.device.id)
+    return None if isinstance(a, sys.modules["numpy"].ndarray) else int(a.device.id)
