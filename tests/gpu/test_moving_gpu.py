@@ -116,8 +116,9 @@ print("ok")
 
 def test_first_calls_go_pytorchs_way_then_the_staged_copy_once_set_up():
     """A fresh process: its first PyTorch copies go PyTorch's way, the second beginning the
-    setting up on a thread that is no daemon; then the staged copy takes the same copy. A copier whose staged
-    copy is being made copies by the loop meanwhile, and says so; every copy lands whole."""
+    setting up on a thread that is no daemon; then the staged copy takes the same copy. A
+    copier whose staged copy is being made copies by the loop meanwhile, and says so; every
+    copy lands whole."""
     import subprocess
     import sys
 

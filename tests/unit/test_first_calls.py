@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import threading
 import types
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import numpy as np
@@ -84,15 +85,18 @@ def torch(monkeypatch) -> types.SimpleNamespace:
 
 
 @pytest.fixture
-def fresh(monkeypatch) -> list[int]:
+def fresh(monkeypatch) -> Iterator[list[int]]:
     """A process where nothing is set up; the setting up (on its thread) only noted, by GPU."""
     began: list[int] = []
+    monkeypatch.setattr(first, "_switch", [])
+    was = sys.getswitchinterval()
     monkeypatch.setattr(first, "_real", {})
     monkeypatch.setattr(first, "_setting_up", [])
     monkeypatch.setattr(first, "_calls", [])
     monkeypatch.setattr(first, "_set_up", lambda gpu: began.append(gpu))
     monkeypatch.setattr(engines, "_engine", [])
-    return began
+    yield began
+    sys.setswitchinterval(was)
 
 
 def _pair(nbytes: int, gpu: int = 0, up: bool = True, pinned: bool = False) -> tuple:
@@ -231,3 +235,18 @@ def test_a_staged_batch_goes_by_the_loop_while_the_staged_copy_is_made():
     assert not copier.staged_prepared
     engine.advance(STAGED_MAKE_S)
     assert copy_many(pair, engine=engine).method == "staged" and copier.staged_prepared
+
+
+def test_the_setting_up_switches_threads_often_and_gives_the_interval_back(monkeypatch):
+    """While the set-up thread imports, the program's thread waits at most SWITCH_S for the GIL
+    after a copy; the interval is the program's again once set up."""
+    from xferscope.transfer import moving
+
+    seen: list[float] = []
+    monkeypatch.setattr(moving, "warmup", lambda device: seen.append(sys.getswitchinterval()))
+    for name in ("_real", "_setting_up", "_switch"):
+        monkeypatch.setattr(first, name, {} if name == "_real" else [])
+    was = sys.getswitchinterval()
+    first._begin_set_up(0)
+    _join()
+    assert seen == [first.SWITCH_S] < [was] and sys.getswitchinterval() == was and first.ready()

@@ -41,6 +41,7 @@ PLAIN_REASON = (
 _real: dict[str, Callable[..., Any]] = {}  # the copy API's functions, once set up
 _setting_up: list[threading.Thread] = []
 _calls: list[None] = []  # the calls that went PyTorch's way
+_switch: list[float] = []  # the switch interval before the setting up
 SWITCH_S = 0.5e-3  # the interpreter's switch interval while setting up (its default: 5 ms)
 _lock = threading.Lock()
 
@@ -68,8 +69,7 @@ def _set_up(device: int) -> None:
     calls, which then go xferscope's way and raise it where the caller sees it. Meanwhile the
     interpreter switches threads every SWITCH_S: the program's thread, back from a copy, waits
     that long at most for this one's imports to let go of the GIL (not 5 ms)."""
-    was = sys.getswitchinterval()
-    sys.setswitchinterval(min(was, SWITCH_S))
+    was = _switch.pop() if _switch else sys.getswitchinterval()
     try:
         from . import moving
 
@@ -90,6 +90,8 @@ def _begin_set_up(device: int) -> None:
             return
         thread = threading.Thread(target=_set_up, args=(device,), name="xferscope-set-up")
         _setting_up.append(thread)
+        _switch.append(sys.getswitchinterval())  # set before the start: it waits for the GIL
+        sys.setswitchinterval(min(_switch[0], SWITCH_S))
         thread.start()
 
 
