@@ -76,7 +76,7 @@ def torch(monkeypatch) -> types.SimpleNamespace:
     synced: list[int] = []
     stream = lambda gpu: types.SimpleNamespace(synchronize=lambda: synced.append(gpu))  # noqa: E731
     fake = types.SimpleNamespace(
-        Tensor=Tensor, uint8=np.uint8, synced=synced,
+        Tensor=Tensor, uint8=np.uint8, synced=synced, device=lambda kind, i: f"{kind}:{i}",
         cuda=types.SimpleNamespace(current_stream=stream, current_device=lambda: 0),
     )  # fmt: skip
     monkeypatch.setitem(sys.modules, "torch", fake)

@@ -34,7 +34,7 @@ def upload(t: Any, index: int) -> tuple[Any, Any | None]:
     torch = sys.modules["torch"]
     if t.is_cuda:
         return (t if t.device.index == index else t.to(f"cuda:{index}")), None
-    made = torch.empty(t.shape, dtype=t.dtype, device=f"cuda:{index}")
+    made = torch.empty(t.shape, dtype=t.dtype, device=_gpu(torch, index))
     return made, (t if t.is_contiguous() else t.contiguous()) if t.numel() else None
 
 
@@ -46,6 +46,16 @@ def download(t: Any, non_blocking: bool) -> tuple[Any, Any | None]:
         return t, None
     made = torch.empty(t.shape, dtype=t.dtype, device="cpu", pin_memory=non_blocking)
     return made, (t if t.is_contiguous() else t.contiguous()) if t.numel() else None
+
+
+_devices: dict[int, Any] = {}  # torch.device("cuda:N") by N: made once, not parsed per leaf
+
+
+def _gpu(torch: Any, index: int) -> Any:
+    device = _devices.get(index)
+    if device is None:
+        device = _devices[index] = torch.device("cuda", index)
+    return device
 
 
 def gpu_of(t: Any) -> int | None:
