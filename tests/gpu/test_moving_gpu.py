@@ -125,3 +125,26 @@ def test_first_calls_go_pytorchs_way_then_the_staged_copy_once_set_up():
     done = subprocess.run([sys.executable, "-c", FIRST_CALLS], capture_output=True, text=True,
                           timeout=120)  # fmt: skip
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+def test_many_tensors_of_a_dtype_land_in_one_allocation_each_aligned():
+    """From SHARE_FROM tensors of a dtype on, their new tensors are views of one allocation
+    at 256-byte boundaries: equal to `.cuda()` of each, and back equal (pinned)."""
+    from xferscope.transfer.frameworks import torch as adapter
+
+    g = torch.Generator().manual_seed(3)
+    n = adapter.SHARE_FROM + 37
+    state = OrderedDict(
+        (f"w{i}", torch.rand(int(torch.randint(1, 3000, (1,), generator=g)), generator=g).half())
+        for i in range(n)
+    )
+    state["scalar"] = torch.tensor(3.5, dtype=torch.float16)
+    state["few"] = torch.arange(5)  # int64: under SHARE_FROM of its dtype, its own allocation
+    up = xferscope.to_device(state, "cuda")
+    for k, v in state.items():
+        assert torch.equal(up[k], v.cuda()) and up[k].shape == v.shape, k
+    halves = [up[k] for k in state if up[k].dtype == torch.float16]
+    assert len({t.untyped_storage().data_ptr() for t in halves}) == 1
+    assert all(t.data_ptr() % 256 == 0 for t in halves)
+    back = xferscope.to_host(up, non_blocking=True)
+    assert all(torch.equal(back[k], state[k]) and back[k].is_pinned() for k in state)

@@ -192,7 +192,7 @@ def test_a_first_call_goes_xferscopes_way_where_that_ends_first_with_the_setting
 def test_a_structures_first_move_goes_pytorchs_way(torch, fresh, monkeypatch):
     made: list[Tensor] = []
 
-    def empty(shape: Any, dtype: Any, device: str) -> Tensor:
+    def empty(shape: Any, dtype: Any, device: str, pin_memory: bool = False) -> Tensor:
         made.append(Tensor(np.zeros(shape, np.uint8), int(device.split(":")[1])))
         return made[-1]
 

@@ -105,7 +105,8 @@ def _framework(synchronized: list[set[int]]) -> types.SimpleNamespace:
         return made, (a if a.nbytes else None)
 
     return types.SimpleNamespace(
-        is_leaf=_is_array, upload=upload, gpu_of=lambda a: None,
+        is_leaf=_is_array, gpu_of=lambda a: None, upload_many=lambda arrays, index: tuple(
+            map(list, zip(*[upload(a, index) for a in arrays], strict=True))),
         synchronize=lambda gpus: synchronized.append(set(gpus)),
     )  # fmt: skip
 
@@ -166,7 +167,9 @@ def test_to_host_moves_each_gpus_leaves_by_one_copy_many_each(monkeypatch, engin
         return int((a.__cuda_array_interface__["data"][0] - GPU_BASE) >> 40)
 
     framework = types.SimpleNamespace(
-        is_leaf=lambda x: isinstance(x, FakeGpuArray), download=download, gpu_of=gpu_of,
+        is_leaf=lambda x: isinstance(x, FakeGpuArray), gpu_of=gpu_of,
+        download_many=lambda arrays, pinned: tuple(
+            map(list, zip(*[download(a, pinned) for a in arrays], strict=True))),
         synchronize=lambda gpus: synchronized.append(set(gpus)),
     )  # fmt: skip
     monkeypatch.setattr(moves, "FRAMEWORKS", (framework,))

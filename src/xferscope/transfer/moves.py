@@ -26,11 +26,17 @@ DEVICE_WORDS = "a GPU index, 'cuda', 'cuda:N' or torch.device('cuda:N')"
 
 
 def _framework(x: Any) -> ModuleType | None:
-    return next((f for f in FRAMEWORKS if f.is_leaf(x)), None)
+    for f in FRAMEWORKS:
+        if f.is_leaf(x):
+            return f
+    return None
 
 
 def _is_leaf(x: Any) -> bool:
-    return _framework(x) is not None
+    for f in FRAMEWORKS:  # noqa: SIM110 - a loop, not a generator made for every object
+        if f.is_leaf(x):
+            return True
+    return False
 
 
 def gpu_index(device: Any) -> int:
@@ -58,13 +64,14 @@ def up(obj: Any, index: int, copy: Copy) -> Any:
     flat = flatten(obj, _is_leaf)
     kinds = [_framework(x) for x in flat.leaves]
     _synchronize(flat.leaves, kinds, {index})
-    made, pairs = [], []
-    for leaf, f in zip(flat.leaves, kinds, strict=True):
-        assert f is not None
-        destination, source = f.upload(leaf, index)
-        made.append(destination)
-        if source is not None:
-            pairs.append((destination, source))
+    made: list[Any] = [None] * len(kinds)
+    pairs = []
+    for f, at in _by_framework(kinds):
+        destinations, sources = f.upload_many([flat.leaves[i] for i in at], index)
+        for i, d, s in zip(at, destinations, sources, strict=True):
+            made[i] = d
+            if s is not None:
+                pairs.append((d, s))
     if pairs:
         copy(pairs, index)
     return flat.rebuild(made)
@@ -76,21 +83,25 @@ def down(obj: Any, non_blocking: bool, copy: Copy) -> Any:
     flat = flatten(obj, _is_leaf)
     kinds = [_framework(x) for x in flat.leaves]
     _synchronize(flat.leaves, kinds, set())
-    made, by_gpu = [], defaultdict(list)
-    for leaf, f in zip(flat.leaves, kinds, strict=True):
-        assert f is not None
-        destination, source = f.download(leaf, non_blocking)
-        made.append(destination)
-        if source is not None:
-            by_gpu[f.gpu_of(source)].append((destination, source))
+    made: list[Any] = [None] * len(kinds)
+    by_gpu = defaultdict(list)
+    for f, at in _by_framework(kinds):
+        destinations, sources = f.download_many([flat.leaves[i] for i in at], non_blocking)
+        for i, d, s in zip(at, destinations, sources, strict=True):
+            made[i] = d
+            if s is not None:
+                by_gpu[f.gpu_of(s)].append((d, s))
     for gpu, pairs in sorted(by_gpu.items()):
         copy(pairs, gpu)
     return flat.rebuild(made)
 
 
-def leaves_of(obj: Any) -> tuple[Any, ...]:
-    """The leaves of `obj` (each once), as up and down take them."""
-    return flatten(obj, _is_leaf).leaves
+def _by_framework(kinds: list[Any]) -> list[tuple[Any, list[int]]]:
+    """Each framework with its leaves' places."""
+    out: dict[int, tuple[Any, list[int]]] = {}
+    for i, f in enumerate(kinds):
+        out.setdefault(id(f), (f, []))[1].append(i)
+    return list(out.values())
 
 
 def _synchronize(leaves: tuple[Any, ...], kinds: list[Any], gpus: set[int]) -> None:

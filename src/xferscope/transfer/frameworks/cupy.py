@@ -49,3 +49,15 @@ def download(a: Any, non_blocking: bool) -> tuple[Any, Any | None]:
 
 def gpu_of(a: Any) -> int | None:
     return None if isinstance(a, sys.modules["numpy"].ndarray) else int(a.device.id)
+
+
+def upload_many(arrays: list[Any], index: int) -> tuple[list[Any], list[Any]]:
+    """upload for each array: (the arrays on GPU `index`, the sources to copy or None)."""
+    pairs = [upload(a, index) for a in arrays]
+    return [m for m, _ in pairs], [s for _, s in pairs]
+
+
+def download_many(arrays: list[Any], non_blocking: bool) -> tuple[list[Any], list[Any]]:
+    """download for each array: (the arrays on the host, the sources to copy or None)."""
+    pairs = [download(a, non_blocking) for a in arrays]
+    return [m for m, _ in pairs], [s for _, s in pairs]
