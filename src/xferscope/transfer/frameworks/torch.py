@@ -87,16 +87,19 @@ def _make(torch: Any, ts: list[Any], at: list[int], made: list[Any], device: Any
         step = max(1, ALIGN // dtype.itemsize)
         shapes: list[Any] = []  # each tensor's template, then the padding after it
         total = 0
+        ours: list[int] = []  # where each tensor's view is among the views
         for i in group:
             n = ts[i].numel()
             pad = -n % step
+            ours.append(len(shapes))
             shapes.append(ts[i])
-            shapes.append(_pad(torch, dtype, pad))
+            if pad:  # a view each too: only where one is needed (most weights need none)
+                shapes.append(_pad(torch, dtype, pad))
             total += n + pad
         flat = torch.empty(total, dtype=dtype, device=device, pin_memory=pinned)
         views = torch._utils._unflatten_dense_tensors(flat, shapes)
-        for i, v in zip(group, views[::2], strict=True):
-            made[i] = v
+        for i, place in zip(group, ours, strict=True):
+            made[i] = views[place]
 
 
 _pads: dict[tuple[Any, int], Any] = {}  # a host tensor of n elements: padding's template
