@@ -24,7 +24,7 @@ verified once per cell (copyapi_bench.verify). Writes benchmarks/results/copyapi
 
     python3 benchmarks/copyapi_dense.py --commit $(git rev-parse HEAD) [--parts dense,first]
         [--memory pinned,pageable] [--directions h2d,d2h] [--counts ...] [--sizes ...]
-        [--cell-most BYTES] [--trials 15] [--first-sizes ...] [--first-repeats 3] [--into FILE]
+        [--cell-most BYTES] [--trials 15] [--first-sizes ...] [--first-repeats 5] [--into FILE]
 """
 
 from __future__ import annotations
@@ -257,7 +257,7 @@ def main() -> None:
     parser.add_argument("--cell-most", type=int, default=CELL_MOST)
     parser.add_argument("--trials", type=int, default=15)
     parser.add_argument("--first-sizes", default=",".join(map(str, FIRST_SIZES)))
-    parser.add_argument("--first-repeats", type=int, default=3)
+    parser.add_argument("--first-repeats", type=int, default=5)
     parser.add_argument("--into", default=None, help="a record whose cells this run joins")
     args = parser.parse_args()
     args.counts = base.positive_list(parser, "--counts", args.counts, 1 << 16)

@@ -140,7 +140,8 @@ def test_once_set_up_every_call_goes_xferscopes_way(torch, fresh, monkeypatch):
 @pytest.mark.parametrize(
     "case",
     ["numpy source", "two GPUs", "mixed ways", "method asked", "engine given", "nbytes given",
-     "wrong way", "other GPU", "simulated engine", "empty piece", "sizes differ", "no torch"],
+     "wrong way", "other GPU", "simulated engine", "empty piece", "sizes differ", "no torch",
+     "an iterator"],
 )  # fmt: skip
 def test_every_other_first_call_goes_xferscopes_way(case, torch, fresh, monkeypatch):
     called: list[tuple] = []
@@ -170,6 +171,8 @@ def test_every_other_first_call_goes_xferscopes_way(case, torch, fresh, monkeypa
         pairs = [(dst, Tensor(np.zeros(64, np.uint8)))]
     elif case == "no torch":
         monkeypatch.delitem(sys.modules, "torch")
+    elif case == "an iterator":
+        pairs = iter([(dst, src)])  # type: ignore[assignment]
     if case == "nbytes given":
         first.copy_to_device(dst, src, 64)
     elif case == "wrong way":
@@ -179,6 +182,8 @@ def test_every_other_first_call_goes_xferscopes_way(case, torch, fresh, monkeypa
     else:
         first.copy_many(pairs, **options)
     assert len(called) == 1 and not Tensor.copies and fresh == []
+    if case == "an iterator":
+        assert list(called[0][1][0]) == [(dst, src)]  # handed on whole
 
 
 def test_a_first_call_goes_xferscopes_way_where_that_ends_first_with_the_setting_up():

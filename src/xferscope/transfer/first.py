@@ -116,8 +116,8 @@ def _torch_pairs(pairs: Sequence[Any]) -> tuple[bool, int, list[tuple[Any, Any]]
     of the same bytes, all one way between the host and one GPU; else None. Read with as few
     of PyTorch's calls as can tell (a first copy of 1 MB takes 0.25 ms)."""
     torch = sys.modules.get("torch")
-    if torch is None or not pairs:
-        return None
+    if torch is None or type(pairs) not in (list, tuple) or not pairs:
+        return None  # an iterator is left whole for xferscope's way
     tensor = torch.Tensor
     upload: bool | None = None
     gpu: int | None = None
