@@ -5,10 +5,12 @@ Setting up costs more than a small copy: importing the copy modules and loading 
 took 22-54 ms on H100 hosts, and the staged copy's threads, memcpy probe and pinned chunks 70-120
 ms, against 0.24 ms for PyTorch's copy of 1 MB. So until it is set up, a call whose pieces are
 all PyTorch tensors goes PyTorch's own way (`copy_` on the current stream, then synchronized: the
-plain copy), and the setting up runs on another thread; once it has ended, every call goes
-xferscope's way. Where xferscope's way pays even with the setting up in it (thousands of pieces,
-see `plain_first`), the call sets up first and goes xferscope's way. `xferscope.warmup()` sets up
-at once. Calls with other objects (NumPy, CuPy, addresses), an engine or a method set up first.
+plain copy). The first such call is that copy alone; the second begins the setting up on another
+thread, and once it has ended every call goes xferscope's way. Where xferscope's way pays even
+with the setting up in it (thousands of pieces, see `plain_first`), the call sets up first and
+goes xferscope's way. `xferscope.warmup()` sets up at once. Calls with other objects (NumPy,
+CuPy, addresses), an engine or a method import the copy API first (its staged copy is then made
+on the copier's own thread: many.hpp).
 
 This module is light: it loads neither NumPy nor the native engine, so that a first call pays
 for neither."""
