@@ -189,17 +189,13 @@ def _plain(
         pinned = _pinned(plain, upload)
         if not plain_first(len(plain), 0 if pinned else total, total if pinned else 0):
             return False
-    torch = sys.modules["torch"]
-    if len(plain) == 1:  # PyTorch's own blocking copy: its copy and stream synchronize
-        d, s = plain[0]
-        (d if d.dtype == s.dtype and d.shape == s.shape else _bytes(d)).copy_(
-            s if d.dtype == s.dtype and d.shape == s.shape else _bytes(s)
-        )
-    else:
-        for d, s in plain:
-            same = d.dtype == s.dtype and d.shape == s.shape
-            (d if same else _bytes(d)).copy_(s if same else _bytes(s), non_blocking=True)
-        torch.cuda.current_stream(gpu).synchronize()
+    one = len(plain) == 1  # then PyTorch's own blocking copy: its copy and stream synchronize
+    for d, s in plain:
+        if d.dtype != s.dtype or d.shape != s.shape:
+            d, s = _bytes(d), _bytes(s)
+        d.copy_(s, non_blocking=not one)
+    if not one:
+        sys.modules["torch"].cuda.current_stream(gpu).synchronize()
     _calls.append(None)
     if len(_calls) > 1:
         _begin_set_up(gpu)
@@ -239,12 +235,7 @@ def copy_to_device(
 ) -> None:
     """xferscope.copy_to_device (transfer/staged.py); until set up, PyTorch tensors go
     PyTorch's way."""
-    fn = _real.get("copy_to_device")
-    if fn is None:
-        if nbytes is None and _plain([(device_ptr, host)], device, True, choice=False):
-            return
-        fn = api("copy_to_device")
-    fn(device_ptr, host, nbytes, device)
+    _one("copy_to_device", device_ptr, host, nbytes, device, True)
 
 
 def copy_to_host(
@@ -252,12 +243,18 @@ def copy_to_host(
 ) -> None:
     """xferscope.copy_to_host (transfer/staged.py); until set up, PyTorch tensors go PyTorch's
     way."""
-    fn = _real.get("copy_to_host")
+    _one("copy_to_host", host, device_ptr, nbytes, device, False)
+
+
+def _one(name: str, destination: object, source: object, nbytes: int | None, device: int,
+         upload: bool) -> None:  # fmt: skip
+    """copy_to_device or copy_to_host (`name`, going `upload`): PyTorch's way until set up."""
+    fn = _real.get(name)
     if fn is None:
-        if nbytes is None and _plain([(host, device_ptr)], device, False, choice=False):
+        if nbytes is None and _plain([(destination, source)], device, upload, choice=False):
             return
-        fn = api("copy_to_host")
-    fn(host, device_ptr, nbytes, device)
+        fn = api(name)
+    fn(destination, source, nbytes, device)
 
 
 def _plain_copy(pairs: list[Any], gpu: int) -> Any:

@@ -91,18 +91,7 @@ def flatten(obj: Any, is_leaf: Callable[[Any], bool], root: str = "obj") -> Flat
 
         if kind == "mapping":
             keys = list(x.keys())
-            parts = []
-            for k in keys:  # the loop a state dict of 18,867 tensors runs: written out
-                v = x[k]
-                if is_leaf(v):
-                    at = index.get(id(v))
-                    if at is None:
-                        at = index[id(v)] = len(leaves)
-                        leaves.append(v)
-                        paths.append((path, k, "[]"))
-                    parts.append(at)
-                else:
-                    parts.append(walk(v, (path, k, "[]"), deeper, open_ids))
+            parts = [part(x[k], (path, k, "[]")) for k in keys]
             return lambda new: _mapping(x, dict(zip(keys, _built(parts, new), strict=True)))
         if kind == "dataclass":
             names = [f.name for f in dataclasses.fields(x) if f.init]

@@ -9,6 +9,7 @@ PyTorch is never imported here: a leaf is a tensor only where the program import
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 
@@ -38,37 +39,37 @@ ALIGN = 256
 def upload_many(ts: list[Any], index: int) -> tuple[list[Any], list[Any]]:
     """(each tensor on GPU `index`, the source to copy into it or None where nothing is to be
     copied): one already there is itself; one on another GPU moves by `.to()`."""
-    torch = sys.modules["torch"]
-    device = _gpu(torch, index)
-    made: list[Any] = [None] * len(ts)
-    sources: list[Any] = [None] * len(ts)
-    fresh: list[int] = []
-    for i, t in enumerate(ts):
-        if t.is_cuda:
-            made[i] = t if t.device.index == index else t.to(device)
-        else:
-            fresh.append(i)
-            if t.numel():
-                sources[i] = t if t.is_contiguous() else t.contiguous()
-    _make(torch, ts, fresh, made, device, False)
-    return made, sources
+    device = _device(sys.modules["torch"], index)
+
+    def kept(t: Any) -> Any:
+        return (t if t.device.index == index else t.to(device)) if t.is_cuda else None
+
+    return _move_many(ts, kept, device, False)
 
 
 def download_many(ts: list[Any], non_blocking: bool) -> tuple[list[Any], list[Any]]:
     """(each tensor on the host, pinned where `non_blocking`, the GPU tensor to copy from or
     None where nothing is to be copied): a host tensor is itself."""
-    torch = sys.modules["torch"]
+    device = _device(sys.modules["torch"], None)
+    return _move_many(ts, lambda t: None if t.is_cuda else t, device, non_blocking)
+
+
+def _move_many(
+    ts: list[Any], kept: Callable[[Any], Any], device: Any, pinned: bool
+) -> tuple[list[Any], list[Any]]:
+    """(made, sources) for upload_many and download_many: each tensor that `kept` keeps (on
+    the side already, or moved there), else a new one on `device` with its source to copy
+    (None for an empty one)."""
     made: list[Any] = [None] * len(ts)
     sources: list[Any] = [None] * len(ts)
     fresh: list[int] = []
     for i, t in enumerate(ts):
-        if not t.is_cuda:
-            made[i] = t
-        else:
+        made[i] = kept(t)
+        if made[i] is None:
             fresh.append(i)
             if t.numel():
                 sources[i] = t if t.is_contiguous() else t.contiguous()
-    _make(torch, ts, fresh, made, _cpu(torch), non_blocking)
+    _make(sys.modules["torch"], ts, fresh, made, device, pinned)
     return made, sources
 
 
@@ -112,20 +113,15 @@ def _pad(torch: Any, dtype: Any, n: int) -> Any:
     return pad
 
 
-def _cpu(torch: Any) -> Any:
-    device = _devices.get(-1)
-    if device is None:
-        device = _devices[-1] = torch.device("cpu")
-    return device
+_devices: dict[int | None, Any] = {}  # torch.device by GPU (None: the CPU), made once
 
 
-_devices: dict[int, Any] = {}  # torch.device("cuda:N") by N: made once, not parsed per leaf
-
-
-def _gpu(torch: Any, index: int) -> Any:
+def _device(torch: Any, index: int | None) -> Any:
+    """torch.device("cuda", index), or the CPU's for None: made once, not parsed per leaf."""
     device = _devices.get(index)
     if device is None:
-        device = _devices[index] = torch.device("cuda", index)
+        device = torch.device("cpu") if index is None else torch.device("cuda", index)
+        _devices[index] = device
     return device
 
 
