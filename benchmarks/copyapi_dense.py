@@ -11,8 +11,9 @@ into one record across calls (--into) so that the grid can be measured in parts:
   copy_to_device_first_call_worst_vs_torch   per size, a fresh process whose context PyTorch
                                     made: the first pageable copy_to_device against PyTorch's
                                     first dst.copy_(src) in another (median over --first-repeats
-                                    of each, processes rotated; goal >= 0.95); beside it, the
-                                    first call after `xferscope.warmup()` (warmed_vs_torch)
+                                    of each, the two alternating; goal >= 0.95); beside it, the
+                                    first call after `xferscope.warmup()` (warmed_vs_torch, 3
+                                    processes a size, after the pairs)
   pinned_pool_growth_10k_calls_bytes   part pool: the pinned memory the copy API holds after
                                     10,000 calls of changing shapes less after 1,000 (goal 0;
                                     a figure, its comparison pinned_pool_held_flat)
@@ -24,7 +25,7 @@ verified once per cell (copyapi_bench.verify). Writes benchmarks/results/copyapi
 
     python3 benchmarks/copyapi_dense.py --commit $(git rev-parse HEAD) [--parts dense,first]
         [--memory pinned,pageable] [--directions h2d,d2h] [--counts ...] [--sizes ...]
-        [--cell-most BYTES] [--trials 15] [--first-sizes ...] [--first-repeats 5] [--into FILE]
+        [--cell-most BYTES] [--trials 15] [--first-sizes ...] [--first-repeats 9] [--into FILE]
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ FIRST_SIZES = tuple(
            | {1_000_000, 16_777_216 + 4096, 79_000_000, 268_435_456 + 4096})
 )  # fmt: skip
 PARTS = ("dense", "first", "pool")
+WARM_REPEATS = 3  # first calls after warmup() a size (beside the goal, not in it)
 PEERS = ("torch_loop", "torch_foreach")
 
 
@@ -141,13 +143,17 @@ def first_part(args: Any, figures: dict, comparisons: list[dict]) -> None:
             continue
         times: dict[str, list[float]] = {"xferscope": [], "torch": [], "xferscope_warm": []}
         later: list[float] = []
+        # ours and PyTorch's alternate, each first half the time; the warmed runs come after
+        # (a process that made the staged copy's pinned chunks is not the one before a pair's)
         for r in range(args.first_repeats):
-            order = ["xferscope", "torch", "xferscope_warm"]
-            for who in order[r % 3 :] + order[: r % 3]:
+            pair = ["xferscope", "torch"] if r % 2 == 0 else ["torch", "xferscope"]
+            for who in pair:
                 got = first_run(size, who)
                 times[who].append(got["first_s"])
                 if who == "xferscope":
                     later.append(got["second_s"])
+        for _ in range(WARM_REPEATS):
+            times["xferscope_warm"].append(first_run(size, "xferscope_warm")["first_s"])
         med = {k: statistics.median(v) for k, v in times.items()}
         vs = {k: round(med["torch"] / med[k], 4) for k in ("xferscope", "xferscope_warm")}
         rows.append(
@@ -257,7 +263,7 @@ def main() -> None:
     parser.add_argument("--cell-most", type=int, default=CELL_MOST)
     parser.add_argument("--trials", type=int, default=15)
     parser.add_argument("--first-sizes", default=",".join(map(str, FIRST_SIZES)))
-    parser.add_argument("--first-repeats", type=int, default=5)
+    parser.add_argument("--first-repeats", type=int, default=9)
     parser.add_argument("--into", default=None, help="a record whose cells this run joins")
     args = parser.parse_args()
     args.counts = base.positive_list(parser, "--counts", args.counts, 1 << 16)
