@@ -70,6 +70,10 @@ def dense_part(args: Any, figures: dict, comparisons: list[dict]) -> None:
     skipped: list[list] = figures.setdefault("dense_skipped", [])
     done = {key(c) for c in cells}  # measured by an earlier call (--into)
     generator = torch.Generator(device="cuda").manual_seed(5)
+    # set up before the first cell: a process's first calls go PyTorch's way while xferscope
+    # sets up on another thread (part first measures them); unwarmed, the first cell's trials
+    # met that thread (1 x 64 KiB up on an H100: 24.8 us against PyTorch's 15.5)
+    xferscope.warmup()
     for memory in args.memory:
         for direction in args.directions:
             for count in args.counts:
