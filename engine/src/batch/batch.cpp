@@ -122,6 +122,8 @@ struct Batch::Impl {
 
   bool up() const { return s.direction == "h2d"; }
   bool d2d() const { return s.direction == "d2d"; }
+  bool d2h() const { return s.direction == "d2h"; }
+  cudaMemcpyKind kind() const { return loop_kind(up(), d2h()); }
 
   // A method this batch cannot be made by (as copy_many makes it, or as the batch study does)
   // is a UsageError with the reason.
@@ -225,8 +227,7 @@ struct Batch::Impl {
     cudaGraph_t g = nullptr;
     XFS_CUDA_CALL(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     for (std::size_t i = 0; i < s.sizes.size(); ++i) {
-      const cudaError_t status =
-          cudaMemcpyAsync(dsts[i], srcs[i], s.sizes[i], cudaMemcpyDefault, stream);
+      const cudaError_t status = cudaMemcpyAsync(dsts[i], srcs[i], s.sizes[i], kind(), stream);
       if (status != cudaSuccess) {
         cudaStreamEndCapture(stream, &g);
         if (g) cudaGraphDestroy(g);
@@ -264,9 +265,7 @@ struct Batch::Impl {
   void run(const std::string& method) {
     const std::size_t n = s.sizes.size();
     if (method == "loop") {
-      for (std::size_t i = 0; i < n; ++i) {
-        XFS_CUDA_CALL(cudaMemcpyAsync(dsts[i], srcs[i], s.sizes[i], cudaMemcpyDefault, stream));
-      }
+      loop_copy(up(), d2h(), dsts.data(), srcs.data(), s.sizes.data(), n, stream);
     } else if (method.rfind("batch-", 0) == 0) {
       batch_api_copy(method, up(), !up() && !d2d(), s.device, dsts.data(), srcs.data(),
                      s.sizes.data(), n, stream);

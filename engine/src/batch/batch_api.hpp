@@ -14,6 +14,22 @@
 
 namespace xferscope::batch {
 
+// The loop method's copy kind: each piece's direction named, as PyTorch's copy names it, rather
+// than cudaMemcpyDefault, which has the driver look up what memory both ends of every piece lie in.
+inline cudaMemcpyKind loop_kind(bool from_host, bool to_host) {
+  if (from_host) return to_host ? cudaMemcpyHostToHost : cudaMemcpyHostToDevice;
+  return to_host ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;
+}
+
+// The loop method: one cudaMemcpyAsync a piece on `stream`, all pieces one way.
+inline void loop_copy(bool from_host, bool to_host, void* const* destinations,
+                      const void* const* sources, const std::size_t* sizes, std::size_t count,
+                      cudaStream_t stream) {
+  const cudaMemcpyKind kind = loop_kind(from_host, to_host);
+  for (std::size_t i = 0; i < count; ++i)
+    XFS_CUDA_CALL(cudaMemcpyAsync(destinations[i], sources[i], sizes[i], kind, stream));
+}
+
 // batch-stream, batch-call, batch-any: all pieces one way, each end host memory or `device`'s.
 inline void batch_api_copy(const std::string& method, bool from_host, bool to_host, int device,
                            void* const* destinations, const void* const* sources,

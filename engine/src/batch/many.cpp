@@ -281,13 +281,12 @@ std::string ManyCopier::copy(const std::string& asked, bool upload,
   };
   auto device_table = [&] { return reinterpret_cast<const kernels::Piece*>(m.device); };
 
+  static_assert(sizeof(std::uintptr_t) == sizeof(void*), "addresses are pointers");
+  auto* d = reinterpret_cast<void* const*>(destinations);
+  auto* s = reinterpret_cast<const void* const*>(sources);
   if (method == "loop") {
-    for (std::size_t i = 0; i < count; ++i)
-      XFS_CUDA_CALL(cudaMemcpyAsync(dst(i), src(i), sizes[i], cudaMemcpyDefault, stream));
+    loop_copy(upload, !upload, d, s, sizes, count, stream);
   } else if (method.rfind("batch-", 0) == 0) {
-    static_assert(sizeof(std::uintptr_t) == sizeof(void*), "addresses are pointers");
-    auto* d = reinterpret_cast<void* const*>(destinations);
-    auto* s = reinterpret_cast<const void* const*>(sources);
     const std::size_t bytes = std::accumulate(sizes, sizes + count, std::size_t{0});
     if (batch_api_grouped(upload, pinned, count, bytes)) {
       batch_api_copy_grouped(method, upload, !upload, device_, d, s, sizes, count, stream);
