@@ -105,8 +105,8 @@ host = np.random.default_rng(2).integers(0, 256, 64 << 20, dtype=np.uint8)
 three = xferscope.copy_many([(dst, host)], engine=engine)
 assert (three.method, three.reason) == ("loop", MADE_BY_LOOP), three
 assert np.array_equal(dst.cpu().numpy(), host)
-from xferscope.transfer.copy import _copies
-_copies(engine).copier(0).prepare_staged()
+from xferscope.transfer.copy import copies_of
+copies_of(engine).copier(0).prepare_staged()
 dst.zero_()
 four = xferscope.copy_many([(dst, host)], engine=engine)
 assert four.method == "staged" and np.array_equal(dst.cpu().numpy(), host), four

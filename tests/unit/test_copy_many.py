@@ -277,27 +277,27 @@ def test_a_closed_copier_is_made_again():
     engine = engine_with(pinned=host)
     pairs = [(g, host[i * 64 : (i + 1) * 64]) for i, g in enumerate(gpu_blocks(4, 64))]
     copy_many(pairs, engine=engine)
-    from xferscope.transfer.copy import _copies
+    from xferscope.transfer.copy import copies_of
 
-    _copies(engine).copier(0).close()  # as the CLI closes every handle at its end
+    copies_of(engine).copier(0).close()  # as the CLI closes every handle at its end
     assert copy_many(pairs, engine=engine).method == "kernel"
 
 
 def test_release_gives_back_every_copier_and_the_next_copy_makes_one_again():
     import xferscope
-    from xferscope.transfer.copy import _copies
+    from xferscope.transfer.copy import copies_of
 
     host = np.ones(4 * 64, dtype=np.uint8)
     engine = engine_with(pinned=host, devices=2)
     for device in (0, 1):
         blocks = gpu_blocks(4, 64, device)
         copy_many([(g, host[i * 64 : (i + 1) * 64]) for i, g in enumerate(blocks)], engine=engine)
-    held = [_copies(engine).copier(d) for d in (0, 1)]
+    held = [copies_of(engine).copier(d) for d in (0, 1)]
     xferscope.release()
     assert all(c.closed for c in held)
     pairs = [(g, host[i * 64 : (i + 1) * 64]) for i, g in enumerate(gpu_blocks(4, 64))]
     assert copy_many(pairs, engine=engine).method == "kernel"
-    assert not _copies(engine).copier(0).closed and _copies(engine).copier(0) is not held[0]
+    assert not copies_of(engine).copier(0).closed and copies_of(engine).copier(0) is not held[0]
 
 
 def test_ctrl_c_during_calibrate_keeps_the_measured_and_stores_nothing(

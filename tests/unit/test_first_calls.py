@@ -21,7 +21,7 @@ from xferscope.core.engine.simulated_batch import STAGED_MAKE_S
 from xferscope.transfer import engine as engines
 from xferscope.transfer import first
 from xferscope.transfer.choice import MADE_BY_LOOP
-from xferscope.transfer.copy import _copies, copy_many
+from xferscope.transfer.copy import copies_of, copy_many
 
 
 class Device:
@@ -236,7 +236,7 @@ def test_a_staged_batch_goes_by_the_loop_while_the_staged_copy_is_made():
     pair = [(1 << 45, host.ctypes.data, host.nbytes)]
     made = copy_many(pair, engine=engine)
     assert (made.method, made.reason) == ("loop", MADE_BY_LOOP)
-    copier = _copies(engine).copier(0)
+    copier = copies_of(engine).copier(0)
     assert not copier.staged_prepared
     engine.advance(STAGED_MAKE_S)
     assert copy_many(pair, engine=engine).method == "staged" and copier.staged_prepared

@@ -181,10 +181,10 @@ def test_to_host_moves_each_gpus_leaves_by_one_copy_many_each(monkeypatch, engin
 
 
 def test_warmup_makes_the_copier_and_its_staged_copy_ahead(engine):
-    from xferscope.transfer.copy import _copies
+    from xferscope.transfer.copy import copies_of
 
     moving.warmup("cuda:1", engine=engine)
-    copier = _copies(engine).copier(1)
+    copier = copies_of(engine).copier(1)
     assert copier.staged_prepared and not copier.closed
     with pytest.raises(ValueError, match=r"^device: 'cpu'"):
         moving.warmup("cpu", engine=engine)

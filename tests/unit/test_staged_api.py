@@ -375,14 +375,14 @@ def test_module_functions_copy_as_copy_many_copies_one_piece():
     staged.copy_to_host(big, gpu_base)  # by the loop while the staged copy is made
     engine.advance(STAGED_MAKE_S)
     staged.copy_to_host(big, gpu_base)
-    first = many._copies(engine).copier(0)
+    first = many.copies_of(engine).copier(0)
     assert [c[:3] for c in first.calls] == [
         ("loop", True, 1),
         ("loop", False, 1),
         ("loop", False, 1),
         ("staged", False, 1),
     ]
-    assert many._copies(engine).copier(1).calls == [("loop", True, 1, False)]
+    assert many.copies_of(engine).copier(1).calls == [("loop", True, 1, False)]
     with pytest.raises(CopyRefused, match="copy_to_device copies host to GPU, and these buffers"):
         staged.copy_to_device(host, gpu_base)
     assert len(first.calls) == 4

@@ -55,7 +55,9 @@ _routes: dict[Engine, Any] = {}
 _last: list[Any] = [None, None]
 
 
-def _copies(engine: Engine) -> Any:
+def copies_of(engine: Engine) -> Any:
+    """copy_many's native Copies on `engine`: its reader, its copier per GPU (`.copier(gpu)`) and
+    its decisions, made once and kept (what copy_many, copy_to_device and to_device copy by)."""
     if _last[0] is engine:
         return _last[1]
     copies = _routes.get(engine)
@@ -84,7 +86,7 @@ def decide(shape: Shape, asked: str | None = None, engine: Engine | None = None)
     """copy_many's decision for a batch of this shape: the method `asked` for (CopyRefused if it
     cannot make it), else the calibration's or the rule's; remembered as copy_many remembers it
     (for a second, for good when asked for, until a calibration is stored)."""
-    copies = _copies(engine if engine is not None else default_engine())
+    copies = copies_of(engine if engine is not None else default_engine())
     upload, pinned = shape.direction == "h2d", shape.memory == "pinned"
     return copies.decide(upload, pinned, shape.count, shape.bytes, shape.device, asked)  # type: ignore[no-any-return]
 
@@ -134,7 +136,7 @@ def copy_many(
         if not len(pairs):
             return _nothing(device)
         try:
-            return _copies(engine).copy_pairs(pairs, target, method, -1)  # type: ignore[no-any-return]
+            return copies_of(engine).copy_pairs(pairs, target, method, -1)  # type: ignore[no-any-return]
         except Exception:
             _reraise(engine)
     if destinations is None or sources is None or sizes is None:
@@ -150,7 +152,7 @@ def copy_many(
     if not len(dst):
         return _nothing(device)
     try:
-        return _copies(engine).copy_addresses(dst, src, nbytes, target, method, -1)  # type: ignore[no-any-return]
+        return copies_of(engine).copy_addresses(dst, src, nbytes, target, method, -1)  # type: ignore[no-any-return]
     except Exception:
         _reraise(engine)
 
@@ -180,7 +182,7 @@ def copy_one(
     engine = engine if engine is not None else default_engine()
     target = -1 if device is None else device
     try:
-        return _copies(engine).copy_pairs([pair], target, None, int(upload))  # type: ignore[no-any-return]
+        return copies_of(engine).copy_pairs([pair], target, None, int(upload))  # type: ignore[no-any-return]
     except Exception:
         _reraise(engine)
 

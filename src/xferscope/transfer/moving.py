@@ -24,7 +24,7 @@ from typing import Any
 
 from ..core.engine import Engine
 from .choice import Shape
-from .copy import _copies, close_copiers, copy_many, decide, held_pinned_bytes
+from .copy import close_copiers, copies_of, copy_many, decide, held_pinned_bytes
 from .engine import default_engine
 from .moves import down, gpu_index, up
 from .staged import close_shared, shared_pinned_bytes
@@ -51,7 +51,7 @@ def warmup(device: Any = None, *, engine: Engine | None = None) -> None:
     program's first copy (a checkpoint's load, one batch) cost what later ones do."""
     index = gpu_index(device)
     engine = engine if engine is not None else default_engine()
-    copies = _copies(engine)
+    copies = copies_of(engine)
     decide(Shape("h2d", "pinned", 1, 1 << 20, index), engine=engine)
     copies.copier(index).prepare_staged()
 
