@@ -12,8 +12,8 @@ into one record across calls (--into) so that the grid can be measured in parts:
                                     made: the first pageable copy_to_device against PyTorch's
                                     first dst.copy_(src) in another (median over --first-repeats
                                     of each, the two alternating; goal >= 0.95); beside it, the
-                                    first call after `xferscope.warmup()` (warmed_vs_torch, 3
-                                    processes a size, after the pairs)
+                                    first call after `xferscope.warmup()` (warmed_vs_torch,
+                                    --first-warm-repeats processes a size after the pairs)
   pinned_pool_growth_10k_calls_bytes   part pool: the pinned memory the copy API holds after
                                     10,000 calls of changing shapes less after 1,000 (goal 0;
                                     a figure, its comparison pinned_pool_held_flat)
@@ -57,7 +57,6 @@ FIRST_SIZES = tuple(
            | {1_000_000, 16_777_216 + 4096, 79_000_000, 268_435_456 + 4096})
 )  # fmt: skip
 PARTS = ("dense", "first", "pool")
-WARM_REPEATS = 3  # first calls after warmup() a size (beside the goal, not in it)
 PEERS = ("torch_loop", "torch_foreach")
 
 
@@ -156,10 +155,11 @@ def first_part(args: Any, figures: dict, comparisons: list[dict]) -> None:
                 times[who].append(got["first_s"])
                 if who == "xferscope":
                     later.append(got["second_s"])
-        for _ in range(WARM_REPEATS):
+        for _ in range(args.first_warm_repeats):
             times["xferscope_warm"].append(first_run(size, "xferscope_warm")["first_s"])
-        med = {k: statistics.median(v) for k, v in times.items()}
-        vs = {k: round(med["torch"] / med[k], 4) for k in ("xferscope", "xferscope_warm")}
+        med = {k: statistics.median(v) for k, v in times.items() if v}
+        vs = {k: round(med["torch"] / med[k], 4) if k in med else None
+              for k in ("xferscope", "xferscope_warm")}  # fmt: skip
         rows.append(
             {"size": size, "first_s": times, "ours_second_s": later,
              "vs_torch": vs["xferscope"], "warmed_vs_torch": vs["xferscope_warm"]}
@@ -268,6 +268,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=15)
     parser.add_argument("--first-sizes", default=",".join(map(str, FIRST_SIZES)))
     parser.add_argument("--first-repeats", type=int, default=9)
+    parser.add_argument("--first-warm-repeats", type=int, default=3)
     parser.add_argument("--into", default=None, help="a record whose cells this run joins")
     args = parser.parse_args()
     args.counts = base.positive_list(parser, "--counts", args.counts, 1 << 16)
@@ -283,6 +284,8 @@ def main() -> None:
         parser.error(f"--cell-most: {args.cell_most} is not from 1 MiB to {base.MOST_BYTES} B")
     if not 2 <= args.trials <= base.MOST_TRIALS or not 1 <= args.first_repeats <= 99:
         parser.error("--trials: 2 to 1000; --first-repeats: 1 to 99")
+    if not 0 <= args.first_warm_repeats <= 99:
+        parser.error("--first-warm-repeats: 0 to 99")
     parts = [p for p in args.parts.split(",") if p]
     if not parts or set(parts) - set(PARTS):
         parser.error(f"--parts: '{args.parts}' is not among {', '.join(PARTS)}")
