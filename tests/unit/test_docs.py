@@ -25,7 +25,7 @@ README_MAX_LINES = 300
 FIRST_SCREENS = 80  # lines within which a newcomer finds the set-up commands
 
 LINK = re.compile(r"!?\[([^\]]*)\]\(\s*([^)\s]*)[^)]*\)")
-RESULTS_FILE = re.compile(r"[A-Za-z0-9_.-]+-\d{8}[a-z]?\.json")
+RESULTS_FILE = re.compile(r"[A-Za-z0-9_.-]+-\d{8}[a-z]?\.jsonl?\b")
 HEADING = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
 EXTERNAL = ("http://", "https://", "mailto:")
 
