@@ -13,31 +13,9 @@
 #include <cstring>
 #include <thread>
 #include <vector>
-#define CK(x)                                        \
-  do {                                               \
-    cudaError_t e = (x);                             \
-    if (e) {                                         \
-      printf("%s: %s\n", #x, cudaGetErrorString(e)); \
-      exit(1);                                       \
-    }                                                \
-  } while (0)
+
+#include "staged_common.hpp"
 using clk = std::chrono::steady_clock;
-static const size_t N = size_t(1) << 30;
-static void nt_copy(char* d, const char* s, size_t n) {
-  size_t b = n / 64;
-  for (size_t i = 0; i < b; ++i) {
-    __m128i a0 = _mm_loadu_si128((const __m128i*)s), a1 = _mm_loadu_si128((const __m128i*)s + 1),
-            a2 = _mm_loadu_si128((const __m128i*)s + 2),
-            a3 = _mm_loadu_si128((const __m128i*)s + 3);
-    _mm_stream_si128((__m128i*)d, a0);
-    _mm_stream_si128((__m128i*)d + 1, a1);
-    _mm_stream_si128((__m128i*)d + 2, a2);
-    _mm_stream_si128((__m128i*)d + 3, a3);
-    s += 64;
-    d += 64;
-  }
-  _mm_sfence();
-}
 // host side: thread t copies its chunks c = t, t+T, ... between `page` and its own `bufs` slots
 static double host_side(int T, size_t chunk, int slots, bool up, bool nt, char* page, char* stage) {
   std::vector<std::thread> th;
