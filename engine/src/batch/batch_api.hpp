@@ -14,8 +14,9 @@
 
 namespace xferscope::batch {
 
-// The loop method's copy kind: each piece's direction named, as PyTorch's copy names it, rather
-// than cudaMemcpyDefault, which has the driver look up what memory both ends of every piece lie in.
+// The loop method's copy kind: each piece's direction named, as PyTorch's copy names it (on an
+// H100 a loop of 3-12 pinned pieces of 96 KiB-1 MiB took the same time as with cudaMemcpyDefault,
+// to 0.1 us, both ways).
 inline cudaMemcpyKind loop_kind(bool from_host, bool to_host) {
   if (from_host) return to_host ? cudaMemcpyHostToHost : cudaMemcpyHostToDevice;
   return to_host ? cudaMemcpyDeviceToHost : cudaMemcpyDeviceToDevice;

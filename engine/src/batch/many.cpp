@@ -272,8 +272,10 @@ std::string ManyCopier::copy(const std::string& asked, bool upload,
       if (!done && cudaStreamSynchronize(stream) != cudaSuccess) cudaGetLastError();
     }
   } drain{stream};
-  auto dst = [&](std::size_t i) { return reinterpret_cast<void*>(destinations[i]); };
-  auto src = [&](std::size_t i) { return reinterpret_cast<const void*>(sources[i]); };
+  // the pieces' ends as pointers
+  static_assert(sizeof(std::uintptr_t) == sizeof(void*), "addresses are pointers");
+  auto* d = reinterpret_cast<void* const*>(destinations);
+  auto* s = reinterpret_cast<const void* const*>(sources);
   // a kernel's table (large pieces cut into parts), copied to the start of the pinned staging
   std::vector<kernels::Piece> table;
   auto place_table = [&] {
@@ -281,9 +283,6 @@ std::string ManyCopier::copy(const std::string& asked, bool upload,
   };
   auto device_table = [&] { return reinterpret_cast<const kernels::Piece*>(m.device); };
 
-  static_assert(sizeof(std::uintptr_t) == sizeof(void*), "addresses are pointers");
-  auto* d = reinterpret_cast<void* const*>(destinations);
-  auto* s = reinterpret_cast<const void* const*>(sources);
   if (method == "loop") {
     loop_copy(upload, !upload, d, s, sizes, count, stream);
   } else if (method.rfind("batch-", 0) == 0) {
@@ -302,7 +301,7 @@ std::string ManyCopier::copy(const std::string& asked, bool upload,
     std::vector<std::size_t> at(count);
     std::size_t total = 0, entries = 0;
     for (std::size_t i = 0; i < count; ++i) {
-      at[i] = kernels::packed_at(total, upload ? dst(i) : src(i));
+      at[i] = kernels::packed_at(total, upload ? d[i] : s[i]);
       total = at[i] + sizes[i];
       entries += kernels::parts(sizes[i]);
     }
@@ -314,9 +313,9 @@ std::string ManyCopier::copy(const std::string& asked, bool upload,
     table.reserve(entries);
     for (std::size_t i = 0; i < count; ++i) {
       if (upload) {
-        kernels::add(table, device_data + at[i], dst(i), sizes[i]);
+        kernels::add(table, device_data + at[i], d[i], sizes[i]);
       } else {
-        kernels::add(table, src(i), device_data + at[i], sizes[i]);
+        kernels::add(table, s[i], device_data + at[i], sizes[i]);
       }
     }
     place_table();
@@ -326,7 +325,7 @@ std::string ManyCopier::copy(const std::string& asked, bool upload,
                                  at.data(), count);  // returns once the data is on the GPU
       kernels::copy(device_table(), table.size(), stream);
     } else if (upload) {
-      for (std::size_t i = 0; i < count; ++i) std::memcpy(host_data + at[i], src(i), sizes[i]);
+      for (std::size_t i = 0; i < count; ++i) std::memcpy(host_data + at[i], s[i], sizes[i]);
       XFS_CUDA_CALL(cudaMemcpyAsync(m.device, m.host, table_bytes + total, cudaMemcpyHostToDevice,
                                     stream));  // table and data at once
       kernels::copy(device_table(), table.size(), stream);
@@ -341,7 +340,7 @@ std::string ManyCopier::copy(const std::string& asked, bool upload,
         XFS_CUDA_CALL(
             cudaMemcpyAsync(host_data, device_data, total, cudaMemcpyDeviceToHost, stream));
         XFS_CUDA_CALL(cudaStreamSynchronize(stream));
-        for (std::size_t i = 0; i < count; ++i) std::memcpy(dst(i), host_data + at[i], sizes[i]);
+        for (std::size_t i = 0; i < count; ++i) std::memcpy(d[i], host_data + at[i], sizes[i]);
       }
     }
   } else if (method == "kernel") {
@@ -352,9 +351,9 @@ std::string ManyCopier::copy(const std::string& asked, bool upload,
       if (!mapped_host[i]) throw UsageError("a host piece is not mapped into the GPU");
       const std::uintptr_t mapped = mapped_host[i];
       if (upload) {
-        kernels::add(table, reinterpret_cast<const void*>(mapped), dst(i), sizes[i]);
+        kernels::add(table, reinterpret_cast<const void*>(mapped), d[i], sizes[i]);
       } else {
-        kernels::add(table, src(i), reinterpret_cast<void*>(mapped), sizes[i]);
+        kernels::add(table, s[i], reinterpret_cast<void*>(mapped), sizes[i]);
       }
     }
     const std::size_t table_bytes = aligned(table.size() * sizeof(kernels::Piece));

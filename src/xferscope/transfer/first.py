@@ -185,6 +185,7 @@ def _plain(
     upload, gpu, plain, total = found
     if (way is not None and way != upload) or (device is not None and device != gpu):
         return False
+    pinned: bool | None = None  # asked of the driver only where needed, once
     if not plain_first(len(plain), total, 0):  # pageable as the model's worst; else asked
         pinned = _pinned(plain, upload)
         if not plain_first(len(plain), 0 if pinned else total, total if pinned else 0):
@@ -201,7 +202,9 @@ def _plain(
         _begin_set_up(gpu)
     if not choice:
         return True
-    memory = "pinned" if _pinned(plain, upload) else "pageable"
+    if pinned is None:
+        pinned = _pinned(plain, upload)
+    memory = "pinned" if pinned else "pageable"
     direction = "h2d" if upload else "d2h"
     return Choice("loop", direction, memory, len(plain), total, gpu, "first call", PLAIN_REASON)
 
