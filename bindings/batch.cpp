@@ -109,6 +109,14 @@ void bind_batch(nb::module_& m) {
           "staged_ready", [](ManyHandle& h) { return h.get().staged_ready(); },
           "Whether the staged copy's threads and chunks are made (its batches go staged).")
       .def(
+          "finish",
+          [](ManyHandle& h) {
+            batch::ManyCopier& c = h.get();
+            nb::gil_scoped_release release;
+            c.finish();
+          },
+          "Returns once every copy this copier queued without waiting has landed.")
+      .def(
           "pinned_bytes", [](ManyHandle& h) { return h.get().pinned_bytes(); },
           "Pinned host memory this copier holds for later calls.")
       .def("close", &ManyHandle::close);

@@ -42,12 +42,13 @@ double now_s() {
 
 // The copy of a resolved batch by a native copier (bindings/batch.cpp's ManyCopier); the
 // method that made it (the loop for a staged batch while the staged copier is being made).
-std::string copy_resolved(ManyHandle& h, const std::string& method, const Resolved& r) {
+// `wait` false: the loop and batch methods return once queued (ManyCopier::copy).
+std::string copy_resolved(ManyHandle& h, const std::string& method, const Resolved& r, bool wait) {
   batch::ManyCopier& c = h.get();
   nb::gil_scoped_release release;
   static_assert(sizeof(std::size_t) == sizeof(std::uintptr_t));
   return c.copy(method, r.upload, r.destinations.data(), r.sources.data(), r.sizes.data(),
-                r.sizes.size(), r.pinned, r.pinned ? r.mapped.data() : nullptr);
+                r.sizes.size(), r.pinned, r.pinned ? r.mapped.data() : nullptr, wait);
 }
 
 class Copies {
@@ -83,16 +84,28 @@ class Copies {
   }
 
   nb::object copy_pairs(nb::sequence pairs, int device, const std::optional<std::string>& asked,
-                        int upload) {
+                        int upload, bool wait) {
     return copy(xferscope::bindings::resolve_pairs(pairs, device, classify_, read_pair_), asked,
-                upload);
+                upload, wait);
   }
 
   nb::object copy_addresses(Addresses destinations, Addresses sources, Addresses sizes, int device,
-                            const std::optional<std::string>& asked, int upload) {
+                            const std::optional<std::string>& asked, int upload, bool wait) {
     return copy(
         xferscope::bindings::resolve_addresses(destinations, sources, sizes, device, classify_),
-        asked, upload);
+        asked, upload, wait);
+  }
+
+  // Returns once every copy queued on `device`'s copier (wait false) has landed.
+  void finish(int device) {
+    const Copier with = held(device);
+    if (with.native.is_none()) {
+      if (nb::hasattr(with.copier, "finish")) with.copier.attr("finish")();
+      return;
+    }
+    batch::ManyCopier& c = nb::cast<ManyHandle&>(with.native).get();
+    nb::gil_scoped_release release;
+    c.finish();
   }
 
   // The engine's copier for `device`, asked for again once closed (an engine closed it).
@@ -143,14 +156,15 @@ class Copies {
   }
 
   // `upload` (0 or 1; -1: either): the way the caller named, refused otherwise before copying.
-  nb::object copy(const Resolved& r, const std::optional<std::string>& asked, int upload) {
+  nb::object copy(const Resolved& r, const std::optional<std::string>& asked, int upload,
+                  bool wait) {
     if (upload >= 0 && r.upload != (upload == 1)) xferscope::bindings::refuse_way(upload == 1);
     // copies held while the copy runs: a call from another thread may change the maps meanwhile
     auto [method, choice] = decide(r.upload, r.pinned, r.sizes.size(), r.total, r.device, asked);
     const Copier with = held(r.device);
     std::string made = method;
     if (!with.native.is_none()) {
-      made = copy_resolved(nb::cast<ManyHandle&>(with.native), method, r);
+      made = copy_resolved(nb::cast<ManyHandle&>(with.native), method, r, wait);
     } else {
       nb::object got = with.copier.attr("copy_resolved")(method, nb::cast(r, nb::rv_policy::copy));
       if (!got.is_none()) made = nb::cast<std::string>(got);
@@ -184,14 +198,17 @@ void bind_copies(nb::module_& m) {
       .def("close_copiers", &Copies::close_copiers,
            "Closes every copier held; the next copy makes one again. How many were held.")
       .def("copy_pairs", &Copies::copy_pairs, "pairs"_a, "device"_a, "asked"_a.none(),
-           "upload"_a = -1,
+           "upload"_a = -1, "wait"_a = true,
            "Reads, decides and copies (destination, source) pairs; returns the Choice. "
-           "upload 1 or 0: the way the caller named (CopyRefused otherwise); -1: either.")
+           "upload 1 or 0: the way the caller named (CopyRefused otherwise); -1: either. wait "
+           "False: the loop and batch methods return once queued (then finish(device)).")
       .def("copy_addresses", &Copies::copy_addresses, "destinations"_a, "sources"_a, "sizes"_a,
-           "device"_a, "asked"_a.none(), "upload"_a = -1,
+           "device"_a, "asked"_a.none(), "upload"_a = -1, "wait"_a = true,
            "copy_pairs for three arrays of addresses and sizes.")
+      .def("finish", &Copies::finish, "device"_a,
+           "Returns once every copy queued on this GPU's copier has landed.")
       .def("copier", &Copies::copier, "device"_a, "The engine's copier for `device`.");
-  m.def("copy_resolved", &copy_resolved, "copier"_a, "method"_a, "batch"_a,
+  m.def("copy_resolved", &copy_resolved, "copier"_a, "method"_a, "batch"_a, "wait"_a = true,
         "Copies a resolved batch by `method` through a ManyCopier; returns once it has landed, "
         "and the method that made it.");
   m.def(

@@ -148,3 +148,40 @@ def test_many_tensors_of_a_dtype_land_in_one_allocation_each_aligned():
     assert all(t.data_ptr() % 256 == 0 for t in halves)
     back = xferscope.to_host(up, non_blocking=True)
     assert all(torch.equal(back[k], state[k]) and back[k].is_pinned() for k in state)
+
+
+def test_a_large_pinned_state_dict_is_queued_run_by_run_and_lands_whole(monkeypatch):
+    """Past QUEUE_FROM bytes of pinned memory, to_device and to_host(non_blocking=True) queue
+    their copies run by run while the next runs' tensors are made: every tensor lands equal, in
+    one aligned allocation per dtype, the copier queried once per run, and the copy is waited
+    for before the call returns (a kernel reading the result right after sees every byte)."""
+    from xferscope.transfer import copy as copies
+    from xferscope.transfer import moves
+
+    monkeypatch.setattr(moves, "QUEUE_FROM", 1 << 20)
+    queued: list[int] = []
+    real = copies.queue_pairs
+
+    def counted(pairs: list, gpu: int, engine: object = None) -> object:
+        queued.append(len(pairs))
+        return real(pairs, gpu, engine)
+
+    monkeypatch.setattr("xferscope.transfer.moving.queue_pairs", counted)
+    xferscope.warmup()  # xferscope's way from the first call (not PyTorch's while setting up)
+    g = torch.Generator().manual_seed(5)
+    state = OrderedDict(
+        (f"w{i}", torch.rand(int(torch.randint(1, 40000, (1,), generator=g)), generator=g)
+         .half().pin_memory())
+        for i in range(150)
+    )  # fmt: skip
+    up = xferscope.to_device(state, "cuda")
+    assert queued == [8, 16, 32, 64, 30]
+    total = sum(float(up[k].float().sum()) for k in state)  # read right after: all landed
+    assert total == pytest.approx(sum(float(v.float().sum()) for v in state.values()), rel=1e-4)
+    for k, v in state.items():
+        assert torch.equal(up[k].cpu(), v), k
+    assert len({up[k].untyped_storage().data_ptr() for k in state}) == 1
+    queued.clear()
+    back = xferscope.to_host(up, non_blocking=True)
+    assert queued == [8, 16, 32, 64, 30]
+    assert all(torch.equal(back[k], state[k]) and back[k].is_pinned() for k in state)

@@ -51,9 +51,16 @@ class ManyCopier {
   // another thread, begun by the first staged batch; until they are ready a staged batch goes
   // by the loop, one cudaMemcpyAsync per piece, as PyTorch's copy makes it, so no call waits
   // for them. If making them failed, the next staged batch raises that error.
+  //
+  // `wait` false: the loop and batch methods return once their copies are queued on this
+  // copier's stream (the caller keeps every buffer as it is until finish()); the other methods
+  // (pack, staged, kernel: they share this copier's staging) still return once every byte has
+  // landed. A later copy queues after it on the same stream.
   std::string copy(const std::string& method, bool upload, const std::uintptr_t* destinations,
                    const std::uintptr_t* sources, const std::size_t* sizes, std::size_t count,
-                   bool pinned, const std::uintptr_t* mapped_host);
+                   bool pinned, const std::uintptr_t* mapped_host, bool wait = true);
+  // Returns once every copy this copier queued has landed; raises a queued copy's error.
+  void finish();
   // Makes now what the first staged copy would make (its threads, a host memcpy probe and its
   // pinned chunks), or waits for it being made; raises what making it raised.
   void prepare_staged();

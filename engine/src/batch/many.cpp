@@ -254,7 +254,7 @@ std::size_t ManyCopier::pinned_bytes() {
 std::string ManyCopier::copy(const std::string& asked, bool upload,
                              const std::uintptr_t* destinations, const std::uintptr_t* sources,
                              const std::size_t* sizes, std::size_t count, bool pinned,
-                             const std::uintptr_t* mapped_host) {
+                             const std::uintptr_t* mapped_host, bool wait) {
   if (count == 0) return asked;
   Impl& m = *impl_;
   // a staged batch goes by the loop while the staged copier is being made
@@ -366,8 +366,17 @@ std::string ManyCopier::copy(const std::string& asked, bool upload,
                      "' (loop, batch-stream, batch-call, batch-any, pack, staged, kernel)");
   }
   drain.done = true;
+  // queued only: the loop's and the batch calls' copies read nothing of this copier's
+  if (!wait && (method == "loop" || method.rfind("batch-", 0) == 0)) return method;
   XFS_CUDA_CALL(cudaStreamSynchronize(stream));
   return method;
+}
+
+void ManyCopier::finish() {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> one_at_a_time(m.calls);
+  detail::DeviceGuard guard(device_);
+  XFS_CUDA_CALL(cudaStreamSynchronize(m.stream));
 }
 
 }  // namespace xferscope::batch

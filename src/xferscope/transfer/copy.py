@@ -187,6 +187,29 @@ def copy_one(
         _reraise(engine)
 
 
+def queue_pairs(pairs: list[Any], device: int, engine: Engine | None = None) -> Choice:
+    """copy_many's copy of `pairs` to or from GPU `device`, returning once the copies are queued
+    where its method allows it (the loop and batch methods; the others return once landed):
+    `finish(device)` then returns once they have landed, and until then the caller keeps every
+    buffer as it is. For a structure's moves (moves.py), which make the next destinations
+    while the copy engine moves these."""
+    engine = engine if engine is not None else default_engine()
+    try:
+        return copies_of(engine).copy_pairs(pairs, device, None, -1, False)  # type: ignore[no-any-return]
+    except Exception:
+        _reraise(engine)
+
+
+def finish(device: int, engine: Engine | None = None) -> None:
+    """Returns once every copy queue_pairs queued for GPU `device` has landed (its error, if
+    one failed)."""
+    engine = engine if engine is not None else default_engine()
+    try:
+        copies_of(engine).finish(device)
+    except Exception:
+        _reraise(engine)
+
+
 def _nothing(device: int | None) -> Choice:
     """What copy_many did with no pairs."""
     return Choice("loop", "h2d", "pinned", 0, 0, device or 0, "asked", "there was nothing")

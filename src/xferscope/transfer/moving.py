@@ -24,7 +24,8 @@ from typing import Any
 
 from ..core.engine import Engine
 from .choice import Shape
-from .copy import close_copiers, copies_of, copy_many, decide, held_pinned_bytes
+from .copy import close_copiers, copies_of, copy_many, decide, held_pinned_bytes, queue_pairs
+from .copy import finish as finish_queued
 from .engine import default_engine
 from .moves import down, gpu_index, up
 from .staged import close_shared, shared_pinned_bytes
@@ -61,14 +62,27 @@ def to_device(
 ) -> Any:
     """`obj` with every tensor and array on GPU `device` (DEVICE_WORDS; None: the current
     one), the same structure, moved by one copy_many."""
-    return up(obj, gpu_index(device), _by_copy_many(engine))
+    return up(obj, gpu_index(device), _by_copy_many(engine), _Queued(engine))
 
 
 def to_host(obj: Any, non_blocking: bool = False, *, engine: Engine | None = None) -> Any:
     """`obj` with every tensor and array in host memory (pinned where `non_blocking`), the same
     structure, moved by one copy_many per GPU the leaves are on."""
-    return down(obj, non_blocking, _by_copy_many(engine))
+    return down(obj, non_blocking, _by_copy_many(engine), _Queued(engine))
 
 
 def _by_copy_many(engine: Engine | None) -> Callable[[list[Any], int], Any]:
     return lambda pairs, gpu: copy_many(pairs, device=gpu, engine=engine)
+
+
+class _Queued:
+    """copy_many's copies queued run by run, then finished (moves.Queue)."""
+
+    def __init__(self, engine: Engine | None) -> None:
+        self.engine = engine
+
+    def __call__(self, pairs: list[Any], gpu: int) -> Any:
+        return queue_pairs(pairs, gpu, self.engine)
+
+    def finish(self, gpu: int) -> None:
+        finish_queued(gpu, self.engine)

@@ -242,6 +242,11 @@ class _NativeMany(_NativeHandle):
             with self._engine.translated():
                 raise
 
+    def finish(self) -> None:
+        """Returns once every copy this copier queued without waiting has landed."""
+        with self._engine.translated():
+            self._handle.finish()
+
     def pinned_bytes(self) -> int:
         """Pinned host memory this copier holds for later calls."""
         with self._engine.translated():

@@ -188,5 +188,10 @@ class SimulatedManyCopier:
         return self._copy(method, batch.upload, batch.destinations, batch.sources, batch.sizes,
                           batch.pinned, mapped)  # fmt: skip
 
+    def finish(self) -> None:
+        """As the native copier's: every queued copy landed (here each landed as it was made)."""
+        if self.closed:
+            raise EngineError("this copier is closed")
+
     def close(self) -> None:
         self.closed = True

@@ -8,8 +8,9 @@ PyTorch is never imported here: a leaf is a tensor only where the program import
 
 from __future__ import annotations
 
+import bisect
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -36,32 +37,61 @@ SHARE_FROM = 64
 ALIGN = 256
 
 
+# Where a structure's copies are queued as its destinations are made (moves.py), the first run
+# of new tensors is this many and each later run twice the one before: the copy engine starts
+# after a few are made, and later runs are made while it moves the earlier ones.
+FIRST_RUN = 8
+
+Runs = Iterator[tuple[range, list[Any], list[Any]]]
+
+
 def upload_many(ts: list[Any], index: int) -> tuple[list[Any], list[Any]]:
     """(each tensor on GPU `index`, the source to copy into it or None where nothing is to be
     copied): one already there is itself; one on another GPU moves by `.to()`."""
-    device = _device(sys.modules["torch"], index)
-
-    def kept(t: Any) -> Any:
-        return (t if t.device.index == index else t.to(device)) if t.is_cuda else None
-
-    return _move_many(ts, kept, device, False)
+    return _whole(upload_runs(ts, index, False))
 
 
 def download_many(ts: list[Any], non_blocking: bool) -> tuple[list[Any], list[Any]]:
     """(each tensor on the host, pinned where `non_blocking`, the GPU tensor to copy from or
     None where nothing is to be copied): a host tensor is itself."""
+    return _whole(download_runs(ts, non_blocking, False))
+
+
+def upload_runs(ts: list[Any], index: int, runs: bool) -> Runs:
+    """upload_many's answer run by run: (the places in `ts`, their tensors, their sources), in
+    growing runs (`runs`, from FIRST_RUN) or one."""
+    device = _device(sys.modules["torch"], index)
+
+    def kept(t: Any) -> Any:
+        return (t if t.device.index == index else t.to(device)) if t.is_cuda else None
+
+    return _move_runs(ts, kept, device, False, runs)
+
+
+def download_runs(ts: list[Any], non_blocking: bool, runs: bool) -> Runs:
+    """download_many's answer run by run, as upload_runs gives upload_many's."""
     device = _device(sys.modules["torch"], None)
-    return _move_many(ts, lambda t: None if t.is_cuda else t, device, non_blocking)
+    return _move_runs(ts, lambda t: None if t.is_cuda else t, device, non_blocking, runs)
 
 
-def _move_many(
-    ts: list[Any], kept: Callable[[Any], Any], device: Any, pinned: bool
-) -> tuple[list[Any], list[Any]]:
-    """(made, sources) for upload_many and download_many: each tensor that `kept` keeps (on
-    the side already, or moved there), else a new one on `device` with its source to copy
-    (None for an empty one)."""
-    made: list[Any] = [None] * len(ts)
-    sources: list[Any] = [None] * len(ts)
+def _whole(runs: Runs) -> tuple[list[Any], list[Any]]:
+    made: list[Any] = []
+    sources: list[Any] = []
+    for _, m, s in runs:
+        made += m
+        sources += s
+    return made, sources
+
+
+def _move_runs(
+    ts: list[Any], kept: Callable[[Any], Any], device: Any, pinned: bool, runs: bool
+) -> Runs:
+    """(places, made, sources) for upload_runs and download_runs: each tensor that `kept` keeps
+    (on the side already, or moved there), else a new one on `device` with its source to copy
+    (None for an empty one). Every allocation is made before the first run is given."""
+    n = len(ts)
+    made: list[Any] = [None] * n
+    sources: list[Any] = [None] * n
     fresh: list[int] = []
     for i, t in enumerate(ts):
         made[i] = kept(t)
@@ -69,38 +99,74 @@ def _move_many(
             fresh.append(i)
             if t.numel():
                 sources[i] = t if t.is_contiguous() else t.contiguous()
-    _make(sys.modules["torch"], ts, fresh, made, device, pinned)
-    return made, sources
+    torch = sys.modules["torch"]
+    groups = _allocate(torch, ts, fresh, device, pinned)
+    size = FIRST_RUN if runs else max(n, 1)
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + size)
+        for group in groups:
+            group.make(lo, hi, made)
+        yield range(lo, hi), made[lo:hi], sources[lo:hi]
+        lo, size = hi, 2 * size
 
 
-def _make(torch: Any, ts: list[Any], at: list[int], made: list[Any], device: Any,
-          pinned: bool) -> None:  # fmt: skip
-    """made[i], for each i in `at`: an empty tensor like ts[i] on `device` (pinned: in pinned
-    host memory); where SHARE_FROM or more share a dtype, views of one allocation."""
+class _Group:
+    """New tensors of one dtype, each like its template: views of one allocation at ALIGN-byte
+    boundaries (`flat`), or each its own torch.empty (flat None: fewer than SHARE_FROM)."""
+
+    def __init__(self, torch: Any, ts: list[Any], at: list[int], device: Any, pinned: bool):
+        self.torch, self.ts, self.at, self.device, self.pinned = torch, ts, at, device, pinned
+        self.flat: Any = None
+        if len(at) < SHARE_FROM:
+            return
+        dtype = ts[at[0]].dtype
+        step = max(1, ALIGN // dtype.itemsize)
+        self.starts: list[int] = []  # each tensor's first element in flat
+        self.pads: list[int] = []  # elements of padding after each
+        total = 0
+        for i in at:
+            n = ts[i].numel()
+            self.starts.append(total)
+            self.pads.append(-n % step)
+            total += n + self.pads[-1]
+        self.flat = torch.empty(total, dtype=dtype, device=device, pin_memory=pinned)
+
+    def make(self, lo: int, hi: int, made: list[Any]) -> None:
+        """made[i] for this group's places i in [lo, hi)."""
+        first, last = bisect.bisect_left(self.at, lo), bisect.bisect_left(self.at, hi)
+        if first == last:
+            return
+        ts, at, torch = self.ts, self.at, self.torch
+        if self.flat is None:
+            for i in at[first:last]:
+                made[i] = torch.empty(
+                    ts[i].shape, dtype=ts[i].dtype, device=self.device, pin_memory=self.pinned
+                )
+            return
+        shapes: list[Any] = []  # each tensor's template, then the padding after it
+        ours: list[int] = []  # where each tensor's view is among the views
+        for k in range(first, last):
+            ours.append(len(shapes))
+            shapes.append(ts[at[k]])
+            if self.pads[k]:  # a view each too: only where one is needed (most weights need none)
+                shapes.append(_pad(torch, self.flat.dtype, self.pads[k]))
+        begin = self.starts[first]
+        end = self.starts[last - 1] + ts[at[last - 1]].numel() + self.pads[last - 1]
+        views = torch._utils._unflatten_dense_tensors(
+            self.flat.narrow(0, begin, end - begin), shapes
+        )
+        for k, place in zip(range(first, last), ours, strict=True):
+            made[at[k]] = views[place]
+
+
+def _allocate(torch: Any, ts: list[Any], at: list[int], device: Any, pinned: bool) -> list[_Group]:
+    """The new tensors for places `at`, by dtype: where SHARE_FROM or more share one, one
+    allocation for them all; made now, their tensors made by each group's make()."""
     by_dtype: dict[Any, list[int]] = {}
     for i in at:
         by_dtype.setdefault(ts[i].dtype, []).append(i)
-    for dtype, group in by_dtype.items():
-        if len(group) < SHARE_FROM:
-            for i in group:
-                made[i] = torch.empty(ts[i].shape, dtype=dtype, device=device, pin_memory=pinned)
-            continue
-        step = max(1, ALIGN // dtype.itemsize)
-        shapes: list[Any] = []  # each tensor's template, then the padding after it
-        total = 0
-        ours: list[int] = []  # where each tensor's view is among the views
-        for i in group:
-            n = ts[i].numel()
-            pad = -n % step
-            ours.append(len(shapes))
-            shapes.append(ts[i])
-            if pad:  # a view each too: only where one is needed (most weights need none)
-                shapes.append(_pad(torch, dtype, pad))
-            total += n + pad
-        flat = torch.empty(total, dtype=dtype, device=device, pin_memory=pinned)
-        views = torch._utils._unflatten_dense_tensors(flat, shapes)
-        for i, place in zip(group, ours, strict=True):
-            made[i] = views[place]
+    return [_Group(torch, ts, group, device, pinned) for group in by_dtype.values()]
 
 
 _pads: dict[tuple[Any, int], Any] = {}  # a host tensor of n elements: padding's template
@@ -123,6 +189,15 @@ def _device(torch: Any, index: int | None) -> Any:
         device = torch.device("cpu") if index is None else torch.device("cuda", index)
         _devices[index] = device
     return device
+
+
+def nbytes(ts: list[Any]) -> int:
+    return sum(int(t.nbytes) for t in ts)
+
+
+def pinned(t: Any) -> bool:
+    """Whether host tensor `t` is in pinned memory (a driver call)."""
+    return not t.is_cuda and bool(t.is_pinned())
 
 
 def gpu_of(t: Any) -> int | None:
