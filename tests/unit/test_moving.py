@@ -191,7 +191,7 @@ def test_warmup_makes_the_copier_and_its_staged_copy_ahead(engine):
 
 
 def test_pinned_memory_held_grows_to_the_largest_batch_then_stays(engine):
-    """Pageable pieces of 1-64 KiB in batches of 2-40 (packed, under the rule), 300 calls of
+    """Pageable pieces of 1-64 KiB in batches of 6-40 (packed, under the rule), 300 calls of
     changing shapes: what copy_many's copier holds grows in steps to the largest and stays;
     release() gives it back."""
     moving.release()  # the copiers earlier tests left
@@ -199,7 +199,7 @@ def test_pinned_memory_held_grows_to_the_largest_batch_then_stays(engine):
     host = np.zeros(40 * 65536, dtype=np.uint8)
     largest, after_first_half = 0, 0
     for call in range(300):
-        count, size = int(rng.integers(2, 41)), int(rng.integers(1024, 65537))
+        count, size = int(rng.integers(6, 41)), int(rng.integers(1024, 65537))
         blocks = [FakeGpuArray(GPU_BASE + i * 65536, size) for i in range(count)]
         pairs = [(g, host[i * size : (i + 1) * size]) for i, g in enumerate(blocks)]
         assert moving.copy_many(pairs, engine=engine).method == "pack"

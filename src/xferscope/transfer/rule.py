@@ -18,6 +18,13 @@ RULE_KERNEL_FEW, RULE_KERNEL_FEW_MAX = 16, 16 << 10
 # On an H100 packing lost to a loop of cudaMemcpyAsync from 96 KiB a piece in most batches of
 # 2-15 pieces (4 x 256 KiB up: 122 us against 89; 15 x 128 KiB down: 334 against 326)
 RULE_PACK_MAX = 64 << 10
+# The dense grid on an H100 (copyapi_dense.py, PyTorch tensors, interleaved with PyTorch's loop):
+# two pieces went faster as two cudaMemcpyAsync than by any batch method (2 x 16 KiB pinned up:
+# the kernel 18.9 us against 16.0; pageable up: packing 24.6 against 16.7), and 4 pageable
+# pieces of 8-48 KiB packed lost by up to 14% (4 x 24 KiB: 31.1 against 26.6), while from 6
+# pieces, or in pieces of at most 6 KiB, packing won 1.2-3x.
+RULE_BATCH_FROM = 3
+RULE_PACK_MANY, RULE_PACK_FEW_MAX = 6, 6 << 10
 # From pageable memory the staged copy's threads reached 46-51 GB/s for 1 GiB on an H200 and beat
 # one cudaMemcpy from 1 MiB, while packing on one thread ran at about 10 GB/s (5.8 GB/s for 1024 x
 # 1 MiB, slower than the loop's 8.4): batches of pageable pieces this large in all are staged.
@@ -50,8 +57,11 @@ def rule(direction: str, memory: str, count: int, size: int, batch_api: bool) ->
             "pieces into pinned chunks while the copy engine moves the chunks before (built-in "
             "rule: no calibration here)"
         )
-    if count < 2:
-        return "loop", "a single copy is one cudaMemcpyAsync (no calibration here)"
+    if count < RULE_BATCH_FROM:
+        return "loop", (
+            f"fewer than {RULE_BATCH_FROM} copies are one cudaMemcpyAsync each (built-in rule: no "
+            "calibration here)"
+        )
     if memory == "pinned" and size > RULE_KERNEL_FEW_MAX and count < RULE_KERNEL_FEW:
         return "loop", (
             f"fewer than {RULE_KERNEL_FEW} pinned pieces of over "
@@ -73,7 +83,8 @@ def rule(direction: str, memory: str, count: int, size: int, batch_api: bool) ->
             "fastest as cudaMemcpyBatchAsync, handed to the driver in growing groups "
             "(built-in rule: no calibration here)"
         )
-    if memory == "pageable" and size <= RULE_PACK_MAX:
+    few = count < RULE_PACK_MANY and size > RULE_PACK_FEW_MAX
+    if memory == "pageable" and size <= RULE_PACK_MAX and not few:
         return "pack", (
             f"small pageable pieces (at most {format_bytes(RULE_PACK_MAX)}) are packed into one "
             "pinned buffer and moved by one copy (built-in rule: no calibration here)"
