@@ -2,7 +2,8 @@
 channels_last, batches of BATCH x 3 x 160 x 160 fp32 made by WORKERS workers from CPU tensors,
 pinned and copied with non_blocking=True (the usual fixes), so that the GPU waits for its input.
 --resident keeps one batch on the GPU and steps on it: the step time with no input pipeline.
-Prints the steady state's step time as JSON."""
+--device-loader moves the batches with xferscope.torch.DeviceLoader instead (pageable batches,
+copied on its thread, 2 ahead). Prints the steady state's step time as JSON."""
 
 import argparse
 import json
@@ -16,6 +17,7 @@ parser.add_argument("--steps", type=int, default=40)
 parser.add_argument("--batch", type=int, default=256)
 parser.add_argument("--workers", type=int, default=4)
 parser.add_argument("--resident", action="store_true")
+parser.add_argument("--device-loader", action="store_true")
 args = parser.parse_args()
 
 
@@ -35,7 +37,7 @@ model = torchvision.models.resnet18().cuda().to(memory_format=torch.channels_las
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 loss_fn = torch.nn.CrossEntropyLoss()
 loader = torch.utils.data.DataLoader(
-    Images(), batch_size=args.batch, num_workers=args.workers, pin_memory=True
+    Images(), batch_size=args.batch, num_workers=args.workers, pin_memory=not args.device_loader
 )
 
 
@@ -47,7 +49,12 @@ def step(x: torch.Tensor, y: torch.Tensor) -> None:
     optimizer.step()
 
 
-batches = iter(loader)
+if args.device_loader:
+    import xferscope.torch
+
+    batches = iter(xferscope.torch.DeviceLoader(loader, device="cuda"))
+else:
+    batches = iter(loader)
 resident = [t.cuda() for t in next(batches)]
 for _ in range(3):  # warm-up: kernels chosen, workers started
     step(*resident)
@@ -58,7 +65,7 @@ for _ in range(args.steps):
         x, y = resident
     else:
         cpu_x, cpu_y = next(batches)  # LOADER_LINE: waits for the workers' next batch
-        x, y = cpu_x.cuda(non_blocking=True), cpu_y.cuda(non_blocking=True)
+        x, y = cpu_x.cuda(non_blocking=True), cpu_y.cuda(non_blocking=True)  # on it: no copy
     step(x, y)
 torch.cuda.synchronize()
 seconds = time.perf_counter() - start
