@@ -252,23 +252,3 @@ def test_the_module_needs_no_torch_to_import():
     assert xt.DeviceLoader.__module__ == "xferscope.transfer.frameworks.torch_loader"
     assert prefetch.MOST_AHEAD == 64
 
-
-def test_garbage_is_collected_before_a_loader_forks_its_workers(monkeypatch, loader_module):
-    """A worker that collects garbage holding GPU tensors aborts (CUDA in a forked child)."""
-    monkeypatch.setitem(sys.modules, "torch", _fake_torch(True))
-    order: list[str] = []
-    monkeypatch.setattr(loader_module.gc, "collect", lambda: order.append("collect") or 0)
-
-    class Loader:
-        num_workers = 2
-
-        def __iter__(self):
-            order.append("iter")
-            return iter(_batches(2))
-
-    assert len(list(loader_module.DeviceLoader(Loader()))) == 2
-    assert order == ["collect", "iter"]
-    order.clear()
-    Loader.num_workers = 0
-    list(loader_module.DeviceLoader(Loader()))
-    assert order == ["iter"]

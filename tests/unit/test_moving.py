@@ -221,3 +221,28 @@ def test_a_tuple_subclass_that_is_no_namedtuple_is_made_from_its_values():
     assert type(new) is Shape and new == ("A", 3)
     one = flatten(Shape((a,)), _is_array).rebuild([b])  # not Shape(b), which iterates b
     assert type(one) is Shape and len(one) == 1 and one[0] is b
+
+
+def test_a_structure_taken_apart_leaves_no_cycle_behind():
+    """Its leaves are freed when the last reference goes, with the cyclic collector off: a GPU
+    tensor kept in a cycle would be collected in a forked DataLoader worker, which aborts."""
+    import gc
+    import weakref
+
+    class Leaf:
+        pass
+
+    leaves = [Leaf() for _ in range(4)]
+    refs = [weakref.ref(x) for x in leaves]
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        flat = flatten({"a": [leaves[0], (leaves[1], 5)], "b": {"c": leaves[2]}, "d": leaves[3]},
+                       lambda x: isinstance(x, Leaf))  # fmt: skip
+        built = flat.rebuild(list(flat.leaves))
+        assert built["b"]["c"] is leaves[2]
+        del flat, built, leaves
+        assert all(r() is None for r in refs)
+    finally:
+        if was:
+            gc.enable()

@@ -108,6 +108,10 @@ def flatten(obj: Any, is_leaf: Callable[[Any], bool], root: str = "obj") -> Flat
 
     with _no_collection():
         top = walk(obj, root, 0, set())
+    # walk refers to itself (it recurses): a cycle through leaf to every leaf, which would keep
+    # them until the cyclic collector ran, and a GPU tensor collected in a forked DataLoader
+    # worker aborts it. Its name dropped, the cycle is gone and they are freed as usual.
+    del walk
     build = top if not isinstance(top, int) else lambda new: new[top]
     return Flat(tuple(leaves), paths, build)
 

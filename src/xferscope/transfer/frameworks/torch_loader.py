@@ -25,7 +25,6 @@ Without CUDA the batches come as the loader gives them, with one warning."""
 
 from __future__ import annotations
 
-import gc
 import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -80,11 +79,6 @@ class DeviceLoader:
             )
         side = _side_stream(torch, index)
         self.stats = stats = LoaderStats()
-        if getattr(self.loader, "num_workers", 0):
-            # the workers are forked next: garbage in reference cycles that holds GPU tensors
-            # would be collected in a worker, whose freeing them aborts it (CUDA cannot be used
-            # in a forked child), so it is collected here first
-            gc.collect()
         prefetcher = Prefetcher(
             self.loader,
             lambda batch: to_device(batch, index),
