@@ -251,4 +251,3 @@ def test_the_module_needs_no_torch_to_import():
 
     assert xt.DeviceLoader.__module__ == "xferscope.transfer.frameworks.torch_loader"
     assert prefetch.MOST_AHEAD == 64
-
