@@ -87,7 +87,7 @@ def flatten(obj: Any, is_leaf: Callable[[Any], bool], root: str = "obj") -> Flat
         deeper = depth + 1
 
         def part(v: Any, where: Any) -> Any:  # a leaf without a call of walk: most are
-            return leaf(v, where) if is_leaf(v) else walk(v, where, deeper, open_ids)
+            return leaf(v, where) if is_leaf(v) else walk(v, where, deeper, open_ids)  # noqa: F821
 
         if kind == "mapping":
             keys = list(x.keys())
