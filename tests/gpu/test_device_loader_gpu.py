@@ -103,7 +103,7 @@ SANITIZED = r"""
 import torch, xferscope.torch as xt
 from torch.utils.data import DataLoader, TensorDataset
 data = TensorDataset(torch.rand(64, 1 << 16), torch.randint(0, 9, (64,)))
-loader = DataLoader(data, batch_size=8, num_workers=2)
+loader = DataLoader(data, batch_size=8)  # a worker under the sanitizer would start CUDA
 total = torch.zeros((), device="cuda")
 for epoch in range(3):
     for x, y in xt.DeviceLoader(loader, ahead=2):

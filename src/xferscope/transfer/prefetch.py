@@ -62,7 +62,9 @@ class LoaderStats:
         if share < WAIT_SHARE_BOUND:
             return "step", (
                 f"the step: it waited {share:.0%} of the time for batches, so the loader keeps "
-                "up; a faster loader will not speed this loop"
+                f"up; if a step ({format_seconds(each['step'])}) takes longer than with its "
+                "data already on the GPU, the loader's work in this process (its threads, the "
+                "batches' arrival) slows it: fewer, larger batches or persistent_workers=True"
             )
         if each["produce"] >= each["copy"]:
             return "input", (
