@@ -62,7 +62,9 @@ def timed(step: Callable[[Any], None], batches: Any, steps: int) -> float:
     return (time.perf_counter() - began) / steps * 1e3
 
 
-def variant(name: str, step: Callable[[Any], None], resident: Any, steps: int, workers: int) -> float:
+def variant(
+    name: str, step: Callable[[Any], None], resident: Any, steps: int, workers: int
+) -> float:
     dataset = ImagePool(IMAGE_BATCH * (steps + 8) * 4)
 
     def loader(pinned: bool = False) -> DataLoader:
@@ -137,9 +139,15 @@ def main() -> None:
     comparisons = []
     if "device_loader" in med and "resident" in med:
         comparisons.append(
-            comparison("loader_probe_device_loader_vs_resident", med["device_loader"],
-                       med["resident"], "the same step on a resident batch (ms a step)",
-                       "ms", False, 0.9)  # fmt: skip
+            comparison(
+                "loader_probe_device_loader_vs_resident",
+                med["device_loader"],
+                med["resident"],
+                "the same step on a resident batch (ms a step)",
+                "ms",
+                False,
+                0.9,
+            )
         )
     write_record("loader-probe", args.commit, meta, 1, comparisons, figures, Path(args.out))
 
