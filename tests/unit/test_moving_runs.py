@@ -16,6 +16,8 @@ from xferscope.core.engine.simulated_batch import SimulatedManyCopier
 from xferscope.transfer import copy, moves, moving
 from xferscope.transfer.frameworks import torch as adapter
 
+from .test_moving import FakeGpuArray
+
 
 class Device:
     def __init__(self, kind: str, index: int | None):
@@ -163,17 +165,6 @@ def test_a_failure_while_queued_waits_for_the_queued_copies_then_raises(torch, m
     with pytest.raises(RuntimeError, match="second run"):
         moves.up({"x": _state(40, 0)}, 0, lambda pairs, gpu: None, Queue())
     assert finished == [0]  # the first run's copies waited for before the error went on
-
-
-class FakeGpuArray:
-    """An array on the simulated GPU: __cuda_array_interface__ over device memory it knows."""
-
-    def __init__(self, address: int, nbytes: int):
-        self.nbytes = nbytes
-        self.__cuda_array_interface__ = {
-            "data": (address, False), "shape": (nbytes,), "typestr": "|u1", "strides": None,
-            "version": 3,
-        }  # fmt: skip
 
 
 def test_queued_copies_go_by_copy_many_and_finish_asks_the_gpus_copier(monkeypatch):
