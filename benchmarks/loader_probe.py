@@ -9,6 +9,10 @@ a batch resident on the GPU, while beside it, on a thread of the same process:
   next_pinned       a pin_memory=True DataLoader iterated (its pin-memory thread), dropped
   device_loader     the real thing: DeviceLoader over the pageable loader, stepping on its batches
   device_loader_si  the same with sys.setswitchinterval(0.5 ms) (the GIL handed over sooner)
+  forked_idle       a DataLoader's workers forked and left idle (their first batches made,
+                    never taken): what the children alone cost the parent (copy-on-write)
+  device_loader_late   DeviceLoader timed after 40 steps, not 3 (the fork's cost paid)
+  device_loader_forkserver   DeviceLoader over a loader whose workers start from a forkserver
 
 Variants alternate in rounds; each figure is the median of the rounds' ms a step. Writes
 benchmarks/results/loader-probe-<gpu>-<date>.json.
@@ -37,7 +41,9 @@ from xferscope.core.machine import collect
 from xferscope.torch import DeviceLoader
 
 VARIANTS = ("resident", "next", "next_to_device", "to_device", "next_pinned", "device_loader",
-            "device_loader_si")  # fmt: skip
+            "device_loader_si", "forked_idle", "device_loader_late",
+            "device_loader_forkserver")  # fmt: skip
+LATE = 40  # untimed steps of device_loader_late
 
 
 def beside(work: Callable[[], None], stop: threading.Event) -> threading.Thread:
@@ -50,9 +56,9 @@ def beside(work: Callable[[], None], stop: threading.Event) -> threading.Thread:
     return thread
 
 
-def timed(step: Callable[[Any], None], batches: Any, steps: int) -> float:
-    """ms a step over `steps` steps after 3 unmeasured, the GPU finished at both ends."""
-    for _ in range(3):
+def timed(step: Callable[[Any], None], batches: Any, steps: int, warm: int = 3) -> float:
+    """ms a step over `steps` steps after `warm` unmeasured, the GPU finished at both ends."""
+    for _ in range(warm):
         step(next(batches))
     torch.cuda.synchronize()
     began = time.perf_counter()
@@ -65,23 +71,33 @@ def timed(step: Callable[[Any], None], batches: Any, steps: int) -> float:
 def variant(
     name: str, step: Callable[[Any], None], resident: Any, steps: int, workers: int
 ) -> float:
-    dataset = ImagePool(IMAGE_BATCH * (steps + 8) * 4)
+    dataset = ImagePool(IMAGE_BATCH * (steps + LATE + 8) * 4)
 
-    def loader(pinned: bool = False) -> DataLoader:
-        return DataLoader(dataset, batch_size=IMAGE_BATCH, num_workers=workers, pin_memory=pinned)
+    def loader(pinned: bool = False, context: str | None = None) -> DataLoader:
+        context = context if workers else None
+        return DataLoader(dataset, batch_size=IMAGE_BATCH, num_workers=workers,
+                          pin_memory=pinned, multiprocessing_context=context)  # fmt: skip
 
     def forever() -> Any:
         while True:
             yield resident
 
-    if name in ("device_loader", "device_loader_si"):
+    if name.startswith("device_loader"):
         was = sys.getswitchinterval()
         if name == "device_loader_si":
             sys.setswitchinterval(0.0005)
+        context = "forkserver" if name == "device_loader_forkserver" else None
+        warm = LATE if name == "device_loader_late" else 3
         try:
-            return timed(step, iter(DeviceLoader(loader(), device="cuda")), steps)
+            return timed(step, iter(DeviceLoader(loader(context=context))), steps, warm)
         finally:
             sys.setswitchinterval(was)
+    if name == "forked_idle":
+        idle = iter(loader())  # the workers forked; their first batches made, never taken
+        try:
+            return timed(step, forever(), steps)
+        finally:
+            del idle
     stop = threading.Event()
     thread = None
     if name in ("next", "next_to_device", "next_pinned"):
