@@ -5,6 +5,7 @@ record_stream, and the loader without CUDA."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
@@ -137,6 +138,15 @@ def test_the_bound_is_named_with_its_fix(stats, bound):
     assert advice in stats.explain()
 
 
+def test_the_copy_bound_asks_for_pinned_batches_only_where_they_were_not():
+    pageable = LoaderStats(batches=11, wait_s=1.0, step_s=1.0, produce_s=0.2, copy_s=2.0)
+    pinned = dataclasses.replace(pageable, pinned_batches=11)
+    assert "pin_memory=True" in pageable.bound()[1] and "pin_memory=True" not in pinned.bound()[1]
+    assert "from pageable memory (pinned while copying)" in pageable.explain()
+    assert "pinned by the loader" in pinned.explain()
+    assert "3 of 11 arriving pinned" in dataclasses.replace(pageable, pinned_batches=3).explain()
+
+
 def test_per_batch_times_are_means():
     each = LoaderStats(batches=5, wait_s=0.4, step_s=0.8, produce_s=1.0, copy_s=0.5).per_batch()
     assert each == pytest.approx({"wait": 0.1, "step": 0.2, "produce": 0.2, "copy": 0.1})
@@ -146,8 +156,11 @@ def test_per_batch_times_are_means():
 
 
 class _Tensor:
-    def __init__(self, value: Any, cuda: bool = False) -> None:
-        self.value, self.is_cuda, self.recorded = value, cuda, []
+    def __init__(self, value: Any, cuda: bool = False, pinned: bool = False) -> None:
+        self.value, self.is_cuda, self.recorded, self.pinned = value, cuda, [], pinned
+
+    def is_pinned(self) -> bool:
+        return self.pinned
 
     def record_stream(self, stream: Any) -> None:
         self.recorded.append(stream)
@@ -204,7 +217,11 @@ def test_batches_arrive_moved_and_recorded_on_the_steps_stream(monkeypatch, load
     got = list(dl)
     assert [x.value for x, _ in got] == [0, 1, 2, 3, 4] and loader_module.moved == [0] * 5
     assert all(x.is_cuda and x.recorded == ["current:0"] for pair in got for x in pair)
-    assert dl.stats.batches == 5 and len(dl) == 5
+    assert dl.stats.batches == 5 and len(dl) == 5 and dl.stats.pinned_batches == 0
+    # batches that arrive pinned (nested: the first tensor tells) are counted
+    monkeypatch.setattr(loader_module, "to_device", lambda batch, index: batch)
+    pinned = loader_module.DeviceLoader([{"x": [(_Tensor(i, pinned=True), 1)]} for i in range(3)])
+    assert len(list(pinned)) == 3 and pinned.stats.pinned_batches == 3
     # the side stream was set on the prefetching thread, made once over two epochs
     list(dl)
     assert torch.state.streams_made == 1

@@ -41,6 +41,7 @@ class LoaderStats:
     step_s: float = 0.0  # the program's own time between taking one batch and asking for the next
     produce_s: float = 0.0  # the iterator's next() on the thread
     copy_s: float = 0.0  # moving the batch to the GPU on the thread
+    pinned_batches: int = 0  # batches whose host memory was pinned when they arrived
 
     def per_batch(self) -> dict[str, float]:
         """Mean seconds a batch of each time (wait and step over the batches after the first)."""
@@ -62,9 +63,10 @@ class LoaderStats:
         if share < WAIT_SHARE_BOUND:
             return "step", (
                 f"the step: it waited {share:.0%} of the time for batches, so the loader keeps "
-                f"up; if a step ({format_seconds(each['step'])}) takes longer than with its "
-                "data already on the GPU, the loader's work in this process (its threads, the "
-                "batches' arrival) slows it: fewer, larger batches or persistent_workers=True"
+                f"up; where a step ({format_seconds(each['step'])}) takes longer than with its "
+                "data already on the GPU, the loader's work in this process slows it (on an "
+                "H100 a ResNet-18 step of 12.8 ms took 21-25 ms beside a DataLoader's 4 "
+                "workers, nothing copied)"
             )
         if each["produce"] >= each["copy"]:
             return "input", (
@@ -73,10 +75,15 @@ class LoaderStats:
                 "waiting); give the DataLoader more workers (num_workers), a lighter collate_fn, "
                 "or a faster dataset (decode less, cache decoded samples)"
             )
+        pin = (
+            "pin_memory=True in the DataLoader lets the copy engine read them directly; "
+            if self.pinned_batches < self.batches
+            else ""
+        )
         return "copy", (
             f"the copy: a batch took {format_seconds(each['copy'])} to reach the GPU against a "
-            f"step of {format_seconds(each['step'])} ({share:.0%} of the time waiting); a "
-            "smaller batch dtype (uint8 images, bf16 features) moves fewer bytes, and "
+            f"step of {format_seconds(each['step'])} ({share:.0%} of the time waiting); "
+            f"{pin}a smaller batch dtype (uint8 images, bf16 features) moves fewer bytes, and "
             "ahead= more batches absorbs uneven steps"
         )
 
@@ -92,8 +99,18 @@ class LoaderStats:
             f"{self.batches} batches: waited {format_seconds(each['wait'])} a batch for the "
             f"loader, stepped {format_seconds(each['step'])}; a batch took "
             f"{format_seconds(each['produce'])} to produce and {format_seconds(each['copy'])} "
-            f"to copy (first batch after {format_seconds(self.first_wait_s)}). Bound: {advice}"
+            f"to copy, {self._pinning()} (first batch after "
+            f"{format_seconds(self.first_wait_s)}). Bound: {advice}"
         )
+
+    def _pinning(self) -> str:
+        """Where the batches were pinned: by the loader (its pin-memory thread, inside
+        producing), or while copying (the staged copy packs pageable memory into pinned)."""
+        if self.pinned_batches == self.batches:
+            return "pinned by the loader (part of producing)"
+        if not self.pinned_batches:
+            return "from pageable memory (pinned while copying)"
+        return f"{self.pinned_batches} of {self.batches} arriving pinned"
 
 
 def check_ahead(ahead: Any) -> int:

@@ -79,9 +79,16 @@ class DeviceLoader:
             )
         side = _side_stream(torch, index)
         self.stats = stats = LoaderStats()
+
+        def move(batch: Any) -> Any:
+            first = _first_tensor(torch, batch, 0)
+            if first is not None and not first.is_cuda and first.is_pinned():
+                stats.pinned_batches += 1
+            return to_device(batch, index)
+
         prefetcher = Prefetcher(
             self.loader,
-            lambda batch: to_device(batch, index),
+            move,
             self.ahead,
             stats,
             start=lambda: torch.cuda.set_stream(side),
@@ -106,3 +113,24 @@ def _recorded(torch: Any, batch: Any, stream: Any) -> None:
     for leaf in flatten(batch, lambda x: isinstance(x, torch.Tensor)).leaves:
         if leaf.is_cuda:
             leaf.record_stream(stream)
+
+
+def _first_tensor(torch: Any, batch: Any, depth: int) -> Any:
+    """The first tensor of a nested batch (dicts, lists, tuples, dataclasses), or None."""
+    if isinstance(batch, torch.Tensor):
+        return batch
+    if depth > 8:  # deeper batches are told by their first tensors above this
+        return None
+    if isinstance(batch, dict):
+        parts: Any = batch.values()
+    elif isinstance(batch, (list, tuple)):
+        parts = batch
+    elif hasattr(batch, "__dataclass_fields__"):
+        parts = (getattr(batch, name) for name in batch.__dataclass_fields__)
+    else:
+        return None
+    for part in parts:
+        found = _first_tensor(torch, part, depth + 1)
+        if found is not None:
+            return found
+    return None
