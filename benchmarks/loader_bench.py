@@ -25,7 +25,7 @@ Workloads (forward, backward and an optimizer step; steps per second):
              collated from per-sample slices; an EmbeddingBag + MLP that reads every tensor
 
 A round runs each variant --epochs-per-round epochs of --batches batches (the workers started
-each epoch: no persistent_workers), the variants' order rotated each round; a variant's figure
+each epoch, unless --persistent-workers), the variants' order rotated each round; a variant's figure
 is the median of its rounds' steps/s, an epoch timed from asking for its iterator to
 torch.cuda.synchronize() after its last step. First each variant runs an untimed epoch whose
 first batch, back on the host, must equal the dataset's own (a sequential sampler). Apart: the
@@ -34,7 +34,7 @@ benchmarks/results/loader-<gpu>-<date>.json.
 
     python3 benchmarks/loader_bench.py --commit $(git rev-parse HEAD) [--rounds 3]
         [--workloads resnet18,jpeg,recsys] [--epochs-per-round 2] [--batches 40]
-        [--workers 4] [--ahead 2]
+        [--workers 4] [--ahead 2] [--persistent-workers]
 """
 
 from __future__ import annotations
@@ -281,7 +281,7 @@ def same(expected: Any, got: Any, where: str) -> None:
 
 
 def variants(
-    work: Workload, workers: int, ahead: int, send: Callable[..., Any] | None
+    work: Workload, workers: int, ahead: int, send: Callable[..., Any] | None, persistent: bool
 ) -> tuple[dict[str, Callable[[], Iterable[Any]]], DeviceLoader]:
     """Each variant as a maker of one epoch's GPU batches, and the xferscope variant's
     DeviceLoader (its stats). Every loader reads the dataset in order."""
@@ -289,7 +289,8 @@ def variants(
 
     def loader(pin: bool) -> DataLoader:
         return DataLoader(work.dataset, batch_size=work.batch_size, num_workers=workers,
-                          pin_memory=pin, drop_last=False)  # fmt: skip
+                          pin_memory=pin, drop_last=False,
+                          persistent_workers=persistent and workers > 0)  # fmt: skip
 
     pageable, pinned = loader(False), loader(True)
     resident = [moved(b, device, False) for b in pageable]  # made once, kept on the GPU
@@ -366,7 +367,7 @@ def workload_part(
     figures["workloads"][name] = row
     if send is None:
         row["not_run"] = {"accelerate": figures["accelerate"]["reason"]}
-    makers, ours = variants(work, args.workers, args.ahead, send)
+    makers, ours = variants(work, args.workers, args.ahead, send, args.persistent_workers)
     expected = default_collate([work.dataset[i] for i in range(work.batch_size)])
     for v, make in makers.items():  # untimed: warms the variant up, checks its first batch
         check = functools.partial(same, expected, where=f"{name} {v} first batch")
@@ -541,6 +542,8 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=40, help="batches an epoch")
     parser.add_argument("--workers", type=int, default=4, help="the DataLoader's num_workers")
     parser.add_argument("--ahead", type=int, default=2, help="DeviceLoader's ahead")
+    kept = "workers kept between epochs (default: started each epoch)"
+    parser.add_argument("--persistent-workers", action="store_true", help=kept)
     args = parser.parse_args()
     workloads = [w for w in args.workloads.split(",") if w]
     if not workloads or set(workloads) - set(WORKLOADS) or len(set(workloads)) < len(workloads):
@@ -570,7 +573,8 @@ def main() -> None:
     figures: dict[str, Any] = {
         "workloads_run": workloads, "rounds": args.rounds,
         "epochs_per_round": args.epochs_per_round, "batches_per_epoch": args.batches,
-        "num_workers": args.workers, "ahead": args.ahead, "cpu_count": os.cpu_count(),
+        "num_workers": args.workers, "persistent_workers": args.persistent_workers,
+        "ahead": args.ahead, "cpu_count": os.cpu_count(),
         "affinity_cores": len(os.sched_getaffinity(0)), "torch": torch.__version__,
         "torchvision": vision, "accelerate": accelerate, "workloads": {},
     }  # fmt: skip
