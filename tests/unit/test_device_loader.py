@@ -89,6 +89,24 @@ def test_leaving_early_stops_the_thread_and_drops_the_iterator():
     assert closed.wait(2.0)  # the generator was finished, as a DataLoader's workers would be
 
 
+def test_stopping_waits_for_an_item_in_the_threads_hand():
+    """A DataLoader with persistent workers gives the next epoch the same iterator: no thread of
+    the last epoch may still be inside it."""
+    inside = threading.Event()
+
+    def slow():
+        yield 0
+        inside.set()
+        time.sleep(0.3)  # the thread is inside next() when the loop leaves
+        yield 1
+
+    items = Prefetcher(slow(), lambda x: x, 1, LoaderStats())
+    assert next(items) == 0
+    assert inside.wait(2.0)
+    items.close()
+    assert not items._thread.is_alive() and items._queue.empty()
+
+
 def test_the_stats_count_what_the_thread_and_the_step_spent():
     def slow_source():
         for i in range(4):

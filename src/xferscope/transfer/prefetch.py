@@ -26,8 +26,7 @@ from ..core.units import format_seconds
 MOST_AHEAD = 64  # items queued beyond the one the program holds
 # Below this share of the program's time spent waiting for batches, the step is the bound.
 WAIT_SHARE_BOUND = 0.05
-POLL_S = 0.05  # how often a blocked put or get looks whether the other side stopped
-STOP_WAIT_S = 5.0  # how long stopping waits for the thread (then leaves it, a daemon)
+POLL_S = 0.05  # how often a blocked put, get or stop looks whether the other side stopped
 
 
 @dataclasses.dataclass
@@ -179,7 +178,9 @@ class Prefetcher:
         return item
 
     def close(self) -> None:
-        """Stops the thread (it finishes the item in hand) and drops what it queued."""
+        """Stops the thread and drops what it queued; returns once the thread has ended (it
+        finishes the item in hand), so that nothing else uses the iterator: a DataLoader with
+        persistent workers hands the same one to the next epoch."""
         self._done = True
         self._stop.set()
         while True:  # a put blocked on a full queue sees the stop at its next poll
@@ -187,8 +188,13 @@ class Prefetcher:
                 self._queue.get_nowait()
             except queue.Empty:
                 break
-        if self._thread is not threading.current_thread():
-            self._thread.join(STOP_WAIT_S)
+        while self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(POLL_S)  # in slices: Ctrl-C still reaches the program
+            while True:  # the item in hand, queued after the drain above
+                try:
+                    self._queue.get_nowait()
+                except queue.Empty:
+                    break
 
     def _take(self) -> Any:
         while True:
