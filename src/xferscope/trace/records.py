@@ -112,6 +112,20 @@ def shown(where: str) -> str:
     return where[len(here) :] if where.startswith(here) else where
 
 
+# The thread xferscope.torch.DeviceLoader moves batches on (transfer/prefetch.py's Prefetcher):
+# its copies run ahead of the program's step on a side stream and its waits are for its own
+# copies, which the step never waits for. Its calls are named after it, not after the frames
+# of xferscope inside it, and the findings about the step's own copies and waits leave them out.
+LOADER_FRAME = ("/xferscope/transfer/prefetch.py", "_run")
+LOADER_WHERE = "xferscope.torch.DeviceLoader's thread (batches moved ahead of the step)"
+
+
+def on_loader_thread(stack: Sequence[PyFrame]) -> bool:
+    """Whether a call's Python stack is the DeviceLoader's thread's."""
+    file, function = LOADER_FRAME
+    return any(f.function == function and f.file.endswith(file) for f in stack)
+
+
 def user_frame(stack: Sequence[PyFrame]) -> PyFrame | None:
     """The innermost frame of the program's own code, else the innermost frame."""
     return next((f for f in stack if not f.is_library), stack[0] if stack else None)
@@ -312,6 +326,8 @@ class Trace:
         """The program's line that made the call: the innermost Python frame of its own code
         (`file:line (function)`), else the first native caller outside CUDA's own libraries,
         named."""
+        if on_loader_thread(python):
+            return LOADER_WHERE
         frame = user_frame(python)
         if frame is not None:
             return str(frame)

@@ -4,7 +4,7 @@ stream could have hidden behind them, at most the kernels' own time free of copi
 from __future__ import annotations
 
 from ..costs import merged, overlap_ns, with_kernels
-from ..records import Interval
+from ..records import Interval, on_loader_thread
 from .base import Context, TraceFinding, finding
 
 ORDER = 3  # where it stands among findings of equal price
@@ -29,7 +29,9 @@ def find(context: Context) -> TraceFinding | None:
     kernels = trace.kernels()
     if not kernels:
         return None
-    transfers = [c for c in trace.copies if c.crosses_link]
+    # the DeviceLoader's copies already run ahead on a side stream: alone, they found the GPU
+    # waiting for its input (a finding of its own), which a side stream does not change
+    transfers = [c for c in trace.copies if c.crosses_link and not on_loader_thread(c.python)]
     seen, scale = with_kernels(trace, transfers)
     if scale is None:
         return None

@@ -11,7 +11,7 @@ import bisect
 
 from ...core.units import format_seconds
 from ..costs import process_busy
-from ..records import Call, Trace
+from ..records import Call, Trace, on_loader_thread
 from .base import Context, TraceFinding, framework, places
 
 ORDER = 2  # where it stands among findings of equal price
@@ -48,7 +48,8 @@ def idle_after(trace: Trace, syncs: list[Call]) -> list[float]:
 
 def find(context: Context) -> TraceFinding | None:
     trace = context.trace
-    syncs = [c for c in trace.calls if c.synchronizes]
+    # the DeviceLoader's thread waits for its own copies, which the step never waits for
+    syncs = [c for c in trace.calls if c.synchronizes and not on_loader_thread(c.python)]
     seen = trace.seen_with_kernels(syncs)
     if not seen:
         return None

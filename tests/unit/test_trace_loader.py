@@ -1,0 +1,97 @@
+"""A traced program that feeds its step with xferscope.torch.DeviceLoader: the loader's thread
+(transfer/prefetch.py) copies batches ahead on a side stream and waits for its own copies. Its
+calls are named after the loader, not after xferscope's frames, and the findings about the
+step's own waits and copies leave them out; the program's own waits and copies still count."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from xferscope.trace.findings import Context, not_overlapped, synchronizing
+from xferscope.trace.records import LOADER_WHERE, PyFrame, on_loader_thread, read_trace
+
+MS = 1_000_000  # ns
+SCRIPT = "/home/user/train.py"
+SITE = "/usr/lib/python3/site-packages"
+LOADER_STACK = [
+    [f"{SITE}/xferscope/transfer/copy.py", 139, "copy_many"],
+    [f"{SITE}/xferscope/transfer/frameworks/torch_loader.py", 96, "move"],
+    [f"{SITE}/xferscope/transfer/prefetch.py", 203, "_run"],
+    ["/usr/lib/python3.12/threading.py", 1012, "run"],
+]
+ITEM_STACK = [[f"{SITE}/torch/_tensor.py", 990, "item"], [SCRIPT, 12, "train"]]
+UPLOAD_STACK = [[f"{SITE}/torch/_tensor.py", 700, "to"], [SCRIPT, 9, "train"]]
+
+
+def _trace(tmp_path: Path, steps: int = 4) -> Path:
+    """Step i, 20 ms apart: a 10 ms kernel at 20i; the loader's thread copies the next batch
+    (12 to 14 ms, beside no kernel) and waits for it; the step uploads a tensor itself (15 to
+    16 ms) and reads a value with `.item()` at train.py:12 (1 to 10 ms)."""
+    records: list[dict] = [
+        {"t": "start", "pid": 9, "ppid": 1, "ts": 0, "limit": 1000, "kernels": "all",
+         "on_ms": 0, "period_ms": 0},
+        {"t": "pystack", "id": 1, "f": ITEM_STACK},
+        {"t": "pystack", "id": 2, "f": LOADER_STACK},
+        {"t": "pystack", "id": 3, "f": UPLOAD_STACK},
+    ]  # fmt: skip
+    for i in range(steps):
+        at, c = 20 * i, 100 * (i + 1)
+        records += [
+            {"t": "kernel", "n": "step", "st": at * MS, "en": (at + 10) * MS, "dev": 0,
+             "str": 7, "c": 0},
+            {"t": "api", "rt": 1, "f": "cudaStreamSynchronize_v3020", "st": (at + 1) * MS,
+             "en": (at + 10) * MS, "tid": 5, "c": c, "at": [], "py": 1},
+            # the loader's copy and its wait, on thread 6
+            {"t": "api", "rt": 1, "f": "cudaMemcpyAsync_v3020", "st": (at + 12) * MS,
+             "en": (at + 12) * MS + 5000, "tid": 6, "c": c + 1, "src": 1, "dst": 2, "at": [],
+             "py": 2},
+            {"t": "memcpy", "k": 1, "s": 2, "d": 3, "async": 1, "b": 8 << 20,
+             "st": (at + 12) * MS, "en": (at + 14) * MS, "dev": 0, "str": 8, "c": c + 1,
+             "rc": c + 1},
+            {"t": "api", "rt": 1, "f": "cudaStreamSynchronize_v3020", "st": (at + 12) * MS,
+             "en": (at + 14) * MS, "tid": 6, "c": c + 2, "at": [], "py": 2},
+            # the step's own upload, beside no kernel
+            {"t": "api", "rt": 1, "f": "cudaMemcpyAsync_v3020", "st": (at + 15) * MS,
+             "en": (at + 15) * MS + 5000, "tid": 5, "c": c + 3, "src": 3, "dst": 4, "at": [],
+             "py": 3},
+            {"t": "memcpy", "k": 1, "s": 2, "d": 3, "async": 1, "b": 1 << 20,
+             "st": (at + 15) * MS, "en": (at + 16) * MS, "dev": 0, "str": 7, "c": c + 3,
+             "rc": c + 3},
+        ]  # fmt: skip
+    records.append({"t": "end", "ts": 20 * steps * MS})
+    path = tmp_path / "trace-9.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_the_loaders_thread_is_told_by_its_stack():
+    assert on_loader_thread([PyFrame(*f) for f in LOADER_STACK])
+    assert not on_loader_thread([PyFrame(*f) for f in ITEM_STACK])
+    # a file of that name outside xferscope is the program's own
+    assert not on_loader_thread([PyFrame("/home/user/prefetch.py", 3, "_run")])
+
+
+def test_its_calls_are_named_after_the_loader(tmp_path):
+    trace = read_trace([_trace(tmp_path)])
+    loader = [c for c in trace.copies if c.bytes == 8 << 20]
+    assert len(loader) == 4 and trace.where(loader[0].frames, loader[0].python) == LOADER_WHERE
+    step = next(c for c in trace.copies if c.bytes == 1 << 20)
+    assert trace.where(step.frames, step.python) == f"{SCRIPT}:9 (train)"
+
+
+def test_its_waits_are_not_the_steps(tmp_path):
+    trace = read_trace([_trace(tmp_path)])
+    assert sum(1 for c in trace.calls if c.synchronizes) == 8  # 4 of the step, 4 of the loader
+    f = synchronizing.find(Context(trace, None))
+    assert f is not None and f.calls == 4
+    (place,) = f.places
+    assert place.where == f"{SCRIPT}:12 (train)"
+
+
+def test_its_copies_beside_no_kernel_are_not_the_steps(tmp_path):
+    trace = read_trace([_trace(tmp_path)])
+    f = not_overlapped.find(Context(trace, None))
+    assert f is not None and f.calls == 4  # the step's own uploads only
+    assert [p.where for p in f.places] == [f"{SCRIPT}:9 (train)"]
+    assert f.cost_s > 0
