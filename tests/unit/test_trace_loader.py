@@ -95,3 +95,27 @@ def test_its_copies_beside_no_kernel_are_not_the_steps(tmp_path):
     assert f is not None and f.calls == 4  # the step's own uploads only
     assert [p.where for p in f.places] == [f"{SCRIPT}:9 (train)"]
     assert f.cost_s > 0
+
+
+def test_the_engines_own_threads_waits_are_not_the_steps(tmp_path):
+    """The staged copy's threads call CUDA from xferscope's engine with no Python stack: their
+    waits are for the engine's own chunks, and the engine's address is not named after the
+    unrelated symbol the loader found nearest."""
+    path = _trace(tmp_path)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    engine = "/usr/lib/python3/site-packages/xferscope/_engine.cpython-312-x86_64-linux-gnu.so"
+    unrelated = "std::vector<xferscope::gl::FrameLog>::_M_realloc_insert"
+    records.insert(1, {"t": "frame", "a": 77, "obj": engine, "off": 0x128CC5, "sym": unrelated})
+    for i in range(4):
+        records.insert(-1, {"t": "api", "rt": 1, "f": "cudaStreamSynchronize_v3020",
+                            "st": (20 * i + 16) * MS, "en": (20 * i + 17) * MS, "tid": 8,
+                            "c": 900 + i, "at": [77]})  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    trace = read_trace([path])
+    waits = [c for c in trace.calls if c.synchronizes and c.thread == 8]
+    assert len(waits) == 4 and trace.engine_thread(waits[0].frames, waits[0].python)
+    assert "FrameLog" not in (trace.where(waits[0].frames) or "")
+    f = synchronizing.find(Context(trace, None))
+    assert (
+        f is not None and f.calls == 4 and [p.where for p in f.places] == [f"{SCRIPT}:12 (train)"]
+    )

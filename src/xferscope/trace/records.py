@@ -120,6 +120,12 @@ LOADER_FRAME = ("/xferscope/transfer/prefetch.py", "_run")
 LOADER_WHERE = "xferscope.torch.DeviceLoader's thread (batches moved ahead of the step)"
 
 
+# xferscope's own native module: its threads (the staged copy's) call CUDA with no Python stack.
+# The loader names its addresses after the nearest exported symbol, unrelated to them (its
+# functions are hidden), so its symbol table is read instead.
+ENGINE_OBJECT = "_engine.cpython"
+
+
 def on_loader_thread(stack: Sequence[PyFrame]) -> bool:
     """Whether a call's Python stack is the DeviceLoader's thread's."""
     file, function = LOADER_FRAME
@@ -346,6 +352,15 @@ class Trace:
                     return framework
         return None
 
+    def engine_thread(self, frames: Iterable[int], python: Sequence[PyFrame] = ()) -> bool:
+        """Made by one of xferscope's own engine threads (the staged copy's): no Python stack,
+        and its first caller outside CUDA in xferscope's engine. Such a wait is for the engine's
+        own copies; the program's thread waits for those apart, at its own line."""
+        if python:
+            return False
+        name = self.native(frames)
+        return name is not None and name.startswith(ENGINE_OBJECT)
+
     def native(self, frames: Iterable[int]) -> str | None:
         """The first native caller outside CUDA's own libraries, named."""
         for a in frames:
@@ -528,6 +543,7 @@ def symbolize(raw: dict[int, tuple[str, int, str]]) -> dict[int, str]:
     by_object: dict[str, list[tuple[int, int]]] = {}
     names: dict[int, str] = {}
     for a, (obj, off, sym) in raw.items():
+        sym = "" if Path(obj).name.startswith(ENGINE_OBJECT) else sym
         names[a] = f"{Path(obj).name}+{off:#x}" + (f" ({sym})" if sym else "")
         if not sym and Path(obj).is_file():
             by_object.setdefault(obj, []).append((a, off))

@@ -48,8 +48,15 @@ def idle_after(trace: Trace, syncs: list[Call]) -> list[float]:
 
 def find(context: Context) -> TraceFinding | None:
     trace = context.trace
-    # the DeviceLoader's thread waits for its own copies, which the step never waits for
-    syncs = [c for c in trace.calls if c.synchronizes and not on_loader_thread(c.python)]
+    # the DeviceLoader's thread and xferscope's engine threads wait for their own copies, which
+    # the program's step waits for apart, if at all
+    syncs = [
+        c
+        for c in trace.calls
+        if c.synchronizes
+        and not on_loader_thread(c.python)
+        and not trace.engine_thread(c.frames, c.python)
+    ]
     seen = trace.seen_with_kernels(syncs)
     if not seen:
         return None
