@@ -24,6 +24,18 @@ ITEM_STACK = [[f"{SITE}/torch/_tensor.py", 990, "item"], [SCRIPT, 12, "train"]]
 UPLOAD_STACK = [[f"{SITE}/torch/_tensor.py", 700, "to"], [SCRIPT, 9, "train"]]
 
 
+def _upload(c: int, at_ms: int, ms: int, nbytes: int, tid: int, stream: int, py: int) -> list:
+    """A cudaMemcpyAsync host to GPU made at `at_ms` by thread `tid` (Python stack `py`), and
+    the copy it issued, `ms` long on `stream`."""
+    return [
+        {"t": "api", "rt": 1, "f": "cudaMemcpyAsync_v3020", "st": at_ms * MS,
+         "en": at_ms * MS + 5000, "tid": tid, "c": c, "src": c, "dst": c + 1, "at": [],
+         "py": py},
+        {"t": "memcpy", "k": 1, "s": 2, "d": 3, "async": 1, "b": nbytes, "st": at_ms * MS,
+         "en": (at_ms + ms) * MS, "dev": 0, "str": stream, "c": c, "rc": c},
+    ]  # fmt: skip
+
+
 def _trace(tmp_path: Path, steps: int = 4) -> Path:
     """Step i, 20 ms apart: a 10 ms kernel at 20i; the loader's thread copies the next batch
     (12 to 14 ms, beside no kernel) and waits for it; the step uploads a tensor itself (15 to
@@ -42,22 +54,11 @@ def _trace(tmp_path: Path, steps: int = 4) -> Path:
              "str": 7, "c": 0},
             {"t": "api", "rt": 1, "f": "cudaStreamSynchronize_v3020", "st": (at + 1) * MS,
              "en": (at + 10) * MS, "tid": 5, "c": c, "at": [], "py": 1},
-            # the loader's copy and its wait, on thread 6
-            {"t": "api", "rt": 1, "f": "cudaMemcpyAsync_v3020", "st": (at + 12) * MS,
-             "en": (at + 12) * MS + 5000, "tid": 6, "c": c + 1, "src": 1, "dst": 2, "at": [],
-             "py": 2},
-            {"t": "memcpy", "k": 1, "s": 2, "d": 3, "async": 1, "b": 8 << 20,
-             "st": (at + 12) * MS, "en": (at + 14) * MS, "dev": 0, "str": 8, "c": c + 1,
-             "rc": c + 1},
+            # the loader's copy (thread 6, stream 8) and its wait; the step's own upload
+            *_upload(c + 1, at + 12, 2, 8 << 20, 6, 8, 2),
             {"t": "api", "rt": 1, "f": "cudaStreamSynchronize_v3020", "st": (at + 12) * MS,
              "en": (at + 14) * MS, "tid": 6, "c": c + 2, "at": [], "py": 2},
-            # the step's own upload, beside no kernel
-            {"t": "api", "rt": 1, "f": "cudaMemcpyAsync_v3020", "st": (at + 15) * MS,
-             "en": (at + 15) * MS + 5000, "tid": 5, "c": c + 3, "src": 3, "dst": 4, "at": [],
-             "py": 3},
-            {"t": "memcpy", "k": 1, "s": 2, "d": 3, "async": 1, "b": 1 << 20,
-             "st": (at + 15) * MS, "en": (at + 16) * MS, "dev": 0, "str": 7, "c": c + 3,
-             "rc": c + 3},
+            *_upload(c + 3, at + 15, 1, 1 << 20, 5, 7, 3),
         ]  # fmt: skip
     records.append({"t": "end", "ts": 20 * steps * MS})
     path = tmp_path / "trace-9.jsonl"
