@@ -16,7 +16,7 @@ import pytest
 from xferscope.core.compiled import engine_module
 from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.transfer import moves, moving
-from xferscope.transfer.structures import StructureError, flatten
+from xferscope.transfer.structures import StructureError, each_leaf, flatten
 
 staging_bytes = engine_module().staging_bytes
 GPU_BASE = 0x2000_0000_0000  # below where the host maps its own memory
@@ -246,3 +246,24 @@ def test_a_structure_taken_apart_leaves_no_cycle_behind():
     finally:
         if was:
             gc.enable()
+
+
+def test_each_leaf_meets_the_leaves_in_flattens_order():
+    """Every kind of structure, nested; a leaf met twice is given twice (flatten keeps one)."""
+    import dataclasses as dc
+
+    @dc.dataclass
+    class Batch:
+        x: Any
+        y: Any = dc.field(default=None, init=False)  # not the constructor's: not walked
+
+    Pair = namedtuple("Pair", "a b")
+    a, b, c, d = (np.arange(i + 1) for i in range(4))
+    obj = OrderedDict(p=Pair(a, [b, (c, "label", 3)]), q=Batch({"d": d, "a": a}))
+    found = list(each_leaf(obj, _is_array))
+    assert [len(x) for x in found] == [1, 2, 3, 4, 1]
+    assert [id(x) for x in found[:4]] == [id(x) for x in flatten(obj, _is_array).leaves]
+    deep: list[Any] = []
+    deep.append(deep)  # contains itself
+    with pytest.raises(StructureError, match="contains itself"):
+        list(each_leaf(deep, _is_array))

@@ -183,18 +183,17 @@ class Prefetcher:
         persistent workers hands the same one to the next epoch."""
         self._done = True
         self._stop.set()
-        while True:  # a put blocked on a full queue sees the stop at its next poll
+        while self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._drop()  # a put blocked on a full queue sees the stop at its next poll
+            self._thread.join(POLL_S)  # in slices: Ctrl-C still reaches the program
+        self._drop()  # what it queued before it saw the stop
+
+    def _drop(self) -> None:
+        while True:
             try:
                 self._queue.get_nowait()
             except queue.Empty:
-                break
-        while self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(POLL_S)  # in slices: Ctrl-C still reaches the program
-            while True:  # the item in hand, queued after the drain above
-                try:
-                    self._queue.get_nowait()
-                except queue.Empty:
-                    break
+                return
 
     def _take(self) -> Any:
         while True:

@@ -79,10 +79,7 @@ def flatten(obj: Any, is_leaf: Callable[[Any], bool], root: str = "obj") -> Flat
         if kind is None:
             return lambda new: x
         if id(x) in open_ids or depth >= MOST_DEPTH:
-            raise StructureError(
-                f"{_path(path)} contains itself, or nests deeper than {MOST_DEPTH}: "
-                "to_device takes dicts, lists, tuples, namedtuples and dataclasses of tensors"
-            )
+            raise _too_deep(_path(path))
         open_ids = open_ids | {id(x)}
         deeper = depth + 1
 
@@ -94,7 +91,7 @@ def flatten(obj: Any, is_leaf: Callable[[Any], bool], root: str = "obj") -> Flat
             parts = [part(x[k], (path, k, "[]")) for k in keys]
             return lambda new: _mapping(x, dict(zip(keys, _built(parts, new), strict=True)))
         if kind == "dataclass":
-            names = [f.name for f in dataclasses.fields(x) if f.init]
+            names = _fields(x)
             parts = [part(getattr(x, n), (path, n, ".")) for n in names]
             return lambda new: dataclasses.replace(
                 x, **dict(zip(names, _built(parts, new), strict=True))
@@ -114,6 +111,40 @@ def flatten(obj: Any, is_leaf: Callable[[Any], bool], root: str = "obj") -> Flat
     del walk
     build = top if not isinstance(top, int) else lambda new: new[top]
     return Flat(tuple(leaves), paths, build)
+
+
+def each_leaf(obj: Any, is_leaf: Callable[[Any], bool], depth: int = 0) -> Iterator[Any]:
+    """The leaves of `obj` in the order flatten meets them (one met twice, twice), found by the
+    same structures and nothing built: for a look at them (a batch's first tensor, each tensor
+    of a batch). StructureError for one that nests deeper than MOST_DEPTH."""
+    if is_leaf(obj):
+        yield obj
+        return
+    kind = _kind(obj)
+    if kind is None:
+        return
+    if depth >= MOST_DEPTH:
+        raise _too_deep("obj")
+    if kind == "mapping":
+        parts: Any = obj.values()
+    elif kind == "dataclass":
+        parts = (getattr(obj, n) for n in _fields(obj))
+    else:
+        parts = obj
+    for part in parts:
+        yield from each_leaf(part, is_leaf, depth + 1)
+
+
+def _too_deep(where: str) -> StructureError:
+    return StructureError(
+        f"{where} contains itself, or nests deeper than {MOST_DEPTH}: "
+        "to_device takes dicts, lists, tuples, namedtuples and dataclasses of tensors"
+    )
+
+
+def _fields(x: Any) -> list[str]:
+    """A dataclass instance's fields that its constructor takes (what replace() rebuilds)."""
+    return [f.name for f in dataclasses.fields(x) if f.init]
 
 
 @contextmanager

@@ -32,7 +32,7 @@ from typing import Any
 from ..moves import gpu_index
 from ..moving import to_device
 from ..prefetch import LoaderStats, Prefetcher, check_ahead
-from ..structures import flatten
+from ..structures import each_leaf
 
 _side_streams: dict[int, Any] = {}  # one per GPU, made once: a stream an epoch grew memory
 
@@ -81,7 +81,7 @@ class DeviceLoader:
         self.stats = stats = LoaderStats()
 
         def move(batch: Any) -> Any:
-            first = _first_tensor(torch, batch, 0)
+            first = next(each_leaf(batch, lambda x: isinstance(x, torch.Tensor)), None)
             if first is not None and not first.is_cuda and first.is_pinned():
                 stats.pinned_batches += 1
             return to_device(batch, index)
@@ -110,27 +110,6 @@ def _side_stream(torch: Any, index: int) -> Any:
 
 def _recorded(torch: Any, batch: Any, stream: Any) -> None:
     """Each GPU tensor of `batch` recorded on `stream`, where the step will use it."""
-    for leaf in flatten(batch, lambda x: isinstance(x, torch.Tensor)).leaves:
+    for leaf in each_leaf(batch, lambda x: isinstance(x, torch.Tensor)):
         if leaf.is_cuda:
             leaf.record_stream(stream)
-
-
-def _first_tensor(torch: Any, batch: Any, depth: int) -> Any:
-    """The first tensor of a nested batch (dicts, lists, tuples, dataclasses), or None."""
-    if isinstance(batch, torch.Tensor):
-        return batch
-    if depth > 8:  # deeper batches are told by their first tensors above this
-        return None
-    if isinstance(batch, dict):
-        parts: Any = batch.values()
-    elif isinstance(batch, (list, tuple)):
-        parts = batch
-    elif hasattr(batch, "__dataclass_fields__"):
-        parts = (getattr(batch, name) for name in batch.__dataclass_fields__)
-    else:
-        return None
-    for part in parts:
-        found = _first_tensor(torch, part, depth + 1)
-        if found is not None:
-            return found
-    return None
