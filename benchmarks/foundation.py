@@ -60,6 +60,18 @@ def ours(
     return point
 
 
+def synced_seconds(call: Callable[[], object], reps: int) -> list[float]:
+    """Each of `reps` calls' wall time, the GPU finished before and after each."""
+    seconds = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        call()
+        torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
 def torch_copy_seconds(direction: str, size: int, copies: int = 8) -> float:
     """Median per-copy time of PyTorch's copy_ timed with CUDA events, over TRIALS trials."""
     gen = torch.Generator().manual_seed(0)

@@ -56,7 +56,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 import copyapi_bench as base
-from foundation import bench_parser, comparison, rounds_count, write_record
+from foundation import bench_parser, comparison, rounds_count, synced_seconds, write_record
 from xferscope.core.engine import NativeEngine
 from xferscope.core.errors import XferscopeError
 from xferscope.core.machine import collect
@@ -410,14 +410,7 @@ def breakdown_part(figures: dict[str, Any]) -> None:
 
     def ms(run: Callable[[], Any]) -> float:
         run()  # once untimed
-        times = []
-        for _ in range(BREAKDOWN_TRIALS):
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            run()
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - start)
-        return round(statistics.median(times) * 1e3, 3)
+        return round(statistics.median(synced_seconds(run, BREAKDOWN_TRIALS)) * 1e3, 3)
 
     figures["breakdown_resnet18_batch"] = {
         "batch_bytes": sum(t.nbytes for t in batch),

@@ -14,7 +14,8 @@ a batch resident on the GPU, while beside it, on a thread of the same process:
   device_loader_late   DeviceLoader timed after 40 steps, not 3 (the fork's cost paid)
   device_loader_forkserver   DeviceLoader over a loader whose workers start from a forkserver
 
-Variants alternate in rounds; each figure is the median of the rounds' ms a step. Writes
+Variants alternate in rounds; each figure is the median of the rounds' ms a step. Ctrl-C or
+SIGTERM keeps the rounds measured, the record marked "interrupted". Writes
 benchmarks/results/loader-probe-<gpu>-<date>.json.
 
     python3 benchmarks/loader_probe.py --commit $(git rev-parse HEAD) [--rounds 3] [--steps 30]
@@ -33,6 +34,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+import copyapi_bench as base
 from foundation import bench_parser, comparison, write_record
 from loader_bench import IMAGE_BATCH, ImagePool, image_step
 from xferscope import to_device
@@ -141,17 +143,19 @@ def main() -> None:
     pool = ImagePool(IMAGE_BATCH)
     resident = (pool.images[:IMAGE_BATCH].cuda(), pool.labels[:IMAGE_BATCH].cuda())
     ms: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    try:
+    figures: dict[str, Any] = {"ms_per_step_rounds": ms, "workers": args.workers,
+                               "steps": args.steps, "rounds": args.rounds}  # fmt: skip
+
+    def run() -> None:
         for r in range(args.rounds):
             order = VARIANTS[r % len(VARIANTS) :] + VARIANTS[: r % len(VARIANTS)]
             for name in order:
                 ms[name].append(round(variant(name, step, resident, args.steps, args.workers), 3))
                 print(f"round {r + 1} {name:18s} {ms[name][-1]:8.2f} ms a step", flush=True)
-    except KeyboardInterrupt:
-        print("interrupted: what was measured is kept", flush=True)
+
+    base.measured(run, figures)  # Ctrl-C or the time limit's SIGTERM: "interrupted", kept
     med = {k: statistics.median(v) for k, v in ms.items() if v}
-    figures = {"ms_per_step_rounds": ms, "ms_per_step": med, "workers": args.workers,
-               "steps": args.steps, "rounds": args.rounds}  # fmt: skip
+    figures["ms_per_step"] = med
     comparisons = []
     if "device_loader" in med and "resident" in med:
         comparisons.append(

@@ -38,7 +38,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from async_bench import api_bandwidth, staged_vs_pinned
-from foundation import GiB, bench_parser, comparison, write_record
+from foundation import GiB, bench_parser, comparison, synced_seconds, write_record
 from xferscope.core.engine import NativeEngine
 from xferscope.core.machine import collect
 
@@ -75,13 +75,7 @@ def check(status: int, what: str) -> None:
 
 
 def median_s(call: Callable[[], object]) -> tuple[float, list[float]]:
-    seconds = []
-    for _ in range(REPS):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        call()
-        torch.cuda.synchronize()
-        seconds.append(time.perf_counter() - start)
+    seconds = synced_seconds(call, REPS)
     return statistics.median(seconds), [round(s, 5) for s in seconds]
 
 
