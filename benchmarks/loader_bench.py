@@ -3,9 +3,11 @@ a training step from a DataLoader, on one GPU, each workload's variants interlea
 in one process (the same model, optimizer and step for every variant of a workload):
 
   loader_vs_best_peer_worst     per workload, the better of DeviceLoader over a pageable
-                                DataLoader (xferscope) and over a pin_memory=True one
-                                (xferscope_pinned) against the best peer: pin_memory=True then
-                                .to(device, non_blocking=True) of every tensor (pin_memory), a
+                                DataLoader (xferscope: its workers collate into pinned slots)
+                                and over a pin_memory=True one iterated as it is (slots=False,
+                                xferscope_loader: what the slots buy) against the best peer:
+                                pin_memory=True then .to(device, non_blocking=True) of every
+                                tensor (pin_memory), a
                                 side-stream prefetcher one batch ahead as timm's PrefetchLoader
                                 does it (timm_pattern; each tensor's record_stream added, which
                                 timm leaves out), accelerate's send_to_device (where accelerate
@@ -64,7 +66,7 @@ from xferscope.torch import DeviceLoader
 from xferscope.transfer.moving import pinned_bytes
 
 WORKLOADS = ("resnet18", "jpeg", "recsys")
-OURS = ("xferscope", "xferscope_pinned")
+OURS = ("xferscope", "xferscope_loader")
 PEERS = ("pin_memory", "timm_pattern", "accelerate")
 VARIANTS = ("resident", *PEERS, *OURS)
 IMAGE_BATCH, IMAGE_POOL, SIDE, CLASSES = 256, 1024, 160, 1000
@@ -319,13 +321,13 @@ def variants(
             yield current
 
     ours = DeviceLoader(pageable, device="cuda", ahead=ahead)
-    ours_pinned = DeviceLoader(pinned, device="cuda", ahead=ahead)
+    ours_loader = DeviceLoader(pinned, device="cuda", ahead=ahead, slots=False)
     made: dict[str, Callable[[], Iterable[Any]]] = {
         "resident": lambda: resident,
         "pin_memory": pin_memory,
         "timm_pattern": timm_pattern,
         "xferscope": lambda: ours,
-        "xferscope_pinned": lambda: ours_pinned,
+        "xferscope_loader": lambda: ours_loader,
     }
     if send is not None:
 
@@ -395,6 +397,7 @@ def workload_part(
     if stats.batches != args.batches:  # stats that add up across epochs: say so
         row["xferscope_stats_note"] = f"{stats.batches} batches: the stats cover every epoch"
     print(f"{name:8} xferscope: {row['xferscope_explain']}", flush=True)
+    ours.close()  # its slot workers
     del makers, ours, work
     gc.collect()
     torch.cuda.empty_cache()
@@ -423,10 +426,11 @@ def breakdown_part(figures: dict[str, Any]) -> None:
     print("breakdown", figures["breakdown_resnet18_batch"], flush=True)
 
 
-def pinned_held() -> dict[str, int]:
-    """Pinned host memory held: xferscope's (pinned_bytes) and PyTorch's host allocator's
-    (torch.cuda.host_memory_stats, where this torch has it), by source."""
-    held = {"xferscope_pinned_bytes": pinned_bytes()}
+def pinned_held(slots: int) -> dict[str, int]:
+    """Pinned host memory held: xferscope's (pinned_bytes; `slots`, a DeviceLoader's slot ring)
+    and PyTorch's host allocator's (torch.cuda.host_memory_stats, where this torch has it), by
+    source."""
+    held = {"xferscope_pinned_bytes": pinned_bytes(), "xferscope_slots_bytes": slots}
     stats_of = getattr(torch.cuda, "host_memory_stats", None)
     stats = stats_of() if stats_of is not None else {}
     key = next((k for k in HOST_KEYS if k in stats), None)
@@ -447,7 +451,7 @@ def growth_part(args: Any, figures: dict[str, Any], comparisons: list[dict[str, 
     for e in range(1, GROWTH_EPOCHS + 1):
         epoch(lambda: loader, work.step, GROWTH_BATCHES, "recsys xferscope (growth)")
         if e in (GROWTH_SETTLED, GROWTH_EPOCHS):
-            held[f"after_epoch_{e}"] = pinned_held()
+            held[f"after_epoch_{e}"] = pinned_held(loader.stats.pinned_bytes)
     early = sum(held[f"after_epoch_{GROWTH_SETTLED}"].values())
     late = sum(held[f"after_epoch_{GROWTH_EPOCHS}"].values())
     growth = late - early

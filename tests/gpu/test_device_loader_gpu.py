@@ -1,8 +1,10 @@
 """xferscope.torch.DeviceLoader on a real GPU: a DataLoader's batches (dict and tuple, mixed
 dtypes, a short last batch) arrive on the GPU equal to the loader's own, with 0 and 2 workers,
-persistent or not; leaving early and starting again works; pinned memory stays flat over
-epochs; a loop that frees each batch while its kernels run is clean under PyTorch's CUDA
-sanitizer. Skipped without a GPU."""
+persistent or not, through the slots or the loader's own path; the slot path keeps the loader's
+worker info, worker_init_fn, collate_fn and a batch that grows, names a failing sample, and holds
+its pinned memory flat over 20 epochs; leaving early and starting again works; pinned memory
+stays flat over epochs; a loop that frees each batch while its kernels run is clean under
+PyTorch's CUDA sanitizer. Skipped without a GPU."""
 
 from __future__ import annotations
 
@@ -60,20 +62,102 @@ def _equal(got, want) -> None:
 @pytest.mark.parametrize("workers", [0, 2])
 @pytest.mark.parametrize("persistent", [False, True])
 @pytest.mark.parametrize("as_dict", [False, True])
-def test_batches_arrive_equal_to_the_loaders_own(workers, persistent, as_dict):
+@pytest.mark.parametrize("slots", [True, False])
+def test_batches_arrive_equal_to_the_loaders_own(workers, persistent, as_dict, slots):
     if persistent and not workers:
         pytest.skip("persistent workers need workers")
     loader = DataLoader(Samples(10, as_dict), batch_size=4, num_workers=workers,
                         persistent_workers=persistent)  # fmt: skip
     want = list(loader)  # 4, 4 and a short last batch of 2
-    dl = xt.DeviceLoader(loader, device="cuda", ahead=2)
+    dl = xt.DeviceLoader(loader, device="cuda", ahead=2, slots=slots)
     for _ in range(2):  # two epochs
         got = list(dl)
         assert len(got) == len(want) == len(dl) == 3
         for g, w in zip(got, want, strict=True):
             _equal(g, w)
         assert dl.stats.batches == 3
+        # the slot path's batches arrive pinned: registered memory, read by the copy engine
+        assert dl.stats.source == ("slots" if slots and workers else "loader")
+        assert dl.stats.pinned_batches == (3 if dl.stats.source == "slots" else 0)
     assert "batches: waited" in dl.stats.explain()
+    dl.close()
+
+
+class Tagged(Dataset):
+    """Samples that say which worker made them (get_worker_info) and what worker_init_fn set;
+    from index `grow` on, images 8x larger; index `fail` raises."""
+
+    def __init__(self, n: int, grow: int = 1 << 30, fail: int = -1) -> None:
+        self.n, self.grow, self.fail, self.init = n, grow, fail, -1
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        if i == self.fail:
+            raise ValueError(f"sample {i} is corrupt")
+        info = torch.utils.data.get_worker_info()
+        side = 64 if i >= self.grow else 8
+        g = torch.Generator().manual_seed(i)
+        worker = info.id if info else -1
+        return torch.rand(3, side, side, generator=g), worker, self.init, f"s{i}"
+
+
+def _init(worker: int) -> None:
+    torch.utils.data.get_worker_info().dataset.init = 100 + worker
+
+
+def test_slots_keep_the_loaders_worker_info_init_and_a_batch_that_grows():
+    loader = DataLoader(Tagged(64, grow=40), batch_size=8, num_workers=2, worker_init_fn=_init)
+    dl = xt.DeviceLoader(loader)
+    for _ in range(3):
+        got = list(dl)
+        assert dl.stats.source == "slots" and len(got) == 8
+        for k, (images, ids, inits, names) in enumerate(got):
+            side = 64 if k >= 5 else 8
+            assert images.is_cuda and images.shape == (8, 3, side, side)
+            first = k * 8
+            want = torch.stack([Tagged(64, grow=40)[i][0] for i in range(first, first + 8)])
+            assert torch.equal(images.cpu(), want)
+            assert set(ids.tolist()) <= {0, 1} and set(inits.tolist()) <= {100, 101}
+            assert names == [f"s{i}" for i in range(k * 8, k * 8 + 8)]
+    dl.close()
+
+
+def test_slots_with_a_collate_fn_of_ones_own():
+    def collate(samples):
+        return {"images": torch.stack([s[0] for s in samples]).half(), "n": len(samples)}
+
+    loader = DataLoader(Tagged(20), batch_size=8, num_workers=2, collate_fn=collate)
+    with xt.DeviceLoader(loader) as dl:
+        got = list(dl)
+    assert dl.stats.source == "slots" and [b["n"] for b in got] == [8, 8, 4]
+    assert got[2]["images"].dtype == torch.float16 and got[2]["images"].is_cuda
+
+
+def test_a_failing_sample_is_raised_with_the_workers_traceback():
+    loader = DataLoader(Tagged(40, fail=21), batch_size=8, num_workers=2)
+    dl = xt.DeviceLoader(loader)
+    seen = 0
+    with pytest.raises(
+        RuntimeError, match=r"(?s)ValueError .*worker process.*sample 21 is corrupt"
+    ):
+        for _ in dl:
+            seen += 1
+    assert seen == 2
+    dl.close()
+
+
+def test_slots_pinned_memory_is_flat_over_20_epochs():
+    loader = DataLoader(Samples(48, False, image=256), batch_size=8, num_workers=2)
+    dl = xt.DeviceLoader(loader)
+    held = []
+    for _ in range(20):
+        for batch in dl:
+            assert batch[0].is_cuda
+        held.append((dl.stats.pinned_bytes, moving.pinned_bytes()))
+    assert held[0][0] > 0 and held[1] == held[-1], held
+    dl.close()
 
 
 def test_leaving_early_then_starting_again():
@@ -114,11 +198,14 @@ print("ok", float(total) > 0)
 """
 
 
-def test_clean_under_pytorchs_cuda_sanitizer():
+@pytest.mark.parametrize("workers", [0, 2])
+def test_clean_under_pytorchs_cuda_sanitizer(workers):
+    """With 2 workers, the slot path: the workers never touch CUDA."""
     import os
 
     env = dict(os.environ, TORCH_CUDA_SANITIZER="1")
-    done = subprocess.run([sys.executable, "-c", SANITIZED], capture_output=True, text=True,
+    program = SANITIZED.replace("batch_size=8)", f"batch_size=8, num_workers={workers})")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
                           timeout=300, env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "ok True" and "CSAN" not in done.stderr, done.stderr[-3000:]

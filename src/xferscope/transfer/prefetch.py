@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ..core.units import format_seconds
+from ..core.units import format_bytes, format_seconds
 
 MOST_AHEAD = 64  # items queued beyond the one the program holds
 # Below this share of the program's time spent waiting for batches, the step is the bound.
@@ -41,6 +41,8 @@ class LoaderStats:
     produce_s: float = 0.0  # the iterator's next() on the thread
     copy_s: float = 0.0  # moving the batch to the GPU on the thread
     pinned_batches: int = 0  # batches whose host memory was pinned when they arrived
+    source: str = "loader"  # "slots": workers collated into pinned slots (DeviceLoader's own)
+    pinned_bytes: int = 0  # the slots' pinned memory at the epoch's end
 
     def per_batch(self) -> dict[str, float]:
         """Mean seconds a batch of each time (wait and step over the batches after the first)."""
@@ -105,6 +107,8 @@ class LoaderStats:
     def _pinning(self) -> str:
         """Where the batches were pinned: by the loader (its pin-memory thread, inside
         producing), or while copying (the staged copy packs pageable memory into pinned)."""
+        if self.source == "slots" and self.pinned_batches == self.batches:
+            return f"collated into pinned slots ({format_bytes(self.pinned_bytes)} in all)"
         if self.pinned_batches == self.batches:
             return "pinned by the loader (part of producing)"
         if not self.pinned_batches:

@@ -8,7 +8,13 @@ batch already on the GPU when the step asks for it.
             step(images, labels)
         print(batches.stats.explain())            # what the loop waited for, and the fix
 
-A thread takes each batch from the loader and moves it with `xferscope.to_device` (one
+Where the loader is a DataLoader with workers over a map-style dataset, DeviceLoader runs its
+workers itself (`slots=True`, the default): each worker collates a batch straight into a slot
+of shared memory that was pinned once, and the copy engine reads it there
+(frameworks/torch_slots.py: no fresh shared memory a batch, no pin-memory thread, and almost
+nothing done per batch in this process). Workers then live until `close()`, like
+persistent_workers=True. `slots=False`, or any other loader: a thread takes each batch from the
+loader and moves it with `xferscope.to_device` (one
 copy_many for the whole structure: dicts, tuples, lists, namedtuples, dataclasses; from pageable
 memory through the staged copy, so `pin_memory=True` is not needed), `ahead` batches before the
 one the step holds. The copies run while the step's kernels do; the step's thread never waits
@@ -18,21 +24,25 @@ Streams: the thread's copies go on a side stream made once per GPU and process, 
 batch's GPU tensors are recorded on the stream current where the step takes them
 (`Tensor.record_stream`), so the caching allocator reuses their memory only after the work
 queued there has run (clean under TORCH_CUDA_SANITIZER=1). Memory: at most `ahead` + 2 batches
-on the GPU at once; the only pinned memory is the staged copy's chunks (bounded, reused; flat
-over epochs) and what the DataLoader pins itself.
+on the GPU at once; the only pinned memory is the slots (one per batch in flight, each the
+largest batch's size: bounded, reused, flat over epochs), the staged copy's chunks (the same)
+and what the DataLoader pins itself.
 
 Without CUDA the batches come as the loader gives them, with one warning."""
 
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ..moves import gpu_index
 from ..moving import to_device
 from ..prefetch import LoaderStats, Prefetcher, check_ahead
+from ..slots import SlotPool
 from ..structures import each_leaf
+from .torch_slots import host_batch, slot_pool
 
 _side_streams: dict[int, Any] = {}  # one per GPU, made once: a stream an epoch grew memory
 
@@ -40,13 +50,33 @@ _side_streams: dict[int, Any] = {}  # one per GPU, made once: a stream an epoch 
 class DeviceLoader:
     """`loader`'s batches, each moved to GPU `device` ("cuda", "cuda:N", an index or a
     torch.device) `ahead` batches (1-64) before the step takes it. `stats`: the last epoch's
-    LoaderStats (its `explain()` names what the loop waited for). Attributes it does not have
-    are the loader's (`dataset`, `sampler`, `batch_size`)."""
+    LoaderStats (its `explain()` names what the loop waited for). `slots`: a DataLoader's
+    workers collate into pinned slots (see above); False iterates the loader as it is.
+    Attributes it does not have are the loader's (`dataset`, `sampler`, `batch_size`)."""
 
-    def __init__(self, loader: Iterable[Any], device: Any = "cuda", *, ahead: int = 2) -> None:
+    def __init__(
+        self, loader: Iterable[Any], device: Any = "cuda", *, ahead: int = 2, slots: bool = True
+    ) -> None:
+        if not isinstance(slots, bool):
+            raise ValueError(f"slots: {slots!r} is not True or False")
         self.loader, self.device, self.ahead = loader, device, check_ahead(ahead)
+        self.slots = slots
         self.stats = LoaderStats()
         self._warned = False
+        self._pool: SlotPool | None = None
+
+    def close(self) -> None:
+        """Stops the slot path's workers and frees its slots (also when the DeviceLoader is
+        collected, or leaves a `with` block); a later epoch starts them again."""
+        pool, self._pool = self.__dict__.get("_pool"), None
+        if pool is not None:
+            pool.close()
+
+    def __enter__(self) -> DeviceLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
@@ -79,6 +109,7 @@ class DeviceLoader:
             )
         side = _side_stream(torch, index)
         self.stats = stats = LoaderStats()
+        pool = self._slot_pool()
 
         def move(batch: Any) -> Any:
             first = next(each_leaf(batch, lambda x: isinstance(x, torch.Tensor)), None)
@@ -86,9 +117,22 @@ class DeviceLoader:
                 stats.pinned_batches += 1
             return to_device(batch, index)
 
+        def move_slot(item: Any) -> Any:  # the slot path's: the slot back once copied
+            marked, buffer, release = item
+            try:
+                return move(host_batch(marked, buffer))
+            finally:
+                release()
+                if pool is not None:
+                    stats.pinned_bytes = pool.slot_bytes if pool.pinned else 0
+
+        source: Any = self.loader
+        if pool is not None:
+            stats.source = "slots"
+            source = pool.epoch(iter(self.loader.batch_sampler))  # type: ignore[attr-defined]
         prefetcher = Prefetcher(
-            self.loader,
-            move,
+            source,
+            move if pool is None else move_slot,
             self.ahead,
             stats,
             start=lambda: torch.cuda.set_stream(side),
@@ -99,6 +143,13 @@ class DeviceLoader:
                 yield batch
         finally:
             prefetcher.close()
+
+    def _slot_pool(self) -> SlotPool | None:
+        if self._pool is None and self.slots:
+            self._pool = slot_pool(self.loader, pinned=True)
+            if self._pool is not None:
+                weakref.finalize(self, self._pool.close)
+        return self._pool
 
 
 def _side_stream(torch: Any, index: int) -> Any:

@@ -1,0 +1,163 @@
+"""DeviceLoader's slot path for a torch DataLoader (transfer/slots.py is the framework-free
+half): its workers, made from the loader's own dataset, batch sampler, collate_fn,
+worker_init_fn, generator, multiprocessing_context, prefetch_factor and timeout, collate each
+batch straight into a pinned shared-memory slot.
+
+With the default collate_fn each tensor is stacked in the slot (`torch.stack(..., out=)`, the
+way DataLoader's workers stack into fresh shared memory); another collate_fn's tensors are
+copied there after it returns. Workers are seeded as DataLoader's are (random and torch with
+base_seed + id, base_seed drawn from the loader's generator) and
+`torch.utils.data.get_worker_info()` answers in them. They live until the DeviceLoader is
+closed, like persistent_workers=True: what a worker's dataset holds stays between epochs."""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+import sys
+from typing import Any
+
+from ..slots import Filler, InSlot, Placement, SlotPool
+from ..structures import flatten
+
+
+def slot_pool(loader: Any, pinned: bool) -> SlotPool | None:
+    """A SlotPool for `loader` where it can have one: a torch DataLoader with workers over a
+    map-style dataset that batches by itself, on a system with memfd. None where not."""
+    import multiprocessing
+
+    data = sys.modules.get("torch.utils.data")  # a DataLoader has imported it
+    if data is None or not isinstance(loader, data.DataLoader):
+        return None
+    import torch
+    from torch.utils.data import DataLoader, IterableDataset
+
+    if (
+        type(loader).__iter__ is not DataLoader.__iter__
+        or loader.num_workers < 1
+        or loader.batch_sampler is None
+        or isinstance(loader.dataset, IterableDataset)
+        or not hasattr(os, "memfd_create")
+    ):
+        return None
+    seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
+    filler = TorchFiller(loader.dataset, loader.collate_fn, loader.worker_init_fn, seed)
+    context = loader.multiprocessing_context or multiprocessing.get_context()
+    if isinstance(context, str):
+        context = multiprocessing.get_context(context)
+    return SlotPool(
+        filler,
+        loader.num_workers,
+        context,
+        prefetch=loader.prefetch_factor or 2,
+        timeout=float(loader.timeout or 0),
+        pin=_pin if pinned else None,
+    )
+
+
+def host_batch(marked: Any, buffer: memoryview) -> Any:
+    """The batch a worker marked, its tensors views of the slot `buffer`."""
+    flat = flatten(marked, lambda x: isinstance(x, InSlot))
+    return flat.rebuild([_view(buffer, m.offset, m.nbytes, *m.meta) for m in flat.leaves])
+
+
+class TorchFiller(Filler):
+    """A DataLoader worker's work, into a slot (runs in the worker processes)."""
+
+    def __init__(self, dataset: Any, collate_fn: Any, worker_init_fn: Any, seed: int) -> None:
+        import torch.utils.data
+
+        self.dataset, self.collate_fn, self.worker_init_fn = dataset, collate_fn, worker_init_fn
+        self.seed = seed
+        self.default = collate_fn is torch.utils.data.default_collate
+
+    def start(self, worker: int, workers: int) -> None:
+        import torch
+        from torch.utils.data._utils import worker as worker_state
+
+        torch.set_num_threads(1)
+        seed = self.seed + worker
+        random.seed(seed)
+        torch.manual_seed(seed)
+        # what torch.utils.data.get_worker_info() answers, as in a DataLoader's worker
+        worker_state._worker_info = worker_state.WorkerInfo(
+            id=worker, num_workers=workers, seed=seed, dataset=self.dataset
+        )
+        if self.worker_init_fn is not None:
+            self.worker_init_fn(worker)
+
+    def collate(self, indices: list[Any], into: Placement) -> Any:
+        import torch
+        from torch.utils.data._utils.collate import collate, default_collate_fn_map
+
+        items = getattr(self.dataset, "__getitems__", None)
+        samples = items(indices) if items else [self.dataset[i] for i in indices]
+        if not self.default or into.buffer is None:
+            return self.collate_fn(samples)
+        stack = functools.partial(_stack_into, into)
+        return collate(samples, collate_fn_map={**default_collate_fn_map, torch.Tensor: stack})
+
+    def place(self, batch: Any, into: Placement) -> Any:
+        import torch
+
+        flat = flatten(batch, lambda x: isinstance(x, torch.Tensor))
+        marks = []
+        for leaf in flat.leaves:
+            mark = into.placed.get(id(leaf))
+            if mark is None:
+                mark = _copied_into(into, leaf)
+            marks.append(mark)
+        return flat.rebuild(marks)
+
+
+def _stack_into(into: Placement, batch: Any, *, collate_fn_map: Any = None) -> Any:
+    """default_collate's stack of one tensor per sample, made in the slot where it fits."""
+    import torch
+    from torch.utils.data._utils.collate import collate_tensor_fn
+
+    elem = batch[0]
+    if elem.layout != torch.strided or elem.is_nested or into.buffer is None:
+        return collate_tensor_fn(batch, collate_fn_map=collate_fn_map)
+    shape = (len(batch), *elem.shape)
+    nbytes = elem.numel() * elem.element_size() * len(batch)
+    offset = into.take(nbytes)
+    if offset is None:
+        return torch.stack(batch, 0)  # counted: it goes in the larger slot asked for
+    out = torch.stack(batch, 0, out=_view(into.buffer, offset, nbytes, elem.dtype, shape))
+    into.placed[id(out)] = InSlot(offset, nbytes, (elem.dtype, shape))
+    return out
+
+
+def _copied_into(into: Placement, tensor: Any) -> InSlot:
+    """`tensor` copied into the slot where it fits (its InSlot all the same: the batch goes to
+    a larger slot where any does not)."""
+    nbytes = tensor.numel() * tensor.element_size()
+    offset = into.take(nbytes)
+    mark = InSlot(offset or 0, nbytes, (tensor.dtype, tuple(tensor.shape)))
+    if offset is not None and into.buffer is not None and nbytes:
+        _view(into.buffer, offset, nbytes, tensor.dtype, mark.meta[1]).copy_(tensor)
+    return mark
+
+
+def _view(buffer: memoryview, offset: int, nbytes: int, dtype: Any, shape: Any) -> Any:
+    import torch
+
+    if not nbytes:
+        return torch.empty(shape, dtype=dtype)
+    raw = torch.frombuffer(buffer, dtype=torch.uint8, count=nbytes, offset=offset)
+    return raw.view(dtype).view(shape)
+
+
+def _pin(buffer: memoryview) -> Any:
+    """The slot registered with the GPU (cudaHostRegister) once; its unregister, or None where
+    registering failed (the slot then works as pageable memory)."""
+    import torch
+
+    cudart = torch.cuda.cudart()
+    whole = torch.frombuffer(buffer, dtype=torch.uint8)
+    pointer, size = whole.data_ptr(), whole.numel()
+    del whole
+    if int(cudart.cudaHostRegister(pointer, size, 0)) != 0:
+        return None
+    return lambda: cudart.cudaHostUnregister(pointer)

@@ -1,0 +1,202 @@
+"""The slot ring (transfer/slots.py) with real worker processes and a numpy Filler, no torch and
+no GPU: batches in order with their bytes intact through the slots, the ring bounded and flat
+over epochs, a batch larger than its slot, failures and dead workers named, leaving early,
+the loader's timeout, and close."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from xferscope.transfer import slots
+from xferscope.transfer.slots import ALIGN, Filler, InSlot, Placement, SlotError, SlotPool
+from xferscope.transfer.structures import flatten
+
+pytestmark = pytest.mark.skipif(
+    not hasattr(os, "memfd_create") or sys.platform != "linux", reason="memfd: Linux only"
+)
+FORK = multiprocessing.get_context("fork")
+ROW = 1000  # float32s a sample: 4 kB
+
+
+class Numbers(Filler):
+    """Sample i is ROW float32s equal to i (`grow`: samples from index `grow` on are 40x longer);
+    a batch is {"x": stacked, "i": the indices, "tag": a string}."""
+
+    def __init__(self, fail_at: int = -1, grow: int = 1 << 30, sleep: float = 0.0) -> None:
+        self.fail_at, self.grow, self.sleep = fail_at, grow, sleep
+        self.fail_start = False
+
+    def start(self, worker: int, workers: int) -> None:
+        if self.fail_start:
+            raise OSError("no such dataset file")
+        self.worker = worker
+
+    def collate(self, indices: list[Any], into: Placement) -> Any:
+        if self.fail_at in indices:
+            raise KeyError(f"sample {self.fail_at} is missing")
+        time.sleep(self.sleep)
+        width = ROW * (40 if indices[0] >= self.grow else 1)
+        rows = np.stack([np.full(width, i, dtype=np.float32) for i in indices])
+        return {"x": rows, "i": np.array(indices, dtype=np.int64), "tag": f"w{self.worker}"}
+
+    def place(self, batch: Any, into: Placement) -> Any:
+        flat = flatten(batch, lambda x: isinstance(x, np.ndarray))
+        marks = []
+        for leaf in flat.leaves:
+            offset = into.take(leaf.nbytes)
+            if offset is not None and into.buffer is not None:
+                at = np.frombuffer(into.buffer, np.uint8, leaf.nbytes, offset)
+                at[:] = leaf.reshape(-1).view(np.uint8)
+            marks.append(InSlot(offset or 0, leaf.nbytes, (leaf.dtype.str, leaf.shape)))
+        return flat.rebuild(marks)
+
+
+def _read(marked: Any, buffer: memoryview) -> Any:
+    flat = flatten(marked, lambda x: isinstance(x, InSlot))
+    return flat.rebuild(
+        [
+            np.frombuffer(buffer, np.uint8, m.nbytes, m.offset).view(m.meta[0]).reshape(m.meta[1])
+            for m in flat.leaves
+        ]
+    )
+
+
+def _batches(n: int, size: int) -> list[list[int]]:
+    return [list(range(b * size, min((b + 1) * size, n))) for b in range(-(-n // size))]
+
+
+def _epoch(pool: SlotPool, n: int = 50, size: int = 8) -> list[dict[str, Any]]:
+    got = []
+    for marked, buffer, release in pool.epoch(iter(_batches(n, size))):
+        batch = _read(marked, buffer)
+        got.append({"x": batch["x"].copy(), "i": batch["i"].copy(), "tag": batch["tag"]})
+        del batch
+        release()
+    return got
+
+
+def _check(got: list[dict[str, Any]], n: int = 50, size: int = 8) -> None:
+    assert [list(b["i"]) for b in got] == _batches(n, size)  # in order, short last batch
+    for b in got:
+        assert (b["x"] == b["i"][:, None].astype(np.float32)).all()
+
+
+@pytest.fixture
+def pools():
+    made: list[SlotPool] = []
+
+    def make(filler: Filler, workers: int = 2, **kw: Any) -> SlotPool:
+        made.append(SlotPool(filler, workers, FORK, **kw))
+        return made[-1]
+
+    yield make
+    for pool in made:
+        pool.close()
+
+
+def test_placement_aligns_each_piece_and_counts_what_does_not_fit():
+    into = Placement(memoryview(bytearray(1000)))
+    assert into.take(10) == 0 and into.take(5) == ALIGN and into.fits
+    assert into.take(800) is None and not into.fits
+    assert into.needed == 2 * ALIGN + 800
+    none = Placement(None)
+    assert none.take(1) is None and none.needed == 1 and not none.fits
+
+
+def test_batches_come_in_order_through_a_ring_that_stays_flat(pools):
+    pool = pools(Numbers(), workers=2, prefetch=2)
+    sizes = []
+    for _ in range(6):
+        got = _epoch(pool)
+        _check(got)
+        sizes.append((pool.slots, pool.slot_bytes))
+    assert {b["tag"] for b in got} == {"w0", "w1"}  # both workers worked
+    # at most one slot a batch in flight (the one copied is back first); each the same size
+    assert all(1 <= n <= 2 * 2 for n, _ in sizes)
+    assert all(held == n * slots.ROUND for n, held in sizes)
+
+
+def test_a_batch_larger_than_its_slot_gets_a_larger_one(pools):
+    pinned: list[int] = []
+    unpinned: list[int] = []
+
+    def pin(buffer: memoryview) -> Any:
+        pinned.append(len(buffer))
+        return lambda: unpinned.append(1)
+
+    pool = pools(Numbers(grow=200), workers=2, pin=pin)
+    _check(_epoch(pool, n=400), n=400)
+    big = 8 * ROW * 40 * 4
+    assert pool.pinned and all(s >= big for s in _sizes(pool))
+    assert len(pinned) == len(unpinned) + pool.slots  # each small slot unpinned once retired
+    pool.close()
+    assert len(unpinned) == len(pinned) and pool.slots == 0
+
+
+def _sizes(pool: SlotPool) -> list[int]:
+    return [s.nbytes for s in pool._slots.values()]
+
+
+def test_a_failing_sample_is_raised_at_its_batch_and_the_next_epoch_runs(pools):
+    pool = pools(Numbers(fail_at=27))
+    seen = []
+    with pytest.raises(SlotError, match=r"(?s)KeyError .*worker process \d.*sample 27 is missing"):
+        for marked, buffer, release in pool.epoch(iter(_batches(50, 8))):
+            seen.append(list(_read(marked, buffer)["i"]))
+            release()
+    assert seen == _batches(50, 8)[:3]
+    _check(_epoch(pool, n=24), n=24)
+
+
+def test_leaving_an_epoch_early_loses_no_slot(pools):
+    pool = pools(Numbers(), workers=2)
+    for _ in range(3):
+        for k, (_marked, _buffer, release) in enumerate(pool.epoch(iter(_batches(400, 8)))):
+            release()
+            if k == 2:
+                break
+    _check(_epoch(pool))
+    assert pool.slots <= 2 * 2
+
+
+def test_a_dead_worker_is_named(pools):
+    pool = pools(Numbers(sleep=0.2), workers=2)
+    batches = pool.epoch(iter(_batches(50, 8)))
+    next(batches)[2]()
+    os.kill(pool._procs[1].pid, signal.SIGKILL)
+    with pytest.raises(SlotError, match=r"worker 1 \(pid \d+\) exited unexpectedly .* -9"):
+        for _marked, _buffer, release in batches:
+            release()
+
+
+def test_the_loaders_timeout_bounds_a_wait(pools):
+    pool = pools(Numbers(sleep=2.0), workers=1, timeout=0.3)
+    began = time.monotonic()
+    with pytest.raises(SlotError, match=r"timed out after 0\.3 seconds"):
+        next(pool.epoch(iter(_batches(8, 8))))
+    assert time.monotonic() - began < 1.9
+
+
+def test_a_worker_that_cannot_start_is_named(pools):
+    filler = Numbers()
+    filler.fail_start = True
+    pool = pools(filler, workers=1)
+    with pytest.raises(SlotError, match=r"(?s)OSError .*no such dataset file"):
+        next(pool.epoch(iter(_batches(8, 8))))
+
+
+def test_close_ends_the_workers_and_a_second_close_does_nothing(pools):
+    pool = pools(Numbers(), workers=2)
+    _check(_epoch(pool, n=16), n=16)
+    procs = list(pool._procs)
+    pool.close()
+    pool.close()
+    assert not any(p.is_alive() for p in procs) and pool.slot_bytes == 0
