@@ -120,7 +120,7 @@ def test_slots_keep_the_loaders_worker_info_init_and_a_batch_that_grows():
             want = torch.stack([Tagged(64, grow=40)[i][0] for i in range(first, first + 8)])
             assert torch.equal(images.cpu(), want)
             assert set(ids.tolist()) <= {0, 1} and set(inits.tolist()) <= {100, 101}
-            assert names == [f"s{i}" for i in range(k * 8, k * 8 + 8)]
+            assert names == tuple(f"s{i}" for i in range(first, first + 8))  # as default_collate
     dl.close()
 
 
