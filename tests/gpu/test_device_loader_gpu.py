@@ -187,7 +187,7 @@ SANITIZED = r"""
 import torch, xferscope.torch as xt
 from torch.utils.data import DataLoader, TensorDataset
 data = TensorDataset(torch.rand(64, 1 << 16), torch.randint(0, 9, (64,)))
-loader = DataLoader(data, batch_size=8)  # a worker under the sanitizer would start CUDA
+loader = DataLoader(data, batch_size=8)
 total = torch.zeros((), device="cuda")
 for epoch in range(3):
     for x, y in xt.DeviceLoader(loader, ahead=2):
@@ -200,11 +200,14 @@ print("ok", float(total) > 0)
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_clean_under_pytorchs_cuda_sanitizer(workers):
-    """With 2 workers, the slot path: the workers never touch CUDA."""
+    """With 2 workers, the slot path, started by spawn: the sanitizer asks for the current
+    stream at every operator, which starts CUDA, so a forked worker (DataLoader's or ours)
+    cannot run under it."""
     import os
 
     env = dict(os.environ, TORCH_CUDA_SANITIZER="1")
-    program = SANITIZED.replace("batch_size=8)", f"batch_size=8, num_workers={workers})")
+    options = f"num_workers={workers}" + (", multiprocessing_context='spawn'" if workers else "")
+    program = SANITIZED.replace("batch_size=8)", f"batch_size=8, {options})")
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
                           timeout=300, env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

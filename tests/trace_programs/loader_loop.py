@@ -3,7 +3,9 @@ channels_last, batches of BATCH x 3 x 160 x 160 fp32 made by WORKERS workers fro
 pinned and copied with non_blocking=True (the usual fixes), so that the GPU waits for its input.
 --resident keeps one batch on the GPU and steps on it: the step time with no input pipeline.
 --device-loader moves the batches with xferscope.torch.DeviceLoader instead (pageable batches,
-copied on its thread, 2 ahead). Prints the steady state's step time as JSON."""
+copied on its thread, 2 ahead). --pool reads each sample from a pool of 1024 images made once
+(a cheap dataset: what is left is the loader's own path). Prints the steady state's step time
+as JSON."""
 
 import argparse
 import json
@@ -18,6 +20,7 @@ parser.add_argument("--batch", type=int, default=256)
 parser.add_argument("--workers", type=int, default=4)
 parser.add_argument("--resident", action="store_true")
 parser.add_argument("--device-loader", action="store_true")
+parser.add_argument("--pool", action="store_true")
 args = parser.parse_args()
 
 
@@ -27,7 +30,13 @@ class Images(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return 1 << 20
 
+    def __init__(self) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.pool = torch.rand(1024, 3, 160, 160, generator=g) if args.pool else None
+
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        if self.pool is not None:
+            return self.pool[i % 1024], i % 1000
         g = torch.Generator().manual_seed(i)
         return torch.rand(3, 160, 160, generator=g), i % 1000
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import mmap
 import os
 import queue
@@ -234,8 +235,16 @@ class SlotPool:
             )
             for w in range(workers)
         ]
-        for proc in self._procs:
-            proc.start()
+        # What the program holds is frozen out of the collector while the workers fork, so a
+        # forked worker never collects it: a CUDA tensor in a reference cycle, freed in a forked
+        # worker, aborts it (seen on an H100: record_stream'd batches held by a traceback), and
+        # its pages stay shared with the program (Python's gc.freeze advice).
+        gc.freeze()
+        try:
+            for proc in self._procs:
+                proc.start()
+        finally:
+            gc.unfreeze()
 
     @property
     def slot_bytes(self) -> int:
