@@ -286,3 +286,13 @@ def test_the_module_needs_no_torch_to_import():
 
     assert xt.DeviceLoader.__module__ == "xferscope.transfer.frameworks.torch_loader"
     assert prefetch.MOST_AHEAD == 64
+
+
+def test_a_step_bound_loop_on_the_loaders_path_is_pointed_to_the_slots():
+    kept_up = {"batches": 11, "wait_s": 0.01, "step_s": 0.99, "produce_s": 0.5, "copy_s": 0.1}
+    loader = LoaderStats(**kept_up)
+    slots = LoaderStats(**kept_up, source="slots", pinned_batches=11, pinned_bytes=3 << 20)
+    assert "slots=True" in loader.bound()[1]
+    assert slots.bound() == ("step", "the step: it waited 1% of the time for batches, so the "
+                             "loader keeps up")  # fmt: skip
+    assert "collated into pinned slots (3 MiB in all)" in slots.explain()
