@@ -200,3 +200,18 @@ def test_close_ends_the_workers_and_a_second_close_does_nothing(pools):
     pool.close()
     pool.close()
     assert not any(p.is_alive() for p in procs) and pool.slot_bytes == 0
+
+
+def test_a_second_epoch_begun_while_one_runs_stops_the_first_with_a_word(pools):
+    pool = pools(Numbers(), workers=2)
+    first = pool.epoch(iter(_batches(400, 8)))
+    next(first)[2]()
+    second = pool.epoch(iter(_batches(40, 8)))
+    got = []
+    for marked, buffer, release in second:
+        got.append(list(_read(marked, buffer)["i"]))
+        release()
+    assert got == _batches(40, 8)
+    with pytest.raises(SlotError, match="another epoch of this DeviceLoader started"):
+        for _marked, _buffer, release in first:
+            release()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from xferscope.trace.findings import Context, not_overlapped, synchronizing
 from xferscope.trace.records import LOADER_WHERE, PyFrame, on_loader_thread, read_trace
+from xferscope.trace.steps import steps
 
 MS = 1_000_000  # ns
 SCRIPT = "/home/user/train.py"
@@ -120,3 +121,31 @@ def test_the_engines_own_threads_waits_are_not_the_steps(tmp_path):
     assert (
         f is not None and f.calls == 4 and [p.where for p in f.places] == [f"{SCRIPT}:12 (train)"]
     )
+
+
+def test_the_loaders_thread_is_told_by_its_qualified_name_too():
+    """Python 3.11 on: the frame reader names a method `Prefetcher._run` (seen on an H100)."""
+    stack = [PyFrame(*f) for f in LOADER_STACK]
+    stack[2] = PyFrame(stack[2].file, stack[2].line, "Prefetcher._run")
+    assert on_loader_thread(stack)
+    assert not on_loader_thread([PyFrame(stack[2].file, 1, "Prefetcher._runner")])
+
+
+def test_where_the_step_makes_no_call_the_loaders_batches_mark_its_steps(tmp_path):
+    """The step's only recorded calls are its model's upload, 6 calls at start-up: the loader's
+    thread, one batch a step, marks the 5 steps 20 ms apart; where the step's thread syncs and
+    uploads every step too, its own line marks them (a tie goes to the main thread)."""
+    path = _trace(tmp_path, steps=6)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    kept = [r for r in records if not (r.get("tid") == 5 or r.get("c", 0) % 100 == 3)]
+    for k in range(6):  # the model's upload: 6 calls in 60 us, before the loop
+        kept[4:4] = _upload(5000 + k, 0, 0, 4096, 5, 7, 3)
+    path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    found = steps(read_trace([path]))
+    assert found is not None and found.where == LOADER_WHERE
+    assert found.count == 5 and abs(found.step_s - 0.020) < 1e-9
+    path = _trace(tmp_path, steps=6)  # its step on the process's main thread (tid == pid)
+    text = path.read_text().replace('"tid": 5,', '"tid": 9,')
+    path.write_text(text)
+    own = steps(read_trace([path]))
+    assert own is not None and own.where.startswith(SCRIPT) and own.count == 5

@@ -127,9 +127,10 @@ ENGINE_OBJECT = "_engine.cpython"
 
 
 def on_loader_thread(stack: Sequence[PyFrame]) -> bool:
-    """Whether a call's Python stack is the DeviceLoader's thread's."""
+    """Whether a call's Python stack is the DeviceLoader's thread's. The frame reader names a
+    method by its qualified name on Python 3.11 on (`Prefetcher._run`), older ones by its own."""
     file, function = LOADER_FRAME
-    return any(f.function == function and f.file.endswith(file) for f in stack)
+    return any(f.file.endswith(file) and f.function.rsplit(".", 1)[-1] == function for f in stack)
 
 
 def user_frame(stack: Sequence[PyFrame]) -> PyFrame | None:

@@ -1,11 +1,11 @@
 """A loop's steps, where the program repeats one: of the lines of the main thread's recorded
-calls (copies, waits) made at least MIN_STEPS times, each burst of calls closer than
-BURST_S counted once, the line whose calls spread over the longest time marks a step at each
-burst (a model's upload at start-up is a burst of many calls in a moment; a loop's batch copy
-recurs to its end); between two marks is one step. Per step, its length and the share of it
-the busiest GPU sat idle: the steady state of a training loop without its start-up (the
-model's upload, the workers' first batch), which the span from the first GPU activity to the
-last includes."""
+calls (copies, waits), and of xferscope.torch.DeviceLoader's thread's, made at least MIN_STEPS
+times, each burst of calls closer than BURST_S counted once, the line whose calls spread over
+the longest time (the main thread's on a tie) marks a step at each burst (a model's upload at
+start-up is a burst of many calls in a moment; a loop's batch copy recurs to its end); between
+two marks is one step. Per step, its length and the share of it the busiest GPU sat idle: the
+steady state of a training loop without its start-up (the model's upload, the workers' first
+batch), which the span from the first GPU activity to the last includes."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from .costs import covered_ns, gpu_busy, merged
 from .idle import LAUNCH_GAP_S, LONG_GAP, RESUMED_WITHIN_S, split
-from .records import Call, Trace
+from .records import LOADER_WHERE, Call, Trace
 from .timeline import Timelines, clipped, judged
 
 MIN_STEPS = 5  # a line called fewer times marks no loop
@@ -67,6 +67,15 @@ def at_region(where: str, region: str) -> bool:
     return line == region or line.endswith("/" + region)
 
 
+def _marking(trace: Trace, thread: int, pid: int, where: str | None) -> str:
+    """The line a call may mark steps by: the main thread's, or DeviceLoader's thread (one
+    batch moved a step, `ahead` steps early: where the step makes no CUDA call of its own that
+    the trace records, its batches mark it); "" for any other thread's."""
+    if thread == pid or where == LOADER_WHERE:
+        return where or ""
+    return ""
+
+
 def steps(
     trace: Trace,
     region: str = "",
@@ -79,12 +88,12 @@ def steps(
     kernels' (merged), where the caller has them (Timelines.busy, findings.Context.kernels)."""
     marks: list[tuple[int, int, int, str]] = []  # (start, end, process, line) of each call
     for c in trace.copies:
-        if c.call is not None and c.call.thread == c.pid and (c.python or c.frames):
-            where = trace.where(c.frames, c.python) or ""
+        if c.call is not None and (c.python or c.frames):
+            where = _marking(trace, c.call.thread, c.pid, trace.where(c.frames, c.python))
             marks.append((c.call.start_ns, c.call.end_ns, c.pid, where))
     for call in trace.calls:
-        if call.thread == call.pid and (call.python or call.frames):
-            where = trace.where(call.frames, call.python) or ""
+        if call.python or call.frames:
+            where = _marking(trace, call.thread, call.pid, trace.where(call.frames, call.python))
             marks.append((call.start_ns, call.end_ns, call.pid, where))
     # (start, end) by process and line: each rank of a job marks its own steps
     calls: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
@@ -93,13 +102,13 @@ def steps(
             calls[(pid, where)].append((start, end))
     by_line = {key: _bursts(spans) for key, spans in calls.items()}
     loops = [
-        (at[-1] - at[0], len(at), key)
+        (at[-1] - at[0], len(at), key[1] != LOADER_WHERE, key)
         for key, at in by_line.items()
         if len(at) >= MIN_STEPS and (not region or at_region(key[1], region))
     ]
     if not loops:
         return None
-    pid, where = max(loops)[2]
+    pid, where = max(loops)[3]
     at = by_line[(pid, where)]
     busy = gpu_busy(trace) if busy is None else busy
     mine = {x.device for x in trace.copies if x.pid == pid}  # the GPUs its process used

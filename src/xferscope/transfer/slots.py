@@ -269,6 +269,12 @@ class SlotPool:
         more = True
         try:
             while True:
+                if self._epoch != epoch:
+                    raise SlotError(
+                        "another epoch of this DeviceLoader started while this one ran: its "
+                        "workers serve one epoch at a time (as persistent_workers=True does); "
+                        "iterate a second DeviceLoader for a second loop"
+                    )
                 while more and sum(self._outstanding) + len(ready) < self._most:
                     ident = self._slot_for_task(sum(self._outstanding) + len(ready))
                     if ident == _WAIT:
