@@ -67,12 +67,15 @@ def at_region(where: str, region: str) -> bool:
     return line == region or line.endswith("/" + region)
 
 
-def _marking(trace: Trace, thread: int, pid: int, where: str | None) -> str:
-    """The line a call may mark steps by: the main thread's, or DeviceLoader's thread (one
-    batch moved a step, `ahead` steps early: where the step makes no CUDA call of its own that
-    the trace records, its batches mark it); "" for any other thread's."""
-    if thread == pid or where == LOADER_WHERE:
+def _marking(call: Call, pid: int, where: str | None) -> str:
+    """The line a call may mark steps by: the main thread's, or DeviceLoader's thread's wait at
+    the end of each batch it moves (one batch a step, `ahead` steps early: where the step makes
+    no CUDA call of its own that the trace records, its batches mark it; a batch's copies come
+    in runs a copy apart, more than a burst); "" for any other call."""
+    if call.thread == pid:
         return where or ""
+    if where == LOADER_WHERE and call.synchronizes:
+        return where
     return ""
 
 
@@ -89,11 +92,11 @@ def steps(
     marks: list[tuple[int, int, int, str]] = []  # (start, end, process, line) of each call
     for c in trace.copies:
         if c.call is not None and (c.python or c.frames):
-            where = _marking(trace, c.call.thread, c.pid, trace.where(c.frames, c.python))
+            where = _marking(c.call, c.pid, trace.where(c.frames, c.python))
             marks.append((c.call.start_ns, c.call.end_ns, c.pid, where))
     for call in trace.calls:
         if call.python or call.frames:
-            where = _marking(trace, call.thread, call.pid, trace.where(call.frames, call.python))
+            where = _marking(call, call.pid, trace.where(call.frames, call.python))
             marks.append((call.start_ns, call.end_ns, call.pid, where))
     # (start, end) by process and line: each rank of a job marks its own steps
     calls: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
