@@ -19,6 +19,10 @@ import sys
 from typing import Any
 
 from ..slots import Filler, InSlot, Placement, SlotPool
+
+# cudaHostRegisterPortable: the slot counts as pinned for every GPU's context, not only the one
+# current where it was registered (DeviceLoader(device="cuda:1") from a thread on cuda:0)
+PORTABLE = 1
 from ..structures import flatten
 
 
@@ -150,14 +154,14 @@ def _view(buffer: memoryview, offset: int, nbytes: int, dtype: Any, shape: Any) 
 
 
 def _pin(buffer: memoryview) -> Any:
-    """The slot registered with the GPU (cudaHostRegister) once; its unregister, or None where
-    registering failed (the slot then works as pageable memory)."""
+    """The slot registered with the GPUs (cudaHostRegister, portable) once; its unregister, or
+    None where registering failed (the slot then works as pageable memory)."""
     import torch
 
     cudart = torch.cuda.cudart()
     whole = torch.frombuffer(buffer, dtype=torch.uint8)
     pointer, size = whole.data_ptr(), whole.numel()
     del whole
-    if int(cudart.cudaHostRegister(pointer, size, 0)) != 0:
+    if int(cudart.cudaHostRegister(pointer, size, PORTABLE)) != 0:
         return None
     return lambda: cudart.cudaHostUnregister(pointer)
