@@ -149,12 +149,17 @@ def test_trace_gives_the_program_the_cupti_found(monkeypatch, tmp_path):
     _pathfinder(monkeypatch, {"cupti": cupti})
     seen = tmp_path / "env"
     program = tmp_path / "prog.sh"
-    program.write_text(f'#!/bin/sh\necho "$XFERSCOPE_LIBCUPTI" > {seen}\n')
+    program.write_text(f'#!/bin/sh\necho "$XFERSCOPE_LIBCUPTI" > {seen}\n'
+                       f'echo "$XFERSCOPE_TRACE_SAMPLE_S $PYTHONPATH" >> {seen}\n')  # fmt: skip
     program.chmod(0o755)
     monkeypatch.setattr(runner, "injection_library", lambda: tmp_path / "libinject.so")
-    ran = runner.run_traced([str(program)], tmp_path)
+    monkeypatch.setenv("PYTHONPATH", "/their/path")
+    ran = runner.run_traced([str(program)], tmp_path, look_every=0.02)
     assert ran.returncode == 0
-    assert seen.read_text().strip() == cupti
+    said = seen.read_text().splitlines()
+    assert said[0] == cupti
+    # every Python process it starts looks at its main thread (the site directory first)
+    assert said[1] == f"0.02 {runner.SITE}:/their/path"
 
 
 def test_a_ctrl_c_while_the_program_starts_reaches_it_once(monkeypatch, tmp_path):

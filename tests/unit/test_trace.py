@@ -124,7 +124,7 @@ def test_reference_interpolates_on_log_axes():
 
 
 def _fake_run(tmp_path, returncode=0, interrupted=False):
-    def fake(command, directory, limit, kernels="sampled"):
+    def fake(command, directory, limit, kernels="sampled", look_every=0.01):
         shutil.copy(RECORDED, directory / "trace-840.jsonl")
         return Ran(
             ("/tmp/copies", "--small", "20"),

@@ -32,7 +32,13 @@ from ..trace.document import (
     to_dict,
 )
 from ..trace.pipeline import REFERENCES, TraceOptions, trace_program
-from ..trace.runner import DEFAULT_LIMIT, KERNEL_WINDOW_MS, KERNELS_DEFAULT, kernels_setting
+from ..trace.runner import (
+    DEFAULT_LIMIT,
+    KERNEL_WINDOW_MS,
+    KERNELS_DEFAULT,
+    SAMPLE_S,
+    kernels_setting,
+)
 from . import common
 from .app import cli, described, stderr, stdout
 from .common import (
@@ -93,6 +99,14 @@ REGION = re.compile(r".+:[1-9][0-9]*")  # --region: FILE:LINE
     "the first GPU activity to the last.",
 )
 @option(
+    "--look-every",
+    default=SAMPLE_S,
+    bounds=limits.LOOK_EVERY,
+    help="Seconds between looks at where each traced Python process's main thread is, which name "
+    "the program's line while the GPU sits idle with no CUDA call to name it (its input "
+    "pipeline, its step's Python); 0: no looks.",
+)
+@option(
     "--runs",
     default=1,
     bounds=limits.RUNS,
@@ -131,6 +145,7 @@ def trace_command(**kw: Any) -> None:
         device=int(kw["device"]),
         history=None if kw["no_history"] else history_file(kw["history_path"]),
         region=kw["region"],
+        look_every=kw["look_every"],
     )
     prepare_renderers(html=True, workers=False)
     with (

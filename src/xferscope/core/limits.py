@@ -128,6 +128,8 @@ THRESHOLD = Range("fraction", 0, 10)
 ROWS = Range("count", 1, 1_000_000)
 # How many times a traced program is run.
 RUNS = Range("count", 1, 100)
+# How often a traced Python process's main thread is looked at.
+LOOK_EVERY = Range("seconds", 0.001, 1, zero="no looks")
 # Chunks in an overlap stream, copies per trial, pieces: counts with a bound on the plan.
 CHUNKS = Range("count", 1, 100_000)
 REPEATS = Range("count", 1, 100_000)

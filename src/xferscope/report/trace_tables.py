@@ -28,7 +28,19 @@ def cause_text(cause: dict[str, Any]) -> str:
         what += f", back with {cause['function']}"
     where = cause["where"]
     where = f" {where}" if where.startswith("(") else f" at {shown(where)}" if where else ""
-    return f"{what}{where}, {cause['gaps']} gap{'' if cause['gaps'] == 1 else 's'}"
+    said = f"{what}{where}, {cause['gaps']} gap{'' if cause['gaps'] == 1 else 's'}"
+    return said + seen_text(cause)
+
+
+def seen_text(cause: dict[str, Any]) -> str:
+    """Where the looks at the main thread saw it during an idle cause's time, if any did."""
+    looks = cause.get("looks") or 0
+    seen = [(where, n) for where, n in cause.get("seen_at") or () if where]
+    if not looks or not seen:
+        return ""
+    return "; the main thread meanwhile at " + ", ".join(
+        f"{shown(where)} ({n / looks:.0%})" for where, n in seen
+    )
 
 
 def idle_lines(gpu: dict[str, Any], most: int = 4) -> list[str]:

@@ -19,7 +19,7 @@ from .steps import MIN_STEPS, steady_span
 from .timeline import Timelines
 
 SCHEMA_NAME = "xferscope-trace"
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 OLDEST_VERSION = 1
 # Schema history (bump SCHEMA_VERSION on any change a reader must know about):
 #   1  first version.
@@ -39,6 +39,9 @@ OLDEST_VERSION = 1
 #      and how much of it waited; "straggler": the rank the others waited for, or null.
 #      "waits": the host's waits for the GPU (synchronizations) with their lines, for the
 #      timeline.
+#   4  an idle cause has "looks", the looks at its process's main thread (one every 10 ms)
+#      that fell in its time, and "seen_at", the program's lines they saw with how many each
+#      ([line, count], the most seen first). Version 3 still reads.
 
 MOST_SPANS = 20_000  # kernels and memsets kept for the timeline (the longest)
 WORTH = 0.01  # a fix saving this share of the program's time is a warning, not a note

@@ -5,7 +5,8 @@
   memory, a pageable copy's staging, a wait): which call, at which line;
 - away: the host was away from CUDA (the input pipeline, the step's Python): named by the line
   where it came back to CUDA, the first recorded call of its main thread as the gap ended
-  (kernel launches are not recorded, so a gap ended by one names no line).
+  (kernel launches are not recorded, so a gap ended by one names no line), and by the lines
+  its main thread was seen at meanwhile (samples.py: a look every 10 ms).
 The host side is read on each process's main thread (its thread id is the process id), where
 Python runs a training loop."""
 
@@ -18,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .records import Call, Copy, Trace
+from .samples import lines_in
 
 LAUNCH_GAP_S = 50e-6  # gaps shorter than this are launch latency (HTA's kernel wait)
 RESUMED_WITHIN_S = 1e-3  # a call this soon after a gap's end is where the host came back
@@ -42,6 +44,10 @@ class IdleCause:
     usual_s: float = 0.0  # its median gap
     long_gaps: int = 0  # its gaps over LONG_GAP times the usual one
     long_excess_s: float = 0.0  # what they took beyond a usual gap each
+    # away: the looks at the main thread that fell in its time, and the program's lines they
+    # saw with how many each (the most seen first)
+    looks: int = 0
+    seen_at: tuple[tuple[str, int], ...] = ()
 
     @property
     def steady_s(self) -> float:
@@ -80,21 +86,31 @@ def causes(
     )
     starts = [c.start_ns for c in main]
     each: dict[tuple[str, str, str], list[int]] = defaultdict(list)  # ns per gap, by cause
+    away: dict[tuple[str, str, str], list[tuple[int, int]]] = defaultdict(list)
+
+    def label(c: Call) -> tuple[str, str]:
+        return c.name, lines(c)
+
     for g0, g1 in gaps:
         if g1 - g0 < LAUNCH_GAP_S * 1e9:
             each[("launch", "", "")].append(g1 - g0)
             continue
-        for key, ns in split(main, starts, g0, g1, lambda c: (c.name, lines(c))).items():
+        for key, ns in split(main, starts, g0, g1, label, stretches=away).items():
             each[key].append(ns)
-    found = [_cause(key, ns) for key, ns in each.items()]
+    found = [_cause(key, ns, lines_in(trace.samples, pids, away.get(key, ()))) for key, ns in
+             each.items()]  # fmt: skip
     return tuple(sorted(found, key=lambda c: -c.seconds)[:MOST_CAUSES])
 
 
-def _cause(key: tuple[str, str, str], ns: list[int]) -> IdleCause:
-    """A cause from its time in each gap: the total, the usual gap and the long ones."""
+def _cause(
+    key: tuple[str, str, str], ns: list[int], seen: tuple[int, tuple[tuple[str, int], ...]]
+) -> IdleCause:
+    """A cause from its time in each gap (the total, the usual gap and the long ones) and what
+    the looks at the main thread saw in it."""
     usual = statistics.median(ns)
     long = [x - usual for x in ns if x > LONG_GAP * usual]
-    return IdleCause(*key, sum(ns) * 1e-9, len(ns), usual * 1e-9, len(long), sum(long) * 1e-9)
+    return IdleCause(*key, sum(ns) * 1e-9, len(ns), usual * 1e-9, len(long), sum(long) * 1e-9,
+                     *seen)  # fmt: skip
 
 
 def split(
@@ -105,13 +121,15 @@ def split(
     label: Callable[[Call], tuple[str, str]],
     nothing: tuple[str, str] = ("", NO_LINE),
     resumed_within_ns: int = int(RESUMED_WITHIN_S * 1e9),
+    stretches: dict[tuple[str, str, str], list[tuple[int, int]]] | None = None,
 ) -> dict[tuple[str, str, str], int]:
     """The gap [g0, g1) in ns by cause, each call named by `label` (its function and line):
     each stretch inside a call of the main thread blocked in it; each stretch before one, away
     until it; the rest away until the call the host came back with as the gap ended (within
     `resumed_within_ns`), else its last call in the gap (the GPU started what it issued), else
-    `nothing`."""
+    `nothing`. `stretches`, where given, gets each away stretch [a, b) by cause."""
     out: dict[tuple[str, str, str], int] = defaultdict(int)
+    kept = stretches if stretches is not None else defaultdict(list)
     cursor, last = g0, nothing  # the call the host came back to CUDA with, so far
     i = max(bisect.bisect_left(starts, g0) - 1, 0)
     while i < len(main) and main[i].start_ns < g1:
@@ -122,10 +140,12 @@ def split(
         named = label(c)
         if c.start_ns > cursor:
             out[("away", named[0], named[1])] += c.start_ns - cursor
+            kept[("away", named[0], named[1])].append((cursor, c.start_ns))
         out[("blocked", named[0], named[1])] += min(c.end_ns, g1) - max(c.start_ns, cursor)
         cursor, last = min(c.end_ns, g1), named
     if cursor < g1:
         if i < len(main) and main[i].start_ns <= g1 + resumed_within_ns:
             last = label(main[i])
         out[("away", last[0], last[1])] += g1 - cursor
+        kept[("away", last[0], last[1])].append((cursor, g1))
     return out

@@ -21,7 +21,8 @@ from .document import TraceResult, copy_dict, findings_of, summary_dict
 from .figures import run_figures
 from .records import Trace, read_trace
 from .reference import Reference, calibrate, from_history
-from .runner import DEFAULT_LIMIT, KERNELS_DEFAULT, Ran, run_traced
+from .runner import DEFAULT_LIMIT, KERNELS_DEFAULT, SAMPLE_S, Ran, run_traced
+from .samples import with_samples
 
 REFERENCES = ("auto", "history", "measure", "none")
 
@@ -38,6 +39,7 @@ class TraceOptions:
     device: int = 0  # the GPU the rates are for
     history: Path | None = None  # where the rates are looked for (None: never)
     region: str = ""  # FILE:LINE: the line whose calls mark the steps ("": found)
+    look_every: float = SAMPLE_S  # seconds between looks at each Python main thread (0: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +62,8 @@ def trace_program(
     the engine that identifies the GPU and measures its rates (None from it where there is
     none); `say` hears each step a person should know of."""
     created = now()
-    ran = run_traced(list(options.command), _run_directory(scratch, 1), options.limit,
-                     options.kernels)  # fmt: skip
-    trace = read_trace(ran.files)
+    ran = _run(options, scratch, 1)
+    trace = with_samples(read_trace(ran.files), ran.samples)
     if not ran.files or not (trace.copies or trace.intervals or trace.calls):
         return Traced(ran, trace, None)
     more = _more_runs(options, scratch, ran, say)
@@ -71,7 +72,7 @@ def trace_program(
     analysis = analyze(trace, ran.wall_s, reference, region)
     runs = [run_figures(trace, analysis, ran.wall_s, region)]
     for other in more:
-        again = read_trace(other.files)
+        again = with_samples(read_trace(other.files), other.samples)
         runs.append(
             run_figures(
                 again, analyze(again, other.wall_s, reference, region), other.wall_s, region
@@ -122,8 +123,7 @@ def _more_runs(
         if interrupt.requested():
             break
         say(f"run {i} of {options.runs}")
-        ran = run_traced(list(options.command), _run_directory(scratch, i), options.limit,
-                         options.kernels)  # fmt: skip
+        ran = _run(options, scratch, i)
         if ran.interrupted:  # the Ctrl-C went to the program: the command stops as for run 1
             interrupt.request()
             break
@@ -132,6 +132,12 @@ def _more_runs(
             break
         runs.append(ran)
     return runs
+
+
+def _run(options: TraceOptions, scratch: Path, i: int) -> Ran:
+    """Run `i` of the program, traced as `options` say."""
+    return run_traced(list(options.command), _run_directory(scratch, i), options.limit,
+                      options.kernels, options.look_every)  # fmt: skip
 
 
 def _reference(

@@ -16,7 +16,10 @@ import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from .samples import MainSamples
 
 # CUPTI's CUpti_ActivityMemcpyKind and CUpti_ActivityMemoryKind
 COPY_KINDS = {
@@ -292,6 +295,8 @@ class Trace:
     warnings: tuple[str, ...] = field(default=())
     # where kernels were recorded in windows (`trace --kernels`): (pid, opened, closed) in ns
     kernel_windows: tuple[tuple[int, int, int], ...] = field(default=())
+    # each Python process's main thread, looked at every few ms (samples.py), by pid
+    samples: dict[int, MainSamples] = field(default_factory=dict)
 
     @property
     def sampled(self) -> bool:

@@ -22,6 +22,11 @@ from ..core.compiled import engine_module
 from ..core.errors import OptionError, XferscopeError
 
 LIBRARY = "libxferscope_inject.so"
+# site/sitecustomize.py, which every traced Python process loads: a look at where its main
+# thread is every SAMPLE_S (10 ms: at most 100 looks a second, each taking the GIL a few
+# microseconds), so that GPU idle with no CUDA call to name is named by the program's line
+SITE = Path(__file__).resolve().parent / "site"
+SAMPLE_S = 0.01
 DEFAULT_LIMIT = 1_000_000  # records of each kind written; beyond, counted
 # Kernel records: CUPTI times each kernel by instrumenting it, which costs every launch (5-8%
 # of a PyTorch training step of 25 kernels, measured on an H100), so by default every kernel is
@@ -79,6 +84,7 @@ class Ran:
     wall_s: float
     files: tuple[Path, ...]
     interrupted: bool  # a Ctrl-C or SIGTERM was forwarded to it
+    samples: tuple[Path, ...] = ()  # where each Python process's main thread was, sampled
 
     @property
     def signal(self) -> str | None:
@@ -114,10 +120,11 @@ def run_traced(
     directory: Path,
     limit: int = DEFAULT_LIMIT,
     kernels: str = KERNELS_DEFAULT,
+    look_every: float = SAMPLE_S,
 ) -> Ran:
     """Runs `command` with the library injected, its records going to `directory`, its kernels
-    recorded as `kernels` says (kernels_setting). Its own output goes where ours goes,
-    untouched."""
+    recorded as `kernels` says (kernels_setting), each Python process's main thread looked at
+    every `look_every` seconds (0: never). Its own output goes where ours goes, untouched."""
     setting = kernels_setting(kernels)
     argv = resolve(command)
     library = injection_library()
@@ -128,6 +135,11 @@ def run_traced(
         "XFERSCOPE_TRACE_DIR": str(directory),
         "XFERSCOPE_TRACE_LIMIT": str(limit),
         "XFERSCOPE_TRACE_KERNELS": setting,
+        # every Python process it starts samples where its main thread is (site/)
+        "XFERSCOPE_TRACE_SAMPLE_S": str(look_every),
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(SITE), os.environ.get("PYTHONPATH", "")) if p
+        ),
     }
     forwarded: list[int] = []
     early: list[int] = []  # signals that came before the program was there to take them
@@ -165,4 +177,5 @@ def run_traced(
             signal.signal(s, handler)
     wall = time.perf_counter() - start
     files = tuple(sorted(directory.glob("trace-*.jsonl")))
-    return Ran(tuple(argv), returncode, wall, files, bool(forwarded))
+    samples = tuple(sorted(directory.glob("pysamples-*.jsonl")))
+    return Ran(tuple(argv), returncode, wall, files, bool(forwarded), samples)

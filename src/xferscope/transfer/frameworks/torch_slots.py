@@ -19,11 +19,11 @@ import sys
 from typing import Any
 
 from ..slots import Filler, InSlot, Placement, SlotPool
+from ..structures import flatten
 
 # cudaHostRegisterPortable: the slot counts as pinned for every GPU's context, not only the one
 # current where it was registered (DeviceLoader(device="cuda:1") from a thread on cuda:0)
 PORTABLE = 1
-from ..structures import flatten
 
 
 def slot_pool(loader: Any, pinned: bool) -> SlotPool | None:

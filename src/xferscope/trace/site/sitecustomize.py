@@ -1,0 +1,129 @@
+"""Loaded by every Python process `xferscope trace` runs (its directory leads PYTHONPATH): a
+thread that looks where the process's main thread is in Python every XFERSCOPE_TRACE_SAMPLE_S
+seconds, so that the trace can say where the host was while the GPU sat idle with no CUDA call
+to name (the input pipeline's `for x, y in loader`, or the step's own Python). Standard library
+only, and nothing of the program's is touched: it reads `sys._current_frames()`.
+
+Records, one JSON object a line, in XFERSCOPE_TRACE_DIR/pysamples-<pid>.jsonl: first
+{"t": "samples", "pid", "period_s"}; a stack the first time it is seen, {"t": "pystack", "id",
+"f": [[file, line, function], ...]} innermost first (as the injection library writes them);
+then {"t": "sample", "ts": ns, "id"} (CLOCK_REALTIME, the clock of CUPTI's records). At most
+MOST_SAMPLES are kept; written every FLUSH_EVERY samples and at exit. The program's own
+sitecustomize, where it has one, is loaded after."""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import json
+import os
+import sys
+import threading
+import time
+from types import FrameType
+
+MOST_SAMPLES = 1_000_000
+FLUSH_EVERY = 100
+MOST_FRAMES = 48  # as the injection library's stacks
+
+
+class _Sampler:
+    def __init__(self, directory: str, period: float) -> None:
+        self.path = os.path.join(directory, f"pysamples-{os.getpid()}.jsonl")
+        self.period = period
+        self.main = threading.main_thread().ident or 0
+        self.ids: dict[tuple[tuple[int, int], ...], int] = {}
+        self.lines: list[str] = [json.dumps({"t": "samples", "pid": os.getpid(),
+                                             "period_s": period})]  # fmt: skip
+        self.taken = 0
+        self.lock = threading.Lock()
+        self.on = True
+
+    def run(self) -> None:
+        while self.on and self.taken < MOST_SAMPLES:
+            time.sleep(self.period)
+            frame = sys._current_frames().get(self.main)
+            ts = time.time_ns()
+            if frame is None:
+                continue
+            self.take(frame, ts)
+            if self.taken % FLUSH_EVERY == 0:
+                self.flush()
+        self.flush()
+
+    def take(self, frame: FrameType, ts: int) -> None:
+        key: list[tuple[int, int]] = []
+        at: FrameType | None = frame
+        while at is not None and len(key) < MOST_FRAMES:
+            key.append((id(at.f_code), at.f_lineno))
+            at = at.f_back
+        ident = self.ids.get(tuple(key))
+        with self.lock:
+            if ident is None:
+                ident = self.ids[tuple(key)] = len(self.ids) + 1
+                self.lines.append(json.dumps({"t": "pystack", "id": ident,
+                                              "f": _named(frame)}))  # fmt: skip
+            self.lines.append(f'{{"t": "sample", "ts": {ts}, "id": {ident}}}')
+            self.taken += 1
+
+    def flush(self) -> None:
+        with self.lock:
+            lines, self.lines = self.lines, []
+        if lines:
+            try:
+                with open(self.path, "a", encoding="utf-8") as out:
+                    out.write("\n".join(lines) + "\n")
+            except OSError:  # the directory went away: stop looking
+                self.on = False
+
+    def forked(self) -> None:
+        """In a forked child (a DataLoader's worker): the thread is not there, and what the
+        parent had not written yet is the parent's."""
+        self.on = False
+        self.lines = []
+
+
+def _named(frame: FrameType) -> list[list[object]]:
+    named: list[list[object]] = []
+    at: FrameType | None = frame
+    while at is not None and len(named) < MOST_FRAMES:
+        code = at.f_code
+        name = getattr(code, "co_qualname", code.co_name)
+        named.append([code.co_filename, at.f_lineno, name])
+        at = at.f_back
+    return named
+
+
+def start() -> _Sampler | None:
+    """The sampler, started, where the trace asked for one (else None)."""
+    directory = os.environ.get("XFERSCOPE_TRACE_DIR")
+    try:
+        period = float(os.environ.get("XFERSCOPE_TRACE_SAMPLE_S", "0"))
+    except ValueError:
+        return None
+    if not directory or not period > 0 or not os.path.isdir(directory):
+        return None
+    sampler = _Sampler(directory, period)
+    threading.Thread(target=sampler.run, name="xferscope-sampler", daemon=True).start()
+    atexit.register(sampler.flush)
+    os.register_at_fork(after_in_child=sampler.forked)
+    return sampler
+
+
+def _chain() -> None:
+    """The program's own sitecustomize, found past this directory, loaded as Python would."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    mine = sys.modules.pop("sitecustomize", None)
+    kept = list(sys.path)
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    try:
+        importlib.import_module("sitecustomize")
+    except ImportError:
+        if mine is not None:
+            sys.modules["sitecustomize"] = mine
+    finally:
+        sys.path[:] = kept
+
+
+SAMPLER = start()
+_chain()

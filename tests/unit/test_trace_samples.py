@@ -1,0 +1,141 @@
+"""Where the traced program's main thread was while the GPU sat idle with no CUDA call to name:
+site/sitecustomize.py looks at it every few ms in every Python process the trace starts
+(keeping the program's own sitecustomize, and silent in forked children), samples.py reads the
+looks back, and idle.causes names the program's lines they saw in each cause's time."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from xferscope.report.trace_tables import cause_text
+from xferscope.trace import runner
+from xferscope.trace.idle import NO_LINE, Lines, causes
+from xferscope.trace.records import Call, PyFrame, Trace
+from xferscope.trace.samples import MainSamples, lines_in, program_line, read_samples
+
+MS = 1_000_000  # ns
+PROGRAM = """
+import os, sys, time
+
+def wait_for_batch():
+    time.sleep(0.4)  # WAIT_LINE
+
+if os.environ.get("FORK"):
+    child = os.fork()
+    if child == 0:
+        time.sleep(0.2)
+        os._exit(0)
+    wait_for_batch()
+    os.waitpid(child, 0)
+else:
+    wait_for_batch()
+print("theirs" if "their_site" in sys.modules else "not theirs")
+"""
+
+
+def _run(tmp_path: Path, period: str = "0.002", fork: bool = False) -> tuple[str, Path, Path]:
+    """Runs PROGRAM as the trace would (the site directory first on PYTHONPATH, a sitecustomize
+    of the program's own after it); its output, records directory, and the program."""
+    records = tmp_path / "records"
+    theirs = tmp_path / "theirs"
+    records.mkdir(parents=True)
+    theirs.mkdir(parents=True)
+    (theirs / "sitecustomize.py").write_text("import sys\nsys.modules['their_site'] = sys\n")
+    program = tmp_path / "train.py"
+    program.write_text(PROGRAM)
+    env = dict(os.environ, XFERSCOPE_TRACE_DIR=str(records), XFERSCOPE_TRACE_SAMPLE_S=period,
+               PYTHONPATH=os.pathsep.join([str(runner.SITE), str(theirs)]))  # fmt: skip
+    if fork:
+        env["FORK"] = "1"
+    done = subprocess.run([sys.executable, str(program)], env=env, capture_output=True,
+                          text=True, timeout=60, check=True)  # fmt: skip
+    return done.stdout.strip(), records, program
+
+
+def _wait_line(program: Path) -> str:
+    number = program.read_text().splitlines().index("    time.sleep(0.4)  # WAIT_LINE") + 1
+    return f"{program}:{number} (wait_for_batch)"
+
+
+def test_the_main_thread_is_seen_where_it_waits_and_their_sitecustomize_still_loads(tmp_path):
+    said, records, program = _run(tmp_path)
+    assert said == "theirs"
+    (path,) = records.glob("pysamples-*.jsonl")
+    (pid, samples), *_ = read_samples([path]).items()
+    assert path.name == f"pysamples-{pid}.jsonl" and samples.period_s == 0.002
+    assert len(samples.ts) >= 20 and list(samples.ts) == sorted(samples.ts)
+    lines = [program_line(s) for s in samples.stacks]
+    assert lines.count(_wait_line(program)) >= 0.8 * len(lines)
+
+
+def test_a_forked_child_writes_nothing_and_no_period_samples_nothing(tmp_path):
+    _, records, _ = _run(tmp_path / "a", fork=True)
+    assert len(list(records.glob("pysamples-*.jsonl"))) == 1  # the parent's only
+    _, records, _ = _run(tmp_path / "b", period="0")
+    assert not list(records.glob("pysamples-*.jsonl"))
+
+
+def test_the_trace_runs_every_python_process_with_the_site_directory():
+    assert (runner.SITE / "sitecustomize.py").is_file() and 0 < runner.SAMPLE_S <= 0.05
+
+
+def test_xferscopes_own_frames_give_way_to_the_programs_line():
+    loop = PyFrame("/home/user/train.py", 41, "train")
+    waiting = (PyFrame("/usr/lib/python3.12/threading.py", 331, "Condition.wait"),
+               PyFrame("/opt/src/xferscope/transfer/prefetch.py", 120, "Prefetcher.__next__"),
+               loop)  # fmt: skip
+    assert program_line(waiting) == str(loop)
+    assert program_line(()) == ""
+
+
+def _trace(pid: int = 9) -> Trace:
+    """GPU idle from 0 to 100 ms and 200 to 300 ms with no call of the main thread in it (the
+    GPU resumed with a kernel launch); the main thread seen at train.py:41 (the loader's
+    `for`) in the first gap and at train.py:50 (the step's Python) in the second; a look
+    outside both gaps, at train.py:60."""
+    loader = (PyFrame("/usr/lib/python3.12/queue.py", 171, "Queue.get"),
+              PyFrame("/home/user/train.py", 41, "train"))  # fmt: skip
+    step = (PyFrame("/home/user/train.py", 50, "train"),)
+    other = (PyFrame("/home/user/train.py", 60, "train"),)
+    ts = [*range(5 * MS, 100 * MS, 10 * MS), 150 * MS, *range(205 * MS, 300 * MS, 10 * MS)]
+    stacks = [loader] * 10 + [other] + [step] * 10
+    stacks[3] = step  # one look in the first gap elsewhere
+    call = Call("cudaMemcpyAsync_v3020", 120 * MS, 121 * MS, pid, pid)
+    return Trace((), (), (), (call,), {}, {}, (), samples={
+        pid: MainSamples(0.01, tuple(ts), tuple(stacks))})  # fmt: skip
+
+
+def test_an_idle_cause_names_the_lines_the_main_thread_was_seen_at():
+    trace = _trace()
+    (first,) = [c for c in causes(trace, [(0, 100 * MS)], {9}, Lines(trace))]
+    assert first.kind == "away" and first.looks == 10
+    assert first.seen_at == (("/home/user/train.py:41 (train)", 9),
+                             ("/home/user/train.py:50 (train)", 1))  # fmt: skip
+    text = cause_text({"kind": "away", "function": first.function, "where": first.where,
+                       "gaps": first.gaps, "looks": first.looks,
+                       "seen_at": [list(x) for x in first.seen_at]})  # fmt: skip
+    assert text.endswith("; the main thread meanwhile at /home/user/train.py:41 (train) (90%), "
+                         "/home/user/train.py:50 (train) (10%)")  # fmt: skip
+    # another process's looks, and a look outside the gaps, are not counted
+    assert lines_in(trace.samples, {8}, [(0, 100 * MS)]) == (0, ())
+    assert lines_in(trace.samples, {9}, [(140 * MS, 160 * MS)])[0] == 1
+
+
+def test_without_looks_an_idle_cause_reads_as_before():
+    trace = Trace((), (), (), (), {}, {}, ())
+    (cause,) = causes(trace, [(0, 100 * MS)], {9}, Lines(trace))
+    assert cause.where == NO_LINE and cause.looks == 0 and cause.seen_at == ()
+    text = cause_text({"kind": "away", "function": "", "where": NO_LINE, "gaps": 1})
+    assert "meanwhile" not in text
+
+
+def test_a_bad_look_every_is_one_line_naming_the_option():
+    done = subprocess.run([sys.executable, "-m", "xferscope", "trace", "--look-every", "5", "--",
+                           "true"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode != 0
+    assert done.stderr.strip() == (
+        "Error: --look-every: '5' is not a number of seconds from 0.001 to 1 (0: no looks)"
+    )
