@@ -27,11 +27,14 @@ ROW = 1000  # float32s a sample: 4 kB
 
 
 class Numbers(Filler):
-    """Sample i is ROW float32s equal to i (`grow`: samples from index `grow` on are 40x longer);
+    """Sample i is ROW float32s equal to i (`grow`: samples from index `grow` on are `wide` times
+    longer);
     a batch is {"x": stacked, "i": the indices, "tag": a string}."""
 
-    def __init__(self, fail_at: int = -1, grow: int = 1 << 30, sleep: float = 0.0) -> None:
-        self.fail_at, self.grow, self.sleep = fail_at, grow, sleep
+    def __init__(
+        self, fail_at: int = -1, grow: int = 1 << 30, sleep: float = 0.0, wide: int = 40
+    ) -> None:
+        self.fail_at, self.grow, self.sleep, self.wide = fail_at, grow, sleep, wide
         self.fail_start = False
 
     def start(self, worker: int, workers: int) -> None:
@@ -43,7 +46,7 @@ class Numbers(Filler):
         if self.fail_at in indices:
             raise KeyError(f"sample {self.fail_at} is missing")
         time.sleep(self.sleep)
-        width = ROW * (40 if indices[0] >= self.grow else 1)
+        width = ROW * (self.wide if indices[0] >= self.grow else 1)
         rows = np.stack([np.full(width, i, dtype=np.float32) for i in indices])
         return {"x": rows, "i": np.array(indices, dtype=np.int64), "tag": f"w{self.worker}"}
 
@@ -132,10 +135,13 @@ def test_a_batch_larger_than_its_slot_gets_a_larger_one(pools):
         pinned.append(len(buffer))
         return lambda: unpinned.append(1)
 
-    pool = pools(Numbers(grow=200), workers=2, pin=pin)
+    pool = pools(Numbers(grow=200, wide=110), workers=2, pin=pin)
     _check(_epoch(pool, n=400), n=400)
-    big = 8 * ROW * 40 * 4
+    big = 8 * ROW * 110 * 4  # 3.52 MB: 4 MiB made exactly, 6 MiB made 1.25x larger
     assert pool.pinned and all(s >= big for s in _sizes(pool))
+    # the first slots are made the size their batch needed (2 MiB rounded); a batch too large
+    # for its slot gets one 1.25x what it needed (batches that vary), rounded to 2 MiB
+    assert set(_sizes(pool)) == {6 * slots.ROUND // 2}
     assert len(pinned) == len(unpinned) + pool.slots  # each small slot unpinned once retired
     pool.close()
     assert len(unpinned) == len(pinned) and pool.slots == 0

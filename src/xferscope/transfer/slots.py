@@ -12,7 +12,7 @@ step beside it 12.26 ms against 12.22 resident.
 
 The ring: a task goes out with a free slot, or none while the ring is still growing; a worker
 whose batch does not fit answers with the bytes it needs, and the program makes a slot that
-size (GROWTH more) and sends it. So the ring holds at most one slot per batch in flight
+size (GROWTH more where it replaces a slot too small: batches that vary) and sends it. So the ring holds at most one slot per batch in flight
 (workers x prefetch_factor, plus the one being copied), each the largest batch seen: bounded,
 and flat from one epoch to the next. Workers live as long as the pool (like a DataLoader's
 persistent_workers=True), so an epoch starts with no fork and no drain.
@@ -41,7 +41,7 @@ from ..core.units import format_bytes
 
 ALIGN = 256  # each tensor's offset in a slot: what copy engines read fastest
 ROUND = 2 << 20  # slot sizes, rounded up to this
-GROWTH = 1.25  # a slot made for a batch that did not fit: this much above its need
+GROWTH = 1.25  # a slot made for a batch its slot was too small for: this much above its need
 POLL_S = 0.05  # how often a wait for a worker looks whether one died or the pool closed
 JOIN_S = 5.0  # how long close() waits for a worker to leave before it is terminated
 
@@ -386,7 +386,7 @@ class SlotPool:
                 self._tasks[worker].put(("drop", seq))
                 self._outstanding[worker] -= 1
                 return
-            made = self._make(what)
+            made = self._make(what, grown=ident is not None)
             self._tasks[worker].put(("fill", seq, self._passed(made, worker)))
             return
         self._outstanding[worker] -= 1
@@ -399,10 +399,10 @@ class SlotPool:
         self._held.add(ident)
         ready[seq[1]] = (what, ident)
 
-    def _make(self, needed: int) -> int:
-        """A new slot for `needed` bytes (GROWTH more)."""
+    def _make(self, needed: int, grown: bool) -> int:
+        """A new slot for `needed` bytes (GROWTH more where it replaces one too small)."""
         self._made += 1
-        slot = _make_slot(self._made, int(needed * GROWTH))
+        slot = _make_slot(self._made, int(needed * (GROWTH if grown else 1.0)))
         if self._pin is not None:
             slot.unpin = self._pin(memoryview(slot.map))
         self._slots[slot.id] = slot
