@@ -12,10 +12,10 @@ step beside it 12.26 ms against 12.22 resident.
 
 The ring: a task goes out with a free slot, or none while the ring is still growing; a worker
 whose batch does not fit answers with the bytes it needs, and the program makes a slot that
-size (GROWTH more where it replaces a slot too small: batches that vary) and sends it. So the ring holds at most one slot per batch in flight
-(workers x prefetch_factor, plus the one being copied), each the largest batch seen: bounded,
-and flat from one epoch to the next. Workers live as long as the pool (like a DataLoader's
-persistent_workers=True), so an epoch starts with no fork and no drain.
+size (GROWTH more where it replaces a slot too small: batches that vary) and sends it. So the
+ring holds at most one slot per batch in flight (workers x prefetch_factor), each the largest
+batch seen: bounded, and flat from one epoch to the next. Workers live as long as the pool
+(like a DataLoader's persistent_workers=True), so an epoch starts with no fork and no drain.
 
 A Filler (framework's) makes a batch from its indices, placing its tensors in the slot while
 it collates where it can, and places the rest after; the marked structure (InSlot for each
