@@ -8,13 +8,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from xferscope.report.trace_tables import cause_text
 from xferscope.trace import runner
 from xferscope.trace.idle import NO_LINE, Lines, causes
-from xferscope.trace.records import Call, PyFrame, Trace
-from xferscope.trace.samples import MainSamples, lines_in, program_line, read_samples
+from xferscope.trace.records import Call, MainSamples, PyFrame, Trace
+from xferscope.trace.samples import Seen, lines_in, program_line, read_samples
 
 MS = 1_000_000  # ns
 PROGRAM = """
@@ -120,8 +121,8 @@ def test_an_idle_cause_names_the_lines_the_main_thread_was_seen_at():
     assert text.endswith("; the main thread meanwhile at /home/user/train.py:41 (train) (90%), "
                          "/home/user/train.py:50 (train) (10%)")  # fmt: skip
     # another process's looks, and a look outside the gaps, are not counted
-    assert lines_in(trace.samples, {8}, [(0, 100 * MS)]) == (0, ())
-    assert lines_in(trace.samples, {9}, [(140 * MS, 160 * MS)])[0] == 1
+    assert lines_in(trace.samples, {8}, [(0, 100 * MS)]) == Seen()
+    assert lines_in(trace.samples, {9}, [(140 * MS, 160 * MS)]).looks == 1
 
 
 def test_without_looks_an_idle_cause_reads_as_before():
@@ -139,3 +140,47 @@ def test_a_bad_look_every_is_one_line_naming_the_option():
     assert done.stderr.strip() == (
         "Error: --look-every: '5' is not a number of seconds from 0.001 to 1 (0: no looks)"
     )
+
+
+def _fed_by_device_loader(steps: int = 20) -> Trace:
+    """A step every 10 ms whose kernels run 3 ms of it; DeviceLoader's thread (2) copies each
+    batch 1 ms before its step; the main thread (1) makes no recorded CUDA call, and the looks
+    at it, one a ms, find it in DeviceLoader's next at train.py:41 while the GPU is idle and at
+    train.py:50 while it computes."""
+    from xferscope.trace.records import Copy, Interval
+
+    site = "/usr/lib/python3/site-packages/xferscope/transfer"
+    loader_stack = (PyFrame(f"{site}/copy.py", 139, "copy_many"),
+                    PyFrame(f"{site}/prefetch.py", 231, "Prefetcher._run"))  # fmt: skip
+    waiting = (PyFrame("/usr/lib/python3.12/threading.py", 331, "Condition.wait"),
+               PyFrame(f"{site}/prefetch.py", 150, "Prefetcher.__next__"),
+               PyFrame(f"{site}/frameworks/torch_loader.py", 140, "DeviceLoader.__iter__"),
+               PyFrame("/home/user/train.py", 41, "train"))  # fmt: skip
+    stepping = (PyFrame("/home/user/train.py", 50, "train"),)
+    copies, kernels, ts, stacks = [], [], [], []
+    for i in range(steps):
+        t = (i + 1) * 10 * MS
+        call = Call("cudaMemcpyAsync_v3020", t - MS, t - MS + 20_000, 2, 1)
+        copies.append(Copy(1, "h2d", "pinned", "device", 1 << 20, t - MS, t - MS // 2, 0, 8,
+                           True, i, call, python=loader_stack))  # fmt: skip
+        kernels.append(Interval(1, "kernel", "k", t, t + 3 * MS, 0, 7))
+        for k in range(10):
+            ts.append(t + k * MS + MS // 2)
+            stacks.append(stepping if k < 3 else waiting)
+    return Trace(tuple(copies), tuple(kernels), (), tuple(c.call for c in copies), {}, {}, (),
+                 samples={1: MainSamples(0.001, tuple(ts), tuple(stacks))})  # fmt: skip
+
+
+def test_a_loop_fed_by_device_loader_that_waits_is_found_at_its_line():
+    from xferscope.trace.findings import Context, input_starved
+
+    found = input_starved.find(Context(_fed_by_device_loader(), None))
+    assert found is not None and found.framework == "PyTorch"
+    assert found.places[0].where == "/home/user/train.py:41 (train)"
+    assert "waited for its next batch at /home/user/train.py:41 (train)" in found.detail
+    assert "DeviceLoader" in found.detail and "num_workers" in " ".join(
+        fix for fix, _ in found.each_fix
+    )
+    # without the looks, the GPU's idle has no line to name, and nothing is found
+    bare = replace(_fed_by_device_loader(), samples={})
+    assert input_starved.find(Context(bare, None)) is None

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .records import Call, Copy, Trace
-from .samples import lines_in
+from .samples import Seen, lines_in
 
 LAUNCH_GAP_S = 50e-6  # gaps shorter than this are launch latency (HTA's kernel wait)
 RESUMED_WITHIN_S = 1e-3  # a call this soon after a gap's end is where the host came back
@@ -44,10 +44,13 @@ class IdleCause:
     usual_s: float = 0.0  # its median gap
     long_gaps: int = 0  # its gaps over LONG_GAP times the usual one
     long_excess_s: float = 0.0  # what they took beyond a usual gap each
-    # away: the looks at the main thread that fell in its time, and the program's lines they
-    # saw with how many each (the most seen first)
+    # away: the looks at the main thread that fell in its time, those waiting for the next
+    # batch (a DataLoader's or DeviceLoader's next), the program's lines they saw with how many
+    # each (the most seen first), and the framework the waits for a batch went through
     looks: int = 0
+    input_looks: int = 0
     seen_at: tuple[tuple[str, int], ...] = ()
+    seen_framework: str | None = None
 
     @property
     def steady_s(self) -> float:
@@ -102,15 +105,13 @@ def causes(
     return tuple(sorted(found, key=lambda c: -c.seconds)[:MOST_CAUSES])
 
 
-def _cause(
-    key: tuple[str, str, str], ns: list[int], seen: tuple[int, tuple[tuple[str, int], ...]]
-) -> IdleCause:
+def _cause(key: tuple[str, str, str], ns: list[int], seen: Seen) -> IdleCause:
     """A cause from its time in each gap (the total, the usual gap and the long ones) and what
     the looks at the main thread saw in it."""
     usual = statistics.median(ns)
     long = [x - usual for x in ns if x > LONG_GAP * usual]
     return IdleCause(*key, sum(ns) * 1e-9, len(ns), usual * 1e-9, len(long), sum(long) * 1e-9,
-                     *seen)  # fmt: skip
+                     seen.looks, seen.input_looks, seen.lines, seen.framework)  # fmt: skip
 
 
 def split(

@@ -16,10 +16,7 @@ import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
-
-if TYPE_CHECKING:
-    from .samples import MainSamples
+from typing import Any, TypeVar
 
 # CUPTI's CUpti_ActivityMemcpyKind and CUpti_ActivityMemoryKind
 COPY_KINDS = {
@@ -278,6 +275,16 @@ class Pin:
 
 
 Timed = TypeVar("Timed", Copy, Call)  # what happened in a process at a time: a copy, a call
+
+
+@dataclass(frozen=True, slots=True)
+class MainSamples:
+    """One process's looks at its main thread (samples.py): when (ns, CUPTI's clock), sorted,
+    and the stack seen each time (innermost first)."""
+
+    period_s: float
+    ts: tuple[int, ...]
+    stacks: tuple[tuple[PyFrame, ...], ...]
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,20 +12,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .records import PyFrame, Trace, user_frame
+from .records import MainSamples, PyFrame, Trace, user_frame
 
 MOST_LINES = 3  # the lines named for one stretch of idle time
 OWN = "/xferscope/"  # xferscope's own frames (DeviceLoader's __next__): the program's line named
-
-
-@dataclass(frozen=True, slots=True)
-class MainSamples:
-    """One process's looks at its main thread: when (ns, CUPTI's clock), sorted, and the
-    stack seen each time (innermost first)."""
-
-    period_s: float
-    ts: tuple[int, ...]
-    stacks: tuple[tuple[PyFrame, ...], ...]
 
 
 def read_samples(files: Iterable[Path]) -> dict[int, MainSamples]:
@@ -69,15 +59,55 @@ def program_line(stack: Sequence[PyFrame]) -> str:
     return "" if frame is None else str(frame)
 
 
+# Where a main thread waits for its next batch: in a DataLoader's next, or DeviceLoader's
+# (file, the function's name's end; "" any)
+INPUT_WAITS = (("/torch/utils/data/dataloader.py", ""),
+               ("/xferscope/transfer/prefetch.py", "__next__"))  # fmt: skip
+PYTORCH_LOADER = "/xferscope/transfer/frameworks/torch_loader.py"  # DeviceLoader: PyTorch's
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """What the looks at the main thread saw in some stretches of time: how many fell in them,
+    how many were waiting for the next batch (INPUT_WAITS), the program's lines they saw with
+    how many each (the most seen first, at most MOST_LINES), and the framework the waits for a
+    batch went through (None: none seen)."""
+
+    looks: int = 0
+    input_looks: int = 0
+    lines: tuple[tuple[str, int], ...] = ()
+    framework: str | None = None
+
+
+def waits_for_input(stack: Sequence[PyFrame]) -> bool:
+    """Whether a stack is a wait for the next batch: in a DataLoader's next, or DeviceLoader's."""
+    return any(
+        f.file.endswith(file) and f.function.endswith(function)
+        for f in stack
+        for file, function in INPUT_WAITS
+    )
+
+
 def lines_in(
     samples: dict[int, MainSamples], pids: Iterable[int], stretches: Iterable[tuple[int, int]]
-) -> tuple[int, tuple[tuple[str, int], ...]]:
-    """(how many looks fell in the stretches [a, b) ns, the program's lines they saw with how
-    many each, the most seen first, at most MOST_LINES) over the processes `pids`."""
+) -> Seen:
+    """What the looks of the processes `pids` saw within the stretches [a, b) ns."""
     mine = [samples[p] for p in pids if p in samples]
     seen: Counter[str] = Counter()
+    waiting = 0
+    framework: str | None = None
     for a, b in stretches:
         for s in mine:
             for i in range(bisect.bisect_left(s.ts, a), bisect.bisect_left(s.ts, b)):
-                seen[program_line(s.stacks[i])] += 1
-    return sum(seen.values()), tuple(seen.most_common(MOST_LINES))
+                stack = s.stacks[i]
+                seen[program_line(stack)] += 1
+                if waits_for_input(stack):
+                    waiting += 1
+                    framework = framework or _framework(stack)
+    return Seen(sum(seen.values()), waiting, tuple(seen.most_common(MOST_LINES)), framework)
+
+
+def _framework(stack: Sequence[PyFrame]) -> str | None:
+    if any(f.file.endswith(PYTORCH_LOADER) for f in stack):
+        return "PyTorch"
+    return next((f.framework for f in stack if f.framework), None)

@@ -1,18 +1,25 @@
 """The GPU waiting for its next input: the largest idle of a GPU is time the host spent away
 from CUDA until it copied a batch up, at the same line every step (a DataLoader's next batch,
-then `.to(device)`). Priced by that idle: with the next batch ready when the step ends, the GPU
-would not wait for it."""
+then `.to(device)`); or, where the GPU resumed with no CUDA call to name (the batch already on
+the GPU, copied by xferscope.torch.DeviceLoader's thread), time in which most looks at the
+main thread found it waiting in a loader's next, at the program's line. Priced by that idle:
+with the next batch ready when the step ends, the GPU would not wait for it."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from ...core.units import format_seconds
-from .base import Context, TraceFinding, finding
+from ..idle import IdleCause
+from ..records import LOADER_WHERE
+from .base import Context, Place, TraceFinding, finding
 
 ORDER = 0  # where it stands among findings of equal price
 CODE = "input_starved"
 WORTH = 0.05  # idle this share of the span, or more, is a finding
+# an idle cause with no line is the input's where this many looks fell in it, at least half
+# of them in a loader's next
+MIN_LOOKS = 5
 ADVICE: dict[str | None, str] = {
     None: "make the next input while the GPU computes (more loader threads, double buffering "
     "of pinned host buffers) so that its copy can start as soon as a step ends",
@@ -39,10 +46,10 @@ KNOBS: dict[str | None, tuple[str, str]] = {
 
 def find(context: Context) -> TraceFinding | None:
     trace = context.trace
-    best = None  # the largest cause that ends at a line, and its GPU's timeline
+    best = None  # the largest cause of the input, and its GPU's timeline
     for g in context.gpus.gpus:
         for cause in g.idle:
-            if cause.kind != "away" or not cause.where or cause.where.startswith("("):
+            if not _at_copy(cause) and not _fed(cause):
                 continue
             if best is None or cause.steady_s > best[0].steady_s:  # a start-up's wait aside
                 best = (cause, g)
@@ -52,14 +59,13 @@ def find(context: Context) -> TraceFinding | None:
     scale = gpu.scale
     if scale is None or cause.seconds < WORTH * gpu.judged_s:
         return None
+    at = cause.where if _at_copy(cause) else LOADER_WHERE
     copies = [
         c
         for c in trace.copies
-        if c.direction == "h2d"
-        and c.device == gpu.device
-        and trace.where(c.frames, c.python) == cause.where
+        if c.direction == "h2d" and c.device == gpu.device and trace.where(c.frames, c.python) == at
     ]
-    if len(copies) < 2:  # one copy is a start-up's, not a loop's input
+    if _at_copy(cause) and len(copies) < 2:  # one copy is a start-up's, not a loop's input
         return None
     idle = cause.seconds * scale
     span = gpu.span_s
@@ -69,6 +75,19 @@ def find(context: Context) -> TraceFinding | None:
         if gpu.judged_s >= span
         else f" (judged in the {format_seconds(gpu.judged_s)} whose kernels were all recorded, "
         "and scaled to the span: `trace --kernels all` records every kernel)"
+    )
+    if _at_copy(cause):
+        why = f"host was away from CUDA, until it copied the next input at {cause.where}"
+    else:
+        why = (
+            f"host's main thread waited for its next batch at {cause.seen_at[0][0]} "
+            f"({cause.input_looks} of the {cause.looks} looks at it in that time found it in a "
+            "loader's next; the copies: " + (LOADER_WHERE if copies else "none seen") + ")"
+        )
+    copied = (
+        f"; those copies took {format_seconds(copy_s)} on the GPU ({copy_s / span:.1%})"
+        if copies
+        else ""
     )
     found = finding(
         CODE,
@@ -80,11 +99,29 @@ def find(context: Context) -> TraceFinding | None:
         idle,
         f"GPU {gpu.device} sat idle {format_seconds(idle)} ({cause.seconds / gpu.judged_s:.0%} "
         f"of the span from its first work to its last{sampled}) in {cause.gaps} gaps while the "
-        f"host was away from CUDA, until it copied the next input at {cause.where}, "
-        f"{format_seconds(cause.usual_s)} a usual gap; those copies took "
-        f"{format_seconds(copy_s)} on the GPU ({copy_s / span:.1%})",
+        f"{why}, {format_seconds(cause.usual_s)} a usual gap{copied}",
     )
+    if not _at_copy(cause):  # the program's line that waited, then where the copies were made
+        framework = cause.seen_framework or found.framework
+        line = Place(cause.seen_at[0][0], cause.input_looks, 0, idle)
+        found = replace(found, places=(line, *found.places), framework=framework,
+                        advice=ADVICE.get(framework, ADVICE[None]))  # fmt: skip
     restart, steady = KNOBS.get(found.framework, KNOBS[None])
     long_s = cause.long_excess_s * scale
     each = ((restart, long_s),) if cause.long_gaps else ()
     return replace(found, each_fix=(*each, (steady, idle - long_s)))
+
+
+def _at_copy(cause: IdleCause) -> bool:
+    """Away from CUDA until a copy at a line of the program."""
+    return cause.kind == "away" and bool(cause.where) and not cause.where.startswith("(")
+
+
+def _fed(cause: IdleCause) -> bool:
+    """Away from CUDA, the looks at the main thread mostly in a loader's next, at a line."""
+    return (
+        cause.kind == "away"
+        and cause.looks >= MIN_LOOKS
+        and cause.input_looks * 2 >= cause.looks
+        and bool(cause.seen_at and cause.seen_at[0][0])
+    )
