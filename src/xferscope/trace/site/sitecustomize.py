@@ -8,8 +8,10 @@ Records, one JSON object a line, in XFERSCOPE_TRACE_DIR/pysamples-<pid>.jsonl: f
 {"t": "samples", "pid", "period_s"}; a stack the first time it is seen, {"t": "pystack", "id",
 "f": [[file, line, function], ...]} innermost first (as the injection library writes them);
 then {"t": "sample", "ts": ns, "id"} (CLOCK_REALTIME, the clock of CUPTI's records). At most
-MOST_SAMPLES are kept; written every FLUSH_EVERY samples and at exit. The program's own
-sitecustomize, where it has one, is loaded after."""
+MOST_SAMPLES are kept; written every FLUSH_EVERY samples and at exit; anything amiss stops
+the looks, never the program. The program's own sitecustomize, where it has one, is loaded
+after. Being a thread, it makes Python 3.12's warning that a process forked with threads
+running (a DeprecationWarning, shown where the program's own __main__ forks) come sooner."""
 
 from __future__ import annotations
 
@@ -38,17 +40,23 @@ class _Sampler:
         self.taken = 0
         self.lock = threading.Lock()
         self.on = True
+        self.paused = False  # no looks while set (benchmarks/torch_train_loop.py's untraced blocks)
 
     def run(self) -> None:
-        while self.on and self.taken < MOST_SAMPLES:
-            time.sleep(self.period)
-            frame = sys._current_frames().get(self.main)
-            ts = time.time_ns()
-            if frame is None:
-                continue
-            self.take(frame, ts)
-            if self.taken % FLUSH_EVERY == 0:
-                self.flush()
+        try:
+            while self.on and self.taken < MOST_SAMPLES:
+                time.sleep(self.period)
+                if self.paused:
+                    continue
+                frame = sys._current_frames().get(self.main)
+                ts = time.time_ns()
+                if frame is None:
+                    continue
+                self.take(frame, ts)
+                if self.taken % FLUSH_EVERY == 0:
+                    self.flush()
+        except Exception:  # never the program's trouble: the looks stop, what was seen is kept
+            self.on = False
         self.flush()
 
     def take(self, frame: FrameType, ts: int) -> None:
