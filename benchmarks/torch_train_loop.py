@@ -102,7 +102,7 @@ def train(
     torch.cuda.synchronize()
     pause = tracing_pause() if alternate else None
     # the trace's looks at this main thread (trace/site/sitecustomize.py), where it runs them
-    looks = getattr(sys.modules.get("sitecustomize"), "SAMPLER", None)
+    looks = getattr(sys.modules.get("xferscope_trace_looks"), "SAMPLER", None)
     times: list[float] = []
     paused: list[float] = []
     for r in range(repeats * 2 if alternate else repeats):

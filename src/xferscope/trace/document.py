@@ -40,8 +40,10 @@ OLDEST_VERSION = 1
 #      "waits": the host's waits for the GPU (synchronizations) with their lines, for the
 #      timeline.
 #   4  an idle cause has "looks", the looks at its process's main thread (one every 10 ms)
-#      that fell in its time, and "seen_at", the program's lines they saw with how many each
-#      ([line, count], the most seen first). Version 3 still reads.
+#      that fell in its time, "input_looks", those that found it waiting in a loader's next,
+#      "seen_at", the program's lines they saw with how many each ([line, count], the most
+#      seen first), and "seen_framework", the framework of the loader's waits (or null).
+#      Version 3 still reads.
 
 MOST_SPANS = 20_000  # kernels and memsets kept for the timeline (the longest)
 WORTH = 0.01  # a fix saving this share of the program's time is a warning, not a note
