@@ -13,7 +13,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -383,6 +383,20 @@ class Trace:
         return None
 
 
+def jsonl_records(path: Path) -> Iterator[dict[str, Any]]:
+    """A records file's objects, one a line; a line cut short (the process killed) skipped."""
+    for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            yield json.loads(text)
+        except ValueError:
+            continue
+
+
+def py_stack(record: dict[str, Any]) -> tuple[PyFrame, ...]:
+    """A "pystack" record's frames, innermost first."""
+    return tuple(PyFrame(str(f[0]), int(f[1]), str(f[2])) for f in record.get("f", ()))
+
+
 def read_trace(files: Iterable[Path]) -> Trace:
     """The records of every traced process's file; a line cut short by a crash is skipped."""
     copies: list[Copy] = []
@@ -406,11 +420,7 @@ def read_trace(files: Iterable[Path]) -> Trace:
         stacks: dict[int, tuple[PyFrame, ...]] = {}  # this process's Python stacks, by id
         process: dict[str, Any] = {"file": path.name}
         opened: int | None = None  # a kernel window's start, while it is open
-        for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                r = json.loads(text)
-            except ValueError:
-                continue
+        for r in jsonl_records(path):
             t = r.get("t")
             if t == "start":
                 pid = int(r["pid"])
@@ -464,9 +474,7 @@ def read_trace(files: Iterable[Path]) -> Trace:
             elif t == "warning":
                 warnings.append(str(r.get("m")))
             elif t == "pystack":
-                stacks[int(r["id"])] = tuple(
-                    PyFrame(str(f[0]), int(f[1]), str(f[2])) for f in r.get("f", ())
-                )
+                stacks[int(r["id"])] = py_stack(r)
         if opened is not None:  # left open: it lasted to the end of what was recorded
             windows.append((pid, opened, int(process.get("end_ns") or 2**63)))
         processes.append(process)

@@ -6,13 +6,12 @@ stretches of time (a GPU's idle gaps with no CUDA call to name: the input pipeli
 from __future__ import annotations
 
 import bisect
-import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .records import MainSamples, PyFrame, Trace, user_frame
+from .records import MainSamples, PyFrame, Trace, jsonl_records, py_stack, user_frame
 
 MOST_LINES = 3  # the lines named for one stretch of idle time
 OWN = "/xferscope/"  # xferscope's own frames (DeviceLoader's __next__): the program's line named
@@ -25,17 +24,12 @@ def read_samples(files: Iterable[Path]) -> dict[int, MainSamples]:
         pid, period = 0, 0.0
         stacks: dict[int, tuple[PyFrame, ...]] = {}
         taken: list[tuple[int, int]] = []
-        for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            try:
-                r = json.loads(text)
-            except ValueError:
-                continue
+        for r in jsonl_records(path):
             t = r.get("t")
             if t == "sample":
                 taken.append((int(r["ts"]), int(r["id"])))
             elif t == "pystack":
-                stacks[int(r["id"])] = tuple(PyFrame(str(f[0]), int(f[1]), str(f[2]))
-                                             for f in r.get("f", ()))  # fmt: skip
+                stacks[int(r["id"])] = py_stack(r)
             elif t == "samples":
                 pid, period = int(r["pid"]), float(r.get("period_s", 0.0))
         taken.sort()
