@@ -130,7 +130,12 @@ def split(
     `resumed_within_ns`), else its last call in the gap (the GPU started what it issued), else
     `nothing`. `stretches`, where given, gets each away stretch [a, b) by cause."""
     out: dict[tuple[str, str, str], int] = defaultdict(int)
-    kept = stretches if stretches is not None else defaultdict(list)
+
+    def away(key: tuple[str, str, str], a: int, b: int) -> None:
+        out[key] += b - a
+        if stretches is not None:
+            stretches[key].append((a, b))
+
     cursor, last = g0, nothing  # the call the host came back to CUDA with, so far
     i = max(bisect.bisect_left(starts, g0) - 1, 0)
     while i < len(main) and main[i].start_ns < g1:
@@ -140,13 +145,11 @@ def split(
             continue
         named = label(c)
         if c.start_ns > cursor:
-            out[("away", named[0], named[1])] += c.start_ns - cursor
-            kept[("away", named[0], named[1])].append((cursor, c.start_ns))
+            away(("away", *named), cursor, c.start_ns)
         out[("blocked", named[0], named[1])] += min(c.end_ns, g1) - max(c.start_ns, cursor)
         cursor, last = min(c.end_ns, g1), named
     if cursor < g1:
         if i < len(main) and main[i].start_ns <= g1 + resumed_within_ns:
             last = label(main[i])
-        out[("away", last[0], last[1])] += g1 - cursor
-        kept[("away", last[0], last[1])].append((cursor, g1))
+        away(("away", *last), cursor, g1)
     return out

@@ -126,11 +126,19 @@ LOADER_WHERE = "xferscope.torch.DeviceLoader's thread (batches moved ahead of th
 ENGINE_OBJECT = "_engine.cpython"
 
 
+def in_frame(stack: Sequence[PyFrame], file: str, function: str = "") -> bool:
+    """Whether a stack passes through `function` ("": any) of a file ending in `file`. The frame
+    reader names a method by its qualified name on Python 3.11 on (`Prefetcher._run`), older
+    ones by its own; either matches."""
+    return any(
+        f.file.endswith(file) and (not function or f.function.rsplit(".", 1)[-1] == function)
+        for f in stack
+    )
+
+
 def on_loader_thread(stack: Sequence[PyFrame]) -> bool:
-    """Whether a call's Python stack is the DeviceLoader's thread's. The frame reader names a
-    method by its qualified name on Python 3.11 on (`Prefetcher._run`), older ones by its own."""
-    file, function = LOADER_FRAME
-    return any(f.file.endswith(file) and f.function.rsplit(".", 1)[-1] == function for f in stack)
+    """Whether a call's Python stack is the DeviceLoader's thread's."""
+    return in_frame(stack, *LOADER_FRAME)
 
 
 def user_frame(stack: Sequence[PyFrame]) -> PyFrame | None:

@@ -11,7 +11,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .records import MainSamples, PyFrame, Trace, jsonl_records, py_stack, user_frame
+from .records import (
+    LOADER_FRAME,
+    MainSamples,
+    PyFrame,
+    Trace,
+    in_frame,
+    jsonl_records,
+    py_stack,
+    user_frame,
+)
 
 MOST_LINES = 3  # the lines named for one stretch of idle time
 OWN = "/xferscope/"  # xferscope's own frames (DeviceLoader's __next__): the program's line named
@@ -55,8 +64,7 @@ def program_line(stack: Sequence[PyFrame]) -> str:
 
 # Where a main thread waits for its next batch: in a DataLoader's next, or DeviceLoader's
 # (file, the function's name's end; "" any)
-INPUT_WAITS = (("/torch/utils/data/dataloader.py", ""),
-               ("/xferscope/transfer/prefetch.py", "__next__"))  # fmt: skip
+INPUT_WAITS = (("/torch/utils/data/dataloader.py", ""), (LOADER_FRAME[0], "__next__"))
 PYTORCH_LOADER = "/xferscope/transfer/frameworks/torch_loader.py"  # DeviceLoader: PyTorch's
 
 
@@ -75,11 +83,7 @@ class Seen:
 
 def waits_for_input(stack: Sequence[PyFrame]) -> bool:
     """Whether a stack is a wait for the next batch: in a DataLoader's next, or DeviceLoader's."""
-    return any(
-        f.file.endswith(file) and f.function.endswith(function)
-        for f in stack
-        for file, function in INPUT_WAITS
-    )
+    return any(in_frame(stack, file, function) for file, function in INPUT_WAITS)
 
 
 def lines_in(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 import mmap
 import os
@@ -296,7 +297,11 @@ class SlotPool:
                 done += 1
                 if isinstance(marked, _Failed) or ident is None:
                     self._raise(marked.failure)
-                yield marked, memoryview(self._slots[ident].map), _Release(self, ident)
+                yield (
+                    marked,
+                    memoryview(self._slots[ident].map),
+                    functools.partial(self.release, ident),
+                )
         finally:  # left early, or failed: what was received and not copied goes back
             for ident in [*self._held, *(i for _, i in ready.values() if i is not None)]:
                 self.release(ident)
@@ -434,12 +439,3 @@ _WAIT = -1  # no slot for a task yet: it waits
 
 class _Known:
     """A slot the worker has mapped already: no descriptor passed again."""
-
-
-@dataclasses.dataclass
-class _Release:
-    pool: SlotPool
-    ident: int
-
-    def __call__(self) -> None:
-        self.pool.release(self.ident)

@@ -13,6 +13,7 @@ closed, like persistent_workers=True: what a worker's dataset holds stays betwee
 from __future__ import annotations
 
 import functools
+import math
 import os
 import random
 import sys
@@ -47,9 +48,8 @@ def slot_pool(loader: Any, pinned: bool) -> SlotPool | None:
         return None
     seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
     filler = TorchFiller(loader.dataset, loader.collate_fn, loader.worker_init_fn, seed)
+    # DataLoader keeps a context given by name as the context itself
     context = loader.multiprocessing_context or multiprocessing.get_context()
-    if isinstance(context, str):
-        context = multiprocessing.get_context(context)
     return SlotPool(
         filler,
         loader.num_workers,
@@ -123,25 +123,33 @@ def _stack_into(into: Placement, batch: Any, *, collate_fn_map: Any = None) -> A
     elem = batch[0]
     if elem.layout != torch.strided or elem.is_nested or into.buffer is None:
         return collate_tensor_fn(batch, collate_fn_map=collate_fn_map)
-    shape = (len(batch), *elem.shape)
-    nbytes = elem.numel() * elem.element_size() * len(batch)
-    offset = into.take(nbytes)
-    if offset is None:
+    room, mark = _room(into, elem, (len(batch), *elem.shape))
+    if room is None:
         return torch.stack(batch, 0)  # counted: it goes in the larger slot asked for
-    out = torch.stack(batch, 0, out=_view(into.buffer, offset, nbytes, elem.dtype, shape))
-    into.placed[id(out)] = InSlot(offset, nbytes, (elem.dtype, shape))
+    out = torch.stack(batch, 0, out=room)
+    into.placed[id(out)] = mark
     return out
 
 
 def _copied_into(into: Placement, tensor: Any) -> InSlot:
     """`tensor` copied into the slot where it fits (its InSlot all the same: the batch goes to
     a larger slot where any does not)."""
-    nbytes = tensor.numel() * tensor.element_size()
-    offset = into.take(nbytes)
-    mark = InSlot(offset or 0, nbytes, (tensor.dtype, tuple(tensor.shape)))
-    if offset is not None and into.buffer is not None and nbytes:
-        _view(into.buffer, offset, nbytes, tensor.dtype, mark.meta[1]).copy_(tensor)
+    room, mark = _room(into, tensor, tuple(tensor.shape))
+    if room is not None:
+        room.copy_(tensor)
     return mark
+
+
+def _room(into: Placement, like: Any, shape: tuple[int, ...]) -> tuple[Any, InSlot]:
+    """Space in the slot for a tensor of `like`'s dtype and `shape`: its view there (None where
+    it does not fit, counted all the same), and its InSlot."""
+    dtype = like.dtype
+    nbytes = math.prod(shape) * like.element_size()
+    offset = into.take(nbytes)
+    mark = InSlot(offset or 0, nbytes, (dtype, shape))
+    if offset is None or into.buffer is None:
+        return None, mark
+    return _view(into.buffer, offset, nbytes, dtype, shape), mark
 
 
 def _view(buffer: memoryview, offset: int, nbytes: int, dtype: Any, shape: Any) -> Any:
