@@ -26,6 +26,8 @@ With benchmarks/torch_train_loop.py, a PyTorch training loop (part `pytorch`):
                            the floor under any tracer through CUPTI
   trace_pytorch_loop_vs_untraced_every_kernel  as trace_pytorch_loop_vs_untraced with every
                            kernel recorded (--kernels all), what the default's first 30 s cost
+  trace_pytorch_cupti_records_floor  CUPTI recording every copy and kernel, none of our
+                           callbacks, against detached: the floor with every kernel recorded
   trace_pytorch_loop_vs_untraced_processes  (part `processes`) the same, whole processes
                            alternated, nothing paused (coarser: processes differ by 10%)
   trace_pytorch_lines_found  the share of copies whose place is a line of the loop's script
@@ -375,6 +377,9 @@ def pytorch_part(
         "traced_vs_detached": [],
         "attached_idle_vs_detached": [],
         "every_kernel_vs_detached": [],  # `--kernels all`, what the timeline could use instead
+        # CUPTI's copy and kernel records alone (no callbacks, nothing of ours) against detached:
+        # the floor under any CUPTI tracer that records every kernel
+        "cupti_records_vs_detached": [],
         # the default's windows without its first phase of every kernel: a long loop's steady
         # state (this loop lasts about as long as the first phase, so the default is all that)
         "windows_vs_detached": [],
@@ -427,6 +432,8 @@ def pytorch_part(
             shutil.rmtree(alternated("traced_vs_detached", how="detach")[1])
             shutil.rmtree(alternated("attached_idle_vs_detached", how="idle")[1])
             shutil.rmtree(alternated("every_kernel_vs_detached", kernels="all", how="detach")[1])
+            floor = alternated("cupti_records_vs_detached", "nosubscribe", "all", how="detach")
+            shutil.rmtree(floor[1])
             shutil.rmtree(alternated("windows_vs_detached", kernels=STEADY, how="detach")[1])
             for name, (knobs, kernels) in VARIANTS.items():
                 shutil.rmtree(alternated(name, knobs, kernels)[1])
@@ -467,6 +474,9 @@ def pytorch_comparisons(figures: dict) -> list[dict]:
          f"CUPTI attached with every record off against CUPTI detached {said}: the floor"),
         ("trace_pytorch_loop_vs_untraced_every_kernel", "every_kernel_vs_detached",
          f"as trace_pytorch_loop_vs_untraced, every kernel recorded (--kernels all) {said}"),
+        ("trace_pytorch_cupti_records_floor", "cupti_records_vs_detached",
+         f"CUPTI recording every copy and kernel, no callbacks and nothing of ours, against "
+         f"CUPTI detached {said}: the floor with every kernel recorded"),
     ):  # fmt: skip
         if key in within:
             ratio = statistics.median(within[key])
