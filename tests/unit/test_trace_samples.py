@@ -38,7 +38,9 @@ print("theirs" if "their_site" in sys.modules else "not theirs",
 """
 
 
-def _run(tmp_path: Path, period: str = "0.002", fork: bool = False) -> tuple[str, Path, Path]:
+def _run(
+    tmp_path: Path, period: str = "0.002", fork: bool = False, source: str = PROGRAM
+) -> tuple[str, Path, Path]:
     """Runs PROGRAM as the trace would (the site directory first on PYTHONPATH, a sitecustomize
     of the program's own after it); its output, records directory, and the program."""
     records = tmp_path / "records"
@@ -47,7 +49,7 @@ def _run(tmp_path: Path, period: str = "0.002", fork: bool = False) -> tuple[str
     theirs.mkdir(parents=True)
     (theirs / "sitecustomize.py").write_text("import sys\nsys.modules['their_site'] = sys\n")
     program = tmp_path / "train.py"
-    program.write_text(PROGRAM)
+    program.write_text(source)
     env = dict(os.environ, XFERSCOPE_TRACE_DIR=str(records), XFERSCOPE_TRACE_SAMPLE_S=period,
                PYTHONPATH=os.pathsep.join([str(runner.SITE), str(theirs)]))  # fmt: skip
     if fork:
@@ -78,6 +80,31 @@ def test_a_forked_child_writes_nothing_and_no_period_samples_nothing(tmp_path):
     assert len(list(records.glob("pysamples-*.jsonl"))) == 1  # the parent's only
     _, records, _ = _run(tmp_path / "b", period="0")
     assert not list(records.glob("pysamples-*.jsonl"))
+
+
+AT_EXIT = """
+import atexit, sys, threading, time
+looks = sys.modules["xferscope_trace_looks"]
+
+def alive():  # the program's atexit runs after threading's shutdown, before finalizing
+    print([t.name for t in threading.enumerate() if t.name == looks.THREAD])
+
+atexit.register(alive)
+time.sleep(0.05)
+print([t.daemon for t in threading.enumerate() if t.name == looks.THREAD])
+"""
+
+
+def test_the_looks_end_with_the_main_thread_before_the_interpreter_finalizes(tmp_path):
+    """A daemon thread left sleeping is ended by Python with pthread_exit as it finalizes, which
+    aborted traced PyTorch programs at exit; a period far longer than the program still ends
+    with it, and what was seen is written."""
+    said, records, _ = _run(tmp_path, period="0.005", source=AT_EXIT)
+    assert said.splitlines() == ["[False]", "[]"]
+    (path,) = records.glob("pysamples-*.jsonl")
+    assert path.read_text().count('"t": "sample"') >= 3
+    said, _, _ = _run(tmp_path / "long", period="30", source=AT_EXIT)  # ends at once, not in 30 s
+    assert said.splitlines() == ["[False]", "[]"]
 
 
 def test_the_trace_runs_every_python_process_with_the_site_directory():
