@@ -190,8 +190,9 @@ def main() -> None:
             PART_FUNCTIONS[part](program, engine, args.runs, comparisons, figures)
     except (KeyboardInterrupt, AssertionError) as exc:  # a traced run stopped by the signal
         figures["interrupted"] = repr(exc)[:300]
-    if figures_cpus:
-        figures[f"cpus_{'_'.join(parts)}"] = figures_cpus
+    looped = [p for p in parts if p in ("pytorch", "processes")]  # the parts --cpus pins
+    if figures_cpus and looped:
+        figures[f"cpus_{'_'.join(looped)}"] = figures_cpus
     figures["parts"] = sorted({*figures.get("parts", []), *parts})
     figures["part_commits"] = figures.get("part_commits", {}) | dict.fromkeys(parts, args.commit)
     made = {c["name"] for c in comparisons}  # measured again: the new figure replaces the old

@@ -56,6 +56,8 @@ def run_figures(
         # the loop's mean step and how many, where one line repeats: compare's per-step figure
         "step_s": None if loop is None else loop.step_s,
         "steps": None if loop is None else loop.count,
+        # the share of its steady steps the GPU waited for its input (Steps.input_share)
+        "input_share": None if loop is None else loop.input_share,
         "kinds": {k: _totals(v) for k, v in sorted(kinds.items())},
         "findings": {
             f.code: {
