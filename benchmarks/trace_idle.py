@@ -219,17 +219,46 @@ def item_part(program: str, engine: object, runs: int, comparisons: list, figure
     _headline(figures)
 
 
+def _interleaved(
+    variants: dict[str, list[str]],
+    traced: dict[str, list[str]],
+    runs: int,
+    key: str,
+    reference: str,
+) -> tuple[dict[str, list[float]], dict[str, dict]]:
+    """Each untraced variant's own time and one traced run of each `traced` program, `runs`
+    rounds alternated (a program fed from pageable memory runs a quarter slower in some
+    processes than in others, and a host drifts over minutes, so the traced runs and the
+    untraced ones are set side by side, not one group after the other); each traced program's
+    documents joined as one of `runs` runs (as `trace --runs` keeps them: the first run's
+    findings, every run's figures)."""
+    own: dict[str, list[float]] = {name: [] for name in variants}
+    docs: dict[str, list[dict]] = {name: [] for name in traced}
+    for _ in range(runs):
+        for name, argv in variants.items():
+            own[name].append(float(plain([sys.executable, *argv])[1][key]))
+        for name, argv in traced.items():
+            docs[name].append(_traced(argv, 1, reference if name == "before" else "none"))
+    joined = {
+        name: found[0] | {"runs": [r for d in found for r in d.get("runs", [])],
+                          "own": [o for d in found for o in d["own"]]}
+        for name, found in docs.items()
+    }  # fmt: skip
+    return own, joined
+
+
 def fed_part(program: str, engine: object, runs: int, comparisons: list, figures: dict) -> None:
     programs = figures.setdefault("idle_programs", {})
     for name, (script, steps, codes, key, reference) in FED.items():
         base = [str(PROGRAMS / script), "--steps", str(steps)]
-        variants = {"before": base, "after": [*base, "--fixed"], "resident": [*base, "--resident"]}
-        own = _untraced(variants, runs, key)
+        fixed = [*base, "--fixed"]
+        variants = {"before": base, "after": fixed, "resident": [*base, "--resident"]}
+        own, docs = _interleaved(variants, {"before": base, "after": fixed}, runs, key, reference)
         before, after = statistics.median(own["before"]), statistics.median(own["after"])
         expected = 1 - statistics.median(own["resident"]) / before
-        doc_a = _traced(base, 3, reference)
-        doc_b = _traced([*base, "--fixed"], 3)
-        entry = _entry(doc_a, codes, before - after, expected, doc_b, over_runs=True)
+        entry = _entry(
+            docs["before"], codes, before - after, expected, docs["after"], over_runs=True
+        )
         again = _entry(_traced(base, 1, reference, EVERY), codes, before - after, expected)
         programs[name] = _every_kernel(entry, again) | own
         _headline(figures)
