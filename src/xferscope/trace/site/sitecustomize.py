@@ -9,13 +9,13 @@ Records, one JSON object a line, in XFERSCOPE_TRACE_DIR/pysamples-<pid>.jsonl: f
 "f": [[file, line, function], ...]} innermost first (as the injection library writes them);
 then {"t": "sample", "ts": ns, "id"} (CLOCK_REALTIME, the clock of CUPTI's records). At most
 MOST_SAMPLES are kept; written every FLUSH_EVERY samples and at exit; anything amiss stops
-the looks, never the program. The thread ends when the main thread does, before the interpreter
-finalizes: a daemon thread still sleeping then is ended by Python 3.12 with pthread_exit, and in
-a PyTorch program that aborted the process at exit ("terminate called without an active
-exception", measured on an H100 in 5 of 6 traced runs, none without the looks). The program's
-own sitecustomize, where it has one, is loaded after. Being a thread, it makes Python 3.12's
-warning that a process forked with threads running (a DeprecationWarning, shown where the
-program's own __main__ forks) come sooner."""
+the looks, never the program. The thread ends when the main thread does (within
+MAIN_EVERY_S), before the interpreter finalizes: a daemon thread still sleeping then is ended by
+Python 3.12 with pthread_exit, and in a PyTorch program that aborted the process at exit
+("terminate called without an active exception", measured on an H100 in 5 of 6 traced runs,
+none without the looks). The program's own sitecustomize, where it has one, is loaded after.
+Being a thread, it makes Python 3.12's warning that a process forked with threads running (a
+DeprecationWarning, shown where the program's own __main__ forks) come sooner."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ FLUSH_EVERY = 100
 MOST_FRAMES = 48  # as the injection library's stacks
 NAME = "xferscope_trace_looks"  # this module's second name in sys.modules
 THREAD = "xferscope-sampler"
+MAIN_EVERY_S = 0.05  # how often a long period's sleep looks whether the main thread has ended
 
 
 class _Sampler:
@@ -47,14 +48,11 @@ class _Sampler:
         self.lock = threading.Lock()
         self.on = True
         self.paused = False  # no looks while set (benchmarks/torch_train_loop.py's untraced blocks)
-        self.stopped = threading.Event()  # set when the main thread has ended
 
     def run(self) -> None:
         main = threading.main_thread()
         try:
-            while self.on and self.taken < MOST_SAMPLES:
-                if self.stopped.wait(self.period) or not main.is_alive():
-                    break
+            while self.on and self.taken < MOST_SAMPLES and self.slept(main):
                 if self.paused:
                     continue
                 frame = sys._current_frames().get(self.main)
@@ -67,6 +65,18 @@ class _Sampler:
         except Exception:  # never the program's trouble: the looks stop, what was seen is kept
             self.on = False
         self.flush()
+
+    def slept(self, main: threading.Thread) -> bool:
+        """One period asleep; False as soon as the main thread has ended (looked at every
+        MAIN_EVERY_S at most), so that the interpreter's shutdown, which waits for this thread,
+        is not held up by a long period."""
+        left = self.period
+        while left > 0:
+            time.sleep(min(left, MAIN_EVERY_S))
+            left -= MAIN_EVERY_S
+            if not main.is_alive():
+                return False
+        return True
 
     def take(self, frame: FrameType, ts: int) -> None:
         key: list[tuple[int, int]] = []
@@ -121,12 +131,8 @@ def start() -> _Sampler | None:
     if not directory or not period > 0 or not os.path.isdir(directory):
         return None
     sampler = _Sampler(directory, period)
-    # not a daemon: the interpreter's shutdown waits for it, which the main thread's end (the
-    # stop below, or its is_alive() at the next look) ends
+    # not a daemon: the interpreter's shutdown waits for it, and it ends with the main thread
     threading.Thread(target=sampler.run, name=THREAD, daemon=False).start()
-    stop = getattr(threading, "_register_atexit", None)  # at shutdown, before threads are joined
-    if stop is not None:
-        stop(sampler.stopped.set)
     atexit.register(sampler.flush)
     os.register_at_fork(after_in_child=sampler.forked)
     return sampler
