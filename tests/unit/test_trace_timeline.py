@@ -197,6 +197,12 @@ def test_a_warm_up_step_is_left_out_of_the_steps_shares():
     assert loop is not None and loop.count == 11 and loop.long_steps == 1
     assert loop.idle_share == pytest.approx(0.7, abs=0.001)
     assert loop.step_s == pytest.approx((200 + 10 * 10) * 1e-3 / 11)
+    assert loop.steady_step_s == pytest.approx(10e-3)  # what the loop takes a step, said beside
+    from xferscope.report.trace_tables import steady_text
+
+    assert steady_text({"long_steps": 1, "steady_step_s": loop.steady_step_s}) == (
+        " (10.00 ms the steady ones)"
+    )
 
 
 def test_long_steps_that_recur_are_the_loops_own():
@@ -210,6 +216,7 @@ def test_long_steps_that_recur_are_the_loops_own():
     lengths = [60 if i % 4 == 3 else 10 for i in range(16)]
     loop = steps(_fed_loop(list(itertools.accumulate(x * ms for x in lengths)), at))
     assert loop is not None and loop.count == 15 and loop.long_steps == 0
+    assert loop.steady_step_s == pytest.approx(loop.step_s)
     judged = sum(lengths[1:])
     assert loop.idle_share == pytest.approx(1 - 15 * 3 / judged, abs=0.001)
 

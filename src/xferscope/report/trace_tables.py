@@ -82,6 +82,14 @@ def steps_text(loop: dict[str, Any]) -> str:
     return said
 
 
+def steady_text(loop: dict[str, Any]) -> str:
+    """The steady steps' mean beside the mean of all, where long steps make them differ."""
+    steady = loop.get("steady_step_s")
+    if not loop.get("long_steps") or not steady:
+        return ""
+    return f" ({format_seconds(steady)} the steady ones)"
+
+
 def gpu_line(gpu: dict[str, Any]) -> str:
     """A GPU's span, and its busy and idle time in the time judged (where every kernel was
     recorded)."""
@@ -117,7 +125,8 @@ def print_trace(result: TraceResult, console: Console) -> None:
     if loop:
         console.print(
             f"steps: {loop['count']} marked by {escape(shown(loop['where']))}, "
-            f"{format_seconds(loop['step_s'])} each on average, {steps_text(loop)}"
+            f"{format_seconds(loop['step_s'])} each on average{steady_text(loop)}, "
+            f"{steps_text(loop)}"
         )
     if not s.get("table"):
         console.print("no CUDA copies were seen")

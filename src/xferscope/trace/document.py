@@ -43,7 +43,8 @@ OLDEST_VERSION = 1
 #      that fell in its time, "input_looks", those that found it waiting in a loader's next,
 #      "seen_at", the program's lines they saw with how many each ([line, count], the most
 #      seen first), and "seen_framework", the framework of the loader's waits (or null);
-#      each run's figures have "input_share", its steps' share waiting for input (or null).
+#      each run's figures have "input_share", its steps' share waiting for input (or null);
+#      "steps" has "steady_step_s", the mean of its steps that are not long ones.
 #      Version 3 still reads.
 
 MOST_SPANS = 20_000  # kernels and memsets kept for the timeline (the longest)

@@ -53,6 +53,8 @@ class Steps:
     # copy's staging, many small uploads), and copy-only time; the idle every step has besides
     # (launches, the step's own Python) is not the input's, and stays with data on the GPU
     input_share: float | None = None
+    # the mean of the steps that are not long ones: the loop's steady step (step_s with them)
+    steady_step_s: float | None = None
 
     @property
     def span_s(self) -> float:
@@ -129,12 +131,14 @@ def steps(
     long_at = [b - a > LONG_GAP * usual for a, b in itertools.pairwise(at)]
     if sum(long_at) * RARE > count:
         long_at = [False] * count
-    long = 0
+    long = steady_ns = 0
     on: dict[int, list[tuple[int, int]]] = defaultdict(list)  # judged steps by busiest GPU
     for (a, b), is_long in zip(itertools.pairwise(at), long_at, strict=True):
         if is_long:
             long += 1
-        elif any(p0 <= a and b <= p1 for p0, p1 in parts):
+            continue
+        steady_ns += b - a
+        if any(p0 <= a and b <= p1 for p0, p1 in parts):
             judged_ns += b - a
             # the busiest GPU of the step
             most, device = max(((covered_ns(*busy[d], a, b), d) for d in busy), default=(0, 0))
@@ -148,6 +152,7 @@ def steps(
     return Steps(
         where, count, step_s, idle, at[0], at[-1], alone, long,
         None if waited is None or alone is None else waited + alone,
+        steady_ns * 1e-9 / (count - long) if count > long else None,
     )  # fmt: skip
 
 
