@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TypeVar
 
 from ...core import stats
 from ...core.units import format_bytes
@@ -128,6 +129,15 @@ def framework(trace: Trace, items: Iterable[Copy | Pin | Call]) -> str | None:
     return counts.most_common(1)[0][0] if counts else None
 
 
+Said = TypeVar("Said")
+
+
+def in_words(table: Mapping[str | None, Said], used: str | None) -> Said:
+    """A table's entry for the framework `used` (advice, knobs), CUDA's own (None) where it has
+    none for it."""
+    return table.get(used, table[None])
+
+
 def finding(
     code: str,
     title: str,
@@ -151,7 +161,7 @@ def finding(
         places(trace, copies),
         cost,
         None if saving is None else max(0.0, saving),
-        advice.get(used, advice[None]),
+        in_words(advice, used),
         detail,
         unpriced,
         used,

@@ -12,7 +12,7 @@ from dataclasses import replace
 from ...core.units import format_seconds
 from ..idle import IdleCause
 from ..records import LOADER_WHERE
-from .base import Context, Place, TraceFinding, finding
+from .base import Context, Place, TraceFinding, finding, in_words
 
 ORDER = 0  # where it stands among findings of equal price
 CODE = "input_starved"
@@ -105,8 +105,8 @@ def find(context: Context) -> TraceFinding | None:
         framework = cause.seen_framework or found.framework
         line = Place(cause.seen_at[0][0], cause.input_looks, 0, idle)
         found = replace(found, places=(line, *found.places), framework=framework,
-                        advice=ADVICE.get(framework, ADVICE[None]))  # fmt: skip
-    restart, steady = KNOBS.get(found.framework, KNOBS[None])
+                        advice=in_words(ADVICE, framework))  # fmt: skip
+    restart, steady = in_words(KNOBS, found.framework)
     long_s = cause.long_excess_s * scale
     each = ((restart, long_s),) if cause.long_gaps else ()
     return replace(found, each_fix=(*each, (steady, idle - long_s)))

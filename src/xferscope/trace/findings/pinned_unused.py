@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ...core.units import format_bytes
-from .base import Context, TraceFinding, framework, places
+from .base import Context, TraceFinding, framework, in_words, places
 
 ORDER = 6  # where it stands among findings of equal price
 CODE = "pinned_unused"
@@ -43,7 +43,7 @@ def find(context: Context) -> TraceFinding | None:
         places(trace, idle),
         cost,
         cost,
-        ADVICE.get(used_framework, ADVICE[None]),
+        in_words(ADVICE, used_framework),
         f"{format_bytes(sum(p.bytes for p in idle))} held pinned",
         framework=used_framework,
     )

@@ -12,7 +12,7 @@ import bisect
 from ...core.units import format_seconds
 from ..costs import process_busy
 from ..records import Call, Trace, on_loader_thread
-from .base import Context, TraceFinding, framework, places
+from .base import Context, TraceFinding, framework, in_words, places
 
 ORDER = 2  # where it stands among findings of equal price
 CODE = "synchronizations"
@@ -85,7 +85,7 @@ def find(context: Context) -> TraceFinding | None:
         places(trace, syncs),
         idle_s,
         saving_s,
-        ADVICE.get(used, ADVICE[None]),
+        in_words(ADVICE, used),
         f"the host waited {format_seconds(blocked_s)} in {len(syncs)} synchronizations, and "
         f"after {followed} of them the GPU sat idle {format_seconds(idle_s)} in all until the "
         "host gave it its next work; without the waits the host gives it sooner, by at most "

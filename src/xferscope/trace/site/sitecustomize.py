@@ -84,10 +84,11 @@ class _Sampler:
         while at is not None and len(key) < MOST_FRAMES:
             key.append((id(at.f_code), at.f_lineno))
             at = at.f_back
-        ident = self.ids.get(tuple(key))
+        seen = tuple(key)
+        ident = self.ids.get(seen)
         with self.lock:
             if ident is None:
-                ident = self.ids[tuple(key)] = len(self.ids) + 1
+                ident = self.ids[seen] = len(self.ids) + 1
                 self.lines.append(json.dumps({"t": "pystack", "id": ident,
                                               "f": _named(frame)}))  # fmt: skip
             self.lines.append(f'{{"t": "sample", "ts": {ts}, "id": {ident}}}')
