@@ -76,9 +76,13 @@ def _traced(argv: list[str], runs: int, reference: str = "none", kernels: str = 
 def _predicted(doc: dict, codes: tuple[str, ...]) -> float | None:
     """What the findings `codes` predicted their fixes save together; None where one of them
     was not found or not priced."""
-    found = {f["code"]: f["saving_s"] for f in doc["summary"]["fixes"]}
-    savings = [found.get(code) for code in codes]
-    return None if None in savings else sum(s for s in savings if s is not None)
+    return _summed({f["code"]: f["saving_s"] for f in doc["summary"]["fixes"]}, codes)
+
+
+def _summed(savings: dict[str, float | None], codes: tuple[str, ...]) -> float | None:
+    """The findings `codes`' savings together; None where one of them is missing or unpriced."""
+    each = [savings.get(code) for code in codes]
+    return None if None in each else sum(s for s in each if s is not None)
 
 
 def _over_runs(doc: dict, codes: tuple[str, ...]) -> tuple[float | None, float | None]:
@@ -89,9 +93,10 @@ def _over_runs(doc: dict, codes: tuple[str, ...]) -> tuple[float | None, float |
     predicted: list[float] = []
     shares: list[float] = []
     for run in doc.get("runs", []):
-        savings = [run.get("findings", {}).get(code, {}).get("saving_s") for code in codes]
-        if None not in savings:
-            predicted.append(sum(s for s in savings if s is not None))
+        found = {k: f.get("saving_s") for k, f in run.get("findings", {}).items()}
+        together = _summed(found, codes)
+        if together is not None:
+            predicted.append(together)
         if run.get("input_share") is not None:
             shares.append(run["input_share"])
     return (statistics.median(predicted) if predicted else None,
