@@ -43,12 +43,19 @@ double now_s() {
 // The copy of a resolved batch by a native copier (bindings/batch.cpp's ManyCopier); the
 // method that made it (the loop for a staged batch while the staged copier is being made).
 // `wait` false: the loop and batch methods return once queued (ManyCopier::copy).
+// The pieces an Early queued are not copied again: with none left, the call waits for them.
 std::string copy_resolved(ManyHandle& h, const std::string& method, const Resolved& r, bool wait) {
   batch::ManyCopier& c = h.get();
   nb::gil_scoped_release release;
   static_assert(sizeof(std::size_t) == sizeof(std::uintptr_t));
-  return c.copy(method, r.upload, r.destinations.data(), r.sources.data(), r.sizes.data(),
-                r.sizes.size(), r.pinned, r.pinned ? r.mapped.data() : nullptr, wait);
+  const std::size_t from = r.started, count = r.sizes.size() - from;
+  if (count == 0) {
+    if (wait) c.finish();
+    return "loop";
+  }
+  return c.copy(method, r.upload, r.destinations.data() + from, r.sources.data() + from,
+                r.sizes.data() + from, count, r.pinned, r.pinned ? r.mapped.data() + from : nullptr,
+                wait);
 }
 
 class Copies {
@@ -83,11 +90,26 @@ class Copies {
     return it->second.made;
   }
 
+  // A batch of pairs: read, decided and copied. Where this shape of pinned batch (GPU, way,
+  // count, method asked) last went by the loop, its pieces are queued as they are read (an
+  // EarlyCopies), so the copy engine moves the first while the rest are read: on an H100 the
+  // reading took 0.5 us a pair (copyapi_call_probe.py), the time a batch of pinned pieces of
+  // 96 KiB-1.5 MiB lost to PyTorch's loop, which copies each as soon as it is read.
   nb::object copy_pairs(nb::sequence pairs, int device, const std::optional<std::string>& asked,
                         int upload, bool wait) {
-    return copy(xferscope::bindings::resolve_pairs(pairs, device, classify_, read_pair_), asked,
-                upload, wait);
+    EarlyCopies early(*this, asked);
+    try {
+      return copy(xferscope::bindings::resolve_pairs(pairs, device, classify_, read_pair_,
+                                                     early_ ? &early : nullptr),
+                  asked, upload, wait);
+    } catch (...) {
+      early.drain();  // nothing queued still reads the caller's buffers once this raises
+      throw;
+    }
   }
+
+  // Whether copy_pairs queues a batch's pieces as they are read (for benchmarks: on or off).
+  bool early_ = true;
 
   nb::object copy_addresses(Addresses destinations, Addresses sources, Addresses sizes, int device,
                             const std::optional<std::string>& asked, int upload, bool wait) {
@@ -133,6 +155,40 @@ class Copies {
 
  private:
   using Key = std::tuple<int, bool, bool, std::size_t, std::size_t, std::string>;
+  using Shape = std::tuple<int, bool, std::size_t, std::string>;  // GPU, way, count, asked
+
+  // copy_pairs' early copies (Early): begun where the shape's last pinned batch went by the
+  // loop, on the native copier of that GPU.
+  class EarlyCopies : public xferscope::bindings::Early {
+   public:
+    EarlyCopies(Copies& copies, const std::optional<std::string>& asked)
+        : copies_(copies), asked_(asked.value_or("")) {}
+    bool begin(bool upload, int device, std::size_t count) override {
+      auto it = copies_.looped_.find(Shape{device, upload, count, asked_});
+      if (it == copies_.looped_.end() || !it->second) return false;
+      copier_ = copies_.held(device).native;
+      return !copier_.is_none();
+    }
+    void queue(bool upload, std::uintptr_t destination, std::uintptr_t source,
+               std::size_t size) override {
+      nb::cast<ManyHandle&>(copier_).get().queue(upload, destination, source, size);
+      queued_ = true;
+    }
+    // Waits for the copies queued (their errors dropped: the caller's error is raised).
+    void drain() noexcept {
+      if (!queued_) return;
+      try {
+        nb::cast<ManyHandle&>(copier_).get().finish();
+      } catch (...) {
+      }
+    }
+
+   private:
+    Copies& copies_;
+    std::string asked_;
+    nb::object copier_;
+    bool queued_ = false;
+  };
   struct Decision {
     std::pair<std::string, nb::object> made;  // the method and the Choice
     double until;
@@ -169,6 +225,10 @@ class Copies {
       nb::object got = with.copier.attr("copy_resolved")(method, nb::cast(r, nb::rv_policy::copy));
       if (!got.is_none()) made = nb::cast<std::string>(got);
     }
+    if (r.pinned) {
+      if (looped_.size() >= kDecisionsMost) looped_.clear();
+      looped_[Shape{r.device, r.upload, r.sizes.size(), asked.value_or("")}] = made == "loop";
+    }
     // the Choice of this call says what made it: the loop while the staged copier was made
     return made == method ? choice : choice.attr("made_by")(made);
   }
@@ -176,6 +236,7 @@ class Copies {
   nb::object classify_, decide_, copier_of_, read_pair_;
   double look_again_s_;
   std::map<Key, Decision> decisions_;
+  std::map<Shape, bool> looped_;  // whether each shape's last pinned batch went by the loop
   std::map<int, Copier> copiers_;
 };
 
@@ -194,6 +255,9 @@ void bind_copies(nb::module_& m) {
           },
           "upload"_a, "pinned"_a, "count"_a, "total"_a, "device"_a, "asked"_a.none(),
           "The Choice for a batch of this shape: remembered, else made by `decide`.")
+      .def_rw("early", &Copies::early_,
+              "Whether copy_pairs queues a pinned batch's pieces as it reads them, where the "
+              "same shape last went by the loop (on by default; off for benchmarks).")
       .def("held_copiers", &Copies::held_copiers, "The copiers held, open ones only.")
       .def("close_copiers", &Copies::close_copiers,
            "Closes every copier held; the next copy makes one again. How many were held.")

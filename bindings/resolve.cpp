@@ -103,7 +103,8 @@ namespace {
 // classify_pointers (the simulated engine's), else the driver's, remembered.
 std::vector<batch::PointerInfo> kinds_of(const std::vector<std::uintptr_t>& addresses,
                                          const std::vector<PyObject*>* objects,
-                                         const std::vector<End>* ends, nb::handle classify) {
+                                         const std::vector<End>* ends, nb::handle classify,
+                                         batch::Classifier* classifier = nullptr) {
   const std::size_t n = addresses.size();
   std::vector<batch::PointerInfo> kinds(n);
   std::vector<std::size_t> asked;
@@ -122,10 +123,12 @@ std::vector<batch::PointerInfo> kinds_of(const std::vector<std::uintptr_t>& addr
   }
   if (asked.empty()) return kinds;
   if (driver) {
-    std::vector<batch::PointerInfo> found;
+    std::vector<batch::PointerInfo> found(unknown.size());
     {
       nb::gil_scoped_release release;
-      found = batch::classify(unknown.data(), unknown.size());
+      batch::Classifier own;
+      batch::Classifier& c = classifier ? *classifier : own;
+      for (std::size_t j = 0; j < unknown.size(); ++j) found[j] = c.of(unknown[j]);
     }
     for (std::size_t j = 0; j < asked.size(); ++j) {
       const std::size_t i = asked[j];
@@ -155,6 +158,28 @@ bool on_gpu(const batch::PointerInfo& k) {
 }
 const char* way(bool upload) { return upload ? "host to GPU" : "GPU to host"; }
 
+// One end's kind as the driver tells (remembered per live object read natively: `obj`).
+batch::PointerInfo kind_of(PyObject* obj, const End& e, std::uintptr_t address,
+                           batch::Classifier& classifier) {
+  const bool kept = obj && e.remembered;
+  if (kept) {
+    if (const batch::PointerInfo* got = recall(obj, e)) return *got;
+  }
+  batch::PointerInfo k = classifier.of(address);
+  if (kept) remember(obj, e, k);
+  return k;
+}
+
+// Which rule of a batch going `upload` to GPU `device` a pair breaks, if any.
+enum class Fit { ok, way, gpu, read_only };
+Fit fit(const batch::PointerInfo& destination, const batch::PointerInfo& source, bool upload,
+        int device, bool read_only) {
+  if (on_gpu(destination) != upload || on_gpu(source) == upload) return Fit::way;
+  if ((upload ? destination : source).device != device) return Fit::gpu;
+  if (!upload && read_only) return Fit::read_only;
+  return Fit::ok;
+}
+
 // The CopyRefused of a batch whose pairs do not all go one way between the host and a GPU: the
 // first pair with both ends on one side, else the first that goes the other way from pair 0.
 [[noreturn]] void refuse_directions(const std::vector<batch::PointerInfo>& kinds, std::size_t count,
@@ -180,24 +205,26 @@ void settle(Resolved& r, const std::vector<batch::PointerInfo>& kinds,
             const std::vector<bool>* read_only, int device) {
   const std::size_t count = r.sizes.size();
   r.upload = on_gpu(kinds[0]) && !on_gpu(kinds[count]);
-  for (std::size_t i = 0; i < count; ++i) {
-    if (on_gpu(kinds[i]) != r.upload || on_gpu(kinds[count + i]) == r.upload)
-      refuse_directions(kinds, count, r.upload);
-  }
   const std::size_t gpu_at = r.upload ? 0 : count, host_at = r.upload ? count : 0;
   r.device = device >= 0 ? device : kinds[gpu_at].device;
+  auto fits = [&](std::size_t i) {
+    return fit(kinds[i], kinds[count + i], r.upload, r.device, read_only && (*read_only)[i]);
+  };
+  for (std::size_t i = 0; i < count; ++i) {
+    if (fits(i) == Fit::way) refuse_directions(kinds, count, r.upload);
+  }
   r.pinned = true;
   r.mapped.resize(count);
   r.total = 0;
   for (std::size_t i = 0; i < count; ++i) {
-    const int gpu = kinds[gpu_at + i].device;
-    if (gpu != r.device) {
+    const Fit f = fits(i);
+    if (f == Fit::gpu) {
       throw CopyRefused("pair " + std::to_string(i) + ": its GPU buffer is on GPU " +
-                        std::to_string(gpu) + ", and this copy runs on GPU " +
+                        std::to_string(kinds[gpu_at + i].device) + ", and this copy runs on GPU " +
                         std::to_string(r.device) +
                         "; copy_many moves data between the host and one GPU at a time");
     }
-    if (!r.upload && read_only && (*read_only)[i])
+    if (f == Fit::read_only)
       throw CopyRefused("pair " + std::to_string(i) + " destination is read-only");
     const batch::PointerInfo& host = kinds[host_at + i];
     r.pinned = r.pinned && host.kind == batch::PointerKind::pinned;
@@ -210,7 +237,8 @@ void settle(Resolved& r, const std::vector<batch::PointerInfo>& kinds,
 
 namespace xferscope::bindings {
 
-Resolved resolve_pairs(nb::sequence pairs, int device, nb::handle classify, nb::handle read_pair) {
+Resolved resolve_pairs(nb::sequence pairs, int device, nb::handle classify, nb::handle read_pair,
+                       Early* early) {
   PyObject* fast = PySequence_Fast(pairs.ptr(), "copy_many: pairs must be a sequence");
   if (!fast) throw nb::python_error();
   nb::object list = nb::steal(fast);
@@ -223,6 +251,31 @@ Resolved resolve_pairs(nb::sequence pairs, int device, nb::handle classify, nb::
   std::vector<PyObject*> objects(2 * count, nullptr);
   std::vector<End> ends(2 * count);
   std::vector<bool> read_only(count, false);
+  // while `early` takes them: each pair's kinds asked as it is read, and its copy queued
+  std::vector<batch::PointerInfo> kinds(2 * count);
+  batch::Classifier classifier;
+  std::size_t classified = 0;
+  bool going = early && classify.is_none() && count > 1;
+  bool upload = true;
+  int gpu = -1;
+  // pair `i`, read natively: its kinds asked, and its copy queued where it continues the batch
+  auto start = [&](Py_ssize_t i) {
+    const auto at = static_cast<std::size_t>(i), n = static_cast<std::size_t>(count);
+    kinds[at] = kind_of(objects[at], ends[at], r.destinations[at], classifier);
+    kinds[n + at] = kind_of(objects[n + at], ends[n + at], r.sources[at], classifier);
+    classified = at + 1;
+    if (at == 0) {
+      upload = on_gpu(kinds[0]) && !on_gpu(kinds[n]);
+      gpu = device >= 0 ? device : kinds[upload ? 0 : n].device;
+      if (!early->begin(upload, gpu, n)) return false;
+    }
+    if (kinds[upload ? n + at : at].kind != batch::PointerKind::pinned ||
+        fit(kinds[at], kinds[n + at], upload, gpu, read_only[at]) != Fit::ok)
+      return false;
+    early->queue(upload, r.destinations[at], r.sources[at], r.sizes[at]);
+    r.started = at + 1;
+    return true;
+  };
   for (Py_ssize_t i = 0; i < count; ++i) {
     PyObject* pair = items[i];
     End& d = ends[i];
@@ -238,6 +291,7 @@ Resolved resolve_pairs(nb::sequence pairs, int device, nb::handle classify, nb::
       r.sources[i] = s.address;
       r.sizes[i] = d.nbytes;
       read_only[i] = d.read_only;
+      if (going) going = start(i);
       continue;
     }
     d = End{};
@@ -248,11 +302,29 @@ Resolved resolve_pairs(nb::sequence pairs, int device, nb::handle classify, nb::
     r.sizes[i] = nb::cast<std::size_t>(got[2]);
     read_only[i] = nb::cast<bool>(got[3]);
     r.keep.push_back(nb::borrow(got[4]));
+    going = false;  // a pair read in Python goes with the rest
   }
   r.keep.push_back(list);
-  std::vector<std::uintptr_t> addresses(r.destinations);
-  addresses.insert(addresses.end(), r.sources.begin(), r.sources.end());
-  settle(r, kinds_of(addresses, &objects, &ends, classify), &read_only, device);
+  // the kinds not asked yet, asked at once
+  std::vector<std::uintptr_t> addresses;
+  std::vector<PyObject*> rest_objects;
+  std::vector<End> rest_ends;
+  for (const std::size_t side : {std::size_t{0}, static_cast<std::size_t>(count)}) {
+    for (std::size_t i = side + classified; i < side + count; ++i) {
+      addresses.push_back(i < static_cast<std::size_t>(count) ? r.destinations[i]
+                                                              : r.sources[i - count]);
+      rest_objects.push_back(objects[i]);
+      rest_ends.push_back(ends[i]);
+    }
+  }
+  const std::vector<batch::PointerInfo> rest =
+      kinds_of(addresses, &rest_objects, &rest_ends, classify, &classifier);
+  const std::size_t left = count - classified;
+  for (std::size_t j = 0; j < left; ++j) {
+    kinds[classified + j] = rest[j];
+    kinds[count + classified + j] = rest[left + j];
+  }
+  settle(r, kinds, &read_only, device);
   return r;
 }
 
@@ -316,11 +388,15 @@ void bind_resolve(nb::module_& m) {
       .def_prop_ro(
           "mapped", [](const Resolved& r) { return array_of(as_u64(r.mapped)); },
           nb::rv_policy::move);
-  m.def("resolve_pairs", &xferscope::bindings::resolve_pairs, "pairs"_a, "device"_a,
-        "classify"_a.none(), "read_pair"_a,
-        "copy_many's pairs read and checked (classify: Python's classify_pointers, or None for "
-        "the driver's, whose answers are remembered per live object); CopyRefused for a broken "
-        "rule.");
+  m.def(
+      "resolve_pairs",
+      [](nb::sequence pairs, int device, nb::handle classify, nb::handle read_pair) {
+        return xferscope::bindings::resolve_pairs(pairs, device, classify, read_pair);
+      },
+      "pairs"_a, "device"_a, "classify"_a.none(), "read_pair"_a,
+      "copy_many's pairs read and checked (classify: Python's classify_pointers, or None for "
+      "the driver's, whose answers are remembered per live object); CopyRefused for a broken "
+      "rule.");
   m.def("resolve_addresses", &xferscope::bindings::resolve_addresses, "destinations"_a, "sources"_a,
         "sizes"_a, "device"_a, "classify"_a.none(),
         "copy_many's three arrays read and checked, as resolve_pairs.");

@@ -23,6 +23,19 @@ struct Resolved {
   bool upload = true, pinned = true;
   int device = 0;
   std::size_t total = 0;
+  std::size_t started = 0;  // pieces 0 to started - 1 already queued by an Early
+};
+
+// Copies begun while a batch is still being read (copy_many's early pieces): told of pair 0's
+// way and GPU, then of each pair in turn that continues the batch with a pinned host end, each
+// of which it queues at once; the first pair that does not stops them. Whoever reads with one
+// waits for its copies before raising the reader's error.
+struct Early {
+  virtual ~Early() = default;
+  // whether to queue pieces while reading `count` pairs going `upload` to GPU `device`
+  virtual bool begin(bool upload, int device, std::size_t count) = 0;
+  virtual void queue(bool upload, std::uintptr_t destination, std::uintptr_t source,
+                     std::size_t size) = 0;
 };
 
 // A rule of a batch broken (one direction, one GPU, writable destinations, positive addresses
@@ -35,9 +48,10 @@ struct CopyRefused : std::runtime_error {
 // `read_pair` (Python: (pair, index) -> (destination address, source address, nbytes,
 // destination read-only, what to keep), or its error). `device` -1: the first piece's GPU.
 // `classify`: Python's classify_pointers (the simulated engine's), or None for the driver's,
-// remembered per live object.
+// remembered per live object. `early`: where the driver classifies, pinned pieces queued while
+// the rest are read (null: none).
 Resolved resolve_pairs(nanobind::sequence pairs, int device, nanobind::handle classify,
-                       nanobind::handle read_pair);
+                       nanobind::handle read_pair, Early* early = nullptr);
 
 // Three arrays of addresses and sizes, read and checked as resolve_pairs' pairs.
 Resolved resolve_addresses(Addresses destinations, Addresses sources, Addresses sizes, int device,

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,8 +23,17 @@ struct PointerInfo {
   std::size_t range_bytes = 0;
 };
 
-// The kinds of `count` addresses. Addresses in an allocation already seen in this call are
-// answered from it, so a batch of pieces of a few large buffers costs a few driver queries.
+// Addresses' kinds, asked one at a time: an address in an allocation this classifier has
+// already seen is answered from it, so pieces of a few large buffers cost a few driver queries.
+class Classifier {
+ public:
+  PointerInfo of(std::uintptr_t address);
+
+ private:
+  std::map<std::uintptr_t, PointerInfo> ranges_;  // allocations seen, by start
+};
+
+// The kinds of `count` addresses, by one Classifier.
 std::vector<PointerInfo> classify(const std::uintptr_t* addresses, std::size_t count);
 
 // The pinned staging a copier holds for a batch needing `bytes` (pack's data, a kernel's
@@ -59,6 +69,10 @@ class ManyCopier {
   std::string copy(const std::string& method, bool upload, const std::uintptr_t* destinations,
                    const std::uintptr_t* sources, const std::size_t* sizes, std::size_t count,
                    bool pinned, const std::uintptr_t* mapped_host, bool wait = true);
+  // Queues one copy on this copier's stream at once, as the loop method makes it: a batch's
+  // pieces copied while the rest are still being read (copy_many's early pieces). The caller
+  // keeps both buffers as they are until finish() or a later copy with `wait` has returned.
+  void queue(bool upload, std::uintptr_t destination, std::uintptr_t source, std::size_t size);
   // Returns once every copy this copier queued has landed; raises a queued copy's error.
   void finish();
   // Makes now what the first staged copy would make (its threads, a host memcpy probe and its

@@ -99,28 +99,29 @@ std::size_t staging_bytes(std::size_t bytes) {
   return n < bytes ? bytes : n;
 }
 
-std::vector<PointerInfo> classify(const std::uintptr_t* addresses, std::size_t count) {
-  std::vector<PointerInfo> kinds(count);
-  std::map<std::uintptr_t, PointerInfo> ranges;  // allocations seen, by start
-  for (std::size_t i = 0; i < count; ++i) {
-    const std::uintptr_t a = addresses[i];
-    auto it = ranges.upper_bound(a);
-    if (it != ranges.begin()) {
-      const PointerInfo& r = std::prev(it)->second;
-      if (a < r.range_start + r.range_bytes) {
-        kinds[i] = r;
-        if (r.mapped) kinds[i].mapped = r.mapped + (a - r.range_start);
-        continue;
-      }
-    }
-    kinds[i] = query(a);
-    const PointerInfo& k = kinds[i];
-    if (k.range_start && k.range_bytes && a >= k.range_start) {
-      PointerInfo r = k;
-      if (r.mapped) r.mapped -= a - k.range_start;  // the mapped address of the range's start
-      ranges[k.range_start] = r;
+PointerInfo Classifier::of(std::uintptr_t address) {
+  auto it = ranges_.upper_bound(address);
+  if (it != ranges_.begin()) {
+    const PointerInfo& r = std::prev(it)->second;
+    if (address < r.range_start + r.range_bytes) {
+      PointerInfo k = r;
+      if (r.mapped) k.mapped = r.mapped + (address - r.range_start);
+      return k;
     }
   }
+  PointerInfo k = query(address);
+  if (k.range_start && k.range_bytes && address >= k.range_start) {
+    PointerInfo r = k;
+    if (r.mapped) r.mapped -= address - k.range_start;  // the mapped address of the range's start
+    ranges_[k.range_start] = r;
+  }
+  return k;
+}
+
+std::vector<PointerInfo> classify(const std::uintptr_t* addresses, std::size_t count) {
+  std::vector<PointerInfo> kinds(count);
+  Classifier classifier;
+  for (std::size_t i = 0; i < count; ++i) kinds[i] = classifier.of(addresses[i]);
   return kinds;
 }
 
@@ -370,6 +371,15 @@ std::string ManyCopier::copy(const std::string& asked, bool upload,
   if (!wait && (method == "loop" || method.rfind("batch-", 0) == 0)) return method;
   XFS_CUDA_CALL(cudaStreamSynchronize(stream));
   return method;
+}
+
+void ManyCopier::queue(bool upload, std::uintptr_t destination, std::uintptr_t source,
+                       std::size_t size) {
+  // no lock: a loop's copy reads nothing of this copier's, and the stream is made once
+  detail::DeviceGuard guard(device_);
+  void* const d = reinterpret_cast<void*>(destination);
+  const void* const s = reinterpret_cast<const void*>(source);
+  loop_copy(upload, !upload, &d, &s, &size, 1, impl_->stream);
 }
 
 void ManyCopier::finish() {
