@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import statistics
 import sys
@@ -83,10 +84,16 @@ def quartiles(samples: list[float]) -> tuple[float, float]:
 def interleaved(
     methods: dict[str, Callable[[], None]], trials: int, warmup: int = 2, most: int | None = None
 ) -> dict[str, list[float]]:
-    """Each method's seconds per call over `trials`, the methods' order rotated each trial; then,
-    up to `most` trials, more rounds while a method's spread (its quartiles) exceeds SPREAD of
-    its median, so a noisy cell's median is not one lucky draw."""
+    """Each method's seconds per call over `trials`, the methods' order shuffled each trial
+    (seeded); then, up to `most` trials, more rounds while a method's spread (its quartiles)
+    exceeds SPREAD of its median, so a noisy cell's median is not one lucky draw.
+
+    Shuffled, not rotated: a rotation keeps each method after the same one, and what ran before
+    moves a call's time. On an H100 copy_many and the same call with the loop asked for (the
+    same work) differed by 0.7-1.2 us in cells of one piece while copy_many always followed
+    _foreach_copy_ (copyapi_early_probe.py at 363be7f)."""
     names = list(methods)
+    order = random.Random(len(names) * 7919 + trials)
     for _ in range(warmup):
         for name in names:
             methods[name]()
@@ -101,7 +108,8 @@ def interleaved(
 
     t = 0
     while t < trials or (most and t < most and wide()):
-        for name in names[t % len(names) :] + names[: t % len(names)]:
+        order.shuffle(names)
+        for name in names:
             start = time.perf_counter()
             methods[name]()
             seconds[name].append(time.perf_counter() - start)

@@ -15,6 +15,11 @@ RULE_KERNEL_MAX = 64 << 10
 # (44.8 us against 28.7) and won from 16 pieces (16 x 64 KiB: 61.9 against 92.3) and at 4 x 4 KiB
 # (23.5 against 29.1): few pieces larger than this go by the loop.
 RULE_KERNEL_FEW, RULE_KERNEL_FEW_MAX = 16, 16 << 10
+# Three pinned pieces: from 6 KiB the kernel lost to _foreach_copy_ (3 x 8 KiB up: 19.0 us
+# against 18.5), and with the loop's pieces queued as they are read (copy_many's early pieces)
+# the loop beat both (copyapi_early_probe.py, H100: 3 x 12 KiB up 17.5 us against the kernel's
+# 21.2 and _foreach_copy_'s 19.8; 3 x 16 KiB 17.9 against 22.5 and 20.1).
+RULE_KERNEL_THREE_MAX = 4 << 10
 # On an H100 packing lost to a loop of cudaMemcpyAsync from 96 KiB a piece in most batches of
 # 2-15 pieces (4 x 256 KiB up: 122 us against 89; 15 x 128 KiB down: 334 against 326)
 RULE_PACK_MAX = 64 << 10
@@ -62,11 +67,12 @@ def rule(direction: str, memory: str, count: int, size: int, batch_api: bool) ->
             f"fewer than {RULE_BATCH_FROM} copies are one cudaMemcpyAsync each (built-in rule: no "
             "calibration here)"
         )
-    if memory == "pinned" and size > RULE_KERNEL_FEW_MAX and count < RULE_KERNEL_FEW:
+    few = "three" if count == 3 else f"fewer than {RULE_KERNEL_FEW}"
+    few_max = RULE_KERNEL_THREE_MAX if count == 3 else RULE_KERNEL_FEW_MAX
+    if memory == "pinned" and size > few_max and count < RULE_KERNEL_FEW:
         return "loop", (
-            f"fewer than {RULE_KERNEL_FEW} pinned pieces of over "
-            f"{format_bytes(RULE_KERNEL_FEW_MAX)} move as fast by a loop of cudaMemcpyAsync as "
-            "by any batch method (built-in rule: no calibration here)"
+            f"{few} pinned pieces of over {format_bytes(few_max)} move as fast by a loop of "
+            "cudaMemcpyAsync as by any batch method (built-in rule: no calibration here)"
         )
     if memory == "pinned" and size <= RULE_KERNEL_MAX:
         return "kernel", (
@@ -83,8 +89,8 @@ def rule(direction: str, memory: str, count: int, size: int, batch_api: bool) ->
             "fastest as cudaMemcpyBatchAsync, handed to the driver in growing groups "
             "(built-in rule: no calibration here)"
         )
-    few = count < RULE_PACK_MANY and size > RULE_PACK_FEW_MAX
-    if memory == "pageable" and size <= RULE_PACK_MAX and not few:
+    few_large = count < RULE_PACK_MANY and size > RULE_PACK_FEW_MAX
+    if memory == "pageable" and size <= RULE_PACK_MAX and not few_large:
         return "pack", (
             f"small pageable pieces (at most {format_bytes(RULE_PACK_MAX)}) are packed into one "
             "pinned buffer and moved by one copy (built-in rule: no calibration here)"
