@@ -1,5 +1,6 @@
 """copy_many's built-in rule where the dense grid (benchmarks/copyapi_dense.py) measured it on
-an H100: two pieces go by two copies, three pinned ones over 4 KiB too, and 3-5 pageable pieces are packed only while small."""
+an H100: two pieces go by two copies, three pinned ones over 4 KiB too, and 3-5 pageable
+pieces are packed only while small."""
 
 from __future__ import annotations
 
