@@ -2,10 +2,13 @@
 losses, all by the loop method): the same batch by PyTorch's loop (as copyapi_bench times it),
 copy_many, its native entry without the Python wrapper (copy_pairs), the same with the loop
 forced, the native copy of a batch already read (copy_resolved), the reading alone
-(resolve_pairs) and a synchronize alone; 3,000 rounds, the ways shuffled each round, medians in
-microseconds after the first 200. Writes one JSON object (argv[1]).
+(resolve_pairs) and a synchronize alone; with CuPy, one cudaMemcpyAsync and synchronize per piece
+on the legacy default stream, on a non-blocking stream (as copy_many's copier has) and on a
+blocking one, to tell the stream's part. 3,000 rounds, the ways shuffled each round, medians in
+microseconds after the first 200. Writes one JSON object (argv[1]); argv[2], optional: the
+cells, direction:count:size comma-separated.
 
-    python3 benchmarks/copyapi_call_probe.py out.json
+    python3 benchmarks/copyapi_call_probe.py out.json [d2h:1:64,h2d:1:8192]
 """
 
 import json
@@ -21,9 +24,11 @@ import torch
 import copyapi_bench as base
 import xferscope
 from xferscope.core.compiled import engine_module
+from xferscope.transfer import copy as direct
 from xferscope.transfer.buffers import read_pair
-from xferscope.transfer.copy import copies_of, copy_many
+from xferscope.transfer.copy import copies_of
 from xferscope.transfer.engine import default_engine
+from xferscope.transfer.first import copy_many  # as `from xferscope import copy_many` binds it
 
 _e = engine_module()
 xferscope.warmup()
@@ -51,7 +56,29 @@ def cell(direction: str, n: int, size: int) -> dict:
         "copy_resolved": lambda: _e.copy_resolved(native, "loop", resolved),
         "resolve_only": lambda: _e.resolve_pairs(pairs, -1, None, read_pair),
         "sync_only": lambda: stream.synchronize(),
+        "copy_many_direct": lambda: direct.copy_many(pairs),
     }
+    try:
+        import cupy
+
+        rt = cupy.cuda.runtime
+        kind = rt.memcpyHostToDevice if direction == "h2d" else rt.memcpyDeviceToHost
+        ends = [(d.data_ptr(), s.data_ptr(), d.nbytes) for d, s in pairs]
+        streams = {"legacy": 0, "non_blocking": rt.streamCreateWithFlags(1),
+                   "blocking": rt.streamCreateWithFlags(0)}  # fmt: skip
+
+        def raw(handle: int):
+            def run() -> None:
+                for d, s, n in ends:
+                    rt.memcpyAsync(d, s, n, kind, handle)
+                rt.streamSynchronize(handle)
+
+            return run
+
+        for name, handle in streams.items():
+            ways[f"cupy_{name}"] = raw(handle)
+    except ImportError:
+        pass
     t: dict = {k: [] for k in ways}
     names = list(ways)
     for _ in range(3000):
@@ -61,18 +88,16 @@ def cell(direction: str, n: int, size: int) -> dict:
             ways[k]()
             t[k].append(time.perf_counter_ns() - a)
     row: dict = {k: round(statistics.median(v[200:]) / 1e3, 2) for k, v in t.items()}
-    row["method"] = copy_many(pairs).method
+    row["method"] = direct.copy_many(pairs).method
     return row
 
 
+CELLS = (("d2h", 4, 256 << 10), ("d2h", 12, 96 << 10), ("h2d", 12, 256 << 10),
+         ("h2d", 4, 96 << 10), ("d2h", 1, 64))  # fmt: skip
+if len(sys.argv) > 2:
+    CELLS = tuple((d, int(n), int(s)) for d, n, s in (c.split(":") for c in sys.argv[2].split(",")))
 out = {}
-for direction, n, size in (
-    ("d2h", 4, 256 << 10),
-    ("d2h", 12, 96 << 10),
-    ("h2d", 12, 256 << 10),
-    ("h2d", 4, 96 << 10),
-    ("d2h", 1, 64),
-):
+for direction, n, size in CELLS:
     key = f"{direction} {n} x {size}"
     out[key] = cell(direction, n, size)
     print(key, out[key], flush=True)

@@ -221,12 +221,15 @@ def copy_many(
 ) -> Choice:
     """xferscope.copy_many (transfer/copy.py); until set up, PyTorch pairs go PyTorch's way."""
     fn = _real.get("copy_many")
+    plain = method is None and engine is None and destinations is None
     if fn is None:
-        if pairs is not None and method is None and engine is None and destinations is None:
+        if pairs is not None and plain:
             made = _plain(pairs, device, None)
             if made:
                 return made  # type: ignore[return-value]
         fn = api("copy_many")
+    elif plain and device is None and sources is None and sizes is None:
+        return fn(pairs)  # type: ignore[no-any-return]  # the common call, with no keywords
     return fn(  # type: ignore[no-any-return]
         pairs, destinations=destinations, sources=sources, sizes=sizes, device=device,
         method=method, engine=engine,

@@ -15,17 +15,24 @@ RULE_KERNEL_MAX = 64 << 10
 # (44.8 us against 28.7) and won from 16 pieces (16 x 64 KiB: 61.9 against 92.3) and at 4 x 4 KiB
 # (23.5 against 29.1): few pieces larger than this go by the loop.
 RULE_KERNEL_FEW, RULE_KERNEL_FEW_MAX = 16, 16 << 10
-# Three pinned pieces: from 6 KiB the kernel lost to _foreach_copy_ (3 x 8 KiB up: 19.0 us
-# against 18.5), and with the loop's pieces queued as they are read (copy_many's early pieces)
-# the loop beat both (copyapi_early_probe.py, H100: 3 x 12 KiB up 17.5 us against the kernel's
-# 21.2 and _foreach_copy_'s 19.8; 3 x 16 KiB 17.9 against 22.5 and 20.1).
-RULE_KERNEL_THREE_MAX = 4 << 10
+# With the loop's pieces queued as they are read (copy_many's early pieces) the loop beat the
+# kernel and _foreach_copy_ for three pinned pieces of any size and four of 16 KiB, and tied the
+# kernel at 4 x 8 KiB (copyapi_early_probe.py on an H100, medians: 3 x 64 B up 15.2 us against
+# the kernel's 17.9 and _foreach_copy_'s 18.7; 3 x 4 KiB down 13.7 against 16.5 and 17.1; 4 x
+# 16 KiB up 22.1 against 23.5 and 24.2; 4 x 8 KiB up 20.7 against 20.7 and 23.2). So pinned
+# pieces go by the loop over a size that grows with their count: (up to this count, over this).
+RULE_PINNED_LOOP_OVER = ((3, 0), (4, 8 << 10), (RULE_KERNEL_FEW - 1, RULE_KERNEL_FEW_MAX))
+# Down, cudaMemcpyBatchAsync lost to PyTorch's loop by 1-4% for 16-128 pinned pieces of 384 KiB
+# and over (the dense grid at e0eb92f on an H100: 16 x 512 KiB 0.96, 64 x 1 MiB 0.98, 128 x
+# 1.5 MiB 0.98), the driver taking its pieces before it starts the first; from 256 it won
+# (256 x 512 KiB 1.09). Those go by the loop, which copies the first piece at once.
+RULE_DOWN_LOOP_FROM, RULE_DOWN_LOOP_COUNT = 384 << 10, 256
 # On an H100 packing lost to a loop of cudaMemcpyAsync from 96 KiB a piece in most batches of
 # 2-15 pieces (4 x 256 KiB up: 122 us against 89; 15 x 128 KiB down: 334 against 326)
 RULE_PACK_MAX = 64 << 10
 # The dense grid on an H100 (copyapi_dense.py, PyTorch tensors, interleaved with PyTorch's loop):
-# two pieces went faster as two cudaMemcpyAsync than by any batch method (2 x 16 KiB pinned up:
-# the kernel 18.9 us against 16.0; pageable up: packing 24.6 against 16.7), and 4 pageable
+# two pageable pieces went faster as two cudaMemcpyAsync than packed (up: 24.6 us against 16.7;
+# pinned pieces: RULE_PINNED_LOOP_OVER), and 4 pageable
 # pieces of 8-48 KiB packed lost by up to 14% (4 x 24 KiB: 31.1 against 26.6), while from 6
 # pieces, or in pieces of at most 6 KiB, packing won 1.2-3x.
 RULE_BATCH_FROM = 3
@@ -62,17 +69,25 @@ def rule(direction: str, memory: str, count: int, size: int, batch_api: bool) ->
             "pieces into pinned chunks while the copy engine moves the chunks before (built-in "
             "rule: no calibration here)"
         )
-    if count < RULE_BATCH_FROM:
+    if memory == "pinned":
+        over = next((o for most, o in RULE_PINNED_LOOP_OVER if count <= most), None)
+        if over is not None and size > over:
+            pieces = f"{count} pinned pieces" + (f" of over {format_bytes(over)}" if over else "")
+            return "loop", (
+                f"{pieces} move fastest by a loop of cudaMemcpyAsync, each queued as it is read "
+                "(built-in rule: no calibration here)"
+            )
+        if direction == "d2h" and size >= RULE_DOWN_LOOP_FROM and count < RULE_DOWN_LOOP_COUNT:
+            return "loop", (
+                f"fewer than {RULE_DOWN_LOOP_COUNT} pinned pieces of "
+                f"{format_bytes(RULE_DOWN_LOOP_FROM)} or more move down fastest by a loop of "
+                "cudaMemcpyAsync, which starts the first copy at once (built-in rule: no "
+                "calibration here)"
+            )
+    elif count < RULE_BATCH_FROM:
         return "loop", (
             f"fewer than {RULE_BATCH_FROM} copies are one cudaMemcpyAsync each (built-in rule: no "
             "calibration here)"
-        )
-    few = "three" if count == 3 else f"fewer than {RULE_KERNEL_FEW}"
-    few_max = RULE_KERNEL_THREE_MAX if count == 3 else RULE_KERNEL_FEW_MAX
-    if memory == "pinned" and size > few_max and count < RULE_KERNEL_FEW:
-        return "loop", (
-            f"{few} pinned pieces of over {format_bytes(few_max)} move as fast by a loop of "
-            "cudaMemcpyAsync as by any batch method (built-in rule: no calibration here)"
         )
     if memory == "pinned" and size <= RULE_KERNEL_MAX:
         return "kernel", (
