@@ -131,10 +131,13 @@ def test_first_pytorch_copies_go_pytorchs_way_and_the_second_sets_up_on_a_thread
 def test_once_set_up_every_call_goes_xferscopes_way(torch, fresh, monkeypatch):
     called: list[str] = []
     monkeypatch.setitem(first._real, "copy_many", lambda *a, **k: called.append("copy_many"))
+    monkeypatch.setitem(first._real, "copy_pairs", lambda *a: called.append("copy_pairs"))
     monkeypatch.setitem(first._real, "copy_to_device", lambda *a: called.append("to_device"))
-    first.copy_many([_pair(64)])
+    first.copy_many([_pair(64)])  # pairs alone: straight to copy_pairs
+    first.copy_many([_pair(64)], method="loop")
     first.copy_to_device(*_pair(64))
-    assert called == ["copy_many", "to_device"] and not Tensor.copies and fresh == []
+    assert called == ["copy_pairs", "copy_many", "to_device"]
+    assert not Tensor.copies and fresh == []
 
 
 @pytest.mark.parametrize(

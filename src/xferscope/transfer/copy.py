@@ -133,12 +133,7 @@ def copy_many(
     if pairs is not None:
         if destinations is not None or sources is not None or sizes is not None:
             raise TypeError("give either pairs or destinations, sources and sizes, not both")
-        if not len(pairs):
-            return _nothing(device)
-        try:
-            return copies_of(engine).copy_pairs(pairs, target, method, -1)  # type: ignore[no-any-return]
-        except Exception:
-            _reraise(engine)
+        return copy_pairs(pairs, device, method, engine)
     if destinations is None or sources is None or sizes is None:
         raise TypeError("give pairs, or all three of destinations, sources and sizes")
     dst = _addresses(destinations, "destinations")
@@ -153,6 +148,24 @@ def copy_many(
         return _nothing(device)
     try:
         return copies_of(engine).copy_addresses(dst, src, nbytes, target, method, -1)  # type: ignore[no-any-return]
+    except Exception:
+        _reraise(engine)
+
+
+def copy_pairs(
+    pairs: Sequence[Any],
+    device: int | None = None,
+    method: str | None = None,
+    engine: Engine | None = None,
+) -> Choice:
+    """copy_many(pairs, device=, method=, engine=) with `method` already checked: the common
+    call, in as few steps as it can be made (the first call's wrapper, first.py, calls it
+    straight for pairs alone)."""
+    engine = engine if engine is not None else default_engine()
+    if not len(pairs):
+        return _nothing(device)
+    try:
+        return copies_of(engine).copy_pairs(pairs, -1 if device is None else device, method, -1)  # type: ignore[no-any-return]
     except Exception:
         _reraise(engine)
 

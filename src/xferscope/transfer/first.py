@@ -56,12 +56,13 @@ def ready() -> bool:
 def _import_api() -> None:
     """The copy API's own functions, imported: from now on every call goes xferscope's way."""
     from . import moving
-    from .copy import copy_many
+    from .copy import copy_many, copy_pairs
     from .staged import copy_to_device, copy_to_host
 
     _real.update(
         copy_many=copy_many, copy_to_device=copy_to_device, copy_to_host=copy_to_host,
         to_device=moving.to_device, to_host=moving.to_host, warmup=moving.warmup,
+        copy_pairs=copy_pairs,
     )  # fmt: skip
 
 
@@ -228,8 +229,8 @@ def copy_many(
             if made:
                 return made  # type: ignore[return-value]
         fn = api("copy_many")
-    elif plain and device is None and sources is None and sizes is None:
-        return fn(pairs)  # type: ignore[no-any-return]  # the common call, with no keywords
+    elif plain and sources is None and sizes is None and pairs is not None:
+        return _real["copy_pairs"](pairs, device)  # type: ignore[no-any-return]  # the common call
     return fn(  # type: ignore[no-any-return]
         pairs, destinations=destinations, sources=sources, sizes=sizes, device=device,
         method=method, engine=engine,
