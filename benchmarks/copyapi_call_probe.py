@@ -1,17 +1,18 @@
 """Issue 49: where copy_many's per-call time goes for a few pinned pieces (the dense grid's
-losses, all by the loop method): the same batch by PyTorch's loop (as copyapi_bench times it),
-copy_many, its native entry without the Python wrapper (copy_pairs), the same with the loop
-forced, the native copy of a batch already read (copy_resolved), the reading alone
-(resolve_pairs) and a synchronize alone; with CuPy, one cudaMemcpyAsync and synchronize per piece
-on the legacy default stream, on a non-blocking stream (as copy_many's copier has) and on a
-blocking one, to tell the stream's part. 3,000 rounds, the ways shuffled each round, medians in
-microseconds after the first 200. Writes one JSON object (argv[1]); argv[2], optional: the
-cells, direction:count:size comma-separated.
+losses): the same batch by PyTorch's loop (as copyapi_bench times it), copy_many, its native
+entry without the Python wrapper (copy_pairs), the same with the loop, the kernel or the batch
+call forced, the native copy of a batch already read (copy_resolved), the reading alone
+(resolve_pairs) and a synchronize alone; with CuPy, one cudaMemcpyAsync and synchronize per
+piece on the legacy default stream, on a non-blocking stream (as copy_many's copier has) and on
+a blocking one, to tell the stream's part. $XFERSCOPE_PROBE_ROUNDS rounds (3,000), the ways
+shuffled each round, medians in microseconds after the first fifteenth. Writes one JSON object
+(argv[1]); argv[2], optional: the cells, direction:count:size comma-separated.
 
     python3 benchmarks/copyapi_call_probe.py out.json [d2h:1:64,h2d:1:8192]
 """
 
 import json
+import os
 import random
 import statistics
 import sys
@@ -36,6 +37,7 @@ copies = copies_of(default_engine())
 native = copies.copier(0).native
 g = torch.Generator(device="cuda").manual_seed(3)
 stream = torch.cuda.current_stream()
+ROUNDS = int(os.environ.get("XFERSCOPE_PROBE_ROUNDS", "3000"))
 
 
 def cell(direction: str, n: int, size: int) -> dict:
@@ -57,6 +59,8 @@ def cell(direction: str, n: int, size: int) -> dict:
         "resolve_only": lambda: _e.resolve_pairs(pairs, -1, None, read_pair),
         "sync_only": lambda: stream.synchronize(),
         "copy_many_direct": lambda: direct.copy_many(pairs),
+        "copy_pairs_kernel": lambda: copies.copy_pairs(pairs, -1, "kernel", -1),
+        "copy_pairs_batch": lambda: copies.copy_pairs(pairs, -1, "batch-stream", -1),
     }
     try:
         import cupy
@@ -81,13 +85,13 @@ def cell(direction: str, n: int, size: int) -> dict:
         pass
     t: dict = {k: [] for k in ways}
     names = list(ways)
-    for _ in range(3000):
+    for _ in range(ROUNDS):
         random.shuffle(names)
         for k in names:
             a = time.perf_counter_ns()
             ways[k]()
             t[k].append(time.perf_counter_ns() - a)
-    row: dict = {k: round(statistics.median(v[200:]) / 1e3, 2) for k, v in t.items()}
+    row: dict = {k: round(statistics.median(v[ROUNDS // 15 :]) / 1e3, 2) for k, v in t.items()}
     row["method"] = direct.copy_many(pairs).method
     return row
 
