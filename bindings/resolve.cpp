@@ -98,57 +98,77 @@ std::vector<std::uint64_t> as_u64(const std::vector<T>& values) {
 
 namespace {
 
-// The kinds of the ends (2 per piece: destinations, then sources); `objects` and `ends`: the
-// objects read natively and how, whose kinds may be recalled (null: none). `classify`: Python's
-// classify_pointers (the simulated engine's), else the driver's, remembered.
-std::vector<batch::PointerInfo> kinds_of(const std::vector<std::uintptr_t>& addresses,
-                                         const std::vector<PyObject*>* objects,
-                                         const std::vector<End>* ends, nb::handle classify,
-                                         batch::Classifier* classifier = nullptr) {
-  const std::size_t n = addresses.size();
-  std::vector<batch::PointerInfo> kinds(n);
+// One thread's buffers for reading batches, kept between its calls, so that reading a batch
+// allocates nothing once one as large has been read: a call of one piece made 13 allocations.
+// A call made while the thread's are in use (from Python code the reading ran) gets its own.
+struct Scratch {
+  std::vector<PyObject*> objects;  // per end (destinations, then sources): read natively, or null
+  std::vector<End> ends;
+  std::vector<char> read_only;  // per pair
+  std::vector<batch::PointerInfo> kinds, found;
   std::vector<std::size_t> asked;
   std::vector<std::uintptr_t> unknown;
+  bool busy = false;
+};
+
+struct Lease {
+  Scratch own;
+  Scratch* s;
+  Lease() {
+    thread_local Scratch thread;
+    s = thread.busy ? &own : &thread;
+    s->busy = true;
+  }
+  ~Lease() { s->busy = false; }
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+};
+
+// The kinds of ends `from` to n - 1 of each side (s.kinds: destinations, then sources), those
+// read natively (s.objects) recalled where remembered. `classify`: Python's classify_pointers
+// (the simulated engine's), else the driver's through `classifier`, remembered.
+void ask_kinds(Scratch& s, const Resolved& r, std::size_t from, bool natively, nb::handle classify,
+               batch::Classifier& classifier) {
+  const std::size_t n = r.sizes.size();
   const bool driver = classify.is_none();
-  for (std::size_t i = 0; i < n; ++i) {
-    const batch::PointerInfo* got = nullptr;
-    if (driver && objects && (*objects)[i] && (*ends)[i].remembered)
-      got = recall((*objects)[i], (*ends)[i]);
-    if (got) {
-      kinds[i] = *got;
-    } else {
-      asked.push_back(i);
-      unknown.push_back(addresses[i]);
+  auto kept = [&](std::size_t i) { return natively && s.objects[i] && s.ends[i].remembered; };
+  s.asked.clear();
+  s.unknown.clear();
+  for (const std::size_t side : {std::size_t{0}, n}) {
+    for (std::size_t i = side + from; i < side + n; ++i) {
+      const batch::PointerInfo* got = driver && kept(i) ? recall(s.objects[i], s.ends[i]) : nullptr;
+      if (got) {
+        s.kinds[i] = *got;
+      } else {
+        s.asked.push_back(i);
+        s.unknown.push_back(i < n ? r.destinations[i] : r.sources[i - n]);
+      }
     }
   }
-  if (asked.empty()) return kinds;
+  if (s.asked.empty()) return;
   if (driver) {
-    std::vector<batch::PointerInfo> found(unknown.size());
+    s.found.resize(s.unknown.size());
     {
       nb::gil_scoped_release release;
-      batch::Classifier own;
-      batch::Classifier& c = classifier ? *classifier : own;
-      for (std::size_t j = 0; j < unknown.size(); ++j) found[j] = c.of(unknown[j]);
+      for (std::size_t j = 0; j < s.unknown.size(); ++j) s.found[j] = classifier.of(s.unknown[j]);
     }
-    for (std::size_t j = 0; j < asked.size(); ++j) {
-      const std::size_t i = asked[j];
-      kinds[i] = found[j];
-      if (objects && (*objects)[i] && (*ends)[i].remembered)
-        remember((*objects)[i], (*ends)[i], found[j]);
+    for (std::size_t j = 0; j < s.asked.size(); ++j) {
+      const std::size_t i = s.asked[j];
+      s.kinds[i] = s.found[j];
+      if (kept(i)) remember(s.objects[i], s.ends[i], s.found[j]);
     }
-    return kinds;
+    return;
   }
-  nb::tuple got = nb::cast<nb::tuple>(classify(array_of(as_u64(unknown))));
+  nb::tuple got = nb::cast<nb::tuple>(classify(array_of(as_u64(s.unknown))));
   auto kind = nb::cast<nb::ndarray<const std::int8_t, nb::ndim<1>>>(got[0]);
   auto device = nb::cast<nb::ndarray<const std::int32_t, nb::ndim<1>>>(got[1]);
   auto mapped = nb::cast<nb::ndarray<const std::uint64_t, nb::ndim<1>>>(got[2]);
-  for (std::size_t j = 0; j < asked.size(); ++j) {
-    batch::PointerInfo& k = kinds[asked[j]];
+  for (std::size_t j = 0; j < s.asked.size(); ++j) {
+    batch::PointerInfo& k = s.kinds[s.asked[j]];
     k.kind = static_cast<batch::PointerKind>(kind(j));
     k.device = device(j);
     k.mapped = static_cast<std::uintptr_t>(mapped(j));
   }
-  return kinds;
 }
 
 // The names of the memory kinds, by batch::PointerKind (exported as POINTER_KINDS).
@@ -202,7 +222,7 @@ Fit fit(const batch::PointerInfo& destination, const batch::PointerInfo& source,
 // The rules of a batch: every piece one way between the host and one GPU (`device`, -1: the
 // first piece's), host destinations writable; a broken one is a CopyRefused.
 void settle(Resolved& r, const std::vector<batch::PointerInfo>& kinds,
-            const std::vector<bool>* read_only, int device) {
+            const std::vector<char>* read_only, int device) {
   const std::size_t count = r.sizes.size();
   r.upload = on_gpu(kinds[0]) && !on_gpu(kinds[count]);
   const std::size_t gpu_at = r.upload ? 0 : count, host_at = r.upload ? count : 0;
@@ -237,94 +257,84 @@ void settle(Resolved& r, const std::vector<batch::PointerInfo>& kinds,
 
 namespace xferscope::bindings {
 
-Resolved resolve_pairs(nb::sequence pairs, int device, nb::handle classify, nb::handle read_pair,
-                       Early* early) {
+void resolve_pairs(Resolved& r, nb::sequence pairs, int device, nb::handle classify,
+                   nb::handle read_pair, Early* early) {
   PyObject* fast = PySequence_Fast(pairs.ptr(), "copy_many: pairs must be a sequence");
   if (!fast) throw nb::python_error();
   nb::object list = nb::steal(fast);
-  const Py_ssize_t count = PySequence_Fast_GET_SIZE(list.ptr());
+  const auto count = static_cast<std::size_t>(PySequence_Fast_GET_SIZE(list.ptr()));
   PyObject** items = PySequence_Fast_ITEMS(list.ptr());
-  Resolved r;
+  Lease lease;
+  Scratch& s = *lease.s;
+  r.keep.clear();
+  r.started = 0;
   r.destinations.resize(count);
   r.sources.resize(count);
   r.sizes.resize(count);
-  std::vector<PyObject*> objects(2 * count, nullptr);
-  std::vector<End> ends(2 * count);
-  std::vector<bool> read_only(count, false);
+  s.objects.assign(2 * count, nullptr);
+  s.ends.assign(2 * count, End{});
+  s.read_only.assign(count, 0);
+  s.kinds.assign(2 * count, batch::PointerInfo{});
   // while `early` takes them: each pair's kinds asked as it is read, and its copy queued
-  std::vector<batch::PointerInfo> kinds(2 * count);
   batch::Classifier classifier;
   std::size_t classified = 0;
   bool going = early && classify.is_none() && count > 1;
   bool upload = true;
   int gpu = -1;
-  // pair `i`, read natively: its kinds asked, and its copy queued where it continues the batch
-  auto start = [&](Py_ssize_t i) {
-    const auto at = static_cast<std::size_t>(i), n = static_cast<std::size_t>(count);
-    kinds[at] = kind_of(objects[at], ends[at], r.destinations[at], classifier);
-    kinds[n + at] = kind_of(objects[n + at], ends[n + at], r.sources[at], classifier);
+  // pair `at`, read natively: its kinds asked, and its copy queued where it continues the batch
+  auto start = [&](std::size_t at) {
+    const std::size_t n = count;
+    s.kinds[at] = kind_of(s.objects[at], s.ends[at], r.destinations[at], classifier);
+    s.kinds[n + at] = kind_of(s.objects[n + at], s.ends[n + at], r.sources[at], classifier);
     classified = at + 1;
     if (at == 0) {
-      upload = on_gpu(kinds[0]) && !on_gpu(kinds[n]);
-      gpu = device >= 0 ? device : kinds[upload ? 0 : n].device;
+      upload = on_gpu(s.kinds[0]) && !on_gpu(s.kinds[n]);
+      gpu = device >= 0 ? device : s.kinds[upload ? 0 : n].device;
       if (!early->begin(upload, gpu, n)) return false;
     }
-    if (kinds[upload ? n + at : at].kind != batch::PointerKind::pinned ||
-        fit(kinds[at], kinds[n + at], upload, gpu, read_only[at]) != Fit::ok)
+    if (s.kinds[upload ? n + at : at].kind != batch::PointerKind::pinned ||
+        fit(s.kinds[at], s.kinds[n + at], upload, gpu, s.read_only[at] != 0) != Fit::ok)
       return false;
     early->queue(upload, r.destinations[at], r.sources[at], r.sizes[at]);
     r.started = at + 1;
     return true;
   };
-  for (Py_ssize_t i = 0; i < count; ++i) {
+  for (std::size_t i = 0; i < count; ++i) {
     PyObject* pair = items[i];
-    End& d = ends[i];
-    End& s = ends[count + i];
+    End& d = s.ends[i];
+    End& e = s.ends[count + i];
     const bool two = (PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2) ||
                      (PyList_CheckExact(pair) && PyList_GET_SIZE(pair) == 2);
     PyObject* dst = two ? PySequence_Fast_ITEMS(pair)[0] : nullptr;
     PyObject* src = two ? PySequence_Fast_ITEMS(pair)[1] : nullptr;
-    if (two && read_end(dst, d) && read_end(src, s) && d.nbytes == s.nbytes) {
-      objects[i] = dst;
-      objects[count + i] = src;
+    if (two && read_end(dst, d) && read_end(src, e) && d.nbytes == e.nbytes) {
+      s.objects[i] = dst;
+      s.objects[count + i] = src;
       r.destinations[i] = d.address;
-      r.sources[i] = s.address;
+      r.sources[i] = e.address;
       r.sizes[i] = d.nbytes;
-      read_only[i] = d.read_only;
+      s.read_only[i] = d.read_only;
       if (going) going = start(i);
       continue;
     }
     d = End{};
-    s = End{};
+    e = End{};
     nb::tuple got = nb::cast<nb::tuple>(read_pair(nb::handle(pair), i));
     r.destinations[i] = nb::cast<std::uintptr_t>(got[0]);
     r.sources[i] = nb::cast<std::uintptr_t>(got[1]);
     r.sizes[i] = nb::cast<std::size_t>(got[2]);
-    read_only[i] = nb::cast<bool>(got[3]);
+    s.read_only[i] = nb::cast<bool>(got[3]);
     r.keep.push_back(nb::borrow(got[4]));
     going = false;  // a pair read in Python goes with the rest
   }
   r.keep.push_back(list);
-  // the kinds not asked yet, asked at once
-  std::vector<std::uintptr_t> addresses;
-  std::vector<PyObject*> rest_objects;
-  std::vector<End> rest_ends;
-  for (const std::size_t side : {std::size_t{0}, static_cast<std::size_t>(count)}) {
-    for (std::size_t i = side + classified; i < side + count; ++i) {
-      addresses.push_back(i < static_cast<std::size_t>(count) ? r.destinations[i]
-                                                              : r.sources[i - count]);
-      rest_objects.push_back(objects[i]);
-      rest_ends.push_back(ends[i]);
-    }
-  }
-  const std::vector<batch::PointerInfo> rest =
-      kinds_of(addresses, &rest_objects, &rest_ends, classify, &classifier);
-  const std::size_t left = count - classified;
-  for (std::size_t j = 0; j < left; ++j) {
-    kinds[classified + j] = rest[j];
-    kinds[count + classified + j] = rest[left + j];
-  }
-  settle(r, kinds, &read_only, device);
+  ask_kinds(s, r, classified, true, classify, classifier);  // the kinds not asked yet
+  settle(r, s.kinds, &s.read_only, device);
+}
+
+Resolved resolve_pairs(nb::sequence pairs, int device, nb::handle classify, nb::handle read_pair) {
+  Resolved r;
+  resolve_pairs(r, pairs, device, classify, read_pair, nullptr);
   return r;
 }
 
@@ -352,9 +362,12 @@ Resolved resolve_addresses(Addresses destinations, Addresses sources, Addresses 
   r.destinations.assign(destinations.data(), destinations.data() + count);
   r.sources.assign(sources.data(), sources.data() + count);
   r.sizes.assign(sizes.data(), sizes.data() + count);
-  std::vector<std::uintptr_t> addresses(r.destinations);
-  addresses.insert(addresses.end(), r.sources.begin(), r.sources.end());
-  settle(r, kinds_of(addresses, nullptr, nullptr, classify), nullptr, device);
+  Lease lease;
+  Scratch& s = *lease.s;
+  s.kinds.assign(2 * count, batch::PointerInfo{});
+  batch::Classifier classifier;
+  ask_kinds(s, r, 0, false, classify, classifier);
+  settle(r, s.kinds, nullptr, device);
   return r;
 }
 

@@ -48,10 +48,12 @@ struct CopyRefused : std::runtime_error {
 // `read_pair` (Python: (pair, index) -> (destination address, source address, nbytes,
 // destination read-only, what to keep), or its error). `device` -1: the first piece's GPU.
 // `classify`: Python's classify_pointers (the simulated engine's), or None for the driver's,
-// remembered per live object. `early`: where the driver classifies, pinned pieces queued while
-// the rest are read (null: none).
+// remembered per live object. Read into `r` (its vectors' memory reused), and with `early`:
+// where the driver classifies, pinned pieces queued while the rest are read (null: none).
+void resolve_pairs(Resolved& r, nanobind::sequence pairs, int device, nanobind::handle classify,
+                   nanobind::handle read_pair, Early* early);
 Resolved resolve_pairs(nanobind::sequence pairs, int device, nanobind::handle classify,
-                       nanobind::handle read_pair, Early* early = nullptr);
+                       nanobind::handle read_pair);
 
 // Three arrays of addresses and sizes, read and checked as resolve_pairs' pairs.
 Resolved resolve_addresses(Addresses destinations, Addresses sources, Addresses sizes, int device,

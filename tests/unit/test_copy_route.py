@@ -126,3 +126,28 @@ def test_decide_answers_from_the_same_cache_copy_many_fills(monkeypatch):
     assert route.decide(shape, engine=engine) == done and made == [shape]
     assert route.decide(Shape("d2h", "pageable", 4, 1024, 0), engine=engine).direction == "d2h"
     assert len(made) == 2
+
+
+def test_a_batch_read_while_another_is_being_read_keeps_both_apart():
+    """Each thread reads its batches into memory kept between calls; a copy made from Python
+    code that reading one ran (here an object's __cuda_array_interface__) reads into its own,
+    and both batches come out whole: their counts, bytes and every address."""
+    copies, decided, _, _ = _copies(look_again_s=3600.0)
+    host = np.random.default_rng(7).integers(1, 255, 4096, dtype=np.uint8)
+    inner = [(GpuArray(GPU_BASE + (1 << 20) + i * 64, 64), host[i * 64 : (i + 1) * 64])
+             for i in range(3)]  # fmt: skip
+    seen: list[Any] = []
+
+    class Reentrant:
+        @property
+        def __cuda_array_interface__(self) -> dict:
+            seen.append(copies.copy_pairs(inner, -1, None))
+            return {"data": (GPU_BASE + 4096, False), "shape": (512,), "typestr": "|u1",
+                    "version": 3}  # fmt: skip
+
+    outer = [(GpuArray(GPU_BASE, 256), host[:256]), (Reentrant(), host[256:768])]
+    done = copies.copy_pairs(outer, -1, None)
+    assert (done.count, done.bytes) == (2, 768) and (seen[0].count, seen[0].bytes) == (3, 192)
+    assert [d[2:4] for d in decided] == [(3, 192), (2, 768)]
+    read = _e.resolve_pairs(outer, -1, _copies(3600.0)[3].classify_pointers, read_pair)
+    assert list(read.destinations) == [GPU_BASE, GPU_BASE + 4096] and list(read.sizes) == [256, 512]
