@@ -212,3 +212,21 @@ def test_clean_under_pytorchs_cuda_sanitizer(workers):
                           timeout=300, env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == "ok True" and "CSAN" not in done.stderr, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_epochs_come_in_the_loaders_order_and_a_sequential_one_is_begun_ahead(shuffle):
+    """Seeded alike, DeviceLoader's epochs come in the order of DataLoader's with persistent
+    workers (each epoch's order drawn on the program's thread when the loop asks for it); a
+    sequential order's next epoch is begun while the last ends, a shuffled one's is not."""
+    loader = DataLoader(Samples(23, True), batch_size=4, num_workers=2, shuffle=shuffle,
+                        persistent_workers=True)  # fmt: skip
+    torch.manual_seed(7)
+    want = [[b["label"].tolist() for b in loader] for _ in range(3)]
+    torch.manual_seed(7)
+    dl = xt.DeviceLoader(loader, device="cuda", ahead=2)
+    got = [[b["label"].tolist() for b in dl] for _ in range(3)]
+    assert got == want
+    assert (want[0] != want[1]) == shuffle
+    assert (dl._pool._ahead is not None) == (not shuffle)
+    dl.close()

@@ -5,6 +5,7 @@ the loader's timeout, and close."""
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import signal
@@ -221,3 +222,54 @@ def test_a_second_epoch_begun_while_one_runs_stops_the_first_with_a_word(pools):
     with pytest.raises(SlotError, match="another epoch of this DeviceLoader started"):
         for _marked, _buffer, release in first:
             release()
+
+
+def _untouched() -> Any:
+    """Index lists that must not be read (the epoch was begun ahead)."""
+
+    def never() -> Any:
+        raise AssertionError("the epoch begun ahead read its own index lists")
+        yield
+
+    return never()
+
+
+def test_the_next_epoch_of_a_sequential_order_is_begun_while_the_last_ends(pools):
+    pool = pools(Numbers(sleep=0.01), workers=2, prefetch=2)
+    following = functools.partial(iter, _batches(50, 8))
+    sizes = []
+    for e in range(4):
+        got = []
+        source = iter(_batches(50, 8)) if e == 0 else _untouched()
+        for marked, buffer, release in pool.epoch(source, following):
+            batch = _read(marked, buffer)
+            got.append({"x": batch["x"].copy(), "i": batch["i"].copy(), "tag": batch["tag"]})
+            release()
+        _check(got)
+        assert pool._ahead is not None and pool._ahead.sent > 0  # tasks out before it begins
+        sizes.append(pool.slots)
+    assert max(sizes) <= 2 * 2 + 2  # the ring: this epoch's tasks in flight, then the next's
+
+
+def test_an_epoch_begun_ahead_is_let_go_by_another_order_and_by_leaving_early(pools):
+    pool = pools(Numbers(), workers=2)
+    following = functools.partial(iter, _batches(50, 8))
+    _check([*_taken(pool.epoch(iter(_batches(50, 8)), following))])
+    assert pool._ahead is not None
+    _check(_epoch(pool, n=24), n=24)  # another order: what was begun goes back
+    assert pool._ahead is None and not pool._held
+    for k, (_m, _b, release) in enumerate(pool.epoch(iter(_batches(400, 8)), following)):
+        release()
+        if k == 2:
+            break
+    assert pool._ahead is None  # left early: the next epoch is not kept
+    _check([*_taken(pool.epoch(iter(_batches(50, 8)), following))])
+    _check([*_taken(pool.epoch(_untouched(), following))])
+    assert pool.slots <= 2 * 2 + 2
+
+
+def _taken(batches: Any) -> Any:
+    for marked, buffer, release in batches:
+        batch = _read(marked, buffer)
+        yield {"x": batch["x"].copy(), "i": batch["i"].copy(), "tag": batch["tag"]}
+        release()

@@ -220,7 +220,9 @@ class SlotPool:
         self._held: set[int] = set()  # yielded, not yet released
         self._unslotted = 0  # tasks sent without a slot, not yet answered
         self._made = 0
-        self._epoch = 0
+        self._epoch = 0  # the number of the epoch being taken
+        self._numbered = 0  # epochs numbered so far (one begun ahead among them)
+        self._ahead: _Run | None = None  # the next epoch, begun while the last ended
         self._lock = threading.Lock()  # release() comes from whichever thread copied
         self._results = context.Queue()
         self._tasks = [context.Queue() for _ in range(workers)]
@@ -261,40 +263,48 @@ class SlotPool:
         """Every slot registered with the GPU (before the first: whether they will be)."""
         return self._pin is not None and all(s.unpin is not None for s in self._slots.values())
 
-    def epoch(self, index_batches: Iterator[Any]) -> Iterator[tuple[Any, memoryview, Any]]:
-        """The batches of these index lists, in their order."""
-        self._epoch += 1
-        epoch = self._epoch
-        sent = done = 0
-        ready: dict[int, tuple[Any, int | None]] = {}
-        more = True
+    def epoch(
+        self,
+        index_batches: Iterator[Any],
+        following: Callable[[], Iterator[Any]] | None = None,
+    ) -> Iterator[tuple[Any, memoryview, Any]]:
+        """The batches of these index lists, in their order. `following`: gives the next
+        epoch's index lists, where they are the same whenever drawn (a sequential order); it is
+        called once these are all sent, and its first tasks go out while this epoch's last
+        batches are taken. The next epoch() given the same `following` takes up what they
+        made (its own `index_batches` are then not read), so that epoch starts without waiting
+        for a collate; any other call lets them go."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and following is not None and ahead.following is following:
+            run = ahead
+        else:
+            if ahead is not None:
+                self._let_go(ahead)
+            self._numbered += 1
+            run = _Run(self._numbered, index_batches)
+        self._epoch = run.number
+        runs: list[_Run] = [run]  # and the next epoch's, once begun
         try:
             while True:
-                if self._epoch != epoch:
+                if self._epoch != run.number:
                     raise SlotError(
                         "another epoch of this DeviceLoader started while this one ran: its "
                         "workers serve one epoch at a time (as persistent_workers=True does); "
                         "iterate a second DeviceLoader for a second loop"
                     )
-                while more and sum(self._outstanding) + len(ready) < self._most:
-                    ident = self._slot_for_task(sum(self._outstanding) + len(ready))
-                    if ident == _WAIT:
-                        break
-                    try:
-                        indices = next(index_batches)
-                    except StopIteration:
-                        more = False
-                        if ident is not None:
-                            self.release(ident)
-                        break
-                    self._send(epoch, sent, indices, ident)
-                    sent += 1
-                if done == sent and not more:
+                self._send_tasks(runs)
+                if not run.more and following is not None and len(runs) == 1:
+                    self._numbered += 1
+                    runs.append(_Run(self._numbered, following(), following))
+                    self._send_tasks(runs)
+                if run.done == run.sent and not run.more:
+                    self._ahead = runs.pop() if len(runs) > 1 else None
                     return
-                while done not in ready:
-                    self._handle(self._receive(), epoch, ready)
-                marked, ident = ready.pop(done)
-                done += 1
+                while run.done not in run.ready:
+                    self._handle(self._receive(), runs)
+                    self._send_tasks(runs)  # a slot a dropped batch gave back takes a task
+                marked, ident = run.ready.pop(run.done)
+                run.done += 1
                 if isinstance(marked, _Failed) or ident is None:
                     self._raise(marked.failure)
                 yield (
@@ -303,8 +313,40 @@ class SlotPool:
                     functools.partial(self.release, ident),
                 )
         finally:  # left early, or failed: what was received and not copied goes back
-            for ident in [*self._held, *(i for _, i in ready.values() if i is not None)]:
+            kept = {i for _, i in self._ahead.ready.values()} if self._ahead else set()
+            for ident in [*self._held, *(i for _, i in run.ready.values() if i is not None)]:
+                if ident not in kept:
+                    self.release(ident)
+            for other in runs[1:]:  # a next epoch begun, not kept
+                self._let_go(other)
+
+    def _send_tasks(self, runs: list[_Run]) -> None:
+        """Tasks for each run's next index lists, in turn, while there is room."""
+        for run in runs:
+            while run.more and self._in_flight(runs) < self._most:
+                ident = self._slot_for_task(self._in_flight(runs))
+                if ident == _WAIT:
+                    return
+                try:
+                    indices = next(run.indices)
+                except StopIteration:
+                    run.more = False
+                    if ident is not None:
+                        self.release(ident)
+                    break
+                self._send(run.number, run.sent, indices, ident)
+                run.sent += 1
+
+    def _in_flight(self, runs: list[_Run]) -> int:
+        return sum(self._outstanding) + sum(len(r.ready) for r in runs)
+
+    def _let_go(self, run: _Run) -> None:
+        """A run no epoch will take: its batches made go back; those still being made are
+        dropped as they come (their epoch is no run's)."""
+        for _, ident in run.ready.values():
+            if ident is not None:
                 self.release(ident)
+        run.ready.clear()
 
     def release(self, ident: int) -> None:
         """The slot's bytes are copied: it may take the next task."""
@@ -378,16 +420,17 @@ class SlotPool:
             if self._timeout and waited >= self._timeout:
                 raise SlotError(f"DataLoader timed out after {self._timeout:g} seconds")
 
-    def _handle(self, message: Any, epoch: int, ready: dict[int, tuple[Any, int | None]]) -> None:
+    def _handle(self, message: Any, runs: list[_Run]) -> None:
         kind, seq, worker, what, ident = message
         if seq is None:  # a worker that could not start
             self._raise(what)
         if ident is None:  # a task sent without a slot, answered ("need", or "failed")
             self._unslotted -= 1
+        run = next((r for r in runs if r.number == seq[0]), None)
         if kind == "need":
             if ident is not None:  # too small for this batch: made anew, larger
                 self._retire(ident)
-            if seq[0] != epoch:  # an epoch left early: its batch is not wanted
+            if run is None:  # an epoch left early: its batch is not wanted
                 self._tasks[worker].put(("drop", seq))
                 self._outstanding[worker] -= 1
                 return
@@ -395,14 +438,14 @@ class SlotPool:
             self._tasks[worker].put(("fill", seq, self._passed(made, worker)))
             return
         self._outstanding[worker] -= 1
-        if seq[0] != epoch or kind == "failed":
+        if run is None or kind == "failed":
             if ident is not None:
                 self.release(ident)
-            if seq[0] == epoch:  # raised when its turn comes, after the batches before it
-                ready[seq[1]] = (_Failed(what), None)
+            if run is not None:  # raised when its turn comes, after the batches before it
+                run.ready[seq[1]] = (_Failed(what), None)
             return
         self._held.add(ident)
-        ready[seq[1]] = (what, ident)
+        run.ready[seq[1]] = (what, ident)
 
     def _make(self, needed: int, grown: bool) -> int:
         """A new slot for `needed` bytes (GROWTH more where it replaces one too small)."""
@@ -427,6 +470,20 @@ class SlotPool:
     def _raise(failure: tuple[str, str]) -> NoReturn:
         kind, text = failure
         raise SlotError(f"{kind} {text}")
+
+
+@dataclasses.dataclass
+class _Run:
+    """One epoch's tasks: its number, its index lists (what made them, where begun ahead), how
+    many were sent and taken, and the batches made and not yet taken, by their place."""
+
+    number: int
+    indices: Iterator[Any]
+    following: Callable[[], Iterator[Any]] | None = None
+    sent: int = 0
+    done: int = 0
+    more: bool = True
+    ready: dict[int, tuple[Any, int | None]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass

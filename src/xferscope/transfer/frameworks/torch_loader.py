@@ -13,8 +13,9 @@ workers itself (`slots=True`, the default): each worker collates a batch straigh
 of shared memory that was pinned once, and the copy engine reads it there
 (frameworks/torch_slots.py: no fresh shared memory a batch, no pin-memory thread, and almost
 nothing done per batch in this process). Workers then live until `close()`, like
-persistent_workers=True. `slots=False`, or any other loader: a thread takes each batch from the
-loader and moves it with `xferscope.to_device` (one
+persistent_workers=True; over a sequential order (shuffle=False) the next epoch's first
+batches are collated while this epoch's last ones are taken. `slots=False`, or any other
+loader: a thread takes each batch from the loader and moves it with `xferscope.to_device` (one
 copy_many for the whole structure: dicts, tuples, lists, namedtuples, dataclasses; from pageable
 memory through the staged copy, so `pin_memory=True` is not needed), `ahead` batches before the
 one the step holds. The copies run while the step's kernels do; the step's thread never waits
@@ -42,7 +43,7 @@ from ..moving import to_device
 from ..prefetch import LoaderStats, Prefetcher, check_ahead
 from ..slots import SlotPool
 from ..structures import each_leaf
-from .torch_slots import host_batch, slot_pool
+from .torch_slots import Orders, drawn, host_batch, slot_pool
 
 _side_streams: dict[int, Any] = {}  # one per GPU, made once: a stream an epoch grew memory
 
@@ -64,6 +65,7 @@ class DeviceLoader:
         self.stats = LoaderStats()
         self._warned = False
         self._pool: SlotPool | None = None
+        self._orders = Orders()
 
     def close(self) -> None:
         """Stops the slot path's workers and frees its slots (also when the DeviceLoader is
@@ -129,7 +131,8 @@ class DeviceLoader:
         source: Any = self.loader
         if pool is not None:
             stats.source = "slots"
-            source = pool.epoch(iter(self.loader.batch_sampler))  # type: ignore[attr-defined]
+            sampler = self.loader.batch_sampler  # type: ignore[attr-defined]
+            source = pool.epoch(drawn(iter(sampler)), self._orders.following(sampler))
         prefetcher = Prefetcher(
             source,
             move if pool is None else move_slot,

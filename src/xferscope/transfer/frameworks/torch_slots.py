@@ -13,10 +13,12 @@ closed, like persistent_workers=True: what a worker's dataset holds stays betwee
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import os
 import random
 import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..slots import Filler, InSlot, Placement, SlotPool
@@ -25,6 +27,40 @@ from ..structures import flatten
 # cudaHostRegisterPortable: the slot counts as pinned for every GPU's context, not only the one
 # current where it was registered (DeviceLoader(device="cuda:1") from a thread on cuda:0)
 PORTABLE = 1
+
+
+def drawn(indices: Iterator[Any]) -> Iterator[Any]:
+    """`indices` with its first list drawn now, on the program's thread: a sampler draws its
+    randomness at its first list (RandomSampler its seed from torch's generator), and
+    DataLoader draws it there, in iter(); the rest are taken on DeviceLoader's thread."""
+    first = next(indices, _NONE)
+    return iter(()) if first is _NONE else itertools.chain((first,), indices)
+
+
+_NONE = object()
+
+
+class Orders:
+    """What gives a DataLoader's next epoch's index lists before that epoch begins, where they
+    are the same whenever drawn: a BatchSampler over a SequentialSampler (shuffle=False). One
+    object while the number of batches stays (SlotPool.epoch takes up what the same one began);
+    None for any other sampler, whose order may draw randomness or hang on set_epoch
+    (DistributedSampler), so that drawing it early would change it."""
+
+    def __init__(self) -> None:
+        self._made: tuple[int, Callable[[], Iterator[Any]]] | None = None
+
+    def following(self, batch_sampler: Any) -> Callable[[], Iterator[Any]] | None:
+        from torch.utils.data import BatchSampler, SequentialSampler
+
+        if type(batch_sampler) is not BatchSampler or (
+            type(batch_sampler.sampler) is not SequentialSampler
+        ):
+            return None
+        n = len(batch_sampler)
+        if self._made is None or self._made[0] != n:
+            self._made = (n, functools.partial(iter, batch_sampler))
+        return self._made[1]
 
 
 def slot_pool(loader: Any, pinned: bool) -> SlotPool | None:
