@@ -1,0 +1,7 @@
+"""Model checkpoints to the GPU (issue 51): where a safetensors checkpoint's tensors lie
+(layout.py, shards.py), read and checked before any byte of data is read."""
+
+from .layout import CheckpointError, Layout, Tensor, read_layout
+from .shards import checkpoint_layouts
+
+__all__ = ["CheckpointError", "Layout", "Tensor", "checkpoint_layouts", "read_layout"]
