@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from xferscope.checkpoint import CheckpointError, checkpoint_layouts, read_layout
+from xferscope.transfer.checkpoint import CheckpointError, checkpoint_layouts, read_layout
 
 NUMPY = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "U8": np.uint8, "BOOL": np.bool_}
 

@@ -1,4 +1,4 @@
-"""Model checkpoints to the GPU (issue 51): where a safetensors checkpoint's tensors lie
+"""Model checkpoints to the GPU: where a safetensors checkpoint's tensors lie
 (layout.py, shards.py), read and checked before any byte of data is read."""
 
 from .layout import CheckpointError, Layout, Tensor, read_layout

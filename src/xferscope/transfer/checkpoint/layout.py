@@ -24,8 +24,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import XferscopeError
-from ..core.units import format_bytes
+from ...core.errors import XferscopeError
+from ...core.units import format_bytes
 
 # bytes an element of each safetensors dtype takes (the package's names)
 DTYPE_BYTES: dict[str, int] = {
