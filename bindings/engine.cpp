@@ -5,6 +5,7 @@
 // of valid measurements (cases.hpp) and the engine's limits are exported, never retyped.
 #include <cuda_runtime_api.h>
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -15,6 +16,7 @@
 #include <optional>
 #include <string>
 
+#include "arrays.hpp"
 #include "handle.hpp"
 #include "xferscope/buffer.hpp"
 #include "xferscope/cases.hpp"
@@ -96,6 +98,7 @@ NB_MODULE(_engine, m) {
   nb::exception<xs::NoDeviceError>(m, "NoDeviceError", PyExc_RuntimeError);
   nb::exception<xs::AllocationError>(m, "AllocationError", PyExc_MemoryError);
   nb::exception<xs::UsageError>(m, "UsageError", PyExc_ValueError);
+  nb::exception<xs::ReadError>(m, "ReadError", PyExc_OSError);
   PyObject* cuda_error =
       PyErr_NewException("xferscope._engine.CudaError", PyExc_RuntimeError, nullptr);
   m.attr("CudaError") = nb::steal(cuda_error);
@@ -395,8 +398,39 @@ NB_MODULE(_engine, m) {
                       reinterpret_cast<const void*>(device_source), bytes);
           },
           "host_destination"_a, "device_source"_a, "bytes"_a)
+      .def(
+          "read_to_device",
+          [](CopierHandle& h, int fd, std::uintptr_t device_destination,
+             xs::bindings::Addresses file_offsets, xs::bindings::Addresses sizes,
+             xs::bindings::Addresses offsets) {
+            const std::size_t n = file_offsets.shape(0);
+            if (sizes.shape(0) != n || offsets.shape(0) != n)
+              throw xs::UsageError(
+                  "read_to_device: file_offsets, sizes and offsets differ in length");
+            xs::StagedCopier& c = h.get();
+            nb::gil_scoped_release release;
+            static_assert(sizeof(std::size_t) == sizeof(std::uint64_t));
+            c.read_to_device(fd, reinterpret_cast<void*>(device_destination), file_offsets.data(),
+                             reinterpret_cast<const std::size_t*>(sizes.data()),
+                             reinterpret_cast<const std::size_t*>(offsets.data()), n);
+          },
+          "fd"_a, "device_destination"_a, "file_offsets"_a, "sizes"_a, "offsets"_a,
+          "Ranges of the open file `fd` read with pread into the pinned chunks and copied to "
+          "offsets of the device range; ReadError for a failed or short read.")
       .def("close", &CopierHandle::close);
 
+  m.def(
+      "read_ranges",
+      [](int fd, xs::bindings::Addresses file_offsets, xs::bindings::Addresses sizes) {
+        if (sizes.shape(0) != file_offsets.shape(0))
+          throw xs::UsageError("read_ranges: file_offsets and sizes differ in length");
+        nb::gil_scoped_release release;
+        xs::read_ranges(fd, file_offsets.data(), reinterpret_cast<const std::size_t*>(sizes.data()),
+                        file_offsets.shape(0));
+      },
+      "fd"_a, "file_offsets"_a, "sizes"_a,
+      "Reads the ranges of the open file `fd` and keeps nothing, as StagedCopier.read_to_device "
+      "reads them (ReadError alike): the simulated engine's reads.");
   m.def(
       "rotate_buffers",
       [](int device, bool upload, int buffers, std::size_t chunk_bytes, int chunks) {

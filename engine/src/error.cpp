@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <string>
 
 namespace xferscope {
 
@@ -47,6 +49,14 @@ AllocationError::AllocationError(const std::string& kind, std::size_t bytes,
                          kind + " memory: " + reason),
       kind_(kind),
       bytes_(bytes) {}
+
+ReadError::ReadError(int error, std::uint64_t offset, std::size_t bytes)
+    : std::runtime_error(error
+                             ? "reading " + format_bytes(static_cast<double>(bytes)) + " at byte " +
+                                   std::to_string(offset) + ": " + std::strerror(error)
+                             : "the file ends before byte " + std::to_string(offset + bytes) +
+                                   ": it is shorter than when its layout was read (it changed)"),
+      error_(error) {}
 
 namespace detail {
 void throw_cuda_error(cudaError_t code, const char* expression, const char* file, int line) {

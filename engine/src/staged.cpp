@@ -1,13 +1,16 @@
 #include "xferscope/staged.hpp"
 
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #if defined(__x86_64__) || defined(_M_X64)
@@ -80,6 +83,19 @@ std::string describe(const StagedPlan& p, int cores) {
                   p.direct_below >> 10);
   }
   return text;
+}
+
+// `n` bytes of file `fd` from byte `offset` into `into`, however many reads it takes
+void read_fully(int fd, char* into, std::size_t n, std::uint64_t offset) {
+  while (n > 0) {
+    const ssize_t got = ::pread(fd, into, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw ReadError(errno, offset, n);
+    if (got == 0) throw ReadError(0, offset, n);
+    into += got;
+    n -= static_cast<std::size_t>(got);
+    offset += static_cast<std::uint64_t>(got);
+  }
 }
 
 }  // namespace
@@ -245,6 +261,32 @@ void StagedCopier::scatter_to_host(void* const* host_destinations, const void* d
        span_of(sizes, offsets, count), 0});
 }
 
+void read_ranges(int fd, const std::uint64_t* file_offsets, const std::size_t* sizes,
+                 std::size_t count) {
+  constexpr std::size_t kScratch = 1 << 20;
+  std::unique_ptr<char[]> scratch(new char[kScratch]);
+  for (std::size_t i = 0; i < count; ++i) {
+    for (std::size_t at = 0; at < sizes[i]; at += kScratch)
+      read_fully(fd, scratch.get(), std::min(kScratch, sizes[i] - at), file_offsets[i] + at);
+  }
+}
+
+void StagedCopier::read_to_device(int fd, void* device_destination,
+                                  const std::uint64_t* file_offsets, const std::size_t* sizes,
+                                  const std::size_t* offsets, std::size_t count) {
+  static_assert(sizeof(std::uintptr_t) == sizeof(std::uint64_t), "offsets fit an address");
+  Job job{true,
+          static_cast<char*>(device_destination),
+          reinterpret_cast<const std::uintptr_t*>(file_offsets),
+          sizes,
+          offsets,
+          count,
+          span_of(sizes, offsets, count),
+          0};
+  job.fd = fd;
+  run(job);
+}
+
 void StagedCopier::run(Job job) {
   if (job.bytes == 0) return;
   std::lock_guard<std::mutex> one_at_a_time(calls_);
@@ -317,6 +359,10 @@ void StagedCopier::copy_chunks(Worker& worker, int index, const Job& job) {
   auto host_part = [&](std::size_t at, std::size_t n, char* staging) {
     detail::for_each_part(job.starts, job.sizes, job.pieces, at, n,
                           [&](std::size_t i, std::size_t inside, std::size_t done, std::size_t m) {
+                            if (job.fd >= 0) {  // a file's bytes, read where they lie
+                              read_fully(job.fd, staging + done, m, job.host[i] + inside);
+                              return;
+                            }
                             char* host = reinterpret_cast<char*>(job.host[i]) + inside;
                             if (job.upload) {
                               // cached stores: the copy engine then reads much of the chunk

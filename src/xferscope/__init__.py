@@ -13,6 +13,7 @@ __all__ = [
     "copy_many",
     "copy_to_device",
     "copy_to_host",
+    "load",
     "release",
     "to_device",
     "to_host",
@@ -20,6 +21,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from .transfer.checkpoint.load import load
     from .transfer.first import copy_many, copy_to_device, copy_to_host, to_device, to_host, warmup
     from .transfer.moving import release
     from .transfer.staged import StagedCopier, StagedPlan
@@ -49,4 +51,8 @@ else:
             from .transfer import moving
 
             return moving.release
+        if name == "load":
+            from .transfer.checkpoint.load import load
+
+            return load
         raise AttributeError(f"module 'xferscope' has no attribute {name!r}")

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -40,6 +41,17 @@ class AllocationError : public std::runtime_error {
  private:
   std::string kind_;
   std::size_t bytes_;
+};
+
+// Reading a file failed (`error`: its errno), or the file ended before the bytes asked for
+// (`error` 0: it is shorter than when its layout was read).
+class ReadError : public std::runtime_error {
+ public:
+  ReadError(int error, std::uint64_t offset, std::size_t bytes);
+  int error() const noexcept { return error_; }
+
+ private:
+  int error_;
 };
 
 // A request the engine cannot carry out as asked (an impossible combination, a size over the

@@ -29,6 +29,11 @@ struct StagedPlan {
   std::string explanation;            // why these numbers, in a sentence a person can read
 };
 
+// Reads `count` ranges of the open file `fd` (sizes[i] bytes at file_offsets[i]) and keeps
+// nothing: the reads and errors of StagedCopier::read_to_device, for the simulated engine.
+void read_ranges(int fd, const std::uint64_t* file_offsets, const std::size_t* sizes,
+                 std::size_t count);
+
 class StagedCopier {
  public:
   // The default direct_below. `xferscope batch --calibrate` on an H200 measured the staged copy
@@ -65,6 +70,13 @@ class StagedCopier {
                         const std::size_t* sizes, const std::size_t* offsets, std::size_t count);
   void scatter_to_host(void* const* host_destinations, const void* device_source,
                        const std::size_t* sizes, const std::size_t* offsets, std::size_t count);
+  // Ranges of an open file to the GPU (a checkpoint's tensors): range i, sizes[i] bytes at
+  // file_offsets[i] of `fd`, to offsets[i] of a device range (rising, not overlapping), read
+  // by the threads with pread straight into the pinned chunks while the copy engine moves the
+  // chunks before. No page of the file is mapped, so none faults inside a DMA. A failed read,
+  // or a file that ends early, is a ReadError.
+  void read_to_device(int fd, void* device_destination, const std::uint64_t* file_offsets,
+                      const std::size_t* sizes, const std::size_t* offsets, std::size_t count);
 
  private:
   struct Worker;
@@ -79,6 +91,7 @@ class StagedCopier {
     std::size_t pieces = 0;
     std::size_t bytes = 0;  // the device range's length: the last piece's end
     std::size_t chunk = 0;  // this copy's chunk size, at most plan_.chunk_bytes
+    int fd = -1;            // an open file whose offsets `host` holds (uploads); -1: memory
   };
 
   // one contiguous host range: a plain cudaMemcpy when small or already pinned, else staged

@@ -76,6 +76,11 @@ class _NativeCopier(_NativeHandle):
     def to_host(self, host_destination: int, device_source: int, bytes: int) -> None:
         self._measure("to_host", host_destination, device_source, bytes)
 
+    def read_to_device(
+        self, fd: int, device_destination: int, file_offsets: Any, sizes: Any, offsets: Any
+    ) -> None:
+        self._measure("read_to_device", fd, device_destination, file_offsets, sizes, offsets)
+
 
 class _NativeTransfer(_NativeHandle):
     def __init__(

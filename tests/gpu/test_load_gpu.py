@@ -1,0 +1,112 @@
+"""xferscope.load on a real GPU: every tensor of a checkpoint written by the safetensors
+package equals the package's own loading, bit for bit, for one file and a sharded set; a
+tensor at an offset its dtype does not suit, a cast to another dtype, and a broken file that
+leaves no GPU memory held. Skipped without a GPU."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+st = pytest.importorskip("safetensors.torch")
+
+import xferscope  # noqa: E402
+from xferscope.transfer.checkpoint import CheckpointError  # noqa: E402
+
+
+@pytest.fixture
+def gpu(native_engine):
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch sees no GPU")
+
+
+def tensors(seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "embed.weight": torch.randn(1000, 256, generator=g).to(torch.bfloat16),
+        "layers.0.attn.qkv": torch.randn(256, 768, generator=g).to(torch.float16),
+        "layers.0.norm": torch.randn(256, generator=g),
+        "step": torch.tensor(12345, dtype=torch.int64),
+        "mask": torch.rand(17, 3, generator=g) > 0.5,
+        "ids": torch.randint(0, 255, (333,), dtype=torch.uint8, generator=g),
+        "empty": torch.zeros(0, 8),
+        "big": torch.randn(3 << 20, generator=g),  # 12 MiB: several chunks
+    }
+
+
+def same(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
+    assert got.keys() == want.keys()
+    for name, w in want.items():
+        g = got[name]
+        assert g.is_cuda and g.dtype == w.dtype and g.shape == w.shape, name
+        assert torch.equal(g.cpu().view(torch.uint8), w.cpu().view(torch.uint8)), name
+
+
+def test_one_file_and_a_sharded_set_equal_the_packages_loading(gpu, tmp_path):
+    one = tensors(1)
+    st.save_file(one, str(tmp_path / "model.safetensors"))
+    same(
+        xferscope.load(tmp_path / "model.safetensors"), st.load_file(tmp_path / "model.safetensors")
+    )
+    shards = tmp_path / "sharded"
+    shards.mkdir()
+    names = sorted(one)
+    weight_map = {}
+    for k, part in enumerate((names[:4], names[4:])):
+        file = f"model-0000{k + 1}-of-00002.safetensors"
+        st.save_file({n: one[n] for n in part}, str(shards / file))
+        weight_map.update(dict.fromkeys(part, file))
+    (shards / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    same(xferscope.load(shards, device="cuda:0"), one)
+
+
+def test_a_misaligned_tensor_and_a_cast(gpu, tmp_path):
+    data = bytes([7, 8, 9]) + torch.arange(6, dtype=torch.float32).numpy().tobytes()
+    header = json.dumps({
+        "odd": {"dtype": "U8", "shape": [3], "data_offsets": [0, 3]},
+        "floats": {"dtype": "F32", "shape": [2, 3], "data_offsets": [3, 27]},
+    }).encode()  # fmt: skip
+    path = tmp_path / "odd.safetensors"
+    path.write_bytes(struct.pack("<Q", len(header)) + header + data)
+    got = xferscope.load(path)
+    assert got["odd"].tolist() == [7, 8, 9]
+    assert got["floats"].tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    cast = xferscope.load(path, dtype=torch.float16)
+    assert cast["floats"].dtype == torch.float16 and cast["odd"].dtype == torch.uint8
+
+
+def test_a_broken_file_is_one_error_and_no_gpu_memory_is_left_held(gpu, tmp_path):
+    path = tmp_path / "cut.safetensors"
+    st.save_file(tensors(2), str(path))
+    blob = path.read_bytes()
+    path.write_bytes(blob[:-1000])
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    with pytest.raises(CheckpointError, match=r"cut.safetensors: tensor .* past the file's end"):
+        xferscope.load(path)
+    assert torch.cuda.memory_allocated() == before
+
+
+def test_a_file_changed_after_its_header_leaves_no_gpu_memory_held(gpu, tmp_path, monkeypatch):
+    """The file changes after its layout was read and before its bytes are: refused once its
+    GPU buffer is made, which is given back while the caller still holds the error."""
+    import os
+
+    from xferscope.transfer.checkpoint import load as loading
+    from xferscope.transfer.checkpoint import read_layout
+
+    path = tmp_path / "m.safetensors"
+    st.save_file(tensors(3), str(path))
+    layout = read_layout(path)
+    monkeypatch.setattr(loading, "checkpoint_layouts", lambda paths: [layout])
+    stamp = layout.version[2] + 10**9
+    os.utime(path, ns=(stamp, stamp))
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    with pytest.raises(CheckpointError, match=r"the file changed since its header was read") as e:
+        xferscope.load(path)
+    assert e.value is not None and torch.cuda.memory_allocated() == before

@@ -1,0 +1,76 @@
+"""xferscope.load's reading without a GPU or PyTorch: which ranges of a file it reads (tensors
+end to end joined, from the first tensor's offset), the reads themselves through the simulated
+engine's copier (the native copier's pread loop and its errors), and a file that changed
+since its header was read refused with one line."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+import xferscope
+from xferscope.core.compiled import engine_module
+from xferscope.core.engine.simulated import SimulatedEngine
+from xferscope.transfer.checkpoint import CheckpointError, read_layout
+from xferscope.transfer.checkpoint.load import load, read_file, runs
+from xferscope.transfer.staged import StagedCopier
+
+from .test_checkpoint_layout import write
+
+
+def test_ranges_join_tensors_end_to_end_from_the_first(tmp_path):
+    tensors = {"a": np.ones(5, np.float32), "b": np.zeros(3, np.float16),
+               "empty": np.zeros(0, np.float32), "c": np.ones(2, np.int64)}  # fmt: skip
+    layout = read_layout(write(tmp_path / "m.safetensors", tensors))
+    first, starts, sizes, offsets = runs(layout)
+    assert first == layout.data_begin and starts == [first] and sizes == [20 + 6 + 16]
+    assert offsets == [0]
+    gap = {"a": {"dtype": "F32", "shape": [5], "data_offsets": [8, 28]},
+           "b": {"dtype": "F16", "shape": [3], "data_offsets": [40, 46]}}  # fmt: skip
+    path = write(tmp_path / "gaps.safetensors", {"x": np.zeros(48, np.uint8)},
+                 header={"x": gap["a"], "y": gap["b"]})  # fmt: skip
+    first, starts, sizes, offsets = runs(read_layout(path))
+    assert [s - first for s in starts] == offsets == [0, 32] and sizes == [20, 6]
+
+
+def test_a_file_is_read_through_the_copier_and_a_changed_one_refused(tmp_path):
+    engine = SimulatedEngine()
+    copier = StagedCopier(device=0, engine=engine)
+    path = write(tmp_path / "m.safetensors", {"w": np.arange(1000, dtype=np.float32)})
+    layout = read_layout(path)
+    before = engine.now()
+    read_file(layout, copier, 0x7F00_0000_0000)
+    assert engine.now() > before  # the staged copy of its bytes, on the simulated clock
+    os.utime(path, ns=(layout.version[2] + 10**9, layout.version[2] + 10**9))
+    with pytest.raises(CheckpointError, match=r"m.safetensors: the file changed since its header"):
+        read_file(layout, copier, 0x7F00_0000_0000)
+    path.unlink()
+    with pytest.raises(CheckpointError, match=r"m.safetensors: No such file"):
+        read_file(layout, copier, 0x7F00_0000_0000)
+
+
+def test_the_reads_name_a_file_that_ends_early_and_a_failed_read(tmp_path):
+    e = engine_module()
+    path = tmp_path / "short.bin"
+    path.write_bytes(bytes(100))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        e.read_ranges(fd, np.array([0, 90], np.uint64), np.array([50, 20], np.uint64))
+    except e.ReadError as exc:
+        assert "ends before byte 110: it is shorter than when its layout was read" in str(exc)
+        assert isinstance(exc, OSError)
+    else:
+        raise AssertionError("a read past the end went unnoticed")
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError, match=r"reading 1 MiB at byte 0: Bad file descriptor"):
+        e.read_ranges(fd, np.array([0], np.uint64), np.array([1 << 20], np.uint64))
+
+
+def test_load_is_xferscopes_and_refuses_a_dtype_to_cast_to_that_is_not_floating():
+    assert xferscope.load is load
+    torch = pytest.importorskip("torch")
+    with pytest.raises(ValueError, match=r"dtype: torch.int32 is not a floating-point"):
+        load([], dtype=torch.int32)
