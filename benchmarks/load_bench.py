@@ -1,0 +1,419 @@
+"""Checkpoint load benchmark (issue 51): xferscope.load against the loaders people use, on
+safetensors checkpoints this script writes on the machine's disk (random bytes, no download),
+each loaded cold (the page cache dropped for its files with posix_fadvise(DONTNEED), checked
+with mincore) and warm (every page resident), every tensor checked against what was written:
+
+  load_warm_vs_pinned_h2d       our warm GB/s over pinned memory's host-to-GPU rate (goal 0.9)
+  load_cold_vs_disk_read        our cold GB/s over the disk's best read rate (goal 0.9): threads
+                                reading the files with pread, buffered and O_DIRECT, the best
+  load_vs_best_peer_worst       our GB/s over the best peer's, the worst workload and state
+                                (goal 1.0)
+  load_gpu_memory_left_after_error_bytes   a truncated file and one changed while loading: GPU
+                                memory still allocated after each error (a figure; goal 0)
+
+Workloads: dense1g (about 1 GB in 300 tensors, one file), moe1g (18,000 tensors of an MoE's
+sizes, 1 GB), dense15g (15 GB in 300 tensors, 4 shards with an index). Peers: safetensors
+(load_file(device="cuda")), safe_open_pin (safe_open on the CPU, pin_memory, .to non_blocking),
+fastsafetensors (fastsafe_open, nogds), runai (SafetensorsStreamer, then .to each tensor),
+instanttensor (safe_open(device=)), torch_mmap (torch.load(mmap=True) of the same tensors as a
+.pt file, then .to; workloads up to --pt-most bytes). Methods alternate in a shuffled order each
+round. Writes benchmarks/results/load-<gpu>-<date>.json (--into joins an earlier record).
+
+    python3 benchmarks/load_bench.py --commit $(git rev-parse HEAD) --dir /var/tmp/ckpt
+        [--workloads dense1g,moe1g] [--peers ...] [--rounds 2] [--into FILE]
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import mmap
+import os
+import random
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import copyapi_bench as base
+import xferscope
+from foundation import bench_parser, comparison, write_record
+from xferscope.core.engine import NativeEngine
+from xferscope.core.machine import collect
+from xferscope.transfer.checkpoint import CheckpointError, read_layout
+
+GB = 1e9
+WORKLOADS = ("dense1g", "moe1g", "dense15g")
+PEERS = ("safetensors", "safe_open_pin", "fastsafetensors", "runai", "instanttensor", "torch_mmap")
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_long]  # fmt: skip
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+
+
+def shapes(name: str) -> list[list[tuple[str, tuple[int, ...]]]]:
+    """Each shard's tensors (name, shape), bf16: a transformer's layers, or an MoE's experts."""
+    if name == "moe1g":  # 18,000 tensors of 55 KiB: 24 layers x 250 experts x 3 matrices
+        experts = [(i, e, w) for i in range(24) for e in range(250) for w in ("gate", "up", "down")]
+        return [[(f"layers.{i}.experts.{e}.{w}", (160, 176) if w == "down" else (176, 160))
+                 for i, e, w in experts]]  # fmt: skip
+    # 37 layers of 8 tensors and 4 more: 300 tensors, 1.0 GB or 14.9 GB
+    hidden, layers, shards = (1280, 37, 1) if name == "dense1g" else (4992, 37, 4)
+    square, wide = (hidden, hidden), (hidden * 2, hidden)
+    per_layer = [("q", square), ("k", square), ("v", square), ("o", square), ("up", wide),
+                 ("down", wide[::-1]), ("norm1", (hidden,)), ("norm2", (hidden,))]  # fmt: skip
+    names = [(f"layers.{i}.{n}", s) for i in range(layers) for n, s in per_layer]
+    names = [("embed", (8192, hidden)), *names, ("head", (8192, hidden)), ("step", (1,)),
+             ("final_norm", (hidden,))]  # fmt: skip
+    return [names[k::shards] for k in range(shards)]
+
+
+def written(name: str, root: Path, pt_most: int) -> tuple[list[Path], Path | None, dict]:
+    """The workload's files (written once, fsync'd), its .pt where small enough, and each
+    tensor's bytes as written (for the checks)."""
+    from safetensors.torch import save_file
+
+    where = root / name
+    where.mkdir(parents=True, exist_ok=True)
+    parts = shapes(name)
+    g = torch.Generator(device="cuda").manual_seed(len(name))
+    files, wanted, weight_map = [], {}, {}
+    for k, part in enumerate(parts):
+        tensors = {n: torch.randint(-(1 << 15), 1 << 15, s, dtype=torch.int16, device="cuda",
+                                    generator=g).view(torch.bfloat16).cpu()
+                   for n, s in part}  # fmt: skip
+        file = where / (f"model-{k + 1:05d}-of-{len(parts):05d}.safetensors"
+                        if len(parts) > 1 else "model.safetensors")  # fmt: skip
+        if not file.exists():
+            save_file(tensors, str(file))
+            with file.open("rb") as f:
+                os.fsync(f.fileno())
+        files.append(file)
+        wanted.update(tensors)
+        weight_map.update(dict.fromkeys(tensors, file.name))
+    if len(parts) > 1:
+        (where / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    total = sum(t.nbytes for t in wanted.values())
+    pt = where / "model.pt" if total <= pt_most else None
+    if pt is not None and not pt.exists():
+        torch.save(wanted, pt)
+        with pt.open("rb") as f:
+            os.fsync(f.fileno())
+    return files, pt, wanted
+
+
+def resident_share(path: Path) -> float:
+    """The share of `path`'s pages in the page cache (mincore over a mapping never touched)."""
+    size = path.stat().st_size
+    if size == 0:
+        return 1.0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        address = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if address in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), f"mmap {path}")
+        pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+        vec = ctypes.create_string_buffer(pages)
+        try:
+            if _libc.mincore(address, size, vec) != 0:
+                raise OSError(ctypes.get_errno(), f"mincore {path}")
+            return sum(b & 1 for b in vec.raw) / pages
+        finally:
+            _libc.munmap(address, size)
+    finally:
+        os.close(fd)
+
+
+def make_state(paths: list[Path], cold: bool) -> float:
+    """Drops `paths` from the page cache (cold) or reads them all in (warm); the resident
+    share after, over all their bytes."""
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            if cold:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            else:
+                while os.read(fd, 64 << 20):
+                    pass
+        finally:
+            os.close(fd)
+    sizes = [p.stat().st_size for p in paths]
+    return sum(resident_share(p) * s for p, s in zip(paths, sizes, strict=True)) / sum(sizes)
+
+
+def disk_read_gbps(paths: list[Path], threads: int, direct: bool) -> float:
+    """`threads` threads reading the files in 16 MiB blocks with pread (O_DIRECT into aligned
+    buffers where `direct`), the page cache dropped first: GB/s."""
+    block = 16 << 20
+    jobs = [(p, at) for p in paths for at in range(0, p.stat().st_size, block)]
+    make_state(paths, cold=True)
+    flags = os.O_RDONLY | (os.O_DIRECT if direct else 0)
+    fds = {p: os.open(p, flags) for p in paths}
+    lock, done = threading.Lock(), [0]
+
+    def work() -> None:
+        buf = mmap.mmap(-1, block)  # page-aligned, as O_DIRECT needs
+        while True:
+            with lock:
+                if not jobs:
+                    return
+                p, at = jobs.pop()
+            done_now = os.preadv(fds[p], [buf], at)
+            with lock:
+                done[0] += done_now
+
+    start = time.perf_counter()
+    workers = [threading.Thread(target=work) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    seconds = time.perf_counter() - start
+    for fd in fds.values():
+        os.close(fd)
+    return done[0] / seconds / GB
+
+
+def pinned_h2d_gbps(nbytes: int = 1 << 30) -> float:
+    host = torch.randint(0, 255, (nbytes,), dtype=torch.uint8).pin_memory()
+    gpu = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    best = 0.0
+    for _ in range(5):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        gpu.copy_(host, non_blocking=True)
+        torch.cuda.synchronize()
+        best = max(best, nbytes / (time.perf_counter() - start) / GB)
+    return best
+
+
+def loaders(files: list[Path], pt: Path | None, index: int) -> dict[str, Callable[[], dict]]:
+    dev = f"cuda:{index}"
+    names = [str(f) for f in files]
+
+    def safetensors_peer() -> dict:
+        from safetensors.torch import load_file
+
+        return {k: v for f in names for k, v in load_file(f, device=dev).items()}
+
+    def safe_open_pin() -> dict:
+        from safetensors import safe_open
+
+        out = {}
+        for f in names:
+            with safe_open(f, framework="pt", device="cpu") as s:
+                for k in s.keys():  # noqa: SIM118 (safe_open has no iterator)
+                    out[k] = s.get_tensor(k).pin_memory().to(dev, non_blocking=True)
+        return out
+
+    def fastsafetensors_peer() -> dict:
+        from fastsafetensors import fastsafe_open
+
+        with fastsafe_open(filenames=names, nogds=True, device=dev) as f:
+            return {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+
+    def runai_peer() -> dict:
+        from runai_model_streamer import SafetensorsStreamer
+
+        with SafetensorsStreamer() as s:
+            s.stream_files(names)
+            return {k: t.to(dev) for k, t in s.get_tensors()}
+
+    def instanttensor_peer() -> dict:
+        from instanttensor import safe_open
+
+        with safe_open(names, framework="pt", device=index) as f:
+            return dict(f.tensors())
+
+    made = {
+        "xferscope": lambda: xferscope.load(files, device=dev),
+        "safetensors": safetensors_peer,
+        "safe_open_pin": safe_open_pin,
+        "fastsafetensors": fastsafetensors_peer,
+        "runai": runai_peer,
+        "instanttensor": instanttensor_peer,
+    }
+    if pt is not None:
+        made["torch_mmap"] = lambda: {
+            k: v.to(dev) for k, v in torch.load(pt, mmap=True, weights_only=True).items()
+        }
+    return made
+
+
+def check(who: str, got: dict, wanted: dict) -> None:
+    if got.keys() != wanted.keys():
+        raise base.Mismatch(f"{who}: {len(got)} tensors, {len(wanted)} written")
+    for name, want in wanted.items():
+        g = got[name]
+        if (
+            not g.is_cuda
+            or g.shape != want.shape
+            or not torch.equal(g.view(torch.int16).cpu(), want.view(torch.int16))
+        ):
+            raise base.Mismatch(f"{who}: tensor {name!r} differs from what was written")
+
+
+def workload_part(args: Any, name: str, figures: dict) -> None:
+    rows = figures.setdefault("workloads", {})
+    if name in rows:
+        return
+    index = 0
+    files, pt, wanted = written(name, Path(args.dir), args.pt_most)
+    nbytes = sum(t.nbytes for t in wanted.values())
+    ways = {k: v for k, v in loaders(files, pt, index).items() if k in ("xferscope", *args.peers)}
+    seconds: dict[str, dict[str, list[float]]] = {"cold": {}, "warm": {}}
+    failed: dict[str, str] = {}
+    for who, run in ways.items():  # each verified once, warm
+        make_state([*files, *([pt] if pt else [])], cold=False)
+        try:
+            out = run()
+            torch.cuda.synchronize()
+            check(who, out, wanted)
+        except base.Mismatch:
+            raise
+        except Exception as exc:  # a peer that cannot run here is said, not fatal
+            failed[who] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        out = None
+        torch.cuda.empty_cache()
+    order = [w for w in ways if w not in failed]
+    shares: dict[str, list[float]] = {"cold": [], "warm": []}
+    for _ in range(args.rounds):
+        random.shuffle(order)
+        for state in ("cold", "warm"):
+            for who in order:
+                paths = [*files, *([pt] if pt else [])]
+                shares[state].append(make_state(paths, cold=state == "cold"))
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                out = ways[who]()
+                torch.cuda.synchronize()
+                seconds[state].setdefault(who, []).append(time.perf_counter() - start)
+                out = None
+                torch.cuda.empty_cache()
+    gbps = {s: {w: round(nbytes / statistics.median(v) / GB, 3) for w, v in d.items()}
+            for s, d in seconds.items()}  # fmt: skip
+    rows[name] = {"bytes": nbytes, "tensors": len(wanted), "files": len(files),
+                  "gbps": gbps, "seconds": seconds, "failed": failed,
+                  "resident_share_cold_most": max(shares["cold"] or [0.0]),
+                  "resident_share_warm_least": min(shares["warm"] or [1.0]),
+                  "disk_gbps": disk_ceiling(files)}  # fmt: skip
+    print(name, json.dumps({"gbps": gbps, "failed": failed}), flush=True)
+
+
+def disk_ceiling(files: list[Path]) -> dict[str, float]:
+    return {f"{'direct' if d else 'buffered'}_{t}": round(disk_read_gbps(files, t, d), 3)
+            for d in (False, True) for t in (1, 4, 8, 16)}  # fmt: skip
+
+
+def error_part(args: Any, figures: dict) -> None:
+    """GPU memory still allocated after a load refused for a truncated file, and for a file
+    changed after its header was read (what the load had allocated must be given back)."""
+    root = Path(args.dir) / "broken"
+    root.mkdir(parents=True, exist_ok=True)
+    files, _, _ = written("dense1g", Path(args.dir), 0)
+    cut = root / "cut.safetensors"
+    cut.write_bytes(files[0].read_bytes()[: -(1 << 20)])
+    left = {}
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    try:
+        xferscope.load(cut)
+    except CheckpointError as exc:
+        left["truncated"] = torch.cuda.memory_allocated() - before
+        left["truncated_error"] = str(exc)
+    from xferscope.transfer.checkpoint import load as loading
+
+    layout = read_layout(files[0])
+    real = loading.checkpoint_layouts
+    loading.checkpoint_layouts = lambda paths: [layout]  # type: ignore[assignment]
+    stamp = layout.version[2] + 10**9
+    os.utime(files[0], ns=(stamp, stamp))
+    try:
+        xferscope.load(files[0])
+    except CheckpointError as exc:
+        left["changed"] = torch.cuda.memory_allocated() - before
+        left["changed_error"] = str(exc)
+    finally:
+        loading.checkpoint_layouts = real  # type: ignore[assignment]
+    figures["errors"] = left
+    figures["load_gpu_memory_left_after_error_bytes"] = max(
+        v for k, v in left.items() if not k.endswith("_error")
+    )
+
+
+def summary(figures: dict, comparisons: list[dict]) -> None:
+    rows = figures.get("workloads", {})
+    if not rows:
+        return
+    h2d = figures.setdefault("pinned_h2d_gbps", round(pinned_h2d_gbps(), 3))
+    warm = min(rows.items(), key=lambda kv: kv[1]["gbps"]["warm"].get("xferscope", 0.0))
+    comparisons.append(comparison(
+        "load_warm_vs_pinned_h2d", warm[1]["gbps"]["warm"]["xferscope"], h2d,
+        f"pinned host-to-GPU GB/s (1 GiB, best of 5); our warm GB/s, worst workload {warm[0]}",
+        "ratio", True, 0.9))  # fmt: skip
+    worst_cold = min(rows.items(), key=lambda kv: kv[1]["gbps"]["cold"]["xferscope"]
+                     / max(kv[1]["disk_gbps"].values()))  # fmt: skip
+    disk = max(worst_cold[1]["disk_gbps"].values())
+    comparisons.append(comparison(
+        "load_cold_vs_disk_read", worst_cold[1]["gbps"]["cold"]["xferscope"], disk,
+        f"the disk's best read GB/s (threads x pread, buffered and O_DIRECT); {worst_cold[0]}",
+        "ratio", True, 0.9))  # fmt: skip
+    cases = []
+    for name, row in rows.items():
+        for state, by in row["gbps"].items():
+            peers = {k: v for k, v in by.items() if k != "xferscope"}
+            if peers and "xferscope" in by:
+                best = max(peers, key=peers.__getitem__)
+                cases.append((by["xferscope"] / peers[best], name, state, best, by))
+    if cases:
+        _, name, state, best, by = min(cases, key=lambda c: c[0])
+        comparisons.append(comparison(
+            "load_vs_best_peer_worst", by["xferscope"], by[best],
+            f"{best}, the best peer (GB/s); the worst of {len(cases)} cases: {name} {state}",
+            "ratio", True, 1.0))  # fmt: skip
+
+
+def main() -> None:
+    parser = bench_parser(__doc__)
+    parser.add_argument("--dir", required=True, help="where the checkpoints are written")
+    parser.add_argument("--workloads", default="dense1g,moe1g")
+    parser.add_argument("--peers", default=",".join(PEERS))
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--pt-most", type=int, default=2 << 30)
+    parser.add_argument("--errors", action="store_true", help="also the error part")
+    parser.add_argument("--into", default=None)
+    args = parser.parse_args()
+    workloads = [w for w in args.workloads.split(",") if w]
+    args.peers = [p for p in args.peers.split(",") if p]
+    if not workloads or set(workloads) - set(WORKLOADS):
+        parser.error(f"--workloads: '{args.workloads}' is not among {', '.join(WORKLOADS)}")
+    if set(args.peers) - set(PEERS):
+        parser.error(f"--peers: '{','.join(args.peers)}' is not among {', '.join(PEERS)}")
+    if not 1 <= args.rounds <= 20:
+        parser.error(f"--rounds: {args.rounds} is not from 1 to 20")
+    figures, comparisons = base.joined(parser, args.into)
+    meta = collect(NativeEngine(), [0])
+
+    def run() -> None:
+        for w in workloads:
+            workload_part(args, w, figures)
+        if args.errors:
+            error_part(args, figures)
+
+    base.measured(run, figures)
+    names = {"load_warm_vs_pinned_h2d", "load_cold_vs_disk_read", "load_vs_best_peer_worst"}
+    comparisons[:] = [c for c in comparisons if c["name"] not in names]
+    summary(figures, comparisons)
+    write_record("load", args.commit, meta, 1, comparisons, figures, Path(args.out))
+    if "verification_failed" in figures:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
