@@ -106,6 +106,24 @@ void bind_batch(nb::module_& m) {
           },
           "Makes the staged copy's threads and pinned chunks now, or waits for their making.")
       .def(
+          "read_to_device",
+          [](ManyHandle& h, int fd, std::uintptr_t device_destination, Addresses file_offsets,
+             Addresses sizes, Addresses offsets) {
+            const std::size_t n = file_offsets.shape(0);
+            if (sizes.shape(0) != n || offsets.shape(0) != n)
+              throw xferscope::UsageError(
+                  "read_to_device: file_offsets, sizes and offsets differ in length");
+            batch::ManyCopier& c = h.get();
+            nb::gil_scoped_release release;
+            static_assert(sizeof(std::size_t) == sizeof(std::uint64_t));
+            c.read_to_device(fd, reinterpret_cast<void*>(device_destination), file_offsets.data(),
+                             reinterpret_cast<const std::size_t*>(sizes.data()),
+                             reinterpret_cast<const std::size_t*>(offsets.data()), n);
+          },
+          "fd"_a, "device_destination"_a, "file_offsets"_a, "sizes"_a, "offsets"_a,
+          "Ranges of the open file `fd` read with pread into the staged copy's pinned chunks "
+          "and copied to offsets of the device range; ReadError for a failed or short read.")
+      .def(
           "staged_ready", [](ManyHandle& h) { return h.get().staged_ready(); },
           "Whether the staged copy's threads and chunks are made (its batches go staged).")
       .def(

@@ -398,25 +398,6 @@ NB_MODULE(_engine, m) {
                       reinterpret_cast<const void*>(device_source), bytes);
           },
           "host_destination"_a, "device_source"_a, "bytes"_a)
-      .def(
-          "read_to_device",
-          [](CopierHandle& h, int fd, std::uintptr_t device_destination,
-             xs::bindings::Addresses file_offsets, xs::bindings::Addresses sizes,
-             xs::bindings::Addresses offsets) {
-            const std::size_t n = file_offsets.shape(0);
-            if (sizes.shape(0) != n || offsets.shape(0) != n)
-              throw xs::UsageError(
-                  "read_to_device: file_offsets, sizes and offsets differ in length");
-            xs::StagedCopier& c = h.get();
-            nb::gil_scoped_release release;
-            static_assert(sizeof(std::size_t) == sizeof(std::uint64_t));
-            c.read_to_device(fd, reinterpret_cast<void*>(device_destination), file_offsets.data(),
-                             reinterpret_cast<const std::size_t*>(sizes.data()),
-                             reinterpret_cast<const std::size_t*>(offsets.data()), n);
-          },
-          "fd"_a, "device_destination"_a, "file_offsets"_a, "sizes"_a, "offsets"_a,
-          "Ranges of the open file `fd` read with pread into the pinned chunks and copied to "
-          "offsets of the device range; ReadError for a failed or short read.")
       .def("close", &CopierHandle::close);
 
   m.def(

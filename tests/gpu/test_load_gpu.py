@@ -110,3 +110,15 @@ def test_a_file_changed_after_its_header_leaves_no_gpu_memory_held(gpu, tmp_path
     with pytest.raises(CheckpointError, match=r"the file changed since its header was read") as e:
         xferscope.load(path)
     assert e.value is not None and torch.cuda.memory_allocated() == before
+
+
+def test_a_device_map_puts_each_tensor_on_its_gpu(gpu, tmp_path):
+    """accelerate's device_map (prefixes to GPUs), each GPU's tensors read by its own thread."""
+    one = tensors(4)
+    st.save_file(one, str(tmp_path / "model.safetensors"))
+    gpus = torch.cuda.device_count()
+    device_map = {"": 0, "layers.0": gpus - 1, "big": gpus - 1}
+    got = xferscope.load(tmp_path / "model.safetensors", device=device_map)
+    same(got, one)
+    assert got["layers.0.norm"].device.index == gpus - 1 and got["embed.weight"].device.index == 0
+    assert xferscope.load(tmp_path, device=lambda name: 0)["big"].device.index == 0

@@ -1,6 +1,6 @@
 """xferscope.load's reading without a GPU or PyTorch: which ranges of a file it reads (tensors
 end to end joined, from the first tensor's offset), the reads themselves through the simulated
-engine's copier (the native copier's pread loop and its errors), and a file that changed
+engine's copy_many copier (the native copier's pread loop and its errors), and a file that changed
 since its header was read refused with one line."""
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ import xferscope
 from xferscope.core.compiled import engine_module
 from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.transfer.checkpoint import CheckpointError, read_layout
-from xferscope.transfer.checkpoint.load import load, read_file, runs
-from xferscope.transfer.staged import StagedCopier
+from xferscope.transfer.checkpoint.load import load, placed, read_file, runs
 
 from .test_checkpoint_layout import write
 
@@ -37,7 +36,7 @@ def test_ranges_join_tensors_end_to_end_from_the_first(tmp_path):
 
 def test_a_file_is_read_through_the_copier_and_a_changed_one_refused(tmp_path):
     engine = SimulatedEngine()
-    copier = StagedCopier(device=0, engine=engine)
+    copier = engine.many_copier(0)
     path = write(tmp_path / "m.safetensors", {"w": np.arange(1000, dtype=np.float32)})
     layout = read_layout(path)
     before = engine.now()
@@ -74,3 +73,27 @@ def test_load_is_xferscopes_and_refuses_a_dtype_to_cast_to_that_is_not_floating(
     torch = pytest.importorskip("torch")
     with pytest.raises(ValueError, match=r"dtype: torch.int32 is not a floating-point"):
         load([], dtype=torch.int32)
+
+
+def test_tensors_are_placed_by_one_gpu_a_callable_or_a_device_map():
+    names = ["embed", "model.layers.1.w", "model.layers.10.w", "model.layers.1", "head"]
+    assert placed(names, "cuda:1") == {1: names}
+    layers = ["model.layers.1.w", "model.layers.10.w", "model.layers.1"]
+    assert placed(names, lambda n: 2 if "layers" in n else 0) == {0: ["embed", "head"], 2: layers}
+    device_map = {"": 0, "model.layers.1": 1, "model.layers": "cuda:3", "head": "cuda:2"}
+    assert placed(names, device_map) == {
+        0: ["embed"], 1: ["model.layers.1.w", "model.layers.1"], 3: ["model.layers.10.w"],
+        2: ["head"]}  # fmt: skip
+    with pytest.raises(ValueError, match=r"device: the map names no GPU for tensor 'embed'"):
+        placed(names, {"model": 0, "head": 1})
+    with pytest.raises(ValueError, match=r"device: 'tpu' is not a CUDA device"):
+        placed(names, {"": "tpu"})
+
+
+def test_the_ranges_of_some_tensors_of_a_file(tmp_path):
+    tensors = {"a": np.ones(5, np.float32), "b": np.zeros(3, np.float16), "c": np.ones(2, np.int64)}
+    layout = read_layout(write(tmp_path / "m.safetensors", tensors))
+    first, starts, sizes, offsets = runs(layout, {"a", "c"})
+    assert starts == [first, first + 26] and sizes == [20, 16] and offsets == [0, 26]
+    first, _, sizes, offsets = runs(layout, {"b"})
+    assert first == layout.data_begin + 20 and sizes == [6] and offsets == [0]

@@ -382,6 +382,13 @@ void ManyCopier::queue(bool upload, std::uintptr_t destination, std::uintptr_t s
   loop_copy(upload, !upload, &d, &s, &size, 1, impl_->stream);
 }
 
+void ManyCopier::read_to_device(int fd, void* device_destination, const std::uint64_t* file_offsets,
+                                const std::size_t* sizes, const std::size_t* offsets,
+                                std::size_t count) {
+  prepare_staged();
+  impl_->staged->read_to_device(fd, device_destination, file_offsets, sizes, offsets, count);
+}
+
 void ManyCopier::finish() {
   Impl& m = *impl_;
   std::lock_guard<std::mutex> one_at_a_time(m.calls);

@@ -333,19 +333,6 @@ class StagedCopier:
         size = _size(nbytes, destination, device)
         self._run("to_host", destination.address, device.address, size)
 
-    def read_to_device(
-        self, fd: int, device_ptr: int, file_offsets: Any, sizes: Any, offsets: Any
-    ) -> None:
-        """Ranges of the open file `fd` (sizes[i] bytes at file_offsets[i]) to offsets[i] of
-        the GPU range at `device_ptr` (rising, not overlapping), read with pread straight into
-        the pinned chunks while the copy engine moves the chunks before; returns once every
-        byte has arrived. OSError for a failed read or a file that ends early."""
-        arrays = [np.ascontiguousarray(a, dtype=np.uint64) for a in (file_offsets, sizes, offsets)]
-        with self._lock:
-            if self._handle is None:
-                raise EngineError("this staged copier is closed")
-            self._handle.read_to_device(int(fd), int(device_ptr), *arrays)
-
     def _run(self, method: str, destination: int, source: int, size: int) -> None:
         with self._lock:
             if self._handle is None:

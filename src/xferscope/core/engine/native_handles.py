@@ -76,11 +76,6 @@ class _NativeCopier(_NativeHandle):
     def to_host(self, host_destination: int, device_source: int, bytes: int) -> None:
         self._measure("to_host", host_destination, device_source, bytes)
 
-    def read_to_device(
-        self, fd: int, device_destination: int, file_offsets: Any, sizes: Any, offsets: Any
-    ) -> None:
-        self._measure("read_to_device", fd, device_destination, file_offsets, sizes, offsets)
-
 
 class _NativeTransfer(_NativeHandle):
     def __init__(
@@ -262,6 +257,13 @@ class _NativeMany(_NativeHandle):
         (begun by the first staged batch) to end."""
         with self._engine.translated():
             self._handle.prepare_staged()
+
+    def read_to_device(
+        self, fd: int, device_destination: int, file_offsets: Any, sizes: Any, offsets: Any
+    ) -> None:
+        """Ranges of the open file `fd` to offsets of the device range, read with pread into
+        the staged copy's pinned chunks (xferscope.load); ReadError (an OSError) as it is."""
+        self._measure("read_to_device", fd, device_destination, file_offsets, sizes, offsets)
 
     @property
     def staged_prepared(self) -> bool:

@@ -142,6 +142,16 @@ class SimulatedManyCopier:
         if left > 0:
             self._engine.advance(left)
 
+    def read_to_device(
+        self, fd: int, device_destination: int, file_offsets: Any, sizes: Any, offsets: Any
+    ) -> None:
+        """As the native copier's: the staged copy made or waited for, the file's ranges read
+        by the native read loop (its errors) and kept nowhere, the clock advanced as for staging
+        their bytes up."""
+        self.prepare_staged()
+        engine_module().read_ranges(fd, file_offsets, sizes)
+        self._engine.advance(staged_model("h2d", "api", 0).seconds(int(sum(map(int, sizes)))))
+
     def _made_by(self, method: str) -> str:
         """As the native copier's: a staged batch goes by the loop while the staged copier is
         made, which the first one begins."""

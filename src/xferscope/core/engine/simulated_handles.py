@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import cases
-from ..compiled import engine_module, result
+from ..compiled import result
 from ..errors import CudaError, EngineError
 from .simulated_link import SimulatedHost, _model, _round_up, staged_model
 
@@ -53,16 +53,6 @@ class SimulatedCopier:
 
     def to_host(self, host_destination: int, device_source: int, bytes: int) -> None:
         self._copy("d2h", bytes)
-
-    def read_to_device(
-        self, fd: int, device_destination: int, file_offsets: Any, sizes: Any, offsets: Any
-    ) -> None:
-        """The file's ranges read as the native copier reads them (its errors), kept nowhere;
-        the clock advances as for staging their bytes up."""
-        if self._closed:
-            raise EngineError("this staged copier is closed")
-        engine_module().read_ranges(fd, file_offsets, sizes)
-        self._copy("h2d", int(sum(int(n) for n in sizes)))
 
     def close(self) -> None:
         self._closed = True

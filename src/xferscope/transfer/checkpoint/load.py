@@ -1,7 +1,8 @@
 """`xferscope.load`: a safetensors checkpoint's tensors on the GPU, read from the files with
-pread straight into the staged copier's pinned chunks while the copy engine moves the chunks
-before. No page of the file is mapped, so none is faulted in a DMA (the 85 MB/s of
-safetensors#729), and the page cache is read by several threads at once.
+pread straight into the pinned chunks of copy_many's staged copy (the same pool and threads,
+made by `xferscope.warmup()`) while the copy engine moves the chunks before. No page of the
+file is mapped, so none is faulted in a DMA (the 85 MB/s of safetensors#729), and the page
+cache is read by several threads at once.
 
     state = xferscope.load("model.safetensors", device="cuda")   # a file, a directory, an index
     model.load_state_dict(state)
@@ -14,12 +15,16 @@ CheckpointError naming it, and no GPU memory is left held by the load."""
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from ..copy import copies_of
+from ..engine import default_engine
 from ..moves import gpu_index
-from ..staged import shared_copier
-from .layout import CheckpointError, Layout, version_of
+from .layout import CheckpointError, Layout, Tensor, version_of
 from .shards import checkpoint_layouts
 
 # safetensors' dtypes as PyTorch names them
@@ -31,13 +36,17 @@ TORCH_DTYPES = {
 }  # fmt: skip
 
 
-def runs(layout: Layout) -> tuple[int, list[int], list[int], list[int]]:
-    """What to read of `layout`'s file: (the first tensor's offset, then the file offsets, sizes
-    and buffer offsets of its ranges), tensors that lie end to end joined into one range."""
-    first = _first(layout)
+def runs(
+    layout: Layout, names: set[str] | None = None
+) -> tuple[int, list[int], list[int], list[int]]:
+    """What to read of `layout`'s file for its tensors `names` (None: all): (the first such
+    tensor's offset, then the file offsets, sizes and buffer offsets of its ranges), tensors
+    that lie end to end joined into one range."""
+    tensors = _chosen(layout, names)
+    first = tensors[0].begin if tensors else layout.data_begin
     starts: list[int] = []
     sizes: list[int] = []
-    for t in layout.tensors:
+    for t in tensors:
         if t.nbytes == 0:
             continue
         if starts and starts[-1] + sizes[-1] == t.begin:
@@ -48,16 +57,35 @@ def runs(layout: Layout) -> tuple[int, list[int], list[int], list[int]]:
     return first, starts, sizes, [s - first for s in starts]
 
 
-def _first(layout: Layout) -> int:
-    """The file offset the GPU buffer of `layout`'s tensors begins at: its first tensor's."""
-    return layout.tensors[0].begin if layout.tensors else layout.data_begin
+def _chosen(layout: Layout, names: set[str] | None) -> list[Tensor]:
+    return [t for t in layout.tensors if names is None or t.name in names]
 
 
-def read_file(layout: Layout, copier: Any, device_ptr: int) -> None:
-    """`layout`'s tensors' bytes into the GPU range at `device_ptr` (from its first tensor's
-    offset on) by `copier` (a staged copier); CheckpointError where the file has changed since
-    its layout was read, during the read, or cannot be read."""
-    _, starts, sizes, offsets = runs(layout)
+def placed(names: Sequence[str], device: Any) -> dict[int, list[str]]:
+    """The tensors `names` by the GPU each goes to: `device` one GPU for all, a callable of the
+    name, or a device map as accelerate's (a dict of names or their prefixes, "model.layers.3"
+    covering "model.layers.3.mlp.weight", "" every name, to GPUs; the longest key that covers
+    a name decides). ValueError naming the tensor without a GPU."""
+    if not isinstance(device, dict) and not callable(device):
+        return {gpu_index(device): list(names)}
+    by: dict[int, list[str]] = {}
+    for name in names:
+        if callable(device):
+            to = device(name)
+        else:
+            keys = [k for k in device if k == "" or name == k or name.startswith(k + ".")]
+            if not keys:
+                raise ValueError(f"device: the map names no GPU for tensor {name!r} (nor a prefix)")
+            to = device[max(keys, key=len)]
+        by.setdefault(gpu_index(to), []).append(name)
+    return by
+
+
+def read_file(layout: Layout, copier: Any, device_ptr: int, names: set[str] | None = None) -> None:
+    """`layout`'s tensors `names` (None: all) into the GPU range at `device_ptr` (from the
+    first one's offset on) by `copier` (an engine's copy_many copier); CheckpointError where
+    the file has changed since its layout was read, during the read, or cannot be read."""
+    _, starts, sizes, offsets = runs(layout, names)
     try:
         fd = os.open(layout.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
@@ -65,7 +93,8 @@ def read_file(layout: Layout, copier: Any, device_ptr: int) -> None:
     try:
         _unchanged(layout, fd, "since its header was read")
         if starts:
-            copier.read_to_device(fd, device_ptr, starts, sizes, offsets)
+            ranges = (np.array(a, dtype=np.uint64) for a in (starts, sizes, offsets))
+            copier.read_to_device(fd, device_ptr, *ranges)
         _unchanged(layout, fd, "while it was read")
     except OSError as exc:
         raise CheckpointError(f"{layout.path}: {exc}") from None
@@ -88,31 +117,55 @@ def load(
     dtype: Any = None,
 ) -> dict[str, Any]:
     """The tensors of the safetensors checkpoint at `paths` (a file, a directory, a sharded
-    set's `*.safetensors.index.json`, or a list of files) on GPU `device`, by name: PyTorch
-    tensors. `dtype`: a floating-point torch.dtype the floating-point tensors are cast to on
-    the GPU. CheckpointError for a checkpoint it will not load, naming the file."""
+    set's `*.safetensors.index.json`, or a list of files) on the GPU, by name: PyTorch tensors.
+    `device`: one GPU ("cuda", "cuda:1", 1, a torch.device), or where each tensor goes (a
+    callable of its name, or accelerate's device_map: names or prefixes to GPUs); each GPU's
+    tensors are read by a thread of their own, all at once. `dtype`: a floating-point
+    torch.dtype the floating-point tensors are cast to on the GPU. CheckpointError for a
+    checkpoint it will not load, naming the file."""
     import torch
 
-    index = gpu_index(device)
     if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise ValueError(f"dtype: {dtype!r} is not a floating-point torch.dtype (or None)")
     layouts = checkpoint_layouts(paths)
-    copier = shared_copier(index)
+    by_gpu = placed([t.name for layout in layouts for t in layout.tensors], device)
     out: dict[str, Any] = {}
+    failed: list[BaseException] = []
+
+    def one_gpu(index: int, names: set[str]) -> None:
+        copier = copies_of(default_engine()).copier(index)  # copy_many's: one pinned pool
+        try:
+            for layout in layouts:
+                if any(t.name in names for t in layout.tensors):
+                    out.update(_tensors(torch, layout, index, copier, dtype, names))
+        except BaseException as exc:
+            failed.append(exc)
+
     try:
-        for layout in layouts:
-            out.update(_tensors(torch, layout, index, copier, dtype))
+        gpus = [(i, set(n)) for i, n in by_gpu.items()]
+        threads = [threading.Thread(target=one_gpu, args=g, name=f"xferscope-load-{g[0]}")
+                   for g in gpus[1:]]  # fmt: skip
+        for thread in threads:
+            thread.start()
+        one_gpu(*gpus[0]) if gpus else None
+        for thread in threads:
+            thread.join()
+        if failed:
+            raise failed[0]
     except BaseException:
         out.clear()  # the traceback keeps this frame: what was loaded goes now
         raise
     return out
 
 
-def _tensors(torch: Any, layout: Layout, index: int, copier: Any, dtype: Any) -> dict[str, Any]:
-    first = _first(layout)
-    span = max((t.end for t in layout.tensors), default=first) - first
+def _tensors(
+    torch: Any, layout: Layout, index: int, copier: Any, dtype: Any, names: set[str]
+) -> dict[str, Any]:
+    tensors = _chosen(layout, names)
+    first = tensors[0].begin if tensors else layout.data_begin
+    span = max((t.end for t in tensors), default=first) - first
     kinds = {}
-    for t in layout.tensors:
+    for t in tensors:
         kind = getattr(torch, TORCH_DTYPES[t.dtype], None)
         if kind is None:
             raise CheckpointError(
@@ -124,12 +177,12 @@ def _tensors(torch: Any, layout: Layout, index: int, copier: Any, dtype: Any) ->
     # the copier's streams are not ordered after PyTorch's: what the memory held before is done
     torch.cuda.current_stream(index).synchronize()
     try:
-        read_file(layout, copier, buffer.data_ptr())
+        read_file(layout, copier, buffer.data_ptr(), names)
     except BaseException:
         del buffer  # the traceback keeps this frame: the GPU memory goes now
         raise
     out = {}
-    for t in layout.tensors:
+    for t in tensors:
         kind = kinds[t.name]
         view = buffer[t.begin - first : t.end - first]
         if (t.begin - first) % kind.itemsize:
