@@ -25,13 +25,10 @@ round. Writes benchmarks/results/load-<gpu>-<date>.json (--into joins an earlier
 
 from __future__ import annotations
 
-import ctypes
 import json
-import mmap
 import os
 import random
 import statistics
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -44,17 +41,11 @@ import xferscope
 from foundation import bench_parser, comparison, write_record
 from xferscope.core.engine import NativeEngine
 from xferscope.core.machine import collect
-from xferscope.transfer.checkpoint import CheckpointError, read_layout
+from xferscope.transfer.checkpoint import CheckpointError, read_layout, storage
 
 GB = 1e9
 WORKLOADS = ("dense1g", "moe1g", "dense15g")
 PEERS = ("safetensors", "safe_open_pin", "fastsafetensors", "runai", "instanttensor", "torch_mmap")
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                       ctypes.c_int, ctypes.c_long]  # fmt: skip
-_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
 
 
 def shapes(name: str) -> list[list[tuple[str, tuple[int, ...]]]]:
@@ -108,76 +99,15 @@ def written(name: str, root: Path, pt_most: int) -> tuple[list[Path], Path | Non
     return files, pt, wanted
 
 
-def resident_share(path: Path) -> float:
-    """The share of `path`'s pages in the page cache (mincore over a mapping never touched)."""
-    size = path.stat().st_size
-    if size == 0:
-        return 1.0
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        address = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        if address in (None, ctypes.c_void_p(-1).value):
-            raise OSError(ctypes.get_errno(), f"mmap {path}")
-        pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
-        vec = ctypes.create_string_buffer(pages)
-        try:
-            if _libc.mincore(address, size, vec) != 0:
-                raise OSError(ctypes.get_errno(), f"mincore {path}")
-            return sum(b & 1 for b in vec.raw) / pages
-        finally:
-            _libc.munmap(address, size)
-    finally:
-        os.close(fd)
-
-
 def make_state(paths: list[Path], cold: bool) -> float:
-    """Drops `paths` from the page cache (cold) or reads them all in (warm); the resident
-    share after, over all their bytes."""
-    for p in paths:
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            if cold:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            else:
-                while os.read(fd, 64 << 20):
-                    pass
-        finally:
-            os.close(fd)
-    sizes = [p.stat().st_size for p in paths]
-    return sum(resident_share(p) * s for p, s in zip(paths, sizes, strict=True)) / sum(sizes)
+    """The files made cold or warm; the share of their bytes resident after."""
+    return storage.cached(paths, warm=not cold)
 
 
 def disk_read_gbps(paths: list[Path], threads: int, direct: bool) -> float:
-    """`threads` threads reading the files in 16 MiB blocks with pread (O_DIRECT into aligned
-    buffers where `direct`), the page cache dropped first: GB/s."""
-    block = 16 << 20
-    jobs = [(p, at) for p in paths for at in range(0, p.stat().st_size, block)]
-    make_state(paths, cold=True)
-    flags = os.O_RDONLY | (os.O_DIRECT if direct else 0)
-    fds = {p: os.open(p, flags) for p in paths}
-    lock, done = threading.Lock(), [0]
-
-    def work() -> None:
-        buf = mmap.mmap(-1, block)  # page-aligned, as O_DIRECT needs
-        while True:
-            with lock:
-                if not jobs:
-                    return
-                p, at = jobs.pop()
-            done_now = os.preadv(fds[p], [buf], at)
-            with lock:
-                done[0] += done_now
-
-    start = time.perf_counter()
-    workers = [threading.Thread(target=work) for _ in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    seconds = time.perf_counter() - start
-    for fd in fds.values():
-        os.close(fd)
-    return done[0] / seconds / GB
+    """`threads` threads reading the files cold (storage.read_rate): GB/s."""
+    storage.cached(paths, warm=False)
+    return storage.read_rate(paths, threads, direct) / GB
 
 
 def pinned_h2d_gbps(nbytes: int = 1 << 30) -> float:

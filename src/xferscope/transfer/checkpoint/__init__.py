@@ -1,5 +1,6 @@
-"""Model checkpoints to the GPU: where a safetensors checkpoint's tensors lie
-(layout.py, shards.py), read and checked before any byte of data is read."""
+"""Model checkpoints to the GPU: where a safetensors checkpoint's tensors lie (layout.py,
+shards.py), read and checked before any byte of data is read; xferscope.load (load.py); what
+the files cost to read apart from the GPU (storage.py)."""
 
 from .layout import CheckpointError, Layout, Tensor, read_layout
 from .shards import checkpoint_layouts

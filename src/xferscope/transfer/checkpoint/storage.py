@@ -1,0 +1,111 @@
+"""What a checkpoint's files cost to read, apart from the GPU: how much of each is in the page
+cache (mincore over a mapping never touched), dropping a file's pages from it
+(posix_fadvise(DONTNEED): only files a program may drop, never the whole machine's cache), and
+the rate threads reading them with pread reach, buffered or with O_DIRECT. The ceilings a load
+is set against (`benchmarks/load_bench.py`)."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+BLOCK = 16 << 20  # bytes a reader asks for at once
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_long]  # fmt: skip
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+_FAILED = ctypes.c_void_p(-1).value
+
+
+def resident_share(path: str | os.PathLike[str]) -> float:
+    """The share of `path`'s pages in the page cache (1.0 for an empty file)."""
+    size = os.stat(path).st_size
+    if size == 0:
+        return 1.0
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        address = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if address is None or address == _FAILED:
+            raise OSError(ctypes.get_errno(), f"mmap of {path} failed")
+        pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+        vec = ctypes.create_string_buffer(pages)
+        try:
+            if _libc.mincore(address, size, vec) != 0:
+                raise OSError(ctypes.get_errno(), f"mincore of {path} failed")
+            return sum(b & 1 for b in vec.raw[:pages]) / pages
+        finally:
+            _libc.munmap(address, size)
+    finally:
+        os.close(fd)
+
+
+def cached(paths: Sequence[str | os.PathLike[str]], warm: bool) -> float:
+    """Makes the files cold (their pages dropped from the page cache) or warm (read in whole);
+    the share of all their bytes resident after."""
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            if warm:
+                while os.read(fd, BLOCK):
+                    pass
+            else:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    sizes = [os.stat(p).st_size for p in paths]
+    total = sum(sizes)
+    if total == 0:
+        return 1.0
+    return sum(resident_share(p) * s for p, s in zip(paths, sizes, strict=True)) / total
+
+
+def read_rate(paths: Sequence[str | os.PathLike[str]], threads: int, direct: bool) -> float:
+    """Bytes a second `threads` threads read the files at, each taking the next BLOCK with pread
+    (O_DIRECT into page-aligned buffers where `direct`), from the state the page cache is in."""
+    jobs = [(Path(p), at) for p in paths for at in range(0, os.stat(p).st_size, BLOCK)]
+    jobs.reverse()  # taken from the end: in order
+    flags = os.O_RDONLY | (getattr(os, "O_DIRECT", 0) if direct else 0)
+    fds = {Path(p): os.open(p, flags) for p in paths}
+    lock = threading.Lock()
+    done: list[int] = []
+    failed: list[OSError] = []
+
+    def reader() -> None:
+        buffer = mmap.mmap(-1, BLOCK)  # page-aligned, as O_DIRECT needs
+        n = 0
+        try:
+            while True:
+                with lock:
+                    if not jobs or failed:
+                        break
+                    path, at = jobs.pop()
+                n += os.preadv(fds[path], [buffer], at)
+        except OSError as exc:
+            failed.append(exc)
+        finally:
+            buffer.close()
+            with lock:
+                done.append(n)
+
+    start = time.perf_counter()
+    workers = [threading.Thread(target=reader, name=f"xferscope-read-{i}") for i in range(threads)]
+    try:
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    seconds = time.perf_counter() - start
+    if failed:
+        raise failed[0]
+    return sum(done) / seconds if seconds > 0 else 0.0

@@ -1,0 +1,49 @@
+"""A checkpoint's files apart from the GPU (xferscope.transfer.checkpoint.storage): the page
+cache's share of a file as mincore tells it, a file made warm, and the rate threads read files
+at, buffered and, where the filesystem takes it, with O_DIRECT; every byte counted."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from xferscope.transfer.checkpoint import storage
+
+
+def test_a_file_read_in_whole_is_resident_and_an_empty_one_counts_as_resident(tmp_path):
+    path = tmp_path / "f.bin"
+    path.write_bytes(os.urandom(3 << 20))
+    assert storage.cached([path], warm=True) == 1.0
+    assert 0.0 <= storage.cached([path], warm=False) <= 1.0  # dropping is the kernel's call
+    (tmp_path / "empty").write_bytes(b"")
+    assert storage.resident_share(tmp_path / "empty") == 1.0
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_threads_read_every_byte_of_every_file(tmp_path, monkeypatch, threads):
+    monkeypatch.setattr(storage, "BLOCK", 1 << 20)
+    paths = []
+    for i, size in enumerate((5 << 20, (2 << 20) + 123, 0)):
+        paths.append(tmp_path / f"{i}.bin")
+        paths[-1].write_bytes(os.urandom(size))
+    counted = []
+    real = os.preadv
+
+    def preadv(fd: int, buffers: list, offset: int) -> int:
+        n = real(fd, buffers, offset)
+        counted.append(n)
+        return n
+
+    monkeypatch.setattr(os, "preadv", preadv)
+    assert storage.read_rate(paths, threads, direct=False) > 0
+    assert sum(counted) == sum(p.stat().st_size for p in paths)
+
+
+def test_o_direct_reads_where_the_filesystem_takes_it(tmp_path):
+    path = tmp_path / "d.bin"
+    path.write_bytes(os.urandom(1 << 20))
+    try:
+        assert storage.read_rate([path], 2, direct=True) > 0
+    except OSError as exc:  # tmpfs and some others refuse O_DIRECT: said as an OSError
+        assert exc.errno is not None
