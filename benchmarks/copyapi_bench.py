@@ -537,10 +537,12 @@ def measured(run: Callable[[], Any], figures: dict) -> None:
         print(f"verification failed: {exc}", flush=True)
 
 
-def recorded(args: Any, meta: dict, comparisons: list[dict], figures: dict) -> None:
-    """Writes the copyapi record; exits 1 where a copy failed its verification (the record
-    keeps what was measured; the run failed)."""
-    write_record("copyapi", args.commit, meta, 1, comparisons, figures, Path(args.out))
+def recorded(
+    args: Any, meta: dict, comparisons: list[dict], figures: dict, benchmark: str = "copyapi"
+) -> None:
+    """Writes the `benchmark` record (one GPU); exits 1 where a copy failed its verification
+    (the record keeps what was measured; the run failed)."""
+    write_record(benchmark, args.commit, meta, 1, comparisons, figures, Path(args.out))
     if "verification_failed" in figures:
         raise SystemExit(1)
 

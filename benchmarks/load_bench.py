@@ -38,7 +38,7 @@ import torch
 
 import copyapi_bench as base
 import xferscope
-from foundation import bench_parser, comparison, write_record
+from foundation import bench_parser, comparison
 from xferscope.core.engine import NativeEngine
 from xferscope.core.machine import collect
 from xferscope.transfer.checkpoint import CheckpointError, read_layout, storage
@@ -97,17 +97,6 @@ def written(name: str, root: Path, pt_most: int) -> tuple[list[Path], Path | Non
         with pt.open("rb") as f:
             os.fsync(f.fileno())
     return files, pt, wanted
-
-
-def make_state(paths: list[Path], cold: bool) -> float:
-    """The files made cold or warm; the share of their bytes resident after."""
-    return storage.cached(paths, warm=not cold)
-
-
-def disk_read_gbps(paths: list[Path], threads: int, direct: bool) -> float:
-    """`threads` threads reading the files cold (storage.read_rate): GB/s."""
-    storage.cached(paths, warm=False)
-    return storage.read_rate(paths, threads, direct) / GB
 
 
 def pinned_h2d_gbps(nbytes: int = 1 << 30) -> float:
@@ -200,7 +189,7 @@ def workload_part(args: Any, name: str, figures: dict) -> None:
     seconds: dict[str, dict[str, list[float]]] = {"cold": {}, "warm": {}}
     failed: dict[str, str] = {}
     for who, run in ways.items():  # each verified once, warm
-        make_state([*files, *([pt] if pt else [])], cold=False)
+        storage.cached([*files, *([pt] if pt else [])], warm=True)
         try:
             out = run()
             torch.cuda.synchronize()
@@ -218,7 +207,7 @@ def workload_part(args: Any, name: str, figures: dict) -> None:
         for state in ("cold", "warm"):
             for who in order:
                 paths = [*files, *([pt] if pt else [])]
-                shares[state].append(make_state(paths, cold=state == "cold"))
+                shares[state].append(storage.cached(paths, warm=state == "warm"))
                 torch.cuda.synchronize()
                 start = time.perf_counter()
                 out = ways[who]()
@@ -237,8 +226,14 @@ def workload_part(args: Any, name: str, figures: dict) -> None:
 
 
 def disk_ceiling(files: list[Path]) -> dict[str, float]:
-    return {f"{'direct' if d else 'buffered'}_{t}": round(disk_read_gbps(files, t, d), 3)
-            for d in (False, True) for t in (1, 4, 8, 16)}  # fmt: skip
+    """GB/s 1-16 threads read the files at from cold, buffered and O_DIRECT."""
+    rates = {}
+    for direct in (False, True):
+        for threads in (1, 4, 8, 16):
+            storage.cached(files, warm=False)
+            rate = storage.read_rate(files, threads, direct) / GB
+            rates[f"{'direct' if direct else 'buffered'}_{threads}"] = round(rate, 3)
+    return rates
 
 
 def error_part(args: Any, figures: dict) -> None:
@@ -340,9 +335,7 @@ def main() -> None:
     names = {"load_warm_vs_pinned_h2d", "load_cold_vs_disk_read", "load_vs_best_peer_worst"}
     comparisons[:] = [c for c in comparisons if c["name"] not in names]
     summary(figures, comparisons)
-    write_record("load", args.commit, meta, 1, comparisons, figures, Path(args.out))
-    if "verification_failed" in figures:
-        raise SystemExit(1)
+    base.recorded(args, meta, comparisons, figures, "load")
 
 
 if __name__ == "__main__":

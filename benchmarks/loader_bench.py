@@ -50,7 +50,6 @@ import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -58,7 +57,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 import copyapi_bench as base
-from foundation import bench_parser, comparison, rounds_count, synced_seconds, write_record
+from foundation import bench_parser, comparison, rounds_count, synced_seconds
 from xferscope.core.engine import NativeEngine
 from xferscope.core.errors import XferscopeError
 from xferscope.core.machine import collect
@@ -586,9 +585,7 @@ def main() -> None:
 
     base.measured(run, figures)
     summary(figures, comparisons)
-    write_record("loader", args.commit, meta, 1, comparisons, figures, Path(args.out))
-    if "verification_failed" in figures:
-        raise SystemExit(1)
+    base.recorded(args, meta, comparisons, figures, "loader")
 
 
 if __name__ == "__main__":

@@ -142,12 +142,14 @@ def load(
             failed.append(exc)
 
     try:
+        # every GPU but the first on a thread of its own, the first on this one
         gpus = [(i, set(n)) for i, n in by_gpu.items()]
         threads = [threading.Thread(target=one_gpu, args=g, name=f"xferscope-load-{g[0]}")
                    for g in gpus[1:]]  # fmt: skip
         for thread in threads:
             thread.start()
-        one_gpu(*gpus[0]) if gpus else None
+        for g in gpus[:1]:
+            one_gpu(*g)
         for thread in threads:
             thread.join()
         if failed:
