@@ -58,33 +58,6 @@ std::string copy_resolved(ManyHandle& h, const std::string& method, const Resolv
                 wait);
 }
 
-// The thread's batch, read into again by each call (its vectors' memory kept), and left empty
-// of Python objects; a call made while it is in use (from Python code the reading ran) gets
-// its own.
-class Batch {
- public:
-  Batch() : mine_(!thread().busy) { thread().busy = true; }
-  ~Batch() {
-    r().keep.clear();
-    if (mine_) thread().busy = false;
-  }
-  Batch(const Batch&) = delete;
-  Batch& operator=(const Batch&) = delete;
-  Resolved& r() { return mine_ ? thread().r : own_; }
-
- private:
-  struct Kept {
-    Resolved r;
-    bool busy = false;
-  };
-  static Kept& thread() {
-    thread_local Kept kept;
-    return kept;
-  }
-  bool mine_;
-  Resolved own_;
-};
-
 class Copies {
  public:
   // classify: the engine's classify_pointers, or None for the driver's; decide(direction,
@@ -125,11 +98,16 @@ class Copies {
   nb::object copy_pairs(nb::sequence pairs, int device, const std::optional<std::string>& asked,
                         int upload, bool wait) {
     EarlyCopies early(*this, asked);
-    Batch batch;
+    xferscope::bindings::ThreadKept<Resolved> kept;  // read into again by the next call
+    Resolved& r = kept.get();
+    struct Let {  // of the Python objects read, once this call is over
+      Resolved& r;
+      ~Let() { r.keep.clear(); }
+    } let{r};
     try {
-      xferscope::bindings::resolve_pairs(batch.r(), pairs, device, classify_, read_pair_,
+      xferscope::bindings::resolve_pairs(r, pairs, device, classify_, read_pair_,
                                          early_ ? &early : nullptr);
-      return copy(batch.r(), asked, upload, wait);
+      return copy(r, asked, upload, wait);
     } catch (...) {
       early.drain();  // nothing queued still reads the caller's buffers once this raises
       throw;

@@ -98,9 +98,8 @@ std::vector<std::uint64_t> as_u64(const std::vector<T>& values) {
 
 namespace {
 
-// One thread's buffers for reading batches, kept between its calls, so that reading a batch
+// The buffers of reading a batch, kept by each thread (ThreadKept), so that reading one
 // allocates nothing once one as large has been read: a call of one piece made 13 allocations.
-// A call made while the thread's are in use (from Python code the reading ran) gets its own.
 struct Scratch {
   std::vector<PyObject*> objects;  // per end (destinations, then sources): read natively, or null
   std::vector<End> ends;
@@ -108,20 +107,6 @@ struct Scratch {
   std::vector<batch::PointerInfo> kinds, found;
   std::vector<std::size_t> asked;
   std::vector<std::uintptr_t> unknown;
-  bool busy = false;
-};
-
-struct Lease {
-  Scratch own;
-  Scratch* s;
-  Lease() {
-    thread_local Scratch thread;
-    s = thread.busy ? &own : &thread;
-    s->busy = true;
-  }
-  ~Lease() { s->busy = false; }
-  Lease(const Lease&) = delete;
-  Lease& operator=(const Lease&) = delete;
 };
 
 // The kinds of ends `from` to n - 1 of each side (s.kinds: destinations, then sources), those
@@ -264,8 +249,8 @@ void resolve_pairs(Resolved& r, nb::sequence pairs, int device, nb::handle class
   nb::object list = nb::steal(fast);
   const auto count = static_cast<std::size_t>(PySequence_Fast_GET_SIZE(list.ptr()));
   PyObject** items = PySequence_Fast_ITEMS(list.ptr());
-  Lease lease;
-  Scratch& s = *lease.s;
+  ThreadKept<Scratch> kept;
+  Scratch& s = kept.get();
   r.keep.clear();
   r.started = 0;
   r.destinations.resize(count);
@@ -362,8 +347,8 @@ Resolved resolve_addresses(Addresses destinations, Addresses sources, Addresses 
   r.destinations.assign(destinations.data(), destinations.data() + count);
   r.sources.assign(sources.data(), sources.data() + count);
   r.sizes.assign(sizes.data(), sizes.data() + count);
-  Lease lease;
-  Scratch& s = *lease.s;
+  ThreadKept<Scratch> kept;
+  Scratch& s = kept.get();
   s.kinds.assign(2 * count, batch::PointerInfo{});
   batch::Classifier classifier;
   ask_kinds(s, r, 0, false, classify, classifier);

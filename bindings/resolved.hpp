@@ -38,6 +38,32 @@ struct Early {
                      std::size_t size) = 0;
 };
 
+// A T each thread keeps between calls, so that its vectors' memory is reused; a call made
+// while the thread's is in use (from Python code that the first call ran) gets its own.
+template <typename T>
+class ThreadKept {
+ public:
+  ThreadKept() : mine_(!thread().busy) { thread().busy = true; }
+  ~ThreadKept() {
+    if (mine_) thread().busy = false;
+  }
+  ThreadKept(const ThreadKept&) = delete;
+  ThreadKept& operator=(const ThreadKept&) = delete;
+  T& get() { return mine_ ? thread().value : own_; }
+
+ private:
+  struct Kept {
+    T value;
+    bool busy = false;
+  };
+  static Kept& thread() {
+    thread_local Kept kept;
+    return kept;
+  }
+  bool mine_;
+  T own_;
+};
+
 // A rule of a batch broken (one direction, one GPU, writable destinations, positive addresses
 // and sizes, the way the caller named): Python's xferscope.transfer.CopyRefused, a ValueError.
 struct CopyRefused : std::runtime_error {
