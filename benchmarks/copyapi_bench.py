@@ -459,6 +459,15 @@ PART_FUNCTIONS = {
 }  # fmt: skip
 
 
+def out_file(option: str, text: str) -> Path:
+    """A probe's output file, checked before anything is measured: not a directory, and in
+    one that exists (SystemExit naming `option` otherwise)."""
+    path = Path(text)
+    if path.is_dir() or not path.parent.is_dir() or (path.exists() and not path.is_file()):
+        raise SystemExit(f"{option}: {text} is not a file to write in an existing directory")
+    return path
+
+
 def positive_list(parser: Any, option: str, text: str, most: int) -> list[int]:
     """`text` as a comma-separated list of whole numbers from 1 to `most`, else parser.error."""
     values = [v.strip() for v in text.split(",")]

@@ -17,7 +17,6 @@ import random
 import statistics
 import sys
 import time
-from pathlib import Path
 
 sys.path.insert(0, "benchmarks")
 import torch
@@ -31,13 +30,33 @@ from xferscope.transfer.copy import copies_of
 from xferscope.transfer.engine import default_engine
 from xferscope.transfer.first import copy_many  # as `from xferscope import copy_many` binds it
 
+if len(sys.argv) < 2:
+    raise SystemExit("usage: copyapi_call_probe.py OUT.json [direction:count:size,...]")
+OUT = base.out_file("OUT.json", sys.argv[1])
+_rounds = os.environ.get("XFERSCOPE_PROBE_ROUNDS", "3000")
+if not _rounds.isdigit() or not 30 <= int(_rounds) <= 100_000:
+    raise SystemExit(f"XFERSCOPE_PROBE_ROUNDS: {_rounds!r} is not a count from 30 to 100000")
+ROUNDS = int(_rounds)
+CELLS = (("d2h", 4, 256 << 10), ("d2h", 12, 96 << 10), ("h2d", 12, 256 << 10),
+         ("h2d", 4, 96 << 10), ("d2h", 1, 64))  # fmt: skip
+if len(sys.argv) > 2:
+    try:
+        CELLS = tuple(
+            (d, int(n), int(s)) for d, n, s in (c.split(":") for c in sys.argv[2].split(","))
+        )
+    except ValueError:
+        raise SystemExit(f"cells: {sys.argv[2]!r} is not direction:count:size, ...") from None
+    if not all(
+        d in ("h2d", "d2h") and 1 <= n <= 1 << 16 and 1 <= s <= 1 << 30 for d, n, s in CELLS
+    ):
+        raise SystemExit("cells: each is h2d or d2h, a count from 1 to 65536, 1 B to 1 GiB")
+
 _e = engine_module()
 xferscope.warmup()
 copies = copies_of(default_engine())
 native = copies.copier(0).native
 g = torch.Generator(device="cuda").manual_seed(3)
 stream = torch.cuda.current_stream()
-ROUNDS = int(os.environ.get("XFERSCOPE_PROBE_ROUNDS", "3000"))
 
 
 def cell(direction: str, n: int, size: int) -> dict:
@@ -96,13 +115,9 @@ def cell(direction: str, n: int, size: int) -> dict:
     return row
 
 
-CELLS = (("d2h", 4, 256 << 10), ("d2h", 12, 96 << 10), ("h2d", 12, 256 << 10),
-         ("h2d", 4, 96 << 10), ("d2h", 1, 64))  # fmt: skip
-if len(sys.argv) > 2:
-    CELLS = tuple((d, int(n), int(s)) for d, n, s in (c.split(":") for c in sys.argv[2].split(",")))
 out = {}
 for direction, n, size in CELLS:
     key = f"{direction} {n} x {size}"
     out[key] = cell(direction, n, size)
     print(key, out[key], flush=True)
-Path(sys.argv[1]).write_text(json.dumps(out, indent=1))
+OUT.write_text(json.dumps(out, indent=1))

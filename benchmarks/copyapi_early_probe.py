@@ -80,6 +80,9 @@ def main() -> None:
     parser.add_argument("--cells", required=True, help="direction:count:size, comma-separated")
     parser.add_argument("--trials", type=int, default=31)
     args = parser.parse_args()
+    out_path = base.out_file("out", args.out)
+    if not 2 <= args.trials <= base.MOST_TRIALS:
+        parser.error(f"--trials: {args.trials} is not from 2 to {base.MOST_TRIALS}")
     cells = []
     for text in args.cells.split(","):
         try:
@@ -87,6 +90,8 @@ def main() -> None:
             cells.append((direction, int(count), int(size)))
         except ValueError:
             parser.error(f"--cells: {text!r} is not direction:count:size (h2d:4:65536)")
+        if not (1 <= cells[-1][1] <= 1 << 16 and 1 <= cells[-1][2] <= 1 << 30):
+            parser.error(f"--cells: {text!r}: a count from 1 to 65536 of 1 B to 1 GiB")
         if direction not in ("h2d", "d2h"):
             parser.error(f"--cells: {text!r}: the direction is h2d or d2h")
     xferscope.warmup()
@@ -103,7 +108,7 @@ def main() -> None:
             r["median_us"]["torch_loop"] / r["median_us"]["copy_many_not_early"] for r in rows
         ),
     }
-    Path(args.out).write_text(json.dumps(out, indent=1))
+    out_path.write_text(json.dumps(out, indent=1))
     print({k: v for k, v in out.items() if k != "cells"}, flush=True)
 
 

@@ -322,6 +322,11 @@ def main() -> None:
         parser.error(f"--peers: '{','.join(args.peers)}' is not among {', '.join(PEERS)}")
     if not 1 <= args.rounds <= 20:
         parser.error(f"--rounds: {args.rounds} is not from 1 to 20")
+    if args.pt_most < 0:
+        parser.error(f"--pt-most: {args.pt_most} is not a size in bytes (0: no .pt file)")
+    where = Path(args.dir)
+    if (where.exists() and not where.is_dir()) or not where.parent.is_dir():
+        parser.error(f"--dir: {args.dir} is not a directory, nor one to make in one")
     figures, comparisons = base.joined(parser, args.into)
     meta = collect(NativeEngine(), [0])
 

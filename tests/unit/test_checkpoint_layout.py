@@ -156,3 +156,26 @@ def test_a_broken_set_of_shards_is_one_line(tmp_path):
         checkpoint_layouts([])
     with pytest.raises(CheckpointError, match=r"nothing.safetensors: no such file"):
         checkpoint_layouts(tmp_path / "nothing.safetensors")
+
+
+def test_a_fifo_a_directory_and_a_symlink_as_the_path(tmp_path):
+    """A FIFO (whose open would wait for a writer) and a directory named as a file or index are
+    one line each; a symlink to a file is the file."""
+    import os
+
+    fifo = tmp_path / "pipe.safetensors"
+    os.mkfifo(fifo)
+    with pytest.raises(CheckpointError, match=r"pipe.safetensors: not a regular file"):
+        checkpoint_layouts(fifo)
+    index = tmp_path / "model.safetensors.index.json"
+    os.mkfifo(index)
+    with pytest.raises(CheckpointError, match=r"index.json: not a regular file"):
+        checkpoint_layouts(index)
+    folder = tmp_path / "sub"
+    (folder / "x.safetensors.index.json").mkdir(parents=True)
+    with pytest.raises(CheckpointError, match=r"x.safetensors.index.json: not a regular file"):
+        checkpoint_layouts(folder)
+    real = write(tmp_path / "real.safetensors", {"w": np.ones(3, np.float32)})
+    link = tmp_path / "link.safetensors"
+    link.symlink_to(real)
+    assert [t.name for t in read_layout(link).tensors] == ["w"]

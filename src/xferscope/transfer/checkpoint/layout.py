@@ -21,6 +21,7 @@ import itertools
 import json
 import math
 import os
+import stat as stat_module
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,8 @@ def read_layout(path: str | os.PathLike[str]) -> Layout:
     whose header does not fit its data."""
     path = Path(path)
     try:
+        if not stat_module.S_ISREG(os.stat(path).st_mode):  # a FIFO's open would wait
+            raise CheckpointError(f"{path}: not a regular file (a safetensors file is one)")
         with path.open("rb") as f:
             stat = os.fstat(f.fileno())
             head = f.read(8)

@@ -64,6 +64,8 @@ def _one(path: Path) -> list[Layout]:
 
 def _indexed(index: Path) -> list[Layout]:
     """The shards `index` maps tensors to, each checked to hold what the map says."""
+    if not index.is_file():  # a directory, a FIFO (whose read would wait), or nothing
+        raise CheckpointError(f"{index}: not a regular file (an index is a JSON file)")
     try:
         weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as exc:
