@@ -256,7 +256,7 @@ def error_part(args: Any, figures: dict) -> None:
 
     layout = read_layout(files[0])
     real = loading.checkpoint_layouts
-    loading.checkpoint_layouts = lambda paths: [layout]  # type: ignore[assignment]
+    loading.checkpoint_layouts = lambda paths, files=None: [layout]  # type: ignore[assignment]
     stamp = layout.version[2] + 10**9
     os.utime(files[0], ns=(stamp, stamp))
     try:

@@ -103,7 +103,7 @@ def test_a_file_changed_after_its_header_leaves_no_gpu_memory_held(gpu, tmp_path
     path = tmp_path / "m.safetensors"
     st.save_file(tensors(3), str(path))
     layout = read_layout(path)
-    monkeypatch.setattr(loading, "checkpoint_layouts", lambda paths: [layout])
+    monkeypatch.setattr(loading, "checkpoint_layouts", lambda paths, files=None: [layout])
     stamp = layout.version[2] + 10**9
     os.utime(path, ns=(stamp, stamp))
     torch.cuda.synchronize()

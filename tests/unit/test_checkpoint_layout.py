@@ -179,3 +179,24 @@ def test_a_fifo_a_directory_and_a_symlink_as_the_path(tmp_path):
     link = tmp_path / "link.safetensors"
     link.symlink_to(real)
     assert [t.name for t in read_layout(link).tensors] == ["w"]
+
+
+def test_the_tensors_read_all_at_once_equal_those_read_one_by_one(tmp_path):
+    """The header's tensors are made all at once where every entry is well formed; the one by
+    one reading (which names a broken entry) is the rule they must equal."""
+    from xferscope.transfer.checkpoint.layout import _tensor, _tensors
+
+    rng = np.random.default_rng(5)
+    tensors = {f"t{i}": rng.integers(0, 9, size=tuple(rng.integers(0, 4, size=i % 4)))
+               .astype(list(NUMPY.values())[i % 5]) for i in range(60)}  # fmt: skip
+    path = write(tmp_path / "m.safetensors", tensors, metadata={"format": "pt"})
+    layout = read_layout(path)
+    blob = path.read_bytes()
+    header = json.loads(blob[8 : layout.data_begin])
+    at_once = _tensors(path, header, layout.data_begin)
+    one_by_one = [_tensor(path, n, e, layout.data_begin) for n, e in header.items()
+                  if n != "__metadata__"]  # fmt: skip
+    assert at_once == one_by_one and sorted(at_once, key=lambda t: t.begin) == list(layout.tensors)
+    header["t7"]["shape"] = [True, 1]  # a bool is not a size: the one-by-one reading names it
+    with pytest.raises(CheckpointError, match=r"tensor 't7': shape \[True, 1\] is not a list"):
+        _tensors(path, header, layout.data_begin)

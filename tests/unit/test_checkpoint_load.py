@@ -6,6 +6,8 @@ since its header was read refused with one line."""
 from __future__ import annotations
 
 import os
+import types
+from typing import Any
 
 import numpy as np
 import pytest
@@ -97,3 +99,77 @@ def test_the_ranges_of_some_tensors_of_a_file(tmp_path):
     assert starts == [first, first + 26] and sizes == [20, 16] and offsets == [0, 26]
     first, _, sizes, offsets = runs(layout, {"b"})
     assert first == layout.data_begin + 20 and sizes == [6] and offsets == [0]
+
+
+class _Torch:
+    """What DataReads asks of PyTorch, without a GPU: empty() buffers that count themselves."""
+
+    uint8 = "uint8"
+
+    class _Buffer:
+        def __init__(self, nbytes: int) -> None:
+            self.nbytes = nbytes
+
+        def data_ptr(self) -> int:
+            return 0x7F00_0000_0000
+
+    @classmethod
+    def empty(cls, nbytes: int, dtype: str, device: str) -> _Torch._Buffer:
+        assert dtype == "uint8" and device == "cuda:0"
+        return cls._Buffer(nbytes)
+
+    class cuda:
+        @staticmethod
+        def current_stream(index: int) -> Any:
+            return types.SimpleNamespace(synchronize=lambda: None)
+
+
+def test_each_files_data_is_read_while_its_header_is_parsed(tmp_path):
+    """DataReads reads each file's data (from the header's end) on a thread of its own: the
+    simulated copier's reads are the native pread loop's, so a file cut after the reads were
+    begun is told as the read's error, and a layout of another version is refused."""
+    from xferscope.transfer.checkpoint.reads import DataReads
+
+    engine = SimulatedEngine()
+    one = write(tmp_path / "a.safetensors", {"w": np.arange(1000, dtype=np.float32)})
+    two = write(tmp_path / "b.safetensors", {"v": np.ones(10, dtype=np.float16)})
+    reads = DataReads(_Torch, engine.many_copier(0), 0, [one, two])
+    layouts = [read_layout(one), read_layout(two)]
+    assert [b.nbytes for b in reads.buffers] == [4000, 20]
+    assert reads.buffer(1, layouts[1]) is reads.buffers[1]
+    reads.finish()
+    before = engine.now()
+    reads = DataReads(_Torch, engine.many_copier(0), 0, [one])
+    reads.finish()
+    assert engine.now() > before  # the staged copy of its bytes, on the simulated clock
+    stale = layouts[0]
+    os.utime(one, ns=(stale.version[2] + 10**9, stale.version[2] + 10**9))
+    reads = DataReads(_Torch, engine.many_copier(0), 0, [one])
+    with pytest.raises(CheckpointError, match=r"a.safetensors: the file changed since its header"):
+        reads.buffer(0, stale)
+    reads.close()
+    assert reads.buffers == []
+
+
+def test_a_read_that_fails_is_one_error_naming_the_file(tmp_path, monkeypatch):
+    from xferscope.transfer.checkpoint import reads as module
+
+    engine = SimulatedEngine()
+    path = write(tmp_path / "a.safetensors", {"w": np.arange(1000, dtype=np.float32)})
+    real = module.version_of
+    calls = []
+
+    def later(stat: os.stat_result) -> tuple[int, int, int]:  # the file's size shrinks
+        calls.append(stat)
+        v = real(stat)
+        return v if len(calls) == 1 else (v[0], v[1] - 1, v[2])
+
+    monkeypatch.setattr(module, "version_of", later)
+    reads = module.DataReads(_Torch, engine.many_copier(0), 0, [path])
+    with pytest.raises(CheckpointError, match=r"a.safetensors: the file changed while it was read"):
+        reads.finish()
+    path.write_bytes(b"\x10\x00")
+    with pytest.raises(CheckpointError, match=r"a.safetensors: 2 B, too short"):
+        module.DataReads(_Torch, engine.many_copier(0), 0, [path])
+    with pytest.raises(CheckpointError, match=r"nothing.safetensors: No such file"):
+        module.DataReads(_Torch, engine.many_copier(0), 0, [tmp_path / "nothing.safetensors"])

@@ -22,7 +22,6 @@ def test_a_file_read_in_whole_is_resident_and_an_empty_one_counts_as_resident(tm
 
 @pytest.mark.parametrize("threads", [1, 3])
 def test_threads_read_every_byte_of_every_file(tmp_path, monkeypatch, threads):
-    monkeypatch.setattr(storage, "BLOCK", 1 << 20)
     paths = []
     for i, size in enumerate((5 << 20, (2 << 20) + 123, 0)):
         paths.append(tmp_path / f"{i}.bin")
@@ -36,7 +35,7 @@ def test_threads_read_every_byte_of_every_file(tmp_path, monkeypatch, threads):
         return n
 
     monkeypatch.setattr(os, "preadv", preadv)
-    assert storage.read_rate(paths, threads, direct=False) > 0
+    assert storage.read_rate(paths, threads, direct=False, block=1 << 20) > 0
     assert sum(counted) == sum(p.stat().st_size for p in paths)
 
 
@@ -47,3 +46,21 @@ def test_o_direct_reads_where_the_filesystem_takes_it(tmp_path):
         assert storage.read_rate([path], 2, direct=True) > 0
     except OSError as exc:  # tmpfs and some others refuse O_DIRECT: said as an OSError
         assert exc.errno is not None
+
+
+def test_reading_ahead_asks_the_kernel_for_each_window_and_stops_when_told(tmp_path, monkeypatch):
+    paths = [tmp_path / "a.bin", tmp_path / "b.bin"]
+    for p in paths:
+        p.write_bytes(os.urandom(300 << 10))
+    asked = []
+    real = os.posix_fadvise
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, at, n, advice: asked.append((at, n, advice))
+                        or real(fd, at, n, advice))  # fmt: skip
+    assert storage.read_rate(paths, 2, direct=False, block=64 << 10, ahead=128 << 10) > 0
+    wanted = [(0, 128 << 10), (128 << 10, 128 << 10), (256 << 10, 44 << 10)] * 2
+    assert [(a, n) for a, n, _ in asked] == wanted
+    assert {advice for *_, advice in asked} == {os.POSIX_FADV_WILLNEED}
+    asked.clear()
+    with storage.Ahead(paths, 1 << 10) as ahead:
+        ahead._stop.set()  # told to stop at once: at most the window being asked for
+    assert len(asked) <= 1

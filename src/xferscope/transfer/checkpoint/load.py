@@ -14,9 +14,11 @@ CheckpointError naming it, and no GPU memory is left held by the load."""
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
-from collections.abc import Sequence
+import traceback
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -24,8 +26,9 @@ import numpy as np
 from ..copy import copies_of
 from ..engine import default_engine
 from ..moves import gpu_index
-from .layout import CheckpointError, Layout, Tensor, version_of
-from .shards import checkpoint_layouts
+from .layout import CheckpointError, Layout, Tensor, opened, version_of
+from .reads import DataReads, changed
+from .shards import checkpoint_files, checkpoint_layouts
 
 # safetensors' dtypes as PyTorch names them
 TORCH_DTYPES = {
@@ -86,10 +89,7 @@ def read_file(layout: Layout, copier: Any, device_ptr: int, names: set[str] | No
     first one's offset on) by `copier` (an engine's copy_many copier); CheckpointError where
     the file has changed since its layout was read, during the read, or cannot be read."""
     _, starts, sizes, offsets = runs(layout, names)
-    try:
-        fd = os.open(layout.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise CheckpointError(f"{layout.path}: {exc.strerror or exc}") from None
+    fd = opened(layout.path)
     try:
         _unchanged(layout, fd, "since its header was read")
         if starts:
@@ -104,10 +104,7 @@ def read_file(layout: Layout, copier: Any, device_ptr: int, names: set[str] | No
 
 def _unchanged(layout: Layout, fd: int, when: str) -> None:
     if version_of(os.fstat(fd)) != layout.version:
-        raise CheckpointError(
-            f"{layout.path}: the file changed {when} (its size, time or inode differ); "
-            "load it again once it is written"
-        )
+        raise changed(layout.path, when)
 
 
 def load(
@@ -127,70 +124,122 @@ def load(
 
     if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise ValueError(f"dtype: {dtype!r} is not a floating-point torch.dtype (or None)")
+    out: dict[str, Any] = {}
+    try:
+        if isinstance(device, dict) or callable(device):
+            _placed_load(torch, paths, device, out)
+        else:
+            _one_gpu_load(torch, paths, gpu_index(device), out)
+        if dtype is not None:
+            for name, tensor in out.items():
+                if tensor.is_floating_point():
+                    out[name] = tensor.to(dtype)
+    except BaseException as exc:
+        out.clear()  # what was loaded goes now, and with the frames' locals, every buffer
+        traceback.clear_frames(exc.__traceback__)
+        raise
+    return out
+
+
+def _one_gpu_load(torch: Any, paths: Any, index: int, out: dict[str, Any]) -> None:
+    """Every file's data read into a buffer of its own on GPU `index` from the start, while
+    the headers are parsed and the tensors made as views of the buffers."""
+    files = checkpoint_files(paths)
+    copier = copies_of(default_engine()).copier(index)  # copy_many's: one pinned pool
+    reads = DataReads(torch, copier, index, [f.path for f in files])
+    try:
+        later = []
+        for k, layout in enumerate(checkpoint_layouts(paths, files)):
+            later += _views(torch, layout, reads.buffer(k, layout), layout.data_begin,
+                            layout.tensors, out)  # fmt: skip
+        reads.finish()
+        for fix in later:
+            fix()
+    except BaseException:
+        reads.close()
+        raise
+
+
+def _placed_load(torch: Any, paths: Any, device: Any, out: dict[str, Any]) -> None:
+    """The tensors of each GPU the map or callable `device` names read by a thread of its
+    own, the first GPU's on this one."""
     layouts = checkpoint_layouts(paths)
     by_gpu = placed([t.name for layout in layouts for t in layout.tensors], device)
-    out: dict[str, Any] = {}
     failed: list[BaseException] = []
 
     def one_gpu(index: int, names: set[str]) -> None:
-        copier = copies_of(default_engine()).copier(index)  # copy_many's: one pinned pool
+        copier = copies_of(default_engine()).copier(index)
         try:
             for layout in layouts:
-                if any(t.name in names for t in layout.tensors):
-                    out.update(_tensors(torch, layout, index, copier, dtype, names))
+                tensors = _chosen(layout, names)
+                if tensors:
+                    _read_views(torch, layout, index, copier, tensors, out)
         except BaseException as exc:
             failed.append(exc)
 
-    try:
-        # every GPU but the first on a thread of its own, the first on this one
-        gpus = [(i, set(n)) for i, n in by_gpu.items()]
-        threads = [threading.Thread(target=one_gpu, args=g, name=f"xferscope-load-{g[0]}")
-                   for g in gpus[1:]]  # fmt: skip
-        for thread in threads:
-            thread.start()
-        for g in gpus[:1]:
-            one_gpu(*g)
-        for thread in threads:
-            thread.join()
-        if failed:
-            raise failed[0]
-    except BaseException:
-        out.clear()  # the traceback keeps this frame: what was loaded goes now
-        raise
-    return out
+    gpus = [(i, set(n)) for i, n in by_gpu.items()]
+    threads = [threading.Thread(target=one_gpu, args=g, name=f"xferscope-load-{g[0]}")
+               for g in gpus[1:]]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    for g in gpus[:1]:
+        one_gpu(*g)
+    for thread in threads:
+        thread.join()
+    if failed:
+        raise failed[0]
 
 
-def _tensors(
-    torch: Any, layout: Layout, index: int, copier: Any, dtype: Any, names: set[str]
-) -> dict[str, Any]:
-    tensors = _chosen(layout, names)
-    first = tensors[0].begin if tensors else layout.data_begin
-    span = max((t.end for t in tensors), default=first) - first
-    kinds = {}
-    for t in tensors:
-        kind = getattr(torch, TORCH_DTYPES[t.dtype], None)
-        if kind is None:
-            raise CheckpointError(
-                f"{layout.path}: tensor {t.name!r} is {t.dtype}, which this PyTorch "
-                f"({torch.__version__}) has no dtype for (torch.{TORCH_DTYPES[t.dtype]})"
-            )
-        kinds[t.name] = kind
+def _read_views(
+    torch: Any, layout: Layout, index: int, copier: Any, tensors: list[Tensor], out: dict[str, Any]
+) -> None:
+    """`tensors` of `layout` read into one buffer on GPU `index`, then made its views."""
+    first = tensors[0].begin
+    span = max(t.end for t in tensors) - first
     buffer = torch.empty(span, dtype=torch.uint8, device=f"cuda:{index}")
     # the copier's streams are not ordered after PyTorch's: what the memory held before is done
     torch.cuda.current_stream(index).synchronize()
-    try:
-        read_file(layout, copier, buffer.data_ptr(), names)
-    except BaseException:
-        del buffer  # the traceback keeps this frame: the GPU memory goes now
-        raise
-    out = {}
+    later = _views(torch, layout, buffer, first, tensors, out)
+    read_file(layout, copier, buffer.data_ptr(), {t.name for t in tensors})
+    for fix in later:
+        fix()
+
+
+def _views(
+    torch: Any,
+    layout: Layout,
+    buffer: Any,
+    first: int,
+    tensors: Sequence[Tensor],
+    out: dict[str, Any],
+) -> list[Callable[[], None]]:
+    """Each of `tensors` into `out` as a view of `buffer` (which holds `layout`'s file from
+    byte `first`), made before its bytes are there; what must wait for them (a tensor whose
+    offset does not suit its dtype, copied out to a fresh block), returned to be called after."""
+    kinds = {}
+    for dtype in {t.dtype for t in tensors}:
+        kind = getattr(torch, TORCH_DTYPES[dtype], None)
+        if kind is None:
+            name = next(t.name for t in tensors if t.dtype == dtype)
+            raise CheckpointError(
+                f"{layout.path}: tensor {name!r} is {dtype}, which this PyTorch "
+                f"({torch.__version__}) has no dtype for (torch.{TORCH_DTYPES[dtype]})"
+            )
+        kinds[dtype] = kind
+    typed: dict[Any, Any] = {}  # the buffer as each dtype
+    later: list[Callable[[], None]] = []
     for t in tensors:
-        kind = kinds[t.name]
-        view = buffer[t.begin - first : t.end - first]
-        if (t.begin - first) % kind.itemsize:
-            view = view.clone()  # a fresh, aligned block
-        tensor = view.view(kind).reshape(t.shape)
-        if dtype is not None and tensor.is_floating_point():
-            tensor = tensor.to(dtype)
-        out[t.name] = tensor
-    return out
+        kind = kinds[t.dtype]
+        at, size = t.begin - first, kind.itemsize
+        if at % size:
+            later.append(functools.partial(_aligned, out, t, buffer[at : at + t.nbytes], kind))
+            continue
+        whole = typed.get(kind)
+        if whole is None:
+            whole = typed[kind] = buffer[: buffer.numel() // size * size].view(kind)
+        out[t.name] = whole[at // size : (at + t.nbytes) // size].view(t.shape)
+    return later
+
+
+def _aligned(out: dict[str, Any], t: Tensor, raw: Any, kind: Any) -> None:
+    out[t.name] = raw.clone().view(kind).reshape(t.shape)  # a fresh, aligned block

@@ -9,23 +9,43 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from .layout import CheckpointError, Layout, read_layout
 
 INDEX_SUFFIX = ".safetensors.index.json"
 
 
+class Shard(NamedTuple):
+    """One file of a checkpoint, and where an index names it, the index and the tensors it
+    maps there."""
+
+    path: Path
+    index_file: Path | None = None
+    mapped: tuple[str, ...] = ()
+
+
+def checkpoint_files(
+    paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+) -> list[Shard]:
+    """The files `paths` names (a file, a directory, an index, or a list of files), before any
+    header is read; CheckpointError for none, or a shard an index names that is missing."""
+    if isinstance(paths, (str, os.PathLike)):
+        files = _one(Path(paths))
+    else:
+        files = [f for p in paths for f in _one(Path(p))]
+    if not files:
+        raise CheckpointError(f"{_named(paths)}: no safetensors file there")
+    return files
+
+
 def checkpoint_layouts(
     paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    files: list[Shard] | None = None,
 ) -> list[Layout]:
-    """The layouts of the files `paths` names (a file, a directory, an index, or a list of
-    files), each tensor in exactly one; CheckpointError naming what is wrong."""
-    if isinstance(paths, (str, os.PathLike)):
-        layouts = _one(Path(paths))
-    else:
-        layouts = [layout for p in paths for layout in _one(Path(p))]
-    if not layouts:
-        raise CheckpointError(f"{_named(paths)}: no safetensors file there")
+    """The layouts of the files `paths` names (`files`, where already found), each tensor in
+    exactly one; CheckpointError naming what is wrong."""
+    layouts = [_checked(shard) for shard in (checkpoint_files(paths) if files is None else files)]
     seen: dict[str, Path] = {}
     for layout in layouts:
         for t in layout.tensors:
@@ -44,7 +64,7 @@ def _named(paths: object) -> str:
     return ", ".join(str(p) for p in paths)  # type: ignore[attr-defined]
 
 
-def _one(path: Path) -> list[Layout]:
+def _one(path: Path) -> list[Shard]:
     if path.is_dir():
         indexes = sorted(path.glob(f"*{INDEX_SUFFIX}"))
         if len(indexes) == 1:
@@ -54,16 +74,16 @@ def _one(path: Path) -> list[Layout]:
                 f"{path}: {len(indexes)} indexes ({', '.join(i.name for i in indexes)}); "
                 "name the one to load"
             )
-        return [read_layout(f) for f in sorted(path.glob("*.safetensors"))]
+        return [Shard(f) for f in sorted(path.glob("*.safetensors"))]
     if path.name.endswith(INDEX_SUFFIX):
         return _indexed(path)
     if not path.exists():
         raise CheckpointError(f"{path}: no such file or directory")
-    return [read_layout(path)]
+    return [Shard(path)]
 
 
-def _indexed(index: Path) -> list[Layout]:
-    """The shards `index` maps tensors to, each checked to hold what the map says."""
+def _indexed(index: Path) -> list[Shard]:
+    """The shards `index` maps tensors to, each there."""
     if not index.is_file():  # a directory, a FIFO (whose read would wait), or nothing
         raise CheckpointError(f"{index}: not a regular file (an index is a JSON file)")
     try:
@@ -80,7 +100,7 @@ def _indexed(index: Path) -> list[Layout]:
     by_shard: dict[str, list[str]] = {}
     for name, shard in weight_map.items():
         by_shard.setdefault(shard, []).append(name)
-    layouts = []
+    shards = []
     for shard, names in by_shard.items():
         file = index.parent / shard
         if Path(shard).name != shard:
@@ -89,13 +109,19 @@ def _indexed(index: Path) -> list[Layout]:
             raise CheckpointError(
                 f"{index}: shard {shard} ({len(names)} tensors, {names[0]!r} first) is missing"
             )
-        layout = read_layout(file)
+        shards.append(Shard(file, index, tuple(names)))
+    return shards
+
+
+def _checked(shard: Shard) -> Layout:
+    """The shard's layout, checked to hold what its index maps to it."""
+    layout = read_layout(shard.path)
+    if shard.mapped:
         held = {t.name for t in layout.tensors}
-        absent = [n for n in names if n not in held]
+        absent = [n for n in shard.mapped if n not in held]
         if absent:
             raise CheckpointError(
-                f"{index}: tensor {absent[0]!r} is mapped to {shard}, which does not hold it "
-                f"({len(absent)} such)"
+                f"{shard.index_file}: tensor {absent[0]!r} is mapped to {shard.path.name}, which "
+                f"does not hold it ({len(absent)} such)"
             )
-        layouts.append(layout)
-    return layouts
+    return layout

@@ -6,6 +6,7 @@ is set against (`benchmarks/load_bench.py`)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import os
@@ -67,10 +68,54 @@ def cached(paths: Sequence[str | os.PathLike[str]], warm: bool) -> float:
     return sum(resident_share(p) * s for p, s in zip(paths, sizes, strict=True)) / total
 
 
-def read_rate(paths: Sequence[str | os.PathLike[str]], threads: int, direct: bool) -> float:
-    """Bytes a second `threads` threads read the files at, each taking the next BLOCK with pread
-    (O_DIRECT into page-aligned buffers where `direct`), from the state the page cache is in."""
-    jobs = [(Path(p), at) for p in paths for at in range(0, os.stat(p).st_size, BLOCK)]
+class Ahead:
+    """A thread asking the kernel to read `paths` into the page cache ahead of their readers
+    (posix_fadvise(WILLNEED), `window` bytes at a time, file after file): each call returns
+    once its reads are queued, so the disk has large requests queued while the readers copy
+    what has come. Stops (after the window being asked for) when the `with` block ends."""
+
+    def __init__(self, paths: Sequence[str | os.PathLike[str]], window: int = 64 << 20) -> None:
+        self._paths, self._window = list(paths), window
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="xferscope-ahead", daemon=True)
+
+    def __enter__(self) -> Ahead:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        for path in self._paths:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                continue  # its reader tells
+            try:
+                size = os.fstat(fd).st_size
+                for at in range(0, size, self._window):
+                    if self._stop.is_set():
+                        return
+                    os.posix_fadvise(fd, at, min(self._window, size - at), os.POSIX_FADV_WILLNEED)
+            except OSError:
+                return  # advice only: the readers still read
+            finally:
+                os.close(fd)
+
+
+def read_rate(
+    paths: Sequence[str | os.PathLike[str]],
+    threads: int,
+    direct: bool,
+    block: int = BLOCK,
+    ahead: int = 0,
+) -> float:
+    """Bytes a second `threads` threads read the files at, each taking the next `block` with
+    pread (O_DIRECT into page-aligned buffers where `direct`), from the state the page cache is
+    in; `ahead`: the kernel asked to read ahead in windows of that many bytes (Ahead)."""
+    jobs = [(Path(p), at) for p in paths for at in range(0, os.stat(p).st_size, block)]
     jobs.reverse()  # taken from the end: in order
     flags = os.O_RDONLY | (getattr(os, "O_DIRECT", 0) if direct else 0)
     fds = {Path(p): os.open(p, flags) for p in paths}
@@ -79,7 +124,7 @@ def read_rate(paths: Sequence[str | os.PathLike[str]], threads: int, direct: boo
     failed: list[OSError] = []
 
     def reader() -> None:
-        buffer = mmap.mmap(-1, BLOCK)  # page-aligned, as O_DIRECT needs
+        buffer = mmap.mmap(-1, block)  # page-aligned, as O_DIRECT needs
         n = 0
         try:
             while True:
@@ -98,10 +143,11 @@ def read_rate(paths: Sequence[str | os.PathLike[str]], threads: int, direct: boo
     start = time.perf_counter()
     workers = [threading.Thread(target=reader, name=f"xferscope-read-{i}") for i in range(threads)]
     try:
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
+        with Ahead(paths, ahead) if ahead > 0 else contextlib.nullcontext():
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
     finally:
         for fd in fds.values():
             os.close(fd)

@@ -1,0 +1,148 @@
+"""Issue 51: what a cold checkpoint read can reach on this machine's disk, and what making an
+MoE's tensors costs apart from reading them. Cold (each file's pages dropped, checked with
+mincore) reads of load_bench's dense1g files by 1-16 threads of pread, 4-64 MiB each, buffered
+and O_DIRECT, with and without the kernel asked to read ahead (storage.Ahead); xferscope.load
+cold, plain and inside Ahead. Then, on a GPU buffer already holding moe1g's data: the header
+read, and its 18,000 tensors made as views three ways. Ways interleaved in a shuffled order each
+round; medians. Writes one JSON object.
+
+    python3 benchmarks/load_probe.py out.json --dir /var/tmp/ckpt [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torch
+
+import load_bench
+import xferscope
+from xferscope.transfer.checkpoint import read_layout, storage
+from xferscope.transfer.checkpoint.load import TORCH_DTYPES
+
+GB = 1e9
+MIB = 1 << 20
+
+
+def cold_part(root: Path, rounds: int) -> dict:
+    files, _, _ = load_bench.written("dense1g", root, 0)
+    nbytes = sum(f.stat().st_size for f in files)
+    ways: dict[str, Callable[[], object]] = {}
+    for threads in (1, 2, 4, 8, 16):
+        for block in (4, 16, 64):
+            ways[f"buffered_{threads}x{block}M"] = lambda t=threads, b=block: storage.read_rate(
+                files, t, False, b * MIB
+            )
+    for threads in (4, 8, 16):
+        for block in (16, 64):
+            ways[f"direct_{threads}x{block}M"] = lambda t=threads, b=block: storage.read_rate(
+                files, t, True, b * MIB
+            )
+    for threads in (2, 4, 8):
+        for window in (64, 256):
+            ways[f"ahead{window}M_{threads}x16M"] = lambda t=threads, w=window: storage.read_rate(
+                files, t, False, 16 * MIB, w * MIB
+            )
+
+    def load(window: int) -> None:
+        if window:
+            with storage.Ahead(files, window * MIB):
+                xferscope.load(files)
+        else:
+            xferscope.load(files)
+        torch.cuda.synchronize()
+
+    for window in (0, 64, 256):
+        ways[f"load_ahead{window}M" if window else "load"] = lambda w=window: load(w)
+    xferscope.load(files)  # the copier made
+    seconds: dict[str, list[float]] = {}
+    shares = []
+    order = list(ways)
+    for _ in range(rounds):
+        random.shuffle(order)
+        for name in order:
+            shares.append(storage.cached(files, warm=False))
+            start = time.perf_counter()
+            ways[name]()
+            seconds.setdefault(name, []).append(time.perf_counter() - start)
+            torch.cuda.empty_cache()
+    gbps = {k: round(nbytes / statistics.median(v) / GB, 3) for k, v in seconds.items()}
+    return {"bytes": nbytes, "gbps": dict(sorted(gbps.items(), key=lambda kv: -kv[1])),
+            "resident_share_most": max(shares)}  # fmt: skip
+
+
+def views_part(root: Path, rounds: int) -> dict:
+    files, _, _ = load_bench.written("moe1g", root, 0)
+    layout = read_layout(files[0])
+    first = layout.data_begin
+    buffer = torch.empty(layout.size - first, dtype=torch.uint8, device="cuda")
+    kind = getattr(torch, TORCH_DTYPES[layout.tensors[0].dtype])
+    assert all(t.dtype == layout.tensors[0].dtype for t in layout.tensors)
+    size = kind.itemsize
+    typed = buffer[: buffer.numel() // size * size].view(kind)
+
+    def sliced() -> dict:
+        return {t.name: typed[(t.begin - first) // size : (t.end - first) // size].view(t.shape)
+                for t in layout.tensors}  # fmt: skip
+
+    def strided() -> dict:
+        out = {}
+        for t in layout.tensors:
+            strides, n = [], 1
+            for d in reversed(t.shape):
+                strides.append(n)
+                n *= d
+            out[t.name] = typed.as_strided(t.shape, strides[::-1], (t.begin - first) // size)
+        return out
+
+    def split() -> dict:
+        parts = typed.split_with_sizes([t.nbytes // size for t in layout.tensors])
+        return {t.name: p.view(t.shape) for t, p in zip(layout.tensors, parts, strict=True)}
+
+    def header() -> object:
+        return read_layout(files[0])
+
+    def load_warm() -> None:
+        xferscope.load(files)
+        torch.cuda.synchronize()
+
+    ways = {"sliced": sliced, "as_strided": strided, "split": split, "read_layout": header,
+            "load_warm": load_warm}  # fmt: skip
+    storage.cached(files, warm=True)
+    load_warm()
+    seconds: dict[str, list[float]] = {}
+    order = list(ways)
+    for _ in range(rounds * 3):
+        random.shuffle(order)
+        for name in order:
+            start = time.perf_counter()
+            ways[name]()
+            seconds.setdefault(name, []).append(time.perf_counter() - start)
+    return {"tensors": len(layout.tensors), "bytes": layout.size,
+            "ms": {k: round(statistics.median(v) * 1e3, 2) for k, v in seconds.items()}}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("out")
+    parser.add_argument("--dir", required=True)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    root = Path(args.dir)
+    result = {"views": views_part(root, args.rounds)}
+    print(json.dumps(result), flush=True)
+    result["cold"] = cold_part(root, args.rounds)
+    print(json.dumps(result["cold"]), flush=True)
+    Path(args.out).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""A checkpoint's files read into GPU buffers of their own, file after file, by a thread that
+starts before any header is parsed: a safetensors file's data lie from its header's end to the
+file's end, so its length (the first 8 bytes) is all a read needs. The program's thread parses
+the headers and makes the tensors meanwhile, so an MoE's 18,000 tensors cost their header and
+views little beside the read. Each file is read through `read_to_device` of copy_many's copier
+(pread into its pinned chunks), one file at a time, all its threads on it.
+
+    reads = DataReads(torch, copier, 0, [Path("model.safetensors")])
+    layout = read_layout("model.safetensors")
+    buffer = reads.buffer(0, layout)   # the GPU bytes of the file's data, still being read
+    reads.finish()                     # every file read, or its CheckpointError"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .layout import CheckpointError, Layout, header_length, opened, version_of
+
+
+def changed(path: Path, when: str) -> CheckpointError:
+    return CheckpointError(
+        f"{path}: the file changed {when} (its size, time or inode differ); load it again once "
+        "it is written"
+    )
+
+
+class DataReads:
+    """The data of `paths` read into one GPU buffer each on GPU `index` by `copier` (an
+    engine's copy_many copier) on a thread of its own, begun here."""
+
+    def __init__(self, torch: Any, copier: Any, index: int, paths: Sequence[Path]) -> None:
+        self._copier = copier
+        self._stop = False
+        self._error: BaseException | None = None
+        self._files: list[tuple[Path, int, int, tuple[int, int, int]]] = []  # path fd begin ver
+        self.buffers: list[Any] = []
+        try:
+            for path in paths:
+                fd = opened(path)
+                self._files.append((path, fd, 0, (0, 0, 0)))
+                stat = os.fstat(fd)
+                begin = 8 + header_length(path, os.pread(fd, 8, 0), stat.st_size)
+                self._files[-1] = (path, fd, begin, version_of(stat))
+                self.buffers.append(
+                    torch.empty(stat.st_size - begin, dtype=torch.uint8, device=f"cuda:{index}")
+                )
+            # the copier's streams are not ordered after PyTorch's: what the memory held is done
+            torch.cuda.current_stream(index).synchronize()
+        except BaseException:
+            self.close()
+            raise
+        self._thread = threading.Thread(target=self._run, name=f"xferscope-load-{index}")
+        self._thread.start()
+
+    def _run(self) -> None:
+        for (path, fd, begin, version), buffer in zip(self._files, self.buffers, strict=True):
+            if self._stop:
+                return
+            try:
+                ranges = (np.array([v], dtype=np.uint64) for v in (begin, version[1] - begin, 0))
+                self._copier.read_to_device(fd, buffer.data_ptr(), *ranges)
+                if version_of(os.fstat(fd)) != version:
+                    raise changed(path, "while it was read")
+            except OSError as exc:
+                self._error = CheckpointError(f"{path}: {exc}")
+                return
+            except BaseException as exc:  # told on the program's thread
+                self._error = exc
+                return
+
+    def buffer(self, k: int, layout: Layout) -> Any:
+        """File `k`'s buffer (its data from byte `layout.data_begin`), once its layout is
+        known to be of the version being read; the bytes may still be on their way."""
+        path, _, begin, version = self._files[k]
+        if layout.version != version or layout.data_begin != begin:
+            raise changed(path, "since its header was read")
+        return self.buffers[k]
+
+    def finish(self) -> None:
+        """Once every file is read: the first read's error, if any."""
+        self._thread.join()
+        self._close_files()
+        if self._error is not None:
+            raise self._error
+
+    def close(self) -> None:
+        """Stops after the file being read, and gives back every buffer."""
+        self._stop = True
+        thread = getattr(self, "_thread", None)
+        if thread is not None:
+            thread.join()
+        self._close_files()
+        self.buffers.clear()
+
+    def _close_files(self) -> None:
+        for _, fd, _, _ in self._files:
+            os.close(fd)
+        self._files = []
