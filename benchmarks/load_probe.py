@@ -26,7 +26,7 @@ import torch
 import load_bench
 import xferscope
 from xferscope.transfer.checkpoint import read_layout, storage
-from xferscope.transfer.checkpoint.load import TORCH_DTYPES
+from xferscope.transfer.checkpoint.views import TORCH_DTYPES, views
 
 GB = 1e9
 MIB = 1 << 20
@@ -36,32 +36,24 @@ def cold_part(root: Path, rounds: int) -> dict:
     files, _, _ = load_bench.written("dense1g", root, 0)
     nbytes = sum(f.stat().st_size for f in files)
     ways: dict[str, Callable[[], object]] = {}
-    for threads in (1, 2, 4, 8, 16):
-        for block in (4, 16, 64):
-            ways[f"buffered_{threads}x{block}M"] = lambda t=threads, b=block: storage.read_rate(
-                files, t, False, b * MIB
-            )
-    for threads in (4, 8, 16):
-        for block in (16, 64):
-            ways[f"direct_{threads}x{block}M"] = lambda t=threads, b=block: storage.read_rate(
-                files, t, True, b * MIB
-            )
-    for threads in (2, 4, 8):
-        for window in (64, 256):
-            ways[f"ahead{window}M_{threads}x16M"] = lambda t=threads, w=window: storage.read_rate(
-                files, t, False, 16 * MIB, w * MIB
-            )
+    for threads, block in ((1, 16), (1, 64), (4, 16), (4, 64), (8, 64), (2, 256)):
+        ways[f"buffered_{threads}x{block}M"] = lambda t=threads, b=block: storage.read_rate(
+            files, t, False, b * MIB
+        )
+    ways["direct_8x64M"] = lambda: storage.read_rate(files, 8, True, 64 * MIB)
 
-    def load(window: int) -> None:
+    def load(window: int, read: bool) -> None:
         if window:
-            with storage.Ahead(files, window * MIB):
+            with storage.Ahead(files, window * MIB, read):
                 xferscope.load(files)
         else:
             xferscope.load(files)
         torch.cuda.synchronize()
 
-    for window in (0, 64, 256):
-        ways[f"load_ahead{window}M" if window else "load"] = lambda w=window: load(w)
+    ways["load"] = lambda: load(0, False)
+    for window in (16, 64, 256):
+        ways[f"load_read_ahead{window}M"] = lambda w=window: load(w, True)
+    ways["load_advise_ahead64M"] = lambda: load(64, False)
     xferscope.load(files)  # the copier made
     seconds: dict[str, list[float]] = {}
     shares = []
@@ -103,9 +95,10 @@ def views_part(root: Path, rounds: int) -> dict:
             out[t.name] = typed.as_strided(t.shape, strides[::-1], (t.begin - first) // size)
         return out
 
-    def split() -> dict:
-        parts = typed.split_with_sizes([t.nbytes // size for t in layout.tensors])
-        return {t.name: p.view(t.shape) for t, p in zip(layout.tensors, parts, strict=True)}
+    def grouped() -> dict:
+        out: dict = {}
+        views(torch, layout, buffer, first, layout.tensors, out)
+        return out
 
     def header() -> object:
         return read_layout(files[0])
@@ -114,7 +107,11 @@ def views_part(root: Path, rounds: int) -> dict:
         xferscope.load(files)
         torch.cuda.synchronize()
 
-    ways = {"sliced": sliced, "as_strided": strided, "split": split, "read_layout": header,
+    a, b = grouped(), sliced()
+    assert list(a) == list(b)
+    assert all((x.data_ptr(), x.shape, x.stride()) == (b[k].data_ptr(), b[k].shape, b[k].stride())
+               for k, x in a.items())  # fmt: skip
+    ways = {"sliced": sliced, "as_strided": strided, "grouped": grouped, "read_layout": header,
             "load_warm": load_warm}  # fmt: skip
     storage.cached(files, warm=True)
     load_warm()

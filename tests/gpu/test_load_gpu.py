@@ -123,3 +123,19 @@ def test_a_device_map_puts_each_tensor_on_its_gpu(gpu, tmp_path):
     same(got, one)
     assert got["layers.0.norm"].device.index == gpus - 1 and got["embed.weight"].device.index == 0
     assert xferscope.load(tmp_path, device=lambda name: 0)["big"].device.index == 0
+
+
+def test_an_moes_interleaved_experts_equal_the_packages_loading(gpu, tmp_path):
+    """Experts' gate and up (one shape, interleaved) and down (another) are made as strided
+    blocks unbound; a kind whose offsets step unevenly, and scalars, one by one."""
+    g = torch.Generator().manual_seed(6)
+    experts = {f"layers.{i}.experts.{e}.{w}": torch.randn(*((6, 4) if w == "down" else (4, 6)),
+                                                          generator=g).to(torch.bfloat16)
+               for i in range(3) for e in range(12) for w in ("gate", "up", "down")}  # fmt: skip
+    experts.update({f"bias.{i}": torch.randn(i % 3 + 1, 4, generator=g) for i in range(7)})
+    experts.update({f"scale.{i}": torch.tensor(float(i)) for i in range(5)})
+    st.save_file(experts, str(tmp_path / "moe.safetensors"))
+    got = xferscope.load(tmp_path / "moe.safetensors")
+    same(got, st.load_file(tmp_path / "moe.safetensors"))
+    assert all(t.is_contiguous() for t in got.values())
+    assert list(got) == list(st.load_file(tmp_path / "moe.safetensors"))  # the file's order

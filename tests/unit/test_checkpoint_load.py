@@ -173,3 +173,22 @@ def test_a_read_that_fails_is_one_error_naming_the_file(tmp_path, monkeypatch):
         module.DataReads(_Torch, engine.many_copier(0), 0, [path])
     with pytest.raises(CheckpointError, match=r"nothing.safetensors: No such file"):
         module.DataReads(_Torch, engine.many_copier(0), 0, [tmp_path / "nothing.safetensors"])
+
+
+def test_tensors_of_a_kind_whose_offsets_step_evenly_become_runs():
+    """An MoE's experts (gate and up of one shape interleaved, down of another): one run per
+    period's member; offsets that step unevenly: the longest runs of consecutive ones."""
+    from xferscope.transfer.checkpoint.layout import Tensor
+    from xferscope.transfer.checkpoint.views import _progressions
+
+    def at(*begins: int, nbytes: int = 8) -> list[Tensor]:
+        return [Tensor(f"t{b}", "F32", (2,), b, nbytes) for b in begins]
+
+    assert _progressions(at(0, 8, 16, 24)) == [(at(0, 8, 16, 24), 8)]
+    gate_up = at(0, 8, 24, 32, 48, 56)  # down (another shape) at 16, 40, 64
+    assert _progressions(gate_up) == [(at(0, 24, 48), 24), (at(8, 32, 56), 24)]
+    assert _progressions(at(0, 8, 16, 40, 48, 100)) == [
+        (at(0, 8, 16), 8), (at(40, 48), 8), (at(100), 0)]  # fmt: skip
+    assert _progressions(at(5)) == [(at(5), 0)]
+    empty = at(3, 3, 3, nbytes=0)
+    assert _progressions(empty) == [([t], 0) for t in empty]

@@ -60,6 +60,15 @@ def test_reading_ahead_asks_the_kernel_for_each_window_and_stops_when_told(tmp_p
     wanted = [(0, 128 << 10), (128 << 10, 128 << 10), (256 << 10, 44 << 10)] * 2
     assert [(a, n) for a, n, _ in asked] == wanted
     assert {advice for *_, advice in asked} == {os.POSIX_FADV_WILLNEED}
+    read = []
+    real_read = os.preadv
+    monkeypatch.setattr(os, "preadv", lambda fd, bufs, at: read.append((at, len(bufs[0])))
+                        or real_read(fd, bufs, at))  # fmt: skip
+    with storage.Ahead(paths, 128 << 10, read=True):
+        pass
+    with storage.Ahead(paths, 128 << 10, read=True) as ahead:
+        ahead._thread.join()
+    assert read[-6:] == [(0, 128 << 10), (128 << 10, 128 << 10), (256 << 10, 128 << 10)] * 2
     asked.clear()
     with storage.Ahead(paths, 1 << 10) as ahead:
         ahead._stop.set()  # told to stop at once: at most the window being asked for

@@ -14,11 +14,10 @@ CheckpointError naming it, and no GPU memory is left held by the load."""
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -29,14 +28,7 @@ from ..moves import gpu_index
 from .layout import CheckpointError, Layout, Tensor, opened, version_of
 from .reads import DataReads, changed
 from .shards import checkpoint_files, checkpoint_layouts
-
-# safetensors' dtypes as PyTorch names them
-TORCH_DTYPES = {
-    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
-    "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
-    "U16": "uint16", "U32": "uint32", "U64": "uint64", "C64": "complex64",
-    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu",
-}  # fmt: skip
+from .views import views
 
 
 def runs(
@@ -150,7 +142,7 @@ def _one_gpu_load(torch: Any, paths: Any, index: int, out: dict[str, Any]) -> No
     try:
         later = []
         for k, layout in enumerate(checkpoint_layouts(paths, files)):
-            later += _views(torch, layout, reads.buffer(k, layout), layout.data_begin,
+            later += views(torch, layout, reads.buffer(k, layout), layout.data_begin,
                             layout.tensors, out)  # fmt: skip
         reads.finish()
         for fix in later:
@@ -199,47 +191,7 @@ def _read_views(
     buffer = torch.empty(span, dtype=torch.uint8, device=f"cuda:{index}")
     # the copier's streams are not ordered after PyTorch's: what the memory held before is done
     torch.cuda.current_stream(index).synchronize()
-    later = _views(torch, layout, buffer, first, tensors, out)
+    later = views(torch, layout, buffer, first, tensors, out)
     read_file(layout, copier, buffer.data_ptr(), {t.name for t in tensors})
     for fix in later:
         fix()
-
-
-def _views(
-    torch: Any,
-    layout: Layout,
-    buffer: Any,
-    first: int,
-    tensors: Sequence[Tensor],
-    out: dict[str, Any],
-) -> list[Callable[[], None]]:
-    """Each of `tensors` into `out` as a view of `buffer` (which holds `layout`'s file from
-    byte `first`), made before its bytes are there; what must wait for them (a tensor whose
-    offset does not suit its dtype, copied out to a fresh block), returned to be called after."""
-    kinds = {}
-    for dtype in {t.dtype for t in tensors}:
-        kind = getattr(torch, TORCH_DTYPES[dtype], None)
-        if kind is None:
-            name = next(t.name for t in tensors if t.dtype == dtype)
-            raise CheckpointError(
-                f"{layout.path}: tensor {name!r} is {dtype}, which this PyTorch "
-                f"({torch.__version__}) has no dtype for (torch.{TORCH_DTYPES[dtype]})"
-            )
-        kinds[dtype] = kind
-    typed: dict[Any, Any] = {}  # the buffer as each dtype
-    later: list[Callable[[], None]] = []
-    for t in tensors:
-        kind = kinds[t.dtype]
-        at, size = t.begin - first, kind.itemsize
-        if at % size:
-            later.append(functools.partial(_aligned, out, t, buffer[at : at + t.nbytes], kind))
-            continue
-        whole = typed.get(kind)
-        if whole is None:
-            whole = typed[kind] = buffer[: buffer.numel() // size * size].view(kind)
-        out[t.name] = whole[at // size : (at + t.nbytes) // size].view(t.shape)
-    return later
-
-
-def _aligned(out: dict[str, Any], t: Tensor, raw: Any, kind: Any) -> None:
-    out[t.name] = raw.clone().view(kind).reshape(t.shape)  # a fresh, aligned block

@@ -69,13 +69,16 @@ def cached(paths: Sequence[str | os.PathLike[str]], warm: bool) -> float:
 
 
 class Ahead:
-    """A thread asking the kernel to read `paths` into the page cache ahead of their readers
-    (posix_fadvise(WILLNEED), `window` bytes at a time, file after file): each call returns
-    once its reads are queued, so the disk has large requests queued while the readers copy
-    what has come. Stops (after the window being asked for) when the `with` block ends."""
+    """A thread bringing `paths` into the page cache ahead of their readers, `window` bytes at
+    a time, file after file: by asking the kernel (posix_fadvise(WILLNEED), which returns once
+    the reads are queued), or where `read`, by reading each window with one pread into a
+    buffer of its own (large requests, which a disk serves faster than its readers' chunks).
+    Stops (after the window at hand) when the `with` block ends."""
 
-    def __init__(self, paths: Sequence[str | os.PathLike[str]], window: int = 64 << 20) -> None:
-        self._paths, self._window = list(paths), window
+    def __init__(
+        self, paths: Sequence[str | os.PathLike[str]], window: int = 64 << 20, read: bool = False
+    ) -> None:
+        self._paths, self._window, self._read = list(paths), window, read
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="xferscope-ahead", daemon=True)
 
@@ -93,16 +96,23 @@ class Ahead:
                 fd = os.open(path, os.O_RDONLY)
             except OSError:
                 continue  # its reader tells
+            buffer = mmap.mmap(-1, self._window) if self._read else None
             try:
                 size = os.fstat(fd).st_size
                 for at in range(0, size, self._window):
                     if self._stop.is_set():
                         return
-                    os.posix_fadvise(fd, at, min(self._window, size - at), os.POSIX_FADV_WILLNEED)
+                    if buffer is not None:
+                        os.preadv(fd, [buffer], at)
+                    else:
+                        n = min(self._window, size - at)
+                        os.posix_fadvise(fd, at, n, os.POSIX_FADV_WILLNEED)
             except OSError:
-                return  # advice only: the readers still read
+                return  # ahead only: the readers still read, and tell
             finally:
                 os.close(fd)
+                if buffer is not None:
+                    buffer.close()
 
 
 def read_rate(
