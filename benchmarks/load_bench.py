@@ -166,6 +166,7 @@ def loaders(files: list[Path], pt: Path | None, index: int) -> dict[str, Callabl
 
 
 def check(who: str, got: dict, wanted: dict) -> None:
+    """Every tensor `who` loaded against what was written, bit for bit, on the GPU."""
     if got.keys() != wanted.keys():
         raise base.Mismatch(f"{who}: {len(got)} tensors, {len(wanted)} written")
     for name, want in wanted.items():
@@ -173,7 +174,7 @@ def check(who: str, got: dict, wanted: dict) -> None:
         if (
             not g.is_cuda
             or g.shape != want.shape
-            or not torch.equal(g.view(torch.int16).cpu(), want.view(torch.int16))
+            or not torch.equal(g.view(torch.int16), want.view(torch.int16).to(g.device))
         ):
             raise base.Mismatch(f"{who}: tensor {name!r} differs from what was written")
 
@@ -226,13 +227,17 @@ def workload_part(args: Any, name: str, figures: dict) -> None:
 
 
 def disk_ceiling(files: list[Path]) -> dict[str, float]:
-    """GB/s 1-16 threads read the files at from cold, buffered and O_DIRECT."""
+    """GB/s threads of pread read the files at from cold: buffered with 16 and 64 MiB reads,
+    O_DIRECT, and buffered with the kernel asked to read ahead (storage.Ahead)."""
+    ways = {"buffered_1x64M": (1, False, 64, 0), "buffered_4x16M": (4, False, 16, 0),
+            "buffered_4x64M": (4, False, 64, 0), "buffered_8x64M": (8, False, 64, 0),
+            "direct_8x64M": (8, True, 64, 0), "direct_16x16M": (16, True, 16, 0),
+            "ahead64M_4x16M": (4, False, 16, 64)}  # fmt: skip
     rates = {}
-    for direct in (False, True):
-        for threads in (1, 4, 8, 16):
-            storage.cached(files, warm=False)
-            rate = storage.read_rate(files, threads, direct) / GB
-            rates[f"{'direct' if direct else 'buffered'}_{threads}"] = round(rate, 3)
+    for name, (threads, direct, block, ahead) in ways.items():
+        storage.cached(files, warm=False)
+        rate = storage.read_rate(files, threads, direct, block << 20, ahead << 20) / GB
+        rates[name] = round(rate, 3)
     return rates
 
 

@@ -3,7 +3,9 @@ starts before any header is parsed: a safetensors file's data lie from its heade
 file's end, so its length (the first 8 bytes) is all a read needs. The program's thread parses
 the headers and makes the tensors meanwhile, so an MoE's 18,000 tensors cost their header and
 views little beside the read. Each file is read through `read_to_device` of copy_many's copier
-(pread into its pinned chunks), one file at a time, all its threads on it.
+(pread into its pinned chunks), one file at a time, all its threads on it; where most of a
+file is not in the page cache, the kernel is asked to read it ahead in large windows
+(storage.Ahead: a cold 1 GB file on an H200 host's disk loaded at 1.54 GB/s against 1.38).
 
     reads = DataReads(torch, copier, 0, [Path("model.safetensors")])
     layout = read_layout("model.safetensors")
@@ -12,6 +14,7 @@ views little beside the read. Each file is read through `read_to_device` of copy
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Sequence
@@ -20,7 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from . import storage
 from .layout import CheckpointError, Layout, header_length, opened, version_of
+
+COLD_SHARE = 0.5  # a file less than this much in the page cache is read ahead
 
 
 def changed(path: Path, when: str) -> CheckpointError:
@@ -36,6 +42,7 @@ class DataReads:
 
     def __init__(self, torch: Any, copier: Any, index: int, paths: Sequence[Path]) -> None:
         self._copier = copier
+        self._ahead: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
         self._stop = False
         self._error: BaseException | None = None
         self._files: list[tuple[Path, int, int, tuple[int, int, int]]] = []  # path fd begin ver
@@ -52,6 +59,9 @@ class DataReads:
                 )
             # the copier's streams are not ordered after PyTorch's: what the memory held is done
             torch.cuda.current_stream(index).synchronize()
+            cold = [p for p in paths if storage.resident_share(p) < COLD_SHARE]
+            self._ahead = storage.Ahead(cold) if cold else contextlib.nullcontext()
+            self._ahead.__enter__()
         except BaseException:
             self.close()
             raise
@@ -85,6 +95,7 @@ class DataReads:
     def finish(self) -> None:
         """Once every file is read: the first read's error, if any."""
         self._thread.join()
+        self._ahead.__exit__(None, None, None)
         self._close_files()
         if self._error is not None:
             raise self._error
@@ -95,6 +106,7 @@ class DataReads:
         thread = getattr(self, "_thread", None)
         if thread is not None:
             thread.join()
+        self._ahead.__exit__(None, None, None)
         self._close_files()
         self.buffers.clear()
 

@@ -15,6 +15,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 BLOCK = 16 << 20  # bytes a reader asks for at once
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -41,7 +43,8 @@ def resident_share(path: str | os.PathLike[str]) -> float:
         try:
             if _libc.mincore(address, size, vec) != 0:
                 raise OSError(ctypes.get_errno(), f"mincore of {path} failed")
-            return sum(b & 1 for b in vec.raw[:pages]) / pages
+            resident = np.frombuffer(vec.raw, dtype=np.uint8, count=pages) & 1
+            return int(resident.sum()) / pages
         finally:
             _libc.munmap(address, size)
     finally:
