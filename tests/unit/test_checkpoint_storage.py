@@ -18,6 +18,22 @@ def test_a_file_read_in_whole_is_resident_and_an_empty_one_counts_as_resident(tm
     assert 0.0 <= storage.cached([path], warm=False) <= 1.0  # dropping is the kernel's call
     (tmp_path / "empty").write_bytes(b"")
     assert storage.resident_share(tmp_path / "empty") == 1.0
+    storage.cached([path], warm=True)
+    assert storage.resident_share(path, samples=5) == storage.resident_share(path, 1) == 1.0
+
+
+def test_a_sample_looks_at_pages_spread_evenly_over_the_file(tmp_path, monkeypatch):
+    path = tmp_path / "f.bin"
+    path.write_bytes(os.urandom(100 * 4096 + 10))  # 101 pages
+    looked = []
+    monkeypatch.setattr(storage.mmap, "PAGESIZE", 4096)
+    monkeypatch.setattr(
+        storage, "_resident", lambda p, fd, first, n: looked.append((first, n)) or 1
+    )
+    assert storage.resident_share(path, samples=5) == 1.0
+    assert sorted(looked) == [(0, 1), (25, 1), (50, 1), (75, 1), (100, 1)]
+    looked.clear()
+    assert storage.resident_share(path) == 1 / 101 and looked == [(0, 101)]
 
 
 @pytest.mark.parametrize("threads", [1, 3])

@@ -27,6 +27,7 @@ from . import storage
 from .layout import CheckpointError, Layout, header_length, opened, version_of
 
 COLD_SHARE = 0.5  # a file less than this much in the page cache is read ahead
+SAMPLES = 32  # pages of each file looked at for it
 
 
 def changed(path: Path, when: str) -> CheckpointError:
@@ -59,7 +60,7 @@ class DataReads:
                 )
             # the copier's streams are not ordered after PyTorch's: what the memory held is done
             torch.cuda.current_stream(index).synchronize()
-            cold = [p for p in paths if storage.resident_share(p) < COLD_SHARE]
+            cold = [p for p in paths if storage.resident_share(p, SAMPLES) < COLD_SHARE]
             self._ahead = storage.Ahead(cold) if cold else contextlib.nullcontext()
             self._ahead.__enter__()
         except BaseException:
