@@ -34,6 +34,7 @@ using namespace nb::literals;
 namespace xs = xferscope;
 using TransferHandle = xs::bindings::Handle<xs::Transfer>;
 using CopierHandle = xs::bindings::Handle<xs::StagedCopier>;
+using DeviceBufferHandle = xs::bindings::Handle<xs::Buffer>;
 
 namespace {
 
@@ -399,6 +400,23 @@ NB_MODULE(_engine, m) {
           },
           "host_destination"_a, "device_source"_a, "bytes"_a)
       .def("close", &CopierHandle::close);
+
+  nb::class_<DeviceBufferHandle>(m, "DeviceBuffer")
+      .def(
+          "__init__",
+          [](DeviceBufferHandle* h, int device, std::size_t bytes) {
+            xs::device_info(device);
+            new (h) DeviceBufferHandle("device buffer", nullptr,
+                                       xs::Buffer::allocate(xs::MemoryKind::device, bytes, device));
+          },
+          "device"_a, "bytes"_a,
+          "`bytes` of device memory on GPU `device` (cudaMalloc), freed by close(): where a "
+          "checkpoint's files are read to without a framework.")
+      .def_prop_ro(
+          "address",
+          [](DeviceBufferHandle& h) { return reinterpret_cast<std::uintptr_t>(h.get().device()); })
+      .def_prop_ro("bytes", [](DeviceBufferHandle& h) { return h.get().size(); })
+      .def("close", &DeviceBufferHandle::close);
 
   m.def(
       "read_ranges",

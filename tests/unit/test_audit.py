@@ -79,6 +79,7 @@ def test_fleet_ranks_other_than_zero_stay_silent_on_a_bad_option(capsys, monkeyp
 @pytest.mark.parametrize(
     "command",
     [["run"], ["info"], ["sweep"], ["gl"], ["gemm"], ["batch"], ["pitch"], ["pageable"],
+     ["checkpoint", "model.safetensors"],
      ["overlap", "cpu"], ["overlap", "gpu"], ["overlap", "buffers"]],
 )  # fmt: skip
 def test_no_gpu_points_at_simulate(capsys, monkeypatch, command):

@@ -6,7 +6,6 @@ since its header was read refused with one line."""
 from __future__ import annotations
 
 import os
-import types
 from typing import Any
 
 import numpy as np
@@ -101,27 +100,9 @@ def test_the_ranges_of_some_tensors_of_a_file(tmp_path):
     assert first == layout.data_begin + 20 and sizes == [6] and offsets == [0]
 
 
-class _Torch:
-    """What DataReads asks of PyTorch, without a GPU: empty() buffers that count themselves."""
-
-    uint8 = "uint8"
-
-    class _Buffer:
-        def __init__(self, nbytes: int) -> None:
-            self.nbytes = nbytes
-
-        def data_ptr(self) -> int:
-            return 0x7F00_0000_0000
-
-    @classmethod
-    def empty(cls, nbytes: int, dtype: str, device: str) -> _Torch._Buffer:
-        assert dtype == "uint8" and device == "cuda:0"
-        return cls._Buffer(nbytes)
-
-    class cuda:
-        @staticmethod
-        def current_stream(index: int) -> Any:
-            return types.SimpleNamespace(synchronize=lambda: None)
+def _allocate(nbytes: int) -> Any:
+    """A buffer as DataReads asks for one, without a GPU: the simulated engine's."""
+    return SimulatedEngine().device_buffer(0, nbytes)
 
 
 def test_each_files_data_is_read_while_its_header_is_parsed(tmp_path):
@@ -133,22 +114,23 @@ def test_each_files_data_is_read_while_its_header_is_parsed(tmp_path):
     engine = SimulatedEngine()
     one = write(tmp_path / "a.safetensors", {"w": np.arange(1000, dtype=np.float32)})
     two = write(tmp_path / "b.safetensors", {"v": np.ones(10, dtype=np.float16)})
-    reads = DataReads(_Torch, engine.many_copier(0), 0, [one, two])
+    reads = DataReads(engine.many_copier(0), [one, two], _allocate)
     layouts = [read_layout(one), read_layout(two)]
-    assert [b.nbytes for b in reads.buffers] == [4000, 20]
+    assert [b.bytes for b in reads.buffers] == [4000, 20]
     assert reads.buffer(1, layouts[1]) is reads.buffers[1]
     reads.finish()
     before = engine.now()
-    reads = DataReads(_Torch, engine.many_copier(0), 0, [one])
+    reads = DataReads(engine.many_copier(0), [one], _allocate)
     reads.finish()
     assert engine.now() > before  # the staged copy of its bytes, on the simulated clock
     stale = layouts[0]
     os.utime(one, ns=(stale.version[2] + 10**9, stale.version[2] + 10**9))
-    reads = DataReads(_Torch, engine.many_copier(0), 0, [one])
+    reads = DataReads(engine.many_copier(0), [one], _allocate)
     with pytest.raises(CheckpointError, match=r"a.safetensors: the file changed since its header"):
         reads.buffer(0, stale)
+    held = list(reads.buffers)
     reads.close()
-    assert reads.buffers == []
+    assert reads.buffers == [] and all(b.closed for b in held)
 
 
 def test_a_read_that_fails_is_one_error_naming_the_file(tmp_path, monkeypatch):
@@ -165,14 +147,14 @@ def test_a_read_that_fails_is_one_error_naming_the_file(tmp_path, monkeypatch):
         return v if len(calls) == 1 else (v[0], v[1] - 1, v[2])
 
     monkeypatch.setattr(module, "version_of", later)
-    reads = module.DataReads(_Torch, engine.many_copier(0), 0, [path])
+    reads = module.DataReads(engine.many_copier(0), [path], _allocate)
     with pytest.raises(CheckpointError, match=r"a.safetensors: the file changed while it was read"):
         reads.finish()
     path.write_bytes(b"\x10\x00")
     with pytest.raises(CheckpointError, match=r"a.safetensors: 2 B, too short"):
-        module.DataReads(_Torch, engine.many_copier(0), 0, [path])
+        module.DataReads(engine.many_copier(0), [path], _allocate)
     with pytest.raises(CheckpointError, match=r"nothing.safetensors: No such file"):
-        module.DataReads(_Torch, engine.many_copier(0), 0, [tmp_path / "nothing.safetensors"])
+        module.DataReads(engine.many_copier(0), [tmp_path / "nothing.safetensors"], _allocate)
 
 
 def test_tensors_of_a_kind_whose_offsets_step_evenly_become_runs():

@@ -85,6 +85,31 @@ def test_pageable_documents_match_golden():
     _check_golden("pageable.csv", dumps_csv(result))
 
 
+def test_checkpoint_documents_match_golden():
+    """Made by hand: its stages' rates are the files' real reads, which no seed fixes."""
+    from xferscope.checkpoint.records import CheckpointFile, CheckpointResult, Samples
+    from xferscope.checkpoint.records import dumps_csv as checkpoint_csv
+    from xferscope.checkpoint.records import dumps_json as checkpoint_json
+    from xferscope.core import machine
+
+    result = CheckpointResult(
+        created=CREATED, simulated=True, interrupted=False, wall_s=42.0, device=0,
+        machine=machine.collect(SimulatedEngine(seed=11), [0]),
+        options={"paths": ["ckpt/model.safetensors.index.json"], "device": 0, "repeats": 2,
+                 "cold": True},
+        files=(CheckpointFile("ckpt/model-00001-of-00002.safetensors", 8_000_123_456,
+                              8_000_000_000, 150),
+               CheckpointFile("ckpt/model-00002-of-00002.safetensors", 7_000_120_000,
+                              7_000_000_000, 150)),
+        samples=Samples(disk_bps=(1.9e9, 1.7e9), page_cache_bps=(41e9, 43e9),
+                        host_memory_bps=(30e9, 31e9), link_bps=(55.4e9, 55.5e9),
+                        load_cold_s=(10.1, 9.9), load_warm_s=(0.41, 0.40),
+                        resident_after_drop=(0.0, 0.0)),
+        verified=True)  # fmt: skip
+    _check_golden("checkpoint.json", checkpoint_json(result))
+    _check_golden("checkpoint.csv", checkpoint_csv(result))
+
+
 def test_the_golden_documents_read_back():
     """Every golden JSON is what its reader expects, at the current schema version."""
     from xferscope.cli.measured import document_kinds
@@ -93,7 +118,7 @@ def test_the_golden_documents_read_back():
     from .test_export import GOLDEN
 
     names = ["run", "sweep", "overlap-cpu", "overlap-buffers", "overlap-gpu", "pageable", "gl",
-             "gemm", "batch", "pitch", "trace", "fleet"]  # fmt: skip
+             "gemm", "batch", "pitch", "trace", "fleet", "checkpoint"]  # fmt: skip
     for name in names:
         document = read_document(GOLDEN / f"{name}.json")
         kind = document_kinds()[document["schema"]]

@@ -42,7 +42,8 @@ stderr = Console(stderr=True, highlight=False)
 # asked for: `xferscope run` loads neither the tracer nor the batch planner (with every module,
 # half a second of an H100 host's start); the list in --help loads them all.
 COMMANDS = {
-    "batch": "batch", "cases": "cases", "compare": "history", "exporter": "exporter",
+    "batch": "batch", "cases": "cases", "checkpoint": "checkpoint", "compare": "history",
+    "exporter": "exporter",
     "fleet": "fleet", "gemm": "gemm",
     "gl": "gl", "history": "history", "info": "info", "overlap": "overlap",
     "pageable": "pageable", "pitch": "pitch", "report": "history", "run": "run",

@@ -60,7 +60,7 @@ REGION = re.compile(r".+:[1-9][0-9]*")  # --region: FILE:LINE
 @cli.command(
     "trace",
     **described(
-        "Run a program and show what its data transfers cost, and the fix.",
+        "Run a program: what its data transfers cost, and the fix.",
         "xferscope trace -- ./my_app --input data.bin",
         "xferscope trace --export chrome-trace -- python3 train.py",
     ),

@@ -27,6 +27,7 @@ from .devices import memory_refusal
 from .native_handles import (
     _NativeBatch,
     _NativeCopier,
+    _NativeDeviceBuffer,
     _NativeGemm,
     _NativeGl,
     _NativeMany,
@@ -39,6 +40,7 @@ from .protocols import (
     Batch,
     ChaseResult,
     Copier,
+    DeviceBuffer,
     Gemm,
     GlContext,
     GpuOverlapResult,
@@ -318,6 +320,13 @@ class NativeEngine:
         self.device_info(device)  # a clear NoDeviceError for a bad index
         with self._measuring():
             return _NativeMany(self._engine.ManyCopier(device), self)
+
+    def device_buffer(self, device: int, bytes: int) -> DeviceBuffer:
+        """`bytes` of device memory on `device` (cudaMalloc; at least one byte), freed by its
+        close(): AllocationError where the GPU has not that much free."""
+        self.device_info(device)
+        with self._measuring():
+            return _NativeDeviceBuffer(self._engine.DeviceBuffer(device, max(bytes, 1)), self)
 
     def classify_pointers(self, addresses: Any) -> tuple[Any, Any, Any]:
         """What memory each address lies in, as the driver sees it."""

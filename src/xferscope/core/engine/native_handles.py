@@ -275,6 +275,18 @@ class _NativeMany(_NativeHandle):
         super().close()
 
 
+class _NativeDeviceBuffer(_NativeHandle):
+    """Device memory: its address for copies into it (DeviceBuffer)."""
+
+    def __init__(self, handle: Any, engine: _Owner) -> None:
+        super().__init__(handle, engine)
+        self.bytes = int(handle.bytes)
+        self._address = int(handle.address)
+
+    def data_ptr(self) -> int:
+        return self._address
+
+
 class _NativeGemm(_NativeHandle):
     """A native GEMM."""
 

@@ -215,6 +215,19 @@ class SimulatedEngine:
         self._gpu(device)
         return SimulatedManyCopier(self, device)
 
+    def device_buffer(self, device: int, bytes: int) -> Any:
+        """Device memory that holds nothing (simulated_handles.SimulatedDeviceBuffer):
+        AllocationError past the simulated GPU's free memory, as cudaMalloc's."""
+        from .simulated_handles import SimulatedDeviceBuffer
+
+        self._gpu(device)
+        free, _ = self.memory_info(device)
+        if bytes > free:
+            raise AllocationError(f"cudaMalloc of {bytes} B on GPU {device}: out of memory")
+        buffer = SimulatedDeviceBuffer(bytes)
+        self.register_memory(buffer.data_ptr(), buffer.bytes, "device", device)
+        return buffer
+
     def register_memory(self, address: int, size: int, kind: str, device: int = -1) -> None:
         """Tells classify_pointers that [address, address + size) is memory of `kind` (one of
         the engine's POINTER_KINDS: pinned, device, managed; the rest is pageable), as the

@@ -64,6 +64,25 @@ LAUNCH_FAILURE = CudaError(
 )
 
 
+class SimulatedDeviceBuffer:
+    """Device memory that holds nothing: an address in a range no host pointer has, counted
+    against the simulated GPU's free memory while open."""
+
+    _next = 0x7E00_0000_0000
+
+    def __init__(self, bytes: int) -> None:
+        self.bytes = max(bytes, 1)
+        self._address = SimulatedDeviceBuffer._next
+        SimulatedDeviceBuffer._next += _round_up(self.bytes, 1 << 21)
+        self.closed = False
+
+    def data_ptr(self) -> int:
+        return self._address
+
+    def close(self) -> None:
+        self.closed = True
+
+
 class SimulatedTransfer:
     def __init__(
         self,

@@ -138,7 +138,14 @@ def _one_gpu_load(torch: Any, paths: Any, index: int, out: dict[str, Any]) -> No
     the headers are parsed and the tensors made as views of the buffers."""
     files = checkpoint_files(paths)
     copier = copies_of(default_engine()).copier(index)  # copy_many's: one pinned pool
-    reads = DataReads(torch, copier, index, [f.path for f in files])
+    device = f"cuda:{index}"
+    reads = DataReads(
+        copier,
+        [f.path for f in files],
+        lambda n: torch.empty(n, dtype=torch.uint8, device=device),
+        # the copier's streams are not ordered after PyTorch's: what the memory held is done
+        torch.cuda.current_stream(index).synchronize,
+    )
     try:
         later = []
         for k, layout in enumerate(checkpoint_layouts(paths, files)):

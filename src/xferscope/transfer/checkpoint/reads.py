@@ -7,7 +7,7 @@ views little beside the read. Each file is read through `read_to_device` of copy
 file is not in the page cache, the kernel is asked to read it ahead in large windows
 (storage.Ahead: a cold 1 GB file on an H200 host's disk loaded at 1.54 GB/s against 1.38).
 
-    reads = DataReads(torch, copier, 0, [Path("model.safetensors")])
+    reads = DataReads(copier, [Path("model.safetensors")], allocate, settle)
     layout = read_layout("model.safetensors")
     buffer = reads.buffer(0, layout)   # the GPU bytes of the file's data, still being read
     reads.finish()                     # every file read, or its CheckpointError"""
@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +38,18 @@ def changed(path: Path, when: str) -> CheckpointError:
 
 
 class DataReads:
-    """The data of `paths` read into one GPU buffer each on GPU `index` by `copier` (an
-    engine's copy_many copier) on a thread of its own, begun here."""
+    """The data of `paths` read by `copier` (an engine's copy_many copier, of the GPU the
+    buffers are on) into one GPU buffer each, `allocate(nbytes)` (a torch tensor, or an
+    engine's DeviceBuffer: `data_ptr()` its address), on a thread of its own begun here once
+    `settle()` has returned (what the memory was last used for is done)."""
 
-    def __init__(self, torch: Any, copier: Any, index: int, paths: Sequence[Path]) -> None:
+    def __init__(
+        self,
+        copier: Any,
+        paths: Sequence[Path],
+        allocate: Callable[[int], Any],
+        settle: Callable[[], None] = lambda: None,
+    ) -> None:
         self._copier = copier
         self._ahead: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
         self._stop = False
@@ -55,18 +63,15 @@ class DataReads:
                 stat = os.fstat(fd)
                 begin = 8 + header_length(path, os.pread(fd, 8, 0), stat.st_size)
                 self._files[-1] = (path, fd, begin, version_of(stat))
-                self.buffers.append(
-                    torch.empty(stat.st_size - begin, dtype=torch.uint8, device=f"cuda:{index}")
-                )
-            # the copier's streams are not ordered after PyTorch's: what the memory held is done
-            torch.cuda.current_stream(index).synchronize()
+                self.buffers.append(allocate(stat.st_size - begin))
+            settle()
             cold = [p for p in paths if storage.resident_share(p, SAMPLES) < COLD_SHARE]
             self._ahead = storage.Ahead(cold) if cold else contextlib.nullcontext()
             self._ahead.__enter__()
         except BaseException:
             self.close()
             raise
-        self._thread = threading.Thread(target=self._run, name=f"xferscope-load-{index}")
+        self._thread = threading.Thread(target=self._run, name="xferscope-load-read")
         self._thread.start()
 
     def _run(self) -> None:
@@ -102,13 +107,16 @@ class DataReads:
             raise self._error
 
     def close(self) -> None:
-        """Stops after the file being read, and gives back every buffer."""
+        """Stops after the file being read, and gives back every buffer (closing those that
+        close)."""
         self._stop = True
         thread = getattr(self, "_thread", None)
         if thread is not None:
             thread.join()
         self._ahead.__exit__(None, None, None)
         self._close_files()
+        for buffer in self.buffers:
+            getattr(buffer, "close", lambda: None)()
         self.buffers.clear()
 
     def _close_files(self) -> None:

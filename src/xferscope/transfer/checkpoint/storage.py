@@ -140,7 +140,12 @@ def read_rate(
     """Bytes a second `threads` threads read the files at, each taking the next `block` with
     pread (O_DIRECT into page-aligned buffers where `direct`), from the state the page cache is
     in; `ahead`: the kernel asked to read ahead in windows of that many bytes (Ahead)."""
-    jobs = [(Path(p), at) for p in paths for at in range(0, os.stat(p).st_size, block)]
+    sizes = [os.stat(p).st_size for p in paths]
+    # no larger a buffer than the largest file, no more threads than blocks (small files)
+    block = min(block, -(-max(sizes, default=0) // mmap.PAGESIZE) * mmap.PAGESIZE) or block
+    jobs = [(Path(p), at) for p, size in zip(paths, sizes, strict=True)
+            for at in range(0, size, block)]  # fmt: skip
+    threads = max(1, min(threads, len(jobs)))
     jobs.reverse()  # taken from the end: in order
     flags = os.O_RDONLY | (getattr(os, "O_DIRECT", 0) if direct else 0)
     fds = {Path(p): os.open(p, flags) for p in paths}

@@ -1,0 +1,129 @@
+"""`xferscope checkpoint` on the simulated engine (its reads of the files are real): the stages
+and loads measured each repeat, the bound named from made-up rates, the documents read back,
+a cache that would not drop told, and every bad input one line before anything is measured."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+
+from tests.unit.test_cli import assert_one_line_error, run
+from xferscope.checkpoint import measure as module
+from xferscope.checkpoint.measure import measure, steps
+from xferscope.checkpoint.records import (
+    CheckpointFile,
+    CheckpointResult,
+    Samples,
+    dumps_csv,
+    dumps_json,
+    from_dict,
+    to_dict,
+)
+from xferscope.core.engine.simulated import SimulatedEngine
+from xferscope.core.errors import OptionError
+
+from .test_checkpoint_layout import write
+
+
+@pytest.fixture
+def checkpoint(tmp_path):
+    rng = np.random.default_rng(3)
+    return write(tmp_path / "model.safetensors",
+                 {f"w{i}": rng.random((64, 32), dtype=np.float32) for i in range(6)})  # fmt: skip
+
+
+def made(**samples: tuple[float, ...]) -> CheckpointResult:
+    return CheckpointResult(
+        created="2026-11-27T12:00:00+00:00", simulated=True, machine={}, options={},
+        interrupted=False, wall_s=1.0, device=0,
+        files=(CheckpointFile("m.safetensors", 1_000_100, 1_000_000, 3),),
+        samples=Samples(**samples), verified=None)  # fmt: skip
+
+
+def test_each_repeat_measures_every_stage_and_both_loads(checkpoint):
+    engine = SimulatedEngine(seed=2)
+    result = measure(engine, [str(checkpoint)], repeats=2)
+    s = result.samples
+    assert [len(v) for v in (s.disk_bps, s.page_cache_bps, s.host_memory_bps, s.link_bps,
+                             s.load_cold_s, s.load_warm_s)] == [2] * 6  # fmt: skip
+    assert min(s.disk_bps + s.page_cache_bps + s.host_memory_bps + s.link_bps) > 0
+    assert result.data_bytes == 6 * 64 * 32 * 4 and result.files[0].tensors == 6
+    assert result.verified is None  # the simulated engine moves no bytes to check
+    assert {b.state for b in result.bounds()} == {"cold", "warm"}
+    warm = measure(engine, [str(checkpoint)], repeats=1, cold=False).samples
+    assert warm.disk_bps == warm.load_cold_s == () and len(warm.load_warm_s) == 1
+    assert steps(2, True) == 12 and steps(2, False) == 8
+
+
+def test_the_bound_is_the_slowest_stage_of_each_states_path():
+    result = made(disk_bps=(2e9, 1e9, 3e9), page_cache_bps=(40e9,), host_memory_bps=(30e9,),
+                  link_bps=(55e9,), load_cold_s=(1.0,), load_warm_s=(0.04,))  # fmt: skip
+    cold, warm = result.bounds()
+    assert (cold.state, cold.stage, cold.stage_bps) == ("cold", "disk", 2e9)
+    assert cold.load_bps == pytest.approx(1e6) and cold.share == pytest.approx(5e-4)
+    assert (warm.stage, warm.stage_bps, warm.load_bps) == ("host memory", 30e9, 25e6)
+    only_warm = made(page_cache_bps=(10e9,), link_bps=(5e9,), load_warm_s=(1e-3,))
+    (bound,) = only_warm.bounds()
+    assert (bound.state, bound.stage, bound.share) == ("warm", "link", pytest.approx(0.2))
+
+
+def test_the_documents_read_back_and_list_each_repeat():
+    result = made(disk_bps=(2e9, 1e9), page_cache_bps=(40e9, 41e9), host_memory_bps=(30e9,),
+                  link_bps=(55e9,), load_cold_s=(1.0, 0.9), load_warm_s=(0.04,),
+                  resident_after_drop=(0.0, 0.0))  # fmt: skip
+    document = json.loads(dumps_json(result))
+    assert document["schema"] == "xferscope-checkpoint" and document["data_bytes"] == 1_000_000
+    assert document["bounds"][0]["stage"] == "disk" and document["medians"]["disk_bps"] == 1.5e9
+    assert from_dict(document) == result
+    assert from_dict(to_dict(result)).bounds() == result.bounds()
+    rows = list(csv.DictReader(io.StringIO(dumps_csv(result))))
+    assert len(rows) == 11 and rows[0] == {"simulated": "1", "device": "0",
+                                           "data_bytes": "1000000", "figure": "disk_bps",
+                                           "repeat": "0", "value": "2e+09"}  # fmt: skip
+
+
+def test_files_the_cache_kept_are_told(checkpoint, monkeypatch):
+    monkeypatch.setattr(module.storage, "cached", lambda paths, warm: 1.0)
+    result = measure(SimulatedEngine(seed=2), [str(checkpoint)], repeats=1)
+    (found,) = result.findings
+    assert found.code == "cache_not_dropped" and "100% of the files stayed" in found.message
+
+
+def test_the_command_writes_its_files(capsys, tmp_path, checkpoint):
+    code, out, err = run(capsys, "checkpoint", str(checkpoint), "--simulate", "--repeats", "1",
+                         "-o", str(tmp_path / "out"), "--no-history")  # fmt: skip
+    assert code == 0, err
+    assert "bound by the" in out and "xferscope.load" in out
+    names = sorted(p.name for p in (tmp_path / "out").glob("checkpoint-*/*"))
+    assert names == ["checkpoint.csv", "checkpoint.json", "checkpoint.png"]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["nothing.safetensors"], ("PATH", "nothing.safetensors: no such file")),
+        (["short.safetensors"], ("PATH", "too short for a safetensors file")),
+        (["model.safetensors", "--repeats", "0"], ("--repeats", "'0'")),
+        (["model.safetensors", "-g", "7"], ("--device",)),
+        ([], ("PATH",)),
+    ],
+)
+def test_bad_input_is_one_line_and_nothing_is_written(capsys, tmp_path, checkpoint, args,
+                                                      fragments):  # fmt: skip
+    (tmp_path / "short.safetensors").write_bytes(b"\x01")
+    paths = [str(tmp_path / a) if a.endswith(".safetensors") else a for a in args]
+    code, _, err = run(capsys, "checkpoint", *paths, "--simulate", "-o", str(tmp_path / "out"),
+                       "--no-history")  # fmt: skip
+    assert_one_line_error(code, err, *fragments)
+    assert code == 2 and not (tmp_path / "out").exists()
+
+
+def test_a_checkpoint_larger_than_the_gpus_free_memory_is_refused(checkpoint, monkeypatch):
+    engine = SimulatedEngine(seed=2)
+    monkeypatch.setattr(engine, "memory_info", lambda index: (1000, 2000))
+    with pytest.raises(OptionError, match=r"PATH: the checkpoint's data .* do not fit GPU 0"):
+        measure(engine, [str(checkpoint)], repeats=1)
