@@ -7,10 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.unit.test_checkpoint_layout import write
 from xferscope.checkpoint import measure as module
 from xferscope.transfer.checkpoint import read_layout
-
-from tests.unit.test_checkpoint_layout import write
 
 pytestmark = pytest.mark.gpu
 

@@ -48,20 +48,21 @@ def test_each_repeat_measures_every_stage_and_both_loads(checkpoint):
     engine = SimulatedEngine(seed=2)
     result = measure(engine, [str(checkpoint)], repeats=2)
     s = result.samples
-    assert [len(v) for v in (s.disk_bps, s.page_cache_bps, s.host_memory_bps, s.link_bps,
-                             s.load_cold_s, s.load_warm_s)] == [2] * 6  # fmt: skip
+    assert [len(v) for v in (s.disk_bps, s.page_cache_bps, s.headers_bps, s.host_memory_bps,
+                             s.link_bps, s.load_cold_s, s.load_warm_s)] == [2] * 7  # fmt: skip
     assert min(s.disk_bps + s.page_cache_bps + s.host_memory_bps + s.link_bps) > 0
     assert result.data_bytes == 6 * 64 * 32 * 4 and result.files[0].tensors == 6
     assert result.verified is None  # the simulated engine moves no bytes to check
     assert {b.state for b in result.bounds()} == {"cold", "warm"}
     warm = measure(engine, [str(checkpoint)], repeats=1, cold=False).samples
     assert warm.disk_bps == warm.load_cold_s == () and len(warm.load_warm_s) == 1
-    assert steps(2, True) == 12 and steps(2, False) == 8
+    assert steps(2, True) == 14 and steps(2, False) == 10
 
 
 def test_the_bound_is_the_slowest_stage_of_each_states_path():
     result = made(disk_bps=(2e9, 1e9, 3e9), page_cache_bps=(40e9,), host_memory_bps=(30e9,),
-                  link_bps=(55e9,), load_cold_s=(1.0,), load_warm_s=(0.04,))  # fmt: skip
+                  headers_bps=(35e9,), link_bps=(55e9,), load_cold_s=(1.0,),
+                  load_warm_s=(0.04,))  # fmt: skip
     cold, warm = result.bounds()
     assert (cold.state, cold.stage, cold.stage_bps) == ("cold", "disk", 2e9)
     assert cold.load_bps == pytest.approx(1e6) and cold.share == pytest.approx(5e-4)
@@ -69,6 +70,8 @@ def test_the_bound_is_the_slowest_stage_of_each_states_path():
     only_warm = made(page_cache_bps=(10e9,), link_bps=(5e9,), load_warm_s=(1e-3,))
     (bound,) = only_warm.bounds()
     assert (bound.state, bound.stage, bound.share) == ("warm", "link", pytest.approx(0.2))
+    moe = made(page_cache_bps=(40e9,), headers_bps=(9e9,), link_bps=(55e9,), load_warm_s=(1e-3,))
+    assert moe.bounds()[0].stage == "headers"  # an MoE's 18,000 tensors: Python's parse
 
 
 def test_the_documents_read_back_and_list_each_repeat():

@@ -102,6 +102,7 @@ def test_checkpoint_documents_match_golden():
                CheckpointFile("ckpt/model-00002-of-00002.safetensors", 7_000_120_000,
                               7_000_000_000, 150)),
         samples=Samples(disk_bps=(1.9e9, 1.7e9), page_cache_bps=(41e9, 43e9),
+                        headers_bps=(1.2e12, 1.3e12),
                         host_memory_bps=(30e9, 31e9), link_bps=(55.4e9, 55.5e9),
                         load_cold_s=(10.1, 9.9), load_warm_s=(0.41, 0.40),
                         resident_after_drop=(0.0, 0.0)),

@@ -6,8 +6,9 @@ dropped from the page cache with posix_fadvise(DONTNEED), checked with mincore),
 
 Each repeat measures, in this order: the disk's read rate from cold (4 threads of 16 MiB
 preads, which read the H200 hosts' disks within the spread of the best of 1-16 threads and
-16-64 MiB, buffered or O_DIRECT) and a load from cold; the page cache's read rate (8 threads)
-and a load from warm; memcpy between host buffers (8 threads, 256 MiB); pinned host-to-GPU
+16-64 MiB, buffered or O_DIRECT) and a load from cold; the page cache's read rate (the best
+of 4, 8 and 16 threads of 4 MiB preads) and a load from warm; the headers read and checked;
+memcpy between host buffers (the best of 4, 8 and 16 threads, 256 MiB); pinned host-to-GPU
 copies of 256 MiB by device time. Sampled ranges of what the last load put on the GPU are
 read back and compared with the files."""
 
@@ -38,15 +39,16 @@ from .records import CheckpointFile, CheckpointResult, Samples
 DEFAULT_REPEATS = 3
 MIB = 1 << 20
 DISK_THREADS, DISK_BLOCK = 4, 16 * MIB
-CACHE_THREADS = 8
-MEMCPY_THREADS, MEMCPY_BYTES = 8, 256 * MIB
+CACHE_BLOCK = 4 * MIB
+THREADS = (4, 8, 16)  # the page cache and host memory: the best of these many threads
+MEMCPY_BYTES = 256 * MIB
 LINK_BYTES = 256 * MIB
 CHECKED_RANGES, CHECKED_BYTES = 8, 64 << 10  # per file: ranges read back and compared
 COLD_MOST = 0.1  # a share of the files left in the page cache after dropping it that is told
 
 
 def steps(repeats: int, cold: bool) -> int:
-    return repeats * (6 if cold else 4)
+    return repeats * (7 if cold else 5)
 
 
 def opened(paths: Sequence[str]) -> tuple[list[Shard], list[Layout]]:
@@ -91,27 +93,40 @@ def load_once(engine: Engine, copier: Any, device: int, paths: Sequence[str], fi
     return seconds
 
 
-def memcpy_bps(threads: int = MEMCPY_THREADS, nbytes: int = MEMCPY_BYTES) -> float:
-    """Bytes a second `threads` threads copy between host buffers (numpy's copy, which lets go
-    of the GIL), the best of three."""
+def memcpy_bps(nbytes: int = MEMCPY_BYTES) -> float:
+    """Bytes a second threads copy between host buffers (numpy's copy, which lets go of the
+    GIL): the best of three copies by each of THREADS threads."""
     source = np.random.default_rng(DEFAULT_SEED).integers(0, 255, nbytes, dtype=np.uint8)
     target = np.empty_like(source)
-    share = nbytes // threads
-
-    def part(k: int) -> None:
-        end = nbytes if k == threads - 1 else (k + 1) * share
-        np.copyto(target[k * share : end], source[k * share : end])
-
     best = 0.0
-    for _ in range(3):
-        workers = [threading.Thread(target=part, args=(k,)) for k in range(threads)]
-        start = time.perf_counter()
-        for w in workers:
-            w.start()
-        for w in workers:
-            w.join()
-        best = max(best, nbytes / (time.perf_counter() - start))
+    for threads in THREADS:
+        share = nbytes // threads
+
+        def part(k: int, threads: int = threads, share: int = share) -> None:
+            end = nbytes if k == threads - 1 else (k + 1) * share
+            np.copyto(target[k * share : end], source[k * share : end])
+
+        for _ in range(3):
+            workers = [threading.Thread(target=part, args=(k,)) for k in range(threads)]
+            start = time.perf_counter()
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            best = max(best, nbytes / (time.perf_counter() - start))
     return best
+
+
+def page_cache_bps(names: list[str]) -> float:
+    """The page cache's read rate: the best of THREADS threads of CACHE_BLOCK preads."""
+    return max(storage.read_rate(names, t, False, CACHE_BLOCK) for t in THREADS)
+
+
+def headers_bps(paths: Sequence[str], files: list[Shard], data_bytes: int) -> float:
+    """The data's bytes over the time the headers take to read and check."""
+    start = time.perf_counter()
+    checkpoint_layouts(list(paths), files)
+    return data_bytes / (time.perf_counter() - start)
 
 
 def link_bps(engine: Engine, device: int, nbytes: int = LINK_BYTES) -> float:
@@ -170,6 +185,7 @@ def measure(
     meta = machine.collect(engine, [device])
     start = engine.clock()
     names = [str(f.path) for f in files]
+    data = sum(layout.data_bytes for layout in layouts)
     figures: dict[str, list[float]] = {f: [] for f in Samples.__dataclass_fields__}
     verified: bool | None = None
     interrupted = False
@@ -193,11 +209,11 @@ def measure(
                 step(f"{tag}: load from cold", "load_cold_s",
                      lambda: load_once(engine, copier, device, paths, files))  # fmt: skip
             storage.cached(names, warm=True)
-            step(f"{tag}: page cache", "page_cache_bps",
-                 lambda: storage.read_rate(names, CACHE_THREADS, False, DISK_BLOCK))  # fmt: skip
+            step(f"{tag}: page cache", "page_cache_bps", lambda: page_cache_bps(names))
             keep = kept if r == repeats - 1 else None  # the last load's bytes are checked
             warm = functools.partial(load_once, engine, copier, device, paths, files, keep)
             step(f"{tag}: load from warm", "load_warm_s", warm)
+            step(f"{tag}: headers", "headers_bps", lambda: headers_bps(paths, files, data))
             step(f"{tag}: host memory", "host_memory_bps", memcpy_bps)
             step(f"{tag}: link", "link_bps", lambda: link_bps(engine, device))
         if kept and not engine.simulated:  # the simulated engine moves no bytes

@@ -17,11 +17,12 @@ SCHEMA_VERSION = 1
 # Schema history (bump SCHEMA_VERSION on any change a reader must know about):
 #   1  first version.
 
-# The stages a load passes through, by state: from cold, the disk; warm, the page cache. Host
-# memory (the copies into pinned chunks) and the link (pinned host-to-GPU) either way.
+# The stages a load passes through, by state: from cold, the disk; warm, the page cache. Either
+# way its headers (parsed while the data are read: data bytes over the parse's time), host memory
+# (the copies into pinned chunks) and the link (pinned host-to-GPU).
 STAGES = {
-    "cold": ("disk", "host memory", "link"),
-    "warm": ("page cache", "host memory", "link"),
+    "cold": ("disk", "headers", "host memory", "link"),
+    "warm": ("page cache", "headers", "host memory", "link"),
 }
 STATES = ("cold", "warm")
 
@@ -40,6 +41,7 @@ class Samples:
 
     disk_bps: tuple[float, ...] = ()  # threads of pread from cold
     page_cache_bps: tuple[float, ...] = ()  # the same from warm
+    headers_bps: tuple[float, ...] = ()  # data bytes over the time to read and check the headers
     host_memory_bps: tuple[float, ...] = ()  # threads of memcpy between host buffers
     link_bps: tuple[float, ...] = ()  # pinned host-to-GPU copies, by device time
     load_cold_s: tuple[float, ...] = ()

@@ -164,8 +164,12 @@ def _resolve(argv: list[str] | None) -> tuple[click.Command, list[str]]:
 
 
 def _simulated_form(argv: list[str] | None) -> str | None:
-    """`xferscope <command> --simulate` when the command that ran has --simulate, else None."""
+    """`xferscope <command> [ARGUMENTS] --simulate` when the command that ran has --simulate,
+    else None: its arguments (a checkpoint's PATH) kept, for they are required."""
     command, names = _resolve(argv)
     if not any(p.name == "simulate" for p in command.params):
         return None
-    return " ".join(["xferscope", *names, "--simulate"])
+    args = sys.argv[1:] if argv is None else argv
+    after = args.index(names[-1]) + 1 if names else len(args)
+    kept = args[after:] if any(isinstance(p, click.Argument) for p in command.params) else []
+    return " ".join(["xferscope", *names, *kept, "--simulate"])

@@ -14,6 +14,7 @@ from .style import print_findings, print_simulated
 STAGE_WORDS = {
     "disk": "threads of pread, the page cache dropped",
     "page cache": "threads of pread, every page resident",
+    "headers": "the headers read and checked: the data's bytes over their time",
     "host memory": "threads of memcpy between host buffers",
     "link": "pinned host-to-GPU copies, device time",
 }
@@ -22,6 +23,8 @@ ADVICE = {
     "disk": "a faster disk or more of them (RAID 0, NVMe); keep the files in the page cache "
     "between runs",
     "page cache": "fewer, larger files; the page cache's read is a memcpy in the kernel",
+    "headers": "fewer, larger tensors (an MoE's experts stacked into one tensor a layer): "
+    "each tensor's header entry and view cost Python microseconds",
     "host memory": "fewer host copies: pinned memory the files are read into directly",
     "link": "the link is the limit: a wider or newer one, or several GPUs loading their "
     "shards at once (xferscope.load(..., device=device_map))",
