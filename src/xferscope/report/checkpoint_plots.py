@@ -1,5 +1,6 @@
 """The PNG of `xferscope checkpoint`: for each state (cold, warm), the rate of every stage of
-the checkpoint's path and of the load beside them, one bar each, the bound marked."""
+the checkpoint's path and of the load beside them, one bar each on a log scale, the bound in
+red and the load in blue."""
 
 from __future__ import annotations
 
@@ -31,8 +32,10 @@ def plot_checkpoint(result: CheckpointResult, path: Path) -> None:
             ax.annotate(format_rate(value), xy=(bar.get_width(), bar.get_y() + 0.4),
                         xytext=(4, 0), textcoords="offset points", fontsize=8)  # fmt: skip
         ax.invert_yaxis()
-        ax.set_xlabel("GB/s")
-        ax.set_xlim(0, max(values) * 1.25 if values else 1)
+        ax.set_xscale("log")  # a disk's 1 GB/s beside a header's hundreds
+        ax.set_xlabel("GB/s (log scale)")
+        positive = [v for v in values if v > 0] or [1.0]
+        ax.set_xlim(min(positive) / 2, max(positive) * 4)
         ax.set_title(f"{bound.state}: bound by the {bound.stage}, the load at {bound.share:.0%}",
                      fontsize=9)  # fmt: skip
         ax.grid(True, axis="x", linestyle=":", linewidth=0.6)
