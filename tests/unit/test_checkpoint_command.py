@@ -130,3 +130,28 @@ def test_a_checkpoint_larger_than_the_gpus_free_memory_is_refused(checkpoint, mo
     monkeypatch.setattr(engine, "memory_info", lambda index: (1000, 2000))
     with pytest.raises(OptionError, match=r"PATH: the checkpoint's data .* do not fit GPU 0"):
         measure(engine, [str(checkpoint)], repeats=1)
+
+
+def test_ctrl_c_keeps_the_repeats_measured_and_frees_the_buffers(checkpoint, monkeypatch):
+    engine = SimulatedEngine(seed=2)
+    made_buffers = []
+    real = engine.device_buffer
+
+    def device_buffer(device: int, nbytes: int):
+        made_buffers.append(real(device, nbytes))
+        return made_buffers[-1]
+
+    calls = []
+
+    def memcpy() -> float:
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return 1e10
+
+    monkeypatch.setattr(engine, "device_buffer", device_buffer)
+    monkeypatch.setattr(module, "memcpy_bps", memcpy)
+    result = measure(engine, [str(checkpoint)], repeats=2)
+    assert result.interrupted and result.samples.host_memory_bps == (1e10,)
+    assert len(result.samples.load_warm_s) == 2 and len(result.samples.link_bps) == 1
+    assert made_buffers and all(b.closed for b in made_buffers)
