@@ -16,7 +16,8 @@ sizes, 1 GB), dense15g (15 GB in 300 tensors, 4 shards with an index). Peers: sa
 (load_file(device="cuda")), safe_open_pin (safe_open on the CPU, pin_memory, .to non_blocking),
 fastsafetensors (fastsafe_open, nogds), runai (SafetensorsStreamer, then .to each tensor),
 instanttensor (safe_open(device=)), torch_mmap (torch.load(mmap=True) of the same tensors as a
-.pt file, then .to; workloads up to --pt-most bytes). Methods alternate in a shuffled order each
+.pt file, then .to; workloads up to --pt-most bytes), beside xferscope_pt (xferscope.load of
+that .pt file). Methods alternate in a shuffled order each
 round. Writes benchmarks/results/load-<gpu>-<date>.json (--into joins an earlier record).
 
     python3 benchmarks/load_bench.py --commit $(git rev-parse HEAD) --dir /var/tmp/ckpt
@@ -162,6 +163,7 @@ def loaders(files: list[Path], pt: Path | None, index: int) -> dict[str, Callabl
         made["torch_mmap"] = lambda: {
             k: v.to(dev) for k, v in torch.load(pt, mmap=True, weights_only=True).items()
         }
+        made["xferscope_pt"] = lambda: xferscope.load(pt, device=dev)  # ours, of the .pt
     return made
 
 
@@ -186,7 +188,8 @@ def workload_part(args: Any, name: str, figures: dict) -> None:
     index = 0
     files, pt, wanted = written(name, Path(args.dir), args.pt_most)
     nbytes = sum(t.nbytes for t in wanted.values())
-    ways = {k: v for k, v in loaders(files, pt, index).items() if k in ("xferscope", *args.peers)}
+    ways = {k: v for k, v in loaders(files, pt, index).items()
+            if k in ("xferscope", "xferscope_pt", *args.peers)}  # fmt: skip
     seconds: dict[str, dict[str, list[float]]] = {"cold": {}, "warm": {}}
     failed: dict[str, str] = {}
     for who, run in ways.items():  # each verified once, warm
@@ -297,7 +300,7 @@ def summary(figures: dict, comparisons: list[dict]) -> None:
     cases = []
     for name, row in rows.items():
         for state, by in row["gbps"].items():
-            peers = {k: v for k, v in by.items() if k != "xferscope"}
+            peers = {k: v for k, v in by.items() if not k.startswith("xferscope")}
             if peers and "xferscope" in by:
                 best = max(peers, key=peers.__getitem__)
                 cases.append((by["xferscope"] / peers[best], name, state, best, by))

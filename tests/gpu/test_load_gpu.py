@@ -139,3 +139,23 @@ def test_an_moes_interleaved_experts_equal_the_packages_loading(gpu, tmp_path):
     same(got, st.load_file(tmp_path / "moe.safetensors"))
     assert all(t.is_contiguous() for t in got.values())
     assert list(got) == list(st.load_file(tmp_path / "moe.safetensors"))  # the file's order
+
+
+def test_a_pt_file_equals_torch_load(gpu, tmp_path):
+    """torch.save's zip: storages read into one GPU buffer, tensors as strided views of it, a
+    view of another tensor's storage and a transposed one kept as torch.load gives them."""
+    one = tensors(7)
+    one["embed.rows"] = one["embed.weight"][10:20]  # shares embed.weight's storage
+    one["transposed"] = torch.randn(64, 32).t()
+    torch.save(one, tmp_path / "model.pt")
+    got = xferscope.load(tmp_path / "model.pt")
+    want = torch.load(tmp_path / "model.pt", weights_only=True)
+    same(got, want)
+    assert got["transposed"].stride() == want["transposed"].stride()
+    assert got["embed.rows"].untyped_storage().data_ptr() == (
+        got["embed.weight"].untyped_storage().data_ptr()
+    )
+    (tmp_path / "list.pt").write_bytes(b"")
+    torch.save([torch.ones(3)], tmp_path / "list.pt")
+    with pytest.raises(CheckpointError, match=r"list.pt: not a state dict of names to tensors"):
+        xferscope.load(tmp_path / "list.pt")

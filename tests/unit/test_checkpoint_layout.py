@@ -6,6 +6,7 @@ file and the tensor or shard."""
 from __future__ import annotations
 
 import json
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -200,3 +201,56 @@ def test_the_tensors_read_all_at_once_equal_those_read_one_by_one(tmp_path):
     header["t7"]["shape"] = [True, 1]  # a bool is not a size: the one-by-one reading names it
     with pytest.raises(CheckpointError, match=r"tensor 't7': shape \[True, 1\] is not a list"):
         _tensors(path, header, layout.data_begin)
+
+
+def test_a_pt_files_storages_are_found_where_the_zip_stores_them(tmp_path):
+    """torch.save's zip, written here without PyTorch: each record under data/ is found at the
+    offset its local header gives; a compressed record and a file that is no zip are refused."""
+    import zipfile
+
+    from xferscope.transfer.checkpoint.pt import is_pt, pt_layout
+
+    path = tmp_path / "model.pt"
+    blobs = {"archive/data/0": os.urandom(1000), "archive/data/1": os.urandom(64),
+             "archive/data/10": b""}  # fmt: skip
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
+        for name, blob in blobs.items():
+            z.writestr(zipfile.ZipInfo(name), blob)  # an extra field's length is read too
+        z.writestr("archive/.data/version", b"3\n")
+    layout = pt_layout(path)
+    data = path.read_bytes()
+    assert [t.name for t in layout.tensors] == list(blobs)
+    assert all(data[t.begin : t.end] == blobs[t.name] for t in layout.tensors)
+    assert is_pt(path) and not is_pt(tmp_path / "model.safetensors")
+    squeezed = tmp_path / "squeezed.pt"
+    with zipfile.ZipFile(squeezed, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("archive/data/0", bytes(4096))
+    with pytest.raises(CheckpointError, match=r"record archive/data/0 is compressed"):
+        pt_layout(squeezed)
+    (tmp_path / "junk.pt").write_bytes(b"not a zip")
+    with pytest.raises(CheckpointError, match=r"junk.pt: not a zip torch.save wrote"):
+        pt_layout(tmp_path / "junk.pt")
+
+
+def test_pt_storages_are_matched_to_records_by_their_distances(tmp_path):
+    """torch.load(mmap=True)'s storages are slices of one mapping of the file: in address order
+    they meet the records in file order at the same distances, else the file is refused."""
+    from types import SimpleNamespace
+
+    from xferscope.transfer.checkpoint.layout import Layout, Tensor
+    from xferscope.transfer.checkpoint.pt import _matched
+
+    def tensor(address: int, nbytes: int) -> SimpleNamespace:
+        storage = SimpleNamespace(data_ptr=lambda: address, nbytes=lambda: nbytes)
+        return SimpleNamespace(untyped_storage=lambda: storage)
+
+    records = (Tensor("a/data/0", "U8", (100,), 128, 100), Tensor("a/data/1", "U8", (8,), 320, 8))
+    layout = Layout(tmp_path / "m.pt", 400, 128, records, {}, (1, 400, 0))
+    base = 0x7F00_0000_0000
+    state = {"w": tensor(base + 128, 100), "w.view": tensor(base + 128, 100),
+             "b": tensor(base + 320, 8), "empty": tensor(0, 0)}  # fmt: skip
+    assert _matched(tmp_path / "m.pt", layout, state) == {base + 128: 128, base + 320: 320}
+    state["b"] = tensor(base + 328, 8)  # not where its record lies
+    with pytest.raises(CheckpointError, match=r"m.pt: its storages \(2\) do not match its rec"):
+        _matched(tmp_path / "m.pt", layout, state)

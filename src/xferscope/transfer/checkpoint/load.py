@@ -18,6 +18,7 @@ import os
 import threading
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,7 @@ from ..copy import copies_of
 from ..engine import default_engine
 from ..moves import gpu_index
 from .layout import CheckpointError, Layout, Tensor, opened, version_of
+from .pt import is_pt, load_pt
 from .reads import DataReads, changed
 from .shards import checkpoint_files, checkpoint_layouts
 from .views import views
@@ -110,15 +112,21 @@ def load(
     `device`: one GPU ("cuda", "cuda:1", 1, a torch.device), or where each tensor goes (a
     callable of its name, or accelerate's device_map: names or prefixes to GPUs); each GPU's
     tensors are read by a thread of their own, all at once. `dtype`: a floating-point
-    torch.dtype the floating-point tensors are cast to on the GPU. CheckpointError for a
-    checkpoint it will not load, naming the file."""
+    torch.dtype the floating-point tensors are cast to on the GPU. A `.pt` file torch.save
+    wrote (a state dict) loads too, onto one GPU (pt.py). CheckpointError for a checkpoint it
+    will not load, naming the file."""
     import torch
 
     if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
         raise ValueError(f"dtype: {dtype!r} is not a floating-point torch.dtype (or None)")
     out: dict[str, Any] = {}
     try:
-        if isinstance(device, dict) or callable(device):
+        if isinstance(paths, (str, os.PathLike)) and is_pt(Path(paths)):
+            if isinstance(device, dict) or callable(device):
+                raise ValueError("device: a .pt file loads onto one GPU; give one")
+            index = gpu_index(device)
+            load_pt(torch, Path(paths), index, copies_of(default_engine()).copier(index), out)
+        elif isinstance(device, dict) or callable(device):
             _placed_load(torch, paths, device, out)
         else:
             _one_gpu_load(torch, paths, gpu_index(device), out)
