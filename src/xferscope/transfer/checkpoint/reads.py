@@ -51,6 +51,7 @@ class DataReads:
         settle: Callable[[], None] = lambda: None,
     ) -> None:
         self._copier = copier
+        self._thread: threading.Thread | None = None
         self._ahead: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
         self._stop = False
         self._error: BaseException | None = None
@@ -100,7 +101,8 @@ class DataReads:
 
     def finish(self) -> None:
         """Once every file is read: the first read's error, if any."""
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         self._ahead.__exit__(None, None, None)
         self._close_files()
         if self._error is not None:
@@ -110,9 +112,8 @@ class DataReads:
         """Stops after the file being read, and gives back every buffer (closing those that
         close)."""
         self._stop = True
-        thread = getattr(self, "_thread", None)
-        if thread is not None:
-            thread.join()
+        if self._thread is not None:
+            self._thread.join()
         self._ahead.__exit__(None, None, None)
         self._close_files()
         for buffer in self.buffers:
