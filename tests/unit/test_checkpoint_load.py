@@ -15,7 +15,8 @@ import xferscope
 from xferscope.core.compiled import engine_module
 from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.transfer.checkpoint import CheckpointError, read_layout
-from xferscope.transfer.checkpoint.load import load, placed, read_file, runs
+from xferscope.transfer.checkpoint.load import load, placed
+from xferscope.transfer.checkpoint.reads import read_file, runs
 
 from .test_checkpoint_layout import write
 

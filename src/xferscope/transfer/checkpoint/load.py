@@ -21,41 +21,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..copy import copies_of
 from ..engine import default_engine
 from ..moves import gpu_index
-from .layout import CheckpointError, Layout, Tensor, opened, version_of
+from .layout import Layout, Tensor
 from .pt import is_pt, load_pt
-from .reads import DataReads, changed
+from .reads import DataReads, chosen, read_file
 from .shards import checkpoint_files, checkpoint_layouts
 from .views import views
-
-
-def runs(
-    layout: Layout, names: set[str] | None = None
-) -> tuple[int, list[int], list[int], list[int]]:
-    """What to read of `layout`'s file for its tensors `names` (None: all): (the first such
-    tensor's offset, then the file offsets, sizes and buffer offsets of its ranges), tensors
-    that lie end to end joined into one range."""
-    tensors = _chosen(layout, names)
-    first = tensors[0].begin if tensors else layout.data_begin
-    starts: list[int] = []
-    sizes: list[int] = []
-    for t in tensors:
-        if t.nbytes == 0:
-            continue
-        if starts and starts[-1] + sizes[-1] == t.begin:
-            sizes[-1] += t.nbytes
-        else:
-            starts.append(t.begin)
-            sizes.append(t.nbytes)
-    return first, starts, sizes, [s - first for s in starts]
-
-
-def _chosen(layout: Layout, names: set[str] | None) -> list[Tensor]:
-    return [t for t in layout.tensors if names is None or t.name in names]
 
 
 def placed(names: Sequence[str], device: Any) -> dict[int, list[str]]:
@@ -76,29 +49,6 @@ def placed(names: Sequence[str], device: Any) -> dict[int, list[str]]:
             to = device[max(keys, key=len)]
         by.setdefault(gpu_index(to), []).append(name)
     return by
-
-
-def read_file(layout: Layout, copier: Any, device_ptr: int, names: set[str] | None = None) -> None:
-    """`layout`'s tensors `names` (None: all) into the GPU range at `device_ptr` (from the
-    first one's offset on) by `copier` (an engine's copy_many copier); CheckpointError where
-    the file has changed since its layout was read, during the read, or cannot be read."""
-    _, starts, sizes, offsets = runs(layout, names)
-    fd = opened(layout.path)
-    try:
-        _unchanged(layout, fd, "since its header was read")
-        if starts:
-            ranges = (np.array(a, dtype=np.uint64) for a in (starts, sizes, offsets))
-            copier.read_to_device(fd, device_ptr, *ranges)
-        _unchanged(layout, fd, "while it was read")
-    except OSError as exc:
-        raise CheckpointError(f"{layout.path}: {exc}") from None
-    finally:
-        os.close(fd)
-
-
-def _unchanged(layout: Layout, fd: int, when: str) -> None:
-    if version_of(os.fstat(fd)) != layout.version:
-        raise changed(layout.path, when)
 
 
 def load(
@@ -178,7 +128,7 @@ def _placed_load(torch: Any, paths: Any, device: Any, out: dict[str, Any]) -> No
         copier = copies_of(default_engine()).copier(index)
         try:
             for layout in layouts:
-                tensors = _chosen(layout, names)
+                tensors = chosen(layout, names)
                 if tensors:
                     _read_views(torch, layout, index, copier, tensors, out)
         except BaseException as exc:

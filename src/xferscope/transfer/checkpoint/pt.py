@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .layout import CheckpointError, Layout, Tensor, version_of
+from .reads import read_file
 
 LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")  # a zip entry's local file header, 30 bytes
 SUFFIXES = (".pt", ".pth", ".bin")  # what torch.save's files are called
@@ -65,8 +66,6 @@ def pt_layout(path: str | os.PathLike[str]) -> Layout:
 
 def load_pt(torch: Any, path: Path, index: int, copier: Any, out: dict[str, Any]) -> None:
     """`path`'s state dict (names to tensors) into `out`, on GPU `index`, read by `copier`."""
-    from .load import read_file  # the one reading of a layout's ranges
-
     layout = pt_layout(path)
     try:
         state = torch.load(path, mmap=True, weights_only=True, map_location="cpu")

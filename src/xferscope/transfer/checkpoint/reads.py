@@ -6,6 +6,8 @@ views little beside the read. Each file is read through `read_to_device` of copy
 (pread into its pinned chunks), one file at a time, all its threads on it; where most of a
 file is not in the page cache, the kernel is asked to read it ahead in large windows
 (storage.Ahead: a cold 1 GB file on an H200 host's disk loaded at 1.54 GB/s against 1.38).
+`read_file` reads some of a file's tensors, `runs` their ranges (a device map's share of a
+file, a .pt file's storages), through the same copier.
 
     reads = DataReads(copier, [Path("model.safetensors")], allocate, settle)
     layout = read_layout("model.safetensors")
@@ -24,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from . import storage
-from .layout import CheckpointError, Layout, header_length, opened, version_of
+from .layout import CheckpointError, Layout, Tensor, header_length, opened, version_of
 
 COLD_SHARE = 0.5  # a file less than this much in the page cache is read ahead
 SAMPLES = 32  # pages of each file looked at for it
@@ -124,3 +126,51 @@ class DataReads:
         for _, fd, _, _ in self._files:
             os.close(fd)
         self._files = []
+
+
+def runs(
+    layout: Layout, names: set[str] | None = None
+) -> tuple[int, list[int], list[int], list[int]]:
+    """What to read of `layout`'s file for its tensors `names` (None: all): (the first such
+    tensor's offset, then the file offsets, sizes and buffer offsets of its ranges), tensors
+    that lie end to end joined into one range."""
+    tensors = chosen(layout, names)
+    first = tensors[0].begin if tensors else layout.data_begin
+    starts: list[int] = []
+    sizes: list[int] = []
+    for t in tensors:
+        if t.nbytes == 0:
+            continue
+        if starts and starts[-1] + sizes[-1] == t.begin:
+            sizes[-1] += t.nbytes
+        else:
+            starts.append(t.begin)
+            sizes.append(t.nbytes)
+    return first, starts, sizes, [s - first for s in starts]
+
+
+def chosen(layout: Layout, names: set[str] | None) -> list[Tensor]:
+    return [t for t in layout.tensors if names is None or t.name in names]
+
+
+def read_file(layout: Layout, copier: Any, device_ptr: int, names: set[str] | None = None) -> None:
+    """`layout`'s tensors `names` (None: all) into the GPU range at `device_ptr` (from the
+    first one's offset on) by `copier` (an engine's copy_many copier); CheckpointError where
+    the file has changed since its layout was read, during the read, or cannot be read."""
+    _, starts, sizes, offsets = runs(layout, names)
+    fd = opened(layout.path)
+    try:
+        _unchanged(layout, fd, "since its header was read")
+        if starts:
+            ranges = (np.array(a, dtype=np.uint64) for a in (starts, sizes, offsets))
+            copier.read_to_device(fd, device_ptr, *ranges)
+        _unchanged(layout, fd, "while it was read")
+    except OSError as exc:
+        raise CheckpointError(f"{layout.path}: {exc}") from None
+    finally:
+        os.close(fd)
+
+
+def _unchanged(layout: Layout, fd: int, when: str) -> None:
+    if version_of(os.fstat(fd)) != layout.version:
+        raise changed(layout.path, when)
