@@ -21,7 +21,7 @@ that .pt file). Methods alternate in a shuffled order each
 round. Writes benchmarks/results/load-<gpu>-<date>.json (--into joins an earlier record).
 
     python3 benchmarks/load_bench.py --commit $(git rev-parse HEAD) --dir /var/tmp/ckpt
-        [--workloads dense1g,moe1g] [--peers ...] [--rounds 2] [--into FILE]
+        [--workloads dense1g,moe1g] [--peers ...] [--rounds 2] [--into FILE] [--errors] [--gpus]
 """
 
 from __future__ import annotations
@@ -280,6 +280,69 @@ def error_part(args: Any, figures: dict) -> None:
     )
 
 
+def gpus_part(args: Any, figures: dict) -> None:
+    """dense15g's 4 shards over every GPU (shard k on GPU k mod n), warm and cold: xferscope.load
+    with a callable placing each tensor by its shard, against safetensors' load_file of each
+    shard onto its GPU, a thread a GPU, and against xferscope.load onto GPU 0 alone."""
+    import threading
+
+    n = torch.cuda.device_count()
+    files, _, wanted = written("dense15g", Path(args.dir), 0)
+    shard_of = {name: k for k, f in enumerate(files) for name in read_names(f)}
+    nbytes = sum(t.nbytes for t in wanted.values())
+
+    def ours() -> dict:
+        return xferscope.load(files, device=lambda name: shard_of[name] % n)
+
+    def safetensors_threads() -> dict:
+        from safetensors.torch import load_file
+
+        out: dict = {}
+
+        def one(gpu: int) -> None:
+            for k, f in enumerate(files):
+                if k % n == gpu:
+                    out.update(load_file(str(f), device=f"cuda:{gpu}"))
+
+        threads = [threading.Thread(target=one, args=(g,)) for g in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return out
+
+    ways = {"xferscope": ours, "safetensors_threads": safetensors_threads,
+            "xferscope_one_gpu": lambda: xferscope.load(files, device="cuda:0")}  # fmt: skip
+    seconds: dict[str, dict[str, list[float]]] = {"cold": {}, "warm": {}}
+    for who, way in ways.items():
+        storage.cached(files, warm=True)
+        check(who, way(), wanted)
+        torch.cuda.empty_cache()
+    order = list(ways)
+    for _ in range(args.rounds):
+        random.shuffle(order)
+        for state in ("cold", "warm"):
+            for who in order:
+                storage.cached(files, warm=state == "warm")
+                for g in range(n):
+                    torch.cuda.synchronize(g)
+                start = time.perf_counter()
+                out = ways[who]()
+                for g in range(n):
+                    torch.cuda.synchronize(g)
+                seconds[state].setdefault(who, []).append(time.perf_counter() - start)
+                del out  # the GPU memory goes before the next way
+                torch.cuda.empty_cache()
+    gbps = {s: {w: round(nbytes / statistics.median(v) / GB, 3) for w, v in d.items()}
+            for s, d in seconds.items()}  # fmt: skip
+    figures["gpus"] = {"gpus": n, "bytes": nbytes, "gbps": gbps, "seconds": seconds}
+    print("gpus", json.dumps(figures["gpus"]["gbps"]), flush=True)
+
+
+def read_names(path: Path) -> list[str]:
+    return [t.name for t in read_layout(path).tensors]
+
+
 def summary(figures: dict, comparisons: list[dict]) -> None:
     rows = figures.get("workloads", {})
     if not rows:
@@ -320,6 +383,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--pt-most", type=int, default=2 << 30)
     parser.add_argument("--errors", action="store_true", help="also the error part")
+    parser.add_argument("--gpus", action="store_true",
+                        help="also dense15g's shards over every GPU (gpus_part)")  # fmt: skip
     parser.add_argument("--into", default=None)
     args = parser.parse_args()
     workloads = [w for w in args.workloads.split(",") if w]
@@ -343,6 +408,8 @@ def main() -> None:
             workload_part(args, w, figures)
         if args.errors:
             error_part(args, figures)
+        if args.gpus:
+            gpus_part(args, figures)
 
     base.measured(run, figures)
     names = {"load_warm_vs_pinned_h2d", "load_cold_vs_disk_read", "load_vs_best_peer_worst"}
