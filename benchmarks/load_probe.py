@@ -26,7 +26,8 @@ import torch
 import load_bench
 import xferscope
 from xferscope.transfer.checkpoint import read_layout, storage
-from xferscope.transfer.checkpoint.views import TORCH_DTYPES, views
+from xferscope.transfer.checkpoint.kits import TORCH_DTYPES, TorchKit
+from xferscope.transfer.checkpoint.views import views
 
 GB = 1e9
 MIB = 1 << 20
@@ -97,7 +98,7 @@ def views_part(root: Path, rounds: int) -> dict:
 
     def grouped() -> dict:
         out: dict = {}
-        views(torch, layout, buffer, first, layout.tensors, out)
+        views(TorchKit(torch), layout, buffer, first, layout.tensors, out)
         return out
 
     def header() -> object:

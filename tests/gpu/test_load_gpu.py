@@ -159,3 +159,24 @@ def test_a_pt_file_equals_torch_load(gpu, tmp_path):
     torch.save([torch.ones(3)], tmp_path / "list.pt")
     with pytest.raises(CheckpointError, match=r"list.pt: not a state dict of names to tensors"):
         xferscope.load(tmp_path / "list.pt")
+
+
+def test_cupy_arrays_equal_the_packages_reading(gpu, tmp_path):
+    """framework="cupy": the same reading, CuPy arrays on the GPU; bfloat16, which CuPy lacks,
+    refused in one line."""
+    cupy = pytest.importorskip("cupy")
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+
+    rng = np.random.default_rng(10)
+    arrays = {f"e.{e}.{w}": rng.random((4, 6) if w != "down" else (6, 4)).astype(np.float16)
+              for e in range(9) for w in ("gate", "up", "down")}  # fmt: skip
+    arrays["ids"] = np.arange(5, dtype=np.int64)
+    save_file(arrays, str(tmp_path / "m.safetensors"))
+    got = xferscope.load(tmp_path / "m.safetensors", framework="cupy")
+    want = load_file(str(tmp_path / "m.safetensors"))
+    assert all(isinstance(v, cupy.ndarray) and np.array_equal(v.get(), want[k])
+               for k, v in got.items()) and got.keys() == want.keys()  # fmt: skip
+    st.save_file({"w": torch.ones(3, dtype=torch.bfloat16)}, str(tmp_path / "bf16.safetensors"))
+    with pytest.raises(CheckpointError, match=r"is BF16, which CuPy has no dtype for"):
+        xferscope.load(tmp_path / "bf16.safetensors", framework="cupy")

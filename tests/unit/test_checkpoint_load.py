@@ -5,6 +5,7 @@ since its header was read refused with one line."""
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -175,3 +176,78 @@ def test_tensors_of_a_kind_whose_offsets_step_evenly_become_runs():
     assert _progressions(at(5)) == [(at(5), 0)]
     empty = at(3, 3, 3, nbytes=0)
     assert _progressions(empty) == [([t], 0) for t in empty]
+
+
+class _HostCopier:
+    """A copier whose read_to_device reads into host memory (NumPy's arrays), as the native one
+    reads into the GPU's: xferscope.load end to end without a GPU."""
+
+    def read_to_device(self, fd: int, address: int, starts: Any, sizes: Any, offsets: Any) -> None:
+        import ctypes
+
+        for start, size, offset in zip(starts, sizes, offsets, strict=True):
+            data = os.pread(fd, int(size), int(start))
+            if len(data) != int(size):
+                raise OSError(0, f"the file ends before byte {int(start) + int(size)}")
+            ctypes.memmove(address + int(offset), data, len(data))
+
+
+@pytest.fixture
+def host_load(monkeypatch):
+    from types import SimpleNamespace
+
+    from xferscope.transfer.checkpoint import load as module
+    from xferscope.transfer.checkpoint.kits import ArrayKit
+
+    monkeypatch.setattr(module, "_kit", lambda framework: ArrayKit(np))
+    copies = SimpleNamespace(copier=lambda index: _HostCopier())
+    monkeypatch.setattr(module, "copies_of", lambda engine: copies)
+    return module.load
+
+
+def test_an_moes_tensors_and_a_sharded_set_equal_the_packages_reading(tmp_path, host_load):
+    """Interleaved experts (strided blocks), scalars, empty and misaligned tensors, a sharded
+    set, a cast: what load makes of the bytes read equals what the safetensors package reads."""
+    from safetensors.numpy import load_file, save_file
+
+    rng = np.random.default_rng(8)
+    tensors = {f"layers.{i}.experts.{e}.{w}": rng.random((6, 4) if w == "down" else (4, 6))
+               .astype(np.float16) for i in range(2) for e in range(11)
+               for w in ("gate", "up", "down")}  # fmt: skip
+    tensors |= {f"scale.{i}": np.array(float(i), np.float32) for i in range(4)}
+    tensors |= {"empty": np.zeros((0, 8), np.float32), "ids": np.arange(7, dtype=np.int64)}
+    save_file(tensors, str(tmp_path / "moe.safetensors"))
+    got = host_load(tmp_path / "moe.safetensors")
+    want = load_file(str(tmp_path / "moe.safetensors"))
+    assert list(got) == list(want)
+    assert all(np.array_equal(got[k], want[k]) and got[k].shape == want[k].shape for k in want)
+    odd = write(tmp_path / "odd.safetensors", {"x": np.zeros(11, np.uint8)}, header={
+        "x": {"dtype": "U8", "shape": [3], "data_offsets": [0, 3]},
+        "f": {"dtype": "F32", "shape": [2], "data_offsets": [3, 11]}})  # fmt: skip
+    blob = bytearray(odd.read_bytes())
+    blob[-11:] = bytes([7, 8, 9]) + np.array([1.5, -2.0], np.float32).tobytes()
+    odd.write_bytes(bytes(blob))
+    cast = host_load(odd, dtype=np.float64)
+    assert cast["x"].tolist() == [7, 8, 9] and cast["f"].tolist() == [1.5, -2.0]
+    assert cast["f"].dtype == np.float64 and cast["x"].dtype == np.uint8
+    shards = tmp_path / "sharded"
+    shards.mkdir()
+    names, weight_map = sorted(tensors), {}
+    for k, part in enumerate((names[:30], names[30:])):
+        save_file({n: tensors[n] for n in part}, str(shards / f"m-{k}.safetensors"))
+        weight_map |= dict.fromkeys(part, f"m-{k}.safetensors")
+    (shards / "m.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    got = host_load(shards)
+    assert all(np.array_equal(got[k], tensors[k]) for k in tensors) and len(got) == len(tensors)
+
+
+def test_a_dtype_the_framework_lacks_and_a_truncated_file_are_one_error(tmp_path, host_load):
+    bf16 = write(tmp_path / "bf16.safetensors", {"w": np.zeros(4, np.uint8)},
+                 header={"w": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}})  # fmt: skip
+    with pytest.raises(CheckpointError, match=r"'w' is BF16, which NumPy has no dtype for"):
+        host_load(bf16)
+    cut = write(tmp_path / "cut.safetensors", {"w": np.arange(100, dtype=np.float32)}, cut=40)
+    with pytest.raises(CheckpointError, match=r"cut.safetensors: tensor 'w' ends at byte"):
+        host_load(cut)
+    with pytest.raises(ValueError, match=r"dtype: 'int8' is not a floating-point dtype of torch"):
+        host_load(cut, dtype="int8")

@@ -24,6 +24,7 @@ from typing import Any
 from ..copy import copies_of
 from ..engine import default_engine
 from ..moves import gpu_index
+from .kits import ArrayKit, TorchKit
 from .layout import Layout, Tensor
 from .pt import is_pt, load_pt
 from .reads import DataReads, chosen, read_file
@@ -51,39 +52,45 @@ def placed(names: Sequence[str], device: Any) -> dict[int, list[str]]:
     return by
 
 
+FRAMEWORKS = ("torch", "cupy")
+
+
 def load(
     paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
     device: Any = "cuda",
     *,
     dtype: Any = None,
+    framework: str = "torch",
 ) -> dict[str, Any]:
     """The tensors of the safetensors checkpoint at `paths` (a file, a directory, a sharded
-    set's `*.safetensors.index.json`, or a list of files) on the GPU, by name: PyTorch tensors.
-    `device`: one GPU ("cuda", "cuda:1", 1, a torch.device), or where each tensor goes (a
-    callable of its name, or accelerate's device_map: names or prefixes to GPUs); each GPU's
-    tensors are read by a thread of their own, all at once. `dtype`: a floating-point
-    torch.dtype the floating-point tensors are cast to on the GPU. A `.pt` file torch.save
-    wrote (a state dict) loads too, onto one GPU (pt.py). CheckpointError for a checkpoint it
-    will not load, naming the file."""
-    import torch
-
-    if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise ValueError(f"dtype: {dtype!r} is not a floating-point torch.dtype (or None)")
+    set's `*.safetensors.index.json`, or a list of files) on the GPU, by name: PyTorch tensors,
+    or CuPy arrays where `framework="cupy"` (both DLPack's). `device`: one GPU ("cuda",
+    "cuda:1", 1, a torch.device), or where each tensor goes (a callable of its name, or
+    accelerate's device_map: names or prefixes to GPUs); each GPU's tensors are read by a
+    thread of their own, all at once. `dtype`: a floating-point dtype the floating-point
+    tensors are cast to on the GPU. A `.pt` file torch.save wrote (a state dict) loads too,
+    into PyTorch on one GPU (pt.py). CheckpointError for a checkpoint it will not load, naming
+    the file."""
+    kit = _kit(framework)
+    if dtype is not None and not kit.floating(dtype):
+        raise ValueError(f"dtype: {dtype!r} is not a floating-point dtype of {framework} (or None)")
     out: dict[str, Any] = {}
     try:
         if isinstance(paths, (str, os.PathLike)) and is_pt(Path(paths)):
-            if isinstance(device, dict) or callable(device):
-                raise ValueError("device: a .pt file loads onto one GPU; give one")
+            if isinstance(device, dict) or callable(device) or framework != "torch":
+                raise ValueError(
+                    "device: a .pt file loads into PyTorch on one GPU; give one, and "
+                    "framework='torch'"
+                )
             index = gpu_index(device)
-            load_pt(torch, Path(paths), index, copies_of(default_engine()).copier(index), out)
+            load_pt(kit.torch, Path(paths), index, copies_of(default_engine()).copier(index), out)
         elif isinstance(device, dict) or callable(device):
-            _placed_load(torch, paths, device, out)
+            _placed_load(kit, paths, device, out)
         else:
-            _one_gpu_load(torch, paths, gpu_index(device), out)
+            _one_gpu_load(kit, paths, gpu_index(device), out)
         if dtype is not None:
             for name, tensor in out.items():
-                if tensor.is_floating_point():
-                    out[name] = tensor.to(dtype)
+                out[name] = kit.cast(tensor, dtype)
     except BaseException as exc:
         out.clear()  # what was loaded goes now, and with the frames' locals, every buffer
         traceback.clear_frames(exc.__traceback__)
@@ -91,24 +98,36 @@ def load(
     return out
 
 
-def _one_gpu_load(torch: Any, paths: Any, index: int, out: dict[str, Any]) -> None:
+def _kit(framework: str) -> Any:
+    """The framework's kit (kits.py); ValueError naming the option for one it does not know."""
+    if framework == "torch":
+        import torch
+
+        return TorchKit(torch)
+    if framework == "cupy":
+        import cupy
+
+        return ArrayKit(cupy)
+    raise ValueError(f"framework: {framework!r} is not one of {', '.join(FRAMEWORKS)}")
+
+
+def _one_gpu_load(kit: Any, paths: Any, index: int, out: dict[str, Any]) -> None:
     """Every file's data read into a buffer of its own on GPU `index` from the start, while
     the headers are parsed and the tensors made as views of the buffers."""
     files = checkpoint_files(paths)
     copier = copies_of(default_engine()).copier(index)  # copy_many's: one pinned pool
-    device = f"cuda:{index}"
     reads = DataReads(
         copier,
         [f.path for f in files],
-        lambda n: torch.empty(n, dtype=torch.uint8, device=device),
-        # the copier's streams are not ordered after PyTorch's: what the memory held is done
-        torch.cuda.current_stream(index).synchronize,
+        lambda n: kit.empty(n, index),
+        lambda: kit.settle(index),
+        kit.address,
     )
     try:
         later = []
         for k, layout in enumerate(checkpoint_layouts(paths, files)):
-            later += views(torch, layout, reads.buffer(k, layout), layout.data_begin,
-                            layout.tensors, out)  # fmt: skip
+            later += views(kit, layout, reads.buffer(k, layout), layout.data_begin,
+                           layout.tensors, out)  # fmt: skip
         reads.finish()
         for fix in later:
             fix()
@@ -117,7 +136,7 @@ def _one_gpu_load(torch: Any, paths: Any, index: int, out: dict[str, Any]) -> No
         raise
 
 
-def _placed_load(torch: Any, paths: Any, device: Any, out: dict[str, Any]) -> None:
+def _placed_load(kit: Any, paths: Any, device: Any, out: dict[str, Any]) -> None:
     """The tensors of each GPU the map or callable `device` names read by a thread of its
     own, the first GPU's on this one."""
     layouts = checkpoint_layouts(paths)
@@ -130,7 +149,7 @@ def _placed_load(torch: Any, paths: Any, device: Any, out: dict[str, Any]) -> No
             for layout in layouts:
                 tensors = chosen(layout, names)
                 if tensors:
-                    _read_views(torch, layout, index, copier, tensors, out)
+                    _read_views(kit, layout, index, copier, tensors, out)
         except BaseException as exc:
             failed.append(exc)
 
@@ -148,15 +167,13 @@ def _placed_load(torch: Any, paths: Any, device: Any, out: dict[str, Any]) -> No
 
 
 def _read_views(
-    torch: Any, layout: Layout, index: int, copier: Any, tensors: list[Tensor], out: dict[str, Any]
+    kit: Any, layout: Layout, index: int, copier: Any, tensors: list[Tensor], out: dict[str, Any]
 ) -> None:
     """`tensors` of `layout` read into one buffer on GPU `index`, then made its views."""
     first = tensors[0].begin
-    span = max(t.end for t in tensors) - first
-    buffer = torch.empty(span, dtype=torch.uint8, device=f"cuda:{index}")
-    # the copier's streams are not ordered after PyTorch's: what the memory held before is done
-    torch.cuda.current_stream(index).synchronize()
-    later = views(torch, layout, buffer, first, tensors, out)
-    read_file(layout, copier, buffer.data_ptr(), {t.name for t in tensors})
+    buffer = kit.empty(max(t.end for t in tensors) - first, index)
+    kit.settle(index)
+    later = views(kit, layout, buffer, first, tensors, out)
+    read_file(layout, copier, kit.address(buffer), {t.name for t in tensors})
     for fix in later:
         fix()

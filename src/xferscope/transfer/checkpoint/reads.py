@@ -41,9 +41,9 @@ def changed(path: Path, when: str) -> CheckpointError:
 
 class DataReads:
     """The data of `paths` read by `copier` (an engine's copy_many copier, of the GPU the
-    buffers are on) into one GPU buffer each, `allocate(nbytes)` (a torch tensor, or an
-    engine's DeviceBuffer: `data_ptr()` its address), on a thread of its own begun here once
-    `settle()` has returned (what the memory was last used for is done)."""
+    buffers are on) into one GPU buffer each, `allocate(nbytes)` (a torch tensor, a CuPy
+    array, an engine's DeviceBuffer: `address(buffer)` its address), on a thread of its own
+    begun here once `settle()` has returned (what the memory was last used for is done)."""
 
     def __init__(
         self,
@@ -51,8 +51,10 @@ class DataReads:
         paths: Sequence[Path],
         allocate: Callable[[int], Any],
         settle: Callable[[], None] = lambda: None,
+        address: Callable[[Any], int] = lambda buffer: int(buffer.data_ptr()),
     ) -> None:
         self._copier = copier
+        self._address = address
         self._thread: threading.Thread | None = None
         self._ahead: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
         self._stop = False
@@ -83,7 +85,7 @@ class DataReads:
                 return
             try:
                 ranges = (np.array([v], dtype=np.uint64) for v in (begin, version[1] - begin, 0))
-                self._copier.read_to_device(fd, buffer.data_ptr(), *ranges)
+                self._copier.read_to_device(fd, self._address(buffer), *ranges)
                 if version_of(os.fstat(fd)) != version:
                     raise changed(path, "while it was read")
             except OSError as exc:

@@ -3,7 +3,7 @@ are there: tensors of one dtype and shape whose offsets step evenly (an MoE's ex
 transformer's layers) become one strided tensor unbound into its parts, so PyTorch makes the
 18,000 tensors of an MoE's file in one call per kind instead of one call each.
 
-    later = views(torch, layout, buffer, layout.data_begin, layout.tensors, out)
+    later = views(kit, layout, buffer, layout.data_begin, layout.tensors, out)
     ...   # the bytes read
     for fix in later:
         fix()   # a tensor whose offset does not suit its dtype, copied out to a fresh block"""
@@ -19,18 +19,11 @@ import numpy as np
 
 from .layout import CheckpointError, Layout, Tensor
 
-# safetensors' dtypes as PyTorch names them
-TORCH_DTYPES = {
-    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
-    "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
-    "U16": "uint16", "U32": "uint32", "U64": "uint64", "C64": "complex64",
-    "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu",
-}  # fmt: skip
 MOST_PERIOD = 4  # tensors of a kind interleaved with up to this many others of it (gate, up)
 
 
 def views(
-    torch: Any,
+    kit: Any,
     layout: Layout,
     buffer: Any,
     first: int,
@@ -39,8 +32,9 @@ def views(
 ) -> list[Callable[[], None]]:
     """Each of `tensors` into `out` (in their order) as a view of `buffer`, which holds
     `layout`'s file from byte `first`; what must wait for the bytes, returned to be called
-    after they are there. CheckpointError for a dtype this PyTorch lacks."""
-    kinds = _kinds(torch, layout, tensors)
+    after they are there; `kit` the framework's (kits.py). CheckpointError for a dtype the
+    framework lacks."""
+    kinds = _kinds(kit, layout, tensors)
     typed: dict[Any, Any] = {}  # the buffer as each dtype
     made: dict[str, Any] = {}
     later: list[Callable[[], None]] = []
@@ -49,7 +43,8 @@ def views(
         kind = kinds[t.dtype]
         at = t.begin - first
         if at % kind.itemsize:
-            later.append(functools.partial(_copied, out, t, buffer[at : at + t.nbytes], kind))
+            raw = buffer[at : at + t.nbytes]
+            later.append(functools.partial(_copied, kit, out, t, raw, kind))
         else:
             groups.setdefault((t.dtype, t.shape), []).append(t)
     for (dtype, shape), members in groups.items():
@@ -57,15 +52,15 @@ def views(
         size = kind.itemsize
         whole = typed.get(kind)
         if whole is None:
-            whole = typed[kind] = buffer[: buffer.numel() // size * size].view(kind)
-        strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
+            whole = typed[kind] = kit.typed(buffer, kind)
+        strides = tuple(math.prod(shape[i + 1 :]) for i in range(len(shape)))
         for run, step in _progressions(members):
             at = (run[0].begin - first) // size
             if len(run) == 1:
-                made[run[0].name] = whole.as_strided(shape, strides, at)
+                made[run[0].name] = kit.strided(whole, shape, strides, at)
             else:
-                block = whole.as_strided((len(run), *shape), (step // size, *strides), at)
-                made.update(zip([t.name for t in run], block.unbind(0), strict=True))
+                block = kit.strided(whole, (len(run), *shape), (step // size, *strides), at)
+                made.update(zip([t.name for t in run], kit.parts(block), strict=True))
     out.update((t.name, made[t.name]) for t in tensors if t.name in made)
     return later
 
@@ -91,19 +86,19 @@ def _progressions(members: list[Tensor]) -> list[tuple[list[Tensor], int]]:
     return runs
 
 
-def _kinds(torch: Any, layout: Layout, tensors: Sequence[Tensor]) -> dict[str, Any]:
+def _kinds(kit: Any, layout: Layout, tensors: Sequence[Tensor]) -> dict[str, Any]:
     kinds = {}
     for dtype in {t.dtype for t in tensors}:
-        kind = getattr(torch, TORCH_DTYPES[dtype], None)
+        kind = kit.kind(dtype)
         if kind is None:
             name = next(t.name for t in tensors if t.dtype == dtype)
             raise CheckpointError(
-                f"{layout.path}: tensor {name!r} is {dtype}, which this PyTorch "
-                f"({torch.__version__}) has no dtype for (torch.{TORCH_DTYPES[dtype]})"
+                f"{layout.path}: tensor {name!r} is {dtype}, which {kit.name} has no dtype for "
+                f"({kit.kind_name(dtype)})"
             )
         kinds[dtype] = kind
     return kinds
 
 
-def _copied(out: dict[str, Any], t: Tensor, raw: Any, kind: Any) -> None:
-    out[t.name] = raw.clone().view(kind).reshape(t.shape)  # a fresh, aligned block
+def _copied(kit: Any, out: dict[str, Any], t: Tensor, raw: Any, kind: Any) -> None:
+    out[t.name] = kit.copied(raw, kind, t.shape)  # a fresh, aligned block
