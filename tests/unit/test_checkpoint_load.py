@@ -251,3 +251,28 @@ def test_a_dtype_the_framework_lacks_and_a_truncated_file_are_one_error(tmp_path
         host_load(cut)
     with pytest.raises(ValueError, match=r"dtype: 'int8' is not a floating-point dtype of torch"):
         host_load(cut, dtype="int8")
+
+
+def test_a_device_maps_share_of_each_file_is_read_and_made(tmp_path, host_load, monkeypatch):
+    """A device map splits a file's tensors between GPUs: each GPU's share of each file read
+    (its ranges only) into a buffer of its own on a thread of its own, then made as views."""
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(4)
+    tensors = {f"layers.{i}.{w}": rng.random((8, 3 + i)).astype(np.float32)
+               for i in range(4) for w in ("q", "k")}  # fmt: skip
+    tensors["head"] = np.arange(6, dtype=np.int16)
+    save_file(tensors, str(tmp_path / "m.safetensors"))
+    reads = []
+    real = _HostCopier.read_to_device
+
+    def counted(self: _HostCopier, fd: int, address: int, *ranges: Any) -> None:
+        reads.append(int(sum(ranges[1])))
+        real(self, fd, address, *ranges)
+
+    monkeypatch.setattr(_HostCopier, "read_to_device", counted)
+    got = host_load(tmp_path / "m.safetensors", device={"": 0, "layers.1": 1, "head": 1})
+    assert got.keys() == tensors.keys()
+    assert all(np.array_equal(got[k], v) for k, v in tensors.items())
+    second = tensors["layers.1.q"].nbytes + tensors["layers.1.k"].nbytes + tensors["head"].nbytes
+    assert sorted(reads) == sorted([sum(v.nbytes for v in tensors.values()) - second, second])
