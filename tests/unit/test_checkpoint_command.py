@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 
 import numpy as np
 import pytest
@@ -155,3 +156,63 @@ def test_ctrl_c_keeps_the_repeats_measured_and_frees_the_buffers(checkpoint, mon
     assert result.interrupted and result.samples.host_memory_bps == (1e10,)
     assert len(result.samples.load_warm_s) == 2 and len(result.samples.link_bps) == 1
     assert made_buffers and all(b.closed for b in made_buffers)
+
+
+class _HostBuffer:
+    """Device memory as the check reads it back, in host memory: a NumPy array."""
+
+    def __init__(self, data: bytes) -> None:
+        self.array = np.frombuffer(bytearray(data), dtype=np.uint8)
+
+    def data_ptr(self) -> int:
+        return int(self.array.ctypes.data)
+
+
+class _HostEngine:
+    """An engine whose staged copier copies host memory, so the check's reading runs."""
+
+    def staged_copier(self, device: int):
+        import ctypes
+        from types import SimpleNamespace
+
+        return SimpleNamespace(to_host=ctypes.memmove, close=lambda: None)
+
+
+def _pt(path, blobs: dict[str, bytes]):
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
+        for name, blob in blobs.items():
+            z.writestr(name, blob)
+    return path
+
+
+def test_the_check_reads_back_tensors_spread_over_each_file(checkpoint, tmp_path):
+    """Safetensors (its data from the header's end) and a .pt file (its records, with zip
+    headers between them): the bytes as read pass, one byte changed in any sampled tensor
+    fails."""
+    from xferscope.transfer.checkpoint import read_layout
+    from xferscope.transfer.checkpoint.pt import pt_layout
+
+    layout = read_layout(checkpoint)
+    data = checkpoint.read_bytes()[layout.data_begin :]
+    pt = _pt(tmp_path / "m.pt", {f"archive/data/{i}": os.urandom(1000 + i) for i in range(20)})
+    records = pt_layout(pt)
+    blob = pt.read_bytes()
+    as_read = bytearray(len(blob) - records.data_begin)  # the records at their offsets only
+    for t in records.tensors:
+        as_read[t.begin - records.data_begin : t.end - records.data_begin] = blob[t.begin : t.end]
+    engine = _HostEngine()
+    assert module.checked(engine, 0, [layout, records],
+                          [_HostBuffer(data), _HostBuffer(bytes(as_read))])  # fmt: skip
+    last = records.tensors[-1]
+    as_read[last.end - records.data_begin - 1] ^= 0xFF
+    assert not module.checked(engine, 0, [records], [_HostBuffer(bytes(as_read))])
+
+
+def test_a_pt_file_is_measured_as_its_records(tmp_path):
+    pt = _pt(tmp_path / "m.pt", {f"archive/data/{i}": os.urandom(4096) for i in range(8)})
+    result = measure(SimulatedEngine(seed=2), [str(pt)], repeats=1)
+    (f,) = result.files
+    assert f.tensors == 8 and len(result.samples.load_warm_s) == len(result.samples.headers_bps)

@@ -32,7 +32,8 @@ from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
 from ..documents.envelope import now
 from ..transfer.checkpoint import CheckpointError, Layout, storage
-from ..transfer.checkpoint.reads import DataReads
+from ..transfer.checkpoint.pt import is_pt, pt_layout
+from ..transfer.checkpoint.reads import DataReads, read_file
 from ..transfer.checkpoint.shards import Shard, checkpoint_files, checkpoint_layouts
 from .records import CheckpointFile, CheckpointResult, Samples
 
@@ -52,12 +53,20 @@ def steps(repeats: int, cold: bool) -> int:
 
 
 def opened(paths: Sequence[str]) -> tuple[list[Shard], list[Layout]]:
-    """The checkpoint's files and layouts; OptionError naming PATH for one it will not load."""
+    """The checkpoint's files and layouts (a .pt file's: its storages' records); OptionError
+    naming PATH for one it will not load."""
     try:
         files = checkpoint_files(list(paths))
-        return files, checkpoint_layouts(list(paths), files)
+        return files, _layouts(paths, files)
     except CheckpointError as exc:
         raise OptionError("PATH", str(exc)) from None
+
+
+def _layouts(paths: Sequence[str], files: list[Shard]) -> list[Layout]:
+    """The headers read and checked: safetensors', or a .pt file's zip directory."""
+    if len(files) == 1 and is_pt(files[0].path):
+        return [pt_layout(files[0].path)]
+    return checkpoint_layouts(list(paths), files)
 
 
 def check_memory(engine: Engine, device: int, layouts: Sequence[Layout]) -> None:
@@ -78,6 +87,20 @@ def load_once(engine: Engine, copier: Any, device: int, paths: Sequence[str], fi
     `keep` with the layouts. Wall time, as the stages' rates are: the simulated engine's reads
     of the files are real too (its copies only modelled)."""
     start = time.perf_counter()
+    if len(files) == 1 and is_pt(files[0].path):  # its storages' records, as xferscope.load
+        layout = pt_layout(files[0].path)
+        buffer = engine.device_buffer(device, layout.data_bytes)
+        try:
+            read_file(layout, copier, buffer.data_ptr())
+        except BaseException:
+            buffer.close()
+            raise
+        seconds = time.perf_counter() - start
+        if keep is not None:
+            keep += [[layout], [buffer]]
+        else:
+            buffer.close()
+        return seconds
     reads = DataReads(copier, [f.path for f in files], lambda n: engine.device_buffer(device, n))
     try:
         layouts = checkpoint_layouts(list(paths), files)
@@ -125,7 +148,7 @@ def page_cache_bps(names: list[str]) -> float:
 def headers_bps(paths: Sequence[str], files: list[Shard], data_bytes: int) -> float:
     """The data's bytes over the time the headers take to read and check."""
     start = time.perf_counter()
-    checkpoint_layouts(list(paths), files)
+    _layouts(paths, files)
     return data_bytes / (time.perf_counter() - start)
 
 
@@ -142,23 +165,24 @@ def link_bps(engine: Engine, device: int, nbytes: int = LINK_BYTES) -> float:
 
 
 def checked(engine: Engine, device: int, layouts: list[Layout], buffers: list[Any]) -> bool:
-    """Ranges spread over each file's data (its first and last bytes among them) read back from
-    the GPU with the staged copier and compared with the file."""
+    """The first and last bytes of tensors spread over each file (its first and last among
+    them) read back from the GPU with the staged copier and compared with the file."""
     copier = engine.staged_copier(device)
     try:
         for layout, buffer in zip(layouts, buffers, strict=True):
-            size = layout.data_bytes
-            n = min(CHECKED_BYTES, size)
-            if n == 0:
-                continue
-            host = np.empty(n, dtype=np.uint8)
+            spans = [t for t in layout.tensors if t.nbytes]
+            picked = [*spans[:: max(1, len(spans) // CHECKED_RANGES)][:CHECKED_RANGES], *spans[-1:]]
             fd = os.open(layout.path, os.O_RDONLY)
             try:
-                for i in range(CHECKED_RANGES):
-                    at = i * (size - n) // max(CHECKED_RANGES - 1, 1)
-                    copier.to_host(host.ctypes.data, buffer.data_ptr() + at, n)
-                    if host.tobytes() != os.pread(fd, n, layout.data_begin + at):
-                        return False
+                for t in picked:
+                    n = min(CHECKED_BYTES, t.nbytes)
+                    host = np.empty(n, dtype=np.uint8)
+                    for at in {t.begin, t.end - n}:
+                        copier.to_host(
+                            host.ctypes.data, buffer.data_ptr() + at - layout.data_begin, n
+                        )
+                        if host.tobytes() != os.pread(fd, n, at):
+                            return False
             finally:
                 os.close(fd)
     finally:

@@ -44,12 +44,13 @@ from .outputs import Destination, Named, Output, text
 def checkpoint_command(
     paths: tuple[str, ...], repeats: int, no_cold: bool, device: str, simulate: bool, **kw: Any
 ) -> None:
-    """A safetensors checkpoint (a file, several, a directory, or a sharded set's index) loaded
-    onto a GPU the way xferscope.load reads it, cold (each file's pages dropped from the page
-    cache with posix_fadvise(DONTNEED), checked with mincore) and warm, beside each stage of its
-    path measured alone: the disk, the page cache, the headers, host memory, the link. Prints
-    each rate, each load's time and the stage that bounds it; writes JSON, CSV and a plot.
-    Dropping the page cache affects only these files; --no-cold keeps them."""
+    """A safetensors checkpoint (a file, several, a directory, or a sharded set's index), or a
+    .pt file torch.save wrote, loaded onto a GPU the way xferscope.load reads it, cold (each
+    file's pages dropped from the page cache with posix_fadvise(DONTNEED), checked with
+    mincore) and warm, beside each stage of its path measured alone: the disk, the page cache,
+    the headers, host memory, the link. Prints each rate, each load's time and the stage that
+    bounds it; writes JSON, CSV and a plot. Dropping the page cache affects only these files;
+    --no-cold keeps them."""
     kw.update(simulate=simulate)
 
     def plan(engine: Engine) -> Measurement[CheckpointResult]:
