@@ -44,7 +44,7 @@ CACHE_BLOCK = 4 * MIB
 THREADS = (4, 8, 16)  # the page cache and host memory: the best of these many threads
 MEMCPY_BYTES = 256 * MIB
 LINK_BYTES = 256 * MIB
-CHECKED_RANGES, CHECKED_BYTES = 8, 64 << 10  # per file: ranges read back and compared
+CHECKED_RANGES, CHECKED_BYTES = 8, 64 << 10  # per file: tensors whose ends are read back
 COLD_MOST = 0.1  # a share of the files left in the page cache after dropping it that is told
 
 
