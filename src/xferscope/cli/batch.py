@@ -32,7 +32,6 @@ from ..core.engine import Engine
 from ..core.errors import OptionError
 from ..core.units import parse_counts, parse_sizes
 from ..report.batch_tables import print_batch
-from ..report.drawing import Drawing
 from ..transfer.policy import COPY_MANY_METHODS
 from . import common
 from .app import cli, described, stderr, stdout
@@ -48,7 +47,7 @@ from .options import (
     target_time_option,
     trials_option,
 )
-from .outputs import Destination, Named, Output, text
+from .outputs import Destination, Named, Output
 
 
 @cli.command(
@@ -218,15 +217,12 @@ def batch_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
 
 
 def batch_outputs(result: BatchResult, dest: Destination) -> list[Output]:
-
     return [
-        dest.output("json", text(lambda: dumps_json(result))),
-        dest.output("csv", text(lambda: dumps_csv(result))),
-        dest.output(
-            "plot",
-            Drawing("xferscope.report.batch_plots:plot_batch", (result,)),
-            ".png",
-            render=True,
+        *dest.result(
+            lambda: dumps_json(result),
+            lambda: dumps_csv(result),
+            "xferscope.report.batch_plots:plot_batch",
+            result,
         ),
         dest.html("xferscope.report.batch_html:render_batch_html", result),
     ]

@@ -12,12 +12,11 @@ from ..checkpoint.records import to_dict as checkpoint_dict
 from ..core import limits
 from ..core.engine import Engine
 from ..report.checkpoint_tables import print_checkpoint
-from ..report.drawing import Drawing
 from .app import cli, described, stdout
-from .common import resolve_devices
+from .common import resolve_devices, result_files
 from .measured import DocumentKind, Measurement, register, run_measurement
 from .options import flag, measured_options, option
-from .outputs import Destination, Named, Output, text
+from .outputs import Destination, Named, Output
 
 
 @cli.command(
@@ -65,27 +64,17 @@ def checkpoint_command(
 
 
 def checkpoint_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
-    """The files: where the options put them (kw None: the default names)."""
-    kw = kw or {}
-    return {
-        "json": Named("--json", kw.get("json_path"), "checkpoint.json"),
-        "csv": Named("--csv", kw.get("csv_path"), "checkpoint.csv"),
-        "plot": Named("--plot", kw.get("plot_prefix"), "checkpoint", (".png",)),
-    }
+    return result_files("checkpoint", kw)
 
 
 def checkpoint_outputs(result: CheckpointResult, dest: Destination) -> list[Output]:
     """JSON, CSV and the plot of the stages and loads."""
-    return [
-        dest.output("json", text(lambda: dumps_json(result))),
-        dest.output("csv", text(lambda: dumps_csv(result))),
-        dest.output(
-            "plot",
-            Drawing("xferscope.report.checkpoint_plots:plot_checkpoint", (result,)),
-            ".png",
-            render=True,
-        ),
-    ]
+    return dest.result(
+        lambda: dumps_json(result),
+        lambda: dumps_csv(result),
+        "xferscope.report.checkpoint_plots:plot_checkpoint",
+        result,
+    )
 
 
 CHECKPOINT: DocumentKind[CheckpointResult] = DocumentKind(

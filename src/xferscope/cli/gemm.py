@@ -30,7 +30,6 @@ from ..gemm.records import (
     to_dict,
 )
 from ..gemm.shapes import Shape, parse_shapes, parse_sizes, read_shapes
-from ..report.drawing import Drawing
 from ..report.gemm_tables import print_gemm
 from . import common  # looked up at run time, so tests can replace open_engine
 from .app import cli, described, stdout
@@ -44,7 +43,7 @@ from .options import (
     target_time_option,
     trials_option,
 )
-from .outputs import Destination, Named, Output, text
+from .outputs import Destination, Named, Output
 
 LAYOUTS = {"nn": (False, False), "nt": (False, True), "tn": (True, False), "tt": (True, True)}
 
@@ -213,21 +212,13 @@ def gemm_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
 
 
 def gemm_outputs(result: GemmResult, dest: Destination) -> list[Output]:
-
-    outputs = [
-        dest.output("json", text(lambda: dumps_json(result))),
-        dest.output("csv", text(lambda: dumps_csv(result))),
-    ]
-    if any(result.measured(p) for p in dict.fromkeys(p.precision for p in result.points)):
-        outputs.append(
-            dest.output(
-                "plot",
-                Drawing("xferscope.report.gemm_plots:plot_gemm", (result,)),
-                ".png",
-                render=True,
-            )
-        )
-
+    measured = any(result.measured(p) for p in dict.fromkeys(p.precision for p in result.points))
+    outputs = dest.result(
+        lambda: dumps_json(result),
+        lambda: dumps_csv(result),
+        "xferscope.report.gemm_plots:plot_gemm" if measured else None,
+        result,
+    )
     outputs.append(dest.html("xferscope.report.gemm_html:render_gemm_html", result))
     return outputs
 

@@ -180,6 +180,17 @@ class Destination:
         are some: report/drawing.py) and first among them after a Ctrl-C."""
         return self.output("html", Page(render, args), render=True, urgent=True)
 
+    def result(
+        self, json: Callable[[], str], csv: Callable[[], str], plot: str | None, *args: Any
+    ) -> list[Output]:
+        """The files of a command that writes one result: its JSON and CSV (places "json" and
+        "csv", `json()` and `csv()` their texts), and where `plot` names a drawing function
+        ("package.module:function", drawn with `*args` and the path) its PNG (place "plot")."""
+        outputs = [self.output("json", text(json)), self.output("csv", text(csv))]
+        if plot is not None:
+            outputs.append(self.output("plot", drawing.Drawing(plot, args), ".png", render=True))
+        return outputs
+
     def discard(self) -> None:
         """Nothing was measured: removes the command's directory if it is still empty."""
         if self.directory is not None:

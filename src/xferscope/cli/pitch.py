@@ -25,7 +25,6 @@ from ..pitch.measure import (
     measure,
     to_dict,
 )
-from ..report.drawing import Drawing
 from ..report.pitch_tables import print_pitch
 from . import common
 from .app import cli, described, stdout
@@ -41,7 +40,7 @@ from .options import (
     target_time_option,
     trials_option,
 )
-from .outputs import Destination, Named, Output, text
+from .outputs import Destination, Named, Output
 
 MOST_TOTAL = 1 << 30
 
@@ -132,17 +131,12 @@ def pitch_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
 
 
 def pitch_outputs(result: PitchResult, dest: Destination) -> list[Output]:
-
-    return [
-        dest.output("json", text(lambda: dumps_json(result))),
-        dest.output("csv", text(lambda: dumps_csv(result))),
-        dest.output(
-            "plot",
-            Drawing("xferscope.report.pitch_plots:plot_pitch", (result,)),
-            ".png",
-            render=True,
-        ),
-    ]
+    return dest.result(
+        lambda: dumps_json(result),
+        lambda: dumps_csv(result),
+        "xferscope.report.pitch_plots:plot_pitch",
+        result,
+    )
 
 
 PITCH: DocumentKind[PitchResult] = DocumentKind(
