@@ -114,6 +114,7 @@ def test_the_command_writes_its_files(capsys, tmp_path, checkpoint):
         (["model.safetensors", "--repeats", "0"], ("--repeats", "'0'")),
         (["model.safetensors", "-g", "7"], ("--device",)),
         ([], ("PATH",)),
+        ([""], ("PATH", "an empty path names no file")),
     ],
 )
 def test_bad_input_is_one_line_and_nothing_is_written(capsys, tmp_path, checkpoint, args,

@@ -55,6 +55,10 @@ def steps(repeats: int, cold: bool) -> int:
 def opened(paths: Sequence[str]) -> tuple[list[Shard], list[Layout]]:
     """The checkpoint's files and layouts (a .pt file's: its storages' records); OptionError
     naming PATH for one it will not load."""
+    if not paths or any(not str(p).strip() for p in paths):
+        raise OptionError(
+            "PATH", "an empty path names no file: give a file, a directory or an index"
+        )
     try:
         files = checkpoint_files(list(paths))
         return files, _layouts(paths, files)
