@@ -2,7 +2,8 @@
 losses): the same batch by PyTorch's loop (as copyapi_bench times it), copy_many, its native
 entry without the Python wrapper (copy_pairs), the same with the loop, the kernel or the batch
 call forced, the native copy of a batch already read (copy_resolved), the reading alone
-(resolve_pairs) and a synchronize alone; with CuPy, one cudaMemcpyAsync and synchronize per
+(resolve_pairs) and a synchronize alone; PyTorch's loop on a stream of its own, and the cost of
+asking PyTorch for its current stream's handle; with CuPy, one cudaMemcpyAsync and synchronize per
 piece on the legacy default stream, on a non-blocking stream (as copy_many's copier has) and on
 a blocking one, to tell the stream's part. $XFERSCOPE_PROBE_ROUNDS rounds (3,000), the ways
 shuffled each round, medians in microseconds after the first fifteenth. Writes one JSON object
@@ -57,6 +58,7 @@ copies = copies_of(default_engine())
 native = copies.copier(0).native
 g = torch.Generator(device="cuda").manual_seed(3)
 stream = torch.cuda.current_stream()
+side = torch.cuda.Stream()
 
 
 def cell(direction: str, n: int, size: int) -> dict:
@@ -69,8 +71,16 @@ def cell(direction: str, n: int, size: int) -> dict:
             d.copy_(s, non_blocking=True)
         stream.synchronize()
 
+    def side_loop() -> None:  # PyTorch's loop on a stream of its own, as copy_many's copier
+        with torch.cuda.stream(side):
+            for d, s in pairs:
+                d.copy_(s, non_blocking=True)
+        side.synchronize()
+
     ways = {
         "torch_loop": loop,
+        "torch_loop_side_stream": side_loop,
+        "current_stream_handle": lambda: torch.cuda.current_stream().cuda_stream,
         "copy_many": lambda: copy_many(pairs),
         "copy_pairs": lambda: copies.copy_pairs(pairs, -1, None, -1),
         "copy_pairs_loop": lambda: copies.copy_pairs(pairs, -1, "loop", -1),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -214,19 +215,64 @@ def test_clean_under_pytorchs_cuda_sanitizer(workers):
     assert done.stdout.strip() == "ok True" and "CSAN" not in done.stderr, done.stderr[-3000:]
 
 
+def _taken_up(dl: Any) -> list[bool]:
+    """Whether each epoch of `dl` takes up batches begun in the epoch before, as they come."""
+    seen: list[bool] = []
+    real = dl._orders.epoch
+
+    def epoch(*args: Any) -> Any:
+        got = real(*args)
+        seen.append(got[2] is not None and dl._pool.begun(got[2]))
+        return got
+
+    dl._orders.epoch = epoch
+    return seen
+
+
 @pytest.mark.parametrize("shuffle", [False, True])
-def test_epochs_come_in_the_loaders_order_and_a_sequential_one_is_begun_ahead(shuffle):
+def test_epochs_come_in_the_loaders_order_and_the_next_is_begun_ahead(shuffle):
     """Seeded alike, DeviceLoader's epochs come in the order of DataLoader's with persistent
-    workers (each epoch's order drawn on the program's thread when the loop asks for it); a
-    sequential order's next epoch is begun while the last ends, a shuffled one's is not."""
+    workers, and the program's draws from torch's generator give the same numbers; the next
+    epoch is begun while the last ends, shuffled too (its draw made ahead)."""
     loader = DataLoader(Samples(23, True), batch_size=4, num_workers=2, shuffle=shuffle,
                         persistent_workers=True)  # fmt: skip
-    torch.manual_seed(7)
-    want = [[b["label"].tolist() for b in loader] for _ in range(3)]
-    torch.manual_seed(7)
+
+    def epochs(batches: Any) -> list[Any]:
+        torch.manual_seed(7)
+        out = []
+        for _ in range(4):
+            out.append([b["label"].tolist() for b in batches])
+            out.append(torch.rand(1).item())  # the generator after each epoch
+        return out
+
+    want = epochs(loader)
     dl = xt.DeviceLoader(loader, device="cuda", ahead=2)
-    got = [[b["label"].tolist() for b in dl] for _ in range(3)]
-    assert got == want
-    assert (want[0] != want[1]) == shuffle
-    assert (dl._pool._ahead is not None) == (not shuffle)
+    begun = _taken_up(dl)
+    assert epochs(dl) == want
+    assert (want[0] != want[2]) == shuffle
+    assert dl._pool._ahead is not None
+    # sequential: every epoch after the first takes up what was begun; shuffled: none, since
+    # the loop drew from torch's generator between epochs (each epoch then drawn afresh)
+    assert begun == [False, *[not shuffle] * 3]
+    dl.close()
+
+
+def test_a_shuffled_epoch_drawn_ahead_is_taken_up_and_left_early_safely():
+    """A loop that draws nothing from torch's generator between epochs takes up each shuffled
+    epoch begun ahead; one left early draws the next afresh; every epoch in DataLoader's order."""
+    loader = DataLoader(Samples(23, True), batch_size=4, num_workers=2, shuffle=True,
+                        persistent_workers=True)  # fmt: skip
+
+    def epochs(batches: Any) -> list[Any]:
+        torch.manual_seed(8)
+        out = [[b["label"].tolist() for b in batches] for _ in range(3)]
+        out.append([b["label"].tolist() for _, b in zip(range(2), batches, strict=False)])
+        out += [[b["label"].tolist() for b in batches] for _ in range(2)]
+        return [*out, torch.rand(1).item()]
+
+    want = epochs(loader)
+    dl = xt.DeviceLoader(loader, device="cuda", ahead=2)
+    begun = _taken_up(dl)
+    assert epochs(dl) == want
+    assert begun == [False, True, True, True, False, True]  # the epoch after the early exit
     dl.close()

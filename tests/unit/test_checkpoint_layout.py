@@ -245,7 +245,8 @@ def test_pt_storages_are_matched_to_records_by_their_distances(tmp_path):
         storage = SimpleNamespace(data_ptr=lambda: address, nbytes=lambda: nbytes)
         return SimpleNamespace(untyped_storage=lambda: storage)
 
-    records = (Tensor("a/data/0", "U8", (100,), 128, 100), Tensor("a/data/1", "U8", (8,), 320, 8))
+    records = (Tensor("a/data/0", "U8", (100,), 128, 100), Tensor("a/data/2", "U8", (0,), 256, 0),
+               Tensor("a/data/1", "U8", (8,), 320, 8))  # fmt: skip
     layout = Layout(tmp_path / "m.pt", 400, 128, records, {}, (1, 400, 0))
     base = 0x7F00_0000_0000
     state = {"w": tensor(base + 128, 100), "w.view": tensor(base + 128, 100),

@@ -17,12 +17,12 @@ from xferscope.core.compiled import engine_module
 from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.transfer.checkpoint import CheckpointError, read_layout
 from xferscope.transfer.checkpoint.load import load, placed
-from xferscope.transfer.checkpoint.reads import read_file, runs
+from xferscope.transfer.checkpoint.reads import JOIN_GAP, read_file, runs
 
 from .test_checkpoint_layout import write
 
 
-def test_ranges_join_tensors_end_to_end_from_the_first(tmp_path):
+def test_ranges_join_tensors_end_to_end_or_near_from_the_first(tmp_path):
     tensors = {"a": np.ones(5, np.float32), "b": np.zeros(3, np.float16),
                "empty": np.zeros(0, np.float32), "c": np.ones(2, np.int64)}  # fmt: skip
     layout = read_layout(write(tmp_path / "m.safetensors", tensors))
@@ -34,7 +34,13 @@ def test_ranges_join_tensors_end_to_end_from_the_first(tmp_path):
     path = write(tmp_path / "gaps.safetensors", {"x": np.zeros(48, np.uint8)},
                  header={"x": gap["a"], "y": gap["b"]})  # fmt: skip
     first, starts, sizes, offsets = runs(read_layout(path))
-    assert [s - first for s in starts] == offsets == [0, 32] and sizes == [20, 6]
+    assert starts == [first] and offsets == [0] and sizes == [38]  # the 12 bytes between read
+    far = {"x": gap["a"], "y": {"dtype": "U8", "shape": [3], "data_offsets": [JOIN_GAP + 28,
+                                                                             JOIN_GAP + 31]}}
+    path = write(tmp_path / "far.safetensors", {"x": np.zeros(JOIN_GAP + 31, np.uint8)},
+                 header=far)  # fmt: skip
+    first, starts, sizes, offsets = runs(read_layout(path))
+    assert offsets == [0, JOIN_GAP + 20] and sizes == [20, 3]
 
 
 def test_a_file_is_read_through_the_copier_and_a_changed_one_refused(tmp_path):

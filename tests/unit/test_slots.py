@@ -241,7 +241,7 @@ def test_the_next_epoch_of_a_sequential_order_is_begun_while_the_last_ends(pools
     for e in range(4):
         got = []
         source = iter(_batches(50, 8)) if e == 0 else _untouched()
-        for marked, buffer, release in pool.epoch(source, following):
+        for marked, buffer, release in pool.epoch(source, following, following):
             batch = _read(marked, buffer)
             got.append({"x": batch["x"].copy(), "i": batch["i"].copy(), "tag": batch["tag"]})
             release()
@@ -254,18 +254,31 @@ def test_the_next_epoch_of_a_sequential_order_is_begun_while_the_last_ends(pools
 def test_an_epoch_begun_ahead_is_let_go_by_another_order_and_by_leaving_early(pools):
     pool = pools(Numbers(), workers=2)
     following = functools.partial(iter, _batches(50, 8))
-    _check([*_taken(pool.epoch(iter(_batches(50, 8)), following))])
+    _check([*_taken(pool.epoch(iter(_batches(50, 8)), following, following))])
     assert pool._ahead is not None
     _check(_epoch(pool, n=24), n=24)  # another order: what was begun goes back
     assert pool._ahead is None and not pool._held
-    for k, (_m, _b, release) in enumerate(pool.epoch(iter(_batches(400, 8)), following)):
+    began = pool.epoch(iter(_batches(400, 8)), following, following)
+    for k, (_m, _b, release) in enumerate(began):
         release()
         if k == 2:
             break
     assert pool._ahead is None  # left early: the next epoch is not kept
-    _check([*_taken(pool.epoch(iter(_batches(50, 8)), following))])
-    _check([*_taken(pool.epoch(_untouched(), following))])
+    _check([*_taken(pool.epoch(iter(_batches(50, 8)), following, following))])
+    _check([*_taken(pool.epoch(_untouched(), following, following))])
     assert pool.slots <= 2 * 2 + 2
+
+
+def test_an_epoch_takes_up_what_the_following_it_resumes_began(pools):
+    """A shuffled order's next epoch is drawn ahead, a new one each epoch: the epoch given
+    `resumes` = the last epoch's `following` takes up its batches; a stale one lets them go."""
+    pool = pools(Numbers(), workers=2)
+    first, second = (functools.partial(iter, _batches(50, 8)) for _ in range(2))
+    _check([*_taken(pool.epoch(iter(_batches(50, 8)), first))])
+    _check([*_taken(pool.epoch(_untouched(), second, first))])  # first's began: taken up
+    assert pool._ahead is not None and pool._ahead.following is second
+    _check([*_taken(pool.epoch(iter(_batches(50, 8)), None, first))])  # stale: let go
+    assert pool._ahead is None and not pool._held
 
 
 def _taken(batches: Any) -> Any:

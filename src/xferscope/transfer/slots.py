@@ -263,19 +263,24 @@ class SlotPool:
         """Every slot registered with the GPU (before the first: whether they will be)."""
         return self._pin is not None and all(s.unpin is not None for s in self._slots.values())
 
+    def begun(self, following: Callable[[], Iterator[Any]] | None) -> bool:
+        """Whether the batches an epoch's `following` began are held, for the next epoch()."""
+        return self._ahead is not None and self._ahead.following is following
+
     def epoch(
         self,
         index_batches: Iterator[Any],
         following: Callable[[], Iterator[Any]] | None = None,
+        resumes: Callable[[], Iterator[Any]] | None = None,
     ) -> Iterator[tuple[Any, memoryview, Any]]:
         """The batches of these index lists, in their order. `following`: gives the next
-        epoch's index lists, where they are the same whenever drawn (a sequential order); it is
-        called once these are all sent, and its first tasks go out while this epoch's last
-        batches are taken. The next epoch() given the same `following` takes up what they
-        made (its own `index_batches` are then not read), so that epoch starts without waiting
-        for a collate; any other call lets them go."""
+        epoch's index lists, drawn ahead (DeviceLoader's Orders); it is called once these are
+        all sent, and its first tasks go out while this epoch's last batches are taken. The
+        next epoch() whose `resumes` is that `following` takes up what they made (its own
+        `index_batches` are then not read), so that epoch starts without waiting for a collate;
+        any other call lets them go."""
         ahead, self._ahead = self._ahead, None
-        if ahead is not None and following is not None and ahead.following is following:
+        if ahead is not None and resumes is not None and ahead.following is resumes:
             run = ahead
         else:
             if ahead is not None:

@@ -108,7 +108,7 @@ def _matched(path: Path, layout: Layout, state: dict[str, Any]) -> dict[int, int
         if s.nbytes():
             storages[s.data_ptr()] = s.nbytes()
     addresses = sorted(storages)
-    records = layout.tensors
+    records = [r for r in layout.tensors if r.nbytes]  # an empty tensor's record is empty
     if len(addresses) != len(records) or any(
         storages[a] != r.nbytes or a - addresses[0] != r.begin - records[0].begin
         for a, r in zip(addresses, records, strict=False)

@@ -30,6 +30,10 @@ from .layout import CheckpointError, Layout, Tensor, header_length, opened, vers
 
 COLD_SHARE = 0.5  # a file less than this much in the page cache is read ahead
 SAMPLES = 32  # pages of each file looked at for it
+# tensors nearer than this are read as one range: a .pt file's storages lie between zip headers
+# of about 100 bytes, and 18,000 reads of one each loaded a cold MoE at 0.24 GB/s on an H100
+# (torch.load(mmap=True) then .to("cuda"): 0.53)
+JOIN_GAP = 64 << 10
 
 
 def changed(path: Path, when: str) -> CheckpointError:
@@ -135,16 +139,19 @@ def runs(
 ) -> tuple[int, list[int], list[int], list[int]]:
     """What to read of `layout`'s file for its tensors `names` (None: all): (the first such
     tensor's offset, then the file offsets, sizes and buffer offsets of its ranges), tensors
-    that lie end to end joined into one range."""
+    that lie end to end joined into one range; reading all, tensors less than JOIN_GAP apart too,
+    with what lies between them (a buffer spans its tensors' first to last byte, so that lands
+    where no tensor is). A share of the tensors (a device map's) is read alone."""
     tensors = chosen(layout, names)
+    gap = JOIN_GAP if names is None else 1
     first = tensors[0].begin if tensors else layout.data_begin
     starts: list[int] = []
     sizes: list[int] = []
     for t in tensors:
         if t.nbytes == 0:
             continue
-        if starts and starts[-1] + sizes[-1] == t.begin:
-            sizes[-1] += t.nbytes
+        if starts and 0 <= t.begin - (starts[-1] + sizes[-1]) < gap:
+            sizes[-1] = max(sizes[-1], t.end - starts[-1])
         else:
             starts.append(t.begin)
             sizes.append(t.nbytes)

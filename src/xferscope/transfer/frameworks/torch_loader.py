@@ -43,7 +43,7 @@ from ..moving import to_device
 from ..prefetch import LoaderStats, Prefetcher, check_ahead
 from ..slots import SlotPool
 from ..structures import each_leaf
-from .torch_slots import Orders, drawn, host_batch, slot_pool
+from .torch_slots import Orders, host_batch, slot_pool
 
 _side_streams: dict[int, Any] = {}  # one per GPU, made once: a stream an epoch grew memory
 
@@ -132,7 +132,8 @@ class DeviceLoader:
         if pool is not None:
             stats.source = "slots"
             sampler = self.loader.batch_sampler  # type: ignore[attr-defined]
-            source = pool.epoch(drawn(iter(sampler)), self._orders.following(sampler))
+            indices, following, resumes = self._orders.epoch(sampler, pool.begun)
+            source = pool.epoch(indices, following, resumes)
         prefetcher = Prefetcher(
             source,
             move if pool is None else move_slot,

@@ -12,6 +12,7 @@ closed, like persistent_workers=True: what a worker's dataset holds stays betwee
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -41,26 +42,79 @@ _NONE = object()
 
 
 class Orders:
-    """What gives a DataLoader's next epoch's index lists before that epoch begins, where they
-    are the same whenever drawn: a BatchSampler over a SequentialSampler (shuffle=False). One
-    object while the number of batches stays (SlotPool.epoch takes up what the same one began);
-    None for any other sampler, whose order may draw randomness or hang on set_epoch
-    (DistributedSampler), so that drawing it early would change it."""
+    """Each epoch's index lists, and the next epoch's drawn before that epoch begins where that
+    cannot change them (SlotPool.epoch begins its tasks while this epoch ends):
+
+    - a BatchSampler over a SequentialSampler (shuffle=False): the same whenever drawn; one
+      `following` while the number of batches stays;
+    - over a RandomSampler of its own randomness (shuffle=True, no generator given, no
+      replacement): its one draw from torch's generator is made ahead, at this epoch's start,
+      and torch's generator put back as it was. At the next epoch's start the batches begun are
+      kept only where the generator is still as it was, and the generator then set as the draw
+      left it: the program sees the same numbers as with DataLoader. A program that drew from
+      torch's generator meanwhile gets the order drawn then, and waits for its first batch.
+
+    Any other sampler is drawn when its epoch begins: it may draw randomness elsewhere or hang
+    on set_epoch (DistributedSampler), so that drawing it early would change it."""
 
     def __init__(self) -> None:
         self._made: tuple[int, Callable[[], Iterator[Any]]] | None = None
+        self._ahead: _DrawnAhead | None = None
 
-    def following(self, batch_sampler: Any) -> Callable[[], Iterator[Any]] | None:
-        from torch.utils.data import BatchSampler, SequentialSampler
+    def epoch(
+        self, batch_sampler: Any, begun: Callable[[Following], bool]
+    ) -> tuple[Iterator[Any], Following, Following]:
+        """(this epoch's index lists, its first drawn now; what gives the next epoch's
+        (SlotPool.epoch's `following`); the `following` whose batches this epoch takes up).
+        `begun(following)`: whether the batches that `following` began are still held."""
+        import torch
+        from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 
-        if type(batch_sampler) is not BatchSampler or (
-            type(batch_sampler.sampler) is not SequentialSampler
+        ahead, self._ahead = self._ahead, None
+        if type(batch_sampler) is not BatchSampler:
+            return drawn(iter(batch_sampler)), None, None
+        inner = batch_sampler.sampler
+        if type(inner) is SequentialSampler:
+            n = len(batch_sampler)
+            if self._made is None or self._made[0] != n:
+                self._made = (n, functools.partial(iter, batch_sampler))
+            return drawn(iter(batch_sampler)), self._made[1], self._made[1]
+        if not (
+            type(inner) is RandomSampler
+            and inner.generator is None
+            and not inner.replacement
+            and inner.num_samples == len(inner.data_source)
         ):
-            return None
-        n = len(batch_sampler)
-        if self._made is None or self._made[0] != n:
-            self._made = (n, functools.partial(iter, batch_sampler))
-        return self._made[1]
+            return drawn(iter(batch_sampler)), None, None
+        indices: Iterator[Any] = iter(())  # not read: the batches begun are taken up
+        resumes: Following = None
+        if (
+            ahead is not None
+            and begun(ahead.following)
+            and torch.equal(torch.get_rng_state(), ahead.before)
+        ):
+            torch.set_rng_state(ahead.after)
+            resumes = ahead.following
+        else:  # drawn now (where the generator is as it was, the same order again)
+            indices = drawn(iter(batch_sampler))
+        before = torch.get_rng_state()
+        following = functools.partial(next, iter([drawn(iter(batch_sampler))]))
+        self._ahead = _DrawnAhead(before, torch.get_rng_state(), following)
+        torch.set_rng_state(before)
+        return indices, following, resumes
+
+
+Following = Callable[[], Iterator[Any]] | None
+
+
+@dataclasses.dataclass
+class _DrawnAhead:
+    """A shuffled epoch's order drawn ahead: torch's generator before and after the draw, and
+    what gives its index lists (once)."""
+
+    before: Any
+    after: Any
+    following: Callable[[], Iterator[Any]]
 
 
 def slot_pool(loader: Any, pinned: bool) -> SlotPool | None:
