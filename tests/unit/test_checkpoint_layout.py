@@ -233,6 +233,46 @@ def test_a_pt_files_storages_are_found_where_the_zip_stores_them(tmp_path):
         pt_layout(tmp_path / "junk.pt")
 
 
+def test_a_pt_files_records_found_from_its_central_directory_where_torch_padded_them(
+    tmp_path, monkeypatch
+):
+    """torch.save pads each local header so its record begins at a multiple of 64 bytes: the
+    records are then found from the central directory, a sample of local headers read to check;
+    a zip whose records lie elsewhere has each local header read."""
+    import struct
+    import zipfile
+
+    from xferscope.transfer.checkpoint import pt
+
+    path = tmp_path / "model.pt"
+    blobs = {f"archive/data/{i}": os.urandom(100 + 7 * i) for i in range(200)}
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", b"\x80\x02}q\x00.")
+        for name, blob in blobs.items():
+            info = zipfile.ZipInfo(name)
+            start = z.fp.tell() + 30 + len(name) + 4
+            pad = -start % 64
+            info.extra = b"FB" + struct.pack("<H", pad) + b"Z" * pad
+            z.writestr(info, blob)
+    read = []
+    real = pt._local_begin
+    monkeypatch.setattr(pt, "_local_begin", lambda *a: read.append(a[2]) or real(*a))
+    layout = pt.pt_layout(path)
+    data = path.read_bytes()
+    assert [t.name for t in layout.tensors] == list(blobs)
+    assert all(t.begin % 64 == 0 and data[t.begin : t.end] == blobs[t.name] for t in layout.tensors)
+    assert 2 <= len(read) <= pt.SAMPLED + 1  # a sample of the local headers
+    read.clear()
+    plain = tmp_path / "plain.pt"  # no padding: every local header read
+    with zipfile.ZipFile(plain, "w", zipfile.ZIP_STORED) as z:
+        for name, blob in blobs.items():
+            z.writestr(zipfile.ZipInfo(name), blob)
+    layout = pt.pt_layout(plain)
+    data = plain.read_bytes()
+    assert all(data[t.begin : t.end] == blobs[t.name] for t in layout.tensors)
+    assert len(read) > len(blobs)
+
+
 def test_pt_storages_are_matched_to_records_by_their_distances(tmp_path):
     """torch.load(mmap=True)'s storages are slices of one mapping of the file: in address order
     they meet the records in file order at the same distances, else the file is refused."""

@@ -23,6 +23,8 @@ from .reads import read_file
 
 LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")  # a zip entry's local file header, 30 bytes
 SUFFIXES = (".pt", ".pth", ".bin")  # what torch.save's files are called
+ALIGNMENT = 64  # torch.save's records begin at multiples of this
+SAMPLED = 32  # local headers read to check where the records begin
 
 
 def is_pt(path: Path) -> bool:
@@ -39,21 +41,15 @@ def pt_layout(path: str | os.PathLike[str]) -> Layout:
             stat = os.fstat(f.fileno())
             with zipfile.ZipFile(f) as z:
                 infos = [i for i in z.infolist() if i.filename.split("/")[-2:-1] == ["data"]]
-            records = []
             for info in infos:
                 if info.compress_type != zipfile.ZIP_STORED:
                     raise CheckpointError(
                         f"{path}: record {info.filename} is compressed: torch.save stores its "
                         "storages as they are"
                     )
-                f.seek(info.header_offset)
-                head = f.read(LOCAL_HEADER.size)
-                if len(head) < LOCAL_HEADER.size or head[:4] != b"PK\x03\x04":
-                    raise CheckpointError(f"{path}: record {info.filename} has no local header")
-                *_, name_length, extra_length = LOCAL_HEADER.unpack(head)
-                begin = info.header_offset + LOCAL_HEADER.size + name_length + extra_length
-                records.append(Tensor(info.filename, "U8", (info.file_size,), begin,
-                                      info.file_size))  # fmt: skip
+            begins = _begins(path, f, infos)
+            records = [Tensor(i.filename, "U8", (i.file_size,), b, i.file_size)
+                       for i, b in zip(infos, begins, strict=True)]  # fmt: skip
     except (OSError, zipfile.BadZipFile) as exc:
         raise CheckpointError(f"{path}: not a zip torch.save wrote ({exc})") from None
     records.sort(key=lambda t: t.begin)
@@ -62,6 +58,39 @@ def pt_layout(path: str | os.PathLike[str]) -> Layout:
             raise CheckpointError(f"{path}: record {t.name} ends past the file's end: truncated")
     begin = records[0].begin if records else stat.st_size
     return Layout(path, stat.st_size, begin, tuple(records), {}, version_of(stat))
+
+
+def _begins(path: Path, f: Any, infos: list[zipfile.ZipInfo]) -> list[int]:
+    """Where each record's bytes begin: torch.save pads each local header's extra field so that
+    its record begins at a multiple of 64 bytes, which the central directory alone then tells.
+    That is checked against the local headers of up to SAMPLED records, evenly spread, and each
+    local header is read where one of them differs: on a cold file, 18,000 reads of one each
+    cost more than the records' bytes."""
+    predicted = [_padded(i) for i in infos]
+    step = max(1, -(-(len(infos) - 1) // (SAMPLED - 1)))
+    sample = sorted({*range(0, len(infos), step), len(infos) - 1} - {-1})
+    if all(_local_begin(path, f, infos[k]) == predicted[k] for k in sample):
+        return predicted
+    return [_local_begin(path, f, i) for i in infos]
+
+
+def _padded(info: zipfile.ZipInfo) -> int:
+    """Where torch.save's writer puts a record's first byte: past the local header, the name,
+    the extra field's own 4 bytes (and a zip64 field's 20 for a record of 4 GiB or more), at the
+    next multiple of 64."""
+    start = info.header_offset + LOCAL_HEADER.size + len(info.filename.encode()) + 4
+    start += 20 if info.file_size >= 0xFFFFFFFF else 0
+    return -(-start // ALIGNMENT) * ALIGNMENT
+
+
+def _local_begin(path: Path, f: Any, info: zipfile.ZipInfo) -> int:
+    """Where a record's bytes begin, as its local header says."""
+    f.seek(info.header_offset)
+    head = f.read(LOCAL_HEADER.size)
+    if len(head) < LOCAL_HEADER.size or head[:4] != b"PK\x03\x04":
+        raise CheckpointError(f"{path}: record {info.filename} has no local header")
+    *_, name_length, extra_length = LOCAL_HEADER.unpack(head)
+    return int(info.header_offset + LOCAL_HEADER.size + name_length + extra_length)
 
 
 def load_pt(torch: Any, path: Path, index: int, copier: Any, out: dict[str, Any]) -> None:
