@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,13 @@ def pt_layout(path: str | os.PathLike[str]) -> Layout:
     return Layout(path, stat.st_size, begin, tuple(records), {}, version_of(stat))
 
 
+def _read(layout: Layout, copier: Any, address: int, failed: list[BaseException]) -> None:
+    try:
+        read_file(layout, copier, address)
+    except BaseException as exc:  # raised on the program's thread
+        failed.append(exc)
+
+
 def _begins(path: Path, f: Any, infos: list[zipfile.ZipInfo]) -> list[int]:
     """Where each record's bytes begin: torch.save pads each local header's extra field so that
     its record begins at a multiple of 64 bytes, which the central directory alone then tells.
@@ -96,23 +104,36 @@ def _local_begin(path: Path, f: Any, info: zipfile.ZipInfo) -> int:
 def load_pt(torch: Any, path: Path, index: int, copier: Any, out: dict[str, Any]) -> None:
     """`path`'s state dict (names to tensors) into `out`, on GPU `index`, read by `copier`."""
     layout = pt_layout(path)
-    try:
-        state = torch.load(path, mmap=True, weights_only=True, map_location="cpu")
-    except Exception as exc:  # what torch says of a file it will not load
-        raise CheckpointError(
-            f"{path}: torch.load refused it ({type(exc).__name__}: {exc})"
-        ) from None
-    if not isinstance(state, dict) or not all(
-        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
-    ):
-        raise CheckpointError(f"{path}: not a state dict of names to tensors: torch.load it")
-    offsets = _matched(path, layout, state)
     first = layout.data_begin
     span = max((t.end for t in layout.tensors), default=first) - first
     buffer = torch.empty(span, dtype=torch.uint8, device=f"cuda:{index}")
     # the copier's streams are not ordered after PyTorch's: what the memory held before is done
     torch.cuda.current_stream(index).synchronize()
-    read_file(layout, copier, buffer.data_ptr())
+    # the records read on a thread while torch.load tells the tensors: on a cold file its reads
+    # of each record's local header then meet pages the read brought in
+    failed: list[BaseException] = []
+    reading = threading.Thread(target=_read, args=(layout, copier, buffer.data_ptr(), failed),
+                               name="xferscope-load-pt")  # fmt: skip
+    reading.start()
+    state: Any = None
+    refused = ""
+    try:
+        state = torch.load(path, mmap=True, weights_only=True, map_location="cpu")
+    except Exception as exc:  # what torch says of a file it will not load
+        refused = f"torch.load refused it ({type(exc).__name__}: {exc})"
+    finally:
+        reading.join()
+    if not refused and not (
+        isinstance(state, dict)
+        and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items())
+    ):
+        refused = "not a state dict of names to tensors: torch.load it"
+    if failed or refused:
+        del buffer  # no GPU memory held by the error's frame
+        if failed:
+            raise failed[0]
+        raise CheckpointError(f"{path}: {refused}")
+    offsets = _matched(path, layout, state)
     for name, t in state.items():
         storage = t.untyped_storage()
         if storage.nbytes() == 0 or t.numel() == 0:
