@@ -35,8 +35,10 @@ def test_ranges_join_tensors_end_to_end_or_near_from_the_first(tmp_path):
                  header={"x": gap["a"], "y": gap["b"]})  # fmt: skip
     first, starts, sizes, offsets = runs(read_layout(path))
     assert starts == [first] and offsets == [0] and sizes == [38]  # the 12 bytes between read
-    far = {"x": gap["a"], "y": {"dtype": "U8", "shape": [3], "data_offsets": [JOIN_GAP + 28,
-                                                                             JOIN_GAP + 31]}}
+    far = {
+        "x": gap["a"],
+        "y": {"dtype": "U8", "shape": [3], "data_offsets": [JOIN_GAP + 28, JOIN_GAP + 31]},
+    }
     path = write(tmp_path / "far.safetensors", {"x": np.zeros(JOIN_GAP + 31, np.uint8)},
                  header=far)  # fmt: skip
     first, starts, sizes, offsets = runs(read_layout(path))
