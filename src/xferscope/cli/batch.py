@@ -218,12 +218,7 @@ def batch_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
 
 def batch_outputs(result: BatchResult, dest: Destination) -> list[Output]:
     return [
-        *dest.result(
-            lambda: dumps_json(result),
-            lambda: dumps_csv(result),
-            "xferscope.report.batch_plots:plot_batch",
-            result,
-        ),
+        *dest.result(result, dumps_json, dumps_csv, "xferscope.report.batch_plots:plot_batch"),
         dest.html("xferscope.report.batch_html:render_batch_html", result),
     ]
 

@@ -70,10 +70,7 @@ def checkpoint_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
 def checkpoint_outputs(result: CheckpointResult, dest: Destination) -> list[Output]:
     """JSON, CSV and the plot of the stages and loads."""
     return dest.result(
-        lambda: dumps_json(result),
-        lambda: dumps_csv(result),
-        "xferscope.report.checkpoint_plots:plot_checkpoint",
-        result,
+        result, dumps_json, dumps_csv, "xferscope.report.checkpoint_plots:plot_checkpoint"
     )
 
 

@@ -214,10 +214,7 @@ def gemm_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
 def gemm_outputs(result: GemmResult, dest: Destination) -> list[Output]:
     measured = any(result.measured(p) for p in dict.fromkeys(p.precision for p in result.points))
     outputs = dest.result(
-        lambda: dumps_json(result),
-        lambda: dumps_csv(result),
-        "xferscope.report.gemm_plots:plot_gemm" if measured else None,
-        result,
+        result, dumps_json, dumps_csv, "xferscope.report.gemm_plots:plot_gemm" if measured else None
     )
     outputs.append(dest.html("xferscope.report.gemm_html:render_gemm_html", result))
     return outputs

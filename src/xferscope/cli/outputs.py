@@ -181,14 +181,24 @@ class Destination:
         return self.output("html", Page(render, args), render=True, urgent=True)
 
     def result(
-        self, json: Callable[[], str], csv: Callable[[], str], plot: str | None, *args: Any
+        self,
+        result: Any,
+        json: Callable[[Any], str],
+        csv: Callable[[Any], str],
+        plot: str | None,
     ) -> list[Output]:
         """The files of a command that writes one result: its JSON and CSV (places "json" and
-        "csv", `json()` and `csv()` their texts), and where `plot` names a drawing function
-        ("package.module:function", drawn with `*args` and the path) its PNG (place "plot")."""
-        outputs = [self.output("json", text(json)), self.output("csv", text(csv))]
+        "csv", `json(result)` and `csv(result)` their texts), and where `plot` names a drawing
+        function ("package.module:function", drawn with the result and the path) its PNG
+        (place "plot")."""
+        outputs = [
+            self.output("json", text(lambda: json(result))),
+            self.output("csv", text(lambda: csv(result))),
+        ]
         if plot is not None:
-            outputs.append(self.output("plot", drawing.Drawing(plot, args), ".png", render=True))
+            outputs.append(
+                self.output("plot", drawing.Drawing(plot, (result,)), ".png", render=True)
+            )
         return outputs
 
     def discard(self) -> None:

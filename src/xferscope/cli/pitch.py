@@ -131,12 +131,7 @@ def pitch_named(kw: dict[str, Any] | None = None) -> dict[str, Named]:
 
 
 def pitch_outputs(result: PitchResult, dest: Destination) -> list[Output]:
-    return dest.result(
-        lambda: dumps_json(result),
-        lambda: dumps_csv(result),
-        "xferscope.report.pitch_plots:plot_pitch",
-        result,
-    )
+    return dest.result(result, dumps_json, dumps_csv, "xferscope.report.pitch_plots:plot_pitch")
 
 
 PITCH: DocumentKind[PitchResult] = DocumentKind(
