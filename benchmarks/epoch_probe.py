@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 
 import copyapi_bench as base
-from foundation import bench_parser, count_option, write_record
+from foundation import bench_parser, count_option
 from loader_bench import made_workload
 from xferscope.core import limits
 from xferscope.core.engine import NativeEngine
@@ -64,6 +63,30 @@ def main() -> None:
             )
     waits: dict[str, list[float]] = {f"{o} {v}": [] for o in ORDERS for v in VARIANTS}
     steps: dict[str, list[float]] = {k: [] for k in waits}
+    figures: dict[str, Any] = {"workers": args.workers, "batches_per_epoch": args.batches,
+                               "persistent_workers": True}  # fmt: skip
+    base.measured(lambda: epochs(args, work, loaders, waits, steps), figures)
+    measured = {k: v for k, v in waits.items() if v}
+    figures |= {
+        "first_wait_ms": {k: [round(w * 1e3, 2) for w in v] for k, v in measured.items()},
+        "restart_wait_median_ms": {
+            k: round(statistics.median(v[1:]) * 1e3, 2) for k, v in measured.items() if v[1:]
+        },
+        "step_median_ms": {k: round(statistics.median(v) * 1e3, 2) for k, v in steps.items() if v},
+        "note": "epoch 0 starts the workers; the restart figure is the median of epochs 1 on",
+    }
+    base.recorded(args, collect(NativeEngine(), [0]), [], figures, "epoch-probe")
+
+
+def epochs(
+    args: Any,
+    work: Any,
+    loaders: dict[tuple[str, str], Any],
+    waits: dict[str, list[float]],
+    steps: dict[str, list[float]],
+) -> None:
+    """The epochs, the variants in turn in each; each epoch's first wait and mean step into
+    `waits` and `steps` as measured; base.Mismatch where an order is not DataLoader's."""
     device = torch.device("cuda")
     states: list[torch.Tensor] = []  # torch's generator where each shuffled epoch began
     shuffled_firsts: list[torch.Tensor] = []
@@ -107,19 +130,6 @@ def main() -> None:
         indices = next(iter(BatchSampler(RandomSampler(work.dataset), work.batch_size, False)))
         if not torch.equal(got, torch.stack([work.dataset[i][1] for i in indices])):
             raise base.Mismatch(f"epoch {e}: DeviceLoader's shuffled order is not DataLoader's")
-    figures = {
-        "first_wait_ms": {k: [round(w * 1e3, 2) for w in v] for k, v in waits.items()},
-        "restart_wait_median_ms": {
-            k: round(statistics.median(v[1:]) * 1e3, 2) for k, v in waits.items()
-        },
-        "step_median_ms": {k: round(statistics.median(v) * 1e3, 2) for k, v in steps.items()},
-        "workers": args.workers,
-        "batches_per_epoch": args.batches,
-        "persistent_workers": True,
-        "note": "epoch 0 starts the workers; the restart figure is the median of epochs 1 on",
-    }
-    write_record("epoch-probe", args.commit, collect(NativeEngine(), [0]), 1, [], figures,
-                 Path(args.out))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -87,11 +87,24 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s ROUNDS|switch CALLS SIZE...\n", argv[0]);
     return 2;
   }
+  // a count from 1 to `most`, else 0 (refused below)
+  auto count = [](const char* text, unsigned long long most) -> unsigned long long {
+    char* end = nullptr;
+    const unsigned long long n = std::strtoull(text, &end, 10);
+    return (*text >= '0' && *text <= '9' && *end == '\0' && n <= most) ? n : 0;
+  };
   const bool switch_mode = std::string(argv[1]) == "switch";
-  const int rounds = switch_mode ? 0 : std::atoi(argv[1]);
-  const int calls = std::atoi(argv[2]);
+  const int rounds = switch_mode ? 0 : static_cast<int>(count(argv[1], 100000));
+  const int calls = static_cast<int>(count(argv[2], 1000000));
   std::vector<std::size_t> sizes;
-  for (int i = 3; i < argc; ++i) sizes.push_back(std::strtoull(argv[i], nullptr, 10));
+  for (int i = 3; i < argc; ++i) sizes.push_back(count(argv[i], 1ULL << 30));
+  if ((!switch_mode && rounds == 0) || calls == 0 ||
+      std::find(sizes.begin(), sizes.end(), std::size_t{0}) != sizes.end()) {
+    std::fprintf(stderr,
+                 "stream_probe: ROUNDS (1-100000, or switch), CALLS (1-1000000) and each SIZE "
+                 "(1 B-1 GiB) are whole numbers\n");
+    return 2;
+  }
   const std::size_t most = *std::max_element(sizes.begin(), sizes.end());
   unsigned char* host = nullptr;
   void* device = nullptr;

@@ -102,7 +102,8 @@ def _local_begin(path: Path, f: Any, info: zipfile.ZipInfo) -> int:
 
 
 def load_pt(torch: Any, path: Path, index: int, copier: Any, out: dict[str, Any]) -> None:
-    """`path`'s state dict (names to tensors) into `out`, on GPU `index`, read by `copier`."""
+    """`path`'s state dict (names to tensors) into `out`, on GPU `index`, read by `copier`
+    (its GPU buffer goes with the frames xferscope.load clears on an error)."""
     layout = pt_layout(path)
     first = layout.data_begin
     span = max((t.end for t in layout.tensors), default=first) - first
@@ -115,24 +116,20 @@ def load_pt(torch: Any, path: Path, index: int, copier: Any, out: dict[str, Any]
     reading = threading.Thread(target=_read, args=(layout, copier, buffer.data_ptr(), failed),
                                name="xferscope-load-pt")  # fmt: skip
     reading.start()
-    state: Any = None
-    refused = ""
     try:
         state = torch.load(path, mmap=True, weights_only=True, map_location="cpu")
     except Exception as exc:  # what torch says of a file it will not load
-        refused = f"torch.load refused it ({type(exc).__name__}: {exc})"
+        raise CheckpointError(
+            f"{path}: torch.load refused it ({type(exc).__name__}: {exc})"
+        ) from None
     finally:
         reading.join()
-    if not refused and not (
-        isinstance(state, dict)
-        and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items())
+    if failed:
+        raise failed[0]
+    if not isinstance(state, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()
     ):
-        refused = "not a state dict of names to tensors: torch.load it"
-    if failed or refused:
-        del buffer  # no GPU memory held by the error's frame
-        if failed:
-            raise failed[0]
-        raise CheckpointError(f"{path}: {refused}")
+        raise CheckpointError(f"{path}: not a state dict of names to tensors: torch.load it")
     offsets = _matched(path, layout, state)
     for name, t in state.items():
         storage = t.untyped_storage()
