@@ -136,6 +136,9 @@ def _worker(
     worker: int, workers: int, filler: Filler, tasks: Any, results: Any
 ) -> None:  # pragma: no cover - runs in the worker process (tests/unit/test_slots.py runs it)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the program's; it stops us
+    # a handler the program set (a benchmark's SIGTERM raising KeyboardInterrupt) is not ours:
+    # a worker a group's SIGTERM reaches ends quietly
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     maps: dict[int, mmap.mmap] = {}
     pending: dict[Any, Any] = {}  # batches waiting for a larger slot
     try:
