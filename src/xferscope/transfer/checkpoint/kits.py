@@ -104,7 +104,9 @@ class ArrayKit:
         )
 
     def parts(self, block: Any) -> list[Any]:
-        return list(block)
+        # block[i, ...]: a view even of a 1-D block's items (NumPy's list() gives scalars, read
+        # at once: before the bytes are there, seen under load on a 2-core machine)
+        return [block[i, ...] for i in range(len(block))]
 
     def copied(self, raw: Any, kind: Any, shape: tuple[int, ...]) -> Any:
         return raw.copy().view(kind).reshape(shape)
