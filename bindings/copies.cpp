@@ -97,7 +97,7 @@ class Copies {
   // 96 KiB-1.5 MiB lost to PyTorch's loop, which copies each as soon as it is read.
   nb::object copy_pairs(nb::sequence pairs, int device, const std::optional<std::string>& asked,
                         int upload, bool wait) {
-    EarlyCopies early(*this, asked);
+    EarlyCopies early(*this, asked, wait);
     xferscope::bindings::ThreadKept<Resolved> kept;  // read into again by the next call
     Resolved& r = kept.get();
     struct Let {  // of the Python objects read, once this call is over
@@ -167,8 +167,8 @@ class Copies {
   // loop, on the native copier of that GPU.
   class EarlyCopies : public xferscope::bindings::Early {
    public:
-    EarlyCopies(Copies& copies, const std::optional<std::string>& asked)
-        : copies_(copies), asked_(asked.value_or("")) {}
+    EarlyCopies(Copies& copies, const std::optional<std::string>& asked, bool wait)
+        : copies_(copies), asked_(asked.value_or("")), wait_(wait) {}
     bool begin(bool upload, int device, std::size_t count) override {
       auto it = copies_.looped_.find(Shape{device, upload, count, asked_});
       if (it == copies_.looped_.end() || !it->second) return false;
@@ -177,7 +177,7 @@ class Copies {
     }
     void queue(bool upload, std::uintptr_t destination, std::uintptr_t source,
                std::size_t size) override {
-      nb::cast<ManyHandle&>(copier_).get().queue(upload, destination, source, size);
+      nb::cast<ManyHandle&>(copier_).get().queue(upload, destination, source, size, wait_);
       queued_ = true;
     }
     // Waits for the copies queued (their errors dropped: the caller's error is raised).
@@ -192,6 +192,7 @@ class Copies {
    private:
     Copies& copies_;
     std::string asked_;
+    bool wait_;  // the call waits for its copies (ManyCopier::queue)
     nb::object copier_;
     bool queued_ = false;
   };

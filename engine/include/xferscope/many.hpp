@@ -66,13 +66,23 @@ class ManyCopier {
   // copier's stream (the caller keeps every buffer as it is until finish()); the other methods
   // (pack, staged, kernel: they share this copier's staging) still return once every byte has
   // landed. A later copy queues after it on the same stream.
+  //
+  // Where the call waits and goes by the loop, its copies go on the legacy default stream
+  // (PyTorch's and CuPy's default stream) unless copies it did not wait for are still queued
+  // on this copier's stream: they then follow what the program queued there, as PyTorch's
+  // copy_ does, and the program's next work there follows them with no change of stream (a
+  // change cost the next copy 0.4-0.6 us on an H100: benchmarks/stream_probe.cu). The batch
+  // API refuses the legacy stream, and the other methods share this copier's staging: they go
+  // on this copier's stream, which does not wait for work on other streams.
   std::string copy(const std::string& method, bool upload, const std::uintptr_t* destinations,
                    const std::uintptr_t* sources, const std::size_t* sizes, std::size_t count,
                    bool pinned, const std::uintptr_t* mapped_host, bool wait = true);
-  // Queues one copy on this copier's stream at once, as the loop method makes it: a batch's
-  // pieces copied while the rest are still being read (copy_many's early pieces). The caller
-  // keeps both buffers as they are until finish() or a later copy with `wait` has returned.
-  void queue(bool upload, std::uintptr_t destination, std::uintptr_t source, std::size_t size);
+  // Queues one copy at once, as the loop method makes it: a batch's pieces copied while the
+  // rest are still being read (copy_many's early pieces), on the stream a loop copy of the
+  // call goes on (`wait`: whether the call, copy() after these, waits). The caller keeps both
+  // buffers as they are until finish() or a later copy with `wait` has returned.
+  void queue(bool upload, std::uintptr_t destination, std::uintptr_t source, std::size_t size,
+             bool wait);
   // Ranges of an open file to the GPU through this copier's staged copy (made now where it is
   // not yet): StagedCopier::read_to_device, so a checkpoint's load shares copy_many's pinned
   // chunks and threads. Returns once every byte has arrived.

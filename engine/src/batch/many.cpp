@@ -128,6 +128,23 @@ std::vector<PointerInfo> classify(const std::uintptr_t* addresses, std::size_t c
 struct ManyCopier::Impl {
   std::mutex calls;  // one batch at a time: the staging and tables are shared
   detail::Stream stream;
+  // copies on `stream` queued by a call that did not wait for them, not yet waited for (a call
+  // that waits then copies after them on `stream`, not on the legacy stream)
+  std::atomic<bool> pending{false};
+  // copies queue() put on the legacy stream for a call that waits, not yet waited for
+  std::atomic<bool> on_legacy{false};
+
+  // The stream a call's loop copies go on: the legacy default stream where the call waits for
+  // them and nothing it did not wait for is still queued on `stream`; else `stream`.
+  cudaStream_t stream_for(bool wait) const {
+    return wait && !pending.load(std::memory_order_acquire) ? cudaStreamLegacy : stream.get();
+  }
+  // Waits for what queue() put on the legacy stream, where `stream` (just waited for) is not it.
+  void wait_legacy(cudaStream_t waited) {
+    if (on_legacy.exchange(false) && waited != cudaStreamLegacy) {
+      XFS_CUDA_CALL(cudaStreamSynchronize(cudaStreamLegacy));
+    }
+  }
   char* host = nullptr;  // pinned: a table of pieces, then packed data
   std::size_t host_bytes = 0;
   char* device = nullptr;  // the same layout on the GPU
@@ -262,17 +279,25 @@ std::string ManyCopier::copy(const std::string& asked, bool upload,
   const std::string& method = asked == "staged" && !m.staged_now(device_) ? kLoop : asked;
   std::lock_guard<std::mutex> one_at_a_time(m.calls);
   detail::DeviceGuard guard(device_);
-  cudaStream_t stream = m.stream;
+  // the loop's copies of a call that waits go on the legacy stream (stream_for); the batch API
+  // refuses that stream, and the kernels share this copier's table and staging
+  cudaStream_t stream = method == kLoop ? m.stream_for(wait) : m.stream.get();
   // whatever happens, the stream is idle on return: nothing queued still reads the caller's
   // buffers or this copier's table and staging, which the next call writes (synchronized once:
-  // by the last line, or here when an error leaves early)
+  // by the last lines, or here when an error leaves early), nor anything queue() put on the
+  // legacy stream for this call
   struct Drain {
     cudaStream_t stream;
+    Impl& m;
     bool done = false;
     ~Drain() {
-      if (!done && cudaStreamSynchronize(stream) != cudaSuccess) cudaGetLastError();
+      if (done) return;
+      if (cudaStreamSynchronize(stream) != cudaSuccess) cudaGetLastError();
+      if (m.on_legacy.exchange(false) && cudaStreamSynchronize(cudaStreamLegacy) != cudaSuccess) {
+        cudaGetLastError();
+      }
     }
-  } drain{stream};
+  } drain{stream, m};
   // the pieces' ends as pointers
   static_assert(sizeof(std::uintptr_t) == sizeof(void*), "addresses are pointers");
   auto* d = reinterpret_cast<void* const*>(destinations);
@@ -368,18 +393,26 @@ std::string ManyCopier::copy(const std::string& asked, bool upload,
   }
   drain.done = true;
   // queued only: the loop's and the batch calls' copies read nothing of this copier's
-  if (!wait && (method == "loop" || method.rfind("batch-", 0) == 0)) return method;
+  if (!wait && (method == kLoop || method.rfind("batch-", 0) == 0)) {
+    m.pending.store(true, std::memory_order_release);
+    return method;
+  }
   XFS_CUDA_CALL(cudaStreamSynchronize(stream));
+  if (stream == m.stream.get()) m.pending.store(false, std::memory_order_release);
+  m.wait_legacy(stream);
   return method;
 }
 
 void ManyCopier::queue(bool upload, std::uintptr_t destination, std::uintptr_t source,
-                       std::size_t size) {
+                       std::size_t size, bool wait) {
   // no lock: a loop's copy reads nothing of this copier's, and the stream is made once
+  Impl& m = *impl_;
   detail::DeviceGuard guard(device_);
   void* const d = reinterpret_cast<void*>(destination);
   const void* const s = reinterpret_cast<const void*>(source);
-  loop_copy(upload, !upload, &d, &s, &size, 1, impl_->stream);
+  cudaStream_t stream = m.stream_for(wait);
+  (stream == cudaStreamLegacy ? m.on_legacy : m.pending).store(true, std::memory_order_release);
+  loop_copy(upload, !upload, &d, &s, &size, 1, stream);
 }
 
 void ManyCopier::read_to_device(int fd, void* device_destination, const std::uint64_t* file_offsets,
@@ -394,6 +427,8 @@ void ManyCopier::finish() {
   std::lock_guard<std::mutex> one_at_a_time(m.calls);
   detail::DeviceGuard guard(device_);
   XFS_CUDA_CALL(cudaStreamSynchronize(m.stream));
+  m.pending.store(false, std::memory_order_release);
+  m.wait_legacy(m.stream.get());
 }
 
 }  // namespace xferscope::batch

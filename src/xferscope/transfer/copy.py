@@ -15,10 +15,13 @@ __cuda_array_interface__ or __dlpack__, or an integer address (then nbytes is ne
 pieces given as addresses, `copy_many(destinations=..., sources=..., sizes=...)` takes three
 arrays and skips the per-object work. All copies of a call go one way, host to GPU or GPU to
 host, on one GPU; the host side may be pinned or pageable. The call returns once every byte has
-arrived. Like the staged copy, it does not wait for work queued on other streams: synchronize
-first if a kernel still writes a source. Where a batch of pinned pieces of the same shape last
-went by the loop, each piece is queued as soon as it is read; a batch then refused at pair k
-(CopyRefused) has copied the pairs before k, and returns once they have landed.
+arrived. Where it goes by the loop (one piece, a few), its copies go on the legacy default
+stream, PyTorch's and CuPy's default, as PyTorch's copy_ does: they follow the kernels queued
+there. Its other methods go on a stream of its own, which does not wait for work queued on other
+streams: synchronize first if a kernel still writes a source. Where a batch of pinned pieces of
+the same shape last went by the loop, each piece is queued as soon as it is read; a batch then
+refused at pair k (CopyRefused) has copied the pairs before k, and returns once they have
+landed.
 
 The method: `xferscope batch --calibrate` measures every method over a grid of counts and sizes
 on this GPU and stores it; copy_many takes the fastest for the nearest count and size, and
