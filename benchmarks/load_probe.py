@@ -1,9 +1,10 @@
 """Issue 51: what a cold checkpoint read can reach on this machine's disk, and what making an
 MoE's tensors costs apart from reading them. Cold (each file's pages dropped, checked with
-mincore) reads of load_bench's dense1g files by 1-16 threads of pread, 4-64 MiB each, buffered
-and O_DIRECT, with and without the kernel asked to read ahead (storage.Ahead); xferscope.load
-cold, plain and inside Ahead. Then, on a GPU buffer already holding moe1g's data: the header
-read, and its 18,000 tensors made as views three ways. Ways interleaved in a shuffled order each
+mincore) reads of load_bench's dense1g files by 1-8 threads of pread, 4-64 MiB each, buffered
+and O_DIRECT; xferscope.load cold by every thread of its staged copy or by 1, 2 or 4 readers
+(reads.COLD_READERS), each with and without the kernel asked to read ahead (reads.COLD_AHEAD).
+Then, on a GPU buffer already holding moe1g's data: the header read, and its 18,000 tensors made
+as views three ways. Ways interleaved in a shuffled order each
 round; medians. Writes one JSON object.
 
     python3 benchmarks/load_probe.py out.json --dir /var/tmp/ckpt [--rounds 3]
@@ -25,7 +26,7 @@ import torch
 
 import load_bench
 import xferscope
-from xferscope.transfer.checkpoint import read_layout, storage
+from xferscope.transfer.checkpoint import read_layout, reads, storage
 from xferscope.transfer.checkpoint.kits import TORCH_DTYPES, TorchKit
 from xferscope.transfer.checkpoint.views import views
 
@@ -37,24 +38,25 @@ def cold_part(root: Path, rounds: int) -> dict:
     files, _, _ = load_bench.written("dense1g", root, 0)
     nbytes = sum(f.stat().st_size for f in files)
     ways: dict[str, Callable[[], object]] = {}
-    for threads, block in ((1, 16), (1, 64), (4, 16), (4, 64), (8, 64), (2, 256)):
+    for threads, block in ((1, 64), (2, 64), (4, 16), (4, 64), (8, 4)):
         ways[f"buffered_{threads}x{block}M"] = lambda t=threads, b=block: storage.read_rate(
             files, t, False, b * MIB
         )
     ways["direct_8x64M"] = lambda: storage.read_rate(files, 8, True, 64 * MIB)
 
-    def load(window: int, read: bool) -> None:
-        if window:
-            with storage.Ahead(files, window * MIB, read):
-                xferscope.load(files)
-        else:
+    def load(readers: int, ahead: bool) -> None:
+        was = reads.COLD_READERS, reads.COLD_AHEAD
+        reads.COLD_READERS, reads.COLD_AHEAD = readers, ahead
+        try:
             xferscope.load(files)
-        torch.cuda.synchronize()
+            torch.cuda.synchronize()
+        finally:
+            reads.COLD_READERS, reads.COLD_AHEAD = was
 
-    ways["load"] = lambda: load(0, False)
-    for window in (16, 64, 256):
-        ways[f"load_read_ahead{window}M"] = lambda w=window: load(w, True)
-    ways["load_advise_ahead64M"] = lambda: load(64, False)
+    for readers in (0, 1, 2, 4):  # 0: every thread of the staged copy, 4 MiB chunks
+        for ahead in (True, False):
+            name = f"load_readers{readers or 'all'}" + ("_ahead" if ahead else "")
+            ways[name] = lambda r=readers, a=ahead: load(r, a)
     xferscope.load(files)  # the copier made
     seconds: dict[str, list[float]] = {}
     shares = []

@@ -108,7 +108,7 @@ void bind_batch(nb::module_& m) {
       .def(
           "read_to_device",
           [](ManyHandle& h, int fd, std::uintptr_t device_destination, Addresses file_offsets,
-             Addresses sizes, Addresses offsets) {
+             Addresses sizes, Addresses offsets, int readers) {
             const std::size_t n = file_offsets.shape(0);
             if (sizes.shape(0) != n || offsets.shape(0) != n)
               throw xferscope::UsageError(
@@ -118,11 +118,12 @@ void bind_batch(nb::module_& m) {
             static_assert(sizeof(std::size_t) == sizeof(std::uint64_t));
             c.read_to_device(fd, reinterpret_cast<void*>(device_destination), file_offsets.data(),
                              reinterpret_cast<const std::size_t*>(sizes.data()),
-                             reinterpret_cast<const std::size_t*>(offsets.data()), n);
+                             reinterpret_cast<const std::size_t*>(offsets.data()), n, readers);
           },
-          "fd"_a, "device_destination"_a, "file_offsets"_a, "sizes"_a, "offsets"_a,
+          "fd"_a, "device_destination"_a, "file_offsets"_a, "sizes"_a, "offsets"_a, "readers"_a = 0,
           "Ranges of the open file `fd` read with pread into the staged copy's pinned chunks "
-          "and copied to offsets of the device range; ReadError for a failed or short read.")
+          "and copied to offsets of the device range; ReadError for a failed or short read. "
+          "readers (0: every thread): that many threads read, in larger chunks (a cold file).")
       .def(
           "staged_ready", [](ManyHandle& h) { return h.get().staged_ready(); },
           "Whether the staged copy's threads and chunks are made (its batches go staged).")

@@ -273,7 +273,7 @@ void read_ranges(int fd, const std::uint64_t* file_offsets, const std::size_t* s
 
 void StagedCopier::read_to_device(int fd, void* device_destination,
                                   const std::uint64_t* file_offsets, const std::size_t* sizes,
-                                  const std::size_t* offsets, std::size_t count) {
+                                  const std::size_t* offsets, std::size_t count, int readers) {
   static_assert(sizeof(std::uintptr_t) == sizeof(std::uint64_t), "offsets fit an address");
   Job job{true,
           static_cast<char*>(device_destination),
@@ -284,17 +284,23 @@ void StagedCopier::read_to_device(int fd, void* device_destination,
           span_of(sizes, offsets, count),
           0};
   job.fd = fd;
+  job.readers = readers > 0 && readers < plan_.threads ? readers : 0;
   run(job);
 }
 
 void StagedCopier::run(Job job) {
   if (job.bytes == 0) return;
   std::lock_guard<std::mutex> one_at_a_time(calls_);
-  const std::size_t share = (job.bytes + plan_.threads - 1) / plan_.threads;
+  const std::size_t takers = static_cast<std::size_t>(job.readers ? job.readers : plan_.threads);
+  const std::size_t share = (job.bytes + takers - 1) / takers;
+  // a few readers' chunks: the slab shared out among them, kUploadBuffers each
+  const std::size_t most =
+      job.readers ? std::min(slab_.size() / (takers * kUploadBuffers) / kChunkGrain * kChunkGrain,
+                             kFileChunkMost)
+                  : plan_.chunk_bytes;
   // at least kSmallestChunk, never more than a staging buffer holds (which may be less)
-  job.chunk =
-      std::min(std::max((share + kChunkGrain - 1) / kChunkGrain * kChunkGrain, kSmallestChunk),
-               plan_.chunk_bytes);
+  job.chunk = std::min(
+      std::max((share + kChunkGrain - 1) / kChunkGrain * kChunkGrain, kSmallestChunk), most);
   std::unique_lock<std::mutex> lock(mutex_);
   job_ = job;
   finished_ = 0;
@@ -340,8 +346,9 @@ void StagedCopier::work(int index) {
 // Readbacks: queue the DMA of the next chunk before copying the current one out, so the copy
 // engine and this thread work at the same time.
 void StagedCopier::copy_chunks(Worker& worker, int index, const Job& job) {
+  if (job.readers && index >= job.readers) return;  // a few readers: not this thread
   const std::size_t chunk = job.chunk;
-  const std::size_t stride = static_cast<std::size_t>(plan_.threads);
+  const std::size_t stride = static_cast<std::size_t>(job.readers ? job.readers : plan_.threads);
   // the first chunk of each thread is small, so the copy engine starts early (ramp)
   const std::size_t head = std::min(chunk, std::max<std::size_t>(chunk / kRamp, kChunkGrain));
   const std::size_t head_bytes = std::min(job.bytes, head * stride);
@@ -374,11 +381,17 @@ void StagedCopier::copy_chunks(Worker& worker, int index, const Job& job) {
                             }
                           });
   };
+  // a few readers' buffers lie in the slab one after another, `chunk` each
+  auto staging_of = [&](int slot) {
+    if (!job.readers) return worker.staging[static_cast<std::size_t>(slot)];
+    return static_cast<char*>(slab_.host()) +
+           (static_cast<std::size_t>(index * buffers + slot)) * chunk;
+  };
   if (job.upload) {
     int slot = 0;
     for (std::size_t c = index; c < count; c += stride, slot = (slot + 1) % buffers) {
       XFS_CUDA_CALL(cudaEventSynchronize(worker.ready[slot]));
-      char* staging = worker.staging[slot];
+      char* staging = staging_of(slot);
       host_part(offset(c), length(c), staging);
       XFS_CUDA_CALL(cudaMemcpyAsync(job.device + offset(c), staging, length(c),
                                     cudaMemcpyHostToDevice, worker.stream));

@@ -180,3 +180,21 @@ def test_cupy_arrays_equal_the_packages_reading(gpu, tmp_path):
     st.save_file({"w": torch.ones(3, dtype=torch.bfloat16)}, str(tmp_path / "bf16.safetensors"))
     with pytest.raises(CheckpointError, match=r"is BF16, which CuPy has no dtype for"):
         xferscope.load(tmp_path / "bf16.safetensors", framework="cupy")
+
+
+@pytest.mark.parametrize("readers", [1, 2, 3, 0])
+def test_a_cold_file_read_by_a_few_readers_equals_the_packages_loading(
+    gpu, tmp_path, monkeypatch, readers
+):
+    """A file whose pages were dropped is read by reads.COLD_READERS threads in large chunks
+    (0: every thread, small ones); its data (about 45 MiB, no multiple of a chunk) lands whole."""
+    from xferscope.transfer.checkpoint import reads, storage
+
+    g = torch.Generator().manual_seed(readers)
+    want = tensors(readers) | {"large": torch.randn((11 << 20) + 777, generator=g)}
+    path = tmp_path / "cold.safetensors"
+    st.save_file(want, str(path))
+    monkeypatch.setattr(reads, "COLD_READERS", readers)
+    assert storage.cached([path], warm=False) < reads.COLD_SHARE
+    assert reads.is_cold(path)
+    same(xferscope.load(path), st.load_file(path))

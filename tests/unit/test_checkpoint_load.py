@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -188,10 +188,16 @@ def test_tensors_of_a_kind_whose_offsets_step_evenly_become_runs():
 
 class _HostCopier:
     """A copier whose read_to_device reads into host memory (NumPy's arrays), as the native one
-    reads into the GPU's: xferscope.load end to end without a GPU."""
+    reads into the GPU's: xferscope.load end to end without a GPU. `asked`: each read's readers."""
 
-    def read_to_device(self, fd: int, address: int, starts: Any, sizes: Any, offsets: Any) -> None:
+    asked: ClassVar[list[int]] = []
+
+    def read_to_device(
+        self, fd: int, address: int, starts: Any, sizes: Any, offsets: Any, readers: int = 0
+    ) -> None:
         import ctypes
+
+        _HostCopier.asked.append(readers)
 
         for start, size, offset in zip(starts, sizes, offsets, strict=True):
             data = os.pread(fd, int(size), int(start))
@@ -247,6 +253,20 @@ def test_an_moes_tensors_and_a_sharded_set_equal_the_packages_reading(tmp_path, 
     (shards / "m.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     got = host_load(shards)
     assert all(np.array_equal(got[k], tensors[k]) for k in tensors) and len(got) == len(tensors)
+
+
+@pytest.mark.parametrize("share", [0.0, 0.49, 0.5, 1.0])
+def test_a_cold_file_is_read_by_cold_readers_a_warm_one_by_every_thread(
+    tmp_path, host_load, monkeypatch, share
+):
+    from xferscope.transfer.checkpoint import reads, storage
+
+    path = write(tmp_path / "m.safetensors", {"x": np.arange(9, dtype=np.uint8)})
+    monkeypatch.setattr(storage, "resident_share", lambda p, samples=0: share)
+    monkeypatch.setattr(reads, "COLD_AHEAD", False)  # no thread reading the file besides
+    _HostCopier.asked.clear()
+    assert host_load(path)["x"].tolist() == list(range(9))
+    assert _HostCopier.asked == [reads.COLD_READERS if share < reads.COLD_SHARE else 0]
 
 
 def test_a_dtype_the_framework_lacks_and_a_truncated_file_are_one_error(tmp_path, host_load):

@@ -85,9 +85,10 @@ class ManyCopier {
              bool wait);
   // Ranges of an open file to the GPU through this copier's staged copy (made now where it is
   // not yet): StagedCopier::read_to_device, so a checkpoint's load shares copy_many's pinned
-  // chunks and threads. Returns once every byte has arrived.
+  // chunks and threads (`readers`: as there). Returns once every byte has arrived.
   void read_to_device(int fd, void* device_destination, const std::uint64_t* file_offsets,
-                      const std::size_t* sizes, const std::size_t* offsets, std::size_t count);
+                      const std::size_t* sizes, const std::size_t* offsets, std::size_t count,
+                      int readers = 0);
   // Returns once every copy this copier queued has landed; raises a queued copy's error.
   void finish();
   // Makes now what the first staged copy would make (its threads, a host memcpy probe and its

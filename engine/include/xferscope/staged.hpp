@@ -74,9 +74,14 @@ class StagedCopier {
   // file_offsets[i] of `fd`, to offsets[i] of a device range (rising, not overlapping), read
   // by the threads with pread straight into the pinned chunks while the copy engine moves the
   // chunks before. No page of the file is mapped, so none faults inside a DMA. A failed read,
-  // or a file that ends early, is a ReadError.
+  // or a file that ends early, is a ReadError. `readers` (0: every thread): that many threads
+  // read, each in chunks as large as the pinned chunks of all the threads allow (up to
+  // kFileChunkMost), for a file mostly not in the page cache: a disk serves a few large
+  // requests in order faster than many small ones.
   void read_to_device(int fd, void* device_destination, const std::uint64_t* file_offsets,
-                      const std::size_t* sizes, const std::size_t* offsets, std::size_t count);
+                      const std::size_t* sizes, const std::size_t* offsets, std::size_t count,
+                      int readers = 0);
+  static constexpr std::size_t kFileChunkMost = 64 << 20;
 
  private:
   struct Worker;
@@ -92,6 +97,7 @@ class StagedCopier {
     std::size_t bytes = 0;  // the device range's length: the last piece's end
     std::size_t chunk = 0;  // this copy's chunk size, at most plan_.chunk_bytes
     int fd = -1;            // an open file whose offsets `host` holds (uploads); -1: memory
+    int readers = 0;        // threads taking part (0: all), each chunk in the slab (a file's)
   };
 
   // one contiguous host range: a plain cudaMemcpy when small or already pinned, else staged

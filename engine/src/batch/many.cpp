@@ -417,9 +417,10 @@ void ManyCopier::queue(bool upload, std::uintptr_t destination, std::uintptr_t s
 
 void ManyCopier::read_to_device(int fd, void* device_destination, const std::uint64_t* file_offsets,
                                 const std::size_t* sizes, const std::size_t* offsets,
-                                std::size_t count) {
+                                std::size_t count, int readers) {
   prepare_staged();
-  impl_->staged->read_to_device(fd, device_destination, file_offsets, sizes, offsets, count);
+  impl_->staged->read_to_device(fd, device_destination, file_offsets, sizes, offsets, count,
+                                readers);
 }
 
 void ManyCopier::finish() {

@@ -259,11 +259,19 @@ class _NativeMany(_NativeHandle):
             self._handle.prepare_staged()
 
     def read_to_device(
-        self, fd: int, device_destination: int, file_offsets: Any, sizes: Any, offsets: Any
+        self,
+        fd: int,
+        device_destination: int,
+        file_offsets: Any,
+        sizes: Any,
+        offsets: Any,
+        readers: int = 0,
     ) -> None:
         """Ranges of the open file `fd` to offsets of the device range, read with pread into
         the staged copy's pinned chunks (xferscope.load); ReadError (an OSError) as it is."""
-        self._measure("read_to_device", fd, device_destination, file_offsets, sizes, offsets)
+        self._measure(
+            "read_to_device", fd, device_destination, file_offsets, sizes, offsets, readers
+        )
 
     @property
     def staged_prepared(self) -> bool:

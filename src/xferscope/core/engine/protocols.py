@@ -302,7 +302,13 @@ class ManyCopier(Protocol):
     def prepare_staged(self) -> None: ...
     # ranges of an open file to offsets of a device range, through the staged copy's chunks
     def read_to_device(
-        self, fd: int, device_destination: int, file_offsets: Any, sizes: Any, offsets: Any
+        self,
+        fd: int,
+        device_destination: int,
+        file_offsets: Any,
+        sizes: Any,
+        offsets: Any,
+        readers: int = 0,
     ) -> None: ...
     @property
     def staged_prepared(self) -> bool: ...

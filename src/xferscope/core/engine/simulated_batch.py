@@ -143,7 +143,13 @@ class SimulatedManyCopier:
             self._engine.advance(left)
 
     def read_to_device(
-        self, fd: int, device_destination: int, file_offsets: Any, sizes: Any, offsets: Any
+        self,
+        fd: int,
+        device_destination: int,
+        file_offsets: Any,
+        sizes: Any,
+        offsets: Any,
+        readers: int = 0,
     ) -> None:
         """As the native copier's: the staged copy made or waited for, the file's ranges read
         by the native read loop (its errors) and kept nowhere, the clock advanced as for staging

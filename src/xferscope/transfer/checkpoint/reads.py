@@ -28,11 +28,20 @@ import numpy as np
 from . import storage
 from .layout import CheckpointError, Layout, Tensor, header_length, opened, version_of
 
-COLD_SHARE = 0.5  # a file less than this much in the page cache is read ahead
+COLD_SHARE = 0.5  # a file less than this much in the page cache is cold
 SAMPLES = 32  # pages of each file looked at for it
+# threads reading a cold file (each in chunks of up to 64 MiB: ManyCopier.read_to_device), and
+# whether the kernel is asked to read it ahead besides (storage.Ahead)
+COLD_READERS = 2
+COLD_AHEAD = True
 # tensors nearer than this are read as one range: a .pt file's storages lie between zip headers
 # of about 100 bytes (an MoE's 18,000 storages: one read, not 18,000)
 JOIN_GAP = 64 << 10
+
+
+def is_cold(path: Path) -> bool:
+    """Whether most of `path` is not in the page cache (then read by COLD_READERS threads)."""
+    return storage.resident_share(path, SAMPLES) < COLD_SHARE
 
 
 def changed(path: Path, when: str) -> CheckpointError:
@@ -63,6 +72,7 @@ class DataReads:
         self._stop = False
         self._error: BaseException | None = None
         self._files: list[tuple[Path, int, int, tuple[int, int, int]]] = []  # path fd begin ver
+        self._readers: list[int] = []  # each file's readers (0: every thread of the copier)
         self.buffers: list[Any] = []
         try:
             for path in paths:
@@ -73,8 +83,9 @@ class DataReads:
                 self._files[-1] = (path, fd, begin, version_of(stat))
                 self.buffers.append(allocate(stat.st_size - begin))
             settle()
-            cold = [p for p in paths if storage.resident_share(p, SAMPLES) < COLD_SHARE]
-            self._ahead = storage.Ahead(cold) if cold else contextlib.nullcontext()
+            cold = [p for p in paths if is_cold(p)]
+            self._readers = [COLD_READERS if p in cold else 0 for p in paths]
+            self._ahead = storage.Ahead(cold) if cold and COLD_AHEAD else contextlib.nullcontext()
             self._ahead.__enter__()
         except BaseException:
             self.close()
@@ -83,12 +94,14 @@ class DataReads:
         self._thread.start()
 
     def _run(self) -> None:
-        for (path, fd, begin, version), buffer in zip(self._files, self.buffers, strict=True):
+        for (path, fd, begin, version), buffer, readers in zip(
+            self._files, self.buffers, self._readers, strict=True
+        ):
             if self._stop:
                 return
             try:
                 ranges = (np.array([v], dtype=np.uint64) for v in (begin, version[1] - begin, 0))
-                self._copier.read_to_device(fd, self._address(buffer), *ranges)
+                self._copier.read_to_device(fd, self._address(buffer), *ranges, readers)
                 if version_of(os.fstat(fd)) != version:
                     raise changed(path, "while it was read")
             except OSError as exc:
@@ -171,7 +184,9 @@ def read_file(layout: Layout, copier: Any, device_ptr: int, names: set[str] | No
         _unchanged(layout, fd, "since its header was read")
         if starts:
             ranges = (np.array(a, dtype=np.uint64) for a in (starts, sizes, offsets))
-            copier.read_to_device(fd, device_ptr, *ranges)
+            copier.read_to_device(
+                fd, device_ptr, *ranges, COLD_READERS if is_cold(layout.path) else 0
+            )
         _unchanged(layout, fd, "while it was read")
     except OSError as exc:
         raise CheckpointError(f"{layout.path}: {exc}") from None
