@@ -2,7 +2,7 @@
 MoE's tensors costs apart from reading them. Cold (each file's pages dropped, checked with
 mincore) reads of load_bench's dense1g files by 1-8 threads of pread, 4-64 MiB each, buffered
 and O_DIRECT; xferscope.load cold by every thread of its staged copy or by 1, 2 or 4 readers
-(reads.COLD_READERS), each with and without the kernel asked to read ahead (reads.COLD_AHEAD).
+(reads.COLD_READERS), each with and without the kernel asked to read ahead (storage.Ahead).
 Then, on a GPU buffer already holding moe1g's data: the header read, and its 18,000 tensors made
 as views three ways. Ways interleaved in a shuffled order each
 round; medians. Writes one JSON object.
@@ -13,6 +13,7 @@ round; medians. Writes one JSON object.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import statistics
@@ -45,13 +46,14 @@ def cold_part(root: Path, rounds: int) -> dict:
     ways["direct_8x64M"] = lambda: storage.read_rate(files, 8, True, 64 * MIB)
 
     def load(readers: int, ahead: bool) -> None:
-        was = reads.COLD_READERS, reads.COLD_AHEAD
-        reads.COLD_READERS, reads.COLD_AHEAD = readers, ahead
+        was = reads.COLD_READERS
+        reads.COLD_READERS = readers
         try:
-            xferscope.load(files)
-            torch.cuda.synchronize()
+            with storage.Ahead(files) if ahead else contextlib.nullcontext():
+                xferscope.load(files)
+                torch.cuda.synchronize()
         finally:
-            reads.COLD_READERS, reads.COLD_AHEAD = was
+            reads.COLD_READERS = was
 
     for readers in (0, 1, 2, 4):  # 0: every thread of the staged copy, 4 MiB chunks
         for ahead in (True, False):

@@ -263,7 +263,6 @@ def test_a_cold_file_is_read_by_cold_readers_a_warm_one_by_every_thread(
 
     path = write(tmp_path / "m.safetensors", {"x": np.arange(9, dtype=np.uint8)})
     monkeypatch.setattr(storage, "resident_share", lambda p, samples=0: share)
-    monkeypatch.setattr(reads, "COLD_AHEAD", False)  # no thread reading the file besides
     _HostCopier.asked.clear()
     assert host_load(path)["x"].tolist() == list(range(9))
     assert _HostCopier.asked == [reads.COLD_READERS if share < reads.COLD_SHARE else 0]

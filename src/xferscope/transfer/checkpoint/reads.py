@@ -4,8 +4,7 @@ file's end, so its length (the first 8 bytes) is all a read needs. The program's
 the headers and makes the tensors meanwhile, so an MoE's 18,000 tensors cost their header and
 views little beside the read. Each file is read through `read_to_device` of copy_many's copier
 (pread into its pinned chunks), one file at a time, all its threads on it; where most of a
-file is not in the page cache, the kernel is asked to read it ahead in large windows
-(storage.Ahead: a cold 1 GB file on an H200 host's disk loaded at 1.54 GB/s against 1.38).
+file is not in the page cache, COLD_READERS of them, in large chunks.
 `read_file` reads some of a file's tensors, `runs` their ranges (a device map's share of a
 file, a .pt file's storages), through the same copier.
 
@@ -16,7 +15,6 @@ file, a .pt file's storages), through the same copier.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -30,10 +28,11 @@ from .layout import CheckpointError, Layout, Tensor, header_length, opened, vers
 
 COLD_SHARE = 0.5  # a file less than this much in the page cache is cold
 SAMPLES = 32  # pages of each file looked at for it
-# threads reading a cold file (each in chunks of up to 64 MiB: ManyCopier.read_to_device), and
-# whether the kernel is asked to read it ahead besides (storage.Ahead)
+# threads reading a cold file, each in chunks of up to 64 MiB (ManyCopier.read_to_device): on an
+# H100 host's disk a cold 1 GB file loaded at 1.51 GB/s by 2, 1.46 by 1 and 1.32 by every
+# thread of the staged copy in 4 MiB chunks (its best plain read: 1.54), and asking the kernel
+# to read ahead besides (storage.Ahead) took 1.31 (benchmarks/load_probe.py)
 COLD_READERS = 2
-COLD_AHEAD = True
 # tensors nearer than this are read as one range: a .pt file's storages lie between zip headers
 # of about 100 bytes (an MoE's 18,000 storages: one read, not 18,000)
 JOIN_GAP = 64 << 10
@@ -68,7 +67,6 @@ class DataReads:
         self._copier = copier
         self._address = address
         self._thread: threading.Thread | None = None
-        self._ahead: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
         self._stop = False
         self._error: BaseException | None = None
         self._files: list[tuple[Path, int, int, tuple[int, int, int]]] = []  # path fd begin ver
@@ -83,10 +81,7 @@ class DataReads:
                 self._files[-1] = (path, fd, begin, version_of(stat))
                 self.buffers.append(allocate(stat.st_size - begin))
             settle()
-            cold = [p for p in paths if is_cold(p)]
-            self._readers = [COLD_READERS if p in cold else 0 for p in paths]
-            self._ahead = storage.Ahead(cold) if cold and COLD_AHEAD else contextlib.nullcontext()
-            self._ahead.__enter__()
+            self._readers = [COLD_READERS if is_cold(p) else 0 for p in paths]
         except BaseException:
             self.close()
             raise
@@ -123,7 +118,6 @@ class DataReads:
         """Once every file is read: the first read's error, if any."""
         if self._thread is not None:
             self._thread.join()
-        self._ahead.__exit__(None, None, None)
         self._close_files()
         if self._error is not None:
             raise self._error
@@ -134,7 +128,6 @@ class DataReads:
         self._stop = True
         if self._thread is not None:
             self._thread.join()
-        self._ahead.__exit__(None, None, None)
         self._close_files()
         for buffer in self.buffers:
             getattr(buffer, "close", lambda: None)()
