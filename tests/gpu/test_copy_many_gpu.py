@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from xferscope import StagedCopier, cli, copy_many
+from xferscope.transfer import batch_document
 from xferscope.transfer import calibration as choose
 from xferscope.transfer.policy import COPY_MANY_METHODS
 
@@ -122,9 +123,9 @@ def test_batch_calibrate_then_copy_many_uses_it(
 ):
     # A whole calibration takes minutes: this one's grid is made the whole grid, so that it
     # is stored (a part of the real grid never is).
-    monkeypatch.setattr(choose, "CALIBRATION_COUNTS", (1, 256))
-    monkeypatch.setattr(choose, "CALIBRATION_SIZES", (4096,))
-    monkeypatch.setattr(choose, "CALIBRATION_MEMORIES", ("pinned",))
+    monkeypatch.setattr(batch_document, "CALIBRATION_COUNTS", (1, 256))
+    monkeypatch.setattr(batch_document, "CALIBRATION_SIZES", (4096,))
+    monkeypatch.setattr(batch_document, "CALIBRATION_MEMORIES", ("pinned",))
     code = cli.main(["batch", "--calibrate", "--counts", "1,256", "--sizes", "4KiB",
                      "--memory", "pinned", "-o", str(tmp_path / "out")])  # fmt: skip
     _, err = capsys.readouterr()

@@ -188,11 +188,12 @@ def test_a_calibration_from_another_gpu_or_partial_decides_nothing(tmp_path, mon
     from xferscope.batch.measure import BatchOptions, dumps_json, measure
     from xferscope.core.engine.simulated import SimulatedEngine
     from xferscope.transfer import calibration as choose
+    from xferscope.transfer.batch_document import CALIBRATION_COUNTS, CALIBRATION_SIZES
 
     monkeypatch.setenv("XFERSCOPE_CALIBRATION", str(tmp_path))
     engine = SimulatedEngine()
-    whole = measure(engine, BatchOptions(counts=choose.CALIBRATION_COUNTS,
-                                         sizes=choose.CALIBRATION_SIZES, target_s=0.002,
+    whole = measure(engine, BatchOptions(counts=CALIBRATION_COUNTS,
+                                         sizes=CALIBRATION_SIZES, target_s=0.002,
                                          trials=1, as_copy_many=True))  # fmt: skip
     real_gpu = "GPU-12345678-aaaa-bbbb-cccc-0123456789ab"
     # the simulated GPU's whole calibration, copied to where a real GPU's would be

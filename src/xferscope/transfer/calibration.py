@@ -1,33 +1,24 @@
 """copy_many's stored calibration: what `xferscope batch --calibrate` measured on this GPU (a
 batch document, batch_document.py), kept per GPU under $XFERSCOPE_CALIBRATION or the XDG data
-directory, and read again when its file changes."""
+directory, and read again when its file changes.
+
+Light until a calibration is stored: the batch document's modules (a third of the copy API's
+imports, 37 ms of 90 on an H100 host) are imported once a file is there to read or write, so a
+program without one does not wait for them (transfer/first.py sets up beside the program)."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..core import stats
-from ..core.compiled import engine_module
-from ..core.units import format_bytes
-from ..documents.files import atomic_write, read_text
-from .batch_document import (
-    CALIBRATION_COUNTS,
-    CALIBRATION_DIRECTIONS,
-    CALIBRATION_MEMORIES,
-    CALIBRATION_SIZES,
-    SIMPLEST_FIRST,
-    BatchResult,
-    direct_below,
-    dumps_json,
-    from_dict,
-)
 from .rule import staged_from
+
+if TYPE_CHECKING:
+    from .batch_document import BatchResult
 
 CALIBRATION_ENV = "XFERSCOPE_CALIBRATION"
 LOOK_AGAIN_S = 1.0  # a stored calibration is looked for again at most this often
@@ -54,6 +45,13 @@ def unusable(result: BatchResult) -> str | None:
     interrupted one, or one that leaves cells of the calibration grid unmeasured. (A simulated
     one is the simulated GPU's: a calibration only ever decides for the GPU it was measured on,
     `measured_on`.)"""
+    from .batch_document import (
+        CALIBRATION_COUNTS,
+        CALIBRATION_DIRECTIONS,
+        CALIBRATION_MEMORIES,
+        CALIBRATION_SIZES,
+    )
+
     if result.interrupted:
         return "it was interrupted"
     measured = {(c.direction, c.memory, c.count, c.size) for c in result.cells if c.seconds}
@@ -103,6 +101,8 @@ class Calibration:
 
     @classmethod
     def of(cls, result: BatchResult, path: Path) -> Calibration:
+        from .batch_document import direct_below
+
         cells: dict[tuple[str, str, int, int], dict[str, float]] = {}
         for c in result.cells:
             if c.seconds:
@@ -127,6 +127,10 @@ class Calibration:
     ) -> tuple[str, str, tuple[int, int], dict[str, float]] | None:
         """(method, reason, cell, seconds by method), or None when no cell is near (asked once
         per shape: copy_many's decisions are remembered)."""
+        from ..core import stats
+        from ..core.units import format_bytes
+        from .batch_document import SIMPLEST_FIRST
+
         cell = self.nearest(direction, memory, count, size)
         if cell is None:
             return None
@@ -191,6 +195,11 @@ def load(gpu: str) -> Calibration | None:
 
 
 def _read(path: Path, gpu: str) -> Calibration | None:
+    import json
+
+    from ..documents.files import read_text
+    from .batch_document import from_dict
+
     try:
         result = from_dict(json.loads(read_text(path)))
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
@@ -204,6 +213,10 @@ def _read(path: Path, gpu: str) -> Calibration | None:
 
 def save(result: BatchResult, gpu: str) -> Path:
     """Stores a calibration result for this GPU; returns where."""
+    from ..core.compiled import engine_module
+    from ..documents.files import atomic_write
+    from .batch_document import dumps_json
+
     reason = unusable(result)
     if reason is not None:
         raise ValueError(f"a calibration that copy_many cannot use: {reason}")

@@ -50,8 +50,6 @@ from ..core.engine import Engine
 from ..core.engine.devices import missing_device
 from ..core.errors import EngineError, NoDeviceError, XferscopeError
 from ..core.units import format_bytes, format_rate
-from ..documents.reader import Field
-from ..documents.records import from_plain, to_plain
 from .engine import default_engine
 
 __all__ = ["StagedCopier", "StagedPlan", "copy_to_device", "copy_to_host"]
@@ -93,9 +91,14 @@ class StagedPlan:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StagedPlan:
         """A plan as to_dict writes it; one recorded before direct_below existed has none (0)."""
+        from ..documents.reader import Field  # the documents' modules: not for a copy
+        from ..documents.records import from_plain
+
         return from_plain(cls, Field(d))
 
     def to_dict(self) -> dict[str, Any]:
+        from ..documents.records import to_plain
+
         return to_plain(self)
 
     def summary(self) -> str:
