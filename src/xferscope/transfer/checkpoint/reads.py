@@ -43,6 +43,12 @@ def is_cold(path: Path) -> bool:
     return storage.resident_share(path, SAMPLES) < COLD_SHARE
 
 
+def readers_for(path: Path) -> int:
+    """The threads that read `path` (read_to_device's `readers`): COLD_READERS for a cold file,
+    else 0, every thread of the copier."""
+    return COLD_READERS if is_cold(path) else 0
+
+
 def changed(path: Path, when: str) -> CheckpointError:
     return CheckpointError(
         f"{path}: the file changed {when} (its size, time or inode differ); load it again once "
@@ -81,7 +87,7 @@ class DataReads:
                 self._files[-1] = (path, fd, begin, version_of(stat))
                 self.buffers.append(allocate(stat.st_size - begin))
             settle()
-            self._readers = [COLD_READERS if is_cold(p) else 0 for p in paths]
+            self._readers = [readers_for(p) for p in paths]
         except BaseException:
             self.close()
             raise
@@ -177,9 +183,7 @@ def read_file(layout: Layout, copier: Any, device_ptr: int, names: set[str] | No
         _unchanged(layout, fd, "since its header was read")
         if starts:
             ranges = (np.array(a, dtype=np.uint64) for a in (starts, sizes, offsets))
-            copier.read_to_device(
-                fd, device_ptr, *ranges, COLD_READERS if is_cold(layout.path) else 0
-            )
+            copier.read_to_device(fd, device_ptr, *ranges, readers_for(layout.path))
         _unchanged(layout, fd, "while it was read")
     except OSError as exc:
         raise CheckpointError(f"{layout.path}: {exc}") from None
