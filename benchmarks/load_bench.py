@@ -27,6 +27,7 @@ round. Writes benchmarks/results/load-<gpu>-<date>.json (--into joins an earlier
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -382,6 +383,14 @@ def summary(figures: dict, comparisons: list[dict]) -> None:
             "ratio", True, 1.0))  # fmt: skip
 
 
+def checkpoint_dir(parser: argparse.ArgumentParser, text: str) -> Path:
+    """--dir: a directory, or one to make in one (parser.error otherwise)."""
+    where = Path(text)
+    if (where.exists() and not where.is_dir()) or not where.parent.is_dir():
+        parser.error(f"--dir: {text} is not a directory, nor one to make in one")
+    return where
+
+
 def main() -> None:
     parser = bench_parser(__doc__)
     parser.add_argument("--dir", required=True, help="where the checkpoints are written")
@@ -404,9 +413,7 @@ def main() -> None:
         parser.error(f"--rounds: {args.rounds} is not from 1 to 20")
     if args.pt_most < 0:
         parser.error(f"--pt-most: {args.pt_most} is not a size in bytes (0: no .pt file)")
-    where = Path(args.dir)
-    if (where.exists() and not where.is_dir()) or not where.parent.is_dir():
-        parser.error(f"--dir: {args.dir} is not a directory, nor one to make in one")
+    checkpoint_dir(parser, args.dir)
     figures, comparisons = base.joined(parser, args.into)
     meta = collect(NativeEngine(), [0])
 

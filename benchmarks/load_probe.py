@@ -4,8 +4,8 @@ mincore) reads of load_bench's dense1g files by 1-8 threads of pread, 4-64 MiB e
 and O_DIRECT; xferscope.load cold by every thread of its staged copy or by 1, 2 or 4 readers
 (reads.COLD_READERS), each with and without the kernel asked to read ahead (storage.Ahead).
 Then, on a GPU buffer already holding moe1g's data: the header read, and its 18,000 tensors made
-as views three ways. Ways interleaved in a shuffled order each
-round; medians. Writes one JSON object.
+as views three ways. Ways interleaved in a shuffled order each round; medians of the rounds
+made (Ctrl-C or SIGTERM keeps them, marked "interrupted"). Writes one JSON object.
 
     python3 benchmarks/load_probe.py out.json --dir /var/tmp/ckpt [--rounds 3]
 """
@@ -25,6 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch
 
+import copyapi_bench as base
 import load_bench
 import xferscope
 from xferscope.transfer.checkpoint import read_layout, reads, storage
@@ -35,7 +36,7 @@ GB = 1e9
 MIB = 1 << 20
 
 
-def cold_part(root: Path, rounds: int) -> dict:
+def cold_part(root: Path, rounds: int, out: dict) -> None:
     files, _, _ = load_bench.written("dense1g", root, 0)
     nbytes = sum(f.stat().st_size for f in files)
     ways: dict[str, Callable[[], object]] = {}
@@ -63,7 +64,7 @@ def cold_part(root: Path, rounds: int) -> dict:
     seconds: dict[str, list[float]] = {}
     shares = []
     order = list(ways)
-    for _ in range(rounds):
+    for done in range(1, rounds + 1):
         random.shuffle(order)
         for name in order:
             shares.append(storage.cached(files, warm=False))
@@ -71,12 +72,12 @@ def cold_part(root: Path, rounds: int) -> dict:
             ways[name]()
             seconds.setdefault(name, []).append(time.perf_counter() - start)
             torch.cuda.empty_cache()
-    gbps = {k: round(nbytes / statistics.median(v) / GB, 3) for k, v in seconds.items()}
-    return {"bytes": nbytes, "gbps": dict(sorted(gbps.items(), key=lambda kv: -kv[1])),
-            "resident_share_most": max(shares)}  # fmt: skip
+        gbps = {k: round(nbytes / statistics.median(v) / GB, 3) for k, v in seconds.items()}
+        out.update(bytes=nbytes, rounds=done, resident_share_most=max(shares),
+                   gbps=dict(sorted(gbps.items(), key=lambda kv: -kv[1])))  # fmt: skip
 
 
-def views_part(root: Path, rounds: int) -> dict:
+def views_part(root: Path, rounds: int, out: dict) -> None:
     files, _, _ = load_bench.written("moe1g", root, 0)
     layout = read_layout(files[0])
     first = layout.data_begin
@@ -122,14 +123,14 @@ def views_part(root: Path, rounds: int) -> dict:
     load_warm()
     seconds: dict[str, list[float]] = {}
     order = list(ways)
-    for _ in range(rounds * 3):
+    for done in range(1, rounds * 3 + 1):
         random.shuffle(order)
         for name in order:
             start = time.perf_counter()
             ways[name]()
             seconds.setdefault(name, []).append(time.perf_counter() - start)
-    ms = {k: round(statistics.median(v) * 1e3, 2) for k, v in seconds.items()}
-    return {"tensors": len(layout.tensors), "bytes": layout.size, "ms": ms}
+        ms = {k: round(statistics.median(v) * 1e3, 2) for k, v in seconds.items()}
+        out.update(tensors=len(layout.tensors), bytes=layout.size, rounds=done, ms=ms)
 
 
 def main() -> None:
@@ -138,12 +139,20 @@ def main() -> None:
     parser.add_argument("--dir", required=True)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    root = Path(args.dir)
-    result = {"views": views_part(root, args.rounds)}
-    print(json.dumps(result), flush=True)
-    result["cold"] = cold_part(root, args.rounds)
-    print(json.dumps(result["cold"]), flush=True)
-    Path(args.out).write_text(json.dumps(result, indent=1))
+    out = base.out_file("out", args.out)
+    root = load_bench.checkpoint_dir(parser, args.dir)
+    if not 1 <= args.rounds <= 20:
+        parser.error(f"--rounds: {args.rounds} is not from 1 to 20")
+    result: dict = {"views": {}, "cold": {}}
+
+    def run() -> None:
+        views_part(root, args.rounds, result["views"])
+        print(json.dumps(result["views"]), flush=True)
+        cold_part(root, args.rounds, result["cold"])
+        print(json.dumps(result["cold"]), flush=True)
+
+    base.measured(run, result)  # Ctrl-C or a time limit's SIGTERM: "interrupted", kept
+    out.write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":
