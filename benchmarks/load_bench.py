@@ -13,16 +13,19 @@ with mincore) and warm (every page resident), every tensor checked against what 
                                 memory still allocated after each error (a figure; goal 0)
 
 Workloads: dense1g (about 1 GB in 300 tensors, one file), moe1g (18,000 tensors of an MoE's
-sizes, 1 GB), dense15g (15 GB in 300 tensors, 4 shards with an index). Peers: safetensors
-(load_file(device="cuda")), safe_open_pin (safe_open on the CPU, pin_memory, .to non_blocking),
-fastsafetensors (fastsafe_open, nogds), runai (SafetensorsStreamer, then .to each tensor),
-instanttensor (safe_open(device=)), torch_mmap (torch.load(mmap=True) of the same tensors as a
-.pt file, then .to; workloads up to --pt-most bytes), beside xferscope_pt (xferscope.load of
-that .pt file). Methods alternate in a shuffled order each
-round. Writes benchmarks/results/load-<gpu>-<date>.json (--into joins an earlier record).
+sizes, 1 GB), dense15g (15 GB in 300 tensors, 4 shards with an index), dense60g (59 GB in 300
+tensors, 16 shards; for a host with the disk and the memory for it). --gpus W loads W over
+every GPU too (shard k on GPU k mod n; each peer a thread a GPU), as the row "W@<n>gpus".
+Peers: safetensors (load_file(device="cuda")), safe_open_pin (safe_open on the CPU, pin_memory,
+.to non_blocking), fastsafetensors (fastsafe_open, nogds), runai (SafetensorsStreamer, then .to
+each tensor), instanttensor (safe_open(device=)), torch_mmap (torch.load(mmap=True) of the same
+tensors as a .pt file, then .to; workloads up to --pt-most bytes), beside xferscope_pt
+(xferscope.load of that .pt file). Methods alternate in a shuffled order each round. Writes
+benchmarks/results/load-<gpu>-<date>.json (--into joins an earlier record).
 
     python3 benchmarks/load_bench.py --commit $(git rev-parse HEAD) --dir /var/tmp/ckpt
-        [--workloads dense1g,moe1g] [--peers ...] [--rounds 2] [--into FILE] [--errors] [--gpus]
+        [--workloads dense1g,moe1g] [--peers ...] [--rounds 2] [--into FILE] [--errors]
+        [--gpus dense60g]
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ from xferscope.core.machine import collect
 from xferscope.transfer.checkpoint import CheckpointError, read_layout, storage
 
 GB = 1e9
-WORKLOADS = ("dense1g", "moe1g", "dense15g")
+WORKLOADS = ("dense1g", "moe1g", "dense15g", "dense60g")
+DISK_MOST = 15 * GB  # the disk's ceiling is read from at most about this much of a checkpoint
 PEERS = ("safetensors", "safe_open_pin", "fastsafetensors", "runai", "instanttensor", "torch_mmap")
 
 
@@ -57,8 +61,9 @@ def shapes(name: str) -> list[list[tuple[str, tuple[int, ...]]]]:
         experts = [(i, e, w) for i in range(24) for e in range(250) for w in ("gate", "up", "down")]
         return [[(f"layers.{i}.experts.{e}.{w}", (160, 176) if w == "down" else (176, 160))
                  for i, e, w in experts]]  # fmt: skip
-    # 37 layers of 8 tensors and 4 more: 300 tensors, 1.0 GB or 14.9 GB
-    hidden, layers, shards = (1280, 37, 1) if name == "dense1g" else (4992, 37, 4)
+    # 37 layers of 8 tensors and 4 more: 300 tensors, 1.0 GB, 14.9 GB or 59.3 GB
+    hidden, layers, shards = {"dense1g": (1280, 37, 1), "dense15g": (4992, 37, 4),
+                              "dense60g": (9984, 37, 16)}[name]  # fmt: skip
     square, wide = (hidden, hidden), (hidden * 2, hidden)
     per_layer = [("q", square), ("k", square), ("v", square), ("o", square), ("up", wide),
                  ("down", wide[::-1]), ("norm1", (hidden,)), ("norm2", (hidden,))]  # fmt: skip
@@ -183,59 +188,113 @@ def check(who: str, got: dict, wanted: dict) -> None:
             raise base.Mismatch(f"{who}: tensor {name!r} differs from what was written")
 
 
-def workload_part(args: Any, name: str, figures: dict) -> None:
+def workload_part(args: Any, name: str, figures: dict, gpus: int = 1) -> None:
+    """`name` loaded by each way, cold and warm, `args.rounds` rounds, onto GPU 0, or where
+    `gpus` > 1 spread over that many GPUs (shard k on GPU k mod gpus: ours with a callable
+    placing each tensor by its shard, each peer a thread a GPU loading that GPU's shards).
+    The row is filled load by load, so a time limit keeps the loads made."""
+    key = name if gpus == 1 else f"{name}@{gpus}gpus"
     rows = figures.setdefault("workloads", {})
-    if name in rows:
+    if key in rows:
         return
-    index = 0
-    files, pt, wanted = written(name, Path(args.dir), args.pt_most)
+    files, pt, wanted = written(name, Path(args.dir), args.pt_most if gpus == 1 else 0)
     nbytes = sum(t.nbytes for t in wanted.values())
-    ways = {k: v for k, v in loaders(files, pt, index).items()
-            if k in ("xferscope", "xferscope_pt", *args.peers)}  # fmt: skip
+    ways = spread(files, gpus, args.peers) if gpus > 1 else {
+        k: v for k, v in loaders(files, pt, 0).items() if k in ("xferscope", "xferscope_pt",
+                                                                 *args.peers)}  # fmt: skip
+    paths = [*files, *([pt] if pt else [])]
     seconds: dict[str, dict[str, list[float]]] = {"cold": {}, "warm": {}}
-    failed: dict[str, str] = {}
+    row = rows[key] = {"bytes": nbytes, "tensors": len(wanted), "files": len(files),
+                       "gpus": gpus, "gbps": {}, "seconds": seconds, "failed": {},
+                       "resident_share_cold_most": 0.0,
+                       "resident_share_warm_least": 1.0}  # fmt: skip
     for who, run in ways.items():  # each verified once, warm
-        storage.cached([*files, *([pt] if pt else [])], warm=True)
+        storage.cached(paths, warm=True)
         try:
-            out = run()
-            torch.cuda.synchronize()
-            check(who, out, wanted)
+            check(who, run(), wanted)
         except base.Mismatch:
             raise
         except Exception as exc:  # a peer that cannot run here is said, not fatal
-            failed[who] = f"{type(exc).__name__}: {str(exc)[:300]}"
-        out = None
-        torch.cuda.empty_cache()
-    order = [w for w in ways if w not in failed]
-    shares: dict[str, list[float]] = {"cold": [], "warm": []}
+            row["failed"][who] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        freed(gpus)
+    order = [w for w in ways if w not in row["failed"]]
     for _ in range(args.rounds):
         random.shuffle(order)
         for state in ("cold", "warm"):
             for who in order:
-                paths = [*files, *([pt] if pt else [])]
-                shares[state].append(storage.cached(paths, warm=state == "warm"))
-                torch.cuda.synchronize()
+                share = storage.cached(paths, warm=state == "warm")
+                if state == "cold":
+                    row["resident_share_cold_most"] = max(row["resident_share_cold_most"], share)
+                else:
+                    row["resident_share_warm_least"] = min(row["resident_share_warm_least"], share)
+                synchronized(gpus)
                 start = time.perf_counter()
                 out = ways[who]()
-                torch.cuda.synchronize()
+                synchronized(gpus)
                 seconds[state].setdefault(who, []).append(time.perf_counter() - start)
-                out = None
-                torch.cuda.empty_cache()
-    gbps = {s: {w: round(nbytes / statistics.median(v) / GB, 3) for w, v in d.items()}
-            for s, d in seconds.items()}  # fmt: skip
-    rows[name] = {"bytes": nbytes, "tensors": len(wanted), "files": len(files),
-                  "gbps": gbps, "seconds": seconds, "failed": failed,
-                  "resident_share_cold_most": max(shares["cold"] or [0.0]),
-                  "resident_share_warm_least": min(shares["warm"] or [1.0]),
-                  "disk_gbps": disk_ceiling(files, args.rounds)}  # fmt: skip
-    print(name, json.dumps({"gbps": gbps, "failed": failed}), flush=True)
+                del out  # the GPU memory goes before the next way
+                freed(gpus)
+                row["gbps"] = {s: {w: round(nbytes / statistics.median(v) / GB, 3)
+                                   for w, v in d.items()} for s, d in seconds.items()}  # fmt: skip
+    row["disk_gbps"] = disk_ceiling(files, args.rounds)
+    print(key, json.dumps({"gbps": row["gbps"], "failed": row["failed"]}), flush=True)
+
+
+def synchronized(gpus: int) -> None:
+    for g in range(gpus):
+        torch.cuda.synchronize(g)
+
+
+def freed(gpus: int) -> None:
+    synchronized(gpus)
+    torch.cuda.empty_cache()
+
+
+def spread(files: list[Path], gpus: int, peers: list[str]) -> dict[str, Callable[[], dict]]:
+    """The ways to load `files` over `gpus` GPUs, shard k on GPU k mod gpus: xferscope.load
+    with a callable placing each tensor by its shard; each peer of `peers` (but torch_mmap,
+    which has no .pt here) as a thread a GPU, each loading its GPU's shards as loaders() does."""
+    import threading
+
+    shard_of = {name: k for k, f in enumerate(files) for name in read_names(f)}
+    mine = [[f for k, f in enumerate(files) if k % gpus == g] for g in range(gpus)]
+
+    def threaded(peer: str) -> Callable[[], dict]:
+        def run() -> dict:
+            parts: list[dict] = [{} for _ in range(gpus)]
+            errors: list[BaseException] = []
+
+            def one(g: int) -> None:
+                try:
+                    parts[g] = loaders(mine[g], None, g)[peer]()
+                except BaseException as exc:  # said by the caller's thread
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=one, args=(g,)) for g in range(gpus) if mine[g]]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if errors:
+                raise errors[0]
+            return {k: v for part in parts for k, v in part.items()}
+
+        return run
+
+    ways = {"xferscope": lambda: xferscope.load(files, device=lambda n: shard_of[n] % gpus)}
+    ways.update({p: threaded(p) for p in peers if p != "torch_mmap"})
+    return ways
 
 
 def disk_ceiling(files: list[Path], rounds: int) -> dict[str, float]:
     """GB/s threads of pread read the files at from cold: buffered with 16 and 64 MiB reads,
     O_DIRECT, and buffered with the kernel asked to read ahead (storage.Ahead); each way's
     median of `rounds` reads, the ways shuffled each round (the best of single reads of a
-    noisy disk would set the ceiling by its luckiest read)."""
+    noisy disk would set the ceiling by its luckiest read). Of a sharded checkpoint, the
+    shards that make up the first DISK_MOST bytes: a disk's rate does not grow past that."""
+    files = files[: next((k + 1 for k in range(len(files))
+                          if sum(f.stat().st_size for f in files[: k + 1]) >= DISK_MOST),
+                         len(files))]  # fmt: skip
     ways = {"buffered_1x64M": (1, False, 64, 0), "buffered_4x16M": (4, False, 16, 0),
             "buffered_4x64M": (4, False, 64, 0), "buffered_8x64M": (8, False, 64, 0),
             "direct_8x64M": (8, True, 64, 0), "direct_16x16M": (16, True, 16, 0),
@@ -288,86 +347,33 @@ def error_part(args: Any, figures: dict) -> None:
     )
 
 
-def gpus_part(args: Any, figures: dict) -> None:
-    """dense15g's 4 shards over every GPU (shard k on GPU k mod n), warm and cold: xferscope.load
-    with a callable placing each tensor by its shard, against safetensors' load_file of each
-    shard onto its GPU, a thread a GPU, and against xferscope.load onto GPU 0 alone."""
-    import threading
-
-    n = torch.cuda.device_count()
-    files, _, wanted = written("dense15g", Path(args.dir), 0)
-    shard_of = {name: k for k, f in enumerate(files) for name in read_names(f)}
-    nbytes = sum(t.nbytes for t in wanted.values())
-
-    def ours() -> dict:
-        return xferscope.load(files, device=lambda name: shard_of[name] % n)
-
-    def safetensors_threads() -> dict:
-        from safetensors.torch import load_file
-
-        out: dict = {}
-
-        def one(gpu: int) -> None:
-            for k, f in enumerate(files):
-                if k % n == gpu:
-                    out.update(load_file(str(f), device=f"cuda:{gpu}"))
-
-        threads = [threading.Thread(target=one, args=(g,)) for g in range(n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return out
-
-    ways = {"xferscope": ours, "safetensors_threads": safetensors_threads,
-            "xferscope_one_gpu": lambda: xferscope.load(files, device="cuda:0")}  # fmt: skip
-    seconds: dict[str, dict[str, list[float]]] = {"cold": {}, "warm": {}}
-    for who, way in ways.items():
-        storage.cached(files, warm=True)
-        check(who, way(), wanted)
-        torch.cuda.empty_cache()
-    order = list(ways)
-    for _ in range(args.rounds):
-        random.shuffle(order)
-        for state in ("cold", "warm"):
-            for who in order:
-                storage.cached(files, warm=state == "warm")
-                for g in range(n):
-                    torch.cuda.synchronize(g)
-                start = time.perf_counter()
-                out = ways[who]()
-                for g in range(n):
-                    torch.cuda.synchronize(g)
-                seconds[state].setdefault(who, []).append(time.perf_counter() - start)
-                del out  # the GPU memory goes before the next way
-                torch.cuda.empty_cache()
-    gbps = {s: {w: round(nbytes / statistics.median(v) / GB, 3) for w, v in d.items()}
-            for s, d in seconds.items()}  # fmt: skip
-    figures["gpus"] = {"gpus": n, "bytes": nbytes, "gbps": gbps, "seconds": seconds}
-    print("gpus", json.dumps(figures["gpus"]["gbps"]), flush=True)
-
-
 def read_names(path: Path) -> list[str]:
     return [t.name for t in read_layout(path).tensors]
 
 
 def summary(figures: dict, comparisons: list[dict]) -> None:
+    """The comparisons over the rows measured (a row cut short by a time limit counts for what
+    it has); warm against pinned only where the load went to one GPU, as the pinned rate did."""
     rows = figures.get("workloads", {})
-    if not rows:
-        return
-    h2d = figures.setdefault("pinned_h2d_gbps", round(pinned_h2d_gbps(), 3))
-    warm = min(rows.items(), key=lambda kv: kv[1]["gbps"]["warm"].get("xferscope", 0.0))
-    comparisons.append(comparison(
-        "load_warm_vs_pinned_h2d", warm[1]["gbps"]["warm"]["xferscope"], h2d,
-        f"pinned host-to-GPU GB/s (1 GiB, best of 5); our warm GB/s, worst workload {warm[0]}",
-        "ratio", True, 0.9))  # fmt: skip
-    worst_cold = min(rows.items(), key=lambda kv: kv[1]["gbps"]["cold"]["xferscope"]
-                     / max(kv[1]["disk_gbps"].values()))  # fmt: skip
-    disk = max(worst_cold[1]["disk_gbps"].values())
-    comparisons.append(comparison(
-        "load_cold_vs_disk_read", worst_cold[1]["gbps"]["cold"]["xferscope"], disk,
-        f"the disk's best read GB/s (threads x pread, buffered and O_DIRECT); {worst_cold[0]}",
-        "ratio", True, 0.9))  # fmt: skip
+    warm_rows = {k: r for k, r in rows.items()
+                 if r.get("gpus", 1) == 1 and "xferscope" in r["gbps"].get("warm", {})}  # fmt: skip
+    if warm_rows:
+        h2d = figures.setdefault("pinned_h2d_gbps", round(pinned_h2d_gbps(), 3))
+        name, warm = min(warm_rows.items(), key=lambda kv: kv[1]["gbps"]["warm"]["xferscope"])
+        comparisons.append(comparison(
+            "load_warm_vs_pinned_h2d", warm["gbps"]["warm"]["xferscope"], h2d,
+            f"pinned host-to-GPU GB/s (1 GiB, best of 5); our warm GB/s, worst workload {name}",
+            "ratio", True, 0.9))  # fmt: skip
+    cold_rows = {k: r for k, r in rows.items()
+                 if r.get("disk_gbps") and "xferscope" in r["gbps"].get("cold", {})}  # fmt: skip
+    if cold_rows:
+        name, cold = min(cold_rows.items(), key=lambda kv: kv[1]["gbps"]["cold"]["xferscope"]
+                         / max(kv[1]["disk_gbps"].values()))  # fmt: skip
+        comparisons.append(comparison(
+            "load_cold_vs_disk_read", cold["gbps"]["cold"]["xferscope"],
+            max(cold["disk_gbps"].values()),
+            f"the disk's best read GB/s (threads x pread, buffered and O_DIRECT); {name}",
+            "ratio", True, 0.9))  # fmt: skip
     cases = []
     for name, row in rows.items():
         for state, by in row["gbps"].items():
@@ -399,14 +405,17 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--pt-most", type=int, default=2 << 30)
     parser.add_argument("--errors", action="store_true", help="also the error part")
-    parser.add_argument("--gpus", action="store_true",
-                        help="also dense15g's shards over every GPU (gpus_part)")  # fmt: skip
+    parser.add_argument("--gpus", default="",
+                        help="workloads also loaded over every GPU, e.g. dense60g")  # fmt: skip
     parser.add_argument("--into", default=None)
     args = parser.parse_args()
     workloads = [w for w in args.workloads.split(",") if w]
     args.peers = [p for p in args.peers.split(",") if p]
-    if not workloads or set(workloads) - set(WORKLOADS):
+    spread_over = [w for w in args.gpus.split(",") if w]
+    if set(workloads) - set(WORKLOADS) or (not workloads and not spread_over):
         parser.error(f"--workloads: '{args.workloads}' is not among {', '.join(WORKLOADS)}")
+    if set(spread_over) - set(WORKLOADS):
+        parser.error(f"--gpus: '{args.gpus}' is not among {', '.join(WORKLOADS)}")
     if set(args.peers) - set(PEERS):
         parser.error(f"--peers: '{','.join(args.peers)}' is not among {', '.join(PEERS)}")
     if not 1 <= args.rounds <= 20:
@@ -414,6 +423,8 @@ def main() -> None:
     if args.pt_most < 0:
         parser.error(f"--pt-most: {args.pt_most} is not a size in bytes (0: no .pt file)")
     checkpoint_dir(parser, args.dir)
+    if spread_over and torch.cuda.device_count() < 2:
+        parser.error(f"--gpus: {torch.cuda.device_count()} GPU here; it needs 2 or more")
     figures, comparisons = base.joined(parser, args.into)
     meta = collect(NativeEngine(), [0])
 
@@ -422,8 +433,8 @@ def main() -> None:
             workload_part(args, w, figures)
         if args.errors:
             error_part(args, figures)
-        if args.gpus:
-            gpus_part(args, figures)
+        for w in spread_over:
+            workload_part(args, w, figures, torch.cuda.device_count())
 
     base.measured(run, figures)
     names = {"load_warm_vs_pinned_h2d", "load_cold_vs_disk_read", "load_vs_best_peer_worst"}

@@ -22,6 +22,22 @@ def test_a_file_read_in_whole_is_resident_and_an_empty_one_counts_as_resident(tm
     assert storage.resident_share(path, samples=5) == storage.resident_share(path, 1) == 1.0
 
 
+def test_warming_reads_only_the_files_not_wholly_resident(tmp_path, monkeypatch):
+    files = [tmp_path / "resident.bin", tmp_path / "cold.bin"]
+    for f in files:
+        f.write_bytes(os.urandom(1 << 20))
+    shares = {str(files[0]): 1.0, str(files[1]): 0.5}
+    monkeypatch.setattr(storage, "resident_share", lambda p, samples=0: shares[str(p)])
+    opened = []
+    real = storage.os.open
+    monkeypatch.setattr(storage.os, "open", lambda p, *a: opened.append(str(p)) or real(p, *a))
+    storage.cached(files, warm=True)
+    assert opened == [str(files[1])]
+    opened.clear()
+    storage.cached(files, warm=False)  # dropping drops every file
+    assert opened == [str(f) for f in files]
+
+
 def test_a_sample_looks_at_pages_spread_evenly_over_the_file(tmp_path, monkeypatch):
     path = tmp_path / "f.bin"
     path.write_bytes(os.urandom(100 * 4096 + 10))  # 101 pages
