@@ -1,19 +1,19 @@
 """Issue 51: what a cold checkpoint read can reach on this machine's disk, and what making an
 MoE's tensors costs apart from reading them. Cold (each file's pages dropped, checked with
-mincore) reads of load_bench's dense1g files by 1-8 threads of pread, 4-64 MiB each, buffered
-and O_DIRECT; xferscope.load cold by every thread of its staged copy or by 1, 2 or 4 readers
-(reads.COLD_READERS), each with and without the kernel asked to read ahead (storage.Ahead).
-Then, on a GPU buffer already holding moe1g's data: the header read, and its 18,000 tensors made
-as views three ways. Ways interleaved in a shuffled order each round; medians of the rounds
-made (Ctrl-C or SIGTERM keeps them, marked "interrupted"). Writes one JSON object.
+mincore) reads of load_bench's dense1g file by 1-16 threads of pread, 2-64 MiB each: each
+thread taking the next block, or its own contiguous share of the file (ranges, as Run:ai's
+streamer reads), buffered and O_DIRECT; xferscope.load cold by every thread of its staged copy
+or by 1, 2 or 4 readers (reads.COLD_READERS); Run:ai's streamer as load_bench runs it. Then
+(--parts views), on a GPU buffer already holding moe1g's data: the header read, and its 18,000
+tensors made as views three ways. Ways interleaved in a shuffled order each round; medians of
+the rounds made (Ctrl-C or SIGTERM keeps them, marked "interrupted"). Writes one JSON object.
 
-    python3 benchmarks/load_probe.py out.json --dir /var/tmp/ckpt [--rounds 3]
+    python3 benchmarks/load_probe.py out.json --dir /var/tmp/ckpt [--rounds 3] [--parts cold]
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import random
 import statistics
@@ -40,26 +40,29 @@ def cold_part(root: Path, rounds: int, out: dict) -> None:
     files, _, _ = load_bench.written("dense1g", root, 0)
     nbytes = sum(f.stat().st_size for f in files)
     ways: dict[str, Callable[[], object]] = {}
-    for threads, block in ((1, 64), (2, 64), (4, 16), (4, 64), (8, 4)):
+    for threads, block in ((1, 64), (2, 64), (4, 64), (8, 4), (16, 2)):
         ways[f"buffered_{threads}x{block}M"] = lambda t=threads, b=block: storage.read_rate(
             files, t, False, b * MIB
         )
+    for threads, block in ((2, 64), (4, 16), (8, 2), (16, 2), (16, 8)):  # Run:ai reads so
+        ways[f"ranges_{threads}x{block}M"] = lambda t=threads, b=block: storage.read_rate(
+            files, t, False, b * MIB, ranges=True
+        )
     ways["direct_8x64M"] = lambda: storage.read_rate(files, 8, True, 64 * MIB)
 
-    def load(readers: int, ahead: bool) -> None:
+    def load(readers: int) -> None:
         was = reads.COLD_READERS
         reads.COLD_READERS = readers
         try:
-            with storage.Ahead(files) if ahead else contextlib.nullcontext():
-                xferscope.load(files)
-                torch.cuda.synchronize()
+            xferscope.load(files)
+            torch.cuda.synchronize()
         finally:
             reads.COLD_READERS = was
 
     for readers in (0, 1, 2, 4):  # 0: every thread of the staged copy, 4 MiB chunks
-        for ahead in (True, False):
-            name = f"load_readers{readers or 'all'}" + ("_ahead" if ahead else "")
-            ways[name] = lambda r=readers, a=ahead: load(r, a)
+        ways[f"load_readers{readers or 'all'}"] = lambda r=readers: load(r)
+    runai = load_bench.loaders(files, None, 0)["runai"]
+    ways["runai"] = lambda: (runai(), torch.cuda.synchronize())
     xferscope.load(files)  # the copier made
     seconds: dict[str, list[float]] = {}
     shares = []
@@ -138,18 +141,22 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--dir", required=True)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--parts", default="views,cold", help="views, cold or both")
     args = parser.parse_args()
     out = base.out_file("out", args.out)
     root = load_bench.checkpoint_dir(parser, args.dir)
     if not 1 <= args.rounds <= 20:
         parser.error(f"--rounds: {args.rounds} is not from 1 to 20")
-    result: dict = {"views": {}, "cold": {}}
+    parts = {"views": views_part, "cold": cold_part}
+    asked = [p for p in args.parts.split(",") if p]
+    if not asked or set(asked) - set(parts):
+        parser.error(f"--parts: '{args.parts}' is not among views, cold")
+    result: dict = {p: {} for p in asked}
 
     def run() -> None:
-        views_part(root, args.rounds, result["views"])
-        print(json.dumps(result["views"]), flush=True)
-        cold_part(root, args.rounds, result["cold"])
-        print(json.dumps(result["cold"]), flush=True)
+        for p in asked:
+            parts[p](root, args.rounds, result[p])
+            print(json.dumps(result[p]), flush=True)
 
     base.measured(run, result)  # Ctrl-C or a time limit's SIGTERM: "interrupted", kept
     out.write_text(json.dumps(result, indent=1))

@@ -5,6 +5,7 @@ at, buffered and, where the filesystem takes it, with O_DIRECT; every byte count
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
@@ -52,23 +53,32 @@ def test_a_sample_looks_at_pages_spread_evenly_over_the_file(tmp_path, monkeypat
     assert storage.resident_share(path) == 1 / 101 and looked == [(0, 101)]
 
 
+@pytest.mark.parametrize("ranges", [False, True])
 @pytest.mark.parametrize("threads", [1, 3])
-def test_threads_read_every_byte_of_every_file(tmp_path, monkeypatch, threads):
+def test_threads_read_every_byte_of_every_file(tmp_path, monkeypatch, threads, ranges):
     paths = []
     for i, size in enumerate((5 << 20, (2 << 20) + 123, 0)):
         paths.append(tmp_path / f"{i}.bin")
         paths[-1].write_bytes(os.urandom(size))
     counted = []
+    by_thread: dict[str, list[tuple[int, int]]] = {}
     real = os.preadv
 
     def preadv(fd: int, buffers: list, offset: int) -> int:
         n = real(fd, buffers, offset)
         counted.append(n)
+        by_thread.setdefault(threading.current_thread().name, []).append((fd, offset))
         return n
 
     monkeypatch.setattr(os, "preadv", preadv)
-    assert storage.read_rate(paths, threads, direct=False, block=1 << 20) > 0
+    assert storage.read_rate(paths, threads, False, 1 << 20, ranges=ranges) > 0
     assert sum(counted) == sum(p.stat().st_size for p in paths)
+    if ranges:  # each thread its own share of a file: one run of blocks, in order
+        for reads in by_thread.values():
+            for fd in {f for f, _ in reads}:
+                starts = [at for f, at in reads if f == fd]
+                assert starts == list(range(starts[0], starts[-1] + 1, 1 << 20))
+        assert len(by_thread) == threads
 
 
 def test_o_direct_reads_where_the_filesystem_takes_it(tmp_path):

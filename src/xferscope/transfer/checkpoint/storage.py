@@ -138,32 +138,46 @@ def read_rate(
     direct: bool,
     block: int = BLOCK,
     ahead: int = 0,
+    ranges: bool = False,
 ) -> float:
     """Bytes a second `threads` threads read the files at, each taking the next `block` with
     pread (O_DIRECT into page-aligned buffers where `direct`), from the state the page cache is
-    in; `ahead`: the kernel asked to read ahead in windows of that many bytes (Ahead)."""
+    in; `ahead`: the kernel asked to read ahead in windows of that many bytes (Ahead); `ranges`:
+    each thread reads its own contiguous share of each file in order, block by block (as
+    Run:ai's streamer does), rather than the next block of all."""
     sizes = [os.stat(p).st_size for p in paths]
     # no larger a buffer than the largest file, no more threads than blocks (small files)
     block = min(block, -(-max(sizes, default=0) // mmap.PAGESIZE) * mmap.PAGESIZE) or block
     jobs = [(Path(p), at) for p, size in zip(paths, sizes, strict=True)
             for at in range(0, size, block)]  # fmt: skip
     threads = max(1, min(threads, len(jobs)))
-    jobs.reverse()  # taken from the end: in order
+    # each thread's own jobs where `ranges` (thread i: the i-th share of each file's blocks),
+    # else one list all take from; taken from the end: in order
+    shares = [jobs]
+    if ranges:
+        shares = [[] for _ in range(threads)]
+        for p, size in zip(paths, sizes, strict=True):
+            starts = range(0, size, block)
+            for i in range(threads):
+                k, n = i * len(starts) // threads, (i + 1) * len(starts) // threads
+                shares[i] += [(Path(p), at) for at in starts[k:n]]
+    for share in shares:
+        share.reverse()
     flags = os.O_RDONLY | (getattr(os, "O_DIRECT", 0) if direct else 0)
     fds = {Path(p): os.open(p, flags) for p in paths}
     lock = threading.Lock()
     done: list[int] = []
     failed: list[OSError] = []
 
-    def reader() -> None:
+    def reader(mine: list[tuple[Path, int]]) -> None:
         buffer = mmap.mmap(-1, block)  # page-aligned, as O_DIRECT needs
         n = 0
         try:
             while True:
                 with lock:
-                    if not jobs or failed:
+                    if not mine or failed:
                         break
-                    path, at = jobs.pop()
+                    path, at = mine.pop()
                 n += os.preadv(fds[path], [buffer], at)
         except OSError as exc:
             failed.append(exc)
@@ -173,7 +187,8 @@ def read_rate(
                 done.append(n)
 
     start = time.perf_counter()
-    workers = [threading.Thread(target=reader, name=f"xferscope-read-{i}") for i in range(threads)]
+    workers = [threading.Thread(target=reader, args=(shares[i % len(shares)],),
+                                name=f"xferscope-read-{i}") for i in range(threads)]  # fmt: skip
     try:
         with Ahead(paths, ahead) if ahead > 0 else contextlib.nullcontext():
             for w in workers:
