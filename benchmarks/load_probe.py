@@ -77,7 +77,8 @@ def cold_part(root: Path, rounds: int, out: dict) -> None:
             torch.cuda.empty_cache()
         gbps = {k: round(nbytes / statistics.median(v) / GB, 3) for k, v in seconds.items()}
         out.update(bytes=nbytes, rounds=done, resident_share_most=max(shares),
-                   gbps=dict(sorted(gbps.items(), key=lambda kv: -kv[1])))  # fmt: skip
+                   gbps=dict(sorted(gbps.items(), key=lambda kv: -kv[1])),
+                   seconds=seconds)  # fmt: skip
 
 
 def views_part(root: Path, rounds: int, out: dict) -> None:
