@@ -36,7 +36,7 @@ GB = 1e9
 MIB = 1 << 20
 
 
-def cold_part(root: Path, rounds: int, out: dict) -> None:
+def cold_part(root: Path, rounds: int, out: dict, only: list[str] | None = None) -> None:
     files, _, _ = load_bench.written("dense1g", root, 0)
     nbytes = sum(f.stat().st_size for f in files)
     ways: dict[str, Callable[[], object]] = {}
@@ -44,7 +44,7 @@ def cold_part(root: Path, rounds: int, out: dict) -> None:
         ways[f"buffered_{threads}x{block}M"] = lambda t=threads, b=block: storage.read_rate(
             files, t, False, b * MIB
         )
-    for threads, block in ((2, 64), (4, 16), (8, 2), (16, 2), (16, 8)):  # Run:ai reads so
+    for threads, block in ((2, 64), (4, 16), (8, 2), (8, 8), (16, 2), (16, 8)):  # as Run:ai
         ways[f"ranges_{threads}x{block}M"] = lambda t=threads, b=block: storage.read_rate(
             files, t, False, b * MIB, ranges=True
         )
@@ -63,6 +63,10 @@ def cold_part(root: Path, rounds: int, out: dict) -> None:
         ways[f"load_readers{readers or 'all'}"] = lambda r=readers: load(r)
     runai = load_bench.loaders(files, None, 0)["runai"]
     ways["runai"] = lambda: (runai(), torch.cuda.synchronize())
+    if set(only or ()) - set(ways):
+        raise SystemExit(f"--ways: '{','.join(only or ())}' is not among {', '.join(ways)}")
+    if only:
+        ways = {k: v for k, v in ways.items() if k in only}
     xferscope.load(files)  # the copier made
     seconds: dict[str, list[float]] = {}
     shares = []
@@ -81,7 +85,7 @@ def cold_part(root: Path, rounds: int, out: dict) -> None:
                    seconds=seconds)  # fmt: skip
 
 
-def views_part(root: Path, rounds: int, out: dict) -> None:
+def views_part(root: Path, rounds: int, out: dict, only: list[str] | None = None) -> None:
     files, _, _ = load_bench.written("moe1g", root, 0)
     layout = read_layout(files[0])
     first = layout.data_begin
@@ -143,6 +147,7 @@ def main() -> None:
     parser.add_argument("--dir", required=True)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--parts", default="views,cold", help="views, cold or both")
+    parser.add_argument("--ways", default="", help="only these cold ways, e.g. runai,load_readers2")
     args = parser.parse_args()
     out = base.out_file("out", args.out)
     root = load_bench.checkpoint_dir(parser, args.dir)
@@ -156,7 +161,7 @@ def main() -> None:
 
     def run() -> None:
         for p in asked:
-            parts[p](root, args.rounds, result[p])
+            parts[p](root, args.rounds, result[p], [w for w in args.ways.split(",") if w])
             print(json.dumps(result[p]), flush=True)
 
     base.measured(run, result)  # Ctrl-C or a time limit's SIGTERM: "interrupted", kept
