@@ -339,6 +339,21 @@ def test_the_native_copier_translates_engine_errors():
     assert isinstance(info.value, EngineError)
 
 
+@pytest.mark.parametrize(
+    ("name", "code", "told"),
+    [("cudaErrorStreamCaptureUnsupported", 900, True), ("cudaErrorStreamCaptureImplicit", 906, True),
+     ("cudaErrorCapturedEvent", 907, True), ("cudaErrorInvalidValue", 1, False)],
+)  # fmt: skip
+def test_a_cuda_error_of_graph_capture_says_what_to_do(name, code, told):
+    """A copy that waits for itself cannot run inside a CUDA graph capture: its CUDA error says
+    so, and what to call there instead; other CUDA errors are left as they are."""
+    error = CudaError(f"{name}: the driver's words", name, code)
+    assert ("CUDA graph was being captured" in str(error)) is told
+    assert ("non_blocking=True" in str(error)) is told
+    assert str(error).startswith(f"CUDA error: {name}: the driver's words")
+    assert "\n" not in str(error) and error.code == code
+
+
 # ---- module functions and the package ----------------------------------------------------------
 
 

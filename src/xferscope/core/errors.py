@@ -36,9 +36,20 @@ class CudaError(EngineError):
     its number. A GPU that raises one mid-run is in trouble, unlike one that is out of memory."""
 
     def __init__(self, message: str, name: str, code: int) -> None:
+        if name.startswith("cudaErrorStreamCapture") or name == "cudaErrorCapturedEvent":
+            message += f" ({CAPTURED})"
         super().__init__(f"CUDA error: {message}")
         self.name = name
         self.code = code
+
+
+# said with a CUDA error of stream capture (cudaErrorStreamCapture*): a call of ours ran while a
+# CUDA graph was being captured, where a copy that waits for itself cannot be
+CAPTURED = (
+    "a CUDA graph was being captured: xferscope's copies return once they have landed, which a "
+    "capture cannot hold; call them before or after the capture, and inside torch.cuda.graph "
+    "use dst.copy_(src, non_blocking=True)"
+)
 
 
 class GlUnavailableError(XferscopeError):

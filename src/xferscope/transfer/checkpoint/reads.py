@@ -28,11 +28,14 @@ from .layout import CheckpointError, Layout, Tensor, header_length, opened, vers
 
 COLD_SHARE = 0.5  # a file less than this much in the page cache is cold
 SAMPLES = 32  # pages of each file looked at for it
-# threads reading a cold file, each in chunks of up to 64 MiB (ManyCopier.read_to_device): on an
-# H100 host's disk a cold 1 GB file loaded at 1.51 GB/s by 2, 1.46 by 1 and 1.32 by every
-# thread of the staged copy in 4 MiB chunks (its best plain read: 1.54), and asking the kernel
-# to read ahead besides (storage.Ahead) took 1.31 (benchmarks/load_probe.py)
-COLD_READERS = 2
+# threads reading a cold file, each in chunks of up to 64 MiB (ManyCopier.read_to_device): a
+# cold 1 GB file, medians of shuffled rounds (benchmarks/load_probe.py), loaded at GB/s
+#   by readers:                          1      2      4     every thread, 4 MiB chunks
+#   2-GPU H100 host, 12 rounds           1.61   1.52   1.51  -     (Run:ai's streamer 1.52)
+#   2-GPU H200 host, 8 rounds            1.80   1.75   1.69  1.51  (Run:ai's streamer 1.80)
+#   1-GPU H100 host, 4 rounds            1.46   1.51   -     1.32
+# one reader led on two hosts of three, by 3-6%, and trailed on the third by 3%
+COLD_READERS = 1
 # tensors nearer than this are read as one range: a .pt file's storages lie between zip headers
 # of about 100 bytes (an MoE's 18,000 storages: one read, not 18,000)
 JOIN_GAP = 64 << 10
