@@ -549,9 +549,10 @@ def measured(run: Callable[[], Any], figures: dict) -> None:
 def recorded(
     args: Any, meta: dict, comparisons: list[dict], figures: dict, benchmark: str = "copyapi"
 ) -> None:
-    """Writes the `benchmark` record (one GPU); exits 1 where a copy failed its verification
-    (the record keeps what was measured; the run failed)."""
-    write_record(benchmark, args.commit, meta, 1, comparisons, figures, Path(args.out))
+    """Writes the `benchmark` record (of the GPUs `meta` names); exits 1 where a copy failed its
+    verification (the record keeps what was measured; the run failed)."""
+    write_record(benchmark, args.commit, meta, len(meta["gpus"]), comparisons, figures,
+                 Path(args.out))  # fmt: skip
     if "verification_failed" in figures:
         raise SystemExit(1)
 

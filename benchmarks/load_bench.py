@@ -426,7 +426,7 @@ def main() -> None:
     if spread_over and torch.cuda.device_count() < 2:
         parser.error(f"--gpus: {torch.cuda.device_count()} GPU here; it needs 2 or more")
     figures, comparisons = base.joined(parser, args.into)
-    meta = collect(NativeEngine(), [0])
+    meta = collect(NativeEngine(), list(range(torch.cuda.device_count() if spread_over else 1)))
 
     def run() -> None:
         for w in workloads:
