@@ -341,8 +341,9 @@ def test_the_native_copier_translates_engine_errors():
 
 @pytest.mark.parametrize(
     ("name", "code", "told"),
-    [("cudaErrorStreamCaptureUnsupported", 900, True), ("cudaErrorStreamCaptureImplicit", 906, True),
-     ("cudaErrorCapturedEvent", 907, True), ("cudaErrorInvalidValue", 1, False)],
+    [("cudaErrorStreamCaptureUnsupported", 900, True),
+     ("cudaErrorStreamCaptureImplicit", 906, True), ("cudaErrorCapturedEvent", 907, True),
+     ("cudaErrorInvalidValue", 1, False)],
 )  # fmt: skip
 def test_a_cuda_error_of_graph_capture_says_what_to_do(name, code, told):
     """A copy that waits for itself cannot run inside a CUDA graph capture: its CUDA error says
