@@ -211,11 +211,14 @@ def workload_part(args: Any, name: str, figures: dict, gpus: int = 1) -> None:
     for who, run in ways.items():  # each verified once, warm
         storage.cached(paths, warm=True)
         try:
-            check(who, run(), wanted)
+            out = run()
+            synchronized(gpus)  # a peer's copies on a stream of its own have landed
+            check(who, out, wanted)
         except base.Mismatch:
             raise
         except Exception as exc:  # a peer that cannot run here is said, not fatal
             row["failed"][who] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        out = None
         freed(gpus)
     order = [w for w in ways if w not in row["failed"]]
     for _ in range(args.rounds):
