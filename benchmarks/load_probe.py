@@ -14,6 +14,7 @@ the rounds made (Ctrl-C or SIGTERM keeps them, marked "interrupted"). Writes one
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import statistics
@@ -85,7 +86,7 @@ def cold_part(root: Path, rounds: int, out: dict, only: list[str] | None = None)
                    seconds=seconds)  # fmt: skip
 
 
-def views_part(root: Path, rounds: int, out: dict, only: list[str] | None = None) -> None:
+def views_part(root: Path, rounds: int, out: dict) -> None:
     files, _, _ = load_bench.written("moe1g", root, 0)
     layout = read_layout(files[0])
     first = layout.data_begin
@@ -153,7 +154,8 @@ def main() -> None:
     root = load_bench.checkpoint_dir(parser, args.dir)
     if not 1 <= args.rounds <= 20:
         parser.error(f"--rounds: {args.rounds} is not from 1 to 20")
-    parts = {"views": views_part, "cold": cold_part}
+    only = [w for w in args.ways.split(",") if w]
+    parts = {"views": views_part, "cold": functools.partial(cold_part, only=only)}
     asked = [p for p in args.parts.split(",") if p]
     if not asked or set(asked) - set(parts):
         parser.error(f"--parts: '{args.parts}' is not among views, cold")
@@ -161,7 +163,7 @@ def main() -> None:
 
     def run() -> None:
         for p in asked:
-            parts[p](root, args.rounds, result[p], [w for w in args.ways.split(",") if w])
+            parts[p](root, args.rounds, result[p])
             print(json.dumps(result[p]), flush=True)
 
     base.measured(run, result)  # Ctrl-C or a time limit's SIGTERM: "interrupted", kept
