@@ -273,7 +273,9 @@ def spread(files: list[Path], gpus: int, peers: list[str]) -> dict[str, Callable
                 except BaseException as exc:  # said by the caller's thread
                     errors.append(exc)
 
-            threads = [threading.Thread(target=one, args=(g,)) for g in range(gpus) if mine[g]]
+            # daemons: Ctrl-C's record is written at once, and the exit does not wait on a load
+            threads = [threading.Thread(target=one, args=(g,), daemon=True)
+                       for g in range(gpus) if mine[g]]  # fmt: skip
             for t in threads:
                 t.start()
             for t in threads:

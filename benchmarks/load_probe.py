@@ -37,9 +37,9 @@ GB = 1e9
 MIB = 1 << 20
 
 
-def cold_part(root: Path, rounds: int, out: dict, only: list[str] | None = None) -> None:
-    files, _, _ = load_bench.written("dense1g", root, 0)
-    nbytes = sum(f.stat().st_size for f in files)
+def cold_ways(files: list[Path]) -> dict[str, Callable[[], object]]:
+    """Each cold way by its name, reading `files` once called (made without touching them, so
+    --ways is checked against the names before anything is measured)."""
     ways: dict[str, Callable[[], object]] = {}
     for threads, block in ((1, 64), (2, 64), (4, 64), (8, 4), (16, 2)):
         ways[f"buffered_{threads}x{block}M"] = lambda t=threads, b=block: storage.read_rate(
@@ -64,10 +64,13 @@ def cold_part(root: Path, rounds: int, out: dict, only: list[str] | None = None)
         ways[f"load_readers{readers or 'all'}"] = lambda r=readers: load(r)
     runai = load_bench.loaders(files, None, 0)["runai"]
     ways["runai"] = lambda: (runai(), torch.cuda.synchronize())
-    if set(only or ()) - set(ways):
-        raise SystemExit(f"--ways: '{','.join(only or ())}' is not among {', '.join(ways)}")
-    if only:
-        ways = {k: v for k, v in ways.items() if k in only}
+    return ways
+
+
+def cold_part(root: Path, rounds: int, out: dict, only: list[str] | None = None) -> None:
+    files, _, _ = load_bench.written("dense1g", root, 0)
+    nbytes = sum(f.stat().st_size for f in files)
+    ways = {k: v for k, v in cold_ways(files).items() if not only or k in only}
     xferscope.load(files)  # the copier made
     seconds: dict[str, list[float]] = {}
     shares = []
@@ -155,6 +158,8 @@ def main() -> None:
     if not 1 <= args.rounds <= 20:
         parser.error(f"--rounds: {args.rounds} is not from 1 to 20")
     only = [w for w in args.ways.split(",") if w]
+    if set(only) - set(cold_ways([])):
+        parser.error(f"--ways: '{args.ways}' is not among {', '.join(cold_ways([]))}")
     parts = {"views": views_part, "cold": functools.partial(cold_part, only=only)}
     asked = [p for p in args.parts.split(",") if p]
     if not asked or set(asked) - set(parts):
