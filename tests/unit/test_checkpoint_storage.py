@@ -31,7 +31,14 @@ def test_warming_reads_only_the_files_not_wholly_resident(tmp_path, monkeypatch)
     monkeypatch.setattr(storage, "resident_share", lambda p, samples=0: shares[str(p)])
     opened = []
     real = storage.os.open
-    monkeypatch.setattr(storage.os, "open", lambda p, *a: opened.append(str(p)) or real(p, *a))
+    mine = {str(f) for f in files}  # another thread's opens are not the test's
+
+    def watched(p, *a):
+        if str(p) in mine:
+            opened.append(str(p))
+        return real(p, *a)
+
+    monkeypatch.setattr(storage.os, "open", watched)
     storage.cached(files, warm=True)
     assert opened == [str(files[1])]
     opened.clear()
