@@ -82,7 +82,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from xferscope.trace.records import read_trace, user_frame
+from xferscope.trace.reading import read_trace
+from xferscope.trace.records import user_frame
 
 path, name = Path(sys.argv[1]), sys.argv[2]
 # what engine/src/trace/ writes today

@@ -91,7 +91,7 @@ from trace_runs import (
 from xferscope.core.engine import NativeEngine
 from xferscope.core.machine import collect
 from xferscope.trace.analyze import analyze
-from xferscope.trace.records import read_trace
+from xferscope.trace.reading import read_trace
 from xferscope.trace.reference import calibrate
 from xferscope.trace.runner import KERNEL_WINDOW_MS, KERNELS_DEFAULT
 

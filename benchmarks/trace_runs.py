@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from xferscope.core.host import cpus_of, process_cpus
-from xferscope.trace.records import read_trace
+from xferscope.trace.reading import read_trace
 from xferscope.trace.runner import KERNELS_DEFAULT, run_traced
 
 # ---- programs run untraced, traced or under Nsight Systems ---------------------------------------

@@ -108,7 +108,7 @@ def test_the_trace_page_draws_its_timeline(driver, tmp_path: Path) -> None:
     from xferscope.report.trace_html import render_trace_html
     from xferscope.trace.analyze import analyze
     from xferscope.trace.document import TraceResult, copy_dict, findings_of, summary_dict
-    from xferscope.trace.records import read_trace
+    from xferscope.trace.reading import read_trace
 
     trace = read_trace([Path(__file__).parent.parent / "data" / "trace" / "copies-small20.jsonl"])
     analysis = analyze(trace, 0.7, None)

@@ -125,7 +125,7 @@ def test_kernels_are_recorded_only_in_their_windows(native_engine, tmp_path):
     every copy still recorded, and the tracing's own cost written."""
     pytest.importorskip("torch")
     from xferscope.trace.analyze import analyze
-    from xferscope.trace.records import read_trace
+    from xferscope.trace.reading import read_trace
     from xferscope.trace.runner import run_traced
 
     ran = run_traced(

@@ -18,7 +18,7 @@ import pytest
 
 from xferscope import cli
 from xferscope.trace import analyze as an
-from xferscope.trace.records import read_trace
+from xferscope.trace.reading import read_trace
 from xferscope.trace.reference import Reference
 from xferscope.trace.runner import Ran
 

@@ -12,7 +12,7 @@ import pytest
 from xferscope.core.errors import OptionError
 from xferscope.trace.analyze import analyze, groups
 from xferscope.trace.findings import Context, not_overlapped
-from xferscope.trace.records import read_trace
+from xferscope.trace.reading import read_trace
 from xferscope.trace.runner import KERNEL_WINDOW_MS, kernels_setting
 
 MS = 1_000_000  # ns

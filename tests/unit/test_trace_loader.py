@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 
 from xferscope.trace.findings import Context, not_overlapped, synchronizing
-from xferscope.trace.records import LOADER_WHERE, PyFrame, on_loader_thread, read_trace
+from xferscope.trace.reading import read_trace
+from xferscope.trace.records import LOADER_WHERE, PyFrame, on_loader_thread
 from xferscope.trace.steps import steps
 
 MS = 1_000_000  # ns

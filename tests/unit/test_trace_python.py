@@ -17,7 +17,8 @@ from xferscope import cli
 from xferscope.trace import analyze as an
 from xferscope.trace.compare import compare_traces
 from xferscope.trace.document import from_dict
-from xferscope.trace.records import PyFrame, read_trace, user_frame
+from xferscope.trace.reading import read_trace
+from xferscope.trace.records import PyFrame, user_frame
 from xferscope.trace.runner import Ran
 
 RECORDED = Path(__file__).parent.parent / "data" / "trace" / "torch-loop.jsonl"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from xferscope.trace.findings import Context, synchronizing
-from xferscope.trace.records import read_trace
+from xferscope.trace.reading import read_trace
 
 MS = 1_000_000  # ns
 SCRIPT = "/home/user/train.py"  # the program's own file: its frames name the line

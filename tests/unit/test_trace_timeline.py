@@ -12,7 +12,8 @@ import pytest
 from xferscope.run.compare import FASTER
 from xferscope.trace.compare import compare_traces
 from xferscope.trace.document import TraceResult
-from xferscope.trace.records import Copy, Interval, Trace, read_trace
+from xferscope.trace.reading import read_trace
+from xferscope.trace.records import Copy, Interval, Trace
 from xferscope.trace.steps import steps
 from xferscope.trace.timeline import timelines
 

@@ -31,6 +31,7 @@ from ..trace.document import (
     from_dict,
     to_dict,
 )
+from ..trace.kept import check_records, read_kept
 from ..trace.pipeline import REFERENCES, TraceOptions, trace_program
 from ..trace.runner import (
     DEFAULT_LIMIT,
@@ -107,6 +108,20 @@ REGION = re.compile(r".+:[1-9][0-9]*")  # --region: FILE:LINE
     "pipeline, its step's Python); 0: no looks.",
 )
 @option(
+    "--records",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Keep each run's raw records (the injection library's, one file per traced process, "
+    "and the looks) in this new directory, to share or to analyze again with --replay.",
+)
+@option(
+    "--replay",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Analyze the runs kept by --records in this directory again, instead of running a "
+    "program (no COMMAND); priced by the rates kept with them unless --reference says otherwise.",
+)
+@option(
     "--runs",
     default=1,
     bounds=limits.RUNS,
@@ -132,6 +147,14 @@ def trace_command(**kw: Any) -> None:
     kernels_setting(kw["kernels"])  # a bad --kernels is said before the program runs
     if kw["region"] and not REGION.fullmatch(kw["region"]):
         raise OptionError("--region", f"'{kw['region']}' is not FILE:LINE, such as train.py:41")
+    if kw["replay"] is not None and kw["command"]:
+        raise OptionError("--replay", "analyzes kept runs: give no COMMAND with it")
+    if kw["replay"] is not None and kw["records"] is not None:
+        raise OptionError("--records", "keeps the records of a run: not with --replay")
+    if kw["records"] is not None:
+        check_records(kw["records"])
+    if kw["replay"] is not None:
+        read_kept(kw["replay"])  # a directory with no kept run is said before anything else
     kw["device"] = str(parse_device("--device", kw["device"]))
     history = history_to_add_to(kw)
     if history is not None:
@@ -146,6 +169,8 @@ def trace_command(**kw: Any) -> None:
         history=None if kw["no_history"] else history_file(kw["history_path"]),
         region=kw["region"],
         look_every=kw["look_every"],
+        records=kw["records"],
+        replay=kw["replay"],
     )
     prepare_renderers(html=True, workers=False)
     with (

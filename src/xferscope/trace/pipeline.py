@@ -19,7 +19,9 @@ from ..documents.envelope import now
 from .analyze import analyze
 from .document import TraceResult, copy_dict, findings_of, summary_dict
 from .figures import run_figures
-from .records import Trace, read_trace
+from .kept import keep, keep_rates, kept_rates, read_kept
+from .reading import read_trace
+from .records import Trace
 from .reference import Reference, calibrate, from_history
 from .runner import DEFAULT_LIMIT, KERNELS_DEFAULT, SAMPLE_S, Ran, run_traced
 from .samples import with_samples
@@ -40,6 +42,8 @@ class TraceOptions:
     history: Path | None = None  # where the rates are looked for (None: never)
     region: str = ""  # FILE:LINE: the line whose calls mark the steps ("": found)
     look_every: float = SAMPLE_S  # seconds between looks at each Python main thread (0: none)
+    records: Path | None = None  # where each run's raw records are kept (kept.py), or None
+    replay: Path | None = None  # kept runs analyzed again instead of running the program
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +66,19 @@ def trace_program(
     the engine that identifies the GPU and measures its rates (None from it where there is
     none); `say` hears each step a person should know of."""
     created = now()
-    ran = _run(options, scratch, 1)
+    kept = read_kept(options.replay) if options.replay is not None else []
+    ran = kept[0] if kept else _run(options, scratch, 1)
     trace = with_samples(read_trace(ran.files), ran.samples)
     if not ran.files or not (trace.copies or trace.intervals or trace.calls):
         return Traced(ran, trace, None)
-    more = _more_runs(options, scratch, ran, say)
-    reference, engine = _reference(options, open_engine, say)
+    more = kept[1:] if kept else _more_runs(options, scratch, ran, say)
+    if options.replay is not None and options.reference == "auto":  # priced as it was
+        reference, engine = kept_rates(options.replay), None
+    else:
+        reference, engine = _reference(options, open_engine, say)
+    rates = None if reference is None else reference.to_dict()
+    if options.records is not None:
+        keep_rates(rates, options.records)
     region = options.region
     analysis = analyze(trace, ran.wall_s, reference, region)
     runs = [run_figures(trace, analysis, ran.wall_s, region)]
@@ -78,7 +89,7 @@ def trace_program(
                 again, analyze(again, other.wall_s, reference, region), other.wall_s, region
             )
         )
-    rates = None if reference is None else reference.to_dict()
+    wanted = len(kept) or options.runs  # the runs asked for (or kept)
     summary = summary_dict(analysis, trace, rates, region)
     result = TraceResult(
         created=created,
@@ -89,10 +100,10 @@ def trace_program(
             "limit": options.limit,
             "kernels": options.kernels,
             "reference": options.reference,
-            "runs": options.runs,
+            "runs": wanted,
             "region": region or None,
         },
-        interrupted=ran.interrupted or ran.returncode < 0 or len(runs) < options.runs,
+        interrupted=ran.interrupted or ran.returncode < 0 or len(runs) < wanted,
         wall_s=ran.wall_s,
         returncode=ran.returncode,
         signal=ran.signal,
@@ -135,9 +146,12 @@ def _more_runs(
 
 
 def _run(options: TraceOptions, scratch: Path, i: int) -> Ran:
-    """Run `i` of the program, traced as `options` say."""
-    return run_traced(list(options.command), _run_directory(scratch, i), options.limit,
-                      options.kernels, options.look_every)  # fmt: skip
+    """Run `i` of the program, traced as `options` say; its records kept where they say."""
+    ran = run_traced(list(options.command), _run_directory(scratch, i), options.limit,
+                     options.kernels, options.look_every)  # fmt: skip
+    if options.records is not None:
+        keep(ran, options.records, i)
+    return ran
 
 
 def _reference(

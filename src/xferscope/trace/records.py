@@ -7,15 +7,11 @@ when records beyond the limit were only counted."""
 from __future__ import annotations
 
 import bisect
-import json
 import linecache
 import os
 import re
-import shutil
-import subprocess
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 # CUPTI's CUpti_ActivityMemcpyKind and CUpti_ActivityMemoryKind
@@ -280,6 +276,7 @@ class Pin:
     seconds: float | None
     frames: tuple[int, ...] = ()
     python: tuple[PyFrame, ...] = ()
+    start_ns: int = 0  # when its call began (0: its call was not recorded)
 
 
 Timed = TypeVar("Timed", Copy, Call)  # what happened in a process at a time: a copy, a call
@@ -389,211 +386,3 @@ class Trace:
             if name and not any(lib in name for lib in CUDA_LIBRARIES):
                 return name
         return None
-
-
-def jsonl_records(path: Path) -> Iterator[dict[str, Any]]:
-    """A records file's objects, one a line; a line cut short (the process killed) skipped."""
-    for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            yield json.loads(text)
-        except ValueError:
-            continue
-
-
-def py_stack(record: dict[str, Any]) -> tuple[PyFrame, ...]:
-    """A "pystack" record's frames, innermost first."""
-    return tuple(PyFrame(str(f[0]), int(f[1]), str(f[2])) for f in record.get("f", ()))
-
-
-def read_trace(files: Iterable[Path]) -> Trace:
-    """The records of every traced process's file; a line cut short by a crash is skipped."""
-    copies: list[Copy] = []
-    intervals: list[Interval] = []
-    pins: list[Pin] = []
-    calls: list[Call] = []
-    totals: dict[str, dict[str, int]] = {}
-    frames: dict[int, str] = {}
-    processes: list[dict[str, Any]] = []
-    warnings: list[str] = []
-    raw_frames: dict[int, tuple[str, int, str]] = {}
-    windows: list[tuple[int, int, int]] = []
-    dropped = 0
-    for path in sorted(files):
-        pid = 0
-        raw_copies: list[dict[str, Any]] = []
-        api: dict[tuple[int, int], dict[str, Any]] = {}  # (runtime?, correlation) -> record
-        call_info: dict[int, dict[str, Any]] = {}  # a copy call's correlation -> its api record
-        raw_calls: list[dict[str, Any]] = []  # every api record, made Calls once stacks are read
-        pin_records: list[dict[str, Any]] = []
-        stacks: dict[int, tuple[PyFrame, ...]] = {}  # this process's Python stacks, by id
-        process: dict[str, Any] = {"file": path.name}
-        opened: int | None = None  # a kernel window's start, while it is open
-        for r in jsonl_records(path):
-            t = r.get("t")
-            if t == "start":
-                pid = int(r["pid"])
-                process |= {"pid": pid, "ppid": r.get("ppid"), "start_ns": r.get("ts")}
-                process["kernels"] = str(r.get("kernels", "all"))
-                if process["kernels"] == "sampled":
-                    process["kernel_window_ms"] = [r.get("on_ms"), r.get("period_ms"),
-                                                   r.get("first_ms", 0)]  # fmt: skip
-            elif t == "end":
-                process["end_ns"] = r.get("ts")
-            elif t == "kwin":
-                if "a" in r:
-                    opened = int(r["a"])
-                elif opened is not None:
-                    windows.append((pid, opened, int(r["b"])))
-                    opened = None
-            elif t == "cost":  # the tracing's own time on the program's threads: [count, ns]
-                process["cost"] = {k: v for k, v in r.items() if k != "t"}
-            elif t == "memcpy":
-                raw_copies.append(r)
-            elif t in ("memset", "kernel"):
-                intervals.append(
-                    Interval(
-                        pid,
-                        t,
-                        str(r["n"]) if t == "kernel" else "memset",
-                        int(r["st"]),
-                        int(r["en"]),
-                        int(r["dev"]),
-                        int(r["str"]),
-                        int(r.get("b", 0)),  # a memset's bytes; a kernel has none
-                    )
-                )
-            elif t == "api":
-                api[(int(r["rt"]), int(r["c"]))] = r
-                if "src" in r:  # a copy call's pointers, content hash and callers
-                    call_info[int(r["c"])] = r
-                raw_calls.append(r)
-            elif t == "pin":
-                pin_records.append(r)
-            elif t == "totals":
-                entry = totals.setdefault(
-                    str(r["of"]), {"records": 0, "written": 0, "b": 0, "ns": 0}
-                )
-                for key in entry:
-                    entry[key] += int(r.get(key, 0))
-            elif t == "frame":
-                raw_frames[int(r["a"])] = (str(r["obj"]), int(r["off"]), str(r.get("sym") or ""))
-            elif t == "dropped":
-                dropped = max(dropped, int(r["n"]))
-            elif t == "warning":
-                warnings.append(str(r.get("m")))
-            elif t == "pystack":
-                stacks[int(r["id"])] = py_stack(r)
-        if opened is not None:  # left open: it lasted to the end of what was recorded
-            windows.append((pid, opened, int(process.get("end_ns") or 2**63)))
-        processes.append(process)
-        calls += (
-            Call(
-                str(r["f"]),
-                int(r["st"]),
-                int(r["en"]),
-                int(r["tid"]),
-                pid,
-                () if "src" in r else tuple(r.get("at", ())),  # a copy's callers: its Copy's
-                () if "src" in r else stacks.get(int(r.get("py", 0)), ()),
-                int(r.get("o", 0)),
-            )
-            for r in raw_calls
-        )
-        for r in raw_copies:
-            # the runtime call that issued it (CUPTI names it in runtimeCorrelationId, or gives
-            # the runtime's id as the copy's own), else the driver call
-            rc, c = int(r.get("rc", 0)), int(r["c"])
-            a = (api.get((1, rc)) if rc else None) or api.get((1, c)) or api.get((0, c))
-            info = (call_info.get(rc) if rc else None) or call_info.get(c, {})
-            copies.append(
-                Copy(
-                    pid,
-                    COPY_KINDS.get(int(r["k"]), f"kind{r['k']}"),
-                    MEMORY_KINDS.get(int(r["s"]), "unknown"),
-                    MEMORY_KINDS.get(int(r["d"]), "unknown"),
-                    int(r["b"]),
-                    int(r["st"]),
-                    int(r["en"]),
-                    int(r.get("dev", -1)),
-                    int(r.get("str", -1)),
-                    bool(r.get("async")),
-                    int(r["c"]),
-                    None
-                    if a is None
-                    else Call(
-                        str(a["f"]),
-                        int(a["st"]),
-                        int(a["en"]),
-                        int(a["tid"]),
-                        own_ns=int(a.get("o", 0)),
-                    ),
-                    info.get("src"),
-                    info.get("dst"),
-                    info.get("h"),
-                    tuple(info.get("at", ())),
-                    stacks.get(int(info.get("py", 0)), ()),
-                )
-            )
-        for r in pin_records:
-            a = api.get((1 if str(r["f"]).startswith("cuda") else 0, int(r["c"])))
-            pins.append(
-                Pin(
-                    pid,
-                    str(r["how"]),
-                    str(r["f"]),
-                    int(r["p"]),
-                    int(r["b"]),
-                    None if a is None else (int(a["en"]) - int(a["st"])) * 1e-9,
-                    tuple(r.get("at", ())),
-                    stacks.get(int(r.get("py", 0)), ()),
-                )
-            )
-    frames = symbolize(raw_frames)
-    copies.sort(key=lambda c: c.start_ns)
-    intervals.sort(key=lambda i: i.start_ns)
-    return Trace(
-        tuple(copies),
-        tuple(intervals),
-        tuple(pins),
-        tuple(sorted(calls, key=lambda c: c.start_ns)),
-        totals,
-        frames,
-        tuple(processes),
-        dropped,
-        tuple(warnings),
-        tuple(windows),
-    )
-
-
-def symbolize(raw: dict[int, tuple[str, int, str]]) -> dict[int, str]:
-    """Each return address as "object+offset (function)": the exported symbol the library saw,
-    else the function addr2line finds in the object's symbol table (with file:line where it has
-    debug information). Objects no longer there keep their offsets."""
-    by_object: dict[str, list[tuple[int, int]]] = {}
-    names: dict[int, str] = {}
-    for a, (obj, off, sym) in raw.items():
-        sym = "" if Path(obj).name.startswith(ENGINE_OBJECT) else sym
-        names[a] = f"{Path(obj).name}+{off:#x}" + (f" ({sym})" if sym else "")
-        if not sym and Path(obj).is_file():
-            by_object.setdefault(obj, []).append((a, off))
-    tool = shutil.which("addr2line")
-    if tool is None:
-        return names
-    for obj, items in by_object.items():
-        try:
-            out = subprocess.run(
-                [tool, "-f", "-C", "-e", obj, *(f"{off - 1:#x}" for _, off in items)],
-                capture_output=True,
-                text=True,
-                timeout=20,
-                check=False,
-            ).stdout.splitlines()
-        except (OSError, subprocess.SubprocessError):
-            continue
-        for (a, off), (function, place) in zip(
-            items, zip(out[::2], out[1::2], strict=False), strict=False
-        ):
-            if function and function != "??":
-                line = "" if place.startswith("??") else f" {Path(place.split(' ')[0]).name}"
-                names[a] = f"{Path(obj).name}+{off:#x} ({function}{line})"
-    return names

@@ -10,6 +10,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..core import plan
 from ..core.engine import Engine
@@ -49,6 +50,18 @@ class Reference:
             "source": self.source,
             "curves": {f"{d} {m}": [list(p) for p in pts] for (d, m), pts in self.points.items()},
         }
+
+
+def from_dict(d: dict[str, Any]) -> Reference:
+    """A Reference as to_dict wrote it; ValueError where it is not one."""
+    try:
+        points = {
+            tuple(key.split(" ", 1)): tuple((int(b), float(t)) for b, t in pts)
+            for key, pts in d["curves"].items()
+        }
+        return Reference(str(d["source"]), points)
+    except (KeyError, TypeError, AttributeError, ValueError) as exc:
+        raise ValueError(f"not a trace reference: {exc}") from None
 
 
 def from_curves(source: str, curves: Iterable[Curve]) -> Reference:

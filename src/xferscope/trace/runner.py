@@ -85,6 +85,7 @@ class Ran:
     files: tuple[Path, ...]
     interrupted: bool  # a Ctrl-C or SIGTERM was forwarded to it
     samples: tuple[Path, ...] = ()  # where each Python process's main thread was, sampled
+    started_ns: int = 0  # when the program was started (CLOCK_REALTIME, the records' clock)
 
     @property
     def signal(self) -> str | None:
@@ -159,6 +160,7 @@ def run_traced(
     # set before the program starts: a Ctrl-C while it starts goes to it as soon as it runs
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     start = time.perf_counter()
+    started_ns = time.time_ns()
     try:
         try:
             children.append(subprocess.Popen(argv, env=env))
@@ -178,4 +180,4 @@ def run_traced(
     wall = time.perf_counter() - start
     files = tuple(sorted(directory.glob("trace-*.jsonl")))
     samples = tuple(sorted(directory.glob("pysamples-*.jsonl")))
-    return Ran(tuple(argv), returncode, wall, files, bool(forwarded), samples)
+    return Ran(tuple(argv), returncode, wall, files, bool(forwarded), samples, started_ns)

@@ -11,14 +11,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .reading import jsonl_records, py_stack
 from .records import (
     LOADER_FRAME,
     MainSamples,
     PyFrame,
     Trace,
     in_frame,
-    jsonl_records,
-    py_stack,
     user_frame,
 )
 

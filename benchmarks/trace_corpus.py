@@ -1,0 +1,237 @@
+"""Trace corpus benchmark (issue 67): `xferscope trace` on programs it was not built around.
+Every program of benchmarks/trace_corpus/ (trace_corpus/README.md: each loses time in one
+known way, says so in its header, and has its fix) is run untraced as it is, with its fix and,
+where it has one, with its data resident on the GPU, rounds alternated, and traced as it is
+(its raw records kept, `trace --records`). The traces are then judged again from the kept
+records by this checkout's analysis (`trace --replay`), so a change to the analysis is judged
+on the same runs without a GPU (--judge). Writes benchmarks/results/trace-corpus-<gpu>-<date>.json:
+  trace_corpus_programs               the programs judged (goal >= 12)
+  trace_corpus_headline_right         the share whose headline is their cause, "nothing to fix"
+                                      for the clean one and the start-up apart for the one whose
+                                      lost time is its start-up (goal 1.0)
+  trace_corpus_prediction_error_max   the headline's predicted saving a step against the fix's
+                                      measured one untraced (medians; goal <= 0.25)
+  trace_corpus_startup_charged_s      seconds of any finding's cost that come from before the
+                                      first step: the trace judged again with everything before
+                                      the first step cut away must price every finding alike
+                                      (goal 0)
+  trace_corpus_foreign_advice         findings whose advice names a component the program does
+                                      not use (a DataLoader, CuPy, JAX, NCCL; goal 0)
+  trace_corpus_steps_right            the share whose step line is one of theirs (goal 1.0)
+  trace_corpus_idle_share_error_max   the steps' share waiting for input against
+                                      1 - resident / fed, where a program has a resident form
+                                      (goal <= 0.05)
+
+    python3 benchmarks/trace_corpus.py --commit $(git rev-parse HEAD) [--rounds 3]
+        [--programs a,b] [--records DIR] [--time-limit S] [--out DIR]
+    python3 benchmarks/trace_corpus.py --judge RESULT.json --records DIR [--into FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from trace_corpus_judge import (
+    Program,  # noqa: F401  (re-exported for readers of this file)
+    judge_all,
+    read_program,
+)
+
+HERE = Path(__file__).resolve().parent
+CORPUS = HERE / "trace_corpus"
+# multi-GPU hosts: NVLink multicast stays off (the device machines' rule)
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+            "NVSHMEM_DISABLE_NVLS": "1"}  # fmt: skip
+RUN_TIMEOUT_S = 300
+
+
+def programs(names: str) -> list:
+    found = sorted([*CORPUS.glob("*.py"), *CORPUS.glob("*.cu")])
+    found = [p for p in found if p.name != "corpus.py"]
+    chosen = [read_program(p) for p in found]
+    if names:
+        wanted = names.split(",")
+        unknown = set(wanted) - {p.name for p in chosen}
+        if unknown:
+            sys.exit(f"--programs: no such corpus program: {', '.join(sorted(unknown))}")
+        chosen = [p for p in chosen if p.name in wanted]
+    return chosen
+
+
+def missing(program, gpus: int) -> str | None:
+    """Why a program cannot run here, or None."""
+    if program.gpus > gpus:
+        return f"needs {program.gpus} GPUs, this host has {gpus}"
+    for need in program.needs:
+        if need == "nvcc":
+            if shutil.which("nvcc") is None:
+                return "needs nvcc"
+        else:
+            probe = subprocess.run([sys.executable, "-c", f"import {need}"], capture_output=True)
+            if probe.returncode != 0:
+                return f"needs the Python module {need}"
+    return None
+
+
+def base_command(program, build: Path) -> list[str]:
+    """The program's command line, built first where it is CUDA C++."""
+    if program.path.suffix == ".cu":
+        binary = build / program.name
+        if not binary.exists():
+            subprocess.run(["nvcc", "-O2", "-g", "-lineinfo", "-arch=sm_90", "-o", str(binary),
+                            str(program.path)], check=True)  # fmt: skip
+        return [str(binary)]
+    if program.gpus > 1:
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc_per_node={program.gpus}", str(program.path)]  # fmt: skip
+    return [sys.executable, str(program.path)]
+
+
+def own_line(stdout: str) -> dict:
+    """The program's JSON line."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith('{"corpus"'):
+            return json.loads(line)
+    raise ValueError("no corpus line in the program's output")
+
+
+def untraced(argv: list[str]) -> dict:
+    start = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return own_line(proc.stdout) | {"wall_s": time.perf_counter() - start}
+
+
+def traced(argv: list[str], records: Path, history: Path) -> dict:
+    """`xferscope trace` of the program as a user runs it, its raw records kept in `records`;
+    what it printed and the program's own line."""
+    out = Path(tempfile.mkdtemp(prefix="xfs-corpus-"))
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "xferscope", "trace", "--reference", "history", "--history-path",
+         str(history), "--records", str(records), "-o", str(out), "--", *argv],
+        capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+    )  # fmt: skip
+    (records / "stdout.txt").write_text(proc.stdout)
+    (records / "stderr.txt").write_text(proc.stderr)
+    if proc.returncode != 0:
+        raise RuntimeError(f"trace of {' '.join(argv)} failed ({proc.returncode}): "
+                           f"{proc.stderr[-2000:]}")  # fmt: skip
+    own = own_line(proc.stdout)
+    (records / "own.json").write_text(json.dumps(own) + "\n")
+    shutil.rmtree(out, ignore_errors=True)
+    return own | {"wall_s": time.perf_counter() - start}
+
+
+def measure(args: argparse.Namespace) -> None:
+    import torch  # only where the programs run
+
+    from foundation import write_record
+    from xferscope.core.engine import NativeEngine
+    from xferscope.core.machine import collect
+
+    os.environ.update(SAFE_ENV)
+    gpus = torch.cuda.device_count()
+    meta = collect(NativeEngine(), [0])
+    records = Path(args.records or tempfile.mkdtemp(prefix="xfs-corpus-records-"))
+    records.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile.mkdtemp(prefix="xfs-corpus-build-"))
+    history = records / "history.db"
+    # this machine's rates, once, for every trace (`trace --reference history`)
+    subprocess.run([sys.executable, "-m", "xferscope", "run", "--quick", "--history-path",
+                    str(history), "-o", str(build / "run")], check=True,
+                   capture_output=True)  # fmt: skip
+    chosen = programs(args.programs)
+    measured: dict[str, dict] = {}
+    skipped = {}
+    for p in chosen:
+        why = missing(p, gpus)
+        if why:
+            skipped[p.name] = why
+            print(f"{p.name}: skipped, {why}", flush=True)
+        else:
+            measured[p.name] = {"untraced": {}, "traced": []}
+    deadline = time.monotonic() + args.time_limit
+    record_path = None
+
+    def write() -> Path:
+        figures = {"corpus": measured, "skipped": skipped, "rounds": args.rounds}
+        return write_record("trace-corpus", args.commit, meta, gpus, [], figures, Path(args.out),
+                            records=str(records))  # fmt: skip
+
+    for round_ in range(args.rounds):
+        for p in chosen:
+            if p.name not in measured or time.monotonic() > deadline:
+                continue
+            entry = measured[p.name]
+            base = base_command(p, build)
+            variants = {"before": base, "fixed": [*base, "--fixed"]}
+            if p.resident:
+                variants["resident"] = [*base, "--resident"]
+            try:
+                for name, argv in variants.items():
+                    entry["untraced"].setdefault(name, []).append(untraced(argv))
+                kept = records / p.name / f"round{round_}"
+                kept.mkdir(parents=True, exist_ok=True)
+                entry["traced"].append(traced(base, kept, history))
+                if round_ == 0:  # the fix traced once, for compare
+                    fixed = records / p.name / "fixed"
+                    fixed.mkdir(parents=True, exist_ok=True)
+                    entry["traced_fixed"] = traced([*base, "--fixed"], fixed, history)
+            except (RuntimeError, ValueError, subprocess.SubprocessError) as exc:
+                entry.setdefault("errors", []).append(str(exc)[-3000:])
+                print(f"{p.name}: {exc}", flush=True)
+            print(f"round {round_ + 1}: {p.name} done", flush=True)
+        record_path = write()
+    if record_path is not None:
+        judge(record_path, records, record_path)
+
+
+def judge(record_path: Path, records: Path, into: Path) -> None:
+    """The record's programs judged from their kept traces by this checkout's analysis."""
+    record = json.loads(record_path.read_text())
+    figures = record["figures"]
+    figures.update(judge_all(figures["corpus"], records, CORPUS))
+    record["figures"] = figures
+    record["judged_at"] = record.get("commit")
+    into.write_text(json.dumps(record, indent=2) + "\n")
+    headline = {k: v for k, v in figures.items() if k.startswith("trace_corpus_")}
+    print(json.dumps(headline, indent=2))
+    print(f"wrote {into}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--commit", default=None)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--programs", default="")
+    parser.add_argument("--records", default=None, help="where the raw traces are kept")
+    parser.add_argument("--time-limit", type=float, default=3600.0)
+    parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument("--judge", default=None, help="a record to judge again from --records")
+    parser.add_argument("--into", default=None, help="with --judge: where to write it")
+    args = parser.parse_args()
+    if args.judge:
+        if not args.records:
+            parser.error("--judge needs --records, the kept traces")
+        judge(Path(args.judge), Path(args.records), Path(args.into or args.judge))
+        return
+    if not args.commit:
+        parser.error("--commit is required to measure")
+    if args.rounds < 1:
+        parser.error("--rounds must be 1 or more")
+    measure(args)
+
+
+if __name__ == "__main__":
+    main()

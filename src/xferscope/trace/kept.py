@@ -1,0 +1,96 @@
+"""A traced run's raw records kept (`xferscope trace --records DIR`) and read back
+(`--replay DIR`): the injection library's JSON lines (one file per traced process), the looks at
+each Python main thread, and `ran.json`, how the run ended. A kept directory is analyzed again
+by a later xferscope exactly as the run was, so a trace can be shared, kept as evidence, or
+judged anew after the analysis changes:
+
+    DIR/run1/trace-<pid>.jsonl, DIR/run1/pysamples-<pid>.jsonl, DIR/run1/ran.json, DIR/run2/...
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import OptionError
+from .reference import Reference, from_dict
+from .runner import Ran
+
+RAN = "ran.json"  # how the run ended: command, returncode, wall_s, started_ns
+RATES = "reference.json"  # this machine's rates that priced the trace (reference.to_dict)
+
+
+def keep(ran: Ran, directory: Path, run: int) -> None:
+    """Copies run `run`'s records to DIRECTORY/run<run>/ with its ran.json."""
+    into = directory / f"run{run}"
+    into.mkdir(parents=True, exist_ok=True)
+    for path in (*ran.files, *ran.samples):
+        shutil.copy2(path, into / path.name)
+    facts = {
+        "command": list(ran.command),
+        "returncode": ran.returncode,
+        "wall_s": ran.wall_s,
+        "interrupted": ran.interrupted,
+        "started_ns": ran.started_ns,
+    }
+    (into / RAN).write_text(json.dumps(facts) + "\n", encoding="utf-8")
+
+
+def keep_rates(rates: dict[str, Any] | None, directory: Path) -> None:
+    """Keeps the rates that priced the kept runs, so a replay prices them alike."""
+    if rates is not None:
+        (directory / RATES).write_text(json.dumps(rates) + "\n", encoding="utf-8")
+
+
+def kept_rates(directory: Path) -> Reference | None:
+    """The rates kept beside the runs, or None where none were (or they cannot be read)."""
+    try:
+        return from_dict(json.loads((directory / RATES).read_text(encoding="utf-8")))
+    except (OSError, ValueError):
+        return None
+
+
+def check_records(directory: Path) -> None:
+    """Refuses a --records directory that cannot be written, before the program runs."""
+    if directory.exists() and not directory.is_dir():
+        raise OptionError("--records", f"'{directory}' is not a directory")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OptionError("--records", f"cannot make '{directory}': {exc.strerror}") from None
+    if any(directory.glob("run*/" + RAN)):
+        raise OptionError(
+            "--records", f"'{directory}' already holds kept runs: name an empty or new directory"
+        )
+
+
+def read_kept(directory: Path) -> list[Ran]:
+    """The runs kept in `directory`, in order; OptionError (--replay) where there are none."""
+    if not directory.is_dir():
+        raise OptionError("--replay", f"'{directory}' is not a directory")
+    runs = []
+    for sub in sorted(directory.glob("run*"), key=lambda p: (len(p.name), p.name)):
+        facts_path = sub / RAN
+        if not facts_path.is_file():
+            continue
+        try:
+            facts = json.loads(facts_path.read_text(encoding="utf-8"))
+            ran = Ran(
+                tuple(str(a) for a in facts["command"]),
+                int(facts["returncode"]),
+                float(facts["wall_s"]),
+                tuple(sorted(sub.glob("trace-*.jsonl"))),
+                bool(facts.get("interrupted", False)),
+                tuple(sorted(sub.glob("pysamples-*.jsonl"))),
+                int(facts.get("started_ns", 0)),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise OptionError("--replay", f"'{facts_path}' is not a kept run: {exc}") from None
+        runs.append(ran)
+    if not runs:
+        raise OptionError(
+            "--replay", f"'{directory}' holds no kept run (made by `xferscope trace --records`)"
+        )
+    return runs

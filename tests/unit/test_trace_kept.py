@@ -1,0 +1,90 @@
+"""`xferscope trace --records DIR` keeps each run's raw records, and `--replay DIR` analyzes
+them again as the run was, priced by the rates kept beside them: the recorded trace of
+tests/data/trace/ (copies.cu) stands for a program."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from xferscope import cli
+from xferscope.trace.kept import RAN, read_kept
+from xferscope.trace.runner import Ran
+
+RECORDED = Path(__file__).parent.parent / "data" / "trace" / "copies-small20.jsonl"
+REFERENCE = {
+    "source": "test curves",
+    "curves": {
+        "h2d pinned": [[4096, 8e-6], [1 << 20, 3e-5], [64 << 20, 1.25e-3]],
+        "d2h pinned": [[4096, 8e-6], [1 << 20, 3e-5], [64 << 20, 1.3e-3]],
+        "h2d pageable": [[4096, 1e-5], [64 << 20, 6e-3]],
+        "d2h pageable": [[4096, 1e-5], [64 << 20, 4.5e-3]],
+    },
+}
+
+
+@pytest.fixture(autouse=True)
+def history(tmp_path, monkeypatch) -> Path:
+    path = tmp_path / "history.sqlite3"
+    monkeypatch.setenv("XFERSCOPE_HISTORY", str(path))
+    return path
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def fake_run(command, directory, limit, kernels="sampled", look_every=0.01):
+    shutil.copy(RECORDED, directory / "trace-840.jsonl")
+    return Ran(("/tmp/copies", "--small", "20"), 0, 0.7, (directory / "trace-840.jsonl",), False,
+               (), 1_700_000_000_000_000_000)  # fmt: skip
+
+
+def summary(directory: Path) -> dict:
+    (found,) = directory.glob("trace-*/trace-summary.json")
+    return json.loads(found.read_text())
+
+
+def test_kept_runs_replay_as_they_were_priced(capsys, tmp_path, monkeypatch):
+    from xferscope.trace import pipeline, reference
+
+    monkeypatch.setattr(pipeline, "run_traced", fake_run)
+    monkeypatch.setattr(pipeline, "_reference", lambda *_: (reference.from_dict(REFERENCE), None))
+    kept = tmp_path / "kept"
+    code, _, err = run(capsys, "trace", "--runs", "2", "--records", str(kept), "-o",
+                       str(tmp_path / "a"), "--", "x")  # fmt: skip
+    assert code == 0, err
+    runs = read_kept(kept)
+    assert len(runs) == 2 and runs[0].command == ("/tmp/copies", "--small", "20")
+    assert runs[0].started_ns == 1_700_000_000_000_000_000 and runs[0].wall_s == 0.7
+    assert [p.name for p in runs[1].files] == ["trace-840.jsonl"]
+    monkeypatch.setattr(pipeline, "run_traced", lambda *_: pytest.fail("a replay runs nothing"))
+    code, out, err = run(capsys, "trace", "--replay", str(kept), "-o", str(tmp_path / "b"))
+    assert code == 0, err
+    before, again = summary(tmp_path / "a"), summary(tmp_path / "b")
+    assert again["summary"]["reference"]["source"] == "test curves"
+    assert again["summary"]["fixes"] == before["summary"]["fixes"]
+    assert again["options"]["runs"] == 2 and len(again["runs"]) == 2
+    assert "what to change" in out
+
+
+def test_bad_records_and_replays_are_one_line(capsys, tmp_path):
+    kept = tmp_path / "kept" / "run1"
+    kept.mkdir(parents=True)
+    (kept / RAN).write_text("{}")
+    cases = [
+        (["--replay", str(tmp_path / "none")], "--replay: "),
+        (["--replay", str(tmp_path)], "holds no kept run"),
+        (["--replay", str(tmp_path / "kept")], "is not a kept run"),
+        (["--replay", str(tmp_path / "kept"), "--", "true"], "give no COMMAND with it"),
+        (["--records", str(tmp_path / "kept"), "--", "true"], "already holds kept runs"),
+        (["--records", str(kept / RAN), "--", "true"], "is not a directory"),
+    ]
+    for args, fragment in cases:
+        code, _, err = run(capsys, "trace", *args)
+        assert code == 2 and fragment in err and "Traceback" not in err, (args, err)
