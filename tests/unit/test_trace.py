@@ -80,7 +80,18 @@ def test_seed001s_table_and_the_groups():
     assert 5e9 < pageable.rate < 20e9 and pageable.of_reach is not None
 
 
-def test_each_fix_is_priced_and_they_come_largest_first():
+def test_its_repeated_wait_is_its_loop_and_what_came_before_is_its_start_up():
+    """copies.cu waits at one line 22 times, over 91% of its GPU work: its steps; the buffers
+    it pinned and its first upload came before them, in its start-up."""
+    analysis = an.analyze(read_trace([RECORDED]), 0.7, REFERENCE)
+    assert analysis.loop is not None and analysis.loop.count == 21 and analysis.loop.kind == "wait"
+    (startup,) = analysis.startup
+    assert startup.uploads == 1 and startup.pinned_bytes == 96 << 20
+    assert "pinned_unused" not in {f.code for f in analysis.findings}
+
+
+def test_each_fix_is_priced_and_they_come_largest_first(monkeypatch):
+    monkeypatch.setattr(an, "loops", lambda *_: ())  # the whole program judged: every kind
     trace = read_trace([RECORDED])
     analysis = an.analyze(trace, 0.7, REFERENCE)
     fixes = {f.code: f for f in analysis.findings}

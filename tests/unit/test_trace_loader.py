@@ -11,7 +11,14 @@ from pathlib import Path
 from xferscope.trace.findings import Context, not_overlapped, synchronizing
 from xferscope.trace.reading import read_trace
 from xferscope.trace.records import LOADER_WHERE, PyFrame, on_loader_thread
-from xferscope.trace.steps import steps
+from xferscope.trace.steps import Steps, loops
+
+
+def steps(trace) -> Steps | None:
+    """The loop of the process with the most GPU work, or None."""
+    found = loops(trace)
+    return found[0] if found else None
+
 
 MS = 1_000_000  # ns
 SCRIPT = "/home/user/train.py"

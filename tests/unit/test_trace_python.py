@@ -96,10 +96,10 @@ def test_advice_is_said_in_pytorchs_words_and_lists_the_lines():
     assert "non_blocking=True" in pageable.advice and pageable.saving_s is None
     assert "not priced" in pageable.unpriced
     lines = {p.where: p.calls for p in pageable.places}
+    # the steps' own, the model's upload at line 50 being the start-up's
     assert lines == {
-        f"{SCRIPT}:50 (model)": 6,
-        f"{SCRIPT}:86 (train.<locals>.step)": 32,
-        f"{SCRIPT}:88 (train.<locals>.step)": 32,
+        f"{SCRIPT}:86 (train.<locals>.step)": 31,
+        f"{SCRIPT}:88 (train.<locals>.step)": 31,
     }
     costs = [p.cost_s for p in pageable.places]
     assert costs == sorted(costs, reverse=True) and sum(costs) == pytest.approx(pageable.cost_s)
@@ -173,13 +173,16 @@ def test_runs_are_kept_and_a_fix_is_compared_line_by_line(capsys, tmp_path, monk
         c for (section, subject, figure), c in rows.items()
         if section == "line" and ":86 " in subject and figure == "calls"
     )  # fmt: skip
-    assert (line.a, line.b, line.verdict, line.noise) == (32, 0, "fewer", None)
+    # of the steady state: one a step, the model's upload (start-up) apart
+    assert (line.a, line.b, line.verdict, line.noise) == (31, 0, "fewer", None)
     pageable = rows[("copies", "h2d pageable", "calls")]
-    assert (pageable.a, pageable.b, pageable.verdict) == (70, 38, "fewer")
+    assert (pageable.a, pageable.b, pageable.verdict) == (62, 31, "fewer")
     same = rows[("copies", "h2d pinned", "calls")]
     assert same.verdict == "same"
     paid = {p.code: p for p in comparison.paid}
-    assert paid["pageable_copies"].saved_s > 0 and paid["pageable_copies"].predicted_s is None
+    # line 88 still copies from pageable memory: the cause is cut, not gone, and no "paid"
+    fixed = paid["pageable_copies"]
+    assert fixed.status == "cut" and fixed.saved_s is None and fixed.paid is None
     # the command: a table, and the exit status
     code, out, err = run(capsys, "compare", str(before), str(after))
     assert code == 0, err
@@ -269,9 +272,9 @@ def test_the_recorded_waits_are_at_the_loops_lines():
 
 def test_a_region_names_the_line_that_marks_the_steps(capsys, tmp_path, monkeypatch):
     """--region torch_train_loop.py:88 (the loop's third upload, once a step): the steps are its
-    calls, their span the steady state (shorter than the GPUs' span, which starts at the model's
-    upload); a line that marks nothing says so and keeps the GPUs' span; a region that is no
-    FILE:LINE is refused before the program runs."""
+    calls, their span the steady state, as the loop found without it is; a line that marks
+    nothing says so and keeps the GPUs' span (longer: it starts at the model's upload); a region
+    that is no FILE:LINE is refused before the program runs."""
     found = json.loads(_trace(capsys, tmp_path, monkeypatch, "found", [1.0]).read_text())
     doc = json.loads(
         _trace(capsys, tmp_path, monkeypatch, "region", [1.0],
@@ -282,10 +285,9 @@ def test_a_region_names_the_line_that_marks_the_steps(capsys, tmp_path, monkeypa
         f"{SCRIPT}:88 "
     )
     assert s["steps"]["count"] == 31
-    assert (
-        s["span_s"] == pytest.approx((s["steps"]["end_ns"] - s["steps"]["start_ns"]) * 1e-9)
-        and s["span_s"] < found["summary"]["span_s"]
-    )
+    assert s["span_s"] == pytest.approx((s["steps"]["end_ns"] - s["steps"]["start_ns"]) * 1e-9)
+    loop = found["summary"]["steps"]
+    assert found["summary"]["span_s"] == pytest.approx((loop["end_ns"] - loop["start_ns"]) * 1e-9)
     assert doc["runs"][0]["span_s"] == pytest.approx(s["span_s"])
     none = json.loads(
         _trace(
@@ -293,7 +295,7 @@ def test_a_region_names_the_line_that_marks_the_steps(capsys, tmp_path, monkeypa
         ).read_text()
     )
     assert none["summary"]["steps"] is None
-    assert none["summary"]["span_s"] == pytest.approx(found["summary"]["span_s"])
+    assert none["summary"]["span_s"] > found["summary"]["span_s"]
     assert any("--region other.py:3" in n for n in none["summary"]["notes"])
     code, _, err = run(capsys, "trace", "--region", "train.py", "--", "python3", "train.py")
     assert code == 2 and err.strip() == (

@@ -14,8 +14,15 @@ from xferscope.trace.compare import compare_traces
 from xferscope.trace.document import TraceResult
 from xferscope.trace.reading import read_trace
 from xferscope.trace.records import Copy, Interval, Trace
-from xferscope.trace.steps import steps
+from xferscope.trace.steps import Steps, loops
 from xferscope.trace.timeline import timelines
+
+
+def steps(trace) -> Steps | None:
+    """The loop of the process with the most GPU work, or None."""
+    found = loops(trace)
+    return found[0] if found else None
+
 
 RECORDED = Path(__file__).parent.parent / "data" / "trace" / "torch-loop.jsonl"
 
@@ -32,19 +39,24 @@ def _trace(copies=(), intervals=()) -> Trace:
     return Trace(tuple(copies), tuple(intervals), (), (), {}, {}, ())
 
 
-def _fed_loop(starts: list[int], at: tuple) -> Trace:
+def _fed_loop(starts: list[int], at: tuple, looks: tuple = ()) -> Trace:
     """A loop whose step at each of `starts` (ns) copies a batch up from the line `at` (its
-    call 0.1 ms before, the copy 0.1 ms) and then computes until 3 ms past the start."""
-    from xferscope.trace.records import Call
+    call 0.1 ms before, the copy 0.1 ms) and then computes until 3 ms past the start; with
+    `looks`, a stack, the main thread is seen there every 1 ms while the GPU waits."""
+    from xferscope.trace.records import Call, MainSamples
 
     copies, kernels, calls = [], [], []
+    seen: list[int] = []
     for i, t in enumerate(starts):
         call = Call("cudaMemcpyAsync_v3020", t - 100_000, t - 50_000, 1, 1)
         calls.append(call)
         copies.append(Copy(1, "h2d", "pinned", "device", 1 << 20, t, t + 100_000, 0, 7, True,
                            i, call, python=at))  # fmt: skip
         kernels.append(_kernel(t + 100_000, t + 3_000_000))
-    return Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, ())
+        if looks and i + 1 < len(starts):
+            seen += range(t + 3_500_000, starts[i + 1] - 200_000, 1_000_000)
+    samples = {1: MainSamples(1e-3, tuple(seen), tuple(looks for _ in seen))} if looks else {}
+    return Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, (), samples=samples)
 
 
 def test_busy_is_the_union_and_idle_the_rest_of_the_span():
@@ -109,7 +121,7 @@ def test_compare_sees_a_faster_loop_behind_a_slow_start_up():
     before = _result([1.15, 1.16, 1.14], [12.55, 14.09, 11.80])
     after = _result([1.00, 1.01, 0.99], [14.09, 11.50, 12.90])
     changes = {c.figure: c for c in compare_traces(before, after).changes if c.section == "program"}
-    assert changes["GPU active span"].verdict == FASTER
+    assert changes["steady state span"].verdict == FASTER
     assert changes["wall time"].verdict != FASTER
 
 
@@ -121,7 +133,7 @@ def test_compare_judges_the_step_where_both_ran_the_same_steps(after_count, judg
     before = _result([1.9, 1.5, 2.3], [12.0, 12.5, 13.0], [11.0e-3, 11.1e-3, 10.9e-3], 100)
     after = _result([1.6, 2.2, 1.3], [12.4, 11.9, 12.6], [8.3e-3, 8.4e-3, 8.2e-3], after_count)
     changes = {c.figure: c for c in compare_traces(before, after).changes if c.section == "program"}
-    assert changes["GPU active span"].verdict != FASTER
+    assert changes["steady state span"].verdict != FASTER
     if judged:
         assert changes[judged].verdict == FASTER
     else:
@@ -165,19 +177,38 @@ def test_idle_is_split_into_launches_blocked_calls_and_time_away_named_at_lines(
 
 def test_a_gpu_that_waits_for_each_batch_is_a_finding_at_the_batch_copy():
     """Six steps of 10 ms: a 3 ms kernel, then 7 ms away until the next batch's copy call at
-    train.py:43 (after `next(loader)`): the GPU waits 70% of a step for its input."""
+    train.py:43: the GPU waits 70% of a step for its input. Where the looks found the main
+    thread in a DataLoader's next, the advice is the DataLoader's; where they found it in the
+    program's own code, or nothing was seen, it names no DataLoader."""
     from xferscope.trace.findings import Context, input_starved
     from xferscope.trace.records import PyFrame
 
     ms = 1_000_000
     torch_to = PyFrame("/usr/lib/python3/site-packages/torch/utils/data/_utils.py", 9, "to")
     at = (torch_to, PyFrame("train.py", 43, "train"))
-    trace = _fed_loop([(i + 1) * 10 * ms for i in range(6)], at)
+    starts = [(i + 1) * 10 * ms for i in range(6)]
+    next_batch = (
+        PyFrame(
+            "/v/lib/python3.12/site-packages/torch/utils/data/dataloader.py",
+            7,
+            "_BaseDataLoaderIter.__next__",
+        ),
+        PyFrame("train.py", 42, "train"),
+    )
+    trace = _fed_loop(starts, at, next_batch)  # fmt: skip
     f = input_starved.find(Context(trace, None))
     assert f is not None and f.places[0].where == "train.py:43 (train)"
     # 5 gaps of 7 ms between steps (the first copy opens the span), 0.05 ms of each in the call
     assert f.saving_s == pytest.approx(5 * 6.95e-3)
     assert "num_workers" in f.advice and "persistent_workers=True" in f.advice
+    own = (PyFrame("train.py", 30, "make_batch"), PyFrame("train.py", 42, "train"))
+    for looks in ((), own):
+        f = input_starved.find(Context(_fed_loop(starts, at, looks), None))
+        assert f is not None and f.saving_s == pytest.approx(5 * 6.95e-3)
+        assert not any(w in f.advice for w in ("DataLoader", "num_workers", "persistent"))
+        assert "ahead of the step" in f.advice
+    assert "train.py:30 (make_batch)" in f.advice and "make_batch (train.py)" in f.advice
+    trace = _fed_loop(starts, at)
     loop = steps(trace)
     assert loop is not None and loop.count == 5 and loop.step_s == pytest.approx(10e-3)
     assert loop.idle_share == pytest.approx(0.7, abs=0.02)
@@ -224,8 +255,8 @@ def test_long_steps_that_recur_are_the_loops_own():
 
 def test_a_burst_of_calls_at_start_up_marks_no_steps():
     """A model uploaded in 100 copies within a millisecond at one line, then 6 steps whose two
-    batch tensors are copied 20 us apart at another: the steps are the second line's, one mark
-    per batch."""
+    batch tensors are copied 20 us apart at another, each step computing 5 ms: the steps are
+    the second line's, one mark per batch."""
     from xferscope.trace.records import Call, PyFrame
 
     ms, us = 1_000_000, 1_000
@@ -237,10 +268,12 @@ def test_a_burst_of_calls_at_start_up_marks_no_steps():
                     python=(PyFrame("train.py", line, "train"),))  # fmt: skip
 
     copies += [copy(1 * ms + i * 5 * us, 20) for i in range(100)]
+    kernels = []
     for i in range(6):
         t = (10 + 10 * i) * ms
         copies += [copy(t, 43), copy(t + 20 * us, 43)]
-    loop = steps(Trace(tuple(copies), (), (), (), {}, {}, ()))
+        kernels.append(_kernel(t + 30 * us, t + 5 * ms))
+    loop = steps(Trace(tuple(copies), tuple(kernels), (), (), {}, {}, ()))
     assert loop is not None and loop.where == "train.py:43 (train)"
     assert loop.count == 5 and loop.step_s == pytest.approx(10e-3)
 
@@ -361,10 +394,11 @@ def test_epoch_starts_are_priced_apart_from_the_steady_wait():
     from xferscope.trace.records import PyFrame
 
     ms = 1_000_000
-    at = (PyFrame("/site-packages/torch/utils/data/dataloader.py", 9, "next"),
-          PyFrame("train.py", 43, "train"))  # fmt: skip
+    at = (PyFrame("train.py", 43, "train"),)
+    looks = (PyFrame("/site-packages/torch/utils/data/dataloader.py", 9, "next"),
+             PyFrame("train.py", 42, "train"))  # fmt: skip
     trace = _fed_loop(list(itertools.accumulate((60 if i in (4, 8) else 10) * ms
-                                                for i in range(12))), at)  # fmt: skip
+                                                for i in range(12))), at, looks)  # fmt: skip
     f = input_starved.find(Context(trace, None))
     assert f is not None and f.saving_s == pytest.approx(9 * 6.95e-3 + 2 * 56.95e-3)
     (restart, long_s), (steady, steady_s) = f.each_fix
@@ -417,9 +451,10 @@ def test_a_start_up_wait_does_not_pass_for_the_step_after_step_cause():
     """Two ranks (processes 1 and 2, a GPU each), as recorded from a DDP job on two H100s: at
     start-up each GPU waits 5 s until DDP's set-up copies at ddp.py:43; then 30 steps, rank 2's
     input 20 ms slower, so GPU 1 waits each step until the batch copy at ddp.py:60 and GPU 0
-    waits in NCCL. The straggler's cause and the input finding name ddp.py:60, and the steps
-    are one rank's 30, not both ranks' marks together."""
+    waits in NCCL. The straggler's cause and its finding name ddp.py:60, and the steps are one
+    rank's 30, not both ranks' marks together."""
     from xferscope.trace.findings import Context, input_starved
+    from xferscope.trace.findings import straggler as straggler_finding
     from xferscope.trace.ranks import ranks
     from xferscope.trace.records import Call, PyFrame
 
@@ -449,8 +484,13 @@ def test_a_start_up_wait_does_not_pass_for_the_step_after_step_cause():
     _, straggler = ranks(trace, gpus)
     assert straggler is not None and straggler.device == 1
     assert straggler.cause is not None and straggler.cause.where == "ddp.py:60 (<module>)"
-    f = input_starved.find(Context(trace, None))
+    # the straggler's idle is the straggler's finding, not an input finding of its GPU
+    assert input_starved.find(Context(trace, None)) is None
+    f = straggler_finding.find(Context(trace, None))
     assert f is not None and f.places[0].where == "ddp.py:60 (<module>)"
+    assert f.title.startswith("GPU 1 made the other ranks wait")
+    assert f.saving_s == pytest.approx(29 * 20e-3, rel=0.05)  # GPU 0 waits 20 ms a step
+    assert "DataLoader" not in f.advice and "late rank's work at ddp.py:60" in f.advice
     loop = steps(trace)
     assert loop is not None and loop.count == 29 and loop.step_s == pytest.approx(30e-3)
 

@@ -13,7 +13,7 @@ from ..trace.document import TraceResult
 from ..trace.records import api_name, shown
 from ..trace.timeline import valid
 from .page import TEMPLATE, escape, files_beside, findings_section, page, plot_div, table
-from .trace_tables import gpu_line, idle_lines
+from .trace_tables import gpu_line, idle_lines, phase_lines
 
 MOST_SPANS = 20_000  # spans drawn; beyond, the longest are kept
 COLORS = {
@@ -34,7 +34,8 @@ def render_trace_html(result: TraceResult, files: Sequence[str] = ()) -> str:
     body = [
         f"<header><h1>xferscope trace</h1><p><code>{escape(command)}</code>: "
         f"{result.wall_s:.3g} s, {escape(ended)}. This machine's rates: {escape(rates)}.</p>"
-        "</header>",
+        + "".join(f"<p>{escape(line)}</p>" for line in phase_lines(s))
+        + "</header>",
         findings_section(result.findings),
         _lines(result),
         _timeline(result),

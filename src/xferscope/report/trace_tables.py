@@ -18,13 +18,16 @@ IDLE_KINDS = {
     "launch": "between launches",
     "blocked": "blocked in {function}",
     "away": "away from CUDA",
+    "after_wait": "after a wait for the GPU at {waited}, away from CUDA",
 }
 
 
 def cause_text(cause: dict[str, Any]) -> str:
     """An idle cause in words: what it was, at which line, in how many gaps."""
-    what = IDLE_KINDS.get(cause["kind"], cause["kind"]).format(function=cause["function"])
-    if cause["kind"] == "away" and cause["function"]:
+    what = IDLE_KINDS.get(cause["kind"], cause["kind"]).format(
+        function=cause["function"], waited=shown(cause.get("waited_at") or "")
+    )
+    if cause["kind"] in ("away", "after_wait") and cause["function"]:
         what += f", back with {cause['function']}"
     where = cause["where"]
     where = f" {where}" if where.startswith("(") else f" at {shown(where)}" if where else ""
@@ -65,6 +68,81 @@ def straggler_line(late: dict[str, Any], ranks: list[dict[str, Any]]) -> str:
     if not cause:
         return said
     return f"{said}; its GPU sat idle {format_seconds(cause['seconds'])} {cause_text(cause)}"
+
+
+def startup_text(s: dict[str, Any]) -> str:
+    """A process's start-up in one line: how long before its first step, the GPU's idle in it
+    and where the main thread was, its uploads and what one pinned copy of them would save."""
+    said = f"{format_seconds(s['seconds'])} to the first step (once a run)"
+    if s["cuda_s"] >= 0.05:
+        said += f"; CUDA initialized at {format_seconds(s['cuda_s'])}"
+    if s.get("first_work_s") is not None and s["idle_s"] > 0:
+        said += f"; the GPU idle {format_seconds(s['idle_s'])} after its first work"
+    looks = s.get("looks") or 0
+    if looks:
+        seen = []
+        if s.get("importing"):
+            seen.append(f"importing modules ({s['importing'] / looks:.0%})")
+        seen += [f"at {shown(w)} ({n / looks:.0%})" for w, n in s.get("seen_at") or () if w]
+        if seen:
+            said += "; the main thread meanwhile " + ", ".join(seen)
+    if s.get("uploads"):
+        said += (
+            f"; {s['uploads']} upload{'' if s['uploads'] == 1 else 's'} "
+            f"({format_bytes(s['upload_bytes'])}) cost {format_seconds(s['upload_s'])}"
+        )
+        if s.get("pageable_uploads"):
+            said += f", {s['pageable_uploads']} from pageable memory"
+        if s.get("saving_s"):
+            said += (
+                f": one copy from pinned memory would save {format_seconds(s['saving_s'])} "
+                "(xferscope.to_device, or one pinned buffer)"
+            )
+    if s.get("pin_s"):
+        said += f"; pinning {format_bytes(s['pinned_bytes'])} took {format_seconds(s['pin_s'])}"
+    return said
+
+
+def loop_text(loop: dict[str, Any]) -> str:
+    """A process's steps: how many, marked by which line, how long, and what their time went
+    to."""
+    return (
+        f"{loop['count']} marked by {shown(loop['where'])}, "
+        f"{format_seconds(loop['step_s'])} each on average{steady_text(loop)}, {steps_text(loop)}"
+    )
+
+
+def headline_text(s: dict[str, Any]) -> str:
+    """The first thing to change in the steady state, or that nothing is worth it."""
+    first = s.get("headline")
+    if first is None:
+        return ""
+    if first["code"] == "none":
+        busy = [g for g in s.get("gpus", []) if g.get("idle_share") is not None]
+        how = (
+            f": the GPU busy {1 - max(g['idle_share'] for g in busy):.0%} or more of the steps"
+            if busy
+            else ""
+        )
+        return f"nothing to fix in the steady state{how}; no finding saves 1% of it"
+    where = f" at {shown(first['where'])}" if first.get("where") else ""
+    share = f" ({first['share']:.1%} of the steady state)" if first.get("share") else ""
+    saving = format_seconds(first["saving_s"])
+    return f"first to change: {first['title']}{where}, saving {saving}{share}"
+
+
+def phase_lines(s: dict[str, Any]) -> list[str]:
+    """The start-up, the steps of each looping process and the headline, a line each."""
+    loops = s.get("loops") or ([s["steps"]] if s.get("steps") else [])
+    several = len(loops) > 1
+
+    def of(pid: int) -> str:
+        return f" (pid {pid})" if several else ""
+
+    out = [f"start-up{of(st['pid'])}: {startup_text(st)}" for st in s.get("startup") or ()]
+    out += [f"steps{of(loop.get('pid', 0))}: {loop_text(loop)}" for loop in loops]
+    line = headline_text(s)
+    return [*out, line] if line else out
 
 
 def steps_text(loop: dict[str, Any]) -> str:
@@ -114,20 +192,19 @@ def print_trace(result: TraceResult, console: Console) -> None:
         f"traced `{command}`: {result.wall_s:.3g} s, {ended}, "
         f"{len(result.processes)} process(es) used CUDA"
     )
+    phases = phase_lines(s)
+    for line in phases[:-1] if s.get("headline") else phases:
+        console.print(escape(line))
     for g in s.get("gpus", []):
         console.print(f"GPU {g['device']}: {escape(gpu_line(g))}")
         for line in idle_lines(g):
             console.print(f"  {escape(line)}")
-    late = s.get("straggler")
-    if late:
-        console.print(escape(straggler_line(late, s.get("ranks", []))))
-    loop = s.get("steps")
-    if loop:
-        console.print(
-            f"steps: {loop['count']} marked by {escape(shown(loop['where']))}, "
-            f"{format_seconds(loop['step_s'])} each on average{steady_text(loop)}, "
-            f"{steps_text(loop)}"
-        )
+    if "headline" not in s:  # a document of version 4 or older
+        late = s.get("straggler")
+        if late:
+            console.print(escape(straggler_line(late, s.get("ranks", []))))
+    if s.get("headline"):
+        console.print(f"[bold]{escape(phases[-1])}[/bold]")
     if not s.get("table"):
         console.print("no CUDA copies were seen")
         return
@@ -178,7 +255,7 @@ def print_trace(result: TraceResult, console: Console) -> None:
     fixes = s.get("fixes") or []
     steady = steady_s(result)  # what the shares are of
     if fixes:
-        console.print("[bold]what to change, the largest saving first[/bold]")
+        console.print("[bold]what to change in the steady state, the largest saving first[/bold]")
     for f in fixes:
         said = f"{f['title']}: {f['calls']} calls, {f['sizes']}, cost {format_seconds(f['cost_s'])}"
         if f.get("saving_s") is None:

@@ -17,10 +17,13 @@ from ..core.units import format_seconds
 from ..documents.records import KEY, Derived
 from .costs import expected, merged, overlap_ns, with_kernels
 from .findings import Context, TraceFinding, find_all
+from .phases import Startup, startup, steady, windows
 from .records import NVPROF_NAMES, Copy, Trace
 from .reference import Reference
-from .steps import Steps, steps
+from .steps import Steps, loops, steady_span
 from .timeline import Timelines
+
+WORTH = 0.01  # a fix saving this share of the steady state or more is one to act on
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,13 +80,31 @@ class Analysis:
     gpus: Timelines  # each GPU's timeline, as the findings saw it
     notes: tuple[str, ...] = field(default=())
     # the loop's steps, marked by the line `region` named (else found), or None: made once, for
-    # the summary and the run's figures alike
+    # the summary and the run's figures alike; of the process with the most GPU work
     loop: Steps | None = None
+    loops: tuple[Steps, ...] = ()  # each looping process's steps, the primary first
+    startup: tuple[Startup, ...] = ()  # each looping process's start-up
+    view: Trace | None = None  # the trace cut to its steady state (phases.steady)
 
     @property
     def saving_s(self) -> float:
         """What the priced findings save together."""
         return sum(f.saving_s or 0.0 for f in self.findings)
+
+    @property
+    def steady_s(self) -> float:
+        """The steady state every share is of: the loop's steps, else the GPUs' span."""
+        return steady_span(self.loop, self.gpus)
+
+    @property
+    def headline(self) -> TraceFinding | None:
+        """The first thing to change: the finding that saves the most, where it saves WORTH of
+        the steady state or more; None: nothing to fix in the steady state."""
+        steady = self.steady_s
+        first = next((f for f in self.findings if f.saving_s is not None), None)
+        if first is None or not steady or (first.saving_s or 0.0) < WORTH * steady:
+            return None
+        return first
 
 
 # ---- the summary --------------------------------------------------------------------------------
@@ -175,10 +196,21 @@ def _order(f: TraceFinding) -> tuple[bool, float]:
     return (f.saving_s is None, -(f.cost_s if f.saving_s is None else f.saving_s))
 
 
-def analyze(trace: Trace, wall_s: float, reference: Reference | None, region: str = "") -> Analysis:
+def analyze(
+    trace: Trace,
+    wall_s: float,
+    reference: Reference | None,
+    region: str = "",
+    started_ns: int = 0,
+) -> Analysis:
     """The trace's table, groups, findings and timelines; `region`: the line that marks its
-    steps (`trace --region`)."""
-    context = Context(trace, reference)
+    steps (`trace --region`); `started_ns`: when the program was launched. Each process's
+    loop is found on the whole trace; the findings, groups and timelines are judged on its
+    steady state (phases.steady), its start-up apart (phases.startup)."""
+    found_loops = loops(trace, region)
+    within = windows(found_loops)
+    view = steady(trace, within)
+    context = Context(view, reference)
     found = find_all(context)
     notes = []
     if trace.sampled:
@@ -191,12 +223,15 @@ def analyze(trace: Trace, wall_s: float, reference: Reference | None, region: st
     notes += _cost_notes(trace)
     return Analysis(
         tuple(kind_table(trace)),
-        tuple(groups(trace, reference)),
+        tuple(groups(view, reference)),
         tuple(sorted(found, key=_order)),
         wall_s,
         None if reference is None else reference.source,
-        sum(c.seconds for c in trace.copies),
+        sum(c.seconds for c in view.copies),
         context.gpus,
         tuple(notes),
-        steps(trace, region, context.gpus.busy, context.kernels),
+        found_loops[0] if found_loops else None,
+        found_loops,
+        startup(trace, within, reference, started_ns),
+        view,
     )

@@ -1,9 +1,11 @@
-"""Two traces of one program, before (A) and after (B) a fix, compared: the span from its first
-GPU activity to its last (the steady state: a faster loop shows there even behind 10 s of
-importing torch, which the wall time also counts), its wall time, and per kind of copy, per
-finding and per line of the program what changed in calls, bytes, time in copies and host time
-blocked in copy calls; for each finding of A, what its fix was predicted to save beside what B
-saved.
+"""Two traces of one program, before (A) and after (B) a fix, compared on their steady states
+(phases.py): the step time where both ran the same steps, the steady state's span (a faster loop
+shows there even behind 10 s of importing torch, which the wall time also counts), the start-up
+and the wall time apart, and per kind of copy, per finding and per line of the program what
+changed in calls, bytes, time in copies and host time blocked in copy calls. For each finding of
+A: whether its cause is gone in B (no such finding, or its cost under GONE of A's), cut, or not
+changed; only where it is gone, what the steady state saved against what its fix was predicted
+to save ("paid N%"), never a saving of the start-up.
 
 Each trace keeps the figures of every run it made (`xferscope trace --runs N`). Times are
 weighed as `xferscope compare` weighs a run's metrics (run/compare.py's rule: SAME within the
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -36,7 +38,10 @@ from .records import shown
 
 FEWER, MORE = "fewer", "more"
 COMPARE_SCHEMA_NAME = "xferscope-trace-compare"
-COMPARE_SCHEMA_VERSION = 1
+COMPARE_SCHEMA_VERSION = 2  # 2: a fix's "status", "saved_s" of the steady state, "paid"
+GONE = 0.1  # a finding whose cost in B is under this share of A's is gone
+# what became of a finding of A in B
+FIX_GONE, FIX_CUT, FIX_SAME = "gone", "cut", "not changed"
 
 
 class TraceCompareError(XferscopeError):
@@ -51,7 +56,7 @@ class Change:
 
     section: str  # program, copies, finding, line
     subject: str  # the kind, finding, line or "the program"
-    figure: str  # GPU active span, wall time, calls, bytes, time in copies, host blocked
+    figure: str  # steady state span, start-up, wall time, calls, bytes, time, host blocked
     unit: str  # s, B, count
     a: float
     b: float
@@ -63,7 +68,8 @@ class Change:
 
 @dataclass(frozen=True, slots=True)
 class FixPaid:
-    """A finding of A: what its fix was predicted to save, and what B saved."""
+    """A finding of A: what became of it in B, and where it is gone, what the steady state
+    saved against what its fix was predicted to save."""
 
     code: str
     title: str
@@ -71,11 +77,19 @@ class FixPaid:
     cost_a_s: float
     cost_b_s: float  # 0 where B has no such finding
     spread_s: float  # the runs' spread of the difference (the larger half range of each)
-    DERIVED: ClassVar[tuple[Derived, ...]] = (Derived("saved_s", lambda p: p.saved_s, "cost_b_s"),)
+    status: str = FIX_SAME  # FIX_GONE, FIX_CUT, FIX_SAME
+    # where gone: the steady state's time saved (its steps at B's pace, else its span), and
+    # the findings of A gone with it (their fixes paid together)
+    saved_s: float | None = None
+    together: tuple[str, ...] = ()
+    DERIVED: ClassVar[tuple[Derived, ...]] = (Derived("paid", lambda p: p.paid, "saved_s"),)
 
     @property
-    def saved_s(self) -> float:
-        return self.cost_a_s - self.cost_b_s
+    def paid(self) -> float | None:
+        """What B saved over what was predicted, where the cause is gone and was priced."""
+        if self.status != FIX_GONE or self.saved_s is None or not self.predicted_s:
+            return None
+        return self.saved_s / self.predicted_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +152,7 @@ def _runs(result: TraceResult) -> list[dict[str, Any]]:
     return [{"wall_s": result.wall_s, "kinds": kinds, "findings": findings, "lines": {}}]
 
 
+STEADY_SPAN = "steady state span"  # the program's figure of the span its steps (else GPUs) took
 FIGURES = (
     ("calls", "calls", "count"),
     ("bytes", "bytes", "B"),
@@ -220,8 +235,9 @@ def compare_traces(a: TraceResult, b: TraceResult, force: bool = False) -> Trace
             f"{len(runs_a)} and {len(runs_b)} runs: times get FASTER or SLOWER only from 3 runs "
             "each (xferscope trace --runs 3), else UNCLEAR beyond the 1% floor"
         )
-    # the steady state first, where both documents have it (version 3 and later)
-    program = [("span_s", "GPU active span"), ("wall_s", "wall time")]
+    # the steady state first, where both documents have it (version 3 and later), the start-up
+    # and the wall time apart
+    program = [("span_s", STEADY_SPAN), ("startup_s", "start-up"), ("wall_s", "wall time")]
     if same_loop(runs_a, runs_b):  # the per-step figure, where both ran the same steps
         program.insert(0, ("step_s", "step time"))
     changes = [
@@ -253,23 +269,44 @@ def compare_traces(a: TraceResult, b: TraceResult, force: bool = False) -> Trace
         FIGURES,
         lambda _, e: shown(str(e["where"])) + (f": {e['code'][:60]}" if e.get("code") else ""),
     )
-    paid = []
+    paid = _fixes(runs_a, runs_b)
+    return TraceComparison(command_a, command_b, tuple(changes), tuple(paid), tuple(warnings))
+
+
+def _fixes(runs_a: list[dict[str, Any]], runs_b: list[dict[str, Any]]) -> list[FixPaid]:
+    """What became of each finding of A in B; where gone, what the steady state saved."""
+    out = []
     for code, found in runs_a[0]["findings"].items():
         cost_a = [float(r["findings"].get(code, {}).get("cost_s") or 0.0) for r in runs_a]
         cost_b = [float(r["findings"].get(code, {}).get("cost_s") or 0.0) for r in runs_b]
         predicted = [r["findings"][code]["saving_s"] for r in runs_a if code in r["findings"]]
         priced = [p for p in predicted if p is not None]
-        paid.append(
-            FixPaid(
-                code,
-                str(found.get("title", code)),
-                statistics.median(priced) if priced else None,
-                statistics.median(cost_a),
-                statistics.median(cost_b),
-                _half_range(cost_a) + _half_range(cost_b),
-            )
-        )
-    return TraceComparison(command_a, command_b, tuple(changes), tuple(paid), tuple(warnings))
+        a, b = statistics.median(cost_a), statistics.median(cost_b)
+        spread = _half_range(cost_a) + _half_range(cost_b)
+        status = FIX_GONE if b <= GONE * a else FIX_CUT if b < a - spread else FIX_SAME
+        median = statistics.median(priced) if priced else None
+        out.append(FixPaid(code, str(found.get("title", code)), median, a, b, spread, status))
+    gone = tuple(p.code for p in out if p.status == FIX_GONE)
+    saved = steady_saved(runs_a, runs_b)
+    return [
+        p if p.status != FIX_GONE
+        else replace(p, saved_s=saved, together=tuple(c for c in gone if c != p.code))
+        for p in out
+    ]  # fmt: skip
+
+
+def steady_saved(runs_a: list[dict[str, Any]], runs_b: list[dict[str, Any]]) -> float | None:
+    """What B saved of A's steady state: A's steps at B's pace where both ran the same loop,
+    else the difference of their steady spans (medians); never the start-up."""
+    if same_loop(runs_a, runs_b):
+        step_a = statistics.median(r["step_s"] for r in runs_a)
+        step_b = statistics.median(r["step_s"] for r in runs_b)
+        return float((step_a - step_b) * runs_a[0]["steps"])
+    spans_a = [float(r["span_s"]) for r in runs_a if r.get("span_s")]
+    spans_b = [float(r["span_s"]) for r in runs_b if r.get("span_s")]
+    if not spans_a or not spans_b:
+        return None
+    return statistics.median(spans_a) - statistics.median(spans_b)
 
 
 # ---- output ------------------------------------------------------------------------------------
@@ -299,17 +336,7 @@ def render(
     if comparison.paid:
         console.print("[bold]what the fixes of A paid in B[/bold]")
     for p in comparison.paid:
-        spread = f" ± {format_seconds(p.spread_s)}" if p.spread_s else ""
-        predicted = (
-            "not priced"
-            if p.predicted_s is None
-            else f"predicted {format_seconds(p.predicted_s)}"
-            + (f", paid {p.saved_s / p.predicted_s:.0%}" if p.predicted_s > 0 else "")
-        )
-        console.print(
-            f"  {escape(p.title)}: cost {format_seconds(p.cost_a_s)} -> "
-            f"{format_seconds(p.cost_b_s)}, saved {format_seconds(p.saved_s)}{spread}; {predicted}"
-        )
+        console.print(f"  {escape(fix_text(p))}")
     for section, title in (
         ("program", "the program"),
         ("copies", "copies by kind"),
@@ -343,6 +370,27 @@ def render(
         console.print(table)
     changed = sum(1 for c in comparison.changes if c.verdict != SAME)
     console.print(f"{changed} of {len(comparison.changes)} figures changed beyond their noise")
+
+
+def fix_text(p: FixPaid) -> str:
+    """What became of a finding of A in B, in words: gone, with what the steady state saved
+    against the prediction; cut; or not changed in B."""
+    cost = f"cost {format_seconds(p.cost_a_s)} -> {format_seconds(p.cost_b_s)}"
+    predicted = (
+        "not priced" if p.predicted_s is None else f"predicted {format_seconds(p.predicted_s)}"
+    )
+    if p.status == FIX_SAME:
+        return f"{p.title}: not changed in B ({cost}); {predicted}"
+    if p.status == FIX_CUT:
+        return f"{p.title}: cut in B, not gone ({cost}); {predicted}"
+    if p.saved_s is None:
+        return f"{p.title}: gone in B ({cost}); {predicted}; no steady state to compare"
+    paid = f", paid {p.paid:.0%}" if p.paid is not None else ""
+    with_others = f", together with {', '.join(p.together)}" if p.together else ""
+    return (
+        f"{p.title}: gone in B ({cost}); the steady state saved {format_seconds(p.saved_s)}"
+        f"{with_others}; {predicted}{paid}"
+    )
 
 
 def to_dict(comparison: TraceComparison) -> dict[str, Any]:

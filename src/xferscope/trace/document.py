@@ -11,15 +11,15 @@ from typing import Any
 from ..core.findings import INFO, WARNING, Finding
 from ..documents.envelope import Envelope, dumps_document
 from ..documents.records import Column, dumps_columns, read_result, result_document, to_plain
-from .analyze import Analysis, Group, KindRow
+from .analyze import WORTH, Analysis, Group, KindRow
 from .findings import TraceFinding
+from .loops import MIN_STEPS
 from .ranks import ranks
 from .records import Copy, Trace
-from .steps import MIN_STEPS, steady_span
 from .timeline import Timelines
 
 SCHEMA_NAME = "xferscope-trace"
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 OLDEST_VERSION = 1
 # Schema history (bump SCHEMA_VERSION on any change a reader must know about):
 #   1  first version.
@@ -46,9 +46,17 @@ OLDEST_VERSION = 1
 #      each run's figures have "input_share", its steps' share waiting for input (or null);
 #      "steps" has "steady_step_s", the mean of its steps that are not long ones.
 #      Version 3 still reads.
+#   5  every finding, share and figure is of the steady state: each process's loop, from its
+#      first step to its last ("span_s" its span, else the GPUs' first to last activity);
+#      "steps" has "pid", "kind", "covers" (the share of its process's GPU work its steps span)
+#      and "runners_up" (the other lines that recurred); "loops" each looping process's steps;
+#      "startup" each looping process's start-up (its seconds, the GPU's idle in it, its
+#      uploads, what the looks saw, what one pinned copy of its uploads would save);
+#      "headline" the first finding to act on, or {"code": "none"}; a finding "straggler"; an
+#      idle cause of kind "after_wait" with "waited_at", and "seen_doing"; each run's figures
+#      have "startup_s". Version 4 still reads.
 
 MOST_SPANS = 20_000  # kernels and memsets kept for the timeline (the longest)
-WORTH = 0.01  # a fix saving this share of the program's time is a warning, not a note
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +161,7 @@ def summary_dict(
     """The summary of a trace; `region`: the line that marks its steps (`trace --region`)."""
     gpus = analysis.gpus
     loop = analysis.loop
-    job, straggler = ranks(trace, gpus)
+    job, straggler = ranks(analysis.view or trace, gpus)
     said = []
     if region and loop is None:
         said.append(
@@ -163,8 +171,11 @@ def summary_dict(
     return {
         **timeline_dict(gpus),
         # the steady state: the region's steps where it marks some, else the GPUs' span
-        "span_s": steady_span(loop, gpus, region),
+        "span_s": analysis.steady_s,
         "region": region or None,
+        "headline": headline_dict(analysis),
+        "startup": [to_plain(s) for s in analysis.startup],
+        "loops": [to_plain(s) for s in analysis.loops],
         "ranks": [to_plain(r) for r in job],
         "straggler": None if straggler is None else to_plain(straggler),
         "steps": None if loop is None else to_plain(loop),
@@ -214,6 +225,23 @@ def summary_dict(
         "reference": reference,
         "notes": [*analysis.notes, *said],
         "warnings": list(trace.warnings),
+    }
+
+
+def headline_dict(analysis: Analysis) -> dict[str, Any]:
+    """The first thing to change, as the document keeps it: its code, title, line, what it
+    saves and its share of the steady state; {"code": "none"} where nothing is worth it."""
+    first = analysis.headline
+    if first is None:
+        return {"code": "none"}
+    steady = analysis.steady_s
+    return {
+        "code": first.code,
+        "title": first.title,
+        "where": first.places[0].where if first.places else None,
+        "saving_s": first.saving_s,
+        "share": (first.saving_s or 0.0) / steady if steady else None,
+        "fix": first.advice,
     }
 
 

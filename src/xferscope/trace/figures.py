@@ -1,8 +1,9 @@
-"""One traced run's figures, the ones two traces of a program are compared by: the span from its
-first GPU activity to its last (the steady state, which Python's start-up does not blur) and its
-wall time; per kind of copy, per finding and per line of the program, its calls, bytes, time in
-copies (GPU) and host time blocked in copy calls. `xferscope trace --runs N` keeps N of them, so
-a comparison can weigh each change against the spread the runs show."""
+"""One traced run's figures, the ones two traces of a program are compared by, all of its steady
+state (its loop's steps, else its GPUs' span: phases.py): the steps and their span, and per kind
+of copy, per finding and per line of the program, its calls, bytes, time in copies (GPU) and
+host time blocked in copy calls; beside them its start-up and its wall time. `xferscope trace
+--runs N` keeps N of them, so a comparison can weigh each change against the spread the runs
+show."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ from typing import Any
 
 from .analyze import Analysis
 from .records import Copy, Trace, user_frame
-from .steps import steady_span
 
 
 def line_of(trace: Trace, c: Copy) -> tuple[str, str, str]:
@@ -36,15 +36,12 @@ def _totals(copies: list[Copy]) -> dict[str, float]:
     }
 
 
-def run_figures(
-    trace: Trace, analysis: Analysis, wall_s: float, region: str = ""
-) -> dict[str, Any]:
-    """The figures of one traced run, as a document keeps them; `region`: the line that marks
-    its steps (`trace --region`), whose span is the steady state."""
+def run_figures(trace: Trace, analysis: Analysis, wall_s: float) -> dict[str, Any]:
+    """The figures of one traced run, as a document keeps them."""
     kinds: dict[str, list[Copy]] = defaultdict(list)
     lines: dict[str, list[Copy]] = defaultdict(list)
     said: dict[str, tuple[str, str]] = {}
-    for c in trace.copies:
+    for c in (analysis.view or trace).copies:  # the steady state's
         kinds[f"{c.direction} {c.host_memory}"].append(c)
         key, where, code = line_of(trace, c)
         lines[key].append(c)
@@ -52,7 +49,11 @@ def run_figures(
     loop = analysis.loop
     return {
         "wall_s": wall_s,
-        "span_s": steady_span(loop, analysis.gpus, region),
+        "span_s": analysis.steady_s,
+        # the start-up of the process with the most GPU work: from its start to its first step
+        "startup_s": next(
+            (s.seconds for s in analysis.startup if loop and s.pid == loop.pid), None
+        ),
         # the loop's mean step and how many, where one line repeats: compare's per-step figure
         "step_s": None if loop is None else loop.step_s,
         "steps": None if loop is None else loop.count,

@@ -6,7 +6,11 @@
 - away: the host was away from CUDA (the input pipeline, the step's Python): named by the line
   where it came back to CUDA, the first recorded call of its main thread as the gap ended
   (kernel launches are not recorded, so a gap ended by one names no line), and by the lines
-  its main thread was seen at meanwhile (samples.py: a look every 10 ms).
+  its main thread was seen at meanwhile (samples.py: a look every 10 ms);
+- after a wait: as away, where the gap began as the host came back from waiting for the GPU
+  (`.item()`, a stream's synchronize): the GPU had nothing queued because the host had waited
+  for it to drain, so what the host did next left it idle. Such idle is the wait's (the waits'
+  finding prices it), not the input's, unless the looks found the host waiting for a batch.
 The host side is read on each process's main thread (its thread id is the process id), where
 Python runs a training loop."""
 
@@ -29,6 +33,7 @@ MOST_CAUSES = 8  # the largest causes kept per GPU
 LONG_GAP = 4.0
 RECURS = 5  # a cause in fewer gaps than this does not recur step after step
 NO_LINE = "(the GPU resumed with no CUDA call recorded: kernel launches are not)"
+Key = tuple[str, str, str, str]  # a cause: kind, function, line, the wait it followed
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,9 +41,10 @@ class IdleCause:
     """Idle time of one GPU with one cause: between launches, blocked in a call at a line, or
     away from CUDA until a line."""
 
-    kind: str  # launch, blocked, away
+    kind: str  # launch, blocked, away, after_wait
     function: str  # the CUDA call (blocked), the call the host came back with (away), or ""
     where: str  # the program's line, or ""
+    # after_wait: the wait the gap followed, as "function at line"
     seconds: float
     gaps: int  # the gaps it took part in
     usual_s: float = 0.0  # its median gap
@@ -51,6 +57,8 @@ class IdleCause:
     input_looks: int = 0
     seen_at: tuple[tuple[str, int], ...] = ()
     seen_framework: str | None = None
+    waited_at: str = ""
+    seen_doing: tuple[tuple[str, int], ...] = ()  # what the looks found it doing (samples.doing)
 
     @property
     def steady_s(self) -> float:
@@ -88,15 +96,15 @@ def causes(
         (c for c in trace.calls if c.pid in pids and c.thread == c.pid), key=lambda c: c.start_ns
     )
     starts = [c.start_ns for c in main]
-    each: dict[tuple[str, str, str], list[int]] = defaultdict(list)  # ns per gap, by cause
-    away: dict[tuple[str, str, str], list[tuple[int, int]]] = defaultdict(list)
+    each: dict[Key, list[int]] = defaultdict(list)  # ns per gap, by cause
+    away: dict[Key, list[tuple[int, int]]] = defaultdict(list)
 
     def label(c: Call) -> tuple[str, str]:
         return c.name, lines(c)
 
     for g0, g1 in gaps:
         if g1 - g0 < LAUNCH_GAP_S * 1e9:
-            each[("launch", "", "")].append(g1 - g0)
+            each[("launch", "", "", "")].append(g1 - g0)
             continue
         for key, ns in split(main, starts, g0, g1, label, stretches=away).items():
             each[key].append(ns)
@@ -105,13 +113,15 @@ def causes(
     return tuple(sorted(found, key=lambda c: -c.seconds)[:MOST_CAUSES])
 
 
-def _cause(key: tuple[str, str, str], ns: list[int], seen: Seen) -> IdleCause:
+def _cause(key: Key, ns: list[int], seen: Seen) -> IdleCause:
     """A cause from its time in each gap (the total, the usual gap and the long ones) and what
     the looks at the main thread saw in it."""
     usual = statistics.median(ns)
     long = [x - usual for x in ns if x > LONG_GAP * usual]
-    return IdleCause(*key, sum(ns) * 1e-9, len(ns), usual * 1e-9, len(long), sum(long) * 1e-9,
-                     seen.looks, seen.input_looks, seen.lines, seen.framework)  # fmt: skip
+    kind, function, where, waited = key
+    return IdleCause(kind, function, where, sum(ns) * 1e-9, len(ns), usual * 1e-9, len(long),
+                     sum(long) * 1e-9, seen.looks, seen.input_looks, seen.lines, seen.framework,
+                     waited, seen.doing)  # fmt: skip
 
 
 def split(
@@ -122,22 +132,29 @@ def split(
     label: Callable[[Call], tuple[str, str]],
     nothing: tuple[str, str] = ("", NO_LINE),
     resumed_within_ns: int = int(RESUMED_WITHIN_S * 1e9),
-    stretches: dict[tuple[str, str, str], list[tuple[int, int]]] | None = None,
-) -> dict[tuple[str, str, str], int]:
-    """The gap [g0, g1) in ns by cause, each call named by `label` (its function and line):
-    each stretch inside a call of the main thread blocked in it; each stretch before one, away
-    until it; the rest away until the call the host came back with as the gap ended (within
-    `resumed_within_ns`), else its last call in the gap (the GPU started what it issued), else
-    `nothing`. `stretches`, where given, gets each away stretch [a, b) by cause."""
-    out: dict[tuple[str, str, str], int] = defaultdict(int)
+    stretches: dict[Key, list[tuple[int, int]]] | None = None,
+) -> dict[Key, int]:
+    """The gap [g0, g1) in ns by cause (kind, function, line, the wait it followed), each call
+    named by `label` (its function and line): each stretch inside a call of the main thread
+    blocked in it; each stretch before one, away until it; the rest away until the call the
+    host came back with as the gap ended (within `resumed_within_ns`), else its last call in
+    the gap (the GPU started what it issued), else `nothing`. Where the gap began as the host
+    came back from a wait for the GPU (within a launch's gap of g0), its away stretches are
+    after that wait. `stretches`, where given, gets each away stretch [a, b) by cause."""
+    out: dict[Key, int] = defaultdict(int)
+    i = max(bisect.bisect_left(starts, g0) - 1, 0)
+    waited = ""  # the wait the gap began with, as "function at line"
+    if i < len(main) and main[i].synchronizes and main[i].end_ns >= g0 - LAUNCH_GAP_S * 1e9:
+        function, line = label(main[i])
+        waited = f"{function} at {line}" if line else function
+    kind = "after_wait" if waited else "away"
 
-    def away(key: tuple[str, str, str], a: int, b: int) -> None:
+    def away(key: Key, a: int, b: int) -> None:
         out[key] += b - a
         if stretches is not None:
             stretches[key].append((a, b))
 
     cursor, last = g0, nothing  # the call the host came back to CUDA with, so far
-    i = max(bisect.bisect_left(starts, g0) - 1, 0)
     while i < len(main) and main[i].start_ns < g1:
         c = main[i]
         i += 1
@@ -145,11 +162,11 @@ def split(
             continue
         named = label(c)
         if c.start_ns > cursor:
-            away(("away", *named), cursor, c.start_ns)
-        out[("blocked", named[0], named[1])] += min(c.end_ns, g1) - max(c.start_ns, cursor)
+            away((kind, *named, waited), cursor, c.start_ns)
+        out[("blocked", named[0], named[1], "")] += min(c.end_ns, g1) - max(c.start_ns, cursor)
         cursor, last = min(c.end_ns, g1), named
     if cursor < g1:
         if i < len(main) and main[i].start_ns <= g1 + resumed_within_ns:
             last = label(main[i])
-        away(("away", *last), cursor, g1)
+        away((kind, *last, waited), cursor, g1)
     return out

@@ -80,15 +80,12 @@ def trace_program(
     if options.records is not None:
         keep_rates(rates, options.records)
     region = options.region
-    analysis = analyze(trace, ran.wall_s, reference, region)
-    runs = [run_figures(trace, analysis, ran.wall_s, region)]
+    analysis = analyze(trace, ran.wall_s, reference, region, ran.started_ns)
+    runs = [run_figures(trace, analysis, ran.wall_s)]
     for other in more:
         again = with_samples(read_trace(other.files), other.samples)
-        runs.append(
-            run_figures(
-                again, analyze(again, other.wall_s, reference, region), other.wall_s, region
-            )
-        )
+        judged = analyze(again, other.wall_s, reference, region, other.started_ns)
+        runs.append(run_figures(again, judged, other.wall_s))
     wanted = len(kept) or options.runs  # the runs asked for (or kept)
     summary = summary_dict(analysis, trace, rates, region)
     result = TraceResult(

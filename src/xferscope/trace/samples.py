@@ -14,6 +14,7 @@ from pathlib import Path
 from .reading import jsonl_records, py_stack
 from .records import (
     LOADER_FRAME,
+    STDLIB,
     MainSamples,
     PyFrame,
     Trace,
@@ -78,6 +79,8 @@ class Seen:
     input_looks: int = 0
     lines: tuple[tuple[str, int], ...] = ()
     framework: str | None = None
+    # what the main thread was doing: the innermost frames seen (doing()), the most seen first
+    doing: tuple[tuple[str, int], ...] = ()
 
 
 def waits_for_input(stack: Sequence[PyFrame]) -> bool:
@@ -91,6 +94,7 @@ def lines_in(
     """What the looks of the processes `pids` saw within the stretches [a, b) ns."""
     mine = [samples[p] for p in pids if p in samples]
     seen: Counter[str] = Counter()
+    inner: Counter[str] = Counter()
     waiting = 0
     framework: str | None = None
     for a, b in stretches:
@@ -98,10 +102,33 @@ def lines_in(
             for i in range(bisect.bisect_left(s.ts, a), bisect.bisect_left(s.ts, b)):
                 stack = s.stacks[i]
                 seen[program_line(stack)] += 1
+                inner[doing(stack)] += 1
                 if waits_for_input(stack):
                     waiting += 1
                     framework = framework or _framework(stack)
-    return Seen(sum(seen.values()), waiting, tuple(seen.most_common(MOST_LINES)), framework)
+    return Seen(sum(seen.values()), waiting, tuple(seen.most_common(MOST_LINES)), framework,
+                tuple((d, n) for d, n in inner.most_common(MOST_LINES) if d))  # fmt: skip
+
+
+def doing(stack: Sequence[PyFrame]) -> str:
+    """What a look found the thread doing: its innermost frame's function, with its package
+    (or its file, for the program's own): `encode_batch (tokenizers)`, `_find_and_load
+    (importlib)`, `histogram (train.py)`; "" for an empty stack."""
+    if not stack:
+        return ""
+    f = stack[0]
+    if f.file.startswith("<frozen "):
+        where = f.file[len("<frozen ") :].rstrip(">").split(".")[0]
+    else:
+        for package in ("/site-packages/", "/dist-packages/"):
+            if package in f.file:
+                where = f.file.split(package, 1)[1].split("/", 1)[0]
+                break
+        else:
+            stdlib = STDLIB.search(f.file)
+            where = (f.file[stdlib.end() :].split("/", 1)[0].removesuffix(".py") if stdlib
+                     else f.file.rsplit("/", 1)[-1])  # fmt: skip
+    return f"{f.function.rsplit('.', 1)[-1]} ({where})"
 
 
 def _framework(stack: Sequence[PyFrame]) -> str | None:

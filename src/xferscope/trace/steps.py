@@ -1,11 +1,7 @@
-"""A loop's steps, where the program repeats one: of the lines of the main thread's recorded
-calls (copies, waits), and of xferscope.torch.DeviceLoader's thread's, made at least MIN_STEPS
-times, each burst of calls closer than BURST_S counted once, the line whose calls spread over
-the longest time (the main thread's on a tie) marks a step at each burst (a model's upload at
-start-up is a burst of many calls in a moment; a loop's batch copy recurs to its end); between
-two marks is one step. Per step, its length and the share of it the busiest GPU sat idle: the
-steady state of a training loop without its start-up (the model's upload, the workers' first
-batch), which the span from the first GPU activity to the last includes."""
+"""A loop's steps, in each process that repeats one (the line that marks them: loops.py): per
+step, its length and the share of it the busiest GPU sat idle, waited for its input or only
+copied. The steps from the first mark to the last are the process's steady state: every
+finding, share and prediction is judged there (phases.py), start-up and the end apart."""
 
 from __future__ import annotations
 
@@ -14,16 +10,12 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from .costs import covered_ns, gpu_busy, merged
+from .costs import covered_ns, gpu_busy, merged, process_busy
 from .idle import LAUNCH_GAP_S, LONG_GAP, RESUMED_WITHIN_S, split
-from .records import LOADER_WHERE, Call, Trace
+from .loops import Candidate, RunnerUp, candidates, choose
+from .records import Call, Trace
 from .timeline import Timelines, clipped, judged
 
-MIN_STEPS = 5  # a line called fewer times marks no loop
-# A call of a line this soon after its last one ended is the same mark (a batch's tensors; a
-# pageable copy and the wait PyTorch makes after it): ten times the line's usual short gap
-# (its gaps' first quartile), at least BURST_MIN_S and at most BURST_S.
-BURST_MIN_S, BURST_S = 50e-6, 1e-3
 RARE = 10  # long steps are set apart where at most one step in this many is one
 
 
@@ -55,6 +47,11 @@ class Steps:
     input_share: float | None = None
     # the mean of the steps that are not long ones: the loop's steady step (step_s with them)
     steady_step_s: float | None = None
+    pid: int = 0  # its process
+    kind: str = ""  # the marking calls' kind (loops.KINDS)
+    covers: float = 0.0  # the share of its process's GPU work its steps span
+    # the other lines that recurred, the most GPU work spanned first
+    runners_up: tuple[RunnerUp, ...] = ()
 
     @property
     def span_s(self) -> float:
@@ -62,64 +59,42 @@ class Steps:
         return (self.end_ns - self.start_ns) * 1e-9
 
 
-def at_region(where: str, region: str) -> bool:
-    """Whether a call's line (`/path/train.py:41 (train)`) is the line `region` names
-    (`train.py:41`, or its whole path)."""
-    line = where.split(" (", 1)[0]
-    return line == region or line.endswith("/" + region)
-
-
-def _marking(call: Call, pid: int, where: str | None) -> str:
-    """The line a call may mark steps by: the main thread's, or DeviceLoader's thread's wait at
-    the end of each batch it moves (one batch a step, `ahead` steps early: where the step makes
-    no CUDA call of its own that the trace records, its batches mark it; a batch's copies come
-    in runs a copy apart, more than a burst); "" for any other call."""
-    if call.thread == pid:
-        return where or ""
-    if where == LOADER_WHERE and call.synchronizes:
-        return where
-    return ""
-
-
-def steps(
+def loops(
     trace: Trace,
     region: str = "",
     busy: dict[int, tuple[list[int], list[int]]] | None = None,
     kernels: dict[int, tuple[list[int], list[int]]] | None = None,
-) -> Steps | None:
-    """The loop's steps, or None where no line repeats MIN_STEPS times; marked by the line
-    `region` names where one is named (`trace --region train.py:41`), else by the line whose
-    calls spread over the longest time. `busy` and `kernels`: each GPU's busy parts and its
-    kernels' (merged), where the caller has them (Timelines.busy, findings.Context.kernels)."""
-    marks: list[tuple[int, int, int, str]] = []  # (start, end, process, line) of each call
-    for c in trace.copies:
-        if c.call is not None and (c.python or c.frames):
-            where = _marking(c.call, c.pid, trace.where(c.frames, c.python))
-            marks.append((c.call.start_ns, c.call.end_ns, c.pid, where))
-    for call in trace.calls:
-        if call.python or call.frames:
-            where = _marking(call, call.pid, trace.where(call.frames, call.python))
-            marks.append((call.start_ns, call.end_ns, call.pid, where))
-    # (start, end) by process and line: each rank of a job marks its own steps
-    calls: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
-    for start, end, pid, where in sorted(marks):
-        if where:
-            calls[(pid, where)].append((start, end))
-    by_line = {key: _bursts(spans) for key, spans in calls.items()}
-    loops = [
-        (at[-1] - at[0], len(at), key[1] != LOADER_WHERE, key)
-        for key, at in by_line.items()
-        if len(at) >= MIN_STEPS and (not region or at_region(key[1], region))
-    ]
-    if not loops:
-        return None
-    pid, where = max(loops)[3]
-    at = by_line[(pid, where)]
+) -> tuple[Steps, ...]:
+    """Each process's loop (loops.choose's line, or the line `region` names), the process with
+    the most GPU work first; none where no line repeats MIN_STEPS times. `busy` and `kernels`:
+    each GPU's busy parts and its kernels' (merged), where the caller has them."""
     busy = gpu_busy(trace) if busy is None else busy
+    kernels = merged(trace.kernels()) if kernels is None else kernels
+    work = process_busy(trace)
+    out = []
+    for found in candidates(trace).values():
+        chosen, runners_up = choose(found, region)
+        if chosen is not None:
+            out.append(measured(trace, chosen, runners_up, busy, kernels))
+    return tuple(sorted(out, key=lambda s: -_total(work.get(s.pid, ([], [])))))
+
+
+def _total(parts: tuple[list[int], list[int]]) -> int:
+    return sum(e - s for s, e in zip(*parts, strict=True))
+
+
+def measured(
+    trace: Trace,
+    chosen: Candidate,
+    runners_up: list[RunnerUp],
+    busy: dict[int, tuple[list[int], list[int]]],
+    kernels: dict[int, tuple[list[int], list[int]]],
+) -> Steps:
+    """The steps the candidate's marks make, measured on the GPUs of its process."""
+    pid, where, at = chosen.pid, chosen.where, list(chosen.marks)
     mine = {x.device for x in trace.copies if x.pid == pid}  # the GPUs its process used
     mine |= {x.device for x in trace.intervals if x.pid == pid}
     busy = {d: parts for d, parts in busy.items() if d in mine} or busy
-    kernels = merged(trace.kernels()) if kernels is None else kernels
     judged_ns = covered = computed = 0  # ns of the steps judged, busy in them, kernels in them
     # where every kernel of its process was recorded: a step inside one of them is judged
     parts = judged(trace, {pid}, at[0], at[-1])
@@ -153,6 +128,7 @@ def steps(
         where, count, step_s, idle, at[0], at[-1], alone, long,
         None if waited is None or alone is None else waited + alone,
         steady_ns * 1e-9 / (count - long) if count > long else None,
+        pid, chosen.kind, chosen.covers, tuple(runners_up),
     )  # fmt: skip
 
 
@@ -185,24 +161,13 @@ def input_ns(
         for g0, g1 in clipped(list(zip(e[:-1], s[1:], strict=True)), steps_on):
             within = int(RESUMED_WITHIN_S * 1e9) if g1 - g0 >= LAUNCH_GAP_S * 1e9 else 0
             parts = split(main, starts, g0, g1, label, ("", ""), within)
-            total += sum(ns for (_, what, _), ns in parts.items() if what == "upload")
+            # the idle after a wait is the wait's (idle.split), not the input's
+            total += sum(ns for (kind, what, _, _), ns in parts.items()
+                         if what == "upload" and kind != "after_wait")  # fmt: skip
     return total
 
 
-def steady_span(loop: Steps | None, gpus: Timelines, region: str = "") -> float:
-    """The steady state every share is of: the span of the steps `loop` where `region` named
-    the line that marks them, else from the first GPU activity to the last (`gpus`)."""
-    return loop.span_s if region and loop is not None else gpus.span_s
-
-
-def _bursts(spans: list[tuple[int, int]]) -> list[int]:
-    """The start of each burst of one line's calls (sorted (start, end) pairs)."""
-    gaps = sorted(b[0] - a[1] for a, b in itertools.pairwise(spans))
-    usual = gaps[len(gaps) // 4] if gaps else 0
-    threshold = min(BURST_S * 1e9, max(BURST_MIN_S * 1e9, 10 * usual))
-    starts, ended = [spans[0][0]], spans[0][1]
-    for start, end in spans[1:]:
-        if start - ended >= threshold:
-            starts.append(start)
-        ended = max(ended, end)
-    return starts
+def steady_span(loop: Steps | None, gpus: Timelines) -> float:
+    """The steady state every share is of: the span of the loop's steps, else (no loop) from the
+    first GPU activity to the last (`gpus`)."""
+    return loop.span_s if loop is not None else gpus.span_s

@@ -3,7 +3,13 @@ from CUDA until it copied a batch up, at the same line every step (a DataLoader'
 then `.to(device)`); or, where the GPU resumed with no CUDA call to name (the batch already on
 the GPU, copied by xferscope.torch.DeviceLoader's thread), time in which most looks at the
 main thread found it waiting in a loader's next, at the program's line. Priced by that idle:
-with the next batch ready when the step ends, the GPU would not wait for it."""
+with the next batch ready when the step ends, the GPU would not wait for it.
+
+The advice is for what the program uses: a DataLoader's knobs only where the looks found the
+main thread waiting in a loader's next; otherwise the line the host was at and what it was
+doing there (the program's own input code, a tokenizer), to be done ahead of the step. Idle
+that follows a wait for the GPU is the wait's (idle.py), unless the looks found the host
+waiting for a batch then; the straggler of a job of several GPUs is its own finding."""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ from dataclasses import replace
 
 from ...core.units import format_seconds
 from ..idle import IdleCause
+from ..ranks import ranks
 from ..records import LOADER_WHERE
 from .base import Context, Place, TraceFinding, finding, in_words
 
@@ -31,6 +38,13 @@ ADVICE: dict[str | None, str] = {
 }
 
 
+# Where no loader's next was seen: the host made the input itself, at its line
+OWN_INPUT = (
+    "make the next input before the step needs it: do the host's work at {line}{doing} ahead "
+    "of the step (on another thread or process, once before the loop, or on the GPU), so that "
+    "its copy can start as soon as a step ends"
+)
+
 # The fixes priced apart, in the framework's words: (the long gaps' fix, the steady wait's fix)
 KNOBS: dict[str | None, tuple[str, str]] = {
     None: (
@@ -47,10 +61,15 @@ KNOBS: dict[str | None, tuple[str, str]] = {
 def find(context: Context) -> TraceFinding | None:
     trace = context.trace
     best = None  # the largest cause of the input, and its GPU's timeline
+    late = ranks(trace, context.gpus)[1]  # the straggler's idle is the straggler finding's
     for g in context.gpus.gpus:
+        if late is not None and g.device == late.device:
+            continue
         for cause in g.idle:
             if not _at_copy(cause) and not _fed(cause):
                 continue
+            if cause.kind == "after_wait" and not _loader(cause):
+                continue  # the wait's idle: the waits' finding
             if best is None or cause.steady_s > best[0].steady_s:  # a start-up's wait aside
                 best = (cause, g)
     if best is None:
@@ -106,21 +125,55 @@ def find(context: Context) -> TraceFinding | None:
         line = Place(cause.seen_at[0][0], cause.input_looks, 0, idle)
         found = replace(found, places=(line, *found.places), framework=framework,
                         advice=in_words(ADVICE, framework))  # fmt: skip
-    restart, steady = in_words(KNOBS, found.framework)
+    if not _loader(cause):  # no loader seen: the host's own work before the copy, named
+        return _own_input(found, cause, idle)
+    framework = cause.seen_framework or found.framework  # the loader's
+    found = replace(found, framework=framework, advice=in_words(ADVICE, framework))
+    restart, steady = in_words(KNOBS, framework)
     long_s = cause.long_excess_s * scale
     each = ((restart, long_s),) if cause.long_gaps else ()
     return replace(found, each_fix=(*each, (steady, idle - long_s)))
 
 
+def _own_input(found: TraceFinding, cause: IdleCause, idle: float) -> TraceFinding:
+    """The finding where the host made its input itself: the line it was at and what it was
+    doing there, and the advice to do that ahead of the step, in no loader's words."""
+    line = cause.seen_at[0][0] if cause.seen_at and cause.seen_at[0][0] else cause.where
+    what = cause.seen_doing[0][0] if cause.seen_doing else ""
+    seen = (
+        f"; the looks at the main thread found it at {line}"
+        + (f" in {what}" if what else "")
+        + f" ({cause.seen_at[0][1]} of {cause.looks})"
+        if cause.looks and cause.seen_at
+        else ""
+    )
+    places = found.places
+    if line and line != cause.where:
+        places = (Place(line, cause.seen_at[0][1] if cause.seen_at else 0, 0, idle), *places)
+    advice = OWN_INPUT.format(line=line or "the line before the copy",
+                              doing=f" ({what})" if what else "")  # fmt: skip
+    return replace(found, places=places, advice=advice, detail=found.detail + seen,
+                   each_fix=(("do the input's work ahead of the step", idle),))  # fmt: skip
+
+
+def _loader(cause: IdleCause) -> bool:
+    """Whether the looks in the cause's time found the main thread waiting in a loader's next
+    (a DataLoader's, DeviceLoader's): the loader's knobs are the fix."""
+    return cause.input_looks > 0
+
+
+AWAY = ("away", "after_wait")  # the kinds of idle the host spent away from CUDA
+
+
 def _at_copy(cause: IdleCause) -> bool:
     """Away from CUDA until a copy at a line of the program."""
-    return cause.kind == "away" and bool(cause.where) and not cause.where.startswith("(")
+    return cause.kind in AWAY and bool(cause.where) and not cause.where.startswith("(")
 
 
 def _fed(cause: IdleCause) -> bool:
     """Away from CUDA, the looks at the main thread mostly in a loader's next, at a line."""
     return (
-        cause.kind == "away"
+        cause.kind in AWAY
         and cause.looks >= MIN_LOOKS
         and cause.input_looks * 2 >= cause.looks
         and bool(cause.seen_at and cause.seen_at[0][0])

@@ -1,0 +1,257 @@
+"""What trace_corpus.py judges, from a corpus program's header and its kept traces: whether the
+trace's headline is the program's cause, its step line the program's, its prediction the fix's
+measured saving, its findings free of start-up and of advice for components the program does
+not use, and its input share the resident form's. Runs anywhere xferscope is installed: the
+traces are analyzed again from their raw records (`trace --replay`) by this checkout."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import statistics
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xferscope.trace.analyze import analyze
+from xferscope.trace.compare import compare_traces
+from xferscope.trace.document import from_dict, to_dict
+from xferscope.trace.kept import kept_rates, read_kept
+from xferscope.trace.pipeline import TraceOptions, trace_program
+from xferscope.trace.reading import read_trace
+from xferscope.trace.records import Trace
+from xferscope.trace.samples import with_samples
+
+HEADER = re.compile(r"^\s*(?:#|//)\s*(cause|fix|step|resident|gpus|needs):\s*(.*?)\s*$")
+STEP = re.compile(r"(?:#|//) STEP\b")
+CAUSES = ("input_starved", "synchronizations", "pageable_copies", "small_copies",
+          "repeated_uploads", "straggler", "none", "startup")  # fmt: skip
+# what a finding's advice may name, and the words that name it; a program uses a component
+# where its source matches the pattern
+COMPONENTS = {
+    "DataLoader": (("DataLoader", "num_workers", "persistent_workers", "prefetch_factor"),
+                   r"\bDataLoader\b"),
+    "CuPy": (("CuPy", "cupy"), r"\bimport cupy|\bfrom cupy"),
+    "JAX": (("JAX", "jax."), r"\bimport jax|\bfrom jax"),
+    "NCCL": (("NCCL", "DistributedDataParallel", "all-reduce"), r"torch\.distributed|nccl"),
+    "DeviceLoader": (("DeviceLoader",), r"DeviceLoader"),
+}  # fmt: skip
+WORTH = 0.01  # a finding saving this share of the steady state or more is one to act on
+
+
+@dataclass(frozen=True)
+class Program:
+    path: Path
+    name: str
+    cause: str
+    fix: str
+    steps: tuple[int, ...]  # the lines marked STEP
+    resident: bool
+    gpus: int
+    needs: tuple[str, ...]
+
+
+def read_program(path: Path) -> Program:
+    """A corpus program's header (trace_corpus/README.md)."""
+    text = path.read_text()
+    said: dict[str, str] = {}
+    for line in text.splitlines()[:80]:
+        m = HEADER.match(line)
+        if m and m[1] not in said:
+            said[m[1]] = m[2]
+    steps = tuple(i for i, line in enumerate(text.splitlines(), 1) if STEP.search(line))
+    if said.get("cause") not in CAUSES or not steps:
+        raise ValueError(f"{path.name}: its header needs a cause of {CAUSES} and STEP lines")
+    needs = tuple(n for n in re.split(r"[,\s]+", said.get("needs", "")) if n and n != "none")
+    return Program(path, path.stem, said["cause"], said.get("fix", ""), steps,
+                   said.get("resident", "no").startswith("yes"), int(said.get("gpus", "1")),
+                   needs)  # fmt: skip
+
+
+def replay(kept: Path) -> dict[str, Any]:
+    """The trace document of the runs kept in `kept`, made by this checkout's analysis."""
+    with tempfile.TemporaryDirectory() as scratch:
+        traced = trace_program(TraceOptions(command=(), replay=kept), Path(scratch),
+                               lambda: None)  # fmt: skip
+    if traced.result is None:
+        raise ValueError(f"{kept}: no CUDA activity")
+    return to_dict(traced.result)
+
+
+def headline_of(summary: dict[str, Any]) -> dict[str, Any]:
+    """The trace's first finding to act on, or {"code": "none"}."""
+    said = summary.get("headline")
+    if said is not None:
+        return dict(said)
+    steady = summary.get("span_s") or 0.0
+    for f in summary.get("fixes", []):
+        saving = f.get("saving_s")
+        if saving is not None and steady and saving / steady >= WORTH:
+            return {"code": f["code"], "saving_s": saving, "fix": f.get("fix", "")}
+    return {"code": "none"}
+
+
+def at_step_line(where: str | None, program: Program) -> bool:
+    """Whether a place (`/path/prog.py:41 (fn)`, or a native one naming `prog.cu:41`) is one of
+    the program's STEP lines."""
+    if not where:
+        return False
+    return any(re.search(rf"\b{re.escape(program.path.name)}:{n}\b", where) for n in program.steps)
+
+
+def first_marks(trace: Trace, program: Program) -> dict[int, int]:
+    """Each process's first call at a STEP line (ns): where its steps begin."""
+    marks: dict[int, int] = {}
+    timed = [(c.call.start_ns, c.pid, trace.where(c.frames, c.python)) for c in trace.copies
+             if c.call is not None]  # fmt: skip
+    timed += [(c.start_ns, c.pid, trace.where(c.frames, c.python)) for c in trace.calls]
+    for t, pid, where in sorted(timed, key=lambda x: x[0]):
+        if pid not in marks and at_step_line(where, program):
+            marks[pid] = t
+    return marks
+
+
+def after(trace: Trace, marks: dict[int, int]) -> Trace:
+    """The trace with everything of each process before its first mark cut away."""
+    at = lambda pid, t: t >= marks.get(pid, 0)  # noqa: E731
+    samples = {
+        pid: dataclasses.replace(
+            s,
+            ts=tuple(t for t in s.ts if at(pid, t)),
+            stacks=tuple(st for t, st in zip(s.ts, s.stacks, strict=True) if at(pid, t)),
+        )
+        for pid, s in trace.samples.items()
+    }
+    return dataclasses.replace(
+        trace,
+        copies=tuple(
+            c for c in trace.copies if at(c.pid, c.call.start_ns if c.call else c.start_ns)
+        ),
+        intervals=tuple(i for i in trace.intervals if at(i.pid, i.start_ns)),
+        calls=tuple(c for c in trace.calls if at(c.pid, c.start_ns)),
+        pins=tuple(p for p in trace.pins if at(p.pid, p.start_ns)),
+        samples=samples,
+    )
+
+
+def startup_charged(kept: Path, program: Program) -> float:
+    """Seconds of the findings' costs that come from before the first step: the trace judged
+    whole against the same trace with everything before each process's first step cut away."""
+    ran = read_kept(kept)[0]
+    trace = with_samples(read_trace(ran.files), ran.samples)
+    reference = kept_rates(kept)
+    marks = first_marks(trace, program)
+    if not marks:
+        return 0.0
+    whole = analyze(trace, ran.wall_s, reference)
+    cut = {f.code: f.cost_s for f in analyze(after(trace, marks), ran.wall_s, reference).findings}
+    return sum(max(f.cost_s - cut.get(f.code, 0.0), 0.0) for f in whole.findings)
+
+
+def foreign(summary: dict[str, Any], source: str) -> list[str]:
+    """Findings whose advice names a component the program does not use: 'code: component'."""
+    out = []
+    for f in summary.get("fixes", []):
+        advice = " ".join([f.get("fix", ""), *(str(x[0]) for x in f.get("each_fix") or ())])
+        for name, (words, used) in COMPONENTS.items():
+            if any(w in advice for w in words) and not re.search(used, source):
+                out.append(f"{f['code']}: {name}")
+    return out
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def judge_program(program: Program, entry: dict[str, Any], records: Path) -> dict[str, Any]:
+    """One program's verdicts from its untraced runs (`entry`) and its kept traces."""
+    own = entry.get("untraced", {})
+    seconds = {k: _median([r["seconds"] for r in v]) for k, v in own.items()}
+    startup = {k: _median([r["startup_s"] for r in v]) for k, v in own.items()}
+    steps_of = {k: _median([r["steps"] for r in v]) for k, v in own.items()}
+    rounds = sorted((records / program.name).glob("round*"))
+    docs = [replay(r) for r in rounds if list(r.glob("run*/ran.json"))]
+    if not docs:
+        return {"judged": False, "why": "no kept trace"}
+    first = docs[0]["summary"]
+    headline = headline_of(first)
+    expected = "none" if program.cause == "startup" else program.cause
+    right = headline["code"] == expected
+    if program.cause == "startup":
+        right = right and bool(first.get("startup"))
+    out: dict[str, Any] = {
+        "cause": program.cause,
+        "headline": headline,
+        "headline_right": right,
+        "untraced_s": seconds,
+        "startup_s": startup,
+        "findings": [(f["code"], f.get("saving_s")) for f in first.get("fixes", [])],
+        "startup": first.get("startup"),
+        "steps": first.get("steps"),
+        "steps_right": at_step_line((first.get("steps") or {}).get("where"), program),
+        "foreign_advice": foreign(first, program.path.read_text()),
+        "startup_charged_s": startup_charged(rounds[0], program),
+    }
+    # the headline's prediction a step, over the traced rounds, against the fix's measured one
+    if program.cause not in ("none", "startup") and seconds.get("fixed") and steps_of.get("before"):
+        measured = (seconds["before"] - seconds["fixed"]) / steps_of["before"]
+        predicted = []
+        for d in docs:
+            s = d["summary"]
+            said = headline_of(s)  # the headline's price, whatever its finding
+            count = (s.get("steps") or {}).get("count")
+            if said.get("saving_s") is not None and count:
+                predicted.append(said["saving_s"] / count)
+        out["measured_saving_per_step_s"] = measured
+        out["predicted_saving_per_step_s"] = _median(predicted)
+        if predicted and measured > 0:
+            out["prediction_error"] = abs(statistics.median(predicted) - measured) / measured
+    if program.resident and seconds.get("resident") and seconds.get("before"):
+        expected_share = 1 - seconds["resident"] / seconds["before"]
+        shares = [
+            d["summary"]["steps"]["input_share"]
+            for d in docs
+            if (d["summary"].get("steps") or {}).get("input_share") is not None
+        ]
+        out["expected_input_share"] = expected_share
+        out["input_share"] = _median(shares)
+        if shares:
+            out["idle_share_error"] = abs(statistics.median(shares) - expected_share)
+    fixed = records / program.name / "fixed"
+    if list(fixed.glob("run*/ran.json")):
+        after_doc = replay(fixed)
+        compared = compare_traces(from_dict(docs[0]), from_dict(after_doc), force=True)
+        out["compare"] = {
+            "paid": [dataclasses.asdict(p) for p in compared.paid],
+            "program": {c.figure: c.verdict for c in compared.changes if c.section == "program"},
+        }
+        out["fixed_headline"] = headline_of(after_doc["summary"])
+    return out
+
+
+def judge_all(corpus: dict[str, Any], records: Path, directory: Path) -> dict[str, Any]:
+    """Every measured program judged, and the issue's figures over them."""
+    judged = {}
+    for name, entry in corpus.items():
+        path = next((p for p in directory.glob(f"{name}.*") if p.suffix in (".py", ".cu")), None)
+        if path is None:
+            continue
+        try:
+            judged[name] = judge_program(read_program(path), entry, records)
+        except (ValueError, OSError) as exc:
+            judged[name] = {"judged": False, "why": str(exc)}
+    ok = [j for j in judged.values() if j.get("judged", True)]
+    figures: dict[str, Any] = {"judged": judged, "trace_corpus_programs": len(ok)}
+    if ok:
+        figures["trace_corpus_headline_right"] = sum(j["headline_right"] for j in ok) / len(ok)
+        figures["trace_corpus_steps_right"] = sum(j["steps_right"] for j in ok) / len(ok)
+        figures["trace_corpus_startup_charged_s"] = sum(j["startup_charged_s"] for j in ok)
+        figures["trace_corpus_foreign_advice"] = sum(len(j["foreign_advice"]) for j in ok)
+        errors = [j["prediction_error"] for j in ok if "prediction_error" in j]
+        if errors:
+            figures["trace_corpus_prediction_error_max"] = max(errors)
+        shares = [j["idle_share_error"] for j in ok if "idle_share_error" in j]
+        if shares:
+            figures["trace_corpus_idle_share_error_max"] = max(shares)
+    return figures

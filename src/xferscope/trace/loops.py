@@ -1,0 +1,156 @@
+"""Which line of a program marks its loop's steps, process by process. Every line of the main
+thread's recorded calls (copies, waits) made at least MIN_STEPS times is a candidate, each burst
+of its calls closer than a burst counted once (a batch's tensors; a pageable copy and the wait
+PyTorch makes after it), as are xferscope.torch.DeviceLoader's batches. The step line is the
+one that recurs with the loop's period and coincides with the GPU's work:
+1. it spans most of its process's GPU work: at least MIN_COVERS of it, and at least COVERS of
+   the share the best candidate spans (a model's upload, or a start-up that loads tensors one
+   by one, spans none of the loop; a line run once an epoch spans it but recurs less often);
+2. of those, the lines that recur as often as one another are the loop's period: the count of
+   steps the most lines share (a loop's batch copy and its `.item()` run once a step each),
+   then a count with an upload in it, then the larger count;
+3. of those lines, an upload (where a step's input arrives), then a wait, then the main thread's
+   other copies, then the one spanning the most GPU work.
+The others that spanned the loop are kept as runners-up, so the output can say what else
+recurred. `--region FILE:LINE` names the line instead."""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from dataclasses import dataclass
+
+from .costs import covered_ns, process_busy
+from .records import LOADER_WHERE, Call, Trace
+
+MIN_STEPS = 5  # a line called fewer times marks no loop
+# A call of a line this soon after its last one ended is the same mark: ten times the line's
+# usual short gap (its gaps' first quartile), at least BURST_MIN_S and at most BURST_S.
+BURST_MIN_S, BURST_S = 50e-6, 1e-3
+COVERS = 0.5  # a candidate spans at least this share of what the best one spans
+# ... and at least this share of its process's GPU work: a line that recurs in one part of a
+# program that has no loop (a run of copies) marks no steady state
+MIN_COVERS = 0.3
+SAME_PERIOD = 0.1  # counts of steps within this share of each other are one period
+MOST_RUNNERS_UP = 4
+KINDS = ("upload", "wait", "copy", "loader")  # a step line's kinds, preferred first
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A line that recurs: its process, place, kind of call and each mark (a burst's start,
+    ns); `covers`, the share of its process's GPU work between its first mark and its last."""
+
+    pid: int
+    where: str
+    kind: str  # KINDS
+    marks: tuple[int, ...]
+    covers: float = 0.0
+
+    @property
+    def steps(self) -> int:
+        return len(self.marks) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerUp:
+    """A candidate that was not chosen, as the document keeps it."""
+
+    where: str
+    pid: int
+    kind: str
+    steps: int
+    covers: float
+
+
+def at_region(where: str, region: str) -> bool:
+    """Whether a call's line (`/path/train.py:41 (train)`) is the line `region` names
+    (`train.py:41`, or its whole path)."""
+    line = where.split(" (", 1)[0]
+    return line == region or line.endswith("/" + region)
+
+
+def _marking(call: Call, pid: int, where: str | None) -> str:
+    """The line a call may mark steps by: the main thread's, or DeviceLoader's thread's wait at
+    the end of each batch it moves (one batch a step, `ahead` steps early: where the step makes
+    no CUDA call of its own that the trace records, its batches mark it); "" for any other."""
+    if call.thread == pid:
+        return where or ""
+    if where == LOADER_WHERE and call.synchronizes:
+        return where
+    return ""
+
+
+def candidates(trace: Trace) -> dict[int, list[Candidate]]:
+    """Each process's lines made MIN_STEPS times or more, with their marks and the share of
+    the process's GPU work they span."""
+    calls: dict[tuple[int, str], list[tuple[int, int, str]]] = defaultdict(list)
+    for c in trace.copies:
+        if c.call is not None and (c.python or c.frames):
+            where = _marking(c.call, c.pid, trace.where(c.frames, c.python))
+            kind = "upload" if c.direction == "h2d" else "copy"
+            if where:
+                calls[(c.pid, where)].append((c.call.start_ns, c.call.end_ns, kind))
+    for call in trace.calls:
+        if call.synchronizes and (call.python or call.frames):
+            where = _marking(call, call.pid, trace.where(call.frames, call.python))
+            if where:
+                calls[(call.pid, where)].append((call.start_ns, call.end_ns, "wait"))
+    busy = process_busy(trace)
+    found: dict[int, list[Candidate]] = defaultdict(list)
+    for (pid, where), spans in calls.items():
+        spans.sort()
+        marks = bursts([(a, b) for a, b, _ in spans])
+        if len(marks) < MIN_STEPS:
+            continue
+        kinds = {k for _, _, k in spans}
+        kind = "loader" if where == LOADER_WHERE else next(k for k in KINDS if k in kinds)
+        starts, ends = busy.get(pid, ([], []))
+        total = sum(e - s for s, e in zip(starts, ends, strict=True))
+        spanned = covered_ns(starts, ends, marks[0], marks[-1])
+        covers = spanned / total if total else 0.0
+        found[pid].append(Candidate(pid, where, kind, tuple(marks), covers))
+    return found
+
+
+def choose(found: list[Candidate], region: str = "") -> tuple[Candidate | None, list[RunnerUp]]:
+    """The step line of one process's candidates (the module's rule), and the runners-up."""
+    if region:
+        found = [c for c in found if at_region(c.where, region)]
+    else:
+        found = [c for c in found if c.covers >= MIN_COVERS]
+    if not found:
+        return None, []
+    best = max(c.covers for c in found)
+    near = [c for c in found if c.covers >= COVERS * best]
+    period = max(_periods(near), key=lambda g: (len(g), any(c.kind == "upload" for c in g),
+                                                 g[0].steps))  # fmt: skip
+    chosen = max(period, key=lambda c: (-KINDS.index(c.kind), c.covers, -c.marks[0]))
+    others = sorted((c for c in found if c is not chosen), key=lambda c: (-c.covers, -c.steps))
+    return chosen, [RunnerUp(c.where, c.pid, c.kind, c.steps, c.covers)
+                    for c in others[:MOST_RUNNERS_UP]]  # fmt: skip
+
+
+def _periods(found: list[Candidate]) -> list[list[Candidate]]:
+    """The candidates grouped by their count of steps, counts within SAME_PERIOD of the group's
+    first one together."""
+    groups: list[list[Candidate]] = []
+    for c in sorted(found, key=lambda c: c.steps):
+        if groups and c.steps <= groups[-1][0].steps * (1 + SAME_PERIOD) + 1:
+            groups[-1].append(c)
+        else:
+            groups.append([c])
+    return groups
+
+
+def bursts(spans: list[tuple[int, int]]) -> list[int]:
+    """The start of each burst of one line's calls (sorted (start, end) pairs)."""
+    gaps = sorted(b[0] - a[1] for a, b in itertools.pairwise(spans))
+    usual = gaps[len(gaps) // 4] if gaps else 0
+    threshold = min(BURST_S * 1e9, max(BURST_MIN_S * 1e9, 10 * usual))
+    starts, ended = [spans[0][0]], spans[0][1]
+    for start, end in spans[1:]:
+        if start - ended >= threshold:
+            starts.append(start)
+        ended = max(ended, end)
+    return starts

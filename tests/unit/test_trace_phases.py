@@ -1,0 +1,169 @@
+"""The trace's phases (issue 67): which line marks a loop's steps on loops it was not built
+around, the start-up kept apart from the steady state every finding is judged on, the idle
+after a wait kept the wait's, and compare's "paid" only where a finding's cause is gone."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from xferscope.trace.analyze import analyze
+from xferscope.trace.compare import FIX_CUT, FIX_GONE, FIX_SAME, _fixes
+from xferscope.trace.findings import Context, input_starved, synchronizing
+from xferscope.trace.loops import Candidate, choose
+from xferscope.trace.records import Call, Copy, Interval, MainSamples, PyFrame, Trace
+from xferscope.trace.steps import loops
+from xferscope.trace.timeline import timelines
+
+MS, US = 1_000_000, 1_000
+IMPORT = PyFrame("<frozen importlib._bootstrap>", 1, "_find_and_load")
+
+
+def _upload(t: int, line: int, pid: int = 1, device: int = 0, nbytes: int = 1 << 20) -> Copy:
+    call = Call("cudaMemcpyAsync_v3020", t - 50 * US, t, pid, pid)
+    return Copy(pid, "h2d", "pinned", "device", nbytes, t, t + 100 * US, device, 7, True, 0,
+                call, python=(PyFrame("train.py", line, "main"),))  # fmt: skip
+
+
+def _kernel(a: int, b: int, pid: int = 1, device: int = 0) -> Interval:
+    return Interval(pid, "kernel", "gemm", a, b, device, 7)
+
+
+def _sync(a: int, b: int, line: int, pid: int = 1) -> Call:
+    return Call(
+        "cudaStreamSynchronize_v3020", a, b, pid, pid, (), (PyFrame("train.py", line, "main"),)
+    )
+
+
+def _job(steps: int = 40, startup_ms: int = 2000, item: bool = False, looks: tuple = ()) -> Trace:
+    """A program that uploads its model in 50 copies at train.py:20, imports modules for
+    `startup_ms` with the GPU idle (the looks inside an import), then runs `steps` steps of
+    10 ms: an upload at train.py:43, 6 ms of kernels, then (with `item`) a wait at train.py:47
+    for the GPU and 3 ms of the host's own work (the looks at `looks`) before the next upload."""
+    copies = [_upload(1 * MS + i * 200 * US, 20) for i in range(50)]
+    kernels = []
+    calls = [c.call for c in copies if c.call]
+    seen: list[tuple[int, tuple]] = [(t, (IMPORT, PyFrame("train.py", 25, "<module>")))
+                                     for t in range(12 * MS, startup_ms * MS, 10 * MS)]  # fmt: skip
+    start = (startup_ms + 20) * MS
+    for i in range(steps):
+        t = start + i * 10 * MS
+        copies.append(_upload(t, 43))
+        calls.append(copies[-1].call)
+        kernels.append(_kernel(t + 100 * US, t + 6 * MS))
+        if item:
+            calls.append(_sync(t + 1 * MS, t + 6 * MS + 10 * US, 47))
+        if looks:
+            seen += [(t + 7 * MS, looks), (t + 8 * MS, looks)]
+    samples = {1: MainSamples(0.01, tuple(t for t, _ in seen), tuple(s for _, s in seen))}
+    processes = ({"pid": 1, "start_ns": 1 * MS // 2, "kernels": "all"},)
+    return Trace(tuple(copies), tuple(kernels), (), tuple(sorted(calls, key=lambda c: c.start_ns)),
+                 {}, {}, processes, samples=samples)  # fmt: skip
+
+
+def test_the_steps_are_the_loops_and_the_start_up_is_apart():
+    """The model's 50 uploads and 2 s of imports come before 40 steps of 10 ms: the steps are
+    the batch upload's, the steady state their span, and the start-up says how long it took,
+    that the GPU sat idle while the host imported, and its uploads; no finding counts any of
+    it: the input finding is the steps' 4 ms waits alone."""
+    trace = _job()
+    a = analyze(trace, 3.0, None, started_ns=0)
+    assert a.loop is not None and a.loop.where == "train.py:43 (main)" and a.loop.count == 39
+    assert a.steady_s == pytest.approx(0.39)
+    (s,) = a.startup
+    assert s.seconds == pytest.approx(2.02, abs=1e-3) and s.uploads == 50
+    assert s.idle_s > 1.9 and s.importing == s.looks > 150
+    first = a.headline
+    assert first is not None and first.code == "input_starved"
+    assert first.cost_s == pytest.approx(38 * 3.95e-3, rel=0.02)  # none of the 2 s idle
+    assert "DataLoader" not in first.advice and "train.py:43" in first.advice
+
+
+def test_a_line_run_once_an_epoch_or_at_start_up_does_not_mark_the_steps():
+    """Candidates of one process: a start-up line spanning none of the GPU work, an evaluation
+    line once an epoch, the batch copy and a `.item()` once a step: the loop's period is the
+    count two lines share, and of them the upload marks the steps; the others are runners-up."""
+    found = [
+        Candidate(1, "train.py:20", "upload", tuple(range(0, 123)), covers=0.01),
+        Candidate(1, "train.py:90", "wait", tuple(range(0, 6)), covers=0.95),
+        Candidate(1, "train.py:47", "wait", tuple(range(0, 301)), covers=0.97),
+        Candidate(1, "train.py:43", "upload", tuple(range(0, 300)), covers=0.97),
+    ]
+    chosen, runners_up = choose(found)
+    assert chosen is not None and chosen.where == "train.py:43"
+    assert [r.where for r in runners_up][:2] == ["train.py:47", "train.py:90"]
+    assert choose([found[0]]) == (None, [])  # a start-up's line alone: no loop
+
+
+def test_the_idle_after_a_wait_is_the_waits_and_not_the_inputs():
+    """Each step waits for the GPU at train.py:47 (`.item()`), then does 3 ms of its own work
+    (logging) before uploading the next batch: the GPU's idle is after that wait, the waits'
+    finding prices it, and no input finding claims it; the same idle seen waiting in a
+    DataLoader's next is the input's."""
+    logging = (PyFrame("/v/lib/python3.12/logging/__init__.py", 1, "Logger.info"),
+               PyFrame("train.py", 48, "main"))  # fmt: skip
+    trace = _job(item=True, looks=logging)
+    (gpu,) = timelines(trace).gpus
+    after = [c for c in gpu.idle if c.kind == "after_wait"]
+    assert after and after[0].waited_at.startswith("cudaStreamSynchronize at train.py:47")
+    assert after[0].where == "train.py:43 (main)"
+    steady = analyze(trace, 3.0, None).view
+    assert steady is not None
+    assert input_starved.find(Context(steady, None)) is None
+    waits = synchronizing.find(Context(steady, None))
+    assert waits is not None and waits.saving_s == pytest.approx(39 * 4e-3, rel=0.05)
+    loader = (PyFrame("/v/site-packages/torch/utils/data/dataloader.py", 1, "__next__"),
+              PyFrame("train.py", 42, "main"))  # fmt: skip
+    fed = analyze(_job(item=True, looks=loader), 3.0, None).view
+    assert fed is not None
+    f = input_starved.find(Context(fed, None))
+    assert f is not None and "num_workers" in f.advice
+
+
+def test_a_job_of_two_ranks_finds_each_ranks_steps():
+    """Two processes, a GPU each, 20 steps of 10 ms after their own start-ups: a loop each,
+    the one with the most GPU work first."""
+    copies, kernels = [], []
+    for pid, device, work in ((7, 0, 5), (8, 1, 8)):
+        for i in range(21):
+            t = (500 + 10 * i) * MS
+            copies.append(_upload(t, 60, pid, device))
+            kernels.append(_kernel(t + 100 * US, t + work * MS, pid, device))
+    calls = tuple(c.call for c in copies if c.call)
+    trace = Trace(tuple(copies), tuple(kernels), (), calls, {}, {}, ())
+    found = loops(trace)
+    assert [s.pid for s in found] == [8, 7] and all(s.count == 20 for s in found)
+
+
+def _run(step_s: float, findings: dict[str, float], saving: float = 0.1) -> dict:
+    return {"steps": 100, "step_s": step_s, "span_s": step_s * 100, "wall_s": 5.0,
+            "findings": {k: {"title": k, "cost_s": v, "saving_s": saving}
+                         for k, v in findings.items()}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("after", "status", "paid"),
+    [
+        ({}, FIX_GONE, 0.8),  # gone: the steps saved 0.08 s of the 0.1 predicted
+        ({"synchronizations": 0.005}, FIX_GONE, 0.8),  # under a tenth of its cost: gone
+        ({"synchronizations": 0.05}, FIX_CUT, None),
+        ({"synchronizations": 0.1}, FIX_SAME, None),
+    ],
+)
+def test_compare_says_paid_only_where_the_cause_is_gone(after, status, paid):
+    before = [_run(10e-3, {"synchronizations": 0.1}) for _ in range(3)]
+    runs_b = [_run(9.2e-3, after) for _ in range(3)]
+    (fix,) = _fixes(before, runs_b)
+    assert fix.status == status
+    if paid is None:
+        assert fix.paid is None and fix.saved_s is None
+    else:
+        assert fix.saved_s == pytest.approx(0.08) and fix.paid == pytest.approx(paid)
+
+
+def test_the_steps_of_a_warm_up_free_loop_are_all_steady():
+    trace = _job(steps=12, startup_ms=100)
+    (loop,) = loops(trace)
+    gaps = [b - a for a, b in itertools.pairwise(c.call.start_ns for c in trace.copies[50:])]
+    assert loop.count == 11 and loop.step_s == pytest.approx(sum(gaps) / len(gaps) * 1e-9)
