@@ -118,7 +118,7 @@ def traced(argv: list[str], records: Path, history: Path) -> dict:
     out = Path(tempfile.mkdtemp(prefix="xfs-corpus-"))
     start = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "xferscope", "trace", "--reference", "history", "--history-path",
+        [sys.executable, "-m", "xferscope", "trace", "--reference", "history", "--history",
          str(history), "--records", str(records), "-o", str(out), "--", *argv],
         capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
     )  # fmt: skip
@@ -148,7 +148,7 @@ def measure(args: argparse.Namespace) -> None:
     build = Path(tempfile.mkdtemp(prefix="xfs-corpus-build-"))
     history = records / "history.db"
     # this machine's rates, once, for every trace (`trace --reference history`)
-    subprocess.run([sys.executable, "-m", "xferscope", "run", "--quick", "--history-path",
+    subprocess.run([sys.executable, "-m", "xferscope", "run", "--quick", "--history",
                     str(history), "-o", str(build / "run")], check=True,
                    capture_output=True)  # fmt: skip
     chosen = programs(args.programs)
@@ -176,7 +176,7 @@ def measure(args: argparse.Namespace) -> None:
             entry = measured[p.name]
             base = base_command(p, build)
             variants = {"before": base, "fixed": [*base, "--fixed"]}
-            if p.resident:
+            if p.resident and not args.light:
                 variants["resident"] = [*base, "--resident"]
             try:
                 for name, argv in variants.items():
@@ -184,7 +184,7 @@ def measure(args: argparse.Namespace) -> None:
                 kept = records / p.name / f"round{round_}"
                 kept.mkdir(parents=True, exist_ok=True)
                 entry["traced"].append(traced(base, kept, history))
-                if round_ == 0:  # the fix traced once, for compare
+                if round_ == 0 and not args.light:  # the fix traced once, for compare
                     fixed = records / p.name / "fixed"
                     fixed.mkdir(parents=True, exist_ok=True)
                     entry["traced_fixed"] = traced([*base, "--fixed"], fixed, history)
@@ -218,6 +218,11 @@ def main() -> None:
     parser.add_argument("--records", default=None, help="where the raw traces are kept")
     parser.add_argument("--time-limit", type=float, default=3600.0)
     parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument(
+        "--light",
+        action="store_true",
+        help="no resident runs and no trace of the fix: a first look",
+    )
     parser.add_argument("--judge", default=None, help="a record to judge again from --records")
     parser.add_argument("--into", default=None, help="with --judge: where to write it")
     args = parser.parse_args()

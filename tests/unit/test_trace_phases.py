@@ -4,6 +4,7 @@ after a wait kept the wait's, and compare's "paid" only where a finding's cause 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -167,3 +168,36 @@ def test_the_steps_of_a_warm_up_free_loop_are_all_steady():
     (loop,) = loops(trace)
     gaps = [b - a for a, b in itertools.pairwise(c.call.start_ns for c in trace.copies[50:])]
     assert loop.count == 11 and loop.step_s == pytest.approx(sum(gaps) / len(gaps) * 1e-9)
+
+
+def test_nvtx_ranges_are_read_and_mark_the_steps(tmp_path):
+    """The injection library's NVTX records (a range's start with its name, its end by id; a
+    mark with none) read back; a range pushed once a step marks the steps before any line,
+    and `--region` may name it."""
+    import json
+
+    from xferscope.trace.reading import read_trace
+
+    lines = [{"t": "start", "pid": 5, "ts": 1}]
+    for i in range(12):
+        a = (100 + 10 * i) * MS
+        lines += [{"t": "nvtx", "id": i + 1, "a": a, "n": "train_step", "dom": "", "tid": 5,
+                   "i": 0}, {"t": "nvtx", "id": i + 1, "b": a + 9 * MS}]  # fmt: skip
+    lines.append({"t": "nvtx", "id": 99, "a": 5 * MS, "n": "loaded", "dom": "app", "tid": 5,
+                  "i": 1})  # fmt: skip
+    path = tmp_path / "trace-5.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    ranges = read_trace([path]).ranges
+    assert len(ranges) == 13 and ranges[0].name == "loaded" and ranges[0].end_ns == 5 * MS
+    assert ranges[1].name == "train_step" and ranges[1].end_ns - ranges[1].start_ns == 9 * MS
+    trace = _job(steps=12, startup_ms=50)
+    shifted = tuple(
+        dataclasses.replace(r, pid=1, start_ns=r.start_ns - 30 * MS, end_ns=r.end_ns - 30 * MS)
+        for r in ranges
+    )
+    trace = dataclasses.replace(trace, ranges=shifted)
+    (loop,) = loops(trace)
+    assert loop.where == "NVTX range train_step" and loop.kind == "nvtx" and loop.count == 11
+    assert any(r.where == "train.py:43 (main)" for r in loop.runners_up)
+    (named,) = loops(trace, "train_step")
+    assert named.where == "NVTX range train_step"

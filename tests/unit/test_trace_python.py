@@ -299,5 +299,6 @@ def test_a_region_names_the_line_that_marks_the_steps(capsys, tmp_path, monkeypa
     assert any("--region other.py:3" in n for n in none["summary"]["notes"])
     code, _, err = run(capsys, "trace", "--region", "train.py", "--", "python3", "train.py")
     assert code == 2 and err.strip() == (
-        "Error: --region: 'train.py' is not FILE:LINE, such as train.py:41"
+        "Error: --region: 'train.py' is not FILE:LINE (such as train.py:41) nor an NVTX range's "
+        "name"
     )

@@ -2,7 +2,8 @@
 // program through CUDA_INJECTION64_PATH and calls InitializeInjection() when the program first
 // initializes CUDA. It records, as JSON lines in $XFERSCOPE_TRACE_DIR/trace-<pid>.jsonl:
 //   memcpy, memset and kernel activity (kind, bytes, memory kinds, device, stream, GPU start
-//   and end, correlation ids); from callbacks on the runtime and driver API calls that copy,
+//   and end, correlation ids); NVTX ranges and marks the program pushes (name, domain, thread,
+//   start and end); from callbacks on the runtime and driver API calls that copy,
 //   set, synchronize or pin host memory (and on no other call, so the rest of the program runs
 //   at full speed): each call's function, host thread, start and end; each runtime copy's
 //   pointers, a sampled hash of a host source (repeated uploads of identical data) and the
@@ -189,6 +190,10 @@ bool attach() {
   bool ok =
       cupti.cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) == CUPTI_SUCCESS;
   for (CUpti_ActivityKind kind : kCopyKinds) ok = switch_activity(kind, true) && ok;
+  // NVTX ranges, where the program or its framework pushes them (and NVTX_INJECTION64_PATH
+  // names libcupti, as `xferscope trace` sets it): they can mark a loop's steps; no record
+  // where nothing pushes one, and none at all where CUPTI refuses
+  if (!knob("nonvtx")) switch_activity(CUPTI_ACTIVITY_KIND_MARKER, true);
   set_kernels(kernels_wanted());
   cupti.cuptiActivityFlushPeriod(1000);
   if (knob("nosubscribe")) {

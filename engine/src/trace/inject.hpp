@@ -45,7 +45,7 @@ inline std::uint64_t correlation(std::uint32_t id) {
 
 // XFERSCOPE_TRACE_KNOBS (for measuring the library's own cost, several may be given): idle
 // (loaded, nothing enabled), noapi, nocall, noframes, nohash, nopython, noactivity, nodriver,
-// noruntime, nosubscribe, nokernel; CUPTI's own settings: hostbuf
+// noruntime, nosubscribe, nokernel, nonvtx; CUPTI's own settings: hostbuf
 // (its device-side records in pinned host memory), nothreadbuf (one activity buffer, not per
 // thread)
 extern std::string knobs;
@@ -98,7 +98,7 @@ extern FILE* out;
 extern std::uint64_t limit;
 extern std::atomic<bool> closed;
 
-enum Type { kMemcpy, kMemset, kKernel, kRuntime, kDriver, kCall, kPin, kTypes };
+enum Type { kMemcpy, kMemset, kKernel, kRuntime, kDriver, kCall, kPin, kMarker, kTypes };
 
 // One API call as its callbacks saw it, formatted later by the writer thread.
 struct Call {

@@ -26,7 +26,7 @@ struct Totals {
   std::uint64_t records = 0, written = 0, bytes = 0, gpu_ns = 0;
 };
 const char* const kTypeNames[kTypes] = {"memcpy", "memset", "kernel", "runtime",
-                                        "driver", "call",   "pin"};
+                                        "driver", "call",   "pin",    "nvtx"};
 Totals totals[kTypes];                 // by record type, under out_mutex
 std::set<std::uintptr_t> frames_seen;  // return addresses to name at the end
 const char* const kPartNames[kParts] = {"callbacks", "hash", "unwind", "python", "kernel_switch"};
@@ -78,6 +78,27 @@ void write_record(const CUpti_Activity* record) {
                     ",\"dev\":%u,\"str\":%u,\"c\":%" PRIu64 "}",
                     escaped(k->name).c_str(), k->start, k->end, k->deviceId, k->streamId,
                     correlation(k->correlationId));
+      break;
+    }
+    case CUPTI_ACTIVITY_KIND_MARKER: {  // an NVTX range's start or end, or a mark
+      const auto* m = reinterpret_cast<const CUpti_ActivityMarker2*>(record);
+      const bool thread = m->objectKind == CUPTI_ACTIVITY_OBJECT_THREAD;
+      if (m->flags & CUPTI_ACTIVITY_FLAG_MARKER_END) {
+        std::snprintf(buf, sizeof buf, "{\"t\":\"nvtx\",\"id\":%u,\"b\":%" PRIu64 "}", m->id,
+                      m->timestamp);
+      } else if (m->flags &
+                 (CUPTI_ACTIVITY_FLAG_MARKER_START | CUPTI_ACTIVITY_FLAG_MARKER_INSTANTANEOUS)) {
+        if (!keep(kMarker, 0, 0)) return;
+        std::snprintf(buf, sizeof buf,
+                      "{\"t\":\"nvtx\",\"id\":%u,\"a\":%" PRIu64
+                      ",\"n\":\"%.200s\",\"dom\":\"%.80s\",\"tid\":%u,\"i\":%d}",
+                      m->id, m->timestamp, escaped(m->name ? m->name : "").c_str(),
+                      escaped(m->domain ? m->domain : "").c_str(),
+                      thread ? m->objectId.pt.threadId : 0,
+                      (m->flags & CUPTI_ACTIVITY_FLAG_MARKER_INSTANTANEOUS) ? 1 : 0);
+      } else {
+        return;
+      }
       break;
     }
     default: return;

@@ -56,6 +56,7 @@ from .options import gpu_option, history_options, option, out_option
 from .outputs import Destination, Named, Output, text
 
 REGION = re.compile(r".+:[1-9][0-9]*")  # --region: FILE:LINE
+NVTX_NAME = re.compile(r"[^\s/:.][^/:.]*")  # --region: an NVTX range's name (no file, no line)
 
 
 @cli.command(
@@ -94,10 +95,10 @@ REGION = re.compile(r".+:[1-9][0-9]*")  # --region: FILE:LINE
 @option(
     "--region",
     default="",
-    help="FILE:LINE, a line of the program run once a step (its batch copy, `loss.item()`): its "
-    "calls mark the steps, and the span from the first to the last is the steady state every "
-    "share is of. Default: the line found to repeat over the longest time, and the span from "
-    "the first GPU activity to the last.",
+    help="FILE:LINE, a line of the program run once a step (its batch copy, `loss.item()`), or "
+    "the name of an NVTX range pushed once a step: its calls mark the steps, and the span from "
+    "the first to the last is the steady state every share is of. Default: the line found to "
+    "recur with the loop's period over most of the GPU's work (an NVTX range first).",
 )
 @option(
     "--look-every",
@@ -145,8 +146,11 @@ def trace_command(**kw: Any) -> None:
     if kw["export"] not in (None, "chrome-trace"):
         raise OptionError("--export", f"'{kw['export']}' is not chrome-trace")
     kernels_setting(kw["kernels"])  # a bad --kernels is said before the program runs
-    if kw["region"] and not REGION.fullmatch(kw["region"]):
-        raise OptionError("--region", f"'{kw['region']}' is not FILE:LINE, such as train.py:41")
+    if kw["region"] and not (REGION.fullmatch(kw["region"]) or NVTX_NAME.fullmatch(kw["region"])):
+        raise OptionError(
+            "--region",
+            f"'{kw['region']}' is not FILE:LINE (such as train.py:41) nor an NVTX range's name",
+        )
     if kw["replay"] is not None and kw["command"]:
         raise OptionError("--replay", "analyzes kept runs: give no COMMAND with it")
     if kw["replay"] is not None and kw["records"] is not None:

@@ -1,18 +1,20 @@
 """Which line of a program marks its loop's steps, process by process. Every line of the main
 thread's recorded calls (copies, waits) made at least MIN_STEPS times is a candidate, each burst
 of its calls closer than a burst counted once (a batch's tensors; a pageable copy and the wait
-PyTorch makes after it), as are xferscope.torch.DeviceLoader's batches. The step line is the
-one that recurs with the loop's period and coincides with the GPU's work:
+PyTorch makes after it), as are xferscope.torch.DeviceLoader's batches and each NVTX range the
+program or its framework pushes under one name (`torch.cuda.nvtx.range("step")`). The step
+line is the one that recurs with the loop's period and coincides with the GPU's work:
 1. it spans most of its process's GPU work: at least MIN_COVERS of it, and at least COVERS of
    the share the best candidate spans (a model's upload, or a start-up that loads tensors one
    by one, spans none of the loop; a line run once an epoch spans it but recurs less often);
 2. of those, the lines that recur as often as one another are the loop's period: the count of
    steps the most lines share (a loop's batch copy and its `.item()` run once a step each),
    then a count with an upload in it, then the larger count;
-3. of those lines, an upload (where a step's input arrives), then a wait, then the main thread's
-   other copies, then the one spanning the most GPU work.
+3. of those lines, an NVTX range (the program said what a step is), an upload (where a step's
+   input arrives), then a wait, then the main thread's other copies, then the one spanning the
+   most GPU work.
 The others that spanned the loop are kept as runners-up, so the output can say what else
-recurred. `--region FILE:LINE` names the line instead."""
+recurred. `--region FILE:LINE` (or an NVTX range's name) names the line instead."""
 
 from __future__ import annotations
 
@@ -33,7 +35,8 @@ COVERS = 0.5  # a candidate spans at least this share of what the best one spans
 MIN_COVERS = 0.3
 SAME_PERIOD = 0.1  # counts of steps within this share of each other are one period
 MOST_RUNNERS_UP = 4
-KINDS = ("upload", "wait", "copy", "loader")  # a step line's kinds, preferred first
+KINDS = ("nvtx", "upload", "wait", "copy", "loader")  # a step line's kinds, preferred first
+NVTX = "NVTX range "  # an NVTX range's candidate is named NVTX + its name
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +68,9 @@ class RunnerUp:
 
 def at_region(where: str, region: str) -> bool:
     """Whether a call's line (`/path/train.py:41 (train)`) is the line `region` names
-    (`train.py:41`, or its whole path)."""
+    (`train.py:41`, or its whole path), or an NVTX range the name `region` names."""
+    if where.startswith(NVTX):
+        return where[len(NVTX) :] == region
     line = where.split(" (", 1)[0]
     return line == region or line.endswith("/" + region)
 
@@ -96,6 +101,8 @@ def candidates(trace: Trace) -> dict[int, list[Candidate]]:
             where = _marking(call, call.pid, trace.where(call.frames, call.python))
             if where:
                 calls[(call.pid, where)].append((call.start_ns, call.end_ns, "wait"))
+    for r in trace.ranges:  # NVTX: each name's ranges, their starts the marks
+        calls[(r.pid, NVTX + r.name)].append((r.start_ns, r.end_ns, "nvtx"))
     busy = process_busy(trace)
     found: dict[int, list[Candidate]] = defaultdict(list)
     for (pid, where), spans in calls.items():

@@ -20,6 +20,7 @@ from .records import (
     Interval,
     Pin,
     PyFrame,
+    Range,
     Trace,
 )
 
@@ -50,6 +51,7 @@ def read_trace(files: Iterable[Path]) -> Trace:
     warnings: list[str] = []
     raw_frames: dict[int, tuple[str, int, str]] = {}
     windows: list[tuple[int, int, int]] = []
+    ranges: list[Range] = []
     dropped = 0
     for path in sorted(files):
         pid = 0
@@ -61,6 +63,8 @@ def read_trace(files: Iterable[Path]) -> Trace:
         stacks: dict[int, tuple[PyFrame, ...]] = {}  # this process's Python stacks, by id
         process: dict[str, Any] = {"file": path.name}
         opened: int | None = None  # a kernel window's start, while it is open
+        pushed: dict[int, dict[str, Any]] = {}  # NVTX ranges begun, by id
+        ended: dict[int, int] = {}  # and their ends
         for r in jsonl_records(path):
             t = r.get("t")
             if t == "start":
@@ -116,6 +120,16 @@ def read_trace(files: Iterable[Path]) -> Trace:
                 warnings.append(str(r.get("m")))
             elif t == "pystack":
                 stacks[int(r["id"])] = py_stack(r)
+            elif t == "nvtx":
+                if "a" in r:
+                    pushed[int(r["id"])] = r
+                elif "b" in r:
+                    ended[int(r["id"])] = int(r["b"])
+        for nid, began in pushed.items():  # a range with no end recorded is a mark
+            start = int(began["a"])
+            end = start if began.get("i") else ended.get(nid, start)
+            ranges.append(Range(pid, str(began.get("n", "")), str(began.get("dom", "")), start,
+                                max(end, start), int(began.get("tid", 0))))  # fmt: skip
         if opened is not None:  # left open: it lasted to the end of what was recorded
             windows.append((pid, opened, int(process.get("end_ns") or 2**63)))
         processes.append(process)
@@ -196,6 +210,7 @@ def read_trace(files: Iterable[Path]) -> Trace:
         dropped,
         tuple(warnings),
         tuple(windows),
+        ranges=tuple(sorted(ranges, key=lambda x: x.start_ns)),
     )
 
 

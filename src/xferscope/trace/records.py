@@ -279,6 +279,19 @@ class Pin:
     start_ns: int = 0  # when its call began (0: its call was not recorded)
 
 
+@dataclass(frozen=True, slots=True)
+class Range:
+    """An NVTX range the program (or its framework) pushed: `torch.cuda.nvtx.range`,
+    `nvtxRangePush`; a mark where it has no end (end_ns == start_ns)."""
+
+    pid: int
+    name: str
+    domain: str
+    start_ns: int
+    end_ns: int
+    thread: int = 0  # as CUPTI names it (0: not a thread's)
+
+
 Timed = TypeVar("Timed", Copy, Call)  # what happened in a process at a time: a copy, a call
 
 
@@ -309,6 +322,7 @@ class Trace:
     kernel_windows: tuple[tuple[int, int, int], ...] = field(default=())
     # each Python process's main thread, looked at every few ms (samples.py), by pid
     samples: dict[int, MainSamples] = field(default_factory=dict)
+    ranges: tuple[Range, ...] = ()  # the NVTX ranges and marks the program pushed
 
     @property
     def sampled(self) -> bool:

@@ -130,9 +130,13 @@ def run_traced(
     argv = resolve(command)
     library = injection_library()
     env = dict(os.environ)
+    cupti = libraries.find("cupti", TraceError)
     env |= {
         "CUDA_INJECTION64_PATH": str(library),
-        "XFERSCOPE_LIBCUPTI": libraries.find("cupti", TraceError),
+        "XFERSCOPE_LIBCUPTI": cupti,
+        # NVTX ranges the program pushes go to CUPTI, which records them (a program's own
+        # NVTX tool, where it names one, is left in place)
+        "NVTX_INJECTION64_PATH": os.environ.get("NVTX_INJECTION64_PATH") or cupti,
         "XFERSCOPE_TRACE_DIR": str(directory),
         "XFERSCOPE_TRACE_LIMIT": str(limit),
         "XFERSCOPE_TRACE_KERNELS": setting,
