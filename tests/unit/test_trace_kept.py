@@ -63,12 +63,20 @@ def test_kept_runs_replay_as_they_were_priced(capsys, tmp_path, monkeypatch):
     assert len(runs) == 2 and runs[0].command == ("/tmp/copies", "--small", "20")
     assert runs[0].started_ns == 1_700_000_000_000_000_000 and runs[0].wall_s == 0.7
     assert [p.name for p in runs[1].files] == ["trace-840.jsonl"]
+    named = json.loads((kept / "run1" / "frames.json").read_text())
+    assert named and all(isinstance(v, str) for v in named.values())
+    # a replay names the native callers as they were named where the program ran
+    named = {a: f"{n} [where it ran]" for a, n in named.items()}
+    (kept / "run1" / "frames.json").write_text(json.dumps(named))
     monkeypatch.setattr(pipeline, "run_traced", lambda *_: pytest.fail("a replay runs nothing"))
     code, out, err = run(capsys, "trace", "--replay", str(kept), "-o", str(tmp_path / "b"))
     assert code == 0, err
     before, again = summary(tmp_path / "a"), summary(tmp_path / "b")
     assert again["summary"]["reference"]["source"] == "test curves"
-    assert again["summary"]["fixes"] == before["summary"]["fixes"]
+    assert "[where it ran]" in json.dumps(again["summary"]["fixes"])
+    assert [f["code"] for f in again["summary"]["fixes"]] == [
+        f["code"] for f in before["summary"]["fixes"]
+    ]
     assert again["options"]["runs"] == 2 and len(again["runs"]) == 2
     assert "what to change" in out
 
@@ -88,3 +96,20 @@ def test_bad_records_and_replays_are_one_line(capsys, tmp_path):
     for args, fragment in cases:
         code, _, err = run(capsys, "trace", *args)
         assert code == 2 and fragment in err and "Traceback" not in err, (args, err)
+
+
+def test_an_inlined_callers_own_line_is_named_not_a_headers():
+    """addr2line -a -i's chain for one address: a standard header's code inlined into a lambda
+    inlined into main; the program's own innermost line names it."""
+    from xferscope.trace.reading import inlined, own_frame
+
+    out = (
+        "0x0000000000000ab3\n"
+        "std::basic_istream<char>::basic_istream()\n/usr/include/c++/12/istream:606\n"
+        "main::{lambda()#1}::operator()() const\n/src/memcpy_loop.cu:137\n"
+        "main\n/src/memcpy_loop.cu:147 (discriminator 2)\n"
+        "0x0000000000000cd0\n??\n??:0\n"
+    )
+    first, unknown = inlined(out)
+    assert own_frame(first) == ("main::{lambda()#1}::operator()() const", "/src/memcpy_loop.cu:137")
+    assert own_frame(unknown) is None

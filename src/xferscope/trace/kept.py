@@ -20,6 +20,7 @@ from .runner import Ran
 
 RAN = "ran.json"  # how the run ended: command, returncode, wall_s, started_ns
 RATES = "reference.json"  # this machine's rates that priced the trace (reference.to_dict)
+FRAMES = "frames.json"  # each native return address named where the program ran
 
 
 def keep(ran: Ran, directory: Path, run: int) -> None:
@@ -50,6 +51,26 @@ def kept_rates(directory: Path) -> Reference | None:
         return from_dict(json.loads((directory / RATES).read_text(encoding="utf-8")))
     except (OSError, ValueError):
         return None
+
+
+def keep_frames(frames: dict[int, str], directory: Path, run: int) -> None:
+    """Keeps the native callers as they were named where the program ran (its binary and
+    libraries, which a replay elsewhere may not have)."""
+    into = directory / f"run{run}"
+    if into.is_dir():
+        (into / FRAMES).write_text(json.dumps({str(a): n for a, n in frames.items()}) + "\n",
+                                   encoding="utf-8")  # fmt: skip
+
+
+def kept_frames(ran: Ran) -> dict[int, str]:
+    """The native callers kept beside a run's records (keep_frames), or none."""
+    if not ran.files:
+        return {}
+    try:
+        named = json.loads((ran.files[0].parent / FRAMES).read_text(encoding="utf-8"))
+        return {int(a): str(n) for a, n in named.items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
 def check_records(directory: Path) -> None:

@@ -9,7 +9,7 @@ result document. What `xferscope trace` runs, and what a caller of the package r
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from ..documents.envelope import now
 from .analyze import analyze
 from .document import TraceResult, copy_dict, findings_of, summary_dict
 from .figures import run_figures
-from .kept import keep, keep_rates, kept_rates, read_kept
+from .kept import keep, keep_frames, keep_rates, kept_frames, kept_rates, read_kept
 from .reading import read_trace
 from .records import Trace
 from .reference import Reference, calibrate, from_history
@@ -68,7 +68,7 @@ def trace_program(
     created = now()
     kept = read_kept(options.replay) if options.replay is not None else []
     ran = kept[0] if kept else _run(options, scratch, 1)
-    trace = with_samples(read_trace(ran.files), ran.samples)
+    trace = _read(ran, options, 1)
     if not ran.files or not (trace.copies or trace.intervals or trace.calls):
         return Traced(ran, trace, None)
     more = kept[1:] if kept else _more_runs(options, scratch, ran, say)
@@ -82,8 +82,8 @@ def trace_program(
     region = options.region
     analysis = analyze(trace, ran.wall_s, reference, region, ran.started_ns)
     runs = [run_figures(trace, analysis, ran.wall_s)]
-    for other in more:
-        again = with_samples(read_trace(other.files), other.samples)
+    for i, other in enumerate(more, 2):
+        again = _read(other, options, i)
         judged = analyze(again, other.wall_s, reference, region, other.started_ns)
         runs.append(run_figures(again, judged, other.wall_s))
     wanted = len(kept) or options.runs  # the runs asked for (or kept)
@@ -111,6 +111,18 @@ def trace_program(
         runs=tuple(runs),
     )
     return Traced(ran, trace, result)
+
+
+def _read(ran: Ran, options: TraceOptions, i: int) -> Trace:
+    """Run `i`'s records read, its native callers named as where it ran: kept with its
+    records (--records), or read back from them (--replay)."""
+    trace = with_samples(read_trace(ran.files), ran.samples)
+    if options.replay is not None:
+        named = kept_frames(ran)
+        return replace(trace, frames=trace.frames | named) if named else trace
+    if options.records is not None:
+        keep_frames(trace.frames, options.records, i)
+    return trace
 
 
 def _run_directory(scratch: Path, run: int) -> Path:

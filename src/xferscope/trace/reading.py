@@ -231,18 +231,48 @@ def symbolize(raw: dict[int, tuple[str, int, str]]) -> dict[int, str]:
     for obj, items in by_object.items():
         try:
             out = subprocess.run(
-                [tool, "-f", "-C", "-e", obj, *(f"{off - 1:#x}" for _, off in items)],
+                [tool, "-a", "-i", "-f", "-C", "-e", obj, *(f"{off - 1:#x}" for _, off in items)],
                 capture_output=True,
                 text=True,
                 timeout=20,
                 check=False,
-            ).stdout.splitlines()
+            ).stdout
         except (OSError, subprocess.SubprocessError):
             continue
-        for (a, off), (function, place) in zip(
-            items, zip(out[::2], out[1::2], strict=False), strict=False
-        ):
-            if function and function != "??":
+        for (a, off), chain in zip(items, inlined(out), strict=False):
+            found = own_frame(chain)
+            if found is not None:
+                function, place = found
                 line = "" if place.startswith("??") else f" {Path(place.split(' ')[0]).name}"
                 names[a] = f"{Path(obj).name}+{off:#x} ({function}{line})"
     return names
+
+
+# a frame in these is a library's code inlined into the program (a standard header), not its own
+SYSTEM_HEADERS = ("/usr/include/", "/include/c++/", "/usr/lib/gcc/", "/cuda/include/",
+                  "/targets/x86_64-linux/include/")  # fmt: skip
+
+
+def inlined(text: str) -> list[list[tuple[str, str]]]:
+    """addr2line -a -i -f's output per address: its (function, file:line) frames, the
+    innermost inlined one first."""
+    chains: list[list[tuple[str, str]]] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("0x"):
+            chains.append([])
+            i += 1
+            continue
+        if chains and i + 1 < len(lines):
+            chains[-1].append((lines[i], lines[i + 1]))
+        i += 2
+    return chains
+
+
+def own_frame(chain: list[tuple[str, str]]) -> tuple[str, str] | None:
+    """The innermost frame of an address's inline chain that is the program's own code (not a
+    standard header inlined into it), else its innermost; None where nothing is known."""
+    known = [(f, p) for f, p in chain if f and f != "??"]
+    own = next((fp for fp in known if not any(h in fp[1] for h in SYSTEM_HEADERS)), None)
+    return own or (known[0] if known else None)
