@@ -23,8 +23,12 @@ on the same runs without a GPU (--judge). Writes benchmarks/results/trace-corpus
                                       (goal <= 0.05)
 
     python3 benchmarks/trace_corpus.py --commit $(git rev-parse HEAD) [--rounds 3]
-        [--programs a,b] [--records DIR] [--time-limit S] [--out DIR]
-    python3 benchmarks/trace_corpus.py --judge RESULT.json --records DIR [--into FILE]
+        [--programs a,b] [--records DIR] [--time-limit S] [--out DIR] [--into RESULT.json]
+    python3 benchmarks/trace_corpus.py --judge RESULT.json --records DIR [--judged FILE]
+
+Each program's variants are run untraced --rounds times, alternated, then it is traced once as
+it is (and once fixed, for `compare`); --into joins this run's programs to an earlier record's
+(programs measured in separate calls, one file).
 """
 
 from __future__ import annotations
@@ -134,6 +138,9 @@ def traced(argv: list[str], records: Path, history: Path) -> dict:
 
 
 def measure(args: argparse.Namespace) -> None:
+    """Each program in turn: its variants untraced, `--rounds` rounds alternated, then traced
+    once as it is and once fixed (records kept); the record written after each program, so a
+    time limit or a stop keeps every program measured whole."""
     import torch  # only where the programs run
 
     from foundation import write_record
@@ -151,50 +158,51 @@ def measure(args: argparse.Namespace) -> None:
     subprocess.run([sys.executable, "-m", "xferscope", "run", "--quick", "--history",
                     str(history), "-o", str(build / "run")], check=True,
                    capture_output=True)  # fmt: skip
-    chosen = programs(args.programs)
-    measured: dict[str, dict] = {}
-    skipped = {}
-    for p in chosen:
-        why = missing(p, gpus)
-        if why:
-            skipped[p.name] = why
-            print(f"{p.name}: skipped, {why}", flush=True)
-        else:
-            measured[p.name] = {"untraced": {}, "traced": []}
+    earlier = json.loads(Path(args.into).read_text())["figures"] if args.into else {}
+    measured: dict[str, dict] = dict(earlier.get("corpus", {}))
+    skipped: dict[str, str] = dict(earlier.get("skipped", {}))
     deadline = time.monotonic() + args.time_limit
-    record_path = None
 
     def write() -> Path:
         figures = {"corpus": measured, "skipped": skipped, "rounds": args.rounds}
         return write_record("trace-corpus", args.commit, meta, gpus, [], figures, Path(args.out),
                             records=str(records))  # fmt: skip
 
-    for round_ in range(args.rounds):
-        for p in chosen:
-            if p.name not in measured or time.monotonic() > deadline:
-                continue
-            entry = measured[p.name]
-            base = base_command(p, build)
-            variants = {"before": base, "fixed": [*base, "--fixed"]}
-            if p.resident and not args.light:
-                variants["resident"] = [*base, "--resident"]
-            try:
+    for p in programs(args.programs):
+        why = missing(p, gpus)
+        if why:
+            skipped[p.name] = why
+            print(f"{p.name}: skipped, {why}", flush=True)
+            continue
+        if time.monotonic() > deadline:
+            print(f"{p.name}: not measured, the time limit was reached", flush=True)
+            continue
+        skipped.pop(p.name, None)
+        measured[p.name] = entry = {"untraced": {}}
+        base = base_command(p, build)
+        variants = {"before": base, "fixed": [*base, "--fixed"]}
+        if p.resident and not args.light:
+            variants["resident"] = [*base, "--resident"]
+        try:
+            for _ in range(args.rounds):
                 for name, argv in variants.items():
                     entry["untraced"].setdefault(name, []).append(untraced(argv))
-                kept = records / p.name / f"round{round_}"
-                kept.mkdir(parents=True, exist_ok=True)
-                entry["traced"].append(traced(base, kept, history))
-                if round_ == 0 and not args.light:  # the fix traced once, for compare
-                    fixed = records / p.name / "fixed"
-                    fixed.mkdir(parents=True, exist_ok=True)
-                    entry["traced_fixed"] = traced([*base, "--fixed"], fixed, history)
-            except (RuntimeError, ValueError, subprocess.SubprocessError) as exc:
-                entry.setdefault("errors", []).append(str(exc)[-3000:])
-                print(f"{p.name}: {exc}", flush=True)
-            print(f"round {round_ + 1}: {p.name} done", flush=True)
-        record_path = write()
-    if record_path is not None:
-        judge(record_path, records, record_path)
+            for name, argv in (("round0", base), ("fixed", [*base, "--fixed"])):
+                if name == "fixed" and args.light:
+                    continue
+                kept = records / p.name / name
+                shutil.rmtree(kept, ignore_errors=True)
+                kept.mkdir(parents=True)
+                entry["traced" if name == "round0" else "traced_fixed"] = traced(
+                    argv, kept, history
+                )
+        except (RuntimeError, ValueError, subprocess.SubprocessError) as exc:
+            entry.setdefault("errors", []).append(str(exc)[-3000:])
+            print(f"{p.name}: {exc}", flush=True)
+        print(f"{p.name} done", flush=True)
+        write()
+    path = write()
+    judge(path, records, path)
 
 
 def judge(record_path: Path, records: Path, into: Path) -> None:
@@ -224,12 +232,12 @@ def main() -> None:
         help="no resident runs and no trace of the fix: a first look",
     )
     parser.add_argument("--judge", default=None, help="a record to judge again from --records")
-    parser.add_argument("--into", default=None, help="with --judge: where to write it")
+    parser.add_argument("--judged", default=None, help="with --judge: where to write it")
     args = parser.parse_args()
     if args.judge:
         if not args.records:
             parser.error("--judge needs --records, the kept traces")
-        judge(Path(args.judge), Path(args.records), Path(args.into or args.judge))
+        judge(Path(args.judge), Path(args.records), Path(args.judged or args.judge))
         return
     if not args.commit:
         parser.error("--commit is required to measure")

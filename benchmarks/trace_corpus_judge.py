@@ -50,6 +50,7 @@ class Program:
     resident: bool
     gpus: int
     needs: tuple[str, ...]
+    nvtx: tuple[str, ...] = ()  # NVTX ranges that mark its steps too (`step: STEP nvtx=NAME`)
 
 
 def read_program(path: Path) -> Program:
@@ -64,9 +65,10 @@ def read_program(path: Path) -> Program:
     if said.get("cause") not in CAUSES or not steps:
         raise ValueError(f"{path.name}: its header needs a cause of {CAUSES} and STEP lines")
     needs = tuple(n for n in re.split(r"[,\s]+", said.get("needs", "")) if n and n != "none")
+    nvtx = tuple(re.findall(r"nvtx=(\S+)", said.get("step", "")))
     return Program(path, path.stem, said["cause"], said.get("fix", ""), steps,
                    said.get("resident", "no").startswith("yes"), int(said.get("gpus", "1")),
-                   needs)  # fmt: skip
+                   needs, nvtx)  # fmt: skip
 
 
 def replay(kept: Path) -> dict[str, Any]:
@@ -97,6 +99,8 @@ def at_step_line(where: str | None, program: Program) -> bool:
     the program's STEP lines."""
     if not where:
         return False
+    if where.startswith("NVTX range ") and any(name in where for name in program.nvtx):
+        return True
     return any(re.search(rf"\b{re.escape(program.path.name)}:{n}\b", where) for n in program.steps)
 
 
@@ -170,7 +174,7 @@ def judge_program(program: Program, entry: dict[str, Any], records: Path) -> dic
     seconds = {k: _median([r["seconds"] for r in v]) for k, v in own.items()}
     startup = {k: _median([r["startup_s"] for r in v]) for k, v in own.items()}
     steps_of = {k: _median([r["steps"] for r in v]) for k, v in own.items()}
-    rounds = sorted((records / program.name).glob("round*"))
+    rounds = sorted((records / program.name).glob("round*"))  # traced as it is
     docs = [replay(r) for r in rounds if list(r.glob("run*/ran.json"))]
     if not docs:
         return {"judged": False, "why": "no kept trace"}

@@ -63,7 +63,7 @@ def test_waits_are_priced_by_the_host_time_blocked_and_the_idle_after(tmp_path):
     # 20(i + 1); the host, not waiting, would have launched it at most the 9 ms it waited sooner
     assert f.saving_s == pytest.approx(4 * 9e-3)
     assert f.cost_s == pytest.approx(4 * 10e-3)  # the GPU's idle; the host's 45 ms in `detail`
-    assert "waited 45.00 ms in 5 synchronizations" in f.detail
+    assert "waited 45.00 ms in 5 calls that wait" in f.detail
     (place,) = f.places
     assert place.where == f"{SCRIPT}:12 (train)" and place.calls == 5
     assert f.framework == "PyTorch" and "loss.detach()" in f.advice

@@ -146,17 +146,20 @@ def phase_lines(s: dict[str, Any]) -> list[str]:
 
 
 def steps_text(loop: dict[str, Any]) -> str:
-    """What the steady steps' time went to: idle, copying alone; the long steps left out."""
+    """What the steps' time went to: idle, copying alone, the input; long steps, warm-up."""
     if loop["idle_share"] is None:
         return "no step inside a kernel window (`--kernels all` gives the idle)"
-    said = f"the GPU idle {loop['idle_share']:.0%} of the steady steps' time"
+    said = f"the GPU idle {loop['idle_share']:.0%} of the steps' time"
     if loop.get("copy_share"):
         said += f" and copying with no kernel {loop['copy_share']:.0%}"
     if loop.get("input_share") is not None:
         said += f"; waiting for its input {loop['input_share']:.0%} (idle at the uploads, copies)"
     long = loop.get("long_steps") or 0
     if long:
-        said += f"; {long} long step{'' if long == 1 else 's'} (a warm-up, an epoch's start) apart"
+        said += f"; {long} long step{'' if long == 1 else 's'} (an epoch's start, an evaluation)"
+    warm = loop.get("warm_up") or 0
+    if warm:
+        said += f"; {warm} warm-up step{'' if warm == 1 else 's'} before them, the start-up's"
     return said
 
 

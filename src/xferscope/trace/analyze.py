@@ -210,7 +210,7 @@ def analyze(
     found_loops = loops(trace, region)
     within = windows(found_loops)
     view = steady(trace, within)
-    context = Context(view, reference)
+    context = Context(view, reference, found_loops, trace)
     found = find_all(context)
     notes = []
     if trace.sampled:

@@ -59,6 +59,7 @@ class IdleCause:
     seen_framework: str | None = None
     waited_at: str = ""
     seen_doing: tuple[tuple[str, int], ...] = ()  # what the looks found it doing (samples.doing)
+    value_looks: int = 0  # the looks that found it waiting for a value (samples.VALUE_READS)
 
     @property
     def steady_s(self) -> float:
@@ -96,6 +97,11 @@ def causes(
         (c for c in trace.calls if c.pid in pids and c.thread == c.pid), key=lambda c: c.start_ns
     )
     starts = [c.start_ns for c in main]
+    waiting = {(c.thread, c.start_ns) for c in trace.waits()}
+
+    def waits(c: Call) -> bool:
+        return (c.thread, c.start_ns) in waiting
+
     each: dict[Key, list[int]] = defaultdict(list)  # ns per gap, by cause
     away: dict[Key, list[tuple[int, int]]] = defaultdict(list)
 
@@ -106,7 +112,7 @@ def causes(
         if g1 - g0 < LAUNCH_GAP_S * 1e9:
             each[("launch", "", "", "")].append(g1 - g0)
             continue
-        for key, ns in split(main, starts, g0, g1, label, stretches=away).items():
+        for key, ns in split(main, starts, g0, g1, label, stretches=away, waits=waits).items():
             each[key].append(ns)
     found = [_cause(key, ns, lines_in(trace.samples, pids, away.get(key, ()))) for key, ns in
              each.items()]  # fmt: skip
@@ -121,7 +127,7 @@ def _cause(key: Key, ns: list[int], seen: Seen) -> IdleCause:
     kind, function, where, waited = key
     return IdleCause(kind, function, where, sum(ns) * 1e-9, len(ns), usual * 1e-9, len(long),
                      sum(long) * 1e-9, seen.looks, seen.input_looks, seen.lines, seen.framework,
-                     waited, seen.doing)  # fmt: skip
+                     waited, seen.doing, seen.value_looks)  # fmt: skip
 
 
 def split(
@@ -133,18 +139,20 @@ def split(
     nothing: tuple[str, str] = ("", NO_LINE),
     resumed_within_ns: int = int(RESUMED_WITHIN_S * 1e9),
     stretches: dict[Key, list[tuple[int, int]]] | None = None,
+    waits: Callable[[Call], bool] = lambda c: c.synchronizes,
 ) -> dict[Key, int]:
     """The gap [g0, g1) in ns by cause (kind, function, line, the wait it followed), each call
     named by `label` (its function and line): each stretch inside a call of the main thread
     blocked in it; each stretch before one, away until it; the rest away until the call the
     host came back with as the gap ended (within `resumed_within_ns`), else its last call in
     the gap (the GPU started what it issued), else `nothing`. Where the gap began as the host
-    came back from a wait for the GPU (within a launch's gap of g0), its away stretches are
-    after that wait. `stretches`, where given, gets each away stretch [a, b) by cause."""
+    came back from a wait for the GPU (`waits`: Trace.waits, within a launch's gap of g0), its
+    away stretches are after that wait. `stretches`, where given, gets each away stretch [a, b)
+    by cause."""
     out: dict[Key, int] = defaultdict(int)
     i = max(bisect.bisect_left(starts, g0) - 1, 0)
     waited = ""  # the wait the gap began with, as "function at line"
-    if i < len(main) and main[i].synchronizes and main[i].end_ns >= g0 - LAUNCH_GAP_S * 1e9:
+    if i < len(main) and waits(main[i]) and main[i].end_ns >= g0 - LAUNCH_GAP_S * 1e9:
         function, line = label(main[i])
         waited = f"{function} at {line}" if line else function
     kind = "after_wait" if waited else "away"

@@ -37,6 +37,14 @@ SAME_PERIOD = 0.1  # counts of steps within this share of each other are one per
 MOST_RUNNERS_UP = 4
 KINDS = ("nvtx", "upload", "wait", "copy", "loader")  # a step line's kinds, preferred first
 NVTX = "NVTX range "  # an NVTX range's candidate is named NVTX + its name
+# NVTX domains of libraries, whose ranges are their own calls, not the program's steps: CUB and
+# Thrust (CCCL), NCCL, XLA's profiler (TSL), cuDNN, cuBLAS; but XLA's range around each run of a
+# compiled program (`XlaModule:#hlo_module=jit_train_step,...`) is a JAX program's step
+XLA_PROGRAM = "XlaModule:"
+LIBRARY_DOMAINS = frozenset(
+    ("CCCL", "CUB", "Thrust", "NCCL", "TSL", "XLA", "cuDNN", "cudnn", "cuBLAS", "cuBLASLt",
+     "NVSHMEM", "cuFFT", "cuSPARSE", "TensorRT")
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +110,8 @@ def candidates(trace: Trace) -> dict[int, list[Candidate]]:
             if where:
                 calls[(call.pid, where)].append((call.start_ns, call.end_ns, "wait"))
     for r in trace.ranges:  # NVTX: each name's ranges, their starts the marks
-        calls[(r.pid, NVTX + r.name)].append((r.start_ns, r.end_ns, "nvtx"))
+        if r.domain not in LIBRARY_DOMAINS or r.name.startswith(XLA_PROGRAM):
+            calls[(r.pid, NVTX + r.name)].append((r.start_ns, r.end_ns, "nvtx"))
     busy = process_busy(trace)
     found: dict[int, list[Candidate]] = defaultdict(list)
     for (pid, where), spans in calls.items():

@@ -83,7 +83,8 @@ class Startup:
     pin_s: float
     looks: int  # looks at its main thread in its start-up
     importing: int  # of them, inside an import
-    seen_at: tuple[tuple[str, int], ...]  # the program's lines they saw, the most seen first
+    # the program's lines the looks not importing saw, the most seen first
+    seen_at: tuple[tuple[str, int], ...]
     # what uploading the start-up's copies as one copy from pinned memory would save (None:
     # too few of them, or this machine's rates not measured)
     saving_s: float | None = None
@@ -127,7 +128,9 @@ def _startup(
         for t, stack in zip(looks.ts, looks.stacks, strict=True):
             if begun <= t < step:
                 taken += 1
-                importing += any(f.file.startswith(IMPORTING) for f in stack)
+                if any(f.file.startswith(IMPORTING) for f in stack):
+                    importing += 1  # said as importing, not at the import's line
+                    continue
                 line = program_line(stack)
                 if line:
                     seen[line] = seen.get(line, 0) + 1

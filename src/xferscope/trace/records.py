@@ -11,7 +11,7 @@ import linecache
 import os
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 # CUPTI's CUpti_ActivityMemcpyKind and CUpti_ActivityMemoryKind
@@ -331,6 +331,19 @@ class Trace:
 
     def kernels(self) -> list[Interval]:
         return [i for i in self.intervals if i.what == "kernel"]
+
+    def waits(self) -> list[Call]:
+        """The calls in which the host waited for the GPU's earlier work: the explicit waits
+        (Call.synchronizes) and the copies down that block the host (a synchronous copy, or one
+        to pageable memory: PyTorch's `.cpu()` and `.tolist()`, CuPy's `.get()`), each with the
+        stack of its copy; in time order."""
+        found = [c for c in self.calls if c.synchronizes]
+        found += [
+            replace(c.call, pid=c.pid, frames=c.frames, python=c.python)
+            for c in self.copies
+            if c.call is not None and c.direction == "d2h" and c.blocks_host
+        ]
+        return sorted(found, key=lambda c: c.start_ns)
 
     @property
     def kernel_coverage(self) -> str:

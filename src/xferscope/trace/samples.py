@@ -66,6 +66,15 @@ def program_line(stack: Sequence[PyFrame]) -> str:
 # (file, the function's name's end; "" any)
 INPUT_WAITS = (("/torch/utils/data/dataloader.py", ""), (LOADER_FRAME[0], "__next__"))
 PYTORCH_LOADER = "/xferscope/transfer/frameworks/torch_loader.py"  # DeviceLoader: PyTorch's
+# Where a main thread waits for a value from the device in Python (JAX reads an array's value
+# through its runtime's own threads, with no CUDA call of the main thread to record): (file,
+# the function's name's end)
+VALUE_READS = (
+    ("/jax/_src/array.py", "_value"),
+    ("/jax/_src/array.py", "block_until_ready"),
+    ("/jax/_src/api.py", "block_until_ready"),
+    ("/jax/_src/api.py", "device_get"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +90,7 @@ class Seen:
     framework: str | None = None
     # what the main thread was doing: the innermost frames seen (doing()), the most seen first
     doing: tuple[tuple[str, int], ...] = ()
+    value_looks: int = 0  # those waiting for a value from the device (VALUE_READS)
 
 
 def waits_for_input(stack: Sequence[PyFrame]) -> bool:
@@ -95,7 +105,7 @@ def lines_in(
     mine = [samples[p] for p in pids if p in samples]
     seen: Counter[str] = Counter()
     inner: Counter[str] = Counter()
-    waiting = 0
+    waiting = reading = 0
     framework: str | None = None
     for a, b in stretches:
         for s in mine:
@@ -106,8 +116,11 @@ def lines_in(
                 if waits_for_input(stack):
                     waiting += 1
                     framework = framework or _framework(stack)
+                elif any(in_frame(stack, file, function) for file, function in VALUE_READS):
+                    reading += 1
+                    framework = framework or _framework(stack)
     return Seen(sum(seen.values()), waiting, tuple(seen.most_common(MOST_LINES)), framework,
-                tuple((d, n) for d, n in inner.most_common(MOST_LINES) if d))  # fmt: skip
+                tuple((d, n) for d, n in inner.most_common(MOST_LINES) if d), reading)  # fmt: skip
 
 
 def doing(stack: Sequence[PyFrame]) -> str:

@@ -8,15 +8,14 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ..documents.records import OMIT_WHEN
 from .costs import covered_ns, gpu_busy, merged, process_busy
 from .idle import LAUNCH_GAP_S, LONG_GAP, RESUMED_WITHIN_S, split
 from .loops import Candidate, RunnerUp, candidates, choose
 from .records import Call, Trace
 from .timeline import Timelines, clipped, judged
-
-RARE = 10  # long steps are set apart where at most one step in this many is one
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,23 +34,28 @@ class Steps:
     # the share of the steps' time that GPU ran copies or memsets and no kernel (HTA's
     # non-compute time): with idle_share, the time the step waited on its input beyond compute
     copy_share: float | None = None
-    # steps over LONG_GAP times the usual one (a warm-up's, an epoch's start, where the
-    # DataLoader starts its workers), where at most one step in RARE is one: counted in the
-    # mean step, left out of the shares, which are of the steady steps (the long waits are
-    # priced apart: idle.IdleCause.long_excess_s)
+    # steps over LONG_GAP times the usual one after the first usual one (an epoch's start,
+    # where the DataLoader starts its workers; an evaluation): counted in the mean step and the
+    # shares, and their waits priced apart (idle.IdleCause.long_excess_s). Long steps before the
+    # first usual one are the loop's warm-up (compilation, autotuning, a first epoch's workers
+    # starting): the start-up's, before the steps (warm_up counts them)
     long_steps: int = 0
-    # the share of the steady steps the GPU waited for its input: idle while the host was
+    # the share of the steps' time the GPU waited for its input: idle while the host was
     # blocked in an upload's call or away until one (a DataLoader's next batch, a pageable
     # copy's staging, many small uploads), and copy-only time; the idle every step has besides
     # (launches, the step's own Python) is not the input's, and stays with data on the GPU
     input_share: float | None = None
-    # the mean of the steps that are not long ones: the loop's steady step (step_s with them)
+    # the mean of the steps that are not long ones: the loop's usual step (step_s with them)
     steady_step_s: float | None = None
     pid: int = 0  # its process
     kind: str = ""  # the marking calls' kind (loops.KINDS)
     covers: float = 0.0  # the share of its process's GPU work its steps span
     # the other lines that recurred, the most GPU work spanned first
     runners_up: tuple[RunnerUp, ...] = ()
+    warm_up: int = 0  # the long steps before the first usual one: the start-up's
+    # each step's mark (ns), the first at start_ns and the last at end_ns: for the findings
+    # that price by step; not in the document
+    marks: tuple[int, ...] = field(default=(), metadata={OMIT_WHEN: lambda _: True})
 
     @property
     def span_s(self) -> float:
@@ -95,24 +99,20 @@ def measured(
     mine = {x.device for x in trace.copies if x.pid == pid}  # the GPUs its process used
     mine |= {x.device for x in trace.intervals if x.pid == pid}
     busy = {d: parts for d, parts in busy.items() if d in mine} or busy
+    usual = statistics.median(b - a for a, b in itertools.pairwise(at))
+    # steps over LONG_GAP times the usual one: a warm-up's before the first usual step (its
+    # marks go to the start-up), an epoch's start or an evaluation after it (counted)
+    warm = next((i for i, (a, b) in enumerate(itertools.pairwise(at))
+                 if b - a <= LONG_GAP * usual), 0)  # fmt: skip
+    at = at[warm:]
+    count = len(at) - 1
+    long_at = [b - a > LONG_GAP * usual for a, b in itertools.pairwise(at)]
     judged_ns = covered = computed = 0  # ns of the steps judged, busy in them, kernels in them
     # where every kernel of its process was recorded: a step inside one of them is judged
     parts = judged(trace, {pid}, at[0], at[-1])
-    usual = statistics.median(b - a for a, b in itertools.pairwise(at))
-    # steps over LONG_GAP times the usual one: a warm-up's, an epoch's start; where they are
-    # more than one step in RARE, they are the loop's own (a DataLoader whose workers each
-    # hand over a batch at once: three steps find one ready, the fourth waits), kept in
-    count = len(at) - 1
-    long_at = [b - a > LONG_GAP * usual for a, b in itertools.pairwise(at)]
-    if sum(long_at) * RARE > count:
-        long_at = [False] * count
-    long = steady_ns = 0
+    long = sum(long_at)
     on: dict[int, list[tuple[int, int]]] = defaultdict(list)  # judged steps by busiest GPU
-    for (a, b), is_long in zip(itertools.pairwise(at), long_at, strict=True):
-        if is_long:
-            long += 1
-            continue
-        steady_ns += b - a
+    for a, b in itertools.pairwise(at):
         if any(p0 <= a and b <= p1 for p0, p1 in parts):
             judged_ns += b - a
             # the busiest GPU of the step
@@ -120,6 +120,8 @@ def measured(
             covered += most
             computed += covered_ns(*kernels.get(device, ([], [])), a, b)
             on[device].append((a, b))
+    steady_ns = sum(b - a for (a, b), is_long in zip(itertools.pairwise(at), long_at, strict=True)
+                    if not is_long)  # fmt: skip
     idle = 1 - covered / judged_ns if judged_ns else None
     alone = (covered - computed) / judged_ns if judged_ns else None
     step_s = (at[-1] - at[0]) * 1e-9 / count
@@ -128,7 +130,7 @@ def measured(
         where, count, step_s, idle, at[0], at[-1], alone, long,
         None if waited is None or alone is None else waited + alone,
         steady_ns * 1e-9 / (count - long) if count > long else None,
-        pid, chosen.kind, chosen.covers, tuple(runners_up),
+        pid, chosen.kind, chosen.covers, tuple(runners_up), warm, tuple(at),
     )  # fmt: skip
 
 

@@ -14,19 +14,37 @@ from ...core import stats
 from ...core.units import format_bytes
 from ...documents.records import KEY
 from ..costs import merged
-from ..records import Call, Copy, Pin, Trace, user_frame
+from ..records import Call, Copy, Pin, Trace, in_frame, user_frame
 from ..reference import Reference
+from ..steps import Steps
 from ..timeline import Timelines, timelines
 
 
 @dataclass(frozen=True)
 class Context:
-    """What a finding is found in: the trace, and this machine's copy rates (None: not
-    measured); each GPU's timeline and its kernels' time, made once for every finding that
-    asks."""
+    """What a finding is found in: the trace (its steady state: phases.steady), and this
+    machine's copy rates (None: not measured); the whole trace and each process's loop, where
+    known; each GPU's timeline and its kernels' time, made once for every finding that asks."""
 
     trace: Trace
     reference: Reference | None
+    loops: tuple[Steps, ...] = ()
+    whole: Trace | None = None  # start-up and end included (None: `trace` is whole)
+
+    @cached_property
+    def uses_loader(self) -> bool:
+        """Whether the program used PyTorch's DataLoader: a look at a main thread, or a call's
+        Python stack, passed through it (its knobs are advised only then)."""
+        trace = self.whole or self.trace
+        stacks = [s for looks in trace.samples.values() for s in looks.stacks]
+        stacks += [c.python for c in trace.copies if c.python]
+        stacks += [p.python for p in trace.pins if p.python]
+        stacks += [c.python for c in trace.calls if c.python]
+        return any(in_frame(stack, DATALOADER) for stack in stacks)
+
+    def loop_of(self, pid: int) -> Steps | None:
+        """Process `pid`'s loop, or None."""
+        return next((s for s in self.loops if s.pid == pid), None)
 
     @cached_property
     def gpus(self) -> Timelines:
@@ -80,6 +98,7 @@ NO_CURVES = (
     "`xferscope run` once so the history has them"
 )
 MOST_PLACES = 12  # lines kept per finding, the costliest
+DATALOADER = "/torch/utils/data/"  # PyTorch's DataLoader's frames
 
 
 def sizes_text(copies: Sequence[Copy]) -> str:
@@ -124,17 +143,26 @@ def places(trace: Trace, items: Iterable[Copy | Pin | Call]) -> tuple[Place, ...
 
 
 def framework(trace: Trace, items: Iterable[Copy | Pin | Call]) -> str | None:
-    """The framework most of the calls that tell went through, if any."""
+    """The framework most of the calls that tell went through; where none of them tells (a
+    `.to()` from the program's own line, its native callers not unwound), the one most of the
+    program's copies went through; None where none tells."""
     counts = Counter(f for x in items if (f := trace.framework(x.frames, x.python)))
+    if not counts:
+        counts = Counter(
+            f for c in trace.copies[:4096] if (f := trace.framework(c.frames, c.python))
+        )
     return counts.most_common(1)[0][0] if counts else None
 
 
 Said = TypeVar("Said")
 
 
-def in_words(table: Mapping[str | None, Said], used: str | None) -> Said:
+def in_words(table: Mapping[str | None, Said], used: str | None, loader: bool = False) -> Said:
     """A table's entry for the framework `used` (advice, knobs), CUDA's own (None) where it has
-    none for it."""
+    none for it; where the program uses a DataLoader (`loader`), the entry "<framework>
+    DataLoader" first, which may name its knobs (no other entry does)."""
+    if loader and f"{used} DataLoader" in table:
+        return table[f"{used} DataLoader"]
     return table.get(used, table[None])
 
 
@@ -148,9 +176,11 @@ def finding(
     saving: float | None,
     detail: str = "",
     unpriced: str = "",
+    loader: bool = False,
 ) -> TraceFinding:
     """A finding of `copies`: their count, bytes, sizes and lines, and the advice in the words
-    of the framework they went through (None: CUDA's own)."""
+    of the framework they went through (None: CUDA's own) and of its DataLoader where the
+    program uses one (`loader`)."""
     used = framework(trace, copies)
     return TraceFinding(
         code,
@@ -161,7 +191,7 @@ def finding(
         places(trace, copies),
         cost,
         None if saving is None else max(0.0, saving),
-        in_words(advice, used),
+        in_words(advice, used, loader),
         detail,
         unpriced,
         used,

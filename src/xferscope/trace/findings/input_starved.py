@@ -18,7 +18,7 @@ from dataclasses import replace
 from ...core.units import format_seconds
 from ..idle import IdleCause
 from ..ranks import ranks
-from ..records import LOADER_WHERE
+from ..records import FRAMEWORKS, LOADER_WHERE
 from .base import Context, Place, TraceFinding, finding, in_words
 
 ORDER = 0  # where it stands among findings of equal price
@@ -70,6 +70,8 @@ def find(context: Context) -> TraceFinding | None:
                 continue
             if cause.kind == "after_wait" and not _loader(cause):
                 continue  # the wait's idle: the waits' finding
+            if not _loader(cause) and _computing(cause):
+                continue  # the step's own launches (a host-bound step), not its input
             if best is None or cause.steady_s > best[0].steady_s:  # a start-up's wait aside
                 best = (cause, g)
     if best is None:
@@ -154,6 +156,17 @@ def _own_input(found: TraceFinding, cause: IdleCause, idle: float) -> TraceFindi
                               doing=f" ({what})" if what else "")  # fmt: skip
     return replace(found, places=places, advice=advice, detail=found.detail + seen,
                    each_fix=(("do the input's work ahead of the step", idle),))  # fmt: skip
+
+
+def _computing(cause: IdleCause) -> bool:
+    """Whether most looks in the cause's time found the main thread inside the framework that
+    runs the step (its forward, backward, optimizer: PyTorch's, CuPy's, JAX's own code): the
+    host busy launching the step, not making its input."""
+    inside = sum(n for doing, n in cause.seen_doing if doing.endswith(FRAMEWORK_PACKAGES))
+    return cause.looks > 0 and inside * 2 >= cause.looks
+
+
+FRAMEWORK_PACKAGES = tuple(f" ({p})" for p in FRAMEWORKS)
 
 
 def _loader(cause: IdleCause) -> bool:

@@ -15,7 +15,9 @@ CODE = "pageable_copies"
 ADVICE: dict[str | None, str] = {
     None: "pin the host buffers once (cudaHostRegister or cudaMallocHost), or copy through "
     "xferscope's staged copy (xferscope.copy_to_device)",
-    "PyTorch": "pin the host tensors once: `pin_memory=True` in the DataLoader, or "
+    "PyTorch": "pin the host tensors once (`tensor.pin_memory()`, or make them with "
+    "`pin_memory=True`), then copy with `.to(device, non_blocking=True)`",
+    "PyTorch DataLoader": "pin the host tensors once: `pin_memory=True` in the DataLoader, or "
     "`tensor.pin_memory()` for a tensor made once; then `.to(device, non_blocking=True)`",
     "CuPy": "allocate the host arrays pinned, with `cupyx.empty_pinned` (or "
     "`cupyx.zeros_pinned`), and copy them with `cupy.asarray` or `ndarray.set`",
@@ -46,6 +48,7 @@ def find(context: Context) -> TraceFinding | None:
         else "priced by this machine's pinned copies of the same sizes, "
         "against each copy's time beyond the kernels its GPU ran meanwhile",
         "" if saving is not None else f"not priced: {NO_CURVES}",
+        context.uses_loader,
     )
 
 

@@ -9,16 +9,17 @@ ORDER = 6  # where it stands among findings of equal price
 CODE = "pinned_unused"
 ADVICE: dict[str | None, str] = {
     None: "do not pin it (pinned memory is taken from the OS for as long as it lives)",
-    "PyTorch": "do not pin tensors that are never copied (`pin_memory()`, or "
+    "PyTorch": "do not pin tensors that are never copied (`tensor.pin_memory()`)",
+    "PyTorch DataLoader": "do not pin tensors that are never copied (`pin_memory()`, or "
     "`pin_memory=True` for a DataLoader whose batches stay on the host)",
 }
 
 
 def find(context: Context) -> TraceFinding | None:
     trace = context.trace
-    used = [
+    used = [  # copied at any time, start-up and end included
         (c.pid, p)
-        for c in trace.copies
+        for c in (context.whole or trace).copies
         for p, side in ((c.src_ptr, c.src), (c.dst_ptr, c.dst))
         if p is not None and side in ("pinned", "pageable")
     ]
@@ -43,7 +44,7 @@ def find(context: Context) -> TraceFinding | None:
         places(trace, idle),
         cost,
         cost,
-        in_words(ADVICE, used_framework),
+        in_words(ADVICE, used_framework, context.uses_loader),
         f"{format_bytes(sum(p.bytes for p in idle))} held pinned",
         framework=used_framework,
     )

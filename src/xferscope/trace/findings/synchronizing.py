@@ -1,21 +1,28 @@
 """Waits for the GPU at the program's lines: explicit synchronizations (cudaStreamSynchronize,
-cudaDeviceSynchronize, cudaEventSynchronize and the driver's; PyTorch's `.item()`, `.cpu()` and
-`.tolist()` wait in one): what they cost is the GPU idle that followed each until the next work
+cudaDeviceSynchronize, cudaEventSynchronize and the driver's; PyTorch's `.item()` waits in one)
+and copies down that block the host (`.cpu()` and `.tolist()` to pageable memory, CuPy's
+`.get()`): Trace.waits. What they cost is the GPU idle that followed each until the next work
 arrived; the host time each blocked is said beside it. The fix, reading results once, lets the
-host go on without waiting: its next work reaches the GPU up to the time it waited sooner, so
-each wait saves the idle after it, at most the time it blocked."""
+host go on without waiting: the work it does after a wait (its bookkeeping, its next input, its
+launches) then runs while the GPU computes what the host waited for. In a loop that is priced
+step by step, as the step's dependencies give it: a step loses the idle after its waits, and
+without them it loses at most what its host did meanwhile, so each step saves the smaller of
+the GPU's idle after its waits and the time the host spent blocked in them (two waits a step,
+the second right after the first, are one). Outside a loop, each wait alone."""
 
 from __future__ import annotations
 
 import bisect
 
 from ...core.units import format_seconds
-from ..costs import process_busy
+from ..costs import covered_ns, process_busy
+from ..idle import IdleCause
 from ..records import Call, Trace, on_loader_thread
-from .base import Context, TraceFinding, framework, in_words, places
+from .base import Context, Place, TraceFinding, framework, in_words, places
 
 ORDER = 2  # where it stands among findings of equal price
 CODE = "synchronizations"
+MIN_LOOKS = 5  # an idle cause is a wait the looks saw where this many found it reading a value
 ADVICE: dict[str | None, str] = {
     None: "wait for the GPU once where a result is needed, not every iteration: keep each "
     "step's results on the GPU and read them back at the end (nsys's cuda_api_sync rule lists "
@@ -26,6 +33,9 @@ ADVICE: dict[str | None, str] = {
     '`torch.cuda.set_sync_debug_mode("warn")` names every other wait',
     "CuPy": "keep results on the GPU and read them once (`.get()`, "
     "`cupy.cuda.get_current_stream().synchronize()`) where the value is needed",
+    "JAX": "keep each step's values as device arrays (append `loss` to a list) and read them "
+    "once with `jax.device_get` after the loop or every N steps: `float(x)`, `x.item()`, "
+    "`np.asarray(x)` and `print(x)` each wait for the device",
 }
 
 
@@ -46,29 +56,54 @@ def idle_after(trace: Trace, syncs: list[Call]) -> list[float]:
     return out
 
 
+def by_step(context: Context, waits: list[Call], idle: list[float]) -> float:
+    """What reading results once saves: per step of its process's loop that waits, the smaller
+    of the GPU's idle in that step and the host's time blocked in its waits (a step takes the
+    host's time plus its waits, and without the waits the larger of the host's time and the
+    GPU's: the difference is the smaller of the two); each wait alone, the smaller of the idle
+    after it and its time, where its process has no loop."""
+    blocked: dict[tuple[int, int], float] = {}  # (pid, step) -> time blocked in its waits
+    alone = 0.0
+    for w, after in zip(waits, idle, strict=True):
+        loop = context.loop_of(w.pid)
+        if loop is None or len(loop.marks) < 2:
+            alone += min(after, w.seconds)
+            continue
+        step = bisect.bisect_right(loop.marks, w.start_ns) - 1
+        if 0 <= step < len(loop.marks) - 1:
+            blocked[(w.pid, step)] = blocked.get((w.pid, step), 0.0) + w.seconds
+    busy = process_busy(context.trace)
+    saved = alone
+    for (pid, step), waited in blocked.items():
+        loop = context.loop_of(pid)
+        if loop is not None:
+            a, b = loop.marks[step], loop.marks[step + 1]
+            starts, ends = busy.get(pid, ([], []))
+            saved += min((b - a - covered_ns(starts, ends, a, b)) * 1e-9, waited)
+    return saved
+
+
 def find(context: Context) -> TraceFinding | None:
     trace = context.trace
     # the DeviceLoader's thread and xferscope's engine threads wait for their own copies, which
     # the program's step waits for apart, if at all
     syncs = [
         c
-        for c in trace.calls
-        if c.synchronizes
-        and not on_loader_thread(c.python)
-        and not trace.engine_thread(c.frames, c.python)
+        for c in trace.waits()
+        if not on_loader_thread(c.python) and not trace.engine_thread(c.frames, c.python)
     ]
     seen = trace.seen_with_kernels(syncs)
-    if not seen:
-        return None
     idle = idle_after(trace, seen)
     followed = sum(1 for t in idle if t > 0)
-    if not followed:
-        return None  # waits with no GPU work after them: the program's end
-    scale = len(syncs) / len(seen)
-    idle_s = scale * sum(idle)
-    saving_s = scale * sum(min(t, s.seconds) for t, s in zip(idle, seen, strict=True))
+    looked = looked_waits(context)
+    if not followed and not looked:
+        return None  # no waits, or none with GPU work after them: the program's end
+    scale = len(syncs) / len(seen) if seen else 1.0
+    looked_s = sum(idle_s for _, idle_s, _ in looked)
+    idle_s = scale * sum(idle) + looked_s
+    saving_s = scale * by_step(context, seen, idle) + sum(saving for *_, saving in looked)
     blocked_s = sum(s.seconds for s in syncs)
-    used = framework(trace, syncs)
+    used = framework(trace, syncs) or next((c.seen_framework for c, *_ in looked), None)
     sampled = (
         f"; kernels were recorded in windows, so the idle is judged on the {len(seen)} waits "
         f"inside them and scaled to all {len(syncs)} (`trace --kernels all` records every "
@@ -76,20 +111,52 @@ def find(context: Context) -> TraceFinding | None:
         if scale != 1.0
         else ""
     )
+    said = (
+        f"the host waited {format_seconds(blocked_s)} in {len(syncs)} calls that wait, and after "
+        f"{followed} of them the GPU sat idle {format_seconds(idle_s - looked_s)} in all until "
+        "the host gave it its next work"
+        if syncs
+        else ""
+    )
+    for cause, cause_idle, _ in looked:
+        said += "; " if said else ""
+        said += (
+            f"the GPU sat idle {format_seconds(cause_idle)} in {cause.gaps} gaps while the "
+            f"looks found the main thread waiting for a value from the device ({cause.value_looks}"
+            f" of {cause.looks} looks) at {cause.seen_at[0][0] if cause.seen_at else '?'}"
+        )
+    own = tuple(Place(c.seen_at[0][0], c.gaps, 0, i) for c, i, _ in looked if c.seen_at)
     return TraceFinding(
         CODE,
         "waits for the GPU that leave it idle",
-        len(syncs),
+        len(syncs) + sum(c.gaps for c, *_ in looked),
         0,
         "",
-        places(trace, syncs),
+        tuple(sorted((*places(trace, syncs), *own), key=lambda p: -p.cost_s)),
         idle_s,
         saving_s,
         in_words(ADVICE, used),
-        f"the host waited {format_seconds(blocked_s)} in {len(syncs)} synchronizations, and "
-        f"after {followed} of them the GPU sat idle {format_seconds(idle_s)} in all until the "
-        "host gave it its next work; without the waits the host gives it sooner, by at most "
-        f"the time each wait blocked, which bounds the saving{sampled}",
+        said + "; without the waits the host does its work while the GPU computes: each step "
+        f"saves the smaller of the GPU's idle in it and the time its waits blocked{sampled}",
         "",
         used,
     )
+
+
+def looked_waits(context: Context) -> list[tuple[IdleCause, float, float]]:
+    """The GPUs' idle in which the looks found the main thread waiting for a value from the
+    device (samples.VALUE_READS: JAX reads one through its runtime's threads, so no CUDA call
+    of the main thread waits), each with its idle and what reading values once would save: the
+    idle, at most the GPU's busy time (the host's work can hide behind no more)."""
+    out = []
+    for g in context.gpus.gpus:
+        scale = g.scale or 0.0
+        for cause in g.idle:
+            if (
+                cause.kind == "away"
+                and cause.value_looks >= MIN_LOOKS
+                and cause.value_looks * 2 >= cause.looks
+            ):
+                idle = cause.seconds * scale
+                out.append((cause, idle, min(idle, g.busy_s * scale)))
+    return out
