@@ -67,7 +67,10 @@ def test_every_byte_the_program_copied_is_in_the_trace(copies, tmp_path):
         assert sum(c["bytes"] for c in traced) == mine[direction]["bytes"]
     assert all(c["function"] for c in doc["copies"])
     codes = {f["code"] for f in doc["findings"]}
-    assert {"trace_pageable_copies", "trace_repeated_uploads", "trace_pinned_unused"} <= codes
+    assert {"trace_pageable_copies", "trace_repeated_uploads"} <= codes
+    # the buffer it pins and never copies is pinned before its loop: the start-up's
+    pinned = sum(s["pinned_bytes"] for s in doc["summary"]["startup"])
+    assert "trace_pinned_unused" in codes or pinned > 0
 
 
 def test_driver_api_copies_are_recorded_with_their_callers(copies, tmp_path):
@@ -191,9 +194,10 @@ DDP = PROGRAMS / "ddp_loop.py"
 
 
 def test_a_gpu_fed_slowly_waits_for_its_input_at_the_copy_line(native_engine, tmp_path):
-    """One process whose host takes 30 ms to make each step's input: with kernels recorded as
-    by default (the first window, 30 s, holds the whole loop), the GPU's idle is judged where
-    they were and the input finding names the batch copy's line, with what each fix saves."""
+    """One process whose host takes 30 ms to make each step's input (no DataLoader): with
+    kernels recorded as by default (the first window, 30 s, holds the whole loop), the GPU's
+    idle is judged where they were, and the input finding names the line where the looks found
+    the host and the batch copy's line, with no DataLoader's knobs."""
     pytest.importorskip("torch")
     proc, doc = trace(tmp_path, sys.executable, str(DDP), "--input-ms", "30", "--steps", "80")
     assert proc.returncode == 0, proc.stderr
@@ -203,11 +207,12 @@ def test_a_gpu_fed_slowly_waits_for_its_input_at_the_copy_line(native_engine, tm
     assert s["kernels_recorded"] == "sampled" and 0 < gpu["judged_s"] <= gpu["span_s"]
     assert gpu["idle_share"] > 0.2
     starved = next(f for f in s["fixes"] if f["code"] == "input_starved")
-    assert starved["places"][0]["where"].startswith(line)
+    assert any(p["where"].startswith(line) for p in starved["places"])
+    assert "next_input" in starved["places"][0]["where"] and "num_workers" not in starved["fix"]
     assert starved["each_fix"] and sum(x for _, x in starved["each_fix"]) == pytest.approx(
         starved["saving_s"]
     )
-    assert s["steps"]["where"].startswith(line)
+    assert s["steps"]["where"].startswith(line) and s["headline"]["code"] == "input_starved"
 
 
 def test_the_rank_with_slow_input_is_named_as_the_one_the_others_waited_for(
@@ -231,4 +236,4 @@ def test_the_rank_with_slow_input_is_named_as_the_one_the_others_waited_for(
     assert late is not None and late["device"] == 1
     line = f"{DDP}:{_line_of(DDP, '# INPUT_LINE')} "
     assert late["cause"]["kind"] == "away" and late["cause"]["where"].startswith(line)
-    assert "made the others wait" in proc.stdout
+    assert "made the other ranks wait" in proc.stdout and s["headline"]["code"] == "straggler"
