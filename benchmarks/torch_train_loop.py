@@ -30,7 +30,6 @@ import ctypes
 import json
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -101,8 +100,7 @@ def train(
         step(i)
     torch.cuda.synchronize()
     pause = tracing_pause() if alternate else None
-    # the trace's looks at this main thread (trace/site/sitecustomize.py), where it runs them
-    looks = getattr(sys.modules.get("xferscope_trace_looks"), "SAMPLER", None)
+    # (pausing the tracing pauses its looks at this main thread too: engine/src/trace/looks.cpp)
     times: list[float] = []
     paused: list[float] = []
     for r in range(repeats * 2 if alternate else repeats):
@@ -112,8 +110,6 @@ def train(
             modes = ALTERNATE[alternate or "pause"][0 if untraced else 1]
             if any(pause(mode) != 0 for mode in modes):
                 raise SystemExit("--alternate: the tracing could not be paused (not tracing)")
-            if looks is not None:  # the looks at the main thread are the tracing's too
-                looks.paused = untraced
             for i in range(settle):  # what switching costs stays out of the timing
                 step(i)
             torch.cuda.synchronize()

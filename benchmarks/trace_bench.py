@@ -36,9 +36,8 @@ With benchmarks/torch_train_loop.py, a PyTorch training loop (part `pytorch`):
                            against torch.profiler on the same program (counts and bytes equal,
                            the median copy's GPU time within 2%: medians of alternated runs;
                            the totals of GPU time kept beside them)
-Parts idle (loader and item, also run apart) and fed: trace_idle.py's programs, the GPU's idle
-and the fixes' prices against what the programs measured (trace_idle_share_error,
-trace_prediction_error_max, trace_compare_detects_fixes).
+Parts idle (loader and item, also run apart) and fed: trace_idle.py's; corpus and sigint (run
+only when named): trace_overhead.py's, what tracing costs the corpus programs.
 Writes benchmarks/results/trace-<gpu>-<date>.json as ../shared/BENCHMARKS.md says.
 
     python3 benchmarks/trace_bench.py --commit $(git rev-parse HEAD) [--runs 5] [--out DIR]
@@ -68,6 +67,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from foundation import comparison, write_record
 from torch_train_loop import SETTLE
 from trace_idle import fed_part, idle_part, item_part, loader_part
+from trace_overhead import corpus_part, sigint_part
 from trace_runs import (
     ATTACH_SETTLE,
     LOOP,
@@ -109,8 +109,7 @@ FIXES = {
 
 
 PARTS = ("heavy", "accuracy", "fixes", "pytorch", "kinds", "processes", "idle", "fed")
-# parts run only when named: idle's two programs apart
-ALSO = ("loader", "item")
+ALSO = ("loader", "item", "corpus", "sigint")  # run only when named: trace_overhead.py's too
 
 
 def main() -> None:
@@ -592,6 +591,8 @@ PART_FUNCTIONS = {
     "fed": fed_part,
     "loader": loader_part,
     "item": item_part,
+    "corpus": corpus_part,
+    "sigint": sigint_part,
 }
 
 

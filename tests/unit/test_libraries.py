@@ -150,7 +150,8 @@ def test_trace_gives_the_program_the_cupti_found(monkeypatch, tmp_path):
     seen = tmp_path / "env"
     program = tmp_path / "prog.sh"
     program.write_text(f'#!/bin/sh\necho "$XFERSCOPE_LIBCUPTI" > {seen}\n'
-                       f'echo "$XFERSCOPE_TRACE_SAMPLE_S $PYTHONPATH" >> {seen}\n')  # fmt: skip
+                       f'echo "$XFERSCOPE_TRACE_SAMPLE_S $PYTHONPATH $NVTX_INJECTION64_PATH" >> '
+                       f'{seen}\n')  # fmt: skip
     program.chmod(0o755)
     monkeypatch.setattr(runner, "injection_library", lambda: tmp_path / "libinject.so")
     monkeypatch.setenv("PYTHONPATH", "/their/path")
@@ -158,8 +159,9 @@ def test_trace_gives_the_program_the_cupti_found(monkeypatch, tmp_path):
     assert ran.returncode == 0
     said = seen.read_text().splitlines()
     assert said[0] == cupti
-    # every Python process it starts looks at its main thread (the site directory first)
-    assert said[1] == f"0.02 {runner.SITE}:/their/path"
+    # the library looks at each Python main thread (nothing added to the program's path), and
+    # NVTX ranges go to the CUPTI found
+    assert said[1] == f"0.02 /their/path {cupti}"
 
 
 def test_a_ctrl_c_while_the_program_starts_reaches_it_once(monkeypatch, tmp_path):

@@ -1,16 +1,18 @@
 """Where the traced program's main thread was while the GPU sat idle with no CUDA call to name:
-site/sitecustomize.py looks at it every few ms in every Python process the trace starts
-(keeping the program's own sitecustomize, and silent in forked children), samples.py reads the
-looks back, and idle.causes names the program's lines they saw in each cause's time."""
+a thread of the injection library (engine/src/trace/looks.cpp) looks at it every few ms without
+the GIL, on every CPython minor this machine has, with no Python thread in the program and
+nothing written by a forked child; samples.py reads the looks back, and idle.causes names the
+program's lines they saw in each cause's time."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
+
+import pytest
 
 from xferscope.report.trace_tables import cause_text
 from xferscope.trace import runner
@@ -18,99 +20,87 @@ from xferscope.trace.idle import NO_LINE, Lines, causes
 from xferscope.trace.records import Call, MainSamples, PyFrame, Trace
 from xferscope.trace.samples import Seen, lines_in, program_line, read_samples
 
+from .test_pystack import _interpreters
+
 MS = 1_000_000  # ns
 PROGRAM = """
-import os, sys, time
+import ctypes, os, sys, threading, time
+
+lib = ctypes.PyDLL(sys.argv[1])
+lib.xferscope_looks_start.argtypes = [ctypes.c_char_p, ctypes.c_double]
+threads = threading.active_count()
+started = lib.xferscope_looks_start(sys.argv[2].encode(), float(sys.argv[3]))
 
 def wait_for_batch():
     time.sleep(0.4)  # WAIT_LINE
+
+def busy(seconds):
+    until, x = time.perf_counter() + seconds, 0
+    while time.perf_counter() < until:  # BUSY_LINE
+        x += 1
 
 if os.environ.get("FORK"):
     child = os.fork()
     if child == 0:
         time.sleep(0.2)
-        os._exit(0)
+        sys.exit(0)  # a child's exit flushes what stdio holds: none of the parent's
     wait_for_batch()
     os.waitpid(child, 0)
 else:
     wait_for_batch()
-print("theirs" if "their_site" in sys.modules else "not theirs",
-      sys.modules["xferscope_trace_looks"].SAMPLER is not None)
+busy(0.3)  # the GIL held all along: the looks do not need it
+lib.xferscope_looks_end()
+print(started, threading.active_count() - threads)
 """
 
 
-def _run(
-    tmp_path: Path, period: str = "0.002", fork: bool = False, source: str = PROGRAM
-) -> tuple[str, Path, Path]:
-    """Runs PROGRAM as the trace would (the site directory first on PYTHONPATH, a sitecustomize
-    of the program's own after it); its output, records directory, and the program."""
+def _run(tmp_path: Path, python: str = sys.executable, period: str = "0.002",
+         fork: bool = False) -> tuple[str, Path, Path]:  # fmt: skip
+    """Runs PROGRAM in `python`: the injection library's looks started from its main thread,
+    as CUDA's initialization starts them; its output, records directory, and the program."""
     records = tmp_path / "records"
-    theirs = tmp_path / "theirs"
     records.mkdir(parents=True)
-    theirs.mkdir(parents=True)
-    (theirs / "sitecustomize.py").write_text("import sys\nsys.modules['their_site'] = sys\n")
     program = tmp_path / "train.py"
-    program.write_text(source)
-    env = dict(os.environ, XFERSCOPE_TRACE_DIR=str(records), XFERSCOPE_TRACE_SAMPLE_S=period,
-               PYTHONPATH=os.pathsep.join([str(runner.SITE), str(theirs)]))  # fmt: skip
-    if fork:
-        env["FORK"] = "1"
-    done = subprocess.run([sys.executable, str(program)], env=env, capture_output=True,
-                          text=True, timeout=60, check=True)  # fmt: skip
+    program.write_text(PROGRAM)
+    env = {"FORK": "1"} if fork else {}
+    done = subprocess.run(
+        [python, str(program), str(runner.injection_library()), str(records), period],
+        env={**os.environ, **env}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
     return done.stdout.strip(), records, program
 
 
-def _wait_line(program: Path) -> str:
-    number = program.read_text().splitlines().index("    time.sleep(0.4)  # WAIT_LINE") + 1
-    return f"{program}:{number} (wait_for_batch)"
+def _line(program: Path, marker: str, function: str) -> str:
+    number = next(i for i, t in enumerate(program.read_text().splitlines(), 1) if marker in t)
+    return f"{program}:{number} ({function})"
 
 
-def test_the_main_thread_is_seen_where_it_waits_and_their_sitecustomize_still_loads(tmp_path):
-    said, records, program = _run(tmp_path)
-    assert said == "theirs True"  # theirs loaded, ours findable by its own name
+@pytest.mark.parametrize("python", _interpreters())
+def test_the_main_thread_is_seen_where_it_waits_and_where_it_holds_the_gil(tmp_path, python):
+    said, records, program = _run(tmp_path, python)
+    assert said == "0 0"  # started, and no Python thread added
     (path,) = records.glob("pysamples-*.jsonl")
     (pid, samples), *_ = read_samples([path]).items()
     assert path.name == f"pysamples-{pid}.jsonl" and samples.period_s == 0.002
-    assert len(samples.ts) >= 20 and list(samples.ts) == sorted(samples.ts)
+    assert len(samples.ts) >= 100 and list(samples.ts) == sorted(samples.ts)
     lines = [program_line(s) for s in samples.stacks]
-    assert lines.count(_wait_line(program)) >= 0.8 * len(lines)
+    waiting = lines.count(_line(program, "# WAIT_LINE", "wait_for_batch"))
+    busy = lines.count(_line(program, "# BUSY_LINE", "busy"))
+    assert waiting >= 0.4 * len(lines) and busy >= 0.2 * len(lines), lines
 
 
-def test_a_forked_child_writes_nothing_and_no_period_samples_nothing(tmp_path):
+def test_a_forked_child_writes_nothing_and_no_period_looks_at_nothing(tmp_path):
     _, records, _ = _run(tmp_path / "a", fork=True)
-    assert len(list(records.glob("pysamples-*.jsonl"))) == 1  # the parent's only
-    _, records, _ = _run(tmp_path / "b", period="0")
-    assert not list(records.glob("pysamples-*.jsonl"))
+    (path,) = records.glob("pysamples-*.jsonl")  # the parent's only
+    text = path.read_text()
+    assert text.count('"t":"samples"') == 1 and text.endswith("\n")  # nothing written twice
+    said, records, _ = _run(tmp_path / "b", period="0")
+    assert not list(records.glob("pysamples-*.jsonl")) and said.split()[1] == "0"
 
 
-AT_EXIT = """
-import atexit, sys, threading, time
-looks = sys.modules["xferscope_trace_looks"]
-
-def alive():  # the program's atexit runs after threading's shutdown, before finalizing
-    print([t.name for t in threading.enumerate() if t.name == looks.THREAD])
-
-atexit.register(alive)
-time.sleep(0.05)
-print([t.daemon for t in threading.enumerate() if t.name == looks.THREAD])
-"""
-
-
-def test_the_looks_end_with_the_main_thread_before_the_interpreter_finalizes(tmp_path):
-    """A daemon thread left sleeping is ended by Python with pthread_exit as it finalizes, which
-    aborted traced PyTorch programs at exit; a period far longer than the program still ends
-    with it, and what was seen is written."""
-    said, records, _ = _run(tmp_path, period="0.005", source=AT_EXIT)
-    assert said.splitlines() == ["[False]", "[]"]
-    (path,) = records.glob("pysamples-*.jsonl")
-    assert path.read_text().count('"t": "sample"') >= 3
-    began = time.monotonic()
-    said, _, _ = _run(tmp_path / "long", period="30", source=AT_EXIT)  # not held up for 30 s
-    assert said.splitlines() == ["[False]", "[]"] and time.monotonic() - began < 20
-
-
-def test_the_trace_runs_every_python_process_with_the_site_directory():
-    assert (runner.SITE / "sitecustomize.py").is_file() and 0 < runner.SAMPLE_S <= 0.05
+def test_the_trace_adds_no_python_thread_and_no_site_directory():
+    assert not hasattr(runner, "SITE") and 0 < runner.SAMPLE_S <= 0.05
 
 
 def test_xferscopes_own_frames_give_way_to_the_programs_line():

@@ -15,7 +15,9 @@
 // for the text. Records beyond $XFERSCOPE_TRACE_LIMIT (per kind) are counted, not written, and a
 // totals line per kind at the end keeps the summary exact. Completed buffers are written at once
 // and CUPTI is flushed every second, so a crash keeps what came before it; SIGINT, SIGTERM and
-// crash signals flush first and then do what they would have done.
+// crash signals end the trace on a thread of the library's first and then do what they would
+// have done (signals.cpp); a forked child records nothing. In a Python process, a thread of the
+// library looks where the main thread is every $XFERSCOPE_TRACE_SAMPLE_S seconds (looks.cpp).
 // Kernel records cost every launch (CUPTI instruments the kernel for its timestamps), so
 // $XFERSCOPE_TRACE_KERNELS chooses: all, none, or ON/PERIOD[/FIRST] (milliseconds): kernels
 // recorded in windows of ON, at most one every PERIOD, each opened by a copy call, the first
@@ -132,7 +134,8 @@ void sampler() {
 }
 
 void finish() {
-  if (closed.exchange(true)) return;
+  if (!recording_here() || closed.exchange(true)) return;  // a forked child ends nothing
+  end_looks();
   {
     // a signal may arrive while the sampler holds the lock: then the window stays open
     std::unique_lock<std::mutex> lock(control.mutex, std::try_to_lock);
@@ -142,34 +145,6 @@ void finish() {
   // detached, CUPTI has nothing left to flush (and a call would attach it again)
   if (!control.detached.load()) cupti.cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   write_end();
-}
-
-struct sigaction previous[32];
-
-void on_signal(int sig, siginfo_t* info, void* context) {
-  finish();
-  const struct sigaction& old = previous[sig];
-  if (old.sa_flags & SA_SIGINFO) {
-    if (old.sa_sigaction) old.sa_sigaction(sig, info, context);
-    return;
-  }
-  if (old.sa_handler == SIG_IGN) return;
-  if (old.sa_handler != SIG_DFL && old.sa_handler) {
-    old.sa_handler(sig);
-    return;
-  }
-  signal(sig, SIG_DFL);
-  raise(sig);
-}
-
-void chain_signals() {
-  for (int sig : {SIGINT, SIGTERM, SIGSEGV, SIGABRT, SIGBUS, SIGFPE, SIGILL}) {
-    struct sigaction action {};
-    action.sa_sigaction = on_signal;
-    action.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigemptyset(&action.sa_mask);
-    sigaction(sig, &action, &previous[sig]);
-  }
 }
 
 // Attaches CUPTI as this library uses it: its settings, activity buffers, the copy, memset
@@ -279,9 +254,10 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   }
   if (kernel_mode == Kernels::kSampled) std::thread(sampler).detach();
   if (!ok) line("{\"t\":\"warning\",\"m\":\"some CUPTI activity could not be enabled\"}");
+  watch_signals(finish);
   std::atexit(finish);
-  chain_signals();
   std::thread(writer).detach();
+  start_looks(dir);
   return 1;
 }
 

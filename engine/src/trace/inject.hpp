@@ -161,4 +161,24 @@ std::uint32_t python_stack();
 // Writes the stacks named since the last call (under out_mutex).
 void write_stacks();
 
+// ---- looks.cpp: where a Python process's main thread is, looked at from a thread of ours ----
+
+// The main thread's PyThreadState, once a call from it (or CUDA's initialization on it) showed it
+extern std::atomic<const void*> main_state;
+void note_main_state(const void* tstate);  // from the main thread only; others are ignored
+// Starts the looks where $XFERSCOPE_TRACE_SAMPLE_S asks for them in a Python process; their
+// records in DIRECTORY/pysamples-<pid>.jsonl.
+void start_looks(const std::string& directory);
+void looks_every(const std::string& directory, double period_s);  // the same, its period given
+void end_looks();        // the looks' file closed (from the end of the trace)
+std::uint64_t now_ns();  // CUPTI's clock (the realtime clock where CUPTI is not loaded)
+
+// ---- signals.cpp: signals and fork ----
+
+// A handler on the signals that end a process, the trace ended by `end` on a thread of its own
+// before any of them acts; fork handlers that keep a child from recording. From the process
+// that records, once.
+void watch_signals(void (*end)());
+bool recording_here();  // whether this process is the one that records (not a forked child)
+
 }  // namespace xferscope::trace

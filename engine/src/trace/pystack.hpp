@@ -41,7 +41,9 @@ struct Layout {
                                   // being set up (incomplete)
   std::ptrdiff_t ascii_data;      // sizeof(PyASCIIObject): a compact ASCII string's characters
   char cstack_owner;              // _PyInterpreterFrame.owner of a C stack's entry frame (3.12+)
-  std::uintptr_t executable_tags;  // f_executable's tag bits (3.14: a _PyStackRef), else 0
+  std::uintptr_t executable_tags;   // f_executable's tag bits (3.14: a _PyStackRef), else 0
+  std::ptrdiff_t code_firstlineno;  // PyCodeObject.co_firstlineno (int)
+  std::ptrdiff_t code_linetable;    // PyCodeObject.co_linetable (bytes: line_at's table)
 };
 // From CPython 3.10.13, 3.11.7, 3.12.1, 3.13.0 and 3.14.10's headers (offsetof, Py_BUILD_CORE),
 // x86-64 and aarch64 alike (LP64); checked at run time by tests/unit/test_pystack.py on every
@@ -49,17 +51,20 @@ struct Layout {
 // and numbers the C stack's owner 4 (FRAME_OWNED_BY_INTERPRETER took 3). A free-threaded build
 // lays its objects out otherwise and is not read.
 constexpr Layout kLayouts[] = {
-    {10, 24, -1, 32, 24, 96, -1, 104, 112, -1, -1, 48, -1, 0},
-    {11, 56, 8, 32, 48, 56, 69, 112, 128, 184, 168, 48, -1, 0},
-    {12, 56, 0, 0, 8, 56, 70, 112, 128, 192, 176, 40, 3, 0},
-    {13, 72, -1, 0, 8, 56, 70, 112, 128, 200, 184, 40, 3, 0},
-    {14, 72, -1, 0, 8, 56, 74, 112, 128, 208, 192, 40, 4, 3},
+    {10, 24, -1, 32, 24, 96, -1, 104, 112, -1, -1, 48, -1, 0, 40, 120},
+    {11, 56, 8, 32, 48, 56, 69, 112, 128, 184, 168, 48, -1, 0, 72, 136},
+    {12, 56, 0, 0, 8, 56, 70, 112, 128, 192, 176, 40, 3, 0, 68, 136},
+    {13, 72, -1, 0, 8, 56, 70, 112, 128, 200, 184, 40, 3, 0, 68, 136},
+    {14, 72, -1, 0, 8, 56, 74, 112, 128, 208, 192, 40, 4, 3, 68, 136},
 };
 constexpr char kOwnedByGenerator = 1;
-constexpr std::ptrdiff_t kStateOffset = 32;  // PyASCIIObject.state, every minor
-constexpr unsigned kCompactAscii = 0x60;     // state's compact and ascii bits
-constexpr std::ptrdiff_t kTypeOffset = 8;    // PyObject.ob_type
-constexpr std::ptrdiff_t kAsciiLength = 16;  // PyASCIIObject.length
+constexpr std::ptrdiff_t kStateOffset = 32;    // PyASCIIObject.state, every minor
+constexpr unsigned kCompactAscii = 0x60;       // state's compact and ascii bits
+constexpr std::ptrdiff_t kTypeOffset = 8;      // PyObject.ob_type
+constexpr std::ptrdiff_t kAsciiLength = 16;    // PyASCIIObject.length
+constexpr std::ptrdiff_t kBytesSize = 16;      // PyVarObject.ob_size of a bytes object
+constexpr std::ptrdiff_t kBytesData = 32;      // PyBytesObject.ob_sval
+constexpr std::ptrdiff_t kMaxTable = 1 << 20;  // a line table longer than this is not read
 constexpr std::size_t kMaxFrames = 48;
 constexpr int kCheckedWalks = 64;  // walks read through the pipe before reads are trusted
 
@@ -72,9 +77,9 @@ struct Api {
   const Layout* layout = nullptr;
   int (*is_initialized)() = nullptr;
   void* (*this_thread_state)() = nullptr;
-  int (*addr2line)(void*, int) = nullptr;
   const void* code_type = nullptr;
   const void* unicode_type = nullptr;
+  const void* bytes_type = nullptr;
   int pipe_fds[2] = {-1, -1};
 };
 
@@ -85,11 +90,11 @@ inline Api resolve() {
   auto version = reinterpret_cast<const char* (*)()>(get("Py_GetVersion"));
   api.is_initialized = reinterpret_cast<int (*)()>(get("Py_IsInitialized"));
   api.this_thread_state = reinterpret_cast<void* (*)()>(get("PyGILState_GetThisThreadState"));
-  api.addr2line = reinterpret_cast<int (*)(void*, int)>(get("PyCode_Addr2Line"));
   api.code_type = get("PyCode_Type");
   api.unicode_type = get("PyUnicode_Type");
-  if (!version || !api.is_initialized || !api.this_thread_state || !api.addr2line ||
-      !api.code_type || !api.unicode_type)
+  api.bytes_type = get("PyBytes_Type");
+  if (!version || !api.is_initialized || !api.this_thread_state || !api.code_type ||
+      !api.unicode_type || !api.bytes_type)
     return api;
   int major = 0, minor = 0;
   const char* said = version();
@@ -120,23 +125,46 @@ class Reader {
     const void* t = nullptr;
     return read(object, kTypeOffset, t) && t == type;
   }
+  // `n` bytes at `address` (false: not readable), through the pipe in pieces when checked
+  bool read_bytes(const void* address, std::size_t n, char* into) const {
+    const char* at = static_cast<const char*>(address);
+    if (!address || reinterpret_cast<std::uintptr_t>(at) < 4096) return false;
+    if (!checked_) {
+      std::memcpy(into, at, n);
+      return true;
+    }
+    for (std::size_t done = 0; done < n;) {
+      const std::size_t piece = n - done < 4096 ? n - done : 4096;
+      if (write(api_.pipe_fds[1], at + done, piece) != static_cast<ssize_t>(piece) ||
+          ::read(api_.pipe_fds[0], into + done, piece) != static_cast<ssize_t>(piece))
+        return false;
+      done += piece;
+    }
+    return true;
+  }
 
  private:
   const Api& api_;
   bool checked_;
 };
 
-// The calling thread's frames, innermost first: how many, or -1 when they could not be read
-// as expected (the caller then stops reading for good).
-inline int capture(const Api& api, bool checked, Frame* out, std::size_t max) {
+// The frame a thread state runs now (nullptr: none; false: not readable).
+inline bool current_frame(const Layout* l, const Reader& r, const void* tstate,
+                          const char*& frame) {
+  frame = nullptr;
+  if (!r.read(tstate, l->tstate_frame, frame)) return false;
+  return l->cframe_current < 0 || !frame || r.read(frame, l->cframe_current, frame);
+}
+
+// A thread's frames from its thread state, innermost first: how many, or -1 when they could
+// not be read as expected. Its own thread's, while it sits in a call (capture), or another's
+// (the main thread's, looked at by the sampler: its frames change as they are read, so the
+// reader must be checked and the caller validates what it read).
+inline int capture_state(const Api& api, const Reader& r, const void* tstate, Frame* out,
+                         std::size_t max) {
   const Layout* l = api.layout;
-  if (!l || !api.is_initialized()) return 0;
-  void* tstate = api.this_thread_state();
-  if (!tstate) return 0;  // a thread Python does not know
-  const Reader r(api, checked);
   const char* frame = nullptr;
-  if (!r.read(tstate, l->tstate_frame, frame)) return -1;
-  if (l->cframe_current >= 0 && frame && !r.read(frame, l->cframe_current, frame)) return -1;
+  if (!current_frame(l, r, tstate, frame)) return -1;
   const bool running = frame != nullptr;  // a thread running Python has a code frame
   std::size_t n = 0;
   for (int hops = 0; frame && n < max && hops < 4096; ++hops) {
@@ -172,6 +200,15 @@ inline int capture(const Api& api, bool checked, Frame* out, std::size_t max) {
   return static_cast<int>(n);
 }
 
+// The calling thread's frames, innermost first: how many, or -1 when they could not be read
+// as expected (the caller then stops reading for good).
+inline int capture(const Api& api, bool checked, Frame* out, std::size_t max) {
+  if (!api.layout || !api.is_initialized()) return 0;
+  void* tstate = api.this_thread_state();
+  if (!tstate) return 0;  // a thread Python does not know
+  return capture_state(api, Reader(api, checked), tstate, out, max);
+}
+
 // A string object's characters when it is compact ASCII (file and function names nearly always
 // are), else "?": anything else would need the GIL.
 inline std::string ascii(const Api& api, const Reader& r, const void* object) {
@@ -188,6 +225,67 @@ inline std::string ascii(const Api& api, const Reader& r, const void* object) {
   return text;
 }
 
+// The line of the instruction `offset` bytes into a code object, decoded from its line table
+// as CPython does (PyCode_Addr2Line) but through the reader alone, so a code object freed
+// while it is read gives a wrong line or none, never a crash: 3.10's pairs of (bytes, line
+// delta), 3.11's and later's location table (Objects/locations.md in CPython). -1: no line.
+inline int line_at(const Api& api, const Reader& r, const void* code, int offset) {
+  const Layout& l = *api.layout;
+  int line = 0;
+  const void* table = nullptr;
+  std::ptrdiff_t size = 0;
+  if (offset < 0 || !r.read(code, l.code_firstlineno, line) ||
+      !r.read(code, l.code_linetable, table) || !r.is(table, api.bytes_type) ||
+      !r.read(table, kBytesSize, size) || size < 0 || size > kMaxTable)
+    return -1;
+  std::string bytes(static_cast<std::size_t>(size), '\0');
+  if (size &&
+      !r.read_bytes(static_cast<const char*>(table) + kBytesData, bytes.size(), bytes.data()))
+    return -1;
+  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+  const unsigned char* end = p + bytes.size();
+  int start = 0, stop = 0;
+  if (l.minor == 10) {  // pairs: (bytes of instructions, line delta; -128: no line)
+    for (; p + 1 < end; p += 2) {
+      start = stop;
+      stop += p[0];
+      const int delta = static_cast<signed char>(p[1]);
+      if (delta != -128) line += delta;
+      if (start <= offset && offset < stop) return delta == -128 ? -1 : line;
+    }
+    return -1;
+  }
+  auto varint = [&](const unsigned char*& at) {  // 6 bits a byte, bit 6: more follow
+    unsigned value = 0, shift = 0;
+    unsigned char b = 0;
+    do {
+      if (at >= end || shift > 28) return 0u;
+      b = *at++;
+      value |= static_cast<unsigned>(b & 63) << shift;
+      shift += 6;
+    } while (b & 64);
+    return value;
+  };
+  while (p < end) {  // an entry: 1, a 4-bit code, its length less one in 2-byte code units
+    const unsigned char head = *p;
+    if (!(head & 128)) return -1;
+    const int kind = (head >> 3) & 15;
+    const unsigned char* next = p + 1;
+    if (kind == 13 || kind == 14) {  // no column, or the long form: a signed line delta first
+      const unsigned v = varint(next);
+      line += (v & 1) ? -static_cast<int>(v >> 1) : static_cast<int>(v >> 1);
+    } else if (kind >= 10 && kind <= 12) {  // one line: the delta in the code
+      line += kind - 10;
+    }
+    start = stop;
+    stop += ((head & 7) + 1) * 2;
+    if (start <= offset && offset < stop) return kind == 15 ? -1 : line;
+    for (p = next; p < end && !(*p & 128); ++p) {
+    }
+  }
+  return -1;
+}
+
 // One frame's file, line and function, read while it is alive.
 struct Named {
   std::string file, function;
@@ -200,7 +298,7 @@ inline Named name(const Api& api, bool checked, const Frame& f) {
   Named out;
   if (r.read(f.code, api.layout->code_filename, file)) out.file = ascii(api, r, file);
   if (r.read(f.code, api.layout->code_name, function)) out.function = ascii(api, r, function);
-  out.line = api.addr2line(const_cast<void*>(f.code), f.offset);
+  out.line = line_at(api, r, f.code, f.offset);
   return out;
 }
 

@@ -40,6 +40,11 @@ std::uint32_t python_stack() {
   if (!knob_python || !stacks.on.load(std::memory_order_relaxed)) return 0;
   std::call_once(stacks_once, [] { stacks.api = pystack::resolve(); });
   if (!stacks.api.layout) return 0;
+  thread_local bool seen = false;  // whether this thread was offered as the main one
+  if (!seen) {
+    seen = true;
+    if (stacks.api.is_initialized()) note_main_state(stacks.api.this_thread_state());
+  }
   const bool checked = stacks.walks.load(std::memory_order_relaxed) < pystack::kCheckedWalks;
   std::unique_lock<std::mutex> lock(stacks.mutex, std::defer_lock);
   if (checked) lock.lock();  // the pipe is shared
@@ -51,10 +56,24 @@ std::uint32_t python_stack() {
     return 0;
   }
   if (count == 0) return 0;
+  // a chain is known by its code objects, offsets and what identifies each code object (its
+  // file and function objects, its first line): a code object freed and another made at its
+  // address is not taken for it
+  const pystack::Reader r(stacks.api, checked);
+  const pystack::Layout& l = *stacks.api.layout;
   std::uint64_t key = kFnvBasis;
-  for (int i = 0; i < count; ++i)
+  for (int i = 0; i < count; ++i) {
+    const void *file = nullptr, *function = nullptr;
+    int first = 0;
+    r.read(frames[i].code, l.code_filename, file);
+    r.read(frames[i].code, l.code_name, function);
+    r.read(frames[i].code, l.code_firstlineno, first);
     key = fnv(fnv(key, reinterpret_cast<std::uintptr_t>(frames[i].code)),
               static_cast<std::uint64_t>(frames[i].offset));
+    key = fnv(fnv(fnv(key, reinterpret_cast<std::uintptr_t>(file)),
+                  reinterpret_cast<std::uintptr_t>(function)),
+              static_cast<std::uint64_t>(first));
+  }
   if (!checked) lock.lock();
   auto [at, added] = stacks.ids.try_emplace(key, static_cast<std::uint32_t>(stacks.ids.size() + 1));
   if (added) {

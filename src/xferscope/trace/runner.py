@@ -1,8 +1,9 @@
 """Runs a program unchanged under xferscope's CUPTI injection library: the program is started
 directly (no shell) with CUDA_INJECTION64_PATH naming the library, which CUDA loads into it (and
-into its child processes, which inherit the environment) when it first initializes CUDA. Ctrl-C
-and SIGTERM go to the program, which the library lets flush its records first; the program's
-exit status, or the signal that ended it, comes back as it was."""
+into its child processes, which inherit the environment) when it first initializes CUDA. The
+program runs in a session of its own, so a Ctrl-C at the terminal reaches xferscope alone, which
+forwards it, and SIGTERM, to the program once; the library lets it flush its records first. The
+program's exit status, or the signal that ended it, comes back as it was."""
 
 from __future__ import annotations
 
@@ -22,10 +23,9 @@ from ..core.compiled import engine_module
 from ..core.errors import OptionError, XferscopeError
 
 LIBRARY = "libxferscope_inject.so"
-# site/sitecustomize.py, which every traced Python process loads: a look at where its main
-# thread is every SAMPLE_S (10 ms: at most 100 looks a second, each taking the GIL a few
-# microseconds), so that GPU idle with no CUDA call to name is named by the program's line
-SITE = Path(__file__).resolve().parent / "site"
+# The injection library's looks at where a Python process's main thread is, every SAMPLE_S
+# (engine/src/trace/looks.cpp: read from a thread of the library, without the GIL), so that GPU
+# idle with no CUDA call to name is named by the program's line
 SAMPLE_S = 0.01
 DEFAULT_LIMIT = 1_000_000  # records of each kind written; beyond, counted
 # Kernel records: CUPTI times each kernel by instrumenting it, which costs every launch (5-8%
@@ -140,11 +140,8 @@ def run_traced(
         "XFERSCOPE_TRACE_DIR": str(directory),
         "XFERSCOPE_TRACE_LIMIT": str(limit),
         "XFERSCOPE_TRACE_KERNELS": setting,
-        # every Python process it starts samples where its main thread is (site/)
+        # each traced Python process's main thread looked at (looks.cpp)
         "XFERSCOPE_TRACE_SAMPLE_S": str(look_every),
-        "PYTHONPATH": os.pathsep.join(
-            p for p in (str(SITE), os.environ.get("PYTHONPATH", "")) if p
-        ),
     }
     forwarded: list[int] = []
     early: list[int] = []  # signals that came before the program was there to take them
@@ -167,7 +164,8 @@ def run_traced(
     started_ns = time.time_ns()
     try:
         try:
-            children.append(subprocess.Popen(argv, env=env))
+            # a session of its own: the terminal's Ctrl-C reaches us alone, and goes on once
+            children.append(subprocess.Popen(argv, env=env, start_new_session=True))
         except OSError as exc:
             raise OptionError("COMMAND", f"cannot start '{command[0]}': {exc.strerror}") from None
         for signum in early:  # arrived while it started
