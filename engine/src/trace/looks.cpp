@@ -38,11 +38,12 @@ constexpr std::uint64_t kMostLooks = 1000000;  // looks kept at most
 constexpr int kFlushEvery = 100;               // looks written between flushes
 constexpr int kGivingUp = 64;                  // unreadable looks in a row end the looking
 
-struct Names {  // a code object's names and what identifies it
+struct Names {  // a code object's names, its line table, and what identifies it
   const void* file = nullptr;
   const void* function = nullptr;
   int first_line = 0;
-  std::string file_text, function_text;
+  std::string file_text, function_text, lines;
+  bool read = false;
 };
 
 struct Looks {
@@ -64,9 +65,12 @@ const Names* named(const pystack::Reader& r, const void* code) {
     return nullptr;
   Names& cached = looks.names[code];
   if (cached.file != now.file || cached.function != now.function ||
-      cached.first_line != now.first_line || cached.file_text.empty()) {
+      cached.first_line != now.first_line || !cached.read) {
     now.file_text = pystack::ascii(looks.api, r, now.file);
     now.function_text = pystack::ascii(looks.api, r, now.function);
+    int first = 0;
+    if (!pystack::line_table(looks.api, r, code, first, now.lines)) return nullptr;
+    now.read = true;
     cached = std::move(now);
   }
   return &cached;
@@ -93,7 +97,7 @@ std::uint32_t look(const void* tstate) {
     for (int i = 0; i < count; ++i) {
       const Names* n = named(r, frames[i].code);
       if (!n) return 0;
-      const int line = pystack::line_at(looks.api, r, frames[i].code, frames[i].offset);
+      const int line = pystack::decode_line(l->minor, n->first_line, n->lines, frames[i].offset);
       text += (i ? ",[\"" : "[\"") + escaped(n->file_text.c_str()) + "\"," + std::to_string(line) +
               ",\"" + escaped(n->function_text.c_str()) + "\"]";
       for (const char c : n->file_text) key = fnv(key, static_cast<unsigned char>(c));

@@ -225,27 +225,31 @@ inline std::string ascii(const Api& api, const Reader& r, const void* object) {
   return text;
 }
 
-// The line of the instruction `offset` bytes into a code object, decoded from its line table
-// as CPython does (PyCode_Addr2Line) but through the reader alone, so a code object freed
-// while it is read gives a wrong line or none, never a crash: 3.10's pairs of (bytes, line
-// delta), 3.11's and later's location table (Objects/locations.md in CPython). -1: no line.
-inline int line_at(const Api& api, const Reader& r, const void* code, int offset) {
+// A code object's first line and line table (its bytes), read through the reader alone, so a
+// code object freed while it is read gives a wrong table or none, never a crash.
+inline bool line_table(const Api& api, const Reader& r, const void* code, int& first,
+                       std::string& bytes) {
   const Layout& l = *api.layout;
-  int line = 0;
   const void* table = nullptr;
   std::ptrdiff_t size = 0;
-  if (offset < 0 || !r.read(code, l.code_firstlineno, line) ||
-      !r.read(code, l.code_linetable, table) || !r.is(table, api.bytes_type) ||
-      !r.read(table, kBytesSize, size) || size < 0 || size > kMaxTable)
-    return -1;
-  std::string bytes(static_cast<std::size_t>(size), '\0');
-  if (size &&
-      !r.read_bytes(static_cast<const char*>(table) + kBytesData, bytes.size(), bytes.data()))
-    return -1;
-  const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
-  const unsigned char* end = p + bytes.size();
+  if (!r.read(code, l.code_firstlineno, first) || !r.read(code, l.code_linetable, table) ||
+      !r.is(table, api.bytes_type) || !r.read(table, kBytesSize, size) || size < 0 ||
+      size > kMaxTable)
+    return false;
+  bytes.assign(static_cast<std::size_t>(size), '\0');
+  return !size ||
+         r.read_bytes(static_cast<const char*>(table) + kBytesData, bytes.size(), bytes.data());
+}
+
+// The line of the instruction `offset` bytes into a code object whose first line and line
+// table are given, decoded as CPython does (PyCode_Addr2Line): 3.10's pairs of (bytes, line
+// delta), 3.11's and later's location table (Objects/locations.md in CPython). -1: no line.
+inline int decode_line(int minor, int line, const std::string& table, int offset) {
+  if (offset < 0) return -1;
+  const auto* p = reinterpret_cast<const unsigned char*>(table.data());
+  const unsigned char* end = p + table.size();
   int start = 0, stop = 0;
-  if (l.minor == 10) {  // pairs: (bytes of instructions, line delta; -128: no line)
+  if (minor == 10) {  // pairs: (bytes of instructions, line delta; -128: no line)
     for (; p + 1 < end; p += 2) {
       start = stop;
       stop += p[0];
@@ -284,6 +288,14 @@ inline int line_at(const Api& api, const Reader& r, const void* code, int offset
     }
   }
   return -1;
+}
+
+// The line of the instruction `offset` bytes into a code object (line_table, decode_line).
+inline int line_at(const Api& api, const Reader& r, const void* code, int offset) {
+  int first = 0;
+  std::string table;
+  if (offset < 0 || !line_table(api, r, code, first, table)) return -1;
+  return decode_line(api.layout->minor, first, table, offset);
 }
 
 // One frame's file, line and function, read while it is alive.
