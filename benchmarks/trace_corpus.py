@@ -34,18 +34,21 @@ it is (and once fixed, for `compare`); --into joins this run's programs to an ea
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import itertools
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from trace_corpus_judge import (
-    Program,  # noqa: F401  (re-exported for readers of this file)
+    Program,
     judge_all,
     read_program,
 )
@@ -58,7 +61,7 @@ SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
 RUN_TIMEOUT_S = 300
 
 
-def programs(names: str) -> list:
+def programs(names: str) -> list[Program]:
     found = sorted([*CORPUS.glob("*.py"), *CORPUS.glob("*.cu")])
     found = [p for p in found if p.name != "corpus.py"]
     chosen = [read_program(p) for p in found]
@@ -71,7 +74,7 @@ def programs(names: str) -> list:
     return chosen
 
 
-def missing(program, gpus: int) -> str | None:
+def missing(program: Program, gpus: int) -> str | None:
     """Why a program cannot run here, or None."""
     if program.gpus > gpus:
         return f"needs {program.gpus} GPUs, this host has {gpus}"
@@ -86,7 +89,7 @@ def missing(program, gpus: int) -> str | None:
     return None
 
 
-def base_command(program, build: Path) -> list[str]:
+def base_command(program: Program, build: Path) -> list[str]:
     """The program's command line, built first where it is CUDA C++."""
     if program.path.suffix == ".cu":
         binary = build / program.name
@@ -108,15 +111,17 @@ def own_line(stdout: str) -> dict:
     raise ValueError("no corpus line in the program's output")
 
 
-def untraced(argv: list[str]) -> dict:
+def untraced(argv: list[str], env: dict[str, str] | None = None) -> dict:
     start = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
     return own_line(proc.stdout) | {"wall_s": time.perf_counter() - start}
 
 
-def traced(argv: list[str], records: Path, history: Path) -> dict:
+def traced(
+    argv: list[str], records: Path, history: Path, env: dict[str, str] | None = None
+) -> dict:
     """`xferscope trace` of the program as a user runs it, its raw records kept in `records`;
     what it printed and the program's own line."""
     out = Path(tempfile.mkdtemp(prefix="xfs-corpus-"))
@@ -124,7 +129,7 @@ def traced(argv: list[str], records: Path, history: Path) -> dict:
     proc = subprocess.run(
         [sys.executable, "-m", "xferscope", "trace", "--reference", "history", "--history",
          str(history), "--records", str(records), "-o", str(out), "--", *argv],
-        capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env,
     )  # fmt: skip
     (records / "stdout.txt").write_text(proc.stdout)
     (records / "stderr.txt").write_text(proc.stderr)
@@ -140,7 +145,9 @@ def traced(argv: list[str], records: Path, history: Path) -> dict:
 def measure(args: argparse.Namespace) -> None:
     """Each program in turn: its variants untraced, `--rounds` rounds alternated, then traced
     once as it is and once fixed (records kept); the record written after each program, so a
-    time limit or a stop keeps every program measured whole."""
+    time limit or a stop keeps every program measured whole. With --parallel N, N programs at
+    a time, each on a GPU of its own (its variants still alternated on that GPU); a program of
+    several GPUs runs alone, after them."""
     import torch  # only where the programs run
 
     from foundation import write_record
@@ -154,7 +161,7 @@ def measure(args: argparse.Namespace) -> None:
     records.mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(prefix="xfs-corpus-build-"))
     history = records / "history.db"
-    # this machine's rates, once, for every trace (`trace --reference history`)
+    # every GPU's rates, once, for every trace (`trace --reference history`)
     subprocess.run([sys.executable, "-m", "xferscope", "run", "--quick", "--history",
                     str(history), "-o", str(build / "run")], check=True,
                    capture_output=True)  # fmt: skip
@@ -162,23 +169,25 @@ def measure(args: argparse.Namespace) -> None:
     measured: dict[str, dict] = dict(earlier.get("corpus", {}))
     skipped: dict[str, str] = dict(earlier.get("skipped", {}))
     deadline = time.monotonic() + args.time_limit
+    lock = threading.Lock()
+    streams = max(1, min(args.parallel, gpus))
 
     def write() -> Path:
-        figures = {"corpus": measured, "skipped": skipped, "rounds": args.rounds}
-        return write_record("trace-corpus", args.commit, meta, gpus, [], figures, Path(args.out),
-                            records=str(records))  # fmt: skip
+        with lock:
+            figures = {"corpus": measured, "skipped": skipped, "rounds": args.rounds,
+                       "parallel": streams}  # fmt: skip
+            return write_record("trace-corpus", args.commit, meta, gpus, [], figures,
+                                Path(args.out), records=str(records))  # fmt: skip
 
-    for p in programs(args.programs):
-        why = missing(p, gpus)
-        if why:
-            skipped[p.name] = why
-            print(f"{p.name}: skipped, {why}", flush=True)
-            continue
+    def one(p: Program, gpu: int | None) -> None:
         if time.monotonic() > deadline:
             print(f"{p.name}: not measured, the time limit was reached", flush=True)
-            continue
-        skipped.pop(p.name, None)
-        measured[p.name] = entry = {"untraced": {}}
+            return
+        env = None if gpu is None else dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpu))
+        mine = history if gpu is None else records / f"history-gpu{gpu}.db"  # one writer each
+        if not mine.exists():
+            shutil.copy(history, mine)
+        entry: dict = {"untraced": {}, "gpu": gpu}
         base = base_command(p, build)
         variants = {"before": base, "fixed": [*base, "--fixed"]}
         if p.resident and not args.light:
@@ -186,7 +195,7 @@ def measure(args: argparse.Namespace) -> None:
         try:
             for _ in range(args.rounds):
                 for name, argv in variants.items():
-                    entry["untraced"].setdefault(name, []).append(untraced(argv))
+                    entry["untraced"].setdefault(name, []).append(untraced(argv, env))
             for name, argv in (("round0", base), ("fixed", [*base, "--fixed"])):
                 if name == "fixed" and args.light:
                     continue
@@ -194,13 +203,37 @@ def measure(args: argparse.Namespace) -> None:
                 shutil.rmtree(kept, ignore_errors=True)
                 kept.mkdir(parents=True)
                 entry["traced" if name == "round0" else "traced_fixed"] = traced(
-                    argv, kept, history
+                    argv, kept, mine, env
                 )
         except (RuntimeError, ValueError, subprocess.SubprocessError) as exc:
             entry.setdefault("errors", []).append(str(exc)[-3000:])
             print(f"{p.name}: {exc}", flush=True)
+        with lock:
+            measured[p.name] = entry
+            skipped.pop(p.name, None)
         print(f"{p.name} done", flush=True)
         write()
+
+    chosen = []
+    for p in programs(args.programs):
+        why = missing(p, gpus)
+        if why:
+            skipped[p.name] = why
+            print(f"{p.name}: skipped, {why}", flush=True)
+        else:
+            chosen.append(p)
+    alone = [p for p in chosen if p.gpus > 1]
+    queue = [p for p in chosen if p.gpus == 1]
+    with concurrent.futures.ThreadPoolExecutor(streams) as pool:
+        taken = itertools.count()
+
+        def stream(gpu: int) -> None:
+            while (i := next(taken)) < len(queue):
+                one(queue[i], gpu if streams > 1 else None)
+
+        list(pool.map(stream, range(streams)))
+    for p in alone:
+        one(p, None)
     path = write()
     judge(path, records, path)
 
@@ -231,6 +264,10 @@ def main() -> None:
         action="store_true",
         help="no resident runs and no trace of the fix: a first look",
     )
+    parser.add_argument("--into", default=None, help="a record whose programs this run's join")
+    parser.add_argument(
+        "--parallel", type=int, default=1, help="programs at a time, each on a GPU of its own"
+    )
     parser.add_argument("--judge", default=None, help="a record to judge again from --records")
     parser.add_argument("--judged", default=None, help="with --judge: where to write it")
     args = parser.parse_args()
@@ -243,6 +280,10 @@ def main() -> None:
         parser.error("--commit is required to measure")
     if args.rounds < 1:
         parser.error("--rounds must be 1 or more")
+    if args.parallel < 1:
+        parser.error("--parallel must be 1 or more")
+    if args.into and not Path(args.into).is_file():
+        parser.error(f"--into: {args.into} is not a record file")
     measure(args)
 
 
