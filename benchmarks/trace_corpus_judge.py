@@ -231,6 +231,9 @@ def judge_program(program: Program, entry: dict[str, Any], records: Path) -> dic
             "program": {c.figure: c.verdict for c in compared.changes if c.section == "program"},
         }
         out["fixed_headline"] = headline_of(after_doc["summary"])
+        gone = next((p for p in compared.paid if p.code == headline["code"]), None)
+        if program.cause not in ("none", "startup"):  # its cause gone once fixed, and paid
+            out["fix_gone"] = gone is not None and gone.status == "gone"
     return out
 
 
@@ -258,4 +261,7 @@ def judge_all(corpus: dict[str, Any], records: Path, directory: Path) -> dict[st
         shares = [j["idle_share_error"] for j in ok if "idle_share_error" in j]
         if shares:
             figures["trace_corpus_idle_share_error_max"] = max(shares)
+        gone = [j["fix_gone"] for j in ok if "fix_gone" in j]
+        if gone:  # `compare` of the fixed trace: the headline's cause gone, its saving paid
+            figures["trace_corpus_fix_gone"] = sum(gone) / len(gone)
     return figures
