@@ -47,11 +47,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trace_corpus_judge import (
-    Program,
-    judge_all,
-    read_program,
-)
+from trace_corpus_judge import Program, is_program, judge_all, read_program
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "trace_corpus"
@@ -63,7 +59,7 @@ RUN_TIMEOUT_S = 300
 
 def programs(names: str) -> list[Program]:
     found = sorted([*CORPUS.glob("*.py"), *CORPUS.glob("*.cu")])
-    found = [p for p in found if p.name != "corpus.py"]
+    found = [p for p in found if is_program(p)]  # corpus.py and models.py are helpers
     chosen = [read_program(p) for p in found]
     if names:
         wanted = names.split(",")

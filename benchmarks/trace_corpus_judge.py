@@ -53,6 +53,12 @@ class Program:
     nvtx: tuple[str, ...] = ()  # NVTX ranges that mark its steps too (`step: STEP nvtx=NAME`)
 
 
+def is_program(path: Path) -> bool:
+    """Whether a file of the corpus is a program (it has a header's cause), not a helper."""
+    return any(HEADER.match(line) and "cause:" in line
+               for line in path.read_text().splitlines()[:80])  # fmt: skip
+
+
 def read_program(path: Path) -> Program:
     """A corpus program's header (trace_corpus/README.md)."""
     text = path.read_text()

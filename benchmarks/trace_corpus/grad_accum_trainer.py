@@ -22,7 +22,7 @@ import math
 import torch
 import torch.nn.functional as F
 from corpus import Loop, options
-from torch import nn
+from models import resnet
 from torch.utils.data import DataLoader, TensorDataset
 
 args = options(200, resident=True)
@@ -30,42 +30,6 @@ args = options(200, resident=True)
 MICRO, ACCUM, SIDE, CLASSES, WARMUP = 64, 4, 128, 1000, 4
 device = torch.device("cuda")
 torch.manual_seed(0)
-
-
-class Block(nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int) -> None:
-        super().__init__()
-        self.body = nn.Sequential(
-            nn.Conv2d(cin, cout, 3, stride, 1, bias=False),
-            nn.BatchNorm2d(cout),
-            nn.ReLU(inplace=True),
-            nn.Conv2d(cout, cout, 3, 1, 1, bias=False),
-            nn.BatchNorm2d(cout),
-        )
-        self.skip = nn.Identity()
-        if stride != 1 or cin != cout:
-            self.skip = nn.Sequential(
-                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
-            )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.relu(self.body(x) + self.skip(x))
-
-
-def convnet(widths: tuple[int, ...] = (64, 128, 256, 512), depth: int = 2) -> nn.Module:
-    layers: list[nn.Module] = [
-        nn.Conv2d(3, widths[0], 7, 2, 3, bias=False),
-        nn.BatchNorm2d(widths[0]),
-        nn.ReLU(inplace=True),
-        nn.MaxPool2d(3, 2, 1),
-    ]
-    cin = widths[0]
-    for i, width in enumerate(widths):
-        for j in range(depth):
-            layers.append(Block(cin, width, 2 if i > 0 and j == 0 else 1))
-            cin = width
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, CLASSES)]
-    return nn.Sequential(*layers)
 
 
 # one epoch holds every micro-batch the run takes: no epoch starts inside the loop
@@ -84,7 +48,7 @@ loader = DataLoader(
     generator=torch.Generator().manual_seed(0),
 )
 
-model = convnet().to(device, memory_format=torch.channels_last)
+model = resnet(CLASSES).to(device, memory_format=torch.channels_last)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
 updates = math.ceil((args.steps + WARMUP) / ACCUM)
 schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda u: max(0.0, 1.0 - u / updates))

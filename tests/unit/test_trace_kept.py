@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from xferscope import cli
 from xferscope.trace.kept import RAN, read_kept
 from xferscope.trace.runner import Ran
+
+from .test_trace import history, run  # noqa: F401  (history: the autouse fixture)
 
 RECORDED = Path(__file__).parent.parent / "data" / "trace" / "copies-small20.jsonl"
 REFERENCE = {
@@ -24,19 +25,6 @@ REFERENCE = {
         "d2h pageable": [[4096, 1e-5], [64 << 20, 4.5e-3]],
     },
 }
-
-
-@pytest.fixture(autouse=True)
-def history(tmp_path, monkeypatch) -> Path:
-    path = tmp_path / "history.sqlite3"
-    monkeypatch.setenv("XFERSCOPE_HISTORY", str(path))
-    return path
-
-
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    code = cli.main(list(args))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def fake_run(command, directory, limit, kernels="sampled", look_every=0.01):
