@@ -160,6 +160,12 @@ def _timeline(result: TraceResult) -> str:
                 hovertemplate="%{text}<br>%{base:.3f} ms + %{x:.4f} ms<extra></extra>",
             )
         )
+    loop = result.summary.get("steps") or {}
+    if loop.get("start_ns") and loop["start_ns"] > origin:  # what came before the steps
+        fig.add_vrect(
+            x0=0, x1=(loop["start_ns"] - origin) / 1e6, fillcolor="#7f7f7f", opacity=0.12,
+            line_width=0, annotation_text="start-up", annotation_position="top left",
+        )  # fmt: skip
     rows = len({x[1] for x in spans})
     fig.update_layout(
         template=TEMPLATE,

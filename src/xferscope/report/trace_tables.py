@@ -24,8 +24,10 @@ IDLE_KINDS = {
 
 def cause_text(cause: dict[str, Any]) -> str:
     """An idle cause in words: what it was, at which line, in how many gaps."""
+    function, _, line = (cause.get("waited_at") or "").partition(" at ")
+    waited = f"{function} at {shown(line)}" if line else function
     what = IDLE_KINDS.get(cause["kind"], cause["kind"]).format(
-        function=cause["function"], waited=shown(cause.get("waited_at") or "")
+        function=cause["function"], waited=waited
     )
     if cause["kind"] in ("away", "after_wait") and cause["function"]:
         what += f", back with {cause['function']}"
@@ -172,11 +174,11 @@ def steady_text(loop: dict[str, Any]) -> str:
 
 
 def gpu_line(gpu: dict[str, Any]) -> str:
-    """A GPU's span, and its busy and idle time in the time judged (where every kernel was
-    recorded)."""
+    """A GPU's steady state (its process's steps, else its first work to its last), and its busy
+    and idle time in the time judged (where every kernel was recorded)."""
     span = gpu["span_s"]
     judged = gpu.get("judged_s", span)
-    said = f"active {format_seconds(span)} from its first GPU work to its last"
+    said = f"{format_seconds(span)} of steady state"
     if gpu["idle_share"] is None:
         return said + ", idle not judged (no kernel recorded: `--kernels none`)"
     if judged < span:
