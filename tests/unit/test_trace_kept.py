@@ -80,6 +80,8 @@ def test_bad_records_and_replays_are_one_line(capsys, tmp_path):
         (["--replay", str(tmp_path / "kept"), "--", "true"], "give no COMMAND with it"),
         (["--records", str(tmp_path / "kept"), "--", "true"], "already holds kept runs"),
         (["--records", str(kept / RAN), "--", "true"], "is not a directory"),
+        (["--records", "", "--", "true"], "--records: '' is not a directory: name one"),
+        (["--replay", " "], "--replay: '' is not a directory: name one"),
     ]
     for args, fragment in cases:
         code, _, err = run(capsys, "trace", *args)

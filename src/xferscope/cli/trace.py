@@ -111,14 +111,12 @@ NVTX_NAME = re.compile(r"[^\s/:.][^/:.]*")  # --region: an NVTX range's name (no
 @option(
     "--records",
     default=None,
-    type=click.Path(path_type=Path),
     help="Keep each run's raw records (the injection library's, one file per traced process, "
     "and the looks) in this new directory, to share or to analyze again with --replay.",
 )
 @option(
     "--replay",
     default=None,
-    type=click.Path(path_type=Path),
     help="Analyze the runs kept by --records in this directory again, instead of running a "
     "program (no COMMAND); priced by the rates kept with them unless --reference says otherwise.",
 )
@@ -151,6 +149,11 @@ def trace_command(**kw: Any) -> None:
             "--region",
             f"'{kw['region']}' is not FILE:LINE (such as train.py:41) nor an NVTX range's name",
         )
+    for name in ("records", "replay"):
+        if kw[name] is not None:
+            if not kw[name].strip():
+                raise OptionError(f"--{name}", "'' is not a directory: name one")
+            kw[name] = Path(kw[name]).expanduser()
     if kw["replay"] is not None and kw["command"]:
         raise OptionError("--replay", "analyzes kept runs: give no COMMAND with it")
     if kw["replay"] is not None and kw["records"] is not None:
