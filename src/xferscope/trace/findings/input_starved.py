@@ -38,6 +38,7 @@ ADVICE: dict[str | None, str] = {
 }
 
 
+LOADER_LOOKS = 0.25  # the share of a cause's looks in a loader's next that makes it a loader's
 # Where no loader's next was seen: the host made the input itself, at its line
 OWN_INPUT = (
     "make the next input before the step needs it: do the host's work at {line}{doing} ahead "
@@ -171,8 +172,9 @@ FRAMEWORK_PACKAGES = tuple(f" ({p})" for p in FRAMEWORKS)
 
 def _loader(cause: IdleCause) -> bool:
     """Whether the looks in the cause's time found the main thread waiting in a loader's next
-    (a DataLoader's, DeviceLoader's): the loader's knobs are the fix."""
-    return cause.input_looks > 0
+    (a DataLoader's, DeviceLoader's), at least LOADER_LOOKS of them: the loader's knobs are the
+    fix (a stray look in one is no loader's wait)."""
+    return cause.input_looks > 0 and cause.input_looks >= LOADER_LOOKS * cause.looks
 
 
 AWAY = ("away", "after_wait")  # the kinds of idle the host spent away from CUDA
