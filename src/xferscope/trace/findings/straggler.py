@@ -3,7 +3,9 @@ time in NCCL's kernels is shortest arrived last at the collectives, and every ot
 the difference waiting for it (ranks.py), step after step. Why it came late is its GPU's
 largest steady idle: the host away from CUDA (its own extra work, its input) or blocked in a
 call, at the program's line and, where the looks saw it, what the host was doing there. Priced
-by the longest wait of the others: with the straggler on time, no rank waits for it."""
+by the longest wait of the others, at most what made the straggler late (its GPU's idle for that
+cause): with the straggler on time, no rank waits for it, and it can come no earlier than its
+own GPU's idle allows."""
 
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ def find(context: Context) -> TraceFinding | None:
     waited = max(r.waited_s for r in job)
     rank = sorted(r.pid for r in job).index(late.pid)  # torchrun starts rank 0 first
     cause = late.cause
+    own = next((g for g in context.gpus.gpus if g.device == late.device), None)
+    late_s = cause.seconds * (own.scale or 1.0) if cause is not None and own else waited
     line, what, said = _why(cause)
     places = (Place(line, cause.gaps, 0, waited),) if cause is not None and line else ()
     framework = "PyTorch" if _pytorch(context) else None
@@ -43,7 +47,7 @@ def find(context: Context) -> TraceFinding | None:
         "",
         places,
         waited,
-        waited,
+        min(waited, late_s),
         in_words(ADVICE, framework).format(rank=rank, line=line or "its line"),
         f"GPU {late.device} (pid {late.pid}) spent the least time in NCCL's kernels: it "
         f"arrived last, and the others spent up to {format_seconds(waited)} more there waiting "
