@@ -18,6 +18,7 @@ from xferscope.trace.analyze import analyze
 from xferscope.trace.compare import compare_traces
 from xferscope.trace.document import from_dict, to_dict
 from xferscope.trace.kept import kept_rates, read_kept
+from xferscope.trace.phases import steady
 from xferscope.trace.pipeline import TraceOptions, trace_program
 from xferscope.trace.reading import read_trace
 from xferscope.trace.records import Trace
@@ -123,26 +124,9 @@ def first_marks(trace: Trace, program: Program) -> dict[int, int]:
 
 
 def after(trace: Trace, marks: dict[int, int]) -> Trace:
-    """The trace with everything of each process before its first mark cut away."""
-    at = lambda pid, t: t >= marks.get(pid, 0)  # noqa: E731
-    samples = {
-        pid: dataclasses.replace(
-            s,
-            ts=tuple(t for t in s.ts if at(pid, t)),
-            stacks=tuple(st for t, st in zip(s.ts, s.stacks, strict=True) if at(pid, t)),
-        )
-        for pid, s in trace.samples.items()
-    }
-    return dataclasses.replace(
-        trace,
-        copies=tuple(
-            c for c in trace.copies if at(c.pid, c.call.start_ns if c.call else c.start_ns)
-        ),
-        intervals=tuple(i for i in trace.intervals if at(i.pid, i.start_ns)),
-        calls=tuple(c for c in trace.calls if at(c.pid, c.start_ns)),
-        pins=tuple(p for p in trace.pins if at(p.pid, p.start_ns)),
-        samples=samples,
-    )
+    """The trace with everything of each process before its first mark cut away (the cut the
+    analysis makes to its steady state, phases.steady, left open at the end)."""
+    return steady(trace, {pid: (mark, 2**63) for pid, mark in marks.items()})
 
 
 def startup_charged(kept: Path, program: Program) -> float:

@@ -4,6 +4,7 @@ this machine's measured curves or saying why it is not."""
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from typing import TypeVar
 from ...core import stats
 from ...core.units import format_bytes
 from ...documents.records import KEY
-from ..costs import merged
+from ..costs import covered_ns, merged, process_busy
 from ..records import Call, Copy, Pin, Trace, in_frame, user_frame
 from ..reference import Reference
 from ..steps import Steps
@@ -45,6 +46,29 @@ class Context:
     def loop_of(self, pid: int) -> Steps | None:
         """Process `pid`'s loop, or None."""
         return next((s for s in self.loops if s.pid == pid), None)
+
+    @cached_property
+    def process_busy(self) -> dict[int, tuple[list[int], list[int]]]:
+        """Each process's GPU work as disjoint parts (costs.process_busy)."""
+        return process_busy(self.trace)
+
+    def step_at(self, pid: int, t_ns: int) -> int | None:
+        """The step of process `pid`'s loop that time `t_ns` falls in, or None (no loop, or
+        outside its steps)."""
+        loop = self.loop_of(pid)
+        if loop is None or len(loop.marks) < 2:
+            return None
+        step = bisect.bisect_right(loop.marks, t_ns) - 1
+        return step if 0 <= step < len(loop.marks) - 1 else None
+
+    def step_idle_s(self, pid: int, step: int) -> float:
+        """How long process `pid`'s GPUs sat idle in step `step` of its loop (step_at)."""
+        loop = self.loop_of(pid)
+        if loop is None:
+            return 0.0
+        a, b = loop.marks[step], loop.marks[step + 1]
+        starts, ends = self.process_busy.get(pid, ([], []))
+        return (b - a - covered_ns(starts, ends, a, b)) * 1e-9
 
     @cached_property
     def gpus(self) -> Timelines:

@@ -7,10 +7,9 @@ curve), the part a side stream could hide once it is pinned."""
 
 from __future__ import annotations
 
-import bisect
 from collections import defaultdict
 
-from ..costs import covered_ns, merged, overlap_ns, process_busy, with_kernels
+from ..costs import merged, overlap_ns, with_kernels
 from ..records import Copy, Interval, on_loader_thread
 from .base import Context, TraceFinding, finding
 from .repeated import repeats
@@ -98,17 +97,11 @@ def _step_bound(context: Context, alone: list[Copy]) -> float:
     per: dict[tuple[int, int], float] = defaultdict(float)
     total = 0.0
     for c in alone:
-        loop = context.loop_of(c.pid)
-        step = -1 if loop is None else bisect.bisect_right(loop.marks, c.start_ns) - 1
-        if loop is None or not 0 <= step < len(loop.marks) - 1:
+        step = context.step_at(c.pid, c.start_ns)
+        if step is None:
             total += _hidden(context, c)
         else:
             per[(c.pid, step)] += _hidden(context, c)
-    busy = process_busy(context.trace)
-    for (pid, step), hidden in per.items():
-        loop = context.loop_of(pid)
-        if loop is not None:
-            a, b = loop.marks[step], loop.marks[step + 1]
-            idle = (b - a - covered_ns(*busy.get(pid, ([], [])), a, b)) * 1e-9
-            total += max(hidden - idle, 0.0)
-    return total
+    return total + sum(
+        max(hidden - context.step_idle_s(pid, step), 0.0) for (pid, step), hidden in per.items()
+    )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 
 from ...core.units import format_seconds
-from ..costs import covered_ns, process_busy
+from ..costs import process_busy
 from ..idle import IdleCause
 from ..records import Call, Trace, on_loader_thread
 from .base import Context, Place, TraceFinding, framework, in_words, places
@@ -65,22 +65,14 @@ def by_step(context: Context, waits: list[Call], idle: list[float]) -> float:
     blocked: dict[tuple[int, int], float] = {}  # (pid, step) -> time blocked in its waits
     alone = 0.0
     for w, after in zip(waits, idle, strict=True):
-        loop = context.loop_of(w.pid)
-        if loop is None or len(loop.marks) < 2:
+        step = context.step_at(w.pid, w.start_ns)
+        if step is None:
             alone += min(after, w.seconds)
-            continue
-        step = bisect.bisect_right(loop.marks, w.start_ns) - 1
-        if 0 <= step < len(loop.marks) - 1:
+        else:
             blocked[(w.pid, step)] = blocked.get((w.pid, step), 0.0) + w.seconds
-    busy = process_busy(context.trace)
-    saved = alone
-    for (pid, step), waited in blocked.items():
-        loop = context.loop_of(pid)
-        if loop is not None:
-            a, b = loop.marks[step], loop.marks[step + 1]
-            starts, ends = busy.get(pid, ([], []))
-            saved += min((b - a - covered_ns(starts, ends, a, b)) * 1e-9, waited)
-    return saved
+    return alone + sum(
+        min(context.step_idle_s(pid, step), waited) for (pid, step), waited in blocked.items()
+    )
 
 
 def find(context: Context) -> TraceFinding | None:
