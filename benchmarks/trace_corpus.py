@@ -276,6 +276,8 @@ def main() -> None:
         parser.error("--commit is required to measure")
     if args.rounds < 1:
         parser.error("--rounds must be 1 or more")
+    if not 0 < args.time_limit < float("inf"):
+        parser.error("--time-limit must be a number of seconds above 0")
     if args.parallel < 1:
         parser.error("--parallel must be 1 or more")
     if args.into and not Path(args.into).is_file():

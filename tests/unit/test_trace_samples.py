@@ -83,7 +83,8 @@ def test_the_main_thread_is_seen_where_it_waits_and_where_it_holds_the_gil(tmp_p
     (path,) = records.glob("pysamples-*.jsonl")
     (pid, samples), *_ = read_samples([path]).items()
     assert path.name == f"pysamples-{pid}.jsonl" and samples.period_s == 0.002
-    assert len(samples.ts) >= 100 and list(samples.ts) == sorted(samples.ts)
+    # 0.7 s at 2 ms: up to 350 looks; a loaded host may give the looks' thread fewer turns
+    assert len(samples.ts) >= 50 and list(samples.ts) == sorted(samples.ts)
     lines = [program_line(s) for s in samples.stacks]
     waiting = lines.count(_line(program, "# WAIT_LINE", "wait_for_batch"))
     busy = lines.count(_line(program, "# BUSY_LINE", "busy"))

