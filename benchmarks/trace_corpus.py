@@ -26,7 +26,8 @@ on the same runs without a GPU (--judge). Writes benchmarks/results/trace-corpus
         [--programs a,b] [--records DIR] [--time-limit S] [--out DIR] [--into RESULT.json]
     python3 benchmarks/trace_corpus.py --judge RESULT.json --records DIR [--judged FILE]
 
-Each program's variants are run untraced --rounds times, alternated, then it is traced once as
+Each program's variants are run untraced --rounds times, alternated (a Python program forked
+from a process that has imported PyTorch: corpus_zygote.py), then it is traced once as
 it is (and once fixed, for `compare`); --into joins this run's programs to an earlier record's
 (programs measured in separate calls, one file).
 """
@@ -47,6 +48,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from corpus_zygote import Zygote, forkable
 from trace_corpus_judge import Program, is_program, judge_all, read_program
 
 HERE = Path(__file__).resolve().parent
@@ -107,12 +109,17 @@ def own_line(stdout: str) -> dict:
     raise ValueError("no corpus line in the program's output")
 
 
-def untraced(argv: list[str], env: dict[str, str] | None = None) -> dict:
+def untraced(argv: list[str], env: dict[str, str] | None, zygote: Zygote | None) -> dict:
+    """One untraced run: forked from the stream's zygote where it is a Python script."""
     start = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    return own_line(proc.stdout) | {"wall_s": time.perf_counter() - start}
+    if zygote is not None and forkable(argv):
+        rc, stdout, stderr = zygote.run(argv, dict(env or os.environ), RUN_TIMEOUT_S)
+    else:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env)
+        rc, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+    if rc != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed ({rc}): {stderr[-2000:]}")
+    return own_line(stdout) | {"wall_s": time.perf_counter() - start}
 
 
 def traced(
@@ -175,7 +182,7 @@ def measure(args: argparse.Namespace) -> None:
             return write_record("trace-corpus", args.commit, meta, gpus, [], figures,
                                 Path(args.out), records=str(records))  # fmt: skip
 
-    def one(p: Program, gpu: int | None) -> None:
+    def one(p: Program, gpu: int | None, zygote: Zygote | None) -> None:
         if time.monotonic() > deadline:
             print(f"{p.name}: not measured, the time limit was reached", flush=True)
             return
@@ -191,7 +198,7 @@ def measure(args: argparse.Namespace) -> None:
         try:
             for _ in range(args.rounds):
                 for name, argv in variants.items():
-                    entry["untraced"].setdefault(name, []).append(untraced(argv, env))
+                    entry["untraced"].setdefault(name, []).append(untraced(argv, env, zygote))
             for name, argv in (("round0", base), ("fixed", [*base, "--fixed"])):
                 if name == "fixed" and args.light:
                     continue
@@ -224,12 +231,13 @@ def measure(args: argparse.Namespace) -> None:
         taken = itertools.count()
 
         def stream(gpu: int) -> None:
-            while (i := next(taken)) < len(queue):
-                one(queue[i], gpu if streams > 1 else None)
+            with Zygote() as zygote:
+                while (i := next(taken)) < len(queue):
+                    one(queue[i], gpu if streams > 1 else None, zygote)
 
         list(pool.map(stream, range(streams)))
     for p in alone:
-        one(p, None)
+        one(p, None, None)
     path = write()
     judge(path, records, path)
 

@@ -1,0 +1,129 @@
+"""Untraced runs of the trace corpus's Python programs, forked from a process that has imported
+PyTorch once. On the device machines importing torch takes 8-12 s a process, several times a
+program's loop; a program's own clock (corpus.Loop) starts after its warm-up, so how its
+modules came to be imported does not change what it measures. Traced runs never come from here:
+`xferscope trace` runs the program as a user does.
+
+    with Zygote() as z:
+        rc, stdout, stderr = z.run([sys.executable, "prog.py", "--fixed"], env, timeout_s)
+
+The server (`python3 corpus_zygote.py`) reads one JSON request a line on stdin, forks, runs the
+script as __main__ in the child with the request's argv and environment (CUDA is never
+initialized before the fork), and answers one JSON line: the child's exit status."""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from types import TracebackType
+
+PRELOAD = ("numpy", "torch", "torch.nn.functional", "torch.utils.data", "torchvision")
+
+
+def forkable(argv: list[str]) -> bool:
+    """A plain Python script, which the server can run: not torchrun, not a binary."""
+    return len(argv) >= 2 and argv[0] == sys.executable and argv[1].endswith(".py")
+
+
+class Zygote:
+    """One server: one run at a time (a stream of trace_corpus.py holds its own)."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+        self.files = Path(tempfile.mkdtemp(prefix="xfs-zygote-"))
+
+    def __enter__(self) -> Zygote:
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None
+        if self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError("the corpus zygote did not start")
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def run(self, argv: list[str], env: dict[str, str], timeout_s: float) -> tuple[int, str, str]:
+        assert self.proc is not None and self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        out, err = self.files / "stdout", self.files / "stderr"
+        request = {"argv": argv[1:], "env": env, "stdout": str(out), "stderr": str(err),
+                   "timeout_s": timeout_s}  # fmt: skip
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        if not answer:
+            raise RuntimeError("the corpus zygote stopped")
+        rc = int(json.loads(answer)["rc"])
+        if rc == -signal.SIGKILL:
+            raise subprocess.TimeoutExpired(argv, timeout_s)
+        return rc, out.read_text(errors="replace"), err.read_text(errors="replace")
+
+
+def child(request: dict) -> None:
+    """In the forked child: the script as __main__, its output to the request's files."""
+    os.environ.clear()
+    os.environ.update(request["env"])
+    for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+        f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(f, fd)
+        os.close(f)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+    script = request["argv"][0]
+    sys.argv = list(request["argv"])
+    sys.path[0] = str(Path(script).resolve().parent)
+    code = 0
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:  # noqa: BLE001 - the child reports any failure as its exit status
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def serve() -> None:
+    for name in PRELOAD:
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+    print("ready", flush=True)
+    for line in sys.stdin:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            child(request)
+        deadline = time.monotonic() + float(request["timeout_s"])
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+            time.sleep(0.01)
+        print(json.dumps({"rc": os.waitstatus_to_exitcode(status)}), flush=True)
+
+
+if __name__ == "__main__":
+    serve()
