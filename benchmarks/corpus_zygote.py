@@ -13,6 +13,7 @@ initialized before the fork), and answers one JSON line: the child's exit status
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import runpy
@@ -94,7 +95,7 @@ def child(request: dict) -> None:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-    except BaseException:  # noqa: BLE001 - the child reports any failure as its exit status
+    except BaseException:
         traceback.print_exc()
         code = 1
     sys.stdout.flush()
@@ -104,10 +105,8 @@ def child(request: dict) -> None:
 
 def serve() -> None:
     for name in PRELOAD:
-        try:
+        with contextlib.suppress(ImportError):
             __import__(name)
-        except ImportError:
-            pass
     print("ready", flush=True)
     for line in sys.stdin:
         request = json.loads(line)
