@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
+import random
 
 import pytest
 
 from xferscope.trace.analyze import analyze
 from xferscope.trace.compare import FIX_CUT, FIX_GONE, FIX_SAME, _fixes
 from xferscope.trace.findings import Context, input_starved, synchronizing
-from xferscope.trace.loops import Candidate, choose
-from xferscope.trace.records import Call, Copy, Interval, MainSamples, PyFrame, Trace
+from xferscope.trace.loops import Candidate, bursts, choose
+from xferscope.trace.records import Call, Copy, Interval, MainSamples, PyFrame, Range, Trace
 from xferscope.trace.steps import loops
 from xferscope.trace.timeline import timelines
 
@@ -201,3 +203,80 @@ def test_nvtx_ranges_are_read_and_mark_the_steps(tmp_path):
     assert any(r.where == "train.py:43 (main)" for r in loop.runners_up)
     (named,) = loops(trace, "train_step")
     assert named.where == "NVTX range train_step"
+
+
+def _calls(step_ns: int, inside_ns: tuple[int, ...], steps: int, jitter: int = 0):
+    """A line's (start, end) calls: each step its calls `inside_ns` apart, then the next step
+    `step_ns` later; each call 5 us long, the gaps jittered by up to `jitter` ns."""
+    spans, t = [], 0
+    for i in range(steps):
+        for j, gap in enumerate((0, *inside_ns)):
+            t += gap + (i * 7919 + j * 104729) % (jitter + 1)
+            spans.append((t, t + 5_000))
+            t += 5_000
+        t += step_ns
+    return spans
+
+
+@pytest.mark.parametrize(
+    ("step_ns", "inside_ns"),
+    [
+        (10_000_000, (1_000, 60_000, 5_000)),  # two pageable copies and their waits, 10 ms steps
+        (11_000_000, (300_000,)),  # a batch's two tensors 0.3 ms apart
+        (500_000, ()),  # one call a step, steps of 0.5 ms
+        (2_000_000, (40_000, 40_000, 40_000)),  # four tensors a step
+    ],
+)
+def test_a_steps_calls_of_one_line_make_one_mark(step_ns, inside_ns):
+
+    spans = _calls(step_ns, inside_ns, 50, jitter=20_000)
+    assert len(bursts(spans)) == 50
+
+
+def test_a_burst_whose_inner_gaps_spread_wide_is_still_one_mark():
+    """A batch's two pinned copies usually 11 us apart, at times 0.7 ms (a loader's thread held
+    the GIL), steps of 6-24 ms and an epoch's end of 0.2 s: 120 marks, not one per copy."""
+    rng = random.Random(3)
+    spans, t = [], 0
+    for step in range(120):
+        inner = 11_000 if rng.random() < 0.6 else int(math.exp(rng.uniform(9.3, 13.5)))
+        spans += [(t, t + 4_000), (t + 4_000 + inner, t + 8_000 + inner)]
+        t += 8_000 + inner + rng.randint(6_000_000, 24_000_000)
+        if step % 12 == 11:
+            t += 200_000_000
+    assert len(bursts(spans)) == 120
+
+
+def _jax_job(reads: int, others: int) -> Trace:
+    """A JAX loop of 40 steps of 10 ms: XLA's range around each run of the jitted step, 6 ms
+    of kernels, and no CUDA call of the main thread; in each step's 4 ms idle `reads` looks in
+    jax.Array._value and `others` at the program's bookkeeping, and 2 reading looks while
+    the kernels run."""
+    read = (PyFrame("/v/site-packages/jax/_src/array.py", 1, "ArrayImpl._value"),
+            PyFrame("train.py", 47, "run"))  # fmt: skip
+    books = (PyFrame("train.py", 60, "keep_books"), PyFrame("train.py", 48, "run"))
+    kernels, ranges, seen = [], [], []
+    for i in range(40):
+        t = 100 * MS + i * 10 * MS
+        kernels.append(_kernel(t, t + 6 * MS))
+        ranges.append(Range(1, "XlaModule:#hlo_module=jit_step,program_id=3#", "", t - 50 * US,
+                            t + 20 * US))  # fmt: skip
+        seen += [(t + 1 * MS, read), (t + 4 * MS, read)]
+        seen += [(t + 6 * MS + (k + 1) * 3 * MS // (reads + others + 1), read if k < reads
+                  else books) for k in range(reads + others)]  # fmt: skip
+    samples = {1: MainSamples(0.001, tuple(t for t, _ in seen), tuple(s for _, s in seen))}
+    processes = ({"pid": 1, "start_ns": 1 * MS, "kernels": "all"},)
+    return Trace((), tuple(kernels), (), (), {}, {}, processes, samples=samples,
+                 ranges=tuple(ranges))  # fmt: skip
+
+
+def test_a_jax_value_read_each_step_is_the_waits_finding_when_a_quarter_of_looks_saw_it():
+    """After `float(loss)` returns, the host does its bookkeeping before the next step: the
+    GPU's idle holds one look in the read and two in the bookkeeping, and is the read's; with
+    one look in five in the read it is nobody's wait."""
+    a = analyze(_jax_job(reads=1, others=2), 1.0, None)
+    assert a.headline is not None and a.headline.code == "synchronizations"
+    assert "jax.device_get" in a.headline.advice
+    assert a.headline.saving_s == pytest.approx(38 * 4e-3, rel=0.05)
+    b = analyze(_jax_job(reads=1, others=4), 1.0, None)
+    assert b.headline is None or b.headline.code != "synchronizations"

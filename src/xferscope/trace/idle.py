@@ -32,6 +32,10 @@ MOST_CAUSES = 8  # the largest causes kept per GPU
 # DataLoader starts its workers again, or a step that did more than the others
 LONG_GAP = 4.0
 RECURS = 5  # a cause in fewer gaps than this does not recur step after step
+# The share of a cause's looks that makes what they saw its cause (a loader's next, a value
+# read): a gap after the host came back from it also holds the host's work up to the next
+# launch, so what it waited in is seldom most of the looks
+SEEN_SHARE = 0.25
 NO_LINE = "(the GPU resumed with no CUDA call recorded: kernel launches are not)"
 Key = tuple[str, str, str, str]  # a cause: kind, function, line, the wait it followed
 

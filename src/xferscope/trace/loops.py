@@ -19,6 +19,7 @@ recurred. `--region FILE:LINE` (or an NVTX range's name) names the line instead.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -26,9 +27,11 @@ from .costs import covered_ns, process_busy
 from .records import LOADER_WHERE, Call, Trace
 
 MIN_STEPS = 5  # a line called fewer times marks no loop
-# A call of a line this soon after its last one ended is the same mark: ten times the line's
-# usual short gap (its gaps' first quartile), at least BURST_MIN_S and at most BURST_S.
-BURST_MIN_S, BURST_S = 50e-6, 1e-3
+# A call of a line this soon after its last one ended is the same mark: where its gaps break
+# in two (burst_gap_ns), at least BURST_MIN_S and at most BURST_S; gaps below BURST_FLOOR_S
+# count as that (a ratio to a gap of nothing means nothing); a break is a ratio of BREAK or more
+# between the two sides' geometric means
+BURST_MIN_S, BURST_S, BURST_FLOOR_S, BREAK = 50e-6, 1e-3, 1e-6, 10.0
 COVERS = 0.5  # a candidate spans at least this share of what the best one spans
 # ... and at least this share of its process's GPU work: a line that recurs in one part of a
 # program that has no loop (a run of copies) marks no steady state
@@ -160,13 +163,41 @@ def _periods(found: list[Candidate]) -> list[list[Candidate]]:
 
 
 def bursts(spans: list[tuple[int, int]]) -> list[int]:
-    """The start of each burst of one line's calls (sorted (start, end) pairs)."""
-    gaps = sorted(b[0] - a[1] for a, b in itertools.pairwise(spans))
-    usual = gaps[len(gaps) // 4] if gaps else 0
-    threshold = min(BURST_S * 1e9, max(BURST_MIN_S * 1e9, 10 * usual))
+    """The start of each burst of one line's calls (sorted (start, end) pairs): a call this
+    soon after the last one ended (burst_gap_ns) is the same mark."""
+    threshold = burst_gap_ns(sorted(b[0] - a[1] for a, b in itertools.pairwise(spans)))
     starts, ended = [spans[0][0]], spans[0][1]
     for start, end in spans[1:]:
         if start - ended >= threshold:
             starts.append(start)
         ended = max(ended, end)
     return starts
+
+
+def burst_gap_ns(gaps: list[int]) -> float:
+    """Where a line's gaps (sorted) break in two: the gaps inside a step (a batch's tensors, a
+    copy and its wait) and those between steps. The split of their logarithms that leaves the
+    two sides most apart (Otsu's threshold); a break where the sides' geometric means are
+    BREAK or more apart, the threshold in the widest step between two gaps next to each other
+    between those means, within [BURST_MIN_S, BURST_S]. With no such break every call is its
+    own mark, calls closer than BURST_MIN_S aside."""
+    logs = [math.log(max(g, BURST_FLOOR_S * 1e9)) for g in gaps]
+    n = len(logs)
+    if n < 2:
+        return BURST_MIN_S * 1e9
+    total = sum(logs)
+    best, split, below = -1.0, 0, 0.0
+    for i in range(1, n):  # logs[:i] below the threshold, logs[i:] above
+        below += logs[i - 1]
+        low, high = below / i, (total - below) / (n - i)
+        apart = i * (n - i) * (high - low) ** 2
+        if apart > best:
+            best, split = apart, i
+    low, high = sum(logs[:split]) / split, sum(logs[split:]) / (n - split)
+    if high - low < math.log(BREAK):
+        return BURST_MIN_S * 1e9
+    # between the sides' means, the widest step from one gap to the next (a side's stragglers,
+    # a wait held up by another thread, stay on their side)
+    between = [x for x in logs if low <= x <= high]
+    lo, hi = max(itertools.pairwise(between), key=lambda p: p[1] - p[0])
+    return min(max(math.exp((lo + hi) / 2), BURST_MIN_S * 1e9), BURST_S * 1e9)

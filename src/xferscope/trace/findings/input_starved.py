@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...core.units import format_seconds
-from ..idle import IdleCause
+from ..idle import SEEN_SHARE, IdleCause
 from ..ranks import ranks
 from ..records import FRAMEWORKS, LOADER_WHERE
 from .base import Context, Place, TraceFinding, finding, in_words
@@ -38,7 +38,6 @@ ADVICE: dict[str | None, str] = {
 }
 
 
-LOADER_LOOKS = 0.25  # the share of a cause's looks in a loader's next that makes it a loader's
 # Where no loader's next was seen: the host made the input itself, at its line
 OWN_INPUT = (
     "make the next input before the step needs it: do the host's work at {line}{doing} ahead "
@@ -172,9 +171,9 @@ FRAMEWORK_PACKAGES = tuple(f" ({p})" for p in FRAMEWORKS)
 
 def _loader(cause: IdleCause) -> bool:
     """Whether the looks in the cause's time found the main thread waiting in a loader's next
-    (a DataLoader's, DeviceLoader's), at least LOADER_LOOKS of them: the loader's knobs are the
+    (a DataLoader's, DeviceLoader's), at least SEEN_SHARE of them: the loader's knobs are the
     fix (a stray look in one is no loader's wait)."""
-    return cause.input_looks > 0 and cause.input_looks >= LOADER_LOOKS * cause.looks
+    return cause.input_looks > 0 and cause.input_looks >= SEEN_SHARE * cause.looks
 
 
 AWAY = ("away", "after_wait")  # the kinds of idle the host spent away from CUDA

@@ -16,8 +16,9 @@ import bisect
 
 from ...core.units import format_seconds
 from ..costs import process_busy
-from ..idle import IdleCause
+from ..idle import SEEN_SHARE, IdleCause
 from ..records import Call, Trace, on_loader_thread
+from ..samples import lines_in
 from .base import Context, Place, TraceFinding, framework, in_words, places
 
 ORDER = 2  # where it stands among findings of equal price
@@ -93,7 +94,7 @@ def find(context: Context) -> TraceFinding | None:
     scale = len(syncs) / len(seen) if seen else 1.0
     looked_s = sum(idle_s for _, idle_s, _ in looked)
     idle_s = scale * sum(idle) + looked_s
-    saving_s = scale * by_step(context, seen, idle) + sum(saving for *_, saving in looked)
+    saving_s = scale * by_step(context, seen, idle) + read_saving(context, looked)
     blocked_s = sum(s.seconds for s in syncs)
     used = framework(trace, syncs) or next((c.seen_framework for c, *_ in looked), None)
     sampled = (
@@ -135,11 +136,33 @@ def find(context: Context) -> TraceFinding | None:
     )
 
 
+def read_saving(context: Context, looked: list[tuple[IdleCause, float, float]]) -> float:
+    """What reading values once saves where the looks found the waits: each cause's idle (at
+    most its GPU's busy time), and in all at most the time the main threads spent reading,
+    as the looks give it (the share of the looks in their steps that found a read, times the
+    steps' span): without the reads the host's other work still takes its time, as by_step
+    prices a recorded wait."""
+    saving = sum(s for *_, s in looked)
+    if not looked:
+        return 0.0
+    reading, seen_any = 0.0, False
+    for loop in context.loops:
+        if len(loop.marks) < 2:
+            continue
+        span = (loop.marks[0], loop.marks[-1])
+        seen = lines_in(context.trace.samples, [loop.pid], [span])
+        if seen.looks:
+            seen_any = True
+            reading += seen.value_looks / seen.looks * (span[1] - span[0]) * 1e-9
+    return min(saving, reading) if seen_any else saving
+
+
 def looked_waits(context: Context) -> list[tuple[IdleCause, float, float]]:
     """The GPUs' idle in which the looks found the main thread waiting for a value from the
-    device (samples.VALUE_READS: JAX reads one through its runtime's threads, so no CUDA call
-    of the main thread waits), each with its idle and what reading values once would save: the
-    idle, at most the GPU's busy time (the host's work can hide behind no more)."""
+    device, at least SEEN_SHARE of them (samples.VALUE_READS: JAX reads one through its
+    runtime's threads, so no CUDA call of the main thread waits), each with its idle and what
+    reading values once would save: the idle, at most the GPU's busy time (the host's work can
+    hide behind no more)."""
     out = []
     for g in context.gpus.gpus:
         scale = g.scale or 0.0
@@ -147,7 +170,7 @@ def looked_waits(context: Context) -> list[tuple[IdleCause, float, float]]:
             if (
                 cause.kind == "away"
                 and cause.value_looks >= MIN_LOOKS
-                and cause.value_looks * 2 >= cause.looks
+                and cause.value_looks >= SEEN_SHARE * cause.looks
             ):
                 idle = cause.seconds * scale
                 out.append((cause, idle, min(idle, g.busy_s * scale)))
