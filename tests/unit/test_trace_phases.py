@@ -280,3 +280,23 @@ def test_a_jax_value_read_each_step_is_the_waits_finding_when_a_quarter_of_looks
     assert a.headline.saving_s == pytest.approx(38 * 4e-3, rel=0.05)
     b = analyze(_jax_job(reads=1, others=4), 1.0, None)
     assert b.headline is None or b.headline.code != "synchronizations"
+
+
+def test_an_evaluations_lines_once_an_epoch_do_not_outvote_the_steps_upload():
+    """Ten epochs of 12 steps: the batch upload once a step, and an evaluation's copy and wait
+    once an epoch, 9 and 10 times (an epoch's start cut): the upload marks the steps; a batch
+    copy and an `.item()` as often as one another still outvote a line alone."""
+    found = [
+        Candidate(1, "train.py:122", "upload", tuple(range(120)), covers=0.96),
+        Candidate(1, "train.py:100", "copy", tuple(range(10)), covers=0.90),
+        Candidate(1, "train.py:102", "wait", tuple(range(9)), covers=0.89),
+    ]
+    chosen, _ = choose(found)
+    assert chosen is not None and chosen.where == "train.py:122"
+    paired = [
+        Candidate(1, "train.py:20", "upload", tuple(range(10)), covers=0.9),
+        Candidate(1, "train.py:43", "copy", tuple(range(300)), covers=0.97),
+        Candidate(1, "train.py:47", "wait", tuple(range(301)), covers=0.97),
+    ]
+    chosen, _ = choose(paired)
+    assert chosen is not None and chosen.where == "train.py:47"

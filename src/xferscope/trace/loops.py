@@ -8,8 +8,8 @@ line is the one that recurs with the loop's period and coincides with the GPU's 
    the share the best candidate spans (a model's upload, or a start-up that loads tensors one
    by one, spans none of the loop; a line run once an epoch spans it but recurs less often);
 2. of those, the lines that recur as often as one another are the loop's period: the count of
-   steps the most lines share (a loop's batch copy and its `.item()` run once a step each),
-   then a count with an upload in it, then the larger count;
+   steps the most lines share (a loop's batch copy and its `.item()` run once a step each,
+   their counts within AGREE), then a count with an upload in it, then the larger count;
 3. of those lines, an NVTX range (the program said what a step is), an upload (where a step's
    input arrives), then a wait, then the main thread's other copies, then the one spanning the
    most GPU work.
@@ -37,6 +37,7 @@ COVERS = 0.5  # a candidate spans at least this share of what the best one spans
 # program that has no loop (a run of copies) marks no steady state
 MIN_COVERS = 0.3
 SAME_PERIOD = 0.1  # counts of steps within this share of each other are one period
+AGREE = 0.01  # ... and within this share, lines run as often as one another
 MOST_RUNNERS_UP = 4
 KINDS = ("nvtx", "upload", "wait", "copy", "loader")  # a step line's kinds, preferred first
 NVTX = "NVTX range "  # an NVTX range's candidate is named NVTX + its name
@@ -142,7 +143,7 @@ def choose(found: list[Candidate], region: str = "") -> tuple[Candidate | None, 
         return None, []
     best = max(c.covers for c in found)
     near = [c for c in found if c.covers >= COVERS * best]
-    period = max(_periods(near), key=lambda g: (len(g), any(c.kind == "upload" for c in g),
+    period = max(_periods(near), key=lambda g: (_agreeing(g), any(c.kind == "upload" for c in g),
                                                  g[0].steps))  # fmt: skip
     chosen = max(period, key=lambda c: (-KINDS.index(c.kind), c.covers, -c.marks[0]))
     others = sorted((c for c in found if c is not chosen), key=lambda c: (-c.covers, -c.steps))
@@ -160,6 +161,13 @@ def _periods(found: list[Candidate]) -> list[list[Candidate]]:
         else:
             groups.append([c])
     return groups
+
+
+def _agreeing(group: list[Candidate]) -> int:
+    """The most lines of a period whose counts of steps agree (within AGREE): a step's batch
+    copy and its `.item()` run once a step each, as often as one another; an evaluation's lines
+    once an epoch, each a few times more or less (its first epoch, its last)."""
+    return max(sum(1 for d in group if abs(d.steps - c.steps) <= AGREE * c.steps) for c in group)
 
 
 def bursts(spans: list[tuple[int, int]]) -> list[int]:
