@@ -248,11 +248,18 @@ def judge(record_path: Path, records: Path, into: Path) -> None:
     figures = record["figures"]
     figures.update(judge_all(figures["corpus"], records, CORPUS))
     record["figures"] = figures
-    record["judged_at"] = record.get("commit")
+    record["judged_at"] = _head()
     into.write_text(json.dumps(record, indent=2) + "\n")
     headline = {k: v for k, v in figures.items() if k.startswith("trace_corpus_")}
     print(json.dumps(headline, indent=2))
     print(f"wrote {into}")
+
+
+def _head() -> str | None:
+    """This checkout's commit, whose analysis judged the traces (None outside a git checkout)."""
+    proc = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                          cwd=HERE)  # fmt: skip
+    return proc.stdout.strip() or None
 
 
 def main() -> None:
