@@ -118,10 +118,16 @@ def test_the_idle_after_a_wait_is_the_waits_and_not_the_inputs():
     assert waits is not None and waits.saving_s == pytest.approx(39 * 4e-3, rel=0.05)
     loader = (PyFrame("/v/site-packages/torch/utils/data/dataloader.py", 1, "__next__"),
               PyFrame("train.py", 42, "main"))  # fmt: skip
-    fed = analyze(_job(item=True, looks=loader), 3.0, None).view
+    fed_analysis = analyze(_job(item=True, looks=loader), 3.0, None)
+    fed = fed_analysis.view
     assert fed is not None
     f = input_starved.find(Context(fed, None))
     assert f is not None and "num_workers" in f.advice
+    # the steps' share waiting for input says the same: the loader's, not the logging's
+    logged = analyze(trace, 3.0, None).loop
+    assert logged is not None and logged.input_share is not None and logged.input_share < 0.05
+    assert fed_analysis.loop is not None and fed_analysis.loop.input_share is not None
+    assert fed_analysis.loop.input_share > 0.3
 
 
 def test_a_job_of_two_ranks_finds_each_ranks_steps():

@@ -36,6 +36,15 @@ RECURS = 5  # a cause in fewer gaps than this does not recur step after step
 # read): a gap after the host came back from it also holds the host's work up to the next
 # launch, so what it waited in is seldom most of the looks
 SEEN_SHARE = 0.25
+
+
+def loader_waited(seen: Seen) -> bool:
+    """Whether the looks in some idle found the main thread waiting in a loader's next (a
+    DataLoader's, DeviceLoader's), at least SEEN_SHARE of them: the input's idle, whatever
+    call came before it (a stray look in one is no loader's wait)."""
+    return seen.input_looks > 0 and seen.input_looks >= SEEN_SHARE * seen.looks
+
+
 NO_LINE = "(the GPU resumed with no CUDA call recorded: kernel launches are not)"
 Key = tuple[str, str, str, str]  # a cause: kind, function, line, the wait it followed
 

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 
 from ..documents.records import OMIT_WHEN
 from .costs import covered_ns, gpu_busy, merged, process_busy
-from .idle import LAUNCH_GAP_S, LONG_GAP, RESUMED_WITHIN_S, split
+from .idle import LAUNCH_GAP_S, LONG_GAP, RESUMED_WITHIN_S, loader_waited, split
 from .loops import Candidate, RunnerUp, candidates, choose
 from .records import Call, Trace
+from .samples import lines_in
 from .timeline import Timelines, clipped, judged
 
 
@@ -154,8 +155,8 @@ def input_ns(
                   key=lambda c: c.start_ns)  # fmt: skip
     starts = [c.start_ns for c in main]
 
-    def label(call: Call) -> tuple[str, str]:
-        return ("upload" if (call.thread, call.start_ns) in uploads else "", "")
+    def label(call: Call) -> tuple[str, str]:  # named, so that a wait before a gap is seen
+        return ("upload" if (call.thread, call.start_ns) in uploads else "call", "")
 
     total = 0
     for device, steps_on in on.items():
@@ -163,9 +164,13 @@ def input_ns(
         for g0, g1 in clipped(list(zip(e[:-1], s[1:], strict=True)), steps_on):
             within = int(RESUMED_WITHIN_S * 1e9) if g1 - g0 >= LAUNCH_GAP_S * 1e9 else 0
             parts = split(main, starts, g0, g1, label, ("", ""), within)
-            # the idle after a wait is the wait's (idle.split), not the input's
+            # the idle after a wait is the wait's (idle.split), not the input's, unless the
+            # looks found the host waiting for its next batch then (input_starved's rule)
+            fed = any(kind == "after_wait" for kind, *_ in parts) and loader_waited(
+                lines_in(trace.samples, [pid], [(g0, g1)])
+            )
             total += sum(ns for (kind, what, _, _), ns in parts.items()
-                         if what == "upload" and kind != "after_wait")  # fmt: skip
+                         if what == "upload" and (kind != "after_wait" or fed))  # fmt: skip
     return total
 
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...core.units import format_seconds
-from ..idle import SEEN_SHARE, IdleCause
+from ..idle import IdleCause, loader_waited
 from ..ranks import ranks
 from ..records import FRAMEWORKS, LOADER_WHERE
+from ..samples import Seen
 from .base import Context, Place, TraceFinding, finding, in_words
 
 ORDER = 0  # where it stands among findings of equal price
@@ -171,9 +172,8 @@ FRAMEWORK_PACKAGES = tuple(f" ({p})" for p in FRAMEWORKS)
 
 def _loader(cause: IdleCause) -> bool:
     """Whether the looks in the cause's time found the main thread waiting in a loader's next
-    (a DataLoader's, DeviceLoader's), at least SEEN_SHARE of them: the loader's knobs are the
-    fix (a stray look in one is no loader's wait)."""
-    return cause.input_looks > 0 and cause.input_looks >= SEEN_SHARE * cause.looks
+    (idle.loader_waited): the loader's knobs are the fix."""
+    return loader_waited(Seen(cause.looks, cause.input_looks))
 
 
 AWAY = ("away", "after_wait")  # the kinds of idle the host spent away from CUDA
