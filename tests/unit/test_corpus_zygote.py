@@ -1,0 +1,62 @@
+"""benchmarks/corpus_zygote.py: the trace corpus's untraced runs, forked from one process that
+has imported PyTorch (where it is installed), run the script as a new process would: its own
+argv, environment, output, exit status; a run past its time is killed and said so."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from corpus_zygote import Zygote, forkable
+
+SCRIPT = """\
+import os, sys, time
+print("argv", sys.argv[1:], "env", os.environ.get("CORPUS_TEST"), "main", __name__)
+print("dir", sys.path[0] == os.path.dirname(os.path.abspath(__file__)))
+if "--fail" in sys.argv:
+    raise ValueError("boom")
+if "--exit" in sys.argv:
+    sys.exit(3)
+if "--sleep" in sys.argv:
+    time.sleep(30)
+print("done", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def zygote():
+    with Zygote() as z:
+        yield z
+
+
+def test_a_script_runs_as_its_own_process_would(tmp_path, zygote):
+    script = tmp_path / "prog.py"
+    script.write_text(SCRIPT)
+    rc, out, err = zygote.run([sys.executable, str(script), "--a", "b"],
+                              {"CORPUS_TEST": "7", "PATH": "/usr/bin"}, 20)  # fmt: skip
+    assert rc == 0 and err == ""
+    assert "argv ['--a', 'b'] env 7 main __main__" in out and "dir True" in out
+    assert out.rstrip().endswith("done")
+    rc, out, _ = zygote.run([sys.executable, str(script)], {}, 20)  # the next run starts clean
+    assert rc == 0 and "env None" in out
+
+
+def test_failures_are_exit_statuses_and_a_run_past_its_time_is_killed(tmp_path, zygote):
+    script = tmp_path / "prog.py"
+    script.write_text(SCRIPT)
+    rc, _, err = zygote.run([sys.executable, str(script), "--fail"], {}, 20)
+    assert rc == 1 and "ValueError: boom" in err
+    assert zygote.run([sys.executable, str(script), "--exit"], {}, 20)[0] == 3
+    with pytest.raises(subprocess.TimeoutExpired):
+        zygote.run([sys.executable, str(script), "--sleep"], {}, 0.5)
+    assert zygote.run([sys.executable, str(script)], {}, 20)[0] == 0  # still serving
+
+
+def test_only_plain_python_scripts_are_forked():
+    assert forkable([sys.executable, "prog.py", "--fixed"])
+    assert not forkable([sys.executable, "-m", "torch.distributed.run", "prog.py"])
+    assert not forkable(["./memcpy_loop", "--fixed"])
