@@ -288,21 +288,19 @@ def test_a_jax_value_read_each_step_is_the_waits_finding_when_a_quarter_of_looks
     assert b.headline is None or b.headline.code != "synchronizations"
 
 
-def test_an_evaluations_lines_once_an_epoch_do_not_outvote_the_steps_upload():
+@pytest.mark.parametrize(
+    ("lines", "step_line"),
+    [  # (where, kind, steps, covers) of each line
+        ((("train.py:122", "upload", 120, 0.96), ("train.py:100", "copy", 10, 0.90),
+          ("train.py:102", "wait", 9, 0.89)), "train.py:122"),
+        ((("train.py:20", "upload", 10, 0.9), ("train.py:43", "copy", 300, 0.97),
+          ("train.py:47", "wait", 301, 0.97)), "train.py:47"),
+    ],
+)  # fmt: skip
+def test_an_evaluations_lines_once_an_epoch_do_not_outvote_the_steps_upload(lines, step_line):
     """Ten epochs of 12 steps: the batch upload once a step, and an evaluation's copy and wait
     once an epoch, 9 and 10 times (an epoch's start cut): the upload marks the steps; a batch
     copy and an `.item()` as often as one another still outvote a line alone."""
-    found = [
-        Candidate(1, "train.py:122", "upload", tuple(range(120)), covers=0.96),
-        Candidate(1, "train.py:100", "copy", tuple(range(10)), covers=0.90),
-        Candidate(1, "train.py:102", "wait", tuple(range(9)), covers=0.89),
-    ]
+    found = [Candidate(1, w, kind, tuple(range(n)), covers=c) for w, kind, n, c in lines]
     chosen, _ = choose(found)
-    assert chosen is not None and chosen.where == "train.py:122"
-    paired = [
-        Candidate(1, "train.py:20", "upload", tuple(range(10)), covers=0.9),
-        Candidate(1, "train.py:43", "copy", tuple(range(300)), covers=0.97),
-        Candidate(1, "train.py:47", "wait", tuple(range(301)), covers=0.97),
-    ]
-    chosen, _ = choose(paired)
-    assert chosen is not None and chosen.where == "train.py:47"
+    assert chosen is not None and chosen.where == step_line
