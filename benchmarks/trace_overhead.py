@@ -1,10 +1,17 @@
 """trace_bench.py's parts for issue 68, what tracing costs programs it was not built around:
-Part `corpus`: every one-GPU program of benchmarks/trace_corpus/ (or those named in
+Part `corpus`: every program of benchmarks/trace_corpus/ this host can run (or those named in
 $TRACE_CORPUS_PROGRAMS, comma-separated), its loop's own seconds untraced, traced as `trace`
-does by default and traced with `--look-every 0`, the three alternated, `runs` rounds (3 or
-more):
+does by default, with `--look-every 0`, with `--kernels none` and with `--kernels all`, the
+five alternated, `runs` rounds (3 or more). A Python program of one process is forked from a
+process that imported PyTorch once (corpus_zygote.py), traced with the environment `trace`
+gives it (runner.traced_env) and its records thrown away: an import takes 8-12 s there and an
+analysis several more, neither of them in the loop's clock; torchrun and CUDA C++ programs run
+under `xferscope trace` itself:
   trace_corpus_overhead_worst   the worst program's untraced / traced speed (goal >= 0.95)
   trace_corpus_overhead_looks   the same ratio's worst with the looks off: what they cost
+  trace_corpus_overhead_no_kernels, trace_corpus_overhead_all_kernels
+                                the same with no kernel recorded, and every one: what the
+                                default's kernel recording costs
   trace_looks_python_threads    Python threads a traced PyTorch program has beyond its own
                                 untraced (goal 0)
 Part `sigint`: tests/trace_programs/loader_loop.py (a DataLoader with 4 workers) traced, Ctrl-C
@@ -18,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -26,7 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from trace_corpus import base_command, missing, own_line, programs, untraced
+from corpus_zygote import Zygote, forkable
+from trace_corpus import RUN_TIMEOUT_S, base_command, missing, own_line, programs, untraced
 from trace_idle import PROGRAMS
 
 THREADS = (
@@ -42,40 +51,75 @@ def _traced(argv: list[str], *more: str) -> dict:
         [sys.executable, "-m", "xferscope", "trace", "--reference", "none", "--no-history",
          *more, "-o", str(out), "--", *argv], capture_output=True, text=True, timeout=300,
     )  # fmt: skip
+    shutil.rmtree(out, ignore_errors=True)
     if proc.returncode != 0:
         raise RuntimeError(f"trace of {argv} failed: {proc.stderr[-2000:]}")
     return own_line(proc.stdout)
 
 
+def _forked(zygote: Zygote, argv: list[str], kernels: str, look_every: float) -> dict:
+    """The program's own line, forked from the zygote with the environment `trace` gives it
+    (runner.traced_env): the same library, knobs and looks, without importing PyTorch anew
+    and with no analysis after it; the records thrown away."""
+    from xferscope.trace.runner import traced_env
+
+    out = Path(tempfile.mkdtemp(prefix="xfs-overhead-"))
+    env = dict(os.environ) | traced_env(out, kernels=kernels, look_every=look_every)
+    rc, stdout, stderr = zygote.run(argv, env, RUN_TIMEOUT_S)
+    shutil.rmtree(out, ignore_errors=True)
+    if rc != 0:
+        raise RuntimeError(f"traced {argv} failed ({rc}): {stderr[-2000:]}")
+    return own_line(stdout)
+
+
+# The variants timed each round: untraced, then traced with these (--kernels, --look-every)
+VARIANTS = {"traced": ("sampled", 0.01), "no_looks": ("sampled", 0.0),
+            "no_kernels": ("none", 0.01), "all_kernels": ("all", 0.01)}  # fmt: skip
+
+
+def _round(base: list[str], zygote: Zygote, seconds: dict[str, list[float]]) -> None:
+    """One round of a program's variants: forked from the zygote where it is a Python script
+    of one process, else run as a user runs it (torchrun, a CUDA C++ binary)."""
+    seconds["untraced"].append(untraced(base, None, zygote)["seconds"])
+    for name, (kernels, look_every) in VARIANTS.items():
+        if forkable(base):
+            line = _forked(zygote, base, kernels, look_every)
+        else:
+            line = _traced(base, "--kernels", kernels, "--look-every", str(look_every))
+        seconds[name].append(line["seconds"])
+
+
 def corpus_part(_program: str, _engine: object, runs: int, comparisons: list, figures: dict):
+    import torch
+
     named = os.environ.get("TRACE_CORPUS_PROGRAMS", "")
     build = Path(tempfile.mkdtemp(prefix="xfs-overhead-build-"))
     found = figures.setdefault("corpus_overhead", {})
-    for p in programs(named):
-        if missing(p, 1) or p.gpus > 1:
-            continue
-        base = base_command(p, build)
-        seconds: dict[str, list[float]] = {"untraced": [], "traced": [], "no_looks": []}
-        try:
-            for _ in range(max(runs, 3)):
-                seconds["untraced"].append(untraced(base)["seconds"])
-                seconds["traced"].append(_traced(base)["seconds"])
-                seconds["no_looks"].append(_traced(base, "--look-every", "0")["seconds"])
-        except (RuntimeError, ValueError, subprocess.SubprocessError) as exc:
-            found[p.name] = {"error": str(exc)[-2000:]}
-            continue
-        own = statistics.median(seconds["untraced"])
-        found[p.name] = seconds | {
-            "ratio": own / statistics.median(seconds["traced"]),
-            "ratio_no_looks": own / statistics.median(seconds["no_looks"]),
-        }
-        print(f"{p.name}: {found[p.name]['ratio']:.3f}", flush=True)
-    ratios = [e["ratio"] for e in found.values() if "ratio" in e]
-    if ratios:
-        figures["trace_corpus_overhead_worst"] = min(ratios)
-        figures["trace_corpus_overhead_looks"] = min(
-            e["ratio_no_looks"] for e in found.values() if "ratio_no_looks" in e
-        )
+    gpus = torch.cuda.device_count()
+    with Zygote() as zygote:
+        for p in programs(named):
+            if missing(p, gpus):
+                continue
+            base = base_command(p, build)
+            seconds: dict[str, list[float]] = {"untraced": [], **{v: [] for v in VARIANTS}}
+            try:
+                for _ in range(max(runs, 3)):
+                    _round(base, zygote, seconds)
+            except (RuntimeError, ValueError, subprocess.SubprocessError) as exc:
+                found[p.name] = {"error": str(exc)[-2000:]}
+                continue
+            own = statistics.median(seconds["untraced"])
+            found[p.name] = seconds | {
+                f"ratio_{v}": own / statistics.median(seconds[v]) for v in VARIANTS
+            }
+            print(p.name, {v: round(found[p.name][f"ratio_{v}"], 3) for v in VARIANTS}, flush=True)
+    for v, figure in (("traced", "trace_corpus_overhead_worst"),
+                      ("no_looks", "trace_corpus_overhead_looks"),
+                      ("no_kernels", "trace_corpus_overhead_no_kernels"),
+                      ("all_kernels", "trace_corpus_overhead_all_kernels")):  # fmt: skip
+        ratios = [e[f"ratio_{v}"] for e in found.values() if f"ratio_{v}" in e]
+        if ratios:
+            figures[figure] = min(ratios)
     mine = json.loads(subprocess.run([sys.executable, "-c", THREADS], capture_output=True,
                                      text=True, check=True).stdout)["threads"]  # fmt: skip
     out = Path(tempfile.mkdtemp(prefix="xfs-threads-"))

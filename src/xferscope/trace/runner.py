@@ -116,22 +116,18 @@ def resolve(command: Sequence[str]) -> list[str]:
     return [found, *command[1:]]
 
 
-def run_traced(
-    command: Sequence[str],
+def traced_env(
     directory: Path,
     limit: int = DEFAULT_LIMIT,
     kernels: str = KERNELS_DEFAULT,
     look_every: float = SAMPLE_S,
-) -> Ran:
-    """Runs `command` with the library injected, its records going to `directory`, its kernels
-    recorded as `kernels` says (kernels_setting), each Python process's main thread looked at
-    every `look_every` seconds (0: never). Its own output goes where ours goes, untouched."""
+) -> dict[str, str]:
+    """The environment that makes a process that starts CUDA record itself into `directory`
+    (run_traced's arguments): the injection library CUDA loads at its start, and its knobs."""
     setting = kernels_setting(kernels)
-    argv = resolve(command)
     library = injection_library()
-    env = dict(os.environ)
     cupti = libraries.find("cupti", TraceError)
-    env |= {
+    return {
         "CUDA_INJECTION64_PATH": str(library),
         "XFERSCOPE_LIBCUPTI": cupti,
         # NVTX ranges the program pushes go to CUPTI, which records them (a program's own
@@ -143,6 +139,20 @@ def run_traced(
         # each traced Python process's main thread looked at (looks.cpp)
         "XFERSCOPE_TRACE_SAMPLE_S": str(look_every),
     }
+
+
+def run_traced(
+    command: Sequence[str],
+    directory: Path,
+    limit: int = DEFAULT_LIMIT,
+    kernels: str = KERNELS_DEFAULT,
+    look_every: float = SAMPLE_S,
+) -> Ran:
+    """Runs `command` with the library injected, its records going to `directory`, its kernels
+    recorded as `kernels` says (kernels_setting), each Python process's main thread looked at
+    every `look_every` seconds (0: never). Its own output goes where ours goes, untouched."""
+    argv = resolve(command)
+    env = dict(os.environ) | traced_env(directory, limit, kernels, look_every)
     forwarded: list[int] = []
     early: list[int] = []  # signals that came before the program was there to take them
     children: list[subprocess.Popen[bytes]] = []  # the program, once started
