@@ -304,3 +304,27 @@ def test_an_evaluations_lines_once_an_epoch_do_not_outvote_the_steps_upload(line
     found = [Candidate(1, w, kind, tuple(range(n)), covers=c) for w, kind, n, c in lines]
     chosen, _ = choose(found)
     assert chosen is not None and chosen.where == step_line
+
+
+@pytest.mark.parametrize(("inner", "share"), [(None, 0.40), ("torch", 0.11)])
+def test_the_hosts_time_at_its_upload_line_after_the_copy_is_the_inputs(inner, share):
+    """40 steps of 10 ms: a batch's upload at train.py:43, then 2.9 ms with the GPU idle and
+    the looks at that line, inside a call made there (a batch's release, its staging) or inside
+    the framework below it (`model(x.to(device))`), then 6 ms of kernels and 1 ms away until
+    the next upload (the input's, 0.11 with the copies): the first 2.9 ms are the input's too,
+    the second the step's own."""
+    line = PyFrame("train.py", 43, "main")
+    below = (PyFrame("/v/site-packages/torch/nn/modules/module.py", 1, "Module._call_impl"),)
+    stack = (*(below if inner else ()), line)
+    copies, kernels, seen = [], [], []
+    for i in range(40):
+        t = 100 * MS + i * 10 * MS
+        copies.append(_upload(t, 43))
+        kernels.append(_kernel(t + 3 * MS, t + 9 * MS))
+        seen += [(t + k * MS // 2, stack) for k in range(1, 6)]
+    samples = {1: MainSamples(0.0005, tuple(t for t, _ in seen), tuple(s for _, s in seen))}
+    trace = Trace(tuple(copies), tuple(kernels), (), tuple(c.call for c in copies if c.call), {},
+                  {}, ({"pid": 1, "start_ns": MS, "kernels": "all"},), samples=samples)  # fmt: skip
+    loop = analyze(trace, 1.0, None).loop
+    assert loop is not None and loop.input_share is not None
+    assert loop.input_share == pytest.approx(share, abs=0.02)

@@ -5,6 +5,7 @@ finding, share and prediction is judged there (phases.py), start-up and the end 
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import statistics
 from collections import defaultdict
@@ -159,11 +160,12 @@ def input_ns(
         return ("upload" if (call.thread, call.start_ns) in uploads else "call", "")
 
     total = 0
+    away: dict[tuple[str, str, str, str], list[tuple[int, int]]] = defaultdict(list)
     for device, steps_on in on.items():
         s, e = busy[device]
         for g0, g1 in clipped(list(zip(e[:-1], s[1:], strict=True)), steps_on):
             within = int(RESUMED_WITHIN_S * 1e9) if g1 - g0 >= LAUNCH_GAP_S * 1e9 else 0
-            parts = split(main, starts, g0, g1, label, ("", ""), within)
+            parts = split(main, starts, g0, g1, label, ("", ""), within, away)
             # the idle after a wait is the wait's (idle.split), not the input's, unless the
             # looks found the host waiting for its next batch then (input_starved's rule)
             fed = any(kind == "after_wait" for kind, *_ in parts) and loader_waited(
@@ -171,7 +173,35 @@ def input_ns(
             )
             total += sum(ns for (kind, what, _, _), ns in parts.items()
                          if what == "upload" and (kind != "after_wait" or fed))  # fmt: skip
+    # away stretches that no upload ended: the input's in the share of their looks that found
+    # the main thread in a call made at an upload's line itself (a batch's release after its
+    # copy), not in the framework below it (`model(x.to(device))`'s forward)
+    other = [ab for (kind, what, _, _), abs_ in away.items() if kind == "away" and what != "upload"
+             for ab in abs_]  # fmt: skip
+    lines = {trace.where(c.frames, c.python) for c in trace.copies
+             if c.pid == pid and c.direction == "h2d" and c.call is not None
+             and c.call.thread == pid}  # fmt: skip
+    looks, at_input = _at_lines(trace, pid, other, lines)
+    if looks:
+        total += int(sum(b - a for a, b in other) * at_input / looks)
     return total
+
+
+def _at_lines(
+    trace: Trace, pid: int, stretches: list[tuple[int, int]], lines: set[str | None]
+) -> tuple[int, int]:
+    """The looks at process `pid`'s main thread within the stretches, and those whose innermost
+    frame is the program's own at one of `lines` (a call made there, no library's frame below)."""
+    seen = trace.samples.get(pid)
+    if seen is None:
+        return 0, 0
+    looks = at = 0
+    for a, b in stretches:
+        for i in range(bisect.bisect_left(seen.ts, a), bisect.bisect_left(seen.ts, b)):
+            stack = seen.stacks[i]
+            looks += 1
+            at += bool(stack) and not stack[0].is_library and str(stack[0]) in lines
+    return looks, at
 
 
 def steady_span(loop: Steps | None, gpus: Timelines) -> float:
