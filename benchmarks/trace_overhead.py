@@ -15,13 +15,14 @@ under `xferscope trace` itself:
   trace_looks_python_threads    Python threads a traced PyTorch program has beyond its own
                                 untraced (goal 0)
 Part `sigint`: tests/trace_programs/loader_loop.py (a DataLoader with 4 workers) traced, Ctrl-C
-(SIGINT to xferscope, which forwards it) at a random moment, 20 times:
+(SIGINT to xferscope, which forwards it) at a random moment, 20 times, SIGINT_AT_ONCE at a time:
   trace_sigint_workers_clean    runs that exited 130 within 2 s with a readable trace (or,
                                 stopped before CUDA started, none) (goal 20)
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import os
 import random
@@ -132,32 +133,48 @@ def corpus_part(_program: str, _engine: object, runs: int, comparisons: list, fi
     figures["trace_looks_python_threads"] = traced["threads"] - mine
 
 
+def _interrupted(attempt: int, delay_s: float, loop: list[str]) -> dict:
+    """One traced run of `loop` sent SIGINT `delay_s` after it started: its exit status, how
+    long it took to exit after the signal, whether a readable trace was written, or whether
+    it was stopped before CUDA started (no trace to write)."""
+    out = Path(tempfile.mkdtemp(prefix="xfs-sigint-"))
+    said = out / "stderr.txt"  # a file: a pipe nobody reads until the end could fill and stall
+    with said.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "xferscope", "trace", "--reference", "none", "--no-history",
+             "-o", str(out), "--", *loop], stdout=subprocess.DEVNULL, stderr=err,
+        )  # fmt: skip
+    time.sleep(delay_s)
+    proc.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    try:
+        code = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait()
+    took = time.monotonic() - sent
+    summaries = list(out.glob("trace-*/trace-summary.json"))
+    try:
+        readable = bool(summaries) and "schema" in json.loads(summaries[0].read_text())
+    except ValueError:  # written in part: not readable
+        readable = False
+    before_cuda = "no CUDA activity" in said.read_text(errors="replace")
+    shutil.rmtree(out, ignore_errors=True)
+    print(f"sigint {attempt}: exit {code} in {took:.2f} s, trace {readable}", flush=True)
+    return {"exit": code, "seconds": took, "readable": readable, "before_cuda": before_cuda}
+
+
+SIGINT_AT_ONCE = 3  # traced programs interrupted side by side (each with 4 workers)
+
+
 def sigint_part(_program: str, _engine: object, runs: int, comparisons: list, figures: dict):
     rng = random.Random(0)
     loop = [sys.executable, str(PROGRAMS / "loader_loop.py"), "--steps", "400"]
-    clean, each = 0, []
-    for attempt in range(20):
-        out = Path(tempfile.mkdtemp(prefix="xfs-sigint-"))
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "xferscope", "trace", "--reference", "none", "--no-history",
-             "-o", str(out), "--", *loop], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )  # fmt: skip
-        time.sleep(rng.uniform(8.0, 18.0))  # after CUDA's start, in the loop's steps
-        proc.send_signal(signal.SIGINT)
-        sent = time.monotonic()
-        try:
-            code = proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = proc.wait()
-        took = time.monotonic() - sent
-        summaries = list(out.glob("trace-*/trace-summary.json"))
-        readable = bool(summaries) and "schema" in json.loads(summaries[0].read_text())
-        before_cuda = "no CUDA activity" in (proc.stderr.read() if proc.stderr else "")
-        ok = code == 130 and took < 2.0 and (readable or before_cuda)
-        clean += ok
-        each.append({"exit": code, "seconds": took, "readable": readable,
-                     "before_cuda": before_cuda})  # fmt: skip
-        print(f"sigint {attempt}: exit {code} in {took:.2f} s, trace {readable}", flush=True)
+    delays = [rng.uniform(8.0, 18.0) for _ in range(20)]  # after CUDA's start, in the steps
+    with concurrent.futures.ThreadPoolExecutor(SIGINT_AT_ONCE) as pool:
+        each = list(pool.map(lambda a: _interrupted(a, delays[a], loop), range(len(delays))))
     figures["sigint_runs"] = each
-    figures["trace_sigint_workers_clean"] = clean
+    figures["trace_sigint_workers_clean"] = sum(
+        e["exit"] == 130 and e["seconds"] < 2.0 and (e["readable"] or e["before_cuda"])
+        for e in each
+    )
