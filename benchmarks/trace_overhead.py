@@ -1,9 +1,9 @@
 """trace_bench.py's parts for issue 68, what tracing costs programs it was not built around:
 Part `corpus`: every program of benchmarks/trace_corpus/ this host can run (or those named in
 $TRACE_CORPUS_PROGRAMS, comma-separated), its loop's own seconds untraced, traced as `trace`
-does by default, with `--look-every 0`, with `--kernels none` and with `--kernels all`, the
-five alternated, `runs` rounds (3 or more). A Python program of one process is forked from a
-process that imported PyTorch once (corpus_zygote.py), traced with the environment `trace`
+does by default, with `--look-every 0`, with `--kernels none`, with `--kernels all` and with
+no NVTX tool, alternated, `runs` rounds (3 or more). A Python program of one process is forked
+from a process that imported PyTorch once (corpus_zygote.py), traced with the environment `trace`
 gives it (runner.traced_env) and its records thrown away: an import takes 8-12 s there and an
 analysis several more, neither of them in the loop's clock; torchrun and CUDA C++ programs run
 under `xferscope trace` itself:
@@ -12,6 +12,8 @@ under `xferscope trace` itself:
   trace_corpus_overhead_no_kernels, trace_corpus_overhead_all_kernels
                                 the same with no kernel recorded, and every one: what the
                                 default's kernel recording costs
+  trace_corpus_overhead_no_nvtx the same with no NVTX tool named (forked programs alone): what
+                                naming one costs a framework that annotates for a tool
   trace_looks_python_threads    Python threads a traced PyTorch program has beyond its own
                                 untraced (goal 0)
 Part `sigint`: tests/trace_programs/loader_loop.py (a DataLoader with 4 workers) traced, Ctrl-C
@@ -58,14 +60,17 @@ def _traced(argv: list[str], *more: str) -> dict:
     return own_line(proc.stdout)
 
 
-def _forked(zygote: Zygote, argv: list[str], kernels: str, look_every: float) -> dict:
+def _forked(zygote: Zygote, argv: list[str], kernels: str, look_every: float, nvtx: bool) -> dict:
     """The program's own line, forked from the zygote with the environment `trace` gives it
     (runner.traced_env): the same library, knobs and looks, without importing PyTorch anew
-    and with no analysis after it; the records thrown away."""
+    and with no analysis after it; the records thrown away. Without `nvtx`, no NVTX tool is
+    named (a framework that builds its ranges only for a tool, as XLA does, builds none)."""
     from xferscope.trace.runner import traced_env
 
     out = Path(tempfile.mkdtemp(prefix="xfs-overhead-"))
     env = dict(os.environ) | traced_env(out, kernels=kernels, look_every=look_every)
+    if not nvtx:
+        env.pop("NVTX_INJECTION64_PATH", None)
     rc, stdout, stderr = zygote.run(argv, env, RUN_TIMEOUT_S)
     shutil.rmtree(out, ignore_errors=True)
     if rc != 0:
@@ -73,20 +78,24 @@ def _forked(zygote: Zygote, argv: list[str], kernels: str, look_every: float) ->
     return own_line(stdout)
 
 
-# The variants timed each round: untraced, then traced with these (--kernels, --look-every)
-VARIANTS = {"traced": ("sampled", 0.01), "no_looks": ("sampled", 0.0),
-            "no_kernels": ("none", 0.01), "all_kernels": ("all", 0.01)}  # fmt: skip
+# The variants timed each round: untraced, then traced with these (--kernels, --look-every,
+# an NVTX tool named); `no_nvtx` only where the program is forked (`trace` always names one)
+VARIANTS = {"traced": ("sampled", 0.01, True), "no_looks": ("sampled", 0.0, True),
+            "no_kernels": ("none", 0.01, True), "all_kernels": ("all", 0.01, True),
+            "no_nvtx": ("sampled", 0.01, False)}  # fmt: skip
 
 
 def _round(base: list[str], zygote: Zygote, seconds: dict[str, list[float]]) -> None:
     """One round of a program's variants: forked from the zygote where it is a Python script
     of one process, else run as a user runs it (torchrun, a CUDA C++ binary)."""
     seconds["untraced"].append(untraced(base, None, zygote)["seconds"])
-    for name, (kernels, look_every) in VARIANTS.items():
+    for name, (kernels, look_every, nvtx) in VARIANTS.items():
         if forkable(base):
-            line = _forked(zygote, base, kernels, look_every)
-        else:
+            line = _forked(zygote, base, kernels, look_every, nvtx)
+        elif nvtx:
             line = _traced(base, "--kernels", kernels, "--look-every", str(look_every))
+        else:
+            continue
         seconds[name].append(line["seconds"])
 
 
@@ -111,13 +120,15 @@ def corpus_part(_program: str, _engine: object, runs: int, comparisons: list, fi
                 continue
             own = statistics.median(seconds["untraced"])
             found[p.name] = seconds | {
-                f"ratio_{v}": own / statistics.median(seconds[v]) for v in VARIANTS
+                f"ratio_{v}": own / statistics.median(seconds[v]) for v in VARIANTS if seconds[v]
             }
-            print(p.name, {v: round(found[p.name][f"ratio_{v}"], 3) for v in VARIANTS}, flush=True)
+            ratios = {k: round(v, 3) for k, v in found[p.name].items() if k.startswith("ratio")}
+            print(p.name, ratios, flush=True)
     for v, figure in (("traced", "trace_corpus_overhead_worst"),
                       ("no_looks", "trace_corpus_overhead_looks"),
                       ("no_kernels", "trace_corpus_overhead_no_kernels"),
-                      ("all_kernels", "trace_corpus_overhead_all_kernels")):  # fmt: skip
+                      ("all_kernels", "trace_corpus_overhead_all_kernels"),
+                      ("no_nvtx", "trace_corpus_overhead_no_nvtx")):  # fmt: skip
         ratios = [e[f"ratio_{v}"] for e in found.values() if f"ratio_{v}" in e]
         if ratios:
             figures[figure] = min(ratios)
