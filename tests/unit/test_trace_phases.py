@@ -328,3 +328,14 @@ def test_the_hosts_time_at_its_upload_line_after_the_copy_is_the_inputs(inner, s
     loop = analyze(trace, 1.0, None).loop
     assert loop is not None and loop.input_share is not None
     assert loop.input_share == pytest.approx(share, abs=0.02)
+
+
+@pytest.mark.parametrize(
+    ("calls", "sizes", "said"),
+    [(12, "4 KiB", "12 calls, 4 KiB"), (1, "", "1 call"), (0, "4 KiB", "4 KiB"), (0, "", "")],
+)
+def test_a_findings_calls_are_said_with_nothing_empty(calls, sizes, said):
+    """No "29 calls ()" for waits that move no bytes, no "1 calls, ," for a straggler."""
+    from xferscope.trace.findings.base import counted
+
+    assert counted(calls, sizes) == said

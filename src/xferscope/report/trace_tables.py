@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ..core.units import format_bytes, format_rate, format_seconds
 from ..trace.document import TraceResult, steady_s
+from ..trace.findings.base import counted
 from ..trace.records import shown
 
 IDLE_KINDS = {
@@ -262,7 +263,8 @@ def print_trace(result: TraceResult, console: Console) -> None:
     if fixes:
         console.print("[bold]what to change in the steady state, the largest saving first[/bold]")
     for f in fixes:
-        said = f"{f['title']}: {f['calls']} calls, {f['sizes']}, cost {format_seconds(f['cost_s'])}"
+        what = counted(f["calls"], f["sizes"])
+        said = f"{f['title']}: {what + ', ' if what else ''}cost {format_seconds(f['cost_s'])}"
         if f.get("saving_s") is None:
             console.print(f"  [bold]not priced[/bold] {said}")
         else:

@@ -13,6 +13,7 @@ from ..documents.envelope import Envelope, dumps_document
 from ..documents.records import Column, dumps_columns, read_result, result_document, to_plain
 from .analyze import WORTH, Analysis, Group, KindRow
 from .findings import TraceFinding
+from .findings.base import counted
 from .loops import MIN_STEPS
 from .ranks import ranks
 from .records import Copy, Trace
@@ -102,7 +103,10 @@ def findings_of(analysis: Analysis, steady: float) -> list[Finding]:
     out = []
     for f in analysis.findings:
         where = f" at {f.places[0].where}" if f.places else ""
-        said = f"{f.title}: {f.calls} calls ({f.sizes}){where} cost {f.cost_s * 1e3:.3g} ms"
+        what = counted(f.calls, f.sizes)
+        said = (
+            f"{f.title}: {what + ' ' if what else ''}{where.lstrip()} cost {f.cost_s * 1e3:.3g} ms"
+        )
         if f.saving_s is None:
             share = f.cost_s / steady if steady > 0 else 0.0
             message = f"{said}; {f.unpriced}"

@@ -125,6 +125,13 @@ MOST_PLACES = 12  # lines kept per finding, the costliest
 DATALOADER = "/torch/utils/data/"  # PyTorch's DataLoader's frames
 
 
+def counted(calls: int, sizes: str) -> str:
+    """A finding's calls and their sizes as every output says them: "12 calls, 4 KiB", "1 call",
+    "4 KiB", or "" (a finding that counts no calls, as the straggler's)."""
+    said = [f"{calls} call{'s' if calls != 1 else ''}"] if calls else []
+    return ", ".join([*said, *([sizes] if sizes else [])])
+
+
 def sizes_text(copies: Sequence[Copy]) -> str:
     sizes = sorted(c.bytes for c in copies)
     if not sizes:

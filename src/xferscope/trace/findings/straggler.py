@@ -42,7 +42,7 @@ def find(context: Context) -> TraceFinding | None:
     return TraceFinding(
         CODE,
         f"GPU {late.device} made the other ranks wait at every collective",
-        len(job) - 1,
+        0,  # no calls of its own: its price is the others' wait
         0,
         "",
         places,
