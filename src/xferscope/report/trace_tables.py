@@ -13,6 +13,7 @@ from rich.table import Table
 from ..core.units import format_bytes, format_rate, format_seconds
 from ..trace.document import TraceResult, steady_s
 from ..trace.findings.base import counted
+from ..trace.idle import LONG_GAP
 from ..trace.records import shown
 
 IDLE_KINDS = {
@@ -159,7 +160,7 @@ def steps_text(loop: dict[str, Any]) -> str:
         said += f"; waiting for its input {loop['input_share']:.0%} (idle at the uploads, copies)"
     long = loop.get("long_steps") or 0
     if long:
-        said += f"; {long} long step{'' if long == 1 else 's'} (an epoch's start, an evaluation)"
+        said += f"; {long} long step{'' if long == 1 else 's'} (over {LONG_GAP:g} times the usual)"
     warm = loop.get("warm_up") or 0
     if warm:
         said += f"; {warm} warm-up step{'' if warm == 1 else 's'} before them, the start-up's"
