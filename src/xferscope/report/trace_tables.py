@@ -301,5 +301,6 @@ def place_lines(fix: dict[str, Any]) -> list[str]:
     for p in fix["places"]:
         code = f" [dim]{escape(p['code'][:60])}[/dim]" if p.get("code") else ""
         cost = format_seconds(p["cost_s"])
-        out.append(f"at {escape(shown(p['where']))}: {p['calls']} calls, {cost}{code}")
+        calls = counted(p["calls"], "")
+        out.append(f"at {escape(shown(p['where']))}: {calls + ', ' if calls else ''}{cost}{code}")
     return out
