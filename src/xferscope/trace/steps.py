@@ -156,8 +156,13 @@ def input_ns(
                   key=lambda c: c.start_ns)  # fmt: skip
     starts = [c.start_ns for c in main]
 
+    waiting = {(c.thread, c.start_ns) for c in trace.waits()}  # as idle.causes sees them
+
     def label(call: Call) -> tuple[str, str]:  # named, so that a wait before a gap is seen
         return ("upload" if (call.thread, call.start_ns) in uploads else "call", "")
+
+    def waits(call: Call) -> bool:
+        return (call.thread, call.start_ns) in waiting
 
     total = 0
     away: dict[tuple[str, str, str, str], list[tuple[int, int]]] = defaultdict(list)
@@ -165,7 +170,7 @@ def input_ns(
         s, e = busy[device]
         for g0, g1 in clipped(list(zip(e[:-1], s[1:], strict=True)), steps_on):
             within = int(RESUMED_WITHIN_S * 1e9) if g1 - g0 >= LAUNCH_GAP_S * 1e9 else 0
-            parts = split(main, starts, g0, g1, label, ("", ""), within, away)
+            parts = split(main, starts, g0, g1, label, ("", ""), within, away, waits)
             # the idle after a wait is the wait's (idle.split), not the input's, unless the
             # looks found the host waiting for its next batch then (input_starved's rule)
             fed = any(kind == "after_wait" for kind, *_ in parts) and loader_waited(
