@@ -339,3 +339,22 @@ def test_a_findings_calls_are_said_with_nothing_empty(calls, sizes, said):
     from xferscope.trace.findings.base import counted
 
     assert counted(calls, sizes) == said
+
+
+def test_the_idle_after_a_cpu_copy_is_the_waits_in_the_steps_share_too():
+    """`.cpu()` to pageable memory each step (a blocking copy down, no synchronize call), then
+    3 ms of the host's own work before the next upload: the steps' share waiting for input
+    leaves that idle to the wait, as the findings do."""
+    trace = _job()
+    calls, copies = list(trace.calls), list(trace.copies)
+    for i in range(40):
+        t = 2020 * MS + i * 10 * MS
+        call = Call("cudaMemcpyAsync_v3020", t + 1 * MS, t + 6 * MS + 10 * US, 1, 1)
+        line = (PyFrame("train.py", 47, "main"),)
+        copies.append(Copy(1, "d2h", "device", "pageable", 4096, t + 6 * MS,
+                           t + 6 * MS + 5 * US, 0, 7, True, 0, call, python=line))  # fmt: skip
+        calls.append(call)
+    trace = dataclasses.replace(trace, copies=tuple(copies),
+                                calls=tuple(sorted(calls, key=lambda c: c.start_ns)))  # fmt: skip
+    loop = analyze(trace, 3.0, None).loop
+    assert loop is not None and loop.input_share is not None and loop.input_share < 0.05
