@@ -358,3 +358,16 @@ def test_the_idle_after_a_cpu_copy_is_the_waits_in_the_steps_share_too():
                                 calls=tuple(sorted(calls, key=lambda c: c.start_ns)))  # fmt: skip
     loop = analyze(trace, 3.0, None).loop
     assert loop is not None and loop.input_share is not None and loop.input_share < 0.05
+
+
+def test_a_line_the_looks_found_carries_its_source(tmp_path):
+    """A finding's place found by the looks alone (a JAX read, a straggler's host work) shows
+    its line's source as a recorded call's place does; none where the file is not here."""
+    from xferscope.trace.findings.base import seen_place
+
+    program = tmp_path / "train.py"
+    program.write_text("import jax\n\nlog(float(loss))  # the read\n")
+    place = seen_place(f"{program}:3 (run)", 300, 0.4)
+    assert place.code == "log(float(loss))  # the read" and place.calls == 300
+    assert seen_place("/nowhere/train.py:3 (run)", 1, 0.1).code == ""
+    assert seen_place("libfoo.so+0x10", 1, 0.1).code == ""

@@ -5,6 +5,7 @@ this machine's measured curves or saying why it is not."""
 from __future__ import annotations
 
 import bisect
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from ...core import stats
 from ...core.units import format_bytes
 from ...documents.records import KEY
 from ..costs import covered_ns, merged, process_busy
-from ..records import Call, Copy, Pin, Trace, in_frame, user_frame
+from ..records import Call, Copy, Pin, PyFrame, Trace, in_frame, user_frame
 from ..reference import Reference
 from ..steps import Steps
 from ..timeline import Timelines, timelines
@@ -92,6 +93,17 @@ class Place:
     stack: tuple[str, ...] = ()  # the Python stack there, innermost first
     native: str | None = None  # the native caller, where one was unwound
     code: str = ""  # the line's source text, where the file could be read
+
+
+WHERE = re.compile(r"^(?P<file>.+):(?P<line>\d+) \(")  # `file:line (function)`
+
+
+def seen_place(where: str, calls: int, cost_s: float) -> Place:
+    """A line the looks at the main thread found (`file:line (function)`, no call of its own
+    recorded there), with its source text where its file can be read."""
+    found = WHERE.match(where)
+    code = PyFrame(found["file"], int(found["line"]), "").source() if found else ""
+    return Place(where, calls, 0, cost_s, code=code)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from ..idle import IdleCause, loader_waited
 from ..ranks import ranks
 from ..records import FRAMEWORKS, LOADER_WHERE
 from ..samples import Seen
-from .base import Context, Place, TraceFinding, finding, in_words
+from .base import Context, TraceFinding, finding, in_words, seen_place
 
 ORDER = 0  # where it stands among findings of equal price
 CODE = "input_starved"
@@ -125,7 +125,7 @@ def find(context: Context) -> TraceFinding | None:
     )
     if not _at_copy(cause):  # the program's line that waited, then where the copies were made
         framework = cause.seen_framework or found.framework
-        line = Place(cause.seen_at[0][0], cause.input_looks, 0, idle)
+        line = seen_place(cause.seen_at[0][0], cause.input_looks, idle)
         found = replace(found, places=(line, *found.places), framework=framework,
                         advice=in_words(ADVICE, framework))  # fmt: skip
     if not _loader(cause):  # no loader seen: the host's own work before the copy, named
@@ -152,7 +152,7 @@ def _own_input(found: TraceFinding, cause: IdleCause, idle: float) -> TraceFindi
     )
     places = found.places
     if line and line != cause.where:
-        places = (Place(line, cause.seen_at[0][1] if cause.seen_at else 0, 0, idle), *places)
+        places = (seen_place(line, cause.seen_at[0][1] if cause.seen_at else 0, idle), *places)
     advice = OWN_INPUT.format(line=line or "the line before the copy",
                               doing=f" ({what})" if what else "")  # fmt: skip
     return replace(found, places=places, advice=advice, detail=found.detail + seen,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ...core.units import format_seconds
 from ..idle import IdleCause
 from ..ranks import ranks
-from .base import Context, Place, TraceFinding, in_words
+from .base import Context, TraceFinding, in_words, seen_place
 
 ORDER = 1  # where it stands among findings of equal price
 CODE = "straggler"
@@ -37,7 +37,7 @@ def find(context: Context) -> TraceFinding | None:
     own = next((g for g in context.gpus.gpus if g.device == late.device), None)
     late_s = cause.seconds * (own.scale or 1.0) if cause is not None and own else waited
     line, what, said = _why(cause)
-    places = (Place(line, cause.gaps, 0, waited),) if cause is not None and line else ()
+    places = (seen_place(line, cause.gaps, waited),) if cause is not None and line else ()
     framework = "PyTorch" if _pytorch(context) else None
     return TraceFinding(
         CODE,

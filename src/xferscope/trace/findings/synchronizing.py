@@ -19,7 +19,7 @@ from ..costs import process_busy
 from ..idle import SEEN_SHARE, IdleCause
 from ..records import Call, Trace, on_loader_thread
 from ..samples import lines_in
-from .base import Context, Place, TraceFinding, framework, in_words, places
+from .base import Context, TraceFinding, framework, in_words, places, seen_place
 
 ORDER = 2  # where it stands among findings of equal price
 CODE = "synchronizations"
@@ -118,7 +118,7 @@ def find(context: Context) -> TraceFinding | None:
             f"looks found the main thread waiting for a value from the device ({cause.value_looks}"
             f" of {cause.looks} looks) at {cause.seen_at[0][0] if cause.seen_at else '?'}"
         )
-    own = tuple(Place(c.seen_at[0][0], c.gaps, 0, i) for c, i, _ in looked if c.seen_at)
+    own = tuple(seen_place(c.seen_at[0][0], c.gaps, i) for c, i, _ in looked if c.seen_at)
     return TraceFinding(
         CODE,
         "waits for the GPU that leave it idle",
