@@ -5,6 +5,7 @@ event timing, a crash's trace kept. Skipped without a GPU (or nvcc, for the C++ 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -237,3 +238,29 @@ def test_the_rank_with_slow_input_is_named_as_the_one_the_others_waited_for(
     line = f"{DDP}:{_line_of(DDP, '# INPUT_LINE')} "
     assert late["cause"]["kind"] == "away" and late["cause"]["where"].startswith(line)
     assert "made the other ranks wait" in proc.stdout and s["headline"]["code"] == "straggler"
+
+
+def test_a_program_forked_with_the_traces_environment_records_as_trace_does(
+    native_engine, tmp_path
+):
+    """trace_bench's corpus part times programs forked from a process that imported PyTorch,
+    with runner.traced_env: the injection library loads in the child at CUDA's start and
+    records every byte it copied, and its main thread is looked at."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+    from corpus_zygote import Zygote
+    from xferscope.trace.reading import read_trace
+    from xferscope.trace.runner import traced_env
+
+    records = tmp_path / "records"
+    records.mkdir()
+    env = dict(os.environ) | traced_env(records)
+    with Zygote() as zygote:
+        rc, out, err = zygote.run([sys.executable, str(PROGRAMS / "torch_copies.py")], env, 300)
+    assert rc == 0, err
+    mine = own(out)
+    files = sorted(records.glob("trace-*.jsonl"))
+    assert files and list(records.glob("pysamples-*.jsonl"))
+    copies = read_trace(files).copies
+    for direction in ("h2d", "d2h"):
+        assert sum(c.bytes for c in copies if c.direction == direction) == mine[direction]
