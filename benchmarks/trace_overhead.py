@@ -12,7 +12,7 @@ under `xferscope trace` itself:
   trace_corpus_overhead_no_kernels, trace_corpus_overhead_all_kernels
                                 the same with no kernel recorded, and every one: what the
                                 default's kernel recording costs
-  trace_corpus_overhead_no_nvtx the same with no NVTX tool named (forked programs alone): what
+  trace_corpus_overhead_no_nvtx the same with no NVTX tool (one that cannot load named): what
                                 naming one costs a framework that annotates for a tool
   trace_looks_python_threads    Python threads a traced PyTorch program has beyond its own
                                 untraced (goal 0)
@@ -47,12 +47,19 @@ THREADS = (
 )
 
 
-def _traced(argv: list[str], *more: str) -> dict:
-    """The program's own JSON line when `xferscope trace` runs it (priced by nothing)."""
+# An NVTX tool that cannot load: the program runs with none (runner.traced_env keeps a tool
+# the environment names, and NVTX gives up quietly on one it cannot open)
+NO_NVTX_TOOL = {"NVTX_INJECTION64_PATH": "/nonexistent/no-nvtx-tool.so"}
+
+
+def _traced(argv: list[str], *more: str, env: dict[str, str] | None = None) -> dict:
+    """The program's own JSON line when `xferscope trace` runs it (priced by nothing), with
+    `env` added to its environment."""
     out = Path(tempfile.mkdtemp(prefix="xfs-overhead-"))
     proc = subprocess.run(
         [sys.executable, "-m", "xferscope", "trace", "--reference", "none", "--no-history",
          *more, "-o", str(out), "--", *argv], capture_output=True, text=True, timeout=300,
+        env=dict(os.environ) | (env or {}),
     )  # fmt: skip
     shutil.rmtree(out, ignore_errors=True)
     if proc.returncode != 0:
@@ -70,7 +77,7 @@ def _forked(zygote: Zygote, argv: list[str], kernels: str, look_every: float, nv
     out = Path(tempfile.mkdtemp(prefix="xfs-overhead-"))
     env = dict(os.environ) | traced_env(out, kernels=kernels, look_every=look_every)
     if not nvtx:
-        env.pop("NVTX_INJECTION64_PATH", None)
+        env |= NO_NVTX_TOOL
     rc, stdout, stderr = zygote.run(argv, env, RUN_TIMEOUT_S)
     shutil.rmtree(out, ignore_errors=True)
     if rc != 0:
@@ -79,7 +86,7 @@ def _forked(zygote: Zygote, argv: list[str], kernels: str, look_every: float, nv
 
 
 # The variants timed each round: untraced, then traced with these (--kernels, --look-every,
-# an NVTX tool named); `no_nvtx` only where the program is forked (`trace` always names one)
+# an NVTX tool named)
 VARIANTS = {"traced": ("sampled", 0.01, True), "no_looks": ("sampled", 0.0, True),
             "no_kernels": ("none", 0.01, True), "all_kernels": ("all", 0.01, True),
             "no_nvtx": ("sampled", 0.01, False)}  # fmt: skip
@@ -92,10 +99,9 @@ def _round(base: list[str], zygote: Zygote, seconds: dict[str, list[float]]) -> 
     for name, (kernels, look_every, nvtx) in VARIANTS.items():
         if forkable(base):
             line = _forked(zygote, base, kernels, look_every, nvtx)
-        elif nvtx:
-            line = _traced(base, "--kernels", kernels, "--look-every", str(look_every))
         else:
-            continue
+            line = _traced(base, "--kernels", kernels, "--look-every", str(look_every),
+                           env=None if nvtx else NO_NVTX_TOOL)  # fmt: skip
         seconds[name].append(line["seconds"])
 
 
