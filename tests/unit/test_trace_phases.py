@@ -14,7 +14,7 @@ import pytest
 from xferscope.trace.analyze import analyze
 from xferscope.trace.compare import FIX_CUT, FIX_GONE, FIX_SAME, _fixes
 from xferscope.trace.findings import Context, input_starved, synchronizing
-from xferscope.trace.loops import Candidate, bursts, choose
+from xferscope.trace.loops import Candidate, bursts, candidates, choose
 from xferscope.trace.records import Call, Copy, Interval, MainSamples, PyFrame, Range, Trace
 from xferscope.trace.steps import loops
 from xferscope.trace.timeline import timelines
@@ -371,3 +371,37 @@ def test_a_line_the_looks_found_carries_its_source(tmp_path):
     assert place.code == "log(float(loss))  # the read" and place.calls == 300
     assert seen_place("/nowhere/train.py:3 (run)", 1, 0.1).code == ""
     assert seen_place("libfoo.so+0x10", 1, 0.1).code == ""
+
+
+def read_ranges(lines: list[dict]) -> tuple:
+    """NVTX records as the injection library writes them, read back."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from xferscope.trace.reading import read_trace
+
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "trace-5.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+        return read_trace([path]).ranges
+
+
+def test_ranges_close_together_are_each_a_step():
+    """A jitted step dispatched ahead (JAX with nothing read back): XLA's range around each run
+    lasts 1.5-2 ms with 0.55-0.7 ms between them, 1.2 ms twice and 7.6 ms once; every range
+    is a step: a range spans its step, so the gaps between ranges are no burst's."""
+    lines = [{"t": "start", "pid": 5, "ts": 1}]
+    t = 100 * MS
+    longer = {50: 600 * US, 100: 700 * US, 150: 7 * MS}
+    for i in range(300):
+        lines += [{"t": "nvtx", "id": i + 1, "a": t, "n": "XlaModule:#hlo_module=jit_step#",
+                   "dom": "TSL", "tid": 5, "i": 0},
+                  {"t": "nvtx", "id": i + 1, "b": t + 1500 * US + (i % 5) * 100 * US}]  # fmt: skip
+        t += 1500 * US + (i % 5) * 100 * US + (550 + (i * 37) % 140) * US + longer.get(i, 0)
+    ranges = read_ranges(lines)
+    trace = dataclasses.replace(_job(steps=1, startup_ms=50), ranges=ranges)
+    kernels = tuple(_kernel(r.start_ns + 100 * US, r.end_ns + 300 * US, pid=5) for r in ranges)
+    trace = dataclasses.replace(trace, intervals=kernels)
+    (found,) = [c for c in candidates(trace)[5] if c.kind == "nvtx"]
+    assert found.steps == 299

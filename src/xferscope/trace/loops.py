@@ -120,7 +120,10 @@ def candidates(trace: Trace) -> dict[int, list[Candidate]]:
     found: dict[int, list[Candidate]] = defaultdict(list)
     for (pid, where), spans in calls.items():
         spans.sort()
-        marks = bursts([(a, b) for a, b, _ in spans])
+        # a range is its step (its gaps are the rest of the step, however short): only one
+        # inside another is the same mark; calls close together are one (bursts)
+        ranged = where.startswith(NVTX)
+        marks = bursts([(a, b) for a, b, _ in spans], within_ns=1 if ranged else None)
         if len(marks) < MIN_STEPS:
             continue
         kinds = {k for _, _, k in spans}
@@ -170,10 +173,12 @@ def _agreeing(group: list[Candidate]) -> int:
     return max(sum(1 for d in group if abs(d.steps - c.steps) <= AGREE * c.steps) for c in group)
 
 
-def bursts(spans: list[tuple[int, int]]) -> list[int]:
+def bursts(spans: list[tuple[int, int]], within_ns: float | None = None) -> list[int]:
     """The start of each burst of one line's calls (sorted (start, end) pairs): a call this
-    soon after the last one ended (burst_gap_ns) is the same mark."""
-    threshold = burst_gap_ns(sorted(b[0] - a[1] for a, b in itertools.pairwise(spans)))
+    soon after the last one ended (`within_ns`, else burst_gap_ns) is the same mark."""
+    threshold = within_ns
+    if threshold is None:
+        threshold = burst_gap_ns(sorted(b[0] - a[1] for a, b in itertools.pairwise(spans)))
     starts, ended = [spans[0][0]], spans[0][1]
     for start, end in spans[1:]:
         if start - ended >= threshold:
