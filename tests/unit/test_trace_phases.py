@@ -405,3 +405,29 @@ def test_ranges_close_together_are_each_a_step():
     trace = dataclasses.replace(trace, intervals=kernels)
     (found,) = [c for c in candidates(trace)[5] if c.kind == "nvtx"]
     assert found.steps == 299
+
+
+def test_a_synchronous_copy_is_priced_by_the_idle_it_leaves_not_the_host_it_blocks():
+    """40 steps of 10 ms: an upload, 9.4 ms of kernels, and the result read back with a
+    synchronous cudaMemcpy into pinned memory that blocks the host 8.5 ms a step waiting for
+    them: made asynchronous, a step saves only the GPU's idle in it (about 0.5 ms), not the
+    host time it frees."""
+    from xferscope.trace.findings import synchronous
+
+    copies, kernels = [], []
+    for i in range(40):
+        t = 100 * MS + i * 10 * MS
+        copies.append(_upload(t, 43))
+        kernels.append(_kernel(t + 100 * US, t + 9500 * US))
+        call = Call("cudaMemcpy_v3020", t + 1 * MS, t + 9600 * US, 1, 1)
+        copies.append(Copy(1, "d2h", "device", "pinned", 4096, t + 9500 * US,
+                           t + 9600 * US, 0, 7, False, 0, call,
+                           python=(PyFrame("train.py", 47, "main"),)))  # fmt: skip
+    calls = tuple(sorted((c.call for c in copies if c.call), key=lambda c: c.start_ns))
+    trace = Trace(tuple(copies), tuple(kernels), (), calls, {}, {},
+                  ({"pid": 1, "start_ns": MS, "kernels": "all"},))  # fmt: skip
+    steady = analyze(trace, 1.0, None)
+    assert steady.view is not None
+    found = synchronous.find(Context(steady.view, None, steady.loops))
+    assert found is not None and found.cost_s == pytest.approx(39 * 8.6e-3, rel=0.02)
+    assert found.saving_s is not None and found.saving_s < 40 * 0.6e-3

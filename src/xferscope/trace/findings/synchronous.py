@@ -1,10 +1,16 @@
-"""Synchronous copies from pinned memory that stall the host: priced by what an asynchronous
-call of this program costs the host."""
+"""Synchronous copies from pinned memory that stall the host. Issued asynchronously, a copy
+costs the host what this program's asynchronous calls cost it, and the host goes on while the
+GPU copies: priced as the waits are (synchronizing.by_step), step by step, what the host spent
+blocked beyond that issue cost, at most the GPU's idle in the step (a step whose GPU is busy
+throughout gains nothing from a freed host); each copy alone outside a loop."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...core import stats
 from .base import Context, TraceFinding, finding
+from .synchronizing import by_step, idle_after
 
 ORDER = 1  # where it stands among findings of equal price
 CODE = "synchronous_copies"
@@ -38,6 +44,10 @@ def find(context: Context) -> TraceFinding | None:
     ]
     issue = stats.median(issued) if issued else ASYNC_ISSUE_S
     cost = sum(c.call.seconds for c in copies if c.call)
+    calls = [c.call for c in copies if c.call is not None]
+    # blocked beyond an asynchronous call's issue, against the GPU's idle after each
+    beyond = [replace(c, end_ns=max(c.end_ns - int(issue * 1e9), c.start_ns)) for c in calls]
+    saving = by_step(context, beyond, idle_after(trace, calls))
     return finding(
         CODE,
         "synchronous copies that stall the host",
@@ -45,6 +55,7 @@ def find(context: Context) -> TraceFinding | None:
         trace,
         copies,
         cost,
-        cost - issue * len(copies),
-        "the saving is host time freed for other work while the copies run",
+        saving,
+        "issued asynchronously, the host goes on while the GPU copies: each step saves the "
+        "smaller of the GPU's idle in it and the time its copies blocked the host",
     )
