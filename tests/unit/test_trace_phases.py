@@ -431,3 +431,23 @@ def test_a_synchronous_copy_is_priced_by_the_idle_it_leaves_not_the_host_it_bloc
     found = synchronous.find(Context(steady.view, None, steady.loops))
     assert found is not None and found.cost_s == pytest.approx(39 * 8.6e-3, rel=0.02)
     assert found.saving_s is not None and found.saving_s < 40 * 0.6e-3
+
+
+def test_a_loop_that_makes_no_call_of_its_own_is_found_by_its_kernels():
+    """The model uploaded and 2 s of imports, then 40 steps of 10 ms queued ahead with nothing
+    read back and no NVTX: no line recurs, so the kernels that do mark the steps, and the
+    start-up is still apart; C++ kernels are named short."""
+    trace = _job(steps=0)
+    kernels = []
+    for i in range(40):
+        t = 2100 * MS + i * 10 * MS
+        reduce = "_ZN2at6native13reduce_kernelILi512EEEvT_"
+        kernels += [Interval(1, "kernel", reduce, t, t + 2 * MS, 0, 7),
+                    Interval(1, "kernel", "sgemm", t + 2 * MS, t + 5 * MS, 0, 7),
+                    Interval(1, "kernel", "sgemm", t + 5 * MS, t + 8 * MS, 0, 7)]  # fmt: skip
+    trace = dataclasses.replace(trace, intervals=tuple(kernels))
+    a = analyze(trace, 3.0, None, started_ns=0)
+    assert a.loop is not None and a.loop.where == "kernel at::native::reduce_kernel"
+    assert a.loop.count == 39 and a.steady_s == pytest.approx(0.39)
+    (s,) = a.startup
+    assert s.seconds == pytest.approx(2.1, abs=1e-3) and s.uploads == 50

@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .costs import covered_ns, process_busy
 from .records import LOADER_WHERE, Call, Trace
@@ -39,8 +39,10 @@ MIN_COVERS = 0.3
 SAME_PERIOD = 0.1  # counts of steps within this share of each other are one period
 AGREE = 0.01  # ... and within this share, lines run as often as one another
 MOST_RUNNERS_UP = 4
-KINDS = ("nvtx", "upload", "wait", "copy", "loader")  # a step line's kinds, preferred first
+# a step line's kinds, preferred first; a kernel's only where no call or range spans the loop
+KINDS = ("nvtx", "upload", "wait", "copy", "loader", "kernel")
 NVTX = "NVTX range "  # an NVTX range's candidate is named NVTX + its name
+KERNEL = "kernel "  # a kernel's candidate is named KERNEL + its name
 # NVTX domains of libraries, whose ranges are their own calls, not the program's steps: CUB and
 # Thrust (CCCL), NCCL, XLA's profiler (TSL), cuDNN, cuBLAS; but XLA's range around each run of a
 # compiled program (`XlaModule:#hlo_module=jit_train_step,...`) is a JAX program's step
@@ -117,8 +119,44 @@ def candidates(trace: Trace) -> dict[int, list[Candidate]]:
         if r.domain not in LIBRARY_DOMAINS or r.name.startswith(XLA_PROGRAM):
             calls[(r.pid, NVTX + r.name)].append((r.start_ns, r.end_ns, "nvtx"))
     busy = process_busy(trace)
+    found = _recurring(calls, busy)
+    # a process none of whose calls or ranges spans its loop (everything queued ahead, no
+    # read back, no NVTX): the kernels that recur mark its steps, as a line would
+    kernels: dict[tuple[int, str], list[tuple[int, int, str]]] = defaultdict(list)
+    for k in trace.kernels():
+        if not any(c.covers >= MIN_COVERS for c in found.get(k.pid, ())):
+            kernels[(k.pid, k.name)].append((k.start_ns, k.end_ns, "kernel"))
+    for pid, more in _recurring(kernels, busy).items():  # each instance apart, named short
+        found[pid].extend(replace(c, where=KERNEL + kernel_name(c.where)) for c in more)
+    return found
+
+
+def kernel_name(name: str) -> str:
+    """A kernel's name as a person reads it: a C++ kernel's qualified name without its template
+    and parameters (`_ZN5cudnn6kernelI...` -> `cudnn::kernel`), any other name as it is."""
+    if not name.startswith("_Z"):
+        return name
+    parts, i, text = [], 3 if name.startswith("_ZN") else 2, name
+    while i < len(text) and text[i].isdigit():
+        j = i
+        while j < len(text) and text[j].isdigit():
+            j += 1
+        size = int(text[i:j])
+        parts.append(text[j : j + size])
+        i = j + size
+        if not name.startswith("_ZN"):
+            break
+    return "::".join(parts) or name
+
+
+def _recurring(
+    spans_of: dict[tuple[int, str], list[tuple[int, int, str]]],
+    busy: dict[int, tuple[list[int], list[int]]],
+) -> dict[int, list[Candidate]]:
+    """The candidates of (process, place) -> (start, end, kind) spans that recur MIN_STEPS
+    times or more, with their marks and the share of the process's GPU work they span."""
     found: dict[int, list[Candidate]] = defaultdict(list)
-    for (pid, where), spans in calls.items():
+    for (pid, where), spans in spans_of.items():
         spans.sort()
         # a range is its step (its gaps are the rest of the step, however short): only one
         # inside another is the same mark; calls close together are one (bursts)
