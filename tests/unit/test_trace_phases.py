@@ -451,3 +451,20 @@ def test_a_loop_that_makes_no_call_of_its_own_is_found_by_its_kernels():
     assert a.loop.count == 39 and a.steady_s == pytest.approx(0.39)
     (s,) = a.startup
     assert s.seconds == pytest.approx(2.1, abs=1e-3) and s.uploads == 50
+
+
+def test_a_process_start_up_is_from_its_own_start_where_the_library_read_it(tmp_path):
+    """The injection library's start record says how long the process had run (`age`): its
+    start-up is said from then, not from its first look or from the launch of the program
+    (a launcher, torchrun, started it later)."""
+    import json
+
+    from xferscope.trace.reading import read_trace
+
+    path = tmp_path / "trace-1.jsonl"
+    path.write_text(json.dumps({"t": "start", "pid": 1, "ts": 1500 * MS, "age": 1200 * MS}) + "\n")
+    (process,) = read_trace([path]).processes
+    assert process["began_ns"] == 300 * MS
+    trace = dataclasses.replace(_job(), processes=(process | {"kernels": "all"},))
+    (s,) = analyze(trace, 3.0, None, started_ns=0).startup
+    assert s.seconds == pytest.approx(2.02 - 0.3, abs=1e-3)  # the first step at 2.02 s

@@ -131,3 +131,15 @@ def test_ctrl_c_at_random_moments_of_a_program_with_workers_ends_it_with_its_tra
         assert read_trace(records.glob("trace-*.jsonl")).processes
         assert len(list(records.glob("trace-*.jsonl"))) == 1
         proc.communicate()
+
+
+def test_the_start_record_says_how_long_the_process_had_run(tmp_path):
+    """The library reads its process's start (/proc) when it starts, so a process whose CUDA
+    starts after its imports is said from its own start: the age is above 0 and within the
+    time since the test launched it."""
+    launched = time.monotonic()
+    proc, records = _start(tmp_path, "int")
+    proc.communicate(timeout=30)
+    took = time.monotonic() - launched
+    (start,) = _lines(records, "start")
+    assert 0 < start["age"] <= took * 1e9 + 20e6  # /proc's start time is in 10 ms ticks

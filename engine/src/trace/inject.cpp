@@ -38,8 +38,10 @@
 #include <unistd.h>
 
 #include <cinttypes>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <string>
 #include <thread>
 
@@ -55,6 +57,33 @@ bool knob_api = true, knob_call = true, knob_frames = true, knob_hash = true, kn
 Control& control = *new Control;
 
 namespace {
+
+// How long this process has run (ns), from its start time in /proc/self/stat (clock ticks
+// since boot) and CLOCK_BOOTTIME; 0 where they cannot be read. A process whose CUDA starts
+// late (after its imports) is said from its own start, not from CUDA's.
+std::uint64_t process_age_ns() {
+  std::FILE* f = std::fopen("/proc/self/stat", "r");
+  if (!f) return 0;
+  char buf[1024];
+  const std::size_t got = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[got] = 0;
+  const char* after = std::strrchr(buf, ')');  // the command's name may hold spaces
+  if (!after) return 0;
+  unsigned long long ticks = 0;
+  // after ") ": the state is field 3; fields 4 to 21 skipped, the start time is field 22
+  if (std::sscanf(after + 2,
+                  "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d "
+                  "%*d %*d %*d %llu",
+                  &ticks) != 1)
+    return 0;
+  const long hz = sysconf(_SC_CLK_TCK);
+  timespec now{};
+  if (hz <= 0 || clock_gettime(CLOCK_BOOTTIME, &now) != 0) return 0;
+  const std::uint64_t boot_ns = std::uint64_t(now.tv_sec) * 1000000000ull + now.tv_nsec;
+  const std::uint64_t started_ns = ticks * (1000000000ull / std::uint64_t(hz));
+  return boot_ns > started_ns ? boot_ns - started_ns : 0;
+}
 
 // Opens libcupti and resolves every entry point; the reason it could not, else empty.
 std::string open_cupti() {
@@ -227,9 +256,11 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   cupti.cuptiGetTimestamp(&now);
   char buf[256];
   std::snprintf(buf, sizeof buf,
-                "{\"t\":\"start\",\"pid\":%d,\"ppid\":%d,\"ts\":%" PRIu64 ",\"limit\":%" PRIu64
-                ",\"kernels\":\"%s\",\"on_ms\":%u,\"period_ms\":%u,\"first_ms\":%u}",
-                getpid(), getppid(), now, limit,
+                "{\"t\":\"start\",\"pid\":%d,\"ppid\":%d,\"ts\":%" PRIu64 ",\"age\":%" PRIu64
+                ",\"limit\":%" PRIu64
+                ",\"kernels\":\"%s\",\"on_ms\":%u,\"period_ms\":%u,"
+                "\"first_ms\":%u}",
+                getpid(), getppid(), now, process_age_ns(), limit,
                 kernel_mode == Kernels::kAll    ? "all"
                 : kernel_mode == Kernels::kNone ? "none"
                                                 : "sampled",

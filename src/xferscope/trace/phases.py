@@ -94,18 +94,21 @@ def startup(
     trace: Trace, within: Windows, reference: Reference | None, started_ns: int = 0
 ) -> tuple[Startup, ...]:
     """Each looping process's start-up, the process that started first first. A process starts
-    at its first look or CUDA's initialization in it, whichever came first; the one started
-    first at `started_ns` (the program's launch) where that is known."""
+    when it began, where the injection library read that (its `began_ns`); else at its first
+    look or CUDA's initialization in it, whichever came first, the one started first at
+    `started_ns` (the program's launch) where that is known."""
     cuda = {int(p["pid"]): int(p.get("start_ns") or 0) for p in trace.processes if "pid" in p}
+    own = {int(p["pid"]): int(p["began_ns"]) for p in trace.processes if p.get("began_ns")}
     starts = dict(cuda)
     for pid, s in trace.samples.items():
         if s.ts:
             starts[pid] = min(starts.get(pid) or s.ts[0], s.ts[0])
+    starts |= own
     first = min((p for p in starts if p in within), key=lambda p: starts[p], default=None)
     out = []
     for pid, (step, _) in within.items():
         begun = starts.get(pid) or step
-        if pid == first and started_ns:
+        if pid == first and started_ns and pid not in own:
             begun = min(started_ns, begun)
         out.append(_startup(trace, pid, begun, min(cuda.get(pid) or step, step), step, reference))
     return tuple(sorted(out, key=lambda s: starts.get(s.pid, 0)))

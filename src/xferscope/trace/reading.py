@@ -70,6 +70,8 @@ def read_trace(files: Iterable[Path]) -> Trace:
             if t == "start":
                 pid = int(r["pid"])
                 process |= {"pid": pid, "ppid": r.get("ppid"), "start_ns": r.get("ts")}
+                if r.get("age") and r.get("ts"):  # the process's own start (0: not known)
+                    process["began_ns"] = int(r["ts"]) - int(r["age"])
                 process["kernels"] = str(r.get("kernels", "all"))
                 if process["kernels"] == "sampled":
                     process["kernel_window_ms"] = [r.get("on_ms"), r.get("period_ms"),
