@@ -118,11 +118,12 @@ def find(context: Context) -> TraceFinding | None:
             f"looks found the main thread waiting for a value from the device ({cause.value_looks}"
             f" of {cause.looks} looks) at {cause.seen_at[0][0] if cause.seen_at else '?'}"
         )
-    own = tuple(seen_place(c.seen_at[0][0], c.gaps, i) for c, i, _ in looked if c.seen_at)
+    # the looks' lines made no recorded call: their gaps are in the detail, not counted as calls
+    own = tuple(seen_place(c.seen_at[0][0], 0, i) for c, i, _ in looked if c.seen_at)
     return TraceFinding(
         CODE,
         "waits for the GPU that leave it idle",
-        len(syncs) + sum(c.gaps for c, *_ in looked),
+        len(syncs),
         0,
         "",
         tuple(sorted((*places(trace, syncs), *own), key=lambda p: -p.cost_s)),
