@@ -38,11 +38,11 @@ RECURS = 5  # a cause in fewer gaps than this does not recur step after step
 SEEN_SHARE = 0.25
 
 
-def loader_waited(seen: Seen) -> bool:
+def loader_waited(input_looks: int, looks: int) -> bool:
     """Whether the looks in some idle found the main thread waiting in a loader's next (a
-    DataLoader's, DeviceLoader's), at least SEEN_SHARE of them: the input's idle, whatever
-    call came before it (a stray look in one is no loader's wait)."""
-    return seen.input_looks > 0 and seen.input_looks >= SEEN_SHARE * seen.looks
+    DataLoader's, DeviceLoader's), `input_looks` of `looks`, at least SEEN_SHARE of them: the
+    input's idle, whatever call came before it (a stray look in one is no loader's wait)."""
+    return input_looks > 0 and input_looks >= SEEN_SHARE * looks
 
 
 NO_LINE = "(the GPU resumed with no CUDA call recorded: kernel launches are not)"
@@ -101,20 +101,29 @@ class Lines:
         return self._found[key]
 
 
+def main_calls(trace: Trace, pids: set[int]) -> tuple[list[Call], list[int]]:
+    """The recorded calls of the main threads of the processes `pids` in time order, and their
+    starts: what split() reads a gap by."""
+    main = sorted(
+        (c for c in trace.calls if c.pid in pids and c.thread == c.pid), key=lambda c: c.start_ns
+    )
+    return main, [c.start_ns for c in main]
+
+
+def waits_of(trace: Trace) -> Callable[[Call], bool]:
+    """Whether a call waited for the GPU (Trace.waits: a synchronize, or a copy down that
+    blocks the host), as split() is told: every reading of idle after a wait asks this."""
+    waiting = {(c.thread, c.start_ns) for c in trace.waits()}
+    return lambda c: (c.thread, c.start_ns) in waiting
+
+
 def causes(
     trace: Trace, gaps: Sequence[tuple[int, int]], pids: set[int], lines: Lines
 ) -> tuple[IdleCause, ...]:
     """The causes of a GPU's idle `gaps`, from the main threads of the processes `pids` that
     ran work on it, each call's line from `lines`; the largest first."""
-    main = sorted(
-        (c for c in trace.calls if c.pid in pids and c.thread == c.pid), key=lambda c: c.start_ns
-    )
-    starts = [c.start_ns for c in main]
-    waiting = {(c.thread, c.start_ns) for c in trace.waits()}
-
-    def waits(c: Call) -> bool:
-        return (c.thread, c.start_ns) in waiting
-
+    main, starts = main_calls(trace, pids)
+    waits = waits_of(trace)
     each: dict[Key, list[int]] = defaultdict(list)  # ns per gap, by cause
     away: dict[Key, list[tuple[int, int]]] = defaultdict(list)
 

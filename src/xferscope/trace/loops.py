@@ -122,9 +122,10 @@ def candidates(trace: Trace) -> dict[int, list[Candidate]]:
     found = _recurring(calls, busy)
     # a process none of whose calls or ranges spans its loop (everything queued ahead, no
     # read back, no NVTX): the kernels that recur mark its steps, as a line would
+    looped = {pid for pid, cs in found.items() if any(c.covers >= MIN_COVERS for c in cs)}
     kernels: dict[tuple[int, str], list[tuple[int, int, str]]] = defaultdict(list)
     for k in trace.kernels():
-        if not any(c.covers >= MIN_COVERS for c in found.get(k.pid, ())):
+        if k.pid not in looped:
             kernels[(k.pid, k.name)].append((k.start_ns, k.end_ns, "kernel"))
     for pid, more in _recurring(kernels, busy).items():  # each instance apart, named short
         found[pid].extend(replace(c, where=KERNEL + kernel_name(c.where)) for c in more)
@@ -136,15 +137,15 @@ def kernel_name(name: str) -> str:
     and parameters (`_ZN5cudnn6kernelI...` -> `cudnn::kernel`), any other name as it is."""
     if not name.startswith("_Z"):
         return name
-    parts, i, text = [], 3 if name.startswith("_ZN") else 2, name
-    while i < len(text) and text[i].isdigit():
+    nested = name.startswith("_ZN")  # N...E: a qualified name, its parts one after another
+    parts, i = [], 3 if nested else 2
+    while i < len(name) and name[i].isdigit():
         j = i
-        while j < len(text) and text[j].isdigit():
+        while j < len(name) and name[j].isdigit():
             j += 1
-        size = int(text[i:j])
-        parts.append(text[j : j + size])
-        i = j + size
-        if not name.startswith("_ZN"):
+        parts.append(name[j : j + int(name[i:j])])
+        i = j + int(name[i:j])
+        if not nested:
             break
     return "::".join(parts) or name
 
@@ -156,6 +157,7 @@ def _recurring(
     """The candidates of (process, place) -> (start, end, kind) spans that recur MIN_STEPS
     times or more, with their marks and the share of the process's GPU work they span."""
     found: dict[int, list[Candidate]] = defaultdict(list)
+    totals = {pid: sum(e - s for s, e in zip(*parts, strict=True)) for pid, parts in busy.items()}
     for (pid, where), spans in spans_of.items():
         spans.sort()
         # a range is its step (its gaps are the rest of the step, however short): only one
@@ -167,9 +169,8 @@ def _recurring(
         kinds = {k for _, _, k in spans}
         kind = "loader" if where == LOADER_WHERE else next(k for k in KINDS if k in kinds)
         starts, ends = busy.get(pid, ([], []))
-        total = sum(e - s for s, e in zip(starts, ends, strict=True))
-        spanned = covered_ns(starts, ends, marks[0], marks[-1])
-        covers = spanned / total if total else 0.0
+        total = totals.get(pid, 0)
+        covers = covered_ns(starts, ends, marks[0], marks[-1]) / total if total else 0.0
         found[pid].append(Candidate(pid, where, kind, tuple(marks), covers))
     return found
 

@@ -13,7 +13,15 @@ from dataclasses import dataclass, field
 
 from ..documents.records import OMIT_WHEN
 from .costs import covered_ns, gpu_busy, merged, process_busy
-from .idle import LAUNCH_GAP_S, LONG_GAP, RESUMED_WITHIN_S, loader_waited, split
+from .idle import (
+    LAUNCH_GAP_S,
+    LONG_GAP,
+    RESUMED_WITHIN_S,
+    loader_waited,
+    main_calls,
+    split,
+    waits_of,
+)
 from .loops import Candidate, RunnerUp, candidates, choose
 from .records import Call, Trace
 from .samples import lines_in
@@ -152,17 +160,11 @@ def input_ns(
         for c in trace.copies
         if c.pid == pid and c.call is not None and c.direction == "h2d"
     }
-    main = sorted((c for c in trace.calls if c.pid == pid and c.thread == pid),
-                  key=lambda c: c.start_ns)  # fmt: skip
-    starts = [c.start_ns for c in main]
-
-    waiting = {(c.thread, c.start_ns) for c in trace.waits()}  # as idle.causes sees them
+    main, starts = main_calls(trace, {pid})
+    waits = waits_of(trace)  # as idle.causes reads them
 
     def label(call: Call) -> tuple[str, str]:  # named, so that a wait before a gap is seen
         return ("upload" if (call.thread, call.start_ns) in uploads else "call", "")
-
-    def waits(call: Call) -> bool:
-        return (call.thread, call.start_ns) in waiting
 
     total = 0
     away: dict[tuple[str, str, str, str], list[tuple[int, int]]] = defaultdict(list)
@@ -173,9 +175,9 @@ def input_ns(
             parts = split(main, starts, g0, g1, label, ("", ""), within, away, waits)
             # the idle after a wait is the wait's (idle.split), not the input's, unless the
             # looks found the host waiting for its next batch then (input_starved's rule)
-            fed = any(kind == "after_wait" for kind, *_ in parts) and loader_waited(
-                lines_in(trace.samples, [pid], [(g0, g1)])
-            )
+            seen = (lines_in(trace.samples, [pid], [(g0, g1)])
+                    if any(kind == "after_wait" for kind, *_ in parts) else None)  # fmt: skip
+            fed = seen is not None and loader_waited(seen.input_looks, seen.looks)
             total += sum(ns for (kind, what, _, _), ns in parts.items()
                          if what == "upload" and (kind != "after_wait" or fed))  # fmt: skip
     # away stretches that no upload ended: the input's in the share of their looks that found

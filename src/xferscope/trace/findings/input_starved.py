@@ -19,7 +19,6 @@ from ...core.units import format_seconds
 from ..idle import IdleCause, loader_waited
 from ..ranks import ranks
 from ..records import FRAMEWORKS, LOADER_WHERE
-from ..samples import Seen
 from .base import Context, TraceFinding, finding, in_words, seen_place
 
 ORDER = 0  # where it stands among findings of equal price
@@ -173,7 +172,7 @@ FRAMEWORK_PACKAGES = tuple(f" ({p})" for p in FRAMEWORKS)
 def _loader(cause: IdleCause) -> bool:
     """Whether the looks in the cause's time found the main thread waiting in a loader's next
     (idle.loader_waited): the loader's knobs are the fix."""
-    return loader_waited(Seen(cause.looks, cause.input_looks))
+    return loader_waited(cause.input_looks, cause.looks)
 
 
 AWAY = ("away", "after_wait")  # the kinds of idle the host spent away from CUDA

@@ -143,9 +143,9 @@ def read_saving(context: Context, looked: list[tuple[IdleCause, float, float]]) 
     as the looks give it (the share of the looks in their steps that found a read, times the
     steps' span): without the reads the host's other work still takes its time, as by_step
     prices a recorded wait."""
-    saving = sum(s for *_, s in looked)
     if not looked:
         return 0.0
+    saving = sum(s for *_, s in looked)
     reading, seen_any = 0.0, False
     for loop in context.loops:
         if len(loop.marks) < 2:
