@@ -151,7 +151,7 @@ def measure(args: argparse.Namespace) -> None:
     time limit or a stop keeps every program measured whole. With --parallel N, N programs at
     a time, each on a GPU of its own (its variants still alternated on that GPU); a program of
     several GPUs runs alone, after them."""
-    import torch  # only where the programs run
+    import torch  # only where the programs run (main checked it is there)
 
     from foundation import write_record
     from xferscope.core.engine import NativeEngine
@@ -285,6 +285,16 @@ def main() -> None:
     if args.judge:
         if not args.records:
             parser.error("--judge needs --records, the kept traces")
+        if not _record(Path(args.judge)):
+            parser.error(f"--judge: {args.judge} is not a trace-corpus record file")
+        if not Path(args.records).is_dir():
+            parser.error(f"--records: {args.records} is not a directory of kept traces")
+        measured = json.loads(Path(args.judge).read_text())["figures"].get("corpus", {})
+        if not any((Path(args.records) / name).is_dir() for name in measured):
+            parser.error(f"--records: {args.records} holds no kept trace of the record's "
+                         "programs (the record is left as it is)")  # fmt: skip
+        if args.judged and Path(args.judged).is_dir():
+            parser.error(f"--judged: {args.judged} is a directory, not a file to write")
         judge(Path(args.judge), Path(args.records), Path(args.judged or args.judge))
         return
     if not args.commit:
@@ -295,9 +305,29 @@ def main() -> None:
         parser.error("--time-limit must be a number of seconds above 0")
     if args.parallel < 1:
         parser.error("--parallel must be 1 or more")
-    if args.into and not Path(args.into).is_file():
-        parser.error(f"--into: {args.into} is not a record file")
-    measure(args)
+    if args.into and not _record(Path(args.into)):
+        parser.error(f"--into: {args.into} is not a trace-corpus record file")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        parser.error(f"--out: {args.out} is not a directory")
+    if args.records and Path(args.records).exists() and not Path(args.records).is_dir():
+        parser.error(f"--records: {args.records} is not a directory")
+    programs(args.programs)  # an unknown name is said before anything runs
+    try:
+        import torch  # noqa: F401  (only where the programs run)
+    except ImportError:
+        parser.error("measuring needs PyTorch, on a GPU machine (--judge needs neither)")
+    try:
+        measure(args)
+    except KeyboardInterrupt:
+        sys.exit("interrupted: the record holds every program measured whole before it")
+
+
+def _record(path: Path) -> bool:
+    """Whether `path` is a record this benchmark wrote (a JSON file with its figures)."""
+    try:
+        return path.is_file() and "figures" in json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
 
 
 if __name__ == "__main__":
