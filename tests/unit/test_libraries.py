@@ -166,25 +166,28 @@ def test_trace_gives_the_program_the_cupti_found(monkeypatch, tmp_path):
 
 def test_a_ctrl_c_while_the_program_starts_reaches_it_once(monkeypatch, tmp_path):
     """The signal handlers are set before the program starts: a Ctrl-C that arrives while it
-    starts is kept and sent to it as soon as it runs, once."""
+    starts is kept and sent to its process group (its session's, as the terminal would send it
+    untraced) as soon as it runs, once."""
     import os
     import signal
 
     _pathfinder(monkeypatch, {"cupti": _file(tmp_path, "libcupti.so.13")})
     monkeypatch.setattr(runner, "injection_library", lambda: tmp_path / "libinject.so")
-    sent: list[int] = []
+    sent: list[tuple[int, int]] = []
 
     class Program:
-        def send_signal(self, signum: int) -> None:
-            sent.append(signum)
+        pid = 4242
 
         def wait(self) -> int:
             return -signal.SIGINT
 
-    def starting(*_args: object, **_kw: object) -> Program:
+    def starting(*_args: object, **kw: object) -> Program:
+        assert kw["start_new_session"]  # its own group, led by it
         os.kill(os.getpid(), signal.SIGINT)  # the user's Ctrl-C, mid-start
         return Program()
 
     monkeypatch.setattr(runner.subprocess, "Popen", starting)
+    monkeypatch.setattr(runner.os, "killpg", lambda group, signum: sent.append((group, signum)))
     ran = runner.run_traced(["/bin/true"], tmp_path)
-    assert sent == [signal.SIGINT] and ran.interrupted and ran.exit_status == 130
+    assert sent == [(4242, signal.SIGINT)] and ran.interrupted and ran.exit_status == 130
+    assert ran.stop_signal == signal.SIGINT

@@ -134,7 +134,7 @@ def test_reference_interpolates_on_log_axes():
     assert REFERENCE.seconds("d2d", "device", 4096) is None
 
 
-def _fake_run(tmp_path, returncode=0, interrupted=False):
+def _fake_run(tmp_path, returncode=0, stop_signal=0):
     def fake(command, directory, limit, kernels="sampled", look_every=0.01):
         shutil.copy(RECORDED, directory / "trace-840.jsonl")
         return Ran(
@@ -142,7 +142,7 @@ def _fake_run(tmp_path, returncode=0, interrupted=False):
             returncode,
             0.7,
             (directory / "trace-840.jsonl",),
-            interrupted,
+            stop_signal,
         )
 
     return fake
@@ -188,6 +188,23 @@ def test_the_command_writes_its_files_and_passes_the_status_through(capsys, tmp_
     )
     assert code == 0, err
     assert "[CUDA memcpy DtoH]" in out, out
+
+
+@pytest.mark.parametrize(("stop", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_stop_given_to_the_program_ends_the_command_as_a_stop_does(
+    capsys, tmp_path, monkeypatch, stop, status
+):
+    """A Ctrl-C forwarded to the program, which then exits 1 on its way out (PyTorch's
+    pin-memory thread does): its trace is analyzed and written, and the command exits as every
+    command does after a stop, not with the program's 1."""
+    from xferscope.trace import pipeline
+
+    monkeypatch.setattr(pipeline, "run_traced", _fake_run(tmp_path, 1, stop))
+    code, _, err = run(capsys, "trace", "--reference", "none", "-o", str(tmp_path), "--", "x")
+    assert code == status, err
+    (directory,) = tmp_path.glob("trace-*")
+    doc = json.loads((directory / "trace-summary.json").read_text())
+    assert doc["interrupted"] is True and doc["returncode"] == 1 and len(doc["copies"]) == 42
 
 
 def test_a_crash_keeps_the_trace_and_reports_the_signal(capsys, tmp_path, monkeypatch):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 from collections import Counter
 from pathlib import Path
 
@@ -132,7 +133,7 @@ def _fake_runs(walls: list[float], drop_line: int | None = None):
                 keep.append(text)
             keep = [k for k in keep if json.loads(k).get("c") not in dropped]
             target.write_text("\n".join(keep) + "\n")
-        return Ran(("python3", "train.py"), 0, next(count), (target,), False)
+        return Ran(("python3", "train.py"), 0, next(count), (target,), 0)
 
     return fake
 
@@ -240,7 +241,7 @@ def test_ctrl_c_in_a_later_run_keeps_the_runs_made_and_exits_130(capsys, tmp_pat
     def fake(command, directory, limit, kernels="sampled", look_every=0.01):
         ran = whole(command, directory, limit)
         calls.append(directory)
-        return ran if len(calls) < 2 else Ran(ran.command, -2, 0.5, ran.files, True)
+        return ran if len(calls) < 2 else Ran(ran.command, -2, 0.5, ran.files, signal.SIGINT)
 
     monkeypatch.setattr(pipeline, "run_traced", fake)
     out = tmp_path / "t"

@@ -136,7 +136,7 @@ def trace_command(**kw: Any) -> None:
     """Run COMMAND unchanged (after --) with a CUPTI library injected, record every copy,
     memset, kernel and pinned allocation, and say how much time goes to moving
     data, why, and what each fix would save on this machine. COMMAND's own output is untouched
-    and its exit status is xferscope's."""
+    and its exit status is xferscope's; after a Ctrl-C, which goes to COMMAND, 130."""
     if kw["reference"] not in REFERENCES:
         raise OptionError(
             "--reference", f"'{kw['reference']}' is not one of {', '.join(REFERENCES)}"
@@ -192,13 +192,15 @@ def trace_command(**kw: Any) -> None:
             lambda line: stderr.print(line, soft_wrap=True),
         )
         ran, result = traced.ran, traced.result
+        if traced.stop:  # the program was given the Ctrl-C: the command ends as a stop ends it
+            interrupt.request(traced.stop)
         if result is None:
             dest.discard()
             stderr.print(
                 "no CUDA activity was seen: the program did not use CUDA (or did not get as "
                 "far as initializing it); nothing written"
             )
-            sys.exit(ran.exit_status)
+            sys.exit(interrupt.exit_status() if interrupt.requested() else ran.exit_status)
         saver = HistorySaver(history, lambda: entry(TRACE, result), "trace")
         outputs = trace_outputs(result, dest)
         if kw["export"]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ def keep(ran: Ran, directory: Path, run: int) -> None:
         "returncode": ran.returncode,
         "wall_s": ran.wall_s,
         "interrupted": ran.interrupted,
+        "stop_signal": ran.stop_signal,
         "started_ns": ran.started_ns,
     }
     (into / RAN).write_text(json.dumps(facts) + "\n", encoding="utf-8")
@@ -103,7 +105,8 @@ def read_kept(directory: Path) -> list[Ran]:
                 int(facts["returncode"]),
                 float(facts["wall_s"]),
                 tuple(sorted(sub.glob("trace-*.jsonl"))),
-                bool(facts.get("interrupted", False)),
+                # kept before the signal was kept: a stop said as true was a Ctrl-C
+                int(facts.get("stop_signal", signal.SIGINT if facts.get("interrupted") else 0)),
                 tuple(sorted(sub.glob("pysamples-*.jsonl"))),
                 int(facts.get("started_ns", 0)),
             )

@@ -48,12 +48,14 @@ class TraceOptions:
 
 @dataclass(frozen=True, slots=True)
 class Traced:
-    """What tracing a program gave: its first run, its records, and the result document (None
-    where no CUDA activity was seen: nothing to write)."""
+    """What tracing a program gave: its first run, its records, the result document (None
+    where no CUDA activity was seen: nothing to write), and the first signal forwarded to a
+    run (0: none), which ends the command as a stop does."""
 
     ran: Ran
     trace: Trace
     result: TraceResult | None
+    stop: int = 0
 
 
 def trace_program(
@@ -70,8 +72,8 @@ def trace_program(
     ran = kept[0] if kept else _run(options, scratch, 1)
     trace = _read(ran, options, 1)
     if not ran.files or not (trace.copies or trace.intervals or trace.calls):
-        return Traced(ran, trace, None)
-    more = kept[1:] if kept else _more_runs(options, scratch, ran, say)
+        return Traced(ran, trace, None, ran.stop_signal)
+    more, stop = (kept[1:], 0) if kept else _more_runs(options, scratch, ran, say)
     if options.replay is not None and options.reference == "auto":  # priced as it was
         reference, engine = kept_rates(options.replay), None
     else:
@@ -110,7 +112,7 @@ def trace_program(
         findings=tuple(findings_of(analysis, float(summary["span_s"]) or ran.wall_s)),
         runs=tuple(runs),
     )
-    return Traced(ran, trace, result)
+    return Traced(ran, trace, result, stop)
 
 
 def _read(ran: Ran, options: TraceOptions, i: int) -> Trace:
@@ -134,24 +136,24 @@ def _run_directory(scratch: Path, run: int) -> Path:
 
 def _more_runs(
     options: TraceOptions, scratch: Path, first: Ran, say: Callable[[str], None]
-) -> list[Ran]:
-    """The runs after the first, while each ends well and no stop is asked for."""
+) -> tuple[list[Ran], int]:
+    """The runs after the first, while each ends well and no stop is asked for; and the first
+    signal forwarded to a run (its Ctrl-C or SIGTERM went to the program), else 0."""
     runs: list[Ran] = []
     if first.returncode != 0 or first.interrupted:
-        return runs
+        return runs, first.stop_signal
     for i in range(2, options.runs + 1):
         if interrupt.requested():
             break
         say(f"run {i} of {options.runs}")
         ran = _run(options, scratch, i)
         if ran.interrupted:  # the Ctrl-C went to the program: the command stops as for run 1
-            interrupt.request()
-            break
+            return runs, ran.stop_signal
         if ran.returncode != 0:
             say(f"run {i} ended with status {ran.exit_status}: no further runs")
             break
         runs.append(ran)
-    return runs
+    return runs, 0
 
 
 def _run(options: TraceOptions, scratch: Path, i: int) -> Ran:

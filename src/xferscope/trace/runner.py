@@ -2,8 +2,10 @@
 directly (no shell) with CUDA_INJECTION64_PATH naming the library, which CUDA loads into it (and
 into its child processes, which inherit the environment) when it first initializes CUDA. The
 program runs in a session of its own, so a Ctrl-C at the terminal reaches xferscope alone, which
-forwards it, and SIGTERM, to the program once; the library lets it flush its records first. The
-program's exit status, or the signal that ended it, comes back as it was."""
+forwards it, and SIGTERM, to the program's process group once (its workers and ranks too, as the
+terminal would untraced); the library lets it flush its records first. The
+program's exit status, or the signal that ended it, comes back as it was, with the first signal
+forwarded (the command ends as a stop ends it: 130 after Ctrl-C)."""
 
 from __future__ import annotations
 
@@ -83,9 +85,13 @@ class Ran:
     returncode: int  # as subprocess reports it: negative for a signal
     wall_s: float
     files: tuple[Path, ...]
-    interrupted: bool  # a Ctrl-C or SIGTERM was forwarded to it
+    stop_signal: int  # the first Ctrl-C or SIGTERM forwarded to it (0: none)
     samples: tuple[Path, ...] = ()  # where each Python process's main thread was, sampled
     started_ns: int = 0  # when the program was started (CLOCK_REALTIME, the records' clock)
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stop_signal != 0
 
     @property
     def signal(self) -> str | None:
@@ -158,8 +164,10 @@ def run_traced(
     children: list[subprocess.Popen[bytes]] = []  # the program, once started
 
     def send(signum: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            children[0].send_signal(signum)
+        # to its process group, as the terminal would send it untraced: a DataLoader's workers
+        # and torchrun's ranks are stopped by the program's own way, not by a lone parent
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(children[0].pid, signum)
 
     def forward(signum: int, _frame: object) -> None:
         forwarded.append(signum)
@@ -192,4 +200,5 @@ def run_traced(
     wall = time.perf_counter() - start
     files = tuple(sorted(directory.glob("trace-*.jsonl")))
     samples = tuple(sorted(directory.glob("pysamples-*.jsonl")))
-    return Ran(tuple(argv), returncode, wall, files, bool(forwarded), samples, started_ns)
+    stop = forwarded[0] if forwarded else 0
+    return Ran(tuple(argv), returncode, wall, files, stop, samples, started_ns)
