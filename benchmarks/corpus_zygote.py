@@ -13,7 +13,9 @@ initialized before the fork), and answers one JSON line: the child's exit status
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import ctypes
 import json
 import os
 import runpy
@@ -100,7 +102,12 @@ def child(request: dict) -> None:
         code = 1
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)
+    # the end a script's process has: Python's exit functions, then the C library's (where a
+    # traced child's injection library flushes its records), never the server's own loop
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    ctypes.CDLL(None).exit(code)
 
 
 def serve() -> None:
