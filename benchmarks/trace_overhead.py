@@ -20,6 +20,9 @@ Part `sigint`: tests/trace_programs/loader_loop.py (a DataLoader with 4 workers)
 (SIGINT to xferscope, which forwards it) at a random moment, 20 times, SIGINT_AT_ONCE at a time:
   trace_sigint_workers_clean    runs that exited 130 within 2 s with a readable trace (or,
                                 stopped before CUDA started, none) (goal 20)
+  trace_sigint_untraced_exit_s  the program's own exit after the terminal's Ctrl-C, untraced
+                                (SIGINT to its process group; 3 runs, median): the floor
+  trace_sigint_added_s          the traced runs' median exit time less that floor
 """
 
 from __future__ import annotations
@@ -175,13 +178,33 @@ def _interrupted(attempt: int, delay_s: float, loop: list[str]) -> dict:
         readable = bool(summaries) and "schema" in json.loads(summaries[0].read_text())
     except ValueError:  # written in part: not readable
         readable = False
-    before_cuda = "no CUDA activity" in said.read_text(errors="replace")
+    told = said.read_text(errors="replace")
+    before_cuda = "no CUDA activity" in told
     shutil.rmtree(out, ignore_errors=True)
     print(f"sigint {attempt}: exit {code} in {took:.2f} s, trace {readable}", flush=True)
-    return {"exit": code, "seconds": took, "readable": readable, "before_cuda": before_cuda}
+    # what it said last: why a run that did not end as Python ends on Ctrl-C ended as it did
+    return {"exit": code, "seconds": took, "readable": readable, "before_cuda": before_cuda,
+            "said": told[-1500:]}  # fmt: skip
 
 
 SIGINT_AT_ONCE = 3  # traced programs interrupted side by side (each with 4 workers)
+
+
+def _untraced_stop(delay_s: float, loop: list[str]) -> dict:
+    """`loop` run as a user runs it, the terminal's Ctrl-C (SIGINT to its process group)
+    `delay_s` after it started: its own exit status and how long it took to exit, the floor
+    under a traced run's."""
+    proc = subprocess.Popen(loop, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)  # fmt: skip
+    time.sleep(delay_s)
+    os.killpg(proc.pid, signal.SIGINT)
+    sent = time.monotonic()
+    try:
+        code = proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        code = proc.wait()
+    return {"exit": code, "seconds": time.monotonic() - sent}
 
 
 def sigint_part(_program: str, _engine: object, runs: int, comparisons: list, figures: dict):
@@ -191,6 +214,13 @@ def sigint_part(_program: str, _engine: object, runs: int, comparisons: list, fi
     with concurrent.futures.ThreadPoolExecutor(SIGINT_AT_ONCE) as pool:
         each = list(pool.map(lambda a: _interrupted(a, delays[a], loop), range(len(delays))))
     figures["sigint_runs"] = each
+    with concurrent.futures.ThreadPoolExecutor(SIGINT_AT_ONCE) as pool:
+        own = list(pool.map(lambda a: _untraced_stop(delays[a], loop), range(SIGINT_AT_ONCE)))
+    figures["sigint_untraced_runs"] = own
+    # what the program itself takes to exit after Ctrl-C, and what tracing adds to it
+    figures["trace_sigint_untraced_exit_s"] = statistics.median(e["seconds"] for e in own)
+    figures["trace_sigint_added_s"] = (statistics.median(e["seconds"] for e in each)
+                                       - figures["trace_sigint_untraced_exit_s"])  # fmt: skip
     figures["trace_sigint_workers_clean"] = sum(
         e["exit"] == 130 and e["seconds"] < 2.0 and (e["readable"] or e["before_cuda"])
         for e in each
