@@ -12,6 +12,7 @@ import pytest
 
 from xferscope.trace.findings import Context, synchronizing
 from xferscope.trace.reading import read_trace
+from xferscope.trace.steps import Steps
 
 MS = 1_000_000  # ns
 SCRIPT = "/home/user/train.py"  # the program's own file: its frames name the line
@@ -83,3 +84,31 @@ def test_work_on_another_stream_keeps_the_gpu_busy_after_a_wait(tmp_path):
     records.insert(-1, copy)
     f = synchronizing.find(Context(read_trace([_write(path, records)]), None))
     assert f is not None and f.saving_s == pytest.approx(1e-3)
+
+
+def test_a_steps_idle_for_its_host_leaves_out_the_gap_kept_between_queued_kernels(tmp_path):
+    """Each step: 40 kernels of 50 us queued back to back (1 us apart, as a fed GPU keeps
+    them), then 200 us idle while the host read a value. Without the read the GPU still
+    keeps its 1 us after each kernel: a step's idle for its host is the 200 us, not 240 us."""
+    us = 1_000
+    records: list[dict] = [
+        {"t": "start", "pid": 9, "ppid": 1, "ts": 0, "limit": 1000, "kernels": "all",
+         "on_ms": 0, "period_ms": 0},
+    ]  # fmt: skip
+    step_ns = 40 * 51 * us + 200 * us
+    for i in range(6):
+        at = i * step_ns
+        records += [
+            {"t": "kernel", "n": "k", "st": at + k * 51 * us, "en": at + k * 51 * us + 50 * us,
+             "dev": 0, "str": 7, "c": 0}
+            for k in range(40)
+        ]  # fmt: skip
+    records.append({"t": "end", "ts": 6 * step_ns})
+    trace = read_trace([_write(tmp_path / "trace-9.jsonl", records)])
+    marks = tuple(i * step_ns for i in range(6))
+    loop = Steps(where="train.py:1", count=5, step_s=step_ns * 1e-9, idle_share=None,
+                 start_ns=marks[0], end_ns=marks[-1], pid=9, marks=marks)  # fmt: skip
+    context = Context(trace, None, (loop,))
+    assert context.back_to_back_s[9] == pytest.approx(1e-6)
+    assert context.step_idle_s(9, 2) == pytest.approx(200e-6)
+    assert Context(trace, None).step_idle_s(9, 2) == 0.0  # no loop: no step

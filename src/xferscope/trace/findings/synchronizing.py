@@ -131,7 +131,8 @@ def find(context: Context) -> TraceFinding | None:
         saving_s,
         in_words(ADVICE, used),
         said + "; without the waits the host does its work while the GPU computes: each step "
-        f"saves the smaller of the GPU's idle in it and the time its waits blocked{sampled}",
+        "saves the smaller of the GPU's idle in it for its host (beyond the gap it keeps between "
+        f"queued kernels) and the time its waits blocked{sampled}",
         "",
         used,
     )

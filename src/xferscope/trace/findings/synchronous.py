@@ -57,5 +57,6 @@ def find(context: Context) -> TraceFinding | None:
         cost,
         saving,
         "issued asynchronously, the host goes on while the GPU copies: each step saves the "
-        "smaller of the GPU's idle in it and the time its copies blocked the host",
+        "smaller of the GPU's idle in it for its host (beyond the gap it keeps between queued "
+        "kernels) and the time its copies blocked the host",
     )
