@@ -13,7 +13,7 @@ import pytest
 
 from xferscope.trace.analyze import analyze
 from xferscope.trace.compare import FIX_CUT, FIX_GONE, FIX_SAME, _fixes
-from xferscope.trace.findings import Context, input_starved, synchronizing
+from xferscope.trace.findings import Context, input_starved, pageable, synchronizing
 from xferscope.trace.loops import Candidate, bursts, candidates, choose
 from xferscope.trace.records import Call, Copy, Interval, MainSamples, PyFrame, Range, Trace
 from xferscope.trace.steps import loops
@@ -468,3 +468,34 @@ def test_a_process_start_up_is_from_its_own_start_where_the_library_read_it(tmp_
     trace = dataclasses.replace(_job(), processes=(process | {"kernels": "all"},))
     (s,) = analyze(trace, 3.0, None, started_ns=0).startup
     assert s.seconds == pytest.approx(2.02 - 0.3, abs=1e-3)  # the first step at 2.02 s
+
+
+def test_pageable_batches_of_a_program_with_a_dataloader_are_advised_in_its_words():
+    """A DataLoader's batches come in pageable memory unless it pins them: where a look found
+    the main thread in the DataLoader's own module (making it, starting its workers, waiting
+    in its next), the pageable copies' fix is the DataLoader's `pin_memory=True`; elsewhere,
+    pinning the tensor."""
+    torch_to = PyFrame("/v/site-packages/torch/_tensor.py", 1, "to")
+    copies = tuple(dataclasses.replace(_upload(i * 10 * MS, 43), src="pageable",
+                                       python=(torch_to, PyFrame("train.py", 43, "main")))
+                   for i in range(1, 30))  # fmt: skip
+    starting = (PyFrame("/usr/lib/python3.12/multiprocessing/popen_fork.py", 65, "_launch"),
+                PyFrame("/v/site-packages/torch/utils/data/dataloader.py", 1192, "__init__"),
+                PyFrame("train.py", 40, "main"))  # fmt: skip
+    processes = ({"pid": 1, "start_ns": 0, "kernels": "all"},)
+
+    def advice(looks: tuple) -> str:
+        samples = {1: MainSamples(0.01, (1 * MS,), (looks,))}
+        trace = Trace(copies, (), (), tuple(c.call for c in copies if c.call), {}, {},
+                      processes, samples=samples)  # fmt: skip
+        f = pageable.find(Context(trace, None))
+        assert f is not None and f.framework == "PyTorch"
+        return f.advice
+
+    assert "`pin_memory=True` in the DataLoader" in advice(starting)
+    importing = (
+        PyFrame("/v/site-packages/torch/utils/data/dataloader.py", 9, "<module>"),
+        PyFrame("train.py", 1, "<module>"),
+    )  # `import torch`, no DataLoader made
+    for elsewhere in (advice((PyFrame("train.py", 40, "main"),)), advice(importing)):
+        assert "DataLoader" not in elsewhere and "`tensor.pin_memory()`" in elsewhere

@@ -113,6 +113,7 @@ def shown(where: str) -> str:
 # copies, which the step never waits for. Its calls are named after it, not after the frames
 # of xferscope inside it, and the findings about the step's own copies and waits leave them out.
 LOADER_FRAME = ("/xferscope/transfer/prefetch.py", "_run")
+DATALOADER = "/torch/utils/data/dataloader.py"  # PyTorch's DataLoader: made, iterated, waited on
 LOADER_WHERE = "xferscope.torch.DeviceLoader's thread (batches moved ahead of the step)"
 
 
@@ -130,6 +131,12 @@ def in_frame(stack: Sequence[PyFrame], file: str, function: str = "") -> bool:
         f.file.endswith(file) and (not function or f.function.rsplit(".", 1)[-1] == function)
         for f in stack
     )
+
+
+def in_dataloader(stack: Sequence[PyFrame]) -> bool:
+    """Whether a stack passes through PyTorch's DataLoader (made, iterated, waited on), not
+    through its module's import (`import torch` runs dataloader.py's top level)."""
+    return any(f.file.endswith(DATALOADER) and f.function != "<module>" for f in stack)
 
 
 def on_loader_thread(stack: Sequence[PyFrame]) -> bool:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .reading import jsonl_records, py_stack
 from .records import (
+    DATALOADER,
     LOADER_FRAME,
     STDLIB,
     MainSamples,
@@ -64,7 +65,7 @@ def program_line(stack: Sequence[PyFrame]) -> str:
 
 # Where a main thread waits for its next batch: in a DataLoader's next, or DeviceLoader's
 # (file, the function's name's end; "" any)
-INPUT_WAITS = (("/torch/utils/data/dataloader.py", ""), (LOADER_FRAME[0], "__next__"))
+INPUT_WAITS = ((DATALOADER, ""), (LOADER_FRAME[0], "__next__"))
 PYTORCH_LOADER = "/xferscope/transfer/frameworks/torch_loader.py"  # DeviceLoader: PyTorch's
 # Where a main thread waits for a value from the device in Python (JAX reads an array's value
 # through its runtime's own threads, with no CUDA call of the main thread to record): (file,

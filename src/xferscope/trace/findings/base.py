@@ -17,7 +17,7 @@ from ...core.units import format_bytes
 from ...documents.records import KEY
 from ..costs import covered_ns, merged, process_busy
 from ..idle import LAUNCH_GAP_S
-from ..records import Call, Copy, Pin, PyFrame, Trace, in_frame, user_frame
+from ..records import Call, Copy, Pin, PyFrame, Trace, in_dataloader, user_frame
 from ..reference import Reference
 from ..steps import Steps
 from ..timeline import Timelines, timelines
@@ -43,7 +43,7 @@ class Context:
         stacks += [c.python for c in trace.copies if c.python]
         stacks += [p.python for p in trace.pins if p.python]
         stacks += [c.python for c in trace.calls if c.python]
-        return any(in_frame(stack, DATALOADER) for stack in stacks)
+        return any(in_dataloader(stack) for stack in stacks)
 
     def loop_of(self, pid: int) -> Steps | None:
         """Process `pid`'s loop, or None."""
@@ -153,7 +153,6 @@ NO_CURVES = (
     "`xferscope run` once so the history has them"
 )
 MOST_PLACES = 12  # lines kept per finding, the costliest
-DATALOADER = "/torch/utils/data/"  # PyTorch's DataLoader's frames
 
 
 def counted(calls: int, sizes: str) -> str:
