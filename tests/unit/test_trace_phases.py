@@ -499,3 +499,23 @@ def test_pageable_batches_of_a_program_with_a_dataloader_are_advised_in_its_word
     )  # `import torch`, no DataLoader made
     for elsewhere in (advice((PyFrame("train.py", 40, "main"),)), advice(importing)):
         assert "DataLoader" not in elsewhere and "`tensor.pin_memory()`" in elsewhere
+
+
+@pytest.mark.parametrize(("wait_line", "share"), [(43, 0.40), (47, 0.11)])
+def test_the_idle_after_an_uploads_own_wait_is_the_inputs(wait_line, share):
+    """40 steps of 10 ms: a batch's upload at train.py:43 from pageable memory, whose `.to()`
+    then waits for its copy there (cudaStreamSynchronize at the same line), 2.9 ms with the GPU
+    idle (the batch released), 6 ms of kernels and 1 ms away until the next upload: the idle
+    after the upload's own wait is the input's (0.40 with the copies); after a wait at another
+    line (an `.item()` at train.py:47) it is that wait's (0.11)."""
+    copies, kernels, calls = [], [], []
+    for i in range(40):
+        t = 100 * MS + i * 10 * MS
+        copies.append(_upload(t, 43))
+        calls += [copies[-1].call, _sync(t + 10 * US, t + 100 * US, wait_line)]
+        kernels.append(_kernel(t + 3 * MS, t + 9 * MS))
+    trace = Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {},
+                  ({"pid": 1, "start_ns": MS, "kernels": "all"},))  # fmt: skip
+    loop = analyze(trace, 1.0, None).loop
+    assert loop is not None and loop.input_share is not None
+    assert loop.input_share == pytest.approx(share, abs=0.02)

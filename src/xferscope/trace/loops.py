@@ -250,6 +250,7 @@ def burst_gap_ns(gaps: list[int]) -> float:
         return BURST_MIN_S * 1e9
     # between the sides' means, the widest step from one gap to the next (a side's stragglers,
     # a wait held up by another thread, stay on their side)
-    between = [x for x in logs if low <= x <= high]
+    # (the means themselves bound it: gaps all alike on a side may round off their own mean)
+    between = [low, *(x for x in logs if low < x < high), high]
     lo, hi = max(itertools.pairwise(between), key=lambda p: p[1] - p[0])
     return min(max(math.exp((lo + hi) / 2), BURST_MIN_S * 1e9), BURST_S * 1e9)

@@ -162,9 +162,17 @@ def input_ns(
     }
     main, starts = main_calls(trace, {pid})
     waits = waits_of(trace)  # as idle.causes reads them
+    # an upload's own wait: made at its line (`.to(device)` from pageable memory waits for its
+    # copy), so the idle after it, the batch's release, is the input's as the upload is
+    lines = {trace.where(c.frames, c.python) for c in trace.copies
+             if c.pid == pid and c.direction == "h2d" and c.call is not None
+             and c.call.thread == pid}  # fmt: skip
 
     def label(call: Call) -> tuple[str, str]:  # named, so that a wait before a gap is seen
-        return ("upload" if (call.thread, call.start_ns) in uploads else "call", "")
+        if (call.thread, call.start_ns) in uploads:
+            return ("upload", "")
+        own = waits(call) and trace.where(call.frames, call.python) in lines
+        return ("upload" if own else "call", "")
 
     total = 0
     away: dict[tuple[str, str, str, str], list[tuple[int, int]]] = defaultdict(list)
@@ -178,16 +186,14 @@ def input_ns(
             seen = (lines_in(trace.samples, [pid], [(g0, g1)])
                     if any(kind == "after_wait" for kind, *_ in parts) else None)  # fmt: skip
             fed = seen is not None and loader_waited(seen.input_looks, seen.looks)
-            total += sum(ns for (kind, what, _, _), ns in parts.items()
-                         if what == "upload" and (kind != "after_wait" or fed))  # fmt: skip
+            total += sum(ns for (kind, what, _, wait), ns in parts.items()
+                         if (what == "upload" and (kind != "after_wait" or fed))
+                         or (kind == "after_wait" and wait == "upload"))  # fmt: skip
     # away stretches that no upload ended: the input's in the share of their looks that found
     # the main thread in a call made at an upload's line itself (a batch's release after its
     # copy), not in the framework below it (`model(x.to(device))`'s forward)
     other = [ab for (kind, what, _, _), abs_ in away.items() if kind == "away" and what != "upload"
              for ab in abs_]  # fmt: skip
-    lines = {trace.where(c.frames, c.python) for c in trace.copies
-             if c.pid == pid and c.direction == "h2d" and c.call is not None
-             and c.call.thread == pid}  # fmt: skip
     looks, at_input = _at_lines(trace, pid, other, lines)
     if looks:
         total += int(sum(b - a for a, b in other) * at_input / looks)
