@@ -1,8 +1,9 @@
 """trace_bench.py's parts for issue 68, what tracing costs programs it was not built around:
 Part `corpus`: every program of benchmarks/trace_corpus/ this host can run (or those named in
 $TRACE_CORPUS_PROGRAMS, comma-separated), its loop's own seconds untraced, traced as `trace`
-does by default, with `--look-every 0`, with `--kernels none`, with `--kernels all` and with
-no NVTX tool, alternated, `runs` rounds (3 or more). A Python program of one process is forked
+does by default, with `--look-every 0` and with `--kernels none` (and where
+$TRACE_CORPUS_VARIANTS names them, with `--kernels all` or no NVTX tool: CHOSEN), alternated,
+`runs` rounds (3 or more). A Python program of one process is forked
 from a process that imported PyTorch once (corpus_zygote.py), traced with the environment `trace`
 gives it (runner.traced_env) and its records thrown away: an import takes 8-12 s there and an
 analysis several more, neither of them in the loop's clock; torchrun and CUDA C++ programs run
@@ -95,11 +96,29 @@ VARIANTS = {"traced": ("sampled", 0.01, True), "no_looks": ("sampled", 0.0, True
             "no_nvtx": ("sampled", 0.01, False)}  # fmt: skip
 
 
-def _round(base: list[str], zygote: Zygote, seconds: dict[str, list[float]]) -> None:
+# Timed unless $TRACE_CORPUS_VARIANTS names others (comma-separated): `all_kernels` is the
+# default itself on a program shorter than the default's first window (every corpus program),
+# and `no_nvtx` matters where a framework annotates for a tool (JAX)
+CHOSEN = ("traced", "no_looks", "no_kernels")
+
+
+def chosen_variants() -> dict[str, tuple[str, float, bool]]:
+    """The variants $TRACE_CORPUS_VARIANTS names, else CHOSEN; a name not in VARIANTS is one
+    line naming what is accepted."""
+    named = [v for v in os.environ.get("TRACE_CORPUS_VARIANTS", "").split(",") if v] or CHOSEN
+    unknown = [v for v in named if v not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"TRACE_CORPUS_VARIANTS: {', '.join(unknown)} not one of "
+                         f"{', '.join(VARIANTS)}")  # fmt: skip
+    return {v: VARIANTS[v] for v in named}
+
+
+def _round(base: list[str], zygote: Zygote, seconds: dict[str, list[float]],
+           variants: dict[str, tuple[str, float, bool]]) -> None:  # fmt: skip
     """One round of a program's variants: forked from the zygote where it is a Python script
     of one process, else run as a user runs it (torchrun, a CUDA C++ binary)."""
     seconds["untraced"].append(untraced(base, None, zygote)["seconds"])
-    for name, (kernels, look_every, nvtx) in VARIANTS.items():
+    for name, (kernels, look_every, nvtx) in variants.items():
         if forkable(base):
             line = _forked(zygote, base, kernels, look_every, nvtx)
         else:
@@ -112,6 +131,7 @@ def corpus_part(_program: str, _engine: object, runs: int, comparisons: list, fi
     import torch
 
     named = os.environ.get("TRACE_CORPUS_PROGRAMS", "")
+    variants = chosen_variants()
     build = Path(tempfile.mkdtemp(prefix="xfs-overhead-build-"))
     found = figures.setdefault("corpus_overhead", {})
     gpus = torch.cuda.device_count()
@@ -120,16 +140,16 @@ def corpus_part(_program: str, _engine: object, runs: int, comparisons: list, fi
             if missing(p, gpus):
                 continue
             base = base_command(p, build)
-            seconds: dict[str, list[float]] = {"untraced": [], **{v: [] for v in VARIANTS}}
+            seconds: dict[str, list[float]] = {"untraced": [], **{v: [] for v in variants}}
             try:
                 for _ in range(max(runs, 3)):
-                    _round(base, zygote, seconds)
+                    _round(base, zygote, seconds, variants)
             except (RuntimeError, ValueError, subprocess.SubprocessError) as exc:
                 found[p.name] = {"error": str(exc)[-2000:]}
                 continue
             own = statistics.median(seconds["untraced"])
             found[p.name] = seconds | {
-                f"ratio_{v}": own / statistics.median(seconds[v]) for v in VARIANTS if seconds[v]
+                f"ratio_{v}": own / statistics.median(seconds[v]) for v in variants if seconds[v]
             }
             ratios = {k: round(v, 3) for k, v in found[p.name].items() if k.startswith("ratio")}
             print(p.name, ratios, flush=True)

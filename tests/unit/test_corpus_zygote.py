@@ -60,3 +60,22 @@ def test_only_plain_python_scripts_are_forked():
     assert forkable([sys.executable, "prog.py", "--fixed"])
     assert not forkable([sys.executable, "-m", "torch.distributed.run", "prog.py"])
     assert not forkable(["./memcpy_loop", "--fixed"])
+
+
+def test_a_scripts_exit_functions_run_as_at_its_own_end(tmp_path, zygote):
+    """The child ends as a script's own process does: Python's exit functions, then the C
+    library's (where a traced child's injection library flushes its records), output kept."""
+    script = tmp_path / "ends.py"
+    script.write_text(
+        "import atexit, ctypes, sys\n"
+        "atexit.register(lambda: print('python exit function', flush=True))\n"
+        "libc = ctypes.CDLL(None)\n"
+        "hook = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(\n"
+        "    lambda _: libc.write(2, b'c exit function\\n', 16))\n"
+        "libc.__cxa_atexit(hook, None, None)  # as a library's atexit registers\n"
+        "print('body')\n"
+    )
+    rc, out, err = zygote.run([sys.executable, str(script)], {"PATH": "/usr/bin"}, 20)
+    assert rc == 0, err
+    assert out.splitlines() == ["body", "python exit function"]
+    assert "c exit function" in err
