@@ -158,6 +158,35 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def prediction(entry: dict[str, Any], steps: float, predicted: list[float]) -> dict[str, Any]:
+    """The headline's price a step (`predicted`, one a traced round) against the fix's saving
+    a step over `steps`, from the runs' medians (`entry`: a program's record), with the error
+    where the fix saved anything. Beside them, how far the runs themselves spread (the saving
+    from the closest pair of runs to the farthest), and the saving the fix made traced, by the
+    programs' own clocks (the run the trace priced, and its fix traced too): a miss that holds
+    against it is the pricing's, one that does not, the trace's cost on the program (on either
+    run: a fix that moves reads after the loop, as jax_train's, pays for them traced inside its
+    clock)."""
+    runs = {k: [r["seconds"] for r in entry["untraced"].get(k, [])] for k in ("before", "fixed")}
+    measured = (statistics.median(runs["before"]) - statistics.median(runs["fixed"])) / steps
+    out: dict[str, Any] = {
+        "measured_saving_per_step_s": measured,
+        "predicted_saving_per_step_s": _median(predicted),
+        "measured_saving_range_per_step_s": [
+            (min(runs["before"]) - max(runs["fixed"])) / steps,
+            (max(runs["before"]) - min(runs["fixed"])) / steps,
+        ],
+    }
+    if predicted and measured > 0:
+        out["prediction_error"] = abs(statistics.median(predicted) - measured) / measured
+    traced = [entry.get(k, {}).get("seconds") for k in ("traced", "traced_fixed")]
+    if predicted and None not in traced and traced[0] > traced[1]:
+        saved = (traced[0] - traced[1]) / steps
+        out["traced_saving_per_step_s"] = saved
+        out["prediction_error_traced"] = abs(statistics.median(predicted) - saved) / saved
+    return out
+
+
 def judge_program(program: Program, entry: dict[str, Any], records: Path) -> dict[str, Any]:
     """One program's verdicts from its untraced runs (`entry`) and its kept traces."""
     own = entry.get("untraced", {})
@@ -189,7 +218,6 @@ def judge_program(program: Program, entry: dict[str, Any], records: Path) -> dic
     }
     # the headline's prediction a step, over the traced rounds, against the fix's measured one
     if program.cause not in ("none", "startup") and seconds.get("fixed") and steps_of.get("before"):
-        measured = (seconds["before"] - seconds["fixed"]) / steps_of["before"]
         predicted = []
         for d in docs:
             s = d["summary"]
@@ -197,10 +225,7 @@ def judge_program(program: Program, entry: dict[str, Any], records: Path) -> dic
             count = (s.get("steps") or {}).get("count")
             if said.get("saving_s") is not None and count:
                 predicted.append(said["saving_s"] / count)
-        out["measured_saving_per_step_s"] = measured
-        out["predicted_saving_per_step_s"] = _median(predicted)
-        if predicted and measured > 0:
-            out["prediction_error"] = abs(statistics.median(predicted) - measured) / measured
+        out |= prediction(entry, steps_of["before"], predicted)
     if program.resident and seconds.get("resident") and seconds.get("before"):
         expected_share = 1 - seconds["resident"] / seconds["before"]
         shares = [

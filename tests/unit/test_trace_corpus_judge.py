@@ -1,0 +1,36 @@
+"""benchmarks/trace_corpus_judge.py's price check: the headline's price a step against the fix's
+measured saving, the runs' own spread beside it, and the saving the fix made traced."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from trace_corpus_judge import prediction
+
+
+def _runs(*seconds: float) -> list[dict[str, float]]:
+    return [{"seconds": s} for s in seconds]
+
+
+def test_a_price_is_judged_against_the_medians_with_the_runs_spread_beside_it():
+    entry = {"untraced": {"before": _runs(3.0, 3.2, 3.6), "fixed": _runs(1.9, 2.0, 2.4)},
+             "traced": {"seconds": 3.5}, "traced_fixed": {"seconds": 2.0}}  # fmt: skip
+    out = prediction(entry, 100, [0.015, 0.013, 0.014])
+    assert out["measured_saving_per_step_s"] == pytest.approx(0.012)  # (3.2 - 2.0) / 100
+    assert out["prediction_error"] == pytest.approx(0.002 / 0.012)
+    assert out["measured_saving_range_per_step_s"] == pytest.approx([0.006, 0.017])
+    assert out["traced_saving_per_step_s"] == pytest.approx(0.015)
+    assert out["prediction_error_traced"] == pytest.approx(0.001 / 0.015)
+
+
+def test_a_fix_that_saved_nothing_is_not_judged_and_a_missing_trace_is_left_out():
+    entry = {"untraced": {"before": _runs(1.4, 1.7), "fixed": _runs(1.7, 1.4)},
+             "traced": {"seconds": 1.5}}  # fmt: skip
+    out = prediction(entry, 300, [0.0004])
+    assert out["measured_saving_per_step_s"] == pytest.approx(0.0)
+    assert "prediction_error" not in out and "prediction_error_traced" not in out
+    assert out["measured_saving_range_per_step_s"] == pytest.approx([-0.001, 0.001])
