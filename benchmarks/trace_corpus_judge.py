@@ -237,6 +237,15 @@ def judge_program(program: Program, entry: dict[str, Any], records: Path) -> dic
         out["input_share"] = _median(shares)
         if shares:
             out["idle_share_error"] = abs(statistics.median(shares) - expected_share)
+        # the same against the traced run's own loop time: where the runs spread (an epoch's
+        # workers started anew), the untraced medians and the one traced run differ apart from
+        # anything the trace judged
+        traced = entry.get("traced", {}).get("seconds")
+        if shares and traced:
+            out["expected_input_share_traced"] = 1 - seconds["resident"] / traced
+            out["idle_share_error_traced"] = abs(
+                statistics.median(shares) - out["expected_input_share_traced"]
+            )
     fixed = records / program.name / "fixed"
     if list(fixed.glob("run*/ran.json")):
         after_doc = replay(fixed)
