@@ -187,6 +187,30 @@ def prediction(entry: dict[str, Any], steps: float, predicted: list[float]) -> d
     return out
 
 
+def input_share(entry: dict[str, Any], shares: list[float]) -> dict[str, Any]:
+    """The steps' share waiting for input (`shares`, one a traced round) against 1 - resident
+    / before from the untraced runs' medians (`entry`: a program's record), with its error;
+    and the same against the traced run's own loop time: where the runs spread (an epoch's
+    workers started anew), the untraced medians and the one traced run differ apart from
+    anything the trace judged."""
+    own = {k: _median([r["seconds"] for r in entry["untraced"].get(k, [])])
+           for k in ("resident", "before")}  # fmt: skip
+    resident, before = own["resident"], own["before"]
+    if resident is None or not before:
+        return {}
+    out: dict[str, Any] = {"expected_input_share": 1 - resident / before,
+                           "input_share": _median(shares)}  # fmt: skip
+    if shares:
+        out["idle_share_error"] = abs(statistics.median(shares) - out["expected_input_share"])
+    traced = entry.get("traced", {}).get("seconds")
+    if shares and traced:
+        out["expected_input_share_traced"] = 1 - resident / traced
+        out["idle_share_error_traced"] = abs(
+            statistics.median(shares) - out["expected_input_share_traced"]
+        )
+    return out
+
+
 def judge_program(program: Program, entry: dict[str, Any], records: Path) -> dict[str, Any]:
     """One program's verdicts from its untraced runs (`entry`) and its kept traces."""
     own = entry.get("untraced", {})
@@ -227,25 +251,12 @@ def judge_program(program: Program, entry: dict[str, Any], records: Path) -> dic
                 predicted.append(said["saving_s"] / count)
         out |= prediction(entry, steps_of["before"], predicted)
     if program.resident and seconds.get("resident") and seconds.get("before"):
-        expected_share = 1 - seconds["resident"] / seconds["before"]
         shares = [
             d["summary"]["steps"]["input_share"]
             for d in docs
             if (d["summary"].get("steps") or {}).get("input_share") is not None
         ]
-        out["expected_input_share"] = expected_share
-        out["input_share"] = _median(shares)
-        if shares:
-            out["idle_share_error"] = abs(statistics.median(shares) - expected_share)
-        # the same against the traced run's own loop time: where the runs spread (an epoch's
-        # workers started anew), the untraced medians and the one traced run differ apart from
-        # anything the trace judged
-        traced = entry.get("traced", {}).get("seconds")
-        if shares and traced:
-            out["expected_input_share_traced"] = 1 - seconds["resident"] / traced
-            out["idle_share_error_traced"] = abs(
-                statistics.median(shares) - out["expected_input_share_traced"]
-            )
+        out |= input_share(entry, shares)
     fixed = records / program.name / "fixed"
     if list(fixed.glob("run*/ran.json")):
         after_doc = replay(fixed)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from trace_corpus_judge import prediction
+from trace_corpus_judge import input_share, prediction
 
 
 def _runs(*seconds: float) -> list[dict[str, float]]:
@@ -34,3 +34,14 @@ def test_a_fix_that_saved_nothing_is_not_judged_and_a_missing_trace_is_left_out(
     assert out["measured_saving_per_step_s"] == pytest.approx(0.0)
     assert "prediction_error" not in out and "prediction_error_traced" not in out
     assert out["measured_saving_range_per_step_s"] == pytest.approx([-0.001, 0.001])
+
+
+def test_the_input_share_is_judged_against_the_resident_form_untraced_and_traced():
+    entry = {"untraced": {"before": _runs(3.4, 3.6, 3.8), "resident": _runs(1.9, 2.0, 2.1)},
+             "traced": {"seconds": 3.2}}  # fmt: skip
+    out = input_share(entry, [0.33, 0.35, 0.37])
+    assert out["expected_input_share"] == pytest.approx(1 - 2.0 / 3.6)
+    assert out["idle_share_error"] == pytest.approx(abs(0.35 - (1 - 2.0 / 3.6)))
+    assert out["idle_share_error_traced"] == pytest.approx(abs(0.35 - (1 - 2.0 / 3.2)))
+    assert input_share({"untraced": {"before": _runs(3.0)}}, [0.3]) == {}
+    assert "idle_share_error" not in input_share(entry, [])
