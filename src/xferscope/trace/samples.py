@@ -13,12 +13,12 @@ from pathlib import Path
 
 from .reading import jsonl_records, py_stack
 from .records import (
-    DATALOADER,
     LOADER_FRAME,
     STDLIB,
     MainSamples,
     PyFrame,
     Trace,
+    in_dataloader,
     in_frame,
     user_frame,
 )
@@ -63,9 +63,9 @@ def program_line(stack: Sequence[PyFrame]) -> str:
     return "" if frame is None else str(frame)
 
 
-# Where a main thread waits for its next batch: in a DataLoader's next, or DeviceLoader's
-# (file, the function's name's end; "" any)
-INPUT_WAITS = ((DATALOADER, ""), (LOADER_FRAME[0], "__next__"))
+# Where a main thread waits for its next batch: in a DataLoader (records.in_dataloader), or in
+# DeviceLoader's next (file, the function's name's end)
+DEVICE_LOADER_NEXT = (LOADER_FRAME[0], "__next__")
 PYTORCH_LOADER = "/xferscope/transfer/frameworks/torch_loader.py"  # DeviceLoader: PyTorch's
 # Where a main thread waits for a value from the device in Python (JAX reads an array's value
 # through its runtime's own threads, with no CUDA call of the main thread to record): (file,
@@ -81,7 +81,7 @@ VALUE_READS = (
 @dataclass(frozen=True, slots=True)
 class Seen:
     """What the looks at the main thread saw in some stretches of time: how many fell in them,
-    how many were waiting for the next batch (INPUT_WAITS), the program's lines they saw with
+    how many were waiting for the next batch (waits_for_input), the program's lines they saw with
     how many each (the most seen first, at most MOST_LINES), and the framework the waits for a
     batch went through (None: none seen)."""
 
@@ -96,7 +96,7 @@ class Seen:
 
 def waits_for_input(stack: Sequence[PyFrame]) -> bool:
     """Whether a stack is a wait for the next batch: in a DataLoader's next, or DeviceLoader's."""
-    return any(in_frame(stack, file, function) for file, function in INPUT_WAITS)
+    return in_dataloader(stack) or in_frame(stack, *DEVICE_LOADER_NEXT)
 
 
 def lines_in(

@@ -168,11 +168,11 @@ def input_ns(
              if c.pid == pid and c.direction == "h2d" and c.call is not None
              and c.call.thread == pid}  # fmt: skip
 
+    uploads |= {(c.thread, c.start_ns) for c in main
+                if waits(c) and trace.where(c.frames, c.python) in lines}  # fmt: skip
+
     def label(call: Call) -> tuple[str, str]:  # named, so that a wait before a gap is seen
-        if (call.thread, call.start_ns) in uploads:
-            return ("upload", "")
-        own = waits(call) and trace.where(call.frames, call.python) in lines
-        return ("upload" if own else "call", "")
+        return ("upload" if (call.thread, call.start_ns) in uploads else "call", "")
 
     total = 0
     away: dict[tuple[str, str, str, str], list[tuple[int, int]]] = defaultdict(list)
