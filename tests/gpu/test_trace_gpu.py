@@ -157,6 +157,27 @@ def test_kernels_are_recorded_only_in_their_windows(native_engine, tmp_path):
     assert 0 < parts <= 1.25 * cost["callbacks"][1], cost
 
 
+def test_the_first_window_closes_at_its_kernel_count(native_engine, tmp_path):
+    """--kernels 50/500/30000/2000 on a PyTorch loop of about 40,000 kernels: the first window
+    closes once about 2,000 kernels were recorded in it (CUPTI delivers them a buffer at a
+    time), long before its 30 s, and windows follow it."""
+    pytest.importorskip("torch")
+    from xferscope.trace.reading import read_trace
+    from xferscope.trace.runner import run_traced
+
+    ran = run_traced([sys.executable, str(LOOP), "--steps", "1500", "--warmup", "5"], tmp_path,
+                     kernels="50/500/30000/2000")  # fmt: skip
+    assert ran.returncode == 0
+    trace = read_trace(ran.files)
+    assert trace.processes[0]["first_kernels"] == 2000
+    (_, a, b), *after = sorted(trace.kernel_windows, key=lambda w: w[1])
+    late = 50_000_000  # ns: a kernel launched in a window may start after it closed
+    first = [k for k in trace.kernels() if a <= k.start_ns <= b + late]
+    print(f"first window {(b - a) / 1e9:.3f} s, {len(first)} kernels; {len(after)} after it")
+    assert 2000 <= len(first) <= 12_000
+    assert (b - a) < 10e9 and after
+
+
 @pytest.mark.parametrize("how", ["pause", "detach"])
 def test_the_pause_switch_leaves_out_the_paused_blocks(native_engine, tmp_path, how):
     """torch_train_loop.py --alternate pauses the tracing (or detaches CUPTI) for half of its

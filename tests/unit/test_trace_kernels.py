@@ -13,7 +13,7 @@ from xferscope.core.errors import OptionError
 from xferscope.trace.analyze import analyze, groups
 from xferscope.trace.findings import Context, not_overlapped
 from xferscope.trace.reading import read_trace
-from xferscope.trace.runner import KERNEL_WINDOW_MS, kernels_setting
+from xferscope.trace.runner import FIRST_KERNELS, KERNEL_WINDOW_MS, kernels_setting
 
 MS = 1_000_000  # ns
 
@@ -121,17 +121,19 @@ def test_a_trace_of_every_kernel_is_judged_whole(tmp_path):
 
 @pytest.mark.parametrize(
     ("value", "setting"),
-    [("all", "all"), ("none", "none"), ("sampled", "{}/{}/{}".format(*KERNEL_WINDOW_MS)),
+    [("all", "all"), ("none", "none"),
+     ("sampled", "{}/{}/{}/{}".format(*KERNEL_WINDOW_MS, FIRST_KERNELS)),
      ("50/500", "50/500"), ("007/100", "7/100"), ("50/500/5000", "50/500/5000"),
-     ("50/500/0", "50/500/0")],
+     ("50/500/0", "50/500/0"), ("50/500/5000/0100", "50/500/5000/100")],
 )  # fmt: skip
 def test_kernels_setting(value, setting):
     assert kernels_setting(value) == setting
 
 
 @pytest.mark.parametrize("value", ["", "some", "100", "100/100", "0/10", "10/", "/10", "1.5/10",
-                                   "5/10/", "5/10/20/30", "5/10/1e3", "10/5", "1/9999999", "1/²",
-                                   "٣/٩", "nan", "inf", "-1/10", " 1/10"])  # fmt: skip
+                                   "5/10/", "5/10/20/", "5/10/20/30/4", "5/10/20/1e3", "5/10/1e3",
+                                   "10/5", "1/9999999", "1/²", "٣/٩", "nan", "inf", "-1/10",
+                                   " 1/10"])  # fmt: skip
 def test_a_bad_kernels_setting_names_the_option(value):
     with pytest.raises(OptionError, match="--kernels"):
         kernels_setting(value)

@@ -19,10 +19,11 @@
 // have done (signals.cpp); a forked child records nothing. In a Python process, a thread of the
 // library looks where the main thread is every $XFERSCOPE_TRACE_SAMPLE_S seconds (looks.cpp).
 // Kernel records cost every launch (CUPTI instruments the kernel for its timestamps), so
-// $XFERSCOPE_TRACE_KERNELS chooses: all, none, or ON/PERIOD[/FIRST] (milliseconds): kernels
-// recorded in windows of ON, at most one every PERIOD, each opened by a copy call, the first
-// open FIRST (every kernel of a short program, the start of a long one's), each written as
-// "kwin" lines; copies, sets and calls are always all recorded.
+// $XFERSCOPE_TRACE_KERNELS chooses: all, none, or ON/PERIOD[/FIRST[/COUNT]] (milliseconds):
+// kernels recorded in windows of ON, at most one every PERIOD, each opened by a copy call, the
+// first open FIRST or until COUNT kernels were recorded in it (every kernel of a short program's
+// first steps, the start of a long one's), each written as "kwin" lines; copies, sets and
+// calls are always all recorded.
 // libcupti is opened at run time, not linked: $XFERSCOPE_LIBCUPTI (which `xferscope trace` sets
 // to the one cuda-pathfinder finds: NVIDIA's wheels, the loader path, the toolkit), else the
 // soname of the CUDA major it was built with; without it the program runs untraced, with a
@@ -104,6 +105,9 @@ enum class Kernels { kAll, kNone, kSampled };
 Kernels kernel_mode = Kernels::kAll;
 unsigned kernel_on_ms = 0, kernel_period_ms = 0;  // the windows of Kernels::kSampled
 unsigned kernel_first_ms = 0;                     // how long the first stays open (0: ON)
+std::uint64_t kernel_first_count = 0;             // or until it recorded this many (0: no end)
+constexpr unsigned kCountingFlushMs = 100;        // CUPTI's flush period while they are counted
+constexpr unsigned kFlushMs = 1000;               // and after
 constexpr CUpti_ActivityKind kCopyKinds[] = {
     CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMCPY2, CUPTI_ACTIVITY_KIND_MEMSET};
 
@@ -138,18 +142,42 @@ void set_kernels(bool on) {
   line(buf);
 }
 
+// Keeps the first window open until kernel_first_ms pass or kernel_first_count kernels were
+// delivered since `from` (CUPTI delivers a buffer once it is full: while they are counted it
+// is asked to flush every kCountingFlushMs, and kBufferBytes holds a few thousand); true when
+// the trace closed meanwhile. Under control.mutex (`lock`).
+bool first_window(std::unique_lock<std::mutex>& lock, std::uint64_t from) {
+  const auto stopped = [] { return closed.load(); };
+  if (!kernel_first_count)
+    return control.wake.wait_for(lock, std::chrono::milliseconds(kernel_first_ms), stopped);
+  cupti.cuptiActivityFlushPeriod(kCountingFlushMs);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kernel_first_ms);
+  bool ended = false;
+  while (!ended && std::chrono::steady_clock::now() < until &&
+         kernels_delivered.load(std::memory_order_relaxed) - from < kernel_first_count) {
+    ended = control.wake.wait_for(lock, std::chrono::milliseconds(10), stopped);
+  }
+  if (!ended) cupti.cuptiActivityFlushPeriod(kFlushMs);
+  return ended;
+}
+
 // Opens and closes the kernel windows (Kernels::kSampled) until the trace closes: a window
 // opens at the first copy call after the gap (so windows fall where the program copies, not in
-// its start-up), stays open kernel_on_ms (the first kernel_first_ms), and the next may open
+// its start-up), stays open kernel_on_ms (the first: first_window), and the next may open
 // kernel_period_ms after it did.
 void sampler() {
   std::unique_lock<std::mutex> lock(control.mutex);
   const auto stopped = [] { return closed.load(); };
   int windows = 0;  // opened so far; the first opens at the first copy call
   while (!closed.load(std::memory_order_relaxed)) {
-    const unsigned on = windows == 1 && kernel_first_ms ? kernel_first_ms : kernel_on_ms;
-    const unsigned ms = control.window ? on : windows == 0 ? 0 : kernel_period_ms - kernel_on_ms;
-    if (control.wake.wait_for(lock, std::chrono::milliseconds(ms), stopped)) break;
+    if (control.window && windows == 1 && kernel_first_ms) {
+      if (first_window(lock, kernels_delivered.load(std::memory_order_relaxed))) break;
+    } else {
+      const unsigned ms = control.window ? kernel_on_ms
+                          : windows == 0 ? 0
+                                         : kernel_period_ms - kernel_on_ms;
+      if (control.wake.wait_for(lock, std::chrono::milliseconds(ms), stopped)) break;
+    }
     if (!control.window) {  // wait for a copy call, looking every 10 ms
       const std::uint64_t seen = unwound.load(std::memory_order_relaxed);
       while (unwound.load(std::memory_order_relaxed) == seen) {
@@ -191,6 +219,11 @@ bool attach() {
     std::size_t size = sizeof off;
     cupti.cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER, &size, &off);
   }
+  {  // buffer_requested hands CUPTI zeroed buffers: it need not clear them on the program's thread
+    std::uint8_t zeroed = 1;
+    std::size_t size = sizeof zeroed;
+    cupti.cuptiActivitySetAttribute(CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER, &size, &zeroed);
+  }
   bool ok =
       cupti.cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed) == CUPTI_SUCCESS;
   for (CUpti_ActivityKind kind : kCopyKinds) ok = switch_activity(kind, true) && ok;
@@ -199,7 +232,7 @@ bool attach() {
   // where nothing pushes one, and none at all where CUPTI refuses
   if (!knob("nonvtx")) switch_activity(CUPTI_ACTIVITY_KIND_MARKER, true);
   set_kernels(kernels_wanted());
-  cupti.cuptiActivityFlushPeriod(1000);
+  cupti.cuptiActivityFlushPeriod(kFlushMs);
   if (knob("nosubscribe")) {
   } else if (cupti.cuptiSubscribe(&control.subscriber, on_api, nullptr) == CUPTI_SUCCESS) {
     enable_callbacks(1);  // only the calls that copy, set, synchronize or pin
@@ -232,13 +265,15 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   std::string kernels_bad;
   if (const char* k = std::getenv("XFERSCOPE_TRACE_KERNELS")) {
     unsigned on = 0, period = 0, first = 0;
+    unsigned long long count = 0;
     char tail = 0;
-    const int read = std::sscanf(k, "%u/%u/%u%c", &on, &period, &first, &tail);
+    const int read = std::sscanf(k, "%u/%u/%u/%llu%c", &on, &period, &first, &count, &tail);
     if (!std::strcmp(k, "none")) {
       kernel_mode = Kernels::kNone;
-    } else if ((read == 2 || read == 3) && on > 0 && on < period) {
+    } else if (read >= 2 && read <= 4 && on > 0 && on < period) {
       kernel_mode = Kernels::kSampled, kernel_on_ms = on, kernel_period_ms = period;
-      kernel_first_ms = read == 3 ? first : 0;
+      kernel_first_ms = read >= 3 ? first : 0;
+      kernel_first_count = read == 4 ? count : 0;
     } else if (std::strcmp(k, "all") != 0) {
       kernels_bad = k;
     }
@@ -254,21 +289,21 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   }
   std::uint64_t now = 0;
   cupti.cuptiGetTimestamp(&now);
-  char buf[256];
+  char buf[384];
   std::snprintf(buf, sizeof buf,
                 "{\"t\":\"start\",\"pid\":%d,\"ppid\":%d,\"ts\":%" PRIu64 ",\"age\":%" PRIu64
                 ",\"limit\":%" PRIu64
                 ",\"kernels\":\"%s\",\"on_ms\":%u,\"period_ms\":%u,"
-                "\"first_ms\":%u}",
+                "\"first_ms\":%u,\"first_kernels\":%" PRIu64 "}",
                 getpid(), getppid(), now, process_age_ns(), limit,
                 kernel_mode == Kernels::kAll    ? "all"
                 : kernel_mode == Kernels::kNone ? "none"
                                                 : "sampled",
-                kernel_on_ms, kernel_period_ms, kernel_first_ms);
+                kernel_on_ms, kernel_period_ms, kernel_first_ms, kernel_first_count);
   line(buf);
   if (!kernels_bad.empty()) {
     line(("{\"t\":\"warning\",\"m\":\"XFERSCOPE_TRACE_KERNELS=" + escaped(kernels_bad.c_str()) +
-          " is not all, none or ON/PERIOD in milliseconds (ON below PERIOD): all kernels "
+          " is not all, none or ON/PERIOD[/FIRST[/COUNT]] (ON below PERIOD): all kernels "
           "recorded\"}")
              .c_str());
   }

@@ -97,6 +97,8 @@ extern std::mutex out_mutex;
 extern FILE* out;
 extern std::uint64_t limit;
 extern std::atomic<bool> closed;
+// kernel records CUPTI has delivered (kept or only counted): what the first window has spent
+extern std::atomic<std::uint64_t> kernels_delivered;
 
 enum Type { kMemcpy, kMemset, kKernel, kRuntime, kDriver, kCall, kPin, kMarker, kTypes };
 

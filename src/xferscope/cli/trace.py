@@ -35,6 +35,7 @@ from ..trace.kept import check_records, read_kept
 from ..trace.pipeline import REFERENCES, TraceOptions, trace_program
 from ..trace.runner import (
     DEFAULT_LIMIT,
+    FIRST_KERNELS,
     KERNEL_WINDOW_MS,
     KERNELS_DEFAULT,
     SAMPLE_S,
@@ -87,10 +88,12 @@ NVTX_NAME = re.compile(r"[^\s/:.][^/:.]*")  # --region: an NVTX range's name (no
 @option(
     "--kernels",
     default=KERNELS_DEFAULT,
-    help="How kernels are recorded: sampled (every kernel for the first {2} ms from the first "
-    "copy, then windows of {0} ms, one every {1} ms at most, each opened by a copy: a recorded "
-    "kernel costs its launch time), all, none, or ON/PERIOD[/FIRST] in milliseconds. Copies are "
-    "always all recorded.".format(*KERNEL_WINDOW_MS),
+    help="How kernels are recorded: sampled (every kernel from the first copy for {2} ms or "
+    "until {3:,} kernels, then windows of {0} ms, one every {1} ms at most, each opened by a "
+    "copy: a recorded kernel costs its launch time), all, none, or ON/PERIOD[/FIRST[/COUNT]] "
+    "(milliseconds; COUNT kernels). Copies are always all recorded.".format(
+        *KERNEL_WINDOW_MS, FIRST_KERNELS
+    ),
 )
 @option(
     "--region",

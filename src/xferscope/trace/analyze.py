@@ -165,12 +165,12 @@ def _cost_notes(trace: Trace) -> list[str]:
     notes = []
     coverage = trace.kernel_coverage
     if coverage == "sampled":
-        on, period, *first = next(
-            (p["kernel_window_ms"] for p in trace.processes if p.get("kernel_window_ms")),
-            (None, None),
-        )
+        process = next((p for p in trace.processes if p.get("kernel_window_ms")), {})
+        on, period, *first = process.get("kernel_window_ms", (None, None))
         seen = len(trace.seen_with_kernels(trace.copies))
         opened = f", the first open {first[0]} ms" if first and first[0] else ""
+        if opened and process.get("first_kernels"):
+            opened += f" or until it held {process['first_kernels']:,} kernels"
         notes.append(
             f"kernels were recorded in {len(trace.kernel_windows)} windows of {on} ms (one every "
             f"{period} ms at most{opened}), as each recorded kernel costs its launch "

@@ -76,6 +76,7 @@ def read_trace(files: Iterable[Path]) -> Trace:
                 if process["kernels"] == "sampled":
                     process["kernel_window_ms"] = [r.get("on_ms"), r.get("period_ms"),
                                                    r.get("first_ms", 0)]  # fmt: skip
+                    process["first_kernels"] = int(r.get("first_kernels") or 0)
             elif t == "end":
                 process["end_ns"] = r.get("ts")
             elif t == "kwin":
