@@ -41,7 +41,7 @@ DEFAULT_LIMIT = 1_000_000  # records of each kind written; beyond, counted
 # before seconds of start-up (5 s ended before a short PyTorch loop began, on an H100). COUNT
 # is 20,000: the trace corpus's kept records judged with the kernels past it dropped kept every
 # headline and step line on both hosts, where 10,000 lost loader_per_epoch's prediction (error
-# 0.03 -> 0.51) (docs/trace.md). Copies are always all recorded.
+# 0.03 -> 0.40) (docs/trace.md). Copies are always all recorded.
 KERNEL_WINDOW_MS = (200, 2000, 30_000)
 FIRST_KERNELS = 20_000
 KERNELS_DEFAULT = "sampled"

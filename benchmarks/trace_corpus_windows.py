@@ -1,0 +1,130 @@
+"""What a kernel-recording setting would have cost the trace corpus's judgement, without a GPU:
+the kept records of a trace-corpus run (trace_corpus.py --records, traced while every kernel of
+the program's first 30 s was recorded) copied with only the kernels a setting ON/PERIOD/FIRST
+[/COUNT] would have recorded, then judged by this checkout's analysis as trace_corpus.py --judge
+judges them. The windows open as the injection library's sampler opens them (engine/src/trace/
+inject.cpp): the first at the first copy call the trace recorded its window opening at, open
+FIRST ms or until it holds COUNT kernels, each next at the first copy call PERIOD - ON ms after
+the one before closed, open ON ms. A kernel is kept where it started inside a window (a kernel
+launched late in one and run after it closed is left out: the judgement here is a little harsher
+than a trace's). Used to choose runner.FIRST_KERNELS (docs/trace.md).
+
+    python3 benchmarks/trace_corpus_windows.py --judge RESULT.json --records DIR
+        --kernels 200/2000/30000/20000 [--judged FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from trace_corpus import judge
+
+NS_PER_MS = 1_000_000
+
+
+def windows(records: list[dict], on: int, period: int, first: int, count: int) -> list[tuple]:
+    """The windows [a, b) in CUPTI's clock a process's records would have had."""
+    opened = [int(r["a"]) for r in records if r.get("t") == "kwin" and "a" in r]
+    if not opened:
+        return []
+    end = max((int(r["ts"]) for r in records if r.get("t") == "end"), default=2**63)
+    copies = sorted(int(r["st"]) for r in records if r.get("t") == "api" and "src" in r)
+    kernels = sorted(int(r["st"]) for r in records if r.get("t") == "kernel")
+    found: list[tuple[int, int]] = []
+    a: int | None = opened[0]
+    while a is not None and a < end:
+        b = a + (first if not found and first else on)
+        if not found and count:
+            inside = [k for k in kernels if k >= a]
+            if len(inside) > count:
+                b = min(b, inside[count])
+        found.append((a, min(b, end)))
+        a = next((c for c in copies if c >= b + period - on), None)
+    return found
+
+
+def rewindow(path: Path, on: int, period: int, first: int, count: int) -> tuple[int, int]:
+    """`path` (one process's trace-*.jsonl) rewritten in place: its kernels outside the
+    setting's windows dropped, the kernel totals and the windows' lines made to match. Returns
+    the windows and the kernels dropped."""
+    lines = path.read_text().splitlines()
+    parsed: list[dict | None] = []
+    for text in lines:
+        try:
+            parsed.append(json.loads(text))
+        except ValueError:  # a line cut short by a crash stays as it was
+            parsed.append(None)
+    records = [r for r in parsed if r is not None]
+    start = next((r for r in records if r.get("t") == "start"), None)
+    if start is None or start.get("kernels") != "sampled":
+        return 0, 0
+    found = windows(records, on, period, first, count)
+    if not found:
+        return 0, 0
+    dropped = [r for r in records if r.get("t") == "kernel"
+               and not any(a <= int(r["st"]) < b for a, b in found)]  # fmt: skip
+    gone = {id(r) for r in dropped}
+    gone_ns = sum(int(r["en"]) - int(r["st"]) for r in dropped)
+    out: list[str] = []
+    for text, r in zip(lines, parsed, strict=True):
+        if r is None:
+            out.append(text)
+        elif r.get("t") == "kwin" or id(r) in gone:
+            continue
+        elif r.get("t") == "start":
+            r |= {"on_ms": on // NS_PER_MS, "period_ms": period // NS_PER_MS,
+                  "first_ms": first // NS_PER_MS, "first_kernels": count}  # fmt: skip
+            out.append(json.dumps(r, separators=(",", ":")))
+            for a, b in found:
+                out.append(json.dumps({"t": "kwin", "a": a}, separators=(",", ":")))
+                out.append(json.dumps({"t": "kwin", "b": b}, separators=(",", ":")))
+        elif r.get("t") == "totals" and r.get("of") == "kernel":
+            r |= {"records": r["records"] - len(dropped), "written": r["written"] - len(dropped),
+                  "ns": r["ns"] - gone_ns}  # fmt: skip
+            out.append(json.dumps(r, separators=(",", ":")))
+        else:
+            out.append(text)
+    path.write_text("\n".join(out) + "\n")
+    return len(found), len(dropped)
+
+
+def setting(value: str) -> tuple[int, int, int, int]:
+    """ON/PERIOD/FIRST[/COUNT] as nanoseconds (and a count)."""
+    parts = value.split("/")
+    if not 3 <= len(parts) <= 4 or not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"'{value}' is not ON/PERIOD/FIRST[/COUNT]")
+    on, period, first = (int(p) * NS_PER_MS for p in parts[:3])
+    if not 0 < on < period:
+        raise argparse.ArgumentTypeError(f"'{value}': ON must be above 0 and below PERIOD")
+    return on, period, first, int(parts[3]) if len(parts) == 4 else 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--judge", required=True, help="the trace-corpus record the traces made")
+    parser.add_argument("--records", required=True, help="its kept traces")
+    parser.add_argument("--kernels", required=True, type=setting, help="ON/PERIOD/FIRST[/COUNT]")
+    parser.add_argument("--judged", default=None, help="where to write the judged record")
+    args = parser.parse_args()
+    if not Path(args.records).is_dir():
+        parser.error(f"--records: {args.records} is not a directory of kept traces")
+    copy = Path(tempfile.mkdtemp(prefix="xfs-windows-")) / "records"
+    try:
+        shutil.copytree(args.records, copy)
+        for path in sorted(copy.rglob("trace-*.jsonl")):
+            opened, dropped = rewindow(path, *args.kernels)
+            print(f"{path.relative_to(copy)}: {opened} windows, {dropped} kernels left out")
+        out = Path(args.judged) if args.judged else Path(tempfile.mkdtemp()) / "judged.json"
+        judge(Path(args.judge), copy, out)
+    finally:
+        shutil.rmtree(copy.parent, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
