@@ -134,7 +134,7 @@ def test_reference_interpolates_on_log_axes():
     assert REFERENCE.seconds("d2d", "device", 4096) is None
 
 
-def _fake_run(tmp_path, returncode=0, stop_signal=0):
+def _fake_run(tmp_path, returncode=0, stop_signal=0, stopped_s_ago=None):
     def fake(command, directory, limit, kernels="sampled", look_every=0.01):
         shutil.copy(RECORDED, directory / "trace-840.jsonl")
         return Ran(
@@ -143,6 +143,7 @@ def _fake_run(tmp_path, returncode=0, stop_signal=0):
             0.7,
             (directory / "trace-840.jsonl",),
             stop_signal,
+            stopped_at=None if stopped_s_ago is None else time.monotonic() - stopped_s_ago,
         )
 
     return fake
@@ -205,6 +206,26 @@ def test_a_stop_given_to_the_program_ends_the_command_as_a_stop_does(
     (directory,) = tmp_path.glob("trace-*")
     doc = json.loads((directory / "trace-summary.json").read_text())
     assert doc["interrupted"] is True and doc["returncode"] == 1 and len(doc["copies"]) == 42
+
+
+def test_a_stop_long_before_the_trace_was_written_leaves_the_report_to_draw(
+    capsys, tmp_path, monkeypatch
+):
+    """A Ctrl-C the program took longer than the renderings' grace to stop on: the data files
+    are written, the report is left undrawn, as every command leaves it after a stop, and the
+    command that draws it is named."""
+    from xferscope.core import interrupt
+    from xferscope.trace import pipeline
+
+    run_after = interrupt.GRACE_S + 1.0
+    monkeypatch.setattr(pipeline, "run_traced", _fake_run(tmp_path, 1, signal.SIGINT, run_after))
+    code, _, err = run(capsys, "trace", "--reference", "none", "-o", str(tmp_path), "--", "x")
+    assert code == 130, err
+    (directory,) = tmp_path.glob("trace-*")
+    assert {p.name for p in directory.iterdir()} == {"trace-summary.json", "copies.csv"}
+    text = " ".join(err.split())
+    assert "not drawn (interrupted): report.html" in text, text
+    assert f"`xferscope report {directory / 'trace-summary.json'}` draws them" in text, text
 
 
 def test_a_crash_keeps_the_trace_and_reports_the_signal(capsys, tmp_path, monkeypatch):

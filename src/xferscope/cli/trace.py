@@ -196,7 +196,9 @@ def trace_command(**kw: Any) -> None:
         )
         ran, result = traced.ran, traced.result
         if traced.stop:  # the program was given the Ctrl-C: the command ends as a stop ends it
-            interrupt.request(traced.stop)
+            # (the report's drawing gets the grace every command's does, counted from the
+            # Ctrl-C: after the program's own way out, it is drawn later from the JSON)
+            interrupt.request(traced.stop, traced.stopped_at)
         if result is None:
             dest.discard()
             stderr.print(

@@ -48,10 +48,10 @@ class Deadline(KeyboardInterrupt):
     """A rendering ran past GRACE_S after the first signal (raised by SIGALRM)."""
 
 
-def _note(signum: int) -> None:
+def _note(signum: int, at: float | None = None) -> None:
     global _first_at
     if not _received:
-        _first_at = time.monotonic()
+        _first_at = time.monotonic() if at is None else at
     _received.append(signum)
 
 
@@ -146,9 +146,11 @@ def requested() -> bool:
     return bool(_received)
 
 
-def request(signum: int = signal.SIGINT) -> None:
-    """Records a stop request as the handler does (the simulated engine's `interrupt_after`)."""
-    _note(signum)
+def request(signum: int = signal.SIGINT, at: float | None = None) -> None:
+    """Records a stop request as the handler does (the simulated engine's `interrupt_after`);
+    `at`: when the signal came (time.monotonic()), where it came earlier to another handler
+    (`trace`'s, which forwards it to the program): the renderings' grace counts from then."""
+    _note(signum, at)
 
 
 def check() -> None:

@@ -56,6 +56,7 @@ class Traced:
     trace: Trace
     result: TraceResult | None
     stop: int = 0
+    stopped_at: float | None = None  # when the stop came (time.monotonic(); None: not known)
 
 
 def trace_program(
@@ -72,8 +73,8 @@ def trace_program(
     ran = kept[0] if kept else _run(options, scratch, 1)
     trace = _read(ran, options, 1)
     if not ran.files or not (trace.copies or trace.intervals or trace.calls):
-        return Traced(ran, trace, None, ran.stop_signal)
-    more, stop = (kept[1:], 0) if kept else _more_runs(options, scratch, ran, say)
+        return Traced(ran, trace, None, ran.stop_signal, ran.stopped_at)
+    more, stopped = (kept[1:], None) if kept else _more_runs(options, scratch, ran, say)
     if options.replay is not None and options.reference == "auto":  # priced as it was
         reference, engine = kept_rates(options.replay), None
     else:
@@ -112,7 +113,8 @@ def trace_program(
         findings=tuple(findings_of(analysis, float(summary["span_s"]) or ran.wall_s)),
         runs=tuple(runs),
     )
-    return Traced(ran, trace, result, stop)
+    stop, stopped_at = (stopped.stop_signal, stopped.stopped_at) if stopped else (0, None)
+    return Traced(ran, trace, result, stop, stopped_at)
 
 
 def _read(ran: Ran, options: TraceOptions, i: int) -> Trace:
@@ -136,24 +138,24 @@ def _run_directory(scratch: Path, run: int) -> Path:
 
 def _more_runs(
     options: TraceOptions, scratch: Path, first: Ran, say: Callable[[str], None]
-) -> tuple[list[Ran], int]:
-    """The runs after the first, while each ends well and no stop is asked for; and the first
-    signal forwarded to a run (its Ctrl-C or SIGTERM went to the program), else 0."""
+) -> tuple[list[Ran], Ran | None]:
+    """The runs after the first, while each ends well and no stop is asked for; and the run
+    a signal was forwarded to (its Ctrl-C or SIGTERM went to the program), else None."""
     runs: list[Ran] = []
     if first.returncode != 0 or first.interrupted:
-        return runs, first.stop_signal
+        return runs, first if first.interrupted else None
     for i in range(2, options.runs + 1):
         if interrupt.requested():
             break
         say(f"run {i} of {options.runs}")
         ran = _run(options, scratch, i)
         if ran.interrupted:  # the Ctrl-C went to the program: the command stops as for run 1
-            return runs, ran.stop_signal
+            return runs, ran
         if ran.returncode != 0:
             say(f"run {i} ended with status {ran.exit_status}: no further runs")
             break
         runs.append(ran)
-    return runs, 0
+    return runs, None
 
 
 def _run(options: TraceOptions, scratch: Path, i: int) -> Ran:

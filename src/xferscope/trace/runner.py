@@ -93,6 +93,7 @@ class Ran:
     stop_signal: int  # the first Ctrl-C or SIGTERM forwarded to it (0: none)
     samples: tuple[Path, ...] = ()  # where each Python process's main thread was, sampled
     started_ns: int = 0  # when the program was started (CLOCK_REALTIME, the records' clock)
+    stopped_at: float | None = None  # when stop_signal came (time.monotonic(); None: none)
 
     @property
     def interrupted(self) -> bool:
@@ -164,7 +165,7 @@ def run_traced(
     every `look_every` seconds (0: never). Its own output goes where ours goes, untouched."""
     argv = resolve(command)
     env = dict(os.environ) | traced_env(directory, limit, kernels, look_every)
-    forwarded: list[int] = []
+    forwarded: list[tuple[int, float]] = []  # each signal and when it came
     early: list[int] = []  # signals that came before the program was there to take them
     children: list[subprocess.Popen[bytes]] = []  # the program, once started
 
@@ -175,7 +176,7 @@ def run_traced(
             os.killpg(children[0].pid, signum)
 
     def forward(signum: int, _frame: object) -> None:
-        forwarded.append(signum)
+        forwarded.append((signum, time.monotonic()))
         if children:
             send(signum)
         else:
@@ -205,5 +206,5 @@ def run_traced(
     wall = time.perf_counter() - start
     files = tuple(sorted(directory.glob("trace-*.jsonl")))
     samples = tuple(sorted(directory.glob("pysamples-*.jsonl")))
-    stop = forwarded[0] if forwarded else 0
-    return Ran(tuple(argv), returncode, wall, files, stop, samples, started_ns)
+    stop, stopped_at = forwarded[0] if forwarded else (0, None)
+    return Ran(tuple(argv), returncode, wall, files, stop, samples, started_ns, stopped_at)
