@@ -2,8 +2,8 @@
 Part `corpus`: every program of benchmarks/trace_corpus/ this host can run (or those named in
 $TRACE_CORPUS_PROGRAMS, comma-separated), its loop's own seconds untraced, traced as `trace`
 does by default, with `--look-every 0` and with `--kernels none` (and where
-$TRACE_CORPUS_VARIANTS names them, with `--kernels all` or no NVTX tool: CHOSEN), alternated,
-`runs` rounds (3 or more). A Python program of one process is forked
+$TRACE_CORPUS_VARIANTS names them, with `--kernels all`, no NVTX tool or a knob: CHOSEN),
+alternated, `runs` rounds (3 or more). A Python program of one process is forked
 from a process that imported PyTorch once (corpus_zygote.py), traced with the environment `trace`
 gives it (runner.traced_env) and its records thrown away: an import takes 8-12 s there and an
 analysis several more, neither of them in the loop's clock; torchrun and CUDA C++ programs run
@@ -15,6 +15,10 @@ under `xferscope trace` itself:
                                 default's kernel recording costs
   trace_corpus_overhead_no_nvtx the same with no NVTX tool (one that cannot load named): what
                                 naming one costs a framework that annotates for a tool
+  trace_corpus_overhead_cupti_floor, _memcpy_records_only, _no_hash, _no_python_stacks, ...
+                                the same with the injection's knobs (trace_runs.VARIANTS):
+                                CUPTI's records alone (every kernel, or none), no content hash,
+                                no callers read: what each part of the tracing costs
   trace_looks_python_threads    Python threads a traced PyTorch program has beyond its own
                                 untraced (goal 0)
 Part `sigint`: tests/trace_programs/loader_loop.py (a DataLoader with 4 workers) traced, Ctrl-C
@@ -39,11 +43,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from corpus_zygote import Zygote, forkable
 from trace_corpus import RUN_TIMEOUT_S, base_command, missing, own_line, programs, untraced
 from trace_idle import PROGRAMS
+from trace_runs import VARIANTS as PARTS
 
 THREADS = (
     "import threading, torch; torch.zeros(1, device='cuda').sum().item(); "
@@ -71,17 +77,15 @@ def _traced(argv: list[str], *more: str, env: dict[str, str] | None = None) -> d
     return own_line(proc.stdout)
 
 
-def _forked(zygote: Zygote, argv: list[str], kernels: str, look_every: float, nvtx: bool) -> dict:
+def _forked(zygote: Zygote, argv: list[str], variant: Variant) -> dict:
     """The program's own line, forked from the zygote with the environment `trace` gives it
     (runner.traced_env): the same library, knobs and looks, without importing PyTorch anew
-    and with no analysis after it; the records thrown away. Without `nvtx`, no NVTX tool is
-    named (a framework that builds its ranges only for a tool, as XLA does, builds none)."""
+    and with no analysis after it; the records thrown away."""
     from xferscope.trace.runner import traced_env
 
     out = Path(tempfile.mkdtemp(prefix="xfs-overhead-"))
-    env = dict(os.environ) | traced_env(out, kernels=kernels, look_every=look_every)
-    if not nvtx:
-        env |= NO_NVTX_TOOL
+    env = dict(os.environ) | traced_env(out, kernels=variant.kernels,
+                                        look_every=variant.look_every) | variant.env()  # fmt: skip
     rc, stdout, stderr = zygote.run(argv, env, RUN_TIMEOUT_S)
     shutil.rmtree(out, ignore_errors=True)
     if rc != 0:
@@ -89,20 +93,47 @@ def _forked(zygote: Zygote, argv: list[str], kernels: str, look_every: float, nv
     return own_line(stdout)
 
 
-# The variants timed each round: untraced, then traced with these (--kernels, --look-every,
-# an NVTX tool named)
-VARIANTS = {"traced": ("sampled", 0.01, True), "no_looks": ("sampled", 0.0, True),
-            "no_kernels": ("none", 0.01, True), "all_kernels": ("all", 0.01, True),
-            "no_nvtx": ("sampled", 0.01, False)}  # fmt: skip
+@dataclass(frozen=True)
+class Variant:
+    """How a round traces the program: --kernels, --look-every, whether an NVTX tool is named
+    (without one, a framework that builds its ranges only for a tool, as XLA does, builds
+    none), and the injection's knobs (XFERSCOPE_TRACE_KNOBS, inject.hpp: what each part of
+    the tracing costs)."""
+
+    kernels: str = "sampled"
+    look_every: float = 0.01
+    nvtx: bool = True
+    knobs: str = ""
+
+    def env(self) -> dict[str, str]:
+        """What this variant adds to the environment `trace` gives the program."""
+        return ({} if self.nvtx else NO_NVTX_TOOL) | (
+            {"XFERSCOPE_TRACE_KNOBS": self.knobs} if self.knobs else {})  # fmt: skip
 
 
-# Timed unless $TRACE_CORPUS_VARIANTS names others (comma-separated): `all_kernels` is the
-# default itself on a program shorter than the default's first window (every corpus program),
-# and `no_nvtx` matters where a framework annotates for a tool (JAX)
+# The variants timed each round: untraced, then traced with these
+VARIANTS = {
+    "traced": Variant(),
+    "no_looks": Variant(look_every=0.0),
+    "no_kernels": Variant(kernels="none"),
+    "all_kernels": Variant(kernels="all"),
+    "no_nvtx": Variant(nvtx=False),
+    # what each part of the tracing costs, as the PyTorch loop's parts measure it (trace_runs):
+    # CUPTI's records alone (with no callback no copy call opens a kernel window, so these
+    # name their kernels), no Python stacks, native callers or content hash
+    **{name: Variant(kernels=kernels, knobs=knobs)
+       for name, (knobs, kernels) in PARTS.items() if knobs},
+}  # fmt: skip
+
+
+# Timed unless $TRACE_CORPUS_VARIANTS names others (comma-separated): `all_kernels` was the
+# default on a program shorter than its first window before the window closed at a count, and
+# `no_nvtx` matters where a framework annotates for a tool (JAX)
 CHOSEN = ("traced", "no_looks", "no_kernels")
+FIGURES = {"traced": "trace_corpus_overhead_worst", "no_looks": "trace_corpus_overhead_looks"}
 
 
-def chosen_variants() -> dict[str, tuple[str, float, bool]]:
+def chosen_variants() -> dict[str, Variant]:
     """The variants $TRACE_CORPUS_VARIANTS names, else CHOSEN; a name not in VARIANTS is one
     line naming what is accepted."""
     named = [v for v in os.environ.get("TRACE_CORPUS_VARIANTS", "").split(",") if v] or CHOSEN
@@ -114,16 +145,16 @@ def chosen_variants() -> dict[str, tuple[str, float, bool]]:
 
 
 def _round(base: list[str], zygote: Zygote, seconds: dict[str, list[float]],
-           variants: dict[str, tuple[str, float, bool]]) -> None:  # fmt: skip
+           variants: dict[str, Variant]) -> None:  # fmt: skip
     """One round of a program's variants: forked from the zygote where it is a Python script
     of one process, else run as a user runs it (torchrun, a CUDA C++ binary)."""
     seconds["untraced"].append(untraced(base, None, zygote)["seconds"])
-    for name, (kernels, look_every, nvtx) in variants.items():
+    for name, variant in variants.items():
         if forkable(base):
-            line = _forked(zygote, base, kernels, look_every, nvtx)
+            line = _forked(zygote, base, variant)
         else:
-            line = _traced(base, "--kernels", kernels, "--look-every", str(look_every),
-                           env=None if nvtx else NO_NVTX_TOOL)  # fmt: skip
+            line = _traced(base, "--kernels", variant.kernels, "--look-every",
+                           str(variant.look_every), env=variant.env())  # fmt: skip
         seconds[name].append(line["seconds"])
 
 
@@ -153,14 +184,10 @@ def corpus_part(_program: str, _engine: object, runs: int, comparisons: list, fi
             }
             ratios = {k: round(v, 3) for k, v in found[p.name].items() if k.startswith("ratio")}
             print(p.name, ratios, flush=True)
-    for v, figure in (("traced", "trace_corpus_overhead_worst"),
-                      ("no_looks", "trace_corpus_overhead_looks"),
-                      ("no_kernels", "trace_corpus_overhead_no_kernels"),
-                      ("all_kernels", "trace_corpus_overhead_all_kernels"),
-                      ("no_nvtx", "trace_corpus_overhead_no_nvtx")):  # fmt: skip
+    for v in variants:  # the worst program's untraced / traced speed in each variant
         ratios = [e[f"ratio_{v}"] for e in found.values() if f"ratio_{v}" in e]
         if ratios:
-            figures[figure] = min(ratios)
+            figures[FIGURES.get(v, f"trace_corpus_overhead_{v}")] = min(ratios)
     mine = json.loads(subprocess.run([sys.executable, "-c", THREADS], capture_output=True,
                                      text=True, check=True).stdout)["threads"]  # fmt: skip
     out = Path(tempfile.mkdtemp(prefix="xfs-threads-"))

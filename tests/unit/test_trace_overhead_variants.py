@@ -1,0 +1,33 @@
+"""benchmarks/trace_overhead.py's variants: each traced round's environment, and a variant
+$TRACE_CORPUS_VARIANTS names that is not one is a line naming those that are."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from trace_overhead import NO_NVTX_TOOL, VARIANTS, chosen_variants
+
+
+def test_each_variant_adds_only_what_it_names():
+    assert VARIANTS["traced"].env() == {}
+    assert VARIANTS["no_nvtx"].env() == NO_NVTX_TOOL
+    floor = VARIANTS["cupti_floor"]
+    assert floor.env() == {"XFERSCOPE_TRACE_KNOBS": "nosubscribe"} and floor.kernels == "all"
+    assert VARIANTS["no_hash"].kernels == VARIANTS["traced"].kernels
+
+
+def test_the_variants_named_are_timed_in_their_order(monkeypatch):
+    monkeypatch.setenv("TRACE_CORPUS_VARIANTS", "no_hash,traced")
+    assert list(chosen_variants()) == ["no_hash", "traced"]
+    monkeypatch.delenv("TRACE_CORPUS_VARIANTS")
+    assert list(chosen_variants()) == ["traced", "no_looks", "no_kernels"]
+
+
+def test_a_variant_that_is_not_one_is_named(monkeypatch):
+    monkeypatch.setenv("TRACE_CORPUS_VARIANTS", "traced,nohash")
+    with pytest.raises(SystemExit, match="nohash not one of traced, no_looks"):
+        chosen_variants()
