@@ -55,15 +55,16 @@ def kernels_setting(value: str) -> str:
     if value == "sampled":
         return "{}/{}/{}/{}".format(*KERNEL_WINDOW_MS, FIRST_KERNELS)
     window = re.fullmatch(r"([0-9]{1,7})/([0-9]{1,7})(?:/([0-9]{1,8})(?:/([0-9]{1,9}))?)?", value)
-    if window and 0 < int(window[1]) < int(window[2]) <= 3_600_000:
+    counted = window is None or window[4] is None or int(window[3]) > 0  # a count ends a FIRST
+    if window and 0 < int(window[1]) < int(window[2]) <= 3_600_000 and counted:
         first = "" if window[3] is None else f"/{int(window[3])}"
         count = "" if window[4] is None else f"/{int(window[4])}"
         return f"{int(window[1])}/{int(window[2])}{first}{count}"
     raise OptionError(
         "--kernels",
         f"'{value}' is not all, none, sampled, or ON/PERIOD[/FIRST[/COUNT]]: milliseconds "
-        "(0 < ON < PERIOD) and the first window's most kernels, such as 100/1000, "
-        "100/1000/5000 or 100/1000/5000/20000",
+        "(0 < ON < PERIOD) and the most kernels of a first window (FIRST > 0), such as "
+        "100/1000, 100/1000/5000 or 100/1000/5000/20000",
     )
 
 
