@@ -28,6 +28,9 @@ Part `sigint`: tests/trace_programs/loader_loop.py (a DataLoader with 4 workers)
   trace_sigint_untraced_exit_s  the program's own exit after the terminal's Ctrl-C, untraced
                                 (SIGINT to its process group; 3 runs, median): the floor
   trace_sigint_added_s          the traced runs' median exit time less that floor
+  trace_sigint_program_exit_s, trace_sigint_after_program_s
+                                of a traced run's exit (medians), the program's own (its last
+                                traced process's end) and xferscope's after it
 """
 
 from __future__ import annotations
@@ -203,7 +206,9 @@ def corpus_part(_program: str, _engine: object, runs: int, comparisons: list, fi
 def _interrupted(attempt: int, delay_s: float, loop: list[str]) -> dict:
     """One traced run of `loop` sent SIGINT `delay_s` after it started: its exit status, how
     long it took to exit after the signal, whether a readable trace was written, or whether
-    it was stopped before CUDA started (no trace to write)."""
+    it was stopped before CUDA started (no trace to write); with a trace, how long after the
+    signal the program's last traced process ended (its records' "end", the realtime clock):
+    the rest of the time is xferscope's, reading, analyzing and writing the trace."""
     out = Path(tempfile.mkdtemp(prefix="xfs-sigint-"))
     said = out / "stderr.txt"  # a file: a pipe nobody reads until the end could fill and stall
     with said.open("wb") as err:
@@ -213,7 +218,7 @@ def _interrupted(attempt: int, delay_s: float, loop: list[str]) -> dict:
         )  # fmt: skip
     time.sleep(delay_s)
     proc.send_signal(signal.SIGINT)
-    sent = time.monotonic()
+    sent, sent_ns = time.monotonic(), time.time_ns()
     try:
         code = proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
@@ -221,8 +226,12 @@ def _interrupted(attempt: int, delay_s: float, loop: list[str]) -> dict:
         code = proc.wait()
     took = time.monotonic() - sent
     summaries = list(out.glob("trace-*/trace-summary.json"))
+    ended_s = None  # the program's end after the signal
     try:
-        readable = bool(summaries) and "schema" in json.loads(summaries[0].read_text())
+        doc = json.loads(summaries[0].read_text()) if summaries else {}
+        readable = "schema" in doc
+        ends = [int(p["end_ns"]) for p in doc.get("processes", []) if p.get("end_ns")]
+        ended_s = (max(ends) - sent_ns) * 1e-9 if ends else None
     except ValueError:  # written in part: not readable
         readable = False
     told = said.read_text(errors="replace")
@@ -231,7 +240,7 @@ def _interrupted(attempt: int, delay_s: float, loop: list[str]) -> dict:
     print(f"sigint {attempt}: exit {code} in {took:.2f} s, trace {readable}", flush=True)
     # what it said last: why a run that did not end as Python ends on Ctrl-C ended as it did
     return {"exit": code, "seconds": took, "readable": readable, "before_cuda": before_cuda,
-            "said": told[-1500:]}  # fmt: skip
+            "program_ended_s": ended_s, "said": told[-1500:]}  # fmt: skip
 
 
 SIGINT_AT_ONCE = 3  # traced programs interrupted side by side (each with 4 workers)
@@ -268,6 +277,12 @@ def sigint_part(_program: str, _engine: object, runs: int, comparisons: list, fi
     figures["trace_sigint_untraced_exit_s"] = statistics.median(e["seconds"] for e in own)
     figures["trace_sigint_added_s"] = (statistics.median(e["seconds"] for e in each)
                                        - figures["trace_sigint_untraced_exit_s"])  # fmt: skip
+    ended = [e for e in each if e["program_ended_s"] is not None]
+    if ended:  # of the added time, the traced program's own exit and xferscope's work after it
+        figures["trace_sigint_program_exit_s"] = statistics.median(
+            e["program_ended_s"] for e in ended)  # fmt: skip
+        figures["trace_sigint_after_program_s"] = statistics.median(
+            e["seconds"] - e["program_ended_s"] for e in ended)  # fmt: skip
     figures["trace_sigint_workers_clean"] = sum(
         e["exit"] == 130 and e["seconds"] < 2.0 and (e["readable"] or e["before_cuda"])
         for e in each
