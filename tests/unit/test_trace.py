@@ -310,6 +310,30 @@ def _wait_for_a_child(pid: int, limit_s: float = 30) -> None:
     raise AssertionError(f"xferscope started no program within {limit_s} s")
 
 
+def test_a_program_stopped_by_ctrl_c_is_not_followed_by_a_calibration(
+    capsys, tmp_path, monkeypatch
+):
+    """The Ctrl-C went to the program: the trace is written at once, unpriced where the history
+    holds no rates for this GPU, and no copy rates are measured for seconds after the stop."""
+    from xferscope.cli import common
+    from xferscope.core.engine.simulated import SimulatedEngine
+    from xferscope.trace import pipeline
+
+    def measured(*_args, **_kw):
+        raise AssertionError("calibrated after a stop")
+
+    monkeypatch.setattr(pipeline, "run_traced", _fake_run(tmp_path, 1, signal.SIGINT))
+    monkeypatch.setattr(common, "open_engine", lambda simulate: SimulatedEngine())
+    monkeypatch.setattr(pipeline, "calibrate", measured)
+    code, _, err = run(capsys, "trace", "--history", str(tmp_path / "h.db"), "-o",
+                       str(tmp_path / "out"), "--", "x")  # fmt: skip
+    assert code == 130, err
+    assert "stopped: this machine's copy rates are not measured" in " ".join(err.split())
+    (directory,) = (tmp_path / "out").glob("trace-*")
+    doc = json.loads((directory / "trace-summary.json").read_text())
+    assert doc["summary"]["reference"] is None and len(doc["copies"]) == 42
+
+
 def test_a_stop_during_the_calibration_keeps_the_trace_unpriced(capsys, tmp_path, monkeypatch):
     from xferscope.cli import common
     from xferscope.core import interrupt

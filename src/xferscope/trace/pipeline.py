@@ -77,8 +77,8 @@ def trace_program(
     more, stopped = (kept[1:], None) if kept else _more_runs(options, scratch, ran, say)
     if options.replay is not None and options.reference == "auto":  # priced as it was
         reference, engine = kept_rates(options.replay), None
-    else:
-        reference, engine = _reference(options, open_engine, say)
+    else:  # a program stopped by Ctrl-C is not followed by seconds of measuring
+        reference, engine = _reference(options, open_engine, say, not (ran.interrupted or stopped))
     rates = None if reference is None else reference.to_dict()
     if options.records is not None:
         keep_rates(rates, options.records)
@@ -168,10 +168,14 @@ def _run(options: TraceOptions, scratch: Path, i: int) -> Ran:
 
 
 def _reference(
-    options: TraceOptions, open_engine: Callable[[], Any], say: Callable[[str], None]
+    options: TraceOptions,
+    open_engine: Callable[[], Any],
+    say: Callable[[str], None],
+    measure: bool = True,
 ) -> tuple[Reference | None, Any]:
     """This machine's rates, and the engine that measured or identified the GPU (None where
-    no GPU could be opened: the trace is still summarized, its findings unpriced)."""
+    no GPU could be opened: the trace is still summarized, its findings unpriced); without
+    `measure` (the program was stopped), only rates the history holds."""
     if options.reference == "none":
         return None, None
     try:
@@ -184,6 +188,12 @@ def _reference(
         ref = from_history(options.history, uuid)
         if ref is not None or options.reference == "history":
             return ref, engine
+    if not measure:
+        say(
+            "stopped: this machine's copy rates are not measured (about 10 s), the findings "
+            "not priced; a trace after `xferscope trace --reference measure` once prices them"
+        )
+        return None, engine
     say("measuring this machine's copy rates (about 10 s; --reference none skips it)")
     try:
         return calibrate(engine, options.device), engine
