@@ -145,19 +145,23 @@ void set_kernels(bool on) {
 // Keeps the first window open until kernel_first_ms pass or kernel_first_count kernels were
 // delivered since `from` (CUPTI delivers a buffer once it is full: while they are counted it
 // is asked to flush every kCountingFlushMs, and kBufferBytes holds a few thousand); true when
-// the trace closed meanwhile. Under control.mutex (`lock`).
+// the trace closed meanwhile. Under control.mutex (`lock`). CUPTI detached
+// (xferscope_trace_pause(2)) is not called: a call would attach it again.
 bool first_window(std::unique_lock<std::mutex>& lock, std::uint64_t from) {
   const auto stopped = [] { return closed.load(); };
   if (!kernel_first_count)
     return control.wake.wait_for(lock, std::chrono::milliseconds(kernel_first_ms), stopped);
-  cupti.cuptiActivityFlushPeriod(kCountingFlushMs);
+  const auto flush_every = [](unsigned ms) {
+    if (!control.detached.load()) cupti.cuptiActivityFlushPeriod(ms);
+  };
+  flush_every(kCountingFlushMs);
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(kernel_first_ms);
   bool ended = false;
   while (!ended && std::chrono::steady_clock::now() < until &&
          kernels_delivered.load(std::memory_order_relaxed) - from < kernel_first_count) {
     ended = control.wake.wait_for(lock, std::chrono::milliseconds(10), stopped);
   }
-  if (!ended) cupti.cuptiActivityFlushPeriod(kFlushMs);
+  if (!ended) flush_every(kFlushMs);
   return ended;
 }
 
