@@ -10,12 +10,16 @@ launched late in one and run after it closed is left out: the judgement here is 
 than a trace's). Used to choose runner.FIRST_KERNELS (docs/trace.md).
 
     python3 benchmarks/trace_corpus_windows.py --judge RESULT.json --records DIR
-        --kernels 200/2000/30000/20000 [--judged FILE]
+        --kernels 200/2000/30000/20000 [--kernels 200/2000/30000/10000 ...] [--judged PATH]
+
+With several settings, the traces as recorded are judged too, and a table compares them.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import shutil
 import sys
@@ -105,25 +109,75 @@ def setting(value: str) -> tuple[int, int, int, int]:
     return on, period, first, int(parts[3]) if len(parts) == 4 else 0
 
 
+FIGURES = ("headline_right", "steps_right", "prediction_error_max", "idle_share_error_max")
+
+
+def judged(record: Path, records: Path, kernels: tuple[int, int, int, int] | None,
+           out: Path) -> dict:  # fmt: skip
+    """The record's programs judged from a copy of their kept traces with only the kernels
+    `kernels` would have recorded (None: as recorded), written to `out`; its figures."""
+    copy = Path(tempfile.mkdtemp(prefix="xfs-windows-")) / "records"
+    try:
+        shutil.copytree(records, copy)
+        for path in sorted(copy.rglob("trace-*.jsonl")) if kernels else ():
+            opened, dropped = rewindow(path, *kernels)
+            print(f"{path.relative_to(copy)}: {opened} windows, {dropped} kernels left out")
+        with contextlib.redirect_stdout(io.StringIO()):
+            judge(record, copy, out)
+    finally:
+        shutil.rmtree(copy.parent, ignore_errors=True)
+    figures: dict = json.loads(out.read_text())["figures"]
+    return figures
+
+
+def table(rows: dict[str, dict]) -> str:
+    """Each setting's figures, and each program's prediction error, one line a setting."""
+    names = sorted({n for f in rows.values() for n in f.get("judged", {})})
+    lines = ["setting  " + "  ".join(FIGURES) + "  | prediction error: " + " ".join(names)]
+    for label, f in rows.items():
+        mine = [f"{f.get('trace_corpus_' + k, float('nan')):.3f}" for k in FIGURES]
+        errors = [f.get("judged", {}).get(n, {}).get("prediction_error") for n in names]
+        lines.append(f"{label}  " + "  ".join(mine) + "  | " + " ".join(
+            "-" if e is None else f"{e:.3f}" for e in errors))  # fmt: skip
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--judge", required=True, help="the trace-corpus record the traces made")
     parser.add_argument("--records", required=True, help="its kept traces")
-    parser.add_argument("--kernels", required=True, type=setting, help="ON/PERIOD/FIRST[/COUNT]")
-    parser.add_argument("--judged", default=None, help="where to write the judged record")
+    parser.add_argument("--kernels", required=True, action="append",
+                        help="ON/PERIOD/FIRST[/COUNT]; several are compared, with the traces "
+                        "as recorded")  # fmt: skip
+    parser.add_argument(
+        "--judged", default=None, help="where to write the judged record (several: a directory)"
+    )
     args = parser.parse_args()
-    if not Path(args.records).is_dir():
-        parser.error(f"--records: {args.records} is not a directory of kept traces")
-    copy = Path(tempfile.mkdtemp(prefix="xfs-windows-")) / "records"
     try:
-        shutil.copytree(args.records, copy)
-        for path in sorted(copy.rglob("trace-*.jsonl")):
-            opened, dropped = rewindow(path, *args.kernels)
-            print(f"{path.relative_to(copy)}: {opened} windows, {dropped} kernels left out")
-        out = Path(args.judged) if args.judged else Path(tempfile.mkdtemp()) / "judged.json"
-        judge(Path(args.judge), copy, out)
-    finally:
-        shutil.rmtree(copy.parent, ignore_errors=True)
+        settings = [(value, setting(value)) for value in args.kernels]
+    except argparse.ArgumentTypeError as exc:
+        parser.error(f"--kernels: {exc}")
+    record, records = Path(args.judge), Path(args.records)
+    try:
+        json.loads(record.read_text())["figures"]["corpus"]
+    except (OSError, ValueError, KeyError, TypeError):
+        parser.error(f"--judge: {record} is not a trace-corpus record file")
+    if not records.is_dir():
+        parser.error(f"--records: {records} is not a directory of kept traces")
+    several = len(settings) > 1
+    out = Path(args.judged or tempfile.mkdtemp(prefix="xfs-windows-judged-"))
+    if several or args.judged is None:
+        out.mkdir(parents=True, exist_ok=True)
+    elif out.is_dir():
+        parser.error(f"--judged: {out} is a directory; one setting is written to a file")
+    rows = (
+        {"recorded": judged(record, records, None, out / "judged-recorded.json")} if several else {}
+    )
+    for label, kernels in settings:
+        target = out / f"judged-{label.replace('/', '_')}.json" if out.is_dir() else out
+        rows[label] = judged(record, records, kernels, target)
+    print(table(rows))
+    print(f"wrote the judged records in {out}")
 
 
 if __name__ == "__main__":

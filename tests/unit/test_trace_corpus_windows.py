@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from trace_corpus_windows import rewindow, setting, windows
+from trace_corpus_windows import rewindow, setting, table, windows
 
 MS = 1_000_000
 
@@ -65,3 +65,18 @@ def test_rewindow_leaves_out_the_kernels_outside_and_keeps_the_totals_true(tmp_p
 def test_a_bad_setting_is_refused(value):
     with pytest.raises(Exception, match="ON"):
         setting(value)
+
+
+def test_the_table_has_a_line_a_setting_and_a_column_a_program():
+    rows = {
+        "recorded": {"trace_corpus_headline_right": 1.0, "trace_corpus_steps_right": 1.0,
+                     "trace_corpus_prediction_error_max": 0.475,
+                     "trace_corpus_idle_share_error_max": 0.104,
+                     "judged": {"b": {"prediction_error": 0.03}, "a": {}}},
+        "1/2/3/4": {"trace_corpus_headline_right": 0.5,
+                    "judged": {"b": {"prediction_error": 0.4}}},
+    }  # fmt: skip
+    head, recorded, other = table(rows).splitlines()
+    assert head.endswith("| prediction error: a b")
+    assert recorded == "recorded  1.000  1.000  0.475  0.104  | - 0.030"
+    assert other == "1/2/3/4  0.500  nan  nan  nan  | - 0.400"
