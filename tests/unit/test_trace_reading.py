@@ -1,0 +1,43 @@
+"""trace/reading.py's records file reader: every whole line's object, in order, read a chunk of
+lines at a time; a line cut short, junk or a value that is not an object skipped alone."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from xferscope.trace import reading
+from xferscope.trace.reading import jsonl_records
+
+
+def _each_line(text: str) -> list[dict]:
+    """What a parse a line at a time keeps: the reader's rule written plainly."""
+    kept = []
+    for line in text.splitlines():
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            kept.append(value)
+    return kept
+
+
+@pytest.mark.parametrize("bad", ['{"t":"kernel","st":1', "1", "[2]", '{"a":1},{"b":2}', "}", ""])
+@pytest.mark.parametrize("where", [0, 4, 5, 9, 10, 22])
+def test_a_bad_line_anywhere_costs_only_itself(tmp_path, monkeypatch, bad, where):
+    monkeypatch.setattr(reading, "CHUNK", 5)  # chunks of 5 lines: the bad one at their edges too
+    lines = [json.dumps({"t": "api", "c": i}) for i in range(23)]
+    lines.insert(where, bad)
+    text = "\n".join(lines) + "\n"
+    path = tmp_path / "trace-1.jsonl"
+    path.write_text(text)
+    assert list(jsonl_records(path)) == _each_line(text)
+    assert len(_each_line(text)) == 23
+
+
+def test_a_file_cut_in_its_last_line_keeps_every_line_before(tmp_path):
+    path = tmp_path / "trace-1.jsonl"
+    path.write_text("".join(json.dumps({"c": i}) + "\n" for i in range(10)) + '{"c": 10, "st"')
+    assert [r["c"] for r in jsonl_records(path)] == list(range(10))
