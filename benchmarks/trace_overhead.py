@@ -3,11 +3,11 @@ Part `corpus`: every program of benchmarks/trace_corpus/ this host can run (or t
 $TRACE_CORPUS_PROGRAMS, comma-separated), its loop's own seconds untraced, traced as `trace`
 does by default, with `--look-every 0` and with `--kernels none` (and where
 $TRACE_CORPUS_VARIANTS names them, with `--kernels all`, no NVTX tool or a knob: CHOSEN),
-alternated, `runs` rounds (3 or more). A Python program of one process is forked
-from a process that imported PyTorch once (corpus_zygote.py), traced with the environment `trace`
-gives it (runner.traced_env) and its records thrown away: an import takes 8-12 s there and an
-analysis several more, neither of them in the loop's clock; torchrun and CUDA C++ programs run
-under `xferscope trace` itself:
+alternated, `runs` rounds (3 or more), each round's order starting one later (order()). A
+Python program of one process is forked from a process that imported PyTorch once
+(corpus_zygote.py), traced with the environment `trace` gives it (runner.traced_env) and its
+records thrown away: an import takes 8-12 s there and an analysis several more, neither of
+them in the loop's clock; torchrun and CUDA C++ programs run under `xferscope trace` itself:
   trace_corpus_overhead_worst   the worst program's untraced / traced speed (goal >= 0.95)
   trace_corpus_overhead_looks   the same ratio's worst with the looks off: what they cost
   trace_corpus_overhead_no_kernels, trace_corpus_overhead_all_kernels
@@ -147,15 +147,26 @@ def chosen_variants() -> dict[str, Variant]:
     return {v: VARIANTS[v] for v in named}
 
 
+def order(names: list[str], round_index: int) -> list[str]:
+    """Round `round_index`'s order of the runs `names`: each round starts one later, so no
+    variant always takes the first run, which is slower on some programs (a tokenizing loop's
+    first run on 2 x H200: 3.66 s, the next four 2.35-2.88)."""
+    shift = round_index % len(names)
+    return names[shift:] + names[:shift]
+
+
 def _round(base: list[str], zygote: Zygote, seconds: dict[str, list[float]],
-           variants: dict[str, Variant]) -> None:  # fmt: skip
-    """One round of a program's variants: forked from the zygote where it is a Python script
-    of one process, else run as a user runs it (torchrun, a CUDA C++ binary)."""
-    seconds["untraced"].append(untraced(base, None, zygote)["seconds"])
-    for name, variant in variants.items():
-        if forkable(base):
-            line = _forked(zygote, base, variant)
+           variants: dict[str, Variant], round_index: int) -> None:  # fmt: skip
+    """One round of a program's variants and its untraced run, in order(): forked from the
+    zygote where it is a Python script of one process, else run as a user runs it (torchrun,
+    a CUDA C++ binary)."""
+    for name in order(["untraced", *variants], round_index):
+        if name == "untraced":
+            line = untraced(base, None, zygote)
+        elif forkable(base):
+            line = _forked(zygote, base, variants[name])
         else:
+            variant = variants[name]
             line = _traced(base, "--kernels", variant.kernels, "--look-every",
                            str(variant.look_every), env=variant.env())  # fmt: skip
         seconds[name].append(line["seconds"])
@@ -176,8 +187,8 @@ def corpus_part(_program: str, _engine: object, runs: int, comparisons: list, fi
             base = base_command(p, build)
             seconds: dict[str, list[float]] = {"untraced": [], **{v: [] for v in variants}}
             try:
-                for _ in range(max(runs, 3)):
-                    _round(base, zygote, seconds, variants)
+                for index in range(max(runs, 3)):
+                    _round(base, zygote, seconds, variants, index)
             except (RuntimeError, ValueError, subprocess.SubprocessError) as exc:
                 found[p.name] = {"error": str(exc)[-2000:]}
                 continue

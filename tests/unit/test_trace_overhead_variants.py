@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from trace_overhead import NO_NVTX_TOOL, VARIANTS, chosen_variants
+from trace_overhead import NO_NVTX_TOOL, VARIANTS, chosen_variants, order
 
 
 def test_each_variant_adds_only_what_it_names():
@@ -31,3 +31,11 @@ def test_a_variant_that_is_not_one_is_named(monkeypatch):
     monkeypatch.setenv("TRACE_CORPUS_VARIANTS", "traced,nohash")
     with pytest.raises(SystemExit, match="nohash not one of traced, no_looks"):
         chosen_variants()
+
+
+def test_each_round_starts_one_later_so_every_run_takes_the_first_place_in_turn():
+    names = ["untraced", "traced", "no_kernels"]
+    rounds = [order(names, i) for i in range(4)]
+    assert rounds[0] == names and rounds[3] == names
+    assert [r[0] for r in rounds[:3]] == names
+    assert all(sorted(r) == sorted(names) for r in rounds)
