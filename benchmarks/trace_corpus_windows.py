@@ -7,7 +7,9 @@ inject.cpp): the first at the first copy call the trace recorded its window open
 FIRST ms or until it holds COUNT kernels, each next at the first copy call PERIOD - ON ms after
 the one before closed, open ON ms. A kernel is kept where it started inside a window (a kernel
 launched late in one and run after it closed is left out: the judgement here is a little harsher
-than a trace's). Used to choose runner.FIRST_KERNELS (docs/trace.md).
+than a trace's, and a window is cut exactly at COUNT where CUPTI, delivering a buffer at a time,
+lets some thousand more in). Copy calls alone open windows here, pinning calls too in a trace.
+Used to choose runner.FIRST_KERNELS (docs/trace.md).
 
     python3 benchmarks/trace_corpus_windows.py --judge RESULT.json --records DIR
         --kernels 200/2000/30000/20000 [--kernels 200/2000/30000/10000 ...] [--judged PATH]
@@ -32,16 +34,30 @@ from trace_corpus import judge
 NS_PER_MS = 1_000_000
 
 
+def recorded(records: list[dict], end: int) -> list[tuple[int, int]]:
+    """The windows [a, b) the records' kernels were recorded in (one left open: to `end`)."""
+    out: list[tuple[int, int]] = []
+    opened: int | None = None
+    for r in records:
+        if r.get("t") == "kwin" and "a" in r:
+            opened = int(r["a"])
+        elif r.get("t") == "kwin" and "b" in r and opened is not None:
+            out.append((opened, int(r["b"])))
+            opened = None
+    return out + ([(opened, end)] if opened is not None else [])
+
+
 def windows(records: list[dict], on: int, period: int, first: int, count: int) -> list[tuple]:
-    """The windows [a, b) in CUPTI's clock a process's records would have had."""
-    opened = [int(r["a"]) for r in records if r.get("t") == "kwin" and "a" in r]
-    if not opened:
-        return []
+    """The windows [a, b) in CUPTI's clock a process's records would have had, inside those its
+    kernels were recorded in (a window beyond them would claim kernels nobody recorded)."""
     end = max((int(r["ts"]) for r in records if r.get("t") == "end"), default=2**63)
+    kept = recorded(records, end)
+    if not kept:
+        return []
     copies = sorted(int(r["st"]) for r in records if r.get("t") == "api" and "src" in r)
     kernels = sorted(int(r["st"]) for r in records if r.get("t") == "kernel")
     found: list[tuple[int, int]] = []
-    a: int | None = opened[0]
+    a: int | None = kept[0][0]
     while a is not None and a < end:
         b = a + (first if not found and first else on)
         if not found and count:
@@ -50,7 +66,7 @@ def windows(records: list[dict], on: int, period: int, first: int, count: int) -
                 b = min(b, inside[count])
         found.append((a, min(b, end)))
         a = next((c for c in copies if c >= b + period - on), None)
-    return found
+    return [(max(a, x), min(b, y)) for a, b in found for x, y in kept if max(a, x) < min(b, y)]
 
 
 def rewindow(path: Path, on: int, period: int, first: int, count: int) -> tuple[int, int]:
@@ -106,6 +122,8 @@ def setting(value: str) -> tuple[int, int, int, int]:
     on, period, first = (int(p) * NS_PER_MS for p in parts[:3])
     if not 0 < on < period:
         raise argparse.ArgumentTypeError(f"'{value}': ON must be above 0 and below PERIOD")
+    if len(parts) == 4 and not first:
+        raise argparse.ArgumentTypeError(f"'{value}': ON/PERIOD/0/COUNT: COUNT ends a FIRST")
     return on, period, first, int(parts[3]) if len(parts) == 4 else 0
 
 

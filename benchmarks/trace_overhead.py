@@ -29,8 +29,8 @@ Part `sigint`: tests/trace_programs/loader_loop.py (a DataLoader with 4 workers)
                                 (SIGINT to its process group; 3 runs, median): the floor
   trace_sigint_added_s          the traced runs' median exit time less that floor
   trace_sigint_program_exit_s, trace_sigint_after_program_s
-                                of a traced run's exit (medians), the program's own (its last
-                                traced process's end) and xferscope's after it
+                                of a traced run's exit (medians), the program's own (its
+                                start and wall time) and xferscope's after it
 """
 
 from __future__ import annotations
@@ -218,8 +218,10 @@ def _interrupted(attempt: int, delay_s: float, loop: list[str]) -> dict:
     """One traced run of `loop` sent SIGINT `delay_s` after it started: its exit status, how
     long it took to exit after the signal, whether a readable trace was written, or whether
     it was stopped before CUDA started (no trace to write); with a trace, how long after the
-    signal the program's last traced process ended (its records' "end", the realtime clock):
-    the rest of the time is xferscope's, reading, analyzing and writing the trace."""
+    signal the program ended: its first process's start (`began_ns`, the realtime clock) and
+    the run's wall time (`wall_s`, from the program's launch to its exit: the trace's "end"
+    lines are written at the signal, before the program's own way out). The rest of the time
+    is xferscope's, reading, analyzing and writing the trace."""
     out = Path(tempfile.mkdtemp(prefix="xfs-sigint-"))
     said = out / "stderr.txt"  # a file: a pipe nobody reads until the end could fill and stall
     with said.open("wb") as err:
@@ -241,8 +243,9 @@ def _interrupted(attempt: int, delay_s: float, loop: list[str]) -> dict:
     try:
         doc = json.loads(summaries[0].read_text()) if summaries else {}
         readable = "schema" in doc
-        ends = [int(p["end_ns"]) for p in doc.get("processes", []) if p.get("end_ns")]
-        ended_s = (max(ends) - sent_ns) * 1e-9 if ends else None
+        began = [int(p["began_ns"]) for p in doc.get("processes", []) if p.get("began_ns")]
+        if began and doc.get("wall_s"):
+            ended_s = (min(began) + float(doc["wall_s"]) * 1e9 - sent_ns) * 1e-9
     except ValueError:  # written in part: not readable
         readable = False
     told = said.read_text(errors="replace")

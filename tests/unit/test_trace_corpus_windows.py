@@ -80,3 +80,19 @@ def test_the_table_has_a_line_a_setting_and_a_column_a_program():
     assert head.endswith("| prediction error: a b")
     assert recorded == "recorded  1.000  1.000  0.475  0.104  | - 0.030"
     assert other == "1/2/3/4  0.500  nan  nan  nan  | - 0.400"
+
+
+def test_windows_stay_inside_those_the_kernels_were_recorded_in():
+    """A trace whose first window closed at 3 s and opened again at 5.2 s for 1.8 s: of the
+    simulated windows (0-1 s, then 200 ms from 3.05, 5.15, 7.25 and 9.35 s) only what lies in
+    those is claimed."""
+    records = [r for r in _records() if r["t"] != "kwin"]
+    records[1:1] = [{"t": "kwin", "a": 0}, {"t": "kwin", "b": 3000 * MS},
+                    {"t": "kwin", "a": 5200 * MS}, {"t": "kwin", "b": 7000 * MS}]  # fmt: skip
+    found = windows(records, 200 * MS, 2000 * MS, 30000 * MS, 1000)
+    assert found == [(0, 1000 * MS), (5200 * MS, 5350 * MS)]
+
+
+def test_a_count_without_a_first_window_is_refused():
+    with pytest.raises(Exception, match="COUNT ends a FIRST"):
+        setting("200/2000/0/100")

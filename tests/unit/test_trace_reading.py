@@ -12,9 +12,10 @@ from xferscope.trace.reading import jsonl_records
 
 
 def _each_line(text: str) -> list[dict]:
-    """What a parse a line at a time keeps: the reader's rule written plainly."""
+    """What a parse a line at a time keeps: the reader's rule written plainly (a line ends at
+    "\n" alone, as the writers end them)."""
     kept = []
-    for line in text.splitlines():
+    for line in text.split("\n"):
         try:
             value = json.loads(line)
         except ValueError:
@@ -24,7 +25,8 @@ def _each_line(text: str) -> list[dict]:
     return kept
 
 
-@pytest.mark.parametrize("bad", ['{"t":"kernel","st":1', "1", "[2]", '{"a":1},{"b":2}', "}", ""])
+@pytest.mark.parametrize("bad", ['{"t":"kernel","st":1', "1", "[2]", '{"a":1},{"b":2}', "}", "",
+                                 "3,4", '"a"', "  ", "\r", '{"n":"x\u2028y"}'])  # fmt: skip
 @pytest.mark.parametrize("where", [0, 4, 5, 9, 10, 22])
 def test_a_bad_line_anywhere_costs_only_itself(tmp_path, monkeypatch, bad, where):
     monkeypatch.setattr(reading, "CHUNK", 5)  # chunks of 5 lines: the bad one at their edges too
@@ -34,10 +36,18 @@ def test_a_bad_line_anywhere_costs_only_itself(tmp_path, monkeypatch, bad, where
     path = tmp_path / "trace-1.jsonl"
     path.write_text(text)
     assert list(jsonl_records(path)) == _each_line(text)
-    assert len(_each_line(text)) == 23
+    assert len(_each_line(text)) == 23 + (bad == '{"n":"x\u2028y"}')
 
 
 def test_a_file_cut_in_its_last_line_keeps_every_line_before(tmp_path):
     path = tmp_path / "trace-1.jsonl"
     path.write_text("".join(json.dumps({"c": i}) + "\n" for i in range(10)) + '{"c": 10, "st"')
     assert [r["c"] for r in jsonl_records(path)] == list(range(10))
+
+
+def test_a_name_holding_a_line_separator_keeps_its_record(tmp_path):
+    """U+2028 and U+0085 are legal in JSON strings (an NVTX range's name, a path): they do
+    not end a record's line."""
+    path = tmp_path / "trace-1.jsonl"
+    path.write_text('{"t":"nvtx","n":"a\u2028b\u0085c"}\n{"t":"end"}\n', encoding="utf-8")
+    assert [r["t"] for r in jsonl_records(path)] == ["nvtx", "end"]

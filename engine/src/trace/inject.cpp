@@ -45,6 +45,7 @@
 #include <ctime>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "dynlib.hpp"
 
@@ -99,6 +100,26 @@ std::string open_cupti() {
   XFS_CUPTI_ENTRIES(XFS_CUPTI_RESOLVE)
 #undef XFS_CUPTI_RESOLVE
   return missing.empty() ? "" : opened.path + " lacks " + missing;
+}
+
+// "A/B/C": its numbers, or none where it is anything else (an empty field, a sign, a
+// character that is not a digit, a number past 10^12).
+std::vector<std::uint64_t> numbers(const char* text) {
+  std::vector<std::uint64_t> out;
+  std::uint64_t value = 0;
+  int digits = 0;
+  for (const char* p = text;; ++p) {
+    if (*p >= '0' && *p <= '9' && digits < 12) {
+      value = value * 10 + static_cast<std::uint64_t>(*p - '0');
+      ++digits;
+    } else if ((*p == '/' || *p == 0) && digits > 0) {
+      out.push_back(value);
+      value = 0, digits = 0;
+      if (*p == 0) return out;
+    } else {
+      return {};
+    }
+  }
 }
 
 enum class Kernels { kAll, kNone, kSampled };
@@ -268,16 +289,16 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
   if (knob("nokernel")) kernel_mode = Kernels::kNone;
   std::string kernels_bad;
   if (const char* k = std::getenv("XFERSCOPE_TRACE_KERNELS")) {
-    unsigned on = 0, period = 0, first = 0;
-    unsigned long long count = 0;
-    char tail = 0;
-    const int read = std::sscanf(k, "%u/%u/%u/%llu%c", &on, &period, &first, &count, &tail);
+    const std::vector<std::uint64_t> n = numbers(k);  // ON/PERIOD[/FIRST[/COUNT]]
     if (!std::strcmp(k, "none")) {
       kernel_mode = Kernels::kNone;
-    } else if (read >= 2 && read <= 4 && on > 0 && on < period) {
-      kernel_mode = Kernels::kSampled, kernel_on_ms = on, kernel_period_ms = period;
-      kernel_first_ms = read >= 3 ? first : 0;
-      kernel_first_count = read == 4 ? count : 0;
+    } else if (n.size() >= 2 && n.size() <= 4 && n[0] > 0 && n[0] < n[1] && n[1] <= 3600000 &&
+               (n.size() < 3 || n[2] <= 100000000) &&
+               (n.size() < 4 || n[2] > 0)) {  // a count ends a first window
+      kernel_mode = Kernels::kSampled;
+      kernel_on_ms = static_cast<unsigned>(n[0]), kernel_period_ms = static_cast<unsigned>(n[1]);
+      kernel_first_ms = n.size() >= 3 ? static_cast<unsigned>(n[2]) : 0;
+      kernel_first_count = n.size() == 4 ? n[3] : 0;
     } else if (std::strcmp(k, "all") != 0) {
       kernels_bad = k;
     }

@@ -22,8 +22,8 @@ std::atomic<std::uint64_t> part_ns[kParts], part_count[kParts];
 namespace {
 
 // 1 MiB: about 4,800 kernel records, so a window closed by its kernels' count (inject.cpp)
-// learns the count within a few thousand kernels; handed to CUPTI zeroed (calloc: fresh pages
-// from the system), so CUPTI need not clear it on the program's thread
+// learns the count a buffer at a time (some thousand kernels past it on each thread that
+// launches); zeroed by calloc, as CUPTI is told (ZEROED_OUT_ACTIVITY_BUFFER)
 constexpr std::size_t kBufferBytes = 1u << 20;
 
 struct Totals {

@@ -77,8 +77,8 @@ def trace_program(
     more, stopped = (kept[1:], None) if kept else _more_runs(options, scratch, ran, say)
     if options.replay is not None and options.reference == "auto":  # priced as it was
         reference, engine = kept_rates(options.replay), None
-    else:  # a program stopped by Ctrl-C is not followed by seconds of measuring
-        reference, engine = _reference(options, open_engine, say, not (ran.interrupted or stopped))
+    else:  # a program stopped by Ctrl-C here is not followed by seconds of measuring
+        reference, engine = _reference(options, open_engine, say, stopped is None)
     rates = None if reference is None else reference.to_dict()
     if options.records is not None:
         keep_rates(rates, options.records)

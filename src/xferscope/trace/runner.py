@@ -63,8 +63,8 @@ def kernels_setting(value: str) -> str:
     raise OptionError(
         "--kernels",
         f"'{value}' is not all, none, sampled, or ON/PERIOD[/FIRST[/COUNT]]: milliseconds "
-        "(0 < ON < PERIOD) and the most kernels of a first window (FIRST > 0), such as "
-        "100/1000, 100/1000/5000 or 100/1000/5000/20000",
+        "(0 < ON < PERIOD) and the most kernels of the first window (COUNT needs FIRST above "
+        "0), such as 100/1000, 100/1000/5000 or 100/1000/5000/20000",
     )
 
 
