@@ -285,7 +285,7 @@ def main() -> None:
     if args.judge:
         if not args.records:
             parser.error("--judge needs --records, the kept traces")
-        if not _record(Path(args.judge)):
+        if not is_record(Path(args.judge)):
             parser.error(f"--judge: {args.judge} is not a trace-corpus record file")
         if not Path(args.records).is_dir():
             parser.error(f"--records: {args.records} is not a directory of kept traces")
@@ -305,7 +305,7 @@ def main() -> None:
         parser.error("--time-limit must be a number of seconds above 0")
     if args.parallel < 1:
         parser.error("--parallel must be 1 or more")
-    if args.into and not _record(Path(args.into)):
+    if args.into and not is_record(Path(args.into)):
         parser.error(f"--into: {args.into} is not a trace-corpus record file")
     if Path(args.out).exists() and not Path(args.out).is_dir():
         parser.error(f"--out: {args.out} is not a directory")
@@ -322,11 +322,12 @@ def main() -> None:
         sys.exit("interrupted: the record holds every program measured whole before it")
 
 
-def _record(path: Path) -> bool:
-    """Whether `path` is a record this benchmark wrote (a JSON file with its figures)."""
+def is_record(path: Path) -> bool:
+    """Whether `path` is a record this benchmark wrote (a JSON file with its programs'
+    figures)."""
     try:
-        return path.is_file() and "figures" in json.loads(path.read_text())
-    except (OSError, ValueError):
+        return path.is_file() and "corpus" in json.loads(path.read_text())["figures"]
+    except (OSError, ValueError, KeyError, TypeError):
         return False
 
 

@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from trace_corpus import judge
+from trace_corpus import is_record, judge
 
 NS_PER_MS = 1_000_000
 
@@ -73,7 +73,9 @@ def rewindow(path: Path, on: int, period: int, first: int, count: int) -> tuple[
     """`path` (one process's trace-*.jsonl) rewritten in place: its kernels outside the
     setting's windows dropped, the kernel totals and the windows' lines made to match. Returns
     the windows and the kernels dropped."""
-    lines = path.read_text().splitlines()
+    lines = path.read_text().split("\n")  # lines end at "\n" alone (reading.jsonl_records)
+    if lines and not lines[-1]:
+        lines.pop()
     parsed: list[dict | None] = []
     for text in lines:
         try:
@@ -176,9 +178,7 @@ def main() -> None:
     except argparse.ArgumentTypeError as exc:
         parser.error(f"--kernels: {exc}")
     record, records = Path(args.judge), Path(args.records)
-    try:
-        json.loads(record.read_text())["figures"]["corpus"]
-    except (OSError, ValueError, KeyError, TypeError):
+    if not is_record(record):
         parser.error(f"--judge: {record} is not a trace-corpus record file")
     if not records.is_dir():
         parser.error(f"--records: {records} is not a directory of kept traces")

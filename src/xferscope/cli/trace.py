@@ -195,10 +195,10 @@ def trace_command(**kw: Any) -> None:
             lambda line: stderr.print(line, soft_wrap=True),
         )
         ran, result = traced.ran, traced.result
-        if traced.stop:  # the program was given the Ctrl-C: the command ends as a stop ends it
+        if traced.stopped:  # the program was given the Ctrl-C: the command ends as a stop ends it
             # (the report's drawing gets the grace every command's does, counted from the
             # Ctrl-C: after the program's own way out, it is drawn later from the JSON)
-            interrupt.request(traced.stop, traced.stopped_at)
+            interrupt.request(traced.stopped.stop_signal, traced.stopped.stopped_at)
         if result is None:
             dest.discard()
             stderr.print(

@@ -49,14 +49,13 @@ class TraceOptions:
 @dataclass(frozen=True, slots=True)
 class Traced:
     """What tracing a program gave: its first run, its records, the result document (None
-    where no CUDA activity was seen: nothing to write), and the first signal forwarded to a
-    run (0: none), which ends the command as a stop does."""
+    where no CUDA activity was seen: nothing to write), and the run a signal was forwarded to
+    (None: none), which ends the command as a stop does."""
 
     ran: Ran
     trace: Trace
     result: TraceResult | None
-    stop: int = 0
-    stopped_at: float | None = None  # when the stop came (time.monotonic(); None: not known)
+    stopped: Ran | None = None
 
 
 def trace_program(
@@ -73,7 +72,7 @@ def trace_program(
     ran = kept[0] if kept else _run(options, scratch, 1)
     trace = _read(ran, options, 1)
     if not ran.files or not (trace.copies or trace.intervals or trace.calls):
-        return Traced(ran, trace, None, ran.stop_signal, ran.stopped_at)
+        return Traced(ran, trace, None, ran if ran.interrupted else None)
     more, stopped = (kept[1:], None) if kept else _more_runs(options, scratch, ran, say)
     if options.replay is not None and options.reference == "auto":  # priced as it was
         reference, engine = kept_rates(options.replay), None
@@ -113,8 +112,7 @@ def trace_program(
         findings=tuple(findings_of(analysis, float(summary["span_s"]) or ran.wall_s)),
         runs=tuple(runs),
     )
-    stop, stopped_at = (stopped.stop_signal, stopped.stopped_at) if stopped else (0, None)
-    return Traced(ran, trace, result, stop, stopped_at)
+    return Traced(ran, trace, result, stopped)
 
 
 def _read(ran: Ran, options: TraceOptions, i: int) -> Trace:
