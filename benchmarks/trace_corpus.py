@@ -293,8 +293,8 @@ def main() -> None:
         if not any((Path(args.records) / name).is_dir() for name in measured):
             parser.error(f"--records: {args.records} holds no kept trace of the record's "
                          "programs (the record is left as it is)")  # fmt: skip
-        if args.judged and Path(args.judged).is_dir():
-            parser.error(f"--judged: {args.judged} is a directory, not a file to write")
+        if args.judged and Path(args.judged).exists() and not Path(args.judged).is_file():
+            parser.error(f"--judged: {args.judged} is not a file to write (a directory, a FIFO)")
         judge(Path(args.judge), Path(args.records), Path(args.judged or args.judge))
         return
     if not args.commit:

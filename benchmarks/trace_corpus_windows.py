@@ -184,10 +184,12 @@ def main() -> None:
         parser.error(f"--records: {records} is not a directory of kept traces")
     several = len(settings) > 1
     out = Path(args.judged or tempfile.mkdtemp(prefix="xfs-windows-judged-"))
+    if several and out.exists() and not out.is_dir():
+        parser.error(f"--judged: {out} is not a directory; several settings are written into one")
+    if not several and out.exists() and not out.is_file() and args.judged is not None:
+        parser.error(f"--judged: {out} is not a file to write; one setting is written to a file")
     if several or args.judged is None:
         out.mkdir(parents=True, exist_ok=True)
-    elif out.is_dir():
-        parser.error(f"--judged: {out} is a directory; one setting is written to a file")
     rows = (
         {"recorded": judged(record, records, None, out / "judged-recorded.json")} if several else {}
     )
