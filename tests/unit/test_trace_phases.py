@@ -14,6 +14,7 @@ import pytest
 from xferscope.trace.analyze import analyze
 from xferscope.trace.compare import FIX_CUT, FIX_GONE, FIX_SAME, _fixes
 from xferscope.trace.findings import Context, input_starved, pageable, synchronizing
+from xferscope.trace.findings.base import PIN_LOADER
 from xferscope.trace.loops import Candidate, bursts, candidates, choose
 from xferscope.trace.records import Call, Copy, Interval, MainSamples, PyFrame, Range, Trace
 from xferscope.trace.steps import loops
@@ -490,6 +491,7 @@ def test_pageable_batches_of_a_program_with_a_dataloader_are_advised_in_its_word
                       processes, samples=samples)  # fmt: skip
         f = pageable.find(Context(trace, None))
         assert f is not None and f.framework == "PyTorch"
+        assert (f.change == PIN_LOADER) == ("DataLoader" in f.advice)  # one change, one price
         return f.advice
 
     assert "`pin_memory=True` in the DataLoader" in advice(starting)

@@ -5,11 +5,15 @@ the host's own launches apart from its input, library NVTX ranges apart from the
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from xferscope.trace.analyze import analyze
+from xferscope.trace.analyze import analyze, one_price
 from xferscope.trace.findings import Context, input_starved, not_overlapped, repeated
 from xferscope.trace.findings import synchronizing as waits_finding
+from xferscope.trace.findings.base import PIN_LOADER, Place, TraceFinding
+from xferscope.trace.idle import IdleCause
 from xferscope.trace.loops import candidates
 from xferscope.trace.ranks import _alone
 from xferscope.trace.records import Call, Copy, Interval, MainSamples, PyFrame, Range, Trace
@@ -184,3 +188,53 @@ def test_library_nvtx_ranges_mark_no_steps_but_xlas_program_runs_do():
                   ranges=ranges)  # fmt: skip
     (found,) = candidates(trace)[1]
     assert "jit_train_step" in found.where and found.kind == "nvtx"
+
+
+def _priced(code: str, saving: float, where: str, change: str = "") -> TraceFinding:
+    return TraceFinding(code, code.replace("_", " "), 10, 0, "", (Place(where, 10, 0, saving),),
+                        saving, saving, "fix", "found", change=change)  # fmt: skip
+
+
+def test_one_change_at_one_line_is_one_price():
+    """`pin_memory=True` ends both a DataLoader's pageable copies' staging and the main thread's
+    receipt of the workers' batches at the batch's line: one finding, the larger's, priced as
+    both parts (each in each_fix), nothing counted twice; the same change at another line, a
+    finding of no change and one not priced stay as they are."""
+    line = "train.py:71 (step)"
+    pageable = _priced("pageable_copies", 0.42, line, PIN_LOADER)
+    starved = _priced("input_starved", 0.36, line, PIN_LOADER)
+    elsewhere = _priced("input_starved", 0.5, "train.py:90 (main)", PIN_LOADER)
+    waits = _priced("synchronizations", 0.01, line)
+    unpriced = dataclasses.replace(_priced("slow_copies", 0.2, line, PIN_LOADER), saving_s=None)
+    found = [starved, pageable, elsewhere, waits, unpriced]
+    out = one_price(found)
+    assert [f.code for f in out] == ["input_starved", "synchronizations", "slow_copies",
+                                     "pageable_copies"]  # fmt: skip
+    assert out[:3] == [elsewhere, waits, unpriced]
+    merged = out[-1]
+    assert merged.saving_s == pytest.approx(0.78) and merged.cost_s == pytest.approx(0.78)
+    assert merged.each_fix == (("pageable copies", 0.42), ("input starved", 0.36))
+    assert PIN_LOADER in merged.detail and "input starved" in merged.detail
+    total = sum(f.saving_s or 0.0 for f in found)
+    assert sum(f.saving_s or 0.0 for f in out) == pytest.approx(total)
+    apart = dataclasses.replace(starved, change="")
+    assert one_price([pageable, apart]) == [pageable, apart]
+
+
+@pytest.mark.parametrize(
+    ("memory", "doing", "pinning"),
+    [("pageable", "_recv (multiprocessing)", True),
+     ("pinned", "_recv (multiprocessing)", False),  # pinned already
+     ("pageable", "collate (train.py)", False)],  # the main thread makes its batches itself
+)  # fmt: skip
+def test_pinning_is_the_input_waits_fix_where_the_main_thread_received_pageable_batches(
+    memory, doing, pinning
+):
+    """The input's wait at a DataLoader's batch is `pin_memory=True`'s to end where the looks
+    found the main thread in the workers' queue and the batches were copied from pageable
+    memory: the pin-memory thread then receives them."""
+    up = _call("cudaMemcpy", 0, MS, 71)
+    copies = [_copy("h2d", memory, up, 0, MS)] * 2
+    cause = IdleCause("away", "cudaMemcpy", "train.py:71 (step)", 0.3, 80, looks=6,
+                      input_looks=3, seen_doing=((doing, 3),))  # fmt: skip
+    assert input_starved._receives_pageable(cause, copies) is pinning

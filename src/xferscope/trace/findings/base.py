@@ -144,6 +144,16 @@ class TraceFinding:
     framework: str | None = None  # PyTorch, CuPy, JAX, Numba: the advice is said in its words
     # where the advice is several fixes, what each saves: (the fix, seconds)
     each_fix: tuple[tuple[str, float], ...] = ()
+    # the change of the program its fix is, where another finding's fix can be the very same
+    # change at the same line (analyze.one_price prices them as one); "" where none can
+    change: str = ""
+
+
+# The changes two findings can share (TraceFinding.change). Pinning a DataLoader's batches
+# (`pin_memory=True`) ends their copies' staging through the driver's buffer (pageable.py) and
+# moves the receipt of the workers' batches off the main thread to the pin-memory thread, which
+# then hands them over ready (input_starved.py): one change, both prices.
+PIN_LOADER = "pin_memory=True in the DataLoader"
 
 
 # Why a finding could not be priced without this machine's curves, and how to price it.

@@ -18,8 +18,8 @@ from dataclasses import replace
 from ...core.units import format_seconds
 from ..idle import IdleCause, loader_waited
 from ..ranks import ranks
-from ..records import FRAMEWORKS, LOADER_WHERE
-from .base import Context, TraceFinding, finding, in_words, seen_place
+from ..records import FRAMEWORKS, LOADER_WHERE, Copy
+from .base import PIN_LOADER, Context, TraceFinding, finding, in_words, seen_place
 
 ORDER = 0  # where it stands among findings of equal price
 CODE = "input_starved"
@@ -132,9 +132,31 @@ def find(context: Context) -> TraceFinding | None:
     framework = cause.seen_framework or found.framework  # the loader's
     found = replace(found, framework=framework, advice=in_words(ADVICE, framework))
     restart, steady = in_words(KNOBS, framework)
+    change = PIN_LOADER if _receives_pageable(cause, copies) else ""
+    if change:
+        steady = PINNED
     long_s = cause.long_excess_s * scale
     each = ((restart, long_s),) if cause.long_gaps else ()
-    return replace(found, each_fix=(*each, (steady, idle - long_s)))
+    return replace(found, each_fix=(*each, (steady, idle - long_s)), change=change)
+
+
+# The steady wait's fix where the main thread itself received the workers' pageable batches
+PINNED = (
+    "`pin_memory=True`: the DataLoader's pin-memory thread then receives the workers' batches "
+    "and pins them, and the main thread takes them ready"
+)
+RECEIVING = " (multiprocessing)"  # what a look says of a frame of the workers' queue
+
+
+def _receives_pageable(cause: IdleCause, copies: list[Copy]) -> bool:
+    """Whether the main thread received its batches from a DataLoader's workers itself (a look
+    found it in multiprocessing's queue), and copied them from pageable memory: with
+    `pin_memory=True` the pin-memory thread receives them instead (base.PIN_LOADER)."""
+    return (
+        bool(copies)
+        and all(c.host_memory == "pageable" for c in copies)
+        and any(doing.endswith(RECEIVING) for doing, _ in cause.seen_doing)
+    )
 
 
 def _own_input(found: TraceFinding, cause: IdleCause, idle: float) -> TraceFinding:

@@ -5,10 +5,12 @@ the step before)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..costs import exposed
 from ..records import Copy
 from ..reference import Reference
-from .base import NO_CURVES, Context, TraceFinding, finding
+from .base import NO_CURVES, PIN_LOADER, Context, TraceFinding, finding
 
 ORDER = 0  # where it stands among findings of equal price
 CODE = "pageable_copies"
@@ -35,7 +37,7 @@ def find(context: Context) -> TraceFinding | None:
         return None
     cost = sum(c.host_cost_s for c in copies)
     saving = _saving(reference, *exposed(trace, copies, context.kernels))
-    return finding(
+    found = finding(
         CODE,
         "copies from or to pageable memory",
         ADVICE,
@@ -50,6 +52,7 @@ def find(context: Context) -> TraceFinding | None:
         "" if saving is not None else f"not priced: {NO_CURVES}",
         context.uses_loader,
     )
+    return replace(found, change=PIN_LOADER) if context.uses_loader else found
 
 
 def _saving(
