@@ -80,12 +80,9 @@ def record(step: int, n: int) -> dict:
 
 
 def calibrated(ms: float) -> int:
-    """How many values make a record take `ms` on this host: timed by the fastest of 9 tries,
-    which is the host's own speed whatever else ran then. A median of 5 let a busy moment give
-    the job less extra work: in one traced job on 2 x H200 the looks found rank 1 in its record
-    4.8 ms a step, not 8, and the loop took 2.80 s where its untraced runs took 3.00-5.41 s."""
+    """How many values make a record take `ms` on this host, timed by the fastest of 9 tries."""
     n, times = 20_000, []
-    for _ in range(9):
+    for _ in range(9):  # a median of 5 gave one traced job's rank 1 4.8 ms a step (its looks)
         t = time.perf_counter()
         record(-1, n)
         times.append(time.perf_counter() - t)
