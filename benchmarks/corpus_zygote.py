@@ -94,8 +94,13 @@ def child(request: dict) -> None:
     sys.argv = list(request["argv"])
     sys.path[0] = str(Path(script).resolve().parent)
     code = 0
+    # the script's globals live through its exit functions, as a script's own do. Freed before
+    # them, a DataLoader's iterator shuts its workers down itself, joining each for up to 5 s,
+    # which at a script's own end PyTorch leaves to multiprocessing's exit function: the runs
+    # with 4 persistent workers ended 20 s after their loop here (2 x H200), traced ones not
+    _kept: dict[str, object] = {}  # (a script that ends by sys.exit leaves none to keep)
     try:
-        runpy.run_path(script, run_name="__main__")
+        _kept = runpy.run_path(script, run_name="__main__")
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     except BaseException:

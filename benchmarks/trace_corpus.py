@@ -23,7 +23,8 @@ on the same runs without a GPU (--judge). Writes benchmarks/results/trace-corpus
                                       (goal <= 0.05)
 
     python3 benchmarks/trace_corpus.py --commit $(git rev-parse HEAD) [--rounds 3]
-        [--programs a,b] [--records DIR] [--time-limit S] [--out DIR] [--into RESULT.json]
+        [--programs a,b] [--records DIR] [--archive DIR] [--time-limit S] [--out DIR]
+        [--into RESULT.json]
     python3 benchmarks/trace_corpus.py --judge RESULT.json --records DIR [--judged FILE]
 
 Each program's variants are run untraced --rounds times, alternated (a Python program forked
@@ -67,7 +68,8 @@ def programs(names: str) -> list[Program]:
         wanted = names.split(",")
         unknown = set(wanted) - {p.name for p in chosen}
         if unknown:
-            sys.exit(f"--programs: no such corpus program: {', '.join(sorted(unknown))}")
+            raise ValueError(f"--programs: no such corpus program: {', '.join(sorted(unknown))} "
+                             f"(its programs: {', '.join(p.name for p in chosen)})")  # fmt: skip
         chosen = [p for p in chosen if p.name in wanted]
     return chosen
 
@@ -162,6 +164,8 @@ def measure(args: argparse.Namespace) -> None:
     meta = collect(NativeEngine(), [0])
     records = Path(args.records or tempfile.mkdtemp(prefix="xfs-corpus-records-"))
     records.mkdir(parents=True, exist_ok=True)
+    if args.archive:
+        Path(args.archive).mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(prefix="xfs-corpus-build-"))
     history = records / "history.db"
     # every GPU's rates, once, for every trace (`trace --reference history`)
@@ -214,6 +218,8 @@ def measure(args: argparse.Namespace) -> None:
         with lock:
             measured[p.name] = entry
             skipped.pop(p.name, None)
+        if args.archive and (records / p.name).is_dir():
+            shutil.make_archive(str(Path(args.archive) / p.name), "gztar", records, p.name)
         print(f"{p.name} done", flush=True)
         write()
 
@@ -279,6 +285,12 @@ def main() -> None:
     parser.add_argument(
         "--parallel", type=int, default=1, help="programs at a time, each on a GPU of its own"
     )
+    parser.add_argument(
+        "--archive",
+        default=None,
+        help="a directory: each program's kept traces also written there as one <program>.tar.gz "
+        "as soon as it is measured (for a machine that brings back only files near the top)",
+    )
     parser.add_argument("--judge", default=None, help="a record to judge again from --records")
     parser.add_argument("--judged", default=None, help="with --judge: where to write it")
     args = parser.parse_args()
@@ -311,7 +323,12 @@ def main() -> None:
         parser.error(f"--out: {args.out} is not a directory")
     if args.records and Path(args.records).exists() and not Path(args.records).is_dir():
         parser.error(f"--records: {args.records} is not a directory")
-    programs(args.programs)  # an unknown name is said before anything runs
+    if args.archive and Path(args.archive).exists() and not Path(args.archive).is_dir():
+        parser.error(f"--archive: {args.archive} is not a directory")
+    try:
+        programs(args.programs)  # an unknown name is said before anything runs
+    except ValueError as exc:
+        parser.error(str(exc))
     try:
         import torch  # noqa: F401  (only where the programs run)
     except ImportError:

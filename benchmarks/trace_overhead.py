@@ -180,8 +180,12 @@ def corpus_part(_program: str, _engine: object, runs: int, comparisons: list, fi
     build = Path(tempfile.mkdtemp(prefix="xfs-overhead-build-"))
     found = figures.setdefault("corpus_overhead", {})
     gpus = torch.cuda.device_count()
+    try:
+        chosen = programs(named)
+    except ValueError as exc:  # said as the variable that named them
+        sys.exit(str(exc).replace("--programs", "$TRACE_CORPUS_PROGRAMS", 1))
     with Zygote() as zygote:
-        for p in programs(named):
+        for p in chosen:
             if missing(p, gpus):
                 continue
             base = base_command(p, build)

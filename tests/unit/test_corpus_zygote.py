@@ -79,3 +79,20 @@ def test_a_scripts_exit_functions_run_as_at_its_own_end(tmp_path, zygote):
     assert rc == 0, err
     assert out.splitlines() == ["body", "python exit function"]
     assert "c exit function" in err
+
+
+def test_a_scripts_objects_live_through_its_exit_functions(tmp_path, zygote):
+    """As in a script's own process, what the script made is alive while its exit functions run
+    (PyTorch's DataLoader leaves its workers to multiprocessing's exit function only then)."""
+    script = tmp_path / "holds.py"
+    script.write_text(
+        "import atexit, weakref\n"
+        "class Held: pass\n"
+        "held = Held()\n"
+        "weakref.finalize(held, print, 'freed', flush=True).atexit = False\n"
+        "atexit.register(print, 'exit functions', flush=True)\n"
+    )
+    own = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    rc, out, err = zygote.run([sys.executable, str(script)], {"PATH": "/usr/bin"}, 20)
+    assert rc == 0, err
+    assert own.stdout.splitlines()[0] == out.splitlines()[0] == "exit functions"
