@@ -17,6 +17,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import runpy
@@ -94,23 +95,30 @@ def child(request: dict) -> None:
     sys.argv = list(request["argv"])
     sys.path[0] = str(Path(script).resolve().parent)
     code = 0
-    # the script's globals live through its exit functions, as a script's own do. Freed before
-    # them, a DataLoader's iterator shuts its workers down itself, joining each for up to 5 s,
-    # which at a script's own end PyTorch leaves to multiprocessing's exit function: the runs
-    # with 4 persistent workers ended 20 s after their loop here (2 x H200), traced ones not
-    _kept: dict[str, object] = {}  # (a script that ends by sys.exit leaves none to keep)
+    # the script's globals live through its exit functions and are freed after them, as a
+    # script's own are. Freed before them, a DataLoader's iterator shuts its workers down itself,
+    # joining each for up to 5 s, which at a script's own end PyTorch leaves to multiprocessing's
+    # exit function: the runs with 4 persistent workers ended 20 s after their loop here
+    # (2 x H200), traced ones not. An ending exception keeps them too: its traceback holds the
+    # script's frames.
+    kept: list[object] = []
     try:
-        _kept = runpy.run_path(script, run_name="__main__")
+        kept.append(runpy.run_path(script, run_name="__main__"))
     except SystemExit as stop:
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
-    except BaseException:
+        kept.append(stop)
+    except BaseException as failed:
         traceback.print_exc()
         code = 1
+        kept.append(failed)
     sys.stdout.flush()
     sys.stderr.flush()
-    # the end a script's process has: Python's exit functions, then the C library's (where a
-    # traced child's injection library flushes its records), never the server's own loop
+    # the end a script's process has: Python's exit functions, then its objects freed (a file
+    # left open is closed), then the C library's exit functions (where a traced child's
+    # injection library flushes its records), never the server's own loop
     atexit._run_exitfuncs()
+    kept.clear()
+    gc.collect()
     sys.stdout.flush()
     sys.stderr.flush()
     ctypes.CDLL(None).exit(code)

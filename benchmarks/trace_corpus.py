@@ -65,7 +65,7 @@ def programs(names: str) -> list[Program]:
     found = [p for p in found if is_program(p)]  # corpus.py and models.py are helpers
     chosen = [read_program(p) for p in found]
     if names:
-        wanted = names.split(",")
+        wanted = [n.strip() for n in names.split(",") if n.strip()]
         unknown = set(wanted) - {p.name for p in chosen}
         if unknown:
             raise ValueError(f"--programs: no such corpus program: {', '.join(sorted(unknown))} "
@@ -219,7 +219,10 @@ def measure(args: argparse.Namespace) -> None:
             measured[p.name] = entry
             skipped.pop(p.name, None)
         if args.archive and (records / p.name).is_dir():
-            shutil.make_archive(str(Path(args.archive) / p.name), "gztar", records, p.name)
+            try:
+                shutil.make_archive(str(Path(args.archive) / p.name), "gztar", records, p.name)
+            except OSError as exc:  # the traces stay in --records; the run goes on
+                print(f"{p.name}: --archive: {exc}", flush=True)
         print(f"{p.name} done", flush=True)
         write()
 

@@ -51,6 +51,7 @@ from pathlib import Path
 
 from corpus_zygote import Zygote, forkable
 from trace_corpus import RUN_TIMEOUT_S, base_command, missing, own_line, programs, untraced
+from trace_corpus_judge import Program
 from trace_idle import PROGRAMS
 from trace_runs import VARIANTS as PARTS
 
@@ -172,20 +173,27 @@ def _round(base: list[str], zygote: Zygote, seconds: dict[str, list[float]],
         seconds[name].append(line["seconds"])
 
 
+def _named_programs() -> list[Program]:
+    """The corpus programs $TRACE_CORPUS_PROGRAMS names (all where unset); an unknown name is
+    said in one line when this module is imported, so before trace_bench.py runs any part."""
+    try:
+        return programs(os.environ.get("TRACE_CORPUS_PROGRAMS", ""))
+    except ValueError as exc:
+        sys.exit(str(exc).replace("--programs", "$TRACE_CORPUS_PROGRAMS", 1))
+
+
+NAMED_PROGRAMS = _named_programs()
+
+
 def corpus_part(_program: str, _engine: object, runs: int, comparisons: list, figures: dict):
     import torch
 
-    named = os.environ.get("TRACE_CORPUS_PROGRAMS", "")
     variants = chosen_variants()
     build = Path(tempfile.mkdtemp(prefix="xfs-overhead-build-"))
     found = figures.setdefault("corpus_overhead", {})
     gpus = torch.cuda.device_count()
-    try:
-        chosen = programs(named)
-    except ValueError as exc:  # said as the variable that named them
-        sys.exit(str(exc).replace("--programs", "$TRACE_CORPUS_PROGRAMS", 1))
     with Zygote() as zygote:
-        for p in chosen:
+        for p in NAMED_PROGRAMS:
             if missing(p, gpus):
                 continue
             base = base_command(p, build)

@@ -73,6 +73,7 @@ def test_a_scripts_exit_functions_run_as_at_its_own_end(tmp_path, zygote):
         "hook = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(\n"
         "    lambda _: libc.write(2, b'c exit function\\n', 16))\n"
         "libc.__cxa_atexit(hook, None, None)  # as a library's atexit registers\n"
+        "ctypes.library_hook = hook  # a library's code outlives the script's objects\n"
         "print('body')\n"
     )
     rc, out, err = zygote.run([sys.executable, str(script)], {"PATH": "/usr/bin"}, 20)
@@ -81,18 +82,27 @@ def test_a_scripts_exit_functions_run_as_at_its_own_end(tmp_path, zygote):
     assert "c exit function" in err
 
 
-def test_a_scripts_objects_live_through_its_exit_functions(tmp_path, zygote):
+@pytest.mark.parametrize("end", ["", "sys.exit(0)\n"])
+def test_a_scripts_objects_live_through_its_exit_functions(tmp_path, zygote, end):
     """As in a script's own process, what the script made is alive while its exit functions run
-    (PyTorch's DataLoader leaves its workers to multiprocessing's exit function only then)."""
+    (PyTorch's DataLoader leaves its workers to multiprocessing's exit function only then) and
+    freed after them (a file it left open is closed, its output kept), whether the script ran
+    to its end or ended with sys.exit."""
     script = tmp_path / "holds.py"
+    out_file = tmp_path / "result.txt"
     script.write_text(
-        "import atexit, weakref\n"
+        "import atexit, sys, weakref\n"
         "class Held: pass\n"
         "held = Held()\n"
         "weakref.finalize(held, print, 'freed', flush=True).atexit = False\n"
         "atexit.register(print, 'exit functions', flush=True)\n"
+        f"log = open({str(out_file)!r}, 'w')\n"
+        "log.write('result 42')\n" + end
     )
     own = subprocess.run([sys.executable, str(script)], capture_output=True, text=True)
+    assert out_file.read_text() == "result 42"
+    out_file.unlink()
     rc, out, err = zygote.run([sys.executable, str(script)], {"PATH": "/usr/bin"}, 20)
     assert rc == 0, err
     assert own.stdout.splitlines()[0] == out.splitlines()[0] == "exit functions"
+    assert out_file.read_text() == "result 42"

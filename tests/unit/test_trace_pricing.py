@@ -12,11 +12,12 @@ import pytest
 from xferscope.trace.analyze import analyze, one_price
 from xferscope.trace.findings import Context, input_starved, not_overlapped, repeated
 from xferscope.trace.findings import synchronizing as waits_finding
-from xferscope.trace.findings.base import PIN_LOADER, Place, TraceFinding
+from xferscope.trace.findings.base import PIN_LOADER, PINNED, Place, TraceFinding
 from xferscope.trace.idle import IdleCause
 from xferscope.trace.loops import candidates
 from xferscope.trace.ranks import _alone
 from xferscope.trace.records import Call, Copy, Interval, MainSamples, PyFrame, Range, Trace
+from xferscope.trace.reference import Reference
 
 MS, US = 1_000_000, 1_000
 STEP = 10 * MS
@@ -34,7 +35,7 @@ def _copy(direction: str, memory: str, call: Call, a: int, b: int, content: int 
                 python=call.python)  # fmt: skip
 
 
-def _loop(steps: int, work_ms: float = 5.0, each=None, looks=None) -> Trace:
+def _loop(steps: int, work_ms: float = 5.0, each=None, looks=None, memory="pinned") -> Trace:
     """`steps` steps of 10 ms: an upload at train.py:43 at each step's start, `work_ms` of
     kernels after it; `each(t)` adds a step's other calls, copies and kernels; `looks(t)` its
     looks at the main thread (ns, stack)."""
@@ -43,7 +44,7 @@ def _loop(steps: int, work_ms: float = 5.0, each=None, looks=None) -> Trace:
         t = (100 + i * 10) * MS
         up = _call("cudaMemcpyAsync_v3020", t - 60 * US, t - 40 * US, 43)
         calls.append(up)
-        copies.append(_copy("h2d", "pinned", up, t, t + 50 * US, content=1000 + i))
+        copies.append(_copy("h2d", memory, up, t, t + 50 * US, content=1000 + i))
         kernels.append(Interval(1, "kernel", "gemm", t + 60 * US, t + int(work_ms * MS), 0, 7))
         if each:
             more_calls, more_copies, more_kernels = each(t)
@@ -190,51 +191,91 @@ def test_library_nvtx_ranges_mark_no_steps_but_xlas_program_runs_do():
     assert "jit_train_step" in found.where and found.kind == "nvtx"
 
 
-def _priced(code: str, saving: float, where: str, change: str = "") -> TraceFinding:
+def _priced(code: str, saving: float, where: str, change: str = "",
+            each: tuple[tuple[str, float], ...] = ()) -> TraceFinding:  # fmt: skip
     return TraceFinding(code, code.replace("_", " "), 10, 0, "", (Place(where, 10, 0, saving),),
-                        saving, saving, "fix", "found", change=change)  # fmt: skip
+                        saving, saving, "fix", "found", change=change, each_fix=each)  # fmt: skip
 
 
 def test_one_change_at_one_line_is_one_price():
     """`pin_memory=True` ends both a DataLoader's pageable copies' staging and the main thread's
-    receipt of the workers' batches at the batch's line: one finding, the larger's, priced as
-    both parts (each in each_fix), nothing counted twice; the same change at another line, a
-    finding of no change and one not priced stay as they are."""
+    receipt of the workers' batches at the batch's line: one finding, the copies' (whose whole
+    fix it is, even where the input's part is larger), priced as both parts (each in each_fix),
+    nothing counted twice; the input's restarts (`persistent_workers`) stay its own finding; the
+    same change at another line, a finding of no change and one not priced stay as they are."""
     line = "train.py:71 (step)"
-    pageable = _priced("pageable_copies", 0.42, line, PIN_LOADER)
-    starved = _priced("input_starved", 0.36, line, PIN_LOADER)
-    elsewhere = _priced("input_starved", 0.5, "train.py:90 (main)", PIN_LOADER)
+    pageable = _priced("pageable_copies", 0.36, line, PIN_LOADER)
+    starved = _priced("input_starved", 0.52, line, PIN_LOADER,
+                      (("keep the workers", 0.10), (PINNED, 0.42)))  # fmt: skip
+    elsewhere = _priced("input_starved", 0.5, "train.py:90 (main)", PIN_LOADER, ((PINNED, 0.5),))
     waits = _priced("synchronizations", 0.01, line)
     unpriced = dataclasses.replace(_priced("slow_copies", 0.2, line, PIN_LOADER), saving_s=None)
     found = [starved, pageable, elsewhere, waits, unpriced]
     out = one_price(found)
-    assert [f.code for f in out] == ["input_starved", "synchronizations", "slow_copies",
-                                     "pageable_copies"]  # fmt: skip
-    assert out[:3] == [elsewhere, waits, unpriced]
-    merged = out[-1]
+    assert [f.code for f in out] == ["input_starved", "pageable_copies", "input_starved",
+                                     "synchronizations", "slow_copies"]  # fmt: skip
+    assert out[2:] == [elsewhere, waits, unpriced]
+    restarts, merged = out[0], out[1]
     assert merged.saving_s == pytest.approx(0.78) and merged.cost_s == pytest.approx(0.78)
-    assert merged.each_fix == (("pageable copies", 0.42), ("input starved", 0.36))
-    assert PIN_LOADER in merged.detail and "input starved" in merged.detail
+    assert merged.each_fix == (("pageable copies", 0.36), ("input starved", 0.42))
+    assert merged.advice == pageable.advice and PIN_LOADER in merged.detail
+    assert restarts.saving_s == pytest.approx(0.10) and restarts.change == ""
+    assert restarts.each_fix == (("keep the workers", 0.10),)
     total = sum(f.saving_s or 0.0 for f in found)
     assert sum(f.saving_s or 0.0 for f in out) == pytest.approx(total)
     apart = dataclasses.replace(starved, change="")
     assert one_price([pageable, apart]) == [pageable, apart]
+    assert one_price([starved, elsewhere]) == [starved, elsewhere]  # no copies' finding: none
 
 
 @pytest.mark.parametrize(
     ("memory", "doing", "pinning"),
-    [("pageable", "_recv (multiprocessing)", True),
-     ("pinned", "_recv (multiprocessing)", False),  # pinned already
-     ("pageable", "collate (train.py)", False)],  # the main thread makes its batches itself
+    [("pageable", (("_recv (multiprocessing)", 2), ("_poll (multiprocessing)", 1)), True),
+     ("pageable", (("rebuild_storage_fd (torch)", 3),), True),
+     ("pinned", (("_recv (multiprocessing)", 3),), False),  # pinned already
+     ("pageable", (("select (selectors)", 5), ("_recv (multiprocessing)", 1)), False),  # waiting
+     ("pageable", (("collate (train.py)", 3),), False)],  # the main thread makes its batches
 )  # fmt: skip
 def test_pinning_is_the_input_waits_fix_where_the_main_thread_received_pageable_batches(
     memory, doing, pinning
 ):
-    """The input's wait at a DataLoader's batch is `pin_memory=True`'s to end where the looks
-    found the main thread in the workers' queue and the batches were copied from pageable
-    memory: the pin-memory thread then receives them."""
+    """The input's wait at a DataLoader's batch is `pin_memory=True`'s to end where at least
+    half the looks in the loader found the main thread receiving from the workers' queue (not
+    waiting for slow workers) and the batches were copied from pageable memory: the pin-memory
+    thread then receives them."""
     up = _call("cudaMemcpy", 0, MS, 71)
     copies = [_copy("h2d", memory, up, 0, MS)] * 2
-    cause = IdleCause("away", "cudaMemcpy", "train.py:71 (step)", 0.3, 80, looks=6,
-                      input_looks=3, seen_doing=((doing, 3),))  # fmt: skip
+    looks = sum(n for _, n in doing)
+    cause = IdleCause("away", "cudaMemcpy", "train.py:71 (step)", 0.3, 80, looks=looks + 1,
+                      input_looks=looks, seen_doing=doing)  # fmt: skip
     assert input_starved._receives_pageable(cause, copies) is pinning
+
+
+@pytest.mark.parametrize(("doing", "merged"), [("_recv", True), ("_poll", False)])
+def test_a_dataloaders_pageable_batches_received_by_the_main_thread_are_one_price(doing, merged):
+    """12 steps of 10 ms: a DataLoader's batch copied from pageable memory at train.py:43, 5 ms
+    of kernels, then 5 ms with the GPU idle while the main thread is in the loader's next. Where
+    the looks find it reading the workers' queue, the copies' finding is priced with that idle
+    (pin_memory=True ends both) and no input finding is left; where they find it waiting for
+    the workers, the two stay apart, the input's in the DataLoader's words."""
+    from xferscope.trace.analyze import one_price as merge
+
+    stack = (PyFrame("/usr/lib/python3.12/multiprocessing/connection.py", 395, doing),
+             PyFrame("/v/site-packages/torch/utils/data/dataloader.py", 1318, "_get_data"),
+             PyFrame("/v/site-packages/torch/utils/data/dataloader.py", 733, "__next__"),
+             PyFrame("train.py", 42, "main"))  # fmt: skip
+    trace = _loop(12, looks=lambda t: [(t + (6 + k) * MS, stack) for k in range(3)],
+                  memory="pageable")  # fmt: skip
+    reference = Reference("test", {("h2d", "pinned"): ((4096, 2e-6), (1 << 20, 1e-5))})
+    a = analyze(trace, 1.0, reference)
+    codes = [f.code for f in a.findings]
+    pageable = next(f for f in a.findings if f.code == "pageable_copies")
+    assert ("input_starved" not in codes) is merged
+    if merged:
+        (_, copy_s), (title, idle_s) = pageable.each_fix
+        assert title == "the GPU waited for its next input" and idle_s > 0.03
+        assert pageable.saving_s == pytest.approx(copy_s + idle_s)
+    else:
+        starved = next(f for f in a.findings if f.code == "input_starved")
+        assert "num_workers" in starved.advice and starved.change == ""
+        assert merge(a.findings) == list(a.findings)

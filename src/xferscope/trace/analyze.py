@@ -18,6 +18,7 @@ from ..core.units import format_seconds
 from ..documents.records import KEY, Derived
 from .costs import expected, merged, overlap_ns, with_kernels
 from .findings import Context, TraceFinding, find_all
+from .findings.base import CHANGES
 from .phases import Startup, startup, steady, windows
 from .records import NVPROF_NAMES, Copy, Trace
 from .reference import Reference
@@ -193,34 +194,53 @@ def _cost_notes(trace: Trace) -> list[str]:
 
 
 def one_price(found: Sequence[TraceFinding]) -> list[TraceFinding]:
-    """One change, one price: findings whose fix is the same change of the program at the same
-    line (TraceFinding.change) are one finding, the largest's, priced as their sum, each
-    part's saving in `each_fix`. Their parts are apart in time (pageable.py prices a copy's
-    time, input_starved.py the idle before it), so the sum counts nothing twice; priced apart,
-    the first thing to change would say what a part of it saves (a DataLoader's pageable
-    batches: 2.1 of the 4.7 ms a step that `pin_memory=True` saved, on an H200)."""
+    """One change, one price: where a finding's whole fix is a change of the program
+    (findings.base.CHANGES) and other findings at its line name that change as theirs or as
+    part of theirs (TraceFinding.change), it is priced with their parts (each part in
+    `each_fix`); what remains of another (a DataLoader's restarts, for `persistent_workers`)
+    stays its own finding. The parts are apart in time (pageable.py prices a copy's time,
+    input_starved.py the idle before it), so nothing is counted twice; priced apart, the first
+    thing to change said what a part of it saves (a DataLoader's pageable batches: 2.1 of the
+    4.7 ms a step that `pin_memory=True` saved, on an H200)."""
     groups: dict[tuple[str, str], list[TraceFinding]] = defaultdict(list)
     for f in found:
-        if f.change and f.saving_s is not None and f.places:
+        if f.change in CHANGES and f.saving_s is not None and f.places:
             groups[(f.change, f.places[0].where)].append(f)
-    merged = [parts for parts in groups.values() if len(parts) > 1]
-    absorbed = {id(f) for parts in merged for f in parts}
-    out = [f for f in found if id(f) not in absorbed]
-    for parts in merged:
-        first = max(parts, key=lambda f: f.saving_s or 0.0)
-        others = [f for f in parts if f is not first]
-        also = "; ".join(f"{f.title} ({format_seconds(f.saving_s or 0.0)})" for f in others)
-        out.append(
-            replace(
-                first,
-                cost_s=sum(f.cost_s for f in parts),
-                saving_s=sum(f.saving_s or 0.0 for f in parts),
-                detail=f"{first.detail}; the same change ({first.change}) also ends, at the "
-                f"same line: {also}",
-                each_fix=tuple((f.title, f.saving_s or 0.0) for f in (first, *others)),
-            )
+    done: dict[int, TraceFinding | None] = {}  # id of a part -> what stands for it (None: gone)
+    for (change, _), parts in groups.items():
+        owner_code, label = CHANGES[change]
+        owner = next((f for f in parts if f.code == owner_code), None)
+        if owner is None:
+            continue
+        pieces = [(owner.title, owner.saving_s or 0.0)]
+        for f in parts:
+            if f is owner:
+                continue
+            moved = sum(s for fix, s in f.each_fix if fix == label) if f.each_fix else None
+            taken = (f.saving_s or 0.0) if moved is None else min(moved, f.saving_s or 0.0)
+            if taken <= 0:
+                continue  # none of its saving is the change's
+            pieces.append((f.title, taken))
+            rest = (f.saving_s or 0.0) - taken
+            done[id(f)] = (
+                replace(f, saving_s=rest, cost_s=max(f.cost_s - taken, 0.0), change="",
+                        each_fix=tuple(e for e in f.each_fix if e[0] != label))
+                if rest > 0
+                else None
+            )  # fmt: skip
+        if len(pieces) < 2:
+            continue
+        also = "; ".join(f"{title} ({format_seconds(s)})" for title, s in pieces[1:])
+        done[id(owner)] = replace(
+            owner,
+            cost_s=owner.cost_s + sum(s for _, s in pieces[1:]),
+            saving_s=sum(s for _, s in pieces),
+            detail=f"{owner.detail}; the same change ({change}) also ends, at the same line: "
+            f"{also}",
+            each_fix=tuple(pieces),
         )
-    return out
+    standing = (done.get(id(f), f) for f in found)
+    return [f for f in standing if f is not None]
 
 
 def _order(f: TraceFinding) -> tuple[bool, float]:

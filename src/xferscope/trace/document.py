@@ -20,7 +20,7 @@ from .records import Copy, Trace
 from .timeline import Timelines
 
 SCHEMA_NAME = "xferscope-trace"
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 OLDEST_VERSION = 1
 # Schema history (bump SCHEMA_VERSION on any change a reader must know about):
 #   1  first version.
@@ -56,6 +56,10 @@ OLDEST_VERSION = 1
 #      "headline" the first finding to act on, or {"code": "none"}; a finding "straggler"; an
 #      idle cause of kind "after_wait" with "waited_at", and "seen_doing"; each run's figures
 #      have "startup_s". Version 4 still reads.
+#   6  a fix has "change": the change of the program its fix is, where another finding's fix
+#      can be the same change at the same line ("pin_memory=True in the DataLoader"), else "";
+#      a fix priced with the parts of other findings at its line that its change takes away
+#      lists each part in "each_fix" ([title, seconds], its own first). Version 5 still reads.
 
 MOST_SPANS = 20_000  # kernels and memsets kept for the timeline (the longest)
 

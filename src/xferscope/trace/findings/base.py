@@ -152,8 +152,16 @@ class TraceFinding:
 # The changes two findings can share (TraceFinding.change). Pinning a DataLoader's batches
 # (`pin_memory=True`) ends their copies' staging through the driver's buffer (pageable.py) and
 # moves the receipt of the workers' batches off the main thread to the pin-memory thread, which
-# then hands them over ready (input_starved.py): one change, both prices.
+# then hands them over ready (input_starved.py's steady wait, where the main thread received
+# them itself): one change, both prices.
 PIN_LOADER = "pin_memory=True in the DataLoader"
+PINNED = (
+    "`pin_memory=True`: the DataLoader's pin-memory thread then receives the workers' batches "
+    "and pins them, and the main thread takes them ready"
+)
+# each change: the finding whose whole fix it is (a merge keeps it: its code, title, advice),
+# and how another finding's each_fix names the part of its saving that the change takes away
+CHANGES: dict[str, tuple[str, str]] = {PIN_LOADER: ("pageable_copies", PINNED)}
 
 
 # Why a finding could not be priced without this machine's curves, and how to price it.

@@ -13,13 +13,14 @@ waiting for a batch then; the straggler of a job of several GPUs is its own find
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from ...core.units import format_seconds
 from ..idle import IdleCause, loader_waited
 from ..ranks import ranks
 from ..records import FRAMEWORKS, LOADER_WHERE, Copy
-from .base import PIN_LOADER, Context, TraceFinding, finding, in_words, seen_place
+from .base import PIN_LOADER, PINNED, Context, TraceFinding, finding, in_words, seen_place
 
 ORDER = 0  # where it stands among findings of equal price
 CODE = "input_starved"
@@ -140,22 +141,22 @@ def find(context: Context) -> TraceFinding | None:
     return replace(found, each_fix=(*each, (steady, idle - long_s)), change=change)
 
 
-# The steady wait's fix where the main thread itself received the workers' pageable batches
-PINNED = (
-    "`pin_memory=True`: the DataLoader's pin-memory thread then receives the workers' batches "
-    "and pins them, and the main thread takes them ready"
-)
-RECEIVING = " (multiprocessing)"  # what a look says of a frame of the workers' queue
+# What a look found the main thread doing while it received a batch from the workers' queue
+# (samples.doing): reading it from the pipe, or rebuilding its tensors from shared memory
+RECEIVING = re.compile(r"^_?recv\w* \(multiprocessing\)$|^rebuild_\w+ \(torch\)$")
 
 
 def _receives_pageable(cause: IdleCause, copies: list[Copy]) -> bool:
-    """Whether the main thread received its batches from a DataLoader's workers itself (a look
-    found it in multiprocessing's queue), and copied them from pageable memory: with
-    `pin_memory=True` the pin-memory thread receives them instead (base.PIN_LOADER)."""
+    """Whether the main thread received its batches from a DataLoader's workers itself (at
+    least half the looks that found it in the loader's next found it reading the workers'
+    queue, not waiting for them) and copied them from pageable memory: with `pin_memory=True`
+    the pin-memory thread receives them instead (base.PIN_LOADER)."""
+    received = sum(n for doing, n in cause.seen_doing if RECEIVING.match(doing))
     return (
         bool(copies)
         and all(c.host_memory == "pageable" for c in copies)
-        and any(doing.endswith(RECEIVING) for doing, _ in cause.seen_doing)
+        and received > 0
+        and received * 2 >= cause.input_looks
     )
 
 
