@@ -67,9 +67,11 @@ def programs(names: str) -> list[Program]:
     if names:
         wanted = [n.strip() for n in names.split(",") if n.strip()]
         unknown = set(wanted) - {p.name for p in chosen}
-        if unknown:
-            raise ValueError(f"--programs: no such corpus program: {', '.join(sorted(unknown))} "
-                             f"(its programs: {', '.join(p.name for p in chosen)})")  # fmt: skip
+        if unknown or not wanted:
+            said = f"no such corpus program: {', '.join(sorted(unknown))}" if unknown else (
+                "no program named")  # fmt: skip
+            raise ValueError(f"--programs: {said} (its programs: "
+                             f"{', '.join(p.name for p in chosen)})")  # fmt: skip
         chosen = [p for p in chosen if p.name in wanted]
     return chosen
 
@@ -147,6 +149,17 @@ def traced(
     return own | {"wall_s": time.perf_counter() - start}
 
 
+def archive(records: Path, name: str, into: Path) -> None:
+    """Program `name`'s kept traces as one `into`/<name>.tar.gz, made under another name and
+    then renamed (a stop never leaves half of one); a failure is one line, and the run goes on
+    (the traces stay in `records`)."""
+    try:
+        part = shutil.make_archive(str(into / f".{name}"), "gztar", records, name)
+        os.replace(part, into / f"{name}.tar.gz")
+    except OSError as exc:
+        print(f"{name}: --archive: {exc}", flush=True)
+
+
 def measure(args: argparse.Namespace) -> None:
     """Each program in turn: its variants untraced, `--rounds` rounds alternated, then traced
     once as it is and once fixed (records kept); the record written after each program, so a
@@ -219,10 +232,7 @@ def measure(args: argparse.Namespace) -> None:
             measured[p.name] = entry
             skipped.pop(p.name, None)
         if args.archive and (records / p.name).is_dir():
-            try:
-                shutil.make_archive(str(Path(args.archive) / p.name), "gztar", records, p.name)
-            except OSError as exc:  # the traces stay in --records; the run goes on
-                print(f"{p.name}: --archive: {exc}", flush=True)
+            archive(records, p.name, Path(args.archive))
         print(f"{p.name} done", flush=True)
         write()
 
@@ -326,8 +336,12 @@ def main() -> None:
         parser.error(f"--out: {args.out} is not a directory")
     if args.records and Path(args.records).exists() and not Path(args.records).is_dir():
         parser.error(f"--records: {args.records} is not a directory")
-    if args.archive and Path(args.archive).exists() and not Path(args.archive).is_dir():
-        parser.error(f"--archive: {args.archive} is not a directory")
+    archive = Path(args.archive or ".")
+    if args.archive is not None and (
+        not args.archive.strip()
+        or ((archive.exists() or archive.is_symlink()) and not archive.is_dir())
+    ):
+        parser.error(f"--archive: {args.archive!r} is not a directory")
     try:
         programs(args.programs)  # an unknown name is said before anything runs
     except ValueError as exc:

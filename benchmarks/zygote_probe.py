@@ -15,11 +15,10 @@ import argparse
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from corpus_zygote import Zygote
-from trace_corpus import RUN_TIMEOUT_S, own_line, programs
+from trace_corpus import programs, untraced
 
 HERE = Path(__file__).resolve().parent
 
@@ -32,28 +31,18 @@ def python_processes() -> int:
                if "python" in line and "zygote" not in line and me not in line)  # fmt: skip
 
 
-def probe(names: str, rounds: int) -> dict:
-    found: dict = {}
+def probe(names: str, rounds: int, found: dict) -> None:
+    """Each program's runs both ways into `found`, as they end (a Ctrl-C keeps them)."""
     with Zygote() as zygote:
         for p in programs(names):
             argv = [sys.executable, str(p.path)]
             for r in range(rounds):
                 for kind in ("forked", "fresh") if r % 2 == 0 else ("fresh", "forked"):
-                    start = time.perf_counter()
-                    if kind == "forked":
-                        rc, out, err = zygote.run(argv, dict(os.environ), RUN_TIMEOUT_S)
-                    else:
-                        proc = subprocess.run(argv, capture_output=True, text=True,
-                                              timeout=RUN_TIMEOUT_S)  # fmt: skip
-                        rc, out, err = proc.returncode, proc.stdout, proc.stderr
-                    if rc != 0:
-                        raise RuntimeError(f"{p.name} ({kind}) failed ({rc}): {err[-500:]}")
-                    wall = time.perf_counter() - start
-                    run = {"seconds": own_line(out)["seconds"], "wall_s": wall,
+                    line = untraced(argv, None, zygote if kind == "forked" else None)
+                    run = {"seconds": line["seconds"], "wall_s": line["wall_s"],
                            "left": python_processes()}  # fmt: skip
                     found.setdefault(p.name, {}).setdefault(kind, []).append(run)
                     print(p.name, kind, run, flush=True)
-    return found
 
 
 def main() -> None:
@@ -67,17 +56,26 @@ def main() -> None:
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be 1 or more")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        parser.error(f"--out: {args.out} is not a directory")
     try:
         programs(args.programs)
     except ValueError as exc:
         parser.error(str(exc))
-    import torch
+    try:
+        import torch
+    except ImportError:
+        parser.error("the probe needs PyTorch, on a GPU machine")
 
     from foundation import write_record
     from xferscope.core.engine import NativeEngine
     from xferscope.core.machine import collect
 
-    figures = {"runs": probe(args.programs, args.rounds), "rounds": args.rounds}
+    figures: dict = {"runs": {}, "rounds": args.rounds}
+    try:
+        probe(args.programs, args.rounds, figures["runs"])
+    except KeyboardInterrupt:
+        figures["interrupted"] = True  # the runs that ended are kept, marked
     write_record("trace-corpus-zygote-probe", args.commit, collect(NativeEngine(), [0]),
                  torch.cuda.device_count(), [], figures, Path(args.out))  # fmt: skip
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,9 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "trace_corpus.py"
 @pytest.mark.parametrize(
     ("args", "said"),
     [
-        (["--commit", "x", "--archive", "{file}"], "--archive: {file} is not a directory"),
+        (["--commit", "x", "--archive", "{file}"], "--archive: '{file}' is not a directory"),
+        (["--commit", "x", "--archive", ""], "--archive: '' is not a directory"),
+        (["--commit", "x", "--programs", " , "], "--programs: no program named"),
         (["--commit", "x", "--rounds", "0"], "--rounds must be 1 or more"),
         (["--rounds", "2"], "--commit is required to measure"),
         (["--judge", "{file}", "--records", "{dir}"], "is not a trace-corpus record file"),
@@ -35,3 +38,25 @@ def test_bad_input_is_one_line(tmp_path, args, said):
     last = proc.stderr.strip().splitlines()[-1]
     assert said.format(**fill) in last and "Traceback" not in proc.stderr
     assert file.read_text() == "not a record\n"  # left as it was
+
+
+def test_a_programs_traces_are_archived_whole(tmp_path, capsys):
+    """--archive: a program's kept traces as one <program>.tar.gz beside nothing half-made; a
+    failure is one line and leaves the traces where they are."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    from trace_corpus import archive
+
+    kept = tmp_path / "rec" / "clean_loop" / "round0" / "run1"
+    kept.mkdir(parents=True)
+    (kept / "trace-1.jsonl").write_text('{"t": "start"}\n')
+    into = tmp_path / "out"
+    into.mkdir()
+    archive(tmp_path / "rec", "clean_loop", into)
+    assert [p.name for p in into.iterdir()] == ["clean_loop.tar.gz"]
+    with tarfile.open(into / "clean_loop.tar.gz") as tar:
+        assert "clean_loop/round0/run1/trace-1.jsonl" in tar.getnames()
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    archive(tmp_path / "rec", "clean_loop", blocked)  # no directory can be made there
+    assert "clean_loop: --archive:" in capsys.readouterr().out
+    assert (kept / "trace-1.jsonl").exists()

@@ -134,8 +134,7 @@ def find(context: Context) -> TraceFinding | None:
     found = replace(found, framework=framework, advice=in_words(ADVICE, framework))
     restart, steady = in_words(KNOBS, framework)
     change = PIN_LOADER if _receives_pageable(cause, copies) else ""
-    if change:
-        steady = PINNED
+    steady = PINNED if change else steady
     long_s = cause.long_excess_s * scale
     each = ((restart, long_s),) if cause.long_gaps else ()
     return replace(found, each_fix=(*each, (steady, idle - long_s)), change=change)
