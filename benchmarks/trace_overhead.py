@@ -36,6 +36,7 @@ Part `sigint`: tests/trace_programs/loader_loop.py (a DataLoader with 4 workers)
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import os
 import random
@@ -127,6 +128,9 @@ VARIANTS = {
     # name their kernels), no Python stacks, native callers or content hash
     **{name: Variant(kernels=kernels, knobs=knobs)
        for name, (knobs, kernels) in PARTS.items() if knobs},
+    # CUPTI's copy and memset records alone, no looks either: the floor under any tracer that
+    # records every copy (Nsight Systems' CUDA trace records them as CUPTI does)
+    "copies_floor": Variant(kernels="none", look_every=0.0, knobs="nosubscribe"),
 }  # fmt: skip
 
 
@@ -138,14 +142,23 @@ FIGURES = {"traced": "trace_corpus_overhead_worst", "no_looks": "trace_corpus_ov
 
 
 def chosen_variants() -> dict[str, Variant]:
-    """The variants $TRACE_CORPUS_VARIANTS names, else CHOSEN; a name not in VARIANTS is one
-    line naming what is accepted."""
+    """The variants $TRACE_CORPUS_VARIANTS names, else CHOSEN: a name of VARIANTS, or
+    `kernels=SETTING`, traced by default but for `--kernels SETTING` (a window setting to
+    choose the default by); anything else is one line naming what is accepted."""
+    from xferscope.core.errors import OptionError
+    from xferscope.trace.runner import kernels_setting
+
+    def variant(name: str) -> Variant:
+        if name in VARIANTS:
+            return VARIANTS[name]
+        with contextlib.suppress(OptionError):
+            if name.startswith("kernels="):
+                return Variant(kernels=kernels_setting(name.removeprefix("kernels=")))
+        raise SystemExit(f"TRACE_CORPUS_VARIANTS: {name} not one of {', '.join(VARIANTS)} "
+                         "or kernels=ON/PERIOD[/FIRST[/COUNT]]")  # fmt: skip
+
     named = [v for v in os.environ.get("TRACE_CORPUS_VARIANTS", "").split(",") if v] or CHOSEN
-    unknown = [v for v in named if v not in VARIANTS]
-    if unknown:
-        raise SystemExit(f"TRACE_CORPUS_VARIANTS: {', '.join(unknown)} not one of "
-                         f"{', '.join(VARIANTS)}")  # fmt: skip
-    return {v: VARIANTS[v] for v in named}
+    return {name: variant(name) for name in named}
 
 
 def order(names: list[str], round_index: int) -> list[str]:

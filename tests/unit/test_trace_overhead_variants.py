@@ -33,6 +33,17 @@ def test_a_variant_that_is_not_one_is_named(monkeypatch):
         chosen_variants()
 
 
+def test_a_kernel_setting_is_a_variant_traced_by_default_but_for_its_kernels(monkeypatch):
+    monkeypatch.setenv("TRACE_CORPUS_VARIANTS", "traced,kernels=50/500/30000/2000")
+    chosen = chosen_variants()
+    assert chosen["kernels=50/500/30000/2000"].kernels == "50/500/30000/2000"
+    assert chosen["kernels=50/500/30000/2000"].env() == {}
+    for bad in ("kernels=500/50", "kernels=", "kernels=all/x"):
+        monkeypatch.setenv("TRACE_CORPUS_VARIANTS", bad)
+        with pytest.raises(SystemExit, match=r"or kernels=ON/PERIOD\[/FIRST"):
+            chosen_variants()
+
+
 def test_each_round_starts_one_later_so_every_run_takes_the_first_place_in_turn():
     names = ["untraced", "traced", "no_kernels"]
     rounds = [order(names, i) for i in range(4)]
