@@ -51,10 +51,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corpus_zygote import Zygote, forkable
-from trace_corpus import RUN_TIMEOUT_S, base_command, missing, own_line, programs, untraced
+from trace_corpus import CORPUS, RUN_TIMEOUT_S, base_command, missing, own_line, programs, untraced
 from trace_corpus_judge import Program
 from trace_idle import PROGRAMS
 from trace_runs import VARIANTS as PARTS
+
+sys.path.insert(0, str(CORPUS))
+from corpus import STEPS_TIMES  # the corpus programs' own module
 
 THREADS = (
     "import threading, torch; torch.zeros(1, device='cuda').sum().item(); "
@@ -220,7 +223,7 @@ def corpus_part(_program: str, _engine: object, runs: int, comparisons: list, fi
             own = statistics.median(seconds["untraced"])
             found[p.name] = seconds | {
                 f"ratio_{v}": own / statistics.median(seconds[v]) for v in variants if seconds[v]
-            }
+            } | {"steps_times": int(os.environ.get(STEPS_TIMES, "1"))}  # fmt: skip
             ratios = {k: round(v, 3) for k, v in found[p.name].items() if k.startswith("ratio")}
             print(p.name, ratios, flush=True)
     for v in variants:  # the worst program's untraced / traced speed in each variant

@@ -13,6 +13,10 @@ import os
 import sys
 import time
 
+# The default --steps multiplied by this (trace_overhead.py: a loop long enough that the trace's
+# first window, where it records every kernel, is a small part of it: its steady step)
+STEPS_TIMES = "TRACE_CORPUS_STEPS_TIMES"
+
 
 def options(steps: int, resident: bool = False, **more: tuple[type, object]) -> argparse.Namespace:
     """The command line, with `steps` steps by default; --resident only where the program has
@@ -20,7 +24,10 @@ def options(steps: int, resident: bool = False, **more: tuple[type, object]) -> 
     parser = argparse.ArgumentParser(
         description=(sys.modules["__main__"].__doc__ or "").split("\n\n")[0]
     )
-    parser.add_argument("--steps", type=int, default=steps)
+    times = os.environ.get(STEPS_TIMES, "1")
+    if not times.isdigit() or int(times) < 1:
+        parser.error(f"${STEPS_TIMES}: '{times}' is not a whole number of 1 or more")
+    parser.add_argument("--steps", type=int, default=steps * int(times))
     parser.add_argument("--fixed", action="store_true", help="run the program with its fix")
     if resident:
         parser.add_argument("--resident", action="store_true", help="keep the data on the GPU")
