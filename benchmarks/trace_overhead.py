@@ -134,6 +134,10 @@ VARIANTS = {
     # CUPTI's copy and memset records alone, no looks either: the floor under any tracer that
     # records every copy (Nsight Systems' CUDA trace records them as CUPTI does)
     "copies_floor": Variant(kernels="none", look_every=0.0, knobs="nosubscribe"),
+    # CUPTI attached, its activity buffers registered, no kind of record enabled; and the
+    # injection library loaded by CUDA, CUPTI never attached: under the copies' floor
+    "attached_floor": Variant(kernels="none", look_every=0.0, knobs="nosubscribe,noactivity"),
+    "loaded_floor": Variant(kernels="none", look_every=0.0, knobs="idle"),
 }  # fmt: skip
 
 

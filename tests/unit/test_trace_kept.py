@@ -103,3 +103,37 @@ def test_an_inlined_callers_own_line_is_named_not_a_headers():
     first, unknown = inlined(out)
     assert own_frame(first) == ("main::{lambda()#1}::operator()() const", "/src/memcpy_loop.cu:137")
     assert own_frame(unknown) is None
+
+
+def test_callers_in_several_objects_are_each_named_from_their_own():
+    """symbolize reads each object's symbols with one addr2line, side by side: every address
+    is named from its own object, whichever finished first. Two of the interpreter's own
+    extension modules stand for a framework's libraries; their exported functions' offsets
+    (nm -D) for the return addresses."""
+    import importlib
+    import subprocess
+
+    from xferscope.trace.reading import symbolize
+
+    if not (shutil.which("addr2line") and shutil.which("nm")):
+        pytest.skip("binutils' addr2line and nm are not installed")
+    objects: dict[str, int] = {}  # an object and one exported function's offset in it
+    for name in ("_ctypes", "_decimal", "_json", "select", "_socket", "_ssl", "_sqlite3"):
+        path = getattr(importlib.import_module(name), "__file__", None) if _has(name) else None
+        listed = subprocess.run(["nm", "-D", "--defined-only", str(path)], capture_output=True,
+                                text=True, check=False).stdout if path else ""  # fmt: skip
+        functions = [line.split() for line in listed.splitlines() if " T " in line]
+        if functions:
+            objects[path] = int(functions[0][0], 16)
+    if len(objects) < 2:
+        pytest.skip("fewer than two extension modules with exported functions here")
+    # a return address is one byte past its call: the function's first byte, plus one
+    names = symbolize({i: (obj, off + 1, "") for i, (obj, off) in enumerate(objects.items())})
+    for i, (obj, off) in enumerate(objects.items()):  # named: "object+offset (function ...)"
+        assert names[i].startswith(f"{Path(obj).name}+{off + 1:#x} (") and names[i].endswith(")")
+
+
+def _has(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
