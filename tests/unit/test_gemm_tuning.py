@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from xferscope.core import cache
 from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.gemm import measure as gm
 from xferscope.gemm import records as gr
@@ -21,7 +22,7 @@ def test_a_tuning_is_kept_for_the_next_run_and_says_so(tmp_path, monkeypatch):
     parse is replaced; one that cannot be written costs nothing."""
     from xferscope.gemm import check, tuning
 
-    monkeypatch.setenv(tuning.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setattr(
         tuning, "key", lambda engine, device, version, gemm: "|".join(map(str, gemm))
     )
@@ -45,7 +46,7 @@ def test_a_tuning_is_kept_for_the_next_run_and_says_so(tmp_path, monkeypatch):
     path.write_text("{not json")
     assert gm.measure(SimulatedEngine(), kept).points[0].algorithm["candidates"] == 8
     assert json.loads(path.read_text())  # replaced
-    monkeypatch.setenv(tuning.CACHE_ENV, str(path / "below-a-file"))
+    monkeypatch.setenv(cache.CACHE_ENV, str(path / "below-a-file"))
     assert gm.measure(SimulatedEngine(), kept).points[0].status == "complete"
     assert check.gemm_check  # the check asks for it
     assert "reuse_tuning=True" in Path(check.__file__).read_text()
@@ -61,7 +62,7 @@ def test_nothing_is_kept_for_the_simulated_engine_or_without_a_driver(tmp_path, 
     assert tuning.key(engine, 0, 1, ("fp32", 8, 8, 8, False, False, 8)) is None
     monkeypatch.setattr(tuning.nvml, "driver_version", lambda: "580.1")
     assert tuning.key(engine, 0, 1, ("fp32", 8, 8, 8, False, False, 8)).startswith("GPU-")
-    monkeypatch.setenv(tuning.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
     tuning.remember(None, 1, 8)
     assert not (tmp_path / tuning.FILE).exists() and tuning.known(None) is None
 
@@ -70,7 +71,7 @@ def test_nothing_is_kept_for_the_simulated_engine_or_without_a_driver(tmp_path, 
 def test_a_kept_rank_out_of_range_or_of_another_type_is_nothing_kept(tmp_path, monkeypatch, kept):
     from xferscope.gemm import tuning
 
-    monkeypatch.setenv(tuning.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
     (tmp_path / tuning.FILE).write_text(json.dumps({"k": {"rank": kept, "candidates": 8}}))
     assert tuning.known("k") is None
     (tmp_path / tuning.FILE).write_text(json.dumps({"k": {"rank": 3, "candidates": 8}}))
@@ -84,7 +85,7 @@ def test_a_cache_path_that_is_no_regular_file_is_never_read_or_replaced(tmp_path
 
     from xferscope.gemm import tuning
 
-    monkeypatch.setenv(tuning.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path))
     path = tmp_path / tuning.FILE
     os.mkfifo(path)
     assert tuning.known("k") is None  # would block on a FIFO's read
@@ -99,7 +100,7 @@ def test_a_cache_path_that_is_no_regular_file_is_never_read_or_replaced(tmp_path
     path.symlink_to(tmp_path / "elsewhere.json")  # dangling: written through, as files are
     tuning.remember("k", 2, 8)
     assert tuning.known("k") == 2
-    monkeypatch.setenv(tuning.CACHE_ENV, str(path / "below-a-file"))
+    monkeypatch.setenv(cache.CACHE_ENV, str(path / "below-a-file"))
     assert tuning.known("k") is None
     tuning.remember("k", 1, 8)  # costs nothing
 

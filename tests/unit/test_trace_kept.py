@@ -91,7 +91,7 @@ def test_bad_records_and_replays_are_one_line(capsys, tmp_path):
 def test_an_inlined_callers_own_line_is_named_not_a_headers():
     """addr2line -a -i's chain for one address: a standard header's code inlined into a lambda
     inlined into main; the program's own innermost line names it."""
-    from xferscope.trace.reading import inlined, own_frame
+    from xferscope.trace.symbols import inlined, own_frame
 
     out = (
         "0x0000000000000ab3\n"
@@ -105,15 +105,20 @@ def test_an_inlined_callers_own_line_is_named_not_a_headers():
     assert own_frame(unknown) is None
 
 
-def test_callers_in_several_objects_are_each_named_from_their_own():
+def test_callers_in_several_objects_are_each_named_from_their_own_and_kept(tmp_path, monkeypatch):
     """symbolize reads each object's symbols with one addr2line, side by side: every address
-    is named from its own object, whichever finished first. Two of the interpreter's own
-    extension modules stand for a framework's libraries; their exported functions' offsets
-    (nm -D) for the return addresses."""
+    is named from its own object, whichever finished first; and the next trace names them from
+    what was kept, running no addr2line. Two of the interpreter's own extension modules stand
+    for a framework's libraries; their exported functions' offsets (nm -D) for the return
+    addresses."""
     import importlib
     import subprocess
 
-    from xferscope.trace.reading import symbolize
+    from xferscope.core import cache
+    from xferscope.trace import symbols
+    from xferscope.trace.symbols import symbolize
+
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
 
     if not (shutil.which("addr2line") and shutil.which("nm")):
         pytest.skip("binutils' addr2line and nm are not installed")
@@ -131,6 +136,19 @@ def test_callers_in_several_objects_are_each_named_from_their_own():
     names = symbolize({i: (obj, off + 1, "") for i, (obj, off) in enumerate(objects.items())})
     for i, (obj, off) in enumerate(objects.items()):  # named: "object+offset (function ...)"
         assert names[i].startswith(f"{Path(obj).name}+{off + 1:#x} (") and names[i].endswith(")")
+
+    def no_addr2line(*_args, **_kwargs):
+        raise AssertionError("addr2line ran for names already kept")
+
+    monkeypatch.setattr(symbols.subprocess, "run", no_addr2line)
+    again = symbolize({i + 10: (obj, off + 1, "") for i, (obj, off) in enumerate(objects.items())})
+    assert [again[i + 10] for i in range(len(objects))] == [names[i] for i in range(len(objects))]
+    (tmp_path / "cache" / symbols.NAMES_FILE).write_text("{not json")  # a spoilt file: read again
+    monkeypatch.undo()
+    monkeypatch.setenv(cache.CACHE_ENV, str(tmp_path / "cache"))
+    assert (
+        symbolize({1: (next(iter(objects)), next(iter(objects.values())) + 1, "")})[1] == names[0]
+    )
 
 
 def _has(name: str) -> bool:

@@ -50,13 +50,49 @@ def dumps_document(document: dict[str, Any], indent: int | None = 1) -> str:
     indentation, a final newline, and no NaN or infinity (strict JSON readers refuse them):
     such a value, which no measurement gives but an option or a division by zero might, is
     written as null, so a document can always be written and what was measured is kept."""
+    try:
+        text = _dumps(document, indent)
+    except ValueError:
+        text = _dumps(_finite(document), indent)
+    return text + "\n"
+
+
+# A list longer than this is written one item a line, each item compact: a trace's 20,000
+# spans and one row a copy read as rows, and are written by json's C encoder (which an indented
+# dump never uses): 0.12 s of a Ctrl-C'd trace's 0.84 s end on an H200 host was its indenting
+ROWS_AFTER = 256
+
+
+def _dumps(value: Any, indent: int | None, depth: int = 0) -> str:
+    """`value` as json.dumps(indent=indent) writes it at `depth`, but for lists over ROWS_AFTER
+    items: one compact item a line."""
     import json
 
-    try:
-        text = json.dumps(document, indent=indent, allow_nan=False)
-    except ValueError:
-        text = json.dumps(_finite(document), indent=indent, allow_nan=False)
-    return text + "\n"
+    if indent is None or not _has_rows(value):
+        text = json.dumps(value, indent=indent, allow_nan=False)  # a string's newline is "\\n"
+        return text if indent is None else text.replace("\n", "\n" + " " * (indent * depth))
+    pad, end = " " * (indent * (depth + 1)), "\n" + " " * (indent * depth)
+    if isinstance(value, dict):  # a key that is not a string is written as json writes it
+        items = [pad + json.dumps(k if isinstance(k, str) else json.dumps(k)) + ": "
+                 + _dumps(v, indent, depth + 1) for k, v in value.items()]  # fmt: skip
+        return "{\n" + ",\n".join(items) + end + "}"
+    if len(value) > ROWS_AFTER:
+        encode = json.JSONEncoder(allow_nan=False).encode  # one encoder for every row
+        items = [pad + encode(item) for item in value]
+    else:
+        items = [pad + _dumps(item, indent, depth + 1) for item in value]
+    return "[\n" + ",\n".join(items) + end + "]"
+
+
+def _has_rows(value: Any) -> bool:
+    """Whether `value` is, or holds, a list over ROWS_AFTER items."""
+    if isinstance(value, (list, tuple)):
+        return len(value) > ROWS_AFTER or any(
+            _has_rows(v) for v in value if isinstance(v, (dict, list, tuple))
+        )
+    if isinstance(value, dict):
+        return any(_has_rows(v) for v in value.values() if isinstance(v, (dict, list, tuple)))
+    return False
 
 
 def _finite(value: Any) -> Any:

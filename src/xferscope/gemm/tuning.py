@@ -19,25 +19,13 @@ next run spends tuning. The simulated engine keeps none.
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
 from typing import Any
 
 from ..core import nvml
+from ..core.cache import keep, read_kept
 from ..core.engine import Engine
-from ..documents import files
 
-CACHE_ENV = "XFERSCOPE_CACHE"
 FILE = "gemm-algorithms.json"
-
-
-def cache_directory() -> Path:
-    given = os.environ.get(CACHE_ENV, "").strip()
-    if given:
-        return Path(given).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME", "").strip()
-    return (Path(base).expanduser() if base else Path.home() / ".cache") / "xferscope"
 
 
 def key(engine: Engine, device: int, blas_version: int | None, gemm: tuple[Any, ...]) -> str | None:
@@ -58,23 +46,11 @@ def key(engine: Engine, device: int, blas_version: int | None, gemm: tuple[Any, 
 MOST_RANK = 64
 
 
-def _read(path: Path) -> dict[str, Any]:
-    """The kept choices; {} for a file that is missing, unreadable, not JSON, or not a regular
-    file (a FIFO there would hold the read forever)."""
-    if files.special(path) is not None:
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def known(name: str | None) -> int | None:
     """The rank kept for `name`, if any."""
     if name is None:
         return None
-    entry = _read(cache_directory() / FILE).get(name)
+    entry = read_kept(FILE).get(name)
     rank = entry.get("rank") if isinstance(entry, dict) else None
     valid = isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < MOST_RANK
     return rank if valid else None
@@ -85,11 +61,6 @@ def remember(name: str | None, rank: int, candidates: int) -> None:
     the next run spends tuning again."""
     if name is None:
         return
-    path = cache_directory() / FILE
-    data = _read(path)
+    data = read_kept(FILE)
     data[name] = {"rank": rank, "candidates": candidates}
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        files.atomic_write(path, json.dumps(data, indent=1, sort_keys=True))
-    except OSError:
-        pass
+    keep(FILE, data)

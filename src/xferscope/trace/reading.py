@@ -4,17 +4,13 @@ memsets, pinned memory, Python stacks and native callers named, the library's ex
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
-import shutil
-import subprocess
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from .records import (
     COPY_KINDS,
-    ENGINE_OBJECT,
     MEMORY_KINDS,
     Call,
     Copy,
@@ -24,6 +20,7 @@ from .records import (
     Range,
     Trace,
 )
+from .symbols import symbolize
 
 CHUNK = 4096  # records parsed at once (jsonl_records)
 
@@ -233,80 +230,3 @@ def read_trace(files: Iterable[Path]) -> Trace:
         tuple(windows),
         ranges=tuple(sorted(ranges, key=lambda x: x.start_ns)),
     )
-
-
-ADDR2LINE_AT_ONCE = 8  # objects symbolized at a time
-
-
-def symbolize(raw: dict[int, tuple[str, int, str]]) -> dict[int, str]:
-    """Each return address as "object+offset (function)": the exported symbol the library saw,
-    else the function addr2line finds in the object's symbol table (with file:line where it has
-    debug information). Objects no longer there keep their offsets."""
-    by_object: dict[str, list[tuple[int, int]]] = {}
-    names: dict[int, str] = {}
-    for a, (obj, off, sym) in raw.items():
-        sym = "" if Path(obj).name.startswith(ENGINE_OBJECT) else sym
-        names[a] = f"{Path(obj).name}+{off:#x}" + (f" ({sym})" if sym else "")
-        if not sym and Path(obj).is_file():
-            by_object.setdefault(obj, []).append((a, off))
-    tool = shutil.which("addr2line")
-    if tool is None or not by_object:
-        return names
-
-    def named(obj: str, items: list[tuple[int, int]]) -> dict[int, str]:
-        try:
-            out = subprocess.run(
-                [tool, "-a", "-i", "-f", "-C", "-e", obj, *(f"{off - 1:#x}" for _, off in items)],
-                capture_output=True,
-                text=True,
-                timeout=20,
-                check=False,
-            ).stdout
-        except (OSError, subprocess.SubprocessError):
-            return {}
-        found_names: dict[int, str] = {}
-        for (a, off), chain in zip(items, inlined(out), strict=False):
-            found = own_frame(chain)
-            if found is not None:
-                function, place = found
-                line = "" if place.startswith("??") else f" {Path(place.split(' ')[0]).name}"
-                found_names[a] = f"{Path(obj).name}+{off:#x} ({function}{line})"
-        return found_names
-
-    # one addr2line per object, side by side: each reads its object's symbols, and a PyTorch
-    # program's callers lie in five or more of them (libtorch_cpu.so alone is 0.5 GB), read
-    # one after another in 0.3 s of a Ctrl-C'd trace's end on an H200 host
-    with concurrent.futures.ThreadPoolExecutor(min(len(by_object), ADDR2LINE_AT_ONCE)) as pool:
-        for found_names in pool.map(lambda item: named(*item), by_object.items()):
-            names |= found_names
-    return names
-
-
-# a frame in these is a library's code inlined into the program (a standard header), not its own
-SYSTEM_HEADERS = ("/usr/include/", "/include/c++/", "/usr/lib/gcc/", "/cuda/include/",
-                  "/targets/x86_64-linux/include/")  # fmt: skip
-
-
-def inlined(text: str) -> list[list[tuple[str, str]]]:
-    """addr2line -a -i -f's output per address: its (function, file:line) frames, the
-    innermost inlined one first."""
-    chains: list[list[tuple[str, str]]] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        if lines[i].startswith("0x"):
-            chains.append([])
-            i += 1
-            continue
-        if chains and i + 1 < len(lines):
-            chains[-1].append((lines[i], lines[i + 1]))
-        i += 2
-    return chains
-
-
-def own_frame(chain: list[tuple[str, str]]) -> tuple[str, str] | None:
-    """The innermost frame of an address's inline chain that is the program's own code (not a
-    standard header inlined into it), else its innermost; None where nothing is known."""
-    known = [(f, p) for f, p in chain if f and f != "??"]
-    own = next((fp for fp in known if not any(h in fp[1] for h in SYSTEM_HEADERS)), None)
-    return own or (known[0] if known else None)
