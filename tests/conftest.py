@@ -53,15 +53,16 @@ def real_host_for_gpu_tests(request, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def own_places(request, tmp_path_factory, monkeypatch):
-    """Every test runs in a directory of its own, with its own history and calibration, so the
-    suite leaves nothing in the checkout (xferscope-results/) or the user's data. A test's own
-    fixture may set them again; GPU tests keep the machine's."""
+    """Every test runs in a directory of its own, with its own history, calibration and cache,
+    so the suite leaves nothing in the checkout (xferscope-results/) or the user's data. A
+    test's own fixture may set them again; GPU tests keep the machine's."""
     if request.node.get_closest_marker("gpu") is not None:
         return
     place = tmp_path_factory.mktemp("place")
     monkeypatch.chdir(place)
     monkeypatch.setenv("XFERSCOPE_HISTORY", str(place / "history.sqlite3"))
     monkeypatch.setenv("XFERSCOPE_CALIBRATION", str(place / "calibration"))
+    monkeypatch.setenv("XFERSCOPE_CACHE", str(place / "cache"))
 
 
 @pytest.fixture

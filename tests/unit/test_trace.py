@@ -135,7 +135,7 @@ def test_reference_interpolates_on_log_axes():
 
 
 def _fake_run(tmp_path, returncode=0, stop_signal=0, stopped_s_ago=None):
-    def fake(command, directory, limit, kernels="sampled", look_every=0.01):
+    def fake(command, directory, limit, kernels="sampled", look_every=0.01, on_stop=None):
         shutil.copy(RECORDED, directory / "trace-840.jsonl")
         return Ran(
             ("/tmp/copies", "--small", "20"),

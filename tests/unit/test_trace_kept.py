@@ -27,7 +27,7 @@ REFERENCE = {
 }
 
 
-def fake_run(command, directory, limit, kernels="sampled", look_every=0.01):
+def fake_run(command, directory, limit, kernels="sampled", look_every=0.01, on_stop=None):
     shutil.copy(RECORDED, directory / "trace-840.jsonl")
     return Ran(("/tmp/copies", "--small", "20"), 0, 0.7, (directory / "trace-840.jsonl",), 0,
                (), 1_700_000_000_000_000_000)  # fmt: skip

@@ -113,7 +113,7 @@ def _fake_runs(walls: list[float], drop_line: int | None = None):
     with `drop_line`, the copies made at that line of the script left out (the fix applied)."""
     count = iter(walls)
 
-    def fake(command, directory, limit, kernels="sampled", look_every=0.01):
+    def fake(command, directory, limit, kernels="sampled", look_every=0.01, on_stop=None):
         target = directory / "trace-1.jsonl"
         if drop_line is None:
             shutil.copy(RECORDED, target)
@@ -238,7 +238,7 @@ def test_ctrl_c_in_a_later_run_keeps_the_runs_made_and_exits_130(capsys, tmp_pat
     whole = _fake_runs([1.0, 1.0, 1.0])
     calls = []
 
-    def fake(command, directory, limit, kernels="sampled", look_every=0.01):
+    def fake(command, directory, limit, kernels="sampled", look_every=0.01, on_stop=None):
         ran = whole(command, directory, limit)
         calls.append(directory)
         return ran if len(calls) < 2 else Ran(ran.command, -2, 0.5, ran.files, signal.SIGINT)

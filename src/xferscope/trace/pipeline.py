@@ -18,6 +18,7 @@ from ..core.errors import XferscopeError
 from ..documents.envelope import now
 from .analyze import analyze
 from .document import TraceResult, copy_dict, findings_of, summary_dict
+from .early import EarlyAnalysis
 from .figures import run_figures
 from .kept import keep, keep_frames, keep_rates, kept_frames, kept_rates, read_kept
 from .reading import read_trace
@@ -69,20 +70,24 @@ def trace_program(
     none); `say` hears each step a person should know of."""
     created = now()
     kept = read_kept(options.replay) if options.replay is not None else []
-    ran = kept[0] if kept else _run(options, scratch, 1)
-    trace = _read(ran, options, 1)
+    # a stopped program's records read and priced while it makes its own way out
+    early = EarlyAnalysis(lambda: _reference(options, open_engine, say, False), options.region)
+    ran = kept[0] if kept else _run(options, scratch, 1, early.start)
+    found = early.found(ran)
+    trace = _read(ran, options, 1, found.trace if found else None)
     if not ran.files or not (trace.copies or trace.intervals or trace.calls):
         return Traced(ran, trace, None, ran if ran.interrupted else None)
     more, stopped = (kept[1:], None) if kept else _more_runs(options, scratch, ran, say)
     if options.replay is not None and options.reference == "auto":  # priced as it was
         reference, engine = kept_rates(options.replay), None
     else:  # a program stopped by Ctrl-C here is not followed by seconds of measuring
-        reference, engine = _reference(options, open_engine, say, stopped is None)
+        reference, engine = early.rates() or _reference(options, open_engine, say, stopped is None)
     rates = None if reference is None else reference.to_dict()
     if options.records is not None:
         keep_rates(rates, options.records)
     region = options.region
-    analysis = analyze(trace, ran.wall_s, reference, region, ran.started_ns)
+    analysis = (found.analysis if found is not None
+                else analyze(trace, ran.wall_s, reference, region, ran.started_ns))  # fmt: skip
     runs = [run_figures(trace, analysis, ran.wall_s)]
     for i, other in enumerate(more, 2):
         again = _read(other, options, i)
@@ -115,10 +120,10 @@ def trace_program(
     return Traced(ran, trace, result, stopped)
 
 
-def _read(ran: Ran, options: TraceOptions, i: int) -> Trace:
-    """Run `i`'s records read, its native callers named as where it ran: kept with its
-    records (--records), or read back from them (--replay)."""
-    trace = with_samples(read_trace(ran.files), ran.samples)
+def _read(ran: Ran, options: TraceOptions, i: int, read: Trace | None = None) -> Trace:
+    """Run `i`'s records read (or `read`, as early.py read them), its native callers named as
+    where it ran: kept with its records (--records), or read back from them (--replay)."""
+    trace = read if read is not None else with_samples(read_trace(ran.files), ran.samples)
     if options.replay is not None:
         named = kept_frames(ran)
         return replace(trace, frames=trace.frames | named) if named else trace
@@ -156,10 +161,16 @@ def _more_runs(
     return runs, None
 
 
-def _run(options: TraceOptions, scratch: Path, i: int) -> Ran:
-    """Run `i` of the program, traced as `options` say; its records kept where they say."""
+def _run(
+    options: TraceOptions,
+    scratch: Path,
+    i: int,
+    on_stop: Callable[[Path, int], None] | None = None,
+) -> Ran:
+    """Run `i` of the program, traced as `options` say; its records kept where they say;
+    `on_stop` as run_traced takes it."""
     ran = run_traced(list(options.command), _run_directory(scratch, i), options.limit,
-                     options.kernels, options.look_every)  # fmt: skip
+                     options.kernels, options.look_every, on_stop=on_stop)  # fmt: skip
     if options.records is not None:
         keep(ran, options.records, i)
     return ran

@@ -16,7 +16,7 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,15 +160,19 @@ def run_traced(
     limit: int = DEFAULT_LIMIT,
     kernels: str = KERNELS_DEFAULT,
     look_every: float = SAMPLE_S,
+    on_stop: Callable[[Path, int], None] | None = None,
 ) -> Ran:
     """Runs `command` with the library injected, its records going to `directory`, its kernels
     recorded as `kernels` says (kernels_setting), each Python process's main thread looked at
-    every `look_every` seconds (0: never). Its own output goes where ours goes, untouched."""
+    every `look_every` seconds (0: never). Its own output goes where ours goes, untouched.
+    `on_stop(directory, started_ns)` is called once, from the signal handler, when the first
+    stop is forwarded to the running program (early.EarlyAnalysis.start)."""
     argv = resolve(command)
     env = dict(os.environ) | traced_env(directory, limit, kernels, look_every)
     forwarded: list[tuple[int, float]] = []  # each signal and when it came
     early: list[int] = []  # signals that came before the program was there to take them
     children: list[subprocess.Popen[bytes]] = []  # the program, once started
+    told: list[bool] = []  # on_stop called
 
     def send(signum: int) -> None:
         # to its process group, as the terminal would send it untraced: a DataLoader's workers
@@ -180,8 +184,14 @@ def run_traced(
         forwarded.append((signum, time.monotonic()))
         if children:
             send(signum)
+            stopped()
         else:
             early.append(signum)
+
+    def stopped() -> None:  # the program was sent its stop: on_stop, once
+        if on_stop is not None and not told:
+            told.append(True)
+            on_stop(directory, started_ns)
 
     # set before the program starts: a Ctrl-C while it starts goes to it as soon as it runs
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -195,6 +205,7 @@ def run_traced(
             raise OptionError("COMMAND", f"cannot start '{command[0]}': {exc.strerror}") from None
         for signum in early:  # arrived while it started
             send(signum)
+            stopped()
         while True:
             try:
                 returncode = children[0].wait()
