@@ -141,3 +141,49 @@ def test_the_rates_a_stopped_trace_looks_for_are_looked_for_once(capsys, tmp_pat
     code, _, err = run(capsys, "trace", "-o", str(tmp_path / "t"), "--", "x")
     assert code == 130, err
     assert looked == [False] and err.count("rates not measured") == 1, err
+
+
+STOPPED_PROGRAM = """
+import os, shutil, signal, sys, time
+def stop(*_):  # as the injection library does at the signal: the records written to their end
+    shutil.copy(sys.argv[1], os.path.join(os.environ["XFERSCOPE_TRACE_DIR"], "trace-1.jsonl"))
+    time.sleep(0.5)  # then the program's own way out
+    sys.exit(1)
+signal.signal(signal.SIGINT, stop)
+open(sys.argv[2], "w").close()
+while True:
+    time.sleep(0.01)
+"""
+
+
+def test_the_runners_forwarded_ctrl_c_starts_the_reading_before_the_program_ends(
+    tmp_path, monkeypatch
+):
+    """Through the real runner and signal: a program that writes its records at the Ctrl-C and
+    takes its time to end is analyzed by the early thread alone, its document as usual."""
+    import os
+    import sys
+
+    from xferscope.trace import runner
+    from xferscope.trace.pipeline import TraceOptions, trace_program
+
+    from .test_libraries import _file, _pathfinder
+
+    _pathfinder(monkeypatch, {"cupti": _file(tmp_path, "libcupti.so.13")})
+    monkeypatch.setattr(runner, "injection_library", lambda: tmp_path / "libinject.so")
+    counts = _counted(monkeypatch)
+    script, ready = tmp_path / "program.py", tmp_path / "ready"
+    script.write_text(STOPPED_PROGRAM)
+
+    def ctrl_c() -> None:  # once the program runs (the runner's handlers are set by then)
+        until = time.monotonic() + 30
+        while not ready.exists() and time.monotonic() < until:
+            time.sleep(0.01)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=ctrl_c, daemon=True).start()
+    command = (sys.executable, str(script), str(RECORDED), str(ready))
+    traced = trace_program(TraceOptions(command, reference="none"), tmp_path, lambda: None)
+    assert traced.stopped is not None and traced.ran.returncode == 1
+    assert traced.result is not None and len(traced.result.copies) == 42
+    assert counts == {"early": 1, "pipeline": 0}
