@@ -21,6 +21,8 @@ them in the loop's clock; torchrun and CUDA C++ programs run under `xferscope tr
                                 no callers read: what each part of the tracing costs
   trace_looks_python_threads    Python threads a traced PyTorch program has beyond its own
                                 untraced (goal 0)
+Each program's entry holds its rounds' seconds, each variant's ratio and its 95% interval
+(interval_<variant>: ratio_interval, the rounds resampled).
 Part `sigint`: tests/trace_programs/loader_loop.py (a DataLoader with 4 workers) traced, Ctrl-C
 (SIGINT to xferscope, which forwards it) at a random moment, 20 times, SIGINT_AT_ONCE at a time:
   trace_sigint_workers_clean    runs that exited 130 within 2 s with a readable trace (or,
@@ -168,6 +170,20 @@ def chosen_variants() -> dict[str, Variant]:
     return {name: variant(name) for name in named}
 
 
+def ratio_interval(untraced: list[float], traced: list[float], resamples: int = 4000,
+                   seed: int = 0) -> list[float]:  # fmt: skip
+    """A 95% interval of median(untraced) / median(traced), the rounds of each resampled with
+    replacement (a percentile bootstrap): how far the ratio of a few noisy rounds can be
+    trusted (recsys_small_copies's untraced runs spread 0.70-0.98 s over 5 rounds)."""
+    rng = random.Random(seed)
+    ratios = sorted(
+        statistics.median(rng.choices(untraced, k=len(untraced)))
+        / statistics.median(rng.choices(traced, k=len(traced)))
+        for _ in range(resamples)
+    )
+    return [ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]]
+
+
 def order(names: list[str], round_index: int) -> list[str]:
     """Round `round_index`'s order of the runs `names`: each round starts one later, so no
     variant always takes the first run, which is slower on some programs (a tokenizing loop's
@@ -227,6 +243,8 @@ def corpus_part(_program: str, _engine: object, runs: int, comparisons: list, fi
             own = statistics.median(seconds["untraced"])
             found[p.name] = seconds | {
                 f"ratio_{v}": own / statistics.median(seconds[v]) for v in variants if seconds[v]
+            } | {f"interval_{v}": ratio_interval(seconds["untraced"], seconds[v])
+                 for v in variants if seconds[v]
             } | {"steps_times": int(os.environ.get(STEPS_TIMES, "1"))}  # fmt: skip
             ratios = {k: round(v, 3) for k, v in found[p.name].items() if k.startswith("ratio")}
             print(p.name, ratios, flush=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from trace_overhead import NO_NVTX_TOOL, VARIANTS, chosen_variants, order
+from trace_overhead import NO_NVTX_TOOL, VARIANTS, chosen_variants, order, ratio_interval
 
 
 def test_each_variant_adds_only_what_it_names():
@@ -50,3 +50,15 @@ def test_each_round_starts_one_later_so_every_run_takes_the_first_place_in_turn(
     assert rounds[0] == names and rounds[3] == names
     assert [r[0] for r in rounds[:3]] == names
     assert all(sorted(r) == sorted(names) for r in rounds)
+
+
+def test_a_ratios_interval_holds_it_and_is_wide_where_the_rounds_spread():
+    steady = [1.00, 1.01, 0.99, 1.00, 1.02]
+    lo, hi = ratio_interval(steady, [x * 1.25 for x in steady])  # traced 25% slower, steadily
+    assert lo <= 0.8 <= hi and hi - lo < 0.05
+    assert ratio_interval(steady, steady[::-1]) == ratio_interval(steady, steady[::-1])  # seeded
+    spread = [0.70, 0.98, 0.79, 0.90, 0.80]  # recsys_small_copies's untraced rounds
+    lo, hi = ratio_interval(spread, [x * 1.1 for x in spread])
+    assert lo < 1 / 1.1 < hi and hi - lo > 0.2
+    lo, hi = ratio_interval(steady, [1.3, 1.31, 1.29, 1.30])  # rounds of different counts
+    assert hi < 0.8
