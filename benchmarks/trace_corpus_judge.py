@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spread import interval
 from xferscope.trace.analyze import analyze
 from xferscope.trace.compare import compare_traces
 from xferscope.trace.document import from_dict, to_dict
@@ -176,9 +177,16 @@ def prediction(entry: dict[str, Any], steps: float, predicted: list[float]) -> d
             (min(runs["before"]) - max(runs["fixed"])) / steps,
             (max(runs["before"]) - min(runs["fixed"])) / steps,
         ],
+        # the medians' saving with the runs resampled: a price inside it is as right as the
+        # runs can tell
+        "measured_saving_interval_per_step_s": interval(
+            runs["before"], runs["fixed"], lambda b, f: (b - f) / steps
+        ),
     }
     if predicted and measured > 0:
         out["prediction_error"] = abs(statistics.median(predicted) - measured) / measured
+        lo, hi = out["measured_saving_interval_per_step_s"]
+        out["prediction_within_spread"] = lo <= statistics.median(predicted) <= hi
     traced = [entry.get(k, {}).get("seconds") for k in ("traced", "traced_fixed")]
     if predicted and None not in traced and traced[0] > traced[1]:
         saved = (traced[0] - traced[1]) / steps
@@ -293,6 +301,9 @@ def judge_all(corpus: dict[str, Any], records: Path, directory: Path) -> dict[st
         errors = [j["prediction_error"] for j in ok if "prediction_error" in j]
         if errors:
             figures["trace_corpus_prediction_error_max"] = max(errors)
+        within = [j["prediction_within_spread"] for j in ok if "prediction_within_spread" in j]
+        if within:  # beside the error: the share the runs' own spread cannot tell from right
+            figures["trace_corpus_prediction_within_spread"] = sum(within) / len(within)
         shares = [j["idle_share_error"] for j in ok if "idle_share_error" in j]
         if shares:
             figures["trace_corpus_idle_share_error_max"] = max(shares)

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from corpus_zygote import Zygote, forkable
+from spread import interval
 from trace_corpus import CORPUS, RUN_TIMEOUT_S, base_command, missing, own_line, programs, untraced
 from trace_corpus_judge import Program
 from trace_idle import PROGRAMS
@@ -170,18 +171,11 @@ def chosen_variants() -> dict[str, Variant]:
     return {name: variant(name) for name in named}
 
 
-def ratio_interval(untraced: list[float], traced: list[float], resamples: int = 4000,
-                   seed: int = 0) -> list[float]:  # fmt: skip
-    """A 95% interval of median(untraced) / median(traced), the rounds of each resampled with
-    replacement (a percentile bootstrap): how far the ratio of a few noisy rounds can be
-    trusted (recsys_small_copies's untraced runs spread 0.70-0.98 s over 5 rounds)."""
-    rng = random.Random(seed)
-    ratios = sorted(
-        statistics.median(rng.choices(untraced, k=len(untraced)))
-        / statistics.median(rng.choices(traced, k=len(traced)))
-        for _ in range(resamples)
-    )
-    return [ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]]
+def ratio_interval(untraced: list[float], traced: list[float]) -> list[float]:
+    """A 95% interval of median(untraced) / median(traced), the rounds resampled
+    (spread.interval): how far the ratio of a few noisy rounds can be trusted
+    (recsys_small_copies's untraced runs spread 0.70-0.98 s over 5 rounds)."""
+    return interval(untraced, traced, lambda u, t: u / t)
 
 
 def order(names: list[str], round_index: int) -> list[str]:

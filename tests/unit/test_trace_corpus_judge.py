@@ -25,6 +25,21 @@ def test_a_price_is_judged_against_the_medians_with_the_runs_spread_beside_it():
     assert out["measured_saving_range_per_step_s"] == pytest.approx([0.006, 0.017])
     assert out["traced_saving_per_step_s"] == pytest.approx(0.015)
     assert out["prediction_error_traced"] == pytest.approx(0.001 / 0.015)
+    # the medians' saving with the runs resampled: 3.0-3.6 less 1.9-2.4, a step
+    lo, hi = out["measured_saving_interval_per_step_s"]
+    assert 0.006 <= lo <= 0.012 <= hi <= 0.017
+    assert out["prediction_within_spread"] is (lo <= 0.014 <= hi)
+
+
+def test_a_price_outside_the_runs_spread_is_said_so_and_one_inside_it_too():
+    steady = {"untraced": {"before": _runs(3.00, 3.01, 2.99, 3.00),
+                           "fixed": _runs(2.00, 2.01, 1.99, 2.00)}}  # fmt: skip
+    assert prediction(steady, 100, [0.0100])["prediction_within_spread"] is True
+    assert prediction(steady, 100, [0.0125])["prediction_within_spread"] is False
+    noisy = {"untraced": {"before": _runs(3.0, 3.8, 2.7, 3.4, 3.1),
+                          "fixed": _runs(2.0, 2.6, 1.8, 2.2, 2.1)}}  # fmt: skip
+    out = prediction(noisy, 100, [0.0125])  # 25% off the medians' 0.010, yet inside the spread
+    assert out["prediction_error"] == pytest.approx(0.25) and out["prediction_within_spread"]
 
 
 def test_a_fix_that_saved_nothing_is_not_judged_and_a_missing_trace_is_left_out():
