@@ -23,7 +23,7 @@ def cache_directory() -> Path:
     return (Path(base).expanduser() if base else Path.home() / ".cache") / "xferscope"
 
 
-def read_kept(name: str) -> dict[str, Any]:
+def load(name: str) -> dict[str, Any]:
     """The cache file `name`'s object; {} where nothing usable is kept (a FIFO there would
     hold the read forever: not read)."""
     path = cache_directory() / name
@@ -36,7 +36,7 @@ def read_kept(name: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def keep(name: str, data: dict[str, Any]) -> None:
+def store(name: str, data: dict[str, Any]) -> None:
     """`data` written as the cache file `name`, whole or not at all; nothing where it cannot be."""
     path = cache_directory() / name
     try:

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core import nvml
-from ..core.cache import keep, read_kept
+from ..core import cache, nvml
 from ..core.engine import Engine
 
 FILE = "gemm-algorithms.json"
@@ -50,7 +49,7 @@ def known(name: str | None) -> int | None:
     """The rank kept for `name`, if any."""
     if name is None:
         return None
-    entry = read_kept(FILE).get(name)
+    entry = cache.load(FILE).get(name)
     rank = entry.get("rank") if isinstance(entry, dict) else None
     valid = isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < MOST_RANK
     return rank if valid else None
@@ -61,6 +60,6 @@ def remember(name: str | None, rank: int, candidates: int) -> None:
     the next run spends tuning again."""
     if name is None:
         return
-    data = read_kept(FILE)
+    data = cache.load(FILE)
     data[name] = {"rank": rank, "candidates": candidates}
-    keep(FILE, data)
+    cache.store(FILE, data)

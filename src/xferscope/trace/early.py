@@ -22,19 +22,14 @@ from .analyze import Analysis, analyze
 from .reading import read_trace
 from .records import Trace
 from .reference import Reference
-from .runner import Ran
+from .runner import Ran, records_of
 from .samples import with_samples
 
 POLL_S = 0.02  # how often the records are looked at for their ends
+JOIN_S = 120.0  # the most the pipeline waits for the thread (it reads what it would have read)
 END = b'{"t":"end"'  # a process's records end with this line (engine/src/trace/writer.cpp)
 
 Files = frozenset[tuple[str, int, int]]
-
-
-def records_of(directory: Path) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
-    """A run's records and its looks, as the runner lists them (runner.run_traced)."""
-    return (tuple(sorted(directory.glob("trace-*.jsonl"))),
-            tuple(sorted(directory.glob("pysamples-*.jsonl"))))  # fmt: skip
 
 
 def _state(paths: tuple[Path, ...]) -> Files | None:
@@ -128,6 +123,3 @@ class EarlyAnalysis:
         """The rates and engine the thread found, where it got as far (after `found`): not
         looked for, nor said, twice."""
         return None if self._thread is None or self._thread.is_alive() else self._rates_found
-
-
-JOIN_S = 120.0  # the most the pipeline waits for the thread (it reads what it would have read)

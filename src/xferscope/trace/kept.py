@@ -17,7 +17,7 @@ from typing import Any
 
 from ..core.errors import OptionError
 from .reference import Reference, from_dict
-from .runner import Ran
+from .runner import Ran, records_of
 
 RAN = "ran.json"  # how the run ended: command, returncode, wall_s, started_ns
 RATES = "reference.json"  # this machine's rates that priced the trace (reference.to_dict)
@@ -98,16 +98,17 @@ def read_kept(directory: Path) -> list[Ran]:
         facts_path = sub / RAN
         if not facts_path.is_file():
             continue
+        files, samples = records_of(sub)
         try:
             facts = json.loads(facts_path.read_text(encoding="utf-8"))
             ran = Ran(
                 tuple(str(a) for a in facts["command"]),
                 int(facts["returncode"]),
                 float(facts["wall_s"]),
-                tuple(sorted(sub.glob("trace-*.jsonl"))),
+                files,
                 # kept before the signal was kept: a stop said as true was a Ctrl-C
                 int(facts.get("stop_signal", signal.SIGINT if facts.get("interrupted") else 0)),
-                tuple(sorted(sub.glob("pysamples-*.jsonl"))),
+                samples,
                 int(facts.get("started_ns", 0)),
             )
         except (ValueError, KeyError, TypeError) as exc:

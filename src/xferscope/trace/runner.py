@@ -154,6 +154,13 @@ def traced_env(
     }
 
 
+def records_of(directory: Path) -> tuple[tuple[Path, ...], tuple[Path, ...]]:
+    """A run's records (one file a traced process) and its looks (one a Python process), as
+    the injection library names them."""
+    return (tuple(sorted(directory.glob("trace-*.jsonl"))),
+            tuple(sorted(directory.glob("pysamples-*.jsonl"))))  # fmt: skip
+
+
 def run_traced(
     command: Sequence[str],
     directory: Path,
@@ -216,7 +223,6 @@ def run_traced(
         for s, handler in previous.items():
             signal.signal(s, handler)
     wall = time.perf_counter() - start
-    files = tuple(sorted(directory.glob("trace-*.jsonl")))
-    samples = tuple(sorted(directory.glob("pysamples-*.jsonl")))
+    files, samples = records_of(directory)
     stop, stopped_at = forwarded[0] if forwarded else (0, None)
     return Ran(tuple(argv), returncode, wall, files, stop, samples, started_ns, stopped_at)

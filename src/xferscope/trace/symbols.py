@@ -35,36 +35,39 @@ def symbolize(raw: dict[int, tuple[str, int, str]]) -> dict[int, str]:
     names: dict[int, str] = {}
     for a, (obj, off, sym) in raw.items():
         sym = "" if Path(obj).name.startswith(ENGINE_OBJECT) else sym
-        names[a] = f"{Path(obj).name}+{off:#x}" + (f" ({sym})" if sym else "")
+        names[a] = _name(obj, off, sym)
         if not sym and Path(obj).is_file():
             by_object.setdefault(obj, []).append((a, off))
     tool = shutil.which("addr2line")
     if tool is None or not by_object:
         return names
-    kept = cache.read_kept(NAMES_FILE)
+    kept = cache.load(NAMES_FILE)
     keys = {obj: _object_key(obj) for obj in by_object}
-    unknown: dict[str, list[int]] = {}
-    for obj, items in by_object.items():
-        key = keys[obj]
+    known: dict[str, dict[str, Any]] = {}  # each object's names kept, by offset ("0x...")
+    for obj, key in keys.items():
         entry = kept.get(key) if key else None
-        known = entry if isinstance(entry, dict) else {}
-        for a, off in items:
-            found = known.get(f"{off:#x}")
-            if isinstance(found, str):
-                names[a] = f"{Path(obj).name}+{off:#x} ({found})" if found else names[a]
-            else:
-                unknown.setdefault(obj, []).append(off)
-    if not unknown:
-        return names
-    with concurrent.futures.ThreadPoolExecutor(min(len(unknown), ADDR2LINE_AT_ONCE)) as pool:
-        named = pool.map(lambda o: _addr2line(tool, o, unknown[o]), unknown)
-        read = dict(zip(unknown, named, strict=True))
+        known[obj] = entry if isinstance(entry, dict) else {}
+    unknown = {obj: [off for _, off in items if not isinstance(known[obj].get(f"{off:#x}"), str)]
+               for obj, items in by_object.items()}  # fmt: skip
+    unknown = {obj: offsets for obj, offsets in unknown.items() if offsets}
+    if unknown:
+        with concurrent.futures.ThreadPoolExecutor(min(len(unknown), ADDR2LINE_AT_ONCE)) as pool:
+            named = pool.map(lambda o: _addr2line(tool, o, unknown[o]), unknown)
+            read = dict(zip(unknown, named, strict=True))
+        for obj, found in read.items():
+            known[obj] |= {f"{off:#x}": name for off, name in found.items()}
+        _keep(kept, {key: known[obj] for obj in read if (key := keys[obj])})
     for obj, items in by_object.items():
         for a, off in items:
-            if read.get(obj, {}).get(off):
-                names[a] = f"{Path(obj).name}+{off:#x} ({read[obj][off]})"
-    _keep(kept, {key: read[obj] for obj, key in keys.items() if key and obj in read})
+            function = known[obj].get(f"{off:#x}")
+            if isinstance(function, str) and function:
+                names[a] = _name(obj, off, function)
     return names
+
+
+def _name(obj: str, off: int, function: str) -> str:
+    """A return address as said: "object+offset (function)", or without a function known."""
+    return f"{Path(obj).name}+{off:#x}" + (f" ({function})" if function else "")
 
 
 def _object_key(obj: str) -> str | None:
@@ -105,18 +108,15 @@ def _addr2line(tool: str, obj: str, offsets: list[int]) -> dict[int, str]:
     return found
 
 
-def _keep(kept: dict[str, Any], read: dict[str, dict[int, str]]) -> None:
-    """`read`'s names added to those kept, the file written once; afresh when it would pass
-    NAMES_KEPT names."""
-    if not read:
+def _keep(kept: dict[str, Any], objects: dict[str, dict[str, Any]]) -> None:
+    """The names kept with these objects' (by their keys) in place of theirs, the file written
+    once; afresh when it would pass NAMES_KEPT names."""
+    if not objects:
         return
-    for key, found in read.items():
-        entry = kept.get(key)
-        entry = entry if isinstance(entry, dict) else {}
-        kept[key] = entry | {f"{off:#x}": name for off, name in found.items()}
+    kept |= objects
     if sum(len(v) for v in kept.values() if isinstance(v, dict)) > NAMES_KEPT:
-        kept = {key: kept[key] for key in read}
-    cache.keep(NAMES_FILE, kept)
+        kept = objects
+    cache.store(NAMES_FILE, kept)
 
 
 def inlined(text: str) -> list[list[tuple[str, str]]]:
