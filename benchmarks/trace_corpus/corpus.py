@@ -16,6 +16,7 @@ import time
 # The default --steps multiplied by this (trace_overhead.py: a loop long enough that the trace's
 # first window, where it records every kernel, is a small part of it: its steady step)
 STEPS_TIMES = "TRACE_CORPUS_STEPS_TIMES"
+STEPS_TIMES_MOST = 1000
 
 
 def options(steps: int, resident: bool = False, **more: tuple[type, object]) -> argparse.Namespace:
@@ -25,8 +26,10 @@ def options(steps: int, resident: bool = False, **more: tuple[type, object]) -> 
         description=(sys.modules["__main__"].__doc__ or "").split("\n\n")[0]
     )
     times = os.environ.get(STEPS_TIMES, "1")
-    if not times.isdigit() or int(times) < 1:
-        parser.error(f"${STEPS_TIMES}: '{times}' is not a whole number of 1 or more")
+    if not times.isdigit() or not 1 <= int(times) <= STEPS_TIMES_MOST:
+        parser.error(
+            f"${STEPS_TIMES}: '{times}' is not a whole number from 1 to {STEPS_TIMES_MOST}"
+        )
     parser.add_argument("--steps", type=int, default=steps * int(times))
     parser.add_argument("--fixed", action="store_true", help="run the program with its fix")
     if resident:

@@ -62,3 +62,27 @@ def test_a_ratios_interval_holds_it_and_is_wide_where_the_rounds_spread():
     assert lo < 1 / 1.1 < hi and hi - lo > 0.2
     lo, hi = ratio_interval(steady, [1.3, 1.31, 1.29, 1.30])  # rounds of different counts
     assert hi < 0.8
+
+
+@pytest.mark.parametrize("times", ["", "0", "-3", "nan", "1e3", "1001", "99999999999999999999"])
+def test_a_steps_multiplier_that_is_not_one_is_one_line(monkeypatch, capsys, times):
+    import corpus  # benchmarks/trace_corpus/corpus.py, on the path trace_overhead sets
+
+    monkeypatch.setattr(sys, "argv", ["program"])
+    monkeypatch.setenv(corpus.STEPS_TIMES, times)
+    with pytest.raises(SystemExit) as stop:
+        corpus.options(5)
+    assert stop.value.code == 2
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert said.endswith(f"'{times}' is not a whole number from 1 to 1000")
+    assert "$TRACE_CORPUS_STEPS_TIMES" in said
+
+
+def test_the_steps_multiplier_multiplies_the_default_steps_alone(monkeypatch):
+    import corpus
+
+    monkeypatch.setenv(corpus.STEPS_TIMES, "10")
+    monkeypatch.setattr(sys, "argv", ["program"])
+    assert corpus.options(30).steps == 300
+    monkeypatch.setattr(sys, "argv", ["program", "--steps", "7"])
+    assert corpus.options(30).steps == 7
