@@ -18,7 +18,9 @@ them in the loop's clock; torchrun and CUDA C++ programs run under `xferscope tr
   trace_corpus_overhead_cupti_floor, _memcpy_records_only, _no_hash, _no_python_stacks, ...
                                 the same with the injection's knobs (trace_runs.VARIANTS):
                                 CUPTI's records alone (every kernel, or none), no content hash,
-                                no callers read: what each part of the tracing costs
+                                no callers read: what each part of the tracing costs;
+                                copies_floor, subscribed_floor, attached_floor, loaded_floor
+                                the floors beneath it (VARIANTS says what each keeps)
   trace_looks_python_threads    Python threads a traced PyTorch program has beyond its own
                                 untraced (goal 0)
 Each program's entry holds its rounds' seconds, each variant's ratio and its 95% interval
@@ -137,6 +139,9 @@ VARIANTS = {
     # CUPTI's copy and memset records alone, no looks either: the floor under any tracer that
     # records every copy (Nsight Systems' CUDA trace records them as CUPTI does)
     "copies_floor": Variant(kernels="none", look_every=0.0, knobs="nosubscribe"),
+    # the same with CUPTI's callbacks on the calls worth a record, which record nothing: what
+    # the callbacks cost before any work of ours
+    "subscribed_floor": Variant(kernels="none", look_every=0.0, knobs="nocall,noapi"),
     # CUPTI attached, its activity buffers registered, no kind of record enabled; and the
     # injection library loaded by CUDA, CUPTI never attached: under the copies' floor
     "attached_floor": Variant(kernels="none", look_every=0.0, knobs="nosubscribe,noactivity"),
