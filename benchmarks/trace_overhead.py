@@ -53,6 +53,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from corpus_zygote import Zygote, forkable
 from spread import interval
@@ -220,6 +221,16 @@ def _named_programs() -> list[Program]:
 NAMED_PROGRAMS = _named_programs()
 
 
+def entry(seconds: dict[str, list[float]]) -> dict[str, Any]:
+    """A program's entry from its runs' seconds (untraced and each variant's): each variant's
+    ratio of medians and its interval, where it has runs."""
+    own = statistics.median(seconds["untraced"])
+    timed = [v for v in seconds if v != "untraced" and seconds[v]]
+    return seconds | {f"ratio_{v}": own / statistics.median(seconds[v]) for v in timed} | {
+        f"interval_{v}": ratio_interval(seconds["untraced"], seconds[v]) for v in timed
+    } | {"steps_times": int(os.environ.get(STEPS_TIMES, "1"))}  # fmt: skip
+
+
 def corpus_part(_program: str, _engine: object, runs: int, comparisons: list, figures: dict):
     import torch
 
@@ -239,12 +250,11 @@ def corpus_part(_program: str, _engine: object, runs: int, comparisons: list, fi
             except (RuntimeError, ValueError, subprocess.SubprocessError) as exc:
                 found[p.name] = {"error": str(exc)[-2000:]}
                 continue
-            own = statistics.median(seconds["untraced"])
-            found[p.name] = seconds | {
-                f"ratio_{v}": own / statistics.median(seconds[v]) for v in variants if seconds[v]
-            } | {f"interval_{v}": ratio_interval(seconds["untraced"], seconds[v])
-                 for v in variants if seconds[v]
-            } | {"steps_times": int(os.environ.get(STEPS_TIMES, "1"))}  # fmt: skip
+            except KeyboardInterrupt:  # the runs measured so far are kept, marked as cut short
+                if seconds["untraced"]:
+                    found[p.name] = entry(seconds) | {"interrupted": True}
+                raise
+            found[p.name] = entry(seconds)
             ratios = {k: round(v, 3) for k, v in found[p.name].items() if k.startswith("ratio")}
             print(p.name, ratios, flush=True)
     for v in variants:  # the worst program's untraced / traced speed in each variant

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from trace_overhead import NO_NVTX_TOOL, VARIANTS, chosen_variants, order, ratio_interval
+from trace_overhead import NO_NVTX_TOOL, VARIANTS, chosen_variants, entry, order, ratio_interval
 
 
 def test_each_variant_adds_only_what_it_names():
@@ -86,3 +86,19 @@ def test_the_steps_multiplier_multiplies_the_default_steps_alone(monkeypatch):
     assert corpus.options(30).steps == 300
     monkeypatch.setattr(sys, "argv", ["program", "--steps", "7"])
     assert corpus.options(30).steps == 7
+
+
+def test_a_program_cut_short_keeps_the_ratios_of_the_variants_that_ran(monkeypatch):
+    monkeypatch.delenv("TRACE_CORPUS_STEPS_TIMES", raising=False)
+    got = entry({"untraced": [1.0, 1.2, 1.1], "traced": [1.25, 1.3], "copies_floor": []})
+    assert got["ratio_traced"] == pytest.approx(1.1 / 1.275)
+    assert "ratio_copies_floor" not in got and "interval_copies_floor" not in got
+    low, high = got["interval_traced"]
+    assert low <= got["ratio_traced"] <= high
+    assert got["steps_times"] == 1 and got["traced"] == [1.25, 1.3]
+
+
+def test_the_floor_with_callbacks_records_nothing_of_ours():
+    floor = VARIANTS["subscribed_floor"]
+    assert floor.env() == {"XFERSCOPE_TRACE_KNOBS": "nocall,noapi"}
+    assert (floor.kernels, floor.look_every) == ("none", 0.0)
