@@ -79,6 +79,27 @@ def test_driver_api_copies_are_recorded_with_their_callers(copies, tmp_path):
     assert proc.returncode == 0, proc.stderr
     driver = [c for c in doc["copies"] if (c["function"] or "").startswith("cuMemcpyHtoD")]
     assert len(driver) == 10 and all(c["bytes"] == 1 << 20 and c["where"] for c in driver)
+    # a program that calls the driver itself keeps the driver's callbacks
+    assert not any("driver_calls_off_ns" in p for p in doc["processes"])
+
+
+def test_a_runtime_program_has_the_drivers_callbacks_turned_off_and_its_copies_named(
+    native_engine, tmp_path
+):
+    """256 small uploads a step through the runtime (PyTorch's): past the first 2,000 driver
+    calls that runtime calls made, CUPTI's driver callbacks are turned off, and every copy,
+    before and after, is still recorded at the program's line."""
+    pytest.importorskip("torch")
+    script = str(PROGRAMS / "small_tensors.py")
+    proc, doc = trace(tmp_path, sys.executable, script, "--steps", "40")
+    assert proc.returncode == 0, proc.stderr
+    off = [p["driver_calls_off_ns"] for p in doc["processes"] if "driver_calls_off_ns" in p]
+    assert len(off) == 1
+    small = [c for c in doc["copies"] if c["direction"] == "h2d" and c["bytes"] == 4096]
+    assert len(small) == 256 * (40 + 3)
+    after = [c for c in small if c["start_ns"] > off[0]]
+    assert len(after) >= 256 * 10
+    assert all((c["where"] or "").startswith(script + ":") for c in small)
 
 
 def test_totals_agree_with_the_programs_own_events(copies, tmp_path):

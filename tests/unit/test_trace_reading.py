@@ -51,3 +51,13 @@ def test_a_name_holding_a_line_separator_keeps_its_record(tmp_path):
     path = tmp_path / "trace-1.jsonl"
     path.write_text('{"t":"nvtx","n":"a\u2028b\u0085c"}\n{"t":"end"}\n', encoding="utf-8")
     assert [r["t"] for r in jsonl_records(path)] == ["nvtx", "end"]
+
+
+def test_the_drivers_callbacks_turned_off_are_kept_with_their_process(tmp_path):
+    lines = [{"t": "start", "pid": 7, "ts": 100}, {"t": "driver_off", "ts": 250},
+             {"t": "end", "ts": 900}]  # fmt: skip
+    (tmp_path / "trace-7.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (tmp_path / "trace-8.jsonl").write_text(json.dumps({"t": "start", "pid": 8, "ts": 1}) + "\n")
+    trace = reading.read_trace(sorted(tmp_path.glob("trace-*.jsonl")))
+    off = {p["pid"]: p.get("driver_calls_off_ns") for p in trace.processes}
+    assert off == {7: 250, 8: None}

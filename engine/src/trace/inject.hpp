@@ -151,6 +151,10 @@ const std::string& api_name(CUpti_CallbackDomain domain, CUpti_CallbackId cbid);
 void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* data);
 // The callbacks on the calls worth a record (interesting()), on or off.
 void enable_callbacks(std::uint32_t on);
+// The driver's callbacks turned off for good where the program's driver calls all came from
+// runtime calls (callbacks.cpp, kDriverProbe): true when this call turned them off. Not under
+// control.mutex: it takes it.
+bool drop_driver_callbacks();
 
 // ---- python_stacks.cpp: the Python stacks of calls made from Python ----
 

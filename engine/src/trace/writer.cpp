@@ -224,7 +224,16 @@ void writer() {
       queue.wake.wait_for(lock, std::chrono::milliseconds(100),
                           [] { return queue.calls.size() >= kWakeWriter; });
     }
-    if (!closed.load(std::memory_order_relaxed)) drain();
+    if (closed.load(std::memory_order_relaxed)) break;
+    drain();
+    if (drop_driver_callbacks()) {
+      std::uint64_t now = 0;
+      cupti.cuptiGetTimestamp(&now);
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "{\"t\":\"driver_off\",\"ts\":%" PRIu64 "}", now);
+      std::lock_guard<std::mutex> lock(out_mutex);
+      line(buf);
+    }
   }
 }
 

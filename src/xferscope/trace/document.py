@@ -60,6 +60,9 @@ OLDEST_VERSION = 1
 #      can be the same change at the same line ("pin_memory=True in the DataLoader"), else "";
 #      a fix priced with the parts of other findings at its line that its change takes away
 #      lists each part in "each_fix" ([title, seconds], its own first). Version 5 still reads.
+#      A process whose driver calls all came from runtime calls has "driver_calls_off_ns":
+#      when the driver's callbacks were turned off (a driver call of its own after it: on the
+#      GPU's records, its line not known).
 
 MOST_SPANS = 20_000  # kernels and memsets kept for the timeline (the longest)
 

@@ -100,6 +100,8 @@ def read_trace(files: Iterable[Path]) -> Trace:
                 elif opened is not None:
                     windows.append((pid, opened, int(r["b"])))
                     opened = None
+            elif t == "driver_off":  # from then on, only the runtime's calls are recorded
+                process["driver_calls_off_ns"] = r.get("ts")
             elif t == "cost":  # the tracing's own time on the program's threads: [count, ns]
                 process["cost"] = {k: v for k, v in r.items() if k != "t"}
             elif t == "memcpy":
