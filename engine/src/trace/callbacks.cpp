@@ -235,9 +235,13 @@ bool sync_entry(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
   return true;
 }
 
-// Host memory pinned or registered, at its call's exit: address and size as a "pin" line.
-bool pin_record(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb,
-                char* buf, std::size_t size) {
+// Host memory pinned or registered, at its call's exit: address, size and callers into `pin`,
+// queued as the calls are and written by the writer thread as a "pin" line (JAX pins and frees
+// host memory hundreds of times a run: the line formatted here, under the lock the writer
+// holds while it writes CUPTI's buffers, cost 8 us a pin on the program's thread). False for
+// any other call.
+bool pin_entry(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData* cb,
+               Call& pin) {
   const void* ptr = nullptr;
   std::size_t bytes = 0;
   const char* what = nullptr;
@@ -280,21 +284,26 @@ bool pin_record(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_
       default: return false;
     }
   }
-  int used = std::snprintf(
-      buf, size,
-      "{\"t\":\"pin\",\"how\":\"%s\",\"f\":\"%s\",\"p\":%" PRIuPTR ",\"b\":%zu,\"c\":%" PRIu64,
-      what, cb->functionName ? cb->functionName : "?", reinterpret_cast<std::uintptr_t>(ptr), bytes,
-      correlation(cb->correlationId));
-  std::uintptr_t frames[kFrames];
+  pin.pin = what;
+  pin.function = cb->functionName ? cb->functionName : "?";  // CUPTI's: a global constant
+  pin.src = reinterpret_cast<std::uintptr_t>(ptr);
+  pin.bytes = bytes;
+  pin.correlation = correlation(cb->correlationId);
   // pins are few: unwound as the first calls are
-  const int count = unwind(frames, unwound.fetch_add(1, std::memory_order_relaxed), false);
-  if (const std::uint32_t py = python_stack())
-    used += std::snprintf(buf + used, size - used, ",\"py\":%u", py);
-  std::lock_guard<std::mutex> lock(out_mutex);
-  write_stacks();
-  used += write_frames(buf + used, size - used, frames, count);
-  std::snprintf(buf + used, size - used, "}");
+  pin.frame_count = unwind(pin.frames, unwound.fetch_add(1, std::memory_order_relaxed), false);
+  pin.python = python_stack();
   return true;
+}
+
+// A call's record queued for the writer thread, woken once kWakeWriter wait.
+void enqueue(Call&& call) {
+  std::size_t queued;
+  {
+    std::lock_guard<std::mutex> lock(queue.mutex);
+    queue.calls.push_back(std::move(call));
+    queued = queue.calls.size();
+  }
+  if (queued == kWakeWriter) queue.wake.notify_one();
 }
 
 }  // namespace
@@ -336,10 +345,9 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
     return;
   }
   if (!thread_id) thread_id = static_cast<unsigned>(gettid());
-  char pin[512];
-  if (pin_record(domain, cbid, cb, pin, sizeof pin)) {
-    std::lock_guard<std::mutex> lock(out_mutex);
-    if (keep(kPin, 0, 0)) line(pin);
+  if (Call pin; pin_entry(domain, cbid, cb, pin)) {
+    pin.thread = thread_id;
+    enqueue(std::move(pin));
   }
   if (!knob_api && !pending.copy && !pending.sync) return;
   Call call;
@@ -356,13 +364,7 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
   std::uint64_t done = now;
   cupti.cuptiGetTimestamp(&done);
   call.own += static_cast<std::uint32_t>(done - now);
-  std::size_t queued;
-  {
-    std::lock_guard<std::mutex> lock(queue.mutex);
-    queue.calls.push_back(std::move(call));
-    queued = queue.calls.size();
-  }
-  if (queued == kWakeWriter) queue.wake.notify_one();
+  enqueue(std::move(call));
 }
 
 void enable_callbacks(std::uint32_t on) {

@@ -111,6 +111,10 @@ struct Call {
   std::uint32_t thread = 0, cbid = 0;
   int kind = -1;
   bool runtime = false, copy = false, sync = false, hashed = false;
+  // a pin (host memory pinned or registered), src its address: "alloc" or "register", and the
+  // function as CUPTI names it; a pin's record is written as a "pin" line, not an "api" one
+  const char* pin = nullptr;
+  const char* function = nullptr;
   int frame_count = -1;      // -1: not unwound
   std::uint32_t python = 0;  // its Python stack's id, 0: none
   // the tracing's own time in this call's callbacks, outside [start, end]: its entry's record

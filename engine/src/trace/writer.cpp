@@ -115,6 +115,18 @@ void write_record(const CUpti_Activity* record) {
 void write_calls(const std::vector<Call>& calls) {
   char buf[2304];
   for (const Call& c : calls) {
+    if (c.pin) {
+      if (!keep(kPin, 0, 0)) continue;
+      int used = std::snprintf(buf, sizeof buf,
+                               "{\"t\":\"pin\",\"how\":\"%s\",\"f\":\"%s\",\"p\":%" PRIuPTR
+                               ",\"b\":%zu,\"c\":%" PRIu64,
+                               c.pin, c.function, c.src, c.bytes, c.correlation);
+      if (c.python) used += std::snprintf(buf + used, sizeof buf - used, ",\"py\":%u", c.python);
+      used += write_frames(buf + used, sizeof buf - used, c.frames, c.frame_count);
+      std::snprintf(buf + used, sizeof buf - used, "}");
+      line(buf);
+      continue;
+    }
     if (c.copy) keep(kCall, 0, 0);
     if (!knob_api || !keep(c.runtime ? kRuntime : kDriver, 0, c.end - c.start)) continue;
     const CUpti_CallbackDomain domain =
