@@ -26,15 +26,17 @@ with the trace of the same program.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
-import os
 import statistics
+import sys
 import time
-from collections.abc import Callable
 from contextlib import nullcontext
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "trace_corpus"))
+from corpus import tracing_pause  # the injection's switch, found as the corpus programs find it
 
 BATCH = 256
 WIDTH = 1024  # 256 x 1024 float32: 1 MiB
@@ -48,18 +50,6 @@ def model(device: torch.device) -> torch.nn.Module:
         torch.nn.ReLU(),
         torch.nn.Linear(2048, WIDTH),
     ).to(device)
-
-
-def tracing_pause() -> Callable[[int], int]:
-    """The injection's pause switch (1: paused, 0: traced), found in the library CUDA loaded."""
-    path = os.environ.get("CUDA_INJECTION64_PATH")
-    if not path:
-        raise SystemExit("--alternate: run under xferscope trace (CUDA_INJECTION64_PATH unset)")
-    try:
-        pause: Callable[[int], int] = ctypes.CDLL(path).xferscope_trace_pause
-    except (OSError, AttributeError) as exc:
-        raise SystemExit(f"--alternate: {path} has no pause switch ({exc})") from None
-    return pause
 
 
 SETTLE = 2  # steps run untimed after the tracing is paused or resumed, before a block's timing
@@ -99,7 +89,7 @@ def train(
     for i in range(warmup):
         step(i)
     torch.cuda.synchronize()
-    pause = tracing_pause() if alternate else None
+    pause = tracing_pause("--alternate") if alternate else None
     # (pausing the tracing pauses its looks at this main thread too: engine/src/trace/looks.cpp)
     times: list[float] = []
     paused: list[float] = []

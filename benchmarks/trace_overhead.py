@@ -21,6 +21,12 @@ them in the loop's clock; torchrun and CUDA C++ programs run under `xferscope tr
                                 no callers read: what each part of the tracing costs;
                                 copies_floor, subscribed_floor, attached_floor, loaded_floor
                                 the floors beneath it (VARIANTS says what each keeps)
+  trace_corpus_overhead_alternated, _alternated_copies_floor
+                                the same within each traced process: its steps timed in
+                                blocks of 50 with CUPTI detached and attached in turn
+                                (corpus.Blocks), each run's ratio of its blocks' medians, the
+                                median over runs (the whole runs' ratio kept as _runs); only
+                                the programs that time blocks (times_blocks)
   trace_looks_python_threads    Python threads a traced PyTorch program has beyond its own
                                 untraced (goal 0)
 Each program's entry holds its rounds' seconds, each variant's ratio and its 95% interval
@@ -56,14 +62,17 @@ from pathlib import Path
 from typing import Any
 
 from corpus_zygote import Zygote, forkable
-from spread import interval
+from spread import interval, median_interval
 from trace_corpus import CORPUS, RUN_TIMEOUT_S, base_command, missing, own_line, programs, untraced
 from trace_corpus_judge import Program
 from trace_idle import PROGRAMS
 from trace_runs import VARIANTS as PARTS
 
 sys.path.insert(0, str(CORPUS))
-from corpus import STEPS_TIMES  # the corpus programs' own module
+from corpus import ALTERNATE, STEPS_TIMES  # the corpus programs' own module
+
+# blocks of 50 steps, each after 20 untimed (corpus.SETTLE), as the PyTorch loop's are timed
+ALTERNATED = "detach:50"
 
 THREADS = (
     "import threading, torch; torch.zeros(1, device='cuda').sum().item(); "
@@ -118,11 +127,15 @@ class Variant:
     look_every: float = 0.01
     nvtx: bool = True
     knobs: str = ""
+    # MODE:BLOCK: the program times its steps in blocks with the tracing off and on in turn
+    # (corpus.Blocks), and the variant's ratio is of those blocks, within each traced process
+    alternate: str = ""
 
     def env(self) -> dict[str, str]:
         """What this variant adds to the environment `trace` gives the program."""
         return ({} if self.nvtx else NO_NVTX_TOOL) | (
-            {"XFERSCOPE_TRACE_KNOBS": self.knobs} if self.knobs else {})  # fmt: skip
+            {"XFERSCOPE_TRACE_KNOBS": self.knobs} if self.knobs else {}) | (
+            {ALTERNATE: self.alternate} if self.alternate else {})  # fmt: skip
 
 
 # The variants timed each round: untraced, then traced with these
@@ -147,6 +160,12 @@ VARIANTS = {
     # injection library loaded by CUDA, CUPTI never attached: under the copies' floor
     "attached_floor": Variant(kernels="none", look_every=0.0, knobs="nosubscribe,noactivity"),
     "loaded_floor": Variant(kernels="none", look_every=0.0, knobs="idle"),
+    # traced by default, and CUPTI's copy records alone, each against blocks of the same
+    # process with CUPTI detached: the ratio without the 10-20% processes differ by (where
+    # the program times blocks: corpus.Loop's sync; the others have none)
+    "alternated": Variant(alternate=ALTERNATED),
+    "alternated_copies_floor": Variant(kernels="none", look_every=0.0, knobs="nosubscribe",
+                                       alternate=ALTERNATED),
 }  # fmt: skip
 
 
@@ -192,11 +211,20 @@ def order(names: list[str], round_index: int) -> list[str]:
     return names[shift:] + names[:shift]
 
 
+def blocks_ratio(line: dict[str, Any]) -> float | None:
+    """A run's untraced / traced speed from its blocks (corpus.Blocks): the median step with
+    the tracing off over the median with it on; None without a block of each."""
+    blocks = line.get("blocks") or {}
+    off, on = blocks.get("off_step_s") or [], blocks.get("on_step_s") or []
+    return statistics.median(off) / statistics.median(on) if off and on else None
+
+
 def _round(base: list[str], zygote: Zygote, seconds: dict[str, list[float]],
            variants: dict[str, Variant], round_index: int) -> None:  # fmt: skip
     """One round of a program's variants and its untraced run, in order(): forked from the
     zygote where it is a Python script of one process, else run as a user runs it (torchrun,
-    a CUDA C++ binary)."""
+    a CUDA C++ binary). An alternated variant's run adds its blocks' ratio to
+    seconds["blocks_<variant>"]."""
     for name in order(["untraced", *variants], round_index):
         if name == "untraced":
             line = untraced(base, None, zygote)
@@ -207,6 +235,8 @@ def _round(base: list[str], zygote: Zygote, seconds: dict[str, list[float]],
             line = _traced(base, "--kernels", variant.kernels, "--look-every",
                            str(variant.look_every), env=variant.env())  # fmt: skip
         seconds[name].append(line["seconds"])
+        if (ratio := blocks_ratio(line)) is not None:
+            seconds.setdefault(f"blocks_{name}", []).append(ratio)
 
 
 def _named_programs() -> list[Program]:
@@ -223,12 +253,26 @@ NAMED_PROGRAMS = _named_programs()
 
 def entry(seconds: dict[str, list[float]]) -> dict[str, Any]:
     """A program's entry from its runs' seconds (untraced and each variant's): each variant's
-    ratio of medians and its interval, where it has runs."""
+    ratio of medians and its interval, where it has runs; an alternated variant's ratio is its
+    runs' blocks' (blocks_<variant>: each run's, the median of them and its interval), and
+    its ratio of whole runs is ratio_<variant>_runs."""
     own = statistics.median(seconds["untraced"])
-    timed = [v for v in seconds if v != "untraced" and seconds[v]]
-    return seconds | {f"ratio_{v}": own / statistics.median(seconds[v]) for v in timed} | {
+    timed = [v for v in seconds if v != "untraced" and not v.startswith("blocks_") and seconds[v]]
+    out = seconds | {f"ratio_{v}": own / statistics.median(seconds[v]) for v in timed} | {
         f"interval_{v}": ratio_interval(seconds["untraced"], seconds[v]) for v in timed
     } | {"steps_times": int(os.environ.get(STEPS_TIMES, "1"))}  # fmt: skip
+    for v in timed:
+        if ratios := seconds.get(f"blocks_{v}"):
+            out[f"ratio_{v}_runs"] = out[f"ratio_{v}"]
+            out[f"ratio_{v}"] = statistics.median(ratios)
+            out[f"interval_{v}"] = median_interval(ratios)
+    return out
+
+
+def times_blocks(program: Program) -> bool:
+    """Whether a corpus program times its steps in blocks when asked (corpus.Loop's step(),
+    with its framework's synchronize): the alternated variants run only those."""
+    return "loop.step()" in program.path.read_text()
 
 
 def corpus_part(_program: str, _engine: object, runs: int, comparisons: list, figures: dict):
@@ -243,10 +287,11 @@ def corpus_part(_program: str, _engine: object, runs: int, comparisons: list, fi
             if missing(p, gpus):
                 continue
             base = base_command(p, build)
-            seconds: dict[str, list[float]] = {"untraced": [], **{v: [] for v in variants}}
+            mine = {k: v for k, v in variants.items() if times_blocks(p) or not v.alternate}
+            seconds: dict[str, list[float]] = {"untraced": [], **{v: [] for v in mine}}
             try:
                 for index in range(max(runs, 3)):
-                    _round(base, zygote, seconds, variants, index)
+                    _round(base, zygote, seconds, mine, index)
             except (RuntimeError, ValueError, subprocess.SubprocessError) as exc:
                 found[p.name] = {"error": str(exc)[-2000:]}
                 continue

@@ -72,10 +72,11 @@ def frame_step(i: int) -> object:
 for i in range(3):
     frame_step(i)
 cp.cuda.Device().synchronize()
-loop = Loop(args)
+loop = Loop(args, sync=cp.cuda.Device().synchronize)
 loop.start()
 for i in range(args.steps):
     last = frame_step(i)
+    loop.step()
 cp.cuda.Device().synchronize()
 loop.stop()
 loop.report()

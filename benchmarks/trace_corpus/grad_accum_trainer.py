@@ -84,10 +84,11 @@ def micro_step(i: int) -> None:
 for i in range(WARMUP):
     micro_step(i)
 torch.cuda.synchronize()
-loop = Loop(args)
+loop = Loop(args, sync=torch.cuda.synchronize)
 loop.start()
 for i in range(WARMUP, WARMUP + args.steps):
     micro_step(i)
+    loop.step()
 torch.cuda.synchronize()
 loop.stop()
 loop.report()

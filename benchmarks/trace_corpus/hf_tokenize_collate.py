@@ -124,10 +124,11 @@ def step(batch: dict[str, torch.Tensor]) -> None:
 for _ in range(WARMUP):  # warm-up: the workers started, the kernels chosen
     step(next(batches))
 torch.cuda.synchronize()
-loop = corpus.Loop(args)
+loop = corpus.Loop(args, sync=torch.cuda.synchronize)
 loop.start()
 for _ in range(args.steps):
     step(next(batches))
+    loop.step()
 torch.cuda.synchronize()
 loop.stop()
 loop.report()

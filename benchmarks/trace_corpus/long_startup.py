@@ -85,10 +85,11 @@ def step(i: int) -> None:
 for i in range(3):  # warm-up
     step(i)
 torch.cuda.synchronize()
-loop = corpus.Loop(args)
+loop = corpus.Loop(args, sync=torch.cuda.synchronize)
 loop.start()
 for i in range(args.steps):
     step(i)
+    loop.step()
 torch.cuda.synchronize()
 loop.stop()
 loop.report()

@@ -100,10 +100,11 @@ def train_step(i: int) -> None:
 for i in range(WARMUP):
     train_step(i)
 torch.cuda.synchronize()
-loop = Loop(args)
+loop = Loop(args, sync=torch.cuda.synchronize)
 loop.start()
 for i in range(WARMUP, WARMUP + args.steps):
     train_step(i)
+    loop.step()
 torch.cuda.synchronize()
 loop.stop()
 loop.report()
