@@ -1,5 +1,5 @@
-"""Untraced runs of the trace corpus's Python programs, forked from a process that has imported
-PyTorch once. On the device machines importing torch takes 8-12 s a process, several times a
+"""Untraced runs of the trace corpus's Python programs that import PyTorch, forked from a
+process that has imported it once (the others run afresh: forkable). On the device machines importing torch takes 8-12 s a process, several times a
 program's loop; a program's own clock (corpus.Loop) starts after its warm-up, so how its
 modules came to be imported does not change what it measures (on 2 x H200, forked and fresh
 runs of three host-bound programs, alternated, spread alike: docs/trace.md). Traced runs never
@@ -20,6 +20,7 @@ import ctypes
 import gc
 import json
 import os
+import re
 import runpy
 import signal
 import subprocess
@@ -33,9 +34,21 @@ from types import TracebackType
 PRELOAD = ("numpy", "torch", "torch.nn.functional", "torch.utils.data", "torchvision")
 
 
+# a script that imports PyTorch, at a line's start (indented too: an import in a function)
+IMPORTS_TORCH = re.compile(r"^\s*(import torch\b|from torch[ .])", re.MULTILINE)
+
+
 def forkable(argv: list[str]) -> bool:
-    """A plain Python script, which the server can run: not torchrun, not a binary."""
-    return len(argv) >= 2 and argv[0] == sys.executable and argv[1].endswith(".py")
+    """A plain Python script, which the server can run (not torchrun, not a binary), that
+    imports PyTorch: one that does not gains nothing from the fork and would run beside
+    libraries it never loads itself (JAX and CuPy would find PyTorch's CUDA libraries loaded
+    under the names of their own), so it runs as a fresh process, as its traced runs do."""
+    if not (len(argv) >= 2 and argv[0] == sys.executable and argv[1].endswith(".py")):
+        return False
+    try:
+        return IMPORTS_TORCH.search(Path(argv[1]).read_text(errors="replace")) is not None
+    except OSError:
+        return False
 
 
 class Zygote:

@@ -4,8 +4,8 @@ $TRACE_CORPUS_PROGRAMS, comma-separated), its loop's own seconds untraced, trace
 does by default, with `--look-every 0` and with `--kernels none` (and where
 $TRACE_CORPUS_VARIANTS names them, with `--kernels all`, no NVTX tool or a knob: CHOSEN),
 alternated, `runs` rounds (3 or more), each round's order starting one later (order()). A
-Python program of one process is forked from a process that imported PyTorch once
-(corpus_zygote.py), traced with the environment `trace` gives it (runner.traced_env) and its
+Python program of one process that imports PyTorch is forked from a process that imported it
+once (corpus_zygote.py), traced with the environment `trace` gives it (runner.traced_env) and its
 records thrown away: an import takes 8-12 s there and an analysis several more, neither of
 them in the loop's clock; torchrun and CUDA C++ programs run under `xferscope trace` itself:
   trace_corpus_overhead_worst   the worst program's untraced / traced speed (goal >= 0.95)

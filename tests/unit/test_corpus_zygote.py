@@ -56,10 +56,20 @@ def test_failures_are_exit_statuses_and_a_run_past_its_time_is_killed(tmp_path, 
     assert zygote.run([sys.executable, str(script)], {}, 20)[0] == 0  # still serving
 
 
-def test_only_plain_python_scripts_are_forked():
-    assert forkable([sys.executable, "prog.py", "--fixed"])
-    assert not forkable([sys.executable, "-m", "torch.distributed.run", "prog.py"])
+def test_only_plain_python_scripts_that_import_pytorch_are_forked(tmp_path):
+    uses = tmp_path / "prog.py"
+    uses.write_text("import argparse\n\ndef main():\n    import torch.nn as nn\n")
+    assert forkable([sys.executable, str(uses), "--fixed"])
+    assert not forkable([sys.executable, "-m", "torch.distributed.run", str(uses)])
     assert not forkable(["./memcpy_loop", "--fixed"])
+    assert not forkable([sys.executable, str(tmp_path / "missing.py")])
+    # JAX and CuPy programs run fresh, as their traced runs do
+    corpus = Path(__file__).resolve().parents[2] / "benchmarks" / "trace_corpus"
+    for name, forked in (("jax_train", False), ("cupy_filter", False), ("recsys_small_copies", True),
+                         ("grad_accum_trainer", True)):  # fmt: skip
+        assert forkable([sys.executable, str(corpus / f"{name}.py")]) is forked, name
+    (tmp_path / "other.py").write_text("import torchvision_like\n# import torch in a comment\n")
+    assert not forkable([sys.executable, str(tmp_path / "other.py")])
 
 
 def test_a_scripts_exit_functions_run_as_at_its_own_end(tmp_path, zygote):
