@@ -1,9 +1,10 @@
-"""Untraced runs of the trace corpus's Python programs that import PyTorch, forked from a
-process that has imported it once (the others run afresh: forkable). On the device machines importing torch takes 8-12 s a process, several times a
-program's loop; a program's own clock (corpus.Loop) starts after its warm-up, so how its
-modules came to be imported does not change what it measures (on 2 x H200, forked and fresh
-runs of three host-bound programs, alternated, spread alike: docs/trace.md). Traced runs never
-come from here: `xferscope trace` runs the program as a user does.
+"""Untraced runs of the trace corpus's Python programs that import PyTorch, forked from a process
+that has imported it once (the others run afresh: forkable). On the device machines importing
+torch takes 8-12 s a process, several times a program's loop; a program's own clock
+(corpus.Loop) starts after its warm-up, so how its modules came to be imported does not change
+what it measures (on 2 x H200, forked and fresh runs of three host-bound programs, alternated,
+spread alike: docs/trace.md). Traced runs never come from here: `xferscope trace` runs the
+program as a user does.
 
     with Zygote() as z:
         rc, stdout, stderr = z.run([sys.executable, "prog.py", "--fixed"], env, timeout_s)

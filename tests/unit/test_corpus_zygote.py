@@ -65,8 +65,9 @@ def test_only_plain_python_scripts_that_import_pytorch_are_forked(tmp_path):
     assert not forkable([sys.executable, str(tmp_path / "missing.py")])
     # JAX and CuPy programs run fresh, as their traced runs do
     corpus = Path(__file__).resolve().parents[2] / "benchmarks" / "trace_corpus"
-    for name, forked in (("jax_train", False), ("cupy_filter", False), ("recsys_small_copies", True),
-                         ("grad_accum_trainer", True)):  # fmt: skip
+    kinds = {"jax_train": False, "cupy_filter": False, "recsys_small_copies": True,
+             "grad_accum_trainer": True}  # fmt: skip
+    for name, forked in kinds.items():
         assert forkable([sys.executable, str(corpus / f"{name}.py")]) is forked, name
     (tmp_path / "other.py").write_text("import torchvision_like\n# import torch in a comment\n")
     assert not forkable([sys.executable, str(tmp_path / "other.py")])
