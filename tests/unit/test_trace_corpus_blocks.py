@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCH))
+sys.path[:0] = [str(BENCH), str(BENCH / "trace_corpus")]
 from corpus import ALTERNATE, Blocks, Loop, alternation  # noqa: E402
 
-import trace_overhead  # noqa: E402  (puts trace_corpus/ on the path)
+import trace_overhead  # noqa: E402
 from trace_overhead import blocks_ratio, entry, times_blocks  # noqa: E402
 
 
