@@ -23,12 +23,14 @@ on the same runs without a GPU (--judge). Writes benchmarks/results/trace-corpus
                                       (goal <= 0.05)
 
     python3 benchmarks/trace_corpus.py --commit $(git rev-parse HEAD) [--rounds 3]
-        [--programs a,b] [--records DIR] [--archive DIR] [--time-limit S] [--out DIR]
-        [--into RESULT.json]
+        [--most-rounds 8] [--programs a,b] [--records DIR] [--archive DIR] [--time-limit S]
+        [--out DIR] [--into RESULT.json]
     python3 benchmarks/trace_corpus.py --judge RESULT.json --records DIR [--judged FILE]
 
-Each program's variants are run untraced --rounds times, alternated (a Python program forked
-from a process that has imported PyTorch: corpus_zygote.py), then it is traced once as
+Each program's variants are run untraced --rounds times, alternated (a Python program that
+imports PyTorch forked from a process that has imported it: corpus_zygote.py), and with
+--most-rounds N more rounds, up to N, while its fix's saving is not known within 25% (the
+runs resampled: settled(); each program's "rounds" says how many ran), then it is traced once as
 it is (and once fixed, for `compare`); --into joins this run's programs to an earlier record's
 (programs measured in separate calls, one file).
 """
@@ -41,6 +43,7 @@ import itertools
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -50,6 +53,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_zygote import Zygote, forkable
+from spread import interval
 from trace_corpus_judge import Program, is_program, judge_all, read_program
 
 HERE = Path(__file__).resolve().parent
@@ -160,6 +164,28 @@ def archive(records: Path, name: str, into: Path) -> None:
         print(f"{name}: --archive: {exc}", flush=True)
 
 
+# A fix's measured saving is known well enough to judge a price by once its 95% interval, the
+# runs resampled, lies within this share of its median on both sides: the prediction's goal
+SETTLED_WITHIN = 0.25
+
+
+def settled(program: Program, runs: dict[str, list[dict]]) -> bool:
+    """Whether a program's untraced runs (`runs`: each variant's) tell its fix's saving within
+    SETTLED_WITHIN (spread.interval); a program with no fix to price (its cause none, or its
+    start-up) is settled by its first rounds."""
+    if program.cause in ("none", "startup"):
+        return True
+    before = [r["seconds"] for r in runs.get("before", [])]
+    fixed = [r["seconds"] for r in runs.get("fixed", [])]
+    if len(before) < 2 or len(fixed) < 2:
+        return False
+    saving = statistics.median(before) - statistics.median(fixed)
+    if saving <= 0:
+        return False
+    low, high = interval(before, fixed, lambda b, f: b - f)
+    return (1 - SETTLED_WITHIN) * saving <= low and high <= (1 + SETTLED_WITHIN) * saving
+
+
 def measure(args: argparse.Namespace) -> None:
     """Each program in turn: its variants untraced, `--rounds` rounds alternated, then traced
     once as it is and once fixed (records kept); the record written after each program, so a
@@ -195,6 +221,7 @@ def measure(args: argparse.Namespace) -> None:
     def write() -> Path:
         with lock:
             figures = {"corpus": measured, "skipped": skipped, "rounds": args.rounds,
+                       "most_rounds": args.most_rounds,
                        "parallel": streams}  # fmt: skip
             return write_record("trace-corpus", args.commit, meta, gpus, [], figures,
                                 Path(args.out), records=str(records))  # fmt: skip
@@ -213,9 +240,15 @@ def measure(args: argparse.Namespace) -> None:
         if p.resident and not args.light:
             variants["resident"] = [*base, "--resident"]
         try:
-            for _ in range(args.rounds):
+            done = 0
+            while done < args.rounds or (
+                done < args.most_rounds and time.monotonic() < deadline
+                and not settled(p, entry["untraced"])
+            ):  # fmt: skip
                 for name, argv in variants.items():
                     entry["untraced"].setdefault(name, []).append(untraced(argv, env, zygote))
+                done += 1
+            entry["rounds"] = done
             for name, argv in (("round0", base), ("fixed", [*base, "--fixed"])):
                 if name == "fixed" and args.light:
                     continue
@@ -285,6 +318,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--commit", default=None)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--most-rounds",
+        type=int,
+        default=None,
+        help="run more rounds, up to this many, while a program's fix's saving is not known "
+        "within 25%% (its runs resampled); default: --rounds",
+    )
     parser.add_argument("--programs", default="")
     parser.add_argument("--records", default=None, help="where the raw traces are kept")
     parser.add_argument("--time-limit", type=float, default=3600.0)
@@ -326,6 +366,10 @@ def main() -> None:
         parser.error("--commit is required to measure")
     if args.rounds < 1:
         parser.error("--rounds must be 1 or more")
+    if args.most_rounds is None:
+        args.most_rounds = args.rounds
+    if not args.rounds <= args.most_rounds <= 50:
+        parser.error(f"--most-rounds must be from --rounds ({args.rounds}) to 50")
     if not 0 < args.time_limit < float("inf"):
         parser.error("--time-limit must be a number of seconds above 0")
     if args.parallel < 1:

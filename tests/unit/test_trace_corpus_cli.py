@@ -21,6 +21,11 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "trace_corpus.py"
         (["--commit", "x", "--archive", ""], "--archive: '' is not a directory"),
         (["--commit", "x", "--programs", " , "], "--programs: no program named"),
         (["--commit", "x", "--rounds", "0"], "--rounds must be 1 or more"),
+        (
+            ["--commit", "x", "--rounds", "4", "--most-rounds", "3"],
+            "--most-rounds must be from --rounds (4) to 50",
+        ),
+        (["--commit", "x", "--most-rounds", "51"], "--most-rounds must be from --rounds (3) to 50"),
         (["--rounds", "2"], "--commit is required to measure"),
         (["--judge", "{file}", "--records", "{dir}"], "is not a trace-corpus record file"),
         (["--commit", "x", "--programs", "no_such_program"], "no_such_program"),
@@ -60,3 +65,22 @@ def test_a_programs_traces_are_archived_whole(tmp_path, capsys):
     archive(tmp_path / "rec", "clean_loop", blocked)  # no directory can be made there
     assert "clean_loop: --archive:" in capsys.readouterr().out
     assert (kept / "trace-1.jsonl").exists()
+
+
+def _runs(*seconds: float) -> list[dict]:
+    return [{"seconds": x} for x in seconds]
+
+
+def test_more_rounds_run_only_while_the_fixs_saving_is_not_known_within_a_quarter():
+    sys.path.insert(0, str(SCRIPT.parent))
+    from trace_corpus import programs, settled
+
+    by_name = {p.name: p for p in programs("")}
+    recsys, clean = by_name["recsys_small_copies"], by_name["clean_loop"]
+    steady = {"before": _runs(2.00, 2.01, 1.99), "fixed": _runs(1.00, 1.01, 0.99)}
+    assert settled(recsys, steady)  # a saving of 1.0 s known to within 1%
+    noisy = {"before": _runs(0.95, 0.70, 0.98), "fixed": _runs(0.83, 0.80, 0.90)}
+    assert not settled(recsys, noisy)  # -0.20 to 0.18 s: unknown
+    assert not settled(recsys, {"before": _runs(1.0, 1.0), "fixed": _runs(1.1, 1.1)})  # none saved
+    assert not settled(recsys, {"before": _runs(2.0), "fixed": _runs(1.0)})  # one run: no spread
+    assert settled(clean, noisy)  # nothing to price: its first rounds do
