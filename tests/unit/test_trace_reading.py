@@ -61,3 +61,20 @@ def test_the_drivers_callbacks_turned_off_are_kept_with_their_process(tmp_path):
     trace = reading.read_trace(sorted(tmp_path.glob("trace-*.jsonl")))
     off = {p["pid"]: p.get("driver_calls_off_ns") for p in trace.processes}
     assert off == {7: 250, 8: None}
+
+
+def test_copies_past_the_drivers_callbacks_with_no_call_are_said_once(tmp_path):
+    def copy(c: int, st: int) -> dict:
+        return {"t": "memcpy", "k": 1, "s": 2, "d": 3, "b": 64, "st": st, "en": st + 5, "c": c}
+
+    api = {"t": "api", "rt": 1, "f": "cudaMemcpyAsync", "st": 290, "en": 299, "tid": 7, "c": 3}
+    lines = [{"t": "start", "pid": 7, "ts": 100}, copy(1, 200), {"t": "driver_off", "ts": 250},
+             copy(2, 300), api, copy(3, 301), copy(4, 400), {"t": "end", "ts": 900}]  # fmt: skip
+    (tmp_path / "trace-7.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    trace = reading.read_trace([tmp_path / "trace-7.jsonl"])
+    said = [w for w in trace.warnings if "through the driver itself" in w]
+    assert len(said) == 1 and "process 7: 2 copies" in said[0] and "keepdriver" in said[0]
+    (tmp_path / "trace-7.jsonl").write_text(
+        "".join(json.dumps(x) + "\n" for x in lines if x.get("t") != "driver_off")
+    )
+    assert not reading.read_trace([tmp_path / "trace-7.jsonl"]).warnings

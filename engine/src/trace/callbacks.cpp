@@ -388,7 +388,9 @@ void enable_callbacks(std::uint32_t on) {
 }
 
 bool drop_driver_callbacks() {
-  if (!knob_driver || driver_dropped.load() || driver_direct.load(std::memory_order_relaxed) ||
+  static const bool keep = knob("keepdriver");  // XFERSCOPE_TRACE_KNOBS: the user's to set
+  if (keep || !knob_driver || driver_dropped.load() ||
+      driver_direct.load(std::memory_order_relaxed) ||
       driver_nested.load(std::memory_order_relaxed) < kDriverProbe)
     return false;
   std::lock_guard<std::mutex> lock(control.mutex);

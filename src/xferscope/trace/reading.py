@@ -166,11 +166,14 @@ def read_trace(files: Iterable[Path]) -> Trace:
             )
             for r in raw_calls
         )
+        off = process.get("driver_calls_off_ns")
+        unnamed = 0  # copies past it that no recorded call issued: the driver's own, unseen
         for r in raw_copies:
             # the runtime call that issued it (CUPTI names it in runtimeCorrelationId, or gives
             # the runtime's id as the copy's own), else the driver call
             rc, c = int(r.get("rc", 0)), int(r["c"])
             a = (api.get((1, rc)) if rc else None) or api.get((1, c)) or api.get((0, c))
+            unnamed += a is None and off is not None and int(r["st"]) > int(off)
             info = (call_info.get(rc) if rc else None) or call_info.get(c, {})
             copies.append(
                 Copy(
@@ -200,6 +203,12 @@ def read_trace(files: Iterable[Path]) -> Trace:
                     tuple(info.get("at", ())),
                     stacks.get(int(info.get("py", 0)), ()),
                 )
+            )
+        if unnamed:
+            warnings.append(
+                f"process {pid}: {unnamed} copies made through the driver itself have no line: "
+                "its first driver calls all came from runtime calls, so the driver's were no "
+                "longer recorded; XFERSCOPE_TRACE_KNOBS=keepdriver keeps them"
             )
         for r in pin_records:
             a = api.get((1 if str(r["f"]).startswith("cuda") else 0, int(r["c"])))
