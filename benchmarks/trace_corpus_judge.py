@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from spread import interval
-from xferscope.trace.analyze import analyze
+from xferscope.trace.analyze import WORTH, analyze
 from xferscope.trace.compare import compare_traces
 from xferscope.trace.document import from_dict, to_dict
 from xferscope.trace.kept import kept_rates, read_kept
@@ -39,7 +39,6 @@ COMPONENTS = {
     "NCCL": (("NCCL", "DistributedDataParallel", "all-reduce"), r"torch\.distributed|nccl"),
     "DeviceLoader": (("DeviceLoader",), r"DeviceLoader"),
 }  # fmt: skip
-WORTH = 0.01  # a finding saving this share of the steady state or more is one to act on
 
 
 @dataclass(frozen=True)

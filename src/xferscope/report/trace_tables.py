@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..core.units import format_bytes, format_rate, format_seconds
+from ..trace.analyze import WORTH
 from ..trace.document import TraceResult, steady_s
 from ..trace.findings.base import counted
 from ..trace.idle import LONG_GAP
@@ -84,10 +85,11 @@ def startup_text(s: dict[str, Any]) -> str:
         said += f"; the GPU idle {format_seconds(s['idle_s'])} after its first work"
     looks = s.get("looks") or 0
     if looks:
-        seen = []
-        if s.get("importing"):
+        seen = []  # what the looks found, each where it rounds to 1% or more
+        if s.get("importing", 0) / looks >= 0.005:
             seen.append(f"importing modules ({s['importing'] / looks:.0%})")
-        seen += [f"at {shown(w)} ({n / looks:.0%})" for w, n in s.get("seen_at") or () if w]
+        seen += [f"at {shown(w)} ({n / looks:.0%})" for w, n in s.get("seen_at") or ()
+                 if w and n / looks >= 0.005]  # fmt: skip
         if seen:
             said += "; the main thread meanwhile " + ", ".join(seen)
     if s.get("uploads"):
@@ -259,8 +261,14 @@ def print_trace(result: TraceResult, console: Console) -> None:
     ref = s.get("reference") or {}
     if ref:
         console.print(f"this machine's rates: {ref.get('source')}")
-    fixes = s.get("fixes") or []
     steady = steady_s(result)  # what the shares are of
+    # a priced fix saving under WORTH of the steady state is named in one line after the others
+    minor = [
+        f
+        for f in s.get("fixes") or []
+        if f.get("saving_s") is not None and steady and f["saving_s"] < WORTH * steady
+    ]
+    fixes = [f for f in s.get("fixes") or [] if f not in minor]  # fmt: skip
     if fixes:
         console.print("[bold]what to change in the steady state, the largest saving first[/bold]")
     for f in fixes:
@@ -286,6 +294,12 @@ def print_trace(result: TraceResult, console: Console) -> None:
         console.print(
             f"together about {format_seconds(total)}, {share:.1%} of the steady state, for the "
             "fixes priced (fixes can overlap)"
+        )
+    if minor:
+        named = "; ".join(f"{f['title']} ({format_seconds(f['saving_s'])})" for f in minor)
+        console.print(
+            f"[dim]also found, each saving under {WORTH:.0%} of the steady state (in the JSON): "
+            f"{escape(named)}[/dim]"
         )
     for note in (*s.get("notes", []), *s.get("warnings", [])):
         console.print(f"[yellow]note:[/yellow] {note}")

@@ -173,8 +173,10 @@ def _cost_notes(trace: Trace) -> list[str]:
         opened = f", the first open {first[0]} ms" if first and first[0] else ""
         if opened and process.get("first_kernels"):
             opened += f" or until it held {process['first_kernels']:,} kernels"
+        count = len(trace.kernel_windows)
         notes.append(
-            f"kernels were recorded in {len(trace.kernel_windows)} windows of {on} ms (one every "
+            f"kernels were recorded in {count} window{'' if count == 1 else 's'} of {on} ms "
+            f"(one every "
             f"{period} ms at most{opened}), as each recorded kernel costs its launch "
             f"time: the GPUs' idle, the time beside kernels and the waits' cost are judged "
             f"inside them ({seen} of {len(trace.copies)} copies) and scaled to all; "

@@ -1,0 +1,53 @@
+"""The trace's summary as the terminal shows it (report/trace_tables.print_trace): findings that
+save under analyze.WORTH of the steady state named in one line after the others, and the
+start-up's looks only where they round to 1% or more."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from xferscope.report.trace_tables import print_trace, startup_text
+from xferscope.trace.document import from_dict
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "trace.json"
+
+
+def _printed(doc: dict) -> str:
+    console = Console(record=True, width=400, color_system=None)
+    print_trace(from_dict(doc), console)
+    return console.export_text()
+
+
+def test_a_finding_worth_under_a_percent_is_named_in_one_line_after_the_others():
+    doc = json.loads(GOLDEN.read_text())
+    titles = {f["code"]: f["title"] for f in doc["summary"]["fixes"]}
+    said = _printed(doc)
+    listed, _, after = said.partition("together about")
+    # 5.6% and 1.1% of the steady state: to change; 0.0%: named after; not priced: listed
+    for code in ("repeated_uploads", "synchronizations", "pageable_copies"):
+        assert titles[code] in listed, code
+    assert titles["synchronous_copies"] not in listed
+    minor = next(line for line in after.splitlines() if line.startswith("also found"))
+    assert "under 1% of the steady state" in minor and titles["synchronous_copies"] in minor
+
+
+def test_with_every_finding_worth_acting_on_there_is_no_such_line():
+    doc = json.loads(GOLDEN.read_text())
+    doc["summary"]["fixes"] = [f for f in doc["summary"]["fixes"]
+                               if f["code"] != "synchronous_copies"]  # fmt: skip
+    assert "also found" not in _printed(doc)
+
+
+def test_the_start_ups_looks_are_named_where_they_round_to_a_percent():
+    startup = copy.deepcopy(json.loads(GOLDEN.read_text())["summary"]["startup"][0])
+    startup |= {"looks": 1000, "importing": 2, "seen_at": [["prog.py:10 (main)", 600],
+                                                           ["prog.py:20 (load)", 4]]}  # fmt: skip
+    said = startup_text(startup)
+    assert "prog.py:10 (main) (60%)" in said
+    assert "importing modules" not in said and "prog.py:20" not in said
+    startup["importing"] = 300
+    assert "importing modules (30%)" in startup_text(startup)
