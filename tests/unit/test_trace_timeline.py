@@ -544,3 +544,26 @@ def test_the_gaps_between_many_small_uploads_are_the_inputs(gap_us):
     loop = steps(Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, ()))
     assert loop is not None and loop.count == 7
     assert loop.input_share == pytest.approx(1 - 1_000 / ((4 + gap_us) * 64 + 1_001), abs=0.002)
+
+
+@pytest.mark.parametrize(("distinct", "constant"), [(True, False), (False, True), (None, False)])
+def test_small_copies_are_advised_by_whether_their_bytes_repeat(distinct, constant):
+    """Two runs of 20 small uploads: a batch's features (each copy's content new) are advised
+    fewer, larger copies; the same bytes uploaded run after run (a constant made each step),
+    made once on the GPU; no content recorded, as the batch's."""
+    from xferscope.trace.findings import Context, small
+
+    us = 1_000
+    copies = []
+    for run in range(2):
+        for i in range(20):
+            t = (1_000 + run * 1_000 + i * 10) * us
+            content = None if distinct is None else (run * 20 + i if distinct else i)
+            copies.append(Copy(1, "h2d", "pinned", "device", 4096, t, t + 2 * us, 0, 7, True,
+                               run * 20 + i, content=content))  # fmt: skip
+    f = small.find(Context(Trace(tuple(copies), (), (), (), {}, {}, ()), None))
+    assert f is not None
+    from xferscope.trace.findings.base import in_words
+
+    assert f.advice == in_words(small.CONSTANT_ADVICE if constant else small.ADVICE, None)
+    assert ("once, before the loop" in f.advice) is constant

@@ -21,13 +21,31 @@ ADVICE: dict[str | None, str] = {
     None: "gather them into one buffer and copy once (cudaMemcpyBatchAsync on CUDA 12.8+, or "
     "a pinned staging buffer and one copy), then scatter on the GPU; xferscope.copy_many "
     "makes the batch by the method measured fastest here",
+    "PyTorch": "copy many small tensors as one: where they are views of one pinned buffer, "
+    "copy the buffer once and cut the same views from its GPU copy; else `torch.cat` on the "
+    "host, one `.to(device)`, then split; or xferscope.copy_many",
+    "CuPy": "concatenate them on the host and copy once "
+    "(`cupy.asarray(numpy.concatenate(...))`), or use xferscope.copy_many",
+}
+# where the runs upload the same bytes again and again: small constants made each step
+CONSTANT_ADVICE: dict[str | None, str] = {
+    None: "copy them once, before the loop, and keep them on the GPU",
     "PyTorch": "make small constant tensors once, on the GPU, outside the loop "
     "(`torch.tensor(values, device=device)` copies from the host each time it runs); copy "
     "many small tensors as one (`torch.cat` on the host, one `.to(device)`, then split), or "
     "with xferscope.copy_many",
-    "CuPy": "build small arrays once, or concatenate them on the host and copy once "
-    "(`cupy.asarray(numpy.concatenate(...))`), or use xferscope.copy_many",
+    "CuPy": "build small arrays once, on the GPU, outside the loop, or concatenate them on the "
+    "host and copy once (`cupy.asarray(numpy.concatenate(...))`), or use xferscope.copy_many",
 }
+
+
+def advice_for(copies: list[Copy]) -> dict[str | None, str]:
+    """CONSTANT_ADVICE where at least half the copies' contents (their sampled hashes) were copied
+    before, the same bytes uploaded again and again; else ADVICE: distinct data each time (a
+    batch's features), which only fewer, larger copies help."""
+    hashes = [c.content for c in copies if c.content is not None]
+    repeated = len(hashes) - len(set(hashes))
+    return CONSTANT_ADVICE if hashes and repeated * 2 >= len(hashes) else ADVICE
 
 
 def find(context: Context) -> TraceFinding | None:
@@ -64,8 +82,9 @@ def find(context: Context) -> TraceFinding | None:
     if reference is None:
         cost = sum(c.host_cost_s for c in copies)
         return finding(
-            CODE, title, ADVICE, trace, copies, cost, None, unpriced=f"not priced: {NO_CURVES}"
-        )
+            CODE, title, advice_for(copies), trace, copies, cost, None,
+            unpriced=f"not priced: {NO_CURVES}",
+        )  # fmt: skip
     # what they cost: as traced, or what this machine takes for them untraced if less (a
     # traced call carries the tracing's own microsecond or so)
     cost = min(sum(c.host_cost_s for c in copies), expected(reference, copies) or float("inf"))
@@ -77,7 +96,7 @@ def find(context: Context) -> TraceFinding | None:
     return finding(
         CODE,
         title,
-        ADVICE,
+        advice_for(copies),
         trace,
         copies,
         max(cost, host),
