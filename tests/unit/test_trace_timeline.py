@@ -567,3 +567,24 @@ def test_small_copies_are_advised_by_whether_their_bytes_repeat(distinct, consta
 
     assert f.advice == in_words(small.CONSTANT_ADVICE if constant else small.ADVICE, None)
     assert ("once, before the loop" in f.advice) is constant
+
+
+@pytest.mark.parametrize(
+    ("directions", "leads", "then"),
+    [(("h2d",), "pin the host buffers once", None),
+     (("d2h",), "copy into host buffers pinned once", None),
+     (("h2d", "d2h", "d2h"), "copy into host buffers pinned once", "for the uploads: pin"),
+     (("h2d", "h2d", "d2h"), "pin the host buffers once", "for the copies back: copy into")],
+)  # fmt: skip
+def test_pageable_copies_are_advised_for_the_direction_that_costs_most(directions, leads, then):
+    """Pageable uploads are advised pinned sources; pageable reads back (`.cpu()`), a pinned
+    destination and an event; both, the costlier first."""
+    from xferscope.trace.findings import Context, pageable
+
+    us = 1_000
+    copies = [Copy(1, d, "pageable" if d == "h2d" else "device", "device" if d == "h2d"
+                   else "pageable", 1 << 20, (1_000 + 100 * i) * us, (1_050 + 100 * i) * us,
+                   0, 7, False, i) for i, d in enumerate(directions)]  # fmt: skip
+    f = pageable.find(Context(Trace(tuple(copies), (), (), (), {}, {}, ()), None))
+    assert f is not None and f.advice.startswith(leads)
+    assert (then is None and ";" not in f.advice) or (then is not None and then in f.advice)

@@ -10,7 +10,7 @@ from dataclasses import replace
 from ..costs import exposed
 from ..records import Copy
 from ..reference import Reference
-from .base import NO_CURVES, PIN_LOADER, Context, TraceFinding, finding
+from .base import NO_CURVES, PIN_LOADER, Context, TraceFinding, finding, in_words
 
 ORDER = 0  # where it stands among findings of equal price
 CODE = "pageable_copies"
@@ -28,6 +28,36 @@ ADVICE: dict[str | None, str] = {
     "Numba": "allocate the host arrays pinned (`cuda.pinned_array`, or `with "
     "cuda.pinned(array):`) before `cuda.to_device`",
 }
+# where the pageable copies that cost the most are read back from the GPU
+BACK_ADVICE: dict[str | None, str] = {
+    None: "copy into host buffers pinned once (cudaMallocHost or cudaHostRegister) with "
+    "cudaMemcpyAsync, and wait on an event recorded after the copy before reading them",
+    "PyTorch": "copy into a host tensor pinned once (`out = torch.empty(shape, dtype=dtype, "
+    "pin_memory=True)`), with `out.copy_(x, non_blocking=True)` and an event recorded after "
+    "it (`torch.cuda.Event()`), synchronized before `out` is read",
+    "CuPy": "copy into host arrays pinned once (`cupyx.empty_pinned`), with `x.get(out=pinned)`",
+    "JAX": "move the arrays to pinned host memory (`jax.device_put(x, "
+    "sharding.with_memory_kind('pinned_host'))`) before reading them",
+    "Numba": "copy into host arrays pinned once (`cuda.pinned_array`) with "
+    "`x.copy_to_host(pinned)`",
+}
+
+
+def advice_for(copies: list[Copy], used: str | None, loader: bool) -> str:
+    """The advice for the direction the copies cost the most in: uploads (ADVICE, with a
+    DataLoader's knobs where the program uses one), reads back (BACK_ADVICE), or, where both
+    cost, the first's followed by the other's."""
+    cost = {"h2d": 0.0, "d2h": 0.0}
+    for c in copies:
+        if c.direction in cost:
+            cost[c.direction] += c.host_cost_s
+    up, back = in_words(ADVICE, used, loader), in_words(BACK_ADVICE, used)
+    if not cost["d2h"]:
+        return up
+    if not cost["h2d"]:
+        return back
+    first, then = (up, back) if cost["h2d"] >= cost["d2h"] else (back, up)
+    return f"{first}; {'for the copies back' if first is up else 'for the uploads'}: {then}"
 
 
 def find(context: Context) -> TraceFinding | None:
@@ -52,7 +82,11 @@ def find(context: Context) -> TraceFinding | None:
         "" if saving is not None else f"not priced: {NO_CURVES}",
         context.uses_loader,
     )
-    return replace(found, change=PIN_LOADER) if context.uses_loader else found
+    advice = advice_for(copies, found.framework, context.uses_loader)
+    found = replace(found, advice=advice)
+    # the DataLoader's pinning is the change where the uploads lead the advice
+    leads = advice.startswith(in_words(ADVICE, found.framework, True))
+    return replace(found, change=PIN_LOADER) if context.uses_loader and leads else found
 
 
 def _saving(
