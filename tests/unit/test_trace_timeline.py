@@ -588,3 +588,20 @@ def test_pageable_copies_are_advised_for_the_direction_that_costs_most(direction
     f = pageable.find(Context(Trace(tuple(copies), (), (), (), {}, {}, ()), None))
     assert f is not None and f.advice.startswith(leads)
     assert (then is None and ";" not in f.advice) or (then is not None and then in f.advice)
+
+
+def test_a_small_copy_is_never_slow_for_its_rate():
+    """Reads back of 8 B and 4 KiB ten times this machine's curve (a `.tolist()` or `.cpu()` of
+    a result: their time is the copy's fixed cost) are not slow copies; one of 1 MiB is."""
+    from xferscope.trace.findings import Context, slow
+    from xferscope.trace.reference import Reference
+
+    ms = 1_000_000
+    reference = Reference("test", {("d2h", "pinned"): ((8, 5e-6), (4096, 6e-6), (1 << 20, 1e-4))})
+    sizes = (8, 4096, 8, 4096)
+    copies = [Copy(1, "d2h", "device", "pinned", b, (i + 1) * ms, (i + 1) * ms + 60_000, 0, 7,
+                   True, i) for i, b in enumerate(sizes)]  # fmt: skip
+    assert slow.find(Context(Trace(tuple(copies), (), (), (), {}, {}, ()), reference)) is None
+    big = Copy(1, "d2h", "device", "pinned", 1 << 20, 9 * ms, 10 * ms, 0, 7, True, 9)
+    found = slow.find(Context(Trace((*copies, big), (), (), (), {}, {}, ()), reference))
+    assert found is not None and found.calls == 1

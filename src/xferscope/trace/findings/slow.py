@@ -1,11 +1,14 @@
-"""Copies far slower than this machine reaches for their size: priced by the time past its curve,
-of each copy's time beyond the kernels its GPU ran meanwhile (costs.exposed: a blocking call
-that waits for the step before is slow by that wait, which a faster copy cannot save)."""
+"""Copies far slower than this machine reaches for their size, of those over small.SMALL_BYTES
+(a smaller copy's time is its fixed cost, which no link or NUMA node explains): priced by the
+time past its curve, of each copy's time beyond the kernels its GPU ran meanwhile
+(costs.exposed: a blocking call that waits for the step before is slow by that wait, which a
+faster copy cannot save)."""
 
 from __future__ import annotations
 
 from ..costs import exposed
 from .base import Context, TraceFinding, finding
+from .small import SMALL_BYTES
 
 ORDER = 4  # where it stands among findings of equal price
 CODE = "slow_copies"
@@ -23,6 +26,8 @@ def find(context: Context) -> TraceFinding | None:
     slow = []
     for c in trace.copies:
         if not c.crosses_link or c.host_memory not in ("pinned", "pageable"):
+            continue
+        if c.bytes <= SMALL_BYTES:  # its time is its fixed cost: its rate tells of no link
             continue
         t = reference.seconds(c.direction, c.host_memory, c.bytes)
         taken = c.host_cost_s if c.host_memory == "pageable" else c.seconds
