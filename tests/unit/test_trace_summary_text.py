@@ -51,3 +51,16 @@ def test_the_start_ups_looks_are_named_where_they_round_to_a_percent():
     assert "importing modules" not in said and "prog.py:20" not in said
     startup["importing"] = 300
     assert "importing modules (30%)" in startup_text(startup)
+
+
+def test_a_place_costing_under_a_percent_of_the_first_is_counted_not_listed():
+    from xferscope.report.trace_tables import place_lines
+
+    places = [("train.py:63 (step)", 303, 62e-3), ("train.py:64 (step)", 303, 1.6e-3),
+              ("train.py:90 (<module>)", 1, 16e-6)]  # fmt: skip
+    fix = {"places": [{"where": w, "calls": n, "cost_s": c} for w, n, c in places]}
+    lines = place_lines(fix)
+    assert len(lines) == 3 and "train.py:64" in lines[1] and "train.py:90" not in "".join(lines)
+    assert "and 1 more place, each costing under 1% of the first" in lines[2]
+    fix["places"].pop()
+    assert len(place_lines(fix)) == 2

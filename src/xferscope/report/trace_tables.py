@@ -312,9 +312,15 @@ def place_lines(fix: dict[str, Any]) -> list[str]:
     if "places" not in fix:
         return [f"at {escape(shown(w))}" for w in fix.get("where", [])]
     out = []
-    for p in fix["places"]:
+    # a place costing under WORTH of the costliest's (the synchronize after a loop) is counted
+    most = max((p["cost_s"] for p in fix["places"]), default=0.0)
+    shown_places = [p for p in fix["places"] if p["cost_s"] >= WORTH * most]
+    for p in shown_places:
         code = f" [dim]{escape(p['code'][:60])}[/dim]" if p.get("code") else ""
         cost = format_seconds(p["cost_s"])
         calls = counted(p["calls"], "")
         out.append(f"at {escape(shown(p['where']))}: {calls + ', ' if calls else ''}{cost}{code}")
+    if rest := len(fix["places"]) - len(shown_places):
+        out.append(f"[dim]and {rest} more place{'' if rest == 1 else 's'}, each costing under "
+                   f"{WORTH:.0%} of the first (in the JSON)[/dim]")  # fmt: skip
     return out
