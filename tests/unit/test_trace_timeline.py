@@ -605,3 +605,26 @@ def test_a_small_copy_is_never_slow_for_its_rate():
     big = Copy(1, "d2h", "device", "pinned", 1 << 20, 9 * ms, 10 * ms, 0, 7, True, 9)
     found = slow.find(Context(Trace((*copies, big), (), (), (), {}, {}, ()), reference))
     assert found is not None and found.calls == 1
+
+
+def test_a_wait_only_at_epoch_starts_is_the_loaders_restart():
+    """Forty steps of 3 ms with no wait between them, but at two epoch starts 60 ms waiting for
+    the batch (the workers start again): all alike, none long beside the others, yet no step's
+    wait: the fix is persistent workers, for all of it."""
+    from xferscope.trace.findings import Context, input_starved
+    from xferscope.trace.records import PyFrame
+    from xferscope.trace.steps import loops
+
+    ms = 1_000_000
+    at = (PyFrame("train.py", 43, "train"),)
+    looks = (PyFrame("/site-packages/torch/utils/data/dataloader.py", 9, "next"),
+             PyFrame("train.py", 42, "train"))  # fmt: skip
+    trace = _fed_loop(list(itertools.accumulate((63 if i in (14, 28) else 3) * ms
+                                                for i in range(40))), at, looks)  # fmt: skip
+    found = loops(trace)
+    assert found and found[0].count >= 38
+    f = input_starved.find(Context(trace, None, loops=found))
+    assert f is not None
+    ((restart, saved),) = f.each_fix
+    assert "persistent_workers=True" in restart and saved == pytest.approx(f.saving_s)
+    assert input_starved.find(Context(trace, None)) is not None  # no loop known: as before
