@@ -5,6 +5,7 @@ start-up's looks only where they round to 1% or more."""
 from __future__ import annotations
 
 import copy
+import io
 import json
 from pathlib import Path
 
@@ -17,7 +18,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "trace.json"
 
 
 def _printed(doc: dict) -> str:
-    console = Console(record=True, width=400, color_system=None)
+    console = Console(record=True, width=400, color_system=None, file=io.StringIO())
     print_trace(from_dict(doc), console)
     return console.export_text()
 
@@ -64,3 +65,17 @@ def test_a_place_costing_under_a_percent_of_the_first_is_counted_not_listed():
     assert "and 1 more place, each costing under 1% of the first" in lines[2]
     fix["places"].pop()
     assert len(place_lines(fix)) == 2
+
+
+def test_a_group_of_small_copies_has_no_share_of_this_machines_reach():
+    doc = json.loads(GOLDEN.read_text())
+    group = doc["summary"]["groups"][0]
+    name = f"{group['direction']} {group['memory']}"
+
+    def row() -> str:
+        return next(line for line in _printed(doc).splitlines() if name in line and "│" in line)
+
+    group |= {"calls": 1000, "bytes": 1000 * 16384, "of_reach": 5.38}  # 16 KiB copies
+    assert "%" not in row().split("│")[6]
+    group |= {"calls": 10, "bytes": 10 * (8 << 20), "of_reach": 0.37}  # 8 MiB copies
+    assert row().split("│")[6].strip() == "37%"

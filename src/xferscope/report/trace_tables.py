@@ -14,6 +14,7 @@ from ..core.units import format_bytes, format_rate, format_seconds
 from ..trace.analyze import WORTH
 from ..trace.document import TraceResult, steady_s
 from ..trace.findings.base import counted
+from ..trace.findings.small import SMALL_BYTES
 from ..trace.idle import LONG_GAP
 from ..trace.records import shown
 
@@ -244,7 +245,10 @@ def print_trace(result: TraceResult, console: Console) -> None:
     ):
         groups.add_column(name, justify="left" if name == "copies" else "right")
     for g in s["groups"]:
-        reach = g.get("of_reach")
+        # this machine's reach is its copies' API time: a small copy's is its fixed cost, which
+        # its GPU time leaves out, so none is given for a group of small copies
+        small = g["calls"] and g["bytes"] / g["calls"] <= SMALL_BYTES
+        reach = None if small else g.get("of_reach")
         groups.add_row(
             f"{g['direction']} {g['memory']}",
             str(g["calls"]),
