@@ -12,7 +12,7 @@ import random
 import pytest
 
 from xferscope.trace.analyze import analyze
-from xferscope.trace.compare import FIX_CUT, FIX_GONE, FIX_SAME, _fixes
+from xferscope.trace.compare import FIX_CUT, FIX_GONE, FIX_SAME, _fixes, fix_text
 from xferscope.trace.findings import Context, input_starved, pageable, synchronizing
 from xferscope.trace.findings.base import PIN_LOADER
 from xferscope.trace.loops import Candidate, bursts, candidates, choose
@@ -521,3 +521,33 @@ def test_the_idle_after_an_uploads_own_wait_is_the_inputs(wait_line, share):
     loop = analyze(trace, 1.0, None).loop
     assert loop is not None and loop.input_share is not None
     assert loop.input_share == pytest.approx(share, abs=0.02)
+
+
+def test_findings_gone_together_are_paid_together_and_a_longer_loop_pays_nothing():
+    """A's input wait (predicted 0.2 s) and a small wait (predicted 1 ms) both gone in B, whose
+    steps saved 0.21 s: each says the two paid 105% together, not the small one 21,000%. Where
+    B's loop took longer, gone is said without a payment."""
+    before = [{**_run(10e-3, {"input_starved": 0.3, "synchronizations": 0.01}),
+               "findings": {"input_starved": {"title": "input", "cost_s": 0.3, "saving_s": 0.2},
+                            "synchronizations": {"title": "waits", "cost_s": 0.01,
+                                                 "saving_s": 0.001}}}
+              for _ in range(3)]  # fmt: skip
+    faster = [_run(7.9e-3, {}) for _ in range(3)]
+    paid = {p.code: p for p in _fixes(before, faster)}
+    for code in ("input_starved", "synchronizations"):
+        assert paid[code].paid == pytest.approx(0.21 / 0.201)
+        assert paid[code].predicted_together_s == pytest.approx(0.201)
+    assert "predicted together 201.00 ms, paid 104%" in fix_text(paid["synchronizations"])
+    slower = [_run(10.8e-3, {}) for _ in range(3)]
+    for p in _fixes(before, slower):
+        assert p.status == FIX_GONE and p.paid is None
+        assert "took 80.00 ms longer, not shorter" in fix_text(p) and "paid" not in fix_text(p)
+
+
+def test_the_findings_gone_together_are_named_by_their_titles():
+    before = [_run(10e-3, {"input_starved": 0.3, "synchronizations": 0.01}) for _ in range(3)]
+    paid = {p.code: p for p in _fixes(before, [_run(8e-3, {}) for _ in range(3)])}
+    titles = {"input_starved": "the GPU waited for its next input"}
+    said = fix_text(paid["synchronizations"], titles)
+    assert "together with the GPU waited for its next input;" in said
+    assert "together with input_starved;" in fix_text(paid["synchronizations"])

@@ -38,7 +38,9 @@ from .records import shown
 
 FEWER, MORE = "fewer", "more"
 COMPARE_SCHEMA_NAME = "xferscope-trace-compare"
-COMPARE_SCHEMA_VERSION = 2  # 2: a fix's "status", "saved_s" of the steady state, "paid"
+# 2: a fix's "status", "saved_s" of the steady state, "paid"; 3: "predicted_together_s", and
+# "paid" of the findings gone together, none where the steady state got no shorter
+COMPARE_SCHEMA_VERSION = 3
 GONE = 0.1  # a finding whose cost in B is under this share of A's is gone
 # what became of a finding of A in B
 FIX_GONE, FIX_CUT, FIX_SAME = "gone", "cut", "not changed"
@@ -82,14 +84,20 @@ class FixPaid:
     # the findings of A gone with it (their fixes paid together)
     saved_s: float | None = None
     together: tuple[str, ...] = ()
+    # what the findings gone together were predicted to save, summed (their fixes paid
+    # together: one saving of the steady state is theirs, not each one's)
+    predicted_together_s: float | None = None
     DERIVED: ClassVar[tuple[Derived, ...]] = (Derived("paid", lambda p: p.paid, "saved_s"),)
 
     @property
     def paid(self) -> float | None:
-        """What B saved over what was predicted, where the cause is gone and was priced."""
-        if self.status != FIX_GONE or self.saved_s is None or not self.predicted_s:
+        """What B saved over what was predicted for the findings gone with this one, where
+        its cause is gone, was priced, and the steady state got shorter (a longer one is no
+        payment: its runs, or other changes, say more than the fix)."""
+        predicted = self.predicted_together_s or self.predicted_s
+        if self.status != FIX_GONE or self.saved_s is None or not predicted:
             return None
-        return self.saved_s / self.predicted_s
+        return self.saved_s / predicted if self.saved_s > 0 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,9 +296,11 @@ def _fixes(runs_a: list[dict[str, Any]], runs_b: list[dict[str, Any]]) -> list[F
         out.append(FixPaid(code, str(found.get("title", code)), median, a, b, spread, status))
     gone = tuple(p.code for p in out if p.status == FIX_GONE)
     saved = steady_saved(runs_a, runs_b)
+    together_s = sum(p.predicted_s or 0.0 for p in out if p.status == FIX_GONE) or None
     return [
         p if p.status != FIX_GONE
-        else replace(p, saved_s=saved, together=tuple(c for c in gone if c != p.code))
+        else replace(p, saved_s=saved, together=tuple(c for c in gone if c != p.code),
+                     predicted_together_s=together_s if len(gone) > 1 else None)
         for p in out
     ]  # fmt: skip
 
@@ -335,8 +345,9 @@ def render(
         console.print(f"{label}: {escape(ref)}")
     if comparison.paid:
         console.print("[bold]what the fixes of A paid in B[/bold]")
+    titles = {q.code: q.title for q in comparison.paid}
     for p in comparison.paid:
-        console.print(f"  {escape(fix_text(p))}")
+        console.print(f"  {escape(fix_text(p, titles))}")
     for section, title in (
         ("program", "the program"),
         ("copies", "copies by kind"),
@@ -372,9 +383,10 @@ def render(
     console.print(f"{changed} of {len(comparison.changes)} figures changed beyond their noise")
 
 
-def fix_text(p: FixPaid) -> str:
+def fix_text(p: FixPaid, titles: dict[str, str] | None = None) -> str:
     """What became of a finding of A in B, in words: gone, with what the steady state saved
-    against the prediction; cut; or not changed in B."""
+    against the prediction; cut; or not changed in B. `titles`: the findings' titles by code,
+    to name those gone with it."""
     cost = f"cost {format_seconds(p.cost_a_s)} -> {format_seconds(p.cost_b_s)}"
     predicted = (
         "not priced" if p.predicted_s is None else f"predicted {format_seconds(p.predicted_s)}"
@@ -386,11 +398,16 @@ def fix_text(p: FixPaid) -> str:
     if p.saved_s is None:
         return f"{p.title}: gone in B ({cost}); {predicted}; no steady state to compare"
     paid = f", paid {p.paid:.0%}" if p.paid is not None else ""
-    with_others = f", together with {', '.join(p.together)}" if p.together else ""
-    return (
-        f"{p.title}: gone in B ({cost}); the steady state saved {format_seconds(p.saved_s)}"
-        f"{with_others}; {predicted}{paid}"
+    if p.together and p.predicted_together_s:
+        predicted = f"predicted together {format_seconds(p.predicted_together_s)}"
+    named = [(titles or {}).get(code, code) for code in p.together]
+    with_others = f", together with {'; '.join(named)}" if named else ""
+    saved = (
+        f"the steady state saved {format_seconds(p.saved_s)}"
+        if p.saved_s > 0
+        else f"the steady state took {format_seconds(-p.saved_s)} longer, not shorter"
     )
+    return f"{p.title}: gone in B ({cost}); {saved}{with_others}; {predicted}{paid}"
 
 
 def to_dict(comparison: TraceComparison) -> dict[str, Any]:
