@@ -1,0 +1,97 @@
+"""What a finding advises, from what the trace shows the program doing: small copies by whether
+their bytes repeat, pageable copies by their direction, slow copies only where a rate says
+something, and a loader's wait at epoch starts only as its workers' restart."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from xferscope.trace.records import Copy, Trace
+
+from .trace_loops import _fed_loop
+
+
+@pytest.mark.parametrize(("distinct", "constant"), [(True, False), (False, True), (None, False)])
+def test_small_copies_are_advised_by_whether_their_bytes_repeat(distinct, constant):
+    """Two runs of 20 small uploads: a batch's features (each copy's content new) are advised
+    fewer, larger copies; the same bytes uploaded run after run (a constant made each step),
+    made once on the GPU; no content recorded, as the batch's."""
+    from xferscope.trace.findings import Context, small
+
+    us = 1_000
+    copies = []
+    for run in range(2):
+        for i in range(20):
+            t = (1_000 + run * 1_000 + i * 10) * us
+            content = None if distinct is None else (run * 20 + i if distinct else i)
+            copies.append(Copy(1, "h2d", "pinned", "device", 4096, t, t + 2 * us, 0, 7, True,
+                               run * 20 + i, content=content))  # fmt: skip
+    f = small.find(Context(Trace(tuple(copies), (), (), (), {}, {}, ()), None))
+    assert f is not None
+    from xferscope.trace.findings.base import in_words
+
+    assert f.advice == in_words(small.CONSTANT_ADVICE if constant else small.ADVICE, None)
+    assert ("once, before the loop" in f.advice) is constant
+
+
+@pytest.mark.parametrize(
+    ("directions", "leads", "then"),
+    [(("h2d",), "pin the host buffers once", None),
+     (("d2h",), "copy into host buffers pinned once", None),
+     (("h2d", "d2h", "d2h"), "copy into host buffers pinned once", "for the uploads: pin"),
+     (("h2d", "h2d", "d2h"), "pin the host buffers once", "for the copies back: copy into")],
+)  # fmt: skip
+def test_pageable_copies_are_advised_for_the_direction_that_costs_most(directions, leads, then):
+    """Pageable uploads are advised pinned sources; pageable reads back (`.cpu()`), a pinned
+    destination and an event; both, the costlier first."""
+    from xferscope.trace.findings import Context, pageable
+
+    us = 1_000
+    copies = [Copy(1, d, "pageable" if d == "h2d" else "device", "device" if d == "h2d"
+                   else "pageable", 1 << 20, (1_000 + 100 * i) * us, (1_050 + 100 * i) * us,
+                   0, 7, False, i) for i, d in enumerate(directions)]  # fmt: skip
+    f = pageable.find(Context(Trace(tuple(copies), (), (), (), {}, {}, ()), None))
+    assert f is not None and f.advice.startswith(leads)
+    assert (then is None and ";" not in f.advice) or (then is not None and then in f.advice)
+
+
+def test_a_small_copy_is_never_slow_for_its_rate():
+    """Reads back of 8 B and 4 KiB ten times this machine's curve (a `.tolist()` or `.cpu()` of
+    a result: their time is the copy's fixed cost) are not slow copies; one of 1 MiB is."""
+    from xferscope.trace.findings import Context, slow
+    from xferscope.trace.reference import Reference
+
+    ms = 1_000_000
+    reference = Reference("test", {("d2h", "pinned"): ((8, 5e-6), (4096, 6e-6), (1 << 20, 1e-4))})
+    sizes = (8, 4096, 8, 4096)
+    copies = [Copy(1, "d2h", "device", "pinned", b, (i + 1) * ms, (i + 1) * ms + 60_000, 0, 7,
+                   True, i) for i, b in enumerate(sizes)]  # fmt: skip
+    assert slow.find(Context(Trace(tuple(copies), (), (), (), {}, {}, ()), reference)) is None
+    big = Copy(1, "d2h", "device", "pinned", 1 << 20, 9 * ms, 10 * ms, 0, 7, True, 9)
+    found = slow.find(Context(Trace((*copies, big), (), (), (), {}, {}, ()), reference))
+    assert found is not None and found.calls == 1
+
+
+def test_a_wait_only_at_epoch_starts_is_the_loaders_restart():
+    """Forty steps of 3 ms with no wait between them, but at two epoch starts 60 ms waiting for
+    the batch (the workers start again): all alike, none long beside the others, yet no step's
+    wait: the fix is persistent workers, for all of it."""
+    from xferscope.trace.findings import Context, input_starved
+    from xferscope.trace.records import PyFrame
+    from xferscope.trace.steps import loops
+
+    ms = 1_000_000
+    at = (PyFrame("train.py", 43, "train"),)
+    looks = (PyFrame("/site-packages/torch/utils/data/dataloader.py", 9, "next"),
+             PyFrame("train.py", 42, "train"))  # fmt: skip
+    trace = _fed_loop(list(itertools.accumulate((63 if i in (14, 28) else 3) * ms
+                                                for i in range(40))), at, looks)  # fmt: skip
+    found = loops(trace)
+    assert found and found[0].count >= 38
+    f = input_starved.find(Context(trace, None, loops=found))
+    assert f is not None
+    ((restart, saved),) = f.each_fix
+    assert "persistent_workers=True" in restart and saved == pytest.approx(f.saving_s)
+    assert input_starved.find(Context(trace, None)) is not None  # no loop known: as before
