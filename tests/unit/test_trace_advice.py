@@ -4,13 +4,11 @@ something, and a loader's wait at epoch starts only as its workers' restart."""
 
 from __future__ import annotations
 
-import itertools
-
 import pytest
 
 from xferscope.trace.records import Copy, Trace
 
-from .trace_loops import _fed_loop
+from .trace_loops import loader_loop
 
 
 @pytest.mark.parametrize(("distinct", "constant"), [(True, False), (False, True), (None, False)])
@@ -79,15 +77,9 @@ def test_a_wait_only_at_epoch_starts_is_the_loaders_restart():
     the batch (the workers start again): all alike, none long beside the others, yet no step's
     wait: the fix is persistent workers, for all of it."""
     from xferscope.trace.findings import Context, input_starved
-    from xferscope.trace.records import PyFrame
     from xferscope.trace.steps import loops
 
-    ms = 1_000_000
-    at = (PyFrame("train.py", 43, "train"),)
-    looks = (PyFrame("/site-packages/torch/utils/data/dataloader.py", 9, "next"),
-             PyFrame("train.py", 42, "train"))  # fmt: skip
-    trace = _fed_loop(list(itertools.accumulate((63 if i in (14, 28) else 3) * ms
-                                                for i in range(40))), at, looks)  # fmt: skip
+    trace = loader_loop(40, 3, 63, (14, 28))
     found = loops(trace)
     assert found and found[0].count >= 38
     f = input_starved.find(Context(trace, None, loops=found))

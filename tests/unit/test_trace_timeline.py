@@ -17,7 +17,7 @@ from xferscope.trace.records import Copy, Interval, Trace
 from xferscope.trace.steps import Steps, loops
 from xferscope.trace.timeline import timelines
 
-from .trace_loops import _fed_loop, _kernel
+from .trace_loops import _fed_loop, _kernel, loader_loop
 
 
 def steps(trace) -> Steps | None:
@@ -369,14 +369,8 @@ def test_epoch_starts_are_priced_apart_from_the_steady_wait():
     epoch starts the wait is 57 ms (the workers start again): persistent workers save the 50 ms
     over a usual wait at each, more workers the rest."""
     from xferscope.trace.findings import Context, input_starved
-    from xferscope.trace.records import PyFrame
 
-    ms = 1_000_000
-    at = (PyFrame("train.py", 43, "train"),)
-    looks = (PyFrame("/site-packages/torch/utils/data/dataloader.py", 9, "next"),
-             PyFrame("train.py", 42, "train"))  # fmt: skip
-    trace = _fed_loop(list(itertools.accumulate((60 if i in (4, 8) else 10) * ms
-                                                for i in range(12))), at, looks)  # fmt: skip
+    trace = loader_loop(12, 10, 60, (4, 8))
     f = input_starved.find(Context(trace, None))
     assert f is not None and f.saving_s == pytest.approx(9 * 6.95e-3 + 2 * 56.95e-3)
     (restart, long_s), (steady, steady_s) = f.each_fix

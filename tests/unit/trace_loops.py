@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from xferscope.trace.records import Copy, Interval, Trace
+import itertools
+
+from xferscope.trace.records import Copy, Interval, PyFrame, Trace
 
 
 def _kernel(start: int, end: int, device: int = 0) -> Interval:
@@ -27,3 +29,15 @@ def _fed_loop(starts: list[int], at: tuple, looks: tuple = ()) -> Trace:
             seen += range(t + 3_500_000, starts[i + 1] - 200_000, 1_000_000)
     samples = {1: MainSamples(1e-3, tuple(seen), tuple(looks for _ in seen))} if looks else {}
     return Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, (), samples=samples)
+
+
+def loader_loop(steps: int, step_ms: int, epoch_ms: int, epochs_at: tuple[int, ...]) -> Trace:
+    """`steps` steps `step_ms` apart copying a batch at train.py:43, fed by a DataLoader (the
+    main thread seen in its next while the GPU waits), `epoch_ms` at each step of `epochs_at`
+    (the workers starting again)."""
+    ms = 1_000_000
+    at = (PyFrame("train.py", 43, "train"),)
+    looks = (PyFrame("/site-packages/torch/utils/data/dataloader.py", 9, "next"),
+             PyFrame("train.py", 42, "train"))  # fmt: skip
+    lengths = ((epoch_ms if i in epochs_at else step_ms) * ms for i in range(steps))
+    return _fed_loop(list(itertools.accumulate(lengths)), at, looks)
