@@ -79,3 +79,13 @@ def test_a_group_of_small_copies_has_no_share_of_this_machines_reach():
     assert "%" not in row().split("│")[6]
     group |= {"calls": 10, "bytes": 10 * (8 << 20), "of_reach": 0.37}  # 8 MiB copies
     assert row().split("│")[6].strip() == "37%"
+
+
+def test_the_start_ups_savings_and_pinning_are_said_where_they_are_a_percent_of_it():
+    startup = copy.deepcopy(json.loads(GOLDEN.read_text())["summary"]["startup"][0])
+    startup |= {"seconds": 7.0, "saving_s": 21.78e-6, "pin_s": 1.41e-3, "pinned_bytes": 8}
+    said = startup_text(startup)
+    assert "would save" not in said and "pinning" not in said
+    startup |= {"saving_s": 0.134, "pin_s": 0.086}
+    said = startup_text(startup)
+    assert "would save 134.00 ms" in said and "pinning 8 B took 86.00 ms" in said

@@ -78,7 +78,8 @@ def straggler_line(late: dict[str, Any], ranks: list[dict[str, Any]]) -> str:
 
 def startup_text(s: dict[str, Any]) -> str:
     """A process's start-up in one line: how long before its first step, the GPU's idle in it
-    and where the main thread was, its uploads and what one pinned copy of them would save."""
+    and where the main thread was, its uploads and what one pinned copy of them would save, and
+    its pinning (those two where they are WORTH of the start-up)."""
     said = f"{format_seconds(s['seconds'])} to the first step (once a run)"
     if s["cuda_s"] >= 0.05:
         said += f"; CUDA initialized at {format_seconds(s['cuda_s'])}"
@@ -100,12 +101,14 @@ def startup_text(s: dict[str, Any]) -> str:
         )
         if s.get("pageable_uploads"):
             said += f", {s['pageable_uploads']} from pageable memory"
-        if s.get("saving_s"):
+        # what one copy would save, where it is WORTH of the start-up (a few microseconds of
+        # a 7 s start-up is nothing to act on)
+        if (s.get("saving_s") or 0.0) >= WORTH * s["seconds"]:
             said += (
                 f": one copy from pinned memory would save {format_seconds(s['saving_s'])} "
                 "(xferscope.to_device, or one pinned buffer)"
             )
-    if s.get("pin_s"):
+    if (s.get("pin_s") or 0.0) >= WORTH * s["seconds"]:
         said += f"; pinning {format_bytes(s['pinned_bytes'])} took {format_seconds(s['pin_s'])}"
     return said
 
