@@ -137,3 +137,17 @@ def test_kernels_setting(value, setting):
 def test_a_bad_kernels_setting_names_the_option(value):
     with pytest.raises(OptionError, match="--kernels"):
         kernels_setting(value)
+
+
+def test_a_run_inside_its_first_window_says_every_kernel_was_recorded(tmp_path):
+    start = _start(42, "sampled", 200, 2000) | {"first_ms": 30000, "first_kernels": 20000}
+    records: list[dict] = [start, {"t": "kwin", "a": 0}, _kernel(1.5, 4.5)]
+    for c, at in enumerate((2, 5, 8), start=1):
+        records += _copy(c, at, 1)
+    records.append({"t": "end", "ts": 20 * MS})
+    notes = " | ".join(
+        analyze(read_trace([_write(tmp_path / "t.jsonl", records)]), 1.0, None).notes
+    )
+    assert "every kernel from the first copy on was recorded" in notes
+    assert "(open 30000 ms or until it held 20,000 kernels)" in notes
+    assert "200 ms in every 2000 ms" in notes and "window of" not in notes

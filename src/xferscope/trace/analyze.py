@@ -174,14 +174,23 @@ def _cost_notes(trace: Trace) -> list[str]:
         if opened and process.get("first_kernels"):
             opened += f" or until it held {process['first_kernels']:,} kernels"
         count = len(trace.kernel_windows)
-        notes.append(
-            f"kernels were recorded in {count} window{'' if count == 1 else 's'} of {on} ms "
-            f"(one every "
-            f"{period} ms at most{opened}), as each recorded kernel costs its launch "
-            f"time: the GPUs' idle, the time beside kernels and the waits' cost are judged "
-            f"inside them ({seen} of {len(trace.copies)} copies) and scaled to all; "
-            "`--kernels all` records every kernel"
-        )
+        if count == 1 and opened and seen == len(trace.copies):  # the run ended inside it
+            notes.append(
+                f"every kernel from the first copy on was recorded: the run ended inside the "
+                f"first window (open {first[0]} ms"
+                + (f" or until it held {process['first_kernels']:,} kernels"
+                   if process.get("first_kernels") else "")
+                + f"); past it, kernels are recorded {on} ms in every {period} ms, as each "
+                "recorded kernel costs its launch time; `--kernels all` records every kernel"
+            )  # fmt: skip
+        else:
+            notes.append(
+                f"kernels were recorded in {count} window{'' if count == 1 else 's'} of {on} "
+                f"ms (one every {period} ms at most{opened}), as each recorded kernel costs "
+                "its launch time: the GPUs' idle, the time beside kernels and the waits' cost "
+                f"are judged inside them ({seen} of {len(trace.copies)} copies) and scaled to "
+                "all; `--kernels all` records every kernel"
+            )
     elif coverage == "none":
         notes.append(
             "kernels were not recorded (--kernels none): no time beside kernels, no overlap finding"
