@@ -2,7 +2,8 @@
 Part `corpus`: every program of benchmarks/trace_corpus/ this host can run (or those named in
 $TRACE_CORPUS_PROGRAMS, comma-separated), its loop's own seconds untraced, traced as `trace`
 does by default, with `--look-every 0` and with `--kernels none` (and where
-$TRACE_CORPUS_VARIANTS names them, with `--kernels all`, no NVTX tool or a knob: CHOSEN),
+$TRACE_CORPUS_VARIANTS names them, with `--kernels all`, no NVTX tool or a knob: CHOSEN; each
+program as it is, or with its fix where $TRACE_CORPUS_FORM=fixed: FORMS),
 alternated, `runs` rounds (3 or more), each round's order starting one later (order()). A
 Python program of one process that imports PyTorch is forked from a process that imported it
 once (corpus_zygote.py), traced with the environment `trace` gives it (runner.traced_env) and its
@@ -176,6 +177,19 @@ CHOSEN = ("traced", "no_looks", "no_kernels")
 FIGURES = {"traced": "trace_corpus_overhead_worst", "no_looks": "trace_corpus_overhead_looks"}
 
 
+# $TRACE_CORPUS_FORM: which form of each program is timed: as it is (before), or with its fix
+# (fixed: a loop that no longer waits, where the trace's records of every kernel can cost more)
+FORMS = {"before": [], "fixed": ["--fixed"]}
+
+
+def chosen_form() -> str:
+    """The form $TRACE_CORPUS_FORM names (before where unset); one that is not is one line."""
+    form = os.environ.get("TRACE_CORPUS_FORM", "") or "before"
+    if form not in FORMS:
+        raise SystemExit(f"TRACE_CORPUS_FORM: {form} is not one of {', '.join(FORMS)}")
+    return form
+
+
 def chosen_variants() -> dict[str, Variant]:
     """The variants $TRACE_CORPUS_VARIANTS names, else CHOSEN: a name of VARIANTS, or
     `kernels=SETTING`, traced by default but for `--kernels SETTING` (a window setting to
@@ -249,6 +263,7 @@ def _named_programs() -> list[Program]:
 
 
 NAMED_PROGRAMS = _named_programs()
+chosen_form()  # a bad $TRACE_CORPUS_FORM is said before trace_bench.py runs any part
 
 
 def entry(seconds: dict[str, list[float]]) -> dict[str, Any]:
@@ -278,7 +293,7 @@ def times_blocks(program: Program) -> bool:
 def corpus_part(_program: str, _engine: object, runs: int, comparisons: list, figures: dict):
     import torch
 
-    variants = chosen_variants()
+    variants, form = chosen_variants(), chosen_form()
     build = Path(tempfile.mkdtemp(prefix="xfs-overhead-build-"))
     found = figures.setdefault("corpus_overhead", {})
     gpus = torch.cuda.device_count()
@@ -286,7 +301,7 @@ def corpus_part(_program: str, _engine: object, runs: int, comparisons: list, fi
         for p in NAMED_PROGRAMS:
             if missing(p, gpus):
                 continue
-            base = base_command(p, build)
+            base = [*base_command(p, build), *FORMS[form]]
             mine = {k: v for k, v in variants.items() if times_blocks(p) or not v.alternate}
             seconds: dict[str, list[float]] = {"untraced": [], **{v: [] for v in mine}}
             try:
@@ -297,9 +312,9 @@ def corpus_part(_program: str, _engine: object, runs: int, comparisons: list, fi
                 continue
             except KeyboardInterrupt:  # the runs measured so far are kept, marked as cut short
                 if seconds["untraced"]:
-                    found[p.name] = entry(seconds) | {"interrupted": True}
+                    found[p.name] = entry(seconds) | {"form": form, "interrupted": True}
                 raise
-            found[p.name] = entry(seconds)
+            found[p.name] = entry(seconds) | {"form": form}
             ratios = {k: round(v, 3) for k, v in found[p.name].items() if k.startswith("ratio")}
             print(p.name, ratios, flush=True)
     for v in variants:  # the worst program's untraced / traced speed in each variant

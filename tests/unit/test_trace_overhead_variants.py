@@ -102,3 +102,15 @@ def test_the_floor_with_callbacks_records_nothing_of_ours():
     floor = VARIANTS["subscribed_floor"]
     assert floor.env() == {"XFERSCOPE_TRACE_KNOBS": "nocall,noapi"}
     assert (floor.kernels, floor.look_every) == ("none", 0.0)
+
+
+def test_the_form_timed_is_the_program_as_it_is_unless_its_fix_is_named(monkeypatch):
+    from trace_overhead import FORMS, chosen_form
+
+    monkeypatch.delenv("TRACE_CORPUS_FORM", raising=False)
+    assert chosen_form() == "before" and FORMS["before"] == []
+    monkeypatch.setenv("TRACE_CORPUS_FORM", "fixed")
+    assert chosen_form() == "fixed" and FORMS["fixed"] == ["--fixed"]
+    monkeypatch.setenv("TRACE_CORPUS_FORM", "resident")
+    with pytest.raises(SystemExit, match="TRACE_CORPUS_FORM: resident is not one of before, fixed"):
+        chosen_form()
