@@ -324,10 +324,14 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
   const bool enter = cb->callbackSite == CUPTI_API_ENTER;
   const bool runtime = domain == CUPTI_CB_DOMAIN_RUNTIME_API;
   if (!runtime && in_runtime_call) {  // the runtime call that made it is recorded
-    if (enter) driver_nested.fetch_add(1, std::memory_order_relaxed);
+    // counted only while it can still decide (a relaxed load, not a shared add, from then on)
+    if (enter && !driver_direct.load(std::memory_order_relaxed) &&
+        driver_nested.load(std::memory_order_relaxed) < kDriverProbe)
+      driver_nested.fetch_add(1, std::memory_order_relaxed);
     return;
   }
-  if (!runtime && enter) driver_direct.store(true, std::memory_order_relaxed);
+  if (!runtime && enter && !driver_direct.load(std::memory_order_relaxed))
+    driver_direct.store(true, std::memory_order_relaxed);
   if (runtime) in_runtime_call = enter;
   if (closed.load(std::memory_order_relaxed)) return;
   Timed timed{kInCallbacks};
@@ -388,8 +392,7 @@ void enable_callbacks(std::uint32_t on) {
 }
 
 bool drop_driver_callbacks() {
-  static const bool keep = knob("keepdriver");  // XFERSCOPE_TRACE_KNOBS: the user's to set
-  if (keep || !knob_driver || driver_dropped.load() ||
+  if (knob_keep_driver || !knob_driver || driver_dropped.load() ||
       driver_direct.load(std::memory_order_relaxed) ||
       driver_nested.load(std::memory_order_relaxed) < kDriverProbe)
     return false;

@@ -50,7 +50,8 @@ inline std::uint64_t correlation(std::uint32_t id) {
 // thread)
 extern std::string knobs;
 inline bool knob(const char* name) { return knobs.find(name) != std::string::npos; }
-extern bool knob_api, knob_call, knob_frames, knob_hash, knob_activity, knob_driver, knob_python;
+extern bool knob_api, knob_call, knob_frames, knob_hash, knob_activity, knob_driver, knob_python,
+    knob_keep_driver;
 
 // Which activity kinds and callbacks are on: kernels all the time, never, or in windows of
 // kernel_on_ms every kernel_period_ms (a sampler thread opens and closes them); the benchmark

@@ -76,6 +76,9 @@ def straggler_line(late: dict[str, Any], ranks: list[dict[str, Any]]) -> str:
     return f"{said}; its GPU sat idle {format_seconds(cause['seconds'])} {cause_text(cause)}"
 
 
+ROUNDS_TO_1 = 0.005  # a share shown as a whole percent reads 1% or more from this
+
+
 def startup_text(s: dict[str, Any]) -> str:
     """A process's start-up in one line: how long before its first step, the GPU's idle in it
     and where the main thread was, its uploads and what one pinned copy of them would save, and
@@ -88,10 +91,10 @@ def startup_text(s: dict[str, Any]) -> str:
     looks = s.get("looks") or 0
     if looks:
         seen = []  # what the looks found, each where it rounds to 1% or more
-        if s.get("importing", 0) / looks >= 0.005:
+        if s.get("importing", 0) / looks >= ROUNDS_TO_1:
             seen.append(f"importing modules ({s['importing'] / looks:.0%})")
         seen += [f"at {shown(w)} ({n / looks:.0%})" for w, n in s.get("seen_at") or ()
-                 if w and n / looks >= 0.005]  # fmt: skip
+                 if w and n / looks >= ROUNDS_TO_1]  # fmt: skip
         if seen:
             said += "; the main thread meanwhile " + ", ".join(seen)
     if s.get("uploads"):

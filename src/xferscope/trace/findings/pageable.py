@@ -43,21 +43,20 @@ BACK_ADVICE: dict[str | None, str] = {
 }
 
 
-def advice_for(copies: list[Copy], used: str | None, loader: bool) -> str:
+def advice_for(copies: list[Copy], used: str | None, loader: bool) -> tuple[str, bool]:
     """The advice for the direction the copies cost the most in: uploads (ADVICE, with a
     DataLoader's knobs where the program uses one), reads back (BACK_ADVICE), or, where both
-    cost, the first's followed by the other's."""
+    cost, the first's followed by the other's; and whether the uploads lead it."""
     cost = {"h2d": 0.0, "d2h": 0.0}
     for c in copies:
         if c.direction in cost:
             cost[c.direction] += c.host_cost_s
     up, back = in_words(ADVICE, used, loader), in_words(BACK_ADVICE, used)
-    if not cost["d2h"]:
-        return up
-    if not cost["h2d"]:
-        return back
-    first, then = (up, back) if cost["h2d"] >= cost["d2h"] else (back, up)
-    return f"{first}; {'for the copies back' if first is up else 'for the uploads'}: {then}"
+    uploads = cost["h2d"] >= cost["d2h"] or not cost["d2h"]
+    if not cost["d2h"] or not cost["h2d"]:
+        return (up if uploads else back), uploads
+    first, then = (up, back) if uploads else (back, up)
+    return f"{first}; {'for the copies back' if uploads else 'for the uploads'}: {then}", uploads
 
 
 def find(context: Context) -> TraceFinding | None:
@@ -82,11 +81,10 @@ def find(context: Context) -> TraceFinding | None:
         "" if saving is not None else f"not priced: {NO_CURVES}",
         context.uses_loader,
     )
-    advice = advice_for(copies, found.framework, context.uses_loader)
+    advice, uploads = advice_for(copies, found.framework, context.uses_loader)
     found = replace(found, advice=advice)
     # the DataLoader's pinning is the change where the uploads lead the advice
-    leads = advice.startswith(in_words(ADVICE, found.framework, True))
-    return replace(found, change=PIN_LOADER) if context.uses_loader and leads else found
+    return replace(found, change=PIN_LOADER) if context.uses_loader and uploads else found
 
 
 def _saving(

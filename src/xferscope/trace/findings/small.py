@@ -27,16 +27,15 @@ ADVICE: dict[str | None, str] = {
     "CuPy": "concatenate them on the host and copy once "
     "(`cupy.asarray(numpy.concatenate(...))`), or use xferscope.copy_many",
 }
-# where the runs upload the same bytes again and again: small constants made each step
-CONSTANT_ADVICE: dict[str | None, str] = {
+# where the runs upload the same bytes again and again (small constants made each step): made
+# once, first, then ADVICE
+ONCE: dict[str | None, str] = {
     None: "copy them once, before the loop, and keep them on the GPU",
     "PyTorch": "make small constant tensors once, on the GPU, outside the loop "
-    "(`torch.tensor(values, device=device)` copies from the host each time it runs); copy "
-    "many small tensors as one (`torch.cat` on the host, one `.to(device)`, then split), or "
-    "with xferscope.copy_many",
-    "CuPy": "build small arrays once, on the GPU, outside the loop, or concatenate them on the "
-    "host and copy once (`cupy.asarray(numpy.concatenate(...))`), or use xferscope.copy_many",
+    "(`torch.tensor(values, device=device)` copies from the host each time it runs)",
+    "CuPy": "build small arrays once, on the GPU, outside the loop",
 }
+CONSTANT_ADVICE = {k: f"{ONCE[k]}; else {v}" for k, v in ADVICE.items()}
 
 
 def advice_for(copies: list[Copy]) -> dict[str | None, str]:
