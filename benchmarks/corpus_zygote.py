@@ -160,4 +160,7 @@ def serve() -> None:
 
 
 if __name__ == "__main__":
-    serve()
+    try:
+        serve()
+    except KeyboardInterrupt:  # the terminal's Ctrl-C reaches the whole group: no traceback
+        sys.exit(130)

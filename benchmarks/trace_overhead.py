@@ -28,6 +28,10 @@ them in the loop's clock; torchrun and CUDA C++ programs run under `xferscope tr
                                 (corpus.Blocks), each run's ratio of its blocks' medians, the
                                 median over runs (the whole runs' ratio kept as _runs); only
                                 the programs that time blocks (times_blocks)
+  trace_corpus_overhead_programs
+                                the programs these worst figures are of: those whose rounds
+                                all ran (on Ctrl-C the figures are of the programs done, the
+                                one cut short kept apart, marked interrupted)
   trace_looks_python_threads    Python threads a traced PyTorch program has beyond its own
                                 untraced (goal 0)
 Each program's entry holds its rounds' seconds, each variant's ratio and its 95% interval
@@ -284,6 +288,20 @@ def entry(seconds: dict[str, list[float]]) -> dict[str, Any]:
     return out
 
 
+def worst(found: dict[str, dict[str, Any]], variants: dict[str, Variant], figures: dict) -> None:
+    """The worst program's untraced / traced speed in each variant, of the programs whose
+    rounds all ran (one cut short by Ctrl-C has fewer: its entry is kept, not counted here),
+    and how many programs that is (trace_corpus_overhead_programs)."""
+    whole = [e for e in found.values() if not e.get("interrupted")]
+    for v in variants:
+        ratios = [e[f"ratio_{v}"] for e in whole if f"ratio_{v}" in e]
+        if ratios:
+            figures[FIGURES.get(v, f"trace_corpus_overhead_{v}")] = min(ratios)
+    figures["trace_corpus_overhead_programs"] = sum(
+        1 for e in whole if any(k.startswith("ratio_") for k in e)
+    )
+
+
 def times_blocks(program: Program) -> bool:
     """Whether a corpus program times its steps in blocks when asked (corpus.Loop's step(),
     with its framework's synchronize): the alternated variants run only those."""
@@ -313,14 +331,12 @@ def corpus_part(_program: str, _engine: object, runs: int, comparisons: list, fi
             except KeyboardInterrupt:  # the runs measured so far are kept, marked as cut short
                 if seconds["untraced"]:
                     found[p.name] = entry(seconds) | {"form": form, "interrupted": True}
+                worst(found, variants, figures)
                 raise
             found[p.name] = entry(seconds) | {"form": form}
             ratios = {k: round(v, 3) for k, v in found[p.name].items() if k.startswith("ratio")}
             print(p.name, ratios, flush=True)
-    for v in variants:  # the worst program's untraced / traced speed in each variant
-        ratios = [e[f"ratio_{v}"] for e in found.values() if f"ratio_{v}" in e]
-        if ratios:
-            figures[FIGURES.get(v, f"trace_corpus_overhead_{v}")] = min(ratios)
+    worst(found, variants, figures)
     mine = json.loads(subprocess.run([sys.executable, "-c", THREADS], capture_output=True,
                                      text=True, check=True).stdout)["threads"]  # fmt: skip
     out = Path(tempfile.mkdtemp(prefix="xfs-threads-"))

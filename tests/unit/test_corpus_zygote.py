@@ -117,3 +117,17 @@ def test_a_scripts_objects_live_through_its_exit_functions(tmp_path, zygote, end
     assert rc == 0, err
     assert own.stdout.splitlines()[0] == out.splitlines()[0] == "exit functions"
     assert out_file.read_text() == "result 42"
+
+
+def test_the_terminals_ctrl_c_stops_the_server_quietly():
+    import signal
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus_zygote.py"
+    pipe = subprocess.PIPE
+    server = subprocess.Popen(
+        [sys.executable, str(script)], stdin=pipe, stdout=pipe, stderr=pipe, text=True
+    )
+    assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+    server.send_signal(signal.SIGINT)  # waiting for its next request, as between runs
+    _, err = server.communicate(timeout=30)
+    assert server.returncode == 130 and "Traceback" not in err

@@ -114,3 +114,19 @@ def test_the_form_timed_is_the_program_as_it_is_unless_its_fix_is_named(monkeypa
     monkeypatch.setenv("TRACE_CORPUS_FORM", "resident")
     with pytest.raises(SystemExit, match="TRACE_CORPUS_FORM: resident is not one of before, fixed"):
         chosen_form()
+
+
+def test_the_worst_figures_are_of_the_programs_whose_rounds_all_ran():
+    from trace_overhead import worst
+
+    found = {
+        "a": entry({"untraced": [1.0, 1.0, 1.0], "traced": [1.1, 1.1, 1.1]}),
+        "b": entry({"untraced": [1.0, 1.0, 1.0], "traced": [1.02, 1.02, 1.02]}),
+        "cut": entry({"untraced": [1.0], "traced": [2.0]}) | {"interrupted": True},
+        "failed": {"error": "exit 1"},
+    }
+    figures: dict = {}
+    worst(found, chosen_variants(), figures)
+    assert figures["trace_corpus_overhead_worst"] == pytest.approx(1 / 1.1)
+    assert figures["trace_corpus_overhead_programs"] == 2
+    assert "trace_corpus_overhead_looks" not in figures  # no program ran that variant
