@@ -158,37 +158,47 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def prediction(entry: dict[str, Any], steps: float, predicted: list[float]) -> dict[str, Any]:
+def step_s(run: dict[str, Any]) -> float:
+    """A run's step: its steady steps' (those after the first, where the program reports them:
+    a trace's steps start at the first step's mark, so neither counts a first batch's wait),
+    else its loop's seconds over its steps."""
+    if run.get("steady_steps"):
+        return float(run["steady_s"]) / float(run["steady_steps"])
+    return float(run["seconds"]) / float(run["steps"])
+
+
+def prediction(entry: dict[str, Any], predicted: list[float]) -> dict[str, Any]:
     """The headline's price a step (`predicted`, one a traced round) against the fix's saving
-    a step over `steps`, from the runs' medians (`entry`: a program's record), with the error
+    a step (step_s), from the runs' medians (`entry`: a program's record), with the error
     where the fix saved anything. Beside them, how far the runs themselves spread (the saving
     from the closest pair of runs to the farthest), and the saving the fix made traced, by the
     programs' own clocks (the run the trace priced, and its fix traced too): a miss that holds
     against it is the pricing's, one that does not, the trace's cost on the program (on either
     run: a fix that moves reads after the loop, as jax_train's, pays for them traced inside its
     clock)."""
-    runs = {k: [r["seconds"] for r in entry["untraced"].get(k, [])] for k in ("before", "fixed")}
-    measured = (statistics.median(runs["before"]) - statistics.median(runs["fixed"])) / steps
+    runs = {k: [step_s(r) for r in entry["untraced"].get(k, [])] for k in ("before", "fixed")}
+    measured = statistics.median(runs["before"]) - statistics.median(runs["fixed"])
     out: dict[str, Any] = {
         "measured_saving_per_step_s": measured,
         "predicted_saving_per_step_s": _median(predicted),
         "measured_saving_range_per_step_s": [
-            (min(runs["before"]) - max(runs["fixed"])) / steps,
-            (max(runs["before"]) - min(runs["fixed"])) / steps,
+            min(runs["before"]) - max(runs["fixed"]),
+            max(runs["before"]) - min(runs["fixed"]),
         ],
         # the medians' saving with the runs resampled: a price inside it is as right as the
         # runs can tell
         "measured_saving_interval_per_step_s": interval(
-            runs["before"], runs["fixed"], lambda b, f: (b - f) / steps
+            runs["before"], runs["fixed"], lambda b, f: b - f
         ),
     }
     if predicted and measured > 0:
         out["prediction_error"] = abs(statistics.median(predicted) - measured) / measured
         lo, hi = out["measured_saving_interval_per_step_s"]
         out["prediction_within_spread"] = lo <= statistics.median(predicted) <= hi
-    traced = [entry.get(k, {}).get("seconds") for k in ("traced", "traced_fixed")]
-    if predicted and None not in traced and traced[0] > traced[1]:
-        saved = (traced[0] - traced[1]) / steps
+    traced = [step_s(entry[k]) if entry.get(k, {}).get("seconds") else None
+              for k in ("traced", "traced_fixed")]  # fmt: skip
+    if predicted and traced[0] is not None and traced[1] is not None and traced[0] > traced[1]:
+        saved = traced[0] - traced[1]
         out["traced_saving_per_step_s"] = saved
         out["prediction_error_traced"] = abs(statistics.median(predicted) - saved) / saved
     return out
@@ -200,7 +210,7 @@ def input_share(entry: dict[str, Any], shares: list[float]) -> dict[str, Any]:
     and the same against the traced run's own loop time: where the runs spread (an epoch's
     workers started anew), the untraced medians and the one traced run differ apart from
     anything the trace judged."""
-    own = {k: _median([r["seconds"] for r in entry["untraced"].get(k, [])])
+    own = {k: _median([step_s(r) for r in entry["untraced"].get(k, [])])
            for k in ("resident", "before")}  # fmt: skip
     resident, before = own["resident"], own["before"]
     if resident is None or not before:
@@ -209,7 +219,7 @@ def input_share(entry: dict[str, Any], shares: list[float]) -> dict[str, Any]:
                            "input_share": _median(shares)}  # fmt: skip
     if shares:
         out["idle_share_error"] = abs(statistics.median(shares) - out["expected_input_share"])
-    traced = entry.get("traced", {}).get("seconds")
+    traced = step_s(entry["traced"]) if entry.get("traced", {}).get("seconds") else None
     if shares and traced:
         out["expected_input_share_traced"] = 1 - resident / traced
         out["idle_share_error_traced"] = abs(
@@ -256,7 +266,7 @@ def judge_program(program: Program, entry: dict[str, Any], records: Path) -> dic
             count = (s.get("steps") or {}).get("count")
             if said.get("saving_s") is not None and count:
                 predicted.append(said["saving_s"] / count)
-        out |= prediction(entry, steps_of["before"], predicted)
+        out |= prediction(entry, predicted)
     if program.resident and seconds.get("resident") and seconds.get("before"):
         shares = [
             d["summary"]["steps"]["input_share"]

@@ -61,7 +61,7 @@ def prefetch(i: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-def train(steps: int, logged: list[float]) -> None:
+def train(steps: int, logged: list[float], clock: Loop | None = None) -> None:
     total = torch.zeros((), device=device)
     nxt = prefetch(0)
     for i in range(steps):
@@ -79,13 +79,15 @@ def train(steps: int, logged: list[float]) -> None:
         if (i + 1) % 100 == 0:
             logged.append(total.item() / 100)  # every 100 steps: the mean loss
             total.zero_()
+        if clock is not None:
+            clock.step()
 
 
 train(5, [])
 torch.cuda.synchronize()
 loop = Loop(args)
 loop.start()
-train(args.steps, [])
+train(args.steps, [], loop)
 torch.cuda.synchronize()
 loop.stop()
 loop.report()

@@ -2,7 +2,8 @@
 the program with its fix, --resident: its data kept on the GPU, where it has such a form) and
 the one JSON line benchmarks/trace_corpus.py reads from it:
 {"corpus": name, "variant": before|fixed|resident, "seconds": the loop's own time,
- "steps": its steps, "startup_s": from the process's start to the loop's first step}.
+ "steps": its steps, "startup_s": from the process's start to the loop's first step, and where
+ the loop calls Loop.step(), "steady_s" and "steady_steps": the steps after the first}.
 Nothing here touches CUDA, so no copy or wait is ever placed at a line of this file."""
 
 from __future__ import annotations
@@ -170,6 +171,10 @@ class Loop:
         self.started = self.stopped = 0.0
         self.startup_s = 0.0
         self.blocks = alternation(sync)
+        # when step() was first called (the first step done) and how often: the steady steps
+        # are those after the first, as a trace's steps start at the first step's mark
+        self.first_step = 0.0
+        self.steps_seen = 0
 
     def start(self) -> None:
         self.startup_s = process_age_s()
@@ -178,6 +183,9 @@ class Loop:
             self.blocks.begin()
 
     def step(self) -> None:
+        self.steps_seen += 1
+        if self.steps_seen == 1:
+            self.first_step = time.perf_counter()
         if self.blocks is not None:
             self.blocks.step()
 
@@ -185,6 +193,14 @@ class Loop:
         if self.blocks is not None:
             self.blocks.end()
         self.stopped = time.perf_counter()
+
+    def steady(self) -> dict[str, float]:
+        """From the first step's end to the last's: the steps after the first (a first batch's
+        wait, an epoch's workers started, left out as a trace leaves out its start-up), where
+        the loop calls step()."""
+        if self.steps_seen < 2:
+            return {}
+        return {"steady_s": self.stopped - self.first_step, "steady_steps": self.steps_seen - 1}
 
     def report(self, steps: int | None = None, **extra: object) -> None:
         name = os.path.splitext(os.path.basename(sys.modules["__main__"].__file__ or "?"))[0]
@@ -196,6 +212,7 @@ class Loop:
                     "seconds": self.stopped - self.started,
                     "steps": self.args.steps if steps is None else steps,
                     "startup_s": self.startup_s,
+                    **self.steady(),
                     **({"blocks": self.blocks.figures()} if self.blocks is not None else {}),
                     **extra,
                 }

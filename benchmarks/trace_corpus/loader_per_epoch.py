@@ -109,7 +109,7 @@ for _ in range(4):  # warm-up: cuDNN's choice of kernels (the evaluation's convo
     train_step(*evaluation[0])
 fixed_loader = loader(persistent=True) if args.fixed else None  # its workers start at 1st epoch
 torch.cuda.synchronize()
-loop = corpus.Loop(args)
+loop = corpus.Loop(args, sync=torch.cuda.synchronize)
 loop.start()
 accuracy = []
 for _ in range(args.epochs):
@@ -121,6 +121,7 @@ for _ in range(args.epochs):
         if not args.resident:
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)  # STEP
         train_step(x, y)
+        loop.step()
     accuracy.append(evaluate())
 torch.cuda.synchronize()
 loop.stop()

@@ -4,6 +4,7 @@ and what trace_overhead.py makes of them."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -103,7 +104,23 @@ def test_a_loop_without_alternation_reports_no_blocks(monkeypatch, capsys):
         loop.step()
     loop.stop()
     loop.report()
-    assert '"blocks"' not in capsys.readouterr().out
+    said = json.loads(capsys.readouterr().out)
+    assert "blocks" not in said
+    # the steps after the first: from the first step() to the loop's stop
+    assert said["steady_steps"] == 2 and 0 <= said["steady_s"] <= said["seconds"]
+
+
+def test_a_loop_that_never_calls_step_reports_no_steady_steps(monkeypatch, capsys):
+    monkeypatch.delenv(ALTERNATE, raising=False)
+    monkeypatch.setattr(sys, "argv", ["prog.py"])
+    import argparse
+
+    loop = Loop(argparse.Namespace(steps=3, fixed=False))
+    loop.start()
+    loop.stop()
+    loop.report()
+    said = json.loads(capsys.readouterr().out)
+    assert "steady_s" not in said and said["steps"] == 3
 
 
 def test_a_runs_ratio_is_of_its_blocks_medians():
