@@ -32,6 +32,10 @@ them in the loop's clock; torchrun and CUDA C++ programs run under `xferscope tr
                                 the programs these worst figures are of: those whose rounds
                                 all ran (on Ctrl-C the figures are of the programs done, the
                                 one cut short kept apart, marked interrupted)
+  trace_corpus_overhead_surely_below
+                                the programs whose traced ratio's 95% interval lies wholly
+                                under the goal: the worst of a dozen noisy medians is low by
+                                chance alone, these are not
   trace_looks_python_threads    Python threads a traced PyTorch program has beyond its own
                                 untraced (goal 0)
 Each program's entry holds its rounds' seconds, each variant's ratio and its 95% interval
@@ -178,6 +182,7 @@ VARIANTS = {
 # default on a program shorter than its first window before the window closed at a count, and
 # `no_nvtx` matters where a framework annotates for a tool (JAX)
 CHOSEN = ("traced", "no_looks", "no_kernels")
+GOAL = 0.95  # trace_corpus_overhead_worst's
 FIGURES = {"traced": "trace_corpus_overhead_worst", "no_looks": "trace_corpus_overhead_looks"}
 
 
@@ -292,14 +297,18 @@ def worst(found: dict[str, dict[str, Any]], variants: dict[str, Variant], figure
     """The worst program's untraced / traced speed in each variant, of the programs whose
     rounds all ran (one cut short by Ctrl-C has fewer: its entry is kept, not counted here),
     and how many programs that is (trace_corpus_overhead_programs)."""
-    whole = [e for e in found.values() if not e.get("interrupted")]
+    whole = {p: e for p, e in found.items() if not e.get("interrupted")}
     for v in variants:
-        ratios = [e[f"ratio_{v}"] for e in whole if f"ratio_{v}" in e]
+        ratios = [e[f"ratio_{v}"] for e in whole.values() if f"ratio_{v}" in e]
         if ratios:
             figures[FIGURES.get(v, f"trace_corpus_overhead_{v}")] = min(ratios)
     figures["trace_corpus_overhead_programs"] = sum(
-        1 for e in whole if any(k.startswith("ratio_") for k in e)
+        1 for e in whole.values() if any(k.startswith("ratio_") for k in e)
     )
+    if "traced" in variants:  # the worst of many noisy medians is low by chance alone
+        figures["trace_corpus_overhead_surely_below"] = sorted(
+            p for p, e in whole.items() if e.get("interval_traced", [0, 1])[1] < GOAL
+        )
 
 
 def times_blocks(program: Program) -> bool:

@@ -130,3 +130,9 @@ def test_the_worst_figures_are_of_the_programs_whose_rounds_all_ran():
     assert figures["trace_corpus_overhead_worst"] == pytest.approx(1 / 1.1)
     assert figures["trace_corpus_overhead_programs"] == 2
     assert "trace_corpus_overhead_looks" not in figures  # no program ran that variant
+    assert figures["trace_corpus_overhead_surely_below"] == ["a"]  # steadily 10% slower
+    noisy = entry({"untraced": [1.0, 0.8, 1.2], "traced": [1.1, 0.9, 1.3]})
+    figures = {}
+    worst({"noisy": noisy}, chosen_variants(), figures)
+    assert figures["trace_corpus_overhead_worst"] < 0.95
+    assert figures["trace_corpus_overhead_surely_below"] == []  # its interval reaches 0.95
