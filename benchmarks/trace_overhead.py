@@ -313,8 +313,9 @@ def worst(found: dict[str, dict[str, Any]], variants: dict[str, Variant], figure
 
 def times_blocks(program: Program) -> bool:
     """Whether a corpus program times its steps in blocks when asked (corpus.Loop's step(),
-    with its framework's synchronize): the alternated variants run only those."""
-    return "loop.step()" in program.path.read_text()
+    or its timed(), with its framework's synchronize): the alternated variants run only those."""
+    text = program.path.read_text()
+    return "loop.step()" in text or ").timed(" in text
 
 
 def corpus_part(_program: str, _engine: object, runs: int, comparisons: list, figures: dict):

@@ -4,7 +4,9 @@ the one JSON line benchmarks/trace_corpus.py reads from it:
 {"corpus": name, "variant": before|fixed|resident, "seconds": the loop's own time,
  "steps": its steps, "startup_s": from the process's start to the loop's first step, and where
  the loop calls Loop.step(), "steady_s" and "steady_steps": the steps after the first}.
-Nothing here touches CUDA, so no copy or wait is ever placed at a line of this file."""
+Nothing here touches CUDA itself: the only waits placed at its lines are the framework's
+synchronize a program hands to Loop, before its loop's first step and after its last
+(Loop.timed) and between the blocks of an alternated run (Blocks), never inside a step."""
 
 from __future__ import annotations
 
@@ -170,6 +172,7 @@ class Loop:
         self.args = args
         self.started = self.stopped = 0.0
         self.startup_s = 0.0
+        self.sync = sync
         self.blocks = alternation(sync)
         # when step() was first called (the first step done) and how often: the steady steps
         # are those after the first, as a trace's steps start at the first step's mark
@@ -193,6 +196,21 @@ class Loop:
         if self.blocks is not None:
             self.blocks.end()
         self.stopped = time.perf_counter()
+
+    def timed(self, step: Callable[[int], object]) -> Loop:
+        """The loop timed as a whole: the GPU synchronized (the framework's, given as `sync`),
+        start(), `step(i)` for each of --steps steps with step() after each, the GPU
+        synchronized, stop(); report() is left to the caller (with its own figures)."""
+        if self.sync is None:
+            raise SystemExit("corpus.Loop.timed needs the framework's synchronize (sync=)")
+        self.sync()
+        self.start()
+        for i in range(self.args.steps):
+            step(i)
+            self.step()
+        self.sync()
+        self.stop()
+        return self
 
     def steady(self) -> dict[str, float]:
         """From the first step's end to the last's: the steps after the first (a first batch's

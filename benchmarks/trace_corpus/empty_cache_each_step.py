@@ -81,12 +81,4 @@ def train_step(i: int) -> None:
 torch.backends.cudnn.benchmark = True
 for i in range(POOL):  # warm-up: cuDNN's choice of kernels
     train_step(i)
-torch.cuda.synchronize()
-loop = Loop(args, sync=torch.cuda.synchronize)
-loop.start()
-for i in range(args.steps):
-    train_step(i)
-    loop.step()
-torch.cuda.synchronize()
-loop.stop()
-loop.report()
+Loop(args, sync=torch.cuda.synchronize).timed(train_step).report()

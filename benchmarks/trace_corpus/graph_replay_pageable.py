@@ -60,13 +60,6 @@ with torch.inference_mode():
 
     for i in range(POOL):
         serve(i)
-    torch.cuda.synchronize()
-    loop = Loop(args, sync=torch.cuda.synchronize)
-    loop.start()
-    for i in range(args.steps):
-        serve(i)
-        loop.step()
-    torch.cuda.synchronize()
-    loop.stop()
+    loop = Loop(args, sync=torch.cuda.synchronize).timed(serve)
     counts = np.bincount(history.cpu().numpy().ravel(), minlength=1000)  # read once, at the end
     loop.report(classes_seen=int((counts > 0).sum()))

@@ -78,12 +78,4 @@ def train_step(i: int) -> None:
 
 for i in range(POOL):  # warm-up: cuDNN's LSTM plans for the pool's lengths
     train_step(i)
-torch.cuda.synchronize()
-loop = Loop(args, sync=torch.cuda.synchronize)
-loop.start()
-for i in range(args.steps):
-    train_step(i)
-    loop.step()
-torch.cuda.synchronize()
-loop.stop()
-loop.report()
+Loop(args, sync=torch.cuda.synchronize).timed(train_step).report()

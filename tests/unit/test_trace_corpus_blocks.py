@@ -148,3 +148,19 @@ def test_only_the_programs_that_time_blocks_are_alternated():
     variants = trace_overhead.VARIANTS
     assert variants["alternated"].env() == {ALTERNATE: "detach:50"}
     assert variants["alternated_copies_floor"].env()["XFERSCOPE_TRACE_KNOBS"] == "nosubscribe"
+
+
+def test_a_timed_loop_runs_each_step_between_two_synchronizes(monkeypatch, capsys):
+    monkeypatch.delenv(ALTERNATE, raising=False)
+    import argparse
+
+    said: list[str] = []
+    loop = Loop(argparse.Namespace(steps=4, fixed=False), sync=lambda: said.append("sync"))
+    assert loop.timed(lambda i: said.append(f"step {i}")) is loop
+    assert said == ["sync", "step 0", "step 1", "step 2", "step 3", "sync"]
+    loop.report()
+    assert json.loads(capsys.readouterr().out)["steady_steps"] == 3
+    with pytest.raises(SystemExit, match="needs the framework's synchronize"):
+        Loop(argparse.Namespace(steps=1, fixed=False)).timed(lambda i: None)
+    by_name = {p.name: p for p in trace_overhead.programs("")}
+    assert times_blocks(by_name["masked_lm_boolean_index"])  # its loop is Loop.timed's
