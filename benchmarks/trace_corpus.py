@@ -316,8 +316,12 @@ def _head() -> str | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--commit", default=None)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--commit", default=None, help="this checkout's commit (a device's copy reads an old one)"
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="untraced runs of each variant, alternated"
+    )
     parser.add_argument(
         "--most-rounds",
         type=int,
@@ -325,10 +329,19 @@ def main() -> None:
         help="run more rounds, up to this many, while a program's fix's saving is not known "
         "within 25%% (its runs resampled); default: --rounds",
     )
-    parser.add_argument("--programs", default="")
+    parser.add_argument(
+        "--programs",
+        default="",
+        help="comma-separated names (trace_corpus/README.md); default: all",
+    )
     parser.add_argument("--records", default=None, help="where the raw traces are kept")
-    parser.add_argument("--time-limit", type=float, default=3600.0)
-    parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=3600.0,
+        help="seconds; no program starts after them, each measured is kept whole",
+    )
+    parser.add_argument("--out", default=str(HERE / "results"), help="the record's directory")
     parser.add_argument(
         "--light",
         action="store_true",
