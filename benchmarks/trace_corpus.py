@@ -20,7 +20,9 @@ on the same runs without a GPU (--judge). Writes benchmarks/results/trace-corpus
   trace_corpus_steps_right            the share whose step line is one of theirs (goal 1.0)
   trace_corpus_idle_share_error_max   the steps' share waiting for input against
                                       1 - resident / fed, where a program has a resident form
-                                      (goal <= 0.05)
+                                      (goal <= 0.05); beside it, _both_traced_max: against
+                                      the resident form traced too (the trace's cost on the
+                                      step in both)
 
     python3 benchmarks/trace_corpus.py --commit $(git rev-parse HEAD) [--rounds 3]
         [--most-rounds 8] [--programs a,b] [--records DIR] [--archive DIR] [--time-limit S]
@@ -31,8 +33,9 @@ Each program's variants are run untraced --rounds times, alternated (a Python pr
 imports PyTorch forked from a process that has imported it: corpus_zygote.py), and with
 --most-rounds N more rounds, up to N, while its fix's saving is not known within 25% (the
 runs resampled: settled(); each program's "rounds" says how many ran), then it is traced once as
-it is (and once fixed, for `compare`); --into joins this run's programs to an earlier record's
-(programs measured in separate calls, one file).
+it is (and once fixed, for `compare`, and once with its data resident where it has that form);
+--into joins this run's programs to an earlier record's (programs measured in separate calls,
+one file).
 """
 
 from __future__ import annotations
@@ -164,6 +167,9 @@ def archive(records: Path, name: str, into: Path) -> None:
         print(f"{name}: --archive: {exc}", flush=True)
 
 
+# The forms traced, each kept under records/<program>/<name>, and their entry's key
+TRACED = {"round0": "traced", "fixed": "traced_fixed", "resident": "traced_resident"}
+
 # A fix's measured saving is known well enough to judge a price by once its 95% interval, the
 # runs resampled, lies within this share of its median on both sides: the prediction's goal
 SETTLED_WITHIN = 0.25
@@ -249,15 +255,17 @@ def measure(args: argparse.Namespace) -> None:
                     entry["untraced"].setdefault(name, []).append(untraced(argv, env, zygote))
                 done += 1
             entry["rounds"] = done
-            for name, argv in (("round0", base), ("fixed", [*base, "--fixed"])):
-                if name == "fixed" and args.light:
-                    continue
+            # as it is, fixed, and (where it has one) its data resident: the trace's own cost
+            # on the resident step, so that the fed one's share is set against its like
+            forms = ["round0"] if args.light else ["round0", "fixed"]
+            forms += ["resident"] if "resident" in variants else []
+            for name in forms:
+                key = TRACED[name]
                 kept = records / p.name / name
                 shutil.rmtree(kept, ignore_errors=True)
                 kept.mkdir(parents=True)
-                entry["traced" if name == "round0" else "traced_fixed"] = traced(
-                    argv, kept, mine, env
-                )
+                argv = base if name == "round0" else [*base, f"--{name}"]
+                entry[key] = traced(argv, kept, mine, env)
         except (RuntimeError, ValueError, subprocess.SubprocessError) as exc:
             entry.setdefault("errors", []).append(str(exc)[-3000:])
             print(f"{p.name}: {exc}", flush=True)

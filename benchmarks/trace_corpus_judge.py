@@ -225,6 +225,12 @@ def input_share(entry: dict[str, Any], shares: list[float]) -> dict[str, Any]:
         out["idle_share_error_traced"] = abs(
             statistics.median(shares) - out["expected_input_share_traced"]
         )
+        # both forms traced: the trace's cost on the step is in both, so what is left of the
+        # error is the share's own
+        if entry.get("traced_resident", {}).get("seconds"):
+            alike = 1 - step_s(entry["traced_resident"]) / traced
+            out["expected_input_share_both_traced"] = alike
+            out["idle_share_error_both_traced"] = abs(statistics.median(shares) - alike)
     return out
 
 
@@ -316,6 +322,11 @@ def judge_all(corpus: dict[str, Any], records: Path, directory: Path) -> dict[st
         shares = [j["idle_share_error"] for j in ok if "idle_share_error" in j]
         if shares:
             figures["trace_corpus_idle_share_error_max"] = max(shares)
+        alike = [j.get("idle_share_error_both_traced") for j in ok]
+        if alike := [
+            a for a in alike if a is not None
+        ]:  # beside it: against the resident form traced too
+            figures["trace_corpus_idle_share_error_both_traced_max"] = max(alike)
         gone = [j["fix_gone"] for j in ok if "fix_gone" in j]
         if gone:  # `compare` of the fixed trace: the headline's cause gone, its saving paid
             figures["trace_corpus_fix_gone"] = sum(gone) / len(gone)

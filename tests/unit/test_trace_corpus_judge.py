@@ -75,3 +75,15 @@ def test_runs_that_report_their_steady_steps_are_judged_by_them():
     fixed = [{"seconds": 2.6, "steps": 100, "steady_s": 2.277, "steady_steps": 99}]
     saved = prediction({"untraced": {"before": fed, "fixed": fixed}}, [0.007])
     assert saved["measured_saving_per_step_s"] == pytest.approx(0.03 - 0.023)
+
+
+def test_the_input_share_is_also_judged_against_the_resident_form_traced():
+    entry = {"untraced": {"before": _runs(3.6), "resident": _runs(2.0)},
+             "traced": {"seconds": 4.0, "steps": 100},
+             "traced_resident": {"seconds": 2.4, "steps": 100}}  # fmt: skip
+    out = input_share(entry, [0.38])
+    assert out["expected_input_share_both_traced"] == pytest.approx(1 - 2.4 / 4.0)
+    assert out["idle_share_error_both_traced"] == pytest.approx(0.02)
+    assert "idle_share_error_both_traced" not in input_share(
+        {"untraced": entry["untraced"], "traced": entry["traced"]}, [0.38]
+    )
