@@ -66,7 +66,7 @@ masks = [(torch.rand(BATCH, 1, SIDE, SIDE) > 0.5).float().pin_memory() for _ in 
 
 def train_step(i: int) -> None:
     x = images[i % POOL].to(device, non_blocking=True)  # STEP
-    y = masks[i % POOL].to(device, non_blocking=True)
+    y = masks[i % POOL].to(device, non_blocking=True)  # STEP
     with torch.autocast("cuda", dtype=torch.bfloat16):
         logits = model(x.contiguous(memory_format=torch.channels_last))
     loss = F.binary_cross_entropy_with_logits(logits.float(), y)
@@ -75,7 +75,7 @@ def train_step(i: int) -> None:
     opt.step()
     if not args.fixed:
         del x, y, logits, loss
-        torch.cuda.empty_cache()
+        torch.cuda.empty_cache()  # STEP
 
 
 torch.backends.cudnn.benchmark = True

@@ -56,7 +56,7 @@ with torch.inference_mode():
     def serve(i: int) -> None:
         static_x.copy_(batches[i % POOL], non_blocking=True)  # STEP
         graph.replay()
-        history[i % HISTORY].copy_(static_top)
+        history[i % HISTORY].copy_(static_top)  # STEP
 
     for i in range(POOL):
         serve(i)

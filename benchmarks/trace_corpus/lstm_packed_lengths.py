@@ -41,7 +41,7 @@ class Classifier(nn.Module):
         )
 
     def forward(self, ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        packed = pack_padded_sequence(
+        packed = pack_padded_sequence(  # STEP: it sorts and uploads the order
             self.embed(ids), lengths, batch_first=True, enforce_sorted=args.fixed
         )
         out, _ = self.lstm(packed)
@@ -68,7 +68,7 @@ pool = [made(torch.Generator().manual_seed(i)) for i in range(POOL)]
 def train_step(i: int) -> None:
     ids_host, lengths_host, labels = pool[i % POOL]
     ids = ids_host.to(device, non_blocking=True)  # STEP
-    lengths = lengths_host if args.fixed else (ids != PAD).sum(1).cpu()
+    lengths = lengths_host if args.fixed else (ids != PAD).sum(1).cpu()  # STEP
     loss = F.cross_entropy(model(ids, lengths), labels)
     opt.zero_grad(set_to_none=True)
     loss.backward()

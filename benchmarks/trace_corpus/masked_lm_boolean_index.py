@@ -68,7 +68,7 @@ def train_step(i: int) -> None:
             targets = labels.gather(1, positions).flatten()
         else:  # by a boolean mask: its size is known only once the GPU has counted it
             masked = labels != IGNORE
-            picked, targets = hidden[masked], labels[masked]
+            picked, targets = hidden[masked], labels[masked]  # STEP
         logits = model.head(picked)
     loss = F.cross_entropy(logits.float(), targets)
     opt.zero_grad(set_to_none=True)
