@@ -16,6 +16,8 @@ while the GPU works on this one. The same lists either way."""
 # gpus: 1
 # needs: cupy
 
+import ctypes
+
 import cupy as cp
 import cupyx
 import numpy as np
@@ -55,7 +57,8 @@ def frame_step(i: int) -> None:
     if not args.fixed:
         found.append(cells(counts.get()))  # STEP: waits for the GPU
         return
-    counts.data.copy_to_host_async(counts_host[i % 2].ctypes.data, counts.nbytes)  # STEP
+    into = counts_host[i % 2].ctypes.data_as(ctypes.c_void_p)  # every CuPy takes a c_void_p
+    counts.data.copy_to_host_async(into, counts.nbytes)  # STEP
     done[i % 2].record()
     if i > 0:
         done[(i - 1) % 2].synchronize()  # the previous frame's counts: long done
