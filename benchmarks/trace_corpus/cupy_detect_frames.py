@@ -58,7 +58,7 @@ def frame_step(i: int) -> None:
         found.append(cells(counts.get()))  # STEP: waits for the GPU
         return
     into = counts_host[i % 2].ctypes.data_as(ctypes.c_void_p)  # every CuPy takes a c_void_p
-    counts.data.copy_to_host_async(into, counts.nbytes)  # STEP
+    counts.data.copy_to_host_async(into, counts.nbytes, cp.cuda.get_current_stream())  # STEP
     done[i % 2].record()
     if i > 0:
         done[(i - 1) % 2].synchronize()  # the previous frame's counts: long done
