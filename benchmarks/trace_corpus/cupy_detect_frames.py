@@ -1,5 +1,6 @@
 """A CuPy detection pipeline over camera frames: each 2048 x 2048 float32 frame, taken in turn
-from a ring of pinned host buffers (`cupyx.empty_pinned`), is uploaded with `cupy.asarray`,
+from a ring of pinned host buffers (`cupyx.empty_pinned`), is uploaded into one GPU buffer with
+`ndarray.set` on the stream (`cupy.asarray` would copy it into CuPy's own pinned pool first),
 smoothed (cupyx.scipy.ndimage's gaussian_filter), thresholded against its local background
 (a uniform_filter) and reduced to a 64 x 64 grid of detection counts on the GPU. The counts are
 read back with `.get()` each frame, and the host turns them into the frame's list of hot cells
@@ -31,6 +32,7 @@ rng = np.random.default_rng(0)
 ring = [cupyx.empty_pinned((SIZE, SIZE), dtype=np.float32) for _ in range(POOL)]
 for frame in ring:
     frame[...] = rng.random((SIZE, SIZE), dtype=np.float32)
+image = cp.empty((SIZE, SIZE), dtype=cp.float32)  # the frame's buffer on the GPU, reused
 counts_host = [cupyx.empty_pinned((CELLS, CELLS), dtype=np.int32) for _ in range(2)]
 done = [cp.cuda.Event() for _ in range(2)]
 found: list[list[tuple[int, int, int]]] = []
@@ -38,7 +40,7 @@ found: list[list[tuple[int, int, int]]] = []
 
 def detect(frame: np.ndarray) -> cp.ndarray:
     """A frame's detection counts, a CELLS x CELLS grid, on the GPU."""
-    image = cp.asarray(frame)  # STEP
+    image.set(frame, stream=cp.cuda.get_current_stream())  # STEP: queued, from pinned memory
     smooth = ndimage.gaussian_filter(image, 2.0)
     background = ndimage.uniform_filter(smooth, 31)
     hot = (smooth > background + 0.02).astype(cp.int32)
