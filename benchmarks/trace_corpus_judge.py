@@ -167,6 +167,13 @@ def step_s(run: dict[str, Any]) -> float:
     return float(run["seconds"]) / float(run["steps"])
 
 
+def traced_step(entry: dict[str, Any], key: str) -> float | None:
+    """The step (step_s) of a program's traced run `key` (traced, traced_fixed,
+    traced_resident), None where it has none."""
+    run = entry.get(key) or {}
+    return step_s(run) if run.get("seconds") else None
+
+
 def prediction(entry: dict[str, Any], predicted: list[float]) -> dict[str, Any]:
     """The headline's price a step (`predicted`, one a traced round) against the fix's saving
     a step (step_s), from the runs' medians (`entry`: a program's record), with the error
@@ -195,10 +202,9 @@ def prediction(entry: dict[str, Any], predicted: list[float]) -> dict[str, Any]:
         out["prediction_error"] = abs(statistics.median(predicted) - measured) / measured
         lo, hi = out["measured_saving_interval_per_step_s"]
         out["prediction_within_spread"] = lo <= statistics.median(predicted) <= hi
-    traced = [step_s(entry[k]) if entry.get(k, {}).get("seconds") else None
-              for k in ("traced", "traced_fixed")]  # fmt: skip
-    if predicted and traced[0] is not None and traced[1] is not None and traced[0] > traced[1]:
-        saved = traced[0] - traced[1]
+    before, fixed = traced_step(entry, "traced"), traced_step(entry, "traced_fixed")
+    if predicted and before is not None and fixed is not None and before > fixed:
+        saved = before - fixed
         out["traced_saving_per_step_s"] = saved
         out["prediction_error_traced"] = abs(statistics.median(predicted) - saved) / saved
     return out
@@ -219,7 +225,7 @@ def input_share(entry: dict[str, Any], shares: list[float]) -> dict[str, Any]:
                            "input_share": _median(shares)}  # fmt: skip
     if shares:
         out["idle_share_error"] = abs(statistics.median(shares) - out["expected_input_share"])
-    traced = step_s(entry["traced"]) if entry.get("traced", {}).get("seconds") else None
+    traced = traced_step(entry, "traced")
     if shares and traced:
         out["expected_input_share_traced"] = 1 - resident / traced
         out["idle_share_error_traced"] = abs(
@@ -227,8 +233,8 @@ def input_share(entry: dict[str, Any], shares: list[float]) -> dict[str, Any]:
         )
         # both forms traced: the trace's cost on the step is in both, so what is left of the
         # error is the share's own
-        if entry.get("traced_resident", {}).get("seconds"):
-            alike = 1 - step_s(entry["traced_resident"]) / traced
+        if (resident_traced := traced_step(entry, "traced_resident")) is not None:
+            alike = 1 - resident_traced / traced
             out["expected_input_share_both_traced"] = alike
             out["idle_share_error_both_traced"] = abs(statistics.median(shares) - alike)
     return out
@@ -313,20 +319,12 @@ def judge_all(corpus: dict[str, Any], records: Path, directory: Path) -> dict[st
         figures["trace_corpus_steps_right"] = sum(j["steps_right"] for j in ok) / len(ok)
         figures["trace_corpus_startup_charged_s"] = sum(j["startup_charged_s"] for j in ok)
         figures["trace_corpus_foreign_advice"] = sum(len(j["foreign_advice"]) for j in ok)
-        errors = [j["prediction_error"] for j in ok if "prediction_error" in j]
-        if errors:
-            figures["trace_corpus_prediction_error_max"] = max(errors)
+        for key in ("prediction_error", "idle_share_error", "idle_share_error_both_traced"):
+            if values := [j[key] for j in ok if key in j]:  # the last beside the one before
+                figures[f"trace_corpus_{key}_max"] = max(values)
         within = [j["prediction_within_spread"] for j in ok if "prediction_within_spread" in j]
         if within:  # beside the error: the share the runs' own spread cannot tell from right
             figures["trace_corpus_prediction_within_spread"] = sum(within) / len(within)
-        shares = [j["idle_share_error"] for j in ok if "idle_share_error" in j]
-        if shares:
-            figures["trace_corpus_idle_share_error_max"] = max(shares)
-        alike = [j.get("idle_share_error_both_traced") for j in ok]
-        if alike := [
-            a for a in alike if a is not None
-        ]:  # beside it: against the resident form traced too
-            figures["trace_corpus_idle_share_error_both_traced_max"] = max(alike)
         gone = [j["fix_gone"] for j in ok if "fix_gone" in j]
         if gone:  # `compare` of the fixed trace: the headline's cause gone, its saving paid
             figures["trace_corpus_fix_gone"] = sum(gone) / len(gone)
