@@ -173,6 +173,7 @@ TRACED = {"round0": "traced", "fixed": "traced_fixed", "resident": "traced_resid
 # A fix's measured saving is known well enough to judge a price by once its 95% interval, the
 # runs resampled, lies within this share of its median on both sides: the prediction's goal
 SETTLED_WITHIN = 0.25
+MOST_ROUNDS = 50  # --rounds and --most-rounds at most
 
 
 def settled(program: Program, runs: dict[str, list[dict]]) -> bool:
@@ -385,14 +386,14 @@ def main() -> None:
         return
     if not args.commit:
         parser.error("--commit is required to measure")
-    if args.rounds < 1:
-        parser.error("--rounds must be 1 or more")
+    if not 1 <= args.rounds <= MOST_ROUNDS:
+        parser.error(f"--rounds must be 1 or more and at most {MOST_ROUNDS}")
     if args.most_rounds is None:
         args.most_rounds = args.rounds
-    if not args.rounds <= args.most_rounds <= 50:
-        parser.error(f"--most-rounds must be from --rounds ({args.rounds}) to 50")
+    if not args.rounds <= args.most_rounds <= MOST_ROUNDS:
+        parser.error(f"--most-rounds must be from --rounds ({args.rounds}) to {MOST_ROUNDS}")
     if not 0 < args.time_limit < float("inf"):
-        parser.error("--time-limit must be a number of seconds above 0")
+        parser.error("--time-limit must be a finite number of seconds above 0")
     if args.parallel < 1:
         parser.error("--parallel must be 1 or more")
     if args.into and not is_record(Path(args.into)):

@@ -21,6 +21,9 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "trace_corpus.py"
         (["--commit", "x", "--archive", ""], "--archive: '' is not a directory"),
         (["--commit", "x", "--programs", " , "], "--programs: no program named"),
         (["--commit", "x", "--rounds", "0"], "--rounds must be 1 or more"),
+        (["--commit", "x", "--rounds", "99999999999"], "--rounds must be 1 or more and at most 50"),
+        (["--commit", "x", "--time-limit", "inf"], "--time-limit must be a finite number"),
+        (["--commit", "x", "--time-limit", "nan"], "--time-limit must be a finite number"),
         (
             ["--commit", "x", "--rounds", "4", "--most-rounds", "3"],
             "--most-rounds must be from --rounds (4) to 50",
