@@ -112,3 +112,29 @@ def test_a_steps_idle_for_its_host_leaves_out_the_gap_kept_between_queued_kernel
     assert context.back_to_back_s[9] == pytest.approx(1e-6)
     assert context.step_idle_s(9, 2) == pytest.approx(200e-6)
     assert Context(trace, None).step_idle_s(9, 2) == 0.0  # no loop: no step
+
+
+def test_device_frees_wait_too_and_are_advised_as_frees(tmp_path):
+    # `torch.cuda.empty_cache()` at train.py:30 each step: cudaFree waits for the step's kernel
+    path = _trace(tmp_path)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for r in records:
+        if r.get("f") == "cudaStreamSynchronize_v3020":
+            r["f"] = "cudaFree_v3020"
+    records[1]["f"] = [["/usr/lib/python3/site-packages/torch/cuda/memory.py", 222,
+                        "empty_cache"], [SCRIPT, 30, "train"]]  # fmt: skip
+    trace = read_trace([_write(path, records)])
+    assert all(c.synchronizes and c.frees for c in trace.calls)
+    f = synchronizing.find(Context(trace, None))
+    assert f is not None and f.saving_s == pytest.approx(4 * 9e-3)
+    assert f.places[0].where == f"{SCRIPT}:30 (train)"
+    assert "5 of them device frees, cudaFree" in f.detail
+    assert "torch.cuda.empty_cache()" in f.advice and ".item()" not in f.advice
+
+
+def test_a_host_free_or_a_queued_free_is_no_wait():
+    from xferscope.trace.records import Call
+
+    for name in ("cudaFreeHost_v3020", "cudaFreeAsync_v11020", "cuMemFreeHost", "cuMemFreeAsync"):
+        assert not Call(name, 0, 1, 1).synchronizes
+    assert Call("cuMemFree_v2", 0, 1, 1).synchronizes

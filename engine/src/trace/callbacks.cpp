@@ -50,8 +50,17 @@ std::atomic<std::uint64_t> driver_nested{0};  // driver entries made by a runtim
 std::atomic<bool> driver_direct{false};       // a driver entry made by the program itself
 std::atomic<bool> driver_dropped{false};      // the driver's callbacks are off for good
 
-// The API calls worth a record: copies, sets, synchronizations, host memory pinning.
+// The calls that wait for the GPU's earlier work: the synchronizations, and the device frees,
+// which wait for the whole device before they free (torch.cuda.empty_cache() and CuPy's
+// free_all_blocks() make one a cached block); records.Call.synchronizes reads them alike.
+bool waits_for_gpu(const std::string& n) {
+  return n.find("Synchronize") != std::string::npos || n.rfind("cudaFree_v", 0) == 0 ||
+         n == "cuMemFree" || n.rfind("cuMemFree_v", 0) == 0;
+}
+
+// The API calls worth a record: copies, sets, waits for the GPU, host memory pinning.
 bool interesting(const std::string& n) {
+  if (waits_for_gpu(n)) return true;
   for (const char* prefix : {"cudaMemcpy",
                              "cudaMemset",
                              "cudaMallocHost",
@@ -220,8 +229,8 @@ bool copy_entry(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_
   return true;
 }
 
-// A synchronization's entry (cudaStreamSynchronize, cudaDeviceSynchronize,
-// cudaEventSynchronize and the driver's): its callers into `pending`, so that the wait is
+// A wait's entry (cudaStreamSynchronize, cudaDeviceSynchronize, cudaEventSynchronize, cudaFree
+// and the driver's: waits_for_gpu): its callers into `pending`, so that the wait is
 // named at the program's line (PyTorch's .item() waits in one). False for any other call.
 bool sync_entry(CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
   const std::vector<char>& table = syncs[domain == CUPTI_CB_DOMAIN_RUNTIME_API ? 0 : 1];
@@ -377,11 +386,9 @@ void enable_callbacks(std::uint32_t on) {
     syncs[0].assign(CUPTI_RUNTIME_TRACE_CBID_SIZE, 0);
     syncs[1].assign(CUPTI_DRIVER_TRACE_CBID_SIZE, 0);
     for (CUpti_CallbackId id = 1; id < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++id)
-      syncs[0][id] =
-          api_name(CUPTI_CB_DOMAIN_RUNTIME_API, id).find("Synchronize") != std::string::npos;
+      syncs[0][id] = waits_for_gpu(api_name(CUPTI_CB_DOMAIN_RUNTIME_API, id));
     for (CUpti_CallbackId id = 1; id < CUPTI_DRIVER_TRACE_CBID_SIZE; ++id)
-      syncs[1][id] =
-          api_name(CUPTI_CB_DOMAIN_DRIVER_API, id).find("Synchronize") != std::string::npos;
+      syncs[1][id] = waits_for_gpu(api_name(CUPTI_CB_DOMAIN_DRIVER_API, id));
   }
   for (CUpti_CallbackId id = 1; id < CUPTI_RUNTIME_TRACE_CBID_SIZE; ++id) {
     if (interesting(api_name(CUPTI_CB_DOMAIN_RUNTIME_API, id)) && !knob("noruntime")) {

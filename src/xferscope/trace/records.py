@@ -155,6 +155,10 @@ NATIVE_FRAMEWORKS = (("libtorch", "PyTorch"), ("libc10", "PyTorch"), ("cupy", "C
                      ("jaxlib", "JAX"), ("xla_extension", "JAX"), ("numba", "Numba"))  # fmt: skip
 
 
+# the device frees, which wait for the whole device (not cudaFreeAsync, which is queued)
+FREES = ("cudaFree", "cuMemFree")
+
+
 def api_name(function: str) -> str:
     """A CUDA call's name as CUPTI gives it, without its version suffix:
     cudaMemcpyAsync_v3020 -> cudaMemcpyAsync."""
@@ -189,9 +193,16 @@ class Call:
 
     @property
     def synchronizes(self) -> bool:
-        """An explicit wait for the GPU: cudaStreamSynchronize, cudaDeviceSynchronize,
-        cudaEventSynchronize or the driver's."""
-        return "Synchronize" in self.function
+        """A call that waits for the GPU's earlier work: cudaStreamSynchronize,
+        cudaDeviceSynchronize, cudaEventSynchronize, or a device free (cudaFree waits for the
+        whole device before it frees: FREES), or the driver's (the injection's waits_for_gpu)."""
+        return "Synchronize" in self.function or self.frees
+
+    @property
+    def frees(self) -> bool:
+        """A device free (cudaFree, cuMemFree): `torch.cuda.empty_cache()` and CuPy's
+        `free_all_blocks()` make one a cached block."""
+        return self.name in FREES
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """Waits for the GPU at the program's lines: explicit synchronizations (cudaStreamSynchronize,
-cudaDeviceSynchronize, cudaEventSynchronize and the driver's; PyTorch's `.item()` waits in one)
-and copies down that block the host (`.cpu()` and `.tolist()` to pageable memory, CuPy's
+cudaDeviceSynchronize, cudaEventSynchronize and the driver's; PyTorch's `.item()` waits in one),
+device frees (cudaFree waits for the whole GPU: `torch.cuda.empty_cache()` in a loop) and
+copies down that block the host (`.cpu()` and `.tolist()` to pageable memory, CuPy's
 `.get()`): Trace.waits. What they cost is the GPU idle that followed each until the next work
 arrived; the host time each blocked is said beside it. The fix, reading results once, lets the
 host go on without waiting: the work it does after a wait (its bookkeeping, its next input, its
@@ -37,6 +38,18 @@ ADVICE: dict[str | None, str] = {
     "JAX": "keep each step's values as device arrays (append `loss` to a list) and read them "
     "once with `jax.device_get` after the loop or every N steps: `float(x)`, `x.item()`, "
     "`np.asarray(x)` and `print(x)` each wait for the device",
+}
+# where most of the waiting is in device frees (Call.frees): memory given back in the loop
+FREE_ADVICE: dict[str | None, str] = {
+    None: "keep device buffers for the next step instead of freeing them in the loop: "
+    "cudaFree waits for the whole GPU before it frees (a pool, or cudaFreeAsync on the "
+    "stream, does not)",
+    "PyTorch": "do not call `torch.cuda.empty_cache()` in the loop: it gives the caching "
+    "allocator's free blocks back with cudaFree, which waits for the whole GPU, and the next "
+    "step asks the driver for them again; the allocator reuses freed blocks by itself (where "
+    "memory runs short, `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True` fragments less)",
+    "CuPy": "do not call the memory pool's `free_all_blocks()` in the loop: it gives its blocks "
+    "back with cudaFree, which waits for the whole GPU; the pool reuses freed blocks by itself",
 }
 
 
@@ -96,6 +109,7 @@ def find(context: Context) -> TraceFinding | None:
     idle_s = scale * sum(idle) + looked_s
     saving_s = scale * by_step(context, seen, idle) + read_saving(context, looked)
     blocked_s = sum(s.seconds for s in syncs)
+    freed_s = sum(s.seconds for s in syncs if s.frees)
     used = framework(trace, syncs) or next((c.seen_framework for c, *_ in looked), None)
     sampled = (
         f"; kernels were recorded in windows, so the idle is judged on the {len(seen)} waits "
@@ -104,10 +118,12 @@ def find(context: Context) -> TraceFinding | None:
         if scale != 1.0
         else ""
     )
+    frees = sum(1 for s in syncs if s.frees)
     said = (
-        f"the host waited {format_seconds(blocked_s)} in {len(syncs)} calls that wait, and after "
-        f"{followed} of them the GPU sat idle {format_seconds(idle_s - looked_s)} in all until "
-        "the host gave it its next work"
+        f"the host waited {format_seconds(blocked_s)} in {len(syncs)} calls that wait"
+        + (f" ({frees} of them device frees, cudaFree, {format_seconds(freed_s)})" if frees else "")
+        + f", and after {followed} of them the GPU sat idle "
+        f"{format_seconds(idle_s - looked_s)} in all until the host gave it its next work"
         if syncs
         else ""
     )
@@ -129,7 +145,7 @@ def find(context: Context) -> TraceFinding | None:
         tuple(sorted((*places(trace, syncs), *own), key=lambda p: -p.cost_s)),
         idle_s,
         saving_s,
-        in_words(ADVICE, used),
+        in_words(FREE_ADVICE if freed_s > blocked_s / 2 else ADVICE, used),
         said + "; without the waits the host does its work while the GPU computes: each step "
         "saves the smaller of the GPU's idle in it for its host (beyond the gap it keeps between "
         f"queued kernels) and the time its waits blocked{sampled}",
