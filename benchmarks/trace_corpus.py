@@ -8,7 +8,9 @@ on the same runs without a GPU (--judge). Writes benchmarks/results/trace-corpus
   trace_corpus_programs               the programs judged (goal >= 12)
   trace_corpus_headline_right         the share whose headline is their cause, "nothing to fix"
                                       for the clean one and the start-up apart for the one whose
-                                      lost time is its start-up (goal 1.0)
+                                      lost time is its start-up (goal 1.0); over the programs
+                                      whose fix's saving the runs tell from none, the others
+                                      named in trace_corpus_cause_unmeasured
   trace_corpus_prediction_error_max   the headline's predicted saving a step against the fix's
                                       measured one untraced (medians; goal <= 0.25)
   trace_corpus_startup_charged_s      seconds of any finding's cost that come from before the

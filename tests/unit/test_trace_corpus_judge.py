@@ -36,6 +36,7 @@ def test_a_price_outside_the_runs_spread_is_said_so_and_one_inside_it_too():
     steady = {"untraced": {"before": _runs(3.00, 3.01, 2.99, 3.00),
                            "fixed": _runs(2.00, 2.01, 1.99, 2.00)}}  # fmt: skip
     assert prediction(steady, [0.0100])["prediction_within_spread"] is True
+    assert prediction(steady, [0.0100])["cause_measured"] is True
     assert prediction(steady, [0.0125])["prediction_within_spread"] is False
     noisy = {"untraced": {"before": _runs(3.0, 3.8, 2.7, 3.4, 3.1),
                           "fixed": _runs(2.0, 2.6, 1.8, 2.2, 2.1)}}  # fmt: skip
@@ -51,6 +52,7 @@ def test_a_fix_that_saved_nothing_is_not_judged_and_a_missing_trace_is_left_out(
     assert out["measured_saving_per_step_s"] == pytest.approx(0.0)
     assert "prediction_error" not in out and "prediction_error_traced" not in out
     assert out["measured_saving_range_per_step_s"] == pytest.approx([-0.001, 0.001])
+    assert out["cause_measured"] is False  # its headline judged by no cause
 
 
 def test_the_input_share_is_judged_against_the_resident_form_untraced_and_traced():

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from xferscope.report.trace_tables import print_trace, startup_text
+from xferscope.report.trace_tables import headline_text, print_trace, startup_text
 from xferscope.trace.document import from_dict
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "trace.json"
@@ -89,3 +89,23 @@ def test_the_start_ups_savings_and_pinning_are_said_where_they_are_a_percent_of_
     startup |= {"saving_s": 0.134, "pin_s": 0.086}
     said = startup_text(startup)
     assert "would save 134.00 ms" in said and "pinning 8 B took 86.00 ms" in said
+
+
+def _launch_bound(launch_s: float) -> dict:
+    """A summary with nothing worth fixing, its GPU idle 64% of the steps, `launch_s` of the
+    1.4 s idle in gaps between launches and the rest away from CUDA."""
+    idle = [{"kind": "launch", "seconds": launch_s}, {"kind": "away", "seconds": 1.4 - launch_s}]
+    gpu = {"device": 0, "idle_share": 0.64, "idle_s": 1.4, "idle": idle}
+    return {"headline": {"code": "none"}, "gpus": [gpu]}
+
+
+def test_nothing_to_fix_says_when_launching_bounds_the_steps():
+    said = headline_text(_launch_bound(1.1))
+    assert said.startswith("nothing to fix in the steady state: the GPU busy 36% or more")
+    assert "79% of its idle between launches" in said and "saves 1% of it" in said
+    # idle mostly away from CUDA: no word about launches
+    assert "launch" not in headline_text(_launch_bound(0.3))
+    # a busy GPU: its few gaps are not what bounds it
+    busy = _launch_bound(1.1)
+    busy["gpus"][0]["idle_share"] = 0.2
+    assert "launch" not in headline_text(busy)

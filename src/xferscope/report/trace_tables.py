@@ -131,17 +131,30 @@ def headline_text(s: dict[str, Any]) -> str:
     if first is None:
         return ""
     if first["code"] == "none":
-        busy = [g for g in s.get("gpus", []) if g.get("idle_share") is not None]
-        how = (
-            f": the GPU busy {1 - max(g['idle_share'] for g in busy):.0%} or more of the steps"
-            if busy
-            else ""
+        return (
+            f"nothing to fix in the steady state{idle_text(s)}; no finding saves {WORTH:.0%} of it"
         )
-        return f"nothing to fix in the steady state{how}; no finding saves 1% of it"
     where = f" at {shown(first['where'])}" if first.get("where") else ""
     share = f" ({first['share']:.1%} of the steady state)" if first.get("share") else ""
     saving = format_seconds(first["saving_s"])
     return f"first to change: {first['title']}{where}, saving {saving}{share}"
+
+
+def idle_text(s: dict[str, Any]) -> str:
+    """Where no finding is worth acting on: how busy the idlest GPU kept, and, where most of its
+    idle was between launches, that the host's launching bounds the steps, not data."""
+    busy = [g for g in s.get("gpus", []) if g.get("idle_share") is not None]
+    if not busy:
+        return ""
+    idlest = max(busy, key=lambda g: g["idle_share"])
+    said = f": the GPU busy {1 - idlest['idle_share']:.0%} or more of the steps"
+    launch = sum(c["seconds"] for c in idlest.get("idle", []) if c["kind"] == "launch")
+    if idlest["idle_share"] >= 0.5 and launch >= 0.5 * (idlest.get("idle_s") or 0.0) > 0:
+        said += (
+            f", {launch / idlest['idle_s']:.0%} of its idle between launches: the host"
+            " launching work bounds the steps, not copies or waits"
+        )
+    return said
 
 
 def phase_lines(s: dict[str, Any]) -> list[str]:
