@@ -104,6 +104,27 @@ def test_a_runtime_program_has_the_drivers_callbacks_turned_off_and_its_copies_n
     assert all((c["where"] or "").startswith(script + ":") for c in small)
 
 
+def test_a_loop_inside_device_frees_keeps_one_call_to_each_copy(native_engine, tmp_path):
+    """A loop that frees the allocator's cache every step is inside cudaFree (and the driver's
+    cuMemFree in it) much of the time: the driver's callbacks are turned off between calls, not
+    inside one, so CUPTI's correlation ids keep advancing, every copy keeps its call and line,
+    and the steps are the loop's."""
+    pytest.importorskip("torch")
+    script = str(PROGRAMS / "freeing_loop.py")
+    proc, doc = trace(tmp_path, sys.executable, script, "--steps", "200")
+    assert proc.returncode == 0, proc.stderr
+    assert not [w for w in doc["warnings"] if "correlation id" in w], doc["warnings"]
+    assert [p for p in doc["processes"] if "driver_calls_off_ns" in p]
+    batches = [c for c in doc["copies"] if c["direction"] == "h2d" and c["bytes"] == 2048**2 * 4]
+    assert len(batches) == 203
+    assert all((c["where"] or "").startswith(f"{script}:{_line_of(Path(script), '# STEP')} ")
+               for c in batches)  # fmt: skip
+    steps = doc["summary"]["steps"]
+    assert 190 <= steps["count"] <= 203, steps
+    waits = next(f for f in doc["summary"]["fixes"] if f["code"] == "synchronizations")
+    assert "torch.cuda.empty_cache()" in waits["fix"]
+
+
 def test_totals_agree_with_the_programs_own_events(copies, tmp_path):
     proc, doc = trace(tmp_path, str(copies), "--accuracy")
     assert proc.returncode == 0, proc.stderr

@@ -78,3 +78,28 @@ def test_copies_past_the_drivers_callbacks_with_no_call_are_said_once(tmp_path):
         "".join(json.dumps(x) + "\n" for x in lines if x.get("t") != "driver_off")
     )
     assert not reading.read_trace([tmp_path / "trace-7.jsonl"]).warnings
+
+
+def test_copies_of_a_correlation_id_many_calls_had_are_matched_to_none(tmp_path):
+    """CUPTI's ids stuck at one call's (a driver callback turned off inside a call): every later
+    call and copy shares it, and a copy matched by it would take the last such call's line."""
+
+    def api(c: int, st: int, line: int) -> dict:
+        return {"t": "api", "rt": 1, "f": "cudaMemcpyAsync", "st": st, "en": st + 9, "tid": 7,
+                "c": c, "src": 1, "dst": 2, "at": [line]}  # fmt: skip
+
+    def copy(c: int, st: int) -> dict:
+        return {"t": "memcpy", "k": 1, "s": 2, "d": 3, "b": 64, "st": st, "en": st + 5, "c": c}
+
+    lines = [{"t": "start", "pid": 7, "ts": 100}, api(4, 200, 11), copy(4, 210),
+             api(5, 300, 12), copy(5, 310), api(5, 400, 13), copy(5, 410),
+             {"t": "end", "ts": 900}]  # fmt: skip
+    (tmp_path / "trace-7.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    trace = reading.read_trace([tmp_path / "trace-7.jsonl"])
+    by_start = {c.start_ns: c for c in trace.copies}
+    assert by_start[210].call is not None and by_start[210].frames == (11,)
+    assert by_start[310].call is None and by_start[410].call is None
+    assert by_start[310].frames == () and by_start[410].frames == ()
+    (said,) = trace.warnings
+    assert said.startswith("process 7: CUPTI gave 1 correlation id(s) to more than one call")
+    assert "2 copies have no call or line" in said

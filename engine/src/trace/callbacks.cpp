@@ -4,8 +4,10 @@
 #include <execinfo.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cinttypes>
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include "trace/inject.hpp"
@@ -49,6 +51,47 @@ constexpr std::uint64_t kDriverProbe = 2000;
 std::atomic<std::uint64_t> driver_nested{0};  // driver entries made by a runtime call
 std::atomic<bool> driver_direct{false};       // a driver entry made by the program itself
 std::atomic<bool> driver_dropped{false};      // the driver's callbacks are off for good
+// Turning a driver callback off between a call's entry and its exit leaves CUPTI's correlation
+// ids stuck at that call's for the rest of the process (every later call, kernel and copy one id:
+// a U-Net's cudaFree, nested cuMemFree waiting for the GPU, on 1 x H200). So they are turned off
+// only while no thread is inside a recorded runtime call (the driver calls worth a record are
+// made inside them), and a runtime call entered meanwhile is held until they are off.
+std::atomic<int> runtime_open{0};   // threads inside a recorded runtime call, counted
+std::atomic<bool> dropping{false};  // the driver's callbacks being turned off now
+thread_local bool counted_open = false;
+constexpr auto kHoldAtMost = std::chrono::milliseconds(50);  // a hold past this goes on
+
+// Whether a runtime call still needs counting: while the driver's callbacks may be turned off.
+bool gated() {
+  return knob_driver && !knob_keep_driver && !driver_dropped.load(std::memory_order_relaxed) &&
+         !driver_direct.load(std::memory_order_relaxed);
+}
+
+// A recorded runtime call's entry (counted open; held while the driver's callbacks are being
+// turned off) and its exit.
+void runtime_entered() {
+  if (counted_open || !gated()) return;
+  const auto start = std::chrono::steady_clock::now();
+  while (true) {
+    runtime_open.fetch_add(1);  // sequentially consistent with dropping: one sees the other
+    if (!dropping.load()) break;
+    runtime_open.fetch_sub(1);
+    while (dropping.load(std::memory_order_relaxed) &&
+           std::chrono::steady_clock::now() - start < kHoldAtMost)
+      std::this_thread::yield();
+    if (dropping.load(std::memory_order_relaxed)) {  // held long enough
+      runtime_open.fetch_add(1);
+      break;
+    }
+  }
+  counted_open = true;
+}
+
+void runtime_left() {
+  if (!counted_open) return;
+  counted_open = false;
+  runtime_open.fetch_sub(1);
+}
 
 // The calls that wait for the GPU's earlier work: the synchronizations, and the device frees,
 // which wait for the whole device before they free (torch.cuda.empty_cache() and CuPy's
@@ -341,7 +384,10 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
   }
   if (!runtime && enter && !driver_direct.load(std::memory_order_relaxed))
     driver_direct.store(true, std::memory_order_relaxed);
-  if (runtime) in_runtime_call = enter;
+  if (runtime) {
+    in_runtime_call = enter;
+    enter ? runtime_entered() : runtime_left();
+  }
   if (closed.load(std::memory_order_relaxed)) return;
   Timed timed{kInCallbacks};
   std::uint64_t now = 0;
@@ -405,9 +451,15 @@ bool drop_driver_callbacks() {
     return false;
   std::lock_guard<std::mutex> lock(control.mutex);
   if (driver_direct.load() || driver_dropped.load()) return false;
+  dropping.store(true);
+  if (runtime_open.load() != 0) {  // a runtime call is open: at the writer's next turn
+    dropping.store(false);
+    return false;
+  }
   driver_dropped.store(true);
   // detached or paused, the callbacks are off now and stay off when CUPTI is attached again
   if (control.subscriber && !control.detached.load() && !control.paused) enable_driver(0);
+  dropping.store(false);
   return true;
 }
 

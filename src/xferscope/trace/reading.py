@@ -79,6 +79,7 @@ def read_trace(files: Iterable[Path]) -> Trace:
         process: dict[str, Any] = {"file": path.name}
         opened: int | None = None  # a kernel window's start, while it is open
         pushed: dict[int, dict[str, Any]] = {}  # NVTX ranges begun, by id
+        repeated: set[int] = set()  # correlation ids more than one call had: no copy's own
         ended: dict[int, int] = {}  # and their ends
         for r in jsonl_records(path):
             t = r.get("t")
@@ -120,6 +121,8 @@ def read_trace(files: Iterable[Path]) -> Trace:
                     )
                 )
             elif t == "api":
+                if (int(r["rt"]), int(r["c"])) in api:
+                    repeated.add(int(r["c"]))
                 api[(int(r["rt"]), int(r["c"]))] = r
                 if "src" in r:  # a copy call's pointers, content hash and callers
                     call_info[int(r["c"])] = r
@@ -168,13 +171,18 @@ def read_trace(files: Iterable[Path]) -> Trace:
         )
         off = process.get("driver_calls_off_ns")
         unnamed = 0  # copies past it that no recorded call issued: the driver's own, unseen
+        unmatched = 0  # copies whose correlation id more than one call had
         for r in raw_copies:
             # the runtime call that issued it (CUPTI names it in runtimeCorrelationId, or gives
             # the runtime's id as the copy's own), else the driver call
             rc, c = int(r.get("rc", 0)), int(r["c"])
             a = (api.get((1, rc)) if rc else None) or api.get((1, c)) or api.get((0, c))
-            unnamed += a is None and off is not None and int(r["st"]) > int(off)
             info = (call_info.get(rc) if rc else None) or call_info.get(c, {})
+            if (rc or c) in repeated:  # matched to no call rather than to another's
+                a, info = None, {}
+                unmatched += 1
+            else:
+                unnamed += a is None and off is not None and int(r["st"]) > int(off)
             copies.append(
                 Copy(
                     pid,
@@ -203,6 +211,12 @@ def read_trace(files: Iterable[Path]) -> Trace:
                     tuple(info.get("at", ())),
                     stacks.get(int(info.get("py", 0)), ()),
                 )
+            )
+        if unmatched:
+            warnings.append(
+                f"process {pid}: CUPTI gave {len(repeated)} correlation id(s) to more than one "
+                f"call, so {unmatched} copies have no call or line (the steps and the waits "
+                "they mark may be wrong): a driver callback turned off inside a call"
             )
         if unnamed:
             warnings.append(
