@@ -113,7 +113,8 @@ def test_a_loop_inside_device_frees_keeps_one_call_to_each_copy(native_engine, t
     script = str(PROGRAMS / "freeing_loop.py")
     proc, doc = trace(tmp_path, sys.executable, script, "--steps", "200")
     assert proc.returncode == 0, proc.stderr
-    assert not [w for w in doc["warnings"] if "correlation id" in w], doc["warnings"]
+    said = doc["summary"]["warnings"]
+    assert not [w for w in said if "correlation id" in w], said
     assert [p for p in doc["processes"] if "driver_calls_off_ns" in p]
     batches = [c for c in doc["copies"] if c["direction"] == "h2d" and c["bytes"] == 2048**2 * 4]
     assert len(batches) == 203
@@ -123,6 +124,7 @@ def test_a_loop_inside_device_frees_keeps_one_call_to_each_copy(native_engine, t
     assert 190 <= steps["count"] <= 203, steps
     waits = next(f for f in doc["summary"]["fixes"] if f["code"] == "synchronizations")
     assert "torch.cuda.empty_cache()" in waits["fix"]
+    assert "device allocations (cudaMalloc)" in waits["detail"]
 
 
 def test_totals_agree_with_the_programs_own_events(copies, tmp_path):

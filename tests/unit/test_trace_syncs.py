@@ -138,3 +138,38 @@ def test_a_host_free_or_a_queued_free_is_no_wait():
     for name in ("cudaFreeHost_v3020", "cudaFreeAsync_v11020", "cuMemFreeHost", "cuMemFreeAsync"):
         assert not Call(name, 0, 1, 1).synchronizes
     assert Call("cuMemFree_v2", 0, 1, 1).synchronizes
+
+
+def test_a_loop_that_frees_is_priced_with_the_allocations_that_follow(tmp_path):
+    """Each step (20 ms): a 10 ms kernel, cudaFree waiting for it from 1 to 10 ms, then
+    cudaMalloc asking for the memory again from 10.5 to 14.5 ms, the GPU idle until the next
+    step's kernel at 20 ms. Without the frees neither call is made: each step saves the smaller
+    of its 10 ms idle and the 13 ms blocked, not the 9 ms of the frees alone."""
+    path = _trace(tmp_path)
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for r in records:
+        if r.get("f") == "cudaStreamSynchronize_v3020":
+            r["f"] = "cudaFree_v3020"
+    records[-1:-1] = [
+        {"t": "api", "rt": 1, "f": "cudaMalloc_v3020", "st": int((20 * i + 10.5) * MS),
+         "en": int((20 * i + 14.5) * MS), "tid": 5, "c": 200 + i}
+        for i in range(5)
+    ]  # fmt: skip
+    trace = read_trace([_write(path, records)])
+    assert sum(c.allocates for c in trace.calls) == 5
+    marks = tuple(20 * i * MS for i in range(5))
+    loop = Steps(where="train.py:1", count=4, step_s=20e-3, idle_share=None,
+                 start_ns=marks[0], end_ns=marks[-1], pid=9, marks=marks)  # fmt: skip
+    context = Context(trace, None, (loop,))
+    idle = [context.step_idle_s(9, i) for i in range(4)]
+    assert idle[1:] == pytest.approx([10e-3] * 3)
+    f = synchronizing.find(context)
+    assert f is not None and f.saving_s == pytest.approx(sum(min(s, 13e-3) for s in idle))
+    assert "20.00 ms in 5 device allocations (cudaMalloc)" in f.detail
+    # the same waits as synchronizations: allocations are not theirs
+    for r in records:
+        if r.get("f") == "cudaFree_v3020":
+            r["f"] = "cudaStreamSynchronize_v3020"
+    plain = synchronizing.find(Context(read_trace([_write(path, records)]), None, (loop,)))
+    assert plain is not None and plain.saving_s == pytest.approx(sum(min(s, 9e-3) for s in idle))
+    assert "cudaMalloc" not in plain.detail

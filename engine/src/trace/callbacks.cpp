@@ -101,9 +101,16 @@ bool waits_for_gpu(const std::string& n) {
          n == "cuMemFree" || n.rfind("cuMemFree_v", 0) == 0;
 }
 
-// The API calls worth a record: copies, sets, waits for the GPU, host memory pinning.
+// Device allocations: where a loop frees its blocks (waits_for_gpu), the next step asks the
+// driver for them again, and the GPU waits for that too (records.Call.allocates).
+bool allocates(const std::string& n) {
+  return n.rfind("cudaMalloc_v", 0) == 0 || n.rfind("cuMemAlloc_v", 0) == 0;
+}
+
+// The API calls worth a record: copies, sets, waits for the GPU, device allocations, host
+// memory pinning.
 bool interesting(const std::string& n) {
-  if (waits_for_gpu(n)) return true;
+  if (waits_for_gpu(n) || allocates(n)) return true;
   for (const char* prefix : {"cudaMemcpy",
                              "cudaMemset",
                              "cudaMallocHost",

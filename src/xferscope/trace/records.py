@@ -157,6 +157,7 @@ NATIVE_FRAMEWORKS = (("libtorch", "PyTorch"), ("libc10", "PyTorch"), ("cupy", "C
 
 # the device frees, which wait for the whole device (not cudaFreeAsync, which is queued)
 FREES = ("cudaFree", "cuMemFree")
+ALLOCS = ("cudaMalloc", "cuMemAlloc")  # device allocations (the injection's allocates)
 
 
 def api_name(function: str) -> str:
@@ -203,6 +204,12 @@ class Call:
         """A device free (cudaFree, cuMemFree): `torch.cuda.empty_cache()` and CuPy's
         `free_all_blocks()` make one a cached block."""
         return self.name in FREES
+
+    @property
+    def allocates(self) -> bool:
+        """A device allocation (cudaMalloc, cuMemAlloc): where a loop frees its blocks, the
+        next step allocates them again."""
+        return self.name in ALLOCS
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ the second right after the first, are one). Outside a loop, each wait alone."""
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 
 from ...core.units import format_seconds
 from ..costs import process_busy
@@ -70,13 +71,18 @@ def idle_after(trace: Trace, syncs: list[Call]) -> list[float]:
     return out
 
 
-def by_step(context: Context, waits: list[Call], idle: list[float]) -> float:
+def by_step(
+    context: Context, waits: list[Call], idle: list[float], allocs: Sequence[Call] = ()
+) -> float:
     """What reading results once saves: per step of its process's loop that waits, the smaller
     of the GPU's idle in that step and the host's time blocked in its waits (a step takes the
     host's time plus its waits, and without the waits the larger of the host's time and the
     GPU's: the difference is the smaller of the two); each wait alone, the smaller of the idle
-    after it and its time, where its process has no loop."""
+    after it and its time, where its process has no loop. In a step that frees device memory,
+    its device allocations (`allocs`) are the frees' too: kept, the blocks are not asked for
+    again."""
     blocked: dict[tuple[int, int], float] = {}  # (pid, step) -> time blocked in its waits
+    freed: set[tuple[int, int]] = set()
     alone = 0.0
     for w, after in zip(waits, idle, strict=True):
         step = context.step_at(w.pid, w.start_ns)
@@ -84,6 +90,12 @@ def by_step(context: Context, waits: list[Call], idle: list[float]) -> float:
             alone += min(after, w.seconds)
         else:
             blocked[(w.pid, step)] = blocked.get((w.pid, step), 0.0) + w.seconds
+            if w.frees:
+                freed.add((w.pid, step))
+    for a in allocs:
+        step = context.step_at(a.pid, a.start_ns)
+        if step is not None and (a.pid, step) in freed:
+            blocked[(a.pid, step)] += a.seconds
     return alone + sum(
         min(context.step_idle_s(pid, step), waited) for (pid, step), waited in blocked.items()
     )
@@ -107,9 +119,11 @@ def find(context: Context) -> TraceFinding | None:
     scale = len(syncs) / len(seen) if seen else 1.0
     looked_s = sum(idle_s for _, idle_s, _ in looked)
     idle_s = scale * sum(idle) + looked_s
-    saving_s = scale * by_step(context, seen, idle) + read_saving(context, looked)
-    blocked_s = sum(s.seconds for s in syncs)
     freed_s = sum(s.seconds for s in syncs if s.frees)
+    # the device allocations (any thread's: a backward allocates on autograd's) asked again
+    allocs = [c for c in trace.calls if c.allocates] if freed_s else []
+    saving_s = scale * by_step(context, seen, idle, allocs) + read_saving(context, looked)
+    blocked_s = sum(s.seconds for s in syncs)
     used = framework(trace, syncs) or next((c.seen_framework for c, *_ in looked), None)
     sampled = (
         f"; kernels were recorded in windows, so the idle is judged on the {len(seen)} waits "
@@ -122,6 +136,12 @@ def find(context: Context) -> TraceFinding | None:
     said = (
         f"the host waited {format_seconds(blocked_s)} in {len(syncs)} calls that wait"
         + (f" ({frees} of them device frees, cudaFree, {format_seconds(freed_s)})" if frees else "")
+        + (
+            f", then {format_seconds(sum(a.seconds for a in allocs))} in {len(allocs)} device "
+            "allocations (cudaMalloc) that ask for the freed memory again"
+            if allocs
+            else ""
+        )
         + f", and after {followed} of them the GPU sat idle "
         f"{format_seconds(idle_s - looked_s)} in all until the host gave it its next work"
         if syncs
