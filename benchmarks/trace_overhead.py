@@ -21,7 +21,8 @@ them in the loop's clock; torchrun and CUDA C++ programs run under `xferscope tr
                                 CUPTI's records alone (every kernel, or none), no content hash,
                                 no callers read: what each part of the tracing costs;
                                 copies_floor, subscribed_floor, attached_floor, loaded_floor
-                                the floors beneath it (VARIANTS says what each keeps)
+                                the floors beneath it (VARIANTS says what each keeps);
+                                no_set_calls, no callback on memset calls
   trace_corpus_overhead_alternated, _alternated_copies_floor
                                 the same within each traced process: its steps timed in
                                 blocks of 50 with CUPTI detached and attached in turn
@@ -169,6 +170,9 @@ VARIANTS = {
     # injection library loaded by CUDA, CUPTI never attached: under the copies' floor
     "attached_floor": Variant(kernels="none", look_every=0.0, knobs="nosubscribe,noactivity"),
     "loaded_floor": Variant(kernels="none", look_every=0.0, knobs="idle"),
+    # traced by default but with no callback on the memset calls (their GPU records kept): what
+    # recording each set's call costs a loop that makes a thousand a step (lstm_packed_lengths)
+    "no_set_calls": Variant(knobs="nosetcalls"),
     # traced by default, and CUPTI's copy records alone, each against blocks of the same
     # process with CUPTI detached: the ratio without the 10-20% processes differ by (where
     # the program times blocks: corpus.Loop's sync; the others have none)

@@ -18,6 +18,12 @@ def test_each_variant_adds_only_what_it_names():
     floor = VARIANTS["cupti_floor"]
     assert floor.env() == {"XFERSCOPE_TRACE_KNOBS": "nosubscribe"} and floor.kernels == "all"
     assert VARIANTS["no_hash"].kernels == VARIANTS["traced"].kernels
+    sets = VARIANTS["no_set_calls"]  # traced by default, no callback on the memset calls
+    assert sets.env() == {"XFERSCOPE_TRACE_KNOBS": "nosetcalls"}
+    assert (sets.kernels, sets.look_every) == (
+        VARIANTS["traced"].kernels,
+        VARIANTS["traced"].look_every,
+    )
 
 
 def test_the_variants_named_are_timed_in_their_order(monkeypatch):

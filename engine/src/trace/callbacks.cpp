@@ -111,6 +111,9 @@ bool allocates(const std::string& n) {
 // memory pinning.
 bool interesting(const std::string& n) {
   if (waits_for_gpu(n) || allocates(n)) return true;
+  // knob nosetcalls: the sets' GPU records alone (a launch-bound LSTM makes 1,180 a step)
+  if ((n.rfind("cudaMemset", 0) == 0 || n.rfind("cuMemset", 0) == 0) && knob("nosetcalls"))
+    return false;
   for (const char* prefix : {"cudaMemcpy",
                              "cudaMemset",
                              "cudaMallocHost",

@@ -45,9 +45,9 @@ inline std::uint64_t correlation(std::uint32_t id) {
 
 // XFERSCOPE_TRACE_KNOBS (for measuring the library's own cost, several may be given): idle
 // (loaded, nothing enabled), noapi, nocall, noframes, nohash, nopython, noactivity, nodriver,
-// noruntime, nosubscribe, nokernel, nonvtx; CUPTI's own settings: hostbuf
-// (its device-side records in pinned host memory), nothreadbuf (one activity buffer, not per
-// thread)
+// noruntime, nosubscribe, nokernel, nonvtx, nosetcalls (no callback on a memset call); CUPTI's own
+// settings: hostbuf (its device-side records in pinned host memory), nothreadbuf (one activity
+// buffer, not per thread)
 extern std::string knobs;
 inline bool knob(const char* name) { return knobs.find(name) != std::string::npos; }
 extern bool knob_api, knob_call, knob_frames, knob_hash, knob_activity, knob_driver, knob_python,
