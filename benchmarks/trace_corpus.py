@@ -54,6 +54,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -195,6 +196,19 @@ def settled(program: Program, runs: dict[str, list[dict]]) -> bool:
     return (1 - SETTLED_WITHIN) * saving <= low and high <= (1 + SETTLED_WITHIN) * saving
 
 
+def another_round(
+    done: int, rounds: int, most: int, past: bool, is_settled: Callable[[], bool]
+) -> bool:
+    """Whether a program measures another round, `done` done: one at least; then, before the
+    time limit (`past`), up to `rounds`, and up to `most` while its fix's saving is not known
+    within 25% (`is_settled`, asked only then)."""
+    if done < 1:
+        return True
+    if past:
+        return False
+    return done < rounds or (done < most and not is_settled())
+
+
 def measure(args: argparse.Namespace) -> None:
     """Each program in turn: its variants untraced, `--rounds` rounds alternated, then traced
     once as it is and once fixed (records kept); the record written after each program, so a
@@ -250,19 +264,25 @@ def measure(args: argparse.Namespace) -> None:
             variants["resident"] = [*base, "--resident"]
         try:
             done = 0
-            while done < args.rounds or (
-                done < args.most_rounds and time.monotonic() < deadline
-                and not settled(p, entry["untraced"])
-            ):  # fmt: skip
+            # past the time limit a program started before it stops at the round it is in (one
+            # at least) and is traced as it is only, its entry `cut`: a long program (a traced
+            # LSTM's run took 70 s) would otherwise run on past a call's own limit and be lost
+            while another_round(done, args.rounds, args.most_rounds, time.monotonic() > deadline,
+                                lambda: settled(p, entry["untraced"])):  # fmt: skip
                 for name, argv in variants.items():
                     entry["untraced"].setdefault(name, []).append(untraced(argv, env, zygote))
                 done += 1
             entry["rounds"] = done
+            if done < args.rounds:
+                entry["cut"] = True
             # as it is, fixed, and (where it has one) its data resident: the trace's own cost
             # on the resident step, so that the fed one's share is set against its like
             forms = ["round0"] if args.light else ["round0", "fixed"]
             forms += ["resident"] if "resident" in variants else []
             for name in forms:
+                if name != "round0" and time.monotonic() > deadline:
+                    entry["cut"] = True
+                    continue
                 key = TRACED[name]
                 kept = records / p.name / name
                 shutil.rmtree(kept, ignore_errors=True)
@@ -350,7 +370,8 @@ def main() -> None:
         "--time-limit",
         type=float,
         default=3600.0,
-        help="seconds; no program starts after them, each measured is kept whole",
+        help="seconds; no program starts after them, and one running then stops after the round"
+        " it is in, traced as it is only (its entry marked cut)",
     )
     parser.add_argument("--out", default=str(HERE / "results"), help="the record's directory")
     parser.add_argument(

@@ -87,3 +87,24 @@ def test_more_rounds_run_only_while_the_fixs_saving_is_not_known_within_a_quarte
     assert not settled(recsys, {"before": _runs(1.0, 1.0), "fixed": _runs(1.1, 1.1)})  # none saved
     assert not settled(recsys, {"before": _runs(2.0), "fixed": _runs(1.0)})  # one run: no spread
     assert settled(clean, noisy)  # nothing to price: its first rounds do
+
+
+def test_past_the_time_limit_a_program_stops_at_the_round_it_is_in():
+    """One round at least; before the limit, --rounds, then up to --most-rounds while the fix's
+    saving is not settled (asked only then); past it, no further round."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    from trace_corpus import another_round
+
+    asked: list[int] = []
+
+    def unsettled() -> bool:
+        asked.append(1)
+        return False
+
+    assert another_round(0, 3, 6, True, unsettled)  # past the limit: still one round
+    assert not another_round(1, 3, 6, True, unsettled)
+    assert another_round(2, 3, 6, False, unsettled) and not asked
+    assert another_round(3, 3, 6, False, unsettled) and asked
+    assert not another_round(6, 3, 6, False, unsettled)
+    assert not another_round(3, 3, 6, False, lambda: True)
+    assert not another_round(4, 3, 6, True, unsettled)
