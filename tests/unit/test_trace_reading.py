@@ -98,6 +98,8 @@ def test_copies_of_a_correlation_id_many_calls_had_are_matched_to_none(tmp_path)
     trace = reading.read_trace([tmp_path / "trace-7.jsonl"])
     by_start = {c.start_ns: c for c in trace.copies}
     assert by_start[210].call is not None and by_start[210].frames == (11,)
+    # a copy's call is its process's recorded call itself: its pid places it in the steps
+    assert by_start[210].call.pid == 7 and any(by_start[210].call is c for c in trace.calls)
     assert by_start[310].call is None and by_start[410].call is None
     assert by_start[310].frames == () and by_start[410].frames == ()
     (said,) = trace.warnings

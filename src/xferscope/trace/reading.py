@@ -156,8 +156,8 @@ def read_trace(files: Iterable[Path]) -> Trace:
         if opened is not None:  # left open: it lasted to the end of what was recorded
             windows.append((pid, opened, int(process.get("end_ns") or 2**63)))
         processes.append(process)
-        calls += (
-            Call(
+        made = {  # each record's Call, by the record: a copy's call is the same object
+            id(r): Call(
                 str(r["f"]),
                 int(r["st"]),
                 int(r["en"]),
@@ -168,7 +168,8 @@ def read_trace(files: Iterable[Path]) -> Trace:
                 int(r.get("o", 0)),
             )
             for r in raw_calls
-        )
+        }
+        calls += made.values()
         off = process.get("driver_calls_off_ns")
         unnamed = 0  # copies past it that no recorded call issued: the driver's own, unseen
         unmatched = 0  # copies whose correlation id more than one call had
@@ -196,15 +197,7 @@ def read_trace(files: Iterable[Path]) -> Trace:
                     int(r.get("str", -1)),
                     bool(r.get("async")),
                     int(r["c"]),
-                    None
-                    if a is None
-                    else Call(
-                        str(a["f"]),
-                        int(a["st"]),
-                        int(a["en"]),
-                        int(a["tid"]),
-                        own_ns=int(a.get("o", 0)),
-                    ),
+                    None if a is None else made[id(a)],
                     info.get("src"),
                     info.get("dst"),
                     info.get("h"),
