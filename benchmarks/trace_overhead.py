@@ -22,7 +22,8 @@ them in the loop's clock; torchrun and CUDA C++ programs run under `xferscope tr
                                 no callers read: what each part of the tracing costs;
                                 copies_floor, subscribed_floor, attached_floor, loaded_floor
                                 the floors beneath it (VARIANTS says what each keeps);
-                                no_set_calls, no callback on memset calls
+                                no_set_calls, no callback on memset calls; lean_calls,
+                                and no record of device-to-device copy calls
   trace_corpus_overhead_alternated, _alternated_copies_floor
                                 the same within each traced process: its steps timed in
                                 blocks of 50 with CUPTI detached and attached in turn
@@ -173,6 +174,8 @@ VARIANTS = {
     # traced by default but with no callback on the memset calls (their GPU records kept): what
     # recording each set's call costs a loop that makes a thousand a step (lstm_packed_lengths)
     "no_set_calls": Variant(knobs="nosetcalls"),
+    # and no record of the device-to-device copy calls either (their GPU records kept)
+    "lean_calls": Variant(knobs="nosetcalls,nod2dcalls"),
     # traced by default, and CUPTI's copy records alone, each against blocks of the same
     # process with CUPTI detached: the ratio without the 10-20% processes differ by (where
     # the program times blocks: corpus.Loop's sync; the others have none)

@@ -24,6 +24,7 @@ def test_each_variant_adds_only_what_it_names():
         VARIANTS["traced"].kernels,
         VARIANTS["traced"].look_every,
     )
+    assert VARIANTS["lean_calls"].env() == {"XFERSCOPE_TRACE_KNOBS": "nosetcalls,nod2dcalls"}
 
 
 def test_the_variants_named_are_timed_in_their_order(monkeypatch):

@@ -39,6 +39,7 @@ std::vector<std::string> names[2];          // runtime [0] and driver [1] API na
 thread_local bool in_runtime_call = false;  // a driver call made by a runtime call is its own
 thread_local std::uint64_t entered[2] = {0, 0};  // when this thread entered a runtime / driver call
 thread_local unsigned thread_id = 0;
+thread_local bool unrecorded = false;  // the call entered is not to be recorded (nod2dcalls)
 std::vector<char> syncs[2];  // runtime [0] and driver [1]: whether a callback id synchronizes
 
 // The driver's calls worth a record are the runtime's own where the program calls the runtime
@@ -265,6 +266,10 @@ bool copy_entry(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_
       default: return false;
     }
   }
+  if (kind == 3 && !knob_d2d_calls) {  // cudaMemcpyDeviceToDevice: its GPU record alone
+    unrecorded = true;
+    return false;
+  }
   pending.src = reinterpret_cast<std::uintptr_t>(src);
   pending.dst = reinterpret_cast<std::uintptr_t>(dst);
   pending.bytes = count;
@@ -411,6 +416,10 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
     if (pending.copy || pending.sync) cupti.cuptiGetTimestamp(&started);
     entered[runtime ? 0 : 1] = started;
     pending.own = static_cast<std::uint32_t>(started - now);
+    return;
+  }
+  if (unrecorded) {
+    unrecorded = false;
     return;
   }
   if (!thread_id) thread_id = static_cast<unsigned>(gettid());

@@ -55,7 +55,7 @@ Cupti cupti;
 std::atomic<std::uint64_t> attachment{0};
 std::string knobs;
 bool knob_api = true, knob_call = true, knob_frames = true, knob_hash = true, knob_activity = true,
-     knob_driver = true, knob_python = true, knob_keep_driver = false;
+     knob_driver = true, knob_python = true, knob_keep_driver = false, knob_d2d_calls = true;
 Control& control = *new Control;
 
 namespace {
@@ -286,6 +286,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection() {
     knob_driver = !knob("nodriver");
     knob_python = !knob("nopython");
     knob_keep_driver = knob("keepdriver");  // the driver's callbacks never turned off
+    knob_d2d_calls = !knob("nod2dcalls");   // device-to-device copy calls not recorded
   }
   if (knob("nokernel")) kernel_mode = Kernels::kNone;
   std::string kernels_bad;

@@ -45,13 +45,14 @@ inline std::uint64_t correlation(std::uint32_t id) {
 
 // XFERSCOPE_TRACE_KNOBS (for measuring the library's own cost, several may be given): idle
 // (loaded, nothing enabled), noapi, nocall, noframes, nohash, nopython, noactivity, nodriver,
-// noruntime, nosubscribe, nokernel, nonvtx, nosetcalls (no callback on a memset call); CUPTI's own
+// noruntime, nosubscribe, nokernel, nonvtx, nosetcalls (no callback on a memset call),
+// nod2dcalls (a device-to-device copy's call not recorded, its GPU record kept); CUPTI's own
 // settings: hostbuf (its device-side records in pinned host memory), nothreadbuf (one activity
 // buffer, not per thread)
 extern std::string knobs;
 inline bool knob(const char* name) { return knobs.find(name) != std::string::npos; }
 extern bool knob_api, knob_call, knob_frames, knob_hash, knob_activity, knob_driver, knob_python,
-    knob_keep_driver;
+    knob_keep_driver, knob_d2d_calls;
 
 // Which activity kinds and callbacks are on: kernels all the time, never, or in windows of
 // kernel_on_ms every kernel_period_ms (a sampler thread opens and closes them); the benchmark
