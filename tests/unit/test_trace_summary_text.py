@@ -109,3 +109,10 @@ def test_nothing_to_fix_says_when_launching_bounds_the_steps():
     busy = _launch_bound(1.1)
     busy["gpus"][0]["idle_share"] = 0.2
     assert "launch" not in headline_text(busy)
+    # a finding worth fixing: said first, the launches beside it
+    found = _launch_bound(1.1) | {"headline": {"code": "synchronizations", "title": "waits",
+                                               "saving_s": 0.25, "share": 0.017}}  # fmt: skip
+    said = headline_text(found)
+    assert said.startswith("first to change: waits, saving 250.00 ms (1.7% of the steady state)")
+    assert "beside it the GPU sat idle 50% of the steps between launches" in said
+    assert "launch" not in headline_text(busy | {"headline": found["headline"]})

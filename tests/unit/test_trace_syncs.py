@@ -173,3 +173,32 @@ def test_a_loop_that_frees_is_priced_with_the_allocations_that_follow(tmp_path):
     plain = synchronizing.find(Context(read_trace([_write(path, records)]), None, (loop,)))
     assert plain is not None and plain.saving_s == pytest.approx(sum(min(s, 9e-3) for s in idle))
     assert "cudaMalloc" not in plain.detail
+
+
+def test_waits_made_off_the_main_thread_are_placed_where_the_main_thread_was(tmp_path):
+    """Each step's backward pass waits on autograd's thread (tid 77, no Python of its own) at a
+    native frame of PyTorch's; the looks saw the main thread at `loss.backward()` (train.py:40)
+    near most of them and at the forward (train.py:30) near one: every such wait is placed at
+    train.py:40, its source read. A wait of the main thread keeps its own line, and with no
+    look near them the waits keep their native place."""
+    import dataclasses
+
+    from xferscope.trace.findings.base import places
+    from xferscope.trace.records import MainSamples, PyFrame
+
+    script = tmp_path / "train.py"
+    script.write_text("\n".join(f"x = {i}" for i in range(1, 40)) + "\nloss.backward()\n")
+    trace = read_trace([_trace(tmp_path)])
+    waits = [dataclasses.replace(c, thread=77, python=()) for c in trace.calls]
+    mine = dataclasses.replace(trace.calls[0], thread=9)
+    at = [(w.start_ns + 2 * MS, 40) for w in waits[:4]] + [(waits[4].start_ns - 2 * MS, 30)]
+    stacks = tuple((PyFrame(str(script), line, "train"),) for _, line in at)
+    seen = dataclasses.replace(
+        trace, samples={9: MainSamples(0.01, tuple(t for t, _ in at), stacks)}
+    )
+    (place,) = places(seen, waits)
+    assert place.where == f"{script}:40 (train)" and place.calls == 5
+    assert place.code == "loss.backward()"
+    assert places(seen, [mine])[0].where == f"{SCRIPT}:12 (train)"
+    far = [dataclasses.replace(w, start_ns=w.start_ns + 10_000 * MS) for w in waits]
+    assert places(seen, far)[0].where == "(no caller recorded)"

@@ -126,35 +126,45 @@ def loop_text(loop: dict[str, Any]) -> str:
 
 
 def headline_text(s: dict[str, Any]) -> str:
-    """The first thing to change in the steady state, or that nothing is worth it."""
+    """The first thing to change in the steady state, or that nothing is worth it; beside
+    either, where the GPU's idle was mostly between launches, that launching bounds the steps."""
     first = s.get("headline")
     if first is None:
         return ""
+    idlest, launch = launch_bound(s)
     if first["code"] == "none":
-        return (
-            f"nothing to fix in the steady state{idle_text(s)}; no finding saves {WORTH:.0%} of it"
+        said = (
+            f": the GPU busy {1 - idlest['idle_share']:.0%} or more of the steps" if idlest else ""
         )
+        if launch:
+            said += (
+                f", {launch:.0%} of its idle between launches: the host launching work bounds the"
+                " steps, not copies or waits"
+            )
+        return f"nothing to fix in the steady state{said}; no finding saves {WORTH:.0%} of it"
     where = f" at {shown(first['where'])}" if first.get("where") else ""
     share = f" ({first['share']:.1%} of the steady state)" if first.get("share") else ""
     saving = format_seconds(first["saving_s"])
-    return f"first to change: {first['title']}{where}, saving {saving}{share}"
-
-
-def idle_text(s: dict[str, Any]) -> str:
-    """Where no finding is worth acting on: how busy the idlest GPU kept, and, where most of its
-    idle was between launches, that the host's launching bounds the steps, not data."""
-    busy = [g for g in s.get("gpus", []) if g.get("idle_share") is not None]
-    if not busy:
-        return ""
-    idlest = max(busy, key=lambda g: g["idle_share"])
-    said = f": the GPU busy {1 - idlest['idle_share']:.0%} or more of the steps"
-    launch = sum(c["seconds"] for c in idlest.get("idle", []) if c["kind"] == "launch")
-    if idlest["idle_share"] >= 0.5 and launch >= 0.5 * (idlest.get("idle_s") or 0.0) > 0:
+    said = f"first to change: {first['title']}{where}, saving {saving}{share}"
+    if idlest and launch:
         said += (
-            f", {launch / idlest['idle_s']:.0%} of its idle between launches: the host"
-            " launching work bounds the steps, not copies or waits"
+            f"; beside it the GPU sat idle {idlest['idle_share'] * launch:.0%} of the steps between"
+            " launches: the host launching work bounds them more"
         )
     return said
+
+
+def launch_bound(s: dict[str, Any]) -> tuple[dict[str, Any] | None, float]:
+    """The idlest GPU of the steps, and the share of its idle between launches where that GPU
+    sat idle half the steps or more and most of it so (0.0 otherwise)."""
+    busy = [g for g in s.get("gpus", []) if g.get("idle_share") is not None]
+    if not busy:
+        return None, 0.0
+    idlest = max(busy, key=lambda g: g["idle_share"])
+    launch = sum(c["seconds"] for c in idlest.get("idle", []) if c["kind"] == "launch")
+    idle = idlest.get("idle_s") or 0.0
+    bound = idlest["idle_share"] >= 0.5 and idle > 0 and launch >= 0.5 * idle
+    return idlest, launch / idle if bound else 0.0
 
 
 def phase_lines(s: dict[str, Any]) -> list[str]:

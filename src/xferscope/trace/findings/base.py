@@ -19,8 +19,12 @@ from ..costs import covered_ns, merged, process_busy
 from ..idle import LAUNCH_GAP_S
 from ..records import Call, Copy, Pin, PyFrame, Trace, in_dataloader, user_frame
 from ..reference import Reference
+from ..samples import program_line
 from ..steps import Steps
 from ..timeline import Timelines, timelines
+
+NO_CALLER = "(no caller recorded)"
+LOOK_NEAR_S = 0.01  # a look this close to a call, or within its period, saw where it was made
 
 
 @dataclass(frozen=True)
@@ -120,9 +124,14 @@ WHERE = re.compile(r"^(?P<file>.+):(?P<line>\d+) \(")  # `file:line (function)`
 def seen_place(where: str, calls: int, cost_s: float) -> Place:
     """A line the looks at the main thread found (`file:line (function)`, no call of its own
     recorded there), with its source text where its file can be read."""
+    return Place(where, calls, 0, cost_s, code=source_of(where))
+
+
+def source_of(where: str) -> str:
+    """The source text of a program's line (`file:line (function)`), "" where it is not one
+    or its file cannot be read."""
     found = WHERE.match(where)
-    code = PyFrame(found["file"], int(found["line"]), "").source() if found else ""
-    return Place(where, calls, 0, cost_s, code=code)
+    return PyFrame(found["file"], int(found["line"]), "").source() if found else ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,16 +206,49 @@ def _cost(x: Copy | Pin | Call) -> float:
     return (x.seconds or 0.0) if isinstance(x, Pin) else x.seconds
 
 
+def _off_main(x: Copy | Pin | Call) -> Call | None:
+    """The call, where it was made by a thread other than its process's main one with no
+    Python of its own (PyTorch's autograd thread in a backward pass, a runtime's own threads);
+    else None."""
+    call = x if isinstance(x, Call) else x.call if isinstance(x, Copy) else None
+    return None if x.python or call is None or call.thread in (0, x.pid) else call
+
+
+def seen_near(trace: Trace, x: Copy | Pin | Call) -> str:
+    """For a call made off the main thread (_off_main) of a Python process: the program's line
+    its main thread was seen at by the look nearest it, within a look's period (samples.py);
+    else ""."""
+    call = _off_main(x)
+    seen = trace.samples.get(x.pid)
+    if call is None or seen is None or not seen.ts:
+        return ""
+    i = bisect.bisect_left(seen.ts, call.start_ns)
+    near = min((j for j in (i - 1, i) if 0 <= j < len(seen.ts)),
+               key=lambda j: abs(seen.ts[j] - call.start_ns))  # fmt: skip
+    if abs(seen.ts[near] - call.start_ns) > max(seen.period_s, LOOK_NEAR_S) * 1e9:
+        return ""
+    return program_line(seen.stacks[near])
+
+
 def places(trace: Trace, items: Iterable[Copy | Pin | Call]) -> tuple[Place, ...]:
-    """The calls grouped by the line that made them, the costliest first."""
-    by: dict[str, list[Copy | Pin | Call]] = defaultdict(list)
+    """The calls grouped by the line that made them, the costliest first. Calls made where no
+    line of the program is (a library's native frame, or none) on threads other than the main
+    one are placed, all alike, at the line the main thread was seen at most often near them
+    (seen_near): a backward pass's waits at its `loss.backward()`."""
+    made: dict[str, list[Copy | Pin | Call]] = defaultdict(list)
     for x in items:
-        by[trace.where(x.frames, x.python) or "(no caller recorded)"].append(x)
+        made[trace.where(x.frames, x.python) or NO_CALLER].append(x)
+    by: dict[str, list[Copy | Pin | Call]] = defaultdict(list)
+    for where, xs in made.items():
+        near = [seen_near(trace, x) for x in xs]
+        votes = Counter(line for line in near if line)
+        off_main = all(_off_main(x) is not None for x in xs)
+        by[votes.most_common(1)[0][0] if votes and off_main else where].extend(xs)
     found = []
     for where, xs in by.items():
         with_stack = next((x for x in xs if x.python), None)
         frame = user_frame(with_stack.python) if with_stack else None
-        code = frame.source() if frame else ""
+        code = frame.source() if frame else source_of(where)
         found.append(
             Place(
                 where,
