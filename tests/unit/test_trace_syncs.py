@@ -202,3 +202,29 @@ def test_waits_made_off_the_main_thread_are_placed_where_the_main_thread_was(tmp
     assert places(seen, [mine])[0].where == f"{SCRIPT}:12 (train)"
     far = [dataclasses.replace(w, start_ns=w.start_ns + 10_000 * MS) for w in waits]
     assert places(seen, far)[0].where == "(no caller recorded)"
+
+
+def test_waits_that_count_a_mask_are_advised_to_keep_sizes_fixed(tmp_path):
+    """Most of the unwound waits' time is in PyTorch's nonzero (a boolean index counting its
+    mask): the advice is to keep sizes fixed (`torch.where`, `gather`), not to read values
+    once; with the counts the lesser part, the usual advice."""
+    nonzero = "_ZN2at6native21nonzero_cuda_out_implIbEEvRKNS_6TensorERS2_"
+    lib = "/venv/lib/python3.12/site-packages/torch/lib/libtorch_cuda.so"
+    path = _trace(tmp_path)
+    base = [json.loads(line) for line in path.read_text().splitlines()]
+
+    def advice(counting: int) -> str:
+        records = [dict(r) for r in base]
+        waits = [r for r in records if r.get("f") == "cudaStreamSynchronize_v3020"]
+        for i, r in enumerate(waits):
+            r["at"] = [1000 + (i < counting)]  # 1001: in nonzero, 1000: elsewhere in torch
+        records[1:1] = [
+            {"t": "frame", "a": 1001, "obj": lib, "off": 0x2363141, "sym": nonzero},
+            {"t": "frame", "a": 1000, "obj": lib, "off": 0x100, "sym": "_ZN2at6native5item"},
+        ]
+        f = synchronizing.find(Context(read_trace([_write(path, records)]), None))
+        assert f is not None
+        return f.advice
+
+    assert "keep the tensors' sizes fixed" in advice(4) and "`gather`" in advice(4)
+    assert ".item()" in advice(2) and "sizes fixed" not in advice(2)

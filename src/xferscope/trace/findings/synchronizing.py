@@ -40,6 +40,17 @@ ADVICE: dict[str | None, str] = {
     "once with `jax.device_get` after the loop or every N steps: `float(x)`, `x.item()`, "
     "`np.asarray(x)` and `print(x)` each wait for the device",
 }
+# where most of the waiting whose callers were unwound is in a count of a mask's elements
+# (PyTorch's nonzero: a boolean index, masked_select, unique), made to size a result
+MASK_ADVICE: dict[str | None, str] = {
+    None: ADVICE[None],
+    "PyTorch": "keep the tensors' sizes fixed: a boolean index (`x[mask]`), `masked_select`, "
+    "`nonzero()` and `torch.unique` make a result whose size the GPU must count first, so the "
+    "host waits for it every time (a backward that uses the mask waits again); use "
+    "`torch.where(mask, x, 0)` with a sum over the mask, or indices of a fixed size made with "
+    "the batch and `gather`",
+}
+COUNTS = "nonzero"  # the native function that counts a mask's elements (at::native::nonzero...)
 # where most of the waiting is in device frees (Call.frees): memory given back in the loop
 FREE_ADVICE: dict[str | None, str] = {
     None: "keep device buffers for the next step instead of freeing them in the loop: "
@@ -120,6 +131,8 @@ def find(context: Context) -> TraceFinding | None:
     looked_s = sum(idle_s for _, idle_s, _ in looked)
     idle_s = scale * sum(idle) + looked_s
     freed_s = sum(s.seconds for s in syncs if s.frees)
+    unwound = [(s.seconds, trace.native(s.frames) or "") for s in syncs if s.frames]
+    counted_s = sum(seconds for seconds, name in unwound if COUNTS in name)
     # the device allocations (any thread's: a backward allocates on autograd's) asked again
     allocs = [c for c in trace.calls if c.allocates] if freed_s else []
     saving_s = scale * by_step(context, seen, idle, allocs) + read_saving(context, looked)
@@ -165,7 +178,14 @@ def find(context: Context) -> TraceFinding | None:
         tuple(sorted((*places(trace, syncs), *own), key=lambda p: -p.cost_s)),
         idle_s,
         saving_s,
-        in_words(FREE_ADVICE if freed_s > blocked_s / 2 else ADVICE, used),
+        in_words(
+            FREE_ADVICE
+            if freed_s > blocked_s / 2
+            else MASK_ADVICE
+            if counted_s > sum(seconds for seconds, _ in unwound) / 2
+            else ADVICE,
+            used,
+        ),
         said + "; without the waits the host does its work while the GPU computes: each step "
         "saves the smaller of the GPU's idle in it for its host (beyond the gap it keeps between "
         f"queued kernels) and the time its waits blocked{sampled}",
