@@ -4,6 +4,7 @@ their GPU meanwhile, and what this machine takes for the same copies (trace/refe
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
@@ -32,6 +33,24 @@ def merged(intervals: Iterable[Copy | Interval]) -> dict[int, tuple[list[int], l
     for i in intervals:
         per[i.device].append((i.start_ns, i.end_ns))
     return {device: disjoint(spans) for device, spans in per.items()}
+
+
+def cumulative(starts: list[int], ends: list[int]) -> list[int]:
+    """The parts' (starts, ends, sorted and disjoint) lengths summed: the i-th, the first i's."""
+    return [0, *itertools.accumulate(e - s for s, e in zip(starts, ends, strict=True))]
+
+
+def covered_between(starts: list[int], ends: list[int], summed: list[int], a: int, b: int) -> int:
+    """covered_ns of [a, b) from the parts' lengths summed (cumulative): for a stretch that
+    holds many parts (a loop's first step to its last), without walking them."""
+    i = max(bisect.bisect_right(starts, a) - 1, 0)
+    j = bisect.bisect_left(starts, b)  # the parts from i to j - 1 start before b
+    if j <= i:
+        return 0
+    total = summed[j] - summed[i]
+    total -= max(0, min(ends[i], a) - starts[i])  # the first one's part before a
+    total -= max(0, ends[j - 1] - max(b, starts[j - 1]))  # the last one's after b
+    return max(total, 0)
 
 
 def covered_ns(starts: list[int], ends: list[int], a: int, b: int) -> int:

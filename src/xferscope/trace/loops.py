@@ -23,7 +23,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
-from .costs import covered_ns, process_busy
+from .costs import covered_between, cumulative, process_busy
 from .records import LOADER_WHERE, Call, Trace
 
 MIN_STEPS = 5  # a line called fewer times marks no loop
@@ -157,7 +157,8 @@ def _recurring(
     """The candidates of (process, place) -> (start, end, kind) spans that recur MIN_STEPS
     times or more, with their marks and the share of the process's GPU work they span."""
     found: dict[int, list[Candidate]] = defaultdict(list)
-    totals = {pid: sum(e - s for s, e in zip(*parts, strict=True)) for pid, parts in busy.items()}
+    summed = {pid: cumulative(*parts) for pid, parts in busy.items()}
+    totals = {pid: lengths[-1] for pid, lengths in summed.items()}
     for (pid, where), spans in spans_of.items():
         spans.sort()
         # a range is its step (its gaps are the rest of the step, however short): only one
@@ -170,7 +171,8 @@ def _recurring(
         kind = "loader" if where == LOADER_WHERE else next(k for k in KINDS if k in kinds)
         starts, ends = busy.get(pid, ([], []))
         total = totals.get(pid, 0)
-        covers = covered_ns(starts, ends, marks[0], marks[-1]) / total if total else 0.0
+        covered = covered_between(starts, ends, summed.get(pid, [0]), marks[0], marks[-1])
+        covers = covered / total if total else 0.0
         found[pid].append(Candidate(pid, where, kind, tuple(marks), covers))
     return found
 

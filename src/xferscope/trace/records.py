@@ -203,13 +203,13 @@ class Call:
     def frees(self) -> bool:
         """A device free (cudaFree, cuMemFree): `torch.cuda.empty_cache()` and CuPy's
         `free_all_blocks()` make one a cached block."""
-        return self.name in FREES
+        return self.function.startswith(FREES) and self.name in FREES  # the first: cheap
 
     @property
     def allocates(self) -> bool:
         """A device allocation (cudaMalloc, cuMemAlloc): where a loop frees its blocks, the
         next step allocates them again."""
-        return self.name in ALLOCS
+        return self.function.startswith(ALLOCS) and self.name in ALLOCS
 
 
 @dataclass(frozen=True, slots=True)
