@@ -104,8 +104,8 @@ def candidates(trace: Trace) -> dict[int, list[Candidate]]:
     """Each process's lines made MIN_STEPS times or more, with their marks and the share of
     the process's GPU work they span."""
     calls: dict[tuple[int, str], list[tuple[int, int, str]]] = defaultdict(list)
-    for c in trace.copies:
-        if c.call is not None and (c.python or c.frames):
+    for c in trace.copies:  # a copy's call is no wait: only the main thread's mark (_marking)
+        if c.call is not None and c.call.thread == c.pid and (c.python or c.frames):
             where = _marking(c.call, c.pid, trace.where(c.frames, c.python))
             kind = "upload" if c.direction == "h2d" else "copy"
             if where:
