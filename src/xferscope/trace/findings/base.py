@@ -19,7 +19,7 @@ from ..costs import covered_ns, merged, process_busy
 from ..idle import LAUNCH_GAP_S
 from ..records import Call, Copy, Pin, PyFrame, Trace, in_dataloader, user_frame
 from ..reference import Reference
-from ..samples import program_line
+from ..samples import lines_in
 from ..steps import Steps
 from ..timeline import Timelines, timelines
 
@@ -214,36 +214,32 @@ def _off_main(x: Copy | Pin | Call) -> Call | None:
     return None if x.python or call is None or call.thread in (0, x.pid) else call
 
 
-def seen_near(trace: Trace, x: Copy | Pin | Call) -> str:
-    """For a call made off the main thread (_off_main) of a Python process: the program's line
-    its main thread was seen at by the look nearest it, within a look's period (samples.py);
-    else ""."""
-    call = _off_main(x)
-    seen = trace.samples.get(x.pid)
-    if call is None or seen is None or not seen.ts:
-        return ""
-    i = bisect.bisect_left(seen.ts, call.start_ns)
-    near = min((j for j in (i - 1, i) if 0 <= j < len(seen.ts)),
-               key=lambda j: abs(seen.ts[j] - call.start_ns))  # fmt: skip
-    if abs(seen.ts[near] - call.start_ns) > max(seen.period_s, LOOK_NEAR_S) * 1e9:
-        return ""
-    return program_line(seen.stacks[near])
+def seen_near(trace: Trace, made: Sequence[tuple[int, int]]) -> str:
+    """The program's line the looks at the main threads saw most often within a look's period
+    of calls made at (pid, ns) (samples.lines_in, each process's calls against its own looks),
+    "" where they saw none."""
+    votes: Counter[str] = Counter()
+    for pid in {pid for pid, _ in made}:
+        seen = trace.samples.get(pid)
+        if seen is not None:
+            near = int(max(seen.period_s, LOOK_NEAR_S) * 1e9)
+            spans = [(ns - near, ns + near) for p, ns in made if p == pid]
+            votes.update(dict(lines_in(trace.samples, (pid,), spans).lines))
+    return next((line for line, _ in votes.most_common() if line), "")
 
 
 def places(trace: Trace, items: Iterable[Copy | Pin | Call]) -> tuple[Place, ...]:
-    """The calls grouped by the line that made them, the costliest first. Calls made where no
-    line of the program is (a library's native frame, or none) on threads other than the main
-    one are placed, all alike, at the line the main thread was seen at most often near them
-    (seen_near): a backward pass's waits at its `loss.backward()`."""
+    """The calls grouped by the line that made them, the costliest first. Calls of one process
+    made where no line of the program is (a library's native frame, or none) on threads other
+    than the main one (_off_main) are placed, all alike, at the line the main thread was seen at
+    most often near them (seen_near): a backward pass's waits at its `loss.backward()`."""
     made: dict[str, list[Copy | Pin | Call]] = defaultdict(list)
     for x in items:
         made[trace.where(x.frames, x.python) or NO_CALLER].append(x)
     by: dict[str, list[Copy | Pin | Call]] = defaultdict(list)
     for where, xs in made.items():
-        near = [seen_near(trace, x) for x in xs]
-        votes = Counter(line for line in near if line)
-        off_main = all(_off_main(x) is not None for x in xs)
-        by[votes.most_common(1)[0][0] if votes and off_main else where].extend(xs)
+        off = [(x.pid, call.start_ns) for x in xs if (call := _off_main(x)) is not None]
+        by[(seen_near(trace, off) if len(off) == len(xs) else "") or where].extend(xs)
     found = []
     for where, xs in by.items():
         with_stack = next((x for x in xs if x.python), None)

@@ -132,11 +132,17 @@ def find(context: Context) -> TraceFinding | None:
     idle_s = scale * sum(idle) + looked_s
     freed_s = sum(s.seconds for s in syncs if s.frees)
     unwound = [(s.seconds, trace.native(s.frames) or "") for s in syncs if s.frames]
-    counted_s = sum(seconds for seconds, name in unwound if COUNTS in name)
+    counted = sum(seconds for seconds, name in unwound if COUNTS in name)
+    # the advice for the waits most of the time blocked went to: frees, counts of a mask, else
+    blocked_s = sum(s.seconds for s in syncs)
+    advice = ADVICE
+    if freed_s > blocked_s / 2:
+        advice = FREE_ADVICE
+    elif counted > sum(seconds for seconds, _ in unwound) / 2:
+        advice = MASK_ADVICE
     # the device allocations (any thread's: a backward allocates on autograd's) asked again
     allocs = [c for c in trace.calls if c.allocates] if freed_s else []
     saving_s = scale * by_step(context, seen, idle, allocs) + read_saving(context, looked)
-    blocked_s = sum(s.seconds for s in syncs)
     used = framework(trace, syncs) or next((c.seen_framework for c, *_ in looked), None)
     sampled = (
         f"; kernels were recorded in windows, so the idle is judged on the {len(seen)} waits "
@@ -178,14 +184,7 @@ def find(context: Context) -> TraceFinding | None:
         tuple(sorted((*places(trace, syncs), *own), key=lambda p: -p.cost_s)),
         idle_s,
         saving_s,
-        in_words(
-            FREE_ADVICE
-            if freed_s > blocked_s / 2
-            else MASK_ADVICE
-            if counted_s > sum(seconds for seconds, _ in unwound) / 2
-            else ADVICE,
-            used,
-        ),
+        in_words(advice, used),
         said + "; without the waits the host does its work while the GPU computes: each step "
         "saves the smaller of the GPU's idle in it for its host (beyond the gap it keeps between "
         f"queued kernels) and the time its waits blocked{sampled}",
