@@ -105,3 +105,73 @@ def test_copies_of_a_correlation_id_many_calls_had_are_matched_to_none(tmp_path)
     (said,) = trace.warnings
     assert said.startswith("process 7: CUPTI gave 1 correlation id(s) to more than one call")
     assert "2 copies have no call or line" in said
+
+
+def _process(pid: int = 7) -> list[dict]:
+    """One process's records of each kind the reader reads, all whole."""
+    return [
+        {"t": "start", "pid": pid, "ppid": 1, "ts": 100, "age": 10, "kernels": "sampled",
+         "on_ms": 200, "period_ms": 2000, "first_ms": 30000, "first_kernels": 20000},
+        {"t": "kwin", "a": 150},
+        {"t": "pystack", "id": 1, "f": [["train.py", 12, "step"]]},
+        {"t": "api", "rt": 1, "f": "cudaMemcpyAsync", "st": 200, "en": 209, "tid": pid, "c": 4,
+         "src": 1, "dst": 2, "h": 99, "at": [11], "py": 1},
+        {"t": "memcpy", "k": 1, "s": 2, "d": 3, "b": 64, "st": 210, "en": 215, "c": 4},
+        {"t": "kernel", "n": "k", "st": 220, "en": 230, "dev": 0, "str": 7},
+        {"t": "memset", "b": 8, "st": 231, "en": 232, "dev": 0, "str": 7},
+        {"t": "api", "rt": 1, "f": "cudaHostAlloc", "st": 240, "en": 249, "tid": pid, "c": 5},
+        {"t": "pin", "how": "alloc", "f": "cudaHostAlloc", "p": 4096, "b": 4, "c": 5, "py": 1},
+        {"t": "nvtx", "id": 3, "a": 250, "n": "step", "tid": pid},
+        {"t": "nvtx", "id": 3, "b": 260},
+        {"t": "kwin", "b": 300},
+        {"t": "cost", "callbacks": [3, 1500]},
+        {"t": "end", "ts": 900},
+    ]  # fmt: skip
+
+
+# (the record's index in _process, the field, what it is made): a field missing (None) or of
+# the wrong kind, in each kind of record the reader keeps
+DAMAGES = [(0, "pid", "x"), (2, "f", 5), (3, "st", None), (3, "at", [1, "a"]), (3, "tid", "main"),
+           (4, "b", "many"), (4, "c", None), (5, "dev", None), (6, "en", [1]), (8, "p", None),
+           (9, "id", None), (9, "a", {"x": 1}), (11, "b", "late"), (12, "callbacks", 4),
+           (13, "ts", "soon")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("index", "field", "made"), DAMAGES)
+def test_a_damaged_record_is_left_out_counted_and_the_rest_read(tmp_path, index, field, made):
+    records = _process()
+    if made is None:
+        del records[index][field]
+    else:
+        records[index][field] = made
+    path = tmp_path / "trace-7.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    trace = reading.read_trace([path])
+    (said,) = [w for w in trace.warnings if "damaged" in w]
+    assert said.startswith("trace-7.jsonl: 1 damaged record(s) left out")
+    whole = reading.read_trace([_written(tmp_path / "whole" / "trace-7.jsonl", _process())])
+    assert not whole.warnings
+    # what the record was, left out alone (a damaged copy call's copy stays, with no call)
+    kind = {3: "calls", 4: "copies", 5: "intervals", 6: "intervals", 8: "pins"}.get(index)
+    for name in ("copies", "intervals", "pins", "calls"):
+        assert len(getattr(whole, name)) - len(getattr(trace, name)) == (name == kind)
+    assert trace.processes[0]["pid"] == 7  # a damaged start: the pid from the file's name
+
+
+def _written(path, records: list[dict]):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_junk_amid_the_records_is_counted_but_a_last_line_cut_short_is_not(tmp_path):
+    lines = [json.dumps(r) for r in _process()]
+    lines.insert(5, "\0\0 not a record")
+    path = tmp_path / "trace-7.jsonl"
+    path.write_text("\n".join(lines) + "\n" + '{"t":"kernel","st":1')
+    trace = reading.read_trace([path])
+    assert [w for w in trace.warnings if "damaged" in w] == [
+        "trace-7.jsonl: 1 damaged record(s) left out (not JSON, or a field missing or of the "
+        "wrong kind): the figures may be short of them"
+    ]
+    assert len(trace.copies) == 1 and len(trace.intervals) == 2

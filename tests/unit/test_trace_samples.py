@@ -6,6 +6,7 @@ program's lines they saw in each cause's time."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from xferscope.report.trace_tables import cause_text
 from xferscope.trace import runner
 from xferscope.trace.idle import NO_LINE, Lines, causes
 from xferscope.trace.records import Call, MainSamples, PyFrame, Trace
-from xferscope.trace.samples import Seen, lines_in, program_line, read_samples
+from xferscope.trace.samples import Seen, lines_in, program_line, read_samples, with_samples
 
 from .test_pystack import _interpreters
 
@@ -205,3 +206,18 @@ def test_a_loop_fed_by_device_loader_that_waits_is_found_at_its_line():
     # without the looks, the GPU's idle has no line to name, and nothing is found
     bare = replace(_fed_by_device_loader(), samples={})
     assert input_starved.find(Context(bare, None)) is None
+
+
+def test_damaged_looks_are_left_out_and_said(tmp_path):
+    records = [{"t": "samples", "pid": 9, "period_s": 0.01},
+               {"t": "pystack", "id": 1, "f": [["train.py", 3, "step"]]},
+               {"t": "sample", "ts": 10, "id": 1}, {"t": "sample", "id": 1},
+               {"t": "sample", "ts": "later", "id": 1}, {"t": "pystack", "id": 2, "f": 5},
+               {"t": "sample", "ts": 30, "id": 1}]  # fmt: skip
+    path = tmp_path / "pysamples-9.jsonl"
+    path.write_text("junk\n" + "".join(json.dumps(r) + "\n" for r in records))
+    trace = with_samples(Trace((), (), (), (), {}, {}, (), 0, ()), [path])
+    assert trace.samples[9].ts == (10, 30)
+    assert trace.warnings == (
+        "4 damaged look(s) left out (not JSON, or a field missing or of the wrong kind)",
+    )

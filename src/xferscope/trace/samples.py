@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .reading import jsonl_records, py_stack
+from .reading import DAMAGED, jsonl_records, py_stack
 from .records import (
     LOADER_FRAME,
     STDLIB,
@@ -27,21 +27,26 @@ MOST_LINES = 3  # the lines named for one stretch of idle time
 OWN = "/xferscope/"  # xferscope's own frames (DeviceLoader's __next__): the program's line named
 
 
-def read_samples(files: Iterable[Path]) -> dict[int, MainSamples]:
-    """Each process's samples by pid; a line cut short (the process killed) is skipped."""
+def read_samples(files: Iterable[Path], unread: list[int] | None = None) -> dict[int, MainSamples]:
+    """Each process's samples by pid; a line cut short (the process killed) is skipped, and a
+    damaged one (not JSON, a field missing or of the wrong kind) too, counted in `unread`."""
     found: dict[int, MainSamples] = {}
+    unread = [0] if unread is None else unread
     for path in sorted(files):
         pid, period = 0, 0.0
         stacks: dict[int, tuple[PyFrame, ...]] = {}
         taken: list[tuple[int, int]] = []
-        for r in jsonl_records(path):
-            t = r.get("t")
-            if t == "sample":
-                taken.append((int(r["ts"]), int(r["id"])))
-            elif t == "pystack":
-                stacks[int(r["id"])] = py_stack(r)
-            elif t == "samples":
-                pid, period = int(r["pid"]), float(r.get("period_s", 0.0))
+        for r in jsonl_records(path, unread):
+            try:
+                t = r.get("t")
+                if t == "sample":
+                    taken.append((int(r["ts"]), int(r["id"])))
+                elif t == "pystack":
+                    stacks[int(r["id"])] = py_stack(r)
+                elif t == "samples":
+                    pid, period = int(r["pid"]), float(r.get("period_s", 0.0))
+            except DAMAGED:
+                unread[0] += 1
         taken.sort()
         if pid and taken:
             found[pid] = MainSamples(
@@ -52,7 +57,15 @@ def read_samples(files: Iterable[Path]) -> dict[int, MainSamples]:
 
 def with_samples(trace: Trace, files: Iterable[Path]) -> Trace:
     """`trace` with its processes' samples read from `files` (runner.Ran.samples)."""
-    return replace(trace, samples=read_samples(files))
+    unread = [0]
+    samples = read_samples(files, unread)
+    warnings = trace.warnings
+    if unread[0]:
+        warnings += (
+            f"{unread[0]} damaged look(s) left out (not JSON, or a field missing or of the "
+            "wrong kind)",
+        )
+    return replace(trace, samples=samples, warnings=warnings)
 
 
 def program_line(stack: Sequence[PyFrame]) -> str:
