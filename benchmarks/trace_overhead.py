@@ -96,9 +96,11 @@ THREADS = (
 NO_NVTX_TOOL = {"NVTX_INJECTION64_PATH": "/nonexistent/no-nvtx-tool.so"}
 
 
-def _traced(argv: list[str], *more: str, env: dict[str, str] | None = None) -> dict:
-    """The program's own JSON line when `xferscope trace` runs it (priced by nothing), with
-    `env` added to its environment."""
+def traced_run(
+    argv: list[str], *more: str, env: dict[str, str] | None = None, read: Any = own_line
+) -> Any:
+    """What `read` finds in the program's output (its own JSON line) when `xferscope trace`
+    runs it (priced by nothing), with `env` added to its environment."""
     out = Path(tempfile.mkdtemp(prefix="xfs-overhead-"))
     proc = subprocess.run(
         [sys.executable, "-m", "xferscope", "trace", "--reference", "none", "--no-history",
@@ -108,7 +110,7 @@ def _traced(argv: list[str], *more: str, env: dict[str, str] | None = None) -> d
     shutil.rmtree(out, ignore_errors=True)
     if proc.returncode != 0:
         raise RuntimeError(f"trace of {argv} failed: {proc.stderr[-2000:]}")
-    return own_line(proc.stdout)
+    return read(proc.stdout)
 
 
 def _forked(zygote: Zygote, argv: list[str], variant: Variant) -> dict:
@@ -262,7 +264,7 @@ def _round(base: list[str], zygote: Zygote, seconds: dict[str, list[float]],
             line = _forked(zygote, base, variants[name])
         else:
             variant = variants[name]
-            line = _traced(base, "--kernels", variant.kernels, "--look-every",
+            line = traced_run(base, "--kernels", variant.kernels, "--look-every",
                            str(variant.look_every), env=variant.env())  # fmt: skip
         seconds[name].append(line["seconds"])
         if (ratio := blocks_ratio(line)) is not None:
