@@ -28,7 +28,7 @@ on the same runs without a GPU (--judge). Writes benchmarks/results/trace-corpus
 
     python3 benchmarks/trace_corpus.py --commit $(git rev-parse HEAD) [--rounds 3]
         [--most-rounds 8] [--programs a,b] [--records DIR] [--archive DIR] [--time-limit S]
-        [--out DIR] [--into RESULT.json]
+        [--out DIR] [--into RESULT.json] [--no-judge]
     python3 benchmarks/trace_corpus.py --judge RESULT.json --records DIR [--judged FILE]
 
 Each program's variants are run untraced --rounds times, alternated (a Python program that
@@ -322,7 +322,8 @@ def measure(args: argparse.Namespace) -> None:
     for p in alone:
         one(p, None, None)
     path = write()
-    judge(path, records, path)
+    if not args.no_judge:
+        judge(path, records, path)
 
 
 def judge(record_path: Path, records: Path, into: Path) -> None:
@@ -381,6 +382,11 @@ def main() -> None:
     )
     parser.add_argument("--into", default=None, help="a record whose programs this run's join")
     parser.add_argument(
+        "--no-judge",
+        action="store_true",
+        help="measure only: the record's programs judged later, elsewhere, with --judge",
+    )
+    parser.add_argument(
         "--parallel", type=int, default=1, help="programs at a time, each on a GPU of its own"
     )
     parser.add_argument(
@@ -393,6 +399,8 @@ def main() -> None:
     parser.add_argument("--judged", default=None, help="with --judge: where to write it")
     args = parser.parse_args()
     if args.judge:
+        if args.no_judge:
+            parser.error("--no-judge goes with measuring, not with --judge")
         if not args.records:
             parser.error("--judge needs --records, the kept traces")
         if not is_record(Path(args.judge)):

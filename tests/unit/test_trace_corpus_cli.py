@@ -31,6 +31,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "trace_corpus.py"
         (["--commit", "x", "--most-rounds", "51"], "--most-rounds must be from --rounds (3) to 50"),
         (["--rounds", "2"], "--commit is required to measure"),
         (["--judge", "{file}", "--records", "{dir}"], "is not a trace-corpus record file"),
+        (["--judge", "{file}", "--records", "{dir}", "--no-judge"], "--no-judge goes with"),
         (["--commit", "x", "--programs", "no_such_program"], "no_such_program"),
     ],
 )
