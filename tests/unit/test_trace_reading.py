@@ -110,12 +110,34 @@ def test_copies_of_a_correlation_id_many_calls_had_are_matched_to_none(tmp_path)
 def _process(pid: int = 7) -> list[dict]:
     """One process's records of each kind the reader reads, all whole."""
     return [
-        {"t": "start", "pid": pid, "ppid": 1, "ts": 100, "age": 10, "kernels": "sampled",
-         "on_ms": 200, "period_ms": 2000, "first_ms": 30000, "first_kernels": 20000},
+        {
+            "t": "start",
+            "pid": pid,
+            "ppid": 1,
+            "ts": 100,
+            "age": 10,
+            "kernels": "sampled",
+            "on_ms": 200,
+            "period_ms": 2000,
+            "first_ms": 30000,
+            "first_kernels": 20000,
+        },
         {"t": "kwin", "a": 150},
         {"t": "pystack", "id": 1, "f": [["train.py", 12, "step"]]},
-        {"t": "api", "rt": 1, "f": "cudaMemcpyAsync", "st": 200, "en": 209, "tid": pid, "c": 4,
-         "src": 1, "dst": 2, "h": 99, "at": [11], "py": 1},
+        {
+            "t": "api",
+            "rt": 1,
+            "f": "cudaMemcpyAsync",
+            "st": 200,
+            "en": 209,
+            "tid": pid,
+            "c": 4,
+            "src": 1,
+            "dst": 2,
+            "h": 99,
+            "at": [11],
+            "py": 1,
+        },
         {"t": "memcpy", "k": 1, "s": 2, "d": 3, "b": 64, "st": 210, "en": 215, "c": 4},
         {"t": "kernel", "n": "k", "st": 220, "en": 230, "dev": 0, "str": 7},
         {"t": "memset", "b": 8, "st": 231, "en": 232, "dev": 0, "str": 7},
@@ -126,15 +148,28 @@ def _process(pid: int = 7) -> list[dict]:
         {"t": "kwin", "b": 300},
         {"t": "cost", "callbacks": [3, 1500]},
         {"t": "end", "ts": 900},
-    ]  # fmt: skip
+    ]
 
 
 # (the record's index in _process, the field, what it is made): a field missing (None) or of
 # the wrong kind, in each kind of record the reader keeps
-DAMAGES = [(0, "pid", "x"), (2, "f", 5), (3, "st", None), (3, "at", [1, "a"]), (3, "tid", "main"),
-           (4, "b", "many"), (4, "c", None), (5, "dev", None), (6, "en", [1]), (8, "p", None),
-           (9, "id", None), (9, "a", {"x": 1}), (11, "b", "late"), (12, "callbacks", 4),
-           (13, "ts", "soon")]  # fmt: skip
+DAMAGES = [
+    (0, "pid", "x"),
+    (2, "f", 5),
+    (3, "st", None),
+    (3, "at", [1, "a"]),
+    (3, "tid", "main"),
+    (4, "b", "many"),
+    (4, "c", None),
+    (5, "dev", None),
+    (6, "en", [1]),
+    (8, "p", None),
+    (9, "id", None),
+    (9, "a", {"x": 1}),
+    (11, "b", "late"),
+    (12, "callbacks", 4),
+    (13, "ts", "soon"),
+]
 
 
 @pytest.mark.parametrize(("index", "field", "made"), DAMAGES)

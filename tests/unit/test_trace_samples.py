@@ -209,11 +209,15 @@ def test_a_loop_fed_by_device_loader_that_waits_is_found_at_its_line():
 
 
 def test_damaged_looks_are_left_out_and_said(tmp_path):
-    records = [{"t": "samples", "pid": 9, "period_s": 0.01},
-               {"t": "pystack", "id": 1, "f": [["train.py", 3, "step"]]},
-               {"t": "sample", "ts": 10, "id": 1}, {"t": "sample", "id": 1},
-               {"t": "sample", "ts": "later", "id": 1}, {"t": "pystack", "id": 2, "f": 5},
-               {"t": "sample", "ts": 30, "id": 1}]  # fmt: skip
+    records = [
+        {"t": "samples", "pid": 9, "period_s": 0.01},
+        {"t": "pystack", "id": 1, "f": [["train.py", 3, "step"]]},
+        {"t": "sample", "ts": 10, "id": 1},
+        {"t": "sample", "id": 1},
+        {"t": "sample", "ts": "later", "id": 1},
+        {"t": "pystack", "id": 2, "f": 5},
+        {"t": "sample", "ts": 30, "id": 1},
+    ]
     path = tmp_path / "pysamples-9.jsonl"
     path.write_text("junk\n" + "".join(json.dumps(r) + "\n" for r in records))
     trace = with_samples(Trace((), (), (), (), {}, {}, (), 0, ()), [path])

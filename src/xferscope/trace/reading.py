@@ -32,16 +32,37 @@ KEPT = object()  # an optional field: absent, it stays absent
 # KEPT), so that a damaged one is found when it is read, not when it is used. The many copies
 # and calls are checked as they are made into Copy and Call, at no cost to whole ones.
 FIELDS: dict[str, tuple[tuple[str, type, Any], ...]] = {
-    "pin": (("how", str, None), ("f", str, None), ("p", int, None), ("b", int, None),
-            ("c", int, None), ("py", int, 0), ("at", tuple, ())),
-    "nvtx": (("id", int, None), ("a", int, KEPT), ("b", int, KEPT), ("tid", int, 0),
-             ("n", str, ""), ("dom", str, "")),
-    "start": (("pid", int, None), ("ppid", int, KEPT), ("ts", int, KEPT), ("age", int, KEPT),
-              ("kernels", str, "all"), ("on_ms", int, KEPT), ("period_ms", int, KEPT),
-              ("first_ms", int, 0), ("first_kernels", int, 0)),
+    "pin": (
+        ("how", str, None),
+        ("f", str, None),
+        ("p", int, None),
+        ("b", int, None),
+        ("c", int, None),
+        ("py", int, 0),
+        ("at", tuple, ()),
+    ),
+    "nvtx": (
+        ("id", int, None),
+        ("a", int, KEPT),
+        ("b", int, KEPT),
+        ("tid", int, 0),
+        ("n", str, ""),
+        ("dom", str, ""),
+    ),
+    "start": (
+        ("pid", int, None),
+        ("ppid", int, KEPT),
+        ("ts", int, KEPT),
+        ("age", int, KEPT),
+        ("kernels", str, "all"),
+        ("on_ms", int, KEPT),
+        ("period_ms", int, KEPT),
+        ("first_ms", int, 0),
+        ("first_kernels", int, 0),
+    ),
     "end": (("ts", int, KEPT),),
     "driver_off": (("ts", int, KEPT),),
-}  # fmt: skip
+}
 
 
 def _ints(value: Any) -> tuple[int, ...]:
