@@ -149,7 +149,13 @@ def test_a_crash_keeps_its_trace(copies, tmp_path):
 
 def test_a_pytorch_program_is_traced_unchanged(native_engine, tmp_path):
     pytest.importorskip("torch")
-    proc, doc = trace(tmp_path, sys.executable, str(PROGRAMS / "torch_copies.py"))
+    kept = tmp_path / "kept"
+    proc, doc = trace(
+        tmp_path,
+        sys.executable,
+        str(PROGRAMS / "torch_copies.py"),
+        options=("--records", str(kept)),
+    )
     assert proc.returncode == 0, proc.stderr
     mine = own(proc.stdout)
     for direction in ("h2d", "d2h"):
@@ -165,6 +171,10 @@ def test_a_pytorch_program_is_traced_unchanged(native_engine, tmp_path):
     # their native callers are unwound one copy in 64, as detail
     unwound = sum(1 for c in doc["copies"] if c.get("native"))
     assert 1 <= unwound <= len(doc["copies"]) // 32, unwound
+    # the records keep the text of the script's lines they name, for a replay elsewhere
+    sources = json.loads((kept / "run1" / "sources.json").read_text())
+    lines = (PROGRAMS / "torch_copies.py").read_text().splitlines()
+    assert sources[script] and all(t == lines[int(n) - 1] for n, t in sources[script].items())
 
 
 LOOP = Path(__file__).parent.parent.parent / "benchmarks" / "torch_train_loop.py"

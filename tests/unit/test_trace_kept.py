@@ -53,6 +53,8 @@ def test_kept_runs_replay_as_they_were_priced(capsys, tmp_path, monkeypatch):
     assert [p.name for p in runs[1].files] == ["trace-840.jsonl"]
     named = json.loads((kept / "run1" / "frames.json").read_text())
     assert named and all(isinstance(v, str) for v in named.values())
+    # a C++ program's records name no Python line: none of its source kept
+    assert json.loads((kept / "run1" / "sources.json").read_text()) == {}
     # a replay names the native callers as they were named where the program ran
     named = {a: f"{n} [where it ran]" for a, n in named.items()}
     (kept / "run1" / "frames.json").write_text(json.dumps(named))
@@ -155,3 +157,42 @@ def _has(name: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(name) is not None
+
+
+def test_a_replay_quotes_the_lines_as_they_ran(tmp_path):
+    """keep_sources keeps the text of the program's own lines the records name (not a
+    library's); a replay after the program changed quotes the kept text, not the file's."""
+    import linecache
+
+    from xferscope.trace.kept import SOURCES, keep_sources, use_kept_sources
+    from xferscope.trace.records import Call, MainSamples, PyFrame, Trace
+
+    program = tmp_path / "train.py"
+    program.write_text("import torch\nloss.item()  # waits\nprint('done')\n")
+    library = "/usr/lib/python3/site-packages/torch/_tensor.py"
+    call = Call(
+        "cudaStreamSynchronize",
+        1,
+        2,
+        5,
+        9,
+        (),
+        (PyFrame(library, 990, "item"), PyFrame(str(program), 2, "train")),
+    )
+    looks = MainSamples(0.01, (5,), ((PyFrame(str(program), 3, "train"),),))
+    trace = Trace((), (), (), (call,), {}, {}, (), 0, (), samples={9: looks})
+    (tmp_path / "kept" / "run1").mkdir(parents=True)
+    keep_sources(trace, tmp_path / "kept", 1)
+    kept = json.loads((tmp_path / "kept" / "run1" / SOURCES).read_text())
+    assert kept == {str(program): {"2": "loss.item()  # waits", "3": "print('done')"}}
+    program.write_text("# the program, edited since it ran\n\n\n")
+    linecache.checkcache(str(program))
+    ran = Ran(("x",), 0, 1.0, (tmp_path / "kept" / "run1" / "trace-9.jsonl",), 0, ())
+    assert use_kept_sources(ran) == 1
+    assert PyFrame(str(program), 2, "train").source() == "loss.item()  # waits"
+    linecache.checkcache(str(program))  # what linecache checks keeps the kept text
+    assert linecache.getline(str(program), 3) == "print('done')\n"
+    linecache.clearcache()
+    (tmp_path / "kept" / "run1" / SOURCES).write_text('{"a": 3}')  # damaged: none used
+    assert use_kept_sources(ran) == 0
+    assert use_kept_sources(Ran(("x",), 0, 1.0, (), 0, ())) == 0

@@ -5,23 +5,30 @@ by a later xferscope exactly as the run was, so a trace can be shared, kept as e
 judged anew after the analysis changes:
 
     DIR/run1/trace-<pid>.jsonl, DIR/run1/pysamples-<pid>.jsonl, DIR/run1/ran.json, DIR/run2/...
+
+Beside them, what a replay elsewhere or later could not read as it was: the native callers'
+names (frames.json) and the program's lines' source text (sources.json), as they stood when
+the run ended.
 """
 
 from __future__ import annotations
 
 import json
+import linecache
 import shutil
 import signal
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import OptionError
+from .records import Trace
 from .reference import Reference, from_dict
 from .runner import Ran, records_of
 
 RAN = "ran.json"  # how the run ended: command, returncode, wall_s, started_ns
 RATES = "reference.json"  # this machine's rates that priced the trace (reference.to_dict)
 FRAMES = "frames.json"  # each native return address named where the program ran
+SOURCES = "sources.json"  # the text of each of the program's lines the records name
 
 
 def keep(ran: Ran, directory: Path, run: int) -> None:
@@ -73,6 +80,43 @@ def kept_frames(ran: Ran) -> dict[int, str]:
         return {int(a): str(n) for a, n in named.items()}
     except (OSError, ValueError, AttributeError):
         return {}
+
+
+def keep_sources(trace: Trace, directory: Path, run: int) -> None:
+    """Keeps the source text of every line of the program's own code (not a library's) that
+    the run's Python stacks and looks name, read as the files stand now, so that a replay
+    after the program changed, or where it is not, quotes the lines that ran."""
+    into = directory / f"run{run}"
+    if not into.is_dir():
+        return
+    stacks = [c.python for c in trace.calls] + [c.python for c in trace.copies]
+    stacks += [p.python for p in trace.pins]
+    stacks += [s for looks in trace.samples.values() for s in looks.stacks]
+    lines: dict[str, dict[str, str]] = {}
+    for frame in {f for stack in stacks for f in stack if not f.is_library}:
+        if text := linecache.getline(frame.file, frame.line).rstrip("\n"):
+            lines.setdefault(frame.file, {})[str(frame.line)] = text
+    (into / SOURCES).write_text(json.dumps(lines) + "\n", encoding="utf-8")
+
+
+def use_kept_sources(ran: Ran) -> int:
+    """Makes the source text kept beside a run's records (keep_sources) what its lines read
+    as in this process (linecache), over the files as they stand now; the files so read."""
+    if not ran.files:
+        return 0
+    try:
+        kept = json.loads((ran.files[0].parent / SOURCES).read_text(encoding="utf-8"))
+        texts = {str(f): {int(n): str(t) for n, t in lines.items()} for f, lines in kept.items()}
+    except (OSError, ValueError, AttributeError, TypeError):
+        return 0
+    for file, by_line in texts.items():
+        lines = [""] * max(by_line, default=0)
+        for n, text in by_line.items():
+            if n >= 1:
+                lines[n - 1] = text + "\n"
+        # no modification time: linecache.checkcache keeps the entry, never reads the file
+        linecache.cache[file] = (sum(map(len, lines)), None, lines, file)
+    return len(texts)
 
 
 def check_records(directory: Path) -> None:

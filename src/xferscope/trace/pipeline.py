@@ -20,7 +20,16 @@ from .analyze import analyze
 from .document import TraceResult, copy_dict, findings_of, summary_dict
 from .early import EarlyAnalysis
 from .figures import run_figures
-from .kept import keep, keep_frames, keep_rates, kept_frames, kept_rates, read_kept
+from .kept import (
+    keep,
+    keep_frames,
+    keep_rates,
+    keep_sources,
+    kept_frames,
+    kept_rates,
+    read_kept,
+    use_kept_sources,
+)
 from .reading import read_trace
 from .records import Trace
 from .reference import Reference, calibrate, from_history
@@ -125,10 +134,12 @@ def _read(ran: Ran, options: TraceOptions, i: int, read: Trace | None = None) ->
     where it ran: kept with its records (--records), or read back from them (--replay)."""
     trace = read if read is not None else with_samples(read_trace(ran.files), ran.samples)
     if options.replay is not None:
+        use_kept_sources(ran)
         named = kept_frames(ran)
         return replace(trace, frames=trace.frames | named) if named else trace
     if options.records is not None:
         keep_frames(trace.frames, options.records, i)
+        keep_sources(trace, options.records, i)
     return trace
 
 
