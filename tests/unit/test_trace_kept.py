@@ -196,3 +196,15 @@ def test_a_replay_quotes_the_lines_as_they_ran(tmp_path):
     (tmp_path / "kept" / "run1" / SOURCES).write_text('{"a": 3}')  # damaged: none used
     assert use_kept_sources(ran) == 0
     assert use_kept_sources(Ran(("x",), 0, 1.0, (), 0, ())) == 0
+
+
+def test_a_kept_run_with_no_cuda_activity_says_so_of_the_records(capsys, tmp_path):
+    kept = tmp_path / "kept" / "run1"
+    kept.mkdir(parents=True)
+    (kept / "trace-5.jsonl").write_text('{"t": "start", "pid": 5, "ts": 1}\n')
+    (kept / RAN).write_text(json.dumps({"command": ["x"], "returncode": 0, "wall_s": 1.0}))
+    code, _, err = run(
+        capsys, "trace", "--replay", str(tmp_path / "kept"), "-o", str(tmp_path / "out")
+    )
+    assert code == 0 and "no CUDA activity in the kept records of" in err
+    assert not list((tmp_path / "out").glob("trace-*"))  # nothing written

@@ -202,8 +202,10 @@ def trace_command(**kw: Any) -> None:
         if result is None:
             dest.discard()
             stderr.print(
-                "no CUDA activity was seen: the program did not use CUDA (or did not get as "
-                "far as initializing it); nothing written"
+                f"no CUDA activity in the kept records of '{options.replay}'; nothing written"
+                if options.replay is not None
+                else "no CUDA activity was seen: the program did not use CUDA (or did not get "
+                "as far as initializing it); nothing written"
             )
             sys.exit(interrupt.exit_status() if interrupt.requested() else ran.exit_status)
         saver = HistorySaver(history, lambda: entry(TRACE, result), "trace")
