@@ -147,6 +147,8 @@ def main() -> None:
                 print(name, runs[name][-1], flush=True)
     except KeyboardInterrupt:
         figures["interrupted"] = True  # the runs that ended are kept, marked
+    except (RuntimeError, subprocess.SubprocessError) as exc:  # a run failed: the others kept
+        figures["failed"] = str(exc)[-2000:]
     figures["summary"] = summary(runs)
     print(json.dumps(figures["summary"], indent=1))
     write_record(
@@ -158,6 +160,8 @@ def main() -> None:
         figures,
         Path(args.out),
     )
+    if "failed" in figures:
+        sys.exit(f"failed after writing what was measured: {figures['failed'][-300:]}")
 
 
 if __name__ == "__main__":

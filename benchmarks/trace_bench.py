@@ -189,6 +189,8 @@ def main() -> None:
             PART_FUNCTIONS[part](program, engine, args.runs, comparisons, figures)
     except (KeyboardInterrupt, AssertionError) as exc:  # a traced run stopped by the signal
         figures["interrupted"] = repr(exc)[:300]
+    except Exception as exc:  # what was measured before a failure is written all the same
+        figures["failed"] = repr(exc)[-2000:]
     looped = [p for p in parts if p in ("pytorch", "processes")]  # the parts --cpus pins
     if figures_cpus and looped:
         figures[f"cpus_{'_'.join(looped)}"] = figures_cpus
@@ -197,6 +199,8 @@ def main() -> None:
     made = {c["name"] for c in comparisons}  # measured again: the new figure replaces the old
     comparisons[:0] = [c for c in earlier_comparisons if c["name"] not in made]
     write_record("trace", args.commit, meta, 1, comparisons, figures, Path(args.out))
+    if "failed" in figures:
+        sys.exit(f"failed after writing what was measured: {figures['failed'][-300:]}")
 
 
 # comparisons of earlier records under names no longer made: dropped when a record is summarized
