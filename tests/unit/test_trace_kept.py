@@ -193,6 +193,8 @@ def test_a_replay_quotes_the_lines_as_they_ran(tmp_path):
     linecache.checkcache(str(program))  # what linecache checks keeps the kept text
     assert linecache.getline(str(program), 3) == "print('done')\n"
     linecache.clearcache()
+    (tmp_path / "kept" / "run1" / SOURCES).write_text('{"b": {"0": "x", "9999999999": "y"}}')
+    assert use_kept_sources(ran) == 1 and linecache.getline("b", 1) == ""  # no line kept
     (tmp_path / "kept" / "run1" / SOURCES).write_text('{"a": 3}')  # damaged: none used
     assert use_kept_sources(ran) == 0
     assert use_kept_sources(Ran(("x",), 0, 1.0, (), 0, ())) == 0

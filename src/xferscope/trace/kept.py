@@ -29,6 +29,7 @@ RAN = "ran.json"  # how the run ended: command, returncode, wall_s, started_ns
 RATES = "reference.json"  # this machine's rates that priced the trace (reference.to_dict)
 FRAMES = "frames.json"  # each native return address named where the program ran
 SOURCES = "sources.json"  # the text of each of the program's lines the records name
+MOST_LINES = 1_000_000  # a kept line's number at most (a larger one is of a damaged file)
 
 
 def keep(ran: Ran, directory: Path, run: int) -> None:
@@ -110,10 +111,10 @@ def use_kept_sources(ran: Ran) -> int:
     except (OSError, ValueError, AttributeError, TypeError):
         return 0
     for file, by_line in texts.items():
-        lines = [""] * max(by_line, default=0)
-        for n, text in by_line.items():
-            if n >= 1:
-                lines[n - 1] = text + "\n"
+        numbers = [n for n in by_line if 1 <= n <= MOST_LINES]  # a damaged number: left out
+        lines = [""] * max(numbers, default=0)
+        for n in numbers:
+            lines[n - 1] = by_line[n] + "\n"
         # no modification time: linecache.checkcache keeps the entry, never reads the file
         linecache.cache[file] = (sum(map(len, lines)), None, lines, file)
     return len(texts)
