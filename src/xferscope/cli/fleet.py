@@ -155,8 +155,13 @@ def fleet_command(**kw: Any) -> None:
         setup, dest = {}, None
     setup = comm.bcast(setup)
     if "error" in setup:
+        # rank 0 says why before any rank ends: mpirun stops the whole job at the first rank
+        # that exits non-zero, which could cut rank 0's line short
+        if comm.rank == 0:
+            _say(setup)
+        comm.barrier()
         comm.finalize()
-        _refuse(setup if comm.rank == 0 else {"code": setup["code"]})
+        sys.exit(setup["code"])
     options = setup["options"]
     # Loaded before measuring: after a signal mpirun leaves 1 s for writing the data files.
     common.prepare_renderers(html=True, workers=False)
@@ -238,10 +243,14 @@ def _prepare(kw: dict[str, Any], options: FleetOptions) -> tuple[dict[str, Any],
     return {"options": options, "history": history and str(history), "directory": directory}, dest
 
 
+def _say(setup: dict[str, Any]) -> None:
+    """The setup's error, its one line (rank 0's)."""
+    click.echo(f"Error: {setup['error']}", err=True)
+
+
 def _refuse(setup: dict[str, Any]) -> None:
-    """Ends this rank with the setup's error: its line, from rank 0 only."""
-    if "error" in setup:
-        click.echo(f"Error: {setup['error']}", err=True)
+    """Ends this rank with the setup's error and its line (rank 0, before MPI opened)."""
+    _say(setup)
     sys.exit(setup["code"])
 
 

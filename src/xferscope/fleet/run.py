@@ -95,6 +95,9 @@ class Comm:
     def bcast(self, value: Any) -> Any:
         return self.world.bcast(value, root=0)
 
+    def barrier(self) -> None:
+        self.world.Barrier()
+
     def send_report(self, report: dict[str, Any], tag: int = REPORT_TAG) -> None:
         self.world.send(report, dest=0, tag=tag)
 
