@@ -257,6 +257,8 @@ def write_record(
     path.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     print(f"wrote {path}")
+    if "failed" in figures:  # a failure after some measurements: they are written, then it
+        sys.exit(f"failed after writing what was measured: {str(figures['failed'])[-300:]}")
     return path
 
 

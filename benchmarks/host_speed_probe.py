@@ -160,8 +160,6 @@ def main() -> None:
         figures,
         Path(args.out),
     )
-    if "failed" in figures:
-        sys.exit(f"failed after writing what was measured: {figures['failed'][-300:]}")
 
 
 if __name__ == "__main__":

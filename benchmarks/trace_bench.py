@@ -198,8 +198,6 @@ def main() -> None:
     made = {c["name"] for c in comparisons}  # measured again: the new figure replaces the old
     comparisons[:0] = [c for c in earlier_comparisons if c["name"] not in made]
     write_record("trace", args.commit, meta, 1, comparisons, figures, Path(args.out))
-    if "failed" in figures:
-        sys.exit(f"failed after writing what was measured: {figures['failed'][-300:]}")
 
 
 def heavy_part(

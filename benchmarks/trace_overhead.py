@@ -68,6 +68,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,7 +98,10 @@ NO_NVTX_TOOL = {"NVTX_INJECTION64_PATH": "/nonexistent/no-nvtx-tool.so"}
 
 
 def traced_run(
-    argv: list[str], *more: str, env: dict[str, str] | None = None, read: Any = own_line
+    argv: list[str],
+    *more: str,
+    env: dict[str, str] | None = None,
+    read: Callable[[str], Any] = own_line,
 ) -> Any:
     """What `read` finds in the program's output (its own JSON line) when `xferscope trace`
     runs it (priced by nothing), with `env` added to its environment."""

@@ -93,8 +93,9 @@ def keep_sources(trace: Trace, directory: Path, run: int) -> None:
     stacks = [c.python for c in trace.calls] + [c.python for c in trace.copies]
     stacks += [p.python for p in trace.pins]
     stacks += [s for looks in trace.samples.values() for s in looks.stacks]
+    unique = {id(s): s for s in stacks}.values()  # a stack's records share its one tuple
     lines: dict[str, dict[str, str]] = {}
-    for frame in {f for stack in stacks for f in stack if not f.is_library}:
+    for frame in {f for stack in unique for f in stack if not f.is_library}:
         if text := linecache.getline(frame.file, frame.line).rstrip("\n"):
             lines.setdefault(frame.file, {})[str(frame.line)] = text
     (into / SOURCES).write_text(json.dumps(lines) + "\n", encoding="utf-8")

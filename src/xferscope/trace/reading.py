@@ -26,6 +26,7 @@ CHUNK = 4096  # records parsed at once (jsonl_records)
 # What reading a record whose fields are missing or of the wrong kind raises: such a record is
 # left out and counted (damaged), never the end of the reading
 DAMAGED = (KeyError, ValueError, TypeError, IndexError, AttributeError)
+LEFT_OUT = "left out (not JSON, or a field missing or of the wrong kind)"  # said of them
 KEPT = object()  # an optional field: absent, it stays absent
 # The fields of records kept to be used after the file's end or by other modules (a pin's
 # stacks, a process's start), each as (name, its type, its default: None when required, or
@@ -326,8 +327,8 @@ def read_trace(files: Iterable[Path]) -> Trace:
             )
         if damaged or unread[0]:
             warnings.append(
-                f"{path.name}: {damaged + unread[0]} damaged record(s) left out (not JSON, or a "
-                "field missing or of the wrong kind): the figures may be short of them"
+                f"{path.name}: {damaged + unread[0]} damaged record(s) {LEFT_OUT}: the figures "
+                "may be short of them"
             )
     frames = symbolize(raw_frames)
     copies.sort(key=lambda c: c.start_ns)

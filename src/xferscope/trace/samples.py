@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .reading import DAMAGED, jsonl_records, py_stack
+from .reading import DAMAGED, LEFT_OUT, jsonl_records, py_stack
 from .records import (
     LOADER_FRAME,
     STDLIB,
@@ -61,10 +61,7 @@ def with_samples(trace: Trace, files: Iterable[Path]) -> Trace:
     samples = read_samples(files, unread)
     warnings = trace.warnings
     if unread[0]:
-        warnings += (
-            f"{unread[0]} damaged look(s) left out (not JSON, or a field missing or of the "
-            "wrong kind)",
-        )
+        warnings += (f"{unread[0]} damaged look(s) {LEFT_OUT}",)
     return replace(trace, samples=samples, warnings=warnings)
 
 
