@@ -41,18 +41,25 @@ def work(recent: list[float], seconds: float) -> tuple[float, int]:
     return time.perf_counter() - began, n
 
 
+def refused(steps: int, python_ms: float, batch: int = 1) -> str:
+    """What is wrong with the loop's options (its line), "" where nothing is."""
+    if steps < 10:
+        return f"--steps: {steps} is not a count of 10 or more"
+    if not 0 < python_ms <= 1000:  # nan too
+        return f"--python-ms: {python_ms} is not a time from 0 to 1000 ms"
+    if batch < 1:
+        return f"--batch: {batch} is not a count of 1 or more"
+    return ""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--python-ms", type=float, default=8.0)
     parser.add_argument("--batch", type=int, default=768)
     args = parser.parse_args()
-    if args.steps < 10:
-        parser.error(f"--steps: {args.steps} is not a count of 10 or more")
-    if not 0 < args.python_ms <= 1000:
-        parser.error(f"--python-ms: {args.python_ms} is not a time from 0 to 1000 ms")
-    if args.batch < 1:
-        parser.error(f"--batch: {args.batch} is not a count of 1 or more")
+    if said := refused(args.steps, args.python_ms, args.batch):
+        parser.error(said)
     import torch
 
     rank, ranks = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))

@@ -18,11 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
+from host_speed_loop import refused
+from trace_corpus import MOST_ROUNDS
 from trace_overhead import VARIANTS, traced_run
 
 HERE = Path(__file__).resolve().parent
@@ -111,12 +114,16 @@ def main() -> None:
     parser.add_argument("--out", default=str(HERE / "results"))
     args = parser.parse_args()
     names = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if not names:
+        parser.error(f"--variants: none named; among {', '.join(VARIANTS)}")
     if unknown := [v for v in names if v not in VARIANTS]:
         parser.error(f"--variants: {', '.join(unknown)} not among {', '.join(VARIANTS)}")
     if args.ranks not in (1, 2, 4, 8):
         parser.error(f"--ranks: {args.ranks} is not 1, 2, 4 or 8")
-    if args.rounds < 1:
-        parser.error(f"--rounds: {args.rounds} is not a count of 1 or more")
+    if not 1 <= args.rounds <= MOST_ROUNDS:
+        parser.error(f"--rounds: {args.rounds} is not a count from 1 to {MOST_ROUNDS}")
+    if said := refused(args.steps, args.python_ms):  # the loop's own rule, before any run
+        parser.error(said)
     if Path(args.out).exists() and not Path(args.out).is_dir():
         parser.error(f"--out: {args.out} is not a directory")
     try:
@@ -140,6 +147,11 @@ def main() -> None:
         "command": argv,
         "runs": runs,
     }
+
+    def stop(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)  # a time limit's SIGTERM keeps what was measured
     try:
         for r in range(args.rounds):
             for name in order if r % 2 == 0 else order[::-1]:

@@ -210,3 +210,37 @@ def test_a_kept_run_with_no_cuda_activity_says_so_of_the_records(capsys, tmp_pat
     )
     assert code == 0 and "no CUDA activity in the kept records of" in err
     assert not list((tmp_path / "out").glob("trace-*"))  # nothing written
+
+
+def test_fifos_under_the_kept_names_are_passed_over_not_read(tmp_path):
+    """A FIFO where a kept file goes (records, frames, sources, rates) would never end a read:
+    the replay leaves each out and ends, in one line."""
+    import os
+    import subprocess
+    import sys
+
+    run1 = tmp_path / "kept" / "run1"
+    run1.mkdir(parents=True)
+    shutil.copy(RECORDED, run1 / "trace-840.jsonl")
+    (run1 / RAN).write_text(json.dumps({"command": ["x"], "returncode": 0, "wall_s": 0.7}))
+    for name in ("trace-841.jsonl", "pysamples-841.jsonl", "frames.json", "sources.json"):
+        os.mkfifo(run1 / name)
+    os.mkfifo(tmp_path / "kept" / "reference.json")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "xferscope",
+            "trace",
+            "--replay",
+            str(tmp_path / "kept"),
+            "--no-history",
+            "-o",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "what to change" in done.stdout

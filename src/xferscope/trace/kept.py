@@ -32,6 +32,14 @@ SOURCES = "sources.json"  # the text of each of the program's lines the records 
 MOST_LINES = 1_000_000  # a kept line's number at most (a larger one is of a damaged file)
 
 
+def kept_json(path: Path) -> Any:
+    """A kept file's JSON; ValueError where it is no regular file (a FIFO would never end its
+    reading) or not JSON, OSError where it cannot be read."""
+    if not path.is_file():
+        raise ValueError(f"'{path}' is not a file")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def keep(ran: Ran, directory: Path, run: int) -> None:
     """Copies run `run`'s records to DIRECTORY/run<run>/ with its ran.json."""
     into = directory / f"run{run}"
@@ -58,7 +66,7 @@ def keep_rates(rates: dict[str, Any] | None, directory: Path) -> None:
 def kept_rates(directory: Path) -> Reference | None:
     """The rates kept beside the runs, or None where none were (or they cannot be read)."""
     try:
-        return from_dict(json.loads((directory / RATES).read_text(encoding="utf-8")))
+        return from_dict(kept_json(directory / RATES))
     except (OSError, ValueError):
         return None
 
@@ -77,7 +85,7 @@ def kept_frames(ran: Ran) -> dict[int, str]:
     if not ran.files:
         return {}
     try:
-        named = json.loads((ran.files[0].parent / FRAMES).read_text(encoding="utf-8"))
+        named = kept_json(ran.files[0].parent / FRAMES)
         return {int(a): str(n) for a, n in named.items()}
     except (OSError, ValueError, AttributeError):
         return {}
@@ -107,7 +115,7 @@ def use_kept_sources(ran: Ran) -> int:
     if not ran.files:
         return 0
     try:
-        kept = json.loads((ran.files[0].parent / SOURCES).read_text(encoding="utf-8"))
+        kept = kept_json(ran.files[0].parent / SOURCES)
         texts = {str(f): {int(n): str(t) for n, t in lines.items()} for f, lines in kept.items()}
     except (OSError, ValueError, AttributeError, TypeError):
         return 0
@@ -144,9 +152,10 @@ def read_kept(directory: Path) -> list[Ran]:
         facts_path = sub / RAN
         if not facts_path.is_file():
             continue
-        files, samples = records_of(sub)
+        # regular files only: a FIFO or a directory under a record's name is none of them
+        files, samples = (tuple(p for p in found if p.is_file()) for found in records_of(sub))
         try:
-            facts = json.loads(facts_path.read_text(encoding="utf-8"))
+            facts = kept_json(facts_path)
             ran = Ran(
                 tuple(str(a) for a in facts["command"]),
                 int(facts["returncode"]),
