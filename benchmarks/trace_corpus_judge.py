@@ -7,6 +7,7 @@ traces are analyzed again from their raw records (`trace --replay`) by this chec
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import statistics
 import tempfile
@@ -86,6 +87,20 @@ def replay(kept: Path) -> dict[str, Any]:
     if traced.result is None:
         raise ValueError(f"{kept}: no CUDA activity")
     return to_dict(traced.result)
+
+
+def whole(kept: Path) -> bool:
+    """Whether every run kept in `kept` ended whole: a trace stopped by a signal (the call's
+    time limit reached in it) or failed holds its start-up only, and is no trace to judge."""
+    runs = list(kept.glob("run*/ran.json"))
+    for ran in runs:
+        try:
+            said = json.loads(ran.read_text())
+        except (OSError, ValueError):
+            return False
+        if said.get("interrupted") or said.get("returncode") not in (0, None):
+            return False
+    return bool(runs)
 
 
 def headline_of(summary: dict[str, Any]) -> dict[str, Any]:
@@ -249,10 +264,13 @@ def judge_program(program: Program, entry: dict[str, Any], records: Path) -> dic
     seconds = {k: _median([r["seconds"] for r in v]) for k, v in own.items()}
     startup = {k: _median([r["startup_s"] for r in v]) for k, v in own.items()}
     steps_of = {k: _median([r["steps"] for r in v]) for k, v in own.items()}
-    rounds = sorted((records / program.name).glob("round*"))  # traced as it is
-    docs = [replay(r) for r in rounds if list(r.glob("run*/ran.json"))]
-    if not docs:
-        return {"judged": False, "why": "no kept trace"}
+    kept = sorted((records / program.name).glob("round*"))  # traced as it is
+    rounds = [r for r in kept if whole(r)]
+    if not rounds:
+        cut = ", ".join(r.name for r in kept if list(r.glob("run*/ran.json")))
+        why = f"its trace ended before the program did ({cut})" if cut else "no kept trace"
+        return {"judged": False, "why": why}
+    docs = [replay(r) for r in rounds]
     first = docs[0]["summary"]
     headline = headline_of(first)
     expected = "none" if program.cause == "startup" else program.cause
@@ -290,7 +308,7 @@ def judge_program(program: Program, entry: dict[str, Any], records: Path) -> dic
         ]
         out |= input_share(entry, shares)
     fixed = records / program.name / "fixed"
-    if list(fixed.glob("run*/ran.json")):
+    if whole(fixed):
         after_doc = replay(fixed)
         compared = compare_traces(from_dict(docs[0]), from_dict(after_doc), force=True)
         out["compare"] = {

@@ -89,3 +89,22 @@ def test_the_input_share_is_also_judged_against_the_resident_form_traced():
     assert "idle_share_error_both_traced" not in input_share(
         {"untraced": entry["untraced"], "traced": entry["traced"]}, [0.38]
     )
+
+
+def test_a_trace_stopped_before_its_program_ended_is_not_judged(tmp_path):
+    """A kept trace whose run a signal stopped (the call's time limit reached in it: 11 s of
+    a start-up, no step) or that failed is no trace to judge; one that ended whole is; a
+    damaged ran.json is not."""
+    from trace_corpus_judge import whole
+
+    def kept(name: str, ran: str) -> Path:
+        run = tmp_path / name / "run1"
+        run.mkdir(parents=True)
+        (run / "ran.json").write_text(ran)
+        return tmp_path / name
+
+    assert whole(kept("ended", '{"returncode": 0, "interrupted": false}'))
+    assert not whole(kept("stopped", '{"returncode": 1, "interrupted": true, "stop_signal": 2}'))
+    assert not whole(kept("failed", '{"returncode": 3}'))
+    assert not whole(kept("damaged", '{"returncode": 0'))
+    assert not whole(tmp_path / "none")
