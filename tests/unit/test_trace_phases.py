@@ -70,8 +70,8 @@ def test_the_steps_are_the_loops_and_the_start_up_is_apart():
     """The model's 50 uploads and 2 s of imports come before 40 steps of 10 ms: the steps are
     the batch upload's, the steady state their span, and the start-up says how long it took,
     that the GPU sat idle while the host imported, and its uploads; no finding counts any of
-    it: the input finding is the steps' 4 ms waits alone."""
-    trace = _job()
+    it: the input finding is the steps' 4 ms waits alone, where the looks found the host."""
+    trace = _job(looks=(PyFrame("train.py", 43, "main"),))
     a = analyze(trace, 3.0, None, started_ns=0)
     assert a.loop is not None and a.loop.where == "train.py:43 (main)" and a.loop.count == 39
     assert a.steady_s == pytest.approx(0.39)
@@ -82,6 +82,19 @@ def test_the_steps_are_the_loops_and_the_start_up_is_apart():
     assert first is not None and first.code == "input_starved"
     assert first.cost_s == pytest.approx(38 * 3.95e-3, rel=0.02)  # none of the 2 s idle
     assert "DataLoader" not in first.advice and "train.py:43" in first.advice
+
+
+def test_an_own_input_is_named_only_where_the_looks_found_the_host_there():
+    """The same steps' 4 ms waits before each upload, with no loader: looked at every 10 ms
+    and none of the looks in them (a launch-bound step's own host work before its first copy
+    can look alike), they are no input's; with no looks at all (a CUDA C++ program), they
+    are, at the copy's line."""
+    unseen = analyze(_job(), 3.0, None, started_ns=0)
+    assert "input_starved" not in {f.code for f in unseen.findings}
+    blind = analyze(dataclasses.replace(_job(), samples={}), 3.0, None, started_ns=0)
+    first = blind.headline
+    assert first is not None and first.code == "input_starved"
+    assert first.cost_s == pytest.approx(38 * 3.95e-3, rel=0.02)
 
 
 def test_a_line_run_once_an_epoch_or_at_start_up_does_not_mark_the_steps():

@@ -19,14 +19,15 @@ from dataclasses import replace
 from ...core.units import format_seconds
 from ..idle import IdleCause, loader_waited
 from ..ranks import ranks
-from ..records import FRAMEWORKS, LOADER_WHERE, Copy
+from ..records import FRAMEWORKS, LOADER_WHERE, Copy, Trace
 from .base import PIN_LOADER, PINNED, Context, TraceFinding, finding, in_words, seen_place
 
 ORDER = 0  # where it stands among findings of equal price
 CODE = "input_starved"
 WORTH = 0.05  # idle this share of the span, or more, is a finding
 # an idle cause with no line is the input's where this many looks fell in it, at least half
-# of them in a loader's next
+# of them in a loader's next; one at a copy's line with no loader seen, where this many fell in
+# it at all (_sampled)
 MIN_LOOKS = 5
 ADVICE: dict[str | None, str] = {
     None: "make the next input while the GPU computes (more loader threads, double buffering "
@@ -70,9 +71,12 @@ def find(context: Context) -> TraceFinding | None:
     for g in context.gpus.gpus:
         if late is not None and g.device == late.device:
             continue
+        looked = _sampled(trace, g.device)
         for cause in g.idle:
             if not _at_copy(cause) and not _fed(cause):
                 continue
+            if looked and not _loader(cause) and cause.looks < MIN_LOOKS:
+                continue  # too few looks to tell the input's work from the step's own
             if cause.kind == "after_wait" and not _loader(cause):
                 continue  # the wait's idle: the waits' finding
             if not _loader(cause) and _computing(cause):
@@ -185,6 +189,16 @@ def _own_input(found: TraceFinding, cause: IdleCause, idle: float) -> TraceFindi
                               doing=f" ({what})" if what else "")  # fmt: skip
     return replace(found, places=places, advice=advice, detail=found.detail + seen,
                    each_fix=(("do the input's work ahead of the step", idle),))  # fmt: skip
+
+
+def _sampled(trace: Trace, device: int) -> bool:
+    """Whether the main thread of a process that copied to GPU `device` was looked at (a Python
+    process, the looks on): then an input the host made itself, with no loader seen, is named
+    only where MIN_LOOKS looks or more fell in its time. Fewer cannot tell the input's work
+    from the step's own host work before its first copy: a launch-bound recommender's optimizer
+    and loop, 165 us before each step's 27 small uploads, 3 looks in 97 ms of such gaps."""
+    pids = {c.pid for c in trace.copies if c.device == device}
+    return any(pid in trace.samples for pid in pids)
 
 
 def _computing(cause: IdleCause) -> bool:
