@@ -516,3 +516,39 @@ def test_the_gaps_between_many_small_uploads_are_the_inputs(gap_us):
     loop = steps(Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, ()))
     assert loop is not None and loop.count == 7
     assert loop.input_share == pytest.approx(1 - 1_000 / ((4 + gap_us) * 64 + 1_001), abs=0.002)
+
+
+def _moved(direction: str, nbytes: int, start: int, call, seq: int, line: int) -> Copy:
+    """A copy of 0.1 ms from `start` (ns), up from pinned or down to pageable memory."""
+    from xferscope.trace.records import PyFrame
+
+    host = "pinned" if direction == "h2d" else "pageable"
+    src, dst = (host, "device") if direction == "h2d" else ("device", host)
+    frame = (PyFrame("train.py", line, "train"),)
+    return Copy(
+        1, direction, src, dst, nbytes, start, start + 100_000, 0, 7, True, seq, call, python=frame
+    )
+
+
+@pytest.mark.parametrize(("nbytes", "data"), [(4, False), (4 << 20, True)])
+def test_a_download_of_data_is_the_steps_data_waiting_and_a_value_read_is_not(nbytes, data):
+    """The input share's steps with the wait a download to pageable memory (its call 1.05 ms,
+    its copy 0.1 ms, then 0.9 ms of the GPU idle until the last kernels): a 4 MiB frame read
+    back each step is data the step moves, which its resident form does not (its 0.9 ms is
+    the data's); a 4-byte `.item()` reads a value, a wait of the step's own."""
+    from xferscope.trace.records import Call
+
+    us = 1_000
+    copies, kernels, calls = [], [], []
+    for i in range(10):
+        t = 1_000_000 * us + i * 5_000 * us
+        up = Call("cudaMemcpyAsync_v3020", t - 100 * us, t - 50 * us, 1, 1)
+        down = Call("cudaMemcpyAsync_v3020", t + 1_400 * us, t + 2_450 * us, 1, 1)
+        calls += [up, down]
+        copies.append(_moved("h2d", 1 << 20, t, up, 2 * i, 41))
+        copies.append(_moved("d2h", nbytes, t + 1_500 * us, down, 2 * i + 1, 45))
+        kernels += [_kernel(t + 100 * us, t + 1_500 * us), _kernel(t + 2_500 * us, t + 3_000 * us)]
+    loop = steps(Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, ()))
+    assert loop is not None and loop.count == 9 and loop.copy_share == pytest.approx(0.04)
+    value = (9 * 2.0 - 0.1) / 45 + 0.04  # the idle until each upload, and the copies alone
+    assert loop.input_share == pytest.approx(value + (9 * 0.9 / 45 if data else 0.0))

@@ -189,7 +189,10 @@ def steps_text(loop: dict[str, Any]) -> str:
     if loop.get("copy_share"):
         said += f" and copying with no kernel {loop['copy_share']:.0%}"
     if loop.get("input_share") is not None:
-        said += f"; waiting for its input {loop['input_share']:.0%} (idle at the uploads, copies)"
+        said += (
+            f"; waiting for its input {loop['input_share']:.0%} (idle at the uploads and the "
+            "downloads of data, copies alone)"
+        )
     long = loop.get("long_steps") or 0
     if long:
         said += f"; {long} long step{'' if long == 1 else 's'} (over {LONG_GAP:g} times the usual)"
