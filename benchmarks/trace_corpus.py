@@ -291,6 +291,7 @@ def measure(args: argparse.Namespace) -> None:
                 entry[key] = traced(argv, kept, mine, env)
         except (RuntimeError, ValueError, subprocess.SubprocessError) as exc:
             entry.setdefault("errors", []).append(str(exc)[-3000:])
+            entry["cut"] = True  # not measured whole (a trace stopped by Ctrl-C or the limit)
             print(f"{p.name}: {exc}", flush=True)
         with lock:
             measured[p.name] = entry
@@ -450,7 +451,10 @@ def main() -> None:
     try:
         measure(args)
     except KeyboardInterrupt:
-        sys.exit("interrupted: the record holds every program measured whole before it")
+        sys.exit(
+            "interrupted: the record holds every program measured before it, one that was "
+            'not measured whole marked "cut"'
+        )
 
 
 def is_record(path: Path) -> bool:
