@@ -31,3 +31,11 @@ def interval(
 def median_interval(a: Sequence[float], resamples: int = RESAMPLES, seed: int = 0) -> list[float]:
     """A 95% interval of median(a), `a` resampled (one kind of run: each its own ratio)."""
     return interval(a, [0.0], lambda m, _: m, resamples, seed)
+
+
+def round_savings(before: Sequence[float], after: Sequence[float]) -> list[float]:
+    """Each round's own saving, `before` less `after`, where each round ran the two back to
+    back (the variants alternated): their median is what the change saved, which a host's drift
+    from round to round (a quarter, between processes of a host-bound loop) leaves out, as
+    the difference of each kind's median does not."""
+    return [b - a for b, a in zip(before, after, strict=False)]

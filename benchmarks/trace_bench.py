@@ -65,6 +65,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from foundation import comparison, write_record
+from spread import round_savings
 from torch_train_loop import SETTLE
 from trace_idle import fed_part, idle_part, item_part, loader_part
 from trace_loop_comparisons import STEADY, processes_comparisons, pytorch_comparisons, summarize
@@ -331,7 +332,7 @@ def fixes_part(
                 sections[variant].setdefault(name, []).append(seconds)
     savings = {}
     for fix, code in FIXES.items():
-        measured = statistics.median(sections["none"][fix]) - statistics.median(sections[fix][fix])
+        measured = statistics.median(round_savings(sections["none"][fix], sections[fix][fix]))
         savings[code] = {
             "predicted_s": round(predicted.get(code, 0.0), 6),
             "measured_s": round(measured, 6),

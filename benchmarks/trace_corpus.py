@@ -12,7 +12,9 @@ on the same runs without a GPU (--judge). Writes benchmarks/results/trace-corpus
                                       whose fix's saving the runs tell from none, the others
                                       named in trace_corpus_cause_unmeasured
   trace_corpus_prediction_error_max   the headline's predicted saving a step against the fix's
-                                      measured one untraced (medians; goal <= 0.25)
+                                      measured one untraced (the median of the rounds'
+                                      own savings; goal <= 0.25); beside it, _unpaired: from
+                                      each form's median apart
   trace_corpus_startup_charged_s      seconds of any finding's cost that come from before the
                                       first step: the trace judged again with everything before
                                       the first step cut away must price every finding alike
@@ -34,8 +36,9 @@ on the same runs without a GPU (--judge). Writes benchmarks/results/trace-corpus
 Each program's variants are run untraced --rounds times, alternated (a Python program that
 imports PyTorch forked from a process that has imported it: corpus_zygote.py), and with
 --most-rounds N more rounds, up to N, while its fix's saving is not known within 25% (the
-runs resampled: settled(); each program's "rounds" says how many ran), then it is traced once as
-it is (and once fixed, for `compare`, and once with its data resident where it has that form);
+rounds' savings resampled: settled(); each program's "rounds" says how many ran), then it is
+traced once as it is (and once fixed, for `compare`, and once with its data resident where it
+has that form);
 --into joins this run's programs to an earlier record's (programs measured in separate calls,
 one file).
 """
@@ -59,7 +62,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_zygote import Zygote, forkable
-from spread import interval
+from spread import median_interval, round_savings
 from trace_corpus_judge import Program, is_program, judge_all, read_program
 
 HERE = Path(__file__).resolve().parent
@@ -174,25 +177,27 @@ def archive(records: Path, name: str, into: Path) -> None:
 TRACED = {"round0": "traced", "fixed": "traced_fixed", "resident": "traced_resident"}
 
 # A fix's measured saving is known well enough to judge a price by once its 95% interval, the
-# runs resampled, lies within this share of its median on both sides: the prediction's goal
+# rounds' savings resampled, lies within this share of its median on both sides: the
+# prediction's goal
 SETTLED_WITHIN = 0.25
 MOST_ROUNDS = 50  # --rounds and --most-rounds at most
 
 
 def settled(program: Program, runs: dict[str, list[dict]]) -> bool:
-    """Whether a program's untraced runs (`runs`: each variant's) tell its fix's saving within
-    SETTLED_WITHIN (spread.interval); a program with no fix to price (its cause none, or its
-    start-up) is settled by its first rounds."""
+    """Whether a program's untraced runs (`runs`: each variant's) tell its fix's saving, the
+    median of the rounds' own (spread.round_savings), within SETTLED_WITHIN; a program with no
+    fix to price (its cause none, or its start-up) is settled by its first rounds."""
     if program.cause in ("none", "startup"):
         return True
     before = [r["seconds"] for r in runs.get("before", [])]
     fixed = [r["seconds"] for r in runs.get("fixed", [])]
     if len(before) < 2 or len(fixed) < 2:
         return False
-    saving = statistics.median(before) - statistics.median(fixed)
+    rounds = round_savings(before, fixed)
+    saving = statistics.median(rounds)
     if saving <= 0:
         return False
-    low, high = interval(before, fixed, lambda b, f: b - f)
+    low, high = median_interval(rounds)
     return (1 - SETTLED_WITHIN) * saving <= low and high <= (1 + SETTLED_WITHIN) * saving
 
 

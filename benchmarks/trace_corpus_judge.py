@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spread import interval
+from spread import median_interval, round_savings
 from xferscope.trace.analyze import WORTH, analyze
 from xferscope.trace.compare import compare_traces
 from xferscope.trace.document import from_dict, to_dict
@@ -191,31 +191,32 @@ def traced_step(entry: dict[str, Any], key: str) -> float | None:
 
 def prediction(entry: dict[str, Any], predicted: list[float]) -> dict[str, Any]:
     """The headline's price a step (`predicted`, one a traced round) against the fix's saving
-    a step (step_s), from the runs' medians (`entry`: a program's record), with the error
-    where the fix saved anything. Beside them, how far the runs themselves spread (the saving
-    from the closest pair of runs to the farthest), and the saving the fix made traced, by the
+    a step (step_s), the median of the rounds' own savings (`entry`: a program's record), with
+    the error where the fix saved anything. Beside them, how far the rounds' savings spread
+    (their least and most, and their median resampled), and the saving the fix made traced, by the
     programs' own clocks (the run the trace priced, and its fix traced too): a miss that holds
     against it is the pricing's, one that does not, the trace's cost on the program (on either
     run: a fix that moves reads after the loop, as jax_train's, pays for them traced inside its
     clock)."""
     runs = {k: [step_s(r) for r in entry["untraced"].get(k, [])] for k in ("before", "fixed")}
-    measured = statistics.median(runs["before"]) - statistics.median(runs["fixed"])
+    # each round runs the program as it is and fixed back to back (the difference of the
+    # medians beside it, unpaired)
+    pairs = round_savings(runs["before"], runs["fixed"])
+    measured = statistics.median(pairs)
+    unpaired = statistics.median(runs["before"]) - statistics.median(runs["fixed"])
     out: dict[str, Any] = {
         "measured_saving_per_step_s": measured,
+        "measured_saving_unpaired_per_step_s": unpaired,
         "predicted_saving_per_step_s": _median(predicted),
-        "measured_saving_range_per_step_s": [
-            min(runs["before"]) - max(runs["fixed"]),
-            max(runs["before"]) - min(runs["fixed"]),
-        ],
-        # the medians' saving with the runs resampled: a price inside it is as right as the
-        # runs can tell
-        "measured_saving_interval_per_step_s": interval(
-            runs["before"], runs["fixed"], lambda b, f: b - f
-        ),
+        "measured_saving_range_per_step_s": [min(pairs), max(pairs)],
+        # the rounds' savings resampled: a price inside it is as right as the runs can tell
+        "measured_saving_interval_per_step_s": median_interval(pairs),
     }
     # a fix whose saving the runs cannot tell from none leaves no cause to find: its program
     # judges no headline (an LSTM's waits inside a step its launches bound)
     out["cause_measured"] = out["measured_saving_interval_per_step_s"][0] > 0
+    if predicted and unpaired > 0:
+        out["prediction_error_unpaired"] = abs(statistics.median(predicted) - unpaired) / unpaired
     if predicted and measured > 0:
         out["prediction_error"] = abs(statistics.median(predicted) - measured) / measured
         lo, hi = out["measured_saving_interval_per_step_s"]
@@ -346,9 +347,14 @@ def judge_all(corpus: dict[str, Any], records: Path, directory: Path) -> dict[st
         figures["trace_corpus_steps_right"] = sum(j["steps_right"] for j in ok) / len(ok)
         figures["trace_corpus_startup_charged_s"] = sum(j["startup_charged_s"] for j in ok)
         figures["trace_corpus_foreign_advice"] = sum(len(j["foreign_advice"]) for j in ok)
-        for key in ("prediction_error", "idle_share_error", "idle_share_error_both_traced"):
-            of = caused if key == "prediction_error" else ok  # against a saving told from none
-            if values := [j[key] for j in of if key in j]:  # the last beside the one before
+        for key in (
+            "prediction_error",
+            "prediction_error_unpaired",
+            "idle_share_error",
+            "idle_share_error_both_traced",
+        ):  # each beside the one before it
+            of = caused if key.startswith("prediction") else ok  # a saving told from none
+            if values := [j[key] for j in of if key in j]:
                 figures[f"trace_corpus_{key}_max"] = max(values)
         within = [j["prediction_within_spread"] for j in ok if "prediction_within_spread" in j]
         if within:  # beside the error: the share the runs' own spread cannot tell from right

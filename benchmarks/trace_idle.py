@@ -27,6 +27,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from spread import round_savings
 from trace_runs import plain
 from xferscope.run.compare import FASTER
 from xferscope.trace.compare import compare_traces
@@ -216,7 +217,7 @@ def item_part(program: str, engine: object, runs: int, comparisons: list, figure
     programs = figures.setdefault("idle_programs", {})
     base = [str(PROGRAMS / "item_loop.py"), "--steps", "300"]
     own = _untraced({"before": base, "after": [*base, "--fixed"]}, runs, "seconds")
-    measured = statistics.median(own["before"]) - statistics.median(own["after"])
+    measured = statistics.median(round_savings(own["before"], own["after"]))
     doc_a, doc_b = _traced(base, 3), _traced([*base, "--fixed"], 3)
     entry = _entry(doc_a, ("synchronizations",), measured, None, doc_b, over_runs=True)
     again = _entry(_traced(base, 1, kernels=EVERY), entry["findings"], measured, None)
@@ -259,11 +260,9 @@ def fed_part(program: str, engine: object, runs: int, comparisons: list, figures
         fixed = [*base, "--fixed"]
         variants = {"before": base, "after": fixed, "resident": [*base, "--resident"]}
         own, docs = _interleaved(variants, {"before": base, "after": fixed}, runs, key, reference)
-        before, after = statistics.median(own["before"]), statistics.median(own["after"])
-        expected = 1 - statistics.median(own["resident"]) / before
-        entry = _entry(
-            docs["before"], codes, before - after, expected, docs["after"], over_runs=True
-        )
-        again = _entry(_traced(base, 1, reference, EVERY), codes, before - after, expected)
+        saved = statistics.median(round_savings(own["before"], own["after"]))
+        expected = 1 - statistics.median(own["resident"]) / statistics.median(own["before"])
+        entry = _entry(docs["before"], codes, saved, expected, docs["after"], over_runs=True)
+        again = _entry(_traced(base, 1, reference, EVERY), codes, saved, expected)
         programs[name] = _every_kernel(entry, again) | own
         _headline(figures)
