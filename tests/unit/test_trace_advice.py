@@ -34,6 +34,27 @@ def test_small_copies_are_advised_by_whether_their_bytes_repeat(distinct, consta
     assert ("once, before the loop" in f.advice) is constant
 
 
+def test_small_copies_made_by_jax_are_advised_in_jaxs_words():
+    """A run of 20 small uploads that `jax.device_put` of a column dict made: stacked into
+    one array, put once, cut on the device; no PyTorch or CuPy words."""
+    from xferscope.trace.findings import Context, small
+    from xferscope.trace.records import PyFrame
+
+    put = (PyFrame("/v/site-packages/jax/_src/api.py", 2400, "device_put"),)
+    put += (PyFrame("train.py", 90, "train"),)
+    us = 1_000
+    starts = [(1_000 + i * 10) * us for i in range(20)]
+    copies = [
+        Copy(
+            1, "h2d", "pinned", "device", 4096, t, t + 2 * us, 0, 7, True, i, content=i, python=put
+        )
+        for i, t in enumerate(starts)
+    ]
+    f = small.find(Context(Trace(tuple(copies), (), (), (), {}, {}, ()), None))
+    assert f is not None and f.framework == "JAX"
+    assert "jax.device_put" in f.advice and "torch" not in f.advice and "cupy" not in f.advice
+
+
 @pytest.mark.parametrize(
     ("directions", "leads", "then"),
     [(("h2d",), "pin the host buffers once", None),

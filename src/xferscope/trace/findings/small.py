@@ -26,6 +26,9 @@ ADVICE: dict[str | None, str] = {
     "host, one `.to(device)`, then split; or xferscope.copy_many",
     "CuPy": "concatenate them on the host and copy once "
     "(`cupy.asarray(numpy.concatenate(...))`), or use xferscope.copy_many",
+    "JAX": "put them as one: stack the host arrays of each dtype (`np.stack`, "
+    "`np.concatenate`), move each stack with one `jax.device_put`, and cut the arrays from it "
+    "on the device (inside the jitted step)",
 }
 # where the runs upload the same bytes again and again (small constants made each step): made
 # once, first, then ADVICE
@@ -34,6 +37,8 @@ ONCE: dict[str | None, str] = {
     "PyTorch": "make small constant tensors once, on the GPU, outside the loop "
     "(`torch.tensor(values, device=device)` copies from the host each time it runs)",
     "CuPy": "build small arrays once, on the GPU, outside the loop",
+    "JAX": "make small constant arrays once, on the device (`jax.device_put` or `jnp.asarray` "
+    "before the loop), and pass them to the jitted step",
 }
 CONSTANT_ADVICE = {k: f"{ONCE[k]}; else {v}" for k, v in ADVICE.items()}
 
