@@ -334,6 +334,10 @@ def judge_all(corpus: dict[str, Any], records: Path, directory: Path) -> dict[st
             judged[name] = judge_program(read_program(path), entry, records)
         except (ValueError, OSError) as exc:
             judged[name] = {"judged": False, "why": str(exc)}
+        except (KeyError, TypeError, AttributeError, ZeroDivisionError) as exc:
+            # a record damaged or edited by hand: its program left out, said, and the rest
+            why = f"its record is damaged ({type(exc).__name__}: {exc})"
+            judged[name] = {"judged": False, "why": why}
     ok = [j for j in judged.values() if j.get("judged", True)]
     figures: dict[str, Any] = {"judged": judged, "trace_corpus_programs": len(ok)}
     if ok:

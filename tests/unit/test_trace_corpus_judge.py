@@ -115,3 +115,21 @@ def test_a_trace_stopped_before_its_program_ended_is_not_judged(tmp_path):
     assert not whole(kept("failed", '{"returncode": 3}'))
     assert not whole(kept("damaged", '{"returncode": 0'))
     assert not whole(tmp_path / "none")
+
+
+def test_a_damaged_record_leaves_its_program_out_and_says_why(tmp_path):
+    """A program's record with a field missing, of the wrong kind or null (edited by hand, cut
+    short) is left out of the figures with the damage said; the other programs are judged."""
+    from trace_corpus_judge import judge_all
+
+    corpus_dir = Path(__file__).resolve().parents[2] / "benchmarks" / "trace_corpus"
+    runs = [{"seconds": 1.0, "steps": 10}]  # no startup_s
+    damaged = {
+        "cupy_filter": {"untraced": {"before": runs, "fixed": runs}},
+        "recsys_small_copies": {"untraced": [1, 2]},
+        "memcpy_loop": {"untraced": {"before": None}},
+    }
+    figures = judge_all(damaged, tmp_path, corpus_dir)
+    assert figures["trace_corpus_programs"] == 0
+    for name in damaged:
+        assert figures["judged"][name]["why"].startswith("its record is damaged (")
