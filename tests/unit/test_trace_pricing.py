@@ -110,6 +110,7 @@ def test_a_wait_only_the_looks_saw_is_priced_in_jaxs_words():
     trace = _loop(12, looks=lambda t: [(t + (6 + k) * MS, read) for k in range(3)])
     found = waits_finding.find(_context(trace))
     assert found is not None and found.framework == "JAX" and "jax.device_get" in found.advice
+    assert "jnp.stack" in found.advice  # a list read as it is pays a transfer an array
     assert found.places[0].where == "train.py:101 (run)"
     # the steps' idle but the last's, whose end is past the steady state's last mark
     assert found.saving_s == pytest.approx(10 * 4.98e-3, rel=0.02)

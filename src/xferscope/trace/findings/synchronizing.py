@@ -37,8 +37,9 @@ ADVICE: dict[str | None, str] = {
     "CuPy": "keep results on the GPU and read them once (`.get()`, "
     "`cupy.cuda.get_current_stream().synchronize()`) where the value is needed",
     "JAX": "keep each step's values as device arrays (append `loss` to a list) and read them "
-    "once with `jax.device_get` after the loop or every N steps: `float(x)`, `x.item()`, "
-    "`np.asarray(x)` and `print(x)` each wait for the device",
+    "once after the loop or every N steps, stacked into one array "
+    "(`jax.device_get(jnp.stack(losses))`: a list read as it is pays a transfer an array): "
+    "`float(x)`, `x.item()`, `np.asarray(x)` and `print(x)` each wait for the device",
 }
 # where most of the waiting whose callers were unwound is in a count of a mask's elements
 # (PyTorch's nonzero: a boolean index, masked_select, unique), made to size a result
