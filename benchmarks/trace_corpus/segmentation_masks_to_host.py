@@ -66,7 +66,7 @@ thumbs: list[torch.Tensor] = []
 def serve(i: int) -> None:
     masks = model(frames[i % POOL]).argmax(1)
     if args.resident:
-        thumbs.append(masks[:, ::THUMB, ::THUMB])
+        thumbs.append(masks[:, ::THUMB, ::THUMB].clone())  # not the whole masks kept
         return
     # waits for the GPU either way: into pinned memory fixed, else into pageable memory
     host = pinned.copy_(masks) if pinned is not None else masks.cpu()  # STEP
