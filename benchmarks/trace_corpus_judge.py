@@ -7,7 +7,6 @@ traces are analyzed again from their raw records (`trace --replay`) by this chec
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import statistics
 import tempfile
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from spread import median_interval, round_savings
+from xferscope.core.errors import OptionError
 from xferscope.trace.analyze import WORTH, analyze
 from xferscope.trace.compare import compare_traces
 from xferscope.trace.document import from_dict, to_dict
@@ -90,17 +90,14 @@ def replay(kept: Path) -> dict[str, Any]:
 
 
 def whole(kept: Path) -> bool:
-    """Whether every run kept in `kept` ended whole: a trace stopped by a signal (the call's
-    time limit reached in it) or failed holds its start-up only, and is no trace to judge."""
-    runs = list(kept.glob("run*/ran.json"))
-    for ran in runs:
-        try:
-            said = json.loads(ran.read_text())
-        except (OSError, ValueError):
-            return False
-        if said.get("interrupted") or said.get("returncode") not in (0, None):
-            return False
-    return bool(runs)
+    """Whether every run kept in `kept` ended whole (kept.read_kept reads them as a replay
+    does): a trace stopped by a signal (the call's time limit reached in it) or failed holds
+    its start-up only, and is no trace to judge."""
+    try:
+        runs = read_kept(kept)
+    except OptionError:  # none kept, or one damaged
+        return False
+    return all(not r.interrupted and r.returncode == 0 for r in runs)
 
 
 def headline_of(summary: dict[str, Any]) -> dict[str, Any]:

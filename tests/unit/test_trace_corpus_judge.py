@@ -3,6 +3,7 @@ measured saving, the runs' own spread beside it, and the saving the fix made tra
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -107,7 +108,8 @@ def test_a_trace_stopped_before_its_program_ended_is_not_judged(tmp_path):
     def kept(name: str, ran: str) -> Path:
         run = tmp_path / name / "run1"
         run.mkdir(parents=True)
-        (run / "ran.json").write_text(ran)
+        # as kept.keep writes it: the command and its time, then how it ended
+        (run / "ran.json").write_text('{"command": ["python3"], "wall_s": 1.0, ' + ran[1:])
         return tmp_path / name
 
     assert whole(kept("ended", '{"returncode": 0, "interrupted": false}'))
@@ -115,6 +117,10 @@ def test_a_trace_stopped_before_its_program_ended_is_not_judged(tmp_path):
     assert not whole(kept("failed", '{"returncode": 3}'))
     assert not whole(kept("damaged", '{"returncode": 0'))
     assert not whole(tmp_path / "none")
+    fifo = tmp_path / "fifo" / "run1"  # a FIFO under ran.json's name: passed over, never read
+    fifo.mkdir(parents=True)
+    os.mkfifo(fifo / "ran.json")
+    assert not whole(fifo.parent)
 
 
 def test_a_damaged_record_leaves_its_program_out_and_says_why(tmp_path):
