@@ -140,7 +140,8 @@ def read_trace(files: Iterable[Path]) -> Trace:
     dropped = 0
     for path in sorted(files):
         # the process's pid, from its start record, else from the file's name (trace-PID.jsonl)
-        pid = int(path.stem.rpartition("-")[2]) if path.stem.rpartition("-")[2].isdigit() else 0
+        named = path.stem.rpartition("-")[2]
+        pid = int(named) if named.isdigit() else 0
         raw_copies: list[dict[str, Any]] = []
         api: dict[tuple[int, int], dict[str, Any]] = {}  # (runtime?, correlation) -> record
         call_info: dict[int, dict[str, Any]] = {}  # a copy call's correlation -> its api record
