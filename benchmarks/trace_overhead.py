@@ -360,20 +360,23 @@ def corpus_part(_program: str, _engine: object, runs: int, comparisons: list, fi
             ratios = {k: round(v, 3) for k, v in found[p.name].items() if k.startswith("ratio")}
             print(p.name, ratios, flush=True)
     worst(found, variants, figures)
-    mine = json.loads(subprocess.run([sys.executable, "-c", THREADS], capture_output=True,
-                                     text=True, check=True).stdout)["threads"]  # fmt: skip
-    out = Path(tempfile.mkdtemp(prefix="xfs-threads-"))
-    proc = subprocess.run(
-        [sys.executable, "-m", "xferscope", "trace", "--reference", "none", "--no-history",
-         "-o", str(out), "--", sys.executable, "-c", THREADS],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    said = [x for x in proc.stdout.splitlines() if x.startswith('{"threads')]
-    if proc.returncode or not said:  # the figures measured above are kept either way
-        why = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
-        figures["trace_looks_python_threads_error"] = why
+    untraced = subprocess.run([sys.executable, "-c", THREADS], capture_output=True, text=True)
+    mine = _threads_line(untraced.stdout)
+    try:
+        traced = traced_run([sys.executable, "-c", THREADS], read=_threads_line)
+    except (RuntimeError, ValueError, subprocess.SubprocessError) as exc:
+        # the figures measured above are kept either way
+        figures["trace_looks_python_threads_error"] = (str(exc).strip().splitlines() or ["?"])[-1]
         return
-    figures["trace_looks_python_threads"] = json.loads(said[0])["threads"] - mine
+    figures["trace_looks_python_threads"] = traced - mine
+
+
+def _threads_line(stdout: str) -> int:
+    """The thread count THREADS printed."""
+    said = [x for x in stdout.splitlines() if x.startswith('{"threads')]
+    if not said:
+        raise ValueError("no threads line in the program's output")
+    return int(json.loads(said[0])["threads"])
 
 
 def _interrupted(attempt: int, delay_s: float, loop: list[str]) -> dict:
