@@ -191,9 +191,13 @@ def input_ns(
 
     total = 0
     away: dict[tuple[str, str, str, str], list[tuple[int, int]]] = defaultdict(list)
+    worker = _worker_fed(trace, pid)
     for device, steps_on in on.items():
         s, e = busy[device]
         for g0, g1 in clipped(list(zip(e[:-1], s[1:], strict=True)), steps_on):
+            if (device, g1) in worker:  # the GPU resumed with a worker thread's upload
+                total += g1 - g0
+                continue
             within = int(RESUMED_WITHIN_S * 1e9) if g1 - g0 >= LAUNCH_GAP_S * 1e9 else 0
             parts = split(main, starts, g0, g1, label, ("", ""), within, away, waits)
             # the idle after a wait is the wait's (idle.split), not the input's, unless the
@@ -213,6 +217,17 @@ def input_ns(
     if looks:
         total += int(sum(b - a for a, b in other) * at_input / looks)
     return total
+
+
+def _worker_fed(trace: Trace, pid: int) -> set[tuple[int, int]]:
+    """(GPU, start) of each copy that moved process `pid`'s data, issued by a thread other than
+    its main one (JAX's `device_put`: PJRT's threads copy the arrays). The GPU idle that such a
+    copy ends waited for the input: the main thread's calls cannot say so, as none made it."""
+    return {
+        (c.device, c.start_ns)
+        for c in trace.copies
+        if c.pid == pid and c.call is not None and c.call.thread != pid and moves_data(c)
+    }
 
 
 def _at_lines(
