@@ -116,3 +116,21 @@ def test_nothing_to_fix_says_when_launching_bounds_the_steps():
     assert said.startswith("first to change: waits, saving 250.00 ms (1.7% of the steady state)")
     assert "beside it the GPU sat idle 50% of the steps between launches" in said
     assert "launch" not in headline_text(busy | {"headline": found["headline"]})
+
+
+def test_nothing_to_fix_names_the_line_whose_host_work_bounds_the_steps():
+    """Idle mostly away from CUDA, the GPU resumed with a launch, the main thread at one line in
+    most looks (a decoder's attention, its host side slow): that line, said beside nothing to
+    fix; fewer than half the looks at one line, or the idle a copy's, says nothing of it."""
+    summary = _launch_bound(0.3)
+    away = summary["gpus"][0]["idle"][1]
+    away |= {"function": "", "looks": 40, "seen_at": [["gen.py:52 (Layer.forward)", 38]]}
+    said = headline_text(summary)
+    assert (
+        "79% of its idle away from CUDA with the main thread at gen.py:52 (Layer.forward)" in said
+    )
+    assert "(38 of 40 looks): the host's own work at that line bounds the steps" in said
+    away["seen_at"] = [["gen.py:52 (Layer.forward)", 19], ["gen.py:60 (stream)", 18]]
+    assert "bounds" not in headline_text(summary)
+    away |= {"function": "cudaMemcpyAsync", "seen_at": [["gen.py:52 (Layer.forward)", 38]]}
+    assert "bounds" not in headline_text(summary)

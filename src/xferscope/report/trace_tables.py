@@ -4,6 +4,7 @@ and the fixes, priced, the largest saving first."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any
 
 from rich.console import Console
@@ -141,6 +142,8 @@ def headline_text(s: dict[str, Any]) -> str:
                 f", {launch:.0%} of its idle between launches: the host launching work bounds the"
                 " steps, not copies or waits"
             )
+        elif idlest and (host := host_bound(idlest)):
+            said += host
         return f"nothing to fix in the steady state{said}; no finding saves {WORTH:.0%} of it"
     where = f" at {shown(first['where'])}" if first.get("where") else ""
     share = f" ({first['share']:.1%} of the steady state)" if first.get("share") else ""
@@ -165,6 +168,32 @@ def launch_bound(s: dict[str, Any]) -> tuple[dict[str, Any] | None, float]:
     idle = idlest.get("idle_s") or 0.0
     bound = idlest["idle_share"] >= 0.5 and idle > 0 and launch >= 0.5 * idle
     return idlest, launch / idle if bound else 0.0
+
+
+def host_bound(idlest: dict[str, Any]) -> str:
+    """Where the idlest GPU sat idle half the steps or more, most of that idle away from CUDA
+    with no copy after it (the GPU resumed with a launch), and most looks at the main thread
+    then found it at one line: that the host's own work at that line bounds the steps ("" else).
+    A framework's call whose host side is slow looks so: the program's line innermost, the
+    library's C++ below it (a decoder's attention building kernels anew for each new length)."""
+    idle = idlest.get("idle_s") or 0.0
+    away = [c for c in idlest.get("idle", []) if c["kind"] == "away" and not c.get("function")]
+    seconds = sum(c["seconds"] for c in away)
+    looks = sum(c.get("looks", 0) for c in away)
+    at: dict[str, int] = defaultdict(int)
+    for c in away:
+        for line, n in c.get("seen_at") or ():
+            at[line] += n
+    if idlest["idle_share"] < 0.5 or not idle or seconds < 0.5 * idle or not at:
+        return ""
+    line, n = max(at.items(), key=lambda item: item[1])
+    if n * 2 < looks:
+        return ""
+    return (
+        f", {seconds / idle:.0%} of its idle away from CUDA with the main thread at {shown(line)}"
+        f" ({n} of {looks} looks): the host's own work at that line bounds the steps, not copies"
+        " or waits (`py-spy dump --native` shows the call below it)"
+    )
 
 
 def phase_lines(s: dict[str, Any]) -> list[str]:
