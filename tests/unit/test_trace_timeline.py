@@ -552,30 +552,3 @@ def test_a_download_of_data_is_the_steps_data_waiting_and_a_value_read_is_not(nb
     assert loop is not None and loop.count == 9 and loop.copy_share == pytest.approx(0.04)
     value = (9 * 2.0 - 0.1) / 45 + 0.04  # the idle until each upload, and the copies alone
     assert loop.input_share == pytest.approx(value + (9 * 0.9 / 45 if data else 0.0))
-
-
-def test_the_idle_a_worker_threads_upload_ends_is_the_inputs():
-    """JAX's `device_put` has PJRT's threads copy the arrays: ten steps 5 ms apart, each four
-    0.1 ms uploads 0.3 ms apart issued by thread 2 of process 1, 2 ms of kernels, then the main
-    thread's 0.5 ms wait (the step's mark). The idle each upload ends (2 ms before the first,
-    0.2 ms before each other) is the input's though the main thread made no copy."""
-    from xferscope.trace.records import Call, PyFrame
-
-    us = 1_000
-    copies, kernels, calls = [], [], []
-    line = (PyFrame("train.py", 50, "train"),)
-    for i in range(10):
-        t = 1_000_000 * us + i * 5_000 * us
-        for j in range(4):
-            at = t + j * 300 * us
-            up = Call("cuMemcpyHtoDAsync_v2", at - 20 * us, at, 2, 1)
-            calls.append(up)
-            copies.append(
-                Copy(1, "h2d", "pageable", "device", 64, at, at + 100 * us, 0, 7, True, j, up)
-            )
-        kernels.append(_kernel(t + 1_000 * us, t + 3_000 * us))
-        calls.append(Call("cuStreamSynchronize", t + 3_000 * us, t + 3_500 * us, 1, 1, python=line))
-    loop = steps(Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, ()))
-    assert loop is not None and loop.count == 9 and loop.where == "train.py:50 (train)"
-    assert loop.idle_share == pytest.approx(2.6 / 5)
-    assert loop.input_share == pytest.approx((2.6 + 0.4) / 5)

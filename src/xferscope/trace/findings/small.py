@@ -4,6 +4,7 @@ issued them, by the host's time between the run's first call and its last."""
 
 from __future__ import annotations
 
+import bisect
 import itertools
 
 from ...core import stats
@@ -116,7 +117,10 @@ def host_saving(runs: list[list[Copy]], busy: dict[int, tuple[list[int], list[in
     """What one copy per run would save the host while its GPU waited: each run's time from its
     first call to its last, less one call's spacing and less the tracing's own time between
     them (its records of the calls, which the program untraced does not spend), at most the
-    GPU's idle meanwhile (a GPU busy with other work hides the host's calls)."""
+    GPU's idle meanwhile (a GPU busy with other work hides the host's calls). A run that other
+    threads than its process's main one issued (JAX's `device_put`: PJRT's threads copy each
+    array) starts where the GPU's work before it ended: the main thread's work for each array
+    before the first copy (the tree flattened, a buffer made each) is one array's with one put."""
     total = 0
     for run in runs:
         calls = [c.call for c in run if c.call is not None]
@@ -127,7 +131,18 @@ def host_saving(runs: list[list[Copy]], busy: dict[int, tuple[list[int], list[in
         ]  # a's exit record and b's entry record: a.own_ns and b's share it stands for
         spacing = int(stats.median(spacings))
         issued = sum(spacings) - spacing + calls[-1].end_ns - calls[-1].start_ns
-        total += min(
-            max(issued, 0), idle_ns(busy, run[0].device, calls[0].start_ns, run[-1].end_ns)
-        )
+        first = calls[0].start_ns
+        if all(c.thread != run[0].pid for c in calls):
+            before = _work_ended(busy, run[0].device, first)
+            issued += first - before
+            first = before
+        total += min(max(issued, 0), idle_ns(busy, run[0].device, first, run[-1].end_ns))
     return total * 1e-9
+
+
+def _work_ended(busy: dict[int, tuple[list[int], list[int]]], device: int, at: int) -> int:
+    """When GPU `device`'s last work before `at` ended (`at` where it was busy then or had
+    none before)."""
+    starts, ends = busy.get(device, ([], []))
+    i = bisect.bisect_left(starts, at) - 1
+    return ends[i] if i >= 0 and ends[i] < at else at

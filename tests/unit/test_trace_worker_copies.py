@@ -1,0 +1,63 @@
+"""Copies another thread of the process issued (JAX's `device_put`: PJRT's threads copy each
+array): the GPU's idle they end is the input's, and a run of small ones costs the main thread's
+work before its first copy as well."""
+
+from __future__ import annotations
+
+import pytest
+
+from xferscope.trace.findings import Context, small
+from xferscope.trace.records import Call, Copy, PyFrame, Trace
+from xferscope.trace.reference import Reference
+
+from .test_trace_timeline import steps
+from .trace_loops import _kernel
+
+US = 1_000
+
+
+def test_the_idle_a_worker_threads_upload_ends_is_the_inputs():
+    """JAX's `device_put` has PJRT's threads copy the arrays: ten steps 5 ms apart, each four
+    0.1 ms uploads 0.3 ms apart issued by thread 2 of process 1, 2 ms of kernels, then the main
+    thread's 0.5 ms wait (the step's mark). The idle each upload ends (2 ms before the first,
+    0.2 ms before each other) is the input's though the main thread made no copy."""
+    us = US
+    copies, kernels, calls = [], [], []
+    line = (PyFrame("train.py", 50, "train"),)
+    for i in range(10):
+        t = 1_000_000 * us + i * 5_000 * us
+        for j in range(4):
+            at = t + j * 300 * us
+            up = Call("cuMemcpyHtoDAsync_v2", at - 20 * us, at, 2, 1)
+            calls.append(up)
+            copies.append(
+                Copy(1, "h2d", "pageable", "device", 64, at, at + 100 * us, 0, 7, True, j, up)
+            )
+        kernels.append(_kernel(t + 1_000 * us, t + 3_000 * us))
+        calls.append(Call("cuStreamSynchronize", t + 3_000 * us, t + 3_500 * us, 1, 1, python=line))
+    loop = steps(Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, ()))
+    assert loop is not None and loop.count == 9 and loop.where == "train.py:50 (train)"
+    assert loop.idle_share == pytest.approx(2.6 / 5)
+    assert loop.input_share == pytest.approx((2.6 + 0.4) / 5)
+
+
+@pytest.mark.parametrize(("thread", "saving_us"), [(1, 155.0), (2, 455.0)])
+def test_a_run_of_small_copies_a_worker_issued_costs_the_idle_before_it(thread, saving_us):
+    """A kernel from 0.1 ms to 0.5 ms, then 20 pinned uploads of 4 KiB 10 us apart from 0.8 ms:
+    issued by the main thread, one copy saves the run's calls less one, at most the GPU's idle
+    in them (test_trace_timeline's 155 us); issued by thread 2, the main thread's work for each
+    array from the kernel's end to the first call as well, at most the idle from 0.5 ms to the
+    last copy's end (455 us)."""
+    reference = Reference("test", {("h2d", "pinned"): ((4096, 2e-6), (1 << 20, 3e-5))})
+    copies = []
+    for i in range(20):
+        t = 800 * US + i * 10 * US
+        call = Call("cuMemcpyHtoDAsync_v2", t, t + 2 * US, thread, 1)
+        copies.append(
+            Copy(1, "h2d", "pinned", "device", 4096, t + 3 * US, t + 5 * US, 0, 7, True, i, call)
+        )
+    trace = Trace(
+        tuple(copies), (_kernel(100 * US, 500 * US),), (), tuple(c.call for c in copies), {}, {}, ()
+    )
+    f = small.find(Context(trace, reference))
+    assert f is not None and f.saving_s == pytest.approx(saving_us * 1e-6, abs=1e-6)
