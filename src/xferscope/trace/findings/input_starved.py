@@ -81,13 +81,14 @@ def find(context: Context) -> TraceFinding | None:
                 continue  # the wait's idle: the waits' finding
             if not _loader(cause) and _computing(cause):
                 continue  # the step's own launches (a host-bound step), not its input
-            if best is None or cause.steady_s > best[0].steady_s:  # a start-up's wait aside
-                best = (cause, g)
+            share = 1.0 if _loader(cause) else _making(cause)
+            if best is None or cause.steady_s * share > best[0].steady_s * best[2]:
+                best = (cause, g, share)  # a start-up's wait aside
     if best is None:
         return None
-    cause, gpu = best
+    cause, gpu, share = best
     scale = gpu.scale
-    if scale is None or cause.seconds < WORTH * gpu.judged_s:
+    if scale is None or cause.seconds * share < WORTH * gpu.judged_s:
         return None
     at = cause.where if _at_copy(cause) else LOADER_WHERE
     copies = [
@@ -97,7 +98,7 @@ def find(context: Context) -> TraceFinding | None:
     ]
     if _at_copy(cause) and len(copies) < 2:  # one copy is a start-up's, not a loop's input
         return None
-    idle = cause.seconds * scale
+    idle = cause.seconds * scale * share
     span = gpu.span_s
     copy_s = sum(c.seconds for c in copies)
     sampled = (
@@ -127,9 +128,10 @@ def find(context: Context) -> TraceFinding | None:
         copies,
         idle,
         idle,
-        f"GPU {gpu.device} sat idle {format_seconds(idle)} ({cause.seconds / gpu.judged_s:.0%} "
-        f"of the span from its first work to its last{sampled}) in {cause.gaps} gaps while the "
-        f"{why}, {format_seconds(cause.usual_s)} a usual gap{copied}",
+        f"GPU {gpu.device} sat idle {format_seconds(cause.seconds * scale)} "
+        f"({cause.seconds / gpu.judged_s:.0%} of the span from its first work to its "
+        f"last{sampled}) in {cause.gaps} gaps while the {why}, "
+        f"{format_seconds(cause.usual_s)} a usual gap{copied}{_shared(share, cause)}",
     )
     if not _at_copy(cause):  # the program's line that waited, then where the copies were made
         framework = cause.seen_framework or found.framework
@@ -205,8 +207,32 @@ def _computing(cause: IdleCause) -> bool:
     """Whether most looks in the cause's time found the main thread inside the framework that
     runs the step (its forward, backward, optimizer: PyTorch's, CuPy's, JAX's own code): the
     host busy launching the step, not making its input."""
-    inside = sum(n for doing, n in cause.seen_doing if doing.endswith(FRAMEWORK_PACKAGES))
-    return cause.looks > 0 and inside * 2 >= cause.looks
+    return cause.looks > 0 and _inside(cause) * 2 >= cause.looks
+
+
+def _making(cause: IdleCause) -> float:
+    """The share of the cause's idle the host spent making its input itself: that of the looks
+    in it that found the main thread outside the framework that runs the step (1 with none).
+    A recommender's step, away from CUDA until its batch's first copy: 5 of 14 looks in
+    PyTorch's optimizer, the step's own launches, which the input made ahead would not save."""
+    return 1.0 - _inside(cause) / cause.looks if cause.looks else 1.0
+
+
+def _shared(share: float, cause: IdleCause) -> str:
+    """The price's words where only part of the idle was the input's making (_making)."""
+    if share >= 1.0:
+        return ""
+    inside = _inside(cause)
+    return (
+        f"; priced at {share:.0%} of it: {inside} of the {cause.looks} looks at the main thread "
+        "then found it in the framework's own code (the step's launches, its optimizer), "
+        "which the input made ahead would not save"
+    )
+
+
+def _inside(cause: IdleCause) -> int:
+    """The looks in the cause's time inside the framework that runs the step."""
+    return sum(n for doing, n in cause.seen_doing if doing.endswith(FRAMEWORK_PACKAGES))
 
 
 FRAMEWORK_PACKAGES = tuple(f" ({p})" for p in FRAMEWORKS)

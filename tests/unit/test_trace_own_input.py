@@ -1,0 +1,71 @@
+"""The GPU waiting while the host made its input itself (no loader seen): priced by the share of
+the looks at the main thread that found it making the input, not in the framework's own code."""
+
+from __future__ import annotations
+
+import pytest
+
+from xferscope.trace.findings import Context, input_starved
+from xferscope.trace.records import Call, Copy, MainSamples, PyFrame, Trace
+
+from .trace_loops import _kernel
+
+MS = 1_000_000
+MAKING = (PyFrame("train.py", 30, "make_batch"), PyFrame("train.py", 41, "train"))
+OPTIMIZER = (
+    PyFrame("/v/site-packages/torch/optim/sgd.py", 9, "_multi_tensor_sgd"),
+    PyFrame("train.py", 50, "train"),
+)
+
+
+def _own_input(in_optimizer: int) -> Trace:
+    """20 steps 10 ms apart: a batch copied from train.py:43 (its call 0.1 ms before), 2.9 ms
+    of kernels, then the GPU idle until the next copy; seven looks at the main thread in each
+    idle, the first `in_optimizer` of them in PyTorch's optimizer, the rest making the batch."""
+    copies, kernels, calls, seen, stacks = [], [], [], [], []
+    at = (PyFrame("train.py", 43, "train"),)
+    for i in range(20):
+        t = 100 * MS + i * 10 * MS
+        call = Call("cudaMemcpyAsync_v3020", t - MS // 10, t - MS // 20, 1, 1)
+        calls.append(call)
+        copies.append(
+            Copy(
+                1,
+                "h2d",
+                "pinned",
+                "device",
+                1 << 20,
+                t,
+                t + MS // 10,
+                0,
+                7,
+                True,
+                i,
+                call,
+                python=at,
+            )
+        )
+        kernels.append(_kernel(t + MS // 10, t + 3 * MS))
+        if i < 19:
+            for k in range(7):
+                seen.append(t + 3 * MS + MS // 2 + k * MS)
+                stacks.append(OPTIMIZER if k < in_optimizer else MAKING)
+    samples = {1: MainSamples(1e-3, tuple(seen), tuple(stacks))}
+    return Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, (), samples=samples)
+
+
+@pytest.mark.parametrize("in_optimizer", [2, 3])
+def test_the_idle_is_the_inputs_in_the_share_of_looks_outside_the_framework(in_optimizer):
+    own = input_starved.find(Context(_own_input(0), None))
+    mixed = input_starved.find(Context(_own_input(in_optimizer), None))
+    assert own is not None and mixed is not None and own.saving_s is not None
+    assert mixed.saving_s == pytest.approx(own.saving_s * (7 - in_optimizer) / 7)
+    assert own.saving_s == pytest.approx(19 * 7e-3, rel=0.02)
+    assert (
+        f"priced at {(7 - in_optimizer) / 7:.0%} of it: {19 * in_optimizer} of the" in mixed.detail
+    )
+    assert "priced at" not in own.detail
+
+
+def test_looks_mostly_in_the_framework_are_the_steps_own_launches_not_its_input():
+    assert input_starved.find(Context(_own_input(4), None)) is None
