@@ -175,7 +175,7 @@ def host_bound(idlest: dict[str, Any]) -> str:
     with no copy after it (the GPU resumed with a launch), and most looks at the main thread
     then found it at one line: that the host's own work at that line bounds the steps ("" else).
     A framework's call whose host side is slow looks so: the program's line innermost, the
-    library's C++ below it (a decoder's attention building kernels anew for each new length)."""
+    library's C++ below it (a decoder's attention: 764 of 771 looks at its line)."""
     idle = idlest.get("idle_s") or 0.0
     away = [c for c in idlest.get("idle", []) if c["kind"] == "away" and not c.get("function")]
     seconds = sum(c["seconds"] for c in away)
