@@ -69,3 +69,20 @@ def test_the_idle_is_the_inputs_in_the_share_of_looks_outside_the_framework(in_o
 
 def test_looks_mostly_in_the_framework_are_the_steps_own_launches_not_its_input():
     assert input_starved.find(Context(_own_input(4), None)) is None
+
+
+def test_the_advice_names_the_line_once_and_counts_its_looks_as_looks():
+    own = input_starved.find(Context(_own_input(0), None))
+    assert own is not None
+    assert "do the host's work at train.py:30 (make_batch) ahead of the step" in own.advice
+    assert "make_batch (train.py)" not in own.advice + own.detail
+    seen = own.places[0]
+    assert seen.where == "train.py:30 (make_batch)" and seen.calls == 0 and seen.looks == 19 * 7
+
+
+def test_what_the_looks_found_is_said_where_it_is_not_the_lines_own_function():
+    from xferscope.trace.findings.input_starved import _doing
+
+    assert _doing("/p/train.py:53 (sample)", "sample (train.py)") == ""
+    assert _doing("/p/train.py:53 (sample)", "_clip (numpy)") == "_clip (numpy)"
+    assert _doing("/p/train.py:53 (sample)", "sample (other.py)") == "sample (other.py)"

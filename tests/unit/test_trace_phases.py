@@ -382,7 +382,7 @@ def test_a_line_the_looks_found_carries_its_source(tmp_path):
     program = tmp_path / "train.py"
     program.write_text("import jax\n\nlog(float(loss))  # the read\n")
     place = seen_place(f"{program}:3 (run)", 300, 0.4)
-    assert place.code == "log(float(loss))  # the read" and place.calls == 300
+    assert place.code == "log(float(loss))  # the read" and place.looks == 300
     assert seen_place("/nowhere/train.py:3 (run)", 1, 0.1).code == ""
     assert seen_place("libfoo.so+0x10", 1, 0.1).code == ""
 

@@ -185,7 +185,7 @@ def test_a_gpu_that_waits_for_each_batch_is_a_finding_at_the_batch_copy():
         assert f is not None and f.saving_s == pytest.approx(5 * 6.95e-3)
         assert not any(w in f.advice for w in ("DataLoader", "num_workers", "persistent"))
         assert "ahead of the step" in f.advice
-    assert "train.py:30 (make_batch)" in f.advice and "make_batch (train.py)" in f.advice
+    assert "train.py:30 (make_batch) ahead" in f.advice and "make_batch (train.py)" not in f.advice
     trace = _fed_loop(starts, at)
     loop = steps(trace)
     assert loop is not None and loop.count == 5 and loop.step_s == pytest.approx(10e-3)

@@ -88,7 +88,7 @@ def _lines(result: TraceResult) -> str:
             f["title"],
             shown(p["where"]),
             p.get("code", ""),
-            p["calls"],
+            p["calls"] or (f"{p['looks']} looks" if p.get("looks") else 0),
             format_bytes(p["bytes"]),
             format_seconds(p["cost_s"]),
         ]

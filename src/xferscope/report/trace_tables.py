@@ -383,7 +383,7 @@ def place_lines(fix: dict[str, Any]) -> list[str]:
     for p in shown_places:
         code = f" [dim]{escape(p['code'][:60])}[/dim]" if p.get("code") else ""
         cost = format_seconds(p["cost_s"])
-        calls = counted(p["calls"], "")
+        calls = counted(p["calls"], "") or (f"{p['looks']} looks" if p.get("looks") else "")
         out.append(f"at {escape(shown(p['where']))}: {calls + ', ' if calls else ''}{cost}{code}")
     if rest := len(fix["places"]) - len(shown_places):
         out.append(f"[dim]and {rest} more place{'' if rest == 1 else 's'}, each costing under "

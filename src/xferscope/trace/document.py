@@ -62,7 +62,8 @@ OLDEST_VERSION = 1
 #      lists each part in "each_fix" ([title, seconds], its own first). Version 5 still reads.
 #      A process whose driver calls all came from runtime calls has "driver_calls_off_ns":
 #      when the driver's callbacks were turned off (a driver call of its own after it: on the
-#      GPU's records, its line not known).
+#      GPU's records, its line not known). A place has "looks": where the looks at the main
+#      thread found a line that made no call of its own, how many (its "calls" 0).
 
 MOST_SPANS = 20_000  # kernels and memsets kept for the timeline (the longest)
 

@@ -116,15 +116,16 @@ class Place:
     stack: tuple[str, ...] = ()  # the Python stack there, innermost first
     native: str | None = None  # the native caller, where one was unwound
     code: str = ""  # the line's source text, where the file could be read
+    looks: int = 0  # a line the looks found (seen_place): how many of them, no call of its own
 
 
 WHERE = re.compile(r"^(?P<file>.+):(?P<line>\d+) \(")  # `file:line (function)`
 
 
-def seen_place(where: str, calls: int, cost_s: float) -> Place:
-    """A line the looks at the main thread found (`file:line (function)`, no call of its own
-    recorded there), with its source text where its file can be read."""
-    return Place(where, calls, 0, cost_s, code=source_of(where))
+def seen_place(where: str, looks: int, cost_s: float) -> Place:
+    """A line `looks` looks at the main thread found (`file:line (function)`, no call of its
+    own recorded there), with its source text where its file can be read."""
+    return Place(where, 0, 0, cost_s, code=source_of(where), looks=looks)
 
 
 def source_of(where: str) -> str:

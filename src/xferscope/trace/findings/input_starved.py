@@ -158,6 +158,13 @@ def find(context: Context) -> TraceFinding | None:
 RECEIVING = re.compile(r"^_?recv\w* \(multiprocessing\)$|^rebuild_\w+ \(torch\)$")
 
 
+def _doing(line: str, what: str) -> str:
+    """What the looks found the main thread doing (`_clip (numpy)`), "" where that is only the
+    line's own function again (`sample (train.py)` at `/path/train.py:53 (sample)`)."""
+    function, _, module = what.partition(" (")
+    return "" if line.endswith(f" ({function})") and module[:-1] in line else what
+
+
 def _receives_pageable(cause: IdleCause, copies: list[Copy]) -> bool:
     """Whether the main thread received its batches from a DataLoader's workers itself (at
     least half the looks that found it in the loader's next found it reading the workers'
@@ -176,7 +183,7 @@ def _own_input(found: TraceFinding, cause: IdleCause, idle: float) -> TraceFindi
     """The finding where the host made its input itself: the line it was at and what it was
     doing there, and the advice to do that ahead of the step, in no loader's words."""
     line = cause.seen_at[0][0] if cause.seen_at and cause.seen_at[0][0] else cause.where
-    what = cause.seen_doing[0][0] if cause.seen_doing else ""
+    what = _doing(line, cause.seen_doing[0][0] if cause.seen_doing else "")
     seen = (
         f"; the looks at the main thread found it at {line}"
         + (f" in {what}" if what else "")

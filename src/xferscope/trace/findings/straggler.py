@@ -37,7 +37,8 @@ def find(context: Context) -> TraceFinding | None:
     own = next((g for g in context.gpus.gpus if g.device == late.device), None)
     late_s = cause.seconds * (own.scale or 1.0) if cause is not None and own else waited
     line, what, said = _why(cause)
-    places = (seen_place(line, cause.gaps, waited),) if cause is not None and line else ()
+    looks = cause.seen_at[0][1] if cause is not None and cause.seen_at else 0
+    places = (seen_place(line, looks, waited),) if cause is not None and line else ()
     framework = "PyTorch" if _pytorch(context) else None
     return TraceFinding(
         CODE,
