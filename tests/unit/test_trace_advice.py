@@ -55,6 +55,23 @@ def test_small_copies_made_by_jax_are_advised_in_jaxs_words():
     assert "jax.device_put" in f.advice and "torch" not in f.advice and "cupy" not in f.advice
 
 
+def test_small_copies_of_pjrts_threads_take_jaxs_words_from_the_processs_waits():
+    """JAX's copies, made on PJRT's threads, carry no stack; a wait of the process that went
+    through JAX's CUDA plugin tells the framework."""
+    from xferscope.trace.findings import Context, small
+    from xferscope.trace.records import Call
+
+    us = 1_000
+    copies = [
+        Copy(1, "h2d", "pinned", "device", 4096, t, t + 2 * us, 0, 7, True, i, content=i)
+        for i, t in enumerate((1_000 + i * 10) * us for i in range(20))
+    ]
+    wait = Call("cuStreamSynchronize", 2_000 * us, 2_100 * us, 1, 1, frames=(0xABC,))
+    trace = Trace(tuple(copies), (), (), (wait,), {}, {0xABC: "xla_cuda_plugin.so+0x110715c0"}, ())
+    f = small.find(Context(trace, None))
+    assert f is not None and f.framework == "JAX" and "jax.device_put" in f.advice
+
+
 @pytest.mark.parametrize(
     ("directions", "leads", "then"),
     [(("h2d",), "pin the host buffers once", None),

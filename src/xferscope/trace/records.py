@@ -152,7 +152,8 @@ def user_frame(stack: Sequence[PyFrame]) -> PyFrame | None:
 # ... and by the native libraries a call went through (a method such as Tensor.to is C++, with
 # no Python frame of its package)
 NATIVE_FRAMEWORKS = (("libtorch", "PyTorch"), ("libc10", "PyTorch"), ("cupy", "CuPy"),
-                     ("jaxlib", "JAX"), ("xla_extension", "JAX"), ("numba", "Numba"))  # fmt: skip
+                     ("jaxlib", "JAX"), ("xla_extension", "JAX"), ("xla_cuda_plugin", "JAX"),
+                     ("numba", "Numba"))  # fmt: skip
 
 
 # the device frees, which wait for the whole device (not cudaFreeAsync, which is queued)

@@ -263,13 +263,13 @@ def places(trace: Trace, items: Iterable[Copy | Pin | Call]) -> tuple[Place, ...
 def framework(trace: Trace, items: Iterable[Copy | Pin | Call]) -> str | None:
     """The framework most of the calls that tell went through; where none of them tells (a
     `.to()` from the program's own line, its native callers not unwound), the one most of the
-    program's copies went through; None where none tells."""
-    counts = Counter(f for x in items if (f := trace.framework(x.frames, x.python)))
-    if not counts:
-        counts = Counter(
-            f for c in trace.copies[:4096] if (f := trace.framework(c.frames, c.python))
-        )
-    return counts.most_common(1)[0][0] if counts else None
+    program's copies went through, else its other calls (JAX's copies, made on PJRT's threads,
+    carry no stack; its waits do); None where none tells."""
+    for told in (items, trace.copies[:4096], trace.calls[:4096]):
+        counts = Counter(f for x in told if (f := trace.framework(x.frames, x.python)))
+        if counts:
+            return counts.most_common(1)[0][0]
+    return None
 
 
 Said = TypeVar("Said")
