@@ -228,3 +228,28 @@ def test_waits_that_count_a_mask_are_advised_to_keep_sizes_fixed(tmp_path):
 
     assert "keep the tensors' sizes fixed" in advice(4) and "`gather`" in advice(4)
     assert ".item()" in advice(2) and "sizes fixed" not in advice(2)
+
+
+@pytest.mark.parametrize(("nbytes", "data"), [(4, False), (1 << 20, True)])
+def test_waits_in_downloads_of_data_are_advised_to_copy_ahead(nbytes, data):
+    """Each step's result read back with `.cpu()` to pageable memory after a 10 ms kernel: a
+    1 MiB result (a serving loop's) the host needs, so the advice copies it to pinned memory
+    without waiting and reads it a step later; a 4-byte value, the usual advice."""
+    from dataclasses import replace
+
+    from xferscope.trace.records import Call, Copy, Interval, PyFrame, Trace
+
+    read = (PyFrame("/v/site-packages/torch/_tensor.py", 1, "cpu"), PyFrame(SCRIPT, 30, "serve"))
+    copies, kernels = [], []
+    for i in range(5):
+        at = 20 * i * MS
+        kernels.append(Interval(9, "kernel", "step", at, at + 10 * MS, 0, 7))
+        call = Call("cudaMemcpyAsync_v3020", at + MS, at + 10 * MS + MS // 10, 9, 9)
+        end = at + 10 * MS + MS // 20
+        copy = Copy(9, "d2h", "device", "pageable", nbytes, at + 10 * MS, end, 0, 7, True, i, call)
+        copies.append(replace(copy, python=read))
+    trace = Trace(tuple(copies), tuple(kernels), (), tuple(c.call for c in copies), {}, {}, ())
+    f = synchronizing.find(Context(trace, None))
+    assert f is not None
+    assert (f.advice == synchronizing.DATA_ADVICE["PyTorch"]) is data
+    assert (f.advice == synchronizing.ADVICE["PyTorch"]) is not data

@@ -21,6 +21,7 @@ from ..costs import process_busy
 from ..idle import SEEN_SHARE, IdleCause
 from ..records import Call, Trace, on_loader_thread
 from ..samples import lines_in
+from ..steps import moves_data
 from .base import Context, TraceFinding, framework, in_words, places, seen_place
 
 ORDER = 2  # where it stands among findings of equal price
@@ -52,6 +53,23 @@ MASK_ADVICE: dict[str | None, str] = {
     "the batch and `gather`",
 }
 COUNTS = "nonzero"  # the native function that counts a mask's elements (at::native::nonzero...)
+# where most of the waiting is in downloads of data (steps.moves_data: a serving loop's results,
+# a frame read back), which the host needs: the copy started without waiting, read a step later
+DATA_ADVICE: dict[str | None, str] = {
+    None: "copy the results into pinned host memory with cudaMemcpyAsync and record an event "
+    "after the copy; queue the next step's work, then wait on the event only where the host "
+    "reads them, so the GPU computes the next step while the host handles this one",
+    "PyTorch": "copy each result into a pinned host tensor made once (`torch.empty(..., "
+    "pin_memory=True)`) with `.copy_(x, non_blocking=True)` and record a `torch.cuda.Event()` "
+    "after it; queue the next step's work, then `event.synchronize()` and read the result, so "
+    "the GPU computes the next step while the host handles this one",
+    "CuPy": "copy each result into pinned host memory (`cupyx.empty_pinned`) with "
+    "`x.get(out=pinned, blocking=False)` and record an event; queue the next step's work, then "
+    "synchronize the event and read it, so the GPU computes while the host handles the result",
+    "JAX": "start each result's copy with `x.copy_to_host_async()` as soon as it is queued and "
+    "read it (`np.asarray(x)`) only after the next step is dispatched, so the device computes "
+    "while the host handles the result",
+}
 # where most of the waiting is in device frees (Call.frees): memory given back in the loop
 FREE_ADVICE: dict[str | None, str] = {
     None: "keep device buffers for the next step instead of freeing them in the loop: "
@@ -141,6 +159,8 @@ def find(context: Context) -> TraceFinding | None:
         advice = FREE_ADVICE
     elif counted > sum(seconds for seconds, _ in unwound) / 2:
         advice = MASK_ADVICE
+    elif _downloading_s(trace, syncs) > blocked_s / 2:
+        advice = DATA_ADVICE
     # the device allocations (any thread's: a backward allocates on autograd's) asked again
     allocs = [c for c in trace.calls if c.allocates] if freed_s else []
     saving_s = scale * by_step(context, seen, idle, allocs) + read_saving(context, looked)
@@ -192,6 +212,16 @@ def find(context: Context) -> TraceFinding | None:
         "",
         used,
     )
+
+
+def _downloading_s(trace: Trace, syncs: list[Call]) -> float:
+    """The time the waits blocked in downloads of data (moves_data: more than a value)."""
+    data = {
+        (c.call.thread, c.call.start_ns)
+        for c in trace.copies
+        if c.call is not None and c.direction == "d2h" and c.blocks_host and moves_data(c)
+    }
+    return sum(s.seconds for s in syncs if (s.thread, s.start_ns) in data)
 
 
 def read_saving(context: Context, looked: list[tuple[IdleCause, float, float]]) -> float:
