@@ -336,7 +336,7 @@ def judge(record_path: Path, records: Path, into: Path) -> None:
     """The record's programs judged from their kept traces by this checkout's analysis."""
     record = json.loads(record_path.read_text())
     figures = record["figures"]
-    figures.update(judge_all(figures["corpus"], records, CORPUS))
+    figures.update(judge_all(figures["corpus"], records, CORPUS, record.get("commit")))
     record["figures"] = figures
     record["judged_at"] = _head()
     into.write_text(json.dumps(record, indent=2) + "\n")

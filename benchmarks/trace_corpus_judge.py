@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import statistics
+import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,9 +62,11 @@ def is_program(path: Path) -> bool:
                for line in path.read_text().splitlines()[:80])  # fmt: skip
 
 
-def read_program(path: Path) -> Program:
-    """A corpus program's header (trace_corpus/README.md)."""
-    text = path.read_text()
+def read_program(path: Path, commit: str | None = None) -> Program:
+    """A corpus program's header (trace_corpus/README.md), and its STEP lines as the program
+    stood at `commit` where git has it there (the commit its kept traces were made at: an edit
+    since moves the lines they name), else as it is."""
+    text = (as_at(path, commit) if commit else None) or path.read_text()
     said: dict[str, str] = {}
     for line in text.splitlines()[:80]:
         m = HEADER.match(line)
@@ -77,6 +80,17 @@ def read_program(path: Path) -> Program:
     return Program(path, path.stem, said["cause"], said.get("fix", ""), steps,
                    said.get("resident", "no").startswith("yes"), int(said.get("gpus", "1")),
                    needs, nvtx)  # fmt: skip
+
+
+def as_at(path: Path, commit: str) -> str | None:
+    """The file's text at `commit`, None where git cannot give it (no checkout, no such commit,
+    the file not in it)."""
+    try:
+        proc = subprocess.run(["git", "show", f"{commit}:./{path.name}"], cwd=path.parent,
+                              capture_output=True, text=True, timeout=30)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 and proc.stdout else None
 
 
 def replay(kept: Path) -> dict[str, Any]:
@@ -320,15 +334,18 @@ def judge_program(program: Program, entry: dict[str, Any], records: Path) -> dic
     return out
 
 
-def judge_all(corpus: dict[str, Any], records: Path, directory: Path) -> dict[str, Any]:
-    """Every measured program judged, and the issue's figures over them."""
+def judge_all(
+    corpus: dict[str, Any], records: Path, directory: Path, commit: str | None = None
+) -> dict[str, Any]:
+    """Every measured program judged, and the issue's figures over them; each program's STEP
+    lines as they stood at `commit`, the one its traces were made at (read_program)."""
     judged = {}
     for name, entry in corpus.items():
         path = next((p for p in directory.glob(f"{name}.*") if p.suffix in (".py", ".cu")), None)
         if path is None:
             continue
         try:
-            judged[name] = judge_program(read_program(path), entry, records)
+            judged[name] = judge_program(read_program(path, commit), entry, records)
         except (ValueError, OSError) as exc:
             judged[name] = {"judged": False, "why": str(exc)}
         except (KeyError, TypeError, AttributeError, ZeroDivisionError) as exc:

@@ -20,25 +20,12 @@
 // gpus: 1
 // needs: nvcc
 
-#include <cuda_runtime.h>
-#include <unistd.h>
-
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <sstream>
-#include <string>
 #include <vector>
 
-#define CHECK(x) check((x), __FILE__, __LINE__)
-void check(cudaError_t e, const char* file, int line) {
-  if (e != cudaSuccess)
-    std::fprintf(stderr, "%s:%d %s\n", file, line, cudaGetErrorString(e)), std::exit(2);
-}
+#include "corpus.hpp"
 
 constexpr int kSide = 4096, kCells = kSide * kSide;  // 64 MiB of float
 constexpr int kSources = 64, kProfile = 56, kPeriod = 512, kWarmup = 3;
@@ -103,38 +90,10 @@ void move(Object& o, int i) {
   s.power = float(o.strength * (1 + 0.25 * std::sin(2 * orbit)));
 }
 
-// Seconds since this process started, from /proc as corpus.py reads them.
-double process_age_s() {
-  std::ifstream stat("/proc/self/stat"), uptime("/proc/uptime");
-  std::stringstream text;
-  text << stat.rdbuf();
-  const std::string s = text.str();
-  std::istringstream fields(s.substr(s.rfind(')') + 1));
-  std::string field;
-  for (int i = 0; i <= 19; ++i) fields >> field;  // field 22: the start, in clock ticks
-  double up = 0;
-  uptime >> up;
-  const double age = up - std::strtod(field.c_str(), nullptr) / sysconf(_SC_CLK_TCK);
-  return age > 0 ? age : 0;
-}
-
 int main(int argc, char** argv) {
-  int steps = 2000;
-  bool fixed = false, resident = false, usage = false;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc)
-      steps = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--fixed"))
-      fixed = true;
-    else if (!std::strcmp(argv[i], "--resident"))
-      resident = true;
-    else
-      usage = true;
-  }
-  if (usage || steps < 1) {
-    std::fprintf(stderr, "usage: %s [--steps N (1 or more)] [--fixed] [--resident]\n", argv[0]);
-    return 2;
-  }
+  const corpus::Options o = corpus::options(argc, argv, 2000);
+  const int steps = o.steps;
+  const bool fixed = o.fixed, resident = o.resident;
   Object* scene = nullptr;   // the scene's objects, pinned
   Source* packed = nullptr;  // the fixed form's staging buffer, pinned
   CHECK(cudaMallocHost(&scene, kSources * sizeof(Object)));
@@ -180,20 +139,16 @@ int main(int argc, char** argv) {
   };
   for (int i = 0; i < kWarmup; ++i) step(i);  // warm-up
   CHECK(cudaDeviceSynchronize());
-  const double startup_s = process_age_s();
-  const auto start = std::chrono::steady_clock::now();
+  corpus::Loop loop;
+  loop.start();
   for (int i = kWarmup; i < kWarmup + steps; ++i) step(i);
   CHECK(cudaDeviceSynchronize());
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  loop.stop();
   CHECK(cudaMemcpy(host.data(), field[(kWarmup + steps) % 2], kCells * sizeof(float), kD2H));
   double checksum = 0;
   for (float v : host) checksum += v;
-  const char* variant = resident ? "resident" : fixed ? "fixed" : "before";
-  std::printf(
-      "{\"corpus\": \"cuda_small_structs\", \"variant\": \"%s\", \"seconds\": %.9g, "
-      "\"steps\": %d, \"startup_s\": %.9g, \"checksum\": %.17g}\n",
-      variant, seconds, steps, startup_s, checksum);
-  std::fflush(stdout);
+  char extra[64];
+  std::snprintf(extra, sizeof extra, ", \"checksum\": %.17g", checksum);
+  loop.report("cuda_small_structs", o, extra);
   return 0;  // the host's and the device's memory freed with the process
 }

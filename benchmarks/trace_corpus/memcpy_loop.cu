@@ -18,27 +18,12 @@
 // gpus: 1
 // needs: nvcc
 
-#include <cuda_runtime.h>
-#include <unistd.h>
-
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <sstream>
-#include <string>
 
-#define CHECK(x)                                                                     \
-  do {                                                                               \
-    cudaError_t e = (x);                                                             \
-    if (e != cudaSuccess) {                                                          \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); \
-      std::exit(2);                                                                  \
-    }                                                                                \
-  } while (0)
+#include "corpus.hpp"
 
 constexpr std::size_t kRow = 4096, kRows = 2048, kN = kRow * kRows;  // 32 MiB of float
 constexpr std::size_t kBytes = kN * sizeof(float);
@@ -72,38 +57,10 @@ void fill(float* p, std::size_t n) {
   }
 }
 
-// Seconds since this process started, from /proc as corpus.py reads them.
-double process_age_s() {
-  std::ifstream stat("/proc/self/stat"), uptime("/proc/uptime");
-  std::stringstream text;
-  text << stat.rdbuf();
-  const std::string s = text.str();
-  std::istringstream fields(s.substr(s.rfind(')') + 1));
-  std::string field;
-  for (int i = 0; i <= 19; ++i) fields >> field;  // field 22: the start, in clock ticks
-  double up = 0;
-  uptime >> up;
-  const double age = up - std::strtod(field.c_str(), nullptr) / sysconf(_SC_CLK_TCK);
-  return age > 0 ? age : 0;
-}
-
 int main(int argc, char** argv) {
-  int steps = 200;
-  bool fixed = false, resident = false, usage = false;
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc)
-      steps = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--fixed"))
-      fixed = true;
-    else if (!std::strcmp(argv[i], "--resident"))
-      resident = true;
-    else
-      usage = true;
-  }
-  if (usage || steps < 1) {
-    std::fprintf(stderr, "usage: %s [--steps N (1 or more)] [--fixed] [--resident]\n", argv[0]);
-    return 2;
-  }
+  const corpus::Options o = corpus::options(argc, argv, 200);
+  const int steps = o.steps;
+  const bool fixed = o.fixed, resident = o.resident;
   float *input = nullptr, *result = nullptr;
   if (fixed) {
     CHECK(cudaMallocHost(&input, kBytes));
@@ -137,18 +94,12 @@ int main(int argc, char** argv) {
     for (int j = 0; j < kChecked; ++j) sampled[j] = input[checked[j]];
   for (int i = 0; i < 3; ++i) step();  // warm-up
   CHECK(cudaDeviceSynchronize());
-  const double startup_s = process_age_s();
-  const auto start = std::chrono::steady_clock::now();
+  corpus::Loop loop;
+  loop.start();
   for (int i = 0; i < steps; ++i) step();
   CHECK(cudaDeviceSynchronize());
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const char* variant = resident ? "resident" : fixed ? "fixed" : "before";
-  std::printf(
-      "{\"corpus\": \"memcpy_loop\", \"variant\": \"%s\", \"seconds\": %.9g, "
-      "\"steps\": %d, \"startup_s\": %.9g}\n",
-      variant, seconds, steps, startup_s);
-  std::fflush(stdout);
+  loop.stop();
+  loop.report("memcpy_loop", o);
 
   if (resident) {
     CHECK(cudaMemcpy(result, d_out, kBytes, cudaMemcpyDeviceToHost));

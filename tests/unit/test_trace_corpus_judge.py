@@ -139,3 +139,26 @@ def test_a_damaged_record_leaves_its_program_out_and_says_why(tmp_path):
     assert figures["trace_corpus_programs"] == 0
     for name in damaged:
         assert figures["judged"][name]["why"].startswith("its record is damaged (")
+
+
+def test_a_programs_step_lines_are_read_as_they_stood_at_its_traces_commit(tmp_path):
+    """Kept traces name the lines of the program they ran: an edit since that moves its STEP
+    lines is judged by the lines at the traces' commit; with no such commit, as it is now."""
+    import shutil
+    import subprocess
+
+    from trace_corpus_judge import read_program
+
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    program = tmp_path / "loop.py"
+    header = "# cause: synchronizations\n# fix: read once\n# step: STEP\n"
+    program.write_text(header + "x = 1\ny = x.item()  # STEP\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "add", "loop.py"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "first"], cwd=tmp_path, check=True)
+    program.write_text(header + "import os\n\nx = 1\ny = x.item()  # STEP\n")
+    assert read_program(program, "HEAD").steps == (5,)
+    assert read_program(program).steps == (7,)
+    assert read_program(program, "0123456789abcdef").steps == (7,)
