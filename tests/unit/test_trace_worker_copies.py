@@ -4,6 +4,8 @@ work before its first copy as well."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from xferscope.trace.findings import Context, small
@@ -41,21 +43,24 @@ def test_the_idle_a_worker_threads_upload_ends_is_the_inputs():
     assert loop.input_share == pytest.approx((2.6 + 0.4) / 5)
 
 
-@pytest.mark.parametrize(("thread", "saving_us"), [(1, 155.0), (2, 455.0)])
-def test_a_run_of_small_copies_a_worker_issued_costs_the_idle_before_it(thread, saving_us):
+@pytest.mark.parametrize(
+    ("thread", "python", "saving_us"), [(1, False, 155.0), (2, False, 455.0), (2, True, 155.0)]
+)
+def test_a_run_of_small_copies_a_worker_issued_costs_the_idle_before_it(thread, python, saving_us):
     """A kernel from 0.1 ms to 0.5 ms, then 20 pinned uploads of 4 KiB 10 us apart from 0.8 ms:
     issued by the main thread, one copy saves the run's calls less one, at most the GPU's idle
     in them (test_trace_timeline's 155 us); issued by thread 2, the main thread's work for each
     array from the kernel's end to the first call as well, at most the idle from 0.5 ms to the
-    last copy's end (455 us)."""
+    last copy's end (455 us); issued by a Python thread (a loader's, its stack recorded), its
+    own work before the run is no copy's, as the main thread's."""
     reference = Reference("test", {("h2d", "pinned"): ((4096, 2e-6), (1 << 20, 3e-5))})
+    stack = (PyFrame("loader.py", 9, "run"),) if python else ()
     copies = []
     for i in range(20):
         t = 800 * US + i * 10 * US
         call = Call("cuMemcpyHtoDAsync_v2", t, t + 2 * US, thread, 1)
-        copies.append(
-            Copy(1, "h2d", "pinned", "device", 4096, t + 3 * US, t + 5 * US, 0, 7, True, i, call)
-        )
+        copy = Copy(1, "h2d", "pinned", "device", 4096, t + 3 * US, t + 5 * US, 0, 7, True, i, call)
+        copies.append(replace(copy, python=stack))
     trace = Trace(
         tuple(copies), (_kernel(100 * US, 500 * US),), (), tuple(c.call for c in copies), {}, {}, ()
     )

@@ -117,10 +117,11 @@ def host_saving(runs: list[list[Copy]], busy: dict[int, tuple[list[int], list[in
     """What one copy per run would save the host while its GPU waited: each run's time from its
     first call to its last, less one call's spacing and less the tracing's own time between
     them (its records of the calls, which the program untraced does not spend), at most the
-    GPU's idle meanwhile (a GPU busy with other work hides the host's calls). A run that other
-    threads than its process's main one issued (JAX's `device_put`: PJRT's threads copy each
-    array) starts where the GPU's work before it ended: the main thread's work for each array
-    before the first copy (the tree flattened, a buffer made each) is one array's with one put."""
+    GPU's idle meanwhile (a GPU busy with other work hides the host's calls). A run that native
+    threads other than its process's main one issued, with no Python stack (JAX's `device_put`:
+    PJRT's threads copy each array), starts where the GPU's work before it ended: the main
+    thread's work for each array before the first copy (the tree flattened, a buffer made
+    each) is one array's with one put. A Python thread's run (a loader's) is its own work."""
     total = 0
     for run in runs:
         calls = [c.call for c in run if c.call is not None]
@@ -132,7 +133,7 @@ def host_saving(runs: list[list[Copy]], busy: dict[int, tuple[list[int], list[in
         spacing = int(stats.median(spacings))
         issued = sum(spacings) - spacing + calls[-1].end_ns - calls[-1].start_ns
         first = calls[0].start_ns
-        if all(c.thread != run[0].pid for c in calls):
+        if all(c.thread != run[0].pid for c in calls) and not any(c.python for c in run):
             before = _work_ended(busy, run[0].device, first)
             issued += first - before
             first = before
