@@ -79,6 +79,6 @@ def test_the_autotunings_gpu_work_is_no_work_a_step_line_must_span():
     ],
 )
 def test_parts_less_spans(cut, left):
-    from xferscope.trace.loops import _less
+    from xferscope.trace.costs import less
 
-    assert _less(([0, 20, 40], [10, 30, 50]), cut) == left
+    assert less(([0, 20, 40], [10, 30, 50]), cut) == left

@@ -149,3 +149,33 @@ def idle_ns(busy: dict[int, tuple[list[int], list[int]]], device: int, a: int, b
     """How long GPU `device` sat idle within [a, b)."""
     starts, ends = busy.get(device, ([], []))
     return max(b - a - covered_ns(starts, ends, a, b), 0)
+
+
+def work_ended(busy: dict[int, tuple[list[int], list[int]]], device: int, at: int) -> int:
+    """When GPU `device`'s last work before `at` ended (`at` where it was busy then or had
+    none before)."""
+    starts, ends = busy.get(device, ([], []))
+    i = bisect.bisect_left(starts, at) - 1
+    return ends[i] if i >= 0 and ends[i] < at else at
+
+
+def less(
+    parts: tuple[list[int], list[int]], cut: tuple[list[int], list[int]]
+) -> tuple[list[int], list[int]]:
+    """Disjoint sorted parts less the disjoint sorted spans `cut`."""
+    starts, ends = [], []
+    j = 0
+    for a, b in zip(*parts, strict=True):
+        while j < len(cut[0]) and cut[1][j] <= a:
+            j += 1
+        k = j
+        while k < len(cut[0]) and cut[0][k] < b:
+            if cut[0][k] > a:
+                starts.append(a)
+                ends.append(cut[0][k])
+            a = max(a, cut[1][k])
+            k += 1
+        if a < b:
+            starts.append(a)
+            ends.append(b)
+    return starts, ends

@@ -23,7 +23,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
-from .costs import covered_between, cumulative, disjoint, process_busy
+from .costs import covered_between, cumulative, disjoint, less, process_busy
 from .records import LOADER_WHERE, Call, Trace
 
 MIN_STEPS = 5  # a line called fewer times marks no loop
@@ -247,30 +247,8 @@ def _compiled_aside(
     out = dict(busy)
     for pid, spans in compiling.items():
         if pid in busy:
-            out[pid] = _less(busy[pid], disjoint(spans))
+            out[pid] = less(busy[pid], disjoint(spans))
     return out
-
-
-def _less(
-    parts: tuple[list[int], list[int]], cut: tuple[list[int], list[int]]
-) -> tuple[list[int], list[int]]:
-    """Disjoint sorted parts less the disjoint sorted spans `cut`."""
-    starts, ends = [], []
-    j = 0
-    for a, b in zip(*parts, strict=True):
-        while j < len(cut[0]) and cut[1][j] <= a:
-            j += 1
-        k = j
-        while k < len(cut[0]) and cut[0][k] < b:
-            if cut[0][k] > a:
-                starts.append(a)
-                ends.append(cut[0][k])
-            a = max(a, cut[1][k])
-            k += 1
-        if a < b:
-            starts.append(a)
-            ends.append(b)
-    return starts, ends
 
 
 def _periods(found: list[Candidate]) -> list[list[Candidate]]:

@@ -253,6 +253,12 @@ class Copy:
         return self.call is not None and "Async" in self.call.function
 
     @property
+    def off_main_thread(self) -> bool:
+        """Issued by a thread other than its process's main one (JAX's PJRT threads, a loader's
+        thread), so no call of the main thread's made it."""
+        return self.call is not None and self.call.thread != self.pid
+
+    @property
     def blocks_host(self) -> bool:
         """The host waited for this copy inside its call: a synchronous call, or a pageable copy
         (which the driver stages through its own buffer)."""

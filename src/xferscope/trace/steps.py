@@ -226,7 +226,7 @@ def _worker_fed(trace: Trace, pid: int) -> set[tuple[int, int]]:
     return {
         (c.device, c.start_ns)
         for c in trace.copies
-        if c.pid == pid and c.call is not None and c.call.thread != pid and moves_data(c)
+        if c.pid == pid and c.off_main_thread and moves_data(c)
     }
 
 

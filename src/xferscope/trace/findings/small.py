@@ -4,12 +4,11 @@ issued them, by the host's time between the run's first call and its last."""
 
 from __future__ import annotations
 
-import bisect
 import itertools
 
 from ...core import stats
 from ...core.units import format_seconds
-from ..costs import expected, idle_ns
+from ..costs import expected, idle_ns, work_ended
 from ..records import Copy
 from .base import NO_CURVES, Context, TraceFinding, finding
 
@@ -133,17 +132,10 @@ def host_saving(runs: list[list[Copy]], busy: dict[int, tuple[list[int], list[in
         spacing = int(stats.median(spacings))
         issued = sum(spacings) - spacing + calls[-1].end_ns - calls[-1].start_ns
         first = calls[0].start_ns
-        if all(c.thread != run[0].pid for c in calls) and not any(c.python for c in run):
-            before = _work_ended(busy, run[0].device, first)
+        on_main = any(c.call is not None and not c.off_main_thread for c in run)
+        if not on_main and not any(c.python for c in run):
+            before = work_ended(busy, run[0].device, first)
             issued += first - before
             first = before
         total += min(max(issued, 0), idle_ns(busy, run[0].device, first, run[-1].end_ns))
     return total * 1e-9
-
-
-def _work_ended(busy: dict[int, tuple[list[int], list[int]]], device: int, at: int) -> int:
-    """When GPU `device`'s last work before `at` ended (`at` where it was busy then or had
-    none before)."""
-    starts, ends = busy.get(device, ([], []))
-    i = bisect.bisect_left(starts, at) - 1
-    return ends[i] if i >= 0 and ends[i] < at else at
