@@ -29,6 +29,7 @@ from xferscope.trace.samples import with_samples
 
 HEADER = re.compile(r"^\s*(?:#|//)\s*(cause|fix|step|resident|gpus|needs):\s*(.*?)\s*$")
 STEP = re.compile(r"(?:#|//) STEP\b")
+COMMIT = re.compile(r"[0-9a-f]{4,40}")  # a record's commit: an abbreviated or whole hash
 CAUSES = ("input_starved", "synchronizations", "pageable_copies", "small_copies",
           "repeated_uploads", "straggler", "none", "startup")  # fmt: skip
 # what a finding's advice may name, and the words that name it; a program uses a component
@@ -84,7 +85,10 @@ def read_program(path: Path, commit: str | None = None) -> Program:
 
 def as_at(path: Path, commit: str) -> str | None:
     """The file's text at `commit`, None where git cannot give it (no checkout, no such commit,
-    the file not in it)."""
+    the file not in it) or `commit` names no commit (a record edited by hand: only a hash is
+    passed to git, never an option)."""
+    if not COMMIT.fullmatch(commit):
+        return None
     try:
         proc = subprocess.run(["git", "show", f"{commit}:./{path.name}"], cwd=path.parent,
                               capture_output=True, text=True, timeout=30)  # fmt: skip

@@ -159,6 +159,10 @@ def test_a_programs_step_lines_are_read_as_they_stood_at_its_traces_commit(tmp_p
     subprocess.run([*git, "add", "loop.py"], cwd=tmp_path, check=True)
     subprocess.run([*git, "commit", "-qm", "first"], cwd=tmp_path, check=True)
     program.write_text(header + "import os\n\nx = 1\ny = x.item()  # STEP\n")
-    assert read_program(program, "HEAD").steps == (5,)
     assert read_program(program).steps == (7,)
     assert read_program(program, "0123456789abcdef").steps == (7,)
+    rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True)
+    head = rev.stdout.strip()
+    assert read_program(program, head).steps == (5,)
+    out = tmp_path / "written"
+    assert read_program(program, f"--output={out}").steps == (7,) and not out.exists()
