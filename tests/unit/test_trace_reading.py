@@ -105,6 +105,12 @@ def test_copies_of_a_correlation_id_many_calls_had_are_matched_to_none(tmp_path)
     (said,) = trace.warnings
     assert said.startswith("process 7: CUPTI gave 1 correlation id(s) to more than one call")
     assert "2 copies have no call or line" in said
+    assert "went on" not in said
+    # a runtime call that went on while the driver's callbacks were being turned off is named
+    lines.insert(-1, {"t": "driver_off", "ts": 350, "took": 2_500_000, "held": 3, "went_on": 1})
+    (tmp_path / "trace-7.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (said,) = reading.read_trace([tmp_path / "trace-7.jsonl"]).warnings
+    assert said.endswith("(1 went on while they were turned off, in 2.5 ms)")
 
 
 def _process(pid: int = 7) -> list[dict]:

@@ -57,12 +57,21 @@ std::atomic<bool> driver_dropped{false};      // the driver's callbacks are off 
 // a U-Net's cudaFree, nested cuMemFree waiting for the GPU, on 1 x H200). So they are turned off
 // only while no thread is inside a recorded runtime call (the driver calls worth a record are
 // made inside them), and a runtime call entered meanwhile is held until they are off.
-std::atomic<int> runtime_open{0};   // threads inside a recorded runtime call, counted
-std::atomic<bool> dropping{false};  // the driver's callbacks being turned off now
+std::atomic<int> runtime_open{0};  // threads inside a recorded runtime call, counted
+// 0: not turning them off; kWaiting: waiting for the open calls to end (holds end after
+// kHoldAtMost); kTurning: turning them off (holds last until done, kTurningAtMost at most)
+std::atomic<int> dropping{0};
+constexpr int kWaiting = 1, kTurning = 2;
 thread_local bool counted_open = false;
 constexpr auto kHoldAtMost = std::chrono::milliseconds(50);  // a hold past this goes on
+// A hold while the callbacks are being turned off goes on only past this: going on then is
+// what sticks the correlation ids (the freeing loop's GPU test at 186f098 on 1 x H200: one id
+// stuck, 10,790 copies left without a line)
+constexpr auto kTurningAtMost = std::chrono::seconds(2);
 // how long the writer waits for the open calls to end before it tries again at its next turn
 constexpr auto kDropWaitAtMost = std::chrono::milliseconds(5);
+std::atomic<std::uint32_t> held{0};     // runtime calls held while the callbacks were turned off
+std::atomic<std::uint32_t> went_on{0};  // and those that went on before they were off
 
 // Whether a runtime call still needs counting: while the driver's callbacks may be turned off.
 bool gated() {
@@ -75,18 +84,27 @@ bool gated() {
 void runtime_entered() {
   if (counted_open || !gated()) return;
   const auto start = std::chrono::steady_clock::now();
+  bool was_held = false;
   while (true) {
     runtime_open.fetch_add(1);  // sequentially consistent with dropping: one sees the other
-    if (!dropping.load()) break;
-    runtime_open.fetch_sub(1);
-    while (dropping.load(std::memory_order_relaxed) &&
-           std::chrono::steady_clock::now() - start < kHoldAtMost)
-      std::this_thread::yield();
-    if (dropping.load(std::memory_order_relaxed)) {  // held long enough
-      runtime_open.fetch_add(1);
+    const int state = dropping.load();
+    if (state == 0) break;
+    const auto waited = std::chrono::steady_clock::now() - start;
+    // held long enough: counted open, the writer sees it and tries again at its next turn
+    if (state == kWaiting && waited >= kHoldAtMost) break;
+    if (state == kTurning && waited >= kTurningAtMost) {  // its driver calls may be unseen
+      went_on.fetch_add(1, std::memory_order_relaxed);
       break;
     }
+    runtime_open.fetch_sub(1);
+    was_held = true;
+    // uncounted until the state changes or its bound passes
+    const auto bound = state == kTurning ? kTurningAtMost : kHoldAtMost;
+    while (dropping.load(std::memory_order_relaxed) == state &&
+           std::chrono::steady_clock::now() - start < bound)
+      std::this_thread::yield();
   }
+  if (was_held) held.fetch_add(1, std::memory_order_relaxed);
   counted_open = true;
 }
 
@@ -465,14 +483,14 @@ void enable_callbacks(std::uint32_t on) {
   if (knob_driver && !driver_dropped.load()) enable_driver(on);
 }
 
-bool drop_driver_callbacks() {
+bool drop_driver_callbacks(DriverDrop& drop) {
   if (knob_keep_driver || !knob_driver || driver_dropped.load() ||
       driver_direct.load(std::memory_order_relaxed) ||
       driver_nested.load(std::memory_order_relaxed) < kDriverProbe)
     return false;
   std::lock_guard<std::mutex> lock(control.mutex);
   if (driver_direct.load() || driver_dropped.load()) return false;
-  dropping.store(true);
+  dropping.store(kWaiting);
   // the calls open now end soon (new ones are held meanwhile): a loop of back-to-back small
   // copies is inside one most of the time, and a single look at the count, retried at the
   // writer's turns, turned them off only after 174 of 203 steps (1 x H200)
@@ -480,13 +498,23 @@ bool drop_driver_callbacks() {
   while (runtime_open.load() != 0 && std::chrono::steady_clock::now() - start < kDropWaitAtMost)
     std::this_thread::yield();
   if (runtime_open.load() != 0) {  // a call still open (a long wait for the GPU): next turn
-    dropping.store(false);
+    dropping.store(0);
     return false;
   }
+  dropping.store(kTurning);
+  if (runtime_open.load() != 0) {  // a call held too long went on before it: next turn
+    dropping.store(0);
+    return false;
+  }
+  const auto turning = std::chrono::steady_clock::now();
   driver_dropped.store(true);
   // detached or paused, the callbacks are off now and stay off when CUPTI is attached again
   if (control.subscriber && !control.detached.load() && !control.paused) enable_driver(0);
-  dropping.store(false);
+  drop.took_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                std::chrono::steady_clock::now() - turning)
+                                                .count());
+  dropping.store(0);
+  drop.held = held.load(), drop.went_on = went_on.load();
   return true;
 }
 

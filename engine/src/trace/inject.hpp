@@ -159,8 +159,13 @@ void CUPTIAPI on_api(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, 
 void enable_callbacks(std::uint32_t on);
 // The driver's callbacks turned off for good where the program's driver calls all came from
 // runtime calls (callbacks.cpp, kDriverProbe): true when this call turned them off. Not under
-// control.mutex: it takes it.
-bool drop_driver_callbacks();
+// control.mutex: it takes it. drop: how long turning them off took, and the runtime calls held
+// meanwhile and those that went on before they were off (their correlation ids stuck).
+struct DriverDrop {
+  std::uint64_t took_ns = 0;
+  std::uint32_t held = 0, went_on = 0;
+};
+bool drop_driver_callbacks(DriverDrop& drop);
 
 // ---- python_stacks.cpp: the Python stacks of calls made from Python ----
 

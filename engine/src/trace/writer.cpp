@@ -238,11 +238,14 @@ void writer() {
     }
     if (closed.load(std::memory_order_relaxed)) break;
     drain();
-    if (drop_driver_callbacks()) {
+    if (DriverDrop drop; drop_driver_callbacks(drop)) {
       std::uint64_t now = 0;
       cupti.cuptiGetTimestamp(&now);
-      char buf[64];
-      std::snprintf(buf, sizeof buf, "{\"t\":\"driver_off\",\"ts\":%" PRIu64 "}", now);
+      char buf[128];
+      std::snprintf(buf, sizeof buf,
+                    "{\"t\":\"driver_off\",\"ts\":%" PRIu64 ",\"took\":%" PRIu64
+                    ",\"held\":%u,\"went_on\":%u}",
+                    now, drop.took_ns, drop.held, drop.went_on);
       std::lock_guard<std::mutex> lock(out_mutex);
       line(buf);
     }

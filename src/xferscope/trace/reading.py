@@ -62,8 +62,15 @@ FIELDS: dict[str, tuple[tuple[str, type, Any], ...]] = {
         ("first_kernels", int, 0),
     ),
     "end": (("ts", int, KEPT),),
-    "driver_off": (("ts", int, KEPT),),
+    "driver_off": (("ts", int, KEPT), ("took", int, 0), ("went_on", int, 0)),
 }
+
+
+def _went_on(went_on: list[int] | None) -> str:
+    """The runtime calls that went on while the driver's callbacks were turned off, said."""
+    if not went_on or not went_on[0]:
+        return ""
+    return f" ({went_on[0]} went on while they were turned off, in {went_on[1] / 1e6:.1f} ms)"
 
 
 def _ints(value: Any) -> tuple[int, ...]:
@@ -180,6 +187,8 @@ def read_trace(files: Iterable[Path]) -> Trace:
                         opened = None
                 elif t == "driver_off":  # from then on, only the runtime's calls are recorded
                     process["driver_calls_off_ns"] = r.get("ts")
+                    # runtime calls that went on, held too long, while they were turned off
+                    process["driver_off_went_on"] = [r["went_on"], r["took"]]
                 elif t == "cost":  # the tracing's own time on the program's threads: [count, ns]
                     process["cost"] = {k: [int(v[0]), int(v[1])] for k, v in r.items() if k != "t"}
                 elif t == "memcpy":
@@ -303,6 +312,7 @@ def read_trace(files: Iterable[Path]) -> Trace:
                 f"process {pid}: CUPTI gave {len(repeated)} correlation id(s) to more than one "
                 f"call, so {unmatched} copies have no call or line (the steps and the waits "
                 "they mark may be wrong): a driver callback turned off inside a call"
+                + _went_on(process.get("driver_off_went_on"))
             )
         if unnamed:
             warnings.append(
