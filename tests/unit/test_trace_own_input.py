@@ -3,9 +3,11 @@ the looks at the main thread that found it making the input, not in the framewor
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from xferscope.trace.findings import Context, input_starved
+from xferscope.trace.findings import Context, input_starved, repeated
 from xferscope.trace.records import Call, Copy, MainSamples, PyFrame, Trace
 
 from .trace_loops import _kernel
@@ -18,10 +20,11 @@ OPTIMIZER = (
 )
 
 
-def _own_input(in_optimizer: int) -> Trace:
+def _own_input(in_optimizer: int, same: bool = False) -> Trace:
     """20 steps 10 ms apart: a batch copied from train.py:43 (its call 0.1 ms before), 2.9 ms
     of kernels, then the GPU idle until the next copy; seven looks at the main thread in each
-    idle, the first `in_optimizer` of them in PyTorch's optimizer, the rest making the batch."""
+    idle, the first `in_optimizer` of them in PyTorch's optimizer, the rest making the batch;
+    `same`: every batch the same bytes (a table made again each step)."""
     copies, kernels, calls, seen, stacks = [], [], [], [], []
     at = (PyFrame("train.py", 43, "train"),)
     for i in range(20):
@@ -51,6 +54,7 @@ def _own_input(in_optimizer: int) -> Trace:
                 seen.append(t + 3 * MS + MS // 2 + k * MS)
                 stacks.append(OPTIMIZER if k < in_optimizer else MAKING)
     samples = {1: MainSamples(1e-3, tuple(seen), tuple(stacks))}
+    copies = [replace(c, content=0xC0FFEE if same else i + 1) for i, c in enumerate(copies)]
     return Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, (), samples=samples)
 
 
@@ -86,3 +90,21 @@ def test_what_the_looks_found_is_said_where_it_is_not_the_lines_own_function():
     assert _doing("/p/train.py:53 (sample)", "sample (train.py)") == ""
     assert _doing("/p/train.py:53 (sample)", "_clip (numpy)") == "_clip (numpy)"
     assert _doing("/p/train.py:53 (sample)", "sample (other.py)") == "sample (other.py)"
+
+
+def test_an_input_made_again_each_step_with_the_same_bytes_is_the_repeated_uploads_finding():
+    """The same table made and uploaded every step: made once, before the loop, neither the
+    host's making nor the upload is spent, so the GPU's wait is priced with the repeats and the
+    making's line named, not "do the input's work ahead of the step"."""
+    made = _own_input(0)
+    same = _own_input(0, same=True)
+    ahead = input_starved.find(Context(made, None))
+    assert ahead is not None and ahead.saving_s is not None
+    assert repeated.find(Context(made, None)) is None  # distinct batches: no repeats
+    assert input_starved.find(Context(same, None)) is None
+    once = repeated.find(Context(same, None))
+    assert once is not None and once.saving_s is not None
+    uploads = sum(c.host_cost_s for c in same.copies[1:])
+    assert once.saving_s == pytest.approx(ahead.saving_s + uploads)
+    assert once.places[0].where == "train.py:30 (make_batch)"
+    assert "the host meanwhile making them again at train.py:30 (make_batch)" in once.detail

@@ -9,7 +9,8 @@ The advice is for what the program uses: a DataLoader's knobs only where the loo
 main thread waiting in a loader's next; otherwise the line the host was at and what it was
 doing there (the program's own input code, a tokenizer), to be done ahead of the step. Idle
 that follows a wait for the GPU is the wait's (idle.py), unless the looks found the host
-waiting for a batch then; the straggler of a job of several GPUs is its own finding."""
+waiting for a batch then; the straggler of a job of several GPUs is its own finding. Which
+idle is the input's: starving.py."""
 
 from __future__ import annotations
 
@@ -17,18 +18,14 @@ import re
 from dataclasses import replace
 
 from ...core.units import format_seconds
-from ..idle import IdleCause, loader_waited
-from ..ranks import ranks
-from ..records import FRAMEWORKS, LOADER_WHERE, Copy, Trace
+from ..idle import IdleCause
+from ..records import LOADER_WHERE, Copy
 from .base import PIN_LOADER, PINNED, Context, TraceFinding, finding, in_words, seen_place
+from .repeated import constant
+from .starving import at_copy, inside, loader, starving
 
 ORDER = 0  # where it stands among findings of equal price
 CODE = "input_starved"
-WORTH = 0.05  # idle this share of the span, or more, is a finding
-# an idle cause with no line is the input's where this many looks fell in it, at least half
-# of them in a loader's next; one at a copy's line with no loader seen, where this many fell in
-# it at all (_sampled)
-MIN_LOOKS = 5
 ADVICE: dict[str | None, str] = {
     None: "make the next input while the GPU computes (more loader threads, double buffering "
     "of pinned host buffers) so that its copy can start as soon as a step ends",
@@ -66,39 +63,12 @@ KNOBS: dict[str | None, tuple[str, str]] = {
 
 def find(context: Context) -> TraceFinding | None:
     trace = context.trace
-    best = None  # the largest cause of the input, and its GPU's timeline
-    late = ranks(trace, context.gpus)[1]  # the straggler's idle is the straggler finding's
-    for g in context.gpus.gpus:
-        if late is not None and g.device == late.device:
-            continue
-        looked = _sampled(trace, g.device)
-        for cause in g.idle:
-            if not _at_copy(cause) and not _fed(cause):
-                continue
-            if looked and not _loader(cause) and cause.looks < MIN_LOOKS:
-                continue  # too few looks to tell the input's work from the step's own
-            if cause.kind == "after_wait" and not _loader(cause):
-                continue  # the wait's idle: the waits' finding
-            if not _loader(cause) and _computing(cause):
-                continue  # the step's own launches (a host-bound step), not its input
-            share = 1.0 if _loader(cause) else _making(cause)
-            if best is None or cause.steady_s * share > best[0].steady_s * best[2]:
-                best = (cause, g, share)  # a start-up's wait aside
-    if best is None:
-        return None
-    cause, gpu, share = best
-    scale = gpu.scale
-    if scale is None or cause.seconds * share < WORTH * gpu.judged_s:
-        return None
-    at = cause.where if _at_copy(cause) else LOADER_WHERE
-    copies = [
-        c
-        for c in trace.copies
-        if c.direction == "h2d" and c.device == gpu.device and trace.where(c.frames, c.python) == at
-    ]
-    if _at_copy(cause) and len(copies) < 2:  # one copy is a start-up's, not a loop's input
-        return None
-    idle = cause.seconds * scale * share
+    starved = starving(context)
+    if starved is None or constant(context, starved.copies):
+        return None  # none; or the same data made and uploaded again: repeated.py's
+    cause, gpu, share, copies = starved.cause, starved.gpu, starved.share, starved.copies
+    scale = starved.scale
+    idle = starved.idle_s
     span = gpu.span_s
     copy_s = sum(c.seconds for c in copies)
     sampled = (
@@ -107,7 +77,7 @@ def find(context: Context) -> TraceFinding | None:
         else f" (judged in the {format_seconds(gpu.judged_s)} whose kernels were all recorded, "
         "and scaled to the span: `trace --kernels all` records every kernel)"
     )
-    if _at_copy(cause):
+    if at_copy(cause):
         why = f"host was away from CUDA, until it copied the next input at {cause.where}"
     else:
         why = (
@@ -133,12 +103,12 @@ def find(context: Context) -> TraceFinding | None:
         f"last{sampled}) in {cause.gaps} gaps while the {why}, "
         f"{format_seconds(cause.usual_s)} a usual gap{copied}{_shared(share, cause)}",
     )
-    if not _at_copy(cause):  # the program's line that waited, then where the copies were made
+    if not at_copy(cause):  # the program's line that waited, then where the copies were made
         framework = cause.seen_framework or found.framework
         line = seen_place(cause.seen_at[0][0], cause.input_looks, idle)
         found = replace(found, places=(line, *found.places), framework=framework,
                         advice=in_words(ADVICE, framework))  # fmt: skip
-    if not _loader(cause):  # no loader seen: the host's own work before the copy, named
+    if not loader(cause):  # no loader seen: the host's own work before the copy, named
         return _own_input(found, cause, idle)
     framework = cause.seen_framework or found.framework  # the loader's
     found = replace(found, framework=framework, advice=in_words(ADVICE, framework))
@@ -200,70 +170,13 @@ def _own_input(found: TraceFinding, cause: IdleCause, idle: float) -> TraceFindi
                    each_fix=(("do the input's work ahead of the step", idle),))  # fmt: skip
 
 
-def _sampled(trace: Trace, device: int) -> bool:
-    """Whether the main thread of a process that copied to GPU `device` was looked at (a Python
-    process, the looks on): then an input the host made itself, with no loader seen, is named
-    only where MIN_LOOKS looks or more fell in its time. Fewer cannot tell the input's work
-    from the step's own host work before its first copy: a launch-bound recommender's optimizer
-    and loop, 165 us before each step's 27 small uploads, 3 looks in 97 ms of such gaps."""
-    pids = {c.pid for c in trace.copies if c.device == device}
-    return any(pid in trace.samples for pid in pids)
-
-
-def _computing(cause: IdleCause) -> bool:
-    """Whether most looks in the cause's time found the main thread inside the framework that
-    runs the step (its forward, backward, optimizer: PyTorch's, CuPy's, JAX's own code): the
-    host busy launching the step, not making its input."""
-    return cause.looks > 0 and _inside(cause) * 2 >= cause.looks
-
-
-def _making(cause: IdleCause) -> float:
-    """The share of the cause's idle the host spent making its input itself: that of the looks
-    in it that found the main thread outside the framework that runs the step (1 with none).
-    A recommender's step, away from CUDA until its batch's first copy: 5 of 14 looks in
-    PyTorch's optimizer, the step's own launches, which the input made ahead would not save."""
-    return 1.0 - _inside(cause) / cause.looks if cause.looks else 1.0
-
-
 def _shared(share: float, cause: IdleCause) -> str:
-    """The price's words where only part of the idle was the input's making (_making)."""
+    """The price's words where only part of the idle was the input's making (starving.making)."""
     if share >= 1.0:
         return ""
-    inside = _inside(cause)
+    seen_inside = inside(cause)
     return (
-        f"; priced at {share:.0%} of it: {inside} of the {cause.looks} looks at the main thread "
-        "then found it in the framework's own code (the step's launches, its optimizer), "
-        "which the input made ahead would not save"
-    )
-
-
-def _inside(cause: IdleCause) -> int:
-    """The looks in the cause's time inside the framework that runs the step."""
-    return sum(n for doing, n in cause.seen_doing if doing.endswith(FRAMEWORK_PACKAGES))
-
-
-FRAMEWORK_PACKAGES = tuple(f" ({p})" for p in FRAMEWORKS)
-
-
-def _loader(cause: IdleCause) -> bool:
-    """Whether the looks in the cause's time found the main thread waiting in a loader's next
-    (idle.loader_waited): the loader's knobs are the fix."""
-    return loader_waited(cause.input_looks, cause.looks)
-
-
-AWAY = ("away", "after_wait")  # the kinds of idle the host spent away from CUDA
-
-
-def _at_copy(cause: IdleCause) -> bool:
-    """Away from CUDA until a copy at a line of the program."""
-    return cause.kind in AWAY and bool(cause.where) and not cause.where.startswith("(")
-
-
-def _fed(cause: IdleCause) -> bool:
-    """Away from CUDA, the looks at the main thread mostly in a loader's next, at a line."""
-    return (
-        cause.kind in AWAY
-        and cause.looks >= MIN_LOOKS
-        and cause.input_looks * 2 >= cause.looks
-        and bool(cause.seen_at and cause.seen_at[0][0])
+        f"; priced at {share:.0%} of it: {seen_inside} of the {cause.looks} looks at the main "
+        "thread then found it in the framework's own code (the step's launches, its "
+        "optimizer), which the input made ahead would not save"
     )

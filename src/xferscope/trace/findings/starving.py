@@ -1,0 +1,138 @@
+"""Which idle of a GPU is its wait for the next input (starving): the largest idle cause in which
+the host was away from CUDA until it copied a batch up at the same line every step, or in which
+most looks at the main thread found it waiting in a loader's next; less the share of it the
+looks found inside the framework that runs the step (its launches, its optimizer). The finding
+that names it is input_starved.py's, or repeated.py's where the input is the same data made and
+uploaded again each step (repeated.constant)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..idle import IdleCause, loader_waited
+from ..ranks import ranks
+from ..records import FRAMEWORKS, LOADER_WHERE, Copy, Trace
+from ..timeline import GpuTimeline
+from .base import Context
+
+WORTH = 0.05  # idle this share of the span, or more, is a finding
+# an idle cause with no line is the input's where this many looks fell in it, at least half
+# of them in a loader's next; one at a copy's line with no loader seen, where this many fell in
+# it at all (sampled)
+MIN_LOOKS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Starved:
+    """A GPU's wait for its next input: the idle cause, its GPU's timeline, the share of it the
+    input's making was, and the input's uploads (at the cause's line, or the loader's)."""
+
+    cause: IdleCause
+    gpu: GpuTimeline
+    share: float
+    copies: list[Copy]
+
+    @property
+    def scale(self) -> float:
+        """What scales the judged idle to the span (1 where every kernel was recorded)."""
+        return self.gpu.scale or 1.0
+
+    @property
+    def idle_s(self) -> float:
+        """The idle the input made ahead would save, scaled to the span."""
+        return self.cause.seconds * self.scale * self.share
+
+
+def starving(context: Context) -> Starved | None:
+    """The largest wait for the next input of any GPU but a straggler's (its idle is the
+    straggler finding's), if it is WORTH a finding."""
+    trace = context.trace
+    best = None  # the largest cause of the input, and its GPU's timeline
+    late = ranks(trace, context.gpus)[1]
+    for g in context.gpus.gpus:
+        if late is not None and g.device == late.device:
+            continue
+        looked = sampled(trace, g.device)
+        for cause in g.idle:
+            if not at_copy(cause) and not _fed(cause):
+                continue
+            if looked and not loader(cause) and cause.looks < MIN_LOOKS:
+                continue  # too few looks to tell the input's work from the step's own
+            if cause.kind == "after_wait" and not loader(cause):
+                continue  # the wait's idle: the waits' finding
+            if not loader(cause) and _computing(cause):
+                continue  # the step's own launches (a host-bound step), not its input
+            share = 1.0 if loader(cause) else making(cause)
+            if best is None or cause.steady_s * share > best[0].steady_s * best[2]:
+                best = (cause, g, share)  # a start-up's wait aside
+    if best is None:
+        return None
+    cause, gpu, share = best
+    if gpu.scale is None or cause.seconds * share < WORTH * gpu.judged_s:
+        return None
+    at = cause.where if at_copy(cause) else LOADER_WHERE
+    copies = [
+        c
+        for c in trace.copies
+        if c.direction == "h2d" and c.device == gpu.device and trace.where(c.frames, c.python) == at
+    ]
+    if at_copy(cause) and len(copies) < 2:  # one copy is a start-up's, not a loop's input
+        return None
+    return Starved(cause, gpu, share, copies)
+
+
+def sampled(trace: Trace, device: int) -> bool:
+    """Whether the main thread of a process that copied to GPU `device` was looked at (a Python
+    process, the looks on): then an input the host made itself, with no loader seen, is named
+    only where MIN_LOOKS looks or more fell in its time. Fewer cannot tell the input's work
+    from the step's own host work before its first copy: a launch-bound recommender's optimizer
+    and loop, 165 us before each step's 27 small uploads, 3 looks in 97 ms of such gaps."""
+    pids = {c.pid for c in trace.copies if c.device == device}
+    return any(pid in trace.samples for pid in pids)
+
+
+def _computing(cause: IdleCause) -> bool:
+    """Whether most looks in the cause's time found the main thread inside the framework that
+    runs the step (its forward, backward, optimizer: PyTorch's, CuPy's, JAX's own code): the
+    host busy launching the step, not making its input."""
+    return cause.looks > 0 and inside(cause) * 2 >= cause.looks
+
+
+def making(cause: IdleCause) -> float:
+    """The share of the cause's idle the host spent making its input itself: that of the looks
+    in it that found the main thread outside the framework that runs the step (1 with none).
+    A recommender's step, away from CUDA until its batch's first copy: 5 of 14 looks in
+    PyTorch's optimizer, the step's own launches, which the input made ahead would not save."""
+    return 1.0 - inside(cause) / cause.looks if cause.looks else 1.0
+
+
+def inside(cause: IdleCause) -> int:
+    """The looks in the cause's time inside the framework that runs the step."""
+    return sum(n for doing, n in cause.seen_doing if doing.endswith(FRAMEWORK_PACKAGES))
+
+
+FRAMEWORK_PACKAGES = tuple(f" ({p})" for p in FRAMEWORKS)
+
+
+def loader(cause: IdleCause) -> bool:
+    """Whether the looks in the cause's time found the main thread waiting in a loader's next
+    (idle.loader_waited): the loader's knobs are the fix."""
+    return loader_waited(cause.input_looks, cause.looks)
+
+
+AWAY = ("away", "after_wait")  # the kinds of idle the host spent away from CUDA
+
+
+def at_copy(cause: IdleCause) -> bool:
+    """Away from CUDA until a copy at a line of the program."""
+    return cause.kind in AWAY and bool(cause.where) and not cause.where.startswith("(")
+
+
+def _fed(cause: IdleCause) -> bool:
+    """Away from CUDA, the looks at the main thread mostly in a loader's next, at a line."""
+    return (
+        cause.kind in AWAY
+        and cause.looks >= MIN_LOOKS
+        and cause.input_looks * 2 >= cause.looks
+        and bool(cause.seen_at and cause.seen_at[0][0])
+    )
