@@ -1,7 +1,7 @@
 """Copies from or to pageable memory: the driver stages them through its own buffer, one chunk at
 a time; priced by this machine's pinned copies of the same sizes, against what each copy cost
 beyond the kernels its GPU ran meanwhile (costs.exposed: a pageable copy's call also waits for
-the step before)."""
+the step before); or, where more, by the host freed to queue the next work (_freed)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from ..costs import exposed
 from ..records import Copy
 from ..reference import Reference
 from .base import NO_CURVES, PIN_LOADER, Context, TraceFinding, finding, in_words
+from .synchronous import freed
 
 ORDER = 0  # where it stands among findings of equal price
 CODE = "pageable_copies"
@@ -66,6 +67,8 @@ def find(context: Context) -> TraceFinding | None:
         return None
     cost = sum(c.host_cost_s for c in copies)
     saving = _saving(reference, *exposed(trace, copies, context.kernels))
+    if saving is not None and reference is not None:
+        saving = max(saving, _freed(context, copies, reference))
     found = finding(
         CODE,
         "copies from or to pageable memory",
@@ -85,6 +88,24 @@ def find(context: Context) -> TraceFinding | None:
     found = replace(found, advice=advice)
     # the DataLoader's pinning is the change where the uploads lead the advice
     return replace(found, change=PIN_LOADER) if context.uses_loader and uploads else found
+
+
+def _freed(context: Context, copies: list[Copy], reference: Reference) -> float:
+    """What the uploads issued with cudaMemcpyAsync save once pinned: from pageable memory the
+    call waits for the step before and for the copy, so the host cannot queue the next step's
+    work meanwhile; pinned, it goes on (synchronous.freed), and the copies themselves take what
+    this machine's pinned copies of their sizes take. A video trainer's 4.8 MB clip a step,
+    `.to("cuda")` from NumPy's memory: its GPU idle 33% of 6.8 ms steps while the host launched
+    the step after each copy; priced by the copies alone at 0.53 ms a step, pinned and
+    `non_blocking=True` saved 1.46 ms (1 x H200)."""
+    ups = [c for c in copies if c.direction == "h2d" and c.call_is_async]
+    faster: dict[tuple[int, int], float] = {}
+    for c in ups:
+        step = context.step_at(c.pid, c.start_ns)
+        pinned = reference.seconds(c.direction, "pinned", c.bytes)
+        if step is not None and pinned is not None:
+            faster[(c.pid, step)] = faster.get((c.pid, step), 0.0) + max(c.seconds - pinned, 0.0)
+    return freed(context, ups, faster) if ups else 0.0
 
 
 def _saving(

@@ -6,9 +6,11 @@ throughout gains nothing from a freed host); each copy alone outside a loop."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from ...core import stats
+from ..records import Copy
 from .base import Context, TraceFinding, finding
 from .synchronizing import by_step, idle_after
 
@@ -37,17 +39,7 @@ def find(context: Context) -> TraceFinding | None:
     ]
     if not copies:
         return None
-    issued = [
-        c.call.seconds
-        for c in trace.copies
-        if c.call is not None and c.call_is_async and c.host_memory == "pinned"
-    ]
-    issue = stats.median(issued) if issued else ASYNC_ISSUE_S
     cost = sum(c.call.seconds for c in copies if c.call)
-    calls = [c.call for c in copies if c.call is not None]
-    # blocked beyond an asynchronous call's issue, against the GPU's idle after each
-    beyond = [replace(c, end_ns=max(c.end_ns - int(issue * 1e9), c.start_ns)) for c in calls]
-    saving = by_step(context, beyond, idle_after(trace, calls))
     return finding(
         CODE,
         "synchronous copies that stall the host",
@@ -55,8 +47,27 @@ def find(context: Context) -> TraceFinding | None:
         trace,
         copies,
         cost,
-        saving,
+        freed(context, copies),
         "issued asynchronously, the host goes on while the GPU copies: each step saves the "
         "smaller of the GPU's idle in it for its host (beyond the gap it keeps between queued "
         "kernels) and the time its copies blocked the host",
     )
+
+
+def freed(
+    context: Context, copies: list[Copy], faster: Mapping[tuple[int, int], float] | None = None
+) -> float:
+    """What the copies issued asynchronously save (by_step): the host's time blocked in their
+    calls beyond what this program's asynchronous calls from pinned memory cost it to issue,
+    against the GPU's idle after each (and `faster`, what the same fix saves the GPU)."""
+    trace = context.trace
+    issued = [
+        c.call.seconds
+        for c in trace.copies
+        if c.call is not None and c.call_is_async and c.host_memory == "pinned"
+    ]
+    issue = stats.median(issued) if issued else ASYNC_ISSUE_S
+    calls = [c.call for c in copies if c.call is not None]
+    # blocked beyond an asynchronous call's issue, against the GPU's idle after each
+    beyond = [replace(c, end_ns=max(c.end_ns - int(issue * 1e9), c.start_ns)) for c in calls]
+    return by_step(context, beyond, idle_after(trace, calls), faster=faster)
