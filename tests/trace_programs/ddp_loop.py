@@ -10,6 +10,7 @@ Rank 0 prints the steady state's step time as JSON.
 """
 
 import argparse
+import itertools
 import json
 import os
 import time
@@ -42,14 +43,16 @@ model: torch.nn.Module = torch.nn.Sequential(*layers).to(device)
 if world > 1:
     model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index])
 optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-batch = torch.randn(args.batch, args.width).pin_memory()
+# a loader's batches: distinct data each step (the same tensor each step is a constant, which
+# the trace tells apart from an input), four pinned in turn
+batches = itertools.cycle([torch.randn(args.batch, args.width).pin_memory() for _ in range(4)])
 input_s = (args.input_ms + (args.slow_ms if rank == args.slow_rank else 0.0)) * 1e-3
 
 
 def next_input() -> torch.Tensor:
     """The host's input for a step: work that takes input_s, as a loader's would."""
     time.sleep(input_s)
-    return batch
+    return next(batches)
 
 
 start = time.perf_counter()
