@@ -70,7 +70,8 @@ constexpr auto kHoldAtMost = std::chrono::milliseconds(50);  // a hold past this
 constexpr auto kTurningAtMost = std::chrono::seconds(2);
 // how long the writer waits for the open calls to end before it tries again at its next turn
 constexpr auto kDropWaitAtMost = std::chrono::milliseconds(5);
-std::atomic<std::uint32_t> held{0};     // runtime calls held while the callbacks were turned off
+std::atomic<std::uint32_t> held{
+    0};  // runtime calls held while the writer turned them off or waited to
 std::atomic<std::uint32_t> went_on{0};  // and those that went on before they were off
 
 // Whether a runtime call still needs counting: while the driver's callbacks may be turned off.
@@ -97,6 +98,7 @@ void runtime_entered() {
       break;
     }
     runtime_open.fetch_sub(1);
+    if (!was_held) held.fetch_add(1);  // before the writer reads it: it waits for this hold
     was_held = true;
     // uncounted until the state changes or its bound passes
     const auto bound = state == kTurning ? kTurningAtMost : kHoldAtMost;
@@ -104,7 +106,6 @@ void runtime_entered() {
            std::chrono::steady_clock::now() - start < bound)
       std::this_thread::yield();
   }
-  if (was_held) held.fetch_add(1, std::memory_order_relaxed);
   counted_open = true;
 }
 
