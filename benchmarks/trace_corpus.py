@@ -21,7 +21,8 @@ on the same runs without a GPU (--judge). Writes benchmarks/results/trace-corpus
                                       (goal 0)
   trace_corpus_foreign_advice         findings whose advice names a component the program does
                                       not use (a DataLoader, CuPy, JAX, NCCL; goal 0)
-  trace_corpus_steps_right            the share whose step line is one of theirs (goal 1.0)
+  trace_corpus_steps_right            the share whose step line is one of theirs and whose count
+                                      of steps is theirs within 10% (goal 1.0)
   trace_corpus_idle_share_error_max   the steps' share waiting for input against
                                       1 - resident / fed, where a program has a resident form
                                       (goal <= 0.05); beside it, _both_traced_max: against

@@ -159,6 +159,18 @@ def after(trace: Trace, marks: dict[int, int]) -> Trace:
     return steady(trace, {pid: (mark, 2**63) for pid, mark in marks.items()})
 
 
+STEPS_WITHIN = 0.1  # a trace's count of steps is right within this share of the program's
+
+
+def counted_right(count: int | None, traced: dict[str, Any] | None) -> bool:
+    """Whether the trace counted about as many steps as its traced run says it made (within
+    STEPS_WITHIN; its warm-up steps, marked too, are a few); True where the run did not say."""
+    made = (traced or {}).get("steps")
+    if not made:
+        return True
+    return count is not None and abs(count - made) <= STEPS_WITHIN * made
+
+
 def startup_charged(kept: Path, program: Program) -> float:
     """Seconds of the findings' costs that come from before the first step: the trace judged
     whole against the same trace with everything before each process's first step cut away."""
@@ -302,7 +314,8 @@ def judge_program(program: Program, entry: dict[str, Any], records: Path) -> dic
         "findings": [(f["code"], f.get("saving_s")) for f in first.get("fixes", [])],
         "startup": first.get("startup"),
         "steps": first.get("steps"),
-        "steps_right": at_step_line((first.get("steps") or {}).get("where"), program),
+        "steps_right": at_step_line((first.get("steps") or {}).get("where"), program)
+        and counted_right((first.get("steps") or {}).get("count"), entry.get("traced")),
         "foreign_advice": foreign(first, program.path.read_text()),
         "startup_charged_s": startup_charged(rounds[0], program),
     }

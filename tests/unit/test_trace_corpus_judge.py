@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from trace_corpus_judge import input_share, prediction, step_s
+from trace_corpus_judge import counted_right, input_share, prediction, step_s
 
 
 def _runs(*seconds: float, steps: int = 100) -> list[dict[str, float]]:
@@ -166,3 +166,11 @@ def test_a_programs_step_lines_are_read_as_they_stood_at_its_traces_commit(tmp_p
     assert read_program(program, head).steps == (5,)
     out = tmp_path / "written"
     assert read_program(program, f"--output={out}").steps == (7,) and not out.exists()
+
+
+def test_steps_are_right_only_where_the_trace_counted_about_as_many_as_the_program_made():
+    """A CUDA C++ loop of 4,000 steps whose line was marked twice a step (7,993 steps) is at
+    its STEP line but its steps are wrong; warm-up steps marked too are a few."""
+    assert counted_right(4_003, {"steps": 4_000}) and counted_right(3_700, {"steps": 4_000})
+    assert not counted_right(7_993, {"steps": 4_000}) and not counted_right(None, {"steps": 9})
+    assert counted_right(123, {}) and counted_right(None, None)  # the run did not say

@@ -18,13 +18,15 @@ recurred. `--region FILE:LINE` (or an NVTX range's name) names the line instead.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from .costs import covered_between, cumulative, disjoint, less, process_busy
-from .records import LOADER_WHERE, Call, Trace
+from .records import LOADER_WHERE, RUN_GAP_NS, Call, Copy, Trace
 
 MIN_STEPS = 5  # a line called fewer times marks no loop
 # A call of a line this soon after its last one ended is the same mark: where its gaps break
@@ -110,12 +112,14 @@ def candidates(trace: Trace) -> dict[int, list[Candidate]]:
     """Each process's lines made MIN_STEPS times or more, with their marks and the share of
     the process's GPU work they span."""
     calls: dict[tuple[int, str], list[tuple[int, int, str]]] = defaultdict(list)
+    runs = _unwound_runs(trace)
     for c in trace.copies:  # a copy's call is no wait: only the main thread's mark (_marking)
         if c.call is not None and c.call.thread == c.pid and (c.python or c.frames):
             where = _marking(c.call, c.pid, trace.where(c.frames, c.python))
             kind = "upload" if c.direction == "h2d" else "copy"
             if where:
-                calls[(c.pid, where)].append((c.call.start_ns, c.call.end_ns, kind))
+                start, end = runs.get(id(c.call), (c.call.start_ns, c.call.end_ns))
+                calls[(c.pid, where)].append((start, end, kind))
     for call in trace.calls:
         if call.synchronizes and (call.python or call.frames):
             where = _marking(call, call.pid, trace.where(call.frames, call.python))
@@ -138,6 +142,57 @@ def candidates(trace: Trace) -> dict[int, list[Candidate]]:
     for pid, more in _recurring(kernels, busy).items():  # each instance apart, named short
         found[pid].extend(replace(c, where=KERNEL + kernel_name(c.where)) for c in more)
     return found
+
+
+def _unwound_runs(trace: Trace) -> dict[int, tuple[int, int]]:
+    """For each copy call made from native code whose callers were unwound (the engine unwinds
+    one such call in 64 after its first ones), the start of its run, as a span of nothing: the
+    run is the main thread's copies of its direction and host memory, each called within
+    RUN_GAP_NS of the last one's end with no kernel of its process started between them (where
+    its kernels were recorded), and no other line seen among them. Its line's mark is the
+    run's, not the sample's: a CUDA C++ loop's 128 rows a step, each its own cudaMemcpy, had
+    two unwound a step, and its steps were marked twice as many as it made (1 x H200)."""
+    kernels: dict[int, list[int]] = defaultdict(list)
+    for k in trace.kernels():
+        kernels[k.pid].append(k.start_ns)
+    for starts in kernels.values():
+        starts.sort()
+    seen = {id(c) for c in trace.seen_with_kernels(trace.copies)}
+    main = sorted(
+        (c for c in trace.copies if c.call is not None and c.call.thread == c.pid and not c.python),
+        key=lambda c: (c.pid, c.call.start_ns if c.call else 0),
+    )
+
+    def joins(last: Copy, c: Copy) -> bool:
+        starts = kernels.get(c.pid, [])
+        between = bisect.bisect_left(starts, c.start_ns) - bisect.bisect_right(starts, last.end_ns)
+        return (
+            (last.pid, last.direction, last.host_memory) == (c.pid, c.direction, c.host_memory)
+            and id(last) in seen
+            and id(c) in seen
+            and c.call is not None
+            and c.call.start_ns - last.end_ns <= RUN_GAP_NS
+            and between <= 0
+        )
+
+    out: dict[int, tuple[int, int]] = {}
+    for run in _split(main, joins):
+        lines = {trace.where(c.frames, ()) for c in run if c.frames}
+        if len(run) > 1 and len(lines) == 1:  # the run's start: runs follow one another close
+            start = min(c.call.start_ns for c in run if c.call)
+            out.update((id(c.call), (start, start)) for c in run if c.frames)
+    return out
+
+
+def _split(items: list[Copy], joins: Callable[[Copy, Copy], bool]) -> list[list[Copy]]:
+    """`items` in runs: each item joins the run before it where joins(last, item)."""
+    runs: list[list[Copy]] = []
+    for c in items:
+        if runs and joins(runs[-1][-1], c):
+            runs[-1].append(c)
+        else:
+            runs.append([c])
+    return runs
 
 
 def kernel_name(name: str) -> str:

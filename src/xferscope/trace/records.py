@@ -115,6 +115,9 @@ def shown(where: str) -> str:
 LOADER_FRAME = ("/xferscope/transfer/prefetch.py", "_run")
 DATALOADER = "/torch/utils/data/dataloader.py"  # PyTorch's DataLoader: made, iterated, waited on
 LOADER_WHERE = "xferscope.torch.DeviceLoader's thread (batches moved ahead of the step)"
+# Copies one after another with no more than this between one's end and the next one's call are
+# one run (a batch's small tensors, a loop's rows copied one by one)
+RUN_GAP_NS = 100_000
 
 
 # xferscope's own native module: its threads (the staged copy's) call CUDA with no Python stack.

@@ -9,15 +9,14 @@ import itertools
 from ...core import stats
 from ...core.units import format_seconds
 from ..costs import expected, idle_ns, work_ended
-from ..records import Copy
+from ..records import RUN_GAP_NS, Copy
 from ..reference import Reference
 from .base import NO_CURVES, Context, TraceFinding, finding
 
 ORDER = 2  # where it stands among findings of equal price
 CODE = "small_copies"
 SMALL_BYTES = 256 << 10  # copies this small pay their fixed cost more than their bytes
-BATCH_MIN = 16  # this many small copies in a row make a batch worth merging
-BATCH_GAP_NS = 100_000  # ... with no more than this between one's end and the next's call
+BATCH_MIN = 16  # this many small copies in a row (a run: RUN_GAP_NS) make a batch worth merging
 ADVICE: dict[str | None, str] = {
     None: "gather them into one buffer and copy once (cudaMemcpyBatchAsync on CUDA 12.8+, or "
     "a pinned staging buffer and one copy), then scatter on the GPU; xferscope.copy_many "
@@ -71,7 +70,7 @@ def find(context: Context) -> TraceFinding | None:
                 current[-1].stream,
             )
             == key
-            and (c.call.start_ns if c.call else c.start_ns) - current[-1].end_ns <= BATCH_GAP_NS
+            and (c.call.start_ns if c.call else c.start_ns) - current[-1].end_ns <= RUN_GAP_NS
         ):
             current.append(c)
             continue
