@@ -20,14 +20,15 @@ OPTIMIZER = (
 )
 
 
-def _own_input(in_optimizer: int, same: bool = False) -> Trace:
+def _own_input(in_optimizer: int, same: bool = False, lines: tuple[int, ...] = (43,)) -> Trace:
     """20 steps 10 ms apart: a batch copied from train.py:43 (its call 0.1 ms before), 2.9 ms
     of kernels, then the GPU idle until the next copy; seven looks at the main thread in each
     idle, the first `in_optimizer` of them in PyTorch's optimizer, the rest making the batch;
-    `same`: every batch the same bytes (a table made again each step)."""
+    `same`: every batch the same bytes (a table made again each step); `lines`: the copy's
+    line, step by step in turn."""
     copies, kernels, calls, seen, stacks = [], [], [], [], []
-    at = (PyFrame("train.py", 43, "train"),)
     for i in range(20):
+        at = (PyFrame("train.py", lines[i % len(lines)], "train"),)
         t = 100 * MS + i * 10 * MS
         call = Call("cudaMemcpyAsync_v3020", t - MS // 10, t - MS // 20, 1, 1)
         calls.append(call)
@@ -108,3 +109,17 @@ def test_an_input_made_again_each_step_with_the_same_bytes_is_the_repeated_uploa
     assert once.saving_s == pytest.approx(ahead.saving_s + uploads)
     assert once.places[0].where == "train.py:30 (make_batch)"
     assert "the host meanwhile making them again at train.py:30 (make_batch)" in once.detail
+
+
+def test_constant_inputs_uploaded_at_several_lines_are_priced_together():
+    """The same bytes uploaded each step, at train.py:43 one step and :44 the next: the GPU's
+    waits until either are the repeats' finding, together."""
+    ahead = input_starved.find(Context(_own_input(0), None))
+    two = _own_input(0, same=True, lines=(43, 44))
+    assert ahead is not None and ahead.saving_s is not None
+    assert input_starved.find(Context(two, None)) is None
+    once = repeated.find(Context(two, None))
+    assert once is not None and once.saving_s is not None
+    uploads = sum(c.host_cost_s for c in two.copies[1:])
+    assert once.saving_s == pytest.approx(ahead.saving_s + uploads)
+    assert "(and at 1 more line)" in once.detail

@@ -63,9 +63,10 @@ KNOBS: dict[str | None, tuple[str, str]] = {
 
 def find(context: Context) -> TraceFinding | None:
     trace = context.trace
-    starved = starving(context)
-    if starved is None or constant(context, starved.copies):
-        return None  # none; or the same data made and uploaded again: repeated.py's
+    # the same data made and uploaded again each step is repeated.py's
+    starved = starving(context, lambda s: not constant(context, s.copies))
+    if starved is None:
+        return None
     cause, gpu, share, copies = starved.cause, starved.gpu, starved.share, starved.copies
     scale = starved.scale
     idle = starved.idle_s

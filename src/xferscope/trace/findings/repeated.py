@@ -4,10 +4,10 @@ WITHIN steps of its last upload (a constant: a mask, a table, every step): a dat
 loop revisits each epoch, or batches taken in turn, are data the loop moves, not a constant to
 keep.
 
-Where the GPU's wait for its next input (starving.py) ends at uploads of the same data again
-(constant): a table, a mask, built on the host and uploaded each step. Made once, before the
-loop, neither the host's making of it nor the upload is spent, so the wait is this finding's:
-priced with it, and its line where the host made the data named.
+Where the GPU's waits for its next input (starving.py) end at uploads of the same data again
+(constant): a table, a mask, built on the host and uploaded each step, each at its line. Made
+once, before the loop, neither the host's making of it nor the upload is spent, so the waits
+are this finding's: priced with it, and the lines where the host made the data named.
 
 A table built with NumPy and uploaded each step (position_table_each_step: 12 MiB a step, the
 GPU idle 1.45 s of 3.88 s while the host built it) was told to make it "ahead of the step"."""
@@ -19,7 +19,7 @@ from dataclasses import replace
 from ...core.units import format_seconds
 from ..records import Copy
 from .base import Context, TraceFinding, finding, seen_place
-from .starving import starving
+from .starving import waits
 
 ORDER = 5  # where it stands among findings of equal price
 CODE = "repeated_uploads"
@@ -72,21 +72,27 @@ def find(context: Context) -> TraceFinding | None:
         cost,
         "identical content is judged from up to 256 words sampled across each buffer and its size",
     )
-    starved = starving(context)
-    if starved is None or not constant(context, starved.copies):
+    made = [s for s in waits(context) if constant(context, s.copies)]
+    if not made:
         return found
-    cause, waited = starved.cause, starved.idle_s
-    line = cause.seen_at[0][0] if cause.seen_at else ""
-    made = f", the host meanwhile making them again at {line}" if line else ""
+    waited = sum(s.idle_s for s in made)
     places = found.places
-    if line and line != cause.where:
-        places = (seen_place(line, cause.seen_at[0][1], waited), *places)
+    for s in reversed(made):  # each line where the host made them again, the largest first
+        line = s.cause.seen_at[0][0] if s.cause.seen_at else ""
+        if line and line != s.cause.where:
+            places = (seen_place(line, s.cause.seen_at[0][1], s.idle_s), *places)
+    first = made[0].cause
+    line = first.seen_at[0][0] if first.seen_at else ""
+    n = len(made) - 1
+    more = f" (and at {n} more line{'s' if n > 1 else ''})" if n else ""
     return replace(
         found,
         cost_s=cost + waited,
         saving_s=cost + waited,
         places=places,
-        detail=f"{found.detail}; GPU {starved.gpu.device} waited {format_seconds(waited)} in "
-        f"{cause.gaps} gaps until they were uploaded again at {cause.where}{made}: made once, "
-        "neither is spent",
+        detail=f"{found.detail}; the GPU waited {format_seconds(waited)} in "
+        f"{sum(s.cause.gaps for s in made)} gaps until they were uploaded again at "
+        f"{first.where}{more}"
+        + (f", the host meanwhile making them again at {line}" if line else "")
+        + ": made once, neither is spent",
     )

@@ -7,6 +7,7 @@ uploaded again each step (repeated.constant)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..idle import IdleCause, loader_waited
@@ -43,14 +44,14 @@ class Starved:
         return self.cause.seconds * self.scale * self.share
 
 
-def starving(context: Context) -> Starved | None:
-    """The largest wait for the next input of any GPU but a straggler's (its idle is the
-    straggler finding's), if it is WORTH a finding."""
+def waits(context: Context) -> list[Starved]:
+    """Every wait for an input of any GPU but a straggler's (its idle is the straggler
+    finding's), the largest first (its idle, less the share the framework's own code had)."""
     trace = context.trace
-    best = None  # the largest cause of the input, and its GPU's timeline
+    found = []
     late = ranks(trace, context.gpus)[1]
     for g in context.gpus.gpus:
-        if late is not None and g.device == late.device:
+        if g.scale is None or (late is not None and g.device == late.device):
             continue
         looked = sampled(trace, g.device)
         for cause in g.idle:
@@ -62,23 +63,27 @@ def starving(context: Context) -> Starved | None:
                 continue  # the wait's idle: the waits' finding
             if not loader(cause) and _computing(cause):
                 continue  # the step's own launches (a host-bound step), not its input
-            share = 1.0 if loader(cause) else making(cause)
-            if best is None or cause.steady_s * share > best[0].steady_s * best[2]:
-                best = (cause, g, share)  # a start-up's wait aside
-    if best is None:
+            at = cause.where if at_copy(cause) else LOADER_WHERE
+            copies = [
+                c
+                for c in trace.copies
+                if c.direction == "h2d"
+                and c.device == g.device
+                and trace.where(c.frames, c.python) == at
+            ]
+            if at_copy(cause) and len(copies) < 2:  # one copy is a start-up's, not a loop's
+                continue
+            found.append(Starved(cause, g, 1.0 if loader(cause) else making(cause), copies))
+    # a start-up's wait aside
+    return sorted(found, key=lambda s: s.cause.steady_s * s.share, reverse=True)
+
+
+def starving(context: Context, kept: Callable[[Starved], bool] = lambda _: True) -> Starved | None:
+    """The largest wait for an input that `kept` keeps, if it is WORTH a finding."""
+    best = next((s for s in waits(context) if kept(s)), None)
+    if best is None or best.cause.seconds * best.share < WORTH * best.gpu.judged_s:
         return None
-    cause, gpu, share = best
-    if gpu.scale is None or cause.seconds * share < WORTH * gpu.judged_s:
-        return None
-    at = cause.where if at_copy(cause) else LOADER_WHERE
-    copies = [
-        c
-        for c in trace.copies
-        if c.direction == "h2d" and c.device == gpu.device and trace.where(c.frames, c.python) == at
-    ]
-    if at_copy(cause) and len(copies) < 2:  # one copy is a start-up's, not a loop's input
-        return None
-    return Starved(cause, gpu, share, copies)
+    return best
 
 
 def sampled(trace: Trace, device: int) -> bool:
