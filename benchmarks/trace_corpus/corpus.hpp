@@ -80,6 +80,17 @@ class Loop {
   void stop() {
     seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
   }
+  // `warmup` steps untimed, then `steps` timed between start() and stop(), the GPU
+  // synchronized before and after them; step(i)'s i runs on from the warm-up's.
+  template <class Step>
+  void run(Step&& step, int warmup, int steps) {
+    for (int i = 0; i < warmup; ++i) step(i);
+    CHECK(cudaDeviceSynchronize());
+    start();
+    for (int i = warmup; i < warmup + steps; ++i) step(i);
+    CHECK(cudaDeviceSynchronize());
+    stop();
+  }
   void report(const char* name, const Options& o, const std::string& extra = "") const {
     std::printf(
         "{\"corpus\": \"%s\", \"variant\": \"%s\", \"seconds\": %.9g, \"steps\": %d, "
@@ -92,5 +103,12 @@ class Loop {
   std::chrono::steady_clock::time_point started_;
   double startup_s_ = 0, seconds_ = 0;
 };
+
+// The JSON line's `extra` for a program's checksum: the same in every form.
+inline std::string checksum(double sum) {
+  char extra[64];
+  std::snprintf(extra, sizeof extra, ", \"checksum\": %.17g", sum);
+  return extra;
+}
 
 }  // namespace corpus

@@ -176,18 +176,11 @@ int main(int argc, char** argv) {
     diffuse<<<blocks, threads>>>(now, field[(i + 1) % 2], d_offsets, d_neighbours, d_weights);
     CHECK(cudaGetLastError());
   };
-  for (int i = 0; i < kWarmup; ++i) step(i);  // warm-up
-  CHECK(cudaDeviceSynchronize());
   corpus::Loop loop;
-  loop.start();
-  for (int i = kWarmup; i < kWarmup + steps; ++i) step(i);
-  CHECK(cudaDeviceSynchronize());
-  loop.stop();
+  loop.run(step, kWarmup, steps);
   CHECK(cudaMemcpy(host.data(), field[(kWarmup + steps) % 2], host.size() * sizeof(float), kD2H));
   double checksum = 0;
   for (float v : host) checksum += v;
-  char extra[64];
-  std::snprintf(extra, sizeof extra, ", \"checksum\": %.17g", checksum);
-  loop.report("cuda_pageable_rows", o, extra);
+  loop.report("cuda_pageable_rows", o, corpus::checksum(checksum));
   return 0;  // the host's and the device's memory freed with the process
 }

@@ -201,18 +201,11 @@ int main(int argc, char** argv) {
     CHECK(cudaGetLastError());
     if (!resident) CHECK(cudaStreamSynchronize(stream));  // before the host rewrites `staged`
   };
-  for (int i = 0; i < kWarmup; ++i) step(i);  // warm-up
-  CHECK(cudaDeviceSynchronize());
   corpus::Loop loop;
-  loop.start();
-  for (int i = kWarmup; i < kWarmup + steps; ++i) step(i);
-  CHECK(cudaDeviceSynchronize());
-  loop.stop();
+  loop.run(step, kWarmup, steps);
   CHECK(cudaMemcpy(average.data(), d_average, kPixels * sizeof(float4), kD2H));
   double checksum = 0;
   for (const float4& a : average) checksum += double(a.x) + a.y + a.z;
-  char extra[64];
-  std::snprintf(extra, sizeof extra, ", \"checksum\": %.17g", checksum);
-  loop.report("cuda_tile_params_async", o, extra);
+  loop.report("cuda_tile_params_async", o, corpus::checksum(checksum));
   return 0;  // the host's and the device's memory freed with the process
 }

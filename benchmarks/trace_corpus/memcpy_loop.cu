@@ -92,13 +92,8 @@ int main(int argc, char** argv) {
   };
   if (resident)
     for (int j = 0; j < kChecked; ++j) sampled[j] = input[checked[j]];
-  for (int i = 0; i < 3; ++i) step();  // warm-up
-  CHECK(cudaDeviceSynchronize());
   corpus::Loop loop;
-  loop.start();
-  for (int i = 0; i < steps; ++i) step();
-  CHECK(cudaDeviceSynchronize());
-  loop.stop();
+  loop.run([&](int) { step(); }, 3, steps);  // 3 warm-up steps
   loop.report("memcpy_loop", o);
 
   if (resident) {
