@@ -11,6 +11,7 @@ from ..costs import exposed
 from ..records import Copy
 from ..reference import Reference
 from .base import NO_CURVES, PIN_LOADER, Context, TraceFinding, finding, in_words
+from .repeated import repeats
 from .synchronous import freed
 
 ORDER = 0  # where it stands among findings of equal price
@@ -105,7 +106,22 @@ def _freed(context: Context, copies: list[Copy], reference: Reference) -> float:
         pinned = reference.seconds(c.direction, "pinned", c.bytes)
         if step is not None and pinned is not None:
             faster[(c.pid, step)] = faster.get((c.pid, step), 0.0) + max(c.seconds - pinned, 0.0)
-    return freed(context, ups, faster) if ups else 0.0
+    again = {id(c) for c in repeats(context)}  # the same bytes: pinned once, as they are
+    return (
+        freed(context, ups, faster, lambda c: 0.0 if id(c) in again else _staging(reference, c))
+        if ups
+        else 0.0
+    )
+
+
+def _staging(reference: Reference, c: Copy) -> float:
+    """What copying an upload's data into a pinned buffer first keeps on the host: data made
+    each step in pageable memory is pinned by such a copy (as `video_clips_pageable`'s fix
+    does), the work the driver's staging did inside the call, so about the time this machine's
+    pageable copy of its size takes beyond a pinned one's."""
+    pageable = reference.seconds(c.direction, "pageable", c.bytes)
+    pinned = reference.seconds(c.direction, "pinned", c.bytes)
+    return max(pageable - pinned, 0.0) if pageable is not None and pinned is not None else 0.0
 
 
 def _saving(

@@ -6,7 +6,7 @@ throughout gains nothing from a freed host); each copy alone outside a loop."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from ...core import stats
@@ -55,11 +55,15 @@ def find(context: Context) -> TraceFinding | None:
 
 
 def freed(
-    context: Context, copies: list[Copy], faster: Mapping[tuple[int, int], float] | None = None
+    context: Context,
+    copies: list[Copy],
+    faster: Mapping[tuple[int, int], float] | None = None,
+    kept: Callable[[Copy], float] = lambda _: 0.0,
 ) -> float:
     """What the copies issued asynchronously save (by_step): the host's time blocked in their
-    calls beyond what this program's asynchronous calls from pinned memory cost it to issue,
-    against the GPU's idle after each (and `faster`, what the same fix saves the GPU)."""
+    calls beyond what this program's asynchronous calls from pinned memory cost it to issue
+    and what the fix keeps on the host for each (`kept`, seconds), against the GPU's idle after
+    each (and `faster`, what the same fix saves the GPU)."""
     trace = context.trace
     issued = [
         c.call.seconds
@@ -67,7 +71,11 @@ def freed(
         if c.call is not None and c.call_is_async and c.host_memory == "pinned"
     ]
     issue = stats.median(issued) if issued else ASYNC_ISSUE_S
-    calls = [c.call for c in copies if c.call is not None]
+    held = [c for c in copies if c.call is not None]
+    calls = [c.call for c in held if c.call is not None]
     # blocked beyond an asynchronous call's issue, against the GPU's idle after each
-    beyond = [replace(c, end_ns=max(c.end_ns - int(issue * 1e9), c.start_ns)) for c in calls]
+    beyond = [
+        replace(call, end_ns=max(call.end_ns - int((issue + kept(c)) * 1e9), call.start_ns))
+        for c, call in zip(held, calls, strict=True)
+    ]
     return by_step(context, beyond, idle_after(trace, calls), faster=faster)
