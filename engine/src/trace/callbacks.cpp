@@ -70,9 +70,9 @@ constexpr auto kHoldAtMost = std::chrono::milliseconds(50);  // a hold past this
 constexpr auto kTurningAtMost = std::chrono::seconds(2);
 // how long the writer waits for the open calls to end before it tries again at its next turn
 constexpr auto kDropWaitAtMost = std::chrono::milliseconds(5);
-std::atomic<std::uint32_t> held{
-    0};  // runtime calls held while the writer turned them off or waited to
-std::atomic<std::uint32_t> went_on{0};  // and those that went on before they were off
+// runtime calls held while the writer turned them off or waited to, and those that went on
+// before they were off
+std::atomic<std::uint32_t> held{0}, went_on{0};
 
 // Whether a runtime call still needs counting: while the driver's callbacks may be turned off.
 bool gated() {
