@@ -21,7 +21,7 @@ from ...core.units import format_seconds
 from ..idle import IdleCause
 from ..records import LOADER_WHERE, Copy
 from .base import PIN_LOADER, PINNED, Context, TraceFinding, finding, in_words, seen_place
-from .repeated import constant
+from .repeated import constant, repeated_ids
 from .starving import at_copy, inside, loader, starving
 
 ORDER = 0  # where it stands among findings of equal price
@@ -64,7 +64,8 @@ KNOBS: dict[str | None, tuple[str, str]] = {
 def find(context: Context) -> TraceFinding | None:
     trace = context.trace
     # the same data made and uploaded again each step is repeated.py's
-    starved = starving(context, lambda s: not constant(context, s.copies))
+    again = repeated_ids(context)
+    starved = starving(context, lambda s: not constant(again, s.copies))
     if starved is None:
         return None
     cause, gpu, share, copies = starved.cause, starved.gpu, starved.share, starved.copies

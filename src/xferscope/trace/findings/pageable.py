@@ -11,7 +11,7 @@ from ..costs import exposed
 from ..records import Copy
 from ..reference import Reference
 from .base import NO_CURVES, PIN_LOADER, Context, TraceFinding, finding, in_words
-from .repeated import repeats
+from .repeated import repeated_ids
 from .synchronous import freed
 
 ORDER = 0  # where it stands among findings of equal price
@@ -106,7 +106,7 @@ def _freed(context: Context, copies: list[Copy], reference: Reference) -> float:
         pinned = reference.seconds(c.direction, "pinned", c.bytes)
         if step is not None and pinned is not None:
             faster[(c.pid, step)] = faster.get((c.pid, step), 0.0) + max(c.seconds - pinned, 0.0)
-    again = {id(c) for c in repeats(context)}  # the same bytes: pinned once, as they are
+    again = repeated_ids(context)  # the same bytes: pinned once, as they are
     return (
         freed(context, ups, faster, lambda c: 0.0 if id(c) in again else _staging(reference, c))
         if ups

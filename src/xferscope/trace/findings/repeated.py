@@ -50,9 +50,13 @@ def repeats(context: Context) -> list[Copy]:
     return out
 
 
-def constant(context: Context, copies: list[Copy]) -> bool:
-    """Whether most of these uploads upload data already uploaded (repeats)."""
-    again = {id(c) for c in repeats(context)}
+def repeated_ids(context: Context) -> set[int]:
+    """The ids of the uploads of data already uploaded (repeats), to ask of once."""
+    return {id(c) for c in repeats(context)}
+
+
+def constant(again: set[int], copies: list[Copy]) -> bool:
+    """Whether most of these uploads upload data already uploaded (`again`: repeated_ids)."""
     return bool(copies) and sum(id(c) in again for c in copies) * 2 > len(copies)
 
 
@@ -72,7 +76,8 @@ def find(context: Context) -> TraceFinding | None:
         cost,
         "identical content is judged from up to 256 words sampled across each buffer and its size",
     )
-    made = [s for s in waits(context) if constant(context, s.copies)]
+    ids = {id(c) for c in again}
+    made = [s for s in waits(context) if constant(ids, s.copies)]
     if not made:
         return found
     waited = sum(s.idle_s for s in made)
