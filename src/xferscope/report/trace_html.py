@@ -13,7 +13,7 @@ from ..trace.document import TraceResult
 from ..trace.records import api_name, shown
 from ..trace.timeline import valid
 from .page import TEMPLATE, escape, files_beside, findings_section, page, plot_div, table
-from .trace_tables import gpu_line, idle_lines, phase_lines
+from .trace_tables import gpu_line, idle_lines, looks_said, phase_lines
 
 MOST_SPANS = 20_000  # spans drawn; beyond, the longest are kept
 COLORS = {
@@ -88,7 +88,7 @@ def _lines(result: TraceResult) -> str:
             f["title"],
             shown(p["where"]),
             p.get("code", ""),
-            p["calls"] or (f"{p['looks']} looks" if p.get("looks") else 0),
+            p["calls"] or looks_said(p) or 0,
             format_bytes(p["bytes"]),
             format_seconds(p["cost_s"]),
         ]

@@ -196,6 +196,11 @@ def host_bound(idlest: dict[str, Any]) -> str:
     )
 
 
+def looks_said(place: dict[str, Any]) -> str:
+    """A place the looks at the main thread found, with no call of its own: how many ("" else)."""
+    return f"{place['looks']} looks" if place.get("looks") else ""
+
+
 def phase_lines(s: dict[str, Any]) -> list[str]:
     """The start-up, the steps of each looping process and the headline, a line each."""
     loops = s.get("loops") or ([s["steps"]] if s.get("steps") else [])
@@ -383,7 +388,7 @@ def place_lines(fix: dict[str, Any]) -> list[str]:
     for p in shown_places:
         code = f" [dim]{escape(p['code'][:60])}[/dim]" if p.get("code") else ""
         cost = format_seconds(p["cost_s"])
-        calls = counted(p["calls"], "") or (f"{p['looks']} looks" if p.get("looks") else "")
+        calls = counted(p["calls"], "") or looks_said(p)
         out.append(f"at {escape(shown(p['where']))}: {calls + ', ' if calls else ''}{cost}{code}")
     if rest := len(fix["places"]) - len(shown_places):
         out.append(f"[dim]and {rest} more place{'' if rest == 1 else 's'}, each costing under "

@@ -22,11 +22,10 @@ import bisect
 import itertools
 import math
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from .costs import covered_between, cumulative, disjoint, less, process_busy
-from .records import LOADER_WHERE, RUN_GAP_NS, Call, Copy, Trace
+from .records import LOADER_WHERE, RUN_GAP_NS, Call, Copy, Trace, split_runs
 
 MIN_STEPS = 5  # a line called fewer times marks no loop
 # A call of a line this soon after its last one ended is the same mark: where its gaps break
@@ -112,13 +111,13 @@ def candidates(trace: Trace) -> dict[int, list[Candidate]]:
     """Each process's lines made MIN_STEPS times or more, with their marks and the share of
     the process's GPU work they span."""
     calls: dict[tuple[int, str], list[tuple[int, int, str]]] = defaultdict(list)
-    runs = _unwound_runs(trace)
+    run_starts = _unwound_runs(trace)
     for c in trace.copies:  # a copy's call is no wait: only the main thread's mark (_marking)
         if c.call is not None and c.call.thread == c.pid and (c.python or c.frames):
             where = _marking(c.call, c.pid, trace.where(c.frames, c.python))
             kind = "upload" if c.direction == "h2d" else "copy"
             if where:
-                start, end = runs.get(id(c.call), (c.call.start_ns, c.call.end_ns))
+                start, end = run_starts.get(id(c.call), (c.call.start_ns, c.call.end_ns))
                 calls[(c.pid, where)].append((start, end, kind))
     for call in trace.calls:
         if call.synchronizes and (call.python or call.frames):
@@ -176,23 +175,12 @@ def _unwound_runs(trace: Trace) -> dict[int, tuple[int, int]]:
         )
 
     out: dict[int, tuple[int, int]] = {}
-    for run in _split(main, joins):
+    for run in split_runs(main, joins):
         lines = {trace.where(c.frames, ()) for c in run if c.frames}
         if len(run) > 1 and len(lines) == 1:  # the run's start: runs follow one another close
             start = min(c.call.start_ns for c in run if c.call)
             out.update((id(c.call), (start, start)) for c in run if c.frames)
     return out
-
-
-def _split(items: list[Copy], joins: Callable[[Copy, Copy], bool]) -> list[list[Copy]]:
-    """`items` in runs: each item joins the run before it where joins(last, item)."""
-    runs: list[list[Copy]] = []
-    for c in items:
-        if runs and joins(runs[-1][-1], c):
-            runs[-1].append(c)
-        else:
-            runs.append([c])
-    return runs
 
 
 def kernel_name(name: str) -> str:

@@ -10,7 +10,7 @@ import bisect
 import linecache
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
@@ -118,6 +118,18 @@ LOADER_WHERE = "xferscope.torch.DeviceLoader's thread (batches moved ahead of th
 # Copies one after another with no more than this between one's end and the next one's call are
 # one run (a batch's small tensors, a loop's rows copied one by one)
 RUN_GAP_NS = 100_000
+
+
+def split_runs(copies: Iterable[Copy], joins: Callable[[Copy, Copy], bool]) -> list[list[Copy]]:
+    """The copies, in order, cut into runs: each copy joins the run before it where
+    joins(its last copy, the copy), else starts one."""
+    out: list[list[Copy]] = []
+    for c in copies:
+        if out and joins(out[-1][-1], c):
+            out[-1].append(c)
+        else:
+            out.append([c])
+    return out
 
 
 # xferscope's own native module: its threads (the staged copy's) call CUDA with no Python stack.

@@ -9,7 +9,7 @@ import itertools
 from ...core import stats
 from ...core.units import format_seconds
 from ..costs import expected, idle_ns, work_ended
-from ..records import RUN_GAP_NS, Copy
+from ..records import RUN_GAP_NS, Copy, split_runs
 from ..reference import Reference
 from .base import NO_CURVES, Context, TraceFinding, finding
 
@@ -55,30 +55,20 @@ def advice_for(copies: list[Copy]) -> dict[str | None, str]:
 def find(context: Context) -> TraceFinding | None:
     """Runs of many small copies, one after another, that one copy of their bytes would replace."""
     trace, reference = context.trace, context.reference
-    runs: list[list[Copy]] = []
-    current: list[Copy] = []
-    for c in trace.copies:
-        key = (c.pid, c.direction, c.host_memory, c.stream)
-        if (
-            c.bytes <= SMALL_BYTES
-            and c.crosses_link
-            and current
-            and (
-                current[-1].pid,
-                current[-1].direction,
-                current[-1].host_memory,
-                current[-1].stream,
-            )
-            == key
-            and (c.call.start_ns if c.call else c.start_ns) - current[-1].end_ns <= RUN_GAP_NS
-        ):
-            current.append(c)
-            continue
-        if len(current) >= BATCH_MIN:
-            runs.append(current)
-        current = [c] if c.bytes <= SMALL_BYTES and c.crosses_link else []
-    if len(current) >= BATCH_MIN:
-        runs.append(current)
+
+    def small(c: Copy) -> bool:
+        return c.bytes <= SMALL_BYTES and c.crosses_link
+
+    def joins(last: Copy, c: Copy) -> bool:
+        return (
+            small(last)
+            and small(c)
+            and (last.pid, last.direction, last.host_memory, last.stream)
+            == (c.pid, c.direction, c.host_memory, c.stream)
+            and (c.call.start_ns if c.call else c.start_ns) - last.end_ns <= RUN_GAP_NS
+        )
+
+    runs = [r for r in split_runs(trace.copies, joins) if len(r) >= BATCH_MIN and small(r[0])]
     if not runs:
         return None
     copies = [c for run in runs for c in run]

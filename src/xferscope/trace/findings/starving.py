@@ -7,6 +7,7 @@ uploaded again each step (repeated.constant)."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -50,6 +51,10 @@ def waits(context: Context) -> list[Starved]:
     trace = context.trace
     found = []
     late = ranks(trace, context.gpus)[1]
+    uploads: dict[tuple[int, str | None], list[Copy]] = defaultdict(list)  # by GPU and line
+    for c in trace.copies:
+        if c.direction == "h2d":
+            uploads[(c.device, trace.where(c.frames, c.python))].append(c)
     for g in context.gpus.gpus:
         if g.scale is None or (late is not None and g.device == late.device):
             continue
@@ -63,14 +68,7 @@ def waits(context: Context) -> list[Starved]:
                 continue  # the wait's idle: the waits' finding
             if not loader(cause) and _computing(cause):
                 continue  # the step's own launches (a host-bound step), not its input
-            at = cause.where if at_copy(cause) else LOADER_WHERE
-            copies = [
-                c
-                for c in trace.copies
-                if c.direction == "h2d"
-                and c.device == g.device
-                and trace.where(c.frames, c.python) == at
-            ]
+            copies = uploads.get((g.device, cause.where if at_copy(cause) else LOADER_WHERE), [])
             if at_copy(cause) and len(copies) < 2:  # one copy is a start-up's, not a loop's
                 continue
             found.append(Starved(cause, g, 1.0 if loader(cause) else making(cause), copies))
