@@ -125,3 +125,25 @@ def test_a_wait_only_at_epoch_starts_is_the_loaders_restart():
     ((restart, saved),) = f.each_fix
     assert "persistent_workers=True" in restart and saved == pytest.approx(f.saving_s)
     assert input_starved.find(Context(trace, None)) is not None  # no loop known: as before
+
+
+def test_small_copies_whose_bytes_come_back_only_a_period_later_are_new_each_step():
+    """A loop's 20 small uploads a step, each step's bytes new but the steps' replayed every 4
+    steps (a clip's parameters): no constant to keep (repeated.WITHIN steps), fewer and larger
+    copies advised; the same bytes every step: made once."""
+    from xferscope.trace.findings import Context, small
+    from xferscope.trace.findings.base import in_words
+    from xferscope.trace.steps import Steps
+
+    us = 1_000
+    for period, constant in ((4, False), (1, True)):
+        copies = []
+        for step in range(12):
+            for i in range(20):
+                t = (1_000 + step * 1_000 + i * 10) * us
+                copies.append(Copy(1, "h2d", "pinned", "device", 4096, t, t + 2 * us, 0, 7, True,
+                                   step * 20 + i, content=(step % period) * 20 + i))  # fmt: skip
+        loop = Steps("train.py:9 (train)", 12, 1e-3, 0.5, 1_000 * us, 12_000 * us, pid=1)
+        f = small.find(Context(Trace(tuple(copies), (), (), (), {}, {}, ()), None, (loop,)))
+        assert f is not None
+        assert f.advice == in_words(small.CONSTANT_ADVICE if constant else small.ADVICE, None)

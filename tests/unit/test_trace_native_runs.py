@@ -47,3 +47,55 @@ def test_copies_with_a_kernel_between_them_are_two_runs():
     step at most, never two steps as one."""
     (loop,) = loops(_rows_loop(32, steps=24))
     assert loop.count == 11
+
+
+OTHER = 0x5022
+TWO = NAMES | {OTHER: "rows+0xcc10 (main::refresh rows.cu:210)"}
+
+
+def test_copies_left_without_callers_are_placed_at_their_runs_unwound_line():
+    """The engine unwinds one native call in 64: the rest of each run are its unwound calls'
+    line's, in the findings' places and copies.csv, not "(no caller recorded)"."""
+    from xferscope.trace.findings.base import places
+
+    trace = _rows_loop(128)
+    (place,) = places(trace, trace.copies)
+    assert place.where == NAMES[LINE] and place.calls == len(trace.copies)
+
+
+def test_a_run_or_size_with_two_lines_unwound_stays_unplaced():
+    """Where a run's unwound calls, or those of its size on its thread, name two lines, which
+    made a call left without callers is not known: it stays "(no caller recorded)"."""
+    from dataclasses import replace
+
+    from xferscope.trace.records import NO_CALLER, unwound_lines
+
+    trace = _rows_loop(128, steps=2)
+    copies = list(trace.copies)
+    copies[64] = replace(copies[64], frames=(OTHER,))  # the first run's second sample
+    two = replace(trace, copies=tuple(copies), frames=TWO)
+    lines = unwound_lines(two)
+    first, second = copies[:128], copies[128:]
+    assert not any(id(c) in lines for c in first)
+    assert all(lines[id(c)] == TWO[LINE] for c in second if not c.frames)
+    assert two.line_of(first[1]) is None
+    # alone in its run: the lines of its size's unwound calls, two
+    lone = replace(two, copies=(copies[0], copies[64], copies[130]))
+    assert lone.line_of(copies[130]) is None and NO_CALLER not in lines.values()
+    one = replace(trace, copies=(copies[0], copies[130]))  # one line: its
+    assert one.line_of(copies[130]) == NAMES[LINE]
+
+
+def test_a_wait_left_without_callers_takes_its_threads_one_unwound_line():
+    from dataclasses import replace
+
+    from xferscope.trace.records import unwound_lines
+
+    waits = [Call("cudaStreamSynchronize_v3020", 10 * US * i, 10 * US * i + 5, 1, 1,
+                  frames=(LINE,) if i % 64 == 0 else ()) for i in range(130)]  # fmt: skip
+    trace = replace(_rows_loop(64, steps=1), calls=tuple(waits))
+    lines = unwound_lines(trace)
+    assert all(lines[id(w)] == NAMES[LINE] for w in waits if not w.frames)
+    other = replace(waits[64], frames=(OTHER,))
+    mixed = replace(trace, calls=(*waits[:64], other, *waits[65:]), frames=TWO)
+    assert not any(id(w) in unwound_lines(mixed) for w in mixed.calls)

@@ -123,3 +123,48 @@ def test_constant_inputs_uploaded_at_several_lines_are_priced_together():
     uploads = sum(c.host_cost_s for c in two.copies[1:])
     assert once.saving_s == pytest.approx(ahead.saving_s + uploads)
     assert "(and at 1 more line)" in once.detail
+
+
+def _handed(trace: Trace) -> Trace:
+    """The same steps with each copy made by a framework's own thread (JAX's PJRT threads: a
+    jitted call's NumPy arguments copied with no Python stack), so no call of the main thread
+    ends the GPU's idle."""
+    calls = tuple(replace(c, thread=2) for c in trace.calls)
+    copies = tuple(
+        replace(c, call=replace(c.call, thread=2), python=())
+        for c in trace.copies
+        if c.call is not None
+    )
+    return replace(trace, copies=copies, calls=calls)
+
+
+def test_an_input_the_frameworks_threads_copied_is_named_by_the_looks_at_its_making():
+    """With no call of the main thread to end the idle, the looks at it name the input's
+    making: the same price as where the main thread copied it, the advice at its line."""
+    own = input_starved.find(Context(_own_input(0), None))
+    handed = input_starved.find(Context(_handed(_own_input(0)), None))
+    assert own is not None and handed is not None and handed.saving_s is not None
+    assert handed.saving_s == pytest.approx(own.saving_s, rel=0.01)  # to the copy, not its call
+    assert "until the framework's threads copied it" in handed.detail
+    assert "do the host's work at train.py:30 (make_batch) ahead of the step" in handed.advice
+    assert input_starved.find(Context(_handed(_own_input(4)), None)) is None  # the framework's
+
+
+def test_a_constant_the_frameworks_threads_uploaded_each_step_is_the_repeats_finding():
+    same = _handed(_own_input(0, same=True))
+    assert input_starved.find(Context(same, None)) is None
+    once = repeated.find(Context(same, None))
+    ahead = input_starved.find(Context(_handed(_own_input(0)), None))
+    assert once is not None and once.saving_s is not None
+    assert ahead is not None and ahead.saving_s is not None
+    assert once.saving_s == pytest.approx(
+        ahead.saving_s + sum(c.host_cost_s for c in same.copies[1:])
+    )
+    assert "uploaded again by the framework's threads" in once.detail
+    assert once.places[0].where == "train.py:30 (make_batch)"
+
+
+def test_host_work_with_no_upload_after_it_is_no_input():
+    """The GPU idle while the host works at its line, but nothing uploaded: no input's wait."""
+    bare = _handed(_own_input(0))
+    assert input_starved.find(Context(replace(bare, copies=bare.copies[:1]), None)) is None

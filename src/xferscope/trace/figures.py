@@ -11,7 +11,7 @@ from collections import defaultdict
 from typing import Any
 
 from .analyze import Analysis
-from .records import Copy, Trace, user_frame
+from .records import NO_CALLER, Copy, Trace, user_frame
 
 
 def line_of(trace: Trace, c: Copy) -> tuple[str, str, str]:
@@ -20,7 +20,7 @@ def line_of(trace: Trace, c: Copy) -> tuple[str, str, str]:
     and its source text."""
     frame = user_frame(c.python)
     if frame is None:
-        where = trace.where(c.frames) or "(no caller recorded)"
+        where = trace.line_of(c) or NO_CALLER
         return where, where, ""
     code = frame.source()
     key = f"{frame.file} ({frame.function}): {code}" if code else str(frame)

@@ -17,13 +17,12 @@ from ...core.units import format_bytes
 from ...documents.records import KEY
 from ..costs import covered_ns, merged, process_busy
 from ..idle import LAUNCH_GAP_S
-from ..records import Call, Copy, Pin, PyFrame, Trace, in_dataloader, user_frame
+from ..records import NO_CALLER, Call, Copy, Pin, PyFrame, Trace, in_dataloader, user_frame
 from ..reference import Reference
 from ..samples import lines_in
 from ..steps import Steps
 from ..timeline import Timelines, timelines
 
-NO_CALLER = "(no caller recorded)"
 LOOK_NEAR_S = 0.01  # a look this close to a call, or within its period, saw where it was made
 
 
@@ -236,7 +235,8 @@ def places(trace: Trace, items: Iterable[Copy | Pin | Call]) -> tuple[Place, ...
     most often near them (seen_near): a backward pass's waits at its `loss.backward()`."""
     made: dict[str, list[Copy | Pin | Call]] = defaultdict(list)
     for x in items:
-        made[trace.where(x.frames, x.python) or NO_CALLER].append(x)
+        where = trace.where(x.frames, x.python) if isinstance(x, Pin) else trace.line_of(x)
+        made[where or NO_CALLER].append(x)
     by: dict[str, list[Copy | Pin | Call]] = defaultdict(list)
     for where, xs in made.items():
         off = [(x.pid, call.start_ns) for x in xs if (call := _off_main(x)) is not None]

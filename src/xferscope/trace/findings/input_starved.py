@@ -22,7 +22,7 @@ from ..idle import IdleCause
 from ..records import LOADER_WHERE, Copy
 from .base import PIN_LOADER, PINNED, Context, TraceFinding, finding, in_words, seen_place
 from .repeated import constant, repeated_ids
-from .starving import at_copy, inside, loader, starving
+from .starving import at_copy, inside, loader, made, starving
 
 ORDER = 0  # where it stands among findings of equal price
 CODE = "input_starved"
@@ -81,6 +81,11 @@ def find(context: Context) -> TraceFinding | None:
     )
     if at_copy(cause):
         why = f"host was away from CUDA, until it copied the next input at {cause.where}"
+    elif made(cause):
+        why = (
+            "host was away from CUDA, making the next input itself, until the framework's "
+            "threads copied it"
+        )
     else:
         why = (
             f"host's main thread waited for its next batch at {cause.seen_at[0][0]} "
@@ -105,7 +110,7 @@ def find(context: Context) -> TraceFinding | None:
         f"last{sampled}) in {cause.gaps} gaps while the {why}, "
         f"{format_seconds(cause.usual_s)} a usual gap{copied}{_shared(share, cause)}",
     )
-    if not at_copy(cause):  # the program's line that waited, then where the copies were made
+    if not at_copy(cause) and not made(cause):  # the line that waited, then the copies' own
         framework = cause.seen_framework or found.framework
         line = seen_place(cause.seen_at[0][0], cause.input_looks, idle)
         found = replace(found, places=(line, *found.places), framework=framework,

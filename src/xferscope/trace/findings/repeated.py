@@ -19,7 +19,7 @@ from dataclasses import replace
 from ...core.units import format_seconds
 from ..records import Copy
 from .base import Context, TraceFinding, finding, seen_place
-from .starving import waits
+from .starving import at_copy, waits
 
 ORDER = 5  # where it stands among findings of equal price
 CODE = "repeated_uploads"
@@ -28,6 +28,8 @@ ADVICE: dict[str | None, str] = {
     "PyTorch": "move the tensor to the GPU once, outside the loop, and keep the device "
     "tensor (or register it as a module buffer)",
     "CuPy": "keep the `cupy.ndarray` instead of converting the NumPy array again",
+    "JAX": "put the array on the device once, before the loop (`jax.device_put`), and pass "
+    "the device array to the jitted step instead of the NumPy one",
 }
 
 
@@ -96,8 +98,8 @@ def find(context: Context) -> TraceFinding | None:
         saving_s=cost + waited,
         places=places,
         detail=f"{found.detail}; the GPU waited {format_seconds(waited)} in "
-        f"{sum(s.cause.gaps for s in made)} gaps until they were uploaded again at "
-        f"{first.where}{more}"
+        f"{sum(s.cause.gaps for s in made)} gaps until they were uploaded again"
+        + (f" at {first.where}{more}" if at_copy(first) else f" by the framework's threads{more}")
         + (f", the host meanwhile making them again at {line}" if line else "")
         + ": made once, neither is spent",
     )

@@ -12,6 +12,7 @@ from ..costs import expected, idle_ns, work_ended
 from ..records import RUN_GAP_NS, Copy, split_runs
 from ..reference import Reference
 from .base import NO_CURVES, Context, TraceFinding, finding
+from .repeated import repeated_ids
 
 ORDER = 2  # where it stands among findings of equal price
 CODE = "small_copies"
@@ -43,12 +44,14 @@ ONCE: dict[str | None, str] = {
 CONSTANT_ADVICE = {k: f"{ONCE[k]}; else {v}" for k, v in ADVICE.items()}
 
 
-def advice_for(copies: list[Copy]) -> dict[str | None, str]:
-    """CONSTANT_ADVICE where at least half the copies' contents (their sampled hashes) were copied
-    before, the same bytes uploaded again and again; else ADVICE: distinct data each time (a
-    batch's features), which only fewer, larger copies help."""
-    hashes = [c.content for c in copies if c.content is not None]
-    repeated = len(hashes) - len(set(hashes))
+def advice_for(copies: list[Copy], again: set[int]) -> dict[str | None, str]:
+    """CONSTANT_ADVICE where at least half the copies whose contents were sampled upload data
+    already uploaded (`again`: repeated.repeated_ids, in a loop within its WITHIN steps), the
+    same bytes again and again; else ADVICE: distinct data each time (a batch's features), which
+    only fewer, larger copies help. A camera pipeline's tile parameters, replayed from a clip of
+    512 frames, repeat only 512 steps later: each step's are new."""
+    hashes = [c for c in copies if c.content is not None]
+    repeated = sum(id(c) in again for c in hashes)
     return CONSTANT_ADVICE if hashes and repeated * 2 >= len(hashes) else ADVICE
 
 
@@ -76,7 +79,7 @@ def find(context: Context) -> TraceFinding | None:
     if reference is None:
         cost = sum(c.host_cost_s for c in copies)
         return finding(
-            CODE, title, advice_for(copies), trace, copies, cost, None,
+            CODE, title, advice_for(copies, repeated_ids(context)), trace, copies, cost, None,
             unpriced=f"not priced: {NO_CURVES}",
         )  # fmt: skip
     # what they cost: as traced, or what this machine takes for them untraced if less (a
@@ -90,7 +93,7 @@ def find(context: Context) -> TraceFinding | None:
     return finding(
         CODE,
         title,
-        advice_for(copies),
+        advice_for(copies, repeated_ids(context)),
         trace,
         copies,
         max(cost, host),

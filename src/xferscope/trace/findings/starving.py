@@ -1,7 +1,9 @@
 """Which idle of a GPU is its wait for the next input (starving): the largest idle cause in which
 the host was away from CUDA until it copied a batch up at the same line every step, or in which
-most looks at the main thread found it waiting in a loader's next; less the share of it the
-looks found inside the framework that runs the step (its launches, its optimizer). The finding
+most looks at the main thread found it waiting in a loader's next, or, where the framework's
+own threads copied the input (JAX's PJRT), making it at the program's lines (made); less the
+share of it the looks found inside the framework that runs the step (its launches, its
+optimizer). The finding
 that names it is input_starved.py's, or repeated.py's where the input is the same data made and
 uploaded again each step (repeated.constant)."""
 
@@ -52,15 +54,18 @@ def waits(context: Context) -> list[Starved]:
     found = []
     late = ranks(trace, context.gpus)[1]
     uploads: dict[tuple[int, str | None], list[Copy]] = defaultdict(list)  # by GPU and line
+    handed: dict[int, list[Copy]] = defaultdict(list)  # by GPU: the framework's threads' own
     for c in trace.copies:
         if c.direction == "h2d":
             uploads[(c.device, trace.where(c.frames, c.python))].append(c)
+            if c.off_main_thread and not c.python:
+                handed[c.device].append(c)
     for g in context.gpus.gpus:
         if g.scale is None or (late is not None and g.device == late.device):
             continue
         looked = sampled(trace, g.device)
         for cause in g.idle:
-            if not at_copy(cause) and not _fed(cause):
+            if not at_copy(cause) and not _fed(cause) and not made(cause):
                 continue
             if looked and not loader(cause) and cause.looks < MIN_LOOKS:
                 continue  # too few looks to tell the input's work from the step's own
@@ -68,8 +73,13 @@ def waits(context: Context) -> list[Starved]:
                 continue  # the wait's idle: the waits' finding
             if not loader(cause) and _computing(cause):
                 continue  # the step's own launches (a host-bound step), not its input
-            copies = uploads.get((g.device, cause.where if at_copy(cause) else LOADER_WHERE), [])
-            if at_copy(cause) and len(copies) < 2:  # one copy is a start-up's, not a loop's
+            if at_copy(cause):
+                copies = uploads.get((g.device, cause.where), [])
+            elif _fed(cause):
+                copies = uploads.get((g.device, LOADER_WHERE), [])
+            else:
+                copies = handed[g.device]
+            if not _fed(cause) and len(copies) < 2:  # one copy is a start-up's, not a loop's
                 continue
             found.append(Starved(cause, g, 1.0 if loader(cause) else making(cause), copies))
     # a start-up's wait aside
@@ -129,6 +139,23 @@ AWAY = ("away", "after_wait")  # the kinds of idle the host spent away from CUDA
 def at_copy(cause: IdleCause) -> bool:
     """Away from CUDA until a copy at a line of the program."""
     return cause.kind in AWAY and bool(cause.where) and not cause.where.startswith("(")
+
+
+def made(cause: IdleCause) -> bool:
+    """Away from CUDA with no call to name the GPU's return (JAX hands a jitted call's NumPy
+    arguments to PJRT's threads, which copy them), where MIN_LOOKS looks or more fell, most of
+    them outside the framework at the program's lines and none of most in a loader's next: the
+    host making the step's input itself, then the framework copying it (a 4 MiB mask
+    rasterized with NumPy every step: 67% of the looks in the idle at the rasterizing lines, the
+    GPU idle 76% of its steps). Its uploads are those the framework's threads made."""
+    return (
+        cause.kind == "away"
+        and not at_copy(cause)
+        and cause.looks >= MIN_LOOKS
+        and not loader(cause)
+        and making(cause) > 0.5
+        and bool(cause.seen_at and cause.seen_at[0][0])
+    )
 
 
 def _fed(cause: IdleCause) -> bool:
