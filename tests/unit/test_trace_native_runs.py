@@ -99,3 +99,35 @@ def test_a_wait_left_without_callers_takes_its_threads_one_unwound_line():
     other = replace(waits[64], frames=(OTHER,))
     mixed = replace(trace, calls=(*waits[:64], other, *waits[65:]), frames=TWO)
     assert not any(id(w) in unwound_lines(mixed) for w in mixed.calls)
+
+
+def _two_lines(steps: int = 12) -> Trace:
+    """`steps` steps of a run of 128 uploads of 128 bytes from LINE, then 64 of 64 bytes from
+    OTHER, 8 us apart (one run), one call in 64 unwound, then a 300 us kernel."""
+    copies, kernels = [], []
+    n, t = 0, 1_000 * US
+    for _ in range(steps):
+        for line, size, count in ((LINE, 128, 128), (OTHER, 64, 64)):
+            for _ in range(count):
+                frames = (line,) if n % 64 == 0 else ()
+                call = Call("cudaMemcpyAsync_v3020", t, t + 2 * US, 1, 1, frames=frames)
+                copies.append(Copy(1, "h2d", "pinned", "device", size, t + 2 * US, t + 3 * US,
+                                   0, 7, True, n, call, frames=frames))  # fmt: skip
+                n += 1
+                t += 8 * US
+        kernels.append(_kernel(t + 5 * US, t + 305 * US))
+        t += 310 * US
+    return Trace(tuple(copies), tuple(kernels), (), tuple(c.call for c in copies), {}, TWO, ())
+
+
+def test_a_run_from_two_lines_places_each_size_at_its_line_and_marks_each_step_once():
+    """A renderer's run a step: 128 instances' structs from one line, then 64 lights' from
+    another. Each copy left without callers is its size's line's, and each step is one mark
+    of the line chosen, not one at each sample."""
+    from xferscope.trace.findings.base import places
+
+    trace = _two_lines()
+    found = {p.where: p.calls for p in places(trace, trace.copies)}
+    assert found == {TWO[LINE]: 12 * 128, TWO[OTHER]: 12 * 64}
+    (loop,) = loops(trace)
+    assert loop.where in (TWO[LINE], TWO[OTHER]) and loop.count == 11

@@ -148,7 +148,7 @@ def _unwound_runs(trace: Trace) -> dict[int, tuple[int, int]]:
     one such call in 64 after its first ones), the start of its run, as a span of nothing: the
     run is the main thread's copies of its direction and host memory, each called within
     RUN_GAP_NS of the last one's end with no kernel of its process started between them (where
-    its kernels were recorded), and no other line seen among them. Its line's mark is the
+    its kernels were recorded), cut where its line changes (_by_line). Its line's mark is the
     run's, not the sample's: a CUDA C++ loop's 128 rows a step, each its own cudaMemcpy, had
     two unwound a step, and its steps were marked twice as many as it made (1 x H200)."""
     kernels: dict[int, list[int]] = defaultdict(list)
@@ -176,11 +176,30 @@ def _unwound_runs(trace: Trace) -> dict[int, tuple[int, int]]:
 
     out: dict[int, tuple[int, int]] = {}
     for run in split_runs(main, joins):
-        lines = {trace.where(c.frames, ()) for c in run if c.frames}
-        if len(run) > 1 and len(lines) == 1:  # the run's start: runs follow one another close
-            start = min(c.call.start_ns for c in run if c.call)
-            out.update((id(c.call), (start, start)) for c in run if c.frames)
+        for part in _by_line(trace, run):
+            lines = {trace.where(c.frames, ()) for c in part if c.frames}
+            if len(part) > 1 and len(lines) == 1:  # its start: runs follow one another close
+                start = min(c.call.start_ns for c in part if c.call)
+                out.update((id(c.call), (start, start)) for c in part if c.frames)
     return out
+
+
+def _by_line(trace: Trace, run: list[Copy]) -> list[list[Copy]]:
+    """A run cut where its copies' line changes (Trace.line_of: a call left without callers
+    takes its run's unwound line of its size), one whose line is not known joining the part
+    it is in: a renderer's 128 instances' structs from one line, then 64 lights' from
+    another, in one run, each line's part marked once, not each sample (two marks a step)."""
+    parts: list[list[Copy]] = []
+    line: str | None = None
+    for c in run:
+        here = trace.line_of(c)
+        if parts and (here is None or line is None or here == line):
+            parts[-1].append(c)
+            line = line or here
+        else:
+            parts.append([c])
+            line = here
+    return parts
 
 
 def kernel_name(name: str) -> str:
