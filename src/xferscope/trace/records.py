@@ -139,8 +139,9 @@ def unwound_lines(trace: Trace) -> dict[int, str]:
     name (a run: the copies of one thread, direction and host memory, each called within
     RUN_GAP_NS of the last one's end; those of its size first: a renderer's run of 128
     instances' structs, then 64 lights', from two lines), else the one line the unwound calls
-    of its thread, direction, host memory and size name. A CUDA C++ loop's 185 small copies a step, 960,009
-    in all, were 944,041 "(no caller recorded)" against 15,968 at their line (1 x H200). And
+    of its thread, direction, host memory and size name. A CUDA C++ loop's 185 small copies a
+    step, 960,009 in all, were 944,041 "(no caller recorded)" against 15,968 at their line
+    (1 x H200). And
     of each such call that waits or sets (by id(call)), the one line the unwound calls of its
     name on its thread name."""
     main = sorted(
