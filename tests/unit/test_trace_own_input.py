@@ -168,3 +168,19 @@ def test_host_work_with_no_upload_after_it_is_no_input():
     """The GPU idle while the host works at its line, but nothing uploaded: no input's wait."""
     bare = _handed(_own_input(0))
     assert input_starved.find(Context(replace(bare, copies=bare.copies[:1]), None)) is None
+
+
+def test_the_making_is_one_wait_whatever_call_the_host_came_back_with():
+    """Every other step the host comes back to CUDA with a call of the framework's own (JAX's
+    cudaMemsetAsync, no line) before the GPU resumes, the others with none: two causes of
+    idle, the same making seen in both, priced together."""
+    handed = _handed(_own_input(0))
+    sets = tuple(
+        Call("cudaMemsetAsync_v3020", c.start_ns - MS // 5, c.start_ns - MS // 6, 1, 1)
+        for c in handed.copies[::2]
+    )
+    mixed = replace(handed, calls=(*handed.calls, *sets))
+    alone = input_starved.find(Context(handed, None))
+    both = input_starved.find(Context(mixed, None))
+    assert alone is not None and both is not None and both.saving_s is not None
+    assert both.saving_s == pytest.approx(alone.saving_s, rel=0.03)

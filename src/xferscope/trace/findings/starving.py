@@ -1,9 +1,9 @@
 """Which idle of a GPU is its wait for the next input (starving): the largest idle cause in which
 the host was away from CUDA until it copied a batch up at the same line every step, or in which
 most looks at the main thread found it waiting in a loader's next, or, where the framework's
-own threads copied the input (JAX's PJRT), making it at the program's lines (made); less the
-share of it the looks found inside the framework that runs the step (its launches, its
-optimizer). The finding
+own threads copied the input (JAX's PJRT), making it at the program's lines (made: the idle
+of every call the host came back with, at the line seen most, together); less the share of it
+the looks found inside the framework that runs the step (its launches, its optimizer). The finding
 that names it is input_starved.py's, or repeated.py's where the input is the same data made and
 uploaded again each step (repeated.constant)."""
 
@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..idle import IdleCause, loader_waited
+from ..idle import IdleCause, joined, loader_waited
 from ..ranks import ranks
 from ..records import FRAMEWORKS, LOADER_WHERE, Copy, Trace
 from ..timeline import GpuTimeline
@@ -64,6 +64,7 @@ def waits(context: Context) -> list[Starved]:
         if g.scale is None or (late is not None and g.device == late.device):
             continue
         looked = sampled(trace, g.device)
+        making_at: dict[str, list[IdleCause]] = defaultdict(list)  # made: by the line seen most
         for cause in g.idle:
             if not at_copy(cause) and not _fed(cause) and not made(cause):
                 continue
@@ -81,7 +82,13 @@ def waits(context: Context) -> list[Starved]:
                 copies = handed[g.device]
             if not _fed(cause) and len(copies) < 2:  # one copy is a start-up's, not a loop's
                 continue
+            if not at_copy(cause) and not _fed(cause):  # made: the host's call back says nothing
+                making_at[cause.seen_at[0][0]].append(cause)
+                continue
             found.append(Starved(cause, g, 1.0 if loader(cause) else making(cause), copies))
+        for causes in making_at.values():
+            cause = joined(causes)
+            found.append(Starved(cause, g, making(cause), handed[g.device]))
     # a start-up's wait aside
     return sorted(found, key=lambda s: s.cause.steady_s * s.share, reverse=True)
 
