@@ -161,7 +161,9 @@ def test_a_constant_the_frameworks_threads_uploaded_each_step_is_the_repeats_fin
         ahead.saving_s + sum(c.host_cost_s for c in same.copies[1:])
     )
     assert "uploaded again by the framework's threads" in once.detail
-    assert once.places[0].where == "train.py:30 (make_batch)"
+    made = once.places[0]  # the making's looks and the copies placed where it was seen: one
+    assert made.where == "train.py:30 (make_batch)" and made.looks > 0 and made.calls == 19
+    assert len({p.where for p in once.places}) == len(once.places)
 
 
 def test_host_work_with_no_upload_after_it_is_no_input():

@@ -197,7 +197,7 @@ def host_bound(idlest: dict[str, Any]) -> str:
 
 
 def looks_said(place: dict[str, Any]) -> str:
-    """A place the looks at the main thread found, with no call of its own: how many ("" else)."""
+    """How many looks at the main thread found a place ("" where none did)."""
     return f"{place['looks']} looks" if place.get("looks") else ""
 
 
@@ -388,7 +388,7 @@ def place_lines(fix: dict[str, Any]) -> list[str]:
     for p in shown_places:
         code = f" [dim]{escape(p['code'][:60])}[/dim]" if p.get("code") else ""
         cost = format_seconds(p["cost_s"])
-        calls = counted(p["calls"], "") or looks_said(p)
+        calls = ", ".join(x for x in (counted(p["calls"], ""), looks_said(p)) if x)
         out.append(f"at {escape(shown(p['where']))}: {calls + ', ' if calls else ''}{cost}{code}")
     if rest := len(fix["places"]) - len(shown_places):
         out.append(f"[dim]and {rest} more place{'' if rest == 1 else 's'}, each costing under "

@@ -8,7 +8,7 @@ import bisect
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TypeVar
 
@@ -125,6 +125,17 @@ def seen_place(where: str, looks: int, cost_s: float) -> Place:
     """A line `looks` looks at the main thread found (`file:line (function)`, no call of its
     own recorded there), with its source text where its file can be read."""
     return Place(where, 0, 0, cost_s, code=source_of(where), looks=looks)
+
+
+def with_seen(places: tuple[Place, ...], seen: Place) -> tuple[Place, ...]:
+    """The places with a line the looks found (seen_place) first; where calls of the finding
+    were made at that line too, one place of both, its calls and looks, their costs summed (a
+    JAX program's mask made at a line whose copies PJRT's threads made are placed there too)."""
+    same = next((p for p in places if p.where == seen.where), None)
+    if same is None:
+        return (seen, *places)
+    both = replace(same, cost_s=same.cost_s + seen.cost_s, looks=same.looks + seen.looks)
+    return (both, *(p for p in places if p is not same))
 
 
 def source_of(where: str) -> str:

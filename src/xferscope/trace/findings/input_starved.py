@@ -20,7 +20,16 @@ from dataclasses import replace
 from ...core.units import format_seconds
 from ..idle import IdleCause
 from ..records import LOADER_WHERE, Copy
-from .base import PIN_LOADER, PINNED, Context, TraceFinding, finding, in_words, seen_place
+from .base import (
+    PIN_LOADER,
+    PINNED,
+    Context,
+    TraceFinding,
+    finding,
+    in_words,
+    seen_place,
+    with_seen,
+)
 from .repeated import constant, repeated_ids
 from .starving import at_copy, inside, loader, made, starving
 
@@ -170,7 +179,9 @@ def _own_input(found: TraceFinding, cause: IdleCause, idle: float) -> TraceFindi
     )
     places = found.places
     if line and line != cause.where:
-        places = (seen_place(line, cause.seen_at[0][1] if cause.seen_at else 0, idle), *places)
+        places = with_seen(
+            places, seen_place(line, cause.seen_at[0][1] if cause.seen_at else 0, idle)
+        )
     advice = OWN_INPUT.format(line=line or "the line before the copy",
                               doing=f" ({what})" if what else "")  # fmt: skip
     return replace(found, places=places, advice=advice, detail=found.detail + seen,

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from ...core.units import format_seconds
 from ..records import Copy
-from .base import Context, TraceFinding, finding, seen_place
+from .base import Context, TraceFinding, finding, seen_place, with_seen
 from .starving import at_copy, waits
 
 ORDER = 5  # where it stands among findings of equal price
@@ -87,7 +87,7 @@ def find(context: Context) -> TraceFinding | None:
     for s in reversed(made):  # each line where the host made them again, the largest first
         line = s.cause.seen_at[0][0] if s.cause.seen_at else ""
         if line and line != s.cause.where:
-            places = (seen_place(line, s.cause.seen_at[0][1], s.idle_s), *places)
+            places = with_seen(places, seen_place(line, s.cause.seen_at[0][1], s.idle_s))
     first = made[0].cause
     line = first.seen_at[0][0] if first.seen_at else ""
     n = len(made) - 1
