@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +24,26 @@ inline void check(cudaError_t e, const char* file, int line) {
     std::fprintf(stderr, "%s:%d %s\n", file, line, cudaGetErrorString(e));
     std::exit(2);
   }
+}
+
+// The programs' random start: one xorshift stream a process (the same first value in every
+// form, so that each form makes the same data), its raw words and doubles in [lo, hi).
+inline std::uint64_t random_state = 0x9E3779B97F4A7C15ull;
+inline std::uint64_t next() {
+  random_state ^= random_state << 13, random_state ^= random_state >> 7;
+  random_state ^= random_state << 17;
+  return random_state;
+}
+inline double uniform(double lo = 0, double hi = 1) {
+  return lo + (hi - lo) * (static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0));
+}
+
+// A value's noise: a hash of where it is (a frame and a lamp, a tile, a row), in [0, 1).
+inline double noise(std::uint64_t key) {
+  key += 0x9E3779B97F4A7C15ull;
+  key = (key ^ (key >> 30)) * 0xBF58476D1CE4E5B9ull;
+  key = (key ^ (key >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<double>((key ^ (key >> 31)) >> 11) * (1.0 / 9007199254740992.0);
 }
 
 struct Options {

@@ -67,19 +67,7 @@ __global__ void scatter(const Batch* __restrict__ batch, float* __restrict__ fie
   field[batch->segments[blockIdx.x] * kWidth + threadIdx.x] = batch->rows[blockIdx.x][threadIdx.x];
 }
 
-std::uint64_t state = 0x9E3779B97F4A7C15ull;  // xorshift: the network's and field's random start
-double uniform(double lo = 0, double hi = 1) {
-  state ^= state << 13, state ^= state >> 7, state ^= state << 17;
-  return lo + (hi - lo) * (static_cast<double>(state >> 11) * (1.0 / 9007199254740992.0));
-}
-
-// The log's noise for a value: a hash of where it is, in [0, 1).
-double noise(std::uint64_t key) {
-  key += 0x9E3779B97F4A7C15ull;
-  key = (key ^ (key >> 30)) * 0xBF58476D1CE4E5B9ull;
-  key = (key ^ (key >> 27)) * 0x94D049BB133111EBull;
-  return static_cast<double>((key ^ (key >> 31)) >> 11) * (1.0 / 9007199254740992.0);
-}
+using corpus::next, corpus::noise, corpus::uniform;  // the random start (corpus.hpp)
 
 // The host's decoding of iteration i's reports from the log: which segment of each district
 // reported, and its speeds (its district's usual ones through the day's cycle, with noise).

@@ -70,11 +70,7 @@ __global__ void advance(const float* __restrict__ in, float* __restrict__ out,
   out[i] = here + kDiffuse * (around - 4.0f * here) - kCool * here + heat;
 }
 
-std::uint64_t state = 0x9E3779B97F4A7C15ull;  // xorshift: the scene's and field's random start
-double uniform(double lo = 0, double hi = 1) {
-  state ^= state << 13, state ^= state >> 7, state ^= state << 17;
-  return lo + (hi - lo) * (static_cast<double>(state >> 11) * (1.0 / 9007199254740992.0));
-}
+using corpus::next, corpus::noise, corpus::uniform;  // the random start (corpus.hpp)
 
 // The host's update of a source for iteration i: along its orbit, its footprint turned.
 void move(Object& o, int i) {

@@ -104,22 +104,7 @@ __global__ void develop(const uchar4* __restrict__ frame, const TileParams* __re
                        static_cast<unsigned char>(255.0f * fminf(a.z, 1.0f) + 0.5f), raw.w);
 }
 
-std::uint64_t state = 0x9E3779B97F4A7C15ull;  // xorshift: the clip's and the tiles' random start
-std::uint64_t next() {
-  state ^= state << 13, state ^= state >> 7, state ^= state << 17;
-  return state;
-}
-double uniform(double lo = 0, double hi = 1) {
-  return lo + (hi - lo) * (static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0));
-}
-
-// The replayed statistics' noise for a value: a hash of where it is, in [0, 1).
-double noise(std::uint64_t key) {
-  key += 0x9E3779B97F4A7C15ull;
-  key = (key ^ (key >> 30)) * 0xBF58476D1CE4E5B9ull;
-  key = (key ^ (key >> 27)) * 0x94D049BB133111EBull;
-  return static_cast<double>((key ^ (key >> 31)) >> 11) * (1.0 / 9007199254740992.0);
-}
+using corpus::next, corpus::noise, corpus::uniform;  // the random start (corpus.hpp)
 
 // The 3A controller's parameters for tile k of frame i, from the tile's statistics in the
 // clip's frame (its mean level and its light's colour temperature).

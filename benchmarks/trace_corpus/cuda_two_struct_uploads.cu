@@ -149,22 +149,7 @@ __global__ void shade(const Texel* __restrict__ visibility, const Frame* __restr
   history[i] = h;
 }
 
-std::uint64_t state = 0x9E3779B97F4A7C15ull;  // xorshift: the scene's and buffers' random start
-std::uint64_t next() {
-  state ^= state << 13, state ^= state >> 7, state ^= state << 17;
-  return state;
-}
-double uniform(double lo = 0, double hi = 1) {
-  return lo + (hi - lo) * (static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0));
-}
-
-// A lamp's flicker for a frame: a hash of the frame and the lamp, in [0, 1).
-double noise(std::uint64_t key) {
-  key += 0x9E3779B97F4A7C15ull;
-  key = (key ^ (key >> 30)) * 0xBF58476D1CE4E5B9ull;
-  key = (key ^ (key >> 27)) * 0x94D049BB133111EBull;
-  return static_cast<double>((key ^ (key >> 31)) >> 11) * (1.0 / 9007199254740992.0);
-}
+using corpus::next, corpus::noise, corpus::uniform;  // the random start (corpus.hpp)
 
 // The scene graph's update of an instance for frame i: spun about its axis (Rodrigues), scaled,
 // carried along its orbit and bobbing.
