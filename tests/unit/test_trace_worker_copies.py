@@ -66,3 +66,29 @@ def test_a_run_of_small_copies_a_worker_issued_costs_the_idle_before_it(thread, 
     )
     f = small.find(Context(trace, reference))
     assert f is not None and f.saving_s == pytest.approx(saving_us * 1e-6, abs=1e-6)
+
+
+@pytest.mark.parametrize(("thread", "saving_us"), [(2, 915.0), (1, 235.0)])
+def test_one_puts_runs_are_one_batch_until_a_kernel(thread, saving_us):
+    """Three steps, each a kernel to 0.5 ms, then 40 small uploads from 0.8 ms, 10 us apart, in
+    a run of 30 and one of 10, 300 us apart (the main thread making a buffer for each array
+    between them). Issued by PJRT's threads (2): one `jax.device_put` of a list, one batch
+    from the kernel's end to its last copy, at most the GPU's idle there (995 us less its 40
+    copies' 80); the run of 10 alone is under BATCH_MIN and would go unpriced. Issued by the
+    main thread (1): two runs, the run of 30 priced (its calls less one, at most the idle in
+    them: 295 us less 60)."""
+    reference = Reference("test", {("h2d", "pinned"): ((4096, 2e-6), (1 << 20, 3e-5))})
+    copies, kernels = [], []
+    for step in range(3):
+        t0 = step * 5_000 * US
+        kernels.append(_kernel(t0 + 100 * US, t0 + 500 * US))
+        for i in range(40):
+            t = t0 + 800 * US + i * 10 * US + (300 * US if i >= 30 else 0)
+            call = Call("cuMemcpyHtoDAsync_v2", t, t + 2 * US, thread, 1)
+            copies.append(Copy(1, "h2d", "pinned", "device", 4096, t + 3 * US, t + 5 * US, 0, 7,
+                               True, step * 40 + i, call))  # fmt: skip
+    trace = Trace(tuple(copies), tuple(kernels), (), tuple(c.call for c in copies), {}, {}, ())
+    f = small.find(Context(trace, reference))
+    assert f is not None and f.saving_s is not None
+    assert f.title.startswith("runs of many small copies (3 runs")
+    assert f.saving_s == pytest.approx(3 * saving_us * 1e-6, rel=0.01)

@@ -4,12 +4,14 @@ issued them, by the host's time between the run's first call and its last."""
 
 from __future__ import annotations
 
+import bisect
 import itertools
+from collections import defaultdict
 
 from ...core import stats
 from ...core.units import format_seconds
 from ..costs import expected, idle_ns, work_ended
-from ..records import RUN_GAP_NS, Copy, split_runs
+from ..records import RUN_GAP_NS, Copy, Trace, split_runs
 from ..reference import Reference
 from .base import NO_CURVES, Context, TraceFinding, finding
 from .repeated import repeated_ids
@@ -71,7 +73,8 @@ def find(context: Context) -> TraceFinding | None:
             and (c.call.start_ns if c.call else c.start_ns) - last.end_ns <= RUN_GAP_NS
         )
 
-    runs = [r for r in split_runs(trace.copies, joins) if len(r) >= BATCH_MIN and small(r[0])]
+    runs = one_put(trace, split_runs(trace.copies, joins))
+    runs = [r for r in runs if len(r) >= BATCH_MIN and small(r[0])]
     if not runs:
         return None
     copies = [c for run in runs for c in run]
@@ -103,6 +106,41 @@ def find(context: Context) -> TraceFinding | None:
         "between the run's first call and its last, which one call would not take; `xferscope "
         "batch --size-mix file:copies.csv` compares the ways of batching on these very sizes",
     )
+
+
+def one_put(trace: Trace, runs: list[list[Copy]]) -> list[list[Copy]]:
+    """The runs, those of a framework's own threads (no Python stack, off the main thread: JAX's
+    PJRT threads) joined where no kernel of their GPU started between them and its kernels
+    were recorded there: one `jax.device_put` of a list, whose arrays the main thread hands
+    over one by one (a buffer made each), pauses over RUN_GAP_NS between its copies (a 256
+    sample list: 4 runs a step, the gaps between them left unpriced), and one put of the
+    stacked arrays saves them all."""
+    starts: dict[int, list[int]] = defaultdict(list)
+    for k in trace.kernels():
+        starts[k.device].append(k.start_ns)
+    for each in starts.values():
+        each.sort()
+    seen = {id(c) for c in trace.seen_with_kernels([c for run in runs for c in run])}
+
+    def handed(run: list[Copy]) -> bool:
+        return all(c.off_main_thread and not c.python and id(c) in seen for c in run)
+
+    out: list[list[Copy]] = []
+    for run in runs:
+        last = out[-1] if out else None
+        if (
+            last is not None
+            and handed(last)
+            and handed(run)
+            and (last[-1].pid, last[-1].device, last[-1].direction, last[-1].host_memory)
+            == (run[0].pid, run[0].device, run[0].direction, run[0].host_memory)
+            and bisect.bisect_left(starts[run[0].device], run[0].start_ns)
+            == bisect.bisect_right(starts[run[0].device], last[-1].end_ns)
+        ):
+            last.extend(run)
+        else:
+            out.append(list(run))
+    return out
 
 
 def host_saving(
