@@ -92,3 +92,29 @@ def test_one_puts_runs_are_one_batch_until_a_kernel(thread, saving_us):
     assert f is not None and f.saving_s is not None
     assert f.title.startswith("runs of many small copies (3 runs")
     assert f.saving_s == pytest.approx(3 * saving_us * 1e-6, rel=0.01)
+
+
+@pytest.mark.parametrize(("python", "after"), [(False, 0.5), (True, 0.0)])
+def test_the_idle_after_a_framework_threads_upload_until_the_step_is_the_inputs(python, after):
+    """Ten steps 5 ms apart: four 0.1 ms uploads 0.3 ms apart by thread 2, the step's kernels
+    0.5 ms after the last one ends, the main thread's wait the step's mark. Issued by PJRT's
+    threads (no Python stack), the 0.5 ms until the kernels is the input's too: the main
+    thread handed the arrays over and dispatched the step only then. By a loader's thread (a
+    Python stack), whose copies run ahead of the step, it is not."""
+    copies, kernels, calls = [], [], []
+    stack = (PyFrame("loader.py", 9, "run"),) if python else ()
+    line = (PyFrame("train.py", 50, "train"),)
+    for i in range(10):
+        t = 1_000_000 * US + i * 5_000 * US
+        for j in range(4):
+            at = t + j * 300 * US
+            up = Call("cuMemcpyHtoDAsync_v2", at - 20 * US, at, 2, 1)
+            calls.append(up)
+            copies.append(Copy(1, "h2d", "pageable", "device", 64, at, at + 100 * US, 0, 7,
+                               True, j, up, python=stack))  # fmt: skip
+        kernels.append(_kernel(t + 1_500 * US, t + 3_000 * US))
+        calls.append(Call("cuStreamSynchronize", t + 3_000 * US, t + 3_500 * US, 1, 1, python=line))
+    loop = steps(Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, ()))
+    assert loop is not None and loop.input_share is not None
+    # the idle each upload ends (2 ms, then 0.2 ms thrice) and the copies alone (0.4 ms)
+    assert loop.input_share == pytest.approx((2.0 + 0.6 + 0.4 + after) / 5)

@@ -192,11 +192,12 @@ def input_ns(
     total = 0
     away: dict[tuple[str, str, str, str], list[tuple[int, int]]] = defaultdict(list)
     worker = _worker_fed(trace, pid)
+    handed = _handed_ends(trace, pid)
     for device, steps_on in on.items():
         s, e = busy[device]
         for g0, g1 in clipped(list(zip(e[:-1], s[1:], strict=True)), steps_on):
-            if (device, g1) in worker:  # the GPU resumed with a worker thread's upload
-                total += g1 - g0
+            if (device, g1) in worker or (device, g0) in handed:  # a worker's copy, or after
+                total += g1 - g0  # a framework thread's: the step dispatched once it was in
                 continue
             within = int(RESUMED_WITHIN_S * 1e9) if g1 - g0 >= LAUNCH_GAP_S * 1e9 else 0
             parts = split(main, starts, g0, g1, label, ("", ""), within, away, waits)
@@ -227,6 +228,22 @@ def _worker_fed(trace: Trace, pid: int) -> set[tuple[int, int]]:
         (c.device, c.start_ns)
         for c in trace.copies
         if c.pid == pid and c.off_main_thread and moves_data(c)
+    }
+
+
+def _handed_ends(trace: Trace, pid: int) -> set[tuple[int, int]]:
+    """(GPU, end) of each copy that moved process `pid`'s data, issued by a framework's own
+    thread with no Python stack (PJRT's, for a `jax.device_put` or a jitted call's NumPy
+    arguments; not a loader's thread, whose copies run ahead of the step). The GPU idle from
+    such a copy's end to the next kernel waited for the input too: the main thread, handing
+    the arrays over, dispatched the step only then, where with them resident it would have
+    been queued behind the step before (jax_sample_list_puts on 1 x H200: the steps' input
+    share 0.883 with the idle each such copy ends alone, 0.951 with this, against 0.980 from
+    its resident form)."""
+    return {
+        (c.device, c.end_ns)
+        for c in trace.copies
+        if c.pid == pid and c.off_main_thread and not c.python and moves_data(c)
     }
 
 
