@@ -64,7 +64,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus_zygote import Zygote, forkable
 from spread import median_interval, round_savings
-from trace_corpus_judge import Program, is_program, judge_all, read_program
+from trace_corpus_judge import Program, changed_since, is_program, judge_all, read_program
 
 HERE = Path(__file__).resolve().parent
 CORPUS = HERE / "trace_corpus"
@@ -447,9 +447,16 @@ def main() -> None:
     ):
         parser.error(f"--archive: {args.archive!r} is not a directory")
     try:
-        programs(args.programs)  # an unknown name is said before anything runs
+        chosen = programs(args.programs)  # an unknown name is said before anything runs
     except ValueError as exc:
         parser.error(str(exc))
+    if stale := [p.path.name for p in chosen if changed_since(p.path, args.commit)]:
+        one = len(stale) == 1
+        parser.error(
+            f"--commit: {', '.join(stale)} {'differs' if one else 'differ'} from "
+            f"{'its' if one else 'their'} text at {args.commit}: name the commit of the tree "
+            "that runs (its hash where it was made)"
+        )
     try:
         import torch  # noqa: F401  (only where the programs run)
     except ImportError:

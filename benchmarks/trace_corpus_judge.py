@@ -97,6 +97,22 @@ def as_at(path: Path, commit: str) -> str | None:
     return proc.stdout if proc.returncode == 0 and proc.stdout else None
 
 
+def changed_since(path: Path, commit: str) -> bool:
+    """Whether the file's text differs from its text at `commit` (a file not in it differs),
+    where git knows that commit; False where it does not: a GPU machine's copy of the tree,
+    whose git may know only older commits, cannot tell. A round measured with such a copy's
+    own HEAD named (older than its tree) had the judge read its programs' STEP lines as they
+    stood at that commit: a program written since read as it is, one edited since not."""
+    if not COMMIT.fullmatch(commit):
+        return False
+    try:
+        known = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"],
+                               cwd=path.parent, capture_output=True, timeout=30)  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return known.returncode == 0 and as_at(path, commit) != path.read_text()
+
+
 def replay(kept: Path) -> dict[str, Any]:
     """The trace document of the runs kept in `kept`, made by this checkout's analysis."""
     with tempfile.TemporaryDirectory() as scratch:

@@ -174,3 +174,32 @@ def test_steps_are_right_only_where_the_trace_counted_about_as_many_as_the_progr
     assert counted_right(4_003, {"steps": 4_000}) and counted_right(3_700, {"steps": 4_000})
     assert not counted_right(7_993, {"steps": 4_000}) and not counted_right(None, {"steps": 9})
     assert counted_right(123, {}) and counted_right(None, None)  # the run did not say
+
+
+def test_a_program_changed_since_the_named_commit_is_told_where_git_knows_it(tmp_path):
+    """The commit a round names must be the tree's that ran: a program edited or written since
+    a commit git knows differs from it; an unknown commit (a GPU machine's copy of the tree,
+    whose git knows only older ones) or one that is no hash tells nothing."""
+    import shutil
+    import subprocess
+
+    from trace_corpus_judge import changed_since
+
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run([*git, "init", "-q", str(tmp_path)], check=True)
+    program = tmp_path / "loop.py"
+    program.write_text("x = 1  # STEP\n")
+    subprocess.run([*git, "add", "loop.py"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-qm", "a"], cwd=tmp_path, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, check=True,
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    assert not changed_since(program, head)
+    program.write_text("x = 2  # STEP\n")
+    assert changed_since(program, head) and changed_since(program, head[:7])
+    later = tmp_path / "later.py"
+    later.write_text("y = 1  # STEP\n")
+    assert changed_since(later, head)  # not in it
+    assert not changed_since(program, "0123456789abcdef0123456789abcdef01234567")
+    assert not changed_since(program, "--output=x")
