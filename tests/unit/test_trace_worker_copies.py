@@ -18,26 +18,31 @@ from .trace_loops import _kernel
 US = 1_000
 
 
+def _worker_steps(kernels_at_us: int, stack: tuple[PyFrame, ...] = ()) -> Trace:
+    """Ten steps 5 ms apart: four 0.1 ms uploads 0.3 ms apart issued by thread 2 of process 1
+    (with `stack` as their Python stack), kernels from `kernels_at_us` to 3 ms, then the main
+    thread's 0.5 ms wait at train.py:50 (the step's mark)."""
+    copies, kernels, calls = [], [], []
+    line = (PyFrame("train.py", 50, "train"),)
+    for i in range(10):
+        t = 1_000_000 * US + i * 5_000 * US
+        for j in range(4):
+            at = t + j * 300 * US
+            up = Call("cuMemcpyHtoDAsync_v2", at - 20 * US, at, 2, 1)
+            calls.append(up)
+            copies.append(Copy(1, "h2d", "pageable", "device", 64, at, at + 100 * US, 0, 7,
+                               True, j, up, python=stack))  # fmt: skip
+        kernels.append(_kernel(t + kernels_at_us * US, t + 3_000 * US))
+        calls.append(Call("cuStreamSynchronize", t + 3_000 * US, t + 3_500 * US, 1, 1, python=line))
+    return Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, ())
+
+
 def test_the_idle_a_worker_threads_upload_ends_is_the_inputs():
     """JAX's `device_put` has PJRT's threads copy the arrays: ten steps 5 ms apart, each four
     0.1 ms uploads 0.3 ms apart issued by thread 2 of process 1, 2 ms of kernels, then the main
     thread's 0.5 ms wait (the step's mark). The idle each upload ends (2 ms before the first,
     0.2 ms before each other) is the input's though the main thread made no copy."""
-    us = US
-    copies, kernels, calls = [], [], []
-    line = (PyFrame("train.py", 50, "train"),)
-    for i in range(10):
-        t = 1_000_000 * us + i * 5_000 * us
-        for j in range(4):
-            at = t + j * 300 * us
-            up = Call("cuMemcpyHtoDAsync_v2", at - 20 * us, at, 2, 1)
-            calls.append(up)
-            copies.append(
-                Copy(1, "h2d", "pageable", "device", 64, at, at + 100 * us, 0, 7, True, j, up)
-            )
-        kernels.append(_kernel(t + 1_000 * us, t + 3_000 * us))
-        calls.append(Call("cuStreamSynchronize", t + 3_000 * us, t + 3_500 * us, 1, 1, python=line))
-    loop = steps(Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, ()))
+    loop = steps(_worker_steps(1_000))
     assert loop is not None and loop.count == 9 and loop.where == "train.py:50 (train)"
     assert loop.idle_share == pytest.approx(2.6 / 5)
     assert loop.input_share == pytest.approx((2.6 + 0.4) / 5)
@@ -101,20 +106,8 @@ def test_the_idle_after_a_framework_threads_upload_until_the_step_is_the_inputs(
     threads (no Python stack), the 0.5 ms until the kernels is the input's too: the main
     thread handed the arrays over and dispatched the step only then. By a loader's thread (a
     Python stack), whose copies run ahead of the step, it is not."""
-    copies, kernels, calls = [], [], []
     stack = (PyFrame("loader.py", 9, "run"),) if python else ()
-    line = (PyFrame("train.py", 50, "train"),)
-    for i in range(10):
-        t = 1_000_000 * US + i * 5_000 * US
-        for j in range(4):
-            at = t + j * 300 * US
-            up = Call("cuMemcpyHtoDAsync_v2", at - 20 * US, at, 2, 1)
-            calls.append(up)
-            copies.append(Copy(1, "h2d", "pageable", "device", 64, at, at + 100 * US, 0, 7,
-                               True, j, up, python=stack))  # fmt: skip
-        kernels.append(_kernel(t + 1_500 * US, t + 3_000 * US))
-        calls.append(Call("cuStreamSynchronize", t + 3_000 * US, t + 3_500 * US, 1, 1, python=line))
-    loop = steps(Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, ()))
+    loop = steps(_worker_steps(1_500, stack))
     assert loop is not None and loop.input_share is not None
     # the idle each upload ends (2 ms, then 0.2 ms thrice) and the copies alone (0.4 ms)
     assert loop.input_share == pytest.approx((2.0 + 0.6 + 0.4 + after) / 5)

@@ -141,9 +141,8 @@ def unwound_lines(trace: Trace) -> dict[int, str]:
     instances' structs, then 64 lights', from two lines), else the one line the unwound calls
     of its thread, direction, host memory and size name. A CUDA C++ loop's 185 small copies a
     step, 960,009 in all, were 944,041 "(no caller recorded)" against 15,968 at their line
-    (1 x H200). And
-    of each such call that waits or sets (by id(call)), the one line the unwound calls of its
-    name on its thread name."""
+    (1 x H200). And of each such call that waits or sets (by id(call)), the one line the
+    unwound calls of its name on its thread name."""
     main = sorted(
         (c for c in trace.copies if c.call is not None and not c.python),
         key=lambda c: (c.pid, c.call.thread if c.call else 0, c.call.start_ns if c.call else 0),
@@ -331,6 +330,12 @@ class Copy:
         """Issued by a thread other than its process's main one (JAX's PJRT threads, a loader's
         thread), so no call of the main thread's made it."""
         return self.call is not None and self.call.thread != self.pid
+
+    @property
+    def by_framework_thread(self) -> bool:
+        """Issued by a framework's own thread, with no Python stack (JAX's PJRT threads copy a
+        `jax.device_put`'s arrays), not a Python thread of the program's (a loader's)."""
+        return self.off_main_thread and not self.python
 
     @property
     def blocks_host(self) -> bool:

@@ -243,7 +243,7 @@ def _handed_ends(trace: Trace, pid: int) -> set[tuple[int, int]]:
     return {
         (c.device, c.end_ns)
         for c in trace.copies
-        if c.pid == pid and c.off_main_thread and not c.python and moves_data(c)
+        if c.pid == pid and c.by_framework_thread and moves_data(c)
     }
 
 

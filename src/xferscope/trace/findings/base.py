@@ -7,10 +7,10 @@ from __future__ import annotations
 import bisect
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ...core import stats
 from ...core.units import format_bytes
@@ -26,6 +26,9 @@ from ..timeline import Timelines, timelines
 LOOK_NEAR_S = 0.01  # a look this close to a call, or within its period, saw where it was made
 
 
+Found = TypeVar("Found")
+
+
 @dataclass(frozen=True)
 class Context:
     """What a finding is found in: the trace (its steady state: phases.steady), and this
@@ -36,6 +39,15 @@ class Context:
     reference: Reference | None
     loops: tuple[Steps, ...] = ()
     whole: Trace | None = None  # start-up and end included (None: `trace` is whole)
+    # what findings ask of it more than once (the repeated uploads, the waits for an input)
+    _found: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def once(self, key: str, make: Callable[[], Found]) -> Found:
+        """What `make` finds, found the first time `key` is asked for and kept for the rest."""
+        if key not in self._found:
+            self._found[key] = make()
+        found: Found = self._found[key]
+        return found
 
     @cached_property
     def uses_loader(self) -> bool:

@@ -38,7 +38,12 @@ WITHIN = 2.0  # in a loop, data uploaded again within this many steps is a const
 
 def repeats(context: Context) -> list[Copy]:
     """The uploads of data already uploaded: in a process with a loop, those within WITHIN of
-    its steps of the last upload of the same data; elsewhere every upload after the first."""
+    its steps of the last upload of the same data; elsewhere every upload after the first.
+    Found once a context: several findings ask."""
+    return context.once("repeats", lambda: _repeats(context))
+
+
+def _repeats(context: Context) -> list[Copy]:
     last: dict[tuple[int, int, int], int] = {}
     out = []
     for c in context.trace.copies:
@@ -54,7 +59,7 @@ def repeats(context: Context) -> list[Copy]:
 
 def repeated_ids(context: Context) -> set[int]:
     """The ids of the uploads of data already uploaded (repeats), to ask of once."""
-    return {id(c) for c in repeats(context)}
+    return context.once("repeated_ids", lambda: {id(c) for c in repeats(context)})
 
 
 def constant(again: set[int], copies: list[Copy]) -> bool:

@@ -122,16 +122,15 @@ def one_put(trace: Trace, runs: list[list[Copy]]) -> list[list[Copy]]:
         each.sort()
     seen = {id(c) for c in trace.seen_with_kernels([c for run in runs for c in run])}
 
-    def handed(run: list[Copy]) -> bool:
-        return all(c.off_main_thread and not c.python and id(c) in seen for c in run)
-
     out: list[list[Copy]] = []
+    joining = False  # whether the last run of `out` is a framework thread's, all seen
     for run in runs:
+        handed = all(c.by_framework_thread and id(c) in seen for c in run)
         last = out[-1] if out else None
         if (
             last is not None
-            and handed(last)
-            and handed(run)
+            and joining
+            and handed
             and (last[-1].pid, last[-1].device, last[-1].direction, last[-1].host_memory)
             == (run[0].pid, run[0].device, run[0].direction, run[0].host_memory)
             and bisect.bisect_left(starts[run[0].device], run[0].start_ns)
@@ -140,6 +139,7 @@ def one_put(trace: Trace, runs: list[list[Copy]]) -> list[list[Copy]]:
             last.extend(run)
         else:
             out.append(list(run))
+            joining = handed
     return out
 
 

@@ -49,7 +49,12 @@ class Starved:
 
 def waits(context: Context) -> list[Starved]:
     """Every wait for an input of any GPU but a straggler's (its idle is the straggler
-    finding's), the largest first (its idle, less the share the framework's own code had)."""
+    finding's), the largest first (its idle, less the share the framework's own code had).
+    Found once a context: the input's and the repeated uploads' findings both ask."""
+    return context.once("waits", lambda: _waits(context))
+
+
+def _waits(context: Context) -> list[Starved]:
     trace = context.trace
     found = []
     late = ranks(trace, context.gpus)[1]
@@ -58,7 +63,7 @@ def waits(context: Context) -> list[Starved]:
     for c in trace.copies:
         if c.direction == "h2d":
             uploads[(c.device, trace.where(c.frames, c.python))].append(c)
-            if c.off_main_thread and not c.python:
+            if c.by_framework_thread:
                 handed[c.device].append(c)
     for g in context.gpus.gpus:
         if g.scale is None or (late is not None and g.device == late.device):
@@ -74,15 +79,16 @@ def waits(context: Context) -> list[Starved]:
                 continue  # the wait's idle: the waits' finding
             if not loader(cause) and _computing(cause):
                 continue  # the step's own launches (a host-bound step), not its input
-            if at_copy(cause):
+            fed, by_copy = _fed(cause), at_copy(cause)  # neither: made
+            if by_copy:
                 copies = uploads.get((g.device, cause.where), [])
-            elif _fed(cause):
+            elif fed:
                 copies = uploads.get((g.device, LOADER_WHERE), [])
             else:
                 copies = handed[g.device]
-            if not _fed(cause) and len(copies) < 2:  # one copy is a start-up's, not a loop's
+            if not fed and len(copies) < 2:  # one copy is a start-up's, not a loop's
                 continue
-            if not at_copy(cause) and not _fed(cause):  # made: the host's call back says nothing
+            if not by_copy and not fed:  # made: the call the host came back with says nothing
                 making_at[cause.seen_at[0][0]].append(cause)
                 continue
             found.append(Starved(cause, g, 1.0 if loader(cause) else making(cause), copies))
