@@ -60,16 +60,24 @@ def _own_input(in_optimizer: int, same: bool = False, lines: tuple[int, ...] = (
 
 
 @pytest.mark.parametrize("in_optimizer", [2, 3])
-def test_the_idle_is_the_inputs_in_the_share_of_looks_outside_the_framework(in_optimizer):
+def test_the_input_is_the_share_of_looks_outside_the_framework_up_to_the_gpus_idle(in_optimizer):
+    """The host away 9.95 ms a step, the GPU idle 7 ms of it (it ran the step's 2.9 ms first):
+    made ahead, the step takes the longer of the host's other work (the looks in the optimizer)
+    and the GPU's 3 ms. With 2 looks of 7 in the optimizer the host's other work is 2.8 ms, so
+    all the idle goes; with 3, 4.3 ms, so the step saves only the making, 4/7 of 9.95 ms."""
     own = input_starved.find(Context(_own_input(0), None))
     mixed = input_starved.find(Context(_own_input(in_optimizer), None))
     assert own is not None and mixed is not None and own.saving_s is not None
-    assert mixed.saving_s == pytest.approx(own.saving_s * (7 - in_optimizer) / 7)
     assert own.saving_s == pytest.approx(19 * 7e-3, rel=0.02)
+    making = 9.95e-3 * (7 - in_optimizer) / 7
+    assert mixed.saving_s == pytest.approx(19 * min(making, 7e-3), rel=0.02)
     assert (
-        f"priced at {(7 - in_optimizer) / 7:.0%} of it: {19 * in_optimizer} of the" in mixed.detail
+        f"making was {(7 - in_optimizer) / 7:.0%} of the host's time away: {19 * in_optimizer} of"
+        in mixed.detail
     )
-    assert "priced at" not in own.detail
+    assert "making was" not in own.detail
+    bound = "all the GPU's idle" if in_optimizer == 2 else "the host's time making it"
+    assert f"the price is {bound}" in mixed.detail
 
 
 def test_looks_mostly_in_the_framework_are_the_steps_own_launches_not_its_input():

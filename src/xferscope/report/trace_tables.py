@@ -15,7 +15,7 @@ from ..core.units import format_bytes, format_rate, format_seconds
 from ..trace.analyze import WORTH
 from ..trace.document import TraceResult, steady_s
 from ..trace.findings.base import counted
-from ..trace.findings.small import SMALL_BYTES
+from ..trace.findings.runs import SMALL_BYTES
 from ..trace.idle import LONG_GAP
 from ..trace.records import shown
 

@@ -63,6 +63,10 @@ class IdleCause:
     usual_s: float = 0.0  # its median gap
     long_gaps: int = 0  # its gaps over LONG_GAP times the usual one
     long_excess_s: float = 0.0  # what they took beyond a usual gap each
+    # what its long gaps over LONG_GAP times their own usual one took beyond that: where the
+    # long gaps are every step's wait (long only beside the gaps before a step's other copies),
+    # an epoch's start among them
+    longer_excess_s: float = 0.0
     # away: the looks at the main thread that fell in its time, those waiting for the next
     # batch (a DataLoader's or DeviceLoader's next), the program's lines they saw with how many
     # each (the most seen first), and the framework the waits for a batch went through
@@ -73,6 +77,10 @@ class IdleCause:
     waited_at: str = ""
     seen_doing: tuple[tuple[str, int], ...] = ()  # what the looks found it doing (samples.doing)
     value_looks: int = 0  # the looks that found it waiting for a value (samples.VALUE_READS)
+    # away: the main thread's whole time away from CUDA in the stretches that hold its gaps,
+    # from the end of its last call before each (each stretch once): the host's work there,
+    # of which the GPU's idle is only the part after the GPU ran out of queued work
+    host_s: float = 0.0
 
     @property
     def steady_s(self) -> float:
@@ -105,9 +113,11 @@ def joined(causes: Sequence[IdleCause]) -> IdleCause:
         gaps=sum(c.gaps for c in causes),
         long_gaps=sum(c.long_gaps for c in causes),
         long_excess_s=sum(c.long_excess_s for c in causes),
+        longer_excess_s=sum(c.longer_excess_s for c in causes),
         looks=sum(c.looks for c in causes),
         input_looks=sum(c.input_looks for c in causes),
         value_looks=sum(c.value_looks for c in causes),
+        host_s=sum(c.host_s for c in causes),
         seen_at=counted([c.seen_at for c in causes]),
         seen_doing=counted([c.seen_doing for c in causes]),
     )
@@ -157,6 +167,7 @@ def causes(
     waits = waits_of(trace)
     each: dict[Key, list[int]] = defaultdict(list)  # ns per gap, by cause
     away: dict[Key, list[tuple[int, int]]] = defaultdict(list)
+    host: dict[Key, list[tuple[int, int]]] = defaultdict(list)
 
     def label(c: Call) -> tuple[str, str]:
         return c.name, lines(c)
@@ -165,22 +176,36 @@ def causes(
         if g1 - g0 < LAUNCH_GAP_S * 1e9:
             each[("launch", "", "", "")].append(g1 - g0)
             continue
-        for key, ns in split(main, starts, g0, g1, label, stretches=away, waits=waits).items():
+        for key, ns in split(main, starts, g0, g1, label, stretches=away, waits=waits,
+                             hosts=host).items():  # fmt: skip
             each[key].append(ns)
-    found = [_cause(key, ns, lines_in(trace.samples, pids, away.get(key, ()))) for key, ns in
-             each.items()]  # fmt: skip
+    found = [_cause(key, ns, lines_in(trace.samples, pids, away.get(key, ())),
+                    _union_ns(host.get(key, ()))) for key, ns in each.items()]  # fmt: skip
     return tuple(sorted(found, key=lambda c: -c.seconds)[:MOST_CAUSES])
 
 
-def _cause(key: Key, ns: list[int], seen: Seen) -> IdleCause:
-    """A cause from its time in each gap (the total, the usual gap and the long ones) and what
-    the looks at the main thread saw in it."""
+def _union_ns(stretches: Sequence[tuple[int, int]]) -> int:
+    """The time the stretches cover, each instant once."""
+    total, reached = 0, None
+    for a, b in sorted(stretches):
+        a = a if reached is None else max(a, reached)
+        total += max(b - a, 0)
+        reached = b if reached is None else max(reached, b)
+    return total
+
+
+def _cause(key: Key, ns: list[int], seen: Seen, host_ns: int = 0) -> IdleCause:
+    """A cause from its time in each gap (the total, the usual gap and the long ones), what
+    the looks at the main thread saw in it and the host's whole stretches away that held it."""
     usual = statistics.median(ns)
-    long = [x - usual for x in ns if x > LONG_GAP * usual]
+    long = [x for x in ns if x > LONG_GAP * usual]
+    usual_long = statistics.median(long) if long else 0
+    longer = sum(x - usual_long for x in long if x > LONG_GAP * usual_long)
     kind, function, where, waited = key
     return IdleCause(kind, function, where, sum(ns) * 1e-9, len(ns), usual * 1e-9, len(long),
-                     sum(long) * 1e-9, seen.looks, seen.input_looks, seen.lines, seen.framework,
-                     waited, seen.doing, seen.value_looks)  # fmt: skip
+                     (sum(long) - usual * len(long)) * 1e-9, longer * 1e-9, seen.looks,
+                     seen.input_looks, seen.lines, seen.framework, waited, seen.doing,
+                     seen.value_looks, host_ns * 1e-9)  # fmt: skip
 
 
 def split(
@@ -193,6 +218,7 @@ def split(
     resumed_within_ns: int = int(RESUMED_WITHIN_S * 1e9),
     stretches: dict[Key, list[tuple[int, int]]] | None = None,
     waits: Callable[[Call], bool] = lambda c: c.synchronizes,
+    hosts: dict[Key, list[tuple[int, int]]] | None = None,
 ) -> dict[Key, int]:
     """The gap [g0, g1) in ns by cause (kind, function, line, the wait it followed), each call
     named by `label` (its function and line): each stretch inside a call of the main thread
@@ -201,9 +227,12 @@ def split(
     the gap (the GPU started what it issued), else `nothing`. Where the gap began as the host
     came back from a wait for the GPU (`waits`: Trace.waits, within a launch's gap of g0), its
     away stretches are after that wait. `stretches`, where given, gets each away stretch [a, b)
-    by cause."""
+    by cause; `hosts`, each away stretch from where the host left CUDA (the end of its last
+    call before the gap, for the gap's first)."""
     out: dict[Key, int] = defaultdict(int)
     i = max(bisect.bisect_left(starts, g0) - 1, 0)
+    # where the host was already away as the gap began: since its last call before it ended
+    left = main[i].end_ns if i < len(main) and main[i].end_ns <= g0 else g0
     waited = ""  # the wait the gap began with, as "function at line"
     if i < len(main) and waits(main[i]) and main[i].end_ns >= g0 - LAUNCH_GAP_S * 1e9:
         function, line = label(main[i])
@@ -213,7 +242,9 @@ def split(
     def away(key: Key, a: int, b: int) -> None:
         out[key] += b - a
         if stretches is not None:
-            stretches[key].append((a, b))
+            stretches.setdefault(key, []).append((a, b))
+        if hosts is not None:
+            hosts.setdefault(key, []).append((left if a == g0 else a, b))
 
     cursor, last = g0, nothing  # the call the host came back to CUDA with, so far
     while i < len(main) and main[i].start_ns < g1:

@@ -12,7 +12,7 @@ from types import ModuleType
 
 from .base import Context, Place, TraceFinding
 
-FOUNDATION = ("base", "starving")  # the modules that are no finding
+FOUNDATION = ("base", "runs", "starving")  # the modules that are no finding
 
 
 @cache

@@ -19,7 +19,7 @@ from dataclasses import replace
 from ...core.units import format_seconds
 from ..records import Copy
 from .base import Context, TraceFinding, finding, seen_place, with_seen
-from .starving import at_copy, waits
+from .starving import ahead, at_copy, waits
 
 ORDER = 5  # where it stands among findings of equal price
 CODE = "repeated_uploads"
@@ -87,7 +87,7 @@ def find(context: Context) -> TraceFinding | None:
     made = [s for s in waits(context) if constant(ids, s.copies)]
     if not made:
         return found
-    waited = sum(s.idle_s for s in made)
+    waited, price = sum(s.waited_s for s in made), sum(s.idle_s for s in made)
     places = found.places
     for s in reversed(made):  # each line where the host made them again, the largest first
         line = s.cause.seen_at[0][0] if s.cause.seen_at else ""
@@ -99,12 +99,13 @@ def find(context: Context) -> TraceFinding | None:
     more = f" (and at {n} more line{'s' if n > 1 else ''})" if n else ""
     return replace(
         found,
-        cost_s=cost + waited,
-        saving_s=cost + waited,
+        cost_s=cost + price,
+        saving_s=cost + price,
         places=places,
         detail=f"{found.detail}; the GPU waited {format_seconds(waited)} in "
         f"{sum(s.cause.gaps for s in made)} gaps until they were uploaded again"
         + (f" at {first.where}{more}" if at_copy(first) else f" by the framework's threads{more}")
         + (f", the host meanwhile making them again at {line}" if line else "")
+        + ahead(made)
         + ": made once, neither is spent",
     )

@@ -1,4 +1,4 @@
-"""Copies far slower than this machine reaches for their size, of those over small.SMALL_BYTES
+"""Copies far slower than this machine reaches for their size, of those over runs.SMALL_BYTES
 (a smaller copy's time is its fixed cost, which no link or NUMA node explains): priced by the
 time past its curve, of each copy's time beyond the kernels its GPU ran meanwhile
 (costs.exposed: a blocking call that waits for the step before is slow by that wait, which a
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..costs import exposed
 from .base import Context, TraceFinding, finding
-from .small import SMALL_BYTES
+from .runs import SMALL_BYTES
 
 ORDER = 4  # where it stands among findings of equal price
 CODE = "slow_copies"
