@@ -104,3 +104,28 @@ def test_uploads_issued_one_by_one_are_priced_by_the_idle_they_waited_in():
     # kernels' gap and the 4 us after each upload
     assert few.saving_s == pytest.approx(11 * 7e-3 + 12 * (0.1e-3 + 4 * 4e-6), rel=1e-3)
     assert run.saving_s < few.saving_s and run.saving_s == pytest.approx(waited, rel=0.002)
+
+
+def test_the_idle_after_a_wait_for_the_gpu_stays_with_the_wait():
+    """Each step waits for the GPU (a synchronize), logs for 1 ms, launches 2 ms of kernels,
+    then makes the next batch for 5.9 ms, the GPU idle 4 ms of it. Made ahead, the batch saves
+    those 4 ms, not the 1 ms after the wait: the host cannot run ahead past a wait (the waits'
+    finding prices that)."""
+    from xferscope.trace.records import Copy, MainSamples
+
+    from .trace_loops import _kernel
+
+    copies, kernels, calls, seen = [], [], [], []
+    for i in range(12):
+        t = (i + 1) * 10 * MS
+        call = Call("cudaMemcpyAsync_v3020", t - MS // 10, t - MS // 20, 1, 1)
+        copies.append(Copy(1, "h2d", "pinned", "device", 1 << 20, t, t + MS // 10, 0, 7, True,
+                           i, call, python=AT))  # fmt: skip
+        calls += [call, Call("cudaStreamSynchronize", t + MS // 5, t + 3 * MS, 1, 1),
+                  Call("cudaLaunchKernel", t + 4 * MS, t + 4 * MS + 10_000, 1, 1)]  # fmt: skip
+        kernels += [_kernel(t + MS // 10, t + 3 * MS), _kernel(t + 4 * MS + 10_000, t + 6 * MS)]
+        seen += [t + 6 * MS + MS // 2 + k * MS for k in range(4)] if i < 11 else []
+    looks = {1: MainSamples(1e-3, tuple(seen), tuple(NEXT for _ in seen))}
+    trace = Trace(tuple(copies), tuple(kernels), (), tuple(calls), {}, {}, (), samples=looks)
+    f = _found(trace)
+    assert f is not None and f.saving_s == pytest.approx(11 * 4e-3, rel=0.01)

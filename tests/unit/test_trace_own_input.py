@@ -76,7 +76,7 @@ def test_the_input_is_the_share_of_looks_outside_the_framework_up_to_the_gpus_id
         in mixed.detail
     )
     assert "making was" not in own.detail
-    bound = "all the GPU's idle" if in_optimizer == 2 else "the host's time making it"
+    bound = "all the GPU's idle but" if in_optimizer == 2 else "the host's time making it"
     assert f"the price is {bound}" in mixed.detail
 
 

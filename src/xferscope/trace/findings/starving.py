@@ -38,9 +38,10 @@ class Starved:
     gpu: GpuTimeline
     share: float
     copies: list[Copy]
-    # its part of the GPU's idle: its share of the host's time making the GPU's inputs (two
-    # lines that upload a step's input in turn each have half)
-    part: float = 1.0
+    # the GPU's idle (judged) that the input made ahead could take: its share of the host's
+    # time making the GPU's inputs (two lines that upload a step's input in turn each have
+    # half) of the idle that no wait for the GPU left (the host cannot run ahead past a wait)
+    room_s: float = 0.0
     # whether it is priced as made ahead (idle_s), not where the host's time away was its
     # uploads' issuing (_issued)
     ahead: bool = True
@@ -58,16 +59,17 @@ class Starved:
     @property
     def idle_s(self) -> float:
         """What the input made ahead would save, scaled to the span: the host's time making it
-        (its whole stretches away, the share of them the input's), up to all the GPU's idle
-        (ahead), and never less than the idle it waited in. A host that makes its input
-        after it queued the step is away longer than the GPU idles: the GPU runs what was
-        queued first. Made ahead, the step takes the longer of the host's other work and the
-        GPU's, so it saves the making where the host then bounds the step and all the GPU's
-        idle where the GPU does (DDP ranks each augmenting 128 images a step: 13.4 ms away,
-        8.2 ms of it idle, 6.5 ms of that before the copy; the fix saved 8.3 ms)."""
+        (its whole stretches away, the share of them the input's), up to the GPU's idle that
+        no wait for the GPU left (room_s), and never less than the idle it waited in. A host
+        that makes its input after it queued the step is away longer than the GPU idles: the
+        GPU runs what was queued first. Made ahead, the step takes the longer of the host's
+        other work and the GPU's, so it saves the making where the host then bounds the step
+        and all the GPU's idle where the GPU does (DDP ranks each augmenting 128 images a step:
+        13.4 ms away, 8.2 ms of it idle, 6.5 ms of that before the copy; the fix saved 8.3
+        ms)."""
         if not self.ahead:
             return self.waited_s
-        return max(self.waited_s, min(self.making_s, self.gpu.idle_s * self.part * self.scale))
+        return max(self.waited_s, min(self.making_s, self.room_s * self.scale))
 
     @property
     def making_s(self) -> float:
@@ -84,8 +86,9 @@ def ahead(each: Sequence[Starved]) -> str:
     host = sum(s.making_s for s in each)
     if price < host * (1 - BEYOND):
         bound = (
-            "all the GPU's idle, as the host's other work in a step is less than the GPU's: "
-            "made ahead, the host queues the next step before the GPU ends one"
+            "all the GPU's idle but that after its waits, as the host's other work in a step "
+            "is less than the GPU's: made ahead, the host queues the next step before the GPU "
+            "ends one"
         )
     else:
         bound = "the host's time making it, as the host's other work then bounds the step"
@@ -147,7 +150,11 @@ def _waits(context: Context) -> list[Starved]:
             mine.append(Starved(cause, g, making(cause), handed[g.device]))
         mine = [replace(s, ahead=not _issued(s.copies, in_runs)) for s in mine]
         host = sum(s.making_s for s in mine if s.ahead)
-        found += [replace(s, part=s.making_s / host) if s.ahead and host > 0 else s for s in mine]
+        inputs = {id(s.cause) for s in mine}  # (made ones are never after a wait)
+        room = g.idle_s - sum(c.seconds for c in g.idle
+                              if c.kind == "after_wait" and id(c) not in inputs)  # fmt: skip
+        found += [replace(s, room_s=room * s.making_s / host) if s.ahead and host > 0 else s
+                  for s in mine]  # fmt: skip
     # a start-up's wait aside
     return sorted(found, key=lambda s: s.cause.steady_s * s.share, reverse=True)
 
