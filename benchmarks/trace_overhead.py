@@ -177,11 +177,12 @@ VARIANTS = {
     # injection library loaded by CUDA, CUPTI never attached: under the copies' floor
     "attached_floor": Variant(kernels="none", look_every=0.0, knobs="nosubscribe,noactivity"),
     "loaded_floor": Variant(kernels="none", look_every=0.0, knobs="idle"),
-    # traced by default but with no callback on the memset calls (their GPU records kept): what
-    # recording each set's call costs a loop that makes a thousand a step (lstm_packed_lengths)
-    "no_set_calls": Variant(knobs="nosetcalls"),
-    # and no record of the device-to-device copy calls either (their GPU records kept)
-    "lean_calls": Variant(knobs="nosetcalls,nod2dcalls"),
+    # traced by default but with a callback on each memset call too (the default until
+    # 2026-11-29; their GPU records are kept either way): what recording each set's call
+    # costs a loop that makes a thousand a step (lstm_packed_lengths)
+    "set_calls": Variant(knobs="keepsetcalls"),
+    # and no record of the device-to-device copy calls (their GPU records kept)
+    "lean_calls": Variant(knobs="nod2dcalls"),
     # traced by default, and CUPTI's copy records alone, each against blocks of the same
     # process with CUPTI detached: the ratio without the 10-20% processes differ by (where
     # the program times blocks: corpus.Loop's sync; the others have none)

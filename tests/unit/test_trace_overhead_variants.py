@@ -18,13 +18,13 @@ def test_each_variant_adds_only_what_it_names():
     floor = VARIANTS["cupti_floor"]
     assert floor.env() == {"XFERSCOPE_TRACE_KNOBS": "nosubscribe"} and floor.kernels == "all"
     assert VARIANTS["no_hash"].kernels == VARIANTS["traced"].kernels
-    sets = VARIANTS["no_set_calls"]  # traced by default, no callback on the memset calls
-    assert sets.env() == {"XFERSCOPE_TRACE_KNOBS": "nosetcalls"}
+    sets = VARIANTS["set_calls"]  # traced by default, a callback on each memset call too
+    assert sets.env() == {"XFERSCOPE_TRACE_KNOBS": "keepsetcalls"}
     assert (sets.kernels, sets.look_every) == (
         VARIANTS["traced"].kernels,
         VARIANTS["traced"].look_every,
     )
-    assert VARIANTS["lean_calls"].env() == {"XFERSCOPE_TRACE_KNOBS": "nosetcalls,nod2dcalls"}
+    assert VARIANTS["lean_calls"].env() == {"XFERSCOPE_TRACE_KNOBS": "nod2dcalls"}
 
 
 def test_the_variants_named_are_timed_in_their_order(monkeypatch):

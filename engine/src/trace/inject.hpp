@@ -45,7 +45,7 @@ inline std::uint64_t correlation(std::uint32_t id) {
 
 // XFERSCOPE_TRACE_KNOBS (for measuring the library's own cost, several may be given): idle
 // (loaded, nothing enabled), noapi, nocall, noframes, nohash, nopython, noactivity, nodriver,
-// noruntime, nosubscribe, nokernel, nonvtx, nosetcalls (no callback on a memset call),
+// noruntime, nosubscribe, nokernel, nonvtx, keepsetcalls (a callback on each memset call too),
 // nod2dcalls (a device-to-device copy's call not recorded, its GPU record kept); CUPTI's own
 // settings: hostbuf (its device-side records in pinned host memory), nothreadbuf (one activity
 // buffer, not per thread)

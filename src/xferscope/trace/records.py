@@ -423,7 +423,7 @@ class Trace:
     copies: tuple[Copy, ...]
     intervals: tuple[Interval, ...]
     pins: tuple[Pin, ...]
-    calls: tuple[Call, ...]  # every recorded API call (copies, sets, syncs, pinning)
+    calls: tuple[Call, ...]  # every recorded API call (copies, syncs, allocs, pinning)
     totals: dict[str, dict[str, int]]  # per record type: records, written, b, ns
     frames: dict[int, str]  # return address -> "object+offset (symbol)"
     processes: tuple[dict[str, Any], ...]  # per process: pid, ppid, start, end, file
