@@ -169,12 +169,4 @@ def step(i: int) -> None:
 
 for i in range(WARMUP):  # warm-up: the workers started, the first batches made, cuDNN's choices
     step(i)
-torch.cuda.synchronize()
-loop = corpus.Loop(args, sync=torch.cuda.synchronize)
-loop.start()
-for i in range(args.steps):
-    step(i)
-    loop.step()
-torch.cuda.synchronize()
-loop.stop()
-loop.report()
+corpus.Loop(args, sync=torch.cuda.synchronize).timed(step).report()
