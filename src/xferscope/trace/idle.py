@@ -20,8 +20,9 @@ import bisect
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
+from ..documents.records import OMIT_WHEN
 from .records import Call, Copy, Trace
 from .samples import Seen, lines_in
 
@@ -46,6 +47,7 @@ def loader_waited(input_looks: int, looks: int) -> bool:
 
 
 NO_LINE = "(the GPU resumed with no CUDA call recorded: kernel launches are not)"
+Stretches = tuple[tuple[int, int], ...]
 Key = tuple[str, str, str, str]  # a cause: kind, function, line, the wait it followed
 
 
@@ -81,6 +83,10 @@ class IdleCause:
     # from the end of its last call before each (each stretch once): the host's work there,
     # of which the GPU's idle is only the part after the GPU ran out of queued work
     host_s: float = 0.0
+    # where: the host's stretches away (host_s's, merged) and the GPU's idle in its gaps
+    # (away, after a wait), each (start, end) in ns in time order, for pricing step by step
+    host_at: Stretches = field(default=(), metadata={OMIT_WHEN: lambda _: True})
+    idle_at: Stretches = field(default=(), metadata={OMIT_WHEN: lambda _: True})
 
     @property
     def steady_s(self) -> float:
@@ -118,6 +124,8 @@ def joined(causes: Sequence[IdleCause]) -> IdleCause:
         input_looks=sum(c.input_looks for c in causes),
         value_looks=sum(c.value_looks for c in causes),
         host_s=sum(c.host_s for c in causes),
+        host_at=tuple(sorted(ab for c in causes for ab in c.host_at)),
+        idle_at=tuple(sorted(ab for c in causes for ab in c.idle_at)),
         seen_at=counted([c.seen_at for c in causes]),
         seen_doing=counted([c.seen_doing for c in causes]),
     )
@@ -180,21 +188,24 @@ def causes(
                              hosts=host).items():  # fmt: skip
             each[key].append(ns)
     found = [_cause(key, ns, lines_in(trace.samples, pids, away.get(key, ())),
-                    _union_ns(host.get(key, ()))) for key, ns in each.items()]  # fmt: skip
+                    _union(host.get(key, ())), tuple(sorted(away.get(key, ()))))
+             for key, ns in each.items()]  # fmt: skip
     return tuple(sorted(found, key=lambda c: -c.seconds)[:MOST_CAUSES])
 
 
-def _union_ns(stretches: Sequence[tuple[int, int]]) -> int:
-    """The time the stretches cover, each instant once."""
-    total, reached = 0, None
+def _union(stretches: Sequence[tuple[int, int]]) -> Stretches:
+    """The stretches merged where they overlap, in time order: each instant once."""
+    out: list[tuple[int, int]] = []
     for a, b in sorted(stretches):
-        a = a if reached is None else max(a, reached)
-        total += max(b - a, 0)
-        reached = b if reached is None else max(reached, b)
-    return total
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return tuple(out)
 
 
-def _cause(key: Key, ns: list[int], seen: Seen, host_ns: int = 0) -> IdleCause:
+def _cause(key: Key, ns: list[int], seen: Seen, host: Stretches = (),
+           idle: Stretches = ()) -> IdleCause:  # fmt: skip
     """A cause from its time in each gap (the total, the usual gap and the long ones), what
     the looks at the main thread saw in it and the host's whole stretches away that held it."""
     usual = statistics.median(ns)
@@ -205,7 +216,8 @@ def _cause(key: Key, ns: list[int], seen: Seen, host_ns: int = 0) -> IdleCause:
     return IdleCause(kind, function, where, sum(ns) * 1e-9, len(ns), usual * 1e-9, len(long),
                      (sum(long) - usual * len(long)) * 1e-9, longer * 1e-9, seen.looks,
                      seen.input_looks, seen.lines, seen.framework, waited, seen.doing,
-                     seen.value_looks, host_ns * 1e-9)  # fmt: skip
+                     seen.value_looks, sum(b - a for a, b in host) * 1e-9, host,
+                     idle)  # fmt: skip
 
 
 def split(

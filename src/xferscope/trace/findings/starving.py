@@ -9,11 +9,13 @@ uploaded again each step (repeated.constant)."""
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from ...core.units import format_seconds
+from ..costs import idle_ns
 from ..idle import IdleCause, joined, loader_waited
 from ..ranks import ranks
 from ..records import FRAMEWORKS, LOADER_WHERE, Copy, Trace
@@ -38,10 +40,9 @@ class Starved:
     gpu: GpuTimeline
     share: float
     copies: list[Copy]
-    # the GPU's idle (judged) that the input made ahead could take: its share of the host's
-    # time making the GPU's inputs (two lines that upload a step's input in turn each have
-    # half) of the idle that no wait for the GPU left (the host cannot run ahead past a wait)
-    room_s: float = 0.0
+    # what the input made ahead would save in the time judged (_made_ahead): step by step, the
+    # host's time making it there, at most its part of the step's idle that no wait left
+    ahead_s: float = 0.0
     # whether it is priced as made ahead (idle_s), not where the host's time away was its
     # uploads' issuing (_issued)
     ahead: bool = True
@@ -59,8 +60,9 @@ class Starved:
     @property
     def idle_s(self) -> float:
         """What the input made ahead would save, scaled to the span: the host's time making it
-        (its whole stretches away, the share of them the input's), up to the GPU's idle that
-        no wait for the GPU left (room_s), and never less than the idle it waited in. A host
+        (its whole stretches away, the share of them the input's), in each step up to the
+        GPU's idle there that no wait for the GPU left (ahead_s), and never less than the idle
+        it waited in. A host
         that makes its input after it queued the step is away longer than the GPU idles: the
         GPU runs what was queued first. Made ahead, the step takes the longer of the host's
         other work and the GPU's, so it saves the making where the host then bounds the step
@@ -69,7 +71,7 @@ class Starved:
         ms)."""
         if not self.ahead:
             return self.waited_s
-        return max(self.waited_s, min(self.making_s, self.room_s * self.scale))
+        return max(self.waited_s, self.ahead_s * self.scale)
 
     @property
     def making_s(self) -> float:
@@ -149,14 +151,73 @@ def _waits(context: Context) -> list[Starved]:
             cause = joined(causes)
             mine.append(Starved(cause, g, making(cause), handed[g.device]))
         mine = [replace(s, ahead=not _issued(s.copies, in_runs)) for s in mine]
-        host = sum(s.making_s for s in mine if s.ahead)
-        inputs = {id(s.cause) for s in mine}  # (made ones are never after a wait)
-        room = g.idle_s - sum(c.seconds for c in g.idle
-                              if c.kind == "after_wait" and id(c) not in inputs)  # fmt: skip
-        found += [replace(s, room_s=room * s.making_s / host) if s.ahead and host > 0 else s
-                  for s in mine]  # fmt: skip
+        pid = next((c.pid for s in mine for c in s.copies), None)
+        loop = context.loop_of(pid) if pid is not None else None
+        found += _made_ahead(mine, g, context.gpus.busy, loop.marks if loop else ())
     # a start-up's wait aside
     return sorted(found, key=lambda s: s.cause.steady_s * s.share, reverse=True)
+
+
+def _made_ahead(
+    mine: list[Starved],
+    g: GpuTimeline,
+    busy: dict[int, tuple[list[int], list[int]]],
+    marks: Sequence[int],
+) -> list[Starved]:
+    """Each of GPU `g`'s inputs priced as made ahead (Starved.ahead_s), in the time judged: in
+    each step of its loop (`marks`), the host's time making it there, at most its part (its
+    share of that step's making) of the step's idle that no wait for the GPU left, as the host
+    cannot run ahead past a wait (the waits' finding prices that idle); over the whole time
+    judged at once where no loop was found. Step by step, an input made in some steps takes
+    none of the idle of the others (an epoch's evaluation, a launch-bound phase)."""
+    making = [s for s in mine if s.ahead]
+    inputs = {id(s.cause) for s in mine}  # (made ones are never after a wait)
+    waited = [ab for c in g.idle if c.kind == "after_wait" and id(c) not in inputs
+              for ab in c.idle_at]  # fmt: skip
+    if len(marks) < 2:
+        room = g.idle_s * 1e9 - sum(b - a for a, b in waited)
+        host = [s.cause.host_s * 1e9 * s.share for s in making]
+        made = sum(host)
+        priced = {id(s): min(h, room * h / made) if made else 0.0
+                  for s, h in zip(making, host, strict=True)}  # fmt: skip
+    else:
+        each = [{k: ns * s.share for k, ns in _in_steps(s.cause.host_at, marks).items()}
+                for s in making]  # fmt: skip
+        total: dict[int, float] = defaultdict(float)
+        for per in each:
+            for k, ns in per.items():
+                total[k] += ns
+        after = _in_steps(waited, marks)
+        free = {k: max(_idle_in(busy, g, marks[k], marks[k + 1]) - after.get(k, 0), 0)
+                for k in total}  # fmt: skip
+        priced = {id(s): sum(min(ns, free[k] * ns / total[k]) for k, ns in per.items() if ns)
+                  for s, per in zip(making, each, strict=True)}  # fmt: skip
+    return [replace(s, ahead_s=priced[id(s)] * 1e-9) if id(s) in priced else s for s in mine]
+
+
+def _in_steps(stretches: Sequence[tuple[int, int]], marks: Sequence[int]) -> dict[int, int]:
+    """The stretches' time in each step between `marks` (ns by step), none outside them."""
+    out: dict[int, int] = defaultdict(int)
+    for a, b in stretches:
+        k = max(bisect.bisect_right(marks, a) - 1, 0)
+        while k + 1 < len(marks) and marks[k] < b:
+            overlap = min(b, marks[k + 1]) - max(a, marks[k])
+            if overlap > 0:
+                out[k] += overlap
+            k += 1
+    return out
+
+
+def _idle_in(busy: dict[int, tuple[list[int], list[int]]], g: GpuTimeline, a: int, b: int) -> int:
+    """GPU `g`'s idle within [a, b) where it was judged (every kernel recorded)."""
+    i = max(bisect.bisect_right([p for p, _ in g.judged], a) - 1, 0)
+    total = 0
+    for p0, p1 in g.judged[i:]:
+        if p0 >= b:
+            break
+        if p1 > a:
+            total += idle_ns(busy, g.device, max(a, p0), min(b, p1))
+    return total
 
 
 def _issued(copies: list[Copy], in_runs: set[int]) -> bool:
