@@ -57,6 +57,9 @@ _POINTER_KINDS: tuple[str, ...] = tuple(engine_module().POINTER_KINDS)
 _PINNED = _POINTER_KINDS.index("pinned")
 
 
+PACED_SLICE_S = 0.05  # the longest a paced call sleeps before it looks for a stop again
+
+
 class SimulatedEngine:
     """`corrupt` makes every verification fail, as a broken copy path would; `interrupt_after`
     asks for a stop after that many engine calls, as Ctrl-C does (interrupt.request); the GPUs
@@ -112,9 +115,12 @@ class SimulatedEngine:
             if self._paced_from is None:
                 self._paced_from = (time.perf_counter(), self._now)
             real, modelled = self._paced_from
-            behind = real + (self._now - modelled) * self.pace - time.perf_counter()
-            if behind > 1e-3:  # sleeping less than this costs more than it keeps
-                time.sleep(behind)
+            until = real + (self._now - modelled) * self.pace
+            # sleeping less than 1 ms costs more than it keeps; in slices, so that a stop asked
+            # meanwhile (Ctrl-C, or mpirun's SIGTERM, a second before its SIGKILL) is heard
+            while (behind := until - time.perf_counter()) > 1e-3 and not interrupt.requested():
+                time.sleep(min(behind, PACED_SLICE_S))
+            interrupt.check()
         if self.interrupt_after is not None and self._trials > self.interrupt_after:
             interrupt.request()
             interrupt.check()
