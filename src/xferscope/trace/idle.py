@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..documents.records import OMIT_WHEN
+from .costs import disjoint
 from .records import Call, Copy, Trace
 from .samples import Seen, lines_in
 
@@ -188,20 +189,10 @@ def causes(
                              hosts=host).items():  # fmt: skip
             each[key].append(ns)
     found = [_cause(key, ns, lines_in(trace.samples, pids, away.get(key, ())),
-                    _union(host.get(key, ())), tuple(sorted(away.get(key, ()))))
+                    tuple(zip(*disjoint(host.get(key, ())), strict=True)),
+                    tuple(sorted(away.get(key, ()))))
              for key, ns in each.items()]  # fmt: skip
     return tuple(sorted(found, key=lambda c: -c.seconds)[:MOST_CAUSES])
-
-
-def _union(stretches: Sequence[tuple[int, int]]) -> Stretches:
-    """The stretches merged where they overlap, in time order: each instant once."""
-    out: list[tuple[int, int]] = []
-    for a, b in sorted(stretches):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return tuple(out)
 
 
 def _cause(key: Key, ns: list[int], seen: Seen, host: Stretches = (),

@@ -176,11 +176,11 @@ def unwound_lines(trace: Trace) -> dict[int, str]:
         if not call.frames and not call.python and len(found) == 1 and (line := next(iter(found))):
             out[id(call)] = line
     for run in split_runs(main, joins):
-        lines = {trace.where(c.frames) for c in run if c.frames}
         sized: dict[int, set[str | None]] = {}  # the run's unwound lines by size
         for c in run:
             if c.frames:
                 sized.setdefault(c.bytes, set()).add(trace.where(c.frames))
+        lines = set().union(*sized.values())
         for c in run:
             if c.frames:
                 continue

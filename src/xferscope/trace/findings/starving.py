@@ -19,7 +19,7 @@ from ..costs import idle_ns
 from ..idle import IdleCause, joined, loader_waited
 from ..ranks import ranks
 from ..records import FRAMEWORKS, LOADER_WHERE, Copy, Trace
-from ..timeline import GpuTimeline
+from ..timeline import GpuTimeline, clipped
 from .base import Context
 from .runs import small_runs
 
@@ -165,59 +165,48 @@ def _made_ahead(
     marks: Sequence[int],
 ) -> list[Starved]:
     """Each of GPU `g`'s inputs priced as made ahead (Starved.ahead_s), in the time judged: in
-    each step of its loop (`marks`), the host's time making it there, at most its part (its
-    share of that step's making) of the step's idle that no wait for the GPU left, as the host
-    cannot run ahead past a wait (the waits' finding prices that idle); over the whole time
-    judged at once where no loop was found. Step by step, an input made in some steps takes
-    none of the idle of the others (an epoch's evaluation, a launch-bound phase)."""
+    each step of its loop (`marks`; no loop found: the GPU's span as one step), the host's
+    time making it there, at most its part (its share of that step's making) of the step's
+    idle that no wait for the GPU left, as the host cannot run ahead past a wait (the waits'
+    finding prices that idle). Step by step, an input made in some steps takes none of the
+    idle of the others (an epoch's evaluation, a launch-bound phase)."""
+    if len(marks) < 2:
+        marks = (g.start_ns, g.end_ns)
     making = [s for s in mine if s.ahead]
     inputs = {id(s.cause) for s in mine}  # (made ones are never after a wait)
     waited = [ab for c in g.idle if c.kind == "after_wait" and id(c) not in inputs
               for ab in c.idle_at]  # fmt: skip
-    if len(marks) < 2:
-        room = g.idle_s * 1e9 - sum(b - a for a, b in waited)
-        host = [s.cause.host_s * 1e9 * s.share for s in making]
-        made = sum(host)
-        priced = {id(s): min(h, room * h / made) if made else 0.0
-                  for s, h in zip(making, host, strict=True)}  # fmt: skip
-    else:
-        each = [{k: ns * s.share for k, ns in _in_steps(s.cause.host_at, marks).items()}
-                for s in making]  # fmt: skip
-        total: dict[int, float] = defaultdict(float)
-        for per in each:
-            for k, ns in per.items():
-                total[k] += ns
-        after = _in_steps(waited, marks)
-        free = {k: max(_idle_in(busy, g, marks[k], marks[k + 1]) - after.get(k, 0), 0)
-                for k in total}  # fmt: skip
-        priced = {id(s): sum(min(ns, free[k] * ns / total[k]) for k, ns in per.items() if ns)
-                  for s, per in zip(making, each, strict=True)}  # fmt: skip
+    each = [{k: ns * s.share for k, ns in _in_steps(s.cause.host_at, marks).items()}
+            for s in making]  # fmt: skip
+    total: dict[int, float] = defaultdict(float)
+    for per in each:
+        for k, ns in per.items():
+            total[k] += ns
+    free = _in_steps(clipped([(marks[k], marks[k + 1]) for k in sorted(total)], list(g.judged)),
+                     marks, lambda a, b: idle_ns(busy, g.device, a, b))  # fmt: skip
+    for k, ns in _in_steps(waited, marks).items():
+        free[k] -= ns
+    priced = {id(s): sum(min(ns, max(free[k], 0) * ns / total[k]) for k, ns in per.items() if ns)
+              for s, per in zip(making, each, strict=True)}  # fmt: skip
     return [replace(s, ahead_s=priced[id(s)] * 1e-9) if id(s) in priced else s for s in mine]
 
 
-def _in_steps(stretches: Sequence[tuple[int, int]], marks: Sequence[int]) -> dict[int, int]:
-    """The stretches' time in each step between `marks` (ns by step), none outside them."""
+def _in_steps(
+    stretches: Sequence[tuple[int, int]],
+    marks: Sequence[int],
+    measure: Callable[[int, int], int] = lambda a, b: b - a,
+) -> dict[int, int]:
+    """What `measure` finds of the stretches in each step between `marks` (by step; their
+    length by default), none outside them."""
     out: dict[int, int] = defaultdict(int)
     for a, b in stretches:
         k = max(bisect.bisect_right(marks, a) - 1, 0)
         while k + 1 < len(marks) and marks[k] < b:
-            overlap = min(b, marks[k + 1]) - max(a, marks[k])
-            if overlap > 0:
-                out[k] += overlap
+            lo, hi = max(a, marks[k]), min(b, marks[k + 1])
+            if hi > lo:
+                out[k] += measure(lo, hi)
             k += 1
     return out
-
-
-def _idle_in(busy: dict[int, tuple[list[int], list[int]]], g: GpuTimeline, a: int, b: int) -> int:
-    """GPU `g`'s idle within [a, b) where it was judged (every kernel recorded)."""
-    i = max(bisect.bisect_right([p for p, _ in g.judged], a) - 1, 0)
-    total = 0
-    for p0, p1 in g.judged[i:]:
-        if p0 >= b:
-            break
-        if p1 > a:
-            total += idle_ns(busy, g.device, max(a, p0), min(b, p1))
-    return total
 
 
 def _issued(copies: list[Copy], in_runs: set[int]) -> bool:
