@@ -42,6 +42,9 @@ COMPONENTS = {
     "NCCL": (("NCCL", "DistributedDataParallel", "all-reduce"), r"torch\.distributed|nccl"),
     "DeviceLoader": (("DeviceLoader",), r"DeviceLoader"),
 }  # fmt: skip
+# a program that uses one of these is told in its words, never in CUDA's own calls
+FRAMED = r"^\s*(import|from) (torch|cupy|jax|numba)\b"
+CUDA_CALL = r"\bcu(da)?[A-Z][A-Za-z]+\b"
 
 
 @dataclass(frozen=True)
@@ -202,13 +205,18 @@ def startup_charged(kept: Path, program: Program) -> float:
 
 
 def foreign(summary: dict[str, Any], source: str) -> list[str]:
-    """Findings whose advice names a component the program does not use: 'code: component'."""
+    """Findings whose advice names a component the program does not use: 'code: component';
+    in a program written with a framework, CUDA's own calls (`cudaMallocHost`) count too: its
+    user is told in the framework's words."""
     out = []
+    framed = re.search(FRAMED, source, re.M)
     for f in summary.get("fixes", []):
         advice = " ".join([f.get("fix", ""), *(str(x[0]) for x in f.get("each_fix") or ())])
         for name, (words, used) in COMPONENTS.items():
             if any(w in advice for w in words) and not re.search(used, source):
                 out.append(f"{f['code']}: {name}")
+        if framed and (call := re.search(CUDA_CALL, advice)):
+            out.append(f"{f['code']}: {call.group(0)} (CUDA's own words)")
     return out
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from trace_corpus_judge import counted_right, input_share, prediction, step_s
+from trace_corpus_judge import counted_right, foreign, input_share, prediction, step_s
 
 
 def _runs(*seconds: float, steps: int = 100) -> list[dict[str, float]]:
@@ -203,3 +203,18 @@ def test_a_program_changed_since_the_named_commit_is_told_where_git_knows_it(tmp
     assert changed_since(later, head)  # not in it
     assert not changed_since(program, "0123456789abcdef0123456789abcdef01234567")
     assert not changed_since(program, "--output=x")
+
+
+def test_advice_for_a_component_not_used_or_in_cudas_own_words_to_a_framework_is_foreign():
+    """A CuPy program told to raise a DataLoader's workers, or to pin with cudaMallocHost, is
+    told about what it does not have; a CUDA C++ program may be told CUDA's calls."""
+    cuda = {"code": "pageable_copies", "fix": "copy into buffers pinned once (cudaMallocHost)"}
+    loader = {"code": "input_starved", "fix": "raise the DataLoader's `num_workers`"}
+    framed = "import cupy as cp\nx = cp.zeros(3)\n"
+    assert foreign({"fixes": [cuda, loader]}, framed) == [
+        "pageable_copies: cudaMallocHost (CUDA's own words)",
+        "input_starved: DataLoader",
+    ]
+    assert foreign({"fixes": [cuda]}, "#include <cuda_runtime.h>\nint main() {}\n") == []
+    said = {"code": "pageable_copies", "fix": "allocate them with `cupyx.empty_pinned`"}
+    assert foreign({"fixes": [said]}, framed) == []

@@ -18,7 +18,7 @@ import pytest
 from xferscope.report.trace_tables import cause_text
 from xferscope.trace import runner
 from xferscope.trace.idle import NO_LINE, Lines, causes
-from xferscope.trace.records import Call, MainSamples, PyFrame, Trace
+from xferscope.trace.records import Call, MainSamples, PyFrame, Trace, native_framework
 from xferscope.trace.samples import Seen, lines_in, program_line, read_samples, with_samples
 
 from .test_pystack import _interpreters
@@ -225,3 +225,17 @@ def test_damaged_looks_are_left_out_and_said(tmp_path):
     assert trace.warnings == (
         "4 damaged look(s) left out (not JSON, or a field missing or of the wrong kind)",
     )
+
+
+def test_a_native_frame_in_a_cython_module_is_its_packages_framework():
+    """CuPy's copies go through Cython modules named like `memory.cpython-312-....so`: the
+    package is read from the function's mangled name; a library's name tells where it can."""
+    memory = ("memory.cpython-312-x86_64-linux-gnu.so+0x1c0c5 (__pyx_f_4cupy_4cuda_6memory_13"
+              "MemoryPointer_copy_to_host_async(x) memory.cpp:18373)")  # fmt: skip
+    runtime = ("runtime.cpython-312-x86_64-linux-gnu.so+0x1b6f9 (__pyx_f_13cupy_backends_4cuda"
+               "_3api_7runtime_memcpyAsync(long))")  # fmt: skip
+    assert native_framework(memory) == "CuPy"
+    assert native_framework(runtime) == "CuPy"
+    assert native_framework("libtorch_cuda.so+0x10 (at::native::copy_)") == "PyTorch"
+    assert native_framework("python3+0x148fb5 (_PyObject_MakeTpCall)") is None
+    assert native_framework("x.cpython-312.so+0x1 (__pyx_pw_5numpy_3foo(x))") is None

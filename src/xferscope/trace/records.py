@@ -228,6 +228,23 @@ NATIVE_FRAMEWORKS = (("libtorch", "PyTorch"), ("libc10", "PyTorch"), ("cupy", "C
                      ("jaxlib", "JAX"), ("xla_extension", "JAX"), ("xla_cuda_plugin", "JAX"),
                      ("numba", "Numba"))  # fmt: skip
 
+# a Cython module's function: `__pyx_f_4cupy_4cuda_6memory_...`, its package's name first,
+# each name after its length (CuPy's copies go through such modules, named `memory.cpython-...`)
+CYTHON_SYMBOL = re.compile(r"\(__pyx_[a-z0-9]+_(\d+)(\w+)")
+
+
+def native_framework(frame: str) -> str | None:
+    """The framework a native frame (`library+offset (symbol)`) is in: its library's name, or
+    the package of the Cython module it is a function of; None for others."""
+    library = frame.split("+", 1)[0]
+    found = next((f for lib, f in NATIVE_FRAMEWORKS if lib in library), None)
+    cython = CYTHON_SYMBOL.search(frame)
+    if found or cython is None:
+        return found
+    length, name = int(cython.group(1)), cython.group(2)
+    package = name[:length]
+    return FRAMEWORKS.get(package) or FRAMEWORKS.get(package.split("_", 1)[0])
+
 
 # the device frees, which wait for the whole device (not cudaFreeAsync, which is queued)
 FREES = ("cudaFree", "cuMemFree")
@@ -516,10 +533,9 @@ class Trace:
         if found:
             return found
         for a in frames:
-            name = self.frames.get(a, "").split("+", 1)[0]
-            for library, framework in NATIVE_FRAMEWORKS:
-                if library in name:
-                    return framework
+            found = native_framework(self.frames.get(a, ""))
+            if found:
+                return found
         return None
 
     def engine_thread(self, frames: Iterable[int], python: Sequence[PyFrame] = ()) -> bool:
