@@ -124,6 +124,7 @@ def test_a_wait_only_at_epoch_starts_is_the_loaders_restart():
     assert f is not None
     ((restart, saved),) = f.each_fix
     assert "persistent_workers=True" in restart and saved == pytest.approx(f.saving_s)
+    assert f.advice.startswith(restart)  # the headline's fix is the restart's, not the knobs'
     assert input_starved.find(Context(trace, None)) is not None  # no loop known: as before
 
 

@@ -163,3 +163,22 @@ def test_an_input_made_in_some_steps_takes_none_of_the_others_idle():
     making_odd = 10e-3 - (8e-3 + 10e-6) - 0.1e-3  # from the memset's end to the next copy call
     assert f is not None
     assert f.saving_s == pytest.approx(6 * 7e-3 - 0.1e-3 + 5 * making_odd, rel=0.01)
+
+
+def test_a_wait_in_every_step_seen_only_in_the_kernels_windows_is_still_the_steady_wait():
+    """24 steps of 10 ms, each waiting 7 ms for its batch, with kernels recorded in one window
+    over the first fifth: 4 gaps judged there against 24 steps. Scaled to the span they are
+    a wait in every step (more workers), not one in every fourth (the loader's restart)."""
+    from dataclasses import replace
+
+    starts = list(itertools.accumulate([10 * MS] * 24))
+    whole = _fed_loop(starts, AT, NEXT)
+    end = starts[5] - MS // 2  # the window holds the first 5 steps' kernels and 4 gaps
+    trace = replace(whole, intervals=tuple(k for k in whole.intervals if k.end_ns <= end),
+                    processes=({"pid": 1, "kernels": "sampled"},),
+                    kernel_windows=((1, 0, end),))  # fmt: skip
+    f = _found(trace)
+    assert f is not None and f.saving_s is not None
+    ((fix, saving),) = f.each_fix
+    assert "num_workers" in fix and saving == pytest.approx(f.saving_s)
+    assert not f.advice.startswith("make the DataLoader once")

@@ -59,6 +59,10 @@ OWN_INPUT = (
 # of this many are the steady wait, long only beside the gaps before a step's other copies
 # (DDP ranks copying x then y: 117 long gaps in 164 steps, the usual gap y's 70 us)
 EPOCHLY = 4
+# Why the long gaps' fix leads the advice where they are most of the price
+RESTARTED = (
+    "the loader's workers start anew at each epoch, and the GPU waits for their first batches"
+)
 # The fixes priced apart, in the framework's words: (the long gaps' fix, the steady wait's fix)
 KNOBS: dict[str | None, tuple[str, str]] = {
     None: (
@@ -136,13 +140,15 @@ def find(context: Context) -> TraceFinding | None:
     steady = PINNED if change else steady
     long_s = cause.long_excess_s * scale
     loop = context.loop_of(copies[0].pid) if copies else None
-    if loop is not None and cause.gaps * EPOCHLY <= loop.count:
+    if loop is not None and cause.gaps * scale * EPOCHLY <= loop.count:
         long_s = idle  # every gap an epoch's start: the loader's workers started anew
     elif loop is not None and cause.long_gaps * scale * EPOCHLY > loop.count:
         # long gaps in most steps: the steady wait (the short ones another copy's), and only
         # the longest of them an epoch's start
         long_s = cause.longer_excess_s * scale
     each = [(fix, s) for fix, s in ((restart, long_s), (steady, idle - long_s)) if s > 0]
+    if long_s * 2 > idle:  # mostly the epochs' starts: their fix first, in the headline's words
+        found = replace(found, advice=f"{restart}: {RESTARTED}")
     return replace(found, each_fix=tuple(each), change=change)
 
 
