@@ -42,20 +42,22 @@ double now_s() {
 
 // The copy of a resolved batch by a native copier (bindings/batch.cpp's ManyCopier); the
 // method that made it (the loop for a staged batch while the staged copier is being made).
-// `wait` false: the loop and batch methods return once queued (ManyCopier::copy).
+// `wait` false: the loop and batch methods return once queued (ManyCopier::copy); `stream` >= 0:
+// every copy queued on that stream of the caller's, nothing waited for.
 // The pieces an Early queued are not copied again: with none left, the call waits for them.
-std::string copy_resolved(ManyHandle& h, const std::string& method, const Resolved& r, bool wait) {
+std::string copy_resolved(ManyHandle& h, const std::string& method, const Resolved& r, bool wait,
+                          std::int64_t stream = -1) {
   batch::ManyCopier& c = h.get();
   nb::gil_scoped_release release;
   static_assert(sizeof(std::size_t) == sizeof(std::uintptr_t));
   const std::size_t from = r.started, count = r.sizes.size() - from;
   if (count == 0) {
-    if (wait) c.finish();
+    if (wait && stream < 0) c.finish();
     return "loop";
   }
   return c.copy(method, r.upload, r.destinations.data() + from, r.sources.data() + from,
                 r.sizes.data() + from, count, r.pinned, r.pinned ? r.mapped.data() + from : nullptr,
-                wait);
+                wait, stream);
 }
 
 class Copies {
@@ -96,8 +98,8 @@ class Copies {
   // reading took 0.5 us a pair (copyapi_call_probe.py), the time a batch of pinned pieces of
   // 96 KiB-1.5 MiB lost to PyTorch's loop, which copies each as soon as it is read.
   nb::object copy_pairs(nb::sequence pairs, int device, const std::optional<std::string>& asked,
-                        int upload, bool wait) {
-    EarlyCopies early(*this, asked, wait);
+                        int upload, bool wait, std::int64_t stream) {
+    EarlyCopies early(*this, asked, wait, stream);
     xferscope::bindings::ThreadKept<Resolved> kept;  // read into again by the next call
     Resolved& r = kept.get();
     struct Let {  // of the Python objects read, once this call is over
@@ -107,7 +109,7 @@ class Copies {
     try {
       xferscope::bindings::resolve_pairs(r, pairs, device, classify_, read_pair_,
                                          early_ ? &early : nullptr);
-      return copy(r, asked, upload, wait);
+      return copy(r, asked, upload, wait, stream);
     } catch (...) {
       early.drain();  // nothing queued still reads the caller's buffers once this raises
       throw;
@@ -118,10 +120,11 @@ class Copies {
   bool early_ = true;
 
   nb::object copy_addresses(Addresses destinations, Addresses sources, Addresses sizes, int device,
-                            const std::optional<std::string>& asked, int upload, bool wait) {
+                            const std::optional<std::string>& asked, int upload, bool wait,
+                            std::int64_t stream) {
     return copy(
         xferscope::bindings::resolve_addresses(destinations, sources, sizes, device, classify_),
-        asked, upload, wait);
+        asked, upload, wait, stream);
   }
 
   // Returns once every copy queued on `device`'s copier (wait false) has landed.
@@ -167,8 +170,9 @@ class Copies {
   // loop, on the native copier of that GPU.
   class EarlyCopies : public xferscope::bindings::Early {
    public:
-    EarlyCopies(Copies& copies, const std::optional<std::string>& asked, bool wait)
-        : copies_(copies), asked_(asked.value_or("")), wait_(wait) {}
+    EarlyCopies(Copies& copies, const std::optional<std::string>& asked, bool wait,
+                std::int64_t stream)
+        : copies_(copies), asked_(asked.value_or("")), wait_(wait), stream_(stream) {}
     bool begin(bool upload, int device, std::size_t count) override {
       auto it = copies_.looped_.find(Shape{device, upload, count, asked_});
       if (it == copies_.looped_.end() || !it->second) return false;
@@ -177,7 +181,7 @@ class Copies {
     }
     void queue(bool upload, std::uintptr_t destination, std::uintptr_t source,
                std::size_t size) override {
-      nb::cast<ManyHandle&>(copier_).get().queue(upload, destination, source, size, wait_);
+      nb::cast<ManyHandle&>(copier_).get().queue(upload, destination, source, size, wait_, stream_);
       queued_ = true;
     }
     // Waits for the copies queued (their errors dropped: the caller's error is raised).
@@ -192,7 +196,8 @@ class Copies {
    private:
     Copies& copies_;
     std::string asked_;
-    bool wait_;  // the call waits for its copies (ManyCopier::queue)
+    bool wait_;            // the call waits for its copies (ManyCopier::queue)
+    std::int64_t stream_;  // the caller's stream they go on, or -1 (ManyCopier::copy's `on`)
     nb::object copier_;
     bool queued_ = false;
   };
@@ -219,25 +224,27 @@ class Copies {
   }
 
   // `upload` (0 or 1; -1: either): the way the caller named, refused otherwise before copying.
-  nb::object copy(const Resolved& r, const std::optional<std::string>& asked, int upload,
-                  bool wait) {
+  nb::object copy(const Resolved& r, const std::optional<std::string>& asked, int upload, bool wait,
+                  std::int64_t stream = -1) {
     if (upload >= 0 && r.upload != (upload == 1)) xferscope::bindings::refuse_way(upload == 1);
     // copies held while the copy runs: a call from another thread may change the maps meanwhile
-    auto [method, choice] = decide(r.upload, r.pinned, r.sizes.size(), r.total, r.device, asked);
+    auto [decided, choice] = decide(r.upload, r.pinned, r.sizes.size(), r.total, r.device, asked);
+    const std::string method = batch::method_on_stream(decided, stream);
     const Copier with = held(r.device);
     std::string made = method;
     if (!with.native.is_none()) {
-      made = copy_resolved(nb::cast<ManyHandle&>(with.native), method, r, wait);
+      made = copy_resolved(nb::cast<ManyHandle&>(with.native), method, r, wait, stream);
     } else {
       nb::object got = with.copier.attr("copy_resolved")(method, nb::cast(r, nb::rv_policy::copy));
       if (!got.is_none()) made = nb::cast<std::string>(got);
     }
-    if (r.pinned) {
+    if (r.pinned && stream < 0) {  // on a caller's stream the loop is its rule, not the shape's
       if (looped_.size() >= kDecisionsMost) looped_.clear();
       looped_[Shape{r.device, r.upload, r.sizes.size(), asked.value_or("")}] = made == "loop";
     }
-    // the Choice of this call says what made it: the loop while the staged copier was made
-    return made == method ? choice : choice.attr("made_by")(made);
+    // the Choice of this call says what made it: the loop while the staged copier was made,
+    // or on the caller's stream
+    return made == decided ? choice : choice.attr("made_by")(made, stream >= 0);
   }
 
   nb::object classify_, decide_, copier_of_, read_pair_;
@@ -269,19 +276,22 @@ void bind_copies(nb::module_& m) {
       .def("close_copiers", &Copies::close_copiers,
            "Closes every copier held; the next copy makes one again. How many were held.")
       .def("copy_pairs", &Copies::copy_pairs, "pairs"_a, "device"_a, "asked"_a.none(),
-           "upload"_a = -1, "wait"_a = true,
+           "upload"_a = -1, "wait"_a = true, "stream"_a = -1,
            "Reads, decides and copies (destination, source) pairs; returns the Choice. "
            "upload 1 or 0: the way the caller named (CopyRefused otherwise); -1: either. wait "
-           "False: the loop and batch methods return once queued (then finish(device)).")
+           "False: the loop and batch methods return once queued (then finish(device)). "
+           "stream >= 0: a cudaStream_t of the caller's, every copy queued there and nothing "
+           "waited for (ManyCopier::copy's `on`).")
       .def("copy_addresses", &Copies::copy_addresses, "destinations"_a, "sources"_a, "sizes"_a,
-           "device"_a, "asked"_a.none(), "upload"_a = -1, "wait"_a = true,
+           "device"_a, "asked"_a.none(), "upload"_a = -1, "wait"_a = true, "stream"_a = -1,
            "copy_pairs for three arrays of addresses and sizes.")
       .def("finish", &Copies::finish, "device"_a,
            "Returns once every copy queued on this GPU's copier has landed.")
       .def("copier", &Copies::copier, "device"_a, "The engine's copier for `device`.");
   m.def("copy_resolved", &copy_resolved, "copier"_a, "method"_a, "batch"_a, "wait"_a = true,
-        "Copies a resolved batch by `method` through a ManyCopier; returns once it has landed, "
-        "and the method that made it.");
+        "stream"_a = -1,
+        "Copies a resolved batch by `method` through a ManyCopier; returns once it has landed "
+        "(or once queued on the caller's `stream`), and the method that made it.");
   m.def(
       "forget_decisions", [] { ++generation; },
       "Forgets every copy_many decision (a calibration was stored).");

@@ -54,6 +54,7 @@ def test_a_state_dict_goes_up_and_comes_back_equal(pinned):
         assert moved.is_cuda and moved.dtype == t.dtype and moved.shape == t.shape, name
         assert torch.equal(moved.cpu(), t), name
     back = xferscope.to_host(on_gpu, non_blocking=True)
+    torch.cuda.current_stream().synchronize()  # queued on it: read once it has run them
     for name, t in state.items():
         assert not back[name].is_cuda and torch.equal(back[name], t), name
         assert back[name].is_pinned() or back[name].numel() == 0, name
@@ -147,14 +148,16 @@ def test_many_tensors_of_a_dtype_land_in_one_allocation_each_aligned():
     assert len({t.untyped_storage().data_ptr() for t in halves}) == 1
     assert all(t.data_ptr() % 256 == 0 for t in halves)
     back = xferscope.to_host(up, non_blocking=True)
+    torch.cuda.current_stream().synchronize()
     assert all(torch.equal(back[k], state[k]) and back[k].is_pinned() for k in state)
 
 
 def test_a_large_pinned_state_dict_is_queued_run_by_run_and_lands_whole(monkeypatch):
     """Past QUEUE_FROM bytes of pinned memory, to_device and to_host(non_blocking=True) queue
     their copies run by run while the next runs' tensors are made: every tensor lands equal, in
-    one aligned allocation per dtype, the copier queried once per run, and the copy is waited
-    for before the call returns (a kernel reading the result right after sees every byte)."""
+    one aligned allocation per dtype, the copier queried once per run; to_device's copy is
+    waited for before the call returns (a kernel reading the result right after sees every
+    byte), to_host's runs are queued on the current stream, read once it has run them."""
     from xferscope.transfer import copy as copies
     from xferscope.transfer import moves
 
@@ -181,7 +184,15 @@ def test_a_large_pinned_state_dict_is_queued_run_by_run_and_lands_whole(monkeypa
     for k, v in state.items():
         assert torch.equal(up[k].cpu(), v), k
     assert len({up[k].untyped_storage().data_ptr() for k in state}) == 1
-    queued.clear()
+    on_stream: list[int] = []
+    real_pairs = copies.copy_pairs
+
+    def counted_pairs(pairs: list, gpu: int, *args: object) -> object:
+        on_stream.append(len(pairs))
+        return real_pairs(pairs, gpu, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr("xferscope.transfer.moving.copy_pairs", counted_pairs)
     back = xferscope.to_host(up, non_blocking=True)
-    assert queued == [8, 16, 32, 64, 30]
+    assert on_stream == [8, 16, 32, 64, 30]
+    torch.cuda.current_stream().synchronize()
     assert all(torch.equal(back[k], state[k]) and back[k].is_pinned() for k in state)

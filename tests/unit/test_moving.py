@@ -267,3 +267,34 @@ def test_each_leaf_meets_the_leaves_in_flattens_order():
     deep.append(deep)  # contains itself
     with pytest.raises(StructureError, match="contains itself"):
         list(each_leaf(deep, _is_array))
+
+
+def test_a_non_blocking_move_queues_on_the_callers_stream_and_holds_its_sources(
+    monkeypatch, engine
+):
+    """non_blocking=True: nothing synchronized, every pair queued on the stream given (or the
+    current one: CUDA's default where no framework is imported), and the sources held until
+    that stream has run them; `stream` without non_blocking is one clear error."""
+    synchronized: list[set[int]] = []
+    monkeypatch.setattr(moves, "FRAMEWORKS", (_framework(synchronized),))
+    queued: list[tuple[int, int, int]] = []
+    real = moving.copy_pairs
+
+    def counted(pairs: list, device: int, method: Any, engine: Any, stream: int) -> Any:
+        queued.append((len(pairs), device, stream))
+        return real(pairs, device, method, engine, stream)
+
+    held: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(moving, "copy_pairs", counted)
+    monkeypatch.setattr(moving, "hold", lambda pairs, on, gpu: held.append((len(pairs), on, gpu)))
+    monkeypatch.delitem(__import__("sys").modules, "torch", raising=False)
+    monkeypatch.delitem(__import__("sys").modules, "cupy", raising=False)
+    state = {"w": np.random.default_rng(1).random(100), "b": np.ones(10)}
+    moved = moving.to_device(state, "cuda:1", non_blocking=True, stream=0x77, engine=engine)
+    assert isinstance(moved["w"], FakeGpuArray) and synchronized == []
+    assert queued == [(2, 1, 0x77)] and held == [(2, 0x77, 1)]
+    moving.to_device(state, 0, non_blocking=True, engine=engine)
+    assert queued[-1] == (2, 0, 0) and held[-1] == (2, 0, 0)  # CUDA's default stream
+    with pytest.raises(ValueError, match=r"^stream: .*non_blocking=True"):
+        moving.to_device(state, 0, stream=0x77, engine=engine)
+    assert len(queued) == 2

@@ -41,6 +41,12 @@ std::vector<PointerInfo> classify(const std::uintptr_t* addresses, std::size_t c
 // (the rule packs batches under 4 MiB: one step holds them with their table). Over 10,000
 // calls of changing shapes on an H100 it still grew 2 MiB after 1,000 when it began at 64 KiB.
 constexpr std::size_t kStagingLeast = 8 << 20;
+// The method a batch asked to go by `method` goes by on the caller's stream `on` (copy's): a
+// queued one (loop, batch-*) as it is, any other (pack, staged, kernel: this copier's staging,
+// waited for) by the loop, and the batch API by the loop on the legacy default stream, which it
+// refuses (handles 0 and 1); `method` itself where `on` < 0 (this copier's stream).
+std::string method_on_stream(const std::string& method, std::int64_t on);
+
 std::size_t staging_bytes(std::size_t bytes);
 
 class ManyCopier {
@@ -74,15 +80,21 @@ class ManyCopier {
   // change cost the next copy 0.4-0.6 us on an H100: benchmarks/stream_probe.cu). The batch
   // API refuses the legacy stream, and the other methods share this copier's staging: they go
   // on this copier's stream, which does not wait for work on other streams.
+  //
+  // `on` >= 0: the caller's stream, a cudaStream_t as an integer (0 the legacy default stream):
+  // the copies are queued there and the call returns, nothing waited for; they follow what the
+  // program queued there, and what it queues next follows them. Only queued methods go there
+  // (method_on_stream); the caller keeps every buffer as it is until the stream has run them.
   std::string copy(const std::string& method, bool upload, const std::uintptr_t* destinations,
                    const std::uintptr_t* sources, const std::size_t* sizes, std::size_t count,
-                   bool pinned, const std::uintptr_t* mapped_host, bool wait = true);
+                   bool pinned, const std::uintptr_t* mapped_host, bool wait = true,
+                   std::int64_t on = -1);
   // Queues one copy at once, as the loop method makes it: a batch's pieces copied while the
   // rest are still being read (copy_many's early pieces), on the stream a loop copy of the
   // call goes on (`wait`: whether the call, copy() after these, waits). The caller keeps both
   // buffers as they are until finish() or a later copy with `wait` has returned.
   void queue(bool upload, std::uintptr_t destination, std::uintptr_t source, std::size_t size,
-             bool wait);
+             bool wait, std::int64_t on = -1);
   // Ranges of an open file to the GPU through this copier's staged copy (made now where it is
   // not yet): StagedCopier::read_to_device, so a checkpoint's load shares copy_many's pinned
   // chunks and threads (`readers`: as there). Returns once every byte has arrived.

@@ -87,11 +87,22 @@ PointerInfo query(std::uintptr_t address) {
   return info;
 }
 
+// The caller's stream from its integer handle (copy's `on`, 0 the legacy default stream).
+cudaStream_t caller_stream(std::int64_t on) {
+  return reinterpret_cast<cudaStream_t>(static_cast<std::uintptr_t>(on));
+}
+
 constexpr std::size_t kAlign = 256;
 const std::string kLoop = "loop";
 std::size_t aligned(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
 }  // namespace
+
+std::string method_on_stream(const std::string& method, std::int64_t on) {
+  if (on < 0 || method == kLoop) return method;
+  const bool batch_api = method.rfind("batch-", 0) == 0;
+  return batch_api && on > 1 ? method : kLoop;  // 0 and 1: the legacy stream (cudaStreamLegacy)
+}
 
 std::size_t staging_bytes(std::size_t bytes) {
   std::size_t n = kStagingLeast;
@@ -272,16 +283,21 @@ std::size_t ManyCopier::pinned_bytes() {
 std::string ManyCopier::copy(const std::string& asked, bool upload,
                              const std::uintptr_t* destinations, const std::uintptr_t* sources,
                              const std::size_t* sizes, std::size_t count, bool pinned,
-                             const std::uintptr_t* mapped_host, bool wait) {
+                             const std::uintptr_t* mapped_host, bool wait, std::int64_t on) {
   if (count == 0) return asked;
   Impl& m = *impl_;
+  const bool theirs = on >= 0;  // the caller's stream: queued there, nothing waited for
   // a staged batch goes by the loop while the staged copier is being made
-  const std::string& method = asked == "staged" && !m.staged_now(device_) ? kLoop : asked;
+  const std::string method = theirs ? method_on_stream(asked, on)
+                             : asked == "staged" && !m.staged_now(device_) ? kLoop
+                                                                           : asked;
   std::lock_guard<std::mutex> one_at_a_time(m.calls);
   detail::DeviceGuard guard(device_);
   // the loop's copies of a call that waits go on the legacy stream (stream_for); the batch API
   // refuses that stream, and the kernels share this copier's table and staging
-  cudaStream_t stream = method == kLoop ? m.stream_for(wait) : m.stream.get();
+  cudaStream_t stream = theirs            ? caller_stream(on)
+                        : method == kLoop ? m.stream_for(wait)
+                                          : m.stream.get();
   // whatever happens, the stream is idle on return: nothing queued still reads the caller's
   // buffers or this copier's table and staging, which the next call writes (synchronized once:
   // by the last lines, or here when an error leaves early), nor anything queue() put on the
@@ -392,6 +408,7 @@ std::string ManyCopier::copy(const std::string& asked, bool upload,
                      "' (loop, batch-stream, batch-call, batch-any, pack, staged, kernel)");
   }
   drain.done = true;
+  if (theirs) return method;  // queued on the caller's stream, which orders what comes next
   // queued only: the loop's and the batch calls' copies read nothing of this copier's
   if (!wait && (method == kLoop || method.rfind("batch-", 0) == 0)) {
     m.pending.store(true, std::memory_order_release);
@@ -404,14 +421,16 @@ std::string ManyCopier::copy(const std::string& asked, bool upload,
 }
 
 void ManyCopier::queue(bool upload, std::uintptr_t destination, std::uintptr_t source,
-                       std::size_t size, bool wait) {
+                       std::size_t size, bool wait, std::int64_t on) {
   // no lock: a loop's copy reads nothing of this copier's, and the stream is made once
   Impl& m = *impl_;
   detail::DeviceGuard guard(device_);
   void* const d = reinterpret_cast<void*>(destination);
   const void* const s = reinterpret_cast<const void*>(source);
-  cudaStream_t stream = m.stream_for(wait);
-  (stream == cudaStreamLegacy ? m.on_legacy : m.pending).store(true, std::memory_order_release);
+  cudaStream_t stream = on >= 0 ? caller_stream(on) : m.stream_for(wait);
+  if (on < 0) {  // the caller's stream orders its own copies: nothing of this copier's to wait for
+    (stream == cudaStreamLegacy ? m.on_legacy : m.pending).store(true, std::memory_order_release);
+  }
   loop_copy(upload, !upload, &d, &s, &size, 1, stream);
 }
 

@@ -12,6 +12,12 @@ MADE_BY_LOOP = (
     "(this process's first staged batch begins it), so the batch went as one cudaMemcpyAsync a "
     "piece, as PyTorch's copy makes it"
 )
+# the reason of a batch queued on the caller's stream by another method than decided
+ON_STREAM = (
+    "it was queued on the caller's stream, which takes only copies that use no staging of "
+    "copy_many's (the loop, and the batch API except on the legacy default stream, which the "
+    "batch API refuses), so it went as one cudaMemcpyAsync a piece, as PyTorch's copy makes it"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +67,7 @@ class Choice:
         )
         return f"{head} Measured here for that batch: {times}."
 
-    def made_by(self, method: str) -> Choice:
-        """This Choice, as made by `method` instead (the loop, while the staged copier is being
-        made)."""
-        return replace(self, method=method, reason=MADE_BY_LOOP)
+    def made_by(self, method: str, on_stream: bool = False) -> Choice:
+        """This Choice, as made by `method` instead: the loop, while the staged copier is being
+        made, or on the caller's stream (`on_stream`)."""
+        return replace(self, method=method, reason=ON_STREAM if on_stream else MADE_BY_LOOP)

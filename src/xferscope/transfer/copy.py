@@ -9,19 +9,20 @@ fastest for their count and size:
     choice = xferscope.copy_many(list(zip(blocks, pieces)))     # (destination, source) pairs
     print(choice.explain())
 
-Pairs are (destination, source) or (destination, source, nbytes); each end a NumPy array or
-another buffer-protocol object, a PyTorch tensor, a CuPy array, an object with
-__cuda_array_interface__ or __dlpack__, or an integer address (then nbytes is needed). For many
-pieces given as addresses, `copy_many(destinations=..., sources=..., sizes=...)` takes three
-arrays and skips the per-object work. All copies of a call go one way, host to GPU or GPU to
-host, on one GPU; the host side may be pinned or pageable. The call returns once every byte has
-arrived. Where it goes by the loop (one piece, a few), its copies go on the legacy default
-stream, PyTorch's and CuPy's default, as PyTorch's copy_ does: they follow the kernels queued
-there. Its other methods go on a stream of its own, which does not wait for work queued on other
-streams: synchronize first if a kernel still writes a source. Where a batch of pinned pieces of
-the same shape last went by the loop, each piece is queued as soon as it is read; a batch then
-refused at pair k (CopyRefused) has copied the pairs before k, and returns once they have
-landed.
+Pairs are (destination, source) or (destination, source, nbytes); each end a NumPy array or another
+buffer-protocol object, a PyTorch tensor, a CuPy array, an object with __cuda_array_interface__ or
+__dlpack__, or an integer address (then nbytes is needed). For many pieces given as addresses,
+`copy_many(destinations=..., sources=..., sizes=...)` takes three arrays and skips the per-object
+work. All copies of a call go one way, host to GPU or GPU to host, on one GPU; the host side may be
+pinned or pageable. The call returns once every byte has arrived; with `non_blocking=True` once its
+copies are queued on the caller's stream (`stream=`, else the GPU's current one: streams.py), which
+orders them after what is queued there. Where a call that waits goes by the loop (one piece, a few),
+its copies go on the legacy default stream, PyTorch's and CuPy's default, as PyTorch's copy_ does:
+they follow the kernels queued there. Its other methods go on a stream of its own, which does not
+wait for work queued on other streams: synchronize first if a kernel still writes a source. Where a
+batch of pinned pieces of the same shape last went by the loop, each piece is queued as soon as it
+is read; a batch then refused at pair k (CopyRefused) has copied the pairs before k, and returns
+once they have landed.
 
 The method: `xferscope batch --calibrate` measures every method over a grid of counts and sizes
 on this GPU and stores it; copy_many takes the fastest for the nearest count and size, and
@@ -51,6 +52,7 @@ from .calibration import LOOK_AGAIN_S
 from .choice import Choice, Shape
 from .engine import default_engine
 from .policy import COPY_MANY_METHODS, choose
+from .streams import queued_on
 
 _e = engine_module()
 
@@ -126,19 +128,30 @@ def copy_many(
     device: int | None = None,
     method: str | None = None,
     engine: Engine | None = None,
+    non_blocking: bool = False,
+    stream: Any = None,
 ) -> Choice:
     """Copies every pair, host to GPU or GPU to host, and returns what was done and why (a
     Choice: .method, .explain()). CopyRefused for a batch it will not make, TypeError and
     ValueError for bad buffers, each naming the pair; xferscope's EngineError for the GPU
-    side."""
+    side.
+
+    `non_blocking=True` queues the copies on the caller's stream, `stream` (STREAM_WORDS), or
+    the current stream of the GPU (PyTorch's, else CuPy's), and returns: they follow what is
+    queued there and what the program queues next follows them, as `.to(device,
+    non_blocking=True)` does; the caller keeps every buffer as it is until the stream has run
+    them. Only the loop and the batch API queue so (any other method decided goes by the
+    loop, and the Choice says so)."""
     if method is not None and method not in COPY_MANY_METHODS:
         raise ValueError(f"method {method!r} is not one of {', '.join(COPY_MANY_METHODS)}")
+    queued = queued_on(non_blocking, stream, device)
+    on = -1 if queued is None else queued
     engine = engine if engine is not None else default_engine()
     target = -1 if device is None else device
     if pairs is not None:
         if destinations is not None or sources is not None or sizes is not None:
             raise TypeError("give either pairs or destinations, sources and sizes, not both")
-        return copy_pairs(pairs, device, method, engine)
+        return copy_pairs(pairs, device, method, engine, on)
     if destinations is None or sources is None or sizes is None:
         raise TypeError("give pairs, or all three of destinations, sources and sizes")
     dst = _addresses(destinations, "destinations")
@@ -152,7 +165,7 @@ def copy_many(
     if not len(dst):
         return _nothing(device)
     try:
-        return copies_of(engine).copy_addresses(dst, src, nbytes, target, method, -1)  # type: ignore[no-any-return]
+        return copies_of(engine).copy_addresses(dst, src, nbytes, target, method, -1, True, on)  # type: ignore[no-any-return]
     except Exception:
         _reraise(engine)
 
@@ -162,15 +175,19 @@ def copy_pairs(
     device: int | None = None,
     method: str | None = None,
     engine: Engine | None = None,
+    stream: int = -1,
 ) -> Choice:
     """copy_many(pairs, device=, method=, engine=) with `method` already checked: the common
     call, in as few steps as it can be made (the first call's wrapper, first.py, calls it
-    straight for pairs alone)."""
+    straight for pairs alone); `stream` >= 0: queued on that stream of the caller's
+    (streams.handle), nothing waited for."""
     engine = engine if engine is not None else default_engine()
     if not len(pairs):
         return _nothing(device)
     try:
-        return copies_of(engine).copy_pairs(pairs, -1 if device is None else device, method, -1)  # type: ignore[no-any-return]
+        return copies_of(engine).copy_pairs(  # type: ignore[no-any-return]
+            pairs, -1 if device is None else device, method, -1, True, stream
+        )
     except Exception:
         _reraise(engine)
 

@@ -17,6 +17,7 @@ for neither."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -25,6 +26,7 @@ from typing import Any
 from . import engine as engines
 from .choice import Choice
 from .moves import down, gpu_index, up
+from .streams import handle, hold
 
 # A model of a first call's two ways, from H100 measurements (copyapi_loop_probe.py,
 # copyapi_first.py): PyTorch's loop pays about 15 us a piece and moves pinned memory at 50 GB/s
@@ -37,7 +39,8 @@ OURS_BPS = 45e9
 PLAIN_REASON = (
     "xferscope was still setting up on another thread (the copy modules, the native engine, "
     "the staged copy's threads and pinned chunks), so this call went PyTorch's own way: "
-    "copy_ on the current stream, then synchronized; xferscope.warmup() sets up at once"
+    "copy_ on the current stream, then synchronized unless non_blocking; xferscope.warmup() "
+    "sets up at once"
 )
 
 _real: dict[str, Callable[..., Any]] = {}  # the copy API's functions, once set up
@@ -171,19 +174,30 @@ def _pinned(pairs: list[tuple[Any, Any]], upload: bool) -> bool:
 
 
 def _plain(
-    pairs: Sequence[Any], device: int | None, way: bool | None, choice: bool = True
+    pairs: Sequence[Any],
+    device: int | None,
+    way: bool | None,
+    choice: bool = True,
+    queued: bool = False,
+    stream: Any = None,
 ) -> Choice | bool:
     """The pairs copied PyTorch's way, where they are all PyTorch tensors going `way` (True:
     up; None: either) to GPU `device` (None: theirs) and that way ends first: the Choice
     (`choice`), else True. Else False, nothing copied (xferscope's way reads and refuses the
-    rest). The first such call is PyTorch's copy alone; the second begins the setting up."""
+    rest). The first such call is PyTorch's copy alone; the second begins the setting up.
+    `queued` (copy_many's non_blocking): the copies queued on the current stream, or on
+    `stream` where it is PyTorch's, and nothing waited for, as PyTorch's own."""
     chosen = engines.chosen()
     if chosen is not None and chosen.simulated:
         return False
+    torch = sys.modules.get("torch")
+    if stream is not None and (torch is None or not isinstance(stream, torch.cuda.Stream)):
+        return False  # a stream PyTorch does not know: xferscope's way
     found = _torch_pairs(pairs)
     if found is None:
         return False
     upload, gpu, plain, total = found
+    assert torch is not None  # the pairs are its tensors
     if (way is not None and way != upload) or (device is not None and device != gpu):
         return False
     pinned: bool | None = None  # asked of the driver only where needed, once
@@ -191,13 +205,14 @@ def _plain(
         pinned = _pinned(plain, upload)
         if not plain_first(len(plain), 0 if pinned else total, total if pinned else 0):
             return False
-    one = len(plain) == 1  # then PyTorch's own blocking copy: its copy and stream synchronize
-    for d, s in plain:
-        if d.dtype != s.dtype or d.shape != s.shape:
-            d, s = _bytes(d), _bytes(s)
-        d.copy_(s, non_blocking=not one)
-    if not one:
-        sys.modules["torch"].cuda.current_stream(gpu).synchronize()
+    one = len(plain) == 1 and not queued  # PyTorch's own blocking copy: copy, synchronize
+    with contextlib.nullcontext() if stream is None else torch.cuda.stream(stream):
+        for d, s in plain:
+            if d.dtype != s.dtype or d.shape != s.shape:
+                d, s = _bytes(d), _bytes(s)
+            d.copy_(s, non_blocking=not one)
+    if not one and not queued:
+        torch.cuda.current_stream(gpu).synchronize()
     _calls.append(None)
     if len(_calls) > 1:
         _begin_set_up(gpu)
@@ -219,21 +234,23 @@ def copy_many(
     device: int | None = None,
     method: str | None = None,
     engine: Any = None,
+    non_blocking: bool = False,
+    stream: Any = None,
 ) -> Choice:
     """xferscope.copy_many (transfer/copy.py); until set up, PyTorch pairs go PyTorch's way."""
     fn = _real.get("copy_many")
     plain = method is None and engine is None and destinations is None
     if fn is None:
-        if pairs is not None and plain:
-            made = _plain(pairs, device, None)
+        if pairs is not None and plain and (non_blocking or stream is None):
+            made = _plain(pairs, device, None, queued=non_blocking, stream=stream)
             if made:
                 return made  # type: ignore[return-value]
         fn = api("copy_many")
-    elif plain and sources is None and sizes is None and pairs is not None:
+    elif plain and sources is None and sizes is None and pairs is not None and not non_blocking:
         return _real["copy_pairs"](pairs, device)  # type: ignore[no-any-return]  # the common call
     return fn(  # type: ignore[no-any-return]
         pairs, destinations=destinations, sources=sources, sizes=sizes, device=device,
-        method=method, engine=engine,
+        method=method, engine=engine, non_blocking=non_blocking, stream=stream,
     )  # fmt: skip
 
 
@@ -270,12 +287,29 @@ def _plain_copy(pairs: list[Any], gpu: int) -> Any:
     return made or api("copy_many")(pairs, device=gpu)
 
 
+def _queued_copy(on: int) -> Callable[[list[Any], int], Any]:
+    """_plain_copy for a non_blocking move: queued on the current stream (`on`), either way,
+    the sources held until the stream has run the copies (streams.hold)."""
+
+    def copy(pairs: list[Any], gpu: int) -> Any:
+        made = _plain(pairs, gpu, None, choice=False, queued=True)
+        made = made or api("copy_many")(pairs, device=gpu, non_blocking=True, stream=on)
+        hold(pairs, on, gpu)
+        return made
+
+    return copy
+
+
 def to_device(obj: Any, device: Any = None, non_blocking: bool = False, **options: Any) -> Any:
     """xferscope.to_device (transfer/moving.py); until set up, PyTorch leaves go PyTorch's way
     where that ends first."""
     fn = _real.get("to_device")
     if fn is None and not options:
-        return up(obj, gpu_index(device), _plain_copy)
+        index = gpu_index(device)
+        if not non_blocking:
+            return up(obj, index, _plain_copy)
+        on = handle(None, index)
+        return up(obj, index, _queued_copy(on), ordered=True)
     return (fn or api("to_device"))(obj, device, non_blocking, **options)
 
 
@@ -284,7 +318,10 @@ def to_host(obj: Any, non_blocking: bool = False, **options: Any) -> Any:
     where that ends first."""
     fn = _real.get("to_host")
     if fn is None and not options:
-        return down(obj, non_blocking, _plain_copy)
+        if not non_blocking:
+            return down(obj, non_blocking, _plain_copy)
+        on = handle(None, None)
+        return down(obj, non_blocking, _queued_copy(on), ordered=True)
     return (fn or api("to_host"))(obj, non_blocking, **options)
 
 

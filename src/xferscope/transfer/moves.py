@@ -76,12 +76,14 @@ def gpu_index(device: Any) -> int:
 QUEUE_FROM = 64 << 20
 
 
-def up(obj: Any, index: int, copy: Copy, queue: Queue | None = None) -> Any:
+def up(obj: Any, index: int, copy: Copy, queue: Queue | None = None, ordered: bool = False) -> Any:
     """`obj` with every leaf on GPU `index`, the pairs made by `copy` at once (or by `queue`,
-    run by run, where the leaves are large and pinned)."""
+    run by run, where the leaves are large and pinned). `ordered`: `copy` and `queue` queue on
+    the caller's stream, which orders the copies after its work: nothing synchronized."""
     flat = flatten(obj, _is_leaf)
     kinds = [_framework(x) for x in flat.leaves]
-    _synchronize(flat.leaves, kinds, {index})
+    if not ordered:
+        _synchronize(flat.leaves, kinds, {index})
     made: list[Any] = [None] * len(kinds)
     pairs = []
     with _finished(queue) as queued:
@@ -101,12 +103,16 @@ def up(obj: Any, index: int, copy: Copy, queue: Queue | None = None) -> Any:
     return flat.rebuild(made)
 
 
-def down(obj: Any, non_blocking: bool, copy: Copy, queue: Queue | None = None) -> Any:
+def down(
+    obj: Any, non_blocking: bool, copy: Copy, queue: Queue | None = None, ordered: bool = False
+) -> Any:
     """`obj` with every leaf in host memory (pinned where `non_blocking`), by one `copy` per
-    GPU the leaves are on (or by `queue`, run by run, into pinned memory)."""
+    GPU the leaves are on (or by `queue`, run by run, into pinned memory). `ordered`: as up()
+    takes it; the host tensors are then read once the stream has run the copies."""
     flat = flatten(obj, _is_leaf)
     kinds = [_framework(x) for x in flat.leaves]
-    _synchronize(flat.leaves, kinds, set())
+    if not ordered:
+        _synchronize(flat.leaves, kinds, set())
     made: list[Any] = [None] * len(kinds)
     by_gpu: dict[int, list[tuple[Any, Any]]] = defaultdict(list)
     with _finished(queue) as queued:

@@ -13,9 +13,12 @@ same structure, each leaf a new tensor or array on the other side (one already t
 as `.to()` returns it) without autograd history. One object met twice is moved once.
 
 Streams as PyTorch's copies keep them: the current stream of each GPU involved is synchronized
-first, and the call returns once every byte has arrived. `non_blocking=True` makes host
-destinations pinned, as `.to("cpu", non_blocking=True)` does; the call still returns with the
-bytes arrived. `xferscope.warmup()` at start-up makes what the first copy would make."""
+first, and the call returns once every byte has arrived. `non_blocking=True` queues the copies on
+the caller's stream (`stream=`, else the GPU's current one) and returns, as `.to(device,
+non_blocking=True)` does: they follow the kernels queued there and what is queued next follows
+them, the host never waiting; host destinations are pinned, as `.to("cpu", non_blocking=True)`
+makes them, and read once the stream has run the copies. The sources are kept until then
+(streams.hold). `xferscope.warmup()` at start-up makes what the first copy would make."""
 
 from __future__ import annotations
 
@@ -24,11 +27,20 @@ from typing import Any
 
 from ..core.engine import Engine
 from .choice import Shape
-from .copy import close_copiers, copies_of, copy_many, decide, held_pinned_bytes, queue_pairs
+from .copy import (
+    close_copiers,
+    copies_of,
+    copy_many,
+    copy_pairs,
+    decide,
+    held_pinned_bytes,
+    queue_pairs,
+)
 from .copy import finish as finish_queued
 from .engine import default_engine
 from .moves import down, gpu_index, up
 from .staged import close_shared, shared_pinned_bytes
+from .streams import as_current, hold, queued_on
 
 
 def release() -> None:
@@ -58,21 +70,59 @@ def warmup(device: Any = None, *, engine: Engine | None = None) -> None:
 
 
 def to_device(
-    obj: Any, device: Any = None, non_blocking: bool = False, *, engine: Engine | None = None
+    obj: Any,
+    device: Any = None,
+    non_blocking: bool = False,
+    *,
+    stream: Any = None,
+    engine: Engine | None = None,
 ) -> Any:
     """`obj` with every tensor and array on GPU `device` (DEVICE_WORDS; None: the current
-    one), the same structure, moved by one copy_many."""
-    return up(obj, gpu_index(device), _by_copy_many(engine), _Queued(engine))
+    one), the same structure, moved by one copy_many; with `non_blocking`, queued on the
+    caller's stream (`stream`, else the GPU's current one) and returned at once."""
+    index = gpu_index(device)
+    on = queued_on(non_blocking, stream, index)
+    with as_current(stream):
+        if on is None:
+            return up(obj, index, _by_copy_many(engine), _Queued(engine))
+        ordered = _OnStream(engine, on)
+        return up(obj, index, ordered, ordered, ordered=True)
 
 
-def to_host(obj: Any, non_blocking: bool = False, *, engine: Engine | None = None) -> Any:
+def to_host(
+    obj: Any, non_blocking: bool = False, *, stream: Any = None, engine: Engine | None = None
+) -> Any:
     """`obj` with every tensor and array in host memory (pinned where `non_blocking`), the same
-    structure, moved by one copy_many per GPU the leaves are on."""
-    return down(obj, non_blocking, _by_copy_many(engine), _Queued(engine))
+    structure, moved by one copy_many per GPU the leaves are on; with `non_blocking`, queued on
+    the caller's stream (`stream`, else the current one of the GPU the leaves are on) and
+    returned at once: the host tensors are read once that stream has run the copies."""
+    on = queued_on(non_blocking, stream, None)
+    with as_current(stream):
+        if on is None:
+            return down(obj, non_blocking, _by_copy_many(engine), _Queued(engine))
+        ordered = _OnStream(engine, on)
+        return down(obj, non_blocking, ordered, ordered, ordered=True)
 
 
 def _by_copy_many(engine: Engine | None) -> Callable[[list[Any], int], Any]:
     return lambda pairs, gpu: copy_many(pairs, device=gpu, engine=engine)
+
+
+class _OnStream:
+    """copy_many's copies queued on the caller's stream `on`, a structure's at once or run by
+    run (moves.Queue), their sources held until the stream has run them (streams.hold); their
+    finish waits for nothing, the stream orders what comes next."""
+
+    def __init__(self, engine: Engine | None, on: int) -> None:
+        self.engine, self.on = engine, on
+
+    def __call__(self, pairs: list[Any], gpu: int) -> Any:
+        made = copy_pairs(pairs, gpu, None, self.engine, self.on)
+        hold(pairs, self.on, gpu)
+        return made
+
+    def finish(self, gpu: int) -> None:
+        pass
 
 
 class _Queued:
