@@ -109,8 +109,9 @@ def test_the_command_writes_its_files(capsys, tmp_path, checkpoint):
 @pytest.mark.parametrize(
     ("args", "fragments"),
     [
-        (["nothing.safetensors"], ("PATH", "nothing.safetensors: no such file")),
-        (["short.safetensors"], ("PATH", "too short for a safetensors file")),
+        (["nothing.safetensors"], ("Error: /", "nothing.safetensors: no such file")),
+        (["short.safetensors"], ("Error: /", "too short for a safetensors file")),
+        (["legacy.pt"], ("Error: /", "legacy.pt: not a zip archive", "torch.save")),
         (["model.safetensors", "--repeats", "0"], ("--repeats", "'0'")),
         (["model.safetensors", "-g", "7"], ("--device",)),
         ([], ("PATH",)),
@@ -120,7 +121,9 @@ def test_the_command_writes_its_files(capsys, tmp_path, checkpoint):
 def test_bad_input_is_one_line_and_nothing_is_written(capsys, tmp_path, checkpoint, args,
                                                       fragments):  # fmt: skip
     (tmp_path / "short.safetensors").write_bytes(b"\x01")
-    paths = [str(tmp_path / a) if a.endswith(".safetensors") else a for a in args]
+    # torch.save's legacy format: a pickle's protocol bytes, then its magic number, no zip
+    (tmp_path / "legacy.pt").write_bytes(b"\x80\x02\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19." * 64)
+    paths = [str(tmp_path / a) if a.endswith((".safetensors", ".pt")) else a for a in args]
     code, _, err = run(capsys, "checkpoint", *paths, "--simulate", "-o", str(tmp_path / "out"),
                        "--no-history")  # fmt: skip
     assert_one_line_error(code, err, *fragments)

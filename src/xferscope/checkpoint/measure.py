@@ -26,7 +26,7 @@ import numpy as np
 from ..core import machine
 from ..core.cases import DEFAULT_SEED
 from ..core.engine import Engine, check_device
-from ..core.errors import OptionError
+from ..core.errors import InputFileError, OptionError
 from ..core.findings import WARNING, Finding, corrupted, finding
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
@@ -53,8 +53,8 @@ def steps(repeats: int, cold: bool) -> int:
 
 
 def opened(paths: Sequence[str]) -> tuple[list[Shard], list[Layout]]:
-    """The checkpoint's files and layouts (a .pt file's: its storages' records); OptionError
-    naming PATH for one it will not load."""
+    """The checkpoint's files and layouts (a .pt file's: its storages' records); InputFileError
+    naming the file it will not load (OptionError naming PATH for an empty path)."""
     if not paths or any(not str(p).strip() for p in paths):
         raise OptionError(
             "PATH", "an empty path names no file: give a file, a directory or an index"
@@ -62,8 +62,8 @@ def opened(paths: Sequence[str]) -> tuple[list[Shard], list[Layout]]:
     try:
         files = checkpoint_files(list(paths))
         return files, _layouts(paths, files)
-    except CheckpointError as exc:
-        raise OptionError("PATH", str(exc)) from None
+    except CheckpointError as exc:  # its message names the file
+        raise InputFileError(str(exc)) from None
 
 
 def _layouts(paths: Sequence[str], files: list[Shard]) -> list[Layout]:

@@ -19,6 +19,13 @@ class OptionError(XferscopeError):
         self.option = option
 
 
+class InputFileError(XferscopeError):
+    """A file given is not one the command takes; the message names the file and what is
+    wrong with it (not the option's metavar: the file is what the user typed)."""
+
+    exit_code = 2
+
+
 class NoDeviceError(XferscopeError):
     """No CUDA device can be used (no driver, no GPU, or an index that does not exist)."""
 

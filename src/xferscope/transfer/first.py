@@ -239,14 +239,14 @@ def copy_many(
 ) -> Choice:
     """xferscope.copy_many (transfer/copy.py); until set up, PyTorch pairs go PyTorch's way."""
     fn = _real.get("copy_many")
-    plain = method is None and engine is None and destinations is None
+    plain = method is None and engine is None and destinations is None and pairs is not None
     if fn is None:
         if pairs is not None and plain and (non_blocking or stream is None):
             made = _plain(pairs, device, None, queued=non_blocking, stream=stream)
             if made:
                 return made  # type: ignore[return-value]
         fn = api("copy_many")
-    elif plain and sources is None and sizes is None and pairs is not None and not non_blocking:
+    elif plain and sources is None and sizes is None and not non_blocking and stream is None:
         return _real["copy_pairs"](pairs, device)  # type: ignore[no-any-return]  # the common call
     return fn(  # type: ignore[no-any-return]
         pairs, destinations=destinations, sources=sources, sizes=sizes, device=device,

@@ -40,6 +40,9 @@ HEADER_MOST = 100_000_000  # the package refuses a longer header (its MAX_HEADER
 METADATA = "__metadata__"
 
 
+PT_SUFFIXES = (".pt", ".pth", ".bin")  # what torch.save's files are called
+
+
 class CheckpointError(XferscopeError):
     """A checkpoint xferscope will not load: the message names the file, and the tensor or
     shard, and what is wrong with it."""
@@ -142,6 +145,12 @@ def header_length(path: Path, head: bytes, size: int) -> int:
             "then the header)"
         )
     n = int.from_bytes(head, "little")
+    if n > min(HEADER_MOST, size - 8) and path.suffix in PT_SUFFIXES:
+        raise CheckpointError(
+            f"{path}: not a zip archive, so not torch.save's format since PyTorch 1.6 (the "
+            "legacy format, or _use_new_zipfile_serialization=False, is not read): save it "
+            "again with torch.save, or as safetensors"
+        )
     if n > min(HEADER_MOST, size - 8):
         raise CheckpointError(
             f"{path}: its header length says {format_bytes(n)}, longer than "

@@ -19,18 +19,17 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from .layout import CheckpointError, Layout, Tensor, version_of
+from .layout import PT_SUFFIXES, CheckpointError, Layout, Tensor, version_of
 from .reads import read_file
 
 LOCAL_HEADER = struct.Struct("<4sHHHHHIIIHH")  # a zip entry's local file header, 30 bytes
-SUFFIXES = (".pt", ".pth", ".bin")  # what torch.save's files are called
 ALIGNMENT = 64  # torch.save's records begin at multiples of this
 SAMPLED = 32  # local headers read to check where the records begin
 
 
 def is_pt(path: Path) -> bool:
     """Whether `path` is a file torch.save wrote (a zip) by its name and first bytes."""
-    return path.suffix in SUFFIXES and path.is_file() and zipfile.is_zipfile(path)
+    return path.suffix in PT_SUFFIXES and path.is_file() and zipfile.is_zipfile(path)
 
 
 def pt_layout(path: str | os.PathLike[str]) -> Layout:
