@@ -8,15 +8,13 @@ of each minor are checked against its real interpreter."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from xferscope.trace.runner import injection_library
+
+from .offsets_script import offsets_script
 
 PROBE = """
 import ctypes, json, sys, threading
@@ -56,16 +54,9 @@ def _line(marker: str) -> int:
 
 
 def _interpreters() -> list[str]:
-    """This Python, and the other CPython minors on PATH or under pyenv."""
-    found = {sys.executable}
-    roots = [Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"]
-    for minor in range(10, 15):
-        on_path = shutil.which(f"python3.{minor}")
-        if on_path and "/shims/" not in on_path:  # pyenv's shims run whichever is chosen
-            found.add(on_path)
-        for root in roots:
-            found.update(str(p) for p in root.glob(f"3.{minor}.*/bin/python3.{minor}"))
-    return sorted(found)
+    """This Python, and the other CPython minors on PATH or under pyenv (the offsets script's
+    discovery, scripts/python-offsets)."""
+    return offsets_script().interpreters()  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("python", _interpreters())

@@ -46,10 +46,12 @@ struct Layout {
   std::ptrdiff_t code_linetable;    // PyCodeObject.co_linetable (bytes: line_at's table)
 };
 // From CPython 3.10.13, 3.11.7, 3.12.1, 3.13.0 and 3.14.10's headers (offsetof, Py_BUILD_CORE),
-// x86-64 and aarch64 alike (LP64); checked at run time by tests/unit/test_pystack.py on every
-// minor the machine has. 3.14 (the default build) tags f_executable's low 2 bits (Py_TAG_BITS)
-// and numbers the C stack's owner 4 (FRAME_OWNED_BY_INTERPRETER took 3). A free-threaded build
-// lays its objects out otherwise and is not read.
+// x86-64 and aarch64 alike (LP64), as scripts/python-offsets prints them; checked against each
+// minor's headers by tests/unit/test_python_offsets.py, and at run time by
+// tests/unit/test_pystack.py, on every minor the machine has. 3.14 (the default build) tags
+// f_executable's low 2 bits (Py_TAG_BITS) and numbers the C stack's owner 4
+// (FRAME_OWNED_BY_INTERPRETER took 3). A free-threaded build lays its objects out otherwise and is
+// not read.
 constexpr Layout kLayouts[] = {
     {10, 24, -1, 32, 24, 96, -1, 104, 112, -1, -1, 48, -1, 0, 40, 120},
     {11, 56, 8, 32, 48, 56, 69, 112, 128, 184, 168, 48, -1, 0, 72, 136},

@@ -1,12 +1,12 @@
 """Batches moved ahead on a thread while the program's step runs, and what the wait was for:
-the framework-free half of `xferscope.torch.DeviceLoader` (xferscope/torch/loader.py).
+the framework-free half of `xferscope.torch.DeviceLoader` (frameworks/torch_loader.py).
 
 A Prefetcher takes the next item of an iterator on its own thread, moves it (`move`, for
-DeviceLoader `xferscope.to_device`, which returns with the bytes arrived) and queues it, at
-most `ahead` items before the one the program holds. The program's thread only takes finished
-items. A failure on the thread (the dataset's, the copy's) is raised in the program's thread
-at the item where it happened, with its own traceback; leaving the loop early (break, an
-exception, Ctrl-C) stops the thread and drops what it had made.
+DeviceLoader `xferscope.to_device`, which, waiting, returns with the bytes arrived) and queues it,
+at most `ahead` items before the one the program holds. The program's thread only takes finished
+items. A failure on the thread (the dataset's, the copy's) is raised in the program's thread at the
+item where it happened, with its own traceback; leaving the loop early (break, an exception, Ctrl-C)
+stops the thread and drops what it had made.
 
 LoaderStats says, per epoch, how long the program waited for each item against how long its
 own step took, and how long the items took to produce (the iterator's next: a DataLoader's
