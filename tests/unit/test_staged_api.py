@@ -358,17 +358,6 @@ def test_a_cuda_error_of_graph_capture_says_what_to_do(name, code, told):
 # ---- module functions and the package ----------------------------------------------------------
 
 
-@pytest.fixture
-def shared() -> Iterator[RecordingEngine]:
-    """Module functions on a recording engine, the runtime's while the test runs."""
-    engine = RecordingEngine(devices=2)
-    staged.close_shared()
-    use_engine(engine)
-    yield engine
-    staged.close_shared()
-    use_engine(None)
-
-
 def test_module_functions_copy_as_copy_many_copies_one_piece():
     """copy_to_device / copy_to_host go through copy_many's reader, rule and copier (one per
     GPU, kept): a plain copy for small pageable memory, the staged copy from 4 MiB, the size of
@@ -403,15 +392,6 @@ def test_module_functions_copy_as_copy_many_copies_one_piece():
         staged.copy_to_device(host, gpu_base)
     assert len(first.calls) == 4
     use_engine(None)
-
-
-def test_shared_copiers_close_at_exit_and_reopen(shared):
-    first = staged.shared_copier(0)
-    assert staged._atexit_registered
-    staged.close_shared()
-    assert first.closed
-    second = staged.shared_copier(0)
-    assert second is not first and not second.closed
 
 
 def test_module_function_errors_are_the_same():

@@ -39,7 +39,6 @@ from .copy import (
 from .copy import finish as finish_queued
 from .engine import default_engine
 from .moves import down, gpu_index, up
-from .staged import close_shared, shared_pinned_bytes
 from .streams import as_current, hold, queued_on
 
 
@@ -48,13 +47,12 @@ def release() -> None:
     staging and its GPU buffer, grown to the largest batch so far) and the staged copy's pinned
     chunks and threads. The next copy makes them again (tens of milliseconds)."""
     close_copiers()
-    close_shared()
 
 
 def pinned_bytes() -> int:
     """Pinned host memory the copy API holds between calls (what `release()` gives back): it
     grows to the largest packed batch and the staged copy's chunks, then stays."""
-    return held_pinned_bytes() + shared_pinned_bytes()
+    return held_pinned_bytes()
 
 
 def warmup(device: Any = None, *, engine: Engine | None = None) -> None:

@@ -18,8 +18,6 @@ managed 10.3 and 19.3 GB/s.
 (its reader takes PyTorch and CuPy tensors too): one cudaMemcpyAsync, as `tensor.copy_()` makes
 it, or the staged copy of copy_many's copier for pageable memory from rule.staged_from (4 MiB
 down, 8 MiB up).
-`shared_copier(device)` is one StagedCopier per GPU kept for the life of the process (creating
-one takes tens of milliseconds: threads, a memcpy probe and the pinned pool).
 
 The host side is a NumPy array, any object with the buffer protocol (bytes, bytearray,
 memoryview, array.array, ...) or a raw address with `nbytes`; it must be C-contiguous, and
@@ -35,7 +33,6 @@ importing it needs no GPU or driver.
 
 from __future__ import annotations
 
-import atexit
 import math
 import numbers
 import operator
@@ -388,42 +385,6 @@ class StagedCopier:
     def __repr__(self) -> str:
         state = "closed" if self.closed else self.plan.summary()
         return f"StagedCopier(device={self.device}: {state})"
-
-
-# ---- one shared copier per GPU ----------------------------------------------------------------
-
-_shared: dict[int, StagedCopier] = {}
-_shared_lock = threading.Lock()
-_atexit_registered = False
-
-
-def close_shared() -> None:
-    """Closes every shared copier (registered with atexit when the first one is made)."""
-    with _shared_lock:
-        copiers = list(_shared.values())
-        _shared.clear()
-    for copier in copiers:
-        copier.close()
-
-
-def shared_pinned_bytes() -> int:
-    """Pinned host memory the shared copiers hold (their chunks)."""
-    with _shared_lock:
-        return sum(c.plan.staging_bytes for c in _shared.values() if not c.closed)
-
-
-def shared_copier(device: int = 0) -> StagedCopier:
-    """The process's copier for `device`, made on first use and closed at exit."""
-    global _atexit_registered
-    with _shared_lock:
-        copier = _shared.get(device)
-        if copier is None or copier.closed:
-            copier = StagedCopier(device)
-            _shared[device] = copier
-            if not _atexit_registered:
-                atexit.register(close_shared)
-                _atexit_registered = True
-        return copier
 
 
 def copy_to_device(
