@@ -47,7 +47,7 @@ import xferscope
 from foundation import bench_parser, comparison
 from xferscope.core.engine import NativeEngine
 from xferscope.core.machine import collect
-from xferscope.transfer.checkpoint import CheckpointError, read_layout, storage
+from xferscope.transfer.loading import CheckpointError, read_layout, storage
 
 GB = 1e9
 WORKLOADS = ("dense1g", "moe1g", "dense15g", "dense60g")
@@ -332,7 +332,7 @@ def error_part(args: Any, figures: dict) -> None:
     except CheckpointError as exc:
         left["truncated"] = torch.cuda.memory_allocated() - before
         left["truncated_error"] = str(exc)
-    from xferscope.transfer.checkpoint import load as loading
+    from xferscope.transfer.loading import load as loading
 
     layout = read_layout(files[0])
     real = loading.checkpoint_layouts

@@ -29,9 +29,9 @@ import torch
 import copyapi_bench as base
 import load_bench
 import xferscope
-from xferscope.transfer.checkpoint import read_layout, reads, storage
-from xferscope.transfer.checkpoint.kits import TORCH_DTYPES, TorchKit
-from xferscope.transfer.checkpoint.views import views
+from xferscope.transfer.loading import read_layout, reads, storage
+from xferscope.transfer.loading.kits import TORCH_DTYPES, TorchKit
+from xferscope.transfer.loading.views import views
 
 GB = 1e9
 MIB = 1 << 20

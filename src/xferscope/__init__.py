@@ -21,8 +21,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .transfer.checkpoint.load import load
     from .transfer.first import copy_many, copy_to_device, copy_to_host, to_device, to_host, warmup
+    from .transfer.loading.load import load
     from .transfer.moving import release
     from .transfer.staged import StagedCopier, StagedPlan
 else:
@@ -52,7 +52,7 @@ else:
 
             return moving.release
         if name == "load":
-            from .transfer.checkpoint.load import load
+            from .transfer.loading.load import load
 
             return load
         raise AttributeError(f"module 'xferscope' has no attribute {name!r}")

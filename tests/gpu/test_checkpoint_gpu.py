@@ -9,7 +9,7 @@ import pytest
 
 from tests.unit.test_checkpoint_layout import write
 from xferscope.checkpoint import measure as module
-from xferscope.transfer.checkpoint import read_layout
+from xferscope.transfer.loading import read_layout
 
 pytestmark = pytest.mark.gpu
 

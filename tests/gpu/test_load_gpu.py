@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 st = pytest.importorskip("safetensors.torch")
 
 import xferscope  # noqa: E402
-from xferscope.transfer.checkpoint import CheckpointError  # noqa: E402
+from xferscope.transfer.loading import CheckpointError  # noqa: E402
 
 
 @pytest.fixture
@@ -97,8 +97,8 @@ def test_a_file_changed_after_its_header_leaves_no_gpu_memory_held(gpu, tmp_path
     GPU buffer is made, which is given back while the caller still holds the error."""
     import os
 
-    from xferscope.transfer.checkpoint import load as loading
-    from xferscope.transfer.checkpoint import read_layout
+    from xferscope.transfer.loading import load as loading
+    from xferscope.transfer.loading import read_layout
 
     path = tmp_path / "m.safetensors"
     st.save_file(tensors(3), str(path))
@@ -189,7 +189,7 @@ def test_a_cold_file_read_by_a_few_readers_equals_the_packages_loading(
     """A file taken for cold (tmp_path may be in memory, where pages cannot be dropped) is
     read by reads.COLD_READERS threads in large chunks (0: every thread, small ones); its data
     (about 45 MiB, no multiple of a chunk) lands whole."""
-    from xferscope.transfer.checkpoint import reads, storage
+    from xferscope.transfer.loading import reads, storage
 
     g = torch.Generator().manual_seed(readers)
     want = tensors(readers) | {"large": torch.randn((11 << 20) + 777, generator=g)}

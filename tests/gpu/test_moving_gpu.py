@@ -159,7 +159,7 @@ def test_a_large_pinned_state_dict_is_queued_run_by_run_and_lands_whole(monkeypa
     waited for before the call returns (a kernel reading the result right after sees every
     byte), to_host's runs are queued on the current stream, read once it has run them."""
     from xferscope.transfer import copy as copies
-    from xferscope.transfer import moves
+    from xferscope.transfer import structure_copies as moves
 
     monkeypatch.setattr(moves, "QUEUE_FROM", 1 << 20)
     queued: list[int] = []

@@ -196,8 +196,8 @@ def test_the_check_reads_back_tensors_spread_over_each_file(checkpoint, tmp_path
     """Safetensors (its data from the header's end) and a .pt file (its records, with zip
     headers between them): the bytes as read pass, one byte changed in any sampled tensor
     fails."""
-    from xferscope.transfer.checkpoint import read_layout
-    from xferscope.transfer.checkpoint.pt import pt_layout
+    from xferscope.transfer.loading import read_layout
+    from xferscope.transfer.loading.pt import pt_layout
 
     layout = read_layout(checkpoint)
     data = checkpoint.read_bytes()[layout.data_begin :]

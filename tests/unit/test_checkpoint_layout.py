@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from xferscope.transfer.checkpoint import CheckpointError, checkpoint_layouts, read_layout
+from xferscope.transfer.loading import CheckpointError, checkpoint_layouts, read_layout
 
 NUMPY = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "U8": np.uint8, "BOOL": np.bool_}
 
@@ -185,7 +185,7 @@ def test_a_fifo_a_directory_and_a_symlink_as_the_path(tmp_path):
 def test_the_tensors_read_all_at_once_equal_those_read_one_by_one(tmp_path):
     """The header's tensors are made all at once where every entry is well formed; the one by
     one reading (which names a broken entry) is the rule they must equal."""
-    from xferscope.transfer.checkpoint.layout import _tensor, _tensors
+    from xferscope.transfer.loading.layout import _tensor, _tensors
 
     rng = np.random.default_rng(5)
     tensors = {f"t{i}": rng.integers(0, 9, size=tuple(rng.integers(0, 4, size=i % 4)))
@@ -208,7 +208,7 @@ def test_a_pt_files_storages_are_found_where_the_zip_stores_them(tmp_path):
     offset its local header gives; a compressed record and a file that is no zip are refused."""
     import zipfile
 
-    from xferscope.transfer.checkpoint.pt import is_pt, pt_layout
+    from xferscope.transfer.loading.pt import is_pt, pt_layout
 
     path = tmp_path / "model.pt"
     blobs = {"archive/data/0": os.urandom(1000), "archive/data/1": os.urandom(64),
@@ -242,7 +242,7 @@ def test_a_pt_files_records_found_from_its_central_directory_where_torch_padded_
     import struct
     import zipfile
 
-    from xferscope.transfer.checkpoint import pt
+    from xferscope.transfer.loading import pt
 
     path = tmp_path / "model.pt"
     blobs = {f"archive/data/{i}": os.urandom(100 + 7 * i) for i in range(200)}
@@ -278,8 +278,8 @@ def test_pt_storages_are_matched_to_records_by_their_distances(tmp_path):
     they meet the records in file order at the same distances, else the file is refused."""
     from types import SimpleNamespace
 
-    from xferscope.transfer.checkpoint.layout import Layout, Tensor
-    from xferscope.transfer.checkpoint.pt import _matched
+    from xferscope.transfer.loading.layout import Layout, Tensor
+    from xferscope.transfer.loading.pt import _matched
 
     def tensor(address: int, nbytes: int) -> SimpleNamespace:
         storage = SimpleNamespace(data_ptr=lambda: address, nbytes=lambda: nbytes)

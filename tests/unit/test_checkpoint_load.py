@@ -15,9 +15,9 @@ import pytest
 import xferscope
 from xferscope.core.compiled import engine_module
 from xferscope.core.engine.simulated import SimulatedEngine
-from xferscope.transfer.checkpoint import CheckpointError, read_layout
-from xferscope.transfer.checkpoint.load import load, placed
-from xferscope.transfer.checkpoint.reads import JOIN_GAP, read_file, runs
+from xferscope.transfer.loading import CheckpointError, read_layout
+from xferscope.transfer.loading.load import load, placed
+from xferscope.transfer.loading.reads import JOIN_GAP, read_file, runs
 
 from .test_checkpoint_layout import write
 
@@ -119,7 +119,7 @@ def test_each_files_data_is_read_while_its_header_is_parsed(tmp_path):
     """DataReads reads each file's data (from the header's end) on a thread of its own: the
     simulated copier's reads are the native pread loop's, so a file cut after the reads were
     begun is told as the read's error, and a layout of another version is refused."""
-    from xferscope.transfer.checkpoint.reads import DataReads
+    from xferscope.transfer.loading.reads import DataReads
 
     engine = SimulatedEngine()
     one = write(tmp_path / "a.safetensors", {"w": np.arange(1000, dtype=np.float32)})
@@ -144,7 +144,7 @@ def test_each_files_data_is_read_while_its_header_is_parsed(tmp_path):
 
 
 def test_a_read_that_fails_is_one_error_naming_the_file(tmp_path, monkeypatch):
-    from xferscope.transfer.checkpoint import reads as module
+    from xferscope.transfer.loading import reads as module
 
     engine = SimulatedEngine()
     path = write(tmp_path / "a.safetensors", {"w": np.arange(1000, dtype=np.float32)})
@@ -170,8 +170,8 @@ def test_a_read_that_fails_is_one_error_naming_the_file(tmp_path, monkeypatch):
 def test_tensors_of_a_kind_whose_offsets_step_evenly_become_runs():
     """An MoE's experts (gate and up of one shape interleaved, down of another): one run per
     period's member; offsets that step unevenly: the longest runs of consecutive ones."""
-    from xferscope.transfer.checkpoint.layout import Tensor
-    from xferscope.transfer.checkpoint.views import _progressions
+    from xferscope.transfer.loading.layout import Tensor
+    from xferscope.transfer.loading.views import _progressions
 
     def at(*begins: int, nbytes: int = 8) -> list[Tensor]:
         return [Tensor(f"t{b}", "F32", (2,), b, nbytes) for b in begins]
@@ -210,8 +210,8 @@ class _HostCopier:
 def host_load(monkeypatch):
     from types import SimpleNamespace
 
-    from xferscope.transfer.checkpoint import load as module
-    from xferscope.transfer.checkpoint.kits import ArrayKit
+    from xferscope.transfer.loading import load as module
+    from xferscope.transfer.loading.kits import ArrayKit
 
     monkeypatch.setattr(module, "_kit", lambda framework: ArrayKit(np))
     copies = SimpleNamespace(copier=lambda index: _HostCopier())
@@ -259,7 +259,7 @@ def test_an_moes_tensors_and_a_sharded_set_equal_the_packages_reading(tmp_path, 
 def test_a_cold_file_is_read_by_cold_readers_a_warm_one_by_every_thread(
     tmp_path, host_load, monkeypatch, share
 ):
-    from xferscope.transfer.checkpoint import reads, storage
+    from xferscope.transfer.loading import reads, storage
 
     path = write(tmp_path / "m.safetensors", {"x": np.arange(9, dtype=np.uint8)})
     monkeypatch.setattr(storage, "resident_share", lambda p, samples=0: share)

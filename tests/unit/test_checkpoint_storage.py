@@ -1,4 +1,4 @@
-"""A checkpoint's files apart from the GPU (xferscope.transfer.checkpoint.storage): the page
+"""A checkpoint's files apart from the GPU (xferscope.transfer.loading.storage): the page
 cache's share of a file as mincore tells it, a file made warm, and the rate threads read files
 at, buffered and, where the filesystem takes it, with O_DIRECT; every byte counted."""
 
@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from xferscope.transfer.checkpoint import storage
+from xferscope.transfer.loading import storage
 
 
 def test_a_file_read_in_whole_is_resident_and_an_empty_one_counts_as_resident(tmp_path):

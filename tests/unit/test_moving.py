@@ -15,7 +15,8 @@ import pytest
 
 from xferscope.core.compiled import engine_module
 from xferscope.core.engine.simulated import SimulatedEngine
-from xferscope.transfer import moves, moving
+from xferscope.transfer import moving
+from xferscope.transfer import structure_copies as moves
 from xferscope.transfer.structures import StructureError, each_leaf, flatten
 
 staging_bytes = engine_module().staging_bytes

@@ -1,6 +1,7 @@
 """A structure's destinations made run by run while the copy engine moves the runs before
-(moves.Queue; frameworks/torch.py's upload_runs and download_runs), without a GPU: the PyTorch
-adapter over a stand-in torch of NumPy arrays, and the queued move over the simulated engine."""
+(structure_copies.Queue; frameworks/torch.py's upload_runs and download_runs), without a GPU:
+the PyTorch adapter over a stand-in torch of NumPy arrays, and the queued move over the
+simulated engine."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 
 from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.core.engine.simulated_batch import SimulatedManyCopier
-from xferscope.transfer import copy, moves, moving
+from xferscope.transfer import copy, moving
+from xferscope.transfer import structure_copies as moves
 from xferscope.transfer.frameworks import torch as adapter
 
 from .test_moving import FakeGpuArray

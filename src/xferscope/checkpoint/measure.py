@@ -31,10 +31,10 @@ from ..core.findings import WARNING, Finding, corrupted, finding
 from ..core.progress import QUIET, Progress
 from ..core.units import format_bytes
 from ..documents.envelope import now
-from ..transfer.checkpoint import CheckpointError, Layout, storage
-from ..transfer.checkpoint.pt import is_pt, pt_layout
-from ..transfer.checkpoint.reads import DataReads, read_file
-from ..transfer.checkpoint.shards import Shard, checkpoint_files, checkpoint_layouts
+from ..transfer.loading import CheckpointError, Layout, storage
+from ..transfer.loading.pt import is_pt, pt_layout
+from ..transfer.loading.reads import DataReads, read_file
+from ..transfer.loading.shards import Shard, checkpoint_files, checkpoint_layouts
 from .records import CheckpointFile, CheckpointResult, Samples
 
 DEFAULT_REPEATS = 3

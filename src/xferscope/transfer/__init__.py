@@ -10,6 +10,12 @@
   (bindings/resolve.cpp) leaves them.
 - staged.py: the staged copy of pageable memory (`StagedCopier`, `copy_to_device`,
   `copy_to_host`).
+- moving.py: `to_device`, `to_host`, `warmup`, `release`: whole structures in one call, over
+  structure_copies.py (each leaf's destination made by its framework's adapter, the pairs
+  handed to a copy) and streams.py (the caller's stream, for `non_blocking`).
+- first.py: what `xferscope` gives of these: a process's first calls go PyTorch's way while
+  the rest is set up.
+- loading/: `xferscope.load`, checkpoints (safetensors, torch.save's zip) read into GPU memory.
 - engine.py: the engine these run on (native unless `use_engine` sets another).
 - frameworks/: integrations with PyTorch and other frameworks, imported only when asked for.
 

@@ -226,7 +226,7 @@ def queue_pairs(pairs: list[Any], device: int, engine: Engine | None = None) -> 
     """copy_many's copy of `pairs` to or from GPU `device`, returning once the copies are queued
     where its method allows it (the loop and batch methods; the others return once landed):
     `finish(device)` then returns once they have landed, and until then the caller keeps every
-    buffer as it is. For a structure's moves (moves.py), which make the next destinations
+    buffer as it is. For a structure's moves (structure_copies.py), which make the next destinations
     while the copy engine moves these."""
     engine = engine if engine is not None else default_engine()
     try:

@@ -25,8 +25,8 @@ from typing import Any
 
 from . import engine as engines
 from .choice import Choice
-from .moves import down, gpu_index, up
 from .streams import handle, hold
+from .structure_copies import down, gpu_index, up
 
 # A model of a first call's two ways, from H100 measurements (copyapi_loop_probe.py,
 # copyapi_first.py): PyTorch's loop pays about 15 us a piece and moves pinned memory at 50 GB/s

@@ -38,8 +38,8 @@ from .copy import (
 )
 from .copy import finish as finish_queued
 from .engine import default_engine
-from .moves import down, gpu_index, up
 from .streams import as_current, hold, queued_on
+from .structure_copies import down, gpu_index, up
 
 
 def release() -> None:
@@ -108,8 +108,8 @@ def _by_copy_many(engine: Engine | None) -> Callable[[list[Any], int], Any]:
 
 class _OnStream:
     """copy_many's copies queued on the caller's stream `on`, a structure's at once or run by
-    run (moves.Queue), their sources held until the stream has run them (streams.hold); their
-    finish waits for nothing, the stream orders what comes next."""
+    run (structure_copies.Queue), their sources held until the stream has run them
+    (streams.hold); their finish waits for nothing, the stream orders what comes next."""
 
     def __init__(self, engine: Engine | None, on: int) -> None:
         self.engine, self.on = engine, on
@@ -124,7 +124,7 @@ class _OnStream:
 
 
 class _Queued:
-    """copy_many's copies queued run by run, then finished (moves.Queue)."""
+    """copy_many's copies queued run by run, then finished (structure_copies.Queue)."""
 
     def __init__(self, engine: Engine | None) -> None:
         self.engine = engine

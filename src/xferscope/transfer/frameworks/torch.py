@@ -37,9 +37,9 @@ SHARE_FROM = 64
 ALIGN = 256
 
 
-# Where a structure's copies are queued as its destinations are made (moves.py), the first run
-# of new tensors is this many and each later run twice the one before: the copy engine starts
-# after a few are made, and later runs are made while it moves the earlier ones.
+# Where a structure's copies are queued as its destinations are made (structure_copies.py),
+# the first run of new tensors is this many and each later run twice the one before: the copy
+# engine starts after a few are made, and later runs are made while it moves the earlier ones.
 FIRST_RUN = 8
 
 Runs = Iterator[tuple[range, list[Any], list[Any]]]

@@ -38,10 +38,10 @@ import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from ..moves import gpu_index
 from ..moving import to_device
 from ..prefetch import LoaderStats, Prefetcher, check_ahead
 from ..slots import SlotPool
+from ..structure_copies import gpu_index
 from ..structures import each_leaf
 from .torch_slots import Orders, host_batch, slot_pool
 

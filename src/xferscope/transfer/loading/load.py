@@ -23,7 +23,7 @@ from typing import Any
 
 from ..copy import copies_of
 from ..engine import default_engine
-from ..moves import gpu_index
+from ..structure_copies import gpu_index
 from .kits import ArrayKit, TorchKit
 from .layout import Layout, Tensor
 from .pt import is_pt, load_pt
