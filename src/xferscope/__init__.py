@@ -30,6 +30,7 @@ else:
     # the native _engine among them, look like an attribute of type Any.
 
     from .transfer import first as _first  # light: a first call pays no import
+    from .transfer import setting_up as _setting_up
 
     _FIRST = ("copy_many", "copy_to_device", "copy_to_host", "to_device", "to_host", "warmup")
 
@@ -38,9 +39,9 @@ else:
         native engine, and needs no GPU or driver. Until the copy API is set up, its calls
         are transfer.first's, which never wait for the setting up; then its own (kept here)."""
         if name in _FIRST:
-            if not _first.ready():
+            if not _setting_up.ready():
                 return getattr(_first, name)
-            fn = _first.api(name)
+            fn = _setting_up.api(name)
             globals()[name] = fn
             return fn
         if name in ("StagedCopier", "StagedPlan"):

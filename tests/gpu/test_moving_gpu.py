@@ -82,19 +82,20 @@ def test_numpy_arrays_go_up_as_cupy_arrays():
 
 FIRST_CALLS = """
 import sys, numpy as np, torch, xferscope
-from xferscope.transfer import first
+from xferscope.transfer import first, setting_up
 from xferscope.transfer.choice import MADE_BY_LOOP
 torch.zeros(1, device="cuda"); torch.cuda.synchronize()
 g = torch.Generator().manual_seed(1)
 src = torch.randint(0, 256, (64 << 20,), dtype=torch.uint8, generator=g)
 dst = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
 one = xferscope.copy_many([(dst, src)])  # PyTorch's way, and nothing else
-assert one.source == "first call" and torch.equal(dst.cpu(), src) and not first._setting_up, one
+assert one.source == "first call" and torch.equal(dst.cpu(), src), one
+assert not setting_up._setting_up
 dst.zero_()
 again = xferscope.copy_many([(dst, src)])  # PyTorch's way; the setting up begins on a thread
 assert again.source == "first call" and torch.equal(dst.cpu(), src), again
-first._setting_up[0].join()
-assert first.ready() and not first._setting_up[0].daemon
+setting_up._setting_up[0].join()
+assert setting_up.ready() and not setting_up._setting_up[0].daemon
 dst.zero_()
 two = xferscope.copy_many([(dst, src)])  # set up: the staged copy, made on that thread
 assert two.method == "staged" and torch.equal(dst.cpu(), src), two

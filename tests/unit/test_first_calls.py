@@ -1,8 +1,9 @@
-"""The copy API's first calls (transfer/first.py) without a GPU: PyTorch pairs go PyTorch's way
-while xferscope sets up on another thread, once; every other call, and every call once set up,
-goes xferscope's way; the model that picks a first call's way. A stand-in `torch` module is put
-in sys.modules (CI has no PyTorch); tests/gpu/test_moving_gpu.py runs the real one. The
-simulated copier's staged batches going by the loop while its staged copy is made are here too."""
+"""The copy API's first calls (transfer/first.py, plain.py, setting_up.py) without a GPU: PyTorch
+pairs go PyTorch's way while xferscope sets up on another thread, once; every other call, and
+every call once set up, goes xferscope's way; the model that picks a first call's way. A stand-in
+`torch` module is put in sys.modules (CI has no PyTorch); tests/gpu/test_moving_gpu.py runs the
+real one. The simulated copier's staged batches going by the loop while its staged copy is made
+are here too."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import xferscope
 from xferscope.core.engine.simulated import SimulatedEngine
 from xferscope.core.engine.simulated_batch import STAGED_MAKE_S
 from xferscope.transfer import engine as engines
-from xferscope.transfer import first
+from xferscope.transfer import first, plain, setting_up
 from xferscope.transfer.choice import MADE_BY_LOOP
 from xferscope.transfer.copy import copies_of, copy_many
 
@@ -88,12 +89,12 @@ def torch(monkeypatch) -> types.SimpleNamespace:
 def fresh(monkeypatch) -> Iterator[list[int]]:
     """A process where nothing is set up; the setting up (on its thread) only noted, by GPU."""
     began: list[int] = []
-    monkeypatch.setattr(first, "_switch", [])
+    monkeypatch.setattr(setting_up, "_switch", [])
     was = sys.getswitchinterval()
-    monkeypatch.setattr(first, "_real", {})
-    monkeypatch.setattr(first, "_setting_up", [])
-    monkeypatch.setattr(first, "_calls", [])
-    monkeypatch.setattr(first, "_set_up", lambda gpu: began.append(gpu))
+    monkeypatch.setattr(setting_up, "_real", {})
+    monkeypatch.setattr(setting_up, "_setting_up", [])
+    monkeypatch.setattr(plain, "_calls", [])
+    monkeypatch.setattr(setting_up, "_set_up", lambda gpu: began.append(gpu))
     monkeypatch.setattr(engines, "_engine", [])
     yield began
     sys.setswitchinterval(was)
@@ -106,7 +107,7 @@ def _pair(nbytes: int, gpu: int = 0, up: bool = True, pinned: bool = False) -> t
 
 
 def _join() -> None:
-    for thread in first._setting_up:
+    for thread in setting_up._setting_up:
         thread.join()
 
 
@@ -117,22 +118,25 @@ def test_first_pytorch_copies_go_pytorchs_way_and_the_second_sets_up_on_a_thread
     assert got == ("loop", "first call", "h2d", "pageable", 1) and choice.bytes == 1 << 20
     assert np.array_equal(dst.data, src.data)
     assert Tensor.copies[0][2] is False and torch.synced == []  # PyTorch's blocking copy alone
-    assert not first._setting_up  # the first call is PyTorch's copy and nothing else
+    assert not setting_up._setting_up  # the first call is PyTorch's copy and nothing else
     two = [_pair(4096, gpu=1), _pair(64, gpu=1)]
     assert first.copy_many(two).count == 2 and torch.synced == [1]  # non_blocking, then synced
     back, there = _pair(4096, gpu=1, up=False)
     first.copy_to_host(back, there, device=1)
     assert np.array_equal(back.data, there.data) and np.array_equal(two[1][0].data, two[1][1].data)
     _join()
-    assert fresh == [1] and len(first._setting_up) == 1  # one setting up, begun by the second
-    assert first._setting_up[0].name == "xferscope-set-up" and not first._setting_up[0].daemon
+    assert fresh == [1] and len(setting_up._setting_up) == 1  # one setting up, begun by the second
+    assert (
+        setting_up._setting_up[0].name == "xferscope-set-up"
+        and not setting_up._setting_up[0].daemon
+    )
 
 
 def test_once_set_up_every_call_goes_xferscopes_way(torch, fresh, monkeypatch):
     called: list[str] = []
-    monkeypatch.setitem(first._real, "copy_many", lambda *a, **k: called.append("copy_many"))
-    monkeypatch.setitem(first._real, "copy_pairs", lambda *a: called.append("copy_pairs"))
-    monkeypatch.setitem(first._real, "copy_to_device", lambda *a: called.append("to_device"))
+    monkeypatch.setitem(setting_up._real, "copy_many", lambda *a, **k: called.append("copy_many"))
+    monkeypatch.setitem(setting_up._real, "copy_pairs", lambda *a: called.append("copy_pairs"))
+    monkeypatch.setitem(setting_up._real, "copy_to_device", lambda *a: called.append("to_device"))
     first.copy_many([_pair(64)])  # pairs alone: straight to copy_pairs
     first.copy_many([_pair(64)], method="loop")
     first.copy_to_device(*_pair(64))
@@ -152,7 +156,7 @@ def test_every_other_first_call_goes_xferscopes_way(case, torch, fresh, monkeypa
     def real(name: str) -> Any:
         return lambda *a, **k: called.append((name, a, k))
 
-    monkeypatch.setattr(first, "api", real)
+    monkeypatch.setattr(setting_up, "api", real)
     dst, src = _pair(4096)
     pairs: list = [(dst, src)]
     options: dict[str, Any] = {}
@@ -190,11 +194,11 @@ def test_every_other_first_call_goes_xferscopes_way(case, torch, fresh, monkeypa
 
 
 def test_a_first_call_goes_xferscopes_way_where_that_ends_first_with_the_setting_up():
-    assert first.plain_first(1, 1 << 20, 0)  # one batch of 1 MB
-    assert first.plain_first(1, 1 << 30, 0)  # one pageable GiB: the setting up costs more
-    assert first.plain_first(292, 710_000_000, 0)  # a transformer's state dict
-    assert not first.plain_first(18_867, 930_000_000, 0)  # an MoE's: 18,867 pieces
-    assert not first.plain_first(18_867, 0, 930_000_000)
+    assert plain.plain_first(1, 1 << 20, 0)  # one batch of 1 MB
+    assert plain.plain_first(1, 1 << 30, 0)  # one pageable GiB: the setting up costs more
+    assert plain.plain_first(292, 710_000_000, 0)  # a transformer's state dict
+    assert not plain.plain_first(18_867, 930_000_000, 0)  # an MoE's: 18,867 pieces
+    assert not plain.plain_first(18_867, 0, 930_000_000)
 
 
 def test_a_structures_first_move_goes_pytorchs_way(torch, fresh, monkeypatch):
@@ -212,22 +216,22 @@ def test_a_structures_first_move_goes_pytorchs_way(torch, fresh, monkeypatch):
 
 
 def test_the_package_gives_the_first_calls_until_set_up_then_the_apis_own(monkeypatch):
-    monkeypatch.setattr(first, "_real", {})
+    monkeypatch.setattr(setting_up, "_real", {})
     monkeypatch.delitem(vars(xferscope), "copy_many", raising=False)
     assert xferscope.copy_many is first.copy_many and "copy_many" not in vars(xferscope)
-    first._import_api()
+    setting_up._import_api()
     assert xferscope.copy_many is copy_many and vars(xferscope)["copy_many"] is copy_many
     monkeypatch.delitem(vars(xferscope), "copy_many")
 
 
 def test_a_call_meeting_the_setting_up_waits_for_it_not_sets_up_twice(monkeypatch):
-    monkeypatch.setattr(first, "_real", {})
+    monkeypatch.setattr(setting_up, "_real", {})
     gate = threading.Event()
-    thread = threading.Thread(target=lambda: (gate.wait(5), first._import_api()))
-    monkeypatch.setattr(first, "_setting_up", [thread])
+    thread = threading.Thread(target=lambda: (gate.wait(5), setting_up._import_api()))
+    monkeypatch.setattr(setting_up, "_setting_up", [thread])
     thread.start()
     gate.set()
-    assert first.api("copy_many") is copy_many and not thread.is_alive()
+    assert setting_up.api("copy_many") is copy_many and not thread.is_alive()
 
 
 def test_a_staged_batch_goes_by_the_loop_while_the_staged_copy_is_made():
@@ -253,8 +257,12 @@ def test_the_setting_up_switches_threads_often_and_gives_the_interval_back(monke
     seen: list[float] = []
     monkeypatch.setattr(moving, "warmup", lambda device: seen.append(sys.getswitchinterval()))
     for name in ("_real", "_setting_up", "_switch"):
-        monkeypatch.setattr(first, name, {} if name == "_real" else [])
+        monkeypatch.setattr(setting_up, name, {} if name == "_real" else [])
     was = sys.getswitchinterval()
-    first._begin_set_up(0)
+    setting_up._begin_set_up(0)
     _join()
-    assert seen == [first.SWITCH_S] < [was] and sys.getswitchinterval() == was and first.ready()
+    assert (
+        seen == [setting_up.SWITCH_S] < [was]
+        and sys.getswitchinterval() == was
+        and setting_up.ready()
+    )

@@ -13,8 +13,8 @@
 - moving.py: `to_device`, `to_host`, `warmup`, `release`: whole structures in one call, over
   structure_copies.py (each leaf's destination made by its framework's adapter, the pairs
   handed to a copy) and streams.py (the caller's stream, for `non_blocking`).
-- first.py: what `xferscope` gives of these: a process's first calls go PyTorch's way while
-  the rest is set up.
+- first.py: what `xferscope` gives of these: a process's first calls go PyTorch's way
+  (plain.py) while setting_up.py sets the rest up on another thread.
 - loading/: `xferscope.load`, checkpoints (safetensors, torch.save's zip) read into GPU memory.
 - engine.py: the engine these run on (native unless `use_engine` sets another).
 - frameworks/: integrations with PyTorch and other frameworks, imported only when asked for.
