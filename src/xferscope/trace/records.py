@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
+from ..core import frameworks
+
 # CUPTI's CUpti_ActivityMemcpyKind and CUpti_ActivityMemoryKind
 COPY_KINDS = {
     1: "h2d",
@@ -66,9 +68,6 @@ CUDA_LIBRARIES = (
 # standard library, frozen modules
 PYTHON_LIBRARIES = ("/site-packages/", "/dist-packages/", "<frozen ")
 STDLIB = re.compile(r"/lib/python3\.\d+/")
-# the frameworks whose copies a program makes, known by their packages' frames
-FRAMEWORKS = {"torch": "PyTorch", "cupy": "CuPy", "cupyx": "CuPy", "jax": "JAX",
-              "jaxlib": "JAX", "numba": "Numba"}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +97,8 @@ class PyFrame:
         for package in ("site-packages", "dist-packages"):
             _, found, rest = self.file.partition(f"/{package}/")
             if found:
-                return FRAMEWORKS.get(rest.split("/", 1)[0])
+                framework = frameworks.by_package(rest.split("/", 1)[0])
+                return framework.name if framework else None
         return None
 
 
@@ -222,28 +222,23 @@ def user_frame(stack: Sequence[PyFrame]) -> PyFrame | None:
     return next((f for f in stack if not f.is_library), stack[0] if stack else None)
 
 
-# ... and by the native libraries a call went through (a method such as Tensor.to is C++, with
-# no Python frame of its package)
-NATIVE_FRAMEWORKS = (("libtorch", "PyTorch"), ("libc10", "PyTorch"), ("cupy", "CuPy"),
-                     ("jaxlib", "JAX"), ("xla_extension", "JAX"), ("xla_cuda_plugin", "JAX"),
-                     ("numba", "Numba"))  # fmt: skip
-
-# a Cython module's function: `__pyx_f_4cupy_4cuda_6memory_...`, its package's name first,
-# each name after its length (CuPy's copies go through such modules, named `memory.cpython-...`)
+# The frameworks whose copies a program makes are known by their packages' frames, and by the
+# native libraries a call went through (a method such as Tensor.to is C++, with no Python frame
+# of its package): core/frameworks.py. A Cython module's function, `__pyx_f_4cupy_4cuda_...`,
+# names its package first, each name after its length (CuPy's copies go through such modules,
+# named `memory.cpython-...`)
 CYTHON_SYMBOL = re.compile(r"\(__pyx_[a-z0-9]+_(\d+)(\w+)")
 
 
 def native_framework(frame: str) -> str | None:
     """The framework a native frame (`library+offset (symbol)`) is in: its library's name, or
     the package of the Cython module it is a function of; None for others."""
-    library = frame.split("+", 1)[0]
-    found = next((f for lib, f in NATIVE_FRAMEWORKS if lib in library), None)
+    found = frameworks.by_library(frame.split("+", 1)[0])
     cython = CYTHON_SYMBOL.search(frame)
-    if found or cython is None:
-        return found
-    length, name = int(cython.group(1)), cython.group(2)
-    package = name[:length]
-    return FRAMEWORKS.get(package) or FRAMEWORKS.get(package.split("_", 1)[0])
+    if found is None and cython is not None:
+        length, name = int(cython.group(1)), cython.group(2)
+        found = frameworks.by_package(name[:length])
+    return found.name if found else None
 
 
 # the device frees, which wait for the whole device (not cudaFreeAsync, which is queued)

@@ -14,11 +14,12 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from ...core.frameworks import FRAMEWORKS
 from ...core.units import format_seconds
 from ..costs import idle_ns
 from ..idle import IdleCause, joined, loader_waited
 from ..ranks import ranks
-from ..records import FRAMEWORKS, LOADER_WHERE, Copy, Trace
+from ..records import LOADER_WHERE, Copy, Trace
 from ..timeline import GpuTimeline, clipped
 from .base import Context
 from .runs import small_runs
@@ -255,7 +256,7 @@ def inside(cause: IdleCause) -> int:
     return sum(n for doing, n in cause.seen_doing if doing.endswith(FRAMEWORK_PACKAGES))
 
 
-FRAMEWORK_PACKAGES = tuple(f" ({p})" for p in FRAMEWORKS)
+FRAMEWORK_PACKAGES = tuple(f" ({p})" for f in FRAMEWORKS for p in f.packages)
 
 
 def loader(cause: IdleCause) -> bool:

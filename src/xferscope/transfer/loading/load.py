@@ -17,10 +17,11 @@ from __future__ import annotations
 import os
 import threading
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from ...core.frameworks import CUPY, PYTORCH
 from ..copy import copies_of
 from ..engine import default_engine
 from ..structure_copies import gpu_index
@@ -52,7 +53,23 @@ def placed(names: Sequence[str], device: Any) -> dict[int, list[str]]:
     return by
 
 
-FRAMEWORKS = ("torch", "cupy")
+def _torch_kit() -> Any:
+    import torch
+
+    return TorchKit(torch)
+
+
+def _cupy_kit() -> Any:
+    import cupy
+
+    return ArrayKit(cupy)
+
+
+# the frameworks whose tensors load makes, by their option's word (core/frameworks.py), each
+# with its kit (kits.py), imported only when asked for
+KITS: dict[str, Callable[[], Any]] = {
+    f.option: kit for f, kit in ((PYTORCH, _torch_kit), (CUPY, _cupy_kit)) if f.option
+}
 
 
 def load(
@@ -100,15 +117,10 @@ def load(
 
 def _kit(framework: str) -> Any:
     """The framework's kit (kits.py); ValueError naming the option for one it does not know."""
-    if framework == "torch":
-        import torch
-
-        return TorchKit(torch)
-    if framework == "cupy":
-        import cupy
-
-        return ArrayKit(cupy)
-    raise ValueError(f"framework: {framework!r} is not one of {', '.join(FRAMEWORKS)}")
+    make = KITS.get(framework)
+    if make is None:
+        raise ValueError(f"framework: {framework!r} is not one of {', '.join(KITS)}")
+    return make()
 
 
 def _one_gpu_load(kit: Any, paths: Any, index: int, out: dict[str, Any]) -> None:
