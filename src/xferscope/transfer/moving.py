@@ -81,10 +81,7 @@ def to_device(
     index = gpu_index(device)
     on = queued_on(non_blocking, stream, index)
     with as_current(stream):
-        if on is None:
-            return up(obj, index, _by_copy_many(engine), _Queued(engine))
-        ordered = _OnStream(engine, on)
-        return up(obj, index, ordered, ordered, ordered=True)
+        return up(obj, index, *_ways(engine, on))
 
 
 def to_host(
@@ -96,10 +93,16 @@ def to_host(
     returned at once: the host tensors are read once that stream has run the copies."""
     on = queued_on(non_blocking, stream, None)
     with as_current(stream):
-        if on is None:
-            return down(obj, non_blocking, _by_copy_many(engine), _Queued(engine))
-        ordered = _OnStream(engine, on)
-        return down(obj, non_blocking, ordered, ordered, ordered=True)
+        return down(obj, non_blocking, *_ways(engine, on))
+
+
+def _ways(engine: Engine | None, on: int | None) -> tuple[Any, Any, bool]:
+    """What a move hands its pairs to (its copy and its queue), and whether the caller's
+    stream `on` orders them (None: the move synchronizes first and waits)."""
+    if on is None:
+        return _by_copy_many(engine), _Queued(engine), False
+    ordered = _OnStream(engine, on)
+    return ordered, ordered, True
 
 
 def _by_copy_many(engine: Engine | None) -> Callable[[list[Any], int], Any]:
