@@ -29,6 +29,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from ..core.closing import Closing
 from ..core.errors import XferscopeError
 from ..core.findings import ERROR, WARNING
 from ..documents.envelope import dumps_document
@@ -142,7 +143,7 @@ def run_entry(result: RunResult) -> Entry:
     return Entry("run", run_to_dict(result), result.mode, result.complete, result)
 
 
-class History:
+class History(Closing):
     """The run history in one SQLite file. Use as a context manager, or call close().
 
     Opening creates the file, its directory and the schema where they are missing, unless
@@ -389,17 +390,6 @@ class History:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-
-    def __enter__(self) -> History:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class _Transaction:

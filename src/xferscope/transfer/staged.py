@@ -38,11 +38,11 @@ import numbers
 import operator
 import threading
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 import numpy as np
 
+from ..core.closing import Closing
 from ..core.engine import Engine
 from ..core.engine.devices import missing_device
 from ..core.errors import EngineError, NoDeviceError, XferscopeError
@@ -260,7 +260,7 @@ def _calibrated_direct_below(engine: Engine, device: int) -> tuple[int | None, s
     )
 
 
-class StagedCopier:
+class StagedCopier(Closing):
     """Copies pageable host memory to and from one GPU through a pool of pinned buffers, with
     several host threads. Chunk size and thread count are chosen from a short measurement of
     this host's memcpy rate unless given; `plan` and `explain()` say what was chosen and why.
@@ -370,17 +370,6 @@ class StagedCopier:
             handle, self._handle = self._handle, None
         if handle is not None:
             handle.close()
-
-    def __enter__(self) -> StagedCopier:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else self.plan.summary()

@@ -38,6 +38,7 @@ import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from ...core.closing import Closing
 from ..moving import to_device
 from ..prefetch import LoaderStats, Prefetcher, check_ahead
 from ..slots import SlotPool
@@ -48,7 +49,7 @@ from .torch_slots import Orders, host_batch, slot_pool
 _side_streams: dict[int, Any] = {}  # one per GPU, made once: a stream an epoch grew memory
 
 
-class DeviceLoader:
+class DeviceLoader(Closing):
     """`loader`'s batches, each moved to GPU `device` ("cuda", "cuda:N", an index or a
     torch.device) `ahead` batches (1-64) before the step takes it. `stats`: the last epoch's
     LoaderStats (its `explain()` names what the loop waited for). `slots`: a DataLoader's
@@ -73,12 +74,6 @@ class DeviceLoader:
         pool, self._pool = self.__dict__.get("_pool"), None
         if pool is not None:
             pool.close()
-
-    def __enter__(self) -> DeviceLoader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
