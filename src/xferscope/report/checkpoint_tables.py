@@ -4,11 +4,10 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 
 from ..checkpoint.records import STAGES, STATES, CheckpointResult
 from ..core.units import format_bytes, format_rate, format_seconds
-from .style import print_findings, print_simulated
+from .style import print_findings, print_simulated, titled_table
 
 # what each stage's rate is, as the table says it
 STAGE_WORDS = {
@@ -42,17 +41,14 @@ def print_checkpoint(result: CheckpointResult, console: Console) -> None:
         f"{format_bytes(result.data_bytes)} of data (medians of "
         f"{result.options.get('repeats')} repeats)"
     )
-    stages = Table(title="the path's stages", title_justify="left")
-    for name in ("stage", "rate", "how"):
-        stages.add_column(name, justify="right" if name == "rate" else "left")
+    stages = titled_table("the path's stages", ("stage", "rate", "how"), ("stage", "how"))
     for stage, how in STAGE_WORDS.items():
         rate = result.rate(stage)
         if rate is not None:
             stages.add_row(stage, format_rate(rate), how)
     console.print(stages)
-    loads = Table(title="xferscope.load", title_justify="left")
-    for name in ("from", "time", "rate", "bound", "of the bound"):
-        loads.add_column(name, justify="left" if name in ("from", "bound") else "right")
+    columns = ("from", "time", "rate", "bound", "of the bound")
+    loads = titled_table("xferscope.load", columns, ("from", "bound"))
     bounds = {b.state: b for b in result.bounds()}
     for state in STATES:
         seconds = result.medians().get(f"load_{state}_s")

@@ -7,7 +7,7 @@ from rich.table import Table
 
 from ..core.units import format_bytes, format_rate, format_seconds
 from ..pageable.measure import PageableResult, cheaper_from, crossovers, fastest
-from .style import print_findings, print_simulated
+from .style import print_findings, print_simulated, titled_table
 
 
 def _sends(count: int | None) -> str:
@@ -34,9 +34,8 @@ def print_pageable(result: PageableResult, console: Console) -> None:
     for size in result.sizes:
         strategies = result.strategies(size)
         pageable = strategies[0]
-        costs = Table(title=f"{format_bytes(size.bytes)}: costs", title_justify="left")
-        for name in ("way", "once", "per send", "rate", "made of", "beats pageable from"):
-            costs.add_column(name, justify="left" if name in ("way", "made of") else "right")
+        columns = ("way", "once", "per send", "rate", "made of", "beats pageable from")
+        costs = titled_table(f"{format_bytes(size.bytes)}: costs", columns, ("way", "made of"))
         for s in strategies:
             beats = cheaper_from(s, pageable)
             costs.add_row(

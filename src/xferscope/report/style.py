@@ -4,11 +4,12 @@ per direction."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
 from ..core.findings import ERROR, INFO, OK, WARNING, Finding
@@ -25,6 +26,15 @@ def print_simulated(console: Console) -> None:
 
 
 # How each severity of a finding is labelled and coloured in the terminal.
+def titled_table(title: str, columns: Sequence[str], left: Collection[str]) -> Table:
+    """A table titled at its left, the columns named in `left` (words) aligned left and the rest
+    (figures) right."""
+    table = Table(title=title, title_justify="left")
+    for name in columns:
+        table.add_column(name, justify="left" if name in left else "right")
+    return table
+
+
 SEVERITY_STYLES = {ERROR: "bold red", WARNING: "yellow", INFO: "cyan", OK: "green"}
 SEVERITY_LABELS = {ERROR: "ERROR", WARNING: "warning", INFO: "note", OK: "ok"}
 

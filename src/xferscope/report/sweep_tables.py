@@ -14,7 +14,7 @@ from ..sweep.alignment import COSTLY, misalignments
 from ..sweep.chase import ChasePoint
 from ..sweep.records import CUT_SHORT, ESTIMATED, Curve, CurveConfig, Point, SweepResult
 from .fit import cell_width, packed
-from .style import print_findings, print_simulated
+from .style import print_findings, print_simulated, titled_table
 
 
 def format_duration(seconds: float) -> str:
@@ -80,17 +80,9 @@ def _share_of_limit(result: SweepResult, curve: Curve, bandwidth: float) -> str:
 
 
 def summary_table(result: SweepResult) -> Table:
-    table = Table(title="Summary", title_justify="left")
-    for name in (
-        "curve",
-        "latency (smallest)",
-        "best bandwidth",
-        "of limit",
-        "noise",
-        "verified",
-        "status",
-    ):
-        table.add_column(name, justify="left" if name == "curve" else "right")
+    columns = ("curve", "latency (smallest)", "best bandwidth", "of limit", "noise", "verified",
+               "status")  # fmt: skip
+    table = titled_table("Summary", columns, ("curve",))
     for curve in result.curves:
         if not curve.points:
             table.add_row(
@@ -213,11 +205,11 @@ def alignment_table(result: SweepResult) -> Table | None:
 
 def chase_table(points: Sequence[ChasePoint]) -> Table:
     """Latency seen from the GPU: ns per dependent read of each memory chased."""
-    table = Table(
-        title="Latency seen from the GPU (one thread's dependent reads)", title_justify="left"
+    table = titled_table(
+        "Latency seen from the GPU (one thread's dependent reads)",
+        ("memory read", "one read", "chain through", "verified"),
+        ("memory read",),
     )
-    for name in ("memory read", "one read", "chain through", "verified"):
-        table.add_column(name, justify="left" if name == "memory read" else "right")
     for c in points:
         if c.median_ns is None:
             table.add_row(c.label, "", "", escape(f"not measured: {c.error}"))

@@ -9,7 +9,6 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from ..core.units import format_bytes, format_rate, format_seconds
 from ..trace.analyze import WORTH
@@ -18,6 +17,7 @@ from ..trace.findings.base import counted
 from ..trace.findings.runs import SMALL_BYTES
 from ..trace.idle import LONG_GAP
 from ..trace.records import shown
+from .style import titled_table
 
 IDLE_KINDS = {
     "launch": "between launches",
@@ -284,9 +284,8 @@ def print_trace(result: TraceResult, console: Console) -> None:
     if not s.get("table"):
         console.print("no CUDA copies were seen")
         return
-    table = Table(title="GPU activities (nvprof's table)", title_justify="left")
-    for name in ("Time(%)", "Time", "Calls", "Avg", "Min", "Max", "Name"):
-        table.add_column(name, justify="left" if name == "Name" else "right")
+    nvprof = ("Time(%)", "Time", "Calls", "Avg", "Min", "Max", "Name")
+    table = titled_table("GPU activities (nvprof's table)", nvprof, ("Name",))
     for r in s["table"]:
         table.add_row(
             f"{r['time_share']:.2%}",
@@ -298,18 +297,9 @@ def print_trace(result: TraceResult, console: Console) -> None:
             r["kind"],
         )
     console.print(table)
-    groups = Table(title="copies by direction and host memory", title_justify="left")
-    for name in (
-        "copies",
-        "calls",
-        "bytes",
-        "GPU time",
-        "rate",
-        "of this machine",
-        "host blocked",
-        "beside kernels",
-    ):
-        groups.add_column(name, justify="left" if name == "copies" else "right")
+    groups = titled_table("copies by direction and host memory",
+                          ("copies", "calls", "bytes", "GPU time", "rate", "of this machine",
+                           "host blocked", "beside kernels"), ("copies",))  # fmt: skip
     for g in s["groups"]:
         # this machine's reach is its copies' API time: a small copy's is its fixed cost, which
         # its GPU time leaves out, so none is given for a group of small copies
