@@ -17,6 +17,7 @@ from typing import Any
 
 from spread import median_interval, round_savings
 from xferscope.core.errors import OptionError
+from xferscope.core.frameworks import FRAMEWORKS
 from xferscope.trace.analyze import WORTH, analyze
 from xferscope.trace.compare import compare_traces
 from xferscope.trace.document import from_dict, to_dict
@@ -43,7 +44,7 @@ COMPONENTS = {
     "DeviceLoader": (("DeviceLoader",), r"DeviceLoader"),
 }  # fmt: skip
 # a program that uses one of these is told in its words, never in CUDA's own calls
-FRAMED = r"^\s*(import|from) (torch|cupy|jax|numba)\b"
+FRAMED = rf"^\s*(import|from) ({'|'.join(p for f in FRAMEWORKS for p in f.packages)})\b"
 CUDA_CALL = r"\bcu(da)?[A-Z][A-Za-z]+\b"
 
 

@@ -229,7 +229,7 @@ class Copies {
     if (upload >= 0 && r.upload != (upload == 1)) xferscope::bindings::refuse_way(upload == 1);
     // copies held while the copy runs: a call from another thread may change the maps meanwhile
     auto [decided, choice] = decide(r.upload, r.pinned, r.sizes.size(), r.total, r.device, asked);
-    const std::string method = batch::method_on_stream(decided, stream);
+    const std::string& method = batch::method_on_stream(decided, stream);
     const Copier with = held(r.device);
     std::string made = method;
     if (!with.native.is_none()) {

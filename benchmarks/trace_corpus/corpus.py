@@ -197,15 +197,16 @@ class Loop:
             self.blocks.end()
         self.stopped = time.perf_counter()
 
-    def timed(self, step: Callable[[int], object]) -> Loop:
+    def timed(self, step: Callable[[int], object], first: int = 0) -> Loop:
         """The loop timed as a whole: the GPU synchronized (the framework's, given as `sync`),
-        start(), `step(i)` for each of --steps steps with step() after each, the GPU
-        synchronized, stop(); report() is left to the caller (with its own figures)."""
+        start(), `step(i)` for each of --steps steps from `first` (the steps after a warm-up's,
+        where the step's index picks its data) with step() after each, the GPU synchronized,
+        stop(); report() is left to the caller (with its own figures)."""
         if self.sync is None:
             raise SystemExit("corpus.Loop.timed needs the framework's synchronize (sync=)")
         self.sync()
         self.start()
-        for i in range(self.args.steps):
+        for i in range(first, first + self.args.steps):
             step(i)
             self.step()
         self.sync()

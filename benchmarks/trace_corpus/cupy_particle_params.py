@@ -138,14 +138,7 @@ def sim_step(i: int) -> None:
 
 for i in range(WARMUP):  # the kernel compiled, CuPy's pools filled
     sim_step(i)
-cp.cuda.Device().synchronize()
-loop = Loop(args, sync=cp.cuda.Device().synchronize)
-loop.start()
-for i in range(WARMUP, WARMUP + args.steps):
-    sim_step(i)
-    loop.step()
-cp.cuda.Device().synchronize()
-loop.stop()
+loop = Loop(args, sync=cp.cuda.Device().synchronize).timed(sim_step, first=WARMUP)
 loop.report(
     checksum=float(state.sum(dtype=cp.float64)),
     energy=float((state[3:] ** 2).sum(dtype=cp.float64)) / (2 * N),

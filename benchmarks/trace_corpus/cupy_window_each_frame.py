@@ -131,12 +131,5 @@ def frame_step(i: int) -> None:
 
 for i in range(WARMUP):  # cuFFT's plan and cuBLAS made, CuPy's pools filled
     frame_step(i)
-cp.cuda.Device().synchronize()
-loop = Loop(args, sync=cp.cuda.Device().synchronize)
-loop.start()
-for i in range(WARMUP, WARMUP + args.steps):
-    frame_step(i)
-    loop.step()
-cp.cuda.Device().synchronize()
-loop.stop()
+loop = Loop(args, sync=cp.cuda.Device().synchronize).timed(frame_step, first=WARMUP)
 loop.report(checksum=round(float(history.sum(dtype=cp.float64)), 3))  # read once, at the end

@@ -45,7 +45,7 @@ constexpr std::size_t kStagingLeast = 8 << 20;
 // queued one (loop, batch-*) as it is, any other (pack, staged, kernel: this copier's staging,
 // waited for) by the loop, and the batch API by the loop on the legacy default stream, which it
 // refuses (handles 0 and 1); `method` itself where `on` < 0 (this copier's stream).
-std::string method_on_stream(const std::string& method, std::int64_t on);
+const std::string& method_on_stream(const std::string& method, std::int64_t on);
 
 std::size_t staging_bytes(std::size_t bytes);
 

@@ -98,7 +98,7 @@ std::size_t aligned(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; 
 
 }  // namespace
 
-std::string method_on_stream(const std::string& method, std::int64_t on) {
+const std::string& method_on_stream(const std::string& method, std::int64_t on) {
   if (on < 0 || method == kLoop) return method;
   const bool batch_api = method.rfind("batch-", 0) == 0;
   return batch_api && on > 1 ? method : kLoop;  // 0 and 1: the legacy stream (cudaStreamLegacy)
@@ -288,9 +288,9 @@ std::string ManyCopier::copy(const std::string& asked, bool upload,
   Impl& m = *impl_;
   const bool theirs = on >= 0;  // the caller's stream: queued there, nothing waited for
   // a staged batch goes by the loop while the staged copier is being made
-  const std::string method = theirs ? method_on_stream(asked, on)
-                             : asked == "staged" && !m.staged_now(device_) ? kLoop
-                                                                           : asked;
+  const std::string& method = theirs ? method_on_stream(asked, on)
+                              : asked == "staged" && !m.staged_now(device_) ? kLoop
+                                                                            : asked;
   std::lock_guard<std::mutex> one_at_a_time(m.calls);
   detail::DeviceGuard guard(device_);
   // the loop's copies of a call that waits go on the legacy stream (stream_for); the batch API

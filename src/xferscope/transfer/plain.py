@@ -154,7 +154,9 @@ def _queued_copy(on: int) -> Callable[[list[Any], int], Any]:
 
     def copy(pairs: list[Any], gpu: int) -> Any:
         made = _plain(pairs, gpu, None, choice=False, queued=True)
-        made = made or setting_up.api("copy_many")(pairs, device=gpu, non_blocking=True, stream=on)
+        if made:  # PyTorch's copy_ keeps its own pinned sources until the stream has run it
+            return made
+        made = setting_up.api("copy_many")(pairs, device=gpu, non_blocking=True, stream=on)
         hold(pairs, on, gpu)
         return made
 

@@ -33,10 +33,8 @@ def handle(stream: Any, device: int | None) -> int:
     option otherwise."""
     if stream is None:
         return current(device)
-    if isinstance(stream, int) and not isinstance(stream, bool) and 0 <= stream < MOST_HANDLE:
-        return stream
-    for name in ("cuda_stream", "ptr"):  # torch.cuda.Stream (and ExternalStream); CuPy's Stream
-        value = getattr(stream, name, None)
+    # a raw handle, or a torch.cuda.Stream's (and ExternalStream's) or CuPy's Stream's
+    for value in (stream, getattr(stream, "cuda_stream", None), getattr(stream, "ptr", None)):
         if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MOST_HANDLE:
             return value
     raise ValueError(f"stream: {stream!r} is not a CUDA stream ({STREAM_WORDS})")
@@ -55,9 +53,7 @@ def current(device: int | None) -> int:
         return int(raw(index))
     cupy = sys.modules.get("cupy")
     if cupy is not None:
-        if device is None:
-            return int(cupy.cuda.get_current_stream().ptr)
-        with cupy.cuda.Device(device):
+        with contextlib.nullcontext() if device is None else cupy.cuda.Device(device):
             return int(cupy.cuda.get_current_stream().ptr)
     return 0
 
