@@ -136,8 +136,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=60)
     args = parser.parse_args()
-    if args.rounds < 1 or args.steps < 1:
-        raise SystemExit("--rounds and --steps: at least 1")
+    for option, value in (("--rounds", args.rounds), ("--steps", args.steps)):
+        if value < 1:
+            parser.error(f"{option}: {value} is not a count of at least 1")
     generator = torch.Generator().manual_seed(0)
     images = [_images(generator) for _ in range(POOL)]
     hf = [_hf(generator) for _ in range(POOL)]
